@@ -1,0 +1,299 @@
+"""``build()``: ONNX in, .mrt out, with a report of what happened.
+
+The pipeline, one way only::
+
+    load (checker, shape inference, onnx-ir)
+      -> normalise (inline functions, name every value, topological order)
+      -> check support (every node has a CPU kernel at its opset)
+      -> lower to format records -> encode -> atomic write
+
+Later stages (graph optimisation, quantisation, provider partitioning) slot
+in between "normalise" and "check support"; their options are accepted and
+validated here and recorded in the artifact's metadata.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from typing import Any, Callable, Mapping
+
+import onnx_ir as ir
+from onnx_ir.passes import common as ir_passes
+
+import minirt
+from builder.errors import BuildError, UnsupportedModel
+from builder.load import SourceInfo, load_model
+from builder.lower import lower_model
+from builder.writer import ArtifactWriter, write_atomic
+from minirt.kernels.registry import lookup
+from targets.profiles import get_target
+
+PRODUCER_NAME = "minirt-builder"
+QUANTIZE_MODES = (None, "fp16", "int8-dynamic", "int8")
+OPT_LEVELS = (0, 1, 2, 3)
+
+
+@dataclasses.dataclass
+class BuildReport:
+    """What a build did; ``str(report)`` is the short summary the CLI prints."""
+
+    source: str
+    output: str | None
+    target: str
+    opt_level: int
+    quantize: str | None
+    source_sha256: str
+    source_bytes: int
+    artifact_bytes: int
+    weight_bytes: int
+    nodes_before: int
+    nodes_after: int
+    op_histogram: dict
+    inputs: list
+    outputs: list
+    timings: dict  # phase -> seconds
+    warnings: list = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        lines = [
+            f"built {self.output or '<bytes>'} from {self.source}",
+            f"  target {self.target}, opt-level {self.opt_level}, quantize {self.quantize or 'none'}",
+            f"  nodes {self.nodes_before} -> {self.nodes_after}; weights {_fmt_bytes(self.weight_bytes)}; "
+            f"artifact {_fmt_bytes(self.artifact_bytes)} (source {_fmt_bytes(self.source_bytes)})",
+            "  inputs:  " + ", ".join(f"{n} {t}{s}" for n, t, s in self.inputs),
+            "  outputs: " + ", ".join(f"{n} {t}{s}" for n, t, s in self.outputs),
+            "  time: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in self.timings.items()),
+        ]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def parse_input_shapes(specs: Mapping[str, Any] | list[str] | None) -> dict[str, tuple]:
+    """``{"x": (1, 3, 224, 224)}`` or ``["x=1x3x224x224"]`` -> ``{"x": (1, 3, 224, 224)}``."""
+    if not specs:
+        return {}
+    if isinstance(specs, Mapping):
+        items = list(specs.items())
+    else:
+        items = []
+        for spec in specs:
+            name, sep, dims = str(spec).rpartition("=")
+            if not sep or not name:
+                raise BuildError(f"--input-shape {spec!r}: expected NAME=DIMxDIMx..., e.g. image=1x3x224x224")
+            items.append((name, dims.split("x") if dims else []))
+    out = {}
+    for name, dims in items:
+        try:
+            shape = tuple(int(d) for d in dims)
+        except (TypeError, ValueError):
+            raise BuildError(f"input shape for {name!r}: {dims!r} is not a list of integers") from None
+        if any(d < 0 for d in shape):
+            raise BuildError(f"input shape for {name!r}: dimensions must be >= 0, got {shape}")
+        out[name] = shape
+    return out
+
+
+def _normalise(model: ir.Model) -> None:
+    """Make the IR well-formed for lowering: no functions, named values, sorted nodes."""
+    for p in (ir_passes.InlinePass(), ir_passes.NameFixPass(), ir_passes.TopologicalSortPass()):
+        p(model)
+
+
+def _apply_input_shapes(model: ir.Model, shapes: dict[str, tuple]) -> None:
+    by_name = {v.name: v for v in model.graph.inputs}
+    for name, shape in shapes.items():
+        value = by_name.get(name)
+        if value is None:
+            raise BuildError(f"--input-shape names {name!r}, but the model's inputs are {list(by_name)}")
+        if value.shape is not None:
+            if len(value.shape) != len(shape):
+                raise BuildError(
+                    f"--input-shape {name}: rank {len(shape)} does not match the model's rank {len(value.shape)} "
+                    f"(shape {value.shape})"
+                )
+            for axis, (old, new) in enumerate(zip(value.shape, shape)):
+                if isinstance(old, int) and old >= 0 and old != new:
+                    raise BuildError(f"--input-shape {name}: dimension {axis} is fixed to {old} in the model, got {new}")
+        value.shape = ir.Shape(shape)
+
+
+def _iter_nodes(graph: ir.Graph):
+    for node in graph:
+        yield node
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from _iter_nodes(attr.value)
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for g in attr.value:
+                    yield from _iter_nodes(g)
+
+
+def check_support(model: ir.Model) -> None:
+    """Every node (subgraphs included) has a CPU kernel; otherwise one error listing them all."""
+    problems = []
+    for node in _iter_nodes(model.graph):
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        opset = node.version if node.version is not None else model.opset_imports.get(domain, model.opset_imports.get("ai.onnx"))
+        if opset is None:
+            problems.append(f"node {node.name!r}: domain {domain!r} of {node.op_type} has no opset import")
+            continue
+        entry = lookup(domain, node.op_type, opset)
+        if entry is None:
+            problems.append(
+                f"node {node.name!r}: operator {domain or 'ai.onnx'}::{node.op_type} at opset {opset} "
+                f"is not supported by any provider (cpu has no kernel for it)"
+            )
+            continue
+        if entry.attributes is not None:
+            unknown = sorted(set(node.attributes) - entry.attributes)
+            if unknown:
+                problems.append(
+                    f"node {node.name!r}: {node.op_type} attribute(s) {unknown} are not supported by the cpu kernel"
+                )
+    if problems:
+        shown = problems[:20]
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise UnsupportedModel("the model cannot be built:\n  " + "\n  ".join(shown) + more)
+
+
+def _value_signature(values) -> list:
+    out = []
+    for v in values:
+        dtype = v.dtype.name.lower() if v.dtype is not None else "undefined"
+        shape = "" if v.shape is None else "[" + ",".join(str(d) for d in v.shape) + "]"
+        out.append((v.name, dtype, shape))
+    return out
+
+
+def _count_nodes(model: ir.Model) -> int:
+    return sum(1 for _ in _iter_nodes(model.graph))
+
+
+def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, target: str) -> None:
+    writer.set_metadata("producer.name", PRODUCER_NAME)
+    writer.set_metadata("producer.version", minirt.__version__)
+    writer.set_metadata("source.sha256", info.sha256)
+    writer.set_metadata("source.bytes", info.size)
+    if info.path:
+        writer.set_metadata("source.file", os.path.basename(info.path))
+    writer.set_metadata("source.producer_name", info.producer_name)
+    writer.set_metadata("source.producer_version", info.producer_version)
+    writer.set_metadata("source.ir_version", info.ir_version)
+    writer.set_metadata("source.opsets", info.opsets)
+    writer.set_metadata("source.graph_name", info.graph_name)
+    writer.set_metadata("source.model_version", info.model_version)
+    if info.doc_string:
+        writer.set_metadata("source.doc_string", info.doc_string)
+    if info.metadata_props:
+        writer.set_metadata("source.metadata_props", info.metadata_props)
+    writer.set_metadata("target.name", target)
+    writer.set_metadata("build.options", options)
+    writer.set_metadata("build.time_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+def build(
+    model: Any,
+    out_path: str | os.PathLike | None = None,
+    *,
+    target: str = "generic",
+    opt_level: int = 1,
+    input_shapes: Mapping[str, Any] | list[str] | None = None,
+    quantize: str | None = None,
+    calibration: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> BuildReport:
+    """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
+
+    Writes ``out_path`` atomically (nothing is left behind on failure).  With
+    ``out_path=None`` the artifact is only kept in memory: see :func:`build_bytes`.
+    Returns a :class:`BuildReport`; the artifact bytes are in ``report.data``
+    (not part of ``as_dict()``).
+    """
+    say = progress or (lambda msg: None)
+    if opt_level not in OPT_LEVELS:
+        raise BuildError(f"opt_level must be one of {OPT_LEVELS}, got {opt_level!r}")
+    if quantize not in QUANTIZE_MODES:
+        raise BuildError(f"quantize must be one of {[m for m in QUANTIZE_MODES if m]}, got {quantize!r}")
+    if quantize is not None:
+        raise BuildError(f"--quantize {quantize} is not available yet in this minirt build (see the quantization issue)")
+    try:
+        profile = get_target(target)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
+    shapes = parse_input_shapes(input_shapes)
+    timings: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    say("loading model")
+    model_ir, info = load_model(model)
+    timings["load"] = time.perf_counter() - t0
+    nodes_before = _count_nodes(model_ir)
+
+    t0 = time.perf_counter()
+    say("normalising graph")
+    if shapes:
+        _apply_input_shapes(model_ir, shapes)
+    _normalise(model_ir)
+    timings["normalise"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    check_support(model_ir)
+    timings["check"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    say("writing artifact")
+    writer = ArtifactWriter()
+    options = {
+        "target": profile.name,
+        "opt_level": opt_level,
+        "input_shapes": {k: list(v) for k, v in shapes.items()},
+        "quantize": quantize,
+    }
+    _metadata(writer, info, options, profile.name)
+    lower_model(model_ir, writer)
+    data = writer.to_bytes()
+    if out_path is not None:
+        out_dir = os.path.dirname(os.path.abspath(os.fspath(out_path)))
+        if not os.path.isdir(out_dir):
+            raise BuildError(f"output folder {out_dir} does not exist")
+        write_atomic(data, out_path)
+    timings["write"] = time.perf_counter() - t0
+
+    hist = collections.Counter(n.op_type for n in _iter_nodes(model_ir.graph))
+    report = BuildReport(
+        source=info.path or "<in-memory model>",
+        output=os.fspath(out_path) if out_path is not None else None,
+        target=profile.name,
+        opt_level=opt_level,
+        quantize=quantize,
+        source_sha256=info.sha256,
+        source_bytes=info.size,
+        artifact_bytes=len(data),
+        weight_bytes=sum(t.nbytes for t in writer.tensors if t.dtype != object),
+        nodes_before=nodes_before,
+        nodes_after=_count_nodes(model_ir),
+        op_histogram=dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))),
+        inputs=_value_signature(model_ir.graph.inputs),
+        outputs=_value_signature(model_ir.graph.outputs),
+        timings=timings,
+    )
+    report.data = data  # type: ignore[attr-defined]
+    return report
+
+
+def build_bytes(model: Any, **options: Any) -> bytes:
+    """Build ``model`` and return the artifact's bytes without writing a file."""
+    return build(model, None, **options).data  # type: ignore[attr-defined]

@@ -1,0 +1,150 @@
+"""Lower the builder's IR (onnx-ir) into the format's records (builder/writer.py).
+
+Rules this module guarantees, which the runtime's verifier relies on:
+
+* nodes are written in topological order (the IR is sorted before lowering);
+* every graph's values are declared once; absent optional inputs and unused
+  optional outputs are written as index -1;
+* a subgraph is written after the graph that holds it (its index is larger),
+  and lists as *captures* every value it, or any graph nested in it, reads
+  from an enclosing scope, so the runtime resolves them by name one level up;
+* initializers become tensors in the tensor-data section, 64-byte aligned.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from builder.errors import UnsupportedModel
+from builder.writer import ArtifactWriter, GraphRecord
+from minirt.format import schema as S
+
+_ATTR_KIND = {
+    ir.AttributeType.FLOAT: S.ATTR_FLOAT,
+    ir.AttributeType.INT: S.ATTR_INT,
+    ir.AttributeType.STRING: S.ATTR_STRING,
+    ir.AttributeType.TENSOR: S.ATTR_TENSOR,
+    ir.AttributeType.GRAPH: S.ATTR_GRAPH,
+    ir.AttributeType.FLOATS: S.ATTR_FLOATS,
+    ir.AttributeType.INTS: S.ATTR_INTS,
+    ir.AttributeType.STRINGS: S.ATTR_STRINGS,
+    ir.AttributeType.TENSORS: S.ATTR_TENSORS,
+    ir.AttributeType.GRAPHS: S.ATTR_GRAPHS,
+}
+
+
+def _dtype_code(value: ir.Value) -> int:
+    dtype = value.dtype
+    return int(dtype.value) if dtype is not None else S.DTYPE_UNDEFINED
+
+
+def _shape(value: ir.Value) -> tuple | None:
+    shape = value.shape
+    if shape is None:
+        return None
+    dims = []
+    for d in shape:
+        if isinstance(d, int):
+            dims.append(d if d >= 0 else None)  # some exporters write -1 for "dynamic"
+        else:
+            sym = getattr(d, "value", None)
+            dims.append(sym if isinstance(sym, str) and sym and sym != "?" else None)
+    return tuple(dims)
+
+
+def _tensor_array(tensor, where: str) -> np.ndarray:
+    try:
+        arr = tensor.numpy()
+    except Exception as exc:  # noqa: BLE001 - external data or exotic dtypes
+        raise UnsupportedModel(f"{where}: cannot read tensor data ({type(exc).__name__}: {exc})") from None
+    if arr.dtype.kind in "US":
+        arr = arr.astype(object)
+    if arr.dtype != object and arr.dtype.kind not in "fiub":
+        raise UnsupportedModel(f"{where}: tensor element type {tensor.dtype} is not supported by minirt")
+    if arr.dtype.kind == "f" and arr.dtype.itemsize not in (2, 4, 8) or str(arr.dtype) in ("bfloat16",):
+        raise UnsupportedModel(f"{where}: tensor element type {tensor.dtype} is not supported by minirt")
+    return arr
+
+
+def free_value_names(graph: ir.Graph) -> set[str]:
+    """Names ``graph`` (or any graph nested in it) reads but does not define."""
+    defined = {v.name for v in graph.inputs} | set(graph.initializers)
+    used: set[str] = set()
+    for node in graph:
+        for v in node.inputs:
+            if v is not None:
+                used.add(v.name)
+        for attr in node.attributes.values():
+            for sub in _subgraphs(attr):
+                used |= free_value_names(sub)
+        defined.update(v.name for v in node.outputs)
+    used.update(v.name for v in graph.outputs)
+    return used - defined
+
+
+def _subgraphs(attr) -> list:
+    if attr.type == ir.AttributeType.GRAPH:
+        return [attr.value]
+    if attr.type == ir.AttributeType.GRAPHS:
+        return list(attr.value)
+    return []
+
+
+def lower_model(model: ir.Model, writer: ArtifactWriter) -> None:
+    """Write ``model``'s main graph (index 0) and every subgraph into ``writer``."""
+    writer.opsets.update({("" if d == "ai.onnx" else d): v for d, v in model.opset_imports.items()})
+    _lower_graph(model.graph, writer, model.opset_imports, captures=())
+
+
+def _lower_graph(graph: ir.Graph, writer: ArtifactWriter, opsets: dict, captures) -> int:
+    index, rec = writer.graph(graph.name or f"graph{len(writer.graphs)}")
+    for v in graph.inputs:
+        rec.inputs.append(rec.value(v.name, _dtype_code(v), _shape(v)))
+    for name, v in graph.initializers.items():
+        if v.const_value is None:
+            raise UnsupportedModel(f"graph {graph.name!r}: initializer {name!r} has no data")
+        arr = _tensor_array(v.const_value, f"initializer {name!r}")
+        rec.initializers.append((rec.value(name, _dtype_code(v), tuple(arr.shape)), writer.tensor(arr)))
+    for name in sorted(captures):
+        rec.captures.append(rec.value(name))
+    for node in graph:
+        _lower_node(node, rec, writer, opsets)
+    for v in graph.outputs:
+        rec.outputs.append(rec.value(v.name, _dtype_code(v), _shape(v)))
+    return index
+
+
+def _lower_node(node: ir.Node, rec: GraphRecord, writer: ArtifactWriter, opsets: dict) -> None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opset = node.version if node.version is not None else opsets.get(domain, opsets.get("ai.onnx", 1))
+    op_index = writer.operator(domain, node.op_type, int(opset))
+    where = f"node {node.name!r} ({node.op_type})"
+    inputs = [-1 if v is None else rec.value(v.name, _dtype_code(v), _shape(v)) for v in node.inputs]
+    # Trailing absent optional inputs carry no information.
+    while inputs and inputs[-1] == -1:
+        inputs.pop()
+    outputs = [rec.value(v.name, _dtype_code(v), _shape(v)) if v.name else -1 for v in node.outputs]
+    attributes = []
+    for name, attr in node.attributes.items():
+        kind = _ATTR_KIND.get(attr.type)
+        if kind is None or getattr(attr, "is_ref", lambda: False)():
+            raise UnsupportedModel(f"{where}: attribute {name!r} of type {attr.type.name} is not supported")
+        value = attr.value
+        if kind == S.ATTR_STRING:
+            value = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        elif kind == S.ATTR_STRINGS:
+            value = tuple(s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in value)
+        elif kind == S.ATTR_TENSOR:
+            value = writer.tensor(_tensor_array(value, f"{where} attribute {name!r}"))
+        elif kind == S.ATTR_TENSORS:
+            value = tuple(writer.tensor(_tensor_array(t, f"{where} attribute {name!r}")) for t in value)
+        elif kind == S.ATTR_GRAPH:
+            value = _lower_graph(value, writer, opsets, free_value_names(value))
+        elif kind == S.ATTR_GRAPHS:
+            value = tuple(_lower_graph(g, writer, opsets, free_value_names(g)) for g in value)
+        elif kind == S.ATTR_FLOATS:
+            value = tuple(float(x) for x in value)
+        elif kind == S.ATTR_INTS:
+            value = tuple(int(x) for x in value)
+        attributes.append((name, kind, value))
+    rec.add_node(node.name or f"{node.op_type}_{len(rec.nodes)}", op_index, inputs, outputs, attributes)

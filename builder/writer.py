@@ -1,0 +1,338 @@
+"""Encode an artifact into .mrt bytes and write it atomically.
+
+:class:`ArtifactWriter` knows nothing about ONNX or the builder's IR: it
+collects operators, tensors, graphs and metadata in the format's own terms
+(indices, dtype codes) and lays them out exactly as ``minirt/format/schema.py``
+and ``docs/format.md`` describe.  ``builder/lower.py`` turns the IR into calls
+on this class.
+
+:func:`write_atomic` writes to a temporary file in the destination folder and
+renames it over the target, so a crash or error never leaves a partial file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+import zlib
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from minirt.dtypes import NUMPY_TO_ONNX
+from minirt.format import schema as S
+
+
+class _Bytes:
+    """Little-endian encoder mirroring the reader's cursor."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def u8(self, v: int) -> None:
+        self.parts.append(struct.pack("<B", v))
+
+    def u32(self, v: int) -> None:
+        self.parts.append(struct.pack("<I", v))
+
+    def i32(self, v: int) -> None:
+        self.parts.append(struct.pack("<i", v))
+
+    def i64(self, v: int) -> None:
+        self.parts.append(struct.pack("<q", v))
+
+    def u64(self, v: int) -> None:
+        self.parts.append(struct.pack("<Q", v))
+
+    def f32(self, v: float) -> None:
+        self.parts.append(struct.pack("<f", v))
+
+    def f64(self, v: float) -> None:
+        self.parts.append(struct.pack("<d", v))
+
+    def raw(self, b: bytes) -> None:
+        self.u32(len(b))
+        self.parts.append(bytes(b))
+
+    def str(self, s: str) -> None:
+        self.raw(s.encode("utf-8"))
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class GraphRecord:
+    """One graph in format terms.  Build it with the add_* methods, in order."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.values: list[tuple[str, int, tuple | None]] = []
+        self._index: dict[str, int] = {}
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.initializers: list[tuple[int, int]] = []
+        self.captures: list[int] = []
+        self.nodes: list[tuple] = []
+
+    def value(self, name: str, dtype: int = S.DTYPE_UNDEFINED, shape: Sequence | None = None) -> int:
+        """Index of value ``name``, declaring it on first use."""
+        idx = self._index.get(name)
+        if idx is None:
+            idx = len(self.values)
+            self._index[name] = idx
+            self.values.append((name, dtype, None if shape is None else tuple(shape)))
+        elif dtype != S.DTYPE_UNDEFINED or shape is not None:
+            old_name, old_dtype, old_shape = self.values[idx]
+            self.values[idx] = (
+                old_name,
+                dtype if dtype != S.DTYPE_UNDEFINED else old_dtype,
+                tuple(shape) if shape is not None else old_shape,
+            )
+        return idx
+
+    def has_value(self, name: str) -> bool:
+        return name in self._index
+
+    def add_node(self, name: str, op_index: int, inputs: Sequence[int], outputs: Sequence[int], attributes: Sequence[tuple]) -> None:
+        """``attributes`` holds (name, schema.ATTR_* kind, value) triples."""
+        self.nodes.append((name, op_index, tuple(inputs), tuple(outputs), tuple(attributes)))
+
+
+class ArtifactWriter:
+    def __init__(self) -> None:
+        self.metadata: dict[str, tuple[int, object]] = {}
+        self.opsets: dict[str, int] = {}
+        self.operators: list[tuple[str, str, int]] = []
+        self._op_index: dict[tuple[str, str, int], int] = {}
+        self.tensors: list[np.ndarray] = []
+        self.graphs: list[GraphRecord] = []
+        self.provider_blobs: list[bytes] = []
+
+    # --- content ---------------------------------------------------------------
+    def set_metadata(self, key: str, value: object) -> None:
+        """Typed metadata: bool, int, float and str map to their types, anything else to JSON."""
+        if isinstance(value, bool):
+            self.metadata[key] = (S.META_BOOL, value)
+        elif isinstance(value, int):
+            self.metadata[key] = (S.META_INT, value)
+        elif isinstance(value, float):
+            self.metadata[key] = (S.META_FLOAT, value)
+        elif isinstance(value, str):
+            self.metadata[key] = (S.META_STRING, value)
+        else:
+            self.metadata[key] = (S.META_JSON, json.dumps(value, sort_keys=True, default=str))
+
+    def operator(self, domain: str, op_type: str, opset: int) -> int:
+        key = (domain, op_type, opset)
+        idx = self._op_index.get(key)
+        if idx is None:
+            idx = self._op_index[key] = len(self.operators)
+            self.operators.append(key)
+        return idx
+
+    def tensor(self, array: np.ndarray) -> int:
+        arr = np.asarray(array)
+        if arr.dtype != object and arr.dtype not in NUMPY_TO_ONNX:
+            raise ValueError(f"tensor dtype {arr.dtype} has no .mrt dtype code")
+        self.tensors.append(arr)
+        return len(self.tensors) - 1
+
+    def graph(self, name: str) -> tuple[int, GraphRecord]:
+        rec = GraphRecord(name)
+        self.graphs.append(rec)
+        return len(self.graphs) - 1, rec
+
+    # --- encoding --------------------------------------------------------------
+    def _encode_metadata(self) -> bytes:
+        b = _Bytes()
+        b.u32(len(self.metadata))
+        for key in sorted(self.metadata):
+            kind, value = self.metadata[key]
+            b.str(key)
+            b.u8(kind)
+            if kind == S.META_INT:
+                b.i64(value)
+            elif kind == S.META_FLOAT:
+                b.f64(value)
+            elif kind == S.META_BOOL:
+                b.u8(1 if value else 0)
+            else:
+                b.str(value)
+        return b.getvalue()
+
+    def _encode_operators(self) -> bytes:
+        b = _Bytes()
+        b.u32(len(self.opsets))
+        for domain in sorted(self.opsets):
+            b.str(domain)
+            b.i64(self.opsets[domain])
+        b.u32(len(self.operators))
+        for domain, op_type, opset in self.operators:
+            b.str(domain)
+            b.str(op_type)
+            b.i64(opset)
+        return b.getvalue()
+
+    def _encode_tensors(self) -> tuple[bytes, bytes]:
+        table, data = _Bytes(), bytearray()
+        table.u32(len(self.tensors))
+        for arr in self.tensors:
+            data.extend(b"\x00" * S.padding_required(len(data)))
+            offset = len(data)
+            if arr.dtype == object:
+                code = 8
+                enc = _Bytes()
+                for item in arr.reshape(-1):
+                    enc.raw(item.encode("utf-8") if isinstance(item, str) else bytes(item))
+                payload = enc.getvalue()
+            else:
+                code = NUMPY_TO_ONNX[arr.dtype]
+                payload = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+            data.extend(payload)
+            table.u32(code)
+            table.u32(arr.ndim)
+            for d in arr.shape:
+                table.i64(d)
+            table.u64(offset)
+            table.u64(len(payload))
+        return table.getvalue(), bytes(data)
+
+    @staticmethod
+    def _encode_attribute(b: _Bytes, name: str, kind: int, value) -> None:
+        b.str(name)
+        b.u8(kind)
+        if kind == S.ATTR_FLOAT:
+            b.f32(value)
+        elif kind == S.ATTR_INT:
+            b.i64(value)
+        elif kind == S.ATTR_STRING:
+            b.raw(value)
+        elif kind in (S.ATTR_TENSOR, S.ATTR_GRAPH):
+            b.u32(value)
+        elif kind == S.ATTR_FLOATS:
+            b.u32(len(value))
+            for v in value:
+                b.f32(v)
+        elif kind == S.ATTR_INTS:
+            b.u32(len(value))
+            for v in value:
+                b.i64(v)
+        elif kind == S.ATTR_STRINGS:
+            b.u32(len(value))
+            for v in value:
+                b.raw(v)
+        elif kind in (S.ATTR_TENSORS, S.ATTR_GRAPHS):
+            b.u32(len(value))
+            for v in value:
+                b.u32(v)
+        else:
+            raise ValueError(f"attribute {name!r}: unknown attribute kind {kind}")
+
+    @staticmethod
+    def _encode_shape(b: _Bytes, shape: tuple | None) -> None:
+        if shape is None:
+            b.i32(S.RANK_UNKNOWN)
+            return
+        b.i32(len(shape))
+        for d in shape:
+            if isinstance(d, int):
+                b.u8(S.DIM_FIXED)
+                b.i64(d)
+            elif isinstance(d, str):
+                b.u8(S.DIM_SYMBOLIC)
+                b.str(d)
+            else:
+                b.u8(S.DIM_UNKNOWN)
+
+    def _encode_graphs(self) -> bytes:
+        b = _Bytes()
+        b.u32(len(self.graphs))
+        for g in self.graphs:
+            b.str(g.name)
+            b.u32(len(g.values))
+            for name, dtype, shape in g.values:
+                b.str(name)
+                b.u32(dtype)
+                self._encode_shape(b, shape)
+            for seq in (g.inputs, g.outputs):
+                b.u32(len(seq))
+                for v in seq:
+                    b.i32(v)
+            b.u32(len(g.initializers))
+            for v, t in g.initializers:
+                b.i32(v)
+                b.i32(t)
+            b.u32(len(g.captures))
+            for v in g.captures:
+                b.i32(v)
+            b.u32(len(g.nodes))
+            for name, op_index, inputs, outputs, attributes in g.nodes:
+                b.str(name)
+                b.i32(op_index)
+                for seq in (inputs, outputs):
+                    b.u32(len(seq))
+                    for v in seq:
+                        b.i32(v)
+                b.u32(len(attributes))
+                for aname, kind, value in attributes:
+                    self._encode_attribute(b, aname, kind, value)
+        return b.getvalue()
+
+    def to_bytes(self) -> bytes:
+        tensor_table, tensor_data = self._encode_tensors()
+        sections: list[tuple[int, int, bytes]] = [
+            (S.SECTION_METADATA, 0, self._encode_metadata()),
+            (S.SECTION_OPERATORS, 0, self._encode_operators()),
+            (S.SECTION_GRAPHS, 0, self._encode_graphs()),
+            (S.SECTION_TENSORS, 0, tensor_table),
+        ]
+        sections += [(S.SECTION_PROVIDER_BLOB, S.SECTION_FLAG_OPTIONAL, blob) for blob in self.provider_blobs]
+        # Tensor data goes last so that appending provider blobs or metadata in
+        # a later version never moves the (large, mapped) weights.
+        sections.append((S.SECTION_TENSOR_DATA, 0, tensor_data))
+
+        table_offset = S.HEADER.size
+        offset = S.aligned_size(table_offset + len(sections) * S.SECTION_ENTRY.size)
+        entries, body = [], []
+        for kind, flags, payload in sections:
+            entries.append(S.SECTION_ENTRY.pack(kind, flags, offset, len(payload), zlib.crc32(payload), 0))
+            pad = S.padding_required(len(payload))
+            body.append(payload + b"\x00" * pad)
+            offset += len(payload) + pad
+        table = b"".join(entries)
+        file_size = offset
+        head_wo_crc = S.HEADER.pack(
+            S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, 0, b"\x00" * 16
+        )
+        crc = zlib.crc32(table, zlib.crc32(head_wo_crc[: S.HEADER_CRC_SPAN]))
+        header = S.HEADER.pack(
+            S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, crc, b"\x00" * 16
+        )
+        first = S.aligned_size(table_offset + len(table))
+        out = header + table + b"\x00" * (first - table_offset - len(table)) + b"".join(body)
+        assert len(out) == file_size
+        return out
+
+
+def write_atomic(data: bytes | Iterable[bytes], path: str | os.PathLike) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".minirt-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                for chunk in data:
+                    f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,550 @@
+"""Read and verify .mrt artifacts.
+
+:func:`load` maps a file (or takes bytes), checks the header, the section
+table and each section's CRC-32, then decodes the sections into plain
+dataclasses.  Every count, offset, length and index is bounds-checked before
+it is used, and every failure is a :class:`minirt.FormatError` naming the
+section and byte offset, so a damaged or hostile file can never surface as an
+``IndexError`` or ``struct.error`` from deep inside.
+
+Weights are never copied: :meth:`Artifact.tensor` returns a read-only
+``np.frombuffer`` view into the mapped file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import mmap
+import os
+import struct
+import zlib
+from typing import Any
+
+import numpy as np
+
+from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
+from minirt.errors import ChecksumError, FormatError, VersionError
+from minirt.format import schema as S
+
+_U8 = struct.Struct("<B")
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
+_U64 = struct.Struct("<Q")
+_F32 = struct.Struct("<f")
+_F64 = struct.Struct("<d")
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    kind: int
+    flags: int
+    offset: int
+    length: int
+    crc32: int
+
+    @property
+    def name(self) -> str:
+        return S.SECTION_NAMES.get(self.kind, f"unknown({self.kind})")
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueInfo:
+    """A value of a graph: name, ONNX dtype code (0 = unknown) and shape.
+
+    ``shape`` is ``None`` when the rank is unknown; otherwise a tuple whose
+    items are an ``int`` (fixed), a ``str`` (symbolic) or ``None`` (unknown).
+    """
+
+    name: str
+    dtype: int
+    shape: tuple | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Attribute:
+    kind: int  # schema.ATTR_*
+    value: Any  # int, float, bytes, tuple, or tensor/graph index (or tuple of them)
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    name: str
+    op_index: int
+    inputs: tuple  # value indices; -1 marks an absent optional input
+    outputs: tuple  # value indices; -1 marks an absent optional output
+    attributes: dict  # name -> Attribute
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    name: str
+    values: tuple  # ValueInfo
+    inputs: tuple  # value indices
+    outputs: tuple  # value indices
+    initializers: tuple  # (value index, tensor index)
+    captures: tuple  # value indices taken by name from the enclosing graph
+    nodes: tuple  # Node, in an order where every input is produced before use
+
+
+@dataclasses.dataclass(frozen=True)
+class Operator:
+    domain: str
+    op_type: str
+    opset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorRecord:
+    dtype: int
+    dims: tuple
+    offset: int  # relative to the tensor-data section
+    nbytes: int
+
+
+@dataclasses.dataclass
+class Artifact:
+    """A decoded, verified .mrt file.  Keeps the underlying buffer alive."""
+
+    format_version: int
+    sections: tuple
+    metadata: dict
+    opsets: dict  # domain -> version
+    operators: tuple
+    graphs: tuple
+    tensors: tuple
+    _data: memoryview  # the tensor-data section
+    _buffer: Any  # mmap or bytes kept alive for the zero-copy views
+    size: int
+
+    def tensor(self, index: int) -> np.ndarray:
+        """Tensor ``index`` as a read-only array viewing the file (strings are decoded)."""
+        rec = self.tensors[index]
+        if rec.dtype == 8:
+            return _decode_strings(self._data, rec)
+        dtype = ONNX_TO_NUMPY[rec.dtype]
+        count = int(np.prod(rec.dims, dtype=np.int64)) if rec.dims else 1
+        arr = np.frombuffer(self._data, dtype=dtype.newbyteorder("<"), count=count, offset=rec.offset)
+        return arr.reshape(rec.dims)
+
+    @property
+    def main_graph(self) -> Graph:
+        return self.graphs[0]
+
+    def weight_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads over one section."""
+
+    __slots__ = ("buf", "pos", "end", "section")
+
+    def __init__(self, buf: memoryview, section: str):
+        self.buf = buf
+        self.pos = 0
+        self.end = len(buf)
+        self.section = section
+
+    def fail(self, what: str) -> FormatError:
+        return FormatError(f"malformed {self.section} section at byte {self.pos}: {what}")
+
+    def _take(self, st: struct.Struct):
+        if self.pos + st.size > self.end:
+            raise self.fail(f"needs {st.size} more bytes but the section ends at {self.end} (truncated?)")
+        (value,) = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return value
+
+    def u8(self) -> int:
+        return self._take(_U8)
+
+    def u32(self) -> int:
+        return self._take(_U32)
+
+    def i32(self) -> int:
+        return self._take(_I32)
+
+    def i64(self) -> int:
+        return self._take(_I64)
+
+    def u64(self) -> int:
+        return self._take(_U64)
+
+    def f32(self) -> float:
+        return self._take(_F32)
+
+    def f64(self) -> float:
+        return self._take(_F64)
+
+    def count(self, min_item_size: int, what: str) -> int:
+        """A u32 element count, refused if the remaining bytes cannot hold that many items."""
+        n = self.u32()
+        if n * max(min_item_size, 1) > self.end - self.pos:
+            raise self.fail(f"{what} count {n} cannot fit in the {self.end - self.pos} bytes left")
+        return n
+
+    def raw(self) -> bytes:
+        n = self.u32()
+        if n > S.MAX_STRING_BYTES or self.pos + n > self.end:
+            raise self.fail(f"byte string of length {n} runs past the end of the section")
+        out = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return out
+
+    def str(self) -> str:
+        data = self.raw()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self.fail(f"string is not valid UTF-8 ({exc.reason})") from None
+
+    def index(self, limit: int, what: str, allow_absent: bool = False) -> int:
+        i = self.i32()
+        if allow_absent and i == -1:
+            return -1
+        if not 0 <= i < limit:
+            raise self.fail(f"{what} index {i} is out of range [0, {limit})")
+        return i
+
+    def done(self) -> None:
+        if self.pos != self.end:
+            raise self.fail(f"{self.end - self.pos} unexpected trailing bytes")
+
+
+def _decode_strings(data: memoryview, rec: TensorRecord) -> np.ndarray:
+    cur = _Cursor(data[rec.offset : rec.offset + rec.nbytes], "tensor_data")
+    count = int(np.prod(rec.dims, dtype=np.int64)) if rec.dims else 1
+    items = [cur.raw().decode("utf-8", errors="replace") for _ in range(count)]
+    return np.array(items, dtype=object).reshape(rec.dims)
+
+
+# --- header and section table -------------------------------------------------
+
+
+def _read_header(buf: memoryview) -> tuple[int, list[Section]]:
+    size = len(buf)
+    if size < S.HEADER.size:
+        raise FormatError(f"not a .mrt file: {size} bytes is shorter than the {S.HEADER.size}-byte header (truncated?)")
+    magic, version, header_size, count, entry_size, table_offset, file_size, _flags, header_crc, _ = S.HEADER.unpack_from(buf, 0)
+    if magic != S.MAGIC:
+        raise FormatError(f"not a .mrt file: magic bytes are {bytes(magic)!r}, expected {S.MAGIC!r}")
+    if version > S.FORMAT_VERSION:
+        raise VersionError(
+            f"this artifact uses .mrt format version {version}, but this runtime (minirt "
+            f"{_runtime_version()}) reads format versions up to {S.FORMAT_VERSION}; upgrade minirt"
+        )
+    if version < 1:
+        raise FormatError(f"invalid .mrt format version {version}")
+    if file_size != size:
+        raise FormatError(f"file is {size} bytes but its header says {file_size} bytes (truncated or padded)")
+    if header_size < S.HEADER.size or entry_size < S.SECTION_ENTRY.size:
+        raise FormatError(f"header size {header_size} / section entry size {entry_size} below the version-1 minimum")
+    table_end = table_offset + count * entry_size
+    if table_offset < header_size or table_end > size or count > 4096:
+        raise FormatError(f"section table ({count} entries at offset {table_offset}) does not fit in the {size}-byte file")
+    crc = zlib.crc32(buf[: S.HEADER_CRC_SPAN])
+    crc = zlib.crc32(buf[table_offset:table_end], crc)
+    if crc != header_crc:
+        raise ChecksumError(f"header or section table is corrupted: CRC-32 {crc:#010x}, stored {header_crc:#010x}")
+    sections = []
+    for i in range(count):
+        kind, flags, offset, length, scrc, _ = S.SECTION_ENTRY.unpack_from(buf, table_offset + i * entry_size)
+        sec = Section(kind, flags, offset, length, scrc)
+        if offset % S.ALIGNMENT:
+            raise FormatError(f"section {i} ({sec.name}) starts at offset {offset}, not a multiple of {S.ALIGNMENT}")
+        if offset < table_end or offset + length > size:
+            raise FormatError(f"section {i} ({sec.name}) [{offset}, {offset + length}) lies outside the file's data area [{table_end}, {size})")
+        sections.append(sec)
+    ordered = sorted(sections, key=lambda s: s.offset)
+    for a, b in zip(ordered, ordered[1:]):
+        if a.offset + a.length > b.offset:
+            raise FormatError(f"sections {a.name} and {b.name} overlap")
+    return version, sections
+
+
+def _runtime_version() -> str:
+    from minirt import __version__
+
+    return __version__
+
+
+# --- section decoders ---------------------------------------------------------
+
+
+def _read_metadata(cur: _Cursor) -> dict:
+    out = {}
+    for _ in range(cur.count(6, "metadata entry")):
+        key = cur.str()
+        kind = cur.u8()
+        if kind == S.META_INT:
+            out[key] = cur.i64()
+        elif kind == S.META_FLOAT:
+            out[key] = cur.f64()
+        elif kind == S.META_STRING:
+            out[key] = cur.str()
+        elif kind == S.META_BOOL:
+            out[key] = bool(cur.u8())
+        elif kind == S.META_JSON:
+            text = cur.str()
+            try:
+                out[key] = json.loads(text)
+            except ValueError:
+                raise cur.fail(f"metadata {key!r} is not valid JSON") from None
+        else:
+            raise cur.fail(f"metadata {key!r} has unknown value type {kind}")
+    cur.done()
+    return out
+
+
+def _read_operators(cur: _Cursor) -> tuple[dict, tuple]:
+    opsets = {}
+    for _ in range(cur.count(12, "opset")):
+        domain = cur.str()
+        opsets[domain] = cur.i64()
+    ops = []
+    for _ in range(cur.count(12, "operator")):
+        domain, op_type, opset = cur.str(), cur.str(), cur.i64()
+        ops.append(Operator(domain, op_type, opset))
+    cur.done()
+    return opsets, tuple(ops)
+
+
+def _read_tensors(cur: _Cursor, data_len: int) -> tuple:
+    out = []
+    for i in range(cur.count(24, "tensor")):
+        dtype, rank = cur.u32(), cur.u32()
+        if dtype != 8 and dtype not in ONNX_TO_NUMPY:
+            raise cur.fail(f"tensor {i} has unknown dtype code {dtype}")
+        if rank > S.MAX_RANK:
+            raise cur.fail(f"tensor {i} has rank {rank}, above the limit {S.MAX_RANK}")
+        dims = tuple(cur.i64() for _ in range(rank))
+        if any(d < 0 for d in dims):
+            raise cur.fail(f"tensor {i} has a negative dimension {dims}")
+        offset, nbytes = cur.u64(), cur.u64()
+        if offset % S.ALIGNMENT:
+            raise cur.fail(f"tensor {i} data offset {offset} is not {S.ALIGNMENT}-byte aligned")
+        if offset + nbytes > data_len:
+            raise cur.fail(f"tensor {i} data [{offset}, {offset + nbytes}) runs past the tensor-data section ({data_len} bytes)")
+        if dtype != 8:
+            count = 1
+            for d in dims:
+                count *= d
+            expected = count * ONNX_TO_NUMPY[dtype].itemsize
+            if expected != nbytes:
+                raise cur.fail(f"tensor {i} of {onnx_type_name(dtype)}{list(dims)} needs {expected} bytes but records {nbytes}")
+        out.append(TensorRecord(dtype, dims, offset, nbytes))
+    cur.done()
+    return tuple(out)
+
+
+def _read_attribute(cur: _Cursor, n_tensors: int, n_graphs: int, graph_index: int) -> Attribute:
+    kind = cur.u8()
+
+    def graph_ref() -> int:
+        g = cur.u32()
+        # Subgraphs always come after the graph that holds them, which rules out cycles.
+        if not graph_index < g < n_graphs:
+            raise cur.fail(f"subgraph index {g} must be in ({graph_index}, {n_graphs})")
+        return g
+
+    def tensor_ref() -> int:
+        t = cur.u32()
+        if t >= n_tensors:
+            raise cur.fail(f"tensor index {t} is out of range [0, {n_tensors})")
+        return t
+
+    if kind == S.ATTR_FLOAT:
+        return Attribute(kind, cur.f32())
+    if kind == S.ATTR_INT:
+        return Attribute(kind, cur.i64())
+    if kind == S.ATTR_STRING:
+        return Attribute(kind, cur.raw())
+    if kind == S.ATTR_TENSOR:
+        return Attribute(kind, tensor_ref())
+    if kind == S.ATTR_GRAPH:
+        return Attribute(kind, graph_ref())
+    if kind == S.ATTR_FLOATS:
+        return Attribute(kind, tuple(cur.f32() for _ in range(cur.count(4, "float"))))
+    if kind == S.ATTR_INTS:
+        return Attribute(kind, tuple(cur.i64() for _ in range(cur.count(8, "int"))))
+    if kind == S.ATTR_STRINGS:
+        return Attribute(kind, tuple(cur.raw() for _ in range(cur.count(4, "string"))))
+    if kind == S.ATTR_TENSORS:
+        return Attribute(kind, tuple(tensor_ref() for _ in range(cur.count(4, "tensor"))))
+    if kind == S.ATTR_GRAPHS:
+        return Attribute(kind, tuple(graph_ref() for _ in range(cur.count(4, "graph"))))
+    raise cur.fail(f"unknown attribute type {kind}")
+
+
+def _read_shape(cur: _Cursor) -> tuple | None:
+    rank = cur.i32()
+    if rank == S.RANK_UNKNOWN:
+        return None
+    if not 0 <= rank <= S.MAX_RANK:
+        raise cur.fail(f"rank {rank} outside [0, {S.MAX_RANK}]")
+    dims = []
+    for _ in range(rank):
+        kind = cur.u8()
+        if kind == S.DIM_FIXED:
+            d = cur.i64()
+            if d < 0:
+                raise cur.fail(f"negative fixed dimension {d}")
+            dims.append(d)
+        elif kind == S.DIM_SYMBOLIC:
+            dims.append(cur.str())
+        elif kind == S.DIM_UNKNOWN:
+            dims.append(None)
+        else:
+            raise cur.fail(f"unknown dimension kind {kind}")
+    return tuple(dims)
+
+
+def _read_graph(cur: _Cursor, gi: int, n_graphs: int, n_ops: int, n_tensors: int) -> Graph:
+    name = cur.str()
+    values = []
+    for _ in range(cur.count(9, "value")):
+        vname = cur.str()
+        dtype = cur.u32()
+        if dtype != S.DTYPE_UNDEFINED and dtype != 8 and dtype not in ONNX_TO_NUMPY:
+            raise cur.fail(f"value {vname!r} has unknown dtype code {dtype}")
+        values.append(ValueInfo(vname, dtype, _read_shape(cur)))
+    nv = len(values)
+    inputs = tuple(cur.index(nv, "graph input value") for _ in range(cur.count(4, "graph input")))
+    outputs = tuple(cur.index(nv, "graph output value") for _ in range(cur.count(4, "graph output")))
+    inits = []
+    for _ in range(cur.count(8, "initializer")):
+        v = cur.index(nv, "initializer value")
+        t = cur.index(n_tensors, "initializer tensor")
+        inits.append((v, t))
+    captures = tuple(cur.index(nv, "captured value") for _ in range(cur.count(4, "capture")))
+    nodes = []
+    for _ in range(cur.count(16, "node")):
+        nname = cur.str()
+        op = cur.index(n_ops, "operator")
+        ins = tuple(cur.index(nv, "node input", allow_absent=True) for _ in range(cur.count(4, "node input")))
+        outs = tuple(cur.index(nv, "node output", allow_absent=True) for _ in range(cur.count(4, "node output")))
+        attrs = {}
+        for _ in range(cur.count(5, "attribute")):
+            aname = cur.str()
+            attrs[aname] = _read_attribute(cur, n_tensors, n_graphs, gi)
+        nodes.append(Node(nname, op, ins, outs, attrs))
+    graph = Graph(name, tuple(values), inputs, outputs, tuple(inits), captures, tuple(nodes))
+    _check_dataflow(graph, gi)
+    return graph
+
+
+def _check_dataflow(g: Graph, gi: int) -> None:
+    """Every value is defined once, and before any node uses it; outputs are defined."""
+    defined = bytearray(len(g.values))
+
+    def define(v: int, where: str) -> None:
+        if defined[v]:
+            raise FormatError(f"graph {gi} ({g.name!r}): value {g.values[v].name!r} is defined twice ({where})")
+        defined[v] = 1
+
+    for v in g.inputs:
+        define(v, "graph input")
+    for v, _ in g.initializers:
+        if not defined[v]:  # an initializer may double as an overridable graph input
+            define(v, "initializer")
+    for v in g.captures:
+        define(v, "captured value")
+    for n in g.nodes:
+        for v in n.inputs:
+            if v >= 0 and not defined[v]:
+                raise FormatError(
+                    f"graph {gi} ({g.name!r}): node {n.name!r} reads {g.values[v].name!r} before it is produced"
+                )
+        for v in n.outputs:
+            if v >= 0:
+                define(v, f"output of node {n.name!r}")
+    for v in g.outputs:
+        if not defined[v]:
+            raise FormatError(f"graph {gi} ({g.name!r}): output {g.values[v].name!r} is never produced")
+
+
+def _read_graphs(cur: _Cursor, n_ops: int, n_tensors: int) -> tuple:
+    n = cur.count(28, "graph")
+    if n == 0:
+        raise cur.fail("an artifact needs at least one graph")
+    graphs = tuple(_read_graph(cur, gi, n, n_ops, n_tensors) for gi in range(n))
+    cur.done()
+    return graphs
+
+
+# --- entry point --------------------------------------------------------------
+
+
+def load(source: str | os.PathLike | bytes | bytearray | memoryview, verify_checksums: bool = True) -> Artifact:
+    """Map or wrap ``source`` and return the verified :class:`Artifact`."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        buffer = bytes(source) if not isinstance(source, bytes) else source
+        view = memoryview(buffer)
+    else:
+        path = os.fspath(source)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise FormatError(f"{path}: file is empty, not a .mrt artifact")
+                buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            raise FormatError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise FormatError(f"{path}: is a directory, not a .mrt file") from None
+        view = memoryview(buffer)
+    try:
+        return _decode(view, buffer, verify_checksums)
+    except FormatError as exc:
+        if not isinstance(source, (bytes, bytearray, memoryview)):
+            raise type(exc)(f"{os.fspath(source)}: {exc}") from None
+        raise
+
+
+def _decode(view: memoryview, buffer: Any, verify_checksums: bool) -> Artifact:
+    version, sections = _read_header(view)
+    by_kind: dict[int, Section] = {}
+    for sec in sections:
+        if sec.kind in S.SECTION_NAMES:
+            if sec.kind != S.SECTION_PROVIDER_BLOB and sec.kind in by_kind:
+                raise FormatError(f"section {sec.name} appears twice")
+            by_kind.setdefault(sec.kind, sec)
+        elif not sec.flags & S.SECTION_FLAG_OPTIONAL:
+            raise VersionError(
+                f"artifact has a required section of unknown kind {sec.kind}; it was written for a newer "
+                f"runtime than minirt {_runtime_version()} (format version {S.FORMAT_VERSION})"
+            )
+    for kind in S.REQUIRED_SECTIONS:
+        if kind not in by_kind:
+            raise FormatError(f"required section {S.SECTION_NAMES[kind]} is missing")
+    if verify_checksums:
+        for sec in sections:
+            crc = zlib.crc32(view[sec.offset : sec.offset + sec.length])
+            if crc != sec.crc32:
+                raise ChecksumError(
+                    f"section {sec.name} is corrupted: CRC-32 of its {sec.length} bytes is {crc:#010x}, stored {sec.crc32:#010x}"
+                )
+
+    def cursor(kind: int) -> _Cursor:
+        sec = by_kind[kind]
+        return _Cursor(view[sec.offset : sec.offset + sec.length], sec.name)
+
+    data_sec = by_kind[S.SECTION_TENSOR_DATA]
+    data = view[data_sec.offset : data_sec.offset + data_sec.length]
+    metadata = _read_metadata(cursor(S.SECTION_METADATA))
+    opsets, operators = _read_operators(cursor(S.SECTION_OPERATORS))
+    tensors = _read_tensors(cursor(S.SECTION_TENSORS), data_sec.length)
+    graphs = _read_graphs(cursor(S.SECTION_GRAPHS), len(operators), len(tensors))
+    return Artifact(
+        format_version=version,
+        sections=tuple(sections),
+        metadata=metadata,
+        opsets=opsets,
+        operators=operators,
+        graphs=graphs,
+        tensors=tensors,
+        _data=data,
+        _buffer=buffer,
+        size=len(view),
+    )
