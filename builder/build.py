@@ -173,9 +173,16 @@ def _value_signature(values) -> list:
     out = []
     for v in values:
         dtype = v.dtype.name.lower() if v.dtype is not None else "undefined"
-        shape = "" if v.shape is None else "[" + ",".join(str(d) for d in v.shape) + "]"
+        shape = "" if v.shape is None else "[" + ",".join(_fmt_dim(d) for d in v.shape) + "]"
         out.append((v.name, dtype, shape))
     return out
+
+
+def _fmt_dim(d) -> str:
+    if isinstance(d, int):
+        return str(d) if d >= 0 else "?"
+    sym = getattr(d, "value", None)
+    return sym if isinstance(sym, str) and sym else "?"
 
 
 def _count_nodes(model: ir.Model) -> int:

@@ -43,7 +43,8 @@ def single_node_model(
             graph_inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape))
     out_names = [f"out{i}" for i in range(n_outputs)]
     node = helper.make_node(op_type, in_names, out_names, domain=domain, **attrs)
-    outputs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in out_names]
+    # Untyped outputs: onnxruntime infers them (an UNDEFINED elem type is refused).
+    outputs = [helper.make_empty_tensor_value_info(n) for n in out_names]
     graph = helper.make_graph([node], f"single_{op_type}", graph_inputs, outputs, initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
     model.ir_version = 8

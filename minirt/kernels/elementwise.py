@@ -1,0 +1,586 @@
+"""Elementwise kernels: arithmetic, math functions, comparisons, logic, activations.
+
+Conventions shared by every kernel here:
+
+* Results keep the ONNX output dtype.  Scalar attributes (Python floats) are
+  converted with ``x.dtype.type(v)`` before they meet an array so float32
+  inputs never promote to float64.
+* float16 inputs of transcendental functions are computed in float32 and
+  rounded back (as onnxruntime does), which keeps the error at half-precision
+  rounding rather than accumulating float16 error inside the formula.
+* Opsets before 7 used an explicit ``broadcast``/``axis`` scheme for binary ops
+  and a ``consumed_inputs`` attribute on many ops; the ``since=1`` entries
+  accept those attributes (``consumed_inputs`` is a memory-planning hint with no
+  effect on values, so it is ignored).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minirt.kernels.registry import kernel
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _as_array(value, dtype: np.dtype) -> np.ndarray:
+    """``value`` as an ndarray of ``dtype`` (numpy ufuncs on 0-d arrays return scalars)."""
+    if isinstance(value, np.ndarray) and value.dtype == dtype:
+        return value
+    return np.asarray(value, dtype=dtype)
+
+
+def _float_compute(x: np.ndarray, fn) -> np.ndarray:
+    """Apply ``fn`` to ``x``; float16 is widened to float32 for the computation."""
+    if x.dtype == np.float16:
+        return _as_array(fn(x.astype(np.float32)), np.float16)
+    return _as_array(fn(x), x.dtype)
+
+
+def _legacy_broadcast(a: np.ndarray, b: np.ndarray, broadcast: int, axis: int | None) -> np.ndarray:
+    """Reshape ``b`` for the opset<7 broadcast rule and return it.
+
+    With ``broadcast=1`` the shape of B must be a contiguous run of A's shape
+    starting at ``axis`` (default: aligned to the trailing dimensions).  With
+    ``broadcast=0`` the shapes must match exactly.
+    """
+    if not broadcast:
+        if a.shape != b.shape:
+            raise ValueError(f"shapes {a.shape} and {b.shape} differ and broadcast=0")
+        return b
+    if axis is None or b.ndim == 0:
+        return b  # suffix alignment is exactly numpy broadcasting
+    if axis < 0:
+        axis += a.ndim
+    trailing = a.ndim - axis - b.ndim
+    if axis < 0 or trailing < 0:
+        raise ValueError(f"cannot broadcast shape {b.shape} into {a.shape} at axis {axis}")
+    return b.reshape(b.shape + (1,) * trailing)
+
+
+def _check_same_dtype(op: str, a: np.ndarray, b: np.ndarray) -> None:
+    if a.dtype != b.dtype:
+        raise ValueError(f"{op}: input dtypes differ ({a.dtype} vs {b.dtype})")
+
+
+# --------------------------------------------------------------------------- binary arithmetic
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C-style integer division (truncate toward zero), as onnxruntime does."""
+    if not np.all(b):
+        raise ValueError("integer division by zero")
+    if a.dtype.kind == "u":
+        return np.floor_divide(a, b)
+    q = np.floor_divide(a, b)
+    # floor and trunc differ where the division is inexact and the signs differ.
+    fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return q + fix.astype(q.dtype)
+
+
+def _add(a, b):
+    return np.add(a, b)
+
+
+def _sub(a, b):
+    return np.subtract(a, b)
+
+
+def _mul(a, b):
+    return np.multiply(a, b)
+
+
+def _div(a, b):
+    if a.dtype.kind in "iu":
+        return _int_div(a, b)
+    return np.divide(a, b)
+
+
+def _make_binary(op: str, fn, out_bool: bool = False):
+    """Register ``op`` at since 1 (legacy broadcast attrs) and 7 (numpy broadcasting)."""
+
+    def modern(a, b):
+        _check_same_dtype(op, a, b)
+        out = fn(a, b)
+        return _as_array(out, np.dtype(bool) if out_bool else a.dtype)
+
+    def legacy(a, b, *, broadcast: int = 0, axis: int | None = None, consumed_inputs: tuple = ()):
+        b = _legacy_broadcast(a, b, broadcast, axis)
+        return modern(a, b)
+
+    modern.__name__ = modern.__qualname__ = f"{op.lower()}_7"
+    legacy.__name__ = legacy.__qualname__ = f"{op.lower()}_1"
+    kernel(op, since=1)(legacy)
+    kernel(op, since=7)(modern)
+
+
+_make_binary("Add", _add)
+_make_binary("Sub", _sub)
+_make_binary("Mul", _mul)
+_make_binary("Div", _div)
+_make_binary("Equal", np.equal, out_bool=True)
+_make_binary("Less", np.less, out_bool=True)
+_make_binary("Greater", np.greater, out_bool=True)
+_make_binary("And", np.logical_and, out_bool=True)
+_make_binary("Or", np.logical_or, out_bool=True)
+_make_binary("Xor", np.logical_xor, out_bool=True)
+
+
+@kernel("LessOrEqual", since=12)
+def less_or_equal(a, b):
+    _check_same_dtype("LessOrEqual", a, b)
+    return _as_array(np.less_equal(a, b), np.dtype(bool))
+
+
+@kernel("GreaterOrEqual", since=12)
+def greater_or_equal(a, b):
+    _check_same_dtype("GreaterOrEqual", a, b)
+    return _as_array(np.greater_equal(a, b), np.dtype(bool))
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # Result dtype is the base dtype (opset 12+ allows a different exponent dtype).
+    if a.dtype.kind == "f":
+        if a.dtype == np.float16:
+            return _as_array(np.power(a.astype(np.float32), b.astype(np.float32)), np.float16)
+        return _as_array(np.power(a, b.astype(a.dtype, copy=False)), a.dtype)
+    # Integer base: numpy refuses negative integer exponents, and a float
+    # exponent needs a real power; compute in float64 and truncate like a C cast.
+    if b.dtype.kind in "iu" and (b.size == 0 or b.min() >= 0):
+        return _as_array(np.power(a, b.astype(a.dtype, copy=False)), a.dtype)
+    return _as_array(np.trunc(np.power(a.astype(np.float64), b.astype(np.float64))), a.dtype)
+
+
+@kernel("Pow", since=1)
+def pow_1(a, b, *, broadcast: int = 0, axis: int | None = None):
+    return _pow(a, _legacy_broadcast(a, b, broadcast, axis))
+
+
+@kernel("Pow", since=7)
+def pow_7(a, b):
+    return _pow(a, b)
+
+
+def _mod(a: np.ndarray, b: np.ndarray, fmod: int, float_floor_ok: bool) -> np.ndarray:
+    _check_same_dtype("Mod", a, b)
+    if a.dtype.kind == "f":
+        if not fmod and not float_floor_ok:
+            raise ValueError("Mod: fmod must be 1 for floating point inputs before opset 28")
+        out = np.fmod(a, b) if fmod else np.mod(a, b)
+        return _as_array(out, a.dtype)
+    if not np.all(b):
+        raise ValueError("Mod: integer division by zero")
+    # fmod=1: result has the sign of the dividend (C fmod); fmod=0: sign of the divisor.
+    out = np.fmod(a, b) if fmod else np.mod(a, b)
+    return _as_array(out, a.dtype)
+
+
+@kernel("Mod", since=10)
+def mod_10(a, b, *, fmod: int = 0):
+    return _mod(a, b, fmod, float_floor_ok=False)
+
+
+@kernel("Mod", since=28)
+def mod_28(a, b, *, fmod: int = 0):
+    return _mod(a, b, fmod, float_floor_ok=True)
+
+
+@kernel("BitShift", since=11)
+def bit_shift(a, b, *, direction: str = ""):
+    _check_same_dtype("BitShift", a, b)
+    if a.dtype.kind != "u":
+        raise ValueError(f"BitShift: only unsigned integer inputs are allowed, got {a.dtype}")
+    if direction == "LEFT":
+        out = np.left_shift(a, b)
+    elif direction == "RIGHT":
+        out = np.right_shift(a, b)
+    else:
+        raise ValueError(f"BitShift: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+    return _as_array(out, a.dtype)
+
+
+def _make_bitwise(op: str, fn):
+    def bitwise(a, b):
+        _check_same_dtype(op, a, b)
+        if a.dtype.kind not in "iub":
+            raise ValueError(f"{op}: integer inputs required, got {a.dtype}")
+        return _as_array(fn(a, b), a.dtype)
+
+    bitwise.__name__ = bitwise.__qualname__ = op.lower()
+    kernel(op, since=18)(bitwise)
+
+
+_make_bitwise("BitwiseAnd", np.bitwise_and)
+_make_bitwise("BitwiseOr", np.bitwise_or)
+_make_bitwise("BitwiseXor", np.bitwise_xor)
+
+
+@kernel("BitwiseNot", since=18)
+def bitwise_not(x):
+    return _as_array(np.invert(x), x.dtype)
+
+
+# --------------------------------------------------------------------------- variadic
+
+
+def _fold(op: str, inputs, fn) -> np.ndarray:
+    arrays = [x for x in inputs if x is not None]
+    if not arrays:
+        raise ValueError(f"{op}: needs at least one input")
+    out = arrays[0]
+    for x in arrays[1:]:
+        _check_same_dtype(op, arrays[0], x)
+        out = fn(out, x)
+    return out
+
+
+@kernel("Max", since=1)
+def max_(*inputs, consumed_inputs: tuple = ()):
+    out = _fold("Max", inputs, np.maximum)
+    return _as_array(out, inputs[0].dtype)
+
+
+@kernel("Min", since=1)
+def min_(*inputs, consumed_inputs: tuple = ()):
+    out = _fold("Min", inputs, np.minimum)
+    return _as_array(out, inputs[0].dtype)
+
+
+@kernel("Sum", since=1)
+def sum_(*inputs, consumed_inputs: tuple = ()):
+    # A single operand is copied so the output never aliases a caller's array.
+    out = _fold("Sum", inputs, np.add)
+    return _as_array(out, inputs[0].dtype).copy() if out is inputs[0] else _as_array(out, inputs[0].dtype)
+
+
+@kernel("Mean", since=1)
+def mean(*inputs, consumed_inputs: tuple = ()):
+    dtype = inputs[0].dtype
+    out = _fold("Mean", inputs, np.add)
+    n = len([x for x in inputs if x is not None])
+    return _as_array(out / dtype.type(n), dtype)
+
+
+# --------------------------------------------------------------------------- unary math
+
+
+def _make_unary(op: str, fn, sinces: tuple, float_only: bool = True):
+    """Register a stateless unary op; the since=1 entry accepts ``consumed_inputs``."""
+
+    def unary(x):
+        if float_only and x.dtype.kind != "f":
+            raise ValueError(f"{op}: floating point input required, got {x.dtype}")
+        return _float_compute(x, fn)
+
+    def unary_legacy(x, *, consumed_inputs: tuple = ()):
+        return unary(x)
+
+    unary.__name__ = unary.__qualname__ = op.lower()
+    unary_legacy.__name__ = unary_legacy.__qualname__ = op.lower() + "_1"
+    for since in sinces:
+        kernel(op, since=since)(unary_legacy if since == 1 else unary)
+
+
+def _reciprocal(x):
+    return np.divide(x.dtype.type(1), x)
+
+
+_make_unary("Neg", np.negative, (1,), float_only=False)
+_make_unary("Abs", np.abs, (1,), float_only=False)
+_make_unary("Reciprocal", _reciprocal, (1,))
+_make_unary("Sqrt", np.sqrt, (1,))
+_make_unary("Exp", np.exp, (1,))
+_make_unary("Log", np.log, (1,))
+_make_unary("Floor", np.floor, (1,))
+_make_unary("Ceil", np.ceil, (1,))
+_make_unary("Tanh", np.tanh, (1,))
+_make_unary("Round", np.round, (11,))  # np.round rounds half to even, as ONNX requires
+_make_unary("Sign", np.sign, (9,), float_only=False)
+_make_unary("Sin", np.sin, (7,))
+_make_unary("Cos", np.cos, (7,))
+_make_unary("Tan", np.tan, (7,))
+_make_unary("Asin", np.arcsin, (7,))
+_make_unary("Acos", np.arccos, (7,))
+_make_unary("Atan", np.arctan, (7,))
+_make_unary("Sinh", np.sinh, (9,))
+_make_unary("Cosh", np.cosh, (9,))
+_make_unary("Asinh", np.arcsinh, (9,))
+_make_unary("Acosh", np.arccosh, (9,))
+_make_unary("Atanh", np.arctanh, (9,))
+
+
+# erf without scipy.  For |x| < 0.5 the Maclaurin series is summed (terms decay
+# by x^2/n, so 12 terms reach float64 rounding); elsewhere the Chebyshev-fitted
+# erfc approximation from Numerical Recipes ("erfcc", fractional error below
+# 1.2e-7 for all x) is used, giving |erf error| < 2.4e-7 in float64.
+_ERFC_COEFFS = (
+    -1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277,
+)
+_ERF_SERIES = tuple(
+    (-1.0) ** n / (math.factorial(n) * (2 * n + 1)) * 2.0 / math.sqrt(math.pi) for n in range(12)
+)
+
+
+def _erf64(x: np.ndarray) -> np.ndarray:
+    """erf of a float64 array."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = _ERFC_COEFFS[-1]
+    for c in _ERFC_COEFFS[-2::-1]:  # Horner, highest degree first
+        poly = poly * t + c
+    erfc = t * np.exp(-z * z + poly)
+    out = np.copysign(1.0 - erfc, x)
+    small = z < 0.5
+    if small.any():
+        xs = x[small]
+        x2 = xs * xs
+        acc = np.full_like(xs, _ERF_SERIES[-1])
+        for c in _ERF_SERIES[-2::-1]:
+            acc = acc * x2 + c
+        out[small] = acc * xs
+    return out
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return _as_array(_erf64(np.asarray(x, dtype=np.float64)), x.dtype)
+
+
+@kernel("Erf", since=9)
+def erf(x):
+    if x.dtype.kind != "f":
+        # Integer inputs are allowed by the schema; erf of an integer rounds to -1/0/1.
+        return _as_array(np.rint(_erf64(x.astype(np.float64))), x.dtype)
+    return _erf(x)
+
+
+@kernel("IsNaN", since=9)
+def is_nan(x):
+    return _as_array(np.isnan(x), np.dtype(bool))
+
+
+@kernel("IsInf", since=10)
+def is_inf(x, *, detect_negative: int = 1, detect_positive: int = 1):
+    if detect_negative and detect_positive:
+        out = np.isinf(x)
+    elif detect_negative:
+        out = np.isneginf(x)
+    elif detect_positive:
+        out = np.isposinf(x)
+    else:
+        out = np.zeros(x.shape, dtype=bool)
+    return _as_array(out, np.dtype(bool))
+
+
+@kernel("Not", since=1)
+def not_(x):
+    return _as_array(np.logical_not(x), np.dtype(bool))
+
+
+@kernel("Where", since=9)
+def where(cond, x, y):
+    _check_same_dtype("Where", x, y)
+    return _as_array(np.where(cond, x, y), x.dtype)
+
+
+# --------------------------------------------------------------------------- activations
+
+
+@kernel("Relu", since=1)
+def relu_1(x, *, consumed_inputs: tuple = ()):
+    return relu(x)
+
+
+@kernel("Relu", since=6)
+def relu(x):
+    return _as_array(np.maximum(x, x.dtype.type(0)), x.dtype)
+
+
+@kernel("LeakyRelu", since=1)
+def leaky_relu_1(x, *, alpha: float = 0.01, consumed_inputs: tuple = ()):
+    return leaky_relu(x, alpha=alpha)
+
+
+@kernel("LeakyRelu", since=6)
+def leaky_relu(x, *, alpha: float = 0.01):
+    return _as_array(np.where(x < 0, x * x.dtype.type(alpha), x), x.dtype)
+
+
+@kernel("PRelu", since=1)
+def prelu_1(x, slope, *, consumed_inputs: tuple = ()):
+    # Before opset 7 the slope was per channel (shape [C]) or a single value.
+    if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1]:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    return prelu(x, slope)
+
+
+@kernel("PRelu", since=7)
+def prelu(x, slope):
+    # Opset 7+: slope is unidirectionally broadcastable to x.
+    return _as_array(np.where(x < 0, x * slope.astype(x.dtype, copy=False), x), x.dtype)
+
+
+@kernel("Elu", since=1)
+def elu_1(x, *, alpha: float = 1.0, consumed_inputs: tuple = ()):
+    return elu(x, alpha=alpha)
+
+
+@kernel("Elu", since=6)
+def elu(x, *, alpha: float = 1.0):
+    return _float_compute(x, lambda v: np.where(v > 0, v, v.dtype.type(alpha) * np.expm1(v)))
+
+
+def _selu(x: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+    def fn(v):
+        t = v.dtype.type
+        return t(gamma) * np.where(v > 0, v, t(alpha) * np.expm1(v))
+
+    return _float_compute(x, fn)
+
+
+@kernel("Selu", since=1)
+def selu_1(x, *, alpha: float = 1.6732, gamma: float = 1.0507, consumed_inputs: tuple = ()):
+    return _selu(x, alpha, gamma)
+
+
+@kernel("Selu", since=6)
+def selu(x, *, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875):
+    return _selu(x, alpha, gamma)
+
+
+@kernel("Celu", since=12)
+def celu(x, *, alpha: float = 1.0):
+    def fn(v):
+        a = v.dtype.type(alpha)
+        return np.maximum(v, 0) + np.minimum(0, a * np.expm1(v / a))
+
+    return _float_compute(x, fn)
+
+
+def _clip(x: np.ndarray, lo, hi) -> np.ndarray:
+    # Applied as max-then-min so that lo > hi yields hi, as ONNX specifies.
+    out = x
+    if lo is not None:
+        out = np.maximum(out, lo)
+    if hi is not None:
+        out = np.minimum(out, hi)
+    return x.copy() if out is x else _as_array(out, x.dtype)
+
+
+@kernel("Clip", since=1)
+def clip_1(x, *, min: float | None = None, max: float | None = None, consumed_inputs: tuple = ()):  # noqa: A002
+    return _clip(x, None if min is None else _bound(x, min), None if max is None else _bound(x, max))
+
+
+def _bound(x: np.ndarray, value: float):
+    """A float attribute bound in x's dtype, saturated to its finite range (FLT_MAX defaults vs float16)."""
+    if x.dtype.kind == "f":
+        info = np.finfo(x.dtype)
+        value = min(max(value, float(info.min)), float(info.max))
+    return x.dtype.type(value)
+
+
+@kernel("Clip", since=6)
+def clip_6(x, *, min: float = -3.4028234663852886e38, max: float = 3.4028234663852886e38):  # noqa: A002
+    return _clip(x, _bound(x, min), _bound(x, max))
+
+
+@kernel("Clip", since=11)
+def clip_11(x, min=None, max=None, /):  # noqa: A002  (ONNX input names)
+    # min/max are optional scalar *inputs* from opset 11 (positional, not attributes).
+    lo = None if min is None else x.dtype.type(np.asarray(min).reshape(()))
+    hi = None if max is None else x.dtype.type(np.asarray(max).reshape(()))
+    return _clip(x, lo, hi)
+
+
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    # exp(-|x|) never overflows; for x<0, sigmoid(x) = e/(1+e) keeps relative precision.
+    e = np.exp(-np.abs(v))
+    return np.where(v >= 0, v.dtype.type(1), e) / (1 + e)
+
+
+@kernel("Sigmoid", since=1)
+def sigmoid_1(x, *, consumed_inputs: tuple = ()):
+    return sigmoid(x)
+
+
+@kernel("Sigmoid", since=6)
+def sigmoid(x):
+    return _float_compute(x, _sigmoid)
+
+
+@kernel("HardSigmoid", since=1)
+def hard_sigmoid_1(x, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs: tuple = ()):
+    return hard_sigmoid(x, alpha=alpha, beta=beta)
+
+
+@kernel("HardSigmoid", since=6)
+def hard_sigmoid(x, *, alpha: float = 0.2, beta: float = 0.5):
+    def fn(v):
+        t = v.dtype.type
+        return np.clip(t(alpha) * v + t(beta), t(0), t(1))
+
+    return _float_compute(x, fn)
+
+
+@kernel("HardSwish", since=14)
+def hard_swish(x):
+    def fn(v):
+        t = v.dtype.type
+        return v * np.clip(v * t(1.0 / 6.0) + t(0.5), t(0), t(1))
+
+    return _float_compute(x, fn)
+
+
+def _softplus(v: np.ndarray) -> np.ndarray:
+    # log(1 + exp(x)) without overflow for large x.
+    return np.logaddexp(v.dtype.type(0), v)
+
+
+@kernel("Softplus", since=1)
+def softplus(x):
+    return _float_compute(x, _softplus)
+
+
+@kernel("Softsign", since=1)
+def softsign(x):
+    return _float_compute(x, lambda v: v / (1 + np.abs(v)))
+
+
+@kernel("Gelu", since=20)
+def gelu(x, *, approximate: str = "none"):
+    if approximate == "none":
+        def fn(v):
+            t = v.dtype.type
+            return t(0.5) * v * (1 + _erf(v * t(1.0 / math.sqrt(2.0))))
+    elif approximate == "tanh":
+        def fn(v):
+            t = v.dtype.type
+            inner = t(math.sqrt(2.0 / math.pi)) * (v + t(0.044715) * v * v * v)
+            return t(0.5) * v * (1 + np.tanh(inner))
+    else:
+        raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _float_compute(x, fn)
+
+
+@kernel("Mish", since=18)
+def mish(x):
+    return _float_compute(x, lambda v: v * np.tanh(_softplus(v)))
+
+
+@kernel("ThresholdedRelu", since=10)
+def thresholded_relu(x, *, alpha: float = 1.0):
+    return _as_array(np.where(x > x.dtype.type(alpha), x, x.dtype.type(0)), x.dtype)
+
+
+@kernel("Shrink", since=9)
+def shrink(x, *, bias: float = 0.0, lambd: float = 0.5):
+    # Integer inputs are allowed; the attributes are compared/subtracted in x's dtype
+    # after conversion, matching onnxruntime's static_cast.
+    if x.dtype.kind == "f":
+        b, lam = x.dtype.type(bias), x.dtype.type(lambd)
+    else:
+        b, lam = x.dtype.type(int(bias)), lambd
+    out = np.where(x < -lam, x + b, np.where(x > lam, x - b, x.dtype.type(0)))
+    return _as_array(out, x.dtype)

@@ -1,0 +1,191 @@
+"""Reduction kernels: Reduce{Sum,Mean,Max,Min,Prod,L1,L2,LogSum,LogSumExp,SumSquare}, ArgMax, ArgMin.
+
+Every Reduce* op has two forms: ``axes`` as an attribute (opset 1; opset 11
+only allowed negative axes) and ``axes`` as an optional int64 input together
+with ``noop_with_empty_axes`` (opset 13 for ReduceSum, 18 for the others).
+Empty/absent axes means "reduce everything" unless ``noop_with_empty_axes=1``,
+in which case no axis is reduced (the output has the input's shape; L1, L2,
+LogSum, ... still apply their elementwise part, matching onnxruntime).
+
+Results keep the input dtype.  float16 is accumulated in float32 and integer
+sums in their own dtype (numpy would otherwise widen int32 to int64).
+Reducing over zero elements yields the operation's identity (0 for sums,
+1 for products, -inf/+inf or the integer limits for Max/Min), as ONNX 18 specifies.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minirt.kernels.registry import kernel
+
+
+def _resolve_axes(x: np.ndarray, axes) -> tuple[int, ...] | None:
+    """Normalised axes tuple, or None for "all axes"."""
+    if axes is None:
+        return None
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    if not axes:
+        return None
+    out = []
+    for a in axes:
+        if not -x.ndim <= a < max(x.ndim, 1):
+            raise ValueError(f"reduction axis {a} out of range for rank {x.ndim}")
+        out.append(a + x.ndim if a < 0 else a)
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate reduction axes {axes}")
+    return tuple(out) if x.ndim else None
+
+
+def _acc_dtype(x: np.ndarray) -> np.dtype:
+    return np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
+
+
+def _max_identity(dtype: np.dtype):
+    if dtype.kind == "f":
+        return -np.inf
+    if dtype == bool:
+        return False
+    return np.iinfo(dtype).min
+
+
+def _min_identity(dtype: np.dtype):
+    if dtype.kind == "f":
+        return np.inf
+    if dtype == bool:
+        return True
+    return np.iinfo(dtype).max
+
+
+def _sum(x, axes, keep):
+    return np.sum(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x))
+
+
+def _mean(x, axes, keep):
+    if x.dtype.kind in "iu":
+        # Integer mean is the integer quotient of the sum, truncated like C.
+        total = np.sum(x, axis=axes, keepdims=keep, dtype=np.int64)
+        count = x.size // max(total.size, 1) if x.size else 0
+        if count == 0:
+            raise ValueError("ReduceMean over zero elements")
+        return np.trunc(total / count)
+    return np.mean(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x))
+
+
+def _max(x, axes, keep):
+    if x.size == 0:
+        return np.max(x, axis=axes, keepdims=keep, initial=_max_identity(x.dtype))
+    return np.max(x, axis=axes, keepdims=keep)
+
+
+def _min(x, axes, keep):
+    if x.size == 0:
+        return np.min(x, axis=axes, keepdims=keep, initial=_min_identity(x.dtype))
+    return np.min(x, axis=axes, keepdims=keep)
+
+
+def _prod(x, axes, keep):
+    return np.prod(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x))
+
+
+def _l1(x, axes, keep):
+    return np.sum(np.abs(x), axis=axes, keepdims=keep, dtype=_acc_dtype(x))
+
+
+def _l2(x, axes, keep):
+    xf = x.astype(_acc_dtype(x), copy=False)
+    out = np.sqrt(np.sum(xf * xf, axis=axes, keepdims=keep))
+    return np.trunc(out) if x.dtype.kind in "iu" else out
+
+
+def _sum_square(x, axes, keep):
+    xf = x.astype(_acc_dtype(x), copy=False)
+    return np.sum(xf * xf, axis=axes, keepdims=keep)
+
+
+def _log_sum(x, axes, keep):
+    return np.log(np.sum(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x)))
+
+
+def _log_sum_exp(x, axes, keep):
+    xf = x.astype(_acc_dtype(x), copy=False)
+    if x.size == 0:
+        return np.log(np.sum(np.exp(xf), axis=axes, keepdims=keep))
+    # Subtract the max for stability; an all -inf slice keeps max 0 so it yields -inf, not NaN.
+    m = np.max(xf, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0).astype(xf.dtype)
+    out = np.log(np.sum(np.exp(xf - m), axis=axes, keepdims=True)) + m
+    return out if keep else np.squeeze(out, axis=axes)
+
+
+def _reduce(fn, x: np.ndarray, axes, keepdims: int, noop_with_empty_axes: int) -> np.ndarray:
+    ax = _resolve_axes(x, axes)
+    if ax is None and noop_with_empty_axes:
+        # Reducing over no axes still applies the per-element part of the op
+        # (|x| for L1, log for LogSum, ...), as onnxruntime does; axis=() does that.
+        ax = ()
+    out = fn(x, ax, bool(keepdims))
+    return np.asarray(out).astype(x.dtype, copy=False)
+
+
+def _register(op: str, fn, input_since: int) -> None:
+    """Register the attribute form (since 1) and the axes-input form (since ``input_since``)."""
+
+    def reduce_attr(x, *, axes: tuple | None = None, keepdims: int = 1):
+        return _reduce(fn, x, axes, keepdims, 0)
+
+    def reduce_input(x, axes=None, /, *, keepdims: int = 1, noop_with_empty_axes: int = 0):
+        return _reduce(fn, x, axes, keepdims, noop_with_empty_axes)
+
+    base = "reduce_" + op[len("Reduce"):].lower()
+    reduce_attr.__name__ = reduce_attr.__qualname__ = base + "_1"
+    reduce_input.__name__ = reduce_input.__qualname__ = f"{base}_{input_since}"
+    kernel(op, since=1)(reduce_attr)
+    kernel(op, since=input_since)(reduce_input)
+
+
+_register("ReduceSum", _sum, 13)
+_register("ReduceMean", _mean, 18)
+_register("ReduceMax", _max, 18)
+_register("ReduceMin", _min, 18)
+_register("ReduceProd", _prod, 18)
+_register("ReduceL1", _l1, 18)
+_register("ReduceL2", _l2, 18)
+_register("ReduceLogSum", _log_sum, 18)
+_register("ReduceLogSumExp", _log_sum_exp, 18)
+_register("ReduceSumSquare", _sum_square, 18)
+
+
+def _arg(x: np.ndarray, axis: int, keepdims: int, select_last_index: int, largest: bool) -> np.ndarray:
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} out of range for rank {x.ndim}")
+    axis = axis + x.ndim if axis < 0 else axis
+    if x.shape[axis] == 0:
+        raise ValueError("ArgMax/ArgMin over an empty axis")
+    fn = np.argmax if largest else np.argmin
+    if select_last_index:
+        # numpy returns the first extreme; on the reversed axis that is the last one.
+        idx = (x.shape[axis] - 1) - fn(np.flip(x, axis), axis=axis)
+    else:
+        idx = fn(x, axis=axis)
+    idx = np.asarray(idx, dtype=np.int64)
+    return np.expand_dims(idx, axis) if keepdims else idx
+
+
+@kernel("ArgMax", since=1)
+def arg_max_1(x, *, axis: int = 0, keepdims: int = 1):
+    return _arg(x, axis, keepdims, 0, True)
+
+
+@kernel("ArgMax", since=12)
+def arg_max(x, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0):
+    return _arg(x, axis, keepdims, select_last_index, True)
+
+
+@kernel("ArgMin", since=1)
+def arg_min_1(x, *, axis: int = 0, keepdims: int = 1):
+    return _arg(x, axis, keepdims, 0, False)
+
+
+@kernel("ArgMin", since=12)
+def arg_min(x, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0):
+    return _arg(x, axis, keepdims, select_last_index, False)
