@@ -1,0 +1,619 @@
+"""The ``minirt`` command line: build, inspect, run and benchmark .mrt artifacts.
+
+::
+
+    minirt build model.onnx -o model.mrt [--target rpi4] [--input-shape image=1x3x224x224]
+    minirt inspect model.mrt [--json]
+    minirt run model.mrt [--input image=x.npy] [--dim batch=4] [--save out.npz]
+    minirt bench model.mrt [--runs 50] [--compare model.onnx] [--json]
+    minirt demo                  # build and check the digits example end to end
+    minirt info
+
+The runtime commands (``run``, ``inspect``, ``bench``, ``info``) need numpy
+only: the builder (onnx, onnx-ir) is imported inside ``build`` and ``demo``,
+and onnxruntime only by ``bench --compare`` and ``demo``.
+
+Every user mistake (a bad path, a malformed option, an input the model does
+not accept, any :class:`minirt.Error`) prints ``minirt <cmd>: error: <message>``
+to stderr and exits with status 2.  Anything else is a bug and raises.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+import minirt
+from minirt.dtypes import ONNX_TO_NUMPY
+from minirt.errors import Error
+from minirt.format import reader
+from minirt.tools import inputs as tool_inputs
+from minirt.tools import timing
+from minirt.tools.timing import fmt_bytes, fmt_seconds
+
+DIGITS_DIR = Path(__file__).resolve().parents[1] / "examples" / "digits"
+_TEXT_VALUE_WIDTH = 72  # metadata values longer than this are abbreviated in text mode
+
+
+class CommandError(Error):
+    """A user mistake detected by the CLI itself (missing file, missing extra...)."""
+
+
+# --- small helpers --------------------------------------------------------------
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False, default=_json_default))
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return obj.hex()
+    return str(obj)
+
+
+def _table(rows: Sequence[Sequence[Any]], header: Sequence[str] | None = None, align: str = "", indent: str = "  ") -> str:
+    """Rows as aligned columns; ``align`` has one 'l' or 'r' per column (default: all left)."""
+    all_rows = [list(map(str, r)) for r in ([header] if header else []) + list(rows)]
+    if not all_rows:
+        return indent + "(none)"
+    ncols = max(map(len, all_rows))
+    widths = [max(len(r[i]) for r in all_rows if i < len(r)) for i in range(ncols)]
+    align = align.ljust(ncols, "l")
+    lines = []
+    for r in all_rows:
+        cells = [c.rjust(widths[i]) if align[i] == "r" else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return "\n".join(lines)
+
+
+def _fmt_shape(shape: Sequence | None) -> str:
+    if shape is None:
+        return "[unknown rank]"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _dtype_name(code: int) -> str:
+    dt = ONNX_TO_NUMPY.get(code)
+    if dt is None:
+        return "undefined" if code == 0 else f"code {code}"
+    return "string" if dt.kind == "O" else str(dt)
+
+
+def _arg_dtype_name(arg) -> str:
+    dt = tool_inputs.input_dtype(arg)
+    if dt is None:
+        return "undefined"
+    return "string" if dt.kind == "O" else str(dt)
+
+
+def _require_file(path: str, what: str) -> None:
+    if not os.path.exists(path):
+        raise CommandError(f"{path}: no such file ({what})")
+    if os.path.isdir(path):
+        raise CommandError(f"{path}: is a directory, expected {what}")
+
+
+def _stats(arr: np.ndarray) -> str:
+    if arr.size == 0:
+        return "(empty)"
+    if arr.dtype.kind not in "biuf":
+        return ""
+    a = arr.astype(np.float64) if arr.dtype.kind == "b" else arr
+    return f"min {a.min():.6g}  max {a.max():.6g}  mean {a.mean(dtype=np.float64):.6g}"
+
+
+def _max_abs_diff(a: np.ndarray, b: np.ndarray) -> float | str:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return f"shape mismatch {list(a.shape)} vs {list(b.shape)}"
+    if a.size == 0:
+        return 0.0
+    if a.dtype.kind in "biuf" and b.dtype.kind in "biuf":
+        return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+    return 0.0 if np.array_equal(a, b) else "values differ"
+
+
+def _import_builder():
+    missing = [m for m in ("onnx", "onnx_ir") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CommandError(
+            f"this command needs the builder extra ({', '.join(missing)} not installed): pip install 'minirt[builder]'"
+        )
+    import builder
+
+    return builder
+
+
+def _import_onnxruntime():
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise CommandError("--compare needs onnxruntime, which is not installed: pip install onnxruntime")
+    import onnxruntime
+
+    return onnxruntime
+
+
+def _ort_session(ort, model_path: str, threads: int | None):
+    _require_file(model_path, "an .onnx model")
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    try:
+        return ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's load errors (bad file, bad model) are user input errors
+        raise CommandError(f"onnxruntime cannot load {model_path}: {exc}") from None
+
+
+def _ort_feed(ort_session, feed: dict) -> dict:
+    names = [i.name for i in ort_session.get_inputs()]
+    missing = [n for n in names if n not in feed]
+    if missing:
+        raise CommandError(f"the ONNX model needs input(s) {missing} that the artifact does not have ({list(feed)})")
+    return {n: feed[n] for n in names}
+
+
+def _make_feed(session: minirt.Session, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    given = tool_inputs.load_input_specs(args.input)
+    dims = tool_inputs.parse_dim_specs(args.dim)
+    return tool_inputs.make_feed(session.get_inputs(), given, dims, seed=args.seed)
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _non_negative(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
+    return n
+
+
+# --- build ----------------------------------------------------------------------
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    builder = _import_builder()
+    out = args.output or str(Path(args.model).with_suffix(".mrt"))
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"minirt build: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr, flush=True)
+
+    report = builder.build(
+        args.model,
+        out,
+        target=args.target,
+        opt_level=args.opt_level,
+        input_shapes=args.input_shape,
+        quantize=args.quantize,
+        calibration=args.calibration,
+        progress=progress,
+    )
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(report)
+    return 0
+
+
+# --- inspect --------------------------------------------------------------------
+
+
+def _signature(art: reader.Artifact) -> tuple[list[dict], list[dict]]:
+    graph = art.main_graph
+    init_slots = {v for v, _ in graph.initializers}
+
+    def entry(v: int) -> dict:
+        info = graph.values[v]
+        return {
+            "name": info.name,
+            "dtype": _dtype_name(info.dtype),
+            "shape": None if info.shape is None else list(info.shape),
+        }
+
+    ins = [entry(v) for v in graph.inputs if v not in init_slots]
+    outs = [entry(v) for v in graph.outputs]
+    return ins, outs
+
+
+def _op_histogram(art: reader.Artifact) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for graph in art.graphs:
+        for node in graph.nodes:
+            op = art.operators[node.op_index]
+            key = op.op_type if op.domain in ("", "ai.onnx") else f"{op.domain}::{op.op_type}"
+            counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def inspect_artifact(path: str) -> dict:
+    """Everything ``minirt inspect`` shows, as plain JSON-able data."""
+    art = reader.load(path)
+    ins, outs = _signature(art)
+    return {
+        "path": os.fspath(path),
+        "format_version": art.format_version,
+        "file_size": art.size,
+        "sections": [
+            {"kind": s.name, "kind_code": s.kind, "flags": s.flags, "offset": s.offset, "length": s.length, "crc32": s.crc32}
+            for s in art.sections
+        ],
+        "opsets": {(domain or "ai.onnx"): version for domain, version in art.opsets.items()},
+        "op_histogram": _op_histogram(art),
+        "graphs": len(art.graphs),
+        "nodes": sum(len(g.nodes) for g in art.graphs),
+        "tensors": len(art.tensors),
+        "weight_bytes": art.weight_bytes(),
+        "inputs": ins,
+        "outputs": outs,
+        "metadata": dict(art.metadata),
+    }
+
+
+def _abbreviate(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=_json_default)
+    text = text.replace("\n", "\\n")
+    if len(text) > _TEXT_VALUE_WIDTH:
+        return f"{text[: _TEXT_VALUE_WIDTH - 3]}... ({len(text)} chars, see --json)"
+    return text
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    info = inspect_artifact(args.artifact)
+    if args.json:
+        _print_json(info)
+        return 0
+    print(f"{info['path']}: minirt artifact, format version {info['format_version']}, "
+          f"{info['file_size']:,} bytes ({fmt_bytes(info['file_size'])})")
+    print("sections:")
+    print(_table(
+        [(s["kind"], s["offset"], s["length"], f"{s['crc32']:#010x}") for s in info["sections"]],
+        header=("kind", "offset", "length", "crc32"),
+        align="lrrr",
+    ))
+    print("opsets: " + ", ".join(f"{d} {v}" for d, v in info["opsets"].items()))
+    print(f"graphs {info['graphs']}, nodes {info['nodes']}, tensors {info['tensors']}, "
+          f"weights {info['weight_bytes']:,} bytes ({fmt_bytes(info['weight_bytes'])})")
+    print("operators:")
+    print(_table(list(info["op_histogram"].items()), align="lr"))
+    for title, values in (("inputs", info["inputs"]), ("outputs", info["outputs"])):
+        print(f"{title}:")
+        print(_table([(v["name"], v["dtype"], _fmt_shape(v["shape"])) for v in values]))
+    print("metadata:")
+    print(_table([(k, _abbreviate(v)) for k, v in sorted(info["metadata"].items())]))
+    return 0
+
+
+# --- run ------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    session = minirt.Session(args.artifact, threads=args.threads)
+    feed = _make_feed(session, args)
+    outputs = session.run(None, feed)
+    given = {spec.partition("=")[0] for spec in args.input}
+    print("inputs:")
+    print(_table([(n, tool_inputs.describe(a), "from file" if n in given else f"random (seed {args.seed})")
+                  for n, a in feed.items()]))
+    print("outputs:")
+    names = [o.name for o in session.get_outputs()]
+    print(_table([(n, tool_inputs.describe(a), _stats(a)) for n, a in zip(names, outputs)]))
+    if args.save:
+        with open(args.save, "wb") as f:
+            np.savez(f, **dict(zip(names, outputs)))
+        print(f"saved {len(outputs)} output(s) to {args.save}")
+    return 0
+
+
+# --- bench ----------------------------------------------------------------------
+
+
+def _profile_overhead(session: minirt.Session, feed: dict, runs: int) -> tuple[float, int]:
+    """Median per-node Python overhead (seconds) over ``runs`` profiled runs, and the node count."""
+    per_node, nodes = [], 0
+    for _ in range(runs):
+        _, profile = session.run_profiled(feed)
+        per_node.append(profile["overhead_per_node_s"])
+        nodes = len(profile["nodes"])
+    return statistics.median(per_node), nodes
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    rss_before = timing.peak_rss_bytes()
+    t0 = time.perf_counter()
+    session = minirt.Session(args.artifact, threads=args.threads)
+    load_s = time.perf_counter() - t0
+    feed = _make_feed(session, args)
+    session.run(None, feed)  # fail fast on a bad feed, before any timing
+    rss_minirt = timing.peak_rss_bytes()  # before onnxruntime is imported by --compare
+
+    result: dict[str, Any] = {
+        "artifact": args.artifact,
+        "inputs": {n: {"dtype": str(a.dtype), "shape": list(a.shape)} for n, a in feed.items()},
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "threads": args.threads,
+        "minirt": {"version": minirt.__version__, "load_s": load_s},
+    }
+    fns = {"minirt": lambda: session.run(None, feed)}
+    ort_session = ort_feed = None
+    if args.compare:
+        ort = _import_onnxruntime()
+        t0 = time.perf_counter()
+        ort_session = _ort_session(ort, args.compare, args.threads)
+        ort_load_s = time.perf_counter() - t0
+        ort_feed = _ort_feed(ort_session, feed)
+        result["onnxruntime"] = {"version": ort.__version__, "model": args.compare, "load_s": ort_load_s}
+        fns["onnxruntime"] = lambda: ort_session.run(None, ort_feed)
+
+    samples = timing.sample_interleaved(fns, args.runs, args.warmup)
+    for name, xs in samples.items():
+        result[name].update(timing.summarize(xs))
+    overhead, nodes = _profile_overhead(session, feed, args.profile_runs)
+    result["minirt"].update(nodes=nodes, overhead_per_node_us=overhead * 1e6)
+    result["minirt"]["peak_rss_bytes"] = rss_minirt if args.compare else timing.peak_rss_bytes()
+    result["peak_rss_before_load_bytes"] = rss_before
+    result["peak_rss_end_bytes"] = timing.peak_rss_bytes()
+
+    if ort_session is not None:
+        mine = session.run(None, feed)
+        theirs = ort_session.run(None, ort_feed)
+        names = [o.name for o in session.get_outputs()]
+        ort_names = [o.name for o in ort_session.get_outputs()]
+        by_name = dict(zip(ort_names, theirs))
+        result["max_abs_diff"] = {
+            n: (_max_abs_diff(a, by_name[n]) if n in by_name else "not an onnxruntime output")
+            for n, a in zip(names, mine)
+        }
+        result["ratio"] = result["minirt"]["median_s"] / result["onnxruntime"]["median_s"]
+
+    if args.json:
+        _print_json(result)
+    else:
+        _print_bench(result)
+    return 0
+
+
+def _print_bench(r: dict) -> None:
+    feed = ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in r["inputs"].items())
+    threads = r["threads"] if r["threads"] is not None else "default"
+    print(f"{r['artifact']}: {r['runs']} runs after {r['warmup']} warm-up, threads {threads}")
+    print(f"  inputs: {feed}")
+    m = r["minirt"]
+    o = r.get("onnxruntime")
+    header = ("", "minirt", f"onnxruntime {o['version']}") if o else ("", "minirt")
+    rows = [
+        ("load", fmt_seconds(m["load_s"])) + ((fmt_seconds(o["load_s"]),) if o else ()),
+        ("median latency", fmt_seconds(m["median_s"])) + ((fmt_seconds(o["median_s"]),) if o else ()),
+        ("p90 latency", fmt_seconds(m["p90_s"])) + ((fmt_seconds(o["p90_s"]),) if o else ()),
+        ("min latency", fmt_seconds(m["min_s"])) + ((fmt_seconds(o["min_s"]),) if o else ()),
+    ]
+    print(_table(rows, header=header, align="lrr"))
+    print(f"  per-node Python overhead: {m['overhead_per_node_us']:.1f} us ({m['nodes']} nodes)")
+    print(f"  peak RSS: {fmt_bytes(m['peak_rss_bytes'])} with minirt "
+          f"({fmt_bytes(r['peak_rss_before_load_bytes'])} before loading the artifact"
+          + (f", {fmt_bytes(r['peak_rss_end_bytes'])} with onnxruntime too)" if o else ")"))
+    if o:
+        print(f"  latency ratio minirt/onnxruntime: {r['ratio']:.2f}x (median)")
+        for name, diff in r["max_abs_diff"].items():
+            shown = f"{diff:.3g}" if isinstance(diff, float) else diff
+            print(f"  max abs diff {name}: {shown}")
+
+
+# --- demo -----------------------------------------------------------------------
+
+
+def _accuracy(logits: np.ndarray, labels: np.ndarray) -> str:
+    correct = int((logits.argmax(axis=1) == labels).sum())
+    return f"{correct / len(labels) * 100:.2f} % ({correct}/{len(labels)})"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    model, heldout = DIGITS_DIR / "digits_cnn.onnx", DIGITS_DIR / "heldout.npz"
+    for path in (model, heldout):
+        if not path.is_file():
+            raise CommandError(f"{path}: demo file missing (the demo runs from a source checkout of minirt)")
+    builder = _import_builder()
+    with np.load(heldout) as data:
+        images, labels = data["image"], data["label"]
+
+    with tempfile.TemporaryDirectory(prefix="minirt-demo-") as tmp:
+        out_dir = Path(args.out or tmp)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        artifact = out_dir / "digits_cnn.mrt"
+        report = builder.build(str(model), str(artifact))
+        print(f"minirt demo: digits CNN, {len(labels)} held-out 8x8 images")
+        print(f"  built {artifact if args.out else artifact.name} from {model.name} in "
+              f"{fmt_seconds(sum(report.timings.values()))} ({report.nodes_after} nodes)")
+
+        session = minirt.Session(str(artifact))
+        name = session.get_inputs()[0].name
+        runners = {"minirt": lambda x: session.run(None, {name: x})[0]}
+        sizes = {"minirt": f"{fmt_bytes(artifact.stat().st_size)} .mrt"}
+        ratio_size = ""
+        if importlib.util.find_spec("onnxruntime") is not None:
+            import onnxruntime as ort
+
+            ort_session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+            runners["onnxruntime"] = lambda x: ort_session.run(None, {name: x})[0]
+            sizes["onnxruntime"] = f"{fmt_bytes(model.stat().st_size)} .onnx"
+            ratio_size = f"{artifact.stat().st_size / model.stat().st_size:.2f}x"
+
+        logits = {side: run(images) for side, run in runners.items()}
+        latency: dict[str, list[float]] = {side: [] for side in runners}
+        for batch in (images[:1], images):  # each batch size times both sides interleaved
+            fns = {side: (lambda run=run: run(batch)) for side, run in runners.items()}
+            for side, xs in timing.sample_interleaved(fns, args.runs, warmup=2).items():
+                latency[side].append(statistics.median(xs))
+
+    accuracy = {side: _accuracy(x, labels) for side, x in logits.items()}
+    sides = list(runners)
+    compare = len(sides) == 2
+
+    def ratio(values: list[float]) -> str:
+        return f"{values[0] / values[1]:.2f}x" if compare else ""
+
+    rows = [
+        ("accuracy", *accuracy.values(), ""),
+        ("model size", *sizes.values(), ratio_size),
+        ("latency batch 1", *(fmt_seconds(latency[s][0]) for s in sides), ratio([latency[s][0] for s in sides])),
+        (f"latency batch {len(labels)}", *(fmt_seconds(latency[s][1]) for s in sides), ratio([latency[s][1] for s in sides])),
+    ]
+    print(_table(rows, header=("", *sides, "ratio" if compare else ""), align="lrrr"))
+    print(f"  latency: median of {args.runs} runs each" + (", interleaved; ratio = minirt / onnxruntime" if compare else ""))
+    if not compare:
+        print("  onnxruntime is not installed: only minirt's side is shown (pip install onnxruntime to compare)")
+        return 0
+    diff = float(np.max(np.abs(logits["minirt"] - logits["onnxruntime"])))
+    print(f"  max abs logit difference minirt vs onnxruntime: {diff:.3g}")
+    if accuracy["minirt"] != accuracy["onnxruntime"] or diff > 1e-3:
+        print("minirt demo: MISMATCH between minirt and onnxruntime", file=sys.stderr)
+        return 1
+    print("  OK: minirt matches onnxruntime")
+    return 0
+
+
+# --- info -----------------------------------------------------------------------
+
+
+def _package_status(module: str, dist: str) -> str:
+    if importlib.util.find_spec(module) is None:
+        return "not installed"
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "installed"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    rows = [
+        ("minirt", minirt.__version__),
+        ("numpy", np.__version__),
+        ("python", f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}"),
+        ("platform", f"{platform.platform()} ({platform.machine()})"),
+        ("providers", ", ".join(minirt.get_available_providers())),
+        ("builder extra", ", ".join(f"{m} {_package_status(m, d)}" for m, d in (("onnx", "onnx"), ("onnx_ir", "onnx-ir")))),
+        ("onnxruntime", _package_status("onnxruntime", "onnxruntime") + " (for bench --compare and demo)"),
+        ("native kernels", "not built (numpy kernels)"),
+    ]
+    print(_table(rows, indent=""))
+    return 0
+
+
+# --- argument parsing -----------------------------------------------------------
+
+
+def _add_feed_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="take input NAME from a .npy file (or a .npz holding NAME); repeatable; others are random")
+    p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N",
+                   help="size of a symbolic dimension for random inputs (default 1); repeatable")
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--threads", type=_positive, default=None, help="kernel threads (default: library default)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minirt", description="Build, inspect, run and benchmark minirt .mrt artifacts.")
+    parser.add_argument("--version", action="version", version=f"minirt {minirt.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("build", help="build an ONNX model into a .mrt artifact (needs the builder extra)")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("-o", "--output", metavar="OUT.mrt", help="output path (default: MODEL with a .mrt suffix)")
+    p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30 (default generic)")
+    p.add_argument("--opt-level", type=int, default=1, help="optimisation level 0-3 (default 1)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                   help="fix an input's shape; repeatable")
+    p.add_argument("--quantize", default=None, metavar="MODE", help="fp16, int8-dynamic or int8 (not available yet)")
+    p.add_argument("--calibration", default=None, metavar="PATH", help="calibration data for --quantize int8")
+    p.add_argument("--json", action="store_true", help="print the build report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("inspect", help="show an artifact's sections, operators, signature and metadata")
+    p.add_argument("artifact", metavar="ART.mrt")
+    p.add_argument("--json", action="store_true", help="machine-readable output with full metadata")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("run", help="run an artifact once on given or random inputs")
+    p.add_argument("artifact", metavar="ART.mrt")
+    _add_feed_options(p)
+    p.add_argument("--save", metavar="OUT.npz", help="write the outputs to an .npz keyed by output name")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("bench", help="measure load time, latency, per-node overhead and peak memory")
+    p.add_argument("artifact", metavar="ART.mrt")
+    _add_feed_options(p)
+    p.add_argument("--runs", type=_positive, default=20, help="timed runs (default 20)")
+    p.add_argument("--warmup", type=_non_negative, default=3, help="untimed warm-up runs (default 3)")
+    p.add_argument("--profile-runs", type=_positive, default=5, help="profiled runs for the per-node overhead (default 5)")
+    p.add_argument("--compare", metavar="MODEL.onnx", help="also time onnxruntime on this model, interleaved")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("demo", help="build the digits example and compare minirt with onnxruntime")
+    p.add_argument("--runs", type=_positive, default=20, help="timed runs per latency figure (default 20)")
+    p.add_argument("--out", metavar="DIR", help="keep the built artifact in DIR (default: a temporary folder)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("info", help="versions, platform, providers and installed extras")
+    p.set_defaults(func=cmd_info)
+    return parser
+
+
+def _error_message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage and 'minirt <cmd>: error: ...'
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `minirt inspect x.mrt | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (Error, OSError) as exc:
+        print(f"minirt {args.command}: error: {_error_message(exc)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

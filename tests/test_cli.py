@@ -1,0 +1,390 @@
+"""The ``minirt`` command line, called in-process through ``minirt.cli.main`` and once as a real process."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import minirt
+from minirt.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS = REPO / "examples" / "digits"
+DIGITS_ONNX = DIGITS / "digits_cnn.onnx"
+LONG_NOTE = "a long model note " * 10  # ends up in the artifact's metadata, abbreviated by `inspect`
+
+# The runtime commands must work where onnx/onnxruntime are not installed:
+# this prelude makes importing them fail, as on a device.
+def _without(*modules: str) -> str:
+    return f"import sys\nfor m in {modules!r}:\n    sys.modules[m] = None\n"
+
+
+_NO_ONNX = _without("onnx", "onnx_ir", "onnxruntime")
+
+
+def _tiny_model() -> onnx.ModelProto:
+    """y = Relu(x @ W + b) with x: float32[N, 4]."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["xw"], name="matmul"),
+            helper.make_node("Add", ["xw", "b"], ["xwb"], name="add"),
+            helper.make_node("Relu", ["xwb"], ["y"], name="relu"),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        initializer=[w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_cli")
+    model.ir_version = 8
+    helper.set_model_props(model, {"note": LONG_NOTE})
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
+    onnx.save(_tiny_model(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_mrt(tiny_onnx, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny_mrt") / "tiny.mrt"
+    assert main(["build", str(tiny_onnx), "-o", str(out), "-q"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def digits_mrt(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("digits") / "digits.mrt"
+    assert main(["build", str(DIGITS_ONNX), "-o", str(out), "-q"]) == 0
+    return out
+
+
+def _run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- build ------------------------------------------------------------------------
+
+
+def test_build_writes_artifact_and_prints_report(tiny_onnx, tmp_path, capsys):
+    out = tmp_path / "model.mrt"
+    code, stdout, stderr = _run_cli(capsys, "build", tiny_onnx, "-o", out)
+    assert code == 0, stderr
+    assert out.is_file() and out.stat().st_size > 0
+    assert f"built {out}" in stdout
+    assert "x float[N,4]" in stdout and "y float[N,3]" in stdout
+    assert "loading model" in stderr  # progress goes to stderr, not into the report
+
+
+def test_build_default_output_is_model_with_mrt_suffix(tiny_onnx, tmp_path, capsys):
+    model = tmp_path / "copy.onnx"
+    shutil.copy(tiny_onnx, model)
+    code, _, stderr = _run_cli(capsys, "build", model, "-q")
+    assert code == 0, stderr
+    assert stderr == ""
+    assert (tmp_path / "copy.mrt").is_file()
+
+
+def test_build_json(tiny_onnx, tmp_path, capsys):
+    code, stdout, _ = _run_cli(capsys, "build", tiny_onnx, "-o", tmp_path / "t.mrt", "--json", "--target", "rpi4")
+    assert code == 0
+    report = json.loads(stdout)
+    assert report["target"] == "rpi4"
+    assert report["op_histogram"] == {"Add": 1, "MatMul": 1, "Relu": 1}
+    assert report["artifact_bytes"] == (tmp_path / "t.mrt").stat().st_size
+
+
+def test_build_missing_model_is_a_clean_error(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "missing.onnx"
+    code, stdout, stderr = _run_cli(capsys, "build", missing, "-q")
+    assert code == 2
+    assert stderr.startswith("minirt build: error: ")
+    assert str(missing) in stderr
+    assert "Traceback" not in stderr
+
+
+def test_build_bad_option_values(tiny_onnx, tmp_path, capsys):
+    out = tmp_path / "t.mrt"
+    code, _, stderr = _run_cli(capsys, "build", tiny_onnx, "-o", out, "--target", "toaster", "-q")
+    assert code == 2 and "unknown target 'toaster'" in stderr
+    code, _, stderr = _run_cli(capsys, "build", tiny_onnx, "-o", out, "--input-shape", "x", "-q")
+    assert code == 2 and "--input-shape" in stderr
+    code, _, stderr = _run_cli(capsys, "build", tiny_onnx, "-o", out, "--opt-level", "fast")
+    assert code == 2 and "--opt-level" in stderr  # argparse's own message, same exit status
+    assert not out.exists()
+
+
+# --- inspect ----------------------------------------------------------------------
+
+
+def test_inspect_json_matches_the_model(digits_mrt, capsys):
+    code, stdout, _ = _run_cli(capsys, "inspect", digits_mrt, "--json")
+    assert code == 0
+    info = json.loads(stdout)
+    data = digits_mrt.read_bytes()
+    model = onnx.load(DIGITS_ONNX)
+
+    assert info["format_version"] == 1
+    assert info["file_size"] == len(data)
+    assert [s["kind"] for s in info["sections"]] == ["metadata", "operators", "graphs", "tensors", "tensor_data"]
+    for s in info["sections"]:
+        assert s["crc32"] == zlib.crc32(data[s["offset"] : s["offset"] + s["length"]])
+    assert info["opsets"] == {"ai.onnx": 17}
+    assert {(o.domain or "ai.onnx"): o.version for o in model.opset_import} == info["opsets"]
+    assert info["op_histogram"] == dict(collections.Counter(n.op_type for n in model.graph.node))
+    assert info["op_histogram"] == {"Relu": 4, "Conv": 3, "BatchNormalization": 2, "Gemm": 2, "Flatten": 1, "MaxPool": 1}
+    assert info["nodes"] == len(model.graph.node) == 13
+    assert info["graphs"] == 1
+    assert info["tensors"] == len(model.graph.initializer)
+    assert info["weight_bytes"] == sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+    assert info["inputs"] == [{"name": "image", "dtype": "float32", "shape": ["batch", 1, 8, 8]}]
+    assert info["outputs"] == [{"name": "logits", "dtype": "float32", "shape": ["batch", 10]}]
+    assert info["metadata"]["source.file"] == "digits_cnn.onnx"
+    assert info["metadata"] == minirt.Session(str(digits_mrt)).metadata
+
+
+def test_inspect_text(digits_mrt, capsys):
+    code, stdout, _ = _run_cli(capsys, "inspect", digits_mrt)
+    assert code == 0
+    assert "format version 1" in stdout and f"{digits_mrt.stat().st_size:,} bytes" in stdout
+    for kind in ("metadata", "operators", "graphs", "tensors", "tensor_data"):
+        assert re.search(rf"^\s+{kind}\s+\d+\s+\d+\s+0x[0-9a-f]{{8}}$", stdout, re.M), kind
+    assert "opsets: ai.onnx 17" in stdout
+    assert re.search(r"^\s+Relu\s+4$", stdout, re.M)
+    assert re.search(r"^\s+Conv\s+3$", stdout, re.M)
+    assert "graphs 1, nodes 13" in stdout
+    assert re.search(r"^\s+image\s+float32\s+\[batch, 1, 8, 8\]$", stdout, re.M)
+    assert re.search(r"^\s+logits\s+float32\s+\[batch, 10\]$", stdout, re.M)
+
+
+def test_inspect_abbreviates_long_metadata_only_in_text(tiny_mrt, capsys):
+    _, text, _ = _run_cli(capsys, "inspect", tiny_mrt)
+    line = next(l for l in text.splitlines() if "source.metadata_props" in l)
+    assert "see --json" in line and LONG_NOTE not in line
+    _, js, _ = _run_cli(capsys, "inspect", tiny_mrt, "--json")
+    assert json.loads(js)["metadata"]["source.metadata_props"] == {"note": LONG_NOTE}
+
+
+def test_inspect_errors(tmp_path, capsys):
+    code, _, stderr = _run_cli(capsys, "inspect", tmp_path / "missing.mrt")
+    assert code == 2 and "missing.mrt" in stderr and stderr.startswith("minirt inspect: error: ")
+    code, _, stderr = _run_cli(capsys, "inspect", DIGITS_ONNX)
+    assert code == 2 and "not a .mrt file" in stderr
+
+
+# --- run --------------------------------------------------------------------------
+
+
+def test_run_random_inputs(tiny_mrt, capsys):
+    code, stdout, stderr = _run_cli(capsys, "run", tiny_mrt, "--dim", "N=5", "--seed", "3")
+    assert code == 0, stderr
+    assert re.search(r"^\s+x\s+float32\[5, 4\]\s+random \(seed 3\)$", stdout, re.M)
+    m = re.search(r"^\s+y\s+float32\[5, 3\]\s+min (\S+)\s+max (\S+)\s+mean (\S+)$", stdout, re.M)
+    assert m, stdout
+    assert float(m.group(1)) >= 0.0  # Relu
+
+
+def test_run_symbolic_dims_default_to_one(digits_mrt, capsys):
+    code, stdout, _ = _run_cli(capsys, "run", digits_mrt)
+    assert code == 0
+    assert "image  float32[1, 1, 8, 8]" in stdout and "logits  float32[1, 10]" in stdout
+
+
+def test_run_with_input_file_and_save(tiny_mrt, tmp_path, capsys):
+    x = np.random.default_rng(7).standard_normal((6, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    saved = tmp_path / "out.npz"
+    code, stdout, stderr = _run_cli(capsys, "run", tiny_mrt, "--input", f"x={tmp_path / 'x.npy'}", "--save", saved)
+    assert code == 0, stderr
+    assert "from file" in stdout
+    (expected,) = minirt.Session(str(tiny_mrt)).run(None, {"x": x})
+    with np.load(saved) as got:
+        assert list(got.files) == ["y"]
+        np.testing.assert_array_equal(got["y"], expected)
+
+
+def test_run_digits_from_npz(digits_mrt, tmp_path, capsys):
+    saved = tmp_path / "logits.npz"
+    code, _, _ = _run_cli(capsys, "run", digits_mrt, "--input", f"image={DIGITS / 'heldout.npz'}", "--save", saved)
+    assert code == 0
+    with np.load(DIGITS / "heldout.npz") as data, np.load(saved) as got:
+        assert (got["logits"].argmax(axis=1) == data["label"]).mean() > 0.95
+
+
+def test_run_wrong_dtype_is_the_sessions_message(tiny_mrt, tmp_path, capsys):
+    np.save(tmp_path / "x64.npy", np.zeros((2, 4), dtype=np.int64))
+    code, stdout, stderr = _run_cli(capsys, "run", tiny_mrt, "--input", f"x={tmp_path / 'x64.npy'}")
+    assert code == 2
+    assert stderr.startswith("minirt run: error: ")
+    assert "input 'x': expected dtype tensor(float) (float32), got int64" in stderr
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--input", "x"], "expected NAME=FILE.npy"),
+        (["--input", "x=does-not-exist.npy"], "does-not-exist.npy: no such file"),
+        (["--input", "z=HERE"], "unknown input name 'z'"),
+        (["--dim", "N=two"], "'two' is not an integer"),
+        (["--dim", "batch=2"], "--dim names ['batch']"),
+    ],
+)
+def test_run_bad_arguments(tiny_mrt, tmp_path, capsys, extra, message):
+    np.save(tmp_path / "z.npy", np.zeros((1, 4), dtype=np.float32))
+    extra = [e.replace("HERE", str(tmp_path / "z.npy")) for e in extra]
+    code, _, stderr = _run_cli(capsys, "run", tiny_mrt, *extra)
+    assert code == 2
+    assert message in stderr and "Traceback" not in stderr
+
+
+# --- bench ------------------------------------------------------------------------
+
+
+def test_bench_json(tiny_mrt, capsys):
+    code, stdout, stderr = _run_cli(capsys, "bench", tiny_mrt, "--runs", "5", "--warmup", "1", "--dim", "N=2", "--json")
+    assert code == 0, stderr
+    r = json.loads(stdout)
+    m = r["minirt"]
+    assert r["inputs"] == {"x": {"dtype": "float32", "shape": [2, 4]}}
+    assert m["runs"] == 5 and 0 < m["min_s"] <= m["median_s"] <= m["p90_s"] <= m["max_s"]
+    assert m["load_s"] > 0 and m["nodes"] == 3 and m["overhead_per_node_us"] >= 0
+    assert m["peak_rss_bytes"] >= r["peak_rss_before_load_bytes"] > 1_000_000
+    assert "onnxruntime" not in r and "ratio" not in r
+
+
+def test_bench_text(tiny_mrt, capsys):
+    code, stdout, _ = _run_cli(capsys, "bench", tiny_mrt, "--runs", "3", "--threads", "1")
+    assert code == 0
+    for label in ("load", "median latency", "p90 latency", "per-node Python overhead", "peak RSS"):
+        assert label in stdout
+    assert "threads 1" in stdout
+
+
+def test_bench_compare_with_onnxruntime(digits_mrt, capsys):
+    pytest.importorskip("onnxruntime")
+    code, stdout, stderr = _run_cli(
+        capsys, "bench", digits_mrt, "--runs", "5", "--dim", "batch=4", "--threads", "1", "--compare", DIGITS_ONNX, "--json"
+    )
+    assert code == 0, stderr
+    r = json.loads(stdout)
+    assert r["onnxruntime"]["runs"] == r["minirt"]["runs"] == 5
+    assert r["ratio"] == pytest.approx(r["minirt"]["median_s"] / r["onnxruntime"]["median_s"])
+    assert set(r["max_abs_diff"]) == {"logits"}
+    assert r["max_abs_diff"]["logits"] <= 1e-4
+    assert r["peak_rss_end_bytes"] >= r["minirt"]["peak_rss_bytes"] > 0
+
+    code, stdout, _ = _run_cli(capsys, "bench", digits_mrt, "--runs", "3", "--compare", DIGITS_ONNX)
+    assert code == 0
+    assert re.search(r"latency ratio minirt/onnxruntime: [\d.]+x", stdout)
+    m = re.search(r"max abs diff logits: (\S+)", stdout)
+    assert m and float(m.group(1)) <= 1e-4
+
+
+def test_bench_compare_missing_model(tiny_mrt, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    code, _, stderr = _run_cli(capsys, "bench", tiny_mrt, "--runs", "1", "--compare", tmp_path / "nope.onnx")
+    assert code == 2 and "nope.onnx: no such file" in stderr
+
+
+def test_bench_rejects_zero_runs(tiny_mrt, capsys):
+    code, _, stderr = _run_cli(capsys, "bench", tiny_mrt, "--runs", "0")
+    assert code == 2 and "--runs" in stderr
+
+
+# --- demo, info, entry points -----------------------------------------------------
+
+
+def _accuracies(stdout: str) -> list[str]:
+    line = next(l for l in stdout.splitlines() if l.strip().startswith("accuracy"))
+    return re.findall(r"(\d+\.\d+ % \(\d+/\d+\))", line)
+
+
+def test_demo(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    code, stdout, stderr = _run_cli(capsys, "demo", "--runs", "2", "--out", tmp_path)
+    assert code == 0, stderr
+    mine, theirs = _accuracies(stdout)
+    assert mine == theirs
+    assert mine.endswith("/360)")
+    assert float(mine.split()[0]) > 95
+    assert "latency batch 1" in stdout and "latency batch 360" in stdout
+    assert re.search(r"model size .*\.mrt .*\.onnx", stdout)
+    diff = float(re.search(r"max abs logit difference minirt vs onnxruntime: (\S+)", stdout).group(1))
+    assert diff <= 1e-4
+    assert (tmp_path / "digits_cnn.mrt").is_file()
+
+
+def test_demo_without_onnxruntime_shows_minirt_only(tmp_path):
+    code = _without("onnxruntime") + "from minirt.cli import main\nsys.exit(main(['demo', '--runs', '1']))\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert len(_accuracies(proc.stdout)) == 1
+    assert "onnxruntime is not installed" in proc.stdout
+
+
+def test_info(capsys):
+    code, stdout, _ = _run_cli(capsys, "info")
+    assert code == 0
+    assert f"minirt          {minirt.__version__}" in stdout
+    assert re.search(r"^numpy\s+" + re.escape(np.__version__), stdout, re.M)
+    assert re.search(r"^providers\s+cpu", stdout, re.M)
+    assert re.search(r"^builder extra\s+onnx \S+, onnx_ir \S+", stdout, re.M)
+    assert "native kernels  not built (numpy kernels)" in stdout
+
+
+def test_no_command_prints_usage(capsys):
+    code, _, stderr = _run_cli(capsys)
+    assert code == 2 and "usage: minirt" in stderr
+
+
+def test_runtime_commands_work_without_onnx(tiny_mrt, tmp_path):
+    """inspect/run/bench/info on a device where neither onnx nor onnxruntime is installed."""
+    code = _NO_ONNX + (
+        "from minirt.cli import main\n"
+        f"art = {str(tiny_mrt)!r}\n"
+        "for argv in (['inspect', art], ['run', art], ['bench', art, '--runs', '2'], ['info']):\n"
+        "    assert main(argv) == 0, argv\n"
+        "leaked = sorted(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnx_ir', 'onnxruntime', 'builder')\n"
+        "                and sys.modules[m] is not None)\n"
+        "assert not leaked, leaked\n"
+        "assert main(['build', 'x.onnx']) == 2\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "onnxruntime     not installed" in proc.stdout
+    assert "minirt build: error: this command needs the builder extra" in proc.stderr
+
+
+def _entry_point() -> list[str]:
+    script = Path(sys.executable).with_name("minirt")
+    return [str(script)] if script.is_file() and os.access(script, os.X_OK) else [sys.executable, "-m", "minirt"]
+
+
+def test_entry_point_subprocess(tiny_mrt, tmp_path):
+    proc = subprocess.run([*_entry_point(), "inspect", str(tiny_mrt), "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["op_histogram"] == {"Add": 1, "MatMul": 1, "Relu": 1}
+
+    proc = subprocess.run([sys.executable, "-m", "minirt", "run", str(tmp_path / "missing.mrt")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"minirt run: error: {tmp_path / 'missing.mrt'}: no such file"
