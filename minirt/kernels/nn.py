@@ -1,0 +1,836 @@
+"""Neural-network kernels: convolution, pooling, normalisation, softmax family, dropout.
+
+Layout is always ONNX's channels-first ``(N, C, D1, ..., Dn)``; every
+windowed op (Conv, ConvTranspose, MaxPool, AveragePool) works for any number
+of spatial axes because the window geometry is computed per axis and the
+windows are read through strided views rather than hand-written loops.
+
+Conventions shared by every kernel here:
+
+* Results keep the ONNX output dtype.  float32 data is computed in float32
+  (Python-float attributes are converted with ``dtype.type(v)`` first);
+  float16 data of reductions/transcendentals is widened to float32 for the
+  computation and rounded back, as onnxruntime does.
+* Optional ONNX inputs are positional-only parameters defaulting to ``None``
+  so the registry does not mistake them for attributes.
+* Kernels with optional extra outputs register ``context=True`` and return
+  exactly ``ctx.n_outputs`` arrays (one when called without a context).
+* This is an inference runtime: training-only behaviour (BatchNormalization
+  ``training_mode=1``, Dropout in training mode with a non-zero ratio) is
+  rejected with ``ValueError``.  The legacy ``is_test`` flag of opsets < 7
+  defaulted to 0 and exporters routinely left it unset on inference graphs,
+  so it is accepted and ignored rather than rejected.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from minirt.kernels.registry import NodeContext, kernel
+
+_AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _n_outputs(ctx: NodeContext | None) -> int:
+    return 1 if ctx is None else ctx.n_outputs
+
+
+def _axis(op: str, axis: int, rank: int) -> int:
+    """``axis`` normalised to ``[0, rank)``; ONNX allows ``[-rank, rank)``."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"{op}: axis {axis} out of range for rank-{rank} input")
+    return axis + rank if axis < 0 else axis
+
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    """float16/bfloat-ish inputs are computed in float32; float32/64 as themselves."""
+    return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+
+
+def _per_axis(op: str, name: str, values, nd: int, default: int) -> tuple:
+    if not values:
+        return (default,) * nd
+    if len(values) != nd:
+        raise ValueError(f"{op}: {name} has {len(values)} values, expected {nd} (one per spatial axis)")
+    out = tuple(int(v) for v in values)
+    if min(out) < 1:
+        raise ValueError(f"{op}: {name} must be >= 1, got {list(out)}")
+    return out
+
+
+def _check_rank(op: str, x: np.ndarray) -> int:
+    if x.ndim < 3:
+        raise ValueError(f"{op}: input must be (N, C, D1, ...) with at least one spatial axis, got shape {x.shape}")
+    return x.ndim - 2
+
+
+def _geometry(op: str, in_sp: tuple, k: tuple, s: tuple, d: tuple, pads, auto_pad: str, ceil_mode: int = 0):
+    """Output spatial shape and begin/end padding of a sliding-window op.
+
+    Returns ``(out, pad_begin, pad_end)``.  ``pad_end`` is the (explicit or
+    automatic) padding; with ``ceil_mode`` the last window may still reach past
+    it, which callers handle by padding up to what the windows actually read.
+    """
+    nd = len(in_sp)
+    eff = tuple((ki - 1) * di + 1 for ki, di in zip(k, d))
+    if auto_pad == "NOTSET" or auto_pad == "VALID":
+        if auto_pad == "VALID" or not pads:
+            pb = pe = (0,) * nd
+        else:
+            if len(pads) != 2 * nd:
+                raise ValueError(
+                    f"{op}: pads has {len(pads)} values, expected {2 * nd} (begin and end per spatial axis)"
+                )
+            pads = tuple(int(p) for p in pads)
+            if min(pads) < 0:
+                raise ValueError(f"{op}: negative pads {list(pads)} are not supported")
+            pb, pe = pads[:nd], pads[nd:]
+        out = []
+        for i in range(nd):
+            span = in_sp[i] + pb[i] + pe[i] - eff[i]
+            if span < 0:
+                raise ValueError(
+                    f"{op}: window of extent {eff[i]} (kernel {k[i]}, dilation {d[i]}) is larger than "
+                    f"padded spatial axis {i} of size {in_sp[i] + pb[i] + pe[i]}"
+                )
+            if ceil_mode:
+                o = -(-span // s[i]) + 1
+                # A window that would start inside the end padding is dropped
+                # (onnxruntime / PyTorch rule), so every window sees real data.
+                if (o - 1) * s[i] >= in_sp[i] + pb[i]:
+                    o -= 1
+            else:
+                o = span // s[i] + 1
+            out.append(o)
+        return tuple(out), pb, pe
+    if auto_pad == "SAME_UPPER" or auto_pad == "SAME_LOWER":
+        out = tuple(-(-n // si) for n, si in zip(in_sp, s))
+        total = [max(0, (o - 1) * si + e - n) for o, si, e, n in zip(out, s, eff, in_sp)]
+        if auto_pad == "SAME_UPPER":  # odd padding: the extra element goes at the end
+            pb = tuple(t // 2 for t in total)
+        else:
+            pb = tuple(t - t // 2 for t in total)
+        pe = tuple(t - b for t, b in zip(total, pb))
+        return out, pb, pe
+    raise ValueError(f"{op}: unsupported auto_pad {auto_pad!r}; expected one of {', '.join(_AUTO_PADS)}")
+
+
+def _pad_for_windows(x: np.ndarray, out: tuple, k: tuple, s: tuple, d: tuple, pb: tuple, value) -> np.ndarray:
+    """``x`` padded so every window ``(out, k, s, d)`` starting at ``-pb`` is in bounds.
+
+    The end padding is exactly what the last window reads (which may be less
+    than the declared end padding, or more in ceil mode), so nothing is copied
+    for unpadded inputs.
+    """
+    in_sp = x.shape[2:]
+    need = tuple((o - 1) * si + (ki - 1) * di + 1 for o, ki, si, di in zip(out, k, s, d))
+    end = tuple(max(0, n - b - i) for n, b, i in zip(need, pb, in_sp))
+    if not any(pb) and not any(end):
+        return x
+    xp = np.full(x.shape[:2] + tuple(b + i + e for b, i, e in zip(pb, in_sp, end)), value, dtype=x.dtype)
+    xp[(slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(pb, in_sp))] = x
+    return xp
+
+
+def _tap_slices(k: tuple, s: tuple, d: tuple, out: tuple) -> list:
+    """For each kernel tap (row-major over ``k``), the index selecting its input for all outputs."""
+    taps = []
+    for t in itertools.product(*(range(ki) for ki in k)):
+        taps.append(
+            (slice(None), slice(None))
+            + tuple(slice(ti * di, ti * di + (o - 1) * si + 1, si) for ti, di, si, o in zip(t, d, s, out))
+        )
+    return taps
+
+
+def _windows(xp: np.ndarray, out: tuple, k: tuple, s: tuple, d: tuple) -> np.ndarray:
+    """Read-only view ``(N, C, *out, *k)`` of the sliding windows of padded ``xp``.
+
+    Invariant (guaranteed by :func:`_pad_for_windows`): for every axis
+    ``(out-1)*s + (k-1)*d < xp.shape[axis]``, so the view never leaves ``xp``.
+    """
+    sp = xp.strides[2:]
+    shape = xp.shape[:2] + out + k
+    strides = xp.strides[:2] + tuple(a * b for a, b in zip(sp, s)) + tuple(a * b for a, b in zip(sp, d))
+    return as_strided(xp, shape, strides, writeable=False)
+
+
+def _pad_value_min(dtype: np.dtype):
+    if dtype.kind == "f":
+        return -np.inf
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min
+    raise ValueError(f"unsupported dtype {dtype} for max pooling")
+
+
+# --------------------------------------------------------------------------- convolution
+
+
+def _depthwise(xp: np.ndarray, w: np.ndarray, out: tuple, k: tuple, s: tuple, d: tuple) -> np.ndarray:
+    """Depthwise convolution of padded ``xp`` (N, C, *Dp) with per-channel taps ``w`` (C, K)."""
+    n, c = xp.shape[:2]
+    nd = len(out)
+    kk = w.shape[1]
+    if all(si == 1 for si in s):
+        # Stride 1: work on each channel's flattened padded plane.  Output q of
+        # the "wide" plane (padded row length, garbage past each row's end)
+        # reads xp_flat[q + offset(tap)], so every tap is one long contiguous
+        # slice; that is ~2x faster than short per-row strided slices.  The
+        # largest index read equals the last window's last element, which
+        # _pad_for_windows guarantees is inside xp.
+        xp = np.ascontiguousarray(xp)
+        dp = xp.shape[2:]
+        plane = [math.prod(dp[a + 1 :]) for a in range(nd)]
+        length = sum((o - 1) * p for o, p in zip(out, plane)) + 1
+        wide = np.empty((n, c, out[0] * plane[0]), dtype=xp.dtype)
+        acc = wide[:, :, :length]
+        tmp = np.empty_like(acc)
+        xf = xp.reshape(n, c, -1)
+        wt = np.ascontiguousarray(w.T).reshape(kk, c, 1)
+        for i, t in enumerate(itertools.product(*(range(ki) for ki in k))):
+            off = sum(ti * di * p for ti, di, p in zip(t, d, plane))
+            if i == 0:
+                np.multiply(xf[:, :, off : off + length], wt[0], out=acc)
+            else:
+                np.multiply(xf[:, :, off : off + length], wt[i], out=tmp)
+                acc += tmp
+        y = wide.reshape((n, c, out[0]) + dp[1:])
+        return np.ascontiguousarray(y[(slice(None), slice(None), slice(None)) + tuple(slice(0, o) for o in out[1:])])
+    wt = np.ascontiguousarray(w.T).reshape((kk, c) + (1,) * nd)
+    y = np.empty((n, c) + out, dtype=xp.dtype)
+    tmp = np.empty_like(y)
+    for i, sl in enumerate(_tap_slices(k, s, d, out)):
+        if i == 0:
+            np.multiply(xp[sl], wt[0], out=y)
+        else:
+            np.multiply(xp[sl], wt[i], out=tmp)
+            y += tmp
+    return y
+
+
+@kernel("Conv", since=1)
+def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=()):
+    nd = _check_rank("Conv", x)
+    if w.ndim != x.ndim:
+        raise ValueError(f"Conv: weight rank {w.ndim} (shape {w.shape}) does not match input rank {x.ndim}")
+    if x.dtype != w.dtype:
+        raise ValueError(f"Conv: input dtype {x.dtype} and weight dtype {w.dtype} differ")
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    k = w.shape[2:]
+    if group < 1 or c % group or m % group or cg * group != c:
+        raise ValueError(
+            f"Conv: group={group} incompatible with {c} input channels and weight shape {w.shape} "
+            f"(need C_in == group * W.shape[1] and group dividing C_out)"
+        )
+    if kernel_shape and tuple(kernel_shape) != k:
+        raise ValueError(f"Conv: kernel_shape {list(kernel_shape)} does not match weight spatial shape {list(k)}")
+    s = _per_axis("Conv", "strides", strides, nd, 1)
+    d = _per_axis("Conv", "dilations", dilations, nd, 1)
+    out, pb, _ = _geometry("Conv", x.shape[2:], k, s, d, pads, auto_pad)
+    if b is not None and b.shape != (m,):
+        raise ValueError(f"Conv: bias shape {b.shape} must be ({m},)")
+    if x.dtype.itemsize < 4:
+        # float16: numpy has no half-precision BLAS; compute in float32, round once.
+        bf = None if b is None else b.astype(np.float32)
+        y = conv(x.astype(np.float32), w.astype(np.float32), bf, auto_pad=auto_pad, dilations=dilations,
+                 group=group, pads=pads, strides=strides)
+        return y.astype(x.dtype)
+    xp = _pad_for_windows(x, out, k, s, d, pb, 0)
+    p = math.prod(out)
+    kk = math.prod(k)
+
+    if kk == 1:
+        # 1x1 kernel: the "im2col" matrix is the (strided) input itself.
+        xs = xp[(slice(None), slice(None)) + tuple(slice(0, (o - 1) * si + 1, si) for o, si in zip(out, s))]
+        cols = xs.reshape(n, group, cg, p)
+        y = np.matmul(w.reshape(group, m // group, cg), cols)
+    elif group == c and cg == 1 and m == c:
+        # Depthwise: one multiply-accumulate per kernel tap over all channels
+        # at once beats C tiny (1 x K) @ (K x P) matrix products.
+        y = _depthwise(xp, w.reshape(c, kk), out, k, s, d)
+        if b is not None:
+            y += b.reshape((m,) + (1,) * nd)
+        return y
+    else:
+        # im2col: (N, C, *out, *k) window view -> one contiguous copy laid out
+        # (N, group, Cg*K, P) so a single batched matmul covers every group.
+        win = _windows(xp, out, k, s, d)
+        perm = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
+        cols = win.transpose(perm).reshape(n, group, cg * kk, p)
+        y = np.matmul(w.reshape(group, m // group, cg * kk), cols)
+    y = y.reshape((n, m) + out)
+    if b is not None:
+        y += b.reshape((m,) + (1,) * nd)
+    return y
+
+
+def _split_transpose_pads(total: list, auto_pad: str) -> tuple:
+    """Begin padding when ConvTranspose derives its pads from a target size.
+
+    An odd total puts the extra element at the end for SAME_UPPER and at the
+    beginning otherwise (SAME_LOWER, and NOTSET with ``output_shape``), which
+    is what onnxruntime does.
+    """
+    if auto_pad == "SAME_UPPER":
+        return tuple(t // 2 for t in total)
+    return tuple(t - t // 2 for t in total)
+
+
+def _conv_transpose_pads(in_sp, k, s, d, op_, pads, output_shape, auto_pad):
+    """ConvTranspose output size and begin padding per axis (onnxruntime's rules)."""
+    nd = len(in_sp)
+    full = tuple((i - 1) * si + (ki - 1) * di + 1 + a for i, ki, si, di, a in zip(in_sp, k, s, d, op_))
+    if auto_pad not in _AUTO_PADS:
+        raise ValueError(f"ConvTranspose: unsupported auto_pad {auto_pad!r}; expected one of {', '.join(_AUTO_PADS)}")
+    if output_shape:
+        shape = tuple(int(v) for v in output_shape)
+        if len(shape) == nd + 2:  # some exporters include N and C
+            shape = shape[2:]
+        if len(shape) != nd:
+            raise ValueError(f"ConvTranspose: output_shape {list(output_shape)} must have {nd} spatial values")
+        total = [max(0, f - o) for f, o in zip(full, shape)]
+        return shape, _split_transpose_pads(total, auto_pad)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        shape = tuple(i * si for i, si in zip(in_sp, s))
+        total = [max(0, f - o) for f, o in zip(full, shape)]
+        return shape, _split_transpose_pads(total, auto_pad)
+    if auto_pad == "VALID" or not pads:
+        return full, (0,) * nd
+    if len(pads) != 2 * nd:
+        raise ValueError(f"ConvTranspose: pads has {len(pads)} values, expected {2 * nd}")
+    pads = tuple(int(v) for v in pads)
+    if min(pads) < 0:
+        raise ValueError(f"ConvTranspose: negative pads {list(pads)} are not supported")
+    shape = tuple(f - pads[i] - pads[nd + i] for i, f in enumerate(full))
+    if min(shape) < 1:
+        raise ValueError(f"ConvTranspose: pads {list(pads)} leave an empty output (full size {list(full)})")
+    return shape, pads[:nd]
+
+
+@kernel("ConvTranspose", since=1)
+def conv_transpose(
+    x,
+    w,
+    b=None,
+    /,
+    *,
+    auto_pad="NOTSET",
+    dilations=(),
+    group=1,
+    kernel_shape=(),
+    output_padding=(),
+    output_shape=(),
+    pads=(),
+    strides=(),
+):
+    nd = _check_rank("ConvTranspose", x)
+    if w.ndim != x.ndim:
+        raise ValueError(f"ConvTranspose: weight rank {w.ndim} (shape {w.shape}) does not match input rank {x.ndim}")
+    if x.dtype != w.dtype:
+        raise ValueError(f"ConvTranspose: input dtype {x.dtype} and weight dtype {w.dtype} differ")
+    n, c = x.shape[:2]
+    in_sp = x.shape[2:]
+    mg = w.shape[1]
+    k = w.shape[2:]
+    if group < 1 or w.shape[0] != c or c % group:
+        raise ValueError(
+            f"ConvTranspose: weight shape {w.shape} and group={group} incompatible with {c} input channels "
+            f"(need W.shape[0] == C_in and group dividing C_in)"
+        )
+    if kernel_shape and tuple(kernel_shape) != k:
+        raise ValueError(f"ConvTranspose: kernel_shape {list(kernel_shape)} does not match weight shape {list(k)}")
+    m = mg * group
+    cg = c // group
+    s = _per_axis("ConvTranspose", "strides", strides, nd, 1)
+    d = _per_axis("ConvTranspose", "dilations", dilations, nd, 1)
+    if output_padding:
+        if len(output_padding) != nd or min(output_padding) < 0:
+            raise ValueError(f"ConvTranspose: output_padding {list(output_padding)} must be {nd} values >= 0")
+        op_ = tuple(int(v) for v in output_padding)
+    else:
+        op_ = (0,) * nd
+    if b is not None and b.shape != (m,):
+        raise ValueError(f"ConvTranspose: bias shape {b.shape} must be ({m},)")
+    out, pb = _conv_transpose_pads(in_sp, k, s, d, op_, pads, output_shape, auto_pad)
+    if x.dtype.itemsize < 4:
+        # float16: compute in float32 (numpy has no half-precision BLAS), round once.
+        bf = None if b is None else b.astype(np.float32)
+        y = conv_transpose(x.astype(np.float32), w.astype(np.float32), bf, auto_pad=auto_pad, dilations=dilations,
+                           group=group, output_padding=output_padding, output_shape=output_shape, pads=pads,
+                           strides=strides)
+        return y.astype(x.dtype)
+    kk = math.prod(k)
+
+    # cols[n, g*Mg + j, *tap, *pos] = sum_c W[g*Cg + c, j, *tap] * X[n, g*Cg + c, *pos]
+    wg = w.reshape(group, cg, mg * kk).transpose(0, 2, 1)
+    cols = np.matmul(wg, x.reshape(n, group, cg, math.prod(in_sp)))
+    cols = cols.reshape((n, m) + k + in_sp)
+    # col2im: every tap adds its contribution at stride-spaced output positions.
+    # The buffer covers both the full transposed-conv extent and the requested
+    # output window (output_shape may ask for more than the data reaches).
+    span = tuple((i - 1) * si + 1 for i, si in zip(in_sp, s))
+    size = tuple(max((ki - 1) * di + sp, b_ + o) for ki, di, sp, b_, o in zip(k, d, span, pb, out))
+    full = np.zeros((n, m) + size, dtype=x.dtype)
+    for t in itertools.product(*(range(ki) for ki in k)):
+        dst = (slice(None), slice(None)) + tuple(
+            slice(ti * di, ti * di + sp, si) for ti, di, sp, si in zip(t, d, span, s)
+        )
+        full[dst] += cols[(slice(None), slice(None)) + t]
+    y = full[(slice(None), slice(None)) + tuple(slice(b_, b_ + o) for b_, o in zip(pb, out))]
+    if b is not None:
+        return y + b.reshape((m,) + (1,) * nd)
+    return np.ascontiguousarray(y)
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def _check_pool_pads(op: str, pb: tuple, pe: tuple, k: tuple) -> None:
+    # Padding at least as large as the kernel would create windows holding
+    # nothing but padding (-inf maxima, zero averaging counts); onnxruntime
+    # rejects such models too.
+    if any(p >= ki for p, ki in zip(pb, k)) or any(p >= ki for p, ki in zip(pe, k)):
+        raise ValueError(f"{op}: pads {list(pb + pe)} must be smaller than kernel_shape {list(k)}")
+
+
+def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
+    nd = _check_rank("MaxPool", x)
+    if not kernel_shape:
+        raise ValueError("MaxPool: kernel_shape attribute is required")
+    k = _per_axis("MaxPool", "kernel_shape", kernel_shape, nd, 1)
+    s = _per_axis("MaxPool", "strides", strides, nd, 1)
+    d = _per_axis("MaxPool", "dilations", dilations, nd, 1)
+    if storage_order not in (0, 1):
+        raise ValueError(f"MaxPool: storage_order must be 0 or 1, got {storage_order}")
+    in_sp = x.shape[2:]
+    out, pb, pe = _geometry("MaxPool", in_sp, k, s, d, pads, auto_pad, ceil_mode)
+    if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
+        _check_pool_pads("MaxPool", pb, pe, k)
+    xp = _pad_for_windows(x, out, k, s, d, pb, _pad_value_min(x.dtype))
+    taps = _tap_slices(k, s, d, out)
+    if n_out < 2:
+        y = xp[taps[0]].copy()
+        for sl in taps[1:]:
+            np.maximum(y, xp[sl], out=y)
+        return y
+
+    # With Indices: track which tap won (first maximum wins, as in onnxruntime),
+    # then turn (output position, tap) into a flat index into X.
+    # The winning tap is tracked in the smallest integer type that holds the
+    # tap count, updated arithmetically (best += better * (i - best)): masked
+    # assignment (copyto/putmask/where) is an order of magnitude slower.
+    tdt = np.int8 if len(taps) <= 127 else np.int16 if len(taps) <= 32767 else np.int32
+    y = xp[taps[0]].copy()
+    best = np.zeros(y.shape, dtype=tdt)
+    for i, sl in enumerate(taps[1:], start=1):
+        v = xp[sl]
+        better = (v > y).view(np.int8).astype(tdt, copy=False)
+        np.maximum(y, v, out=y)
+        better *= tdt(i) - best
+        best += better
+    tap_coords = np.array(list(itertools.product(*(range(ki) for ki in k))), dtype=np.int64).reshape(-1, nd)
+    # Row-major (storage_order 0) or column-major (1) strides of the spatial block.
+    if storage_order == 0:
+        sp_strides = [math.prod(in_sp[a + 1 :]) for a in range(nd)]
+    else:
+        sp_strides = [math.prod(in_sp[:a]) for a in range(nd)]
+    n, c = x.shape[:2]
+    flat = (np.arange(n * c, dtype=np.int64) * math.prod(in_sp)).reshape((n, c) + (1,) * nd)
+    for a in range(nd):
+        pos = (np.arange(out[a], dtype=np.int64) * s[a] - pb[a]).reshape((-1,) + (1,) * (nd - 1 - a))
+        flat = flat + (pos + np.take(tap_coords[:, a] * d[a], best)) * sp_strides[a]
+    return y, flat
+
+
+@kernel("MaxPool", since=1)
+def max_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=()):
+    return _max_pool(x, 1, auto_pad, 0, (), kernel_shape, pads, 0, strides)
+
+
+@kernel("MaxPool", since=8, context=True)
+def max_pool_8(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), storage_order=0, strides=(), ctx=None):
+    return _max_pool(x, _n_outputs(ctx), auto_pad, 0, (), kernel_shape, pads, storage_order, strides)
+
+
+@kernel("MaxPool", since=10, context=True)
+def max_pool_10(
+    x,
+    /,
+    *,
+    auto_pad="NOTSET",
+    ceil_mode=0,
+    dilations=(),
+    kernel_shape=(),
+    pads=(),
+    storage_order=0,
+    strides=(),
+    ctx=None,
+):
+    return _max_pool(x, _n_outputs(ctx), auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides)
+
+
+def _window_counts(out: int, k: int, s: int, d: int, pb: int, lo: int, hi: int) -> np.ndarray:
+    """Per output position along one axis: how many taps land in ``[lo, hi)`` (input coordinates)."""
+    pos = np.arange(out)[:, None] * s - pb + np.arange(k)[None, :] * d
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)
+
+
+def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
+    nd = _check_rank("AveragePool", x)
+    if not kernel_shape:
+        raise ValueError("AveragePool: kernel_shape attribute is required")
+    if x.dtype.kind != "f":
+        raise ValueError(f"AveragePool: unsupported dtype {x.dtype}")
+    k = _per_axis("AveragePool", "kernel_shape", kernel_shape, nd, 1)
+    s = _per_axis("AveragePool", "strides", strides, nd, 1)
+    d = _per_axis("AveragePool", "dilations", dilations, nd, 1)
+    in_sp = x.shape[2:]
+    out, pb, pe = _geometry("AveragePool", in_sp, k, s, d, pads, auto_pad, ceil_mode)
+    if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
+        _check_pool_pads("AveragePool", pb, pe, k)
+    cdt = _compute_dtype(x.dtype)
+    xp = _pad_for_windows(x, out, k, s, d, pb, 0)
+    taps = _tap_slices(k, s, d, out)
+    y = xp[taps[0]].astype(cdt)
+    for sl in taps[1:]:
+        y += xp[sl]
+    # The divisor counts the taps inside the real input, or (count_include_pad)
+    # inside input + declared padding; positions only reached because of
+    # ceil_mode never count.  Without ceil_mode and with count_include_pad
+    # every window lies inside input + padding, so it is the kernel size.
+    if count_include_pad and not ceil_mode:
+        y *= cdt.type(1.0 / math.prod(k))
+    else:
+        count = None
+        for a in range(nd):
+            lo, hi = (-pb[a], in_sp[a] + pe[a]) if count_include_pad else (0, in_sp[a])
+            ca = _window_counts(out[a], k[a], s[a], d[a], pb[a], lo, hi)
+            ca = ca.reshape((-1,) + (1,) * (nd - 1 - a))
+            count = ca if count is None else count * ca
+        y /= count.astype(cdt)
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel("AveragePool", since=1)
+def average_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=()):
+    return _average_pool(x, auto_pad, 0, 0, (), kernel_shape, pads, strides)
+
+
+@kernel("AveragePool", since=7)
+def average_pool_7(x, /, *, auto_pad="NOTSET", count_include_pad=0, kernel_shape=(), pads=(), strides=()):
+    return _average_pool(x, auto_pad, 0, count_include_pad, (), kernel_shape, pads, strides)
+
+
+@kernel("AveragePool", since=10)
+def average_pool_10(x, /, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, kernel_shape=(), pads=(), strides=()):
+    return _average_pool(x, auto_pad, ceil_mode, count_include_pad, (), kernel_shape, pads, strides)
+
+
+@kernel("AveragePool", since=19)
+def average_pool_19(
+    x, /, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=(), kernel_shape=(), pads=(), strides=()
+):
+    return _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides)
+
+
+@kernel("GlobalAveragePool", since=1)
+def global_average_pool(x, /):
+    nd = _check_rank("GlobalAveragePool", x)
+    # np.mean accumulates float16 in float32 and returns the input dtype.
+    return np.asarray(x.mean(axis=tuple(range(2, 2 + nd)), keepdims=True), dtype=x.dtype)
+
+
+@kernel("GlobalMaxPool", since=1)
+def global_max_pool(x, /):
+    nd = _check_rank("GlobalMaxPool", x)
+    return np.asarray(x.max(axis=tuple(range(2, 2 + nd)), keepdims=True))
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def _batch_norm(x, scale, bias, mean, var, epsilon, n_out):
+    if x.ndim < 2:
+        raise ValueError(f"BatchNormalization: input must be (N, C, ...), got shape {x.shape}")
+    if n_out > 1:
+        raise ValueError(
+            f"BatchNormalization: node has {n_out} outputs; the extra outputs only exist in training mode, "
+            "which this inference runtime does not support"
+        )
+    c = x.shape[1]
+    cdt = _compute_dtype(x.dtype)
+    params = []
+    for name, p in (("scale", scale), ("B", bias), ("mean", mean), ("var", var)):
+        if p.shape == (c,):
+            p = p.reshape((c,) + (1,) * (x.ndim - 2))
+        elif p.shape != x.shape[1:]:  # spatial=0 (opset < 9): per-activation statistics
+            raise ValueError(f"BatchNormalization: {name} shape {p.shape} must be ({c},) or {x.shape[1:]}")
+        params.append(p.astype(cdt, copy=False))
+    scale, bias, mean, var = params
+    # Fold into y = x * a + b: two passes over x instead of four.
+    a = scale / np.sqrt(var + cdt.type(epsilon))
+    b = bias - mean * a
+    y = x * a.astype(x.dtype, copy=False)
+    y += b.astype(x.dtype, copy=False)
+    return y
+
+
+@kernel("BatchNormalization", since=1, context=True)
+def batch_norm_1(
+    x, scale, b, mean, var, /, *, consumed_inputs=(), epsilon=1e-5, is_test=0, momentum=0.9, spatial=1, ctx=None
+):
+    return _batch_norm(x, scale, b, mean, var, epsilon, _n_outputs(ctx))
+
+
+@kernel("BatchNormalization", since=6, context=True)
+def batch_norm_6(x, scale, b, mean, var, /, *, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1, ctx=None):
+    return _batch_norm(x, scale, b, mean, var, epsilon, _n_outputs(ctx))
+
+
+@kernel("BatchNormalization", since=7, context=True)
+def batch_norm_7(x, scale, b, mean, var, /, *, epsilon=1e-5, momentum=0.9, spatial=1, ctx=None):
+    return _batch_norm(x, scale, b, mean, var, epsilon, _n_outputs(ctx))
+
+
+@kernel("BatchNormalization", since=9, context=True)
+def batch_norm_9(x, scale, b, mean, var, /, *, epsilon=1e-5, momentum=0.9, ctx=None):
+    return _batch_norm(x, scale, b, mean, var, epsilon, _n_outputs(ctx))
+
+
+@kernel("BatchNormalization", since=14, context=True)
+def batch_norm_14(x, scale, b, mean, var, /, *, epsilon=1e-5, momentum=0.9, training_mode=0, ctx=None):
+    if training_mode:
+        raise ValueError("BatchNormalization: training_mode=1 is not supported by this inference runtime")
+    return _batch_norm(x, scale, b, mean, var, epsilon, _n_outputs(ctx))
+
+
+def _instance_norm(x, scale, bias, epsilon):
+    if x.ndim < 3:
+        raise ValueError(f"InstanceNormalization: input must be (N, C, D1, ...), got shape {x.shape}")
+    c = x.shape[1]
+    if scale.shape != (c,) or bias.shape != (c,):
+        raise ValueError(f"InstanceNormalization: scale {scale.shape} and B {bias.shape} must both be ({c},)")
+    cdt = _compute_dtype(x.dtype)
+    xc = x.astype(cdt, copy=False)
+    axes = tuple(range(2, x.ndim))
+    mean = xc.mean(axis=axes, keepdims=True)
+    centred = xc - mean
+    var = np.square(centred).mean(axis=axes, keepdims=True)
+    bshape = (c,) + (1,) * (x.ndim - 2)
+    a = scale.astype(cdt, copy=False).reshape(bshape) / np.sqrt(var + cdt.type(epsilon))
+    centred *= a
+    centred += bias.astype(cdt, copy=False).reshape(bshape)
+    return centred.astype(x.dtype, copy=False)
+
+
+@kernel("InstanceNormalization", since=1)
+def instance_norm_1(x, scale, b, /, *, consumed_inputs=(), epsilon=1e-5):
+    return _instance_norm(x, scale, b, epsilon)
+
+
+@kernel("InstanceNormalization", since=6)
+def instance_norm_6(x, scale, b, /, *, epsilon=1e-5):
+    return _instance_norm(x, scale, b, epsilon)
+
+
+@kernel("LayerNormalization", since=17, context=True)
+def layer_norm(x, scale, b=None, /, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=None):
+    ax = _axis("LayerNormalization", axis, x.ndim)
+    if stash_type == 1:
+        mdt = np.dtype(np.float32)
+    elif stash_type == 11:
+        mdt = np.dtype(np.float64)
+    else:
+        raise ValueError(f"LayerNormalization: unsupported stash_type {stash_type} (expected 1=float or 11=double)")
+    # Statistics are computed in at least the stash precision (a float64 input
+    # keeps float64, as onnxruntime does); Mean/InvStdDev are reported in it.
+    sdt = np.result_type(x.dtype, mdt)
+    xs = x.astype(sdt, copy=False)
+    axes = tuple(range(ax, x.ndim))
+    mean = xs.mean(axis=axes, keepdims=True)
+    centred = xs - mean
+    inv_std = np.square(centred).mean(axis=axes, keepdims=True)
+    inv_std += sdt.type(epsilon)
+    np.sqrt(inv_std, out=inv_std)
+    np.reciprocal(inv_std, out=inv_std)
+    centred *= inv_std
+    try:
+        # Scale and bias are applied in the statistics precision; one rounding
+        # to the input dtype at the end (a no-op for float32).
+        y = centred * scale
+        if b is not None:
+            y += b
+        if y.shape != x.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"LayerNormalization: Scale {scale.shape} / B {None if b is None else b.shape} do not broadcast "
+            f"to the input shape {x.shape}"
+        ) from None
+    y = y.astype(x.dtype, copy=False)
+    n_out = _n_outputs(ctx)
+    if n_out == 1:
+        return y
+    return (y, mean.astype(mdt, copy=False), inv_std.astype(mdt, copy=False))[:n_out]
+
+
+@kernel("LpNormalization", since=1)
+def lp_normalization(x, /, *, axis=-1, p=2):
+    ax = _axis("LpNormalization", axis, x.ndim)
+    cdt = _compute_dtype(x.dtype)
+    xc = x.astype(cdt, copy=False)
+    if p == 2:
+        norm = np.sqrt(np.square(xc).sum(axis=ax, keepdims=True))
+    elif p == 1:
+        norm = np.abs(xc).sum(axis=ax, keepdims=True)
+    else:
+        raise ValueError(f"LpNormalization: p must be 1 or 2, got {p}")
+    # An all-zero slice stays zero instead of becoming 0/0 = NaN.
+    norm[norm == 0] = 1
+    return (xc / norm).astype(x.dtype, copy=False)
+
+
+@kernel("LRN", since=1)
+def lrn(x, /, *, alpha=1e-4, beta=0.75, bias=1.0, size=0):
+    if size < 1:
+        raise ValueError(f"LRN: size attribute must be >= 1, got {size}")
+    if x.ndim < 3:
+        raise ValueError(f"LRN: input must be (N, C, D1, ...), got shape {x.shape}")
+    cdt = _compute_dtype(x.dtype)
+    xc = x.astype(cdt, copy=False)
+    sq = np.square(xc)
+    c = x.shape[1]
+    before = (size - 1) // 2
+    after = size - 1 - before  # ceil((size-1)/2)
+    # square_sum[c] = sum of sq over channels [c - before, c + after], clipped;
+    # one shifted add per window offset (size is small) keeps it vectorised.
+    total = sq.copy()
+    for off in range(1, before + 1):
+        if off < c:
+            total[:, off:] += sq[:, : c - off]
+    for off in range(1, after + 1):
+        if off < c:
+            total[:, : c - off] += sq[:, off:]
+    total *= cdt.type(alpha / size)
+    total += cdt.type(bias)
+    np.power(total, cdt.type(beta), out=total)
+    return (xc / total).astype(x.dtype, copy=False)
+
+
+# --------------------------------------------------------------------------- softmax family
+
+
+def _softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    if x.dtype.kind != "f":
+        raise ValueError(f"{'LogSoftmax' if log else 'Softmax'}: unsupported dtype {x.dtype}")
+    if x.size == 0:
+        return x.copy()
+    cdt = _compute_dtype(x.dtype)
+    xc = x.astype(cdt, copy=False)
+    # Subtracting the max keeps exp() finite; the result is invariant to it.
+    shifted = xc - xc.max(axis=axis, keepdims=True)
+    if log:
+        total = np.exp(shifted).sum(axis=axis, keepdims=True)
+        shifted -= np.log(total)
+        return shifted.astype(x.dtype, copy=False)
+    np.exp(shifted, out=shifted)
+    shifted /= shifted.sum(axis=axis, keepdims=True)
+    return shifted.astype(x.dtype, copy=False)
+
+
+def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    y = np.zeros_like(x)
+    if x.size:
+        # argmax picks the first maximum, as ONNX specifies.
+        np.put_along_axis(y, np.expand_dims(x.argmax(axis=axis), axis), 1, axis=axis)
+    return y
+
+
+def _coerce_2d(op: str, x: np.ndarray, axis: int) -> tuple:
+    """Opset < 13 semantics: view x as (prod(shape[:axis]), prod(shape[axis:]))."""
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input must have rank >= 1")
+    ax = _axis(op, axis, x.ndim)
+    return x.reshape(math.prod(x.shape[:ax]), math.prod(x.shape[ax:])), x.shape
+
+
+@kernel("Softmax", since=1)
+def softmax_1(x, /, *, axis=1):
+    x2, shape = _coerce_2d("Softmax", x, axis)
+    return _softmax(x2, 1, False).reshape(shape)
+
+
+@kernel("Softmax", since=13)
+def softmax_13(x, /, *, axis=-1):
+    return _softmax(x, _axis("Softmax", axis, x.ndim), False)
+
+
+@kernel("LogSoftmax", since=1)
+def log_softmax_1(x, /, *, axis=1):
+    x2, shape = _coerce_2d("LogSoftmax", x, axis)
+    return _softmax(x2, 1, True).reshape(shape)
+
+
+@kernel("LogSoftmax", since=13)
+def log_softmax_13(x, /, *, axis=-1):
+    return _softmax(x, _axis("LogSoftmax", axis, x.ndim), True)
+
+
+@kernel("Hardmax", since=1)
+def hardmax_1(x, /, *, axis=1):
+    x2, shape = _coerce_2d("Hardmax", x, axis)
+    return _hardmax(x2, 1).reshape(shape)
+
+
+@kernel("Hardmax", since=13)
+def hardmax_13(x, /, *, axis=-1):
+    return _hardmax(x, _axis("Hardmax", axis, x.ndim))
+
+
+# --------------------------------------------------------------------------- dropout
+
+
+def _dropout(x, n_out, mask_dtype):
+    # Inference: identity.  The input is returned as is (kernels never write
+    # into their inputs, so sharing the buffer is safe).
+    if n_out < 2:
+        return x
+    return x, np.ones(x.shape, dtype=mask_dtype)
+
+
+@kernel("Dropout", since=1, context=True)
+def dropout_1(x, /, *, consumed_inputs=(), is_test=0, ratio=0.5, ctx=None):
+    return _dropout(x, _n_outputs(ctx), x.dtype)
+
+
+@kernel("Dropout", since=6, context=True)
+def dropout_6(x, /, *, is_test=0, ratio=0.5, ctx=None):
+    return _dropout(x, _n_outputs(ctx), x.dtype)
+
+
+@kernel("Dropout", since=7, context=True)
+def dropout_7(x, /, *, ratio=0.5, ctx=None):
+    return _dropout(x, _n_outputs(ctx), x.dtype)
+
+
+@kernel("Dropout", since=10, context=True)
+def dropout_10(x, /, *, ratio=0.5, ctx=None):
+    return _dropout(x, _n_outputs(ctx), np.bool_)
+
+
+@kernel("Dropout", since=12, context=True)
+def dropout_12(x, ratio=None, training_mode=None, /, *, seed=0, ctx=None):
+    if training_mode is not None and bool(np.asarray(training_mode)):
+        r = 0.5 if ratio is None else float(np.asarray(ratio))
+        if r != 0.0:
+            raise ValueError(
+                f"Dropout: training_mode=True with ratio {r} (random dropout) is not supported "
+                "by this inference runtime"
+            )
+    return _dropout(x, _n_outputs(ctx), np.bool_)
