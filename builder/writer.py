@@ -133,6 +133,8 @@ class ArtifactWriter:
 
     def tensor(self, array: np.ndarray) -> int:
         arr = np.asarray(array)
+        if arr.dtype != object and not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if arr.dtype != object and arr.dtype not in NUMPY_TO_ONNX:
             raise ValueError(f"tensor dtype {arr.dtype} has no .mrt dtype code")
         self.tensors.append(arr)
@@ -315,12 +317,24 @@ class ArtifactWriter:
         return out
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(data: bytes | Iterable[bytes], path: str | os.PathLike) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".minirt-", suffix=".tmp", dir=folder)
     try:
+        # mkstemp creates the file 0600; an artifact gets the usual mode, or
+        # keeps the mode of the file it replaces.
+        if os.path.exists(path):
+            os.fchmod(fd, os.stat(path).st_mode & 0o777)
+        else:
+            os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as f:
             if isinstance(data, (bytes, bytearray, memoryview)):
                 f.write(data)

@@ -153,10 +153,26 @@ class _Plan:
         art, graph = self.artifact, self.graph
         keep = set(graph.outputs)
         last_use: dict[int, int] = {}
+        slot_of = {info.name: j for j, info in enumerate(graph.values)}
         for i, node in enumerate(graph.nodes):
             for v in node.inputs:
                 if v >= 0:
                     last_use[v] = i
+            # A subgraph reads its captures from this graph's slots while the
+            # node holding it runs, so they stay alive until then.
+            for attr in node.attributes.values():
+                if attr.kind == S.ATTR_GRAPH:
+                    subs = (attr.value,)
+                elif attr.kind == S.ATTR_GRAPHS:
+                    subs = attr.value
+                else:
+                    continue
+                for si in subs:
+                    sub = art.graphs[si]
+                    for v in sub.captures:
+                        slot = slot_of.get(sub.values[v].name)
+                        if slot is not None:
+                            last_use[slot] = i
         frees_at: dict[int, list[int]] = {}
         constant_slots = {v for v, _ in graph.initializers} | set(graph.captures)
         for v, i in last_use.items():
@@ -410,6 +426,7 @@ class Session:
                 out_slots.append(self._output_slot[name])
         env = self._plan.new_env()
         self._bind_inputs(env, input_feed)
+        fed = [a for a in input_feed.values() if isinstance(a, np.ndarray)]
         if profile is None:
             self._plan.execute(env)
         else:
@@ -419,9 +436,10 @@ class Session:
             r = env[v]
             if not isinstance(r, np.ndarray):
                 r = np.asarray(r)
-            elif v not in self._produced or not r.flags.writeable:
+            elif v not in self._produced or not r.flags.writeable or any(np.may_share_memory(r, a) for a in fed):
                 # Inputs, initializers (views of the mapped file) and kernel
-                # results that alias them must not leak out as shared buffers.
+                # results that alias them (Identity, Reshape views) must not
+                # leak out as buffers shared with the caller or the file.
                 r = r.copy()
             results.append(r)
         if profile is not None:
