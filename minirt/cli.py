@@ -169,7 +169,8 @@ def _ort_feed(ort_session, feed: dict) -> dict:
 def _make_feed(session: minirt.Session, args: argparse.Namespace) -> dict[str, np.ndarray]:
     given = tool_inputs.load_input_specs(args.input)
     dims = tool_inputs.parse_dim_specs(args.dim)
-    return tool_inputs.make_feed(session.get_inputs(), given, dims, seed=args.seed)
+    shapes = tool_inputs.parse_shape_specs(args.shape)
+    return tool_inputs.make_feed(session.get_inputs(), given, dims, seed=args.seed, shapes=shapes)
 
 
 def _positive(value: str) -> int:
@@ -535,6 +536,8 @@ def _add_feed_options(p: argparse.ArgumentParser) -> None:
                    help="take input NAME from a .npy file (or a .npz holding NAME); repeatable; others are random")
     p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N",
                    help="size of a symbolic dimension for random inputs (default 1); repeatable")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=DIMxDIM...",
+                   help="full shape of random input NAME, e.g. x=1x3x48x192 (for unknown dims); repeatable")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--threads", type=_positive, default=None, help="kernel threads (default: library default)")
 

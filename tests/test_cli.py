@@ -210,6 +210,12 @@ def test_run_symbolic_dims_default_to_one(digits_mrt, capsys):
     assert "image  float32[1, 1, 8, 8]" in stdout and "logits  float32[1, 10]" in stdout
 
 
+def test_run_shape_option_sets_a_full_random_shape(digits_mrt, capsys):
+    code, stdout, _ = _run_cli(capsys, "run", digits_mrt, "--shape", "image=3x1x8x8")
+    assert code == 0
+    assert "image  float32[3, 1, 8, 8]" in stdout and "logits  float32[3, 10]" in stdout
+
+
 def test_run_with_input_file_and_save(tiny_mrt, tmp_path, capsys):
     x = np.random.default_rng(7).standard_normal((6, 4)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -247,6 +253,8 @@ def test_run_wrong_dtype_is_the_sessions_message(tiny_mrt, tmp_path, capsys):
         (["--input", "z=HERE"], "unknown input name 'z'"),
         (["--dim", "N=two"], "'two' is not an integer"),
         (["--dim", "batch=2"], "--dim names ['batch']"),
+        (["--shape", "y=1x4"], "--shape names ['y']"),
+        (["--shape", "x=1xfour"], "is not a list of integers"),
     ],
 )
 def test_run_bad_arguments(tiny_mrt, tmp_path, capsys, extra, message):

@@ -61,6 +61,21 @@ def parse_dim_specs(specs: Iterable[str] | None) -> dict[str, int]:
     return out
 
 
+def parse_shape_specs(specs: Iterable[str] | None) -> dict[str, tuple[int, ...]]:
+    """``["x=1x3x48x192"]`` -> ``{"x": (1, 3, 48, 192)}`` (``--shape``)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs or ():
+        name, value = _split_spec(spec, "--shape", "NAME=DIMxDIM..., e.g. x=1x3x48x192")
+        try:
+            shape = tuple(int(d) for d in value.split("x")) if value else ()
+        except ValueError:
+            raise InvalidArgument(f"--shape {spec!r}: {value!r} is not a list of integers joined by 'x'") from None
+        if any(d < 0 for d in shape):
+            raise InvalidArgument(f"--shape {spec!r}: dimensions must be >= 0")
+        out[name] = shape
+    return out
+
+
 def load_array(path: str, name: str) -> np.ndarray:
     """Read input ``name`` from a ``.npy`` file (or from a ``.npz`` holding ``name`` or a single array)."""
     if not os.path.exists(path):
@@ -140,6 +155,7 @@ def make_feed(
     given: Mapping[str, np.ndarray] | None = None,
     dims: Mapping[str, int] | None = None,
     seed: int | None = 0,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> dict[str, np.ndarray]:
     """A feed for inputs ``args`` (``session.get_inputs()``): ``given`` arrays plus random ones.
 
@@ -148,6 +164,11 @@ def make_feed(
     """
     given = dict(given or {})
     dims = dict(dims or {})
+    shapes = dict(shapes or {})
+    names = {a.name for a in args}
+    stray = sorted(set(shapes) - names)
+    if stray:
+        raise InvalidArgument(f"--shape names {stray}, but the model's inputs are {sorted(names)}")
     symbols = {d for a in args if a.shape is not None for d in a.shape if isinstance(d, str)}
     unknown = sorted(set(dims) - symbols)
     if unknown:
@@ -159,6 +180,8 @@ def make_feed(
     for arg in args:
         if arg.name in given:
             feed[arg.name] = given.pop(arg.name)
+        elif arg.name in shapes:
+            feed[arg.name] = random_array(shapes[arg.name], input_dtype(arg), rng)
         else:
             feed[arg.name] = random_array(resolve_shape(arg, resolved), input_dtype(arg), rng)
     feed.update(given)  # unknown names: the session names the model's real inputs
