@@ -1,0 +1,1 @@
+"""ONNX backend conformance: minirt run against the onnx package's node test cases."""
