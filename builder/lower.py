@@ -17,6 +17,7 @@ import onnx_ir as ir
 
 from builder.errors import UnsupportedModel
 from builder.writer import ArtifactWriter, GraphRecord
+from minirt.dtypes import onnx_code
 from minirt.format import schema as S
 
 _ATTR_KIND = {
@@ -52,6 +53,20 @@ def _shape(value: ir.Value) -> tuple | None:
     return tuple(dims)
 
 
+def _value_kind(value: ir.Value) -> int:
+    t = value.type
+    if isinstance(t, ir.SequenceType):
+        return S.VALUE_SEQUENCE
+    if isinstance(t, ir.OptionalType):
+        return S.VALUE_OPTIONAL_SEQUENCE if isinstance(t.elem_type, ir.SequenceType) else S.VALUE_OPTIONAL
+    return S.VALUE_TENSOR
+
+
+def _declare(rec: GraphRecord, value: ir.Value) -> int:
+    """Index of ``value`` in ``rec``, recording its dtype, shape and kind."""
+    return rec.value(value.name, _dtype_code(value), _shape(value), _value_kind(value))
+
+
 def _tensor_array(tensor, where: str) -> np.ndarray:
     try:
         arr = tensor.numpy()
@@ -59,10 +74,11 @@ def _tensor_array(tensor, where: str) -> np.ndarray:
         raise UnsupportedModel(f"{where}: cannot read tensor data ({type(exc).__name__}: {exc})") from None
     if arr.dtype.kind in "US":
         arr = arr.astype(object)
-    if arr.dtype != object and arr.dtype.kind not in "fiub":
-        raise UnsupportedModel(f"{where}: tensor element type {tensor.dtype} is not supported by minirt")
-    if arr.dtype.kind == "f" and arr.dtype.itemsize not in (2, 4, 8) or str(arr.dtype) in ("bfloat16",):
-        raise UnsupportedModel(f"{where}: tensor element type {tensor.dtype} is not supported by minirt")
+    if arr.dtype != object:
+        try:
+            onnx_code(arr.dtype)
+        except ValueError:
+            raise UnsupportedModel(f"{where}: tensor element type {tensor.dtype} is not supported by minirt") from None
     return arr
 
 
@@ -99,7 +115,7 @@ def lower_model(model: ir.Model, writer: ArtifactWriter) -> None:
 def _lower_graph(graph: ir.Graph, writer: ArtifactWriter, opsets: dict, captures) -> int:
     index, rec = writer.graph(graph.name or f"graph{len(writer.graphs)}")
     for v in graph.inputs:
-        rec.inputs.append(rec.value(v.name, _dtype_code(v), _shape(v)))
+        rec.inputs.append(_declare(rec, v))
     for name, v in graph.initializers.items():
         if v.const_value is None:
             raise UnsupportedModel(f"graph {graph.name!r}: initializer {name!r} has no data")
@@ -110,7 +126,7 @@ def _lower_graph(graph: ir.Graph, writer: ArtifactWriter, opsets: dict, captures
     for node in graph:
         _lower_node(node, rec, writer, opsets)
     for v in graph.outputs:
-        rec.outputs.append(rec.value(v.name, _dtype_code(v), _shape(v)))
+        rec.outputs.append(_declare(rec, v))
     return index
 
 
@@ -119,13 +135,17 @@ def _lower_node(node: ir.Node, rec: GraphRecord, writer: ArtifactWriter, opsets:
     opset = node.version if node.version is not None else opsets.get(domain, opsets.get("ai.onnx", 1))
     op_index = writer.operator(domain, node.op_type, int(opset))
     where = f"node {node.name!r} ({node.op_type})"
-    inputs = [-1 if v is None else rec.value(v.name, _dtype_code(v), _shape(v)) for v in node.inputs]
+    inputs = [-1 if v is None else _declare(rec, v) for v in node.inputs]
     # Trailing absent optional inputs carry no information.
     while inputs and inputs[-1] == -1:
         inputs.pop()
-    outputs = [rec.value(v.name, _dtype_code(v), _shape(v)) if v.name else -1 for v in node.outputs]
+    outputs = [_declare(rec, v) if v.name else -1 for v in node.outputs]
     attributes = []
     for name, attr in node.attributes.items():
+        if attr.type in (ir.AttributeType.TYPE_PROTO, ir.AttributeType.TYPE_PROTOS):
+            # Pure type annotations (Optional's `type`): the runtime takes
+            # types from the values themselves, so nothing is lost.
+            continue
         kind = _ATTR_KIND.get(attr.type)
         if kind is None or getattr(attr, "is_ref", lambda: False)():
             raise UnsupportedModel(f"{where}: attribute {name!r} of type {attr.type.name} is not supported")

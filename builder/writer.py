@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from minirt.dtypes import NUMPY_TO_ONNX
+from minirt.dtypes import onnx_code
 from minirt.format import schema as S
 
 
@@ -67,7 +67,7 @@ class GraphRecord:
 
     def __init__(self, name: str):
         self.name = name
-        self.values: list[tuple[str, int, tuple | None]] = []
+        self.values: list[tuple[str, int, tuple | None, int]] = []
         self._index: dict[str, int] = {}
         self.inputs: list[int] = []
         self.outputs: list[int] = []
@@ -75,19 +75,22 @@ class GraphRecord:
         self.captures: list[int] = []
         self.nodes: list[tuple] = []
 
-    def value(self, name: str, dtype: int = S.DTYPE_UNDEFINED, shape: Sequence | None = None) -> int:
-        """Index of value ``name``, declaring it on first use."""
+    def value(
+        self, name: str, dtype: int = S.DTYPE_UNDEFINED, shape: Sequence | None = None, kind: int = S.VALUE_TENSOR
+    ) -> int:
+        """Index of value ``name``, declaring it on first use (later calls may fill in type facts)."""
         idx = self._index.get(name)
         if idx is None:
             idx = len(self.values)
             self._index[name] = idx
-            self.values.append((name, dtype, None if shape is None else tuple(shape)))
-        elif dtype != S.DTYPE_UNDEFINED or shape is not None:
-            old_name, old_dtype, old_shape = self.values[idx]
+            self.values.append((name, dtype, None if shape is None else tuple(shape), kind))
+        elif dtype != S.DTYPE_UNDEFINED or shape is not None or kind != S.VALUE_TENSOR:
+            old_name, old_dtype, old_shape, old_kind = self.values[idx]
             self.values[idx] = (
                 old_name,
                 dtype if dtype != S.DTYPE_UNDEFINED else old_dtype,
                 tuple(shape) if shape is not None else old_shape,
+                kind if kind != S.VALUE_TENSOR else old_kind,
             )
         return idx
 
@@ -135,8 +138,11 @@ class ArtifactWriter:
         arr = np.asarray(array)
         if arr.dtype != object and not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))
-        if arr.dtype != object and arr.dtype not in NUMPY_TO_ONNX:
-            raise ValueError(f"tensor dtype {arr.dtype} has no .mrt dtype code")
+        if arr.dtype != object:
+            try:
+                onnx_code(arr.dtype)
+            except ValueError:
+                raise ValueError(f"tensor dtype {arr.dtype} has no .mrt dtype code") from None
         self.tensors.append(arr)
         return len(self.tensors) - 1
 
@@ -189,7 +195,7 @@ class ArtifactWriter:
                     enc.raw(item.encode("utf-8") if isinstance(item, str) else bytes(item))
                 payload = enc.getvalue()
             else:
-                code = NUMPY_TO_ONNX[arr.dtype]
+                code = onnx_code(arr.dtype)
                 payload = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
             data.extend(payload)
             table.u32(code)
@@ -253,10 +259,11 @@ class ArtifactWriter:
         for g in self.graphs:
             b.str(g.name)
             b.u32(len(g.values))
-            for name, dtype, shape in g.values:
+            for name, dtype, shape, kind in g.values:
                 b.str(name)
                 b.u32(dtype)
                 self._encode_shape(b, shape)
+                b.u8(kind)
             for seq in (g.inputs, g.outputs):
                 b.u32(len(seq))
                 for v in seq:

@@ -17,6 +17,7 @@ from minirt.errors import (
     InvalidArgument,
     KernelError,
     UnsupportedOperator,
+    UnsupportedType,
     VersionError,
 )
 from minirt.session import InferenceSession, NodeArg, Session, get_available_providers
@@ -31,6 +32,7 @@ __all__ = [
     "NodeArg",
     "Session",
     "UnsupportedOperator",
+    "UnsupportedType",
     "VersionError",
     "__version__",
     "get_available_providers",

@@ -32,5 +32,9 @@ class UnsupportedOperator(Error):
     """No kernel exists for an operator at the opset the model uses."""
 
 
+class UnsupportedType(UnsupportedOperator):
+    """The artifact uses an element type this installation cannot hold (e.g. bfloat16 without ml_dtypes)."""
+
+
 class KernelError(Error):
     """A kernel failed while running a node; the message names node, op, inputs."""

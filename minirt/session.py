@@ -43,15 +43,23 @@ def get_available_providers() -> list[str]:
 class NodeArg:
     """An input or output of a session, shaped like onnxruntime's ``NodeArg``."""
 
-    __slots__ = ("name", "shape", "type", "_dtype_code")
+    __slots__ = ("name", "shape", "type", "_dtype_code", "_kind")
 
-    def __init__(self, name: str, dtype_code: int, shape: tuple | None):
+    def __init__(self, name: str, dtype_code: int, shape: tuple | None, kind: int = S.VALUE_TENSOR):
         self.name = name
         self._dtype_code = dtype_code
+        self._kind = kind
         # onnxruntime gives ints for fixed dims, strings for symbolic ones and
         # None for unknown ones.
         self.shape = list(shape) if shape is not None else None
-        self.type = f"tensor({onnx_type_name(dtype_code)})" if dtype_code else "tensor(undefined)"
+        tensor = f"tensor({onnx_type_name(dtype_code)})" if dtype_code else "tensor(undefined)"
+        # Type strings as onnxruntime spells them: seq(tensor(float)), optional(...).
+        self.type = {
+            S.VALUE_TENSOR: tensor,
+            S.VALUE_SEQUENCE: f"seq({tensor})",
+            S.VALUE_OPTIONAL: f"optional({tensor})",
+            S.VALUE_OPTIONAL_SEQUENCE: f"optional(seq({tensor}))",
+        }[kind]
 
     def __repr__(self) -> str:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
@@ -222,7 +230,7 @@ class _Plan:
                 else:
                     result = step.call(*args)
                 outs = step.outs
-                if type(result) is tuple or type(result) is list:
+                if type(result) is tuple:
                     for v, r in zip(outs, result):
                         if v >= 0:
                             env[v] = r
@@ -249,7 +257,7 @@ class _Plan:
                 else:
                     result = step.call(*args)
                 timings.append((step.node.name, step.op.op_type, clock() - t0))
-                if type(result) is tuple or type(result) is list:
+                if type(result) is tuple:
                     for v, r in zip(step.outs, result):
                         if v >= 0:
                             env[v] = r
@@ -262,6 +270,10 @@ class _Plan:
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
         return timings
+
+
+def _node_arg(info: reader.ValueInfo) -> NodeArg:
+    return NodeArg(info.name, info.dtype, info.shape, info.kind)
 
 
 def _kernel_error(step: _Step | None, env: list, exc: Exception) -> KernelError:
@@ -352,16 +364,16 @@ class Session:
         graph = self._artifact.main_graph
         init_slots = {v for v, _ in graph.initializers}
         self._inputs = [
-            NodeArg(graph.values[v].name, graph.values[v].dtype, graph.values[v].shape)
+            _node_arg(graph.values[v])
             for v in graph.inputs
             if v not in init_slots
         ]
         self._overridable = [
-            NodeArg(graph.values[v].name, graph.values[v].dtype, graph.values[v].shape)
+            _node_arg(graph.values[v])
             for v in graph.inputs
             if v in init_slots
         ]
-        self._outputs = [NodeArg(graph.values[v].name, graph.values[v].dtype, graph.values[v].shape) for v in graph.outputs]
+        self._outputs = [_node_arg(graph.values[v]) for v in graph.outputs]
         self._input_slot = {graph.values[v].name: v for v in graph.inputs}
         self._required = [a.name for a in self._inputs]
         self._output_slot = {graph.values[v].name: v for v in graph.outputs}
@@ -432,8 +444,12 @@ class Session:
         else:
             nodes = self._plan.execute_profiled(env)
         results = []
+        graph = self._artifact.main_graph
         for v in out_slots:
             r = env[v]
+            if graph.values[v].kind != S.VALUE_TENSOR:
+                results.append(_copy_container(r))
+                continue
             if not isinstance(r, np.ndarray):
                 r = np.asarray(r)
             elif v not in self._produced or not r.flags.writeable or any(np.may_share_memory(r, a) for a in fed):
@@ -463,6 +479,9 @@ class Session:
                     f"unknown input name {name!r}; the model's inputs are {[a.name for a in self._inputs]}"
                 )
             info = graph.values[slot]
+            if info.kind != S.VALUE_TENSOR:
+                env[slot] = _bind_container(name, info, value)
+                continue
             arr = value if isinstance(value, np.ndarray) else _as_array(name, value)
             if info.dtype:
                 expected = ONNX_TO_NUMPY.get(info.dtype)
@@ -498,6 +517,39 @@ class Session:
             raise InvalidArgument(
                 f"missing input(s) {missing}; the model requires {[(a.name, a.type, a.shape) for a in self._inputs]}"
             )
+
+
+def _bind_container(name: str, info: reader.ValueInfo, value: Any) -> Any:
+    """Check a sequence (list of arrays) or optional (None or value) input."""
+    optional = info.kind in (S.VALUE_OPTIONAL, S.VALUE_OPTIONAL_SEQUENCE)
+    if value is None:
+        if optional:
+            return None
+        raise InvalidArgument(f"input {name!r}: got None, but it is a {_node_arg(info).type}, not an optional")
+    if info.kind in (S.VALUE_SEQUENCE, S.VALUE_OPTIONAL_SEQUENCE):
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgument(
+                f"input {name!r}: expected a list of arrays ({_node_arg(info).type}), got {type(value).__name__}"
+            )
+        items = [v if isinstance(v, np.ndarray) else _as_array(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        items = [value if isinstance(value, np.ndarray) else _as_array(name, value)]
+    expected = ONNX_TO_NUMPY.get(info.dtype) if info.dtype else None
+    for i, arr in enumerate(items):
+        if expected is not None and arr.dtype != expected:
+            raise InvalidArgument(
+                f"input {name!r}: element {i} has dtype {arr.dtype}, expected {expected} ({_node_arg(info).type})"
+            )
+    return items if info.kind in (S.VALUE_SEQUENCE, S.VALUE_OPTIONAL_SEQUENCE) else items[0]
+
+
+def _copy_container(value: Any) -> Any:
+    """An output sequence/optional, with arrays copied so none aliases internal state."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [np.array(v, copy=True) for v in value]
+    return np.array(value, copy=True)
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:

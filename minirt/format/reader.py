@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
-from minirt.errors import ChecksumError, FormatError, VersionError
+from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
+from minirt.errors import ChecksumError, FormatError, UnsupportedType, VersionError
 from minirt.format import schema as S
 
 _U8 = struct.Struct("<B")
@@ -54,11 +54,13 @@ class ValueInfo:
 
     ``shape`` is ``None`` when the rank is unknown; otherwise a tuple whose
     items are an ``int`` (fixed), a ``str`` (symbolic) or ``None`` (unknown).
+    For sequence and optional values, dtype and shape describe the tensors inside.
     """
 
     name: str
     dtype: int
     shape: tuple | None
+    kind: int = S.VALUE_TENSOR  # schema.VALUE_*: tensor, sequence, optional, optional sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +214,15 @@ class _Cursor:
             raise self.fail(f"{self.end - self.pos} unexpected trailing bytes")
 
 
+def _unknown_dtype(cur: _Cursor, what: str, code: int) -> Exception:
+    if code in EXTENDED_CODES:
+        return UnsupportedType(
+            f"{what} has element type {onnx_type_name(code)}, which needs the ml_dtypes package "
+            f"(pip install ml_dtypes); it is not installed"
+        )
+    return cur.fail(f"{what} has unknown dtype code {code}")
+
+
 def _decode_strings(data: memoryview, rec: TensorRecord) -> np.ndarray:
     cur = _Cursor(data[rec.offset : rec.offset + rec.nbytes], "tensor_data")
     count = int(np.prod(rec.dims, dtype=np.int64)) if rec.dims else 1
@@ -315,7 +326,7 @@ def _read_tensors(cur: _Cursor, data_len: int) -> tuple:
     for i in range(cur.count(24, "tensor")):
         dtype, rank = cur.u32(), cur.u32()
         if dtype != 8 and dtype not in ONNX_TO_NUMPY:
-            raise cur.fail(f"tensor {i} has unknown dtype code {dtype}")
+            raise _unknown_dtype(cur, f"tensor {i}", dtype)
         if rank > S.MAX_RANK:
             raise cur.fail(f"tensor {i} has rank {rank}, above the limit {S.MAX_RANK}")
         dims = tuple(cur.i64() for _ in range(rank))
@@ -403,12 +414,16 @@ def _read_shape(cur: _Cursor) -> tuple | None:
 def _read_graph(cur: _Cursor, gi: int, n_graphs: int, n_ops: int, n_tensors: int) -> Graph:
     name = cur.str()
     values = []
-    for _ in range(cur.count(9, "value")):
+    for _ in range(cur.count(13, "value")):
         vname = cur.str()
         dtype = cur.u32()
         if dtype != S.DTYPE_UNDEFINED and dtype != 8 and dtype not in ONNX_TO_NUMPY:
-            raise cur.fail(f"value {vname!r} has unknown dtype code {dtype}")
-        values.append(ValueInfo(vname, dtype, _read_shape(cur)))
+            raise _unknown_dtype(cur, f"value {vname!r}", dtype)
+        shape = _read_shape(cur)
+        kind = cur.u8()
+        if kind not in S.VALUE_KINDS:
+            raise cur.fail(f"value {vname!r} has unknown value kind {kind}")
+        values.append(ValueInfo(vname, dtype, shape, kind))
     nv = len(values)
     inputs = tuple(cur.index(nv, "graph input value") for _ in range(cur.count(4, "graph input")))
     outputs = tuple(cur.index(nv, "graph output value") for _ in range(cur.count(4, "graph output")))

@@ -71,6 +71,13 @@ RANK_UNKNOWN = -1  # i32 rank when the shape is not known at all
 
 DTYPE_UNDEFINED = 0  # value whose element type the builder could not infer
 
+# What a value holds (u8 after its shape); dtype/shape describe the tensor(s) inside.
+VALUE_TENSOR = 0
+VALUE_SEQUENCE = 1  # a list of tensors
+VALUE_OPTIONAL = 2  # a tensor or nothing
+VALUE_OPTIONAL_SEQUENCE = 3  # a list of tensors or nothing
+VALUE_KINDS = (VALUE_TENSOR, VALUE_SEQUENCE, VALUE_OPTIONAL, VALUE_OPTIONAL_SEQUENCE)
+
 # --- attributes (codes match onnx.AttributeProto.AttributeType) -------------
 ATTR_FLOAT = 1  # f32
 ATTR_INT = 2  # i64

@@ -172,7 +172,7 @@ def decode(buf: bytes) -> dict:
     graphs = []
     for gi in range(n_graphs):
         g = {"name": c.str_(), "values": []}
-        for _ in range(c.count(9)):
+        for _ in range(c.count(13)):
             name, dtype, rank = c.str_(), c.u32(), c.i32()
             if rank == -1:
                 shape = None
@@ -182,7 +182,10 @@ def decode(buf: bytes) -> dict:
                     kind = c.u8()
                     shape.append(c.i64() if kind == 0 else c.str_() if kind == 1 else None)
                 shape = tuple(shape)
-            g["values"].append((name, dtype, shape))
+            value_kind = c.u8()
+            if value_kind > 3:
+                raise SpecError(f"unknown value kind {value_kind}")
+            g["values"].append((name, dtype, shape, value_kind))
         nv = len(g["values"])
 
         def idx(limit, absent=False):
@@ -279,7 +282,7 @@ def _assert_same(buf: bytes) -> dict:
     assert len(mine["graphs"]) == len(ref.graphs)
     for g, rg in zip(mine["graphs"], ref.graphs):
         assert g["name"] == rg.name
-        assert [(n, d, s) for n, d, s in g["values"]] == [(v.name, v.dtype, v.shape) for v in rg.values]
+        assert [(n, d, s, k) for n, d, s, k in g["values"]] == [(v.name, v.dtype, v.shape, v.kind) for v in rg.values]
         assert tuple(g["inputs"]) == rg.inputs and tuple(g["outputs"]) == rg.outputs
         assert tuple(g["initializers"]) == rg.initializers and tuple(g["captures"]) == rg.captures
         assert len(g["nodes"]) == len(rg.nodes)
