@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # Touched after a successful install; re-install whenever pyproject.toml changes.
 STAMP := $(VENV)/.minirt-installed
 
-.PHONY: all demo test clean distclean
+.PHONY: all demo test clean distclean bench native test-arm64 arm64-shell fuzz
 
 all: test
 
@@ -23,6 +23,33 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# minirt vs onnxruntime on the benchmark models (benchmarks/results.md, results.png).
+bench: $(STAMP)
+	$(BIN)/pip install -e '.[dev,bench]'
+	$(BIN)/python benchmarks/run.py
+
+# Recompile the native kernels in place after editing minirt/native/*.c|h.
+native: $(STAMP)
+	$(BIN)/python minirt/native/build_native.py
+
+# Long fuzz run over mutated artifacts (the test suite runs a bounded one).
+# SEED=N picks another sequence; ITERATIONS=N the count; findings go to /tmp/minirt-fuzz-findings/.
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz.fuzz_artifacts --iterations $${ITERATIONS:-200000} --seed $${SEED:-0} \
+		--corpus-model examples/digits/digits_cnn.onnx
+
+# The runtime on an emulated Raspberry Pi: Debian bookworm arm64 (Debian's
+# python3-numpy 1.24) through qemu-user-static + chroot, minirt pip-installed
+# inside with its native kernels compiled by Debian's gcc.  Needs root.  The
+# root filesystem is cached outside the repo in $${MINIRT_ARM64_CACHE:-/var/cache/minirt-arm64}
+# (~9 min to build the first time, ~1-2 min per run after that).
+test-arm64: $(STAMP)
+	PYTHON=$(abspath $(BIN)/python) bash scripts/arm64/run-tests.sh
+
+# A shell inside that emulated Pi (or: make arm64-shell CMD="python3 -m minirt info").
+arm64-shell:
+	bash scripts/arm64/shell.sh $(CMD)
 
 # Build outputs and caches; the virtualenv stays (`make distclean` removes it too).
 clean:

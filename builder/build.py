@@ -17,7 +17,7 @@ import collections
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import onnx_ir as ir
 from onnx_ir.passes import common as ir_passes
@@ -26,6 +26,8 @@ import minirt
 from builder.errors import BuildError, UnsupportedModel
 from builder.load import SourceInfo, load_model
 from builder.lower import lower_model
+from builder.passes import format_report
+from builder.passes import optimize as optimize_graph
 from builder.writer import ArtifactWriter, write_atomic
 from minirt.kernels.registry import lookup
 from targets.profiles import get_target
@@ -55,6 +57,7 @@ class BuildReport:
     outputs: list
     timings: dict  # phase -> seconds
     warnings: list = dataclasses.field(default_factory=list)
+    optimizer: dict = dataclasses.field(default_factory=dict)  # per-pass rows (builder.passes)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -70,6 +73,8 @@ class BuildReport:
             "  time: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in self.timings.items()),
         ]
         lines += [f"  warning: {w}" for w in self.warnings]
+        if self.optimizer:
+            lines.append(format_report(self.optimizer))
         return "\n".join(lines)
 
 
@@ -207,6 +212,7 @@ def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, target: s
     if info.metadata_props:
         writer.set_metadata("source.metadata_props", info.metadata_props)
     writer.set_metadata("target.name", target)
+    writer.set_metadata("target.providers", list(get_target(target).providers))
     writer.set_metadata("build.options", options)
     writer.set_metadata("build.time_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
@@ -216,7 +222,8 @@ def build(
     out_path: str | os.PathLike | None = None,
     *,
     target: str = "generic",
-    opt_level: int = 1,
+    opt_level: int = 2,
+    disabled_passes: Sequence[str] = (),
     input_shapes: Mapping[str, Any] | list[str] | None = None,
     quantize: str | None = None,
     calibration: Any = None,
@@ -257,6 +264,14 @@ def build(
     timings["normalise"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    say("optimizing graph")
+    try:
+        opt_report = optimize_graph(model_ir, opt_level, disabled=list(disabled_passes), input_shapes=shapes)
+    except ValueError as exc:  # unknown pass name, input shape that contradicts the model
+        raise BuildError(str(exc)) from None
+    timings["optimize"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
     check_support(model_ir)
     timings["check"] = time.perf_counter() - t0
 
@@ -268,14 +283,20 @@ def build(
         "opt_level": opt_level,
         "input_shapes": {k: list(v) for k, v in shapes.items()},
         "quantize": quantize,
+        "disabled_passes": list(disabled_passes),
     }
     _metadata(writer, info, options, profile.name)
+    # The device's CPU facts and the defaults derived from them (targets/profiles.py).
+    writer.set_metadata("target.profile", profile.as_metadata())
+    writer.set_metadata("build.optimizer", opt_report.as_dict())
     lower_model(model_ir, writer)
     data = writer.to_bytes()
     if out_path is not None:
         out_dir = os.path.dirname(os.path.abspath(os.fspath(out_path)))
         if not os.path.isdir(out_dir):
             raise BuildError(f"output folder {out_dir} does not exist")
+        if os.path.isdir(out_path):
+            raise BuildError(f"output path {os.fspath(out_path)} is a directory; give a file name such as model.mrt")
         write_atomic(data, out_path)
     timings["write"] = time.perf_counter() - t0
 
@@ -296,6 +317,7 @@ def build(
         inputs=_value_signature(model_ir.graph.inputs),
         outputs=_value_signature(model_ir.graph.outputs),
         timings=timings,
+        optimizer=opt_report.as_dict(),
     )
     report.data = data  # type: ignore[attr-defined]
     return report

@@ -63,7 +63,7 @@ def _read_proto(model: Any) -> tuple[onnx.ModelProto, str | None, bytes | None]:
             raise BuildError(f"{path}: not a valid ONNX model ({type(exc).__name__}: {exc})") from None
         try:
             onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(path)))
-        except (FileNotFoundError, OSError) as exc:
+        except (OSError, ValueError, onnx.checker.ValidationError) as exc:
             raise BuildError(f"{path}: external data is missing or unreadable: {exc}") from None
         return proto, path, data
     raise BuildError(f"cannot load a model from {type(model).__name__}; pass a path, bytes or onnx.ModelProto")

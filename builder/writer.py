@@ -102,6 +102,30 @@ class GraphRecord:
         self.nodes.append((name, op_index, tuple(inputs), tuple(outputs), tuple(attributes)))
 
 
+class PartitionRecord:
+    """A run of contiguous nodes delegated to a provider (see docs/format.md, partitions).
+
+    The nodes stay in the graph: they are the partition's CPU version.
+    ``inputs``/``outputs`` are value indices of that graph, in the order the
+    provider program takes and returns them; ``blob`` indexes
+    ``ArtifactWriter.provider_blobs`` (-1: none); golden tensors are tensor
+    indices (the CPU result on a reference input), or empty.
+    """
+
+    def __init__(self, provider: str, graph: int, first_node: int, node_count: int, inputs, outputs, blob: int = -1,
+                 options: dict | None = None, golden_inputs=(), golden_outputs=()):
+        self.provider = provider
+        self.graph = graph
+        self.first_node = first_node
+        self.node_count = node_count
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.blob = blob
+        self.options = dict(options or {})
+        self.golden_inputs = tuple(golden_inputs)
+        self.golden_outputs = tuple(golden_outputs)
+
+
 class ArtifactWriter:
     def __init__(self) -> None:
         self.metadata: dict[str, tuple[int, object]] = {}
@@ -111,6 +135,7 @@ class ArtifactWriter:
         self.tensors: list[np.ndarray] = []
         self.graphs: list[GraphRecord] = []
         self.provider_blobs: list[bytes] = []
+        self.partitions: list[PartitionRecord] = []
 
     # --- content ---------------------------------------------------------------
     def set_metadata(self, key: str, value: object) -> None:
@@ -288,7 +313,33 @@ class ArtifactWriter:
                     self._encode_attribute(b, aname, kind, value)
         return b.getvalue()
 
-    def to_bytes(self) -> bytes:
+    def add_blob(self, payload: bytes) -> int:
+        """Store a provider program; returns its blob index."""
+        self.provider_blobs.append(bytes(payload))
+        return len(self.provider_blobs) - 1
+
+    def _encode_partitions(self) -> bytes:
+        b = _Bytes()
+        b.u32(len(self.partitions))
+        for p in self.partitions:
+            b.str(p.provider)
+            b.u32(p.graph)
+            b.u32(p.first_node)
+            b.u32(p.node_count)
+            for seq in (p.inputs, p.outputs):
+                b.u32(len(seq))
+                for v in seq:
+                    b.i32(v)
+            b.i32(p.blob)
+            b.str(json.dumps(p.options, sort_keys=True))
+            for seq in (p.golden_inputs, p.golden_outputs):
+                b.u32(len(seq))
+                for t in seq:
+                    b.i32(t)
+        return b.getvalue()
+
+    def to_bytes(self, sign_key: bytes | None = None) -> bytes:
+        """The artifact's bytes; with ``sign_key`` (a 32-byte Ed25519 seed), signed (section kind 8)."""
         tensor_table, tensor_data = self._encode_tensors()
         sections: list[tuple[int, int, bytes]] = [
             (S.SECTION_METADATA, 0, self._encode_metadata()),
@@ -297,31 +348,66 @@ class ArtifactWriter:
             (S.SECTION_TENSORS, 0, tensor_table),
         ]
         sections += [(S.SECTION_PROVIDER_BLOB, S.SECTION_FLAG_OPTIONAL, blob) for blob in self.provider_blobs]
+        if self.partitions:
+            sections.append((S.SECTION_PARTITIONS, S.SECTION_FLAG_OPTIONAL, self._encode_partitions()))
         # Tensor data goes last so that appending provider blobs or metadata in
         # a later version never moves the (large, mapped) weights.
         sections.append((S.SECTION_TENSOR_DATA, 0, tensor_data))
+        if sign_key is not None:
+            sections.append(_signature_section(sections, sign_key))
+        return layout_sections(sections)
 
-        table_offset = S.HEADER.size
-        offset = S.aligned_size(table_offset + len(sections) * S.SECTION_ENTRY.size)
-        entries, body = [], []
-        for kind, flags, payload in sections:
-            entries.append(S.SECTION_ENTRY.pack(kind, flags, offset, len(payload), zlib.crc32(payload), 0))
-            pad = S.padding_required(len(payload))
-            body.append(payload + b"\x00" * pad)
-            offset += len(payload) + pad
-        table = b"".join(entries)
-        file_size = offset
-        head_wo_crc = S.HEADER.pack(
-            S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, 0, b"\x00" * 16
-        )
-        crc = zlib.crc32(table, zlib.crc32(head_wo_crc[: S.HEADER_CRC_SPAN]))
-        header = S.HEADER.pack(
-            S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, crc, b"\x00" * 16
-        )
-        first = S.aligned_size(table_offset + len(table))
-        out = header + table + b"\x00" * (first - table_offset - len(table)) + b"".join(body)
-        assert len(out) == file_size
-        return out
+
+def _signature_section(sections: list[tuple[int, int, bytes]], sign_key: bytes) -> tuple[int, int, bytes]:
+    if len(sign_key) != 32:
+        raise ValueError(f"sign_key must be a 32-byte Ed25519 private key (seed), got {len(sign_key)} bytes")
+    # Imported here: only signing builds need the signature code.
+    from minirt.format.signature import signature_payload
+
+    return (S.SECTION_SIGNATURE, S.SECTION_FLAG_OPTIONAL, signature_payload(bytes(sign_key), sections))
+
+
+def sign_artifact(data: bytes, sign_key: bytes) -> bytes:
+    """``data`` (a valid artifact) re-laid out with a signature by ``sign_key``, replacing any old one.
+
+    The other sections keep their order and bytes; the signature section goes last.
+    """
+    from minirt.format import reader
+
+    art = reader.load(bytes(data))
+    view = memoryview(bytes(data))
+    sections = [
+        (sec.kind, sec.flags, bytes(view[sec.offset : sec.offset + sec.length]))
+        for sec in art.sections
+        if sec.kind != S.SECTION_SIGNATURE
+    ]
+    sections.append(_signature_section(sections, sign_key))
+    return layout_sections(sections)
+
+
+def layout_sections(sections: list[tuple[int, int, bytes]]) -> bytes:
+    """Header, section table and 64-byte aligned payloads for ``[(kind, flags, payload)]``, in order."""
+    table_offset = S.HEADER.size
+    offset = S.aligned_size(table_offset + len(sections) * S.SECTION_ENTRY.size)
+    entries, body = [], []
+    for kind, flags, payload in sections:
+        entries.append(S.SECTION_ENTRY.pack(kind, flags, offset, len(payload), zlib.crc32(payload), 0))
+        pad = S.padding_required(len(payload))
+        body.append(payload + b"\x00" * pad)
+        offset += len(payload) + pad
+    table = b"".join(entries)
+    file_size = offset
+    head_wo_crc = S.HEADER.pack(
+        S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, 0, b"\x00" * 16
+    )
+    crc = zlib.crc32(table, zlib.crc32(head_wo_crc[: S.HEADER_CRC_SPAN]))
+    header = S.HEADER.pack(
+        S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, crc, b"\x00" * 16
+    )
+    first = S.aligned_size(table_offset + len(table))
+    out = header + table + b"\x00" * (first - table_offset - len(table)) + b"".join(body)
+    assert len(out) == file_size
+    return out
 
 
 def _current_umask() -> int:

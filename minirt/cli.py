@@ -2,7 +2,8 @@
 
 ::
 
-    minirt build model.onnx -o model.mrt [--target rpi4] [--input-shape image=1x3x224x224]
+    minirt build model.onnx -o model.mrt [--target rpi4] [--input-shape image=1x3x224x224] [--sign NAME.key]
+    minirt keygen NAME           # NAME.key (private, keep off devices) and NAME.pub (public)
     minirt inspect model.mrt [--json]
     minirt run model.mrt [--input image=x.npy] [--dim batch=4] [--save out.npz]
     minirt bench model.mrt [--runs 50] [--compare model.onnx] [--json]
@@ -38,7 +39,9 @@ from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.errors import Error
 from minirt.format import reader
 from minirt.tools import inputs as tool_inputs
+from minirt.tools import keys
 from minirt.tools import timing
+from minirt.tools.reports import format_report as format_optimizer_report
 from minirt.tools.timing import fmt_bytes, fmt_seconds
 
 DIGITS_DIR = Path(__file__).resolve().parents[1] / "examples" / "digits"
@@ -199,6 +202,8 @@ def _non_negative(value: str) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     builder = _import_builder()
     out = args.output or str(Path(args.model).with_suffix(".mrt"))
+    # Read the key before the (slow) build so that a bad key file fails at once.
+    sign = {"sign_key": keys.load_signing_key(args.sign)} if args.sign else {}
     start = time.perf_counter()
 
     def progress(message: str) -> None:
@@ -210,15 +215,27 @@ def cmd_build(args: argparse.Namespace) -> int:
         out,
         target=args.target,
         opt_level=args.opt_level,
+        disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
         quantize=args.quantize,
         calibration=args.calibration,
         progress=progress,
+        **sign,
     )
     if args.json:
         _print_json(report.as_dict())
     else:
         print(report)
+    return 0
+
+
+# --- keygen ---------------------------------------------------------------------
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    key_path, pub_path, pub = keys.write_keypair(args.prefix, overwrite=args.force)
+    print(f"private key: {key_path}  (keep it secret; used by: minirt build --sign {key_path})")
+    print(f"public key:  {pub_path}  ({keys.fingerprint(pub)}; devices: Session(path, verify_key={pub_path!r}))")
     return 0
 
 
@@ -307,6 +324,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(_table([(v["name"], v["dtype"], _fmt_shape(v["shape"])) for v in values]))
     print("metadata:")
     print(_table([(k, _abbreviate(v)) for k, v in sorted(info["metadata"].items())]))
+    optimizer = info["metadata"].get("build.optimizer")
+    if isinstance(optimizer, dict) and optimizer.get("passes") is not None:
+        print(format_optimizer_report(optimizer))
     return 0
 
 
@@ -360,6 +380,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "warmup": args.warmup,
         "threads": args.threads,
         "minirt": {"version": minirt.__version__, "load_s": load_s},
+        "native": _native_status(),
     }
     fns = {"minirt": lambda: session.run(None, feed)}
     ort_session = ort_feed = None
@@ -416,6 +437,7 @@ def _print_bench(r: dict) -> None:
     ]
     print(_table(rows, header=header, align="lrr"))
     print(f"  per-node Python overhead: {m['overhead_per_node_us']:.1f} us ({m['nodes']} nodes)")
+    print(f"  native kernels: {r['native']}")
     print(f"  peak RSS: {fmt_bytes(m['peak_rss_bytes'])} with minirt "
           f"({fmt_bytes(r['peak_rss_before_load_bytes'])} before loading the artifact"
           + (f", {fmt_bytes(r['peak_rss_end_bytes'])} with onnxruntime too)" if o else ")"))
@@ -513,6 +535,12 @@ def _package_status(module: str, dist: str) -> str:
         return "installed"
 
 
+def _native_status() -> str:
+    from minirt import native
+
+    return native.describe()
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     rows = [
         ("minirt", minirt.__version__),
@@ -522,7 +550,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("providers", ", ".join(minirt.get_available_providers())),
         ("builder extra", ", ".join(f"{m} {_package_status(m, d)}" for m, d in (("onnx", "onnx"), ("onnx_ir", "onnx-ir")))),
         ("onnxruntime", _package_status("onnxruntime", "onnxruntime") + " (for bench --compare and demo)"),
-        ("native kernels", "not built (numpy kernels)"),
+        ("native kernels", _native_status()),
     ]
     print(_table(rows, indent=""))
     return 0
@@ -551,14 +579,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("-o", "--output", metavar="OUT.mrt", help="output path (default: MODEL with a .mrt suffix)")
     p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30 (default generic)")
-    p.add_argument("--opt-level", type=int, default=1, help="optimisation level 0-3 (default 1)")
+    p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3),
+                   help="optimisation level: 0 none, 1 cleanup/folding/CSE, 2 + fusions (default), 3 + pattern recognition")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help="skip one optimizer pass by name (repeatable; for debugging)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                    help="fix an input's shape; repeatable")
     p.add_argument("--quantize", default=None, metavar="MODE", help="fp16, int8-dynamic or int8 (not available yet)")
     p.add_argument("--calibration", default=None, metavar="PATH", help="calibration data for --quantize int8")
+    p.add_argument("--sign", default=None, metavar="KEYFILE",
+                   help="sign the artifact with this Ed25519 private key (from 'minirt keygen')")
     p.add_argument("--json", action="store_true", help="print the build report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("keygen", help="create an Ed25519 key pair for signing artifacts: PREFIX.key and PREFIX.pub")
+    p.add_argument("prefix", metavar="PREFIX", help="path prefix, e.g. keys/release -> keys/release.key, keys/release.pub")
+    p.add_argument("--force", action="store_true", help="overwrite existing key files")
+    p.set_defaults(func=cmd_keygen)
 
     p = sub.add_parser("inspect", help="show an artifact's sections, operators, signature and metadata")
     p.add_argument("artifact", metavar="ART.mrt")

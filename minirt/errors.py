@@ -28,6 +28,11 @@ class VersionError(FormatError):
     """The artifact was written by a newer format version than this runtime reads."""
 
 
+class SignatureError(FormatError):
+    """A session asked for a signed artifact (``verify_key``) and the signature is
+    missing, made by another key, or does not match the artifact's contents."""
+
+
 class UnsupportedOperator(Error):
     """No kernel exists for an operator at the opset the model uses."""
 
@@ -38,3 +43,7 @@ class UnsupportedType(UnsupportedOperator):
 
 class KernelError(Error):
     """A kernel failed while running a node; the message names node, op, inputs."""
+
+
+class ResourceError(KernelError):
+    """A kernel would allocate a tensor larger than the session's ``max_tensor_bytes``."""

@@ -24,20 +24,16 @@ from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import Error, InvalidArgument, KernelError, UnsupportedOperator
 from minirt.format import reader
 from minirt.format import schema as S
+from minirt import providers as providers_mod
 from minirt.kernels.registry import NodeContext, lookup
-
-# Provider names we accept, including onnxruntime's spellings so that
-# ``providers=["CPUExecutionProvider"]`` from an existing script keeps working.
-_PROVIDER_ALIASES = {
-    "cpu": "cpu",
-    "cpuexecutionprovider": "cpu",
-}
-_AVAILABLE_PROVIDERS = ("cpu",)
+from minirt.kernels import _limits
+from minirt import native as _native  # threads for the native kernels
+from minirt.native import blas as _blas  # threads for numpy's BLAS
 
 
 def get_available_providers() -> list[str]:
     """Providers that can run on this device, in minirt's default priority order."""
-    return list(_AVAILABLE_PROVIDERS)
+    return providers_mod.get_available_providers()
 
 
 class NodeArg:
@@ -73,8 +69,12 @@ class ModelMetadata:
         self.graph_name = str(metadata.get("source.graph_name", ""))
         self.domain = str(metadata.get("source.domain", ""))
         self.description = str(metadata.get("source.doc_string", ""))
-        self.version = int(metadata.get("source.model_version", 0) or 0)
-        self.custom_metadata_map = dict(metadata.get("source.metadata_props", {}) or {})
+        try:
+            self.version = int(metadata.get("source.model_version", 0) or 0)
+        except (TypeError, ValueError, OverflowError):
+            self.version = 0
+        props = metadata.get("source.metadata_props", {})
+        self.custom_metadata_map = {str(k): str(v) for k, v in props.items()} if isinstance(props, dict) else {}
         self.minirt = dict(metadata)
 
 
@@ -130,8 +130,12 @@ class BoundSubgraph:
 class _Plan:
     """A graph compiled into steps over integer slots (slot = value index)."""
 
-    def __init__(self, artifact: reader.Artifact, graph_index: int, parent: "_Plan | None"):
+    def __init__(
+        self, artifact: reader.Artifact, graph_index: int, parent: "_Plan | None", delegated: Mapping | None = None
+    ):
         self.artifact = artifact
+        # first node index -> (Partition, provider callable) for runs a provider executes
+        self.delegated = dict(delegated or {})
         self.graph = graph = artifact.graphs[graph_index]
         self.n_slots = len(graph.values)
         self.constants = tuple((v, artifact.tensor(t)) for v, t in graph.initializers)
@@ -157,68 +161,101 @@ class _Plan:
             env[v] = arr
         return env
 
-    def _compile(self, graph_index: int) -> tuple:
-        art, graph = self.artifact, self.graph
-        keep = set(graph.outputs)
-        last_use: dict[int, int] = {}
-        slot_of = {info.name: j for j, info in enumerate(graph.values)}
-        for i, node in enumerate(graph.nodes):
-            for v in node.inputs:
-                if v >= 0:
-                    last_use[v] = i
-            # A subgraph reads its captures from this graph's slots while the
-            # node holding it runs, so they stay alive until then.
-            for attr in node.attributes.values():
-                if attr.kind == S.ATTR_GRAPH:
-                    subs = (attr.value,)
-                elif attr.kind == S.ATTR_GRAPHS:
-                    subs = attr.value
-                else:
-                    continue
-                for si in subs:
-                    sub = art.graphs[si]
-                    for v in sub.captures:
-                        slot = slot_of.get(sub.values[v].name)
-                        if slot is not None:
-                            last_use[slot] = i
-        frees_at: dict[int, list[int]] = {}
-        constant_slots = {v for v, _ in graph.initializers} | set(graph.captures)
-        for v, i in last_use.items():
-            if v not in keep and v not in constant_slots:
-                frees_at.setdefault(i, []).append(v)
+    def _units(self) -> list[tuple[int, object]]:
+        """The plan's units in order: (node index, Node) or (first node index, Partition)."""
+        units, i, nodes = [], 0, self.graph.nodes
+        while i < len(nodes):
+            if i in self.delegated:
+                part = self.delegated[i][0]
+                units.append((i, part))
+                i += part.node_count
+            else:
+                units.append((i, nodes[i]))
+                i += 1
+        return units
 
+    def _reads(self, unit: object, slot_of: dict) -> list[int]:
+        """Slots a unit reads while it runs (inputs, and captures of its subgraphs)."""
+        if isinstance(unit, reader.Partition):
+            return list(unit.inputs)
+        reads = [v for v in unit.inputs if v >= 0]
+        # A subgraph reads its captures from this graph's slots while the
+        # node holding it runs, so they stay alive until then.
+        for attr in unit.attributes.values():
+            if attr.kind == S.ATTR_GRAPH:
+                subs = (attr.value,)
+            elif attr.kind == S.ATTR_GRAPHS:
+                subs = attr.value
+            else:
+                continue
+            for si in subs:
+                sub = self.artifact.graphs[si]
+                reads.extend(slot_of[sub.values[v].name] for v in sub.captures if sub.values[v].name in slot_of)
+        return reads
+
+    def _compile(self, graph_index: int) -> tuple:
+        graph = self.graph
+        units = self._units()
+        slot_of = {info.name: j for j, info in enumerate(graph.values)}
+        last_use: dict[int, int] = {}
+        for u, (_, unit) in enumerate(units):
+            for v in self._reads(unit, slot_of):
+                last_use[v] = u
+        keep = set(graph.outputs) | {v for v, _ in graph.initializers} | set(graph.captures)
+        frees_at: dict[int, list[int]] = {}
+        for v, u in last_use.items():
+            if v not in keep:
+                frees_at.setdefault(u, []).append(v)
         steps = []
-        for i, node in enumerate(graph.nodes):
-            op = art.operators[node.op_index]
-            opset = art.opsets.get(op.domain, op.opset) if op.domain in art.opsets else op.opset
-            entry = lookup(op.domain, op.op_type, opset)
-            if entry is None:
-                raise UnsupportedOperator(
-                    f"node {node.name!r}: no CPU kernel for {op.domain or 'ai.onnx'}::{op.op_type} at opset {opset}"
-                )
-            attrs, subgraphs = {}, []
-            for name, attr in node.attributes.items():
-                if entry.attributes is not None and name not in entry.attributes:
-                    raise UnsupportedOperator(
-                        f"node {node.name!r} ({op.op_type}): attribute {name!r} is not supported by the CPU kernel "
-                        f"(accepted: {sorted(entry.attributes)})"
-                    )
-                if attr.kind == S.ATTR_GRAPH:
-                    subgraphs.append((name, _Plan(art, attr.value, self)))
-                elif attr.kind == S.ATTR_GRAPHS:
-                    raise UnsupportedOperator(f"node {node.name!r}: graph-list attribute {name!r} is not supported")
-                else:
-                    attrs[name] = _attribute_value(art, attr)
-            if entry.context:
-                out_dtypes = tuple(
-                    ONNX_TO_NUMPY.get(graph.values[v].dtype) if v >= 0 else None for v in node.outputs
-                )
-                attrs["ctx"] = NodeContext(node.name, op.op_type, len(node.outputs), out_dtypes, opset)
-            call = functools.partial(entry.fn, **attrs) if attrs else entry.fn
-            steps.append(
-                _Step(call, node.inputs, node.outputs, tuple(frees_at.get(i, ())), node, op, tuple(subgraphs))
-            )
+        for u, (_, unit) in enumerate(units):
+            frees = tuple(frees_at.get(u, ()))
+            if isinstance(unit, reader.Partition):
+                steps.append(self._partition_step(unit, frees))
+            else:
+                steps.append(self._node_step(unit, frees))
         return tuple(steps)
+
+    def _partition_step(self, part: reader.Partition, frees: tuple) -> _Step:
+        _, call = self.delegated[part.first_node]
+        node = reader.Node(
+            f"partition@{part.first_node}+{part.node_count} ({part.provider})", -1, part.inputs, part.outputs, {}
+        )
+        op = reader.Operator("minirt.provider", part.provider, 1)
+        return _Step(_as_tuple_result(call), part.inputs, part.outputs, frees, node, op, ())
+
+    def _node_step(self, node: reader.Node, frees: tuple) -> _Step:
+        art, graph = self.artifact, self.graph
+        op = art.operators[node.op_index]
+        opset = art.opsets.get(op.domain, op.opset) if op.domain in art.opsets else op.opset
+        entry = lookup(op.domain, op.op_type, opset)
+        if entry is None:
+            raise UnsupportedOperator(
+                f"node {node.name!r}: no CPU kernel for {op.domain or 'ai.onnx'}::{op.op_type} at opset {opset}"
+            )
+        required = entry.required_inputs
+        if len(node.inputs) < required or any(v < 0 for v in node.inputs[:required]):
+            raise UnsupportedOperator(
+                f"node {node.name!r} ({op.op_type}): has {len(node.inputs)} input(s) {list(node.inputs)}, but the "
+                f"CPU kernel needs its first {required} input(s) present"
+            )
+        attrs, subgraphs = {}, []
+        for name, attr in node.attributes.items():
+            if entry.attributes is not None and name not in entry.attributes:
+                raise UnsupportedOperator(
+                    f"node {node.name!r} ({op.op_type}): attribute {name!r} is not supported by the CPU kernel "
+                    f"(accepted: {sorted(entry.attributes)})"
+                )
+            if attr.kind == S.ATTR_GRAPH:
+                subgraphs.append((name, _Plan(art, attr.value, self)))
+            elif attr.kind == S.ATTR_GRAPHS:
+                raise UnsupportedOperator(f"node {node.name!r}: graph-list attribute {name!r} is not supported")
+            else:
+                attrs[name] = _attribute_value(art, attr)
+        if entry.context:
+            out_dtypes = tuple(ONNX_TO_NUMPY.get(graph.values[v].dtype) if v >= 0 else None for v in node.outputs)
+            attrs["ctx"] = NodeContext(node.name, op.op_type, len(node.outputs), out_dtypes, opset)
+        call = functools.partial(entry.fn, **attrs) if attrs else entry.fn
+        return _Step(call, node.inputs, node.outputs, frees, node, op, tuple(subgraphs))
 
     def execute(self, env: list) -> None:
         step = None
@@ -234,7 +271,7 @@ class _Plan:
                     for v, r in zip(outs, result):
                         if v >= 0:
                             env[v] = r
-                else:
+                elif outs[0] >= 0:
                     env[outs[0]] = result
                 for v in step.frees:
                     env[v] = None
@@ -261,7 +298,7 @@ class _Plan:
                     for v, r in zip(step.outs, result):
                         if v >= 0:
                             env[v] = r
-                else:
+                elif step.outs[0] >= 0:
                     env[step.outs[0]] = result
                 for v in step.frees:
                     env[v] = None
@@ -270,6 +307,16 @@ class _Plan:
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
         return timings
+
+
+def _as_tuple_result(call):
+    """Wrap a provider callable so that a single array result still reads as one output."""
+
+    def run(*args):
+        result = call(*args)
+        return tuple(result) if isinstance(result, (list, tuple)) else (result,)
+
+    return run
 
 
 def _node_arg(info: reader.ValueInfo) -> NodeArg:
@@ -311,23 +358,21 @@ def _attribute_value(art: reader.Artifact, attr: reader.Attribute) -> Any:
     return v  # int, ints (tuple), floats (tuple)
 
 
-def _normalise_providers(providers: Sequence | None) -> list[str]:
-    if providers is None:
-        return list(_AVAILABLE_PROVIDERS)
+def _normalise_providers(providers: Sequence) -> list[str]:
     if isinstance(providers, str):
         providers = [providers]
     out = []
     for p in providers:
         name = p[0] if isinstance(p, tuple) else p  # onnxruntime allows (name, options)
-        key = _PROVIDER_ALIASES.get(str(name).lower())
+        key = providers_mod.canonical_name(name)
         if key is None:
             raise InvalidArgument(
-                f"unknown execution provider {name!r}; known providers: {sorted(set(_PROVIDER_ALIASES.values()))}"
+                f"unknown execution provider {name!r}; known providers: {providers_mod.known_providers()}"
             )
         if key not in out:
             out.append(key)
-    if "cpu" not in out:
-        out.append("cpu")  # the CPU is always the fallback for what no provider takes
+    if providers_mod.CPU not in out:
+        out.append(providers_mod.CPU)  # the CPU is always the fallback for what no provider takes
     return out
 
 
@@ -336,8 +381,12 @@ class Session:
 
     :param path_or_bytes: path to a .mrt file (memory-mapped) or its bytes.
     :param providers: provider names in priority order (default: all available).
-    :param threads: worker threads for kernels (None: library defaults).
+    :param threads: threads for native kernels and BLAS (None: all CPUs, BLAS default).
     :param verify_checksums: check every section's CRC-32 at load (default on).
+    :param verify_key: require an Ed25519 signature by this public key (32 bytes, hex, or a .pub path);
+        None (default) does not check signatures.  See docs/runtime.md.
+    :param max_tensor_bytes: refuse (``ResourceError``) any tensor a kernel would size from input values
+        beyond this many bytes (default: half the RAM, at most 16 GiB).  See docs/runtime.md.
     """
 
     def __init__(
@@ -347,6 +396,8 @@ class Session:
         providers: Sequence | None = None,
         threads: int | None = None,
         verify_checksums: bool = True,
+        verify_key: Any = None,  # --- signing / memory guard (reliability issue) ---
+        max_tensor_bytes: int | None = None,
         **kwargs: Any,
     ):
         # onnxruntime's signature is (path_or_bytes, sess_options=None, providers=None, ...);
@@ -357,10 +408,26 @@ class Session:
             raise InvalidArgument(f"unknown Session option(s): {sorted(kwargs)}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidArgument(f"threads must be a positive integer, got {threads!r}")
-        self._providers = _normalise_providers(providers)
+        requested_providers = providers
         self.threads = threads
-        self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums)
-        self._plan = _Plan(self._artifact, 0, None)
+        # --- signing / memory guard (reliability issue): begin ---
+        if max_tensor_bytes is None:
+            max_tensor_bytes = _limits.DEFAULT_MAX_TENSOR_BYTES
+        elif isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, int) or max_tensor_bytes < 1:
+            raise InvalidArgument(f"max_tensor_bytes must be a positive integer, got {max_tensor_bytes!r}")
+        self.max_tensor_bytes = max_tensor_bytes
+        self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)
+        # --- signing / memory guard: end ---
+        if requested_providers is None:
+            # Default: the target's provider order recorded at build time.  No
+            # provider is probed unless a partition asks for it.
+            requested_providers = self._artifact.metadata.get("target.providers") or [providers_mod.CPU]
+            if not isinstance(requested_providers, list):
+                requested_providers = [providers_mod.CPU]
+            requested_providers = [p for p in requested_providers if providers_mod.canonical_name(str(p))]
+        self._providers = _normalise_providers(requested_providers)
+        self._assignments: list[dict] = []
+        self._plan = _Plan(self._artifact, 0, None, self._delegate_partitions(0))
         graph = self._artifact.main_graph
         init_slots = {v for v, _ in graph.initializers}
         self._inputs = [
@@ -379,6 +446,48 @@ class Session:
         self._output_slot = {graph.values[v].name: v for v in graph.outputs}
         self._produced = {v for n in graph.nodes for v in n.outputs if v >= 0}
 
+    def _delegate_partitions(self, graph_index: int) -> dict:
+        """Choose, per partition, the provider that runs it; compile those programs.
+
+        A partition goes to its provider when the session lists that provider
+        and it is available here and its program compiles; otherwise its CPU
+        version (the nodes themselves) runs, and one log line says why.
+        """
+        delegated = {}
+        for index, part in enumerate(self._artifact.partitions):
+            if part.graph != graph_index:
+                continue
+            record = {"partition": index, "provider": part.provider, "nodes": part.node_count, "runs_on": "cpu"}
+            if part.provider not in self._providers:
+                record["reason"] = f"provider {part.provider!r} not in the session's providers {self._providers}"
+            else:
+                ok, why = providers_mod.availability(part.provider)
+                if not ok:
+                    record["reason"] = f"provider {part.provider!r} is not available here: {why}"
+                elif part.blob < 0:
+                    record["reason"] = "the artifact holds no program for this partition"
+                else:
+                    try:
+                        call = providers_mod.get(part.provider).compile(
+                            self._artifact.provider_blob(part.blob), part, self._artifact, dict(part.options)
+                        )
+                    except Exception as exc:  # noqa: BLE001 - any refusal means "run the CPU version"
+                        record["reason"] = f"provider {part.provider!r} refused the program: {type(exc).__name__}: {exc}"
+                    else:
+                        delegated[part.first_node] = (part, call)
+                        record["runs_on"] = part.provider
+                        record["reason"] = "delegated"
+            if record["runs_on"] == "cpu":
+                providers_mod.log.info(
+                    "minirt: partition %d (%d nodes) runs on the CPU: %s", index, part.node_count, record["reason"]
+                )
+            self._assignments.append(record)
+        return delegated
+
+    def get_partitions(self) -> list[dict]:
+        """Per partition: its provider, node count, where it runs in this session and why."""
+        return [dict(r) for r in self._assignments]
+
     # --- introspection, as in onnxruntime ---------------------------------------
     def get_inputs(self) -> list[NodeArg]:
         return list(self._inputs)
@@ -390,6 +499,7 @@ class Session:
         return list(self._overridable)
 
     def get_providers(self) -> list[str]:
+        """The session's providers in priority order (the CPU last), as onnxruntime reports them."""
         return list(self._providers)
 
     def get_modelmeta(self) -> ModelMetadata:
@@ -438,11 +548,16 @@ class Session:
                 out_slots.append(self._output_slot[name])
         env = self._plan.new_env()
         self._bind_inputs(env, input_feed)
+        # Threads: native kernels take the count per Python thread; the BLAS
+        # limit is process-wide, cached, and restored for threads=None.
+        _native.set_threads(self.threads)
+        _blas.set_threads(self.threads)
         fed = [a for a in input_feed.values() if isinstance(a, np.ndarray)]
-        if profile is None:
-            self._plan.execute(env)
-        else:
-            nodes = self._plan.execute_profiled(env)
+        with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
+            if profile is None:
+                self._plan.execute(env)
+            else:
+                nodes = self._plan.execute_profiled(env)
         results = []
         graph = self._artifact.main_graph
         for v in out_slots:
@@ -450,6 +565,8 @@ class Session:
             if graph.values[v].kind != S.VALUE_TENSOR:
                 results.append(_copy_container(r))
                 continue
+            if r is None:
+                raise KernelError(f"output {graph.values[v].name!r} was not produced by any node")
             if not isinstance(r, np.ndarray):
                 r = np.asarray(r)
             elif v not in self._produced or not r.flags.writeable or any(np.may_share_memory(r, a) for a in fed):

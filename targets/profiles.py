@@ -17,15 +17,59 @@ class TargetProfile:
     providers: tuple  # priority order; "cpu" is always last
     cpu_features: tuple  # e.g. ("neon", "dotprod"), ("avx2", "fma")
     os: str
+    # provider name -> facts the builder's provider spec reads (versions, precision...)
+    provider_info: dict = dataclasses.field(default_factory=dict, compare=False)
+    # --- the CPU, for choosing kernels, packing and quantization defaults ---
+    arch: str = "any"  # "arm64", "x86_64" or "any"
+    cpu: str = ""  # core model and SoC, e.g. "Cortex-A72 (BCM2711)"
+    cores: int = 0  # 0: unknown
+    simd_bits: int = 0  # vector register width the kernels can count on (NEON: 128)
+    llc_kb: int = 0  # last-level cache (KiB) shared by the cores: bounds the GEMM blocking
+    # Native kernel implementations in order of preference; the runtime still
+    # checks the CPU at run time (getauxval on arm64) and falls back along this list.
+    kernel_isas: tuple = ()
+    # Quantization the builder picks for ``--quantize auto`` on this target
+    # (None: keep float32); "int8" needs calibration data, and without it the
+    # builder falls back to "int8-dynamic".
+    default_quantize: str | None = None
+    weight_pack: int = 0  # output-channel panel width of pre-packed GEMM/Conv weights (0: not packed)
+
+    def has(self, feature: str) -> bool:
+        """Whether every device of this target has ``feature`` (e.g. "dotprod")."""
+        return feature in self.cpu_features
+
+    def build_defaults(self) -> dict:
+        """What the builder derives from the target when the user does not say."""
+        return {"quantize": self.default_quantize, "kernel_isas": list(self.kernel_isas),
+                "weight_pack": self.weight_pack}
+
+    def as_metadata(self) -> dict:
+        """The profile as JSON-able data, recorded in artifacts as ``target.profile``."""
+        out = dataclasses.asdict(self)
+        out["providers"], out["cpu_features"], out["kernel_isas"] = (
+            list(self.providers), list(self.cpu_features), list(self.kernel_isas))
+        return out
 
 
 _PROFILES = {
     p.name: p
     for p in (
         TargetProfile("generic", "any CPU (x86-64 or arm64), numpy kernels as baseline", ("cpu",), (), "any"),
-        TargetProfile("rpi3", "Raspberry Pi 3 (Cortex-A53, arm64)", ("cpu",), ("neon",), "linux"),
-        TargetProfile("rpi4", "Raspberry Pi 4 (Cortex-A72, arm64)", ("cpu",), ("neon",), "linux"),
-        TargetProfile("rpi5", "Raspberry Pi 5 (Cortex-A76, arm64)", ("cpu",), ("neon", "dotprod", "fp16"), "linux"),
+        # Raspberry Pi OS 64-bit (Debian 12 arm64).  NEON (ASIMD) is part of
+        # ARMv8-A, so every Pi has it; the ARMv8.2 dot-product (SDOT/UDOT) and
+        # fp16 arithmetic instructions only arrived with the Pi 5's Cortex-A76.
+        # Without dot products int8 still saves 4x memory and bandwidth, which
+        # is what limits the A53/A72, so dynamic int8 is the default there;
+        # on the A76 static int8 with SDOT is the fast path.
+        TargetProfile("rpi3", "Raspberry Pi 3 (Cortex-A53, arm64)", ("cpu",), ("neon",), "linux",
+                      arch="arm64", cpu="Cortex-A53 (BCM2837)", cores=4, simd_bits=128, llc_kb=512,
+                      kernel_isas=("neon",), default_quantize="int8-dynamic", weight_pack=8),
+        TargetProfile("rpi4", "Raspberry Pi 4 (Cortex-A72, arm64)", ("cpu",), ("neon",), "linux",
+                      arch="arm64", cpu="Cortex-A72 (BCM2711)", cores=4, simd_bits=128, llc_kb=1024,
+                      kernel_isas=("neon",), default_quantize="int8-dynamic", weight_pack=8),
+        TargetProfile("rpi5", "Raspberry Pi 5 (Cortex-A76, arm64)", ("cpu",), ("neon", "dotprod", "fp16"), "linux",
+                      arch="arm64", cpu="Cortex-A76 (BCM2712)", cores=4, simd_bits=128, llc_kb=2048,
+                      kernel_isas=("neon-dotprod", "neon"), default_quantize="int8", weight_pack=8),
         TargetProfile("macos", "Mac with Apple silicon", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "macos"),
         TargetProfile("ios", "iPhone / iPad", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "ios"),
         *(
@@ -34,6 +78,22 @@ _PROFILES = {
         ),
     )
 }
+
+
+# Core ML: ML Programs need Core ML 6 (model spec version 7): macOS 13 / iOS 16
+# and later.  Apple silicon's Neural Engine computes in fp16, so both targets
+# build fp16 programs; "compute_units" is the runtime default (overridable on
+# the device with MINIRT_COREML_COMPUTE_UNITS).
+_COREML = {
+    "macos": {"deployment_target": "macOS13", "os_version": "13.0", "spec_version": 7,
+              "compute_precision": "fp16", "compute_units": "all"},
+    "ios": {"deployment_target": "iOS16", "os_version": "16.0", "spec_version": 7,
+            "compute_precision": "fp16", "compute_units": "all"},
+}
+for _name, _info in _COREML.items():
+    _PROFILES[_name] = dataclasses.replace(
+        _PROFILES[_name], provider_info={**_PROFILES[_name].provider_info, "coreml": dict(_info)}
+    )
 
 
 def get_target(name: str) -> TargetProfile:

@@ -66,14 +66,16 @@ def tiny_onnx(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_mrt(tiny_onnx, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny_mrt") / "tiny.mrt"
-    assert main(["build", str(tiny_onnx), "-o", str(out), "-q"]) == 0
+    # opt-level 0: these artifacts keep the source's nodes, so the tests can
+    # compare histograms with the ONNX model (the optimizer has its own tests).
+    assert main(["build", str(tiny_onnx), "-o", str(out), "-q", "--opt-level", "0"]) == 0
     return out
 
 
 @pytest.fixture(scope="module")
 def digits_mrt(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("digits") / "digits.mrt"
-    assert main(["build", str(DIGITS_ONNX), "-o", str(out), "-q"]) == 0
+    assert main(["build", str(DIGITS_ONNX), "-o", str(out), "-q", "--opt-level", "0"]) == 0
     return out
 
 
@@ -106,12 +108,33 @@ def test_build_default_output_is_model_with_mrt_suffix(tiny_onnx, tmp_path, caps
 
 
 def test_build_json(tiny_onnx, tmp_path, capsys):
-    code, stdout, _ = _run_cli(capsys, "build", tiny_onnx, "-o", tmp_path / "t.mrt", "--json", "--target", "rpi4")
+    code, stdout, _ = _run_cli(capsys, "build", tiny_onnx, "-o", tmp_path / "t.mrt", "--json", "--target", "rpi4",
+                               "--opt-level", "0")
     assert code == 0
     report = json.loads(stdout)
     assert report["target"] == "rpi4"
     assert report["op_histogram"] == {"Add": 1, "MatMul": 1, "Relu": 1}
     assert report["artifact_bytes"] == (tmp_path / "t.mrt").stat().st_size
+
+
+def test_build_optimizes_by_default_and_inspect_shows_the_optimizer_report(tiny_onnx, tmp_path, capsys):
+    code, stdout, _ = _run_cli(capsys, "build", tiny_onnx, "-o", tmp_path / "t.mrt", "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert report["opt_level"] == 2 and report["nodes_before"] == 3 and report["nodes_after"] == 1
+    assert report["optimizer"]["nodes_after"] == 1
+    code, stdout, _ = _run_cli(capsys, "inspect", tmp_path / "t.mrt")
+    assert code == 0
+    assert "optimizer (opt-level 2): nodes 3 -> 1" in stdout and "fuse_activation" in stdout
+
+
+def test_build_disable_pass(tiny_onnx, tmp_path, capsys):
+    code, stdout, _ = _run_cli(capsys, "build", tiny_onnx, "-o", tmp_path / "t.mrt", "--json",
+                               "--disable-pass", "fuse_activation", "--disable-pass", "matmul_to_gemm")
+    assert code == 0
+    assert json.loads(stdout)["nodes_after"] == 3
+    code, _, stderr = _run_cli(capsys, "build", tiny_onnx, "-o", tmp_path / "u.mrt", "--disable-pass", "no_such_pass")
+    assert code == 2 and "no_such_pass" in stderr and not (tmp_path / "u.mrt").exists()
 
 
 def test_build_missing_model_is_a_clean_error(tmp_path, capsys):
@@ -357,7 +380,9 @@ def test_info(capsys):
     assert re.search(r"^numpy\s+" + re.escape(np.__version__), stdout, re.M)
     assert re.search(r"^providers\s+cpu", stdout, re.M)
     assert re.search(r"^builder extra\s+onnx \S+, onnx_ir \S+", stdout, re.M)
-    assert "native kernels  not built (numpy kernels)" in stdout
+    from minirt import native
+
+    assert re.search(r"^native kernels\s+" + re.escape(native.describe()), stdout, re.M)
 
 
 def test_no_command_prints_usage(capsys):

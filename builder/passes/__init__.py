@@ -1,0 +1,110 @@
+"""The builder's graph optimizer.
+
+One entry point, :func:`optimize`, runs the pipeline chosen by the opt level
+on an onnx-ir model in place and returns an :class:`OptimizationReport`.
+Each pass lives in its own module with a docstring of its rules and a test
+beside it (``test_<name>.py``)::
+
+    level 0   nothing
+    level 1   shape_specialisation, constant_folding, cleanup, initializer_dedup, cse, dce
+    level 2   level 1 + recognise_activations, fuse_batchnorm, matmul_to_gemm, fuse_pad, fuse_activation
+    level 3   level 2 + recognise_layernorm, recognise_attention
+
+Fused ops belong to minirt's own domain ``com.minirt`` (docs/fused_ops.md,
+kernels in minirt/kernels/fused.py).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import onnx_ir as ir
+from onnx_ir.passes import common as ir_passes
+
+from builder.passes.cleanup import Cleanup
+from builder.passes.constant_folding import ConstantFolding
+from builder.passes.cse import CommonSubexpressionElimination
+from builder.passes.dce import DeadCodeElimination
+from builder.passes.fuse_activation import FuseActivation
+from builder.passes.fuse_batchnorm import FuseBatchNorm
+from builder.passes.initializer_dedup import InitializerDeduplication
+from builder.passes.manager import OptimizationReport, OptimizeContext, Pass, PassManager, format_report
+from builder.passes.matmul_to_gemm import MatMulAddToGemm
+from builder.passes.recognise_activations import RecogniseActivations
+from builder.passes.shape_specialisation import ShapeSpecialisation
+
+_LEVEL1 = [ShapeSpecialisation, ConstantFolding, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
+           DeadCodeElimination]
+_LEVEL2 = [RecogniseActivations, FuseBatchNorm, MatMulAddToGemm, FuseActivation]
+_LEVEL3: list = []
+
+try:  # optional passes land one file at a time
+    from builder.passes.fuse_pad import FusePad
+
+    _LEVEL2.insert(3, FusePad)
+except ImportError:  # pragma: no cover
+    pass
+try:
+    from builder.passes.recognise_layernorm import RecogniseLayerNorm
+
+    _LEVEL3.append(RecogniseLayerNorm)
+except ImportError:  # pragma: no cover
+    pass
+try:
+    from builder.passes.recognise_attention import RecogniseAttention
+
+    _LEVEL3.append(RecogniseAttention)
+except ImportError:  # pragma: no cover
+    pass
+
+
+def pipeline(opt_level: int) -> list:
+    """Pass classes run at ``opt_level``, in order (the manager repeats the list to a fixed point)."""
+    if opt_level not in (0, 1, 2, 3):
+        raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+    if opt_level == 0:
+        return []
+    passes = list(_LEVEL1[:-1])
+    if opt_level >= 3:
+        passes += _LEVEL3
+    if opt_level >= 2:
+        passes += _LEVEL2
+    return passes + [_LEVEL1[-1]]  # dce last in every sweep
+
+
+def pass_names() -> list[str]:
+    """Every pass name ``--disable-pass`` accepts."""
+    return [p.name for p in _LEVEL1 + _LEVEL2 + _LEVEL3]
+
+
+def optimize(
+    model: ir.Model,
+    opt_level: int = 2,
+    disabled: Sequence[str] = (),
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    fold_size_limit: int = 1 << 20,
+    max_iterations: int = 8,
+) -> OptimizationReport:
+    """Optimize ``model`` in place; returns the report (``as_dict()`` for metadata)."""
+    names = pass_names()
+    unknown = sorted(set(disabled) - set(names))
+    if unknown:
+        raise ValueError(f"unknown pass name(s) {unknown} for --disable-pass; known passes: {names}")
+    classes = [p for p in pipeline(opt_level) if p.name not in set(disabled)]
+    context = OptimizeContext(
+        input_shapes={k: tuple(v) for k, v in (input_shapes or {}).items()},
+        fold_size_limit=fold_size_limit,
+        opt_level=opt_level,
+    )
+    report = OptimizationReport(opt_level=opt_level, pipeline=[p.name for p in classes], disabled=list(disabled))
+    passes = [cls(context) for cls in classes]
+    PassManager(passes, max_iterations=max_iterations).run(model, report)
+    if passes:
+        # New values may be unnamed and new nodes are inserted next to the
+        # node they replace; keep the invariants lowering relies on.
+        ir_passes.NameFixPass()(model)
+        ir_passes.TopologicalSortPass()(model)
+    return report
+
+
+__all__ = ["OptimizationReport", "OptimizeContext", "Pass", "PassManager", "format_report", "optimize", "pass_names",
+           "pipeline"]

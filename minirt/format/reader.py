@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import mmap
 import os
 import struct
@@ -25,12 +26,16 @@ import numpy as np
 from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import ChecksumError, FormatError, UnsupportedType, VersionError
 from minirt.format import schema as S
+from minirt.format import signature as _signature
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
+_MAX_SPAN = 2**63 - 1
+# Subgraphs nest at most this deep; each is referenced by exactly one attribute.
+MAX_GRAPH_DEPTH = 32
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
 
@@ -104,6 +109,28 @@ class TensorRecord:
     nbytes: int
 
 
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """Nodes [first_node, first_node + node_count) of ``graph`` delegated to ``provider``.
+
+    Those nodes remain the partition's CPU version.  ``inputs``/``outputs``
+    are value indices of the graph in the provider program's order; ``blob``
+    indexes :meth:`Artifact.provider_blob` (-1: none); ``golden_inputs`` /
+    ``golden_outputs`` are tensor indices of a reference run (may be empty).
+    """
+
+    provider: str
+    graph: int
+    first_node: int
+    node_count: int
+    inputs: tuple
+    outputs: tuple
+    blob: int
+    options: dict
+    golden_inputs: tuple
+    golden_outputs: tuple
+
+
 @dataclasses.dataclass
 class Artifact:
     """A decoded, verified .mrt file.  Keeps the underlying buffer alive."""
@@ -118,6 +145,15 @@ class Artifact:
     _data: memoryview  # the tensor-data section
     _buffer: Any  # mmap or bytes kept alive for the zero-copy views
     size: int
+    partitions: tuple = ()
+    _blobs: tuple = ()  # memoryviews of the provider_blob sections, in section-table order
+    # (algorithm, public key) from a well-formed signature section, else None.
+    # Informational unless load() was given verify_key (then it is verified).
+    signer: tuple | None = None
+
+    def provider_blob(self, index: int) -> memoryview:
+        """The payload of provider blob ``index`` (zero-copy view of the file)."""
+        return self._blobs[index]
 
     def tensor(self, index: int) -> np.ndarray:
         """Tensor ``index`` as a read-only array viewing the file (strings are decoded)."""
@@ -125,7 +161,7 @@ class Artifact:
         if rec.dtype == 8:
             return _decode_strings(self._data, rec)
         dtype = ONNX_TO_NUMPY[rec.dtype]
-        count = int(np.prod(rec.dims, dtype=np.int64)) if rec.dims else 1
+        count = math.prod(rec.dims)
         arr = np.frombuffer(self._data, dtype=dtype.newbyteorder("<"), count=count, offset=rec.offset)
         return arr.reshape(rec.dims)
 
@@ -225,7 +261,7 @@ def _unknown_dtype(cur: _Cursor, what: str, code: int) -> Exception:
 
 def _decode_strings(data: memoryview, rec: TensorRecord) -> np.ndarray:
     cur = _Cursor(data[rec.offset : rec.offset + rec.nbytes], "tensor_data")
-    count = int(np.prod(rec.dims, dtype=np.int64)) if rec.dims else 1
+    count = math.prod(rec.dims)
     items = [cur.raw().decode("utf-8", errors="replace") for _ in range(count)]
     return np.array(items, dtype=object).reshape(rec.dims)
 
@@ -300,7 +336,7 @@ def _read_metadata(cur: _Cursor) -> dict:
             text = cur.str()
             try:
                 out[key] = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise cur.fail(f"metadata {key!r} is not valid JSON") from None
         else:
             raise cur.fail(f"metadata {key!r} has unknown value type {kind}")
@@ -332,18 +368,25 @@ def _read_tensors(cur: _Cursor, data_len: int) -> tuple:
         dims = tuple(cur.i64() for _ in range(rank))
         if any(d < 0 for d in dims):
             raise cur.fail(f"tensor {i} has a negative dimension {dims}")
+        # numpy cannot index an array whose byte span (ignoring zero dims)
+        # exceeds the signed 64-bit range, even when it is empty.
+        span = 1
+        for d in dims:
+            span *= max(d, 1)
+        if span * ONNX_TO_NUMPY[dtype].itemsize > _MAX_SPAN:  # strings: object pointers
+            raise cur.fail(f"tensor {i} has dimensions {list(dims)} too large to address")
         offset, nbytes = cur.u64(), cur.u64()
         if offset % S.ALIGNMENT:
             raise cur.fail(f"tensor {i} data offset {offset} is not {S.ALIGNMENT}-byte aligned")
         if offset + nbytes > data_len:
             raise cur.fail(f"tensor {i} data [{offset}, {offset + nbytes}) runs past the tensor-data section ({data_len} bytes)")
+        count = math.prod(dims)
         if dtype != 8:
-            count = 1
-            for d in dims:
-                count *= d
             expected = count * ONNX_TO_NUMPY[dtype].itemsize
             if expected != nbytes:
                 raise cur.fail(f"tensor {i} of {onnx_type_name(dtype)}{list(dims)} needs {expected} bytes but records {nbytes}")
+        elif count * 4 > nbytes:  # every string element needs at least its u32 length
+            raise cur.fail(f"string tensor {i} of {count} elements cannot fit in {nbytes} bytes")
         out.append(TensorRecord(dtype, dims, offset, nbytes))
     cur.done()
     return tuple(out)
@@ -479,20 +522,101 @@ def _check_dataflow(g: Graph, gi: int) -> None:
             raise FormatError(f"graph {gi} ({g.name!r}): output {g.values[v].name!r} is never produced")
 
 
+def _read_partitions(cur: _Cursor, graphs: tuple, n_tensors: int, n_blobs: int) -> tuple:
+    out = []
+    claimed: dict[int, list[tuple[int, int]]] = {}
+    for i in range(cur.count(37, "partition")):
+        provider = cur.str()
+        gi = cur.u32()
+        if gi >= len(graphs):
+            raise cur.fail(f"partition {i} names graph {gi}, but there are {len(graphs)} graphs")
+        graph = graphs[gi]
+        first, count = cur.u32(), cur.u32()
+        if count == 0 or first + count > len(graph.nodes):
+            raise cur.fail(f"partition {i} covers nodes [{first}, {first + count}) of a graph with {len(graph.nodes)} nodes")
+        for a, b in claimed.get(gi, ()):
+            if first < b and a < first + count:
+                raise cur.fail(f"partition {i} overlaps another partition's nodes [{a}, {b})")
+        claimed.setdefault(gi, []).append((first, first + count))
+        nv = len(graph.values)
+        ins = tuple(cur.index(nv, "partition input value") for _ in range(cur.count(4, "partition input")))
+        outs = tuple(cur.index(nv, "partition output value") for _ in range(cur.count(4, "partition output")))
+        produced = {v for n in graph.nodes[first : first + count] for v in n.outputs if v >= 0}
+        for v in outs:
+            if v not in produced:
+                raise cur.fail(f"partition {i} output {graph.values[v].name!r} is not produced by its nodes")
+        for v in ins:
+            if v in produced:
+                raise cur.fail(f"partition {i} input {graph.values[v].name!r} is produced inside the partition")
+        blob = cur.index(n_blobs, "provider blob", allow_absent=True)
+        try:
+            options = json.loads(cur.str())
+        except ValueError:
+            raise cur.fail(f"partition {i} options are not valid JSON") from None
+        if not isinstance(options, dict):
+            raise cur.fail(f"partition {i} options must be a JSON object")
+        g_in = tuple(cur.index(n_tensors, "golden input tensor") for _ in range(cur.count(4, "golden input")))
+        g_out = tuple(cur.index(n_tensors, "golden output tensor") for _ in range(cur.count(4, "golden output")))
+        if g_in and len(g_in) != len(ins) or g_out and len(g_out) != len(outs):
+            raise cur.fail(f"partition {i} golden tensors do not match its {len(ins)} inputs / {len(outs)} outputs")
+        out.append(Partition(provider, gi, first, count, ins, outs, blob, options, g_in, g_out))
+    cur.done()
+    return tuple(out)
+
+
 def _read_graphs(cur: _Cursor, n_ops: int, n_tensors: int) -> tuple:
     n = cur.count(28, "graph")
     if n == 0:
         raise cur.fail("an artifact needs at least one graph")
     graphs = tuple(_read_graph(cur, gi, n, n_ops, n_tensors) for gi in range(n))
     cur.done()
+    _check_graph_tree(graphs)
     return graphs
+
+
+def _check_graph_tree(graphs: tuple) -> None:
+    """Subgraphs form a tree: each is held by one attribute, nesting is bounded.
+
+    Without this a small file could reference one subgraph from many
+    attributes at every level and make compilation exponential.
+    """
+    depth = [0] * len(graphs)
+    held = [False] * len(graphs)
+    for gi, g in enumerate(graphs):
+        for node in g.nodes:
+            for attr in node.attributes.values():
+                subs = (attr.value,) if attr.kind == S.ATTR_GRAPH else attr.value if attr.kind == S.ATTR_GRAPHS else ()
+                for si in subs:
+                    if held[si]:
+                        raise FormatError(f"graph {si} is used by more than one attribute (node {node.name!r})")
+                    held[si] = True
+                    depth[si] = depth[gi] + 1
+                    if depth[si] > MAX_GRAPH_DEPTH:
+                        raise FormatError(f"subgraphs nest deeper than {MAX_GRAPH_DEPTH} levels (graph {si})")
+    for gi in range(1, len(graphs)):
+        if not held[gi]:
+            raise FormatError(f"graph {gi} is not used by any attribute")
 
 
 # --- entry point --------------------------------------------------------------
 
 
-def load(source: str | os.PathLike | bytes | bytearray | memoryview, verify_checksums: bool = True) -> Artifact:
-    """Map or wrap ``source`` and return the verified :class:`Artifact`."""
+def load(
+    source: str | os.PathLike | bytes | bytearray | memoryview,
+    verify_checksums: bool = True,
+    verify_key: Any = None,
+) -> Artifact:
+    """Map or wrap ``source`` and return the verified :class:`Artifact`.
+
+    ``verify_key`` (32 raw bytes, 64 hex digits, or a path to a ``.pub`` file)
+    requires a valid Ed25519 signature by that key; it is checked right after
+    the section table, before any section is decoded (:class:`SignatureError`).
+    """
+    expected_key = None
+    if verify_key is not None:
+        from minirt.tools.keys import load_public_key  # only sessions that verify pay for the import
+
+        expected_key = load_public_key(verify_key)
     if isinstance(source, (bytes, bytearray, memoryview)):
         buffer = bytes(source) if not isinstance(source, bytes) else source
         view = memoryview(buffer)
@@ -508,16 +632,18 @@ def load(source: str | os.PathLike | bytes | bytearray | memoryview, verify_chec
             raise FormatError(f"{path}: no such file") from None
         except IsADirectoryError:
             raise FormatError(f"{path}: is a directory, not a .mrt file") from None
+        except (OSError, ValueError) as exc:  # permissions, special files mmap refuses
+            raise FormatError(f"{path}: cannot open: {exc}") from None
         view = memoryview(buffer)
     try:
-        return _decode(view, buffer, verify_checksums)
+        return _decode(view, buffer, verify_checksums, expected_key)
     except FormatError as exc:
         if not isinstance(source, (bytes, bytearray, memoryview)):
             raise type(exc)(f"{os.fspath(source)}: {exc}") from None
         raise
 
 
-def _decode(view: memoryview, buffer: Any, verify_checksums: bool) -> Artifact:
+def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key: bytes | None = None) -> Artifact:
     version, sections = _read_header(view)
     by_kind: dict[int, Section] = {}
     for sec in sections:
@@ -533,6 +659,10 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool) -> Artifact:
     for kind in S.REQUIRED_SECTIONS:
         if kind not in by_kind:
             raise FormatError(f"required section {S.SECTION_NAMES[kind]} is missing")
+    if expected_key is not None:  # authenticate before trusting (or even CRC-checking) any payload
+        _signature.verify_sections(
+            expected_key, [(sec.kind, sec.flags, view[sec.offset : sec.offset + sec.length]) for sec in sections], version
+        )
     if verify_checksums:
         for sec in sections:
             crc = zlib.crc32(view[sec.offset : sec.offset + sec.length])
@@ -551,6 +681,14 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool) -> Artifact:
     opsets, operators = _read_operators(cursor(S.SECTION_OPERATORS))
     tensors = _read_tensors(cursor(S.SECTION_TENSORS), data_sec.length)
     graphs = _read_graphs(cursor(S.SECTION_GRAPHS), len(operators), len(tensors))
+    blobs = tuple(
+        view[sec.offset : sec.offset + sec.length] for sec in sections if sec.kind == S.SECTION_PROVIDER_BLOB
+    )
+    partitions = (
+        _read_partitions(cursor(S.SECTION_PARTITIONS), graphs, len(tensors), len(blobs))
+        if S.SECTION_PARTITIONS in by_kind
+        else ()
+    )
     return Artifact(
         format_version=version,
         sections=tuple(sections),
@@ -562,4 +700,15 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool) -> Artifact:
         _data=data,
         _buffer=buffer,
         size=len(view),
+        partitions=partitions,
+        _blobs=blobs,
+        signer=_signer(view, by_kind.get(S.SECTION_SIGNATURE)),
     )
+
+
+def _signer(view: memoryview, sec: Section | None) -> tuple | None:
+    """(algorithm, public key) of a well-formed signature section; its contents are not checked here."""
+    if sec is None:
+        return None
+    decoded = _signature.decode_payload(view[sec.offset : sec.offset + sec.length])
+    return None if decoded is None else decoded[:2]

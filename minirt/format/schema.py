@@ -49,6 +49,8 @@ SECTION_GRAPHS = 3
 SECTION_TENSORS = 4
 SECTION_TENSOR_DATA = 5
 SECTION_PROVIDER_BLOB = 6
+SECTION_PARTITIONS = 7  # optional: a runtime that ignores it runs everything on the CPU
+SECTION_SIGNATURE = 8  # optional, last: Ed25519 signature over every other section (docs/format.md)
 
 SECTION_NAMES = {
     SECTION_METADATA: "metadata",
@@ -57,11 +59,23 @@ SECTION_NAMES = {
     SECTION_TENSORS: "tensors",
     SECTION_TENSOR_DATA: "tensor_data",
     SECTION_PROVIDER_BLOB: "provider_blob",
+    SECTION_PARTITIONS: "partitions",
+    SECTION_SIGNATURE: "signature",
 }
 # Sections every version-1 file has exactly once.
 REQUIRED_SECTIONS = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_TENSOR_DATA)
 
 SECTION_FLAG_OPTIONAL = 1
+
+# --- signature section (kind 8) -------------------------------------------------
+# Payload, 100 bytes: u32 algorithm, 32-byte public key, 64-byte signature.
+# Signed message: SIGNATURE_TAGS[format_version] || SHA-256 over, for every other
+# section in section-table order, u32 kind, u32 flags, u64 length and the payload.
+SIG_ALG_ED25519 = 1
+SIGNATURE_PAYLOAD = struct.Struct("<I32s64s")
+assert SIGNATURE_PAYLOAD.size == 100
+SIGNATURE_DIGEST_ENTRY = struct.Struct("<IIQ")  # kind, flags, length before each payload
+SIGNATURE_TAGS = {1: b"MINIRT-SIG-V1"}  # per format version: a signature never verifies across versions
 
 # --- value shapes -------------------------------------------------------------
 DIM_FIXED = 0  # followed by i64 size >= 0

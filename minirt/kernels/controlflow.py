@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minirt.kernels._limits import check_alloc
 from minirt.kernels.registry import kernel
 
 
@@ -62,6 +63,7 @@ def loop(max_trip_count, cond, *v_initial, body=None, ctx=None):
     keep_going = True if cond is None else _scalar_bool(cond)
     carried = list(v_initial)
     scans: list[list] = [[] for _ in range(n_scan)]
+    scan_bytes = [0] * n_scan  # memory guard: what the stacked scan outputs will need
     i = 0
     while (trip_limit is None or i < trip_limit) and keep_going:
         cond_in = np.array(keep_going, dtype=np.bool_)
@@ -70,7 +72,10 @@ def loop(max_trip_count, cond, *v_initial, body=None, ctx=None):
             keep_going = _scalar_bool(outs[0])
         carried = list(outs[1 : 1 + n_carried])
         for k in range(n_scan):
-            scans[k].append(outs[1 + n_carried + k])
+            item = outs[1 + n_carried + k]
+            scans[k].append(item)
+            scan_bytes[k] += getattr(item, "nbytes", 0)
+            check_alloc((scan_bytes[k],), np.uint8, f"Loop scan output {k} after {i + 1} iterations")
         i += 1
     dtypes = ctx.output_dtypes[n_carried:]
     return tuple(carried) + tuple(
@@ -131,7 +136,7 @@ def scan(*inputs, body=None, num_scan_inputs=0, scan_input_axes=(), scan_input_d
 
 
 @kernel("Scan", since=8, context=True)
-def scan8(sequence_lens, *inputs, body=None, num_scan_inputs=0, directions=(), ctx=None):
+def scan8(sequence_lens=None, /, *inputs, body=None, num_scan_inputs=0, directions=(), ctx=None):
     """Opset 8 Scan: every input has a leading batch axis; scan axis is 1."""
     n_states = len(inputs) - num_scan_inputs
     batch = inputs[0].shape[0]

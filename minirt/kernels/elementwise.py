@@ -186,18 +186,36 @@ def mod_28(a, b, *, fmod: int = 0):
     return _mod(a, b, fmod, float_floor_ok=True)
 
 
+def _bit_shift(a, b, direction):
+    _check_same_dtype("BitShift", a, b)
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"BitShift: integer inputs required, got {a.dtype}")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ValueError(f"BitShift: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+    # Shift amounts outside [0, bits) give what the sign extension alone
+    # produces: -1 for a right shift of a negative value, 0 otherwise.
+    bits = a.dtype.itemsize * 8
+    valid = (b < bits) if a.dtype.kind == "u" else ((b >= 0) & (b < bits))
+    amount = np.where(valid, b, b.dtype.type(0))
+    if direction == "LEFT":
+        out = np.left_shift(a, amount)
+        fill = a.dtype.type(0)
+    else:
+        out = np.right_shift(a, amount)  # arithmetic (sign-extending) for signed types
+        fill = np.where(a < 0, a.dtype.type(-1), a.dtype.type(0)) if a.dtype.kind == "i" else a.dtype.type(0)
+    return _as_array(np.where(valid, out, fill), a.dtype)
+
+
 @kernel("BitShift", since=11)
 def bit_shift(a, b, *, direction: str = ""):
-    _check_same_dtype("BitShift", a, b)
     if a.dtype.kind != "u":
-        raise ValueError(f"BitShift: only unsigned integer inputs are allowed, got {a.dtype}")
-    if direction == "LEFT":
-        out = np.left_shift(a, b)
-    elif direction == "RIGHT":
-        out = np.right_shift(a, b)
-    else:
-        raise ValueError(f"BitShift: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
-    return _as_array(out, a.dtype)
+        raise ValueError(f"BitShift: only unsigned integer inputs are allowed before opset 28, got {a.dtype}")
+    return _bit_shift(a, b, direction)
+
+
+@kernel("BitShift", since=28)
+def bit_shift_28(a, b, *, direction: str = ""):
+    return _bit_shift(a, b, direction)
 
 
 def _make_bitwise(op: str, fn):

@@ -11,6 +11,7 @@ import functools
 
 import numpy as np
 
+from minirt.kernels import _narrow
 from minirt.kernels.registry import kernel
 
 # --------------------------------------------------------------------------- Gemm
@@ -85,6 +86,9 @@ def matmul(a, b, /):
         if a.dtype == np.float16 and b.dtype == np.float16:
             # No half-precision BLAS in numpy: compute in float32, round once.
             y = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+        elif _narrow.is_narrow_float(a.dtype) and a.dtype == b.dtype:
+            # bfloat16 / float8 (ml_dtypes): float32 products and sums, rounded once.
+            y = np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32))).astype(a.dtype)
         else:
             y = np.matmul(a, b)
     except ValueError:
@@ -162,6 +166,10 @@ def einsum(*inputs, equation=""):
     eq = equation.replace(" ", "")
     if not eq:
         raise ValueError("Einsum: the equation attribute is required")
+    if inputs and any(_narrow.is_narrow_float(x.dtype) for x in inputs):
+        # bfloat16 / float8: contract in float32, round the result once
+        out_dt = inputs[0].dtype
+        return einsum(*(_narrow.widen(x) for x in inputs), equation=equation).astype(out_dt)
     try:
         if len(inputs) < 2:
             y = np.einsum(eq, *inputs)

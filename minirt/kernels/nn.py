@@ -15,9 +15,11 @@ Conventions shared by every kernel here:
   so the registry does not mistake them for attributes.
 * Kernels with optional extra outputs register ``context=True`` and return
   exactly ``ctx.n_outputs`` arrays (one when called without a context).
-* This is an inference runtime: training-only behaviour (BatchNormalization
-  ``training_mode=1``, Dropout in training mode with a non-zero ratio) is
-  rejected with ``ValueError``.  The legacy ``is_test`` flag of opsets < 7
+* Training-mode behaviour is supported where ONNX defines it as an input or
+  attribute: BatchNormalization ``training_mode=1`` normalises with the batch
+  statistics and outputs the running ones; Dropout with ``training_mode``
+  true draws its mask from numpy's Mersenne-Twister seeded with the ``seed``
+  attribute (unseeded when absent).  The legacy ``is_test`` flag of opsets < 7
   defaulted to 0 and exporters routinely left it unset on inference graphs,
   so it is accepted and ignored rather than rejected.
 """
@@ -29,6 +31,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from minirt import native as _native
+from minirt.kernels import _narrow
+from minirt.kernels._limits import check_alloc
 from minirt.kernels.registry import NodeContext, kernel
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -241,6 +246,8 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
         y = conv(x.astype(np.float32), w.astype(np.float32), bf, auto_pad=auto_pad, dilations=dilations,
                  group=group, pads=pads, strides=strides)
         return y.astype(x.dtype)
+    if nd == 2 and x.dtype == np.float32 and _native.available:
+        return _conv2d_native(x, w, b, None, out, k, s, d, pb, group, _native.ACT_NONE, 0.0, 0.0)
     xp = _pad_for_windows(x, out, k, s, d, pb, 0)
     p = math.prod(out)
     kk = math.prod(k)
@@ -268,6 +275,92 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
     if b is not None:
         y += b.reshape((m,) + (1,) * nd)
     return y
+
+
+# --------------------------------------------------------------------------- native conv paths
+
+# Fused-activation names (com.minirt convention, see kernels/fused.py) that the
+# native epilogue computes: name -> (native code, number of parameters).
+_NATIVE_ACTIVATIONS = {
+    "": (_native.ACT_NONE, 0),
+    "Relu": (_native.ACT_RELU, 0),
+    "Clip": (_native.ACT_CLIP, 2),
+    "LeakyRelu": (_native.ACT_LEAKY, 1),
+    "Sigmoid": (_native.ACT_SIGMOID, 0),
+    "SiLU": (_native.ACT_SILU, 0),
+    "HardSigmoid": (_native.ACT_HARDSIGMOID, 2),
+    "HardSwish": (_native.ACT_HARDSWISH, 0),
+}
+
+
+def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1):
+    """2-D float32 Conv through the native kernels: act(conv(x, w) + b + z).
+
+    Depthwise convolutions run entirely in C (bias and activation fused into
+    the same pass).  Everything else is GEMM-based, as in the numpy path:
+    1x1 kernels multiply the input directly, larger ones go through a native
+    im2col (padding handled there, no padded copy) and numpy's BLAS matmul,
+    followed by one native pass for bias + residual + activation.
+    """
+    n, c, h, wd = x.shape
+    m, cg = w.shape[:2]
+    kk = k[0] * k[1]
+    p = out[0] * out[1]
+    x = np.ascontiguousarray(x)
+    if z is not None:
+        z = np.ascontiguousarray(z, dtype=np.float32)
+    if group == c and cg == 1 and m == c and kk > 1:
+        y = np.empty((n, c) + tuple(out), dtype=np.float32)
+        wc = np.ascontiguousarray(w)
+        if z is None:
+            _native.dwconv2d(x, wc, b, y, k, s, d, pb, act, a0, a1)
+        else:
+            _native.dwconv2d(x, wc, b, y, k, s, d, pb)
+            _native.bias_act(y, None, z, act, a0, a1)
+        return y
+    if kk == 1 and s == (1, 1) and pb == (0, 0) and tuple(out) == (h, wd):
+        cols = x.reshape(n, group, cg, p)
+    else:
+        cols = np.empty((n, c * kk, p), dtype=np.float32)
+        for i in range(n):
+            _native.im2col(x[i], cols[i], k, s, d, pb, out)
+        cols = cols.reshape(n, group, cg * kk, p)
+    y = np.matmul(w.reshape(group, m // group, cg * kk), cols).reshape((n, m) + tuple(out))
+    if b is not None or z is not None or act:
+        _native.bias_act(y, b, z, act, a0, a1)
+    return y
+
+
+def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_params=(), auto_pad="NOTSET",
+                      dilations=(), group=1, kernel_shape=(), pads=(), strides=()):
+    """``activation(Conv(x, w, b) + z)`` in one native pass, or ``None`` when that is not possible.
+
+    For the fused ``com.minirt`` ops: returns ``None`` (the caller then
+    composes the standard kernels) when the native kernels are unavailable,
+    the data is not 2-D float32, or the activation has no native epilogue.
+    """
+    if not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
+        return None
+    spec = _NATIVE_ACTIVATIONS.get(activation)
+    params = tuple(float(v) for v in (activation_params or ()))
+    if spec is None or len(params) != spec[1]:
+        return None
+    if z is not None and (z.dtype != np.float32 or z.ndim != 4):
+        return None
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    k = w.shape[2:]
+    if group < 1 or c % group or m % group or cg * group != c or (kernel_shape and tuple(kernel_shape) != k):
+        return None  # let the standard kernel report the error
+    if b is not None and b.shape != (m,):
+        return None
+    s = _per_axis("Conv", "strides", strides, 2, 1)
+    d = _per_axis("Conv", "dilations", dilations, 2, 1)
+    out, pb, _ = _geometry("Conv", x.shape[2:], k, s, d, pads, auto_pad)
+    if z is not None and z.shape != (n, m) + tuple(out):
+        return None  # a broadcasting residual: not fused
+    a0, a1 = (params + (0.0, 0.0))[:2]
+    return _conv2d_native(x, w, b, z, out, k, s, d, pb, group, spec[0], a0, a1)
 
 
 def _split_transpose_pads(total: list, auto_pad: str) -> tuple:
@@ -366,6 +459,7 @@ def conv_transpose(
                            strides=strides)
         return y.astype(x.dtype)
     kk = math.prod(k)
+    check_alloc((n, m, kk) + tuple(in_sp), x.dtype, "ConvTranspose column buffer")
 
     # cols[n, g*Mg + j, *tap, *pos] = sum_c W[g*Cg + c, j, *tap] * X[n, g*Cg + c, *pos]
     wg = w.reshape(group, cg, mg * kk).transpose(0, 2, 1)
@@ -376,6 +470,7 @@ def conv_transpose(
     # output window (output_shape may ask for more than the data reaches).
     span = tuple((i - 1) * si + 1 for i, si in zip(in_sp, s))
     size = tuple(max((ki - 1) * di + sp, b_ + o) for ki, di, sp, b_, o in zip(k, d, span, pb, out))
+    check_alloc((n, m) + size, x.dtype, "ConvTranspose output buffer")
     full = np.zeros((n, m) + size, dtype=x.dtype)
     for t in itertools.product(*(range(ki) for ki in k)):
         dst = (slice(None), slice(None)) + tuple(
@@ -412,6 +507,10 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     out, pb, pe = _geometry("MaxPool", in_sp, k, s, d, pads, auto_pad, ceil_mode)
     if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
         _check_pool_pads("MaxPool", pb, pe, k)
+    if n_out < 2 and nd == 2 and x.dtype == np.float32 and _native.available:
+        y = np.empty(x.shape[:2] + tuple(out), dtype=np.float32)
+        _native.maxpool2d(np.ascontiguousarray(x), y, k, s, d, pb)
+        return y
     xp = _pad_for_windows(x, out, k, s, d, pb, _pad_value_min(x.dtype))
     taps = _tap_slices(k, s, d, out)
     if n_out < 2:
@@ -495,6 +594,17 @@ def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
     if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
         _check_pool_pads("AveragePool", pb, pe, k)
     cdt = _compute_dtype(x.dtype)
+    if nd == 2 and x.dtype == np.float32 and _native.available:
+        y = np.empty(x.shape[:2] + tuple(out), dtype=np.float32)
+        # Same divisor rule as below: a fixed 1/K, or per-output tap counts
+        # inside the counting box (input, or input + declared padding).
+        if count_include_pad:
+            box = ((-pb[0], in_sp[0] + pe[0]), (-pb[1], in_sp[1] + pe[1]))
+        else:
+            box = ((0, in_sp[0]), (0, in_sp[1]))
+        scale = float(np.float32(1.0 / math.prod(k))) if count_include_pad and not ceil_mode else 0.0
+        _native.avgpool2d(np.ascontiguousarray(x), y, k, s, d, pb, box, scale)
+        return y
     xp = _pad_for_windows(x, out, k, s, d, pb, 0)
     taps = _tap_slices(k, s, d, out)
     y = xp[taps[0]].astype(cdt)
@@ -606,8 +716,35 @@ def batch_norm_9(x, scale, b, mean, var, /, *, epsilon=1e-5, momentum=0.9, ctx=N
 @kernel("BatchNormalization", since=14, context=True)
 def batch_norm_14(x, scale, b, mean, var, /, *, epsilon=1e-5, momentum=0.9, training_mode=0, ctx=None):
     if training_mode:
-        raise ValueError("BatchNormalization: training_mode=1 is not supported by this inference runtime")
+        return _batch_norm_training(x, scale, b, mean, var, epsilon, momentum, _n_outputs(ctx))
     return _batch_norm(x, scale, b, mean, var, epsilon, _n_outputs(ctx))
+
+
+def _batch_norm_training(x, scale, bias, mean, var, epsilon, momentum, n_out):
+    """training_mode=1: normalise with the batch statistics; optionally output the running ones."""
+    if x.ndim < 2:
+        raise ValueError(f"BatchNormalization: input must be (N, C, ...), got shape {x.shape}")
+    c = x.shape[1]
+    for name, p in (("scale", scale), ("B", bias), ("input_mean", mean), ("input_var", var)):
+        if p.shape != (c,):
+            raise ValueError(f"BatchNormalization: {name} shape {p.shape} must be ({c},)")
+    cdt = _compute_dtype(x.dtype)
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = (c,) + (1,) * (x.ndim - 2)
+    xc = x.astype(cdt, copy=False)
+    cur_mean = xc.mean(axis=axes)
+    cur_var = xc.var(axis=axes)  # population variance (divides by N)
+    a = scale.astype(cdt) / np.sqrt(cur_var + cdt.type(epsilon))
+    y = (xc - cur_mean.reshape(bshape)) * a.reshape(bshape) + bias.astype(cdt).reshape(bshape)
+    outs = [y.astype(x.dtype, copy=False)]
+    if n_out > 1:
+        m = cdt.type(momentum)
+        running_mean = mean.astype(cdt) * m + cur_mean * (cdt.type(1) - m)
+        outs.append(running_mean.astype(mean.dtype, copy=False))
+    if n_out > 2:
+        running_var = var.astype(cdt) * m + cur_var * (cdt.type(1) - m)
+        outs.append(running_var.astype(var.dtype, copy=False))
+    return outs[0] if n_out < 2 else tuple(outs)
 
 
 def _instance_norm(x, scale, bias, epsilon):
@@ -727,6 +864,8 @@ def lrn(x, /, *, alpha=1e-4, beta=0.75, bias=1.0, size=0):
 
 
 def _softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    if _narrow.is_narrow_float(x.dtype):  # bfloat16 / float8: in float32, rounded once
+        return _softmax(x.astype(np.float32), axis, log).astype(x.dtype)
     if x.dtype.kind != "f":
         raise ValueError(f"{'LogSoftmax' if log else 'Softmax'}: unsupported dtype {x.dtype}")
     if x.size == 0:
@@ -825,12 +964,24 @@ def dropout_10(x, /, *, ratio=0.5, ctx=None):
 
 
 @kernel("Dropout", since=12, context=True)
-def dropout_12(x, ratio=None, training_mode=None, /, *, seed=0, ctx=None):
+def dropout_12(x, ratio=None, training_mode=None, /, *, seed=None, ctx=None):
     if training_mode is not None and bool(np.asarray(training_mode)):
         r = 0.5 if ratio is None else float(np.asarray(ratio))
         if r != 0.0:
-            raise ValueError(
-                f"Dropout: training_mode=True with ratio {r} (random dropout) is not supported "
-                "by this inference runtime"
-            )
+            return _dropout_training(x, r, seed, _n_outputs(ctx))
     return _dropout(x, _n_outputs(ctx), np.bool_)
+
+
+def _dropout_training(x, ratio, seed, n_out):
+    """Random dropout: keep each element with probability 1 - ratio, scale the kept ones by 1/(1 - ratio).
+
+    The mask is drawn from numpy's seeded Mersenne-Twister generator
+    (``RandomState(seed).uniform``); the same seed gives the same mask.
+    """
+    if not 0.0 <= ratio < 1.0:
+        raise ValueError(f"Dropout: ratio must be in [0, 1), got {ratio}")
+    rng = np.random.RandomState(None if seed is None else int(seed) & 0xFFFFFFFF)
+    mask = rng.uniform(0.0, 1.0, x.shape) >= ratio
+    scale = 1.0 / (1.0 - ratio)
+    y = np.asarray(mask * x * scale).astype(x.dtype, copy=False)
+    return y if n_out < 2 else (y, mask)

@@ -1,9 +1,11 @@
 """Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
 QLinearMatMul, QLinearConv, ConvInteger.
 
-Integer element types that numpy holds natively are supported (uint8, int8,
-uint16, int16, int32); float8 / 4-bit / 2-bit types have no numpy dtype and
-are rejected by the format before a kernel sees them.  Scales may be
+Quantized types: the integer types numpy holds natively (uint8, int8,
+uint16, int16, int32) and, through ml_dtypes, int4/uint4/int2/uint2 (clamped
+to their range), the float8 family (round to nearest even; ``saturate``
+clamps out-of-range values to the largest finite value) and float4e2m1
+(always saturating).  Scales may be
 per-tensor (scalar), per-axis (1-D along ``axis``) or blocked (same rank as
 the input, ``block_size`` elements per scale along ``axis``).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY
+from minirt.kernels import _narrow
 from minirt.kernels.registry import kernel, lookup
 
 _INT_RANGE = {np.dtype(t): (np.iinfo(t).min, np.iinfo(t).max) for t in (np.uint8, np.int8, np.uint16, np.int16, np.int32, np.uint32)}
@@ -41,42 +44,76 @@ def _saturate_cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.clip(values, lo, hi).astype(dtype)
 
 
+def _supported_output(dt: np.dtype) -> bool:
+    return dt in _INT_RANGE or _narrow.is_subbyte_int(dt) or dt.name in _narrow.FLOAT8_NAMES \
+        or dt.name == _narrow.FLOAT4_NAME
+
+
 def _output_dtype(zero_point, output_dtype: int) -> np.dtype:
     if zero_point is not None:
-        return np.asarray(zero_point).dtype
-    if output_dtype:
+        dt = np.asarray(zero_point).dtype
+    elif output_dtype:
         dt = ONNX_TO_NUMPY.get(int(output_dtype))
-        if dt is None or dt not in _INT_RANGE:
+        if dt is None:
             raise ValueError(f"QuantizeLinear: output_dtype {output_dtype} is not supported")
-        return dt
-    return np.dtype(np.uint8)
+    else:
+        return np.dtype(np.uint8)
+    if not _supported_output(dt):
+        raise ValueError(f"QuantizeLinear: cannot quantize to {dt}")
+    return dt
 
 
-def _quantize(x, scale, zero_point, axis, block_size, out_dtype):
-    x = np.asarray(x)
-    ctype = np.result_type(x.dtype, np.asarray(scale).dtype, np.float32)
+def _compute_type(*dtypes) -> np.dtype:
+    """float32 at least; float64 if any participant is float64 (narrow floats count as float32)."""
+    wide = [np.dtype(np.float32) if _narrow.is_narrow_float(d) else np.dtype(d) for d in dtypes]
+    return np.result_type(*wide, np.float32)
+
+
+def _quantize(x, scale, zero_point, axis, block_size, out_dtype, saturate=1, precision=0):
+    x = _narrow.widen(np.asarray(x))
+    scale = _narrow.widen(np.asarray(scale))
+    if precision:
+        ctype = _compute_type(ONNX_TO_NUMPY.get(int(precision), np.float32))
+    else:
+        ctype = _compute_type(x.dtype, scale.dtype)
     s = _expand(scale, x.shape, axis, block_size).astype(ctype)
-    q = np.rint(x.astype(ctype) / s)
+    q = x.astype(ctype) / s
+    float_out = out_dtype.name in _narrow.FLOAT8_NAMES or out_dtype.name == _narrow.FLOAT4_NAME
+    if not float_out:
+        q = np.rint(q)  # round half to even
     if zero_point is not None:
-        q = q + _expand(zero_point, x.shape, axis, block_size).astype(ctype)
+        zp = _narrow.widen(np.asarray(zero_point))
+        q = q + _expand(zp, x.shape, axis, block_size).astype(ctype)
+    if float_out:
+        # float4e2m1 has no overflow encoding: it always saturates.
+        return _narrow.to_float8(q, out_dtype, saturate or out_dtype.name == _narrow.FLOAT4_NAME)
+    if _narrow.is_subbyte_int(out_dtype):
+        return _narrow.to_subbyte_int(q, out_dtype)
     return _saturate_cast(q, out_dtype)
 
 
 @kernel("QuantizeLinear", since=10)
-def quantize_linear(x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0, saturate=1, precision=0):
-    return _quantize(x, y_scale, y_zero_point, axis, block_size, _output_dtype(y_zero_point, output_dtype))
+def quantize_linear(x, y_scale, y_zero_point=None, /, *, axis=1, block_size=0, output_dtype=0, saturate=1,
+                    precision=0):
+    return _quantize(x, y_scale, y_zero_point, axis, block_size, _output_dtype(y_zero_point, output_dtype),
+                     saturate, precision)
 
 
 @kernel("DequantizeLinear", since=10)
-def dequantize_linear(x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=0):
+def dequantize_linear(x, x_scale, x_zero_point=None, /, *, axis=1, block_size=0, output_dtype=0):
     x = np.asarray(x)
     scale = np.asarray(x_scale)
     out_dt = ONNX_TO_NUMPY.get(int(output_dtype)) if output_dtype else scale.dtype
-    v = x.astype(np.int64)
+    if _narrow.is_float_like(x.dtype):
+        # float8 / float4 codes: the value itself (exact in float32)
+        v = _narrow.widen(x).astype(np.float64)
+    else:
+        v = _narrow.widen(x).astype(np.int64)
     if x_zero_point is not None:
-        v = v - _expand(x_zero_point, x.shape, axis, block_size).astype(np.int64)
-    ctype = np.result_type(scale.dtype, np.float32)
-    y = v.astype(ctype) * _expand(scale, x.shape, axis, block_size).astype(ctype)
+        zp = _narrow.widen(np.asarray(x_zero_point))
+        v = v - _expand(zp, x.shape, axis, block_size).astype(v.dtype)
+    ctype = _compute_type(scale.dtype)
+    y = v.astype(ctype) * _expand(_narrow.widen(scale), x.shape, axis, block_size).astype(ctype)
     return y.astype(out_dt)
 
 

@@ -50,6 +50,8 @@ class KernelEntry:
     # Names of keyword parameters the function accepts (the ONNX attributes it
     # understands).  ``None`` means it takes **kwargs and accepts anything.
     attributes: frozenset | None
+    # Leading positional parameters without a default: ONNX inputs that must be present.
+    required_inputs: int = 0
 
 
 # (domain, op_type) -> entries sorted by ascending ``since``
@@ -70,11 +72,25 @@ def _accepted_attributes(fn: KernelFn, context: bool) -> frozenset | None:
     return frozenset(names)
 
 
+def _required_inputs(fn: KernelFn) -> int:
+    n = 0
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) and (
+            param.default is inspect.Parameter.empty
+        ):
+            n += 1
+        else:
+            break
+    return n
+
+
 def kernel(op_type: str, since: int = 1, domain: str = "", context: bool = False) -> Callable[[KernelFn], KernelFn]:
     """Register ``fn`` as the CPU kernel for ``domain::op_type`` from opset ``since``."""
 
     def register(fn: KernelFn) -> KernelFn:
-        entry = KernelEntry(domain, op_type, since, fn, context, _accepted_attributes(fn, context))
+        entry = KernelEntry(
+            domain, op_type, since, fn, context, _accepted_attributes(fn, context), _required_inputs(fn)
+        )
         entries = _REGISTRY.setdefault((domain, op_type), [])
         if any(e.since == since for e in entries):
             raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} since {since} registered twice")

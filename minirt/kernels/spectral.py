@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY
+from minirt.kernels._limits import check_alloc
 from minirt.kernels.registry import kernel
 
 
@@ -25,6 +26,8 @@ def _dft(x, dft_length, axis, inverse, onesided):
     if ax == x.ndim - 1:
         raise ValueError("DFT: axis must not be the trailing real/imaginary axis")
     n = None if dft_length is None else int(np.asarray(dft_length).reshape(-1)[0])
+    if n is not None:
+        check_alloc(x.shape[:ax] + (max(n, 0),) + x.shape[ax + 1 : -1], np.complex128, "DFT output")
     if inverse:
         c = _to_complex(x)
         if onesided:
@@ -62,6 +65,7 @@ def stft(signal, frame_step, window=None, frame_length=None, onesided=1):
         raise ValueError("STFT: needs a window or a frame_length")
     c = _to_complex(x)  # [batch, length]
     frames = 1 + (c.shape[1] - fl) // step
+    check_alloc((c.shape[0], max(frames, 0), max(fl, 0)), np.complex128, "STFT frames")
     idx = np.arange(frames)[:, None] * step + np.arange(fl)[None, :]
     framed = c[:, idx]  # [batch, frames, fl]
     if window is not None:
@@ -75,6 +79,7 @@ def stft(signal, frame_step, window=None, frame_length=None, onesided=1):
 
 def _window(size, periodic, output_datatype, coeffs):
     n = int(np.asarray(size).reshape(-1)[0])
+    check_alloc((max(n, 0),), np.float64, "window output")
     denom = n if periodic else n - 1
     k = np.arange(n, dtype=np.float64)
     w = np.zeros(n)

@@ -14,6 +14,8 @@ import math
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY
+from minirt.kernels import _narrow
+from minirt.kernels._limits import check_alloc
 from minirt.kernels.registry import NodeContext, kernel
 
 # --------------------------------------------------------------------------- helpers
@@ -132,10 +134,15 @@ def constant(
     return out
 
 
-def _cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def _cast(x: np.ndarray, dtype: np.dtype, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
     if x.dtype == dtype:
         return x
+    if dtype != object and x.dtype != object:
+        narrow = _narrow.cast(x, dtype, saturate, round_mode)
+        if narrow is not None:
+            return narrow
     if dtype == object:
+        x = _narrow.widen(x)
         # Numbers become their shortest repr, as onnxruntime prints them.
         out = np.empty(x.shape, dtype=object)
         if x.dtype.kind == "f":
@@ -170,15 +177,15 @@ def _float_str(v: np.floating) -> str:
 
 @kernel("Cast", since=1)
 def cast(x, *, to=None, saturate: int = 1, round_mode: str = "up"):
-    # saturate/round_mode only affect float8 targets, which minirt does not support.
+    # saturate applies to float8 targets, round_mode to float8e8m0 (see minirt.kernels._narrow).
     if to is None:
         raise ValueError("Cast: the 'to' attribute is required")
-    return _cast(x, _dtype_from_code(to, "Cast"))
+    return _cast(x, _dtype_from_code(to, "Cast"), saturate, round_mode)
 
 
 @kernel("CastLike", since=15)
 def cast_like(x, target, *, saturate: int = 1, round_mode: str = "up"):
-    return _cast(x, target.dtype)
+    return _cast(x, target.dtype, saturate, round_mode)
 
 
 # --------------------------------------------------------------------------- shape ops
@@ -220,6 +227,8 @@ def flatten(x, *, axis: int = 1):
 
 @kernel("Transpose", since=1)
 def transpose(x, *, perm: tuple | None = None):
+    if x.ndim == 0:
+        return x.copy()  # (ascontiguousarray would turn a 0-d array into a 1-d one)
     if perm is None:
         return np.ascontiguousarray(x.transpose())
     if sorted(perm) != list(range(x.ndim)):
@@ -520,6 +529,7 @@ def expand(x, shape):
         out_shape = np.broadcast_shapes(x.shape, tuple(target))
     except ValueError:
         raise ValueError(f"Expand: shape {x.shape} cannot broadcast to {target}") from None
+    check_alloc(out_shape, x.dtype, "Expand output")
     return np.broadcast_to(x, out_shape).copy()
 
 
@@ -528,6 +538,7 @@ def tile(x, repeats):
     reps = _ints(repeats, "Tile repeats")
     if len(reps) != x.ndim or min(reps, default=0) < 0:
         raise ValueError(f"Tile: repeats {reps} must be {x.ndim} non-negative values")
+    check_alloc([d * r for d, r in zip(x.shape, reps)], x.dtype, "Tile output")
     return np.tile(x, reps)
 
 
@@ -548,6 +559,7 @@ def _pad(x: np.ndarray, pads: list[int], mode: str, value, axes: list[int] | Non
     crop = tuple(slice(max(-b, 0), x.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(width))
     x = x[crop]
     grow = [(max(b, 0), max(e, 0)) for b, e in width]
+    check_alloc([n + b + e for n, (b, e) in zip(x.shape, grow)], x.dtype, "Pad output")
     if not any(b or e for b, e in grow):
         return x.copy()
     if np_mode == "constant":
@@ -589,6 +601,7 @@ def constant_of_shape(shape, *, value: np.ndarray | None = None):
     dims = _ints(shape, "ConstantOfShape shape")
     if any(d < 0 for d in dims):
         raise ValueError(f"ConstantOfShape: negative dimension in {dims}")
+    check_alloc(dims, np.float32 if value is None else np.asarray(value).dtype, "ConstantOfShape output")
     if value is None:
         return np.zeros(dims, dtype=np.float32)
     value = np.asarray(value)
@@ -605,8 +618,10 @@ def range_(start, limit, delta):
         raise ValueError("Range: delta must not be 0")
     if dtype.kind in "iu":
         n = max(-(-(int(lim) - int(s)) // int(d)), 0)
+        check_alloc((n,), np.int64, "Range output")
         return (int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(dtype)
     n = max(int(math.ceil((float(lim) - float(s)) / float(d))), 0)
+    check_alloc((n,), dtype, "Range output")
     return (s + np.arange(n, dtype=dtype) * d).astype(dtype, copy=False)
 
 
@@ -667,6 +682,9 @@ def one_hot(indices, depth, values, *, axis: int = -1):
     if not -rank <= axis < rank:
         raise ValueError(f"OneHot: axis {axis} out of range for output rank {rank}")
     axis = axis + rank if axis < 0 else axis
+    out_shape = list(indices.shape)
+    out_shape.insert(axis, depth_i)
+    check_alloc(out_shape, values.dtype, "OneHot output")
     idx = np.asarray(indices).astype(np.int64)
     idx = np.where(idx < 0, idx + depth_i, idx)  # out-of-range stays all off_value
     hot = np.expand_dims(idx, axis) == np.arange(depth_i).reshape([depth_i if i == axis else 1 for i in range(rank)])
@@ -786,9 +804,13 @@ def _original_coords(out_len: int, in_len: int, scale: np.float32, mode: str,
     if mode == "pytorch_half_pixel":
         return (x + f(0.5)) / scale - f(0.5) if out_len > 1 else np.zeros(out_len, dtype=f)
     if mode == "align_corners":
-        if out_len == 1:
-            return np.zeros(1, dtype=f)
-        return x * (f(in_len - 1) / f(out_len - 1))
+        # length_resized is in_len * scale: fractional when the output size
+        # came from a scale that does not divide evenly (the ONNX reference
+        # and conformance data use it so); equal to out_len for given sizes.
+        length_resized = f(in_len) * scale
+        if out_len == 1 or length_resized == f(1):
+            return np.zeros(out_len, dtype=f)
+        return x * (f(in_len - 1) / (length_resized - f(1)))
     if mode == "asymmetric":
         return x / scale
     if mode == "tf_half_pixel_for_nn":
@@ -924,6 +946,10 @@ def _resize(x: np.ndarray, out_shape: list[int], scales: list[float], *, mode: s
         if same and coord_mode != "tf_crop_and_resize":
             continue  # every other transformation is the identity at scale 1
         r = roi[axis] if roi else (0.0, 1.0)
+        step_shape = list(y.shape)
+        step_shape[axis] = out_shape[axis]
+        check_alloc(step_shape, y.dtype if mode == "nearest" else np.result_type(y.dtype, np.float32), "Resize output")
+        check_alloc((out_shape[axis],), np.float64, "Resize coordinates")
         y = _resize_axis(y, axis, out_shape[axis], np.float32(scales[axis]), mode, coord_mode, nearest_mode,
                          cubic_a, exclude_outside, extrapolation_value, r, antialias)
     if y.dtype != x.dtype and x.dtype.kind == "f":

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from minirt._compat import scalar
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels._guard import kernel_if_absent
 
@@ -17,10 +18,13 @@ def _softmax_rows(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis; a row that is entirely -inf gives zeros."""
     m = np.max(x, axis=-1, keepdims=True)
     dead = ~np.isfinite(m)
-    e = np.exp(x - np.where(dead, 0, m))
+    # Scalars of the array's own type, not Python ints: numpy 1.x turns 0 into
+    # int64, which has no common type with ml_dtypes' bfloat16 (minirt/_compat.py).
+    zero, one = scalar(x.dtype, 0), scalar(x.dtype, 1)
+    e = np.exp(x - np.where(dead, zero, m))
     s = np.sum(e, axis=-1, keepdims=True)
-    out = e / np.where(s == 0, 1, s)
-    return np.where(dead, 0, out)
+    out = e / np.where(s == 0, one, s)
+    return np.where(dead, zero, out)
 
 
 @kernel_if_absent("Attention", since=23, context=True)

@@ -14,6 +14,7 @@ import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels._guard import kernel_if_absent
+from minirt.kernels._limits import check_alloc
 from minirt.kernels.registry import lookup
 
 
@@ -122,6 +123,7 @@ def center_crop_pad(input_data, shape, *, axes=None):
             before = (size - cur) // 2
             pad = [(0, 0)] * x.ndim
             pad[ax] = (before, size - cur - before)
+            check_alloc(x.shape[:ax] + (size,) + x.shape[ax + 1 :], x.dtype, "CenterCropPad output")
             x = np.pad(x, pad)
     return x
 
@@ -140,6 +142,7 @@ def col2im(input, image_shape, block_shape, *, dilations=None, pads=None, stride
     padded = [img[i] + pd[i] + pd[i + nd] for i in range(nd)]
     outs = [(padded[i] - (dil[i] * (blk[i] - 1) + 1)) // st[i] + 1 for i in range(nd)]
     cols = x.reshape([n, c] + blk + outs)
+    check_alloc([n, c] + padded, x.dtype, "Col2Im output")
     buf = np.zeros([n, c] + padded, dtype=x.dtype)
     for k in itertools.product(*[range(b) for b in blk]):
         sl = tuple(slice(k[i] * dil[i], k[i] * dil[i] + st[i] * (outs[i] - 1) + 1, st[i]) for i in range(nd))

@@ -27,7 +27,30 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-7
 
 # Per-case tolerance overrides: name -> (rtol, atol, reason).  Only with a reason.
-TOLERANCES: dict[str, tuple[float, float, str]] = {}
+TOLERANCES: dict[str, tuple[float, float, str]] = {
+    "test_attention_4d_causal_fp16_expanded": (
+        2e-3, 1e-7,
+        "the expected data were computed with Softmax in float16 arithmetic; minirt widens float16 "
+        "Softmax to float32 (as onnxruntime does), so 2 of 192 outputs differ by 2 float16 ulp "
+        "(rel. 1.2e-3) - and both are closer to the float64 result than the expected values",
+    ),
+}
+# bfloat16 keeps 8 significant bits: one ulp is 2**-8..2**-7 relative, far above the
+# default rtol of 1e-3.  The expected data round every intermediate op to bfloat16,
+# minirt computes bfloat16 in float32 and rounds once; outputs differ by up to 2 ulp
+# and are as close to the float64 result (max error 0.0049) as the expected values.
+for _name in (
+    "test_attention_3d_causal_bf16_expanded",
+    "test_attention_4d_attn_mask_causal_bf16",
+    "test_attention_4d_attn_mask_causal_bf16_expanded",
+    "test_attention_4d_causal_bf16_expanded",
+    "test_attention_4d_causal_padded_kv_bf16",
+    "test_attention_4d_causal_padded_kv_bf16_expanded",
+    "test_attention_4d_padded_kv_bf16",
+    "test_attention_4d_padded_kv_bf16_expanded",
+):
+    TOLERANCES[_name] = (2.0**-6, 1e-7, "bfloat16 attention: 2-ulp rounding differences (see comment above)")
+del _name
 
 
 @functools.lru_cache(maxsize=None)

@@ -113,9 +113,15 @@ def test_onnx_file_is_not_mrt():
 
 
 def _with_blob() -> bytes:
+    """A file holding every section kind, including a provider blob and a partition."""
+    from builder.writer import PartitionRecord
+
     w = minimal_writer()
-    w.provider_blobs.append(b"provider payload " * 5)
-    return w.to_bytes()
+    blob = w.add_blob(b"provider payload " * 5)
+    g = w.graphs[0]
+    node = g.nodes[0]
+    w.partitions.append(PartitionRecord("test", 0, 0, 1, [v for v in node[2] if v >= 0], [node[3][0]], blob))
+    return w.to_bytes(sign_key=bytes(32))  # signed: the signature section is a section kind too
 
 
 @pytest.mark.parametrize("kind", sorted(S.SECTION_NAMES), ids=[S.SECTION_NAMES[k] for k in sorted(S.SECTION_NAMES)])
@@ -539,11 +545,23 @@ def test_unknown_dim_kind_and_bad_rank():
     _load_fails(replace_section(data, S.SECTION_GRAPHS, bytes(bad)), match="value 'x' has unknown dtype code 99")
 
 
+def test_string_tensor_whose_dims_cannot_fit_is_refused_at_load():
+    w = minimal_writer()
+    w.tensor(np.array(["a", "b"], dtype=object))  # 10 payload bytes
+    data = w.to_bytes()
+    off, length = section(data, S.SECTION_TENSORS)
+    payload = bytearray(data[off : off + length])
+    struct.pack_into("<q", payload, 4 + (4 + 4 + 16 + 16) + 8, 3)
+    with pytest.raises(FormatError, match="string tensor 1 of 3 elements cannot fit in 10 bytes"):
+        reader.load(replace_section(data, S.SECTION_TENSORS, bytes(payload)))
+
+
 def test_string_tensor_shorter_than_its_dims():
     w = minimal_writer()
-    w.tensor(np.array(["a", "b"], dtype=object))
+    w.tensor(np.array(["abcdef", "b"], dtype=object))  # 15 payload bytes
     data = w.to_bytes()
-    # claim 3 elements: the table still passes (string sizes are variable), reading it fails cleanly
+    # claim 3 elements: 3 length prefixes fit in 15 bytes, so the table passes
+    # (string sizes are variable); reading the strings then fails cleanly
     off, length = section(data, S.SECTION_TENSORS)
     payload = bytearray(data[off : off + length])
     rec1 = 4 + (4 + 4 + 16 + 16)  # after count and tensor 0 (rank 2)

@@ -290,6 +290,11 @@ def _graph_artifact():
     cap_x = sub2.value("x")
     sub2.captures.append(cap_x)
     sub2.outputs.append(cap_x)
+    # Each subgraph is held by exactly one attribute (the reader checks it).
+    sub3_i, sub3 = w.graph("third")
+    cap_x3 = sub3.value("x")
+    sub3.captures.append(cap_x3)
+    sub3.outputs.append(cap_x3)
     attrs = [
         ("f", S.ATTR_FLOAT, 0.25),
         ("i", S.ATTR_INT, -(2**40)),
@@ -300,7 +305,7 @@ def _graph_artifact():
         ("is", S.ATTR_INTS, (1, -1, 2**62)),
         ("ss", S.ATTR_STRINGS, (b"a", b"", "ü".encode())),
         ("ts", S.ATTR_TENSORS, (t0, t2)),
-        ("gs", S.ATTR_GRAPHS, (sub1_i, sub2_i)),
+        ("gs", S.ATTR_GRAPHS, (sub2_i, sub3_i)),
         ("empty_ints", S.ATTR_INTS, ()),
     ]
     main.add_node("everything", op_all, [u, -1, x], [out, -1], attrs)
@@ -340,7 +345,7 @@ def test_graph_round_trip_every_attribute_type():
     assert a["ss"].value == (b"a", b"", "ü".encode())
     assert a["ts"].value == (t0, t2)
     assert art.tensor(t2).tolist() == ["s"]
-    assert a["gs"].value == (s1, s2)
+    assert a["gs"].value == (s2, s2 + 1)
     assert a["empty_ints"].value == ()
     # subgraphs and their captures
     then, other = art.graphs[s1], art.graphs[s2]
@@ -354,7 +359,7 @@ def test_float_attribute_is_f32():
     w, _, _ = _graph_artifact()
     g = w.graphs[0]
     name, op, ins, outs, attrs = g.nodes[1]
-    g.nodes[1] = (name, op, ins, outs, (("f", S.ATTR_FLOAT, 0.1),))
+    g.nodes[1] = (name, op, ins, outs, tuple(("f", S.ATTR_FLOAT, 0.1) if a[0] == "f" else a for a in attrs))
     art = reader.load(w.to_bytes())
     assert art.graphs[0].nodes[1].attributes["f"].value == float(np.float32(0.1))
 

@@ -357,7 +357,7 @@ def test_spec_decoder_every_attribute_type_and_subgraphs():
         w.tensor(np.zeros((2, 1), dtype=dt))
     mine = _assert_same(w.to_bytes())
     assert mine["blobs"] == [b"blob"]
-    assert [g["name"] for g in mine["graphs"]] == ["main", "then", "else"]
+    assert [g["name"] for g in mine["graphs"]] == ["main", "then", "else", "third"]
 
 
 def test_spec_decoder_on_if_model_with_captures():

@@ -1,0 +1,149 @@
+"""Fuse Conv/Gemm/MatMul with a following residual Add and activation.
+
+Rules (P is Conv, Gemm or MatMul, or an already fused com.minirt
+FusedConv/FusedGemm/FusedMatMul; P's output has exactly one reader):
+
+    Add(P(...), z)         (P has no residual, no activation)  -> FusedP(..., z)
+    Sum(P(...), z)         (two inputs; same)                  -> FusedP(..., z)
+    act(P(...))            (P has no activation)               -> FusedP(..., activation=act)
+
+so ``Relu(Add(Conv(x, w, b), z))`` becomes one ``FusedConv(x, w, b, z,
+activation="Relu")`` computing ``act(conv(x, w, b) + z)`` (docs/fused_ops.md).
+Activations: Relu, LeakyRelu, Clip (Relu6; constant bounds only), Sigmoid,
+Tanh, HardSigmoid, HardSwish, Gelu, and com.minirt Activation (SiLU,
+HardSwish, Gelu recognised from their decomposed forms by
+``recognise_activations``).  An activation whose parameters are not build-time
+constants (a Clip with a computed bound) is refused and reported, as is an
+activation after a producer whose output has other readers.
+
+Per-channel constant Adds after a Conv are the bias (``fuse_batchnorm``
+folds those first); any other Add is a residual, whose broadcasting the
+fused kernel reproduces exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from builder.passes import _ir
+from builder.passes.manager import Pass
+
+_FUSED = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul"}
+_KIND = {v: k for k, v in _FUSED.items()}
+_FLT_MAX = 3.4028234663852886e38
+_SIMPLE = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "HardSwish": "HardSwish"}
+
+
+def _base(node: ir.Node):
+    """(kind, core inputs, z, activation) of a fusable producer, else None."""
+    if _ir.is_onnx(node, *_FUSED):
+        core = list(node.inputs[:3]) + [None] * (3 - min(len(node.inputs), 3))
+        return node.op_type, core, None, ""
+    if node.domain == _ir.MINIRT_DOMAIN and node.op_type in _KIND:
+        core = list(node.inputs[:3]) + [None] * (3 - min(len(node.inputs), 3))
+        z = node.inputs[3] if len(node.inputs) > 3 else None
+        return _KIND[node.op_type], core, z, _ir.attr(node, "activation", "")
+    return None
+
+
+def activation_of(model: ir.Model, node: ir.Node):
+    """(name, params) when ``node`` is a fusable activation; (None, reason) when it is one we refuse; None otherwise."""
+    if node.domain == _ir.MINIRT_DOMAIN and node.op_type == "Activation":
+        return _ir.attr(node, "activation", ""), tuple(_ir.attr(node, "activation_params", ()) or ())
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    op = node.op_type
+    if op in _SIMPLE:
+        return _SIMPLE[op], ()
+    if op == "LeakyRelu":
+        return "LeakyRelu", (float(_ir.attr(node, "alpha", 0.01)),)
+    if op == "HardSigmoid":
+        return "HardSigmoid", (float(_ir.attr(node, "alpha", 0.2)), float(_ir.attr(node, "beta", 0.5)))
+    if op == "Gelu":
+        return ("GeluTanh" if _ir.attr(node, "approximate", "none") == "tanh" else "Gelu"), ()
+    if op == "Clip":
+        if _ir.opset_of(model, node) < 11:
+            return "Clip", (float(_ir.attr(node, "min", -_FLT_MAX)), float(_ir.attr(node, "max", _FLT_MAX)))
+        bounds = []
+        for i, default in ((1, -_FLT_MAX), (2, _FLT_MAX)):
+            v = node.inputs[i] if len(node.inputs) > i else None
+            if v is None:
+                bounds.append(default)
+                continue
+            s = _ir.scalar(v)
+            if s is None:
+                return None, "Clip bounds are not build-time constants"
+            bounds.append(s)
+        return "Clip", tuple(bounds)
+    return None
+
+
+class FuseActivation(Pass):
+    """Fold residual Adds and activations into Conv/Gemm/MatMul as com.minirt fused ops."""
+
+    name = "fuse_activation"
+
+    def run(self, model: ir.Model) -> bool:
+        changed = False
+        graph = model.graph
+        for node in list(graph):
+            if node.graph is not graph:
+                continue
+            base = _base(node)
+            if base is None:
+                continue
+            changed |= self._try(model, graph, node, base)
+        return changed
+
+    def _try(self, model, graph, node, base) -> bool:
+        kind, core, z, act = base
+        y = node.outputs[0]
+        if len(node.outputs) != 1 or y.is_graph_output():
+            return False
+        uses = list(y.uses())
+        if len(uses) != 1:
+            if not act:
+                for user, _ in uses:
+                    a = activation_of(model, user)
+                    if a is not None and a[0] is not None:
+                        self.refuse(f"{kind}+{a[0]}", user, f"{kind} output has {len(uses)} readers")
+                        break
+            return False
+        user, index = uses[0]
+        # Residual add
+        if (_ir.is_onnx(user, "Add") or (_ir.is_onnx(user, "Sum") and len(user.inputs) == 2)) and z is None and not act:
+            other = user.inputs[1 - index]
+            if other is None:
+                return False
+            self._emit(model, graph, node, user, kind, core, other, "", ())
+            return True
+        if act:
+            return False
+        a = activation_of(model, user)
+        if a is None:
+            return False
+        name, params = a
+        if name is None:
+            self.refuse(f"{kind}+{user.op_type}", user, params)
+            return False
+        self._emit(model, graph, node, user, kind, core, z, name, params)
+        return True
+
+    def _emit(self, model, graph, node, user, kind, core, z, act, params) -> None:
+        _ir.ensure_minirt_opset(model)
+        drop = ("activation", "activation_params")
+        attrs = _ir.copy_attrs(node, drop=drop) + [ir.AttrString("activation", act)]
+        if params:
+            attrs.append(ir.AttrFloat32s("activation_params", [float(np.float32(p)) for p in params]))
+        inputs = list(core)
+        if z is not None:
+            inputs.append(z)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        fused = ir.Node(_ir.MINIRT_DOMAIN, _FUSED[kind], inputs, attributes=attrs, name=node.name)
+        out = user.outputs[0]
+        fused.outputs[0].type = out.type
+        fused.outputs[0].shape = out.shape
+        graph.insert_before(user, fused)
+        _ir.replace_value(out, fused.outputs[0])
+        graph.remove([user, node], safe=True)

@@ -1,0 +1,185 @@
+"""Recognise activations exported in decomposed form.
+
+Rules (every intermediate value has exactly one reader; constants are
+compared with a relative tolerance of 1e-3, matching exporters' rounding):
+
+    Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)     -> Activation[HardSwish](x)
+    Mul(Mul(x, Clip(Add(x, 3), 0, 6)), 1/6)   -> Activation[HardSwish](x)
+    Mul(x, Div(Clip(Add(x, 3), 0, 6), 6))     -> Activation[HardSwish](x)
+    Mul(x, HardSigmoid(x, 1/6, 1/2))          -> Activation[HardSwish](x)
+    Mul(x, Sigmoid(x))                        -> Activation[SiLU](x)
+    x * 0.5 * (1 + Erf(x / sqrt(2)))          -> Activation[Gelu](x)      (any grouping of the two Muls;
+                                                                           x * (1/sqrt 2) accepted too)
+
+``Activation`` is the com.minirt op (docs/fused_ops.md); ``fuse_activation``
+then folds it into a preceding Conv/Gemm/MatMul.  Models at opset >= 14/20
+could use ONNX HardSwish/Gelu instead; one op for every opset keeps the
+runtime's kernel table small.
+"""
+from __future__ import annotations
+
+import math
+
+import onnx_ir as ir
+
+from builder.passes import _ir
+from builder.passes.manager import Pass
+
+
+def _close(v: float | None, want: float) -> bool:
+    return v is not None and math.isclose(v, want, rel_tol=1e-3, abs_tol=1e-6)
+
+
+def _other(node: ir.Node, v: ir.Value) -> ir.Value | None:
+    if len(node.inputs) != 2:
+        return None
+    if node.inputs[0] is v:
+        return node.inputs[1]
+    if node.inputs[1] is v:
+        return node.inputs[0]
+    return None
+
+
+def _producer(v: ir.Value | None, *ops: str) -> ir.Node | None:
+    if v is None:
+        return None
+    p = v.producer()
+    return p if p is not None and _ir.is_onnx(p, *ops) else None
+
+
+def _only_reader(v: ir.Value) -> ir.Node | None:
+    return _ir.single_use(v)
+
+
+def _clip_bounds(model: ir.Model, node: ir.Node):
+    if _ir.opset_of(model, node) < 11:
+        return _ir.attr(node, "min"), _ir.attr(node, "max")
+    lo = _ir.scalar(node.inputs[1]) if len(node.inputs) > 1 else None
+    hi = _ir.scalar(node.inputs[2]) if len(node.inputs) > 2 else None
+    return lo, hi
+
+
+class RecogniseActivations(Pass):
+    """Replace decomposed HardSwish, SiLU and Gelu subgraphs by one com.minirt Activation."""
+
+    name = "recognise_activations"
+
+    def run(self, model: ir.Model) -> bool:
+        changed = False
+        graph = model.graph
+        for node in list(graph):
+            if node.graph is not graph:
+                continue
+            match = None
+            if _ir.is_onnx(node, "Clip"):
+                match = self._hard_swish_clip(model, node)
+            elif _ir.is_onnx(node, "HardSigmoid", "Sigmoid"):
+                match = self._gate(node)
+            elif _ir.is_onnx(node, "Erf"):
+                match = self._gelu(node)
+            if match is not None:
+                x, act, root, nodes = match
+                self._emit(model, graph, x, act, root, nodes)
+                changed = True
+        return changed
+
+    # x * gate(x)
+    def _gate(self, node):
+        x = node.inputs[0]
+        if node.op_type == "HardSigmoid":
+            if not (_close(_ir.attr(node, "alpha", 0.2), 1 / 6) and _close(_ir.attr(node, "beta", 0.5), 0.5)):
+                return None
+            act = "HardSwish"
+        else:
+            act = "SiLU"
+        mul = _only_reader(node.outputs[0])
+        if mul is None or not _ir.is_onnx(mul, "Mul") or _other(mul, node.outputs[0]) is not x:
+            return None
+        return x, act, mul, [node, mul]
+
+    def _hard_swish_clip(self, model, clip):
+        lo, hi = _clip_bounds(model, clip)
+        if not (_close(lo, 0.0) and _close(hi, 6.0)):
+            return None
+        add = _producer(clip.inputs[0], "Add")
+        if add is None or _only_reader(add.outputs[0]) is not clip:
+            return None
+        x = None
+        for side in (0, 1):
+            if _close(_ir.scalar(add.inputs[1 - side]), 3.0):
+                x = add.inputs[side]
+        if x is None:
+            return None
+        r = _only_reader(clip.outputs[0])
+        if r is None:
+            return None
+        if _ir.is_onnx(r, "Mul") and _other(r, clip.outputs[0]) is x:
+            # x * clip, then / 6 or * 1/6
+            post = _only_reader(r.outputs[0])
+            if post is None:
+                return None
+            c = _other(post, r.outputs[0])
+            if _ir.is_onnx(post, "Div") and post.inputs[0] is r.outputs[0] and _close(_ir.scalar(c), 6.0):
+                return x, "HardSwish", post, [add, clip, r, post]
+            if _ir.is_onnx(post, "Mul") and _close(_ir.scalar(c), 1 / 6):
+                return x, "HardSwish", post, [add, clip, r, post]
+            return None
+        if (_ir.is_onnx(r, "Div") and r.inputs[0] is clip.outputs[0] and _close(_ir.scalar(r.inputs[1]), 6.0)) or (
+            _ir.is_onnx(r, "Mul") and _close(_ir.scalar(_other(r, clip.outputs[0])), 1 / 6)
+        ):
+            mul = _only_reader(r.outputs[0])
+            if mul is not None and _ir.is_onnx(mul, "Mul") and _other(mul, r.outputs[0]) is x:
+                return x, "HardSwish", mul, [add, clip, r, mul]
+        return None
+
+    def _gelu(self, erf):
+        pre = _producer(erf.inputs[0], "Div", "Mul")
+        if pre is None or _only_reader(pre.outputs[0]) is not erf:
+            return None
+        c = _ir.scalar(pre.inputs[1])
+        if pre.op_type == "Div":
+            if not _close(c, math.sqrt(2)):
+                return None
+            x = pre.inputs[0]
+        else:
+            x = None
+            for side in (0, 1):
+                if _close(_ir.scalar(pre.inputs[1 - side]), 1 / math.sqrt(2)):
+                    x = pre.inputs[side]
+            if x is None:
+                return None
+        add = _only_reader(erf.outputs[0])
+        if add is None or not _ir.is_onnx(add, "Add") or not _close(_ir.scalar(_other(add, erf.outputs[0])), 1.0):
+            return None
+        m1 = _only_reader(add.outputs[0])
+        if m1 is None or not _ir.is_onnx(m1, "Mul"):
+            return None
+        o = _other(m1, add.outputs[0])
+        nodes = [pre, erf, add, m1]
+        if o is x:  # (x * t) * 0.5
+            m2 = _only_reader(m1.outputs[0])
+            if m2 is not None and _ir.is_onnx(m2, "Mul") and _close(_ir.scalar(_other(m2, m1.outputs[0])), 0.5):
+                return x, "Gelu", m2, nodes + [m2]
+            return None
+        if _close(_ir.scalar(o), 0.5):  # (t * 0.5) * x
+            m2 = _only_reader(m1.outputs[0])
+            if m2 is not None and _ir.is_onnx(m2, "Mul") and _other(m2, m1.outputs[0]) is x:
+                return x, "Gelu", m2, nodes + [m2]
+            return None
+        half = _producer(o, "Mul")  # (x * 0.5) * t
+        if half is not None and _only_reader(o) is m1:
+            hx = _other(half, x)
+            if hx is not None and _close(_ir.scalar(hx), 0.5):
+                return x, "Gelu", m1, nodes + [half]
+        return None
+
+    def _emit(self, model, graph, x, act, root, nodes) -> None:
+        _ir.ensure_minirt_opset(model)
+        new = ir.Node(_ir.MINIRT_DOMAIN, "Activation", [x], attributes=[ir.AttrString("activation", act)],
+                      name=root.name)
+        out = root.outputs[0]
+        new.outputs[0].type = out.type
+        new.outputs[0].shape = out.shape
+        graph.insert_before(root, new)
+        _ir.replace_value(out, new.outputs[0])
+        graph.remove(nodes, safe=True)

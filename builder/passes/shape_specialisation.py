@@ -1,0 +1,84 @@
+"""Shape specialisation: fix symbolic input dimensions and re-infer every shape.
+
+Rules:
+
+* for each ``--input-shape name=1x3x224x224``, the graph input ``name`` gets
+  that static shape (a dimension the model fixes must agree, and the rank
+  must match; otherwise ``ValueError`` naming the input);
+* then shapes of every intermediate value are recomputed by ONNX shape
+  inference with data propagation, starting from scratch (stale symbolic
+  shapes are cleared first), so constant folding can turn ``Shape``/``Size``
+  and the arithmetic on them into constants.  If inference fails, the
+  previous shapes are restored: a model always keeps at least what it had.
+
+The pass runs its inference once per model (the first sweep); it is a no-op
+without input shapes.  Graphs holding minirt's own ops are never re-inferred
+(ONNX inference does not know them), which is why this pass comes first.
+"""
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnx_ir.passes.common import ShapeInferencePass
+
+from builder.passes import _ir
+from builder.passes.manager import Pass
+
+
+def apply_input_shapes(model: ir.Model, shapes: dict) -> bool:
+    by_name = {v.name: v for v in model.graph.inputs}
+    changed = False
+    for name, shape in shapes.items():
+        value = by_name.get(name)
+        if value is None:
+            raise ValueError(f"input shape given for {name!r}, but the model's inputs are {list(by_name)}")
+        shape = tuple(int(d) for d in shape)
+        if value.shape is not None:
+            if len(value.shape) != len(shape):
+                raise ValueError(f"input {name!r}: rank {len(shape)} given, the model's rank is {len(value.shape)}")
+            for axis, (old, new) in enumerate(zip(value.shape, shape)):
+                if isinstance(old, int) and old >= 0 and old != new:
+                    raise ValueError(f"input {name!r}: dimension {axis} is fixed to {old} in the model, got {new}")
+        if _ir.static_shape(value) != shape:
+            value.shape = ir.Shape(shape)
+            changed = True
+    return changed
+
+
+class ShapeSpecialisation(Pass):
+    """Apply ``--input-shape`` and recompute static shapes."""
+
+    name = "shape_specialisation"
+
+    def run(self, model: ir.Model) -> bool:
+        shapes = dict(self.context.input_shapes or {})
+        if not shapes or model.meta.get("_minirt_specialised"):
+            return False
+        model.meta["_minirt_specialised"] = True
+        if any(n.domain not in ("", "ai.onnx") for g in _ir.graphs(model) for n in g):
+            self.refuse("shape inference", "<model>", "the graph already holds non-ONNX ops; shapes not re-inferred")
+            changed = apply_input_shapes(model, shapes)
+            return changed
+        changed = apply_input_shapes(model, shapes)
+        saved = {}
+        for graph in _ir.graphs(model):
+            for node in graph:
+                for v in node.outputs:
+                    saved[id(v)] = (v, v.shape)
+                    v.shape = None
+        try:
+            result = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+            ok = True
+        except Exception:  # noqa: BLE001
+            ok, result = False, None
+        if not ok:
+            for v, shape in saved.values():
+                v.shape = shape
+            self.refuse("shape inference", "<model>", "ONNX shape inference failed; kept the previous shapes")
+            return changed
+        # Whatever inference could not recompute keeps its earlier shape.
+        for v, shape in saved.values():
+            if v.shape is None and shape is not None:
+                v.shape = shape
+            elif shape is not None and v.shape != shape:
+                changed = True
+        return changed or bool(result and result.modified)

@@ -1,0 +1,49 @@
+"""Tests for recognise_activations: decomposed HardSwish/SiLU/Gelu become one Activation."""
+import math
+
+import numpy as np
+from onnx import helper as h
+
+from builder.passes import testing as T
+from builder.passes.recognise_activations import RecogniseActivations
+
+R = np.random.default_rng(5)
+X = {"x": (R.standard_normal((2, 8)) * 4).astype(np.float32)}
+C = [T.tensor("three", np.float32(3)), T.tensor("zero", np.float32(0)), T.tensor("six", np.float32(6)),
+     T.tensor("sixth", np.float32(1 / 6)), T.tensor("half", np.float32(0.5)), T.tensor("one", np.float32(1)),
+     T.tensor("sqrt2", np.float32(math.sqrt(2))), T.tensor("five", np.float32(5))]
+
+
+def _m(nodes):
+    return T.make_model([h.make_node("Neg", ["x"], ["v"])] + nodes, [T.vinfo("x", [2, 8])], [T.vinfo("y", [2, 8])], C, opset=13)
+
+
+PATTERNS = {
+    "hardswish_div": [h.make_node("Add", ["v", "three"], ["a"]), h.make_node("Clip", ["a", "zero", "six"], ["c"]),
+                      h.make_node("Mul", ["v", "c"], ["m"]), h.make_node("Div", ["m", "six"], ["y"])],
+    "hardswish_inner_div": [h.make_node("Add", ["three", "v"], ["a"]), h.make_node("Clip", ["a", "zero", "six"], ["c"]),
+                            h.make_node("Div", ["c", "six"], ["d"]), h.make_node("Mul", ["d", "v"], ["y"])],
+    "hardswish_hsig": [h.make_node("HardSigmoid", ["v"], ["s"], alpha=1 / 6, beta=0.5), h.make_node("Mul", ["v", "s"], ["y"])],
+    "silu": [h.make_node("Sigmoid", ["v"], ["s"]), h.make_node("Mul", ["s", "v"], ["y"])],
+    "gelu": [h.make_node("Div", ["v", "sqrt2"], ["d"]), h.make_node("Erf", ["d"], ["e"]), h.make_node("Add", ["e", "one"], ["a"]),
+             h.make_node("Mul", ["v", "a"], ["m"]), h.make_node("Mul", ["m", "half"], ["y"])],
+    "gelu_half_first": [h.make_node("Mul", ["v", "half"], ["hv"]), h.make_node("Div", ["v", "sqrt2"], ["d"]), h.make_node("Erf", ["d"], ["e"]),
+                        h.make_node("Add", ["e", "one"], ["a"]), h.make_node("Mul", ["hv", "a"], ["y"])],
+}
+
+
+def test_patterns_recognised():
+    for name, nodes in PATTERNS.items():
+        m, _, _ = T.run_both(_m(nodes), X, rtol=1e-5, atol=1e-5)
+        assert T.ops(m) == {"Neg": 1, "com.minirt::Activation": 1}, name
+
+
+def test_near_misses():
+    wrong_const = [h.make_node("Add", ["v", "three"], ["a"]), h.make_node("Clip", ["a", "zero", "six"], ["c"]),
+                   h.make_node("Mul", ["v", "c"], ["m"]), h.make_node("Div", ["m", "five"], ["y"])]
+    other_x = [h.make_node("Sigmoid", ["v"], ["s"]), h.make_node("Mul", ["s", "x"], ["y"])]  # x * sigmoid(-x): not SiLU
+    hsig_default = [h.make_node("HardSigmoid", ["v"], ["s"]), h.make_node("Mul", ["v", "s"], ["y"])]  # alpha 0.2: not HardSwish
+    for nodes in (wrong_const, other_x, hsig_default):
+        m = T.load(_m(nodes))
+        assert not RecogniseActivations()(m).modified
+        T.run_both(_m(nodes), X)

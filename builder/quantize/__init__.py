@@ -1,0 +1,315 @@
+"""Quantization: fp16 and int8 artifacts, with an accuracy report and an accuracy budget.
+
+One entry point, :func:`quantize`, runs on the builder's IR *after* the graph
+optimizer and before lowering (the optimizer would fold fp16 Casts back, and
+int8 lowering matches the fused ops it produces)::
+
+    report = quantize(model_ir, "int8", calibration, QuantizeOptions(...))
+
+Modes:
+
+``fp16``          float32 weights stored as float16 + a Cast to float32 (half the
+                  weight bytes; kernels compute in float32).
+``int8``          static: Conv/Gemm/MatMul layers become ``com.minirt::QConv`` /
+                  ``QMatMul`` with per-channel symmetric int8 weights and a
+                  per-tensor calibrated activation scale (qops.py).
+``int8-dynamic``  the same ops without activation scales: inputs are quantized at
+                  run time (for MatMul/Gemm/LSTM-heavy models; no calibration).
+
+Every mode measures the quantized model against the float one with minirt
+itself (report.py), on ``options.eval`` or the calibration data, and times
+both on one feed: a quantized model slower than its float version is a
+warning in the report.  ``options.accuracy_budget`` returns the most
+sensitive layers to float until the budget holds (sensitivity.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from builder.errors import BuildError
+from builder.quantize import _run
+from builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds
+from builder.quantize.qops import Candidate, apply_int8, find_candidates
+from builder.quantize.report import QuantizationReport, compare
+from builder.quantize.sensitivity import Budget, fit_budget, parse_budget
+from builder.quantize.weights import convert_to_fp16, fp16_candidates
+
+MODES = ("fp16", "int8-dynamic", "int8")
+
+__all__ = ["MODES", "QuantizeOptions", "QuantizationReport", "quantize", "demo_rows", "parse_budget"]
+
+
+@dataclasses.dataclass
+class QuantizeOptions:
+    method: str = "minmax"  # calibration: minmax, percentile or entropy
+    percentile: float = 99.999
+    per_channel: bool = True  # weights: one scale per output channel (else one per tensor)
+    symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
+    reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
+    quantize_final: bool = False  # also quantize the layers that feed the model's outputs
+    exclude: Sequence[str] = ()  # node names or op types kept float
+    weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
+    accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
+    eval: Any = None  # held-out data for the report (default: the calibration data)
+    calibration_spec: Any = None  # preprocessing spec for image folders
+    max_feeds: int | None = None  # use at most this many calibration feeds
+    fp16_min_elements: int = 1024  # smaller float32 tensors stay float32 in fp16 mode
+    measure_latency: bool = True
+    latency_runs: int = 5
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        for k in ("eval", "calibration_spec"):
+            d[k] = d[k] if isinstance(d[k], (str, type(None))) else f"<{type(d[k]).__name__}>"
+        if isinstance(self.accuracy_budget, Budget):
+            d["accuracy_budget"] = self.accuracy_budget.spec
+        d["exclude"] = list(self.exclude)
+        return d
+
+
+def _input_names(model: ir.Model) -> list[str]:
+    return [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
+
+
+def _random_feeds(model: ir.Model) -> Feeds:
+    """One random feed when every input shape is static (fp16 / dynamic reports without data)."""
+    feed = {}
+    rng = np.random.default_rng(0)
+    for v in model.graph.inputs:
+        if v.name in model.graph.initializers:
+            continue
+        shape = [] if v.shape is None else list(v.shape)
+        if v.shape is None or not all(isinstance(d, int) and d >= 0 for d in shape) or v.dtype != ir.DataType.FLOAT:
+            return Feeds()
+        feed[v.name] = rng.standard_normal(shape).astype(np.float32)
+    return Feeds([feed])
+
+
+def collect_ranges(model: ir.Model, names: list[str], feeds, method: str = "minmax", percentile: float = 99.999,
+                   signed: bool = False, channel_names: Sequence[str] = ()) -> dict:
+    """Calibrated ranges, running the float ``model`` with minirt.
+
+    ``{name: (lo, hi)}`` for each tensor in ``names``, plus
+    ``{("channel", name): (lo[C], hi[C])}`` (per-channel min/max along axis 1)
+    for each tensor in ``channel_names``.
+    """
+    col = RangeCollector(method, percentile)
+    per_channel = set(channel_names)
+
+    def first_pass(name, x):
+        col.update_minmax(name, x)
+        if name in per_channel:
+            col.update_channels(name, x)
+
+    _run.collect(model, list(names) + list(channel_names), feeds, first_pass)
+    if col.needs_histograms:
+        _run.collect(model, names, feeds, col.update_histogram)
+    out: dict = {n: r for n in names if (r := col.range(n, signed_levels=signed)) is not None}
+    for n in per_channel:
+        r = col.channel_range(n)
+        if r is not None:
+            out[("channel", n)] = r
+    return out
+
+
+def _native_int8() -> bool:
+    from minirt import native
+
+    return bool(native.available and hasattr(native, "qgemm_u8s8"))
+
+
+def _excluded(c: Candidate, exclude: Sequence[str]) -> bool:
+    return c.name in exclude or c.op_type in exclude
+
+
+def quantize(
+    model: ir.Model,
+    mode: str,
+    calibration: Any = None,
+    options: QuantizeOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> QuantizationReport:
+    """Quantize ``model`` (optimized onnx-ir, main graph) in place; returns the report."""
+    say = progress or (lambda msg: None)
+    opts = options or QuantizeOptions()
+    if mode not in MODES:
+        raise BuildError(f"--quantize must be one of {list(MODES)}, got {mode!r}")
+    if opts.method not in METHODS:
+        raise BuildError(f"--calibration-method must be one of {list(METHODS)}, got {opts.method!r}")
+    budget = parse_budget(opts.accuracy_budget)
+    report = QuantizationReport(mode=mode, method=opts.method if mode == "int8" else None, options=opts.as_dict())
+    t_start = time.perf_counter()
+    names = _input_names(model)
+
+    t0 = time.perf_counter()
+    calib = load_feeds(calibration, names, opts.calibration_spec)
+    if opts.max_feeds is not None:
+        calib = Feeds(calib[: opts.max_feeds], calib.labels[: opts.max_feeds])
+    if mode == "int8" and not calib:
+        raise BuildError("--quantize int8 needs calibration data (--calibration PATH); "
+                         "int8-dynamic and fp16 do not")
+    evals = load_feeds(opts.eval, names, opts.calibration_spec) if opts.eval is not None else calib
+    report.eval_source = "the eval data" if opts.eval is not None else "the calibration data"
+    if not evals:
+        evals = _random_feeds(model)
+        report.eval_source = "a random input" if evals else "no data"
+    report.calibration_feeds, report.eval_feeds = len(calib), len(evals)
+    labels = evals.all_labels()
+    report.timings["load_data"] = time.perf_counter() - t0
+
+    float_model = model.clone()
+    float_bytes = _run.artifact_bytes(float_model)
+    report.float_bytes = len(float_bytes)
+    ref = None
+    if evals:
+        ref = _run.run_all(_run.minirt.Session(float_bytes, verify_checksums=False), evals)
+
+    def evaluate(candidate_model: ir.Model) -> dict:
+        return compare(ref, _run.run_all(_run.session(candidate_model), evals), labels) if ref is not None else {}
+
+    if mode == "fp16":
+        t0 = time.perf_counter()
+        only = None
+        if budget is not None:
+            if ref is None:
+                raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
+            names16 = fp16_candidates(float_model, opts.fp16_min_elements)
+
+            def with_fp16(subset):
+                m = float_model.clone()
+                convert_to_fp16(m, opts.fp16_min_elements, only=set(subset))
+                return evaluate(m)
+
+            res = fit_budget(budget, names16, with_fp16, say)
+            res.pop("accuracy", None)
+            only = set(res["quantized"])
+            for r in res["reverted"]:
+                report.kept_float.append({"node": r["node"], "reason": f"kept float32 by the accuracy budget: {r['why']}"})
+            report.budget = res
+            if not res["met"]:
+                report.warnings.append(f"accuracy budget {budget.spec} not met (value {res['value']:.4g})")
+        report.fp16 = convert_to_fp16(model, opts.fp16_min_elements, only=only)
+        report.timings["convert"] = time.perf_counter() - t0
+    else:
+        candidates, refused = find_candidates(model, weight_only=opts.weight_only)
+        report.kept_float += [{"node": n, "reason": r} for n, r in refused]
+        selected = []
+        for c in candidates:
+            if _excluded(c, opts.exclude):
+                report.kept_float.append({"node": c.name, "reason": "excluded by option"})
+            elif c.final and not opts.quantize_final:
+                report.kept_float.append({"node": c.name, "reason": "final layer (feeds a model output); "
+                                                                   "quantize_final to quantize it"})
+            else:
+                selected.append(c)
+        if not opts.per_channel:
+            report.warnings.append("per-tensor weight scales requested: accuracy is usually lower")
+        ranges = None
+        if mode == "int8":
+            t0 = time.perf_counter()
+            say(f"calibrating {len(selected)} layers on {len(calib)} feed(s) ({opts.method})")
+            ranges = collect_ranges(float_model, [c.input for c in selected if c.input], calib, opts.method,
+                                    opts.percentile, signed=opts.symmetric_activations,
+                                    channel_names=[c.input for c in selected if c.depthwise])
+            report.timings["calibrate"] = time.perf_counter() - t0
+
+        def build_with(names_subset) -> ir.Model:
+            m = float_model.clone()
+            chosen = [c for c in selected if c.name in set(names_subset)]
+            apply_int8(m, chosen, ranges, opts.reduce_range, opts.symmetric_activations, per_channel=opts.per_channel)
+            return m
+
+        if budget is not None:
+            if ref is None:
+                raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
+            t0 = time.perf_counter()
+            tunable = [c.name for c in selected if c.kind != "weight-only"]
+            fixed = [c.name for c in selected if c.kind == "weight-only"]
+            res = fit_budget(budget, tunable, lambda subset: evaluate(build_with(list(subset) + fixed)), say)
+            keep = set(res["quantized"]) | set(fixed)
+            for r in res["reverted"]:
+                report.kept_float.append({"node": r["node"], "reason": f"accuracy budget: {r['why']}"})
+            selected = [c for c in selected if c.name in keep]
+            res.pop("accuracy", None)
+            report.budget = res
+            report.timings["budget"] = time.perf_counter() - t0
+            if not res["met"]:
+                report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
+                                       f"except weight-only ones (value {res['value']:.4g})")
+        skipped = apply_int8(model, selected, ranges, opts.reduce_range, opts.symmetric_activations,
+                             per_channel=opts.per_channel)
+        skipped_names = {n for n, _ in skipped}
+        report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
+        report.quantized = [c.name for c in selected if c.kind != "weight-only" and c.name not in skipped_names]
+        report.weight_only = [c.name for c in selected if c.kind == "weight-only"]
+
+    quant_bytes = _run.artifact_bytes(model)
+    report.quant_bytes = len(quant_bytes)
+    if ref is not None:
+        t0 = time.perf_counter()
+        qsess = _run.minirt.Session(quant_bytes, verify_checksums=False)
+        report.accuracy = compare(ref, _run.run_all(qsess, evals), labels)
+        report.timings["evaluate"] = time.perf_counter() - t0
+        if budget is not None and not report.budget:
+            report.budget = {"spec": budget.spec, "met": budget.met(report.accuracy),
+                             "value": budget.value(report.accuracy), "reverted": []}
+        if opts.measure_latency:
+            t0 = time.perf_counter()
+            feed = evals[0]
+            fsess = _run.minirt.Session(float_bytes, verify_checksums=False)
+            lat = _run.median_latency({"float": fsess, "quant": qsess}, feed, runs=opts.latency_runs)
+            report.latency = {"float_ms": lat["float"] * 1e3, "quant_ms": lat["quant"] * 1e3,
+                              "ratio": lat["quant"] / lat["float"] if lat["float"] else float("nan"),
+                              "on": "the first evaluation feed", "runs": opts.latency_runs}
+            ratio = report.latency["ratio"]
+            if mode != "fp16" and ratio >= 0.95:
+                report.warnings.append(
+                    f"the {mode} model is {'slower than' if ratio > 1.05 else 'no faster than'} the float one on "
+                    f"this machine ({ratio:.2f}x float latency: {report.latency['quant_ms']:.2f} ms vs "
+                    f"{report.latency['float_ms']:.2f} ms); it is smaller, not faster"
+                    + ("" if _native_int8() else " (no native int8 GEMM in this minirt build: int8 layers "
+                                                 "compute in float32 BLAS)")
+                )
+            report.timings["latency"] = time.perf_counter() - t0
+    report.timings["total"] = time.perf_counter() - t_start
+    return report
+
+
+def demo_rows(float_artifact: Any, quant_artifact: Any, images: np.ndarray, labels: np.ndarray, runs: int = 20,
+              input_name: str | None = None) -> list[tuple]:
+    """Rows ``(what, float, int8, ratio)`` for ``minirt demo``: size, accuracy, latency batch 1 and full batch.
+
+    ``*_artifact`` are paths or bytes of the two built artifacts.
+    """
+    import os
+
+    import minirt
+
+    def size(a):
+        return os.path.getsize(a) if isinstance(a, (str, os.PathLike)) else len(a)
+
+    f_sess, q_sess = minirt.Session(float_artifact), minirt.Session(quant_artifact)
+    name = input_name or f_sess.get_inputs()[0].name
+    out = {}
+    for side, s in (("float", f_sess), ("int8", q_sess)):
+        logits = s.run(None, {name: images})[0]
+        out[side] = float((logits.argmax(axis=1) == labels).mean())
+    lat = {}
+    for batch in (images[:1], images):
+        ms = _run.median_latency({"float": f_sess, "int8": q_sess}, {name: batch}, runs=runs, warmup=2)
+        lat[len(batch)] = ms
+    fs, qs = size(float_artifact), size(quant_artifact)
+    rows = [
+        ("model size", f"{fs / 1024:.1f} KiB", f"{qs / 1024:.1f} KiB", f"{qs / fs:.2f}x"),
+        ("accuracy", f"{out['float'] * 100:.2f} %", f"{out['int8'] * 100:.2f} %",
+         f"{(out['int8'] - out['float']) * 100:+.2f} pt"),
+    ]
+    for n, ms in lat.items():
+        rows.append((f"latency batch {n}", f"{ms['float'] * 1e3:.2f} ms", f"{ms['int8'] * 1e3:.2f} ms",
+                     f"{ms['int8'] / ms['float']:.2f}x"))
+    return rows

@@ -1,0 +1,76 @@
+"""Run an IR model with minirt itself: lower to bytes, open a Session, time it."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import onnx_ir as ir
+
+import minirt
+from builder.lower import lower_model
+from builder.writer import ArtifactWriter
+
+
+def artifact_bytes(model: ir.Model) -> bytes:
+    writer = ArtifactWriter()
+    lower_model(model, writer)
+    return writer.to_bytes()
+
+
+def session(model: ir.Model) -> minirt.Session:
+    return minirt.Session(artifact_bytes(model), verify_checksums=False)
+
+
+def run_all(sess: minirt.Session, feeds) -> dict[str, np.ndarray]:
+    """Outputs over every feed, concatenated along axis 0 (kept per feed when shapes differ)."""
+    names = [o.name for o in sess.get_outputs()]
+    per: dict[str, list] = {n: [] for n in names}
+    for feed in feeds:
+        for n, y in zip(names, sess.run(None, feed)):
+            per[n].append(np.asarray(y))
+    return per
+
+
+def collect(model: ir.Model, names: list[str], feeds, visit) -> None:
+    """Run ``model`` on every feed with ``names`` as extra outputs; ``visit(name, array)`` each."""
+    graph = model.graph
+    values = {v.name: v for v in graph.inputs}
+    for node in graph:
+        for o in node.outputs:
+            values[o.name] = o
+    existing = {id(v) for v in graph.outputs}
+    extra = []
+    for n in dict.fromkeys(names):
+        v = values.get(n)
+        if v is not None and id(v) not in existing and v not in graph.inputs:
+            extra.append(v)
+    graph.outputs.extend(extra)
+    try:
+        sess = session(model)
+    finally:
+        for _ in extra:
+            graph.outputs.pop()
+    out_names = [o.name for o in sess.get_outputs()]
+    wanted = set(names)
+    for feed in feeds:
+        for n, arr in feed.items():
+            if n in wanted:
+                visit(n, np.asarray(arr))
+        for n, y in zip(out_names, sess.run(None, feed)):
+            if n in wanted:
+                visit(n, y)
+
+
+def median_latency(sessions: dict, feed: dict, runs: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Median seconds per run of each session on ``feed``, runs interleaved."""
+    times: dict[str, list] = {k: [] for k in sessions}
+    for _ in range(warmup):
+        for s in sessions.values():
+            s.run(None, feed)
+    for _ in range(runs):
+        for k, s in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feed)
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}

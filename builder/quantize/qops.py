@@ -1,0 +1,310 @@
+"""Lowering to minirt's quantized ops (``com.minirt::QConv`` / ``QMatMul``).
+
+A *candidate* is a Conv / FusedConv / Gemm / FusedGemm / MatMul / FusedMatMul
+whose weight is a constant float32 initializer.  Quantizing it replaces the
+node by one quantized node with the same float input and output:
+
+    Conv, FusedConv          -> QConv(x, x_scale, x_zp, W int8, W_scale, B, Z)
+    Gemm, FusedGemm          -> QMatMul(a, a_scale, a_zp, B int8, B_scale, C, Z)  transB kept,
+                                alpha folded into B_scale, beta into a constant C
+    MatMul, FusedMatMul      -> QMatMul(a, a_scale, a_zp, B int8, B_scale, bias, Z)
+
+Static int8 gives x_scale / x_zp from calibration (per channel for the
+input of a depthwise convolution, whose channels never mix, so one outlier
+channel does not crush the resolution of the others); int8-dynamic leaves
+them out (the kernel quantizes x at run time).  No Quantize/Dequantize nodes sit
+between layers, so the rest of the graph (pooling, resize, softmax,
+layer norm, ...) stays in float, untouched.
+
+*Weight-only* nodes (ConvTranspose, LSTM/GRU/RNN weights) get their weight
+stored int8 behind a ``DequantizeLinear``: 4x smaller, computed in float.
+
+By default a candidate whose output reaches a graph output without passing
+through another candidate (a *final* layer) stays float.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
+
+DOMAIN = "com.minirt"
+CONV_OPS = {("", "Conv"), (DOMAIN, "FusedConv")}
+GEMM_OPS = {("", "Gemm"), (DOMAIN, "FusedGemm")}
+MATMUL_OPS = {("", "MatMul"), (DOMAIN, "FusedMatMul")}
+# op -> (weight input indices, per-channel axis of the weight)
+WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), ("", "LSTM"): ((1, 2), 1), ("", "GRU"): ((1, 2), 1),
+                   ("", "RNN"): ((1, 2), 1)}
+
+
+def _key(node: ir.Node) -> tuple[str, str]:
+    return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
+
+
+def _const(value: ir.Value | None, graph: ir.Graph) -> np.ndarray | None:
+    if value is None or value.const_value is None or value in graph.inputs:
+        return None
+    if value.name not in graph.initializers:
+        return None
+    return value.const_value.numpy()
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    a = node.attributes.get(name)
+    return default if a is None else a.value
+
+
+@dataclasses.dataclass
+class Candidate:
+    name: str  # node name
+    op_type: str
+    kind: str  # "conv", "matmul" or "weight-only"
+    input: str  # the activation input quantized (empty for weight-only)
+    weight: str
+    final: bool = False
+    weight_elements: int = 0
+    depthwise: bool = False  # group == C == M: its input may be quantized per channel
+
+
+def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
+    """Candidates with a path to a graph output that meets no other candidate."""
+    outputs = set(id(v) for v in graph.outputs)
+    memo: dict[int, bool] = {}
+
+    def reaches(value: ir.Value, depth=0) -> bool:
+        key = id(value)
+        if key in memo:
+            return memo[key]
+        memo[key] = False  # cycles cannot happen, but be safe
+        hit = key in outputs
+        if not hit:
+            for use in value.uses():
+                consumer = use.node
+                if id(consumer) in candidate_ids:
+                    continue
+                if any(reaches(o, depth + 1) for o in consumer.outputs):
+                    hit = True
+                    break
+        memo[key] = hit
+        return hit
+
+    final = set()
+    for node in graph:
+        if id(node) in candidate_ids and any(reaches(o) for o in node.outputs):
+            final.add(node.name)
+    return final
+
+
+def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Candidate], list[tuple[str, str]]]:
+    """Quantizable nodes of the main graph, and (node, reason) for the ones refused."""
+    graph = model.graph
+    found: list[Candidate] = []
+    refused: list[tuple[str, str]] = []
+    ids = {}
+    for node in graph:
+        key = _key(node)
+        kind = None
+        if key in CONV_OPS:
+            kind = "conv"
+        elif key in GEMM_OPS or key in MATMUL_OPS:
+            kind = "matmul"
+        elif key in WEIGHT_ONLY_OPS and weight_only:
+            kind = "weight-only"
+        if kind is None:
+            continue
+        if kind == "weight-only":
+            idx, _axis = WEIGHT_ONLY_OPS[key]
+            ws = [node.inputs[i] if i < len(node.inputs) else None for i in idx]
+            arrs = [_const(w, graph) for w in ws]
+            if any(a is None or a.dtype != np.float32 for a in arrs):
+                refused.append((node.name, f"{node.op_type}: weights are not constant float32"))
+                continue
+            found.append(Candidate(node.name, node.op_type, kind, "", ",".join(w.name for w in ws),
+                                   weight_elements=sum(a.size for a in arrs)))
+            ids[id(node)] = None
+            continue
+        x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+        warr = _const(w, graph)
+        if warr is None or warr.dtype != np.float32:
+            refused.append((node.name, f"{node.op_type}: weight is not a constant float32 initializer"))
+            continue
+        if x is None or (x.dtype is not None and x.dtype != ir.DataType.FLOAT):
+            refused.append((node.name, f"{node.op_type}: input is not float32"))
+            continue
+        if kind == "conv" and warr.ndim < 3:
+            refused.append((node.name, "Conv: weight rank < 3"))
+            continue
+        if kind == "matmul":
+            if warr.ndim != 2:
+                refused.append((node.name, f"{node.op_type}: weight is not a 2-D matrix"))
+                continue
+            if key in GEMM_OPS:
+                if _attr(node, "transA", 0):
+                    refused.append((node.name, "Gemm with transA=1"))
+                    continue
+                c = node.inputs[2] if len(node.inputs) > 2 else None
+                if c is not None and float(_attr(node, "beta", 1.0)) != 1.0 and _const(c, graph) is None:
+                    refused.append((node.name, "Gemm with beta != 1 and a non-constant C"))
+                    continue
+        group = int(_attr(node, "group", 1))
+        depthwise = kind == "conv" and warr.shape[1] == 1 and group == warr.shape[0] and group > 1
+        found.append(Candidate(node.name, node.op_type, kind, x.name, w.name, weight_elements=int(warr.size),
+                               depthwise=depthwise))
+        ids[id(node)] = None
+    final = _final_nodes(graph, set(ids))
+    for c in found:
+        c.final = c.name in final
+    return found, refused
+
+
+class _Builder:
+    """Shared new initializers (one quantized copy per weight, one scale pair per activation)."""
+
+    def __init__(self, model: ir.Model, reduce_range: bool, symmetric: bool, per_channel: bool = True):
+        self.model = model
+        self.per_channel = per_channel
+        self.graph = model.graph
+        self.reduce_range = reduce_range
+        self.symmetric = symmetric
+        self.cache: dict = {}
+
+    def init(self, array: np.ndarray, name: str) -> ir.Value:
+        base, i = name, 0
+        while name in self.graph.initializers:
+            i += 1
+            name = f"{base}_{i}"
+        arr = np.asarray(array)
+        v = ir.Value(name=name, shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                     const_value=ir.tensor(arr, name=name))
+        self.graph.register_initializer(v)
+        return v
+
+    def weight(self, w: ir.Value, axis: int, alpha: float = 1.0) -> tuple[ir.Value, ir.Value]:
+        key = ("w", w.name, axis, alpha)
+        if key not in self.cache:
+            arr = w.const_value.numpy()
+            if self.per_channel:
+                q, s = quantize_per_channel(arr, axis, self.reduce_range)
+            else:  # one scale for the tensor, stored per channel so the kernels see one layout
+                q, s1 = quantize_per_channel(arr.reshape(1, -1), 0, self.reduce_range)
+                q, s = q.reshape(arr.shape), np.repeat(s1, arr.shape[axis])
+            self.cache[key] = (self.init(q, f"{w.name}_int8"), self.init((s * np.float32(alpha)).astype(np.float32),
+                                                                          f"{w.name}_scale"))
+        return self.cache[key]
+
+    def act(self, x: ir.Value, rng: tuple, per_channel: bool = False) -> tuple[ir.Value, ir.Value]:
+        key = ("x", x.name, per_channel)
+        if key not in self.cache:
+            if per_channel:
+                scale, zp = activation_params_per_channel(rng[0], rng[1], self.symmetric)
+            else:
+                scale, zp = activation_params(rng[0], rng[1], self.symmetric)
+            self.cache[key] = (self.init(np.array(scale, np.float32), f"{x.name}_qscale"),
+                               self.init(zp, f"{x.name}_qzp"))
+        return self.cache[key]
+
+
+def _copy_attrs(node: ir.Node, drop=()) -> list:
+    return [ir.Attr(a.name, a.type, a.value) for a in node.attributes.values() if a.name not in drop]
+
+
+def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
+    graph.insert_before(old, new)
+    for o_old, o_new in zip(old.outputs, new.outputs):
+        name = o_old.name
+        o_new.dtype, o_new.shape = o_old.dtype, o_old.shape
+        o_old.replace_all_uses_with(o_new, replace_graph_outputs=True)
+        o_old.name = f"{name}__replaced"
+        o_new.name = name
+    graph.remove(old, safe=True)
+
+
+def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
+               symmetric: bool = False, per_channel: bool = True) -> list[tuple[str, str]]:
+    """Quantize the ``selected`` candidates of ``model`` in place.
+
+    ``ranges`` maps activation names to calibrated (lo, hi) (static int8), or
+    is None (dynamic int8).  Returns (node, reason) for candidates skipped here.
+    """
+    graph = model.graph
+    b = _Builder(model, reduce_range, symmetric, per_channel)
+    by_name = {n.name: n for n in graph}
+    skipped = []
+    used_domain = False
+    for cand in selected:
+        node = by_name.get(cand.name)
+        if node is None:
+            skipped.append((cand.name, "node not found"))
+            continue
+        if cand.kind == "weight-only":
+            _weight_only(b, node)
+            continue
+        x = node.inputs[0]
+        if ranges is not None:
+            rng = ranges.get(("channel", x.name)) if cand.depthwise else None
+            per_channel = rng is not None
+            if rng is None:
+                rng = ranges.get(x.name)
+            if rng is None:
+                skipped.append((cand.name, f"no calibration range for its input {x.name!r}"))
+                continue
+            xs, xz = b.act(x, rng, per_channel)
+        else:
+            xs = xz = None
+        key = _key(node)
+        ins = list(node.inputs) + [None] * (4 - len(node.inputs))
+        if cand.kind == "conv":
+            wq, ws = b.weight(node.inputs[1], 0)
+            new = ir.Node(DOMAIN, "QConv", [x, xs, xz, wq, ws, ins[2], ins[3]], attributes=_copy_attrs(node),
+                          name=node.name, num_outputs=1)
+        else:
+            attrs = _copy_attrs(node, drop=("alpha", "beta", "transA", "transB"))
+            if key in GEMM_OPS:
+                trans_b = int(_attr(node, "transB", 0))
+                alpha = float(_attr(node, "alpha", 1.0))
+                beta = float(_attr(node, "beta", 1.0))
+                wq, ws = b.weight(node.inputs[1], 0 if trans_b else 1, alpha)
+                c = ins[2]
+                if c is not None and beta != 1.0:
+                    c = b.init((c.const_value.numpy() * np.float32(beta)).astype(np.float32), f"{c.name}_beta")
+                attrs.append(ir.AttrInt64("transB", trans_b))
+            else:
+                wq, ws = b.weight(node.inputs[1], 1)
+                c = ins[2]
+            new = ir.Node(DOMAIN, "QMatMul", [x, xs, xz, wq, ws, c, ins[3]], attributes=attrs, name=node.name,
+                          num_outputs=1)
+        _replace(graph, node, new)
+        used_domain = True
+    if used_domain:
+        model.opset_imports.setdefault(DOMAIN, 1)
+    _drop_unused_initializers(graph)
+    return skipped
+
+
+def _weight_only(b: _Builder, node: ir.Node) -> None:
+    idx, axis = WEIGHT_ONLY_OPS[_key(node)]
+    for i in idx:
+        w = node.inputs[i]
+        wq, ws = b.weight(w, axis)
+        key = ("dq", w.name)
+        if key not in b.cache:
+            dq = ir.Node("", "DequantizeLinear", [wq, ws], attributes=[ir.AttrInt64("axis", axis)],
+                         name=f"{w.name}_dequantize", num_outputs=1)
+            out = dq.outputs[0]
+            out.name = f"{w.name}_dq"
+            out.dtype, out.shape = ir.DataType.FLOAT, ir.Shape(wq.shape)
+            first = next(iter(b.graph))
+            b.graph.insert_before(first, dq)
+            b.cache[key] = out
+        node.replace_input_with(i, b.cache[key])
+
+
+def _drop_unused_initializers(graph: ir.Graph) -> None:
+    graph_inputs = set(id(v) for v in graph.inputs)
+    graph_outputs = set(id(v) for v in graph.outputs)
+    for name, v in list(graph.initializers.items()):
+        if not v.uses() and id(v) not in graph_inputs and id(v) not in graph_outputs:
+            graph.initializers.pop(name)

@@ -1,0 +1,122 @@
+"""Weight quantization: per-channel symmetric int8, activation parameters, fp16.
+
+int8 weights are symmetric (zero point 0) with one scale per output channel::
+
+    scale[c] = max|w[c]| / 127      (1.0 for an all-zero channel)
+    q[c]     = clip(rint(w[c] / scale[c]), -127, 127)
+
+-128 is never used, so negating a weight never overflows and a 7-bit-safe
+variant (``reduce_range``: +-63, for CPUs whose int8 dot product saturates in
+16 bits, e.g. AVX2 ``vpmaddubsw``) is one option away.
+
+Activations are per tensor: asymmetric uint8 over the calibrated [lo, hi]
+widened to include 0 (so zero padding is exact), or symmetric int8 with
+``symmetric=True``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+FP16_MAX = float(np.finfo(np.float16).max)
+
+
+def quantize_per_channel(w: np.ndarray, axis: int = 0, reduce_range: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 quantization of ``w`` with one scale per index of ``axis``."""
+    w = np.asarray(w, dtype=np.float32)
+    qmax = 63.0 if reduce_range else 127.0
+    axis = axis % w.ndim if w.ndim else 0
+    moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis] if w.ndim else 1, -1)
+    amax = np.max(np.abs(moved), axis=1) if moved.size else np.zeros(moved.shape[0], np.float32)
+    scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    if w.ndim:
+        shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -qmax, qmax).astype(np.int8)
+    return q, scale
+
+
+def activation_params(lo: float, hi: float, symmetric: bool = False) -> tuple[np.float32, np.ndarray]:
+    """(scale, zero point) for an activation range; the zero point's dtype is uint8 or int8."""
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if symmetric:
+        amax = max(abs(lo), abs(hi))
+        scale = np.float32(amax / 127.0) if amax > 0 else np.float32(1.0)
+        return scale, np.array(0, dtype=np.int8)
+    scale = np.float32((hi - lo) / 255.0)
+    if scale == 0 or not np.isfinite(scale):
+        return np.float32(1.0), np.array(0, dtype=np.uint8)
+    zp = np.uint8(np.clip(np.rint(-lo / float(scale)), 0, 255))
+    return scale, np.array(zp, dtype=np.uint8)
+
+
+def activation_params_per_channel(lo: np.ndarray, hi: np.ndarray, symmetric: bool = False):
+    """Vector form of :func:`activation_params` (depthwise convolution inputs, one pair per channel)."""
+    pairs = [activation_params(a, b, symmetric) for a, b in zip(np.asarray(lo).reshape(-1), np.asarray(hi).reshape(-1))]
+    scales = np.array([p[0] for p in pairs], dtype=np.float32)
+    zps = np.array([p[1] for p in pairs], dtype=np.int8 if symmetric else np.uint8)
+    return scales, zps
+
+
+def fp16_candidates(model: ir.Model, min_elements: int = 1024) -> list[str]:
+    """Names of the float32 initializers :func:`convert_to_fp16` would convert."""
+    out = []
+    for name, value in model.graph.initializers.items():
+        t = value.const_value
+        if t is None or value.dtype != ir.DataType.FLOAT or not value.uses() or value in model.graph.inputs:
+            continue
+        if t.size >= min_elements:
+            out.append(name)
+    return out
+
+
+def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dict:
+    """Store float32 initializers of at least ``min_elements`` as float16 + a Cast back to float32.
+
+    Kernels then compute in float32 on the CPU while the artifact holds half
+    the bytes.  Small tensors (biases, depthwise filters below
+    ``min_elements``) stay float32: they weigh little and some models are
+    surprisingly sensitive to them.  ``only`` restricts the conversion to
+    those initializer names (the accuracy budget uses it).  Tensors with values beyond float16's range (|x| > 65504) stay
+    float32.  Returns counts for the report.  Subgraph initializers are left
+    alone.  Must run after the optimizer: constant folding would fold the
+    Casts straight back.
+    """
+    graph = model.graph
+    converted, kept_range, bytes_before, bytes_after = 0, 0, 0, 0
+    first = next(iter(graph), None)
+    for name, value in list(graph.initializers.items()):
+        tensor = value.const_value
+        if tensor is None or value.dtype != ir.DataType.FLOAT or value in graph.inputs:
+            continue
+        if only is not None and name not in only:
+            continue
+        arr = tensor.numpy()
+        if arr.size < min_elements:
+            continue
+        if not value.uses():
+            continue
+        if np.any(np.abs(arr[np.isfinite(arr)]) > FP16_MAX):
+            kept_range += 1
+            continue
+        half = ir.Value(name=f"{name}_fp16", shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.FLOAT16),
+                        const_value=ir.tensor(arr.astype(np.float16), name=f"{name}_fp16"))
+        graph.register_initializer(half)
+        cast = ir.node("Cast", inputs=[half], attributes={"to": ir.DataType.FLOAT}, name=f"{name}_to_fp32",
+                       num_outputs=1)
+        out = cast.outputs[0]
+        out.name = f"{name}_fp32"
+        out.dtype = ir.DataType.FLOAT
+        out.shape = ir.Shape(arr.shape)
+        # Move every use of the float32 initializer (graph outputs too) to the cast.
+        value.replace_all_uses_with(out, replace_graph_outputs=True)
+        if first is not None:
+            graph.insert_before(first, cast)
+        else:
+            graph.append(cast)
+        graph.initializers.pop(name)
+        converted += 1
+        bytes_before += arr.nbytes
+        bytes_after += arr.size * 2
+    return {"initializers": converted, "kept_float32_out_of_range": kept_range, "bytes_before": bytes_before,
+            "bytes_after": bytes_after}

@@ -1,0 +1,157 @@
+"""Kernels of minirt's own operator domain ``com.minirt`` (opset 1).
+
+These ops only come out of the builder's optimizer (``builder/passes``); they
+are documented in ``docs/fused_ops.md``.  Every one is a composition of
+standard ONNX kernels, looked up through the registry and called in order,
+so the math lives in one place: a fused node computes exactly what the
+unfused nodes would, minus the intermediate values and per-node overhead.
+
+Activations are named by the ``activation`` string attribute with their
+parameters in ``activation_params`` (floats)::
+
+    ""            identity                 ()
+    "Relu"        max(x, 0)                ()
+    "LeakyRelu"   x if x >= 0 else a*x     (alpha,)
+    "Clip"        min(max(x, lo), hi)      (lo, hi)         # Relu6 is Clip(0, 6)
+    "Sigmoid"     1 / (1 + exp(-x))        ()
+    "Tanh"        tanh(x)                  ()
+    "HardSigmoid" max(0, min(1, a*x + b))  (alpha, beta)
+    "HardSwish"   x * HardSigmoid(x, 1/6, 1/2)  ()
+    "SiLU"        x * sigmoid(x)           ()
+    "Gelu"        0.5x(1 + erf(x/sqrt 2))  ()
+    "GeluTanh"    tanh-approximated Gelu   ()
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from minirt.kernels.registry import NodeContext, kernel, lookup
+from minirt.kernels import nn
+
+DOMAIN = "com.minirt"
+
+
+@functools.lru_cache(maxsize=None)
+def _std(op_type: str, opset: int = 21):
+    entry = lookup("", op_type, opset)
+    if entry is None:
+        raise NotImplementedError(f"com.minirt fused op needs the standard kernel {op_type} (opset {opset})")
+    return entry.fn
+
+
+def _hard_swish(x):
+    return _std("HardSwish")(x)
+
+
+def _silu(x):
+    return _std("Mul")(x, _std("Sigmoid")(x))
+
+
+def _clip(x, lo, hi):
+    return _std("Clip")(x, np.asarray(lo, dtype=x.dtype), np.asarray(hi, dtype=x.dtype))
+
+
+# name -> (number of params, fn(x, *params))
+ACTIVATIONS = {
+    "": (0, lambda x: x),
+    "Relu": (0, lambda x: _std("Relu")(x)),
+    "LeakyRelu": (1, lambda x, a: _std("LeakyRelu")(x, alpha=a)),
+    "Clip": (2, _clip),
+    "Sigmoid": (0, lambda x: _std("Sigmoid")(x)),
+    "Tanh": (0, lambda x: _std("Tanh")(x)),
+    "HardSigmoid": (2, lambda x, a, b: _std("HardSigmoid")(x, alpha=a, beta=b)),
+    "HardSwish": (0, _hard_swish),
+    "SiLU": (0, _silu),
+    "Gelu": (0, lambda x: _std("Gelu")(x, approximate="none")),
+    "GeluTanh": (0, lambda x: _std("Gelu")(x, approximate="tanh")),
+}
+
+
+def apply_activation(y: np.ndarray, activation: str, params) -> np.ndarray:
+    try:
+        n, fn = ACTIVATIONS[activation]
+    except KeyError:
+        raise ValueError(f"unknown fused activation {activation!r}; known: {sorted(ACTIVATIONS)}") from None
+    params = tuple(params or ())
+    if len(params) != n:
+        raise ValueError(f"activation {activation!r} takes {n} parameter(s), got {list(params)}")
+    return fn(y, *params)
+
+
+def _add_residual(y: np.ndarray, z) -> np.ndarray:
+    if z is None:
+        return y
+    if z.shape == y.shape and z.dtype == y.dtype and y.flags.writeable and y.flags.owndata:
+        y += z  # y is the fresh result of the kernel above: safe to update in place
+        return y
+    return _std("Add")(y, z)
+
+
+@kernel("FusedConv", since=1, domain=DOMAIN)
+def fused_conv(
+    x, w, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
+    activation="", activation_params=(),
+):
+    """activation(Conv(x, w, b) + z)."""
+    # Native path: bias, residual and activation applied in the conv's own pass
+    # (None when it cannot: no native module, not 2-D float32, other activations).
+    y = nn.conv_fused_native(
+        x, w, b, z, activation=activation, activation_params=activation_params, auto_pad=auto_pad,
+        dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides,
+    )
+    if y is not None:
+        return y
+    y = _std("Conv", 11)(
+        x, w, b, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+        strides=strides,
+    )
+    return apply_activation(_add_residual(y, z), activation, activation_params)
+
+
+@kernel("FusedGemm", since=1, domain=DOMAIN)
+def fused_gemm(a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
+    """activation(Gemm(a, b, c) + z)."""
+    y = _std("Gemm", 13)(a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
+    return apply_activation(_add_residual(y, z), activation, activation_params)
+
+
+@kernel("FusedMatMul", since=1, domain=DOMAIN)
+def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params=()):
+    """activation(MatMul(a, b) + bias + z)."""
+    y = _std("MatMul", 13)(a, b)
+    if bias is not None:
+        y = _add_residual(y, bias) if bias.shape == y.shape else _std("Add")(y, bias)
+    return apply_activation(_add_residual(y, z), activation, activation_params)
+
+
+@kernel("Activation", since=1, domain=DOMAIN)
+def activation_op(x, /, *, activation="", activation_params=()):
+    """A standalone activation of the table above (recognised from decomposed forms)."""
+    return apply_activation(x, activation, activation_params)
+
+
+@kernel("LayerNormalization", since=1, domain=DOMAIN)
+def layer_normalization(x, scale=None, bias=None, /, *, axis=-1, epsilon=1e-5):
+    """ONNX LayerNormalization (opset 17) for models of any opset; one output."""
+    if scale is None:
+        scale = np.ones(x.shape[axis:], dtype=x.dtype)
+    ctx = NodeContext("LayerNormalization", "LayerNormalization", 1, (x.dtype,), 17)
+    return _std("LayerNormalization", 17)(x, scale, bias, axis=axis, epsilon=epsilon, ctx=ctx)
+
+
+@kernel("ScaledDotProductAttention", since=1, domain=DOMAIN)
+def scaled_dot_product_attention(q, k, v, mask=None, /, *, scale=1.0, transpose_k=1):
+    """Softmax(q @ k^T * scale + mask) @ v over the last two axes.
+
+    With ``transpose_k=0``, ``k`` is already transposed (``... x d x n``).
+    """
+    kt = np.swapaxes(k, -1, -2) if transpose_k else k
+    s = _std("MatMul", 13)(q, kt)
+    if scale != 1.0:
+        s = _std("Mul")(s, np.asarray(scale, dtype=s.dtype))
+    if mask is not None:
+        s = _std("Add")(s, mask)
+    p = _std("Softmax", 13)(s, axis=-1)
+    return _std("MatMul", 13)(p, v)

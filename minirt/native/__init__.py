@@ -1,0 +1,160 @@
+"""Optional native (C) kernels, built with cffi when minirt is installed.
+
+The runtime never needs this module to work: when the extension was not
+compiled (no C compiler at install time), cannot be loaded, or is disabled
+with ``MINIRT_DISABLE_NATIVE=1``, :data:`available` is False, :data:`reason`
+says why, and every kernel uses its numpy implementation.
+
+Public state:
+
+``available``  True when the compiled kernels are loaded and enabled.
+``reason``     Why they are not available ("" when they are).
+``features``   CPU features detected at run time, e.g. ``{"avx2": True, "fma": True}``.
+``isa``        The implementation chosen for this CPU: ``"avx2"`` or ``"baseline"``
+               (override with ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
+
+The wrappers below take numpy arrays that the caller has already validated
+(dtype float32, C-contiguous, shapes consistent): they are the thin layer
+between the kernels in ``minirt/kernels`` and the C functions, not a public
+API.  Threads come from :func:`threads` (set per session by ``Session``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+available = False
+reason = ""
+features: dict = {}
+isa = "none"
+
+ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_SILU, ACT_HARDSIGMOID, ACT_HARDSWISH = range(8)
+
+_ffi = _lib = None
+_ABI_VERSION = 1
+
+
+def _truthy(value: str | None) -> bool:
+    return bool(value) and value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def _load() -> None:
+    global available, reason, features, isa, _ffi, _lib
+    if _truthy(os.environ.get("MINIRT_DISABLE_NATIVE")):
+        reason = "disabled by MINIRT_DISABLE_NATIVE"
+        return
+    try:
+        from minirt.native._kernels import ffi, lib  # type: ignore[import-not-found]
+    except ImportError as exc:
+        if getattr(exc, "name", None) == "minirt.native._kernels":
+            reason = "extension not built (no C compiler when minirt was installed?)"
+        else:
+            reason = f"extension failed to load: {exc}"
+        return
+    except Exception as exc:  # noqa: BLE001 - a broken binary must never break the runtime
+        reason = f"extension failed to load: {type(exc).__name__}: {exc}"
+        return
+    if lib.mrt_abi_version() != _ABI_VERSION:
+        reason = f"extension ABI {lib.mrt_abi_version()} != expected {_ABI_VERSION} (stale build; reinstall minirt)"
+        return
+    bits = lib.mrt_cpu_features()
+    features = {
+        name: bool(bits & getattr(lib, "MRT_FEAT_" + name.upper()))
+        for name in ("avx2", "fma", "avx512f", "neon", "asimddp")
+    }
+    _ffi, _lib = ffi, lib
+    available = True
+    wanted = (os.environ.get("MINIRT_NATIVE_ISA") or "best").strip().lower()
+    select_isa(wanted)
+
+
+def select_isa(name: str = "best") -> str:
+    """Choose the implementation: "best" (default), "avx2" or "baseline".
+
+    An ISA the CPU lacks falls back to the baseline; returns what is in use.
+    """
+    global isa
+    if _lib is None:
+        return isa
+    code = {"best": _lib.MRT_ISA_BEST, "avx2": _lib.MRT_ISA_AVX2, "baseline": _lib.MRT_ISA_BASELINE}.get(name)
+    if code is None:
+        raise ValueError(f"unknown ISA {name!r}; expected best, avx2 or baseline")
+    chosen = _lib.mrt_select_isa(code)
+    isa = "avx2" if chosen == _lib.MRT_ISA_AVX2 else "baseline"
+    return isa
+
+
+def describe() -> str:
+    """One line for ``minirt info`` / ``minirt bench``."""
+    if not available:
+        return f"not active ({reason}); using numpy kernels"
+    feats = ", ".join(k for k, v in features.items() if v) or "none"
+    return f"active, {isa} kernels (CPU features: {feats})"
+
+
+# --------------------------------------------------------------------------- threads
+
+_DEFAULT_THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+_tls = threading.local()
+
+
+def set_threads(n: int | None) -> None:
+    """Threads for native kernels called from this Python thread (None: all CPUs)."""
+    _tls.n = _DEFAULT_THREADS if n is None else int(n)
+
+
+def threads() -> int:
+    return getattr(_tls, "n", _DEFAULT_THREADS)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _ptr(a):
+    # from_buffer is the cheapest way to hand a numpy buffer to C (no copy;
+    # read-only buffers such as memory-mapped weights are accepted).
+    return _ffi.from_buffer("float[]", a)
+
+
+def dwconv2d(x, w, bias, y, k, s, d, pb, act=0, a0=0.0, a1=0.0) -> None:
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2:]
+    _lib.mrt_dwconv2d_f32(
+        _ptr(x), _ptr(w), _ffi.NULL if bias is None else _ptr(bias), _ptr(y), n, c, h, wd, k[0], k[1], s[0], s[1],
+        d[0], d[1], pb[0], pb[1], oh, ow, act, a0, a1, threads(),
+    )
+
+
+def maxpool2d(x, y, k, s, d, pb) -> None:
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2:]
+    _lib.mrt_maxpool2d_f32(_ptr(x), _ptr(y), n * c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], oh, ow,
+                           threads())
+
+
+def avgpool2d(x, y, k, s, d, pb, count_box, scale) -> None:
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2:]
+    (h0, h1), (w0, w1) = count_box
+    _lib.mrt_avgpool2d_f32(_ptr(x), _ptr(y), n * c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], oh, ow,
+                           h0, h1, w0, w1, scale, threads())
+
+
+def bias_act(y, bias, residual=None, act=0, a0=0.0, a1=0.0) -> None:
+    """In place: y (N, C, ...) = act(y + bias[c] + residual)."""
+    n, c = y.shape[:2]
+    plane = y.size // (n * c) if n * c else 0
+    _lib.mrt_bias_act_f32(
+        _ptr(y), _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual), n, c,
+        plane, act, a0, a1, threads(),
+    )
+
+
+def im2col(x, cols, k, s, d, pb, out) -> None:
+    """One image: x (C, H, W) -> cols (C*KH*KW, OH*OW)."""
+    c, h, wd = x.shape
+    _lib.mrt_im2col_f32(_ptr(x), _ptr(cols), c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0],
+                        out[1], threads())
+
+
+_load()

@@ -1,0 +1,117 @@
+"""Best-effort control of the BLAS thread count behind numpy (OpenBLAS).
+
+numpy's wheels bundle OpenBLAS (``numpy.libs/libscipy_openblas*.so``);
+distribution builds link the system OpenBLAS.  OpenBLAS exposes
+``openblas_set_num_threads`` (under a prefixed/suffixed name in the wheels),
+which we call through ``ctypes`` (standard library, no dependency) on the
+library numpy already loaded.  There is no threadpoolctl dependency.
+
+If no OpenBLAS can be found (another BLAS, an unusual platform),
+:func:`set_threads` does nothing and :data:`status` says so; the limit is a
+performance knob, never a correctness one.
+
+The OpenBLAS setting is process-wide: a session with ``threads=N`` applies it
+when it runs (see ``Session``), and a session with ``threads=None`` restores
+the value OpenBLAS started with.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# Symbol names of openblas_set/get_num_threads across builds: numpy/scipy
+# wheels (scipy_openblas, 64-bit ints), older wheels (64_ suffix), plain builds.
+_SETTERS = (
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+)
+
+status = "not probed"
+_set = _get = None
+_initial: int | None = None
+_current: int | None = None
+_probed = False
+
+
+def _candidate_libraries() -> list[str]:
+    import numpy as np
+
+    paths: list[str] = []
+    # Libraries already mapped into this process (Linux): the BLAS numpy loaded.
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and "blas" in os.path.basename(parts[-1]).lower():
+                    if parts[-1] not in paths:
+                        paths.append(parts[-1])
+    except OSError:
+        pass
+    # Wheel layouts: numpy.libs (Linux), numpy/.dylibs (macOS).
+    root = os.path.dirname(os.path.dirname(np.__file__))
+    for d in (os.path.join(root, "numpy.libs"), os.path.join(os.path.dirname(np.__file__), ".dylibs")):
+        if os.path.isdir(d):
+            for name in sorted(os.listdir(d)):
+                full = os.path.join(d, name)
+                if "blas" in name.lower() and full not in paths:
+                    paths.append(full)
+    return paths
+
+
+def _probe() -> None:
+    global status, _set, _get, _initial, _probed
+    _probed = True
+    try:
+        import ctypes
+    except ImportError:  # pragma: no cover - CPython always has ctypes, some embedded builds do not
+        status = "ctypes unavailable"
+        return
+    for path in _candidate_libraries():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for set_name, get_name in _SETTERS:
+            setter = getattr(lib, set_name, None)
+            getter = getattr(lib, get_name, None)
+            if setter is None or getter is None:
+                continue
+            setter.argtypes, setter.restype = [ctypes.c_int], None
+            getter.argtypes, getter.restype = [], ctypes.c_int
+            _set, _get = setter, getter
+            _initial = int(getter())
+            status = f"OpenBLAS via {os.path.basename(path)} ({_initial} threads by default)"
+            return
+    status = "no OpenBLAS found in this process; BLAS threads left at the library default"
+
+
+def set_threads(n: int | None) -> bool:
+    """Limit BLAS to ``n`` threads (None: back to the library's initial value).
+
+    Cheap when nothing changes (the last value is cached). Returns True when
+    the setting is known to be in effect.
+    """
+    global _current
+    if not _probed:
+        if n is None:
+            return True  # never touched: nothing to restore
+        _probe()
+    if _set is None:
+        return False
+    want = _initial if n is None else max(1, int(n))
+    if want != _current:
+        _set(want)
+        _current = want
+    return True
+
+
+def get_threads() -> int | None:
+    if not _probed:
+        _probe()
+    return None if _get is None else int(_get())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(get_threads(), status, file=sys.stdout)

@@ -1,0 +1,80 @@
+"""cffi build script for ``minirt.native._kernels`` (out-of-line API mode).
+
+``setup.py`` hands ``ffibuilder`` to cffi's setuptools integration
+(``cffi_modules``), so ``pip install .`` / ``pip install -e .`` compile the
+extension.  The extension is marked optional: without a working C compiler
+the install still succeeds and the runtime uses its numpy kernels
+(``minirt.native.available`` is then False and says why).
+
+For a quick in-place rebuild during development::
+
+    python minirt/native/build_native.py
+
+Compiler flags are deliberately portable: no ``-march=native``.  The AVX2/FMA
+code paths are enabled per function (``__attribute__((target(...)))``) and
+chosen at run time from the CPU's features, so one binary runs everywhere.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+# setuptools wants source paths relative to the directory of setup.py.
+REL = os.path.relpath(HERE, ROOT) if os.path.isabs(HERE) else HERE
+
+
+def _cdef_from_header(text: str) -> str:
+    """The header's declarations, minus the include guard (cffi's cdef has no preprocessor)."""
+    keep = []
+    for line in text.splitlines():
+        if re.match(r"\s*#\s*(ifndef|endif|if|else|include)\b", line):
+            continue
+        if re.match(r"\s*#\s*define\s+MINIRT_KERNELS_H\b", line):
+            continue
+        keep.append(line)
+    return "\n".join(keep)
+
+
+with open(os.path.join(HERE, "kernels.h"), encoding="utf-8") as f:
+    _HEADER = f.read()
+
+_unix = sys.platform != "win32"
+
+
+def make_builder(src_dir: str = REL) -> FFI:
+    """The FFI builder; ``src_dir`` is where the C sources are (relative to setup.py, or absolute)."""
+    ffi = FFI()
+    ffi.cdef(_cdef_from_header(_HEADER))
+    ffi.set_source(
+        "minirt.native._kernels",
+        '#include "kernels.h"\n',
+        sources=[os.path.join(src_dir, "kernels.c")],
+        include_dirs=[src_dir],
+        depends=[os.path.join(src_dir, n) for n in ("kernels.h", "kernels_impl.h")],
+        extra_compile_args=["-O3", "-pthread"] if _unix else ["/O2"],
+        extra_link_args=["-pthread"] if _unix else [],
+        libraries=["m"] if _unix else [],
+        # A failed compile (no compiler, unsupported platform) must not fail the
+        # install: setuptools' build_ext warns and skips optional extensions.
+        optional=True,
+    )
+    return ffi
+
+
+ffibuilder = make_builder()
+
+if __name__ == "__main__":
+    make_builder(HERE).compile(tmpdir=os.path.join(ROOT, "build", "native"), verbose=True, target=None)
+    # ffibuilder.compile writes the module under tmpdir/minirt/native/; put it next to this file.
+    import glob
+    import shutil
+
+    for so in glob.glob(os.path.join(ROOT, "build", "native", "minirt", "native", "_kernels*")):
+        if so.endswith((".so", ".pyd", ".dylib")):
+            shutil.copy2(so, HERE)
+            print("installed", os.path.join(HERE, os.path.basename(so)))

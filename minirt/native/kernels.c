@@ -1,0 +1,262 @@
+/* minirt native kernels: thread pool, CPU feature detection, ISA dispatch.
+ *
+ * The kernel bodies live in kernels_impl.h, which is compiled here once for
+ * the baseline ISA of the target architecture and, on x86-64, once more with
+ * __attribute__((target("avx2,fma"))).  Nothing in this file or in the
+ * baseline copy uses instructions beyond the compiler's default target, so
+ * the library loads and runs on any CPU of its architecture; the AVX2 copy
+ * is only ever called after __builtin_cpu_supports() said yes.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+#define MRT_ABI_VERSION 1
+#define MRT_MAX_THREADS 64
+/* Below this many "units" (roughly multiply-adds) per thread, waking a
+ * worker costs more than it saves. */
+#define MRT_MIN_WORK_PER_THREAD 32768L
+
+/* ------------------------------------------------------------------ thread pool
+ *
+ * A fixed set of workers started on first use and kept for the life of the
+ * process.  A job is split into `parts` contiguous ranges; the caller runs
+ * part 0 and workers 1..parts-1 run the others.  One job runs at a time: a
+ * caller that finds the pool busy (another Python thread running a session
+ * concurrently, since cffi releases the GIL) runs its job on its own thread.
+ */
+typedef void (*mrt_task_fn)(void *ctx, long begin, long end);
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t pool_dispatch = PTHREAD_MUTEX_INITIALIZER;
+static int pool_workers;                       /* workers started (ids 1..pool_workers) */
+static unsigned long pool_generation;          /* bumped for every job */
+static unsigned long pool_start_gen[MRT_MAX_THREADS];
+static mrt_task_fn pool_fn;
+static void *pool_ctx;
+static long pool_n;
+static int pool_parts;
+static int pool_pending;
+
+static void *pool_worker(void *arg) {
+    int id = (int)(intptr_t)arg;
+    pthread_mutex_lock(&pool_lock);
+    unsigned long seen = pool_start_gen[id];
+    for (;;) {
+        while (pool_generation == seen) pthread_cond_wait(&pool_wake, &pool_lock);
+        seen = pool_generation;
+        if (id < pool_parts) {
+            mrt_task_fn fn = pool_fn;
+            void *ctx = pool_ctx;
+            long n = pool_n;
+            int parts = pool_parts;
+            pthread_mutex_unlock(&pool_lock);
+            fn(ctx, n * id / parts, n * (id + 1) / parts);
+            pthread_mutex_lock(&pool_lock);
+            if (--pool_pending == 0) pthread_cond_signal(&pool_done);
+        }
+    }
+    return NULL;
+}
+
+/* Called with pool_dispatch held: make sure workers 1..want-1 exist; returns
+ * how many threads (caller included) can take part. */
+static int pool_ensure(int want) {
+    pthread_mutex_lock(&pool_lock);
+    while (pool_workers + 1 < want) {
+        int id = pool_workers + 1;
+        pthread_t t;
+        pthread_attr_t attr;
+        pool_start_gen[id] = pool_generation;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)id);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break;
+        pool_workers = id;
+    }
+    int have = pool_workers + 1;
+    pthread_mutex_unlock(&pool_lock);
+    return have < want ? have : want;
+}
+
+static void pool_atfork_child(void) {
+    /* Only the forking thread survives in the child: forget the workers. */
+    pthread_mutex_init(&pool_lock, NULL);
+    pthread_mutex_init(&pool_dispatch, NULL);
+    pthread_cond_init(&pool_wake, NULL);
+    pthread_cond_init(&pool_done, NULL);
+    pool_workers = 0;
+    pool_pending = 0;
+}
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static void pool_init(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
+
+/* Run fn over [0, n) split in up to nthreads parts; `unit` is the work of one
+ * item (to decide whether threads pay off). */
+static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, void *ctx) {
+    if (n <= 0) return;
+    long total = n * (unit > 0 ? unit : 1);
+    long by_work = total / MRT_MIN_WORK_PER_THREAD;
+    int parts = nthreads;
+    if (parts > MRT_MAX_THREADS) parts = MRT_MAX_THREADS;
+    if (parts > n) parts = (int)n;
+    if (parts > by_work) parts = by_work < 1 ? 1 : (int)by_work;
+    if (parts <= 1 || pthread_mutex_trylock(&pool_dispatch) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pthread_once(&pool_once, pool_init);
+    parts = pool_ensure(parts);
+    if (parts <= 1) {
+        pthread_mutex_unlock(&pool_dispatch);
+        fn(ctx, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&pool_lock);
+    pool_fn = fn;
+    pool_ctx = ctx;
+    pool_n = n;
+    pool_parts = parts;
+    pool_pending = parts - 1;
+    pool_generation++;
+    pthread_cond_broadcast(&pool_wake);
+    pthread_mutex_unlock(&pool_lock);
+
+    fn(ctx, 0, n / parts);
+
+    pthread_mutex_lock(&pool_lock);
+    while (pool_pending > 0) pthread_cond_wait(&pool_done, &pool_lock);
+    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&pool_dispatch);
+}
+
+/* ------------------------------------------------------------------ kernel bodies */
+
+#define FN_PASTE(a, b) a##b
+#define FN_EXPAND(a, b) FN_PASTE(a, b)
+#define FN(name) FN_EXPAND(name, MRT_SUFFIX)
+
+#define MRT_SUFFIX _base
+#define MRT_TARGET
+#include "kernels_impl.h"
+#undef MRT_SUFFIX
+#undef MRT_TARGET
+#undef MRT_CHUNK
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MRT_HAVE_AVX2_BUILD 1
+#define MRT_SUFFIX _avx2
+#define MRT_TARGET __attribute__((target("avx2,fma")))
+#include "kernels_impl.h"
+#undef MRT_SUFFIX
+#undef MRT_TARGET
+#undef MRT_CHUNK
+#endif
+
+/* ------------------------------------------------------------------ dispatch */
+
+typedef struct {
+    void (*dwconv2d)(const float *, const float *, const float *, float *, int, int, int, int, int, int, int, int, int,
+                     int, int, int, int, int, int, float, float, int);
+    void (*pool2d)(int, const float *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
+                   int, int, int, float, int);
+    void (*bias_act)(float *, const float *, const float *, int, int, long, int, float, float, int);
+    void (*im2col)(const float *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+} mrt_impl;
+
+static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base};
+#ifdef MRT_HAVE_AVX2_BUILD
+static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2};
+#endif
+
+static const mrt_impl *impl = &impl_base;
+static int impl_isa = MRT_ISA_BASELINE;
+
+static unsigned detect_features(void) {
+    unsigned f = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) f |= MRT_FEAT_AVX2;
+    if (__builtin_cpu_supports("fma")) f |= MRT_FEAT_FMA;
+    if (__builtin_cpu_supports("avx512f")) f |= MRT_FEAT_AVX512F;
+#elif defined(__aarch64__)
+    f |= MRT_FEAT_NEON; /* Advanced SIMD is part of the AArch64 baseline */
+#if defined(__linux__)
+    {
+        unsigned long hw = getauxval(AT_HWCAP);
+        if (hw & (1UL << 20)) f |= MRT_FEAT_ASIMDDP; /* HWCAP_ASIMDDP: ARMv8.2 dot product (Pi 5) */
+    }
+#endif
+#elif defined(__ARM_NEON)
+    f |= MRT_FEAT_NEON;
+#endif
+    return f;
+}
+
+int mrt_abi_version(void) { return MRT_ABI_VERSION; }
+
+unsigned mrt_cpu_features(void) { return detect_features(); }
+
+int mrt_select_isa(int isa) {
+    unsigned f = detect_features();
+    int avx2_ok = 0;
+#ifdef MRT_HAVE_AVX2_BUILD
+    avx2_ok = (f & MRT_FEAT_AVX2) && (f & MRT_FEAT_FMA);
+#endif
+    (void)f;
+    if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX2) && avx2_ok) {
+#ifdef MRT_HAVE_AVX2_BUILD
+        impl = &impl_avx2;
+        impl_isa = MRT_ISA_AVX2;
+#endif
+    } else {
+        impl = &impl_base;
+        impl_isa = MRT_ISA_BASELINE;
+    }
+    return impl_isa;
+}
+
+int mrt_current_isa(void) { return impl_isa; }
+
+int mrt_max_threads(void) { return MRT_MAX_THREADS; }
+
+/* ------------------------------------------------------------------ entry points */
+
+void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
+                      int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act, float a0,
+                      float a1, int nthreads) {
+    impl->dwconv2d(x, w, bias, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
+}
+
+void mrt_maxpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
+                       int pt, int pl, int oh, int ow, int nthreads) {
+    impl->pool2d(1, x, y, nc, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, 0, 0, 0, 0, 0.0f, nthreads);
+}
+
+void mrt_avgpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
+                       int pt, int pl, int oh, int ow, int ch0, int ch1, int cw0, int cw1, float scale, int nthreads) {
+    impl->pool2d(0, x, y, nc, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ch0, ch1, cw0, cw1, scale, nthreads);
+}
+
+void mrt_bias_act_f32(float *y, const float *bias, const float *residual, int n, int c, long plane, int act, float a0,
+                      float a1, int nthreads) {
+    impl->bias_act(y, bias, residual, n, c, plane, act, a0, a1, nthreads);
+}
+
+void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
+                    int pt, int pl, int oh, int ow, int nthreads) {
+    impl->im2col(x, cols, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
+}

@@ -1,0 +1,71 @@
+/* minirt native kernels: the C interface seen by cffi (minirt/native/build_native.py).
+ *
+ * Everything here is float32, NCHW, contiguous.  Every kernel takes the
+ * number of threads to use (<= 1: run on the calling thread); work is split
+ * over a small pthread pool owned by this library (see kernels.c).
+ *
+ * One binary runs on any CPU of its architecture: hot loops are compiled
+ * once for the baseline ISA and once per extension (x86-64: AVX2+FMA), and
+ * the implementation is chosen at run time from the CPU's features.
+ */
+#ifndef MINIRT_KERNELS_H
+#define MINIRT_KERNELS_H
+
+/* CPU feature bits reported by mrt_cpu_features(). */
+#define MRT_FEAT_AVX2 1
+#define MRT_FEAT_FMA 2
+#define MRT_FEAT_NEON 4
+#define MRT_FEAT_ASIMDDP 8
+#define MRT_FEAT_AVX512F 16
+
+/* Implementations selectable with mrt_select_isa(). */
+#define MRT_ISA_BEST -1
+#define MRT_ISA_BASELINE 0
+#define MRT_ISA_AVX2 1
+
+/* Activations of the fused epilogues (parameters a0, a1). */
+#define MRT_ACT_NONE 0
+#define MRT_ACT_RELU 1
+#define MRT_ACT_CLIP 2        /* min(max(x, a0), a1) */
+#define MRT_ACT_LEAKY 3       /* x >= 0 ? x : a0 * x */
+#define MRT_ACT_SIGMOID 4
+#define MRT_ACT_SILU 5        /* x * sigmoid(x) */
+#define MRT_ACT_HARDSIGMOID 6 /* max(0, min(1, a0 * x + a1)) */
+#define MRT_ACT_HARDSWISH 7   /* x * hardsigmoid(x, 1/6, 1/2) */
+
+int mrt_abi_version(void);
+unsigned mrt_cpu_features(void);
+/* Select an implementation; returns the one in use (BEST -> the best supported,
+ * an unsupported request falls back to the baseline). */
+int mrt_select_isa(int isa);
+int mrt_current_isa(void);
+int mrt_max_threads(void);
+
+/* Depthwise 2-D convolution: x (n, c, h, w), w (c, kh, kw), bias (c) or NULL,
+ * y (n, c, oh, ow) = act(conv + bias).  Padding is implicit (zeros): pt/pl
+ * are the top/left pads, the bottom/right ones follow from oh/ow. */
+void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
+                      int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act, float a0,
+                      float a1, int nthreads);
+
+/* Max pooling over planes x (nc, h, w) -> y (nc, oh, ow); taps outside the
+ * input are ignored (as if padded with -inf).  NaN propagates. */
+void mrt_maxpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
+                       int pt, int pl, int oh, int ow, int nthreads);
+
+/* Average pooling: sum of the taps inside the input, divided by the number
+ * of taps inside the counting box [ch0, ch1) x [cw0, cw1) (input coordinates),
+ * or multiplied by `scale` when scale > 0. */
+void mrt_avgpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
+                       int pt, int pl, int oh, int ow, int ch0, int ch1, int cw0, int cw1, float scale, int nthreads);
+
+/* Fused epilogue, in place: y (n, c, plane) = act(y + bias[c] + residual).
+ * bias and residual (same shape as y) may be NULL. */
+void mrt_bias_act_f32(float *y, const float *bias, const float *residual, int n, int c, long plane, int act, float a0,
+                      float a1, int nthreads);
+
+/* im2col of one image: x (c, h, w) -> cols (c*kh*kw, oh*ow), zeros for padding. */
+void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
+                    int pt, int pl, int oh, int ow, int nthreads);
+
+#endif

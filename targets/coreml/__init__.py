@@ -1,0 +1,118 @@
+"""Core ML provider spec: which nodes Core ML takes and how a partition becomes an ML Program.
+
+Support = a lowering rule exists for the op (``targets/coreml/rules.py``) and
+its conditions hold, plus generic conditions checked here: every tensor the
+node reads at run time or produces is float32/float16 with a static shape of
+rank 1..5 (Core ML ML Programs have fixed-shape inputs here; build with
+``--input-shape`` to fix symbolic dimensions), and the target's Core ML is
+recent enough for ML Programs (macOS 13 / iOS 16).
+
+Precision: the target profile's ``provider_info["coreml"]["compute_precision"]``
+("fp16" on macOS/iOS: the Neural Engine computes in fp16), overridable with
+the build option ``coreml_precision``.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from targets.providers import LoweringError, PartitionIR, ProviderSpec, SupportContext
+
+_FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
+MAX_RANK = 5
+
+
+class CoreMLSpec(ProviderSpec):
+    name = "coreml"
+    # A Core ML call costs roughly 0.1-0.3 ms of dispatch; at ~1 TFLOP/s that is
+    # worth a few hundred MFLOPs on the ANE, but the CPU baseline (numpy) is far
+    # slower, so a conservative figure keeps only clearly profitable islands off the CPU.
+    dispatch_cost = 2.0e6
+    min_flops = 2.0e6
+    copy_cost_per_element = 4.0
+
+    def builder_available(self, ctx: SupportContext) -> tuple[bool, str]:
+        if importlib.util.find_spec("coremltools") is None:
+            return False, "coremltools is not installed (pip install 'minirt[coreml]')"
+        info = ctx.provider_info("coreml")
+        if info and int(info.get("spec_version", 7)) < 7:
+            return False, f"target {ctx.profile.name} has Core ML spec {info.get('spec_version')}; ML Programs need 7 (macOS 13 / iOS 16)"
+        return True, ""
+
+    def supports(self, node, ctx: SupportContext) -> tuple[bool, str]:
+        from targets.coreml.rules import get_rule
+
+        rule = get_rule(node)
+        if rule is None:
+            dom = "" if node.domain in ("", "ai.onnx") else f"{node.domain}::"
+            return False, f"{dom}{node.op_type} has no Core ML lowering rule"
+        for v in node.inputs:
+            if v is None or ctx.const(v) is not None:
+                continue
+            ok, why = _tensor_ok(v, ctx, "input")
+            if not ok:
+                return False, f"{node.op_type}: {why}"
+        for v in node.outputs:
+            if not v.name or not (v.uses() or v.is_graph_output()):
+                continue
+            ok, why = _tensor_ok(v, ctx, "output")
+            if not ok:
+                return False, f"{node.op_type}: {why}"
+        if rule.check is not None:
+            return rule.check(node, ctx)
+        return True, ""
+
+    def lower(self, partition: PartitionIR, ctx: SupportContext) -> tuple[bytes, dict]:
+        from targets.coreml.lower import BLOB_FORMAT, build_program, convert, import_coremltools, package_bytes
+
+        ct = import_coremltools()
+        info = ctx.provider_info("coreml")
+        precision = ctx.options.get("coreml_precision") or info.get("compute_precision", "fp16")
+        if precision not in ("fp16", "fp32"):
+            raise LoweringError(f"Core ML compute precision must be fp16 or fp32, got {precision!r}")
+        deployment = info.get("deployment_target", "macOS13")
+        opset = getattr(ct.target, deployment)
+        prog = build_program(partition, ctx, opset)
+        mlmodel = convert(prog, precision, deployment)
+        blob = package_bytes(mlmodel)
+        options = {
+            "format": BLOB_FORMAT,
+            "compute_precision": precision,
+            "compute_units": info.get("compute_units", "all"),
+            "deployment_target": deployment,
+            "input_names": [f"in_{i}" for i in range(len(partition.inputs))],
+            "output_names": [f"out_{i}" for i in range(len(partition.outputs))],
+            "onnx_inputs": [v.name for v in partition.inputs],
+            "onnx_outputs": [v.name for v in partition.outputs],
+            "coremltools": ct.__version__,
+        }
+        return blob, options
+
+
+def _tensor_ok(v, ctx: SupportContext, what: str) -> tuple[bool, str]:
+    dt = ctx.dtype(v)
+    if dt is None:
+        return False, f"{what} {v.name!r} has an unknown element type"
+    if np.dtype(dt) not in _FLOAT:
+        return False, f"{what} {v.name!r} is {np.dtype(dt).name}; Core ML partitions compute on float tensors only"
+    shape = ctx.shape(v)
+    if shape is None:
+        return False, f"{what} {v.name!r} has an unknown rank"
+    if any(d is None for d in shape):
+        return False, f"{what} {v.name!r} has a dynamic shape {_fmt(v)} (build with --input-shape to fix it)"
+    if len(shape) > MAX_RANK:
+        return False, f"{what} {v.name!r} has rank {len(shape)} > {MAX_RANK}, beyond Core ML's limit"
+    if len(shape) == 0:
+        return False, f"{what} {v.name!r} is a scalar (rank 0); Core ML partitions take tensors"
+    return True, ""
+
+
+def _fmt(v) -> str:
+    out = []
+    for d in v.shape:
+        if isinstance(d, int) and d >= 0:
+            out.append(str(d))
+        else:
+            out.append(str(getattr(d, "value", None) or "?"))
+    return "[" + ",".join(out) + "]"

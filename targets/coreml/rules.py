@@ -1,0 +1,712 @@
+"""Core ML lowering rules: one function per ONNX (or com.minirt) op -> MIL ops.
+
+Each rule is registered in :data:`RULES` with :func:`rule` and has two parts:
+
+* ``check(node, ctx) -> (bool, reason)``: op-specific support conditions
+  (attributes, constant weights, ranks); the generic conditions (float
+  tensors, static shapes, rank <= 5) are checked by ``CoreMLSpec.supports``;
+* ``lower(node, env)``: emits MIL ops with ``coremltools``' builder (``mb``)
+  and binds the node's outputs in ``env``.
+
+``env`` (:class:`targets.coreml.lower.LowerEnv`) gives ``env.get(value)``
+(a MIL Var, or a numpy array for a constant), ``env.set(value, var)``,
+``env.const(value)``, ``env.shape(value)`` (static), ``env.mb`` and a
+unique-name helper ``env.n(node, suffix)``.
+
+Conventions (from the MIL op documentation): tensors stay NCHW (MIL's conv and
+pool layout, the same as ONNX: no layout change); ONNX pads
+``[b1, b2, ..., e1, e2, ...]`` become MIL ``pad=[b1, e1, b2, e2, ...]`` with
+``pad_type="custom"``; MIL conv weights are ``[C_out, C_in/groups, *K]`` and
+conv_transpose weights ``[C_in, C_out/groups, *K]`` (ONNX's layouts);
+``linear`` takes a ``[D_out, D_in]`` weight.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+RULES: dict[tuple[str, str], "Rule"] = {}
+MINIRT = "com.minirt"
+
+
+class Rule:
+    def __init__(self, domain: str, op_type: str, check: Callable | None, lower: Callable):
+        self.domain, self.op_type, self.check, self.lower = domain, op_type, check, lower
+
+
+def rule(*op_types: str, domain: str = "", check: Callable | None = None):
+    def deco(fn):
+        for op in op_types:
+            RULES[(domain, op)] = Rule(domain, op, check, fn)
+        return fn
+
+    return deco
+
+
+def get_rule(node) -> Rule | None:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    return RULES.get((domain, node.op_type))
+
+
+def _attr(node, name, default=None):
+    a = node.attributes.get(name)
+    return default if a is None else a.value
+
+
+def _ok():
+    return True, ""
+
+
+# --- activations (shared by fused ops and Activation) ------------------------------
+
+ACTIVATIONS = {"", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "SiLU", "Gelu", "GeluTanh"}
+
+
+def _check_activation(node, ctx):
+    act = _attr(node, "activation", "") or ""
+    if isinstance(act, bytes):
+        act = act.decode()
+    if act not in ACTIVATIONS:
+        return False, f"activation {act!r} has no Core ML lowering"
+    return _ok()
+
+
+def apply_activation(mb, x, act: str, params, name: str):
+    """MIL ops for minirt's activation table (docs/fused_ops.md)."""
+    if isinstance(act, bytes):
+        act = act.decode()
+    params = [float(p) for p in (params or ())]
+    if not act:
+        return x
+    if act == "Relu":
+        return mb.relu(x=x, name=name)
+    if act == "LeakyRelu":
+        return mb.leaky_relu(x=x, alpha=params[0] if params else 0.01, name=name)
+    if act == "Clip":
+        lo = params[0] if len(params) > 0 else -3.4e38
+        hi = params[1] if len(params) > 1 else 3.4e38
+        if lo == 0.0 and hi == 6.0:
+            return mb.relu6(x=x, name=name)
+        return mb.clip(x=x, alpha=np.float32(max(lo, -3.4e38)), beta=np.float32(min(hi, 3.4e38)), name=name)
+    if act == "Sigmoid":
+        return mb.sigmoid(x=x, name=name)
+    if act == "Tanh":
+        return mb.tanh(x=x, name=name)
+    if act == "HardSigmoid":
+        alpha = params[0] if params else 0.2
+        beta = params[1] if len(params) > 1 else 0.5
+        return mb.sigmoid_hard(x=x, alpha=alpha, beta=beta, name=name)
+    if act == "HardSwish":
+        hs = mb.sigmoid_hard(x=x, alpha=1.0 / 6.0, beta=0.5, name=name + "_hsig")
+        return mb.mul(x=x, y=hs, name=name)
+    if act == "SiLU":
+        return mb.silu(x=x, name=name)
+    if act == "Gelu":
+        return mb.gelu(x=x, mode="EXACT", name=name)
+    if act == "GeluTanh":
+        return mb.gelu(x=x, mode="TANH_APPROXIMATION", name=name)
+    raise ValueError(f"activation {act!r} has no Core ML lowering")
+
+
+def _finish(node, env, y):
+    """Residual/activation epilogue of fused ops, then bind output 0."""
+    act = _attr(node, "activation", "") or ""
+    params = _attr(node, "activation_params", ()) or ()
+    y = apply_activation(env.mb, y, act, params, env.n(node, "act")) if act else y
+    env.set(node.outputs[0], y, rename=True)
+
+
+def _add_residual(node, env, y, z_index: int):
+    inputs = list(node.inputs)
+    if len(inputs) > z_index and inputs[z_index] is not None:
+        y = env.mb.add(x=y, y=env.get(inputs[z_index]), name=env.n(node, "residual"))
+    return y
+
+
+# --- convolution -----------------------------------------------------------------------
+
+
+def _mil_pads(node, spatial: int, in_shape, w_shape, strides, dilations, transpose=False):
+    """(pad_type, pad list) in MIL order for an ONNX conv/pool node."""
+    auto_pad = _attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad == "VALID":
+        return "valid", [0] * (2 * spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if transpose:
+            raise ValueError("ConvTranspose with auto_pad SAME is not lowered")
+        pads = []
+        for i in range(spatial):
+            size = in_shape[2 + i]
+            k = (w_shape[i] - 1) * dilations[i] + 1
+            out = -(-size // strides[i])
+            total = max(0, (out - 1) * strides[i] + k - size)
+            small, big = total // 2, total - total // 2
+            pads += [small, big] if auto_pad == "SAME_UPPER" else [big, small]
+        return "custom", pads
+    onnx_pads = list(_attr(node, "pads", None) or [0] * (2 * spatial))
+    pads = []
+    for i in range(spatial):
+        pads += [int(onnx_pads[i]), int(onnx_pads[i + spatial])]
+    return "custom", pads
+
+
+def _check_conv(node, ctx):
+    inputs = list(node.inputs)
+    w = ctx.const(inputs[1]) if len(inputs) > 1 else None
+    if w is None:
+        return False, f"{node.op_type} weights are not constant (Core ML needs constant conv weights)"
+    if w.ndim not in (3, 4, 5):
+        return False, f"{node.op_type} with {w.ndim - 2} spatial dims is not supported by Core ML"
+    if len(inputs) > 2 and inputs[2] is not None and ctx.const(inputs[2]) is None:
+        return False, f"{node.op_type} bias is not constant"
+    if node.op_type == "FusedConv":
+        return _check_activation(node, ctx)
+    return _ok()
+
+
+@rule("Conv", check=_check_conv)
+@rule("FusedConv", domain=MINIRT, check=_check_conv)
+def lower_conv(node, env):
+    mb = env.mb
+    inputs = list(node.inputs)
+    x = env.get(inputs[0])
+    w = env.const(inputs[1]).astype(np.float32)
+    spatial = w.ndim - 2
+    strides = [int(s) for s in (_attr(node, "strides", None) or [1] * spatial)]
+    dilations = [int(d) for d in (_attr(node, "dilations", None) or [1] * spatial)]
+    groups = int(_attr(node, "group", 1) or 1)
+    pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), w.shape[2:], strides, dilations)
+    kwargs = dict(x=x, weight=w, strides=strides, dilations=dilations, groups=groups, pad_type=pad_type)
+    if pad_type == "custom":
+        kwargs["pad"] = pad
+    if len(inputs) > 2 and inputs[2] is not None:
+        kwargs["bias"] = env.const(inputs[2]).astype(np.float32).reshape(-1)
+    y = mb.conv(name=env.n(node, "conv"), **kwargs)
+    y = _add_residual(node, env, y, 3)
+    _finish(node, env, y)
+
+
+def _check_conv_transpose(node, ctx):
+    ok, why = _check_conv(node, ctx)
+    if not ok:
+        return ok, why
+    if any(int(p) for p in (_attr(node, "output_padding", None) or ())):
+        # Handled through output_shape; fine as long as the output shape is static.
+        if ctx.static_shape(node.outputs[0]) is None:
+            return False, "ConvTranspose output_padding needs a static output shape"
+    auto_pad = _attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
+        return False, f"ConvTranspose auto_pad {auto_pad!r} is not lowered to Core ML"
+    if _attr(node, "output_shape", None):
+        return False, "ConvTranspose output_shape attribute is not lowered to Core ML"
+    return _ok()
+
+
+@rule("ConvTranspose", check=_check_conv_transpose)
+def lower_conv_transpose(node, env):
+    mb = env.mb
+    inputs = list(node.inputs)
+    x = env.get(inputs[0])
+    w = env.const(inputs[1]).astype(np.float32)
+    spatial = w.ndim - 2
+    strides = [int(s) for s in (_attr(node, "strides", None) or [1] * spatial)]
+    dilations = [int(d) for d in (_attr(node, "dilations", None) or [1] * spatial)]
+    groups = int(_attr(node, "group", 1) or 1)
+    pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), w.shape[2:], strides, dilations, transpose=True)
+    kwargs = dict(x=x, weight=w, strides=strides, dilations=dilations, groups=groups, pad_type=pad_type)
+    if pad_type == "custom":
+        kwargs["pad"] = pad
+    if any(int(p) for p in (_attr(node, "output_padding", None) or ())):
+        kwargs["output_shape"] = list(env.shape(node.outputs[0]))
+    if len(inputs) > 2 and inputs[2] is not None:
+        kwargs["bias"] = env.const(inputs[2]).astype(np.float32).reshape(-1)
+    y = mb.conv_transpose(name=env.n(node, "deconv"), **kwargs)
+    env.set(node.outputs[0], y, rename=True)
+
+
+# --- pooling ----------------------------------------------------------------------------
+
+
+def _check_pool(node, ctx):
+    if len([o for o in node.outputs if o.name and (o.uses() or o.is_graph_output())]) > 1:
+        return False, "MaxPool's indices output is not supported by Core ML"
+    if any(int(d) != 1 for d in (_attr(node, "dilations", None) or ())):
+        return False, f"{node.op_type} with dilations is not supported by Core ML"
+    if int(_attr(node, "storage_order", 0) or 0) != 0:
+        return False, "MaxPool storage_order=1 is not supported by Core ML"
+    k = _attr(node, "kernel_shape", None)
+    if not k or len(k) not in (1, 2, 3):
+        return False, f"{node.op_type} kernel rank {len(k) if k else 0} is not supported by Core ML"
+    return _ok()
+
+
+@rule("MaxPool", "AveragePool", check=_check_pool)
+def lower_pool(node, env):
+    mb = env.mb
+    inputs = list(node.inputs)
+    k = [int(v) for v in _attr(node, "kernel_shape")]
+    spatial = len(k)
+    strides = [int(s) for s in (_attr(node, "strides", None) or [1] * spatial)]
+    pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), k, strides, [1] * spatial)
+    kwargs = dict(x=env.get(inputs[0]), kernel_sizes=k, strides=strides, pad_type=pad_type,
+                  ceil_mode=bool(_attr(node, "ceil_mode", 0)), name=env.n(node, "pool"))
+    if pad_type == "custom":
+        kwargs["pad"] = pad
+    if node.op_type == "MaxPool":
+        y = mb.max_pool(**kwargs)
+    else:
+        y = mb.avg_pool(exclude_padding_from_average=not bool(_attr(node, "count_include_pad", 0)), **kwargs)
+    env.set(node.outputs[0], y, rename=True)
+
+
+@rule("GlobalAveragePool", "GlobalMaxPool")
+def lower_global_pool(node, env):
+    x = node.inputs[0]
+    axes = list(range(2, len(env.shape(x))))
+    fn = env.mb.reduce_mean if node.op_type == "GlobalAveragePool" else env.mb.reduce_max
+    env.set(node.outputs[0], fn(x=env.get(x), axes=axes, keep_dims=True, name=env.n(node, "gpool")), rename=True)
+
+
+# --- matmul / gemm -----------------------------------------------------------------------
+
+
+def _check_gemm(node, ctx):
+    inputs = list(node.inputs)
+    if ctx.rank(inputs[0]) != 2:
+        return False, "Gemm input A must be 2-D"
+    if len(inputs) > 2 and inputs[2] is not None and ctx.const(inputs[2]) is None:
+        return False, "Gemm C is not constant"
+    if node.op_type == "FusedGemm":
+        return _check_activation(node, ctx)
+    return _ok()
+
+
+@rule("Gemm", check=_check_gemm)
+@rule("FusedGemm", domain=MINIRT, check=_check_gemm)
+def lower_gemm(node, env):
+    mb = env.mb
+    inputs = list(node.inputs)
+    alpha = float(_attr(node, "alpha", 1.0))
+    beta = float(_attr(node, "beta", 1.0))
+    a = env.get(inputs[0])
+    if int(_attr(node, "transA", 0) or 0):
+        a = mb.transpose(x=a, perm=[1, 0], name=env.n(node, "ta"))
+    b_const = env.const(inputs[1])
+    trans_b = bool(int(_attr(node, "transB", 0) or 0))
+    out_shape = env.shape(node.outputs[0])
+    bias = None
+    if len(inputs) > 2 and inputs[2] is not None:
+        c = env.const(inputs[2]).astype(np.float32) * beta
+        if c.size == out_shape[1] and (c.ndim <= 1 or c.shape[0] == 1):
+            bias = c.reshape(-1)
+        elif c.size == 1:
+            bias = np.full((out_shape[1],), float(c.reshape(-1)[0]), np.float32)
+        else:
+            bias = None
+            c_full = c
+    if b_const is not None:
+        w = b_const.astype(np.float32)
+        w = (w if trans_b else w.T) * alpha  # linear wants [D_out, D_in]
+        kwargs = dict(x=a, weight=np.ascontiguousarray(w), name=env.n(node, "linear"))
+        if bias is not None:
+            kwargs["bias"] = bias
+        y = mb.linear(**kwargs)
+    else:
+        y = mb.matmul(x=a, y=env.get(inputs[1]), transpose_y=trans_b, name=env.n(node, "matmul"))
+        if alpha != 1.0:
+            y = mb.mul(x=y, y=np.float32(alpha), name=env.n(node, "alpha"))
+        if bias is not None:
+            y = mb.add(x=y, y=bias, name=env.n(node, "bias"))
+    if len(inputs) > 2 and inputs[2] is not None and bias is None:
+        y = mb.add(x=y, y=c_full, name=env.n(node, "c"))
+    y = _add_residual(node, env, y, 3)
+    _finish(node, env, y)
+
+
+def _check_matmul(node, ctx):
+    inputs = list(node.inputs)
+    ra, rb = ctx.rank(inputs[0]), ctx.rank(inputs[1])
+    if ra is None or rb is None or ra < 1 or rb < 1:
+        return False, "MatMul operand ranks unknown"
+    if node.op_type == "FusedMatMul":
+        return _check_activation(node, ctx)
+    return _ok()
+
+
+@rule("MatMul", check=_check_matmul)
+@rule("FusedMatMul", domain=MINIRT, check=_check_matmul)
+def lower_matmul(node, env):
+    mb = env.mb
+    inputs = list(node.inputs)
+    a = env.get(inputs[0])
+    b_const = env.const(inputs[1])
+    bias = env.const(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    if b_const is not None and b_const.ndim == 2:
+        kwargs = dict(x=a, weight=np.ascontiguousarray(b_const.astype(np.float32).T), name=env.n(node, "linear"))
+        if bias is not None and bias.size == b_const.shape[1]:
+            kwargs["bias"] = bias.astype(np.float32).reshape(-1)
+            bias = None
+        y = mb.linear(**kwargs)
+    else:
+        y = mb.matmul(x=a, y=env.get(inputs[1]), name=env.n(node, "matmul"))
+    if len(inputs) > 2 and inputs[2] is not None and (bias is not None or env.const(inputs[2]) is None):
+        y = mb.add(x=y, y=env.get(inputs[2]), name=env.n(node, "bias"))
+    y = _add_residual(node, env, y, 3)
+    _finish(node, env, y)
+
+
+# --- elementwise ---------------------------------------------------------------------------
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "real_div", "Max": "maximum", "Min": "minimum", "Pow": "pow"}
+
+
+def _check_binary(node, ctx):
+    if len([v for v in node.inputs if v is not None]) != 2:
+        return False, f"{node.op_type} with {len(node.inputs)} inputs is not lowered (2 only)"
+    if node.op_type == "Pow" and ctx.const(node.inputs[1]) is None:
+        return False, "Pow with a non-constant exponent is not lowered to Core ML"
+    return _ok()
+
+
+@rule(*_BINARY, check=_check_binary)
+def lower_binary(node, env):
+    a, b = node.inputs[0], node.inputs[1]
+    fn = getattr(env.mb, _BINARY[node.op_type])
+    xa, xb = env.get(a), env.get(b)
+    if node.op_type == "Pow":
+        e = env.const(b)
+        if e.size == 1 and float(e.reshape(-1)[0]) == 2.0:
+            env.set(node.outputs[0], env.mb.mul(x=xa, y=xa, name=env.n(node, "sq")), rename=True)
+            return
+    env.set(node.outputs[0], fn(x=xa, y=xb, name=env.n(node, "bin")), rename=True)
+
+
+_UNARY = {
+    "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
+    "Abs": "abs", "Erf": "erf", "Reciprocal": "inverse", "Floor": "floor", "Ceil": "ceil", "Softplus": "softplus",
+    "Identity": "identity",
+}
+
+
+@rule(*_UNARY)
+def lower_unary(node, env):
+    fn = getattr(env.mb, _UNARY[node.op_type])
+    env.set(node.outputs[0], fn(x=env.get(node.inputs[0]), name=env.n(node, "un")), rename=True)
+
+
+@rule("Neg")
+def lower_neg(node, env):
+    env.set(node.outputs[0], env.mb.mul(x=env.get(node.inputs[0]), y=np.float32(-1), name=env.n(node, "neg")), rename=True)
+
+
+@rule("LeakyRelu")
+def lower_leaky(node, env):
+    x = env.get(node.inputs[0])
+    env.set(node.outputs[0], env.mb.leaky_relu(x=x, alpha=float(_attr(node, "alpha", 0.01)), name=env.n(node, "lrelu")), rename=True)
+
+
+@rule("HardSigmoid")
+def lower_hardsigmoid(node, env):
+    x = env.get(node.inputs[0])
+    y = env.mb.sigmoid_hard(x=x, alpha=float(_attr(node, "alpha", 0.2)), beta=float(_attr(node, "beta", 0.5)), name=env.n(node, "hsig"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+@rule("HardSwish")
+def lower_hardswish(node, env):
+    env.set(node.outputs[0], apply_activation(env.mb, env.get(node.inputs[0]), "HardSwish", (), env.n(node, "hswish")), rename=True)
+
+
+def _check_clip(node, ctx):
+    inputs = list(node.inputs)
+    for v in inputs[1:]:
+        if v is not None and ctx.const(v) is None:
+            return False, "Clip bounds are not constant"
+    return _ok()
+
+
+@rule("Clip", check=_check_clip)
+def lower_clip(node, env):
+    inputs = list(node.inputs)
+    lo = _attr(node, "min", None)
+    hi = _attr(node, "max", None)
+    if len(inputs) > 1 and inputs[1] is not None:
+        lo = float(env.const(inputs[1]).reshape(-1)[0])
+    if len(inputs) > 2 and inputs[2] is not None:
+        hi = float(env.const(inputs[2]).reshape(-1)[0])
+    params = (-3.4e38 if lo is None else float(lo), 3.4e38 if hi is None else float(hi))
+    env.set(node.outputs[0], apply_activation(env.mb, env.get(inputs[0]), "Clip", params, env.n(node, "clip")), rename=True)
+
+
+@rule("Activation", domain=MINIRT, check=_check_activation)
+def lower_activation(node, env):
+    y = apply_activation(env.mb, env.get(node.inputs[0]), _attr(node, "activation", ""),
+                         _attr(node, "activation_params", ()), env.n(node, "act"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+@rule("Gelu")
+def lower_gelu(node, env):
+    approx = _attr(node, "approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    act = "GeluTanh" if approx == "tanh" else "Gelu"
+    env.set(node.outputs[0], apply_activation(env.mb, env.get(node.inputs[0]), act, (), env.n(node, "gelu")), rename=True)
+
+
+def _check_prelu(node, ctx):
+    if ctx.const(node.inputs[1]) is None:
+        return False, "PRelu slope is not constant"
+    return _ok()
+
+
+@rule("PRelu", check=_check_prelu)
+def lower_prelu(node, env):
+    mb = env.mb
+    x = env.get(node.inputs[0])
+    slope = env.const(node.inputs[1]).astype(np.float32)
+    pos = mb.relu(x=x, name=env.n(node, "pos"))
+    neg = mb.minimum(x=x, y=np.float32(0), name=env.n(node, "negpart"))
+    env.set(node.outputs[0], mb.add(x=pos, y=mb.mul(x=neg, y=slope, name=env.n(node, "scaled")), name=env.n(node, "prelu")), rename=True)
+
+
+def _check_bn(node, ctx):
+    if int(_attr(node, "training_mode", 0) or 0):
+        return False, "BatchNormalization in training mode is not supported by Core ML"
+    if any(ctx.const(v) is None for v in list(node.inputs)[1:5]):
+        return False, "BatchNormalization parameters are not constant"
+    if ctx.rank(node.inputs[0]) not in (3, 4, 5):
+        return False, "BatchNormalization input must be rank 3-5 for Core ML"
+    return _ok()
+
+
+@rule("BatchNormalization", check=_check_bn)
+def lower_bn(node, env):
+    scale, bias, mean, var = (env.const(v).astype(np.float32) for v in list(node.inputs)[1:5])
+    y = env.mb.batch_norm(x=env.get(node.inputs[0]), mean=mean, variance=var, gamma=scale, beta=bias,
+                          epsilon=float(_attr(node, "epsilon", 1e-5)), name=env.n(node, "bn"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+# --- normalisation / softmax ---------------------------------------------------------------
+
+
+def _check_softmax(node, ctx):
+    rank = ctx.rank(node.inputs[0])
+    axis = int(_attr(node, "axis", -1 if ctx.opset(node) >= 13 else 1))
+    if axis < 0:
+        axis += rank
+    if ctx.opset(node) < 13 and axis != rank - 1:
+        return False, f"{node.op_type} (opset < 13) over flattened axes {axis}.. is not lowered to Core ML"
+    return _ok()
+
+
+@rule("Softmax", check=_check_softmax)
+def lower_softmax(node, env):
+    rank = len(env.shape(node.inputs[0]))
+    axis = int(_attr(node, "axis", -1 if env.ctx.opset(node) >= 13 else 1))
+    axis = axis + rank if axis < 0 else axis
+    env.set(node.outputs[0], env.mb.softmax(x=env.get(node.inputs[0]), axis=axis, name=env.n(node, "softmax")), rename=True)
+
+
+def _check_layernorm(node, ctx):
+    if any(o.name and (o.uses() or o.is_graph_output()) for o in list(node.outputs)[1:]):
+        return False, "LayerNormalization mean/inv-std outputs are not supported by Core ML"
+    for v in list(node.inputs)[1:]:
+        if v is not None and ctx.const(v) is None:
+            return False, "LayerNormalization scale/bias are not constant"
+    return _ok()
+
+
+@rule("LayerNormalization", check=_check_layernorm)
+@rule("LayerNormalization", domain=MINIRT, check=_check_layernorm)
+def lower_layernorm(node, env):
+    inputs = list(node.inputs)
+    shape = env.shape(inputs[0])
+    axis = int(_attr(node, "axis", -1))
+    axis = axis + len(shape) if axis < 0 else axis
+    axes = list(range(axis, len(shape)))
+    norm_shape = tuple(shape[axis:])
+    kwargs = dict(x=env.get(inputs[0]), axes=axes, epsilon=float(_attr(node, "epsilon", 1e-5)), name=env.n(node, "ln"))
+    if len(inputs) > 1 and inputs[1] is not None:
+        kwargs["gamma"] = np.broadcast_to(env.const(inputs[1]).astype(np.float32), norm_shape).copy()
+    if len(inputs) > 2 and inputs[2] is not None:
+        kwargs["beta"] = np.broadcast_to(env.const(inputs[2]).astype(np.float32), norm_shape).copy()
+    env.set(node.outputs[0], env.mb.layer_norm(**kwargs), rename=True)
+
+
+_REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max", "ReduceMin": "reduce_min"}
+
+
+def _reduce_axes(node, ctx_or_env, rank):
+    inputs = list(node.inputs)
+    if len(inputs) > 1 and inputs[1] is not None:
+        axes = ctx_or_env.const(inputs[1])
+        axes = None if axes is None else [int(a) for a in axes.reshape(-1)]
+    else:
+        axes = _attr(node, "axes", None)
+        axes = None if axes is None else [int(a) for a in axes]
+    if axes is None or len(axes) == 0:
+        return list(range(rank))
+    return sorted(a + rank if a < 0 else a for a in axes)
+
+
+def _check_reduce(node, ctx):
+    inputs = list(node.inputs)
+    if len(inputs) > 1 and inputs[1] is not None and ctx.const(inputs[1]) is None:
+        return False, f"{node.op_type} axes are not constant"
+    if int(_attr(node, "noop_with_empty_axes", 0) or 0):
+        return False, f"{node.op_type} noop_with_empty_axes=1 is not lowered"
+    return _ok()
+
+
+@rule(*_REDUCE, check=_check_reduce)
+def lower_reduce(node, env):
+    rank = len(env.shape(node.inputs[0]))
+    axes = _reduce_axes(node, env, rank)
+    fn = getattr(env.mb, _REDUCE[node.op_type])
+    y = fn(x=env.get(node.inputs[0]), axes=axes, keep_dims=bool(_attr(node, "keepdims", 1)), name=env.n(node, "reduce"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+# --- tensor shuffles -----------------------------------------------------------------------
+
+
+@rule("Concat")
+def lower_concat(node, env):
+    rank = len(env.shape(node.outputs[0]))
+    axis = int(_attr(node, "axis"))
+    axis = axis + rank if axis < 0 else axis
+    values = [env.get(v) for v in node.inputs if v is not None]
+    if len(values) == 1:
+        env.set(node.outputs[0], env.mb.identity(x=values[0], name=env.n(node, "id")), rename=True)
+        return
+    env.set(node.outputs[0], env.mb.concat(values=values, axis=axis, name=env.n(node, "concat")), rename=True)
+
+
+def _check_reshape_like(node, ctx):
+    if ctx.static_shape(node.outputs[0]) is None:
+        return False, f"{node.op_type} output shape is not static"
+    return _ok()
+
+
+@rule("Reshape", "Flatten", "Squeeze", "Unsqueeze", check=_check_reshape_like)
+def lower_reshape(node, env):
+    shape = list(env.shape(node.outputs[0]))
+    y = env.mb.reshape(x=env.get(node.inputs[0]), shape=np.array(shape, np.int32), name=env.n(node, "reshape"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+@rule("Transpose")
+def lower_transpose(node, env):
+    rank = len(env.shape(node.inputs[0]))
+    perm = _attr(node, "perm", None)
+    perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+    env.set(node.outputs[0], env.mb.transpose(x=env.get(node.inputs[0]), perm=perm, name=env.n(node, "transpose")), rename=True)
+
+
+def _check_slice(node, ctx):
+    if any(v is not None and ctx.const(v) is None for v in list(node.inputs)[1:]):
+        return False, "Slice starts/ends/axes/steps are not constant"
+    if ctx.opset(node) < 10:
+        return False, "Slice (opset < 10) is not lowered"
+    return _ok()
+
+
+@rule("Slice", check=_check_slice)
+def lower_slice(node, env):
+    inputs = list(node.inputs) + [None] * 5
+    shape = env.shape(inputs[0])
+    rank = len(shape)
+    starts = env.const(inputs[1]).reshape(-1).astype(np.int64)
+    ends = env.const(inputs[2]).reshape(-1).astype(np.int64)
+    axes = env.const(inputs[3]).reshape(-1).astype(np.int64) if inputs[3] is not None else np.arange(len(starts))
+    steps = env.const(inputs[4]).reshape(-1).astype(np.int64) if inputs[4] is not None else np.ones(len(starts), np.int64)
+    begin, end, stride = [0] * rank, list(shape), [1] * rank
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = int(a) + rank if a < 0 else int(a)
+        sl = slice(int(s), int(e), int(st))
+        b, en, step = sl.indices(shape[a])
+        if step < 0:
+            raise ValueError("Slice with a negative step is not lowered")
+        begin[a], end[a], stride[a] = b, max(en, b), step
+    y = env.mb.slice_by_index(x=env.get(inputs[0]), begin=np.array(begin, np.int32), end=np.array(end, np.int32),
+                              stride=np.array(stride, np.int32), name=env.n(node, "slice"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+def _check_split(node, ctx):
+    inputs = list(node.inputs)
+    if len(inputs) > 1 and inputs[1] is not None and ctx.const(inputs[1]) is None:
+        return False, "Split sizes are not constant"
+    if any(ctx.static_shape(o) is None for o in node.outputs):
+        return False, "Split output shapes are not static"
+    return _ok()
+
+
+@rule("Split", check=_check_split)
+def lower_split(node, env):
+    rank = len(env.shape(node.inputs[0]))
+    axis = int(_attr(node, "axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    sizes = [env.shape(o)[axis] for o in node.outputs]
+    outs = env.mb.split(x=env.get(node.inputs[0]), split_sizes=np.array(sizes, np.int32), axis=axis, name=env.n(node, "split"))
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    for o, v in zip(node.outputs, outs):
+        env.set(o, v)
+
+
+# --- resize ----------------------------------------------------------------------------------
+
+
+def _resize_mode(node):
+    def s(name, default):
+        v = _attr(node, name, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    return s("mode", "nearest"), s("coordinate_transformation_mode", "half_pixel"), s("nearest_mode", "round_prefer_floor")
+
+
+def _check_resize(node, ctx):
+    mode, ctm, nearest = _resize_mode(node)
+    x, y = ctx.static_shape(node.inputs[0]), ctx.static_shape(node.outputs[0])
+    if x is None or y is None or len(x) != 4:
+        return False, "Resize needs static 4-D input/output shapes for Core ML"
+    if x[:2] != y[:2]:
+        return False, "Resize of the batch/channel axes is not supported by Core ML"
+    if _attr(node, "antialias", 0):
+        return False, "Resize antialias is not supported by Core ML"
+    sh, sw = y[2] / x[2], y[3] / x[3]
+    if mode == "nearest":
+        if ctm != "asymmetric" or nearest not in ("floor", "round_prefer_floor", "round_prefer_ceil"):
+            return False, f"Resize nearest with coordinate_transformation_mode {ctm!r}/nearest_mode {nearest!r} is not lowered to Core ML"
+        if not (sh.is_integer() and sw.is_integer()):
+            return False, "Resize nearest with fractional scales is not lowered to Core ML"
+        if nearest != "floor" and not (nearest == "round_prefer_floor" and sh <= 2 and sw <= 2):
+            return False, f"Resize nearest_mode {nearest!r} with scales {sh:g}x{sw:g} differs from Core ML's floor sampling"
+        return _ok()
+    if mode == "linear":
+        if ctm in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+            if ctm == "pytorch_half_pixel" and (y[2] == 1 or y[3] == 1):
+                return False, "Resize pytorch_half_pixel to size 1 is not lowered"
+            return _ok()
+        return False, f"Resize linear with coordinate_transformation_mode {ctm!r} is not supported by Core ML"
+    return False, f"Resize mode {mode!r} is not supported by Core ML"
+
+
+@rule("Resize", "Upsample", check=_check_resize)
+def lower_resize(node, env):
+    mode, ctm, _ = _resize_mode(node)
+    x, y = env.shape(node.inputs[0]), env.shape(node.outputs[0])
+    sh, sw = y[2] / x[2], y[3] / x[3]
+    name = env.n(node, "resize")
+    xv = env.get(node.inputs[0])
+    if mode == "nearest":
+        out = env.mb.upsample_nearest_neighbor(x=xv, scale_factor_height=int(sh), scale_factor_width=int(sw), name=name)
+    else:
+        out = env.mb.upsample_bilinear(x=xv, scale_factor_height=float(sh), scale_factor_width=float(sw),
+                                       align_corners=ctm == "align_corners", name=name)
+    env.set(node.outputs[0], out, rename=True)

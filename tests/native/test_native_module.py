@@ -1,0 +1,137 @@
+"""The native module's state, its fallbacks, and the thread plumbing of Session."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import builder
+from minirt import native
+from minirt.native import blas
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import minirt
+    from minirt import native
+    sess = minirt.Session(sys.argv[1])
+    (y,) = sess.run(None, {"x": np.ones((1, 4, 9, 9), np.float32)})
+    print(json.dumps({"available": native.available, "reason": native.reason, "isa": native.isa,
+                      "describe": native.describe(), "sum": float(y.sum()),
+                      "loaded": "minirt.native._kernels" in sys.modules}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def dw_artifact(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    w = nh.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
+    model = h.make_model(
+        h.make_graph(
+            [h.make_node("Conv", ["x", "w"], ["c"], group=4, pads=[1, 1, 1, 1]),
+             h.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+            "g",
+            [h.make_tensor_value_info("x", TP.FLOAT, [1, 4, 9, 9])],
+            [h.make_tensor_value_info("y", TP.FLOAT, [1, 4, 4, 4])],
+            [w],
+        ),
+        opset_imports=[h.make_opsetid("", 17)],
+    )
+    path = tmp_path_factory.mktemp("native") / "dw.mrt"
+    builder.build(model, path)
+    return str(path)
+
+
+def _child(path, **env):
+    base = {k: v for k, v in os.environ.items() if k not in ("MINIRT_DISABLE_NATIVE", "MINIRT_NATIVE_ISA")}
+    proc = subprocess.run([sys.executable, "-c", CHILD, path], capture_output=True, text=True, timeout=120,
+                          env={**base, **env})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_state_is_consistent():
+    assert isinstance(native.available, bool)
+    assert isinstance(native.features, dict)
+    if native.available:
+        assert native.reason == ""
+        assert native.isa in ("avx2", "baseline")
+        assert native.describe().startswith("active")
+    else:
+        assert native.reason
+        assert "numpy" in native.describe()
+
+
+def test_disabled_by_environment(dw_artifact):
+    r = _child(dw_artifact, MINIRT_DISABLE_NATIVE="1")
+    assert r["available"] is False
+    assert r["reason"] == "disabled by MINIRT_DISABLE_NATIVE"
+    assert not r["loaded"]
+    assert "disabled by MINIRT_DISABLE_NATIVE" in r["describe"]
+    if native.available:
+        enabled = _child(dw_artifact)
+        assert enabled["available"] and enabled["loaded"]
+        assert enabled["sum"] == pytest.approx(r["sum"], rel=1e-5)
+
+
+def test_baseline_isa_by_environment(dw_artifact):
+    if not native.available:
+        pytest.skip(native.reason)
+    r = _child(dw_artifact, MINIRT_NATIVE_ISA="baseline")
+    assert r["isa"] == "baseline"
+
+
+def test_missing_extension_falls_back(dw_artifact, tmp_path):
+    """A minirt whose extension was never compiled (no C compiler) still runs, on numpy."""
+    import shutil
+
+    import minirt
+
+    src = os.path.dirname(minirt.__file__)
+    dst = tmp_path / "minirt"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("_kernels*", "__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "MINIRT_DISABLE_NATIVE"}
+    proc = subprocess.run([sys.executable, "-c", CHILD, dw_artifact], capture_output=True, text=True, timeout=120,
+                          env={**env, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["available"] is False
+    assert "not built" in r["reason"]
+
+
+def test_select_isa_rejects_unknown():
+    if not native.available:
+        pytest.skip(native.reason)
+    with pytest.raises(ValueError):
+        native.select_isa("sse9")
+
+
+def test_session_threads_set_native_and_blas(dw_artifact):
+    import minirt
+
+    x = {"x": np.ones((1, 4, 9, 9), np.float32)}
+    before = blas.get_threads()
+    try:
+        minirt.Session(dw_artifact, threads=1).run(None, x)
+        assert native.threads() == 1
+        if blas.status.startswith("OpenBLAS"):
+            assert blas.get_threads() == 1
+        minirt.Session(dw_artifact, threads=2).run(None, x)
+        assert native.threads() == 2
+        minirt.Session(dw_artifact).run(None, x)  # threads=None: defaults come back
+        assert native.threads() == native._DEFAULT_THREADS
+        if blas.status.startswith("OpenBLAS"):
+            assert blas.get_threads() == before
+    finally:
+        native.set_threads(None)
+        blas.set_threads(None)

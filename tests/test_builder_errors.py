@@ -1,0 +1,282 @@
+"""The builder on bad input: every failure is a ``builder.BuildError`` with a clear
+message, and a failed build leaves the output folder exactly as it was (no
+artifact, no temporary file).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import builder
+from builder import BuildError, UnsupportedModel
+from tests.fuzz.seeds import mlp_model
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    src = tmp_path / "src"
+    out = tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    (out / "keep.txt").write_text("unrelated file")
+    return src, out
+
+
+def _listing(folder) -> list:
+    return sorted(os.listdir(folder))  # includes dot files such as .minirt-*.tmp
+
+
+def _fails(match: str, model, out_dir, *, error=BuildError, out_name="model.mrt", **options) -> BuildError:
+    before = _listing(out_dir)
+    with pytest.raises(error, match=match) as info:
+        builder.build(model, os.path.join(out_dir, out_name), **options)
+    assert _listing(out_dir) == before, "a failed build left files behind"
+    return info.value
+
+
+# --- the model cannot be read ---------------------------------------------------------
+
+
+def test_malformed_onnx_bytes(dirs):
+    _src, out = dirs
+    _fails("not a valid ONNX model", b"this is not a protobuf \xff\xfe", out)
+
+
+def test_malformed_onnx_file(dirs):
+    src, out = dirs
+    bad = src / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage\xff\xff\xff")
+    err = _fails("not a valid ONNX model", str(bad), out)
+    assert str(bad) in str(err)
+
+
+def test_truncated_onnx_file(dirs):
+    src, out = dirs
+    data = mlp_model().SerializeToString()
+    bad = src / "truncated.onnx"
+    bad.write_bytes(data[: len(data) // 2])
+    _fails("truncated.onnx", str(bad), out)
+
+
+def test_file_that_does_not_exist(dirs):
+    src, out = dirs
+    _fails("no such file", str(src / "missing.onnx"), out)
+
+
+def test_directory_instead_of_a_model(dirs):
+    src, out = dirs
+    _fails("is a directory", str(src), out)
+
+
+def test_unloadable_python_object(dirs):
+    _src, out = dirs
+    _fails("cannot load a model from int", 123, out)
+
+
+def test_model_the_onnx_checker_rejects(dirs):
+    _src, out = dirs
+    m = mlp_model()
+    m.graph.node[0].input[0] = "undefined_value"
+    _fails("checker rejects", m, out)
+
+
+def test_empty_graph(dirs):
+    _src, out = dirs
+    g = helper.make_graph([], "empty", [], [])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    _fails("empty", m, out)
+
+
+# --- external data ------------------------------------------------------------------------------
+
+
+def _save_with_external_data(folder) -> str:
+    path = os.path.join(folder, "ext.onnx")
+    onnx.save_model(mlp_model(), path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="ext.data", size_threshold=0)
+    assert os.path.exists(os.path.join(folder, "ext.data"))
+    return path
+
+
+def test_external_data_present_builds(dirs):
+    src, out = dirs
+    path = _save_with_external_data(src)
+    builder.build(path, os.path.join(out, "model.mrt"))
+    assert os.path.exists(os.path.join(out, "model.mrt"))
+
+
+def test_external_data_file_missing(dirs):
+    src, out = dirs
+    path = _save_with_external_data(src)
+    os.remove(os.path.join(src, "ext.data"))
+    err = _fails("external data", path, out)
+    assert "ext.data" in str(err)
+
+
+def test_external_data_file_missing_from_bytes(dirs):
+    """From bytes there is no folder to look in: the checker's complaint names the file."""
+    src, out = dirs
+    path = _save_with_external_data(src)
+    os.remove(os.path.join(src, "ext.data"))
+    with open(path, "rb") as f:
+        data = f.read()
+    _fails("ext.data", data, out)
+
+
+def _external_model(location: str, data: bytes | None, folder) -> str:
+    """The MLP with W1 stored externally at ``location`` (written with ``data`` if given)."""
+    m = mlp_model()
+    t = m.graph.initializer[0]
+    raw = numpy_helper.to_array(t).tobytes()
+    t.ClearField("raw_data")
+    t.ClearField("float_data")
+    for key, value in (("location", location), ("offset", "0"), ("length", str(len(raw)))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+    t.data_location = onnx.TensorProto.EXTERNAL
+    if data is not None:
+        with open(os.path.join(folder, location), "wb") as f:
+            f.write(data if data else raw)
+    path = os.path.join(folder, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize(
+    "location,data",
+    [("../outside.bin", None), ("/etc/passwd", None), ("short.bin", b"\x00" * 8)],
+    ids=["escapes-folder", "absolute-path", "shorter-than-declared"],
+)
+def test_bad_external_data_reference(dirs, location, data):
+    src, out = dirs
+    path = _external_model(location, data, src)
+    _fails("external data", path, out)
+
+
+# --- unsupported content ------------------------------------------------------------------------
+
+
+def test_custom_domain_operator_names_op_node_and_opset(dirs):
+    _src, out = dirs
+    node = helper.make_node("FancyOp", ["x"], ["y"], name="my_custom_node", domain="com.example")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 3)])
+    m.ir_version = 8
+    err = _fails("FancyOp", m, out, error=UnsupportedModel)
+    msg = str(err)
+    assert "my_custom_node" in msg and "com.example" in msg and "opset 3" in msg
+
+
+def test_unsupported_standard_operator_is_listed_with_the_others(dirs):
+    _src, out = dirs
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="fine"),
+        helper.make_node("FancyOp", ["a"], ["b"], name="first_bad", domain="com.example"),
+        helper.make_node("OtherOp", ["b"], ["y"], name="second_bad", domain="com.example"),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    m.ir_version = 8
+    err = _fails("cannot be built", m, out, error=UnsupportedModel)
+    assert "first_bad" in str(err) and "second_bad" in str(err) and "fine" not in str(err)
+
+
+# --- bad options ----------------------------------------------------------------------------------
+
+
+def test_unknown_target(dirs):
+    _src, out = dirs
+    err = _fails("unknown target 'pdp11'", mlp_model(), out, target="pdp11")
+    assert "generic" in str(err)  # lists the known ones
+
+
+@pytest.mark.parametrize("level", [7, -1, "2", None, 1.5])
+def test_bad_opt_level(dirs, level):
+    _src, out = dirs
+    _fails("opt_level must be one of", mlp_model(), out, opt_level=level)
+
+
+def test_bad_quantize_mode(dirs):
+    _src, out = dirs
+    _fails("quantize must be one of", mlp_model(), out, quantize="int3")
+
+
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        (["x"], "expected NAME=DIMxDIM"),
+        (["=1x4"], "expected NAME=DIMxDIM"),
+        (["x=1xa"], "not a list of integers"),
+        (["x=1x4.5"], "not a list of integers"),
+        (["x=-1x4"], "must be >= 0"),
+    ],
+)
+def test_bad_input_shape_spec(dirs, spec, match):
+    _src, out = dirs
+    _fails(match, mlp_model(), out, input_shapes=spec)
+
+
+@pytest.mark.parametrize("spec", [["y=1x4"], {"nope": (1, 4)}])
+def test_input_shape_naming_an_unknown_input(dirs, spec):
+    _src, out = dirs
+    err = _fails("names", mlp_model(), out, input_shapes=spec)
+    assert "'x'" in str(err)  # tells the user what the inputs are
+
+
+@pytest.mark.parametrize("spec", [["x=1x4x5"], ["x=4"], {"x": ()}])
+def test_input_shape_with_the_wrong_rank(dirs, spec):
+    _src, out = dirs
+    _fails("rank", mlp_model(), out, input_shapes=spec)
+
+
+def test_input_shape_contradicting_a_fixed_dim(dirs):
+    _src, out = dirs
+    _fails("dimension 1 is fixed to 4", mlp_model(), out, input_shapes=["x=1x5"])
+
+
+def test_input_shape_that_fits_builds(dirs):
+    _src, out = dirs
+    builder.build(mlp_model(), os.path.join(out, "model.mrt"), input_shapes=["x=2x4"])
+    import minirt
+
+    sess = minirt.Session(os.path.join(out, "model.mrt"))
+    assert sess.get_inputs()[0].shape == [2, 4]
+
+
+# --- the output path --------------------------------------------------------------------------------
+
+
+def test_output_folder_missing(dirs):
+    _src, out = dirs
+    _fails("does not exist", mlp_model(), out, out_name=os.path.join("no", "such", "model.mrt"))
+
+
+def test_output_path_is_a_directory(dirs):
+    _src, out = dirs
+    os.mkdir(os.path.join(out, "model.mrt"))
+    _fails("directory", mlp_model(), out)
+
+
+def test_failed_rebuild_keeps_the_previous_artifact(dirs):
+    _src, out = dirs
+    target = os.path.join(out, "model.mrt")
+    builder.build(mlp_model(), target)
+    with open(target, "rb") as f:
+        good = f.read()
+    before = _listing(out)
+    with pytest.raises(BuildError):
+        builder.build(mlp_model(), target, target="pdp11")
+    m = mlp_model()
+    m.graph.node[1].op_type = "NoSuchOp"
+    with pytest.raises(BuildError):
+        builder.build(m, target)
+    assert _listing(out) == before
+    with open(target, "rb") as f:
+        assert f.read() == good

@@ -1,0 +1,21 @@
+"""docs/operators.md is generated from the kernel registry and must be current."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.coverage import render_operator_table
+from minirt.kernels.registry import registered
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "operators.md"
+
+
+def test_operators_doc_is_current():
+    assert DOC.read_text() == render_operator_table(), (
+        "docs/operators.md is stale: run `python -m builder.coverage > docs/operators.md`"
+    )
+
+
+def test_every_registered_op_is_listed():
+    text = DOC.read_text()
+    for entry in registered():
+        assert f"| {entry.op_type} |" in text, entry.op_type
