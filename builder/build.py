@@ -28,6 +28,8 @@ from builder.load import SourceInfo, load_model
 from builder.lower import lower_model
 from builder.passes import format_report
 from builder.passes import optimize as optimize_graph
+from builder.quantize import QuantizeOptions
+from builder.quantize import quantize as quantize_model
 from builder.writer import ArtifactWriter, write_atomic
 from minirt.kernels.registry import lookup
 from targets.profiles import get_target
@@ -58,6 +60,7 @@ class BuildReport:
     timings: dict  # phase -> seconds
     warnings: list = dataclasses.field(default_factory=list)
     optimizer: dict = dataclasses.field(default_factory=dict)  # per-pass rows (builder.passes)
+    quantization: dict = dataclasses.field(default_factory=dict)  # builder.quantize report
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -75,6 +78,8 @@ class BuildReport:
         lines += [f"  warning: {w}" for w in self.warnings]
         if self.optimizer:
             lines.append(format_report(self.optimizer))
+        if getattr(self, "_quantization_text", ""):
+            lines.append(self._quantization_text)
         return "\n".join(lines)
 
 
@@ -227,6 +232,12 @@ def build(
     input_shapes: Mapping[str, Any] | list[str] | None = None,
     quantize: str | None = None,
     calibration: Any = None,
+    calibration_method: str = "minmax",
+    per_channel: bool = True,
+    symmetric_activations: bool = False,
+    accuracy_budget: str | None = None,
+    eval_data: Any = None,
+    quantize_final: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> BuildReport:
     """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
@@ -241,8 +252,6 @@ def build(
         raise BuildError(f"opt_level must be one of {OPT_LEVELS}, got {opt_level!r}")
     if quantize not in QUANTIZE_MODES:
         raise BuildError(f"quantize must be one of {[m for m in QUANTIZE_MODES if m]}, got {quantize!r}")
-    if quantize is not None:
-        raise BuildError(f"--quantize {quantize} is not available yet in this minirt build (see the quantization issue)")
     try:
         profile = get_target(target)
     except ValueError as exc:
@@ -271,6 +280,26 @@ def build(
         raise BuildError(str(exc)) from None
     timings["optimize"] = time.perf_counter() - t0
 
+    qreport = None
+    if quantize is not None:
+        t0 = time.perf_counter()
+        say(f"quantizing ({quantize})")
+        qreport = quantize_model(
+            model_ir,
+            quantize,
+            calibration,
+            QuantizeOptions(
+                method=calibration_method,
+                per_channel=per_channel,
+                symmetric_activations=symmetric_activations,
+                accuracy_budget=accuracy_budget,
+                eval=eval_data,
+                quantize_final=quantize_final,
+            ),
+            progress=say,
+        )
+        timings["quantize"] = time.perf_counter() - t0
+
     t0 = time.perf_counter()
     check_support(model_ir)
     timings["check"] = time.perf_counter() - t0
@@ -283,12 +312,17 @@ def build(
         "opt_level": opt_level,
         "input_shapes": {k: list(v) for k, v in shapes.items()},
         "quantize": quantize,
+        "calibration_method": calibration_method if quantize else None,
+        "per_channel": per_channel if quantize else None,
+        "accuracy_budget": accuracy_budget,
         "disabled_passes": list(disabled_passes),
     }
     _metadata(writer, info, options, profile.name)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).
     writer.set_metadata("target.profile", profile.as_metadata())
     writer.set_metadata("build.optimizer", opt_report.as_dict())
+    if qreport is not None:
+        writer.set_metadata("build.quantization", qreport.as_dict())
     lower_model(model_ir, writer)
     data = writer.to_bytes()
     if out_path is not None:
@@ -318,7 +352,10 @@ def build(
         outputs=_value_signature(model_ir.graph.outputs),
         timings=timings,
         optimizer=opt_report.as_dict(),
+        quantization=qreport.as_dict() if qreport is not None else {},
+        warnings=list(qreport.warnings) if qreport is not None else [],
     )
+    report._quantization_text = str(qreport) if qreport is not None else ""  # type: ignore[attr-defined]
     report.data = data  # type: ignore[attr-defined]
     return report
 

@@ -219,6 +219,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         input_shapes=args.input_shape,
         quantize=args.quantize,
         calibration=args.calibration,
+        calibration_method=args.calibration_method,
+        per_channel=args.per_channel,
+        symmetric_activations=args.symmetric_activations,
+        accuracy_budget=args.accuracy_budget,
+        eval_data=args.eval,
+        quantize_final=args.quantize_final,
         progress=progress,
         **sign,
     )
@@ -301,7 +307,27 @@ def _abbreviate(value: Any) -> str:
     return text
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from minirt.tools.verify import format_verify, verify
+
+    report = verify(args.artifact, rtol=args.rtol)
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_verify(report))
+    bad = [r for row in report["partitions"] for r in row["results"] if r.get("status") == "MISMATCH"]
+    return 1 if bad else 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    if getattr(args, "graph", None):
+        from minirt.tools.graph_render import render
+
+        try:
+            render(minirt.Session(args.artifact, providers=["cpu"]).artifact, args.graph)
+        except (ValueError, OSError) as exc:
+            raise CommandError(str(exc)) from None
+        print(f"graph written to {args.graph}", file=sys.stderr)
     info = inspect_artifact(args.artifact)
     if args.json:
         _print_json(info)
@@ -458,7 +484,8 @@ def _accuracy(logits: np.ndarray, labels: np.ndarray) -> str:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     model, heldout = DIGITS_DIR / "digits_cnn.onnx", DIGITS_DIR / "heldout.npz"
-    for path in (model, heldout):
+    calibration = DIGITS_DIR / "calibration.npz"
+    for path in (model, heldout, calibration):
         if not path.is_file():
             raise CommandError(f"{path}: demo file missing (the demo runs from a source checkout of minirt)")
     builder = _import_builder()
@@ -494,6 +521,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
             for side, xs in timing.sample_interleaved(fns, args.runs, warmup=2).items():
                 latency[side].append(statistics.median(xs))
 
+        # The int8 build beside the float one, calibrated on training images.
+        q_artifact = out_dir / "digits_cnn.int8.mrt"
+        q_report = builder.build(str(model), str(q_artifact), quantize="int8", calibration=str(calibration))
+        from builder.quantize import demo_rows
+
+        int8_rows = demo_rows(str(artifact), str(q_artifact), images, labels, runs=args.runs)
+
     accuracy = {side: _accuracy(x, labels) for side, x in logits.items()}
     sides = list(runners)
     compare = len(sides) == 2
@@ -511,6 +545,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"  latency: median of {args.runs} runs each" + (", interleaved; ratio = minirt / onnxruntime" if compare else ""))
     if not compare:
         print("  onnxruntime is not installed: only minirt's side is shown (pip install onnxruntime to compare)")
+        _print_int8_demo(int8_rows, q_report)
         return 0
     diff = float(np.max(np.abs(logits["minirt"] - logits["onnxruntime"])))
     print(f"  max abs logit difference minirt vs onnxruntime: {diff:.3g}")
@@ -518,7 +553,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print("minirt demo: MISMATCH between minirt and onnxruntime", file=sys.stderr)
         return 1
     print("  OK: minirt matches onnxruntime")
+    _print_int8_demo(int8_rows, q_report)
     return 0
+
+
+def _print_int8_demo(rows: list, report) -> None:
+    print("minirt demo: int8 build (calibrated on 128 training images) beside the float build")
+    print(_table(rows, header=("", "float", "int8", "ratio"), align="lrrr"))
+    for warning in report.warnings:
+        print(f"  warning: {warning}")
 
 
 # --- info -----------------------------------------------------------------------
@@ -585,8 +628,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip one optimizer pass by name (repeatable; for debugging)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                    help="fix an input's shape; repeatable")
-    p.add_argument("--quantize", default=None, metavar="MODE", help="fp16, int8-dynamic or int8 (not available yet)")
-    p.add_argument("--calibration", default=None, metavar="PATH", help="calibration data for --quantize int8")
+    p.add_argument("--quantize", choices=["fp16", "int8-dynamic", "int8"], default=None,
+                   help="fp16 weights (half the size), int8 with calibrated activations, or int8 weights with "
+                        "activations quantized at run time")
+    p.add_argument("--calibration", default=None, metavar="PATH",
+                   help="calibration inputs for --quantize int8: an .npz keyed by input name, a folder of them, "
+                        "or a folder of images with preprocess.json")
+    p.add_argument("--calibration-method", choices=["minmax", "percentile", "entropy"], default="minmax",
+                   help="how activation ranges are chosen (default minmax)")
+    p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
+                   help="per-output-channel weight scales (default on)")
+    p.add_argument("--symmetric-activations", action="store_true", help="zero point 0 for activations")
+    p.add_argument("--accuracy-budget", metavar="SPEC", default=None,
+                   help="keep the most sensitive layers in float until it holds: top1-drop<=1, accuracy-drop<=X, "
+                        "cosine>=0.99, max-abs<=X, mean-abs<=X")
+    p.add_argument("--eval", metavar="PATH", default=None, help="held-out inputs for the accuracy report")
+    p.add_argument("--quantize-final", action="store_true", help="also quantize the layers that feed outputs")
     p.add_argument("--sign", default=None, metavar="KEYFILE",
                    help="sign the artifact with this Ed25519 private key (from 'minirt keygen')")
     p.add_argument("--json", action="store_true", help="print the build report as JSON")
@@ -601,7 +658,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="show an artifact's sections, operators, signature and metadata")
     p.add_argument("artifact", metavar="ART.mrt")
     p.add_argument("--json", action="store_true", help="machine-readable output with full metadata")
+    p.add_argument("--graph", metavar="OUT.svg", help="also draw the main graph, nodes coloured by provider (.svg or .png)")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("verify", help="run every partition on the available providers and compare with the golden outputs")
+    p.add_argument("artifact", metavar="ART.mrt")
+    p.add_argument("--rtol", type=float, default=1e-2, help="max error relative to the golden output's magnitude (default 0.01)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("run", help="run an artifact once on given or random inputs")
     p.add_argument("artifact", metavar="ART.mrt")

@@ -96,6 +96,26 @@ for _name, _info in _COREML.items():
     )
 
 
+# NNAPI: the Android API level decides which operations (and operand
+# features) the NNAPI runtime accepts; the per-level op tables live in
+# targets/nnapi/oplevels.py (``op_table()``, ``MIN_API_LEVEL``).
+for _level in range(27, 35):
+    _name = f"android-api{_level}"
+    _PROFILES[_name] = dataclasses.replace(
+        _PROFILES[_name],
+        provider_info={**_PROFILES[_name].provider_info,
+                       "nnapi": {"api_level": _level, "op_table": "targets.nnapi.oplevels:operations_at"}},
+    )
+del _level
+
+
+def nnapi_api_level(profile) -> int | None:
+    """The NNAPI (Android API) level of a target profile (or profile name), None for non-Android targets."""
+    if isinstance(profile, str):
+        profile = get_target(profile)
+    return (getattr(profile, "provider_info", None) or {}).get("nnapi", {}).get("api_level")
+
+
 def get_target(name: str) -> TargetProfile:
     """The profile called ``name``; ValueError listing the known names otherwise."""
     try:

@@ -37,6 +37,25 @@ _NEVER_FOLD = frozenset(
 )
 
 
+def _keeps_weights_narrow(node: ir.Node) -> bool:
+    """DequantizeLinear of an integer initializer and Cast from float16 stay unfolded.
+
+    Folding them would store the weights widened to float32: the artifact
+    would lose the 2-4x size reduction that quantization (ours, or a QDQ model
+    from onnxruntime's tool) is for.  # DQ(int8 W) -> keep, Cast(f16 W) -> keep
+    """
+    if node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
+        return False
+    src = node.inputs[0]
+    if src.const_value is None or src.dtype is None:
+        return False
+    if node.op_type == "DequantizeLinear":
+        return src.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE)
+    if node.op_type == "Cast":
+        return src.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    return False
+
+
 def attribute_kwargs(node: ir.Node) -> dict:
     """Node attributes as the Python values a kernel receives (same as the runtime's plan)."""
     out = {}
@@ -218,6 +237,8 @@ class ConstantFolding(Pass):
             return False
         if not any(v.uses() or v.is_graph_output() for v in node.outputs):
             return False  # dead: DCE's job
+        if _keeps_weights_narrow(node):
+            return False
         if any(v.type is not None and not isinstance(v.type, ir.TensorType) for v in node.outputs):
             return False  # sequences and optionals have no initializer form
         inputs = []

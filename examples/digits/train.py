@@ -8,6 +8,7 @@ Outputs (written to --out-dir, default: this script's folder):
   digits_cnn.onnx   the trained model, ONNX opset 17, self-contained.
                     input  "image"  float32 [batch, 1, 8, 8], pixels in [0, 1]
                     output "logits" float32 [batch, 10]
+  calibration.npz   128 training images ("image" float32 [128, 1, 8, 8]) for int8 calibration
   heldout.npz       the held-out split: "image" float32 [N, 1, 8, 8],
                     "label" int64 [N]
   model_card.json   provenance and accuracy (torch and onnxruntime)
@@ -33,6 +34,7 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 
 SEED = 0
+CALIBRATION_IMAGES = 128
 HELDOUT_FRACTION = 0.2
 OPSET = 17
 BATCH_SIZE = 64
@@ -183,6 +185,9 @@ def main() -> None:
         raise SystemExit("onnxruntime accuracy differs from torch accuracy")
 
     np.savez_compressed(out_dir / "heldout.npz", image=x_held, label=y_held)
+    # 128 training images (never the held-out ones) for int8 calibration.
+    calib = np.sort(np.random.default_rng(0).choice(len(x_train), CALIBRATION_IMAGES, replace=False))
+    np.savez_compressed(out_dir / "calibration.npz", image=x_train[calib])
 
     graph_ops = sorted({node.op_type for node in onnx.load(str(onnx_path)).graph.node})
     card = {

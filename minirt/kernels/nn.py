@@ -307,6 +307,8 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1):
     kk = k[0] * k[1]
     p = out[0] * out[1]
     x = np.ascontiguousarray(x)
+    if b is not None:
+        b = np.ascontiguousarray(b, dtype=np.float32)
     if z is not None:
         z = np.ascontiguousarray(z, dtype=np.float32)
     if group == c and cg == 1 and m == c and kk > 1:
@@ -319,15 +321,23 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1):
             _native.bias_act(y, None, z, act, a0, a1)
         return y
     if kk == 1 and s == (1, 1) and pb == (0, 0) and tuple(out) == (h, wd):
-        cols = x.reshape(n, group, cg, p)
+        cols = x.reshape(n, group, cg, p)  # 1x1: the input is the GEMM operand, no copy
     else:
         cols = np.empty((n, c * kk, p), dtype=np.float32)
         for i in range(n):
             _native.im2col(x[i], cols[i], k, s, d, pb, out)
         cols = cols.reshape(n, group, cg * kk, p)
-    y = np.matmul(w.reshape(group, m // group, cg * kk), cols).reshape((n, m) + tuple(out))
-    if b is not None or z is not None or act:
-        _native.bias_act(y, b, z, act, a0, a1)
+    # Our GEMM (packed-B, AVX2/AVX-512 microkernel, threads from our pool)
+    # writes y directly with bias + residual + activation in the same pass.
+    mg = m // group
+    y = np.empty((n, m) + tuple(out), dtype=np.float32)
+    wg = np.ascontiguousarray(w).reshape(group, mg, cg * kk)
+    yv = y.reshape(n, group, mg, p)
+    zv = None if z is None else z.reshape(n, group, mg, p)
+    for i in range(n):
+        for g in range(group):
+            _native.sgemm(wg[g], cols[i, g], yv[i, g], None if b is None else b[g * mg:(g + 1) * mg], 1,
+                          None if zv is None else zv[i, g], act, a0, a1)
     return y
 
 

@@ -31,7 +31,7 @@ isa = "none"
 ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_SILU, ACT_HARDSIGMOID, ACT_HARDSWISH = range(8)
 
 _ffi = _lib = None
-_ABI_VERSION = 1
+_ABI_VERSION = 2
 
 
 def _truthy(value: str | None) -> bool:
@@ -60,7 +60,7 @@ def _load() -> None:
     bits = lib.mrt_cpu_features()
     features = {
         name: bool(bits & getattr(lib, "MRT_FEAT_" + name.upper()))
-        for name in ("avx2", "fma", "avx512f", "neon", "asimddp")
+        for name in ("avx2", "fma", "avx512f", "avx512vnni", "neon", "asimddp")
     }
     _ffi, _lib = ffi, lib
     available = True
@@ -69,18 +69,20 @@ def _load() -> None:
 
 
 def select_isa(name: str = "best") -> str:
-    """Choose the implementation: "best" (default), "avx2" or "baseline".
+    """Choose the implementation: "best" (default), "avx512", "avx2" or "baseline".
 
     An ISA the CPU lacks falls back to the baseline; returns what is in use.
     """
     global isa
     if _lib is None:
         return isa
-    code = {"best": _lib.MRT_ISA_BEST, "avx2": _lib.MRT_ISA_AVX2, "baseline": _lib.MRT_ISA_BASELINE}.get(name)
+    code = {"best": _lib.MRT_ISA_BEST, "avx512": _lib.MRT_ISA_AVX512, "avx2": _lib.MRT_ISA_AVX2,
+            "baseline": _lib.MRT_ISA_BASELINE}.get(name)
     if code is None:
-        raise ValueError(f"unknown ISA {name!r}; expected best, avx2 or baseline")
+        raise ValueError(f"unknown ISA {name!r}; expected best, avx512, avx2 or baseline")
     chosen = _lib.mrt_select_isa(code)
-    isa = "avx2" if chosen == _lib.MRT_ISA_AVX2 else "baseline"
+    isa = {_lib.MRT_ISA_AVX512: "avx512", _lib.MRT_ISA_AVX2: "avx2"}.get(chosen, "baseline")
+    _qpacked.clear()  # the packed weight format may depend on the ISA
     return isa
 
 
@@ -89,7 +91,8 @@ def describe() -> str:
     if not available:
         return f"not active ({reason}); using numpy kernels"
     feats = ", ".join(k for k, v in features.items() if v) or "none"
-    return f"active, {isa} kernels (CPU features: {feats})"
+    q = "vnni" if _lib.mrt_qgemm_isa() else "portable"
+    return f"active, {isa} kernels, int8 GEMM {q} (CPU features: {feats})"
 
 
 # --------------------------------------------------------------------------- threads
@@ -155,6 +158,84 @@ def im2col(x, cols, k, s, d, pb, out) -> None:
     c, h, wd = x.shape
     _lib.mrt_im2col_f32(_ptr(x), _ptr(cols), c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0],
                         out[1], threads())
+
+
+def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0) -> None:
+    """c (M, N) = act(a (M, K) @ b (K, N) + bias + residual), float32, rows may be strided.
+
+    ``bias_mode`` 1: ``bias[m]`` per row (conv output channels); 2: ``bias[n]``
+    per column (MatMul / Gemm).  ``a``, ``b``, ``c`` and ``residual`` must be 2-D
+    with unit stride along their last axis (row strides are passed through,
+    so views such as ``x.reshape(C, H*W)`` need no copy).
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    it = 4
+    _lib.mrt_sgemm_f32(
+        m, n, k, _ptr(a), a.strides[0] // it, _ptr(b), b.strides[0] // it, _ptr(c), c.strides[0] // it,
+        _ffi.NULL if bias is None else _ptr(bias), bias_mode,
+        _ffi.NULL if residual is None else _ptr(residual), 0 if residual is None else residual.strides[0] // it,
+        act, a0, a1, threads(),
+    )
+
+
+# --------------------------------------------------------------------------- int8
+
+# id(weight array) -> (weak reference to it, packed bytes); see qpack().
+_qpacked: dict = {}
+
+
+def qpack(w):
+    """Pack s8 weights ``w`` (M, K) for :func:`qgemm` (cached per array while it is alive)."""
+    import weakref
+
+    key = id(w)
+    hit = _qpacked.get(key)
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    import numpy as np
+
+    m, k = w.shape
+    wc = np.ascontiguousarray(w, dtype=np.int8)
+    size = int(_lib.mrt_qgemm_packed_size(m, k))
+    raw = np.empty(size + 64, dtype=np.uint8)
+    off = (-raw.ctypes.data) % 64
+    packed = raw[off:off + size]
+    _lib.mrt_qgemm_pack_w(_ffi.from_buffer("int8_t[]", wc), m, k, _ffi.from_buffer("char[]", packed))
+    try:
+        ref = weakref.ref(w, lambda _r, key=key: _qpacked.pop(key, None))
+    except TypeError:  # not weak-referenceable: do not cache
+        return packed
+    _qpacked[key] = (ref, packed)
+    return packed
+
+
+def qgemm(packed_w, m, k, x, x_zero, scale, c, bias=None, residual=None, act=0, a0=0.0, a1=0.0) -> None:
+    """c (M, N) float32 = act(scale[m] * (W @ (x - x_zero)) + bias[m] + residual), exact int32 products.
+
+    ``packed_w`` from :func:`qpack` of the (M, K) int8 weights; ``x`` (K, N)
+    uint8 with unit stride along its last axis; ``scale`` (M,) float32 (x_scale
+    * w_scale[m]); ``bias`` (M,) or None; ``residual`` like ``c`` or None.
+    """
+    n = x.shape[1]
+    _lib.mrt_qgemm_u8s8_f32(
+        m, n, k, _ffi.from_buffer("char[]", packed_w), _ffi.from_buffer("uint8_t[]", x), x.strides[0], int(x_zero),
+        _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ptr(c), c.strides[0] // 4,
+        _ffi.NULL if residual is None else _ptr(residual), 0 if residual is None else residual.strides[0] // 4,
+        act, a0, a1, threads(),
+    )
+
+
+def quantize_u8(x, q, scale: float, zero_point: int) -> None:
+    """q (uint8, same size) = clamp(rint(x / scale) + zero_point, 0, 255); both contiguous."""
+    _lib.mrt_quantize_u8_f32(_ptr(x), _ffi.from_buffer("uint8_t[]", q), x.size, scale, int(zero_point), threads())
+
+
+def im2col_u8(x, cols, k, s, d, pb, out, pad: int) -> None:
+    """One uint8 image: x (C, H, W) -> cols (C*KH*KW, OH*OW), padding with ``pad``."""
+    c, h, wd = x.shape
+    _lib.mrt_im2col_u8(_ffi.from_buffer("uint8_t[]", x), _ffi.from_buffer("uint8_t[]", cols), c, h, wd, k[0], k[1],
+                       s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], int(pad), threads())
 
 
 _load()

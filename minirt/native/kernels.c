@@ -20,7 +20,7 @@
 #include <sys/auxv.h>
 #endif
 
-#define MRT_ABI_VERSION 1
+#define MRT_ABI_VERSION 2
 #define MRT_MAX_THREADS 64
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
@@ -143,6 +143,23 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     pthread_mutex_unlock(&pool_dispatch);
 }
 
+/* Per-thread scratch for GEMM packing: grown on demand, kept for the life of
+ * the thread (no allocation in the steady state). */
+static __thread void *tls_pack;
+static __thread size_t tls_pack_cap;
+
+static void *mrt_pack_buffer(size_t bytes) {
+    if (bytes > tls_pack_cap) {
+        void *p = NULL;
+        size_t cap = bytes + 4096;
+        if (posix_memalign(&p, 64, cap) != 0) return NULL;
+        free(tls_pack);
+        tls_pack = p;
+        tls_pack_cap = cap;
+    }
+    return tls_pack;
+}
+
 /* ------------------------------------------------------------------ kernel bodies */
 
 #define FN_PASTE(a, b) a##b
@@ -152,6 +169,9 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
 #define MRT_SUFFIX _base
 #define MRT_TARGET
 #include "kernels_impl.h"
+#define MRT_VL 4
+#include "gemm_impl.h"
+#undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
 #undef MRT_CHUNK
@@ -161,10 +181,27 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
 #define MRT_SUFFIX _avx2
 #define MRT_TARGET __attribute__((target("avx2,fma")))
 #include "kernels_impl.h"
+#define MRT_VL 8
+#include "gemm_impl.h"
+#undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
 #undef MRT_CHUNK
+
+/* AVX-512: only the GEMM differs (the other kernels use the AVX2 copies). */
+#define MRT_SUFFIX _avx512
+#define MRT_TARGET __attribute__((target("avx512f,avx2,fma")))
+static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act, float a0, float a1) {
+    act_row_avx2(y, n, act, a0, a1);
+}
+#define MRT_VL 16
+#include "gemm_impl.h"
+#undef MRT_VL
+#undef MRT_SUFFIX
+#undef MRT_TARGET
 #endif
+
+#include "qgemm.h"
 
 /* ------------------------------------------------------------------ dispatch */
 
@@ -175,11 +212,14 @@ typedef struct {
                    int, int, int, float, int);
     void (*bias_act)(float *, const float *, const float *, int, int, long, int, float, float, int);
     void (*im2col)(const float *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+    void (*sgemm)(int, int, int, const float *, long, const float *, long, float *, long, const float *, int,
+                  const float *, long, int, float, float, int);
 } mrt_impl;
 
-static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base};
+static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base};
 #ifdef MRT_HAVE_AVX2_BUILD
-static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2};
+static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2};
+static const mrt_impl impl_avx512 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512};
 #endif
 
 static const mrt_impl *impl = &impl_base;
@@ -192,6 +232,7 @@ static unsigned detect_features(void) {
     if (__builtin_cpu_supports("avx2")) f |= MRT_FEAT_AVX2;
     if (__builtin_cpu_supports("fma")) f |= MRT_FEAT_FMA;
     if (__builtin_cpu_supports("avx512f")) f |= MRT_FEAT_AVX512F;
+    if (__builtin_cpu_supports("avx512vnni")) f |= MRT_FEAT_AVX512VNNI;
 #elif defined(__aarch64__)
     f |= MRT_FEAT_NEON; /* Advanced SIMD is part of the AArch64 baseline */
 #if defined(__linux__)
@@ -216,8 +257,16 @@ int mrt_select_isa(int isa) {
 #ifdef MRT_HAVE_AVX2_BUILD
     avx2_ok = (f & MRT_FEAT_AVX2) && (f & MRT_FEAT_FMA);
 #endif
+    int avx512_ok = avx2_ok && (f & MRT_FEAT_AVX512F);
     (void)f;
-    if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX2) && avx2_ok) {
+    q_use_vnni = 0;
+    if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX512) && avx512_ok) {
+#ifdef MRT_HAVE_AVX2_BUILD
+        impl = &impl_avx512;
+        impl_isa = MRT_ISA_AVX512;
+        q_use_vnni = (f & MRT_FEAT_AVX512VNNI) != 0;
+#endif
+    } else if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX2 || isa == MRT_ISA_AVX512) && avx2_ok) {
 #ifdef MRT_HAVE_AVX2_BUILD
         impl = &impl_avx2;
         impl_isa = MRT_ISA_AVX2;
@@ -260,3 +309,11 @@ void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, i
                     int pt, int pl, int oh, int ow, int nthreads) {
     impl->im2col(x, cols, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
 }
+
+void mrt_sgemm_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
+                   const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                   int nthreads) {
+    impl->sgemm(M, N, K, A, lda, B, ldb, C, ldc, bias, bias_mode, res, ldr, act, a0, a1, nthreads);
+}
+
+int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : 0; }

@@ -11,17 +11,21 @@
 #ifndef MINIRT_KERNELS_H
 #define MINIRT_KERNELS_H
 
+#include <stdint.h>
+
 /* CPU feature bits reported by mrt_cpu_features(). */
 #define MRT_FEAT_AVX2 1
 #define MRT_FEAT_FMA 2
 #define MRT_FEAT_NEON 4
 #define MRT_FEAT_ASIMDDP 8
 #define MRT_FEAT_AVX512F 16
+#define MRT_FEAT_AVX512VNNI 32
 
 /* Implementations selectable with mrt_select_isa(). */
 #define MRT_ISA_BEST -1
 #define MRT_ISA_BASELINE 0
 #define MRT_ISA_AVX2 1
+#define MRT_ISA_AVX512 2
 
 /* Activations of the fused epilogues (parameters a0, a1). */
 #define MRT_ACT_NONE 0
@@ -67,5 +71,31 @@ void mrt_bias_act_f32(float *y, const float *bias, const float *residual, int n,
 /* im2col of one image: x (c, h, w) -> cols (c*kh*kw, oh*ow), zeros for padding. */
 void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
                     int pt, int pl, int oh, int ow, int nthreads);
+
+/* float32 GEMM with fused epilogue, all row-major:
+ *   C[m, n] = act(sum_k A[m, k] B[k, n] + bias + res[m, n])
+ * bias_mode 1: bias[m] (per row, conv channels), 2: bias[n] (per column,
+ * MatMul/Gemm), ignored when bias is NULL; res may be NULL. */
+void mrt_sgemm_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
+                   const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                   int nthreads);
+
+/* int8 GEMM: u8 activations X (K x N, row stride ldx, zero point x_zero)
+ * times s8 symmetric weights W (M x K, packed once by mrt_qgemm_pack_w into
+ * mrt_qgemm_packed_size(M, K) bytes, 64-byte aligned), float output:
+ *   C[m, n] = act(scale[m] * sum_k W[m, k] (X[k, n] - x_zero) + bias[m] + res[m, n])
+ * Exact int32 accumulation.  bias and res may be NULL. */
+long mrt_qgemm_packed_size(int M, int K);
+void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed);
+void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
+                        const float *scale, const float *bias, float *C, long ldc, const float *res, long ldr, int act,
+                        float a0, float a1, int nthreads);
+/* 1 when the int8 GEMM runs the AVX512-VNNI microkernel, 0 for the portable one. */
+int mrt_qgemm_isa(void);
+/* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */
+void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads);
+/* im2col of one uint8 image, padding with `pad` (the zero point). */
+void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+                   int dw, int pt, int pl, int oh, int ow, int pad, int nthreads);
 
 #endif

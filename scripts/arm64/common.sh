@@ -118,15 +118,35 @@ umount_stale() {
     done < <(awk -v r="$root/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r)
 }
 
-# Host's CA bundle (including locally added certificates) into the chroot,
-# so pip inside reaches the package index through an intercepting proxy.
+# The host's locally added CA certificates into the chroot, so pip inside
+# reaches the package index through an intercepting proxy.  Sets
+# ARM64_CA_CHANGED=1 when they differ from what the chroot last got: only
+# then is update-ca-certificates (slow under emulation) worth running.
 copy_ca_certs() {
-    local root="$1"
-    mkdir -p "$root/usr/local/share/ca-certificates"
+    local root="$1" stamp="$1/etc/ssl/.minirt-host-ca.sha256" sum
+    mkdir -p "$root/usr/local/share/ca-certificates" "$root/etc/ssl"
     if [ -d /usr/local/share/ca-certificates ]; then
         cp -r /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
     fi
+    sum="$(cd "$root/usr/local/share/ca-certificates" && find . -type f -print0 | sort -z \
+        | xargs -0 -r sha256sum | sha256sum | cut -c1-64)"
+    ARM64_CA_CHANGED=0
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+        ARM64_CA_CHANGED=1
+        ARM64_CA_SUM="$sum"
+    fi
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+}
+
+# update-ca-certificates inside when copy_ca_certs found new certificates.
+update_ca_certs() {
+    local root="$1"
+    [ "${ARM64_CA_CHANGED:-1}" = 1 ] || return 0
+    if in_chroot "$root" update-ca-certificates >/dev/null 2>&1; then
+        echo "$ARM64_CA_SUM" > "$root/etc/ssl/.minirt-host-ca.sha256"
+    else
+        log "update-ca-certificates failed inside (pip may not reach the package index)"
+    fi
 }
 
 in_chroot() {

@@ -107,7 +107,7 @@ main() {
 
     mount_chroot "$root"
     copy_ca_certs "$root"
-    in_chroot "$root" update-ca-certificates >/dev/null 2>&1 || log "update-ca-certificates failed inside (pip may not reach the index)"
+    update_ca_certs "$root"
 
     pip_flags=(--break-system-packages --no-deps --no-cache-dir --disable-pip-version-check --no-input)
     [ "$BUILD_ISOLATION" = 1 ] || pip_flags+=(--no-build-isolation)

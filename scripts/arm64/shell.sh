@@ -20,6 +20,7 @@ umount_stale "$root"
 trap 'umount_chroot; umount_stale "$root"' EXIT
 mount_chroot "$root"
 copy_ca_certs "$root"
+update_ca_certs "$root"
 log "entering $root (Debian $MINIRT_ARM64_SUITE arm64 under qemu-user); exit to leave"
 if [ "$#" -gt 0 ]; then
     in_chroot "$root" "$@"

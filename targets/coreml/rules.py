@@ -194,10 +194,14 @@ def _check_conv_transpose(node, ctx):
     ok, why = _check_conv(node, ctx)
     if not ok:
         return ok, why
-    if any(int(p) for p in (_attr(node, "output_padding", None) or ())):
-        # Handled through output_shape; fine as long as the output shape is static.
-        if ctx.static_shape(node.outputs[0]) is None:
-            return False, "ConvTranspose output_padding needs a static output shape"
+    out_pad = [int(p) for p in (_attr(node, "output_padding", None) or ())]
+    if any(out_pad):
+        # Lowered as less end padding (ONNX keeps output_padding more rows/cols of the full result).
+        w = ctx.const(node.inputs[1])
+        spatial = w.ndim - 2
+        pads = list(_attr(node, "pads", None) or [0] * (2 * spatial))
+        if any(pads[spatial + i] < out_pad[i] for i in range(spatial)):
+            return False, "ConvTranspose output_padding larger than the end padding is not lowered to Core ML"
     auto_pad = _attr(node, "auto_pad", "NOTSET") or "NOTSET"
     if auto_pad not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
         return False, f"ConvTranspose auto_pad {auto_pad!r} is not lowered to Core ML"
@@ -220,8 +224,10 @@ def lower_conv_transpose(node, env):
     kwargs = dict(x=x, weight=w, strides=strides, dilations=dilations, groups=groups, pad_type=pad_type)
     if pad_type == "custom":
         kwargs["pad"] = pad
-    if any(int(p) for p in (_attr(node, "output_padding", None) or ())):
-        kwargs["output_shape"] = list(env.shape(node.outputs[0]))
+    out_pad = [int(p) for p in (_attr(node, "output_padding", None) or ())]
+    if any(out_pad):
+        pad = [p - (out_pad[i // 2] if i % 2 else 0) for i, p in enumerate(pad)]
+        kwargs["pad"], kwargs["pad_type"] = pad, "custom"
     if len(inputs) > 2 and inputs[2] is not None:
         kwargs["bias"] = env.const(inputs[2]).astype(np.float32).reshape(-1)
     y = mb.conv_transpose(name=env.n(node, "deconv"), **kwargs)

@@ -31,7 +31,7 @@ def isa(request):
     if request.param == "best" and chosen == "baseline" and request.node.get_closest_marker("needs_simd"):
         pytest.skip("no SIMD implementation for this CPU")
     yield chosen
-    native.select_isa("avx2" if before == "avx2" else "baseline")
+    native.select_isa(before if before in ("avx512", "avx2") else "baseline")
 
 
 @pytest.fixture(params=[1, 2, 3])

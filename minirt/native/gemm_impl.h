@@ -1,0 +1,234 @@
+/* float32 GEMM with a fused epilogue, compiled once per instruction set by
+ * kernels.c (like kernels_impl.h, which must be included first: the
+ * epilogue uses its act_row).  Extra parameter of the include:
+ *   MRT_VL   floats per vector register (4: SSE2/NEON, 8: AVX2, 16: AVX-512)
+ *
+ *   C[m, n] = act(sum_k A[m, k] * B[k, n] + bias + residual[m, n])
+ *
+ * All matrices are row-major with leading dimensions (lda, ldb, ldc, ldr).
+ * For a convolution in NCHW, A is the weight (M = output channels, K =
+ * C_in/group * KH * KW), B the input itself (1x1) or its im2col, and C the
+ * output plane: nothing is transposed or copied on the way in or out.
+ *
+ * Structure (BLIS-like, written with GCC vector extensions so the same code
+ * becomes SSE2, AVX2+FMA, AVX-512 or NEON):
+ *   - B is packed per (KC x NC) block into panels of NR = 2 vectors of
+ *     columns ([panel][k][NR], zero-padded), one contiguous stream per panel;
+ *   - A is read in place: the microkernel broadcasts A[m, k] for MR = 6 rows;
+ *   - the 6 x NR tile of C lives in 12 vector registers over the whole KC
+ *     loop; the epilogue (bias, residual, activation) runs when the tile is
+ *     stored after the last KC block, while it is still in L1.
+ * Threads split the (column block, row block) grid of the output.
+ */
+
+typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));
+typedef float FN(vfu) __attribute__((vector_size(MRT_VL * 4), aligned(4)));
+typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
+
+#define G_MR 6
+#define G_NR (2 * MRT_VL)
+#define G_KC 256
+#define G_NC 256
+
+typedef struct {
+    const float *A, *B;
+    float *C;
+    const float *bias, *res;
+    long lda, ldb, ldc, ldr;
+    int M, N, K, bias_mode, act;
+    float a0, a1;
+    int nc, mc, nblocks;
+} FN(sgemm_args);
+
+static inline MRT_TARGET FN(vf) FN(vload)(const float *p) { return *(const FN(vfu) *)p; }
+static inline MRT_TARGET void FN(vstore)(float *p, FN(vf) v) { *(FN(vfu) *)p = v; }
+/* lt ? a : b with lt a comparison mask (C has no ?: on vectors) */
+static inline MRT_TARGET FN(vf) FN(vsel)(FN(vi) lt, FN(vf) a, FN(vf) b) {
+    return (FN(vf))(((FN(vi))a & lt) | ((FN(vi))b & ~lt));
+}
+
+/* Pack B[0:kb, 0:nb] (row stride ldb) into panels of G_NR columns. */
+static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, int kb, int nb, float *restrict out) {
+    for (int j0 = 0; j0 < nb; j0 += G_NR) {
+        int w = nb - j0 < G_NR ? nb - j0 : G_NR;
+        float *dst = out + (long)j0 * kb;
+        if (w == G_NR) {
+            for (int k = 0; k < kb; ++k) {
+                const float *src = b + k * ldb + j0;
+                FN(vstore)(dst, FN(vload)(src));
+                FN(vstore)(dst + MRT_VL, FN(vload)(src + MRT_VL));
+                dst += G_NR;
+            }
+        } else {
+            for (int k = 0; k < kb; ++k) {
+                const float *src = b + k * ldb + j0;
+                int j = 0;
+                for (; j < w; ++j) dst[j] = src[j];
+                for (; j < G_NR; ++j) dst[j] = 0.0f;
+                dst += G_NR;
+            }
+        }
+    }
+}
+
+/* Store one row of a tile: c[0:nr] = (accumulate ? c : 0) + v, plus the
+ * epilogue when `last`.  m, n0: the row and first column in C. */
+static inline MRT_TARGET void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1, int nr,
+                                                   int accumulate, int last, int m, int n0) {
+    if (nr == G_NR) {
+        if (accumulate) {
+            v0 += FN(vload)(c);
+            v1 += FN(vload)(c + MRT_VL);
+        }
+        if (last) {
+            if (g->bias_mode == 1) {
+                float bv = g->bias[m];
+                v0 += bv;
+                v1 += bv;
+            } else if (g->bias_mode == 2) {
+                v0 += FN(vload)(g->bias + n0);
+                v1 += FN(vload)(g->bias + n0 + MRT_VL);
+            }
+            if (g->res) {
+                const float *r = g->res + m * g->ldr + n0;
+                v0 += FN(vload)(r);
+                v1 += FN(vload)(r + MRT_VL);
+            }
+            if (g->act == MRT_ACT_RELU) {
+                FN(vf) z = {0};
+                v0 = FN(vsel)(v0 < z, z, v0);
+                v1 = FN(vsel)(v1 < z, z, v1);
+            } else if (g->act == MRT_ACT_CLIP) {
+                FN(vf) z = {0};
+                FN(vf) lo = z + g->a0, hi = z + g->a1;
+                v0 = FN(vsel)(v0 < lo, lo, v0);
+                v0 = FN(vsel)(v0 > hi, hi, v0);
+                v1 = FN(vsel)(v1 < lo, lo, v1);
+                v1 = FN(vsel)(v1 > hi, hi, v1);
+            }
+        }
+        FN(vstore)(c, v0);
+        FN(vstore)(c + MRT_VL, v1);
+        if (last && g->act != MRT_ACT_NONE && g->act != MRT_ACT_RELU && g->act != MRT_ACT_CLIP)
+            FN(act_row)(c, G_NR, g->act, g->a0, g->a1);
+        return;
+    }
+    float t[G_NR];
+    FN(vstore)(t, v0);
+    FN(vstore)(t + MRT_VL, v1);
+    for (int j = 0; j < nr; ++j) {
+        float v = t[j] + (accumulate ? c[j] : 0.0f);
+        if (last) {
+            if (g->bias_mode == 1)
+                v += g->bias[m];
+            else if (g->bias_mode == 2)
+                v += g->bias[n0 + j];
+            if (g->res) v += g->res[m * g->ldr + n0 + j];
+        }
+        c[j] = v;
+    }
+    if (last && g->act != MRT_ACT_NONE) FN(act_row)(c, nr, g->act, g->a0, g->a1);
+}
+
+/* C tile (mr <= 6 rows, nr <= NR columns) from A rows (stride lda, kb
+ * columns from a) and one packed B panel. */
+static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
+                                     float *c, int mr, int nr, int accumulate, int last, int m0, int n0) {
+    const long lda = g->lda;
+    const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
+    const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
+    FN(vf) z = {0};
+    FN(vf) c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z,
+           c51 = z;
+    for (int k = 0; k < kb; ++k) {
+        FN(vf) b0 = *(const FN(vf) *)bp, b1 = *(const FN(vf) *)(bp + MRT_VL);
+        bp += G_NR;
+        float s;
+        s = a0[k]; c00 += b0 * s; c01 += b1 * s;
+        s = a1[k]; c10 += b0 * s; c11 += b1 * s;
+        s = a2[k]; c20 += b0 * s; c21 += b1 * s;
+        s = a3[k]; c30 += b0 * s; c31 += b1 * s;
+        s = a4[k]; c40 += b0 * s; c41 += b1 * s;
+        s = a5[k]; c50 += b0 * s; c51 += b1 * s;
+    }
+    const long ldc = g->ldc;
+    FN(sgemm_store_row)(g, c, c00, c01, nr, accumulate, last, m0, n0);
+    if (mr > 1) FN(sgemm_store_row)(g, c + ldc, c10, c11, nr, accumulate, last, m0 + 1, n0);
+    if (mr > 2) FN(sgemm_store_row)(g, c + 2 * ldc, c20, c21, nr, accumulate, last, m0 + 2, n0);
+    if (mr > 3) FN(sgemm_store_row)(g, c + 3 * ldc, c30, c31, nr, accumulate, last, m0 + 3, n0);
+    if (mr > 4) FN(sgemm_store_row)(g, c + 4 * ldc, c40, c41, nr, accumulate, last, m0 + 4, n0);
+    if (mr > 5) FN(sgemm_store_row)(g, c + 5 * ldc, c50, c51, nr, accumulate, last, m0 + 5, n0);
+}
+
+static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
+    const FN(sgemm_args) *g = (const FN(sgemm_args) *)ctx;
+    float *pack = mrt_pack_buffer((size_t)G_KC * g->nc * sizeof(float));
+    if (!pack) return;
+    for (long item = begin; item < end; ++item) {
+        int jb = (int)(item % g->nblocks), ib = (int)(item / g->nblocks);
+        int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
+        int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
+        for (int p0 = 0; p0 < g->K; p0 += G_KC) {
+            int kb = g->K - p0 < G_KC ? g->K - p0 : G_KC;
+            int last = p0 + kb >= g->K;
+            FN(sgemm_pack_b)(g->B + p0 * g->ldb + n0, g->ldb, kb, nb, pack);
+            for (int j0 = 0; j0 < nb; j0 += G_NR) {
+                int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
+                const float *panel = pack + (long)j0 * kb;
+                for (int i0 = 0; i0 < mb; i0 += G_MR) {
+                    int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
+                    int m = m0 + i0;
+                    FN(sgemm_ukr)(g, kb, g->A + m * g->lda + p0, panel, g->C + m * g->ldc + n0 + j0, mr, nr, p0 > 0,
+                                  last, m, n0 + j0);
+                }
+            }
+        }
+        if (g->K == 0) { /* empty sum: C = epilogue(0) */
+            for (int i = 0; i < mb; ++i) {
+                float *c = g->C + (long)(m0 + i) * g->ldc + n0;
+                for (int j = 0; j < nb; ++j) c[j] = 0.0f;
+                for (int j0 = 0; j0 < nb; j0 += G_NR) {
+                    FN(vf) zz = {0};
+                    int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
+                    FN(sgemm_store_row)(g, c + j0, zz, zz, nr, 1, 1, m0 + i, n0 + j0);
+                }
+            }
+        }
+    }
+}
+
+static void FN(sgemm)(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
+                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                      int nthreads) {
+    if (M <= 0 || N <= 0) return;
+    FN(sgemm_args) g;
+    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res;
+    g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
+    g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
+    if (nthreads < 1) nthreads = 1;
+    /* Column blocks of at most G_NC (a multiple of NR); with several threads
+     * and few columns, make them smaller so every thread gets one, and split
+     * the rows when the columns alone cannot feed the threads. */
+    int nc = G_NC;
+    if (nthreads > 1) {
+        int per = (N + nthreads - 1) / nthreads;
+        per = (per + G_NR - 1) / G_NR * G_NR;
+        if (per < nc) nc = per < G_NR ? G_NR : per;
+    }
+    int nblocks = (N + nc - 1) / nc;
+    int mc = M;
+    if (nthreads > 1 && nblocks < nthreads && M >= 2 * G_MR) {
+        int parts = (nthreads + nblocks - 1) / nblocks;
+        mc = (M + parts - 1) / parts;
+        mc = (mc + G_MR - 1) / G_MR * G_MR;
+    }
+    int mblocks = (M + mc - 1) / mc;
+    g.nc = nc; g.mc = mc; g.nblocks = nblocks;
+    long items = (long)nblocks * mblocks;
+    mrt_parallel_for(items, (long)mc * nc * (K > 0 ? K : 1), nthreads, FN(sgemm_task), &g);
+}
+
+#undef G_MR
+#undef G_NR
+#undef G_KC
+#undef G_NC

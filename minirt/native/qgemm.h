@@ -1,0 +1,307 @@
+/* int8 GEMM (u8 activations x s8 weights -> s32) with a float epilogue;
+ * included once by kernels.c after the thread pool.
+ *
+ *   C[m, n] = act(scale[m] * (sum_k W[m, k] * X[k, n] - x_zero * rowsum[m]) + bias[m] + res[m, n])
+ *
+ * i.e. the weights are symmetric (zero point 0, any per-row scale) and the
+ * activations are uint8 with one zero point: exactly (X - x_zero) @ W^T in
+ * integers, then dequantized.  Every product is exact in int32 (no int16
+ * intermediate, so no saturation for any u8/s8 values); K up to 2^16 cannot
+ * overflow int32 (255 * 128 * 65536 < 2^31).
+ *
+ * Weights are packed once (mrt_qgemm_pack_w): per row the K int8 values
+ * padded to a multiple of 4 with zeros, preceded by the int32 row sums.
+ * Activations are packed per block into panels of 32 columns where each
+ * column holds 4 consecutive k ([k/4][32][4] bytes), the layout of the
+ * x86 VNNI instruction vpdpbusd (u8 x s8, 4-way dot product into s32,
+ * no intermediate saturation).  Implementations:
+ *   - AVX512-VNNI (runtime-detected): 6 x 32 tile, 12 zmm accumulators;
+ *   - baseline: the same tiling in plain C (int32), any CPU.
+ * (AVX2 without VNNI uses the baseline: vpmaddubsw saturates int16 and
+ * the exact vpmaddwd route is no faster than float FMA.)
+ */
+#include <stdint.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MRT_HAVE_VNNI_BUILD 1
+#endif
+
+#define Q_MR 6
+#define Q_NR 32
+#define Q_NC 256 /* columns per block (multiple of Q_NR) */
+
+int q_use_vnni; /* set by mrt_select_isa */
+
+static inline long q_k4(int K) { return ((long)K + 3) / 4 * 4; }
+
+long mrt_qgemm_packed_size(int M, int K) { return (long)M * 4 + (long)M * q_k4(K); }
+
+void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed) {
+    int32_t *sums = (int32_t *)packed;
+    int8_t *dst = (int8_t *)packed + (long)M * 4;
+    long k4 = q_k4(K);
+    for (int m = 0; m < M; ++m) {
+        int32_t s = 0;
+        for (int k = 0; k < K; ++k) {
+            dst[m * k4 + k] = w[(long)m * K + k];
+            s += w[(long)m * K + k];
+        }
+        for (long k = K; k < k4; ++k) dst[m * k4 + k] = 0;
+        sums[m] = s;
+    }
+}
+
+typedef struct {
+    const int32_t *sums;
+    const int8_t *W;
+    const uint8_t *X;
+    float *C;
+    const float *scale, *bias, *res;
+    long k4, ldx, ldc, ldr;
+    int M, N, K, x_zero, act;
+    float a0, a1;
+    int nc, mc, nblocks;
+} q_args;
+
+/* Pack X[k0:k0+kb, n0:n0+nb] into quad panels; rows past K and columns past
+ * N read as 0 (the matching weights are 0 / the columns are not stored). */
+static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
+    int kq = (kb + 3) / 4;
+    for (int j0 = 0; j0 < nb; j0 += Q_NR) {
+        uint8_t *panel = out + (long)j0 * kq * 4;
+        int w = nb - j0 < Q_NR ? nb - j0 : Q_NR;
+        for (int q = 0; q < kq; ++q) {
+            uint8_t *dst = panel + (long)q * Q_NR * 4;
+            int k = k0 + 4 * q;
+            const uint8_t *r[4];
+            int full = w == Q_NR;
+            for (int t = 0; t < 4; ++t) {
+                r[t] = (k + t < g->K && 4 * q + t < kb) ? g->X + (long)(k + t) * g->ldx + n0 + j0 : NULL;
+                full = full && r[t] != NULL;
+            }
+#if defined(__SSE2__)
+            if (full) {
+                for (int h = 0; h < Q_NR; h += 16) {
+                    __m128i x0 = _mm_loadu_si128((const __m128i *)(r[0] + h));
+                    __m128i x1 = _mm_loadu_si128((const __m128i *)(r[1] + h));
+                    __m128i x2 = _mm_loadu_si128((const __m128i *)(r[2] + h));
+                    __m128i x3 = _mm_loadu_si128((const __m128i *)(r[3] + h));
+                    __m128i a = _mm_unpacklo_epi8(x0, x1), b = _mm_unpackhi_epi8(x0, x1);
+                    __m128i c = _mm_unpacklo_epi8(x2, x3), d = _mm_unpackhi_epi8(x2, x3);
+                    _mm_storeu_si128((__m128i *)(dst + 4 * h), _mm_unpacklo_epi16(a, c));
+                    _mm_storeu_si128((__m128i *)(dst + 4 * h + 16), _mm_unpackhi_epi16(a, c));
+                    _mm_storeu_si128((__m128i *)(dst + 4 * h + 32), _mm_unpacklo_epi16(b, d));
+                    _mm_storeu_si128((__m128i *)(dst + 4 * h + 48), _mm_unpackhi_epi16(b, d));
+                }
+                continue;
+            }
+#endif
+            for (int j = 0; j < Q_NR; ++j)
+                for (int t = 0; t < 4; ++t) dst[j * 4 + t] = (r[t] && j < w) ? r[t][j] : 0;
+        }
+    }
+}
+
+/* Dequantize + epilogue for one row of a tile: c[0:nr] from int32 acc. */
+static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, int m, int n0) {
+    float s = g->scale[m];
+    int32_t corr = g->x_zero * g->sums[m];
+    float b = g->bias ? g->bias[m] : 0.0f;
+    const float *r = g->res ? g->res + (long)m * g->ldr + n0 : NULL;
+    if (r) {
+        for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b + r[j];
+    } else {
+        for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b;
+    }
+    if (g->act) act_row_base(c, nr, g->act, g->a0, g->a1);
+}
+
+static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
+                       int accumulate) {
+    if (!accumulate) memset(acc, 0, sizeof(int32_t) * Q_MR * Q_NR);
+    for (int i = 0; i < mr; ++i) {
+        const int8_t *a = w + i * g->k4;
+        int32_t *o = acc[i];
+        for (int q = 0; q < kq; ++q) {
+            const uint8_t *b = panel + (long)q * Q_NR * 4;
+            int32_t w0 = a[4 * q], w1 = a[4 * q + 1], w2 = a[4 * q + 2], w3 = a[4 * q + 3];
+            for (int j = 0; j < Q_NR; ++j)
+                o[j] += b[4 * j] * w0 + b[4 * j + 1] * w1 + b[4 * j + 2] * w2 + b[4 * j + 3] * w3;
+        }
+    }
+}
+
+#ifdef MRT_HAVE_VNNI_BUILD
+__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_args *g, const int8_t *w, int kq,
+                                                                        const uint8_t *panel,
+                                                                        int32_t acc[Q_MR][Q_NR], int mr,
+                                                                        int accumulate) {
+    const long k4 = g->k4;
+    const int8_t *a0 = w, *a1 = mr > 1 ? w + k4 : w, *a2 = mr > 2 ? w + 2 * k4 : w;
+    const int8_t *a3 = mr > 3 ? w + 3 * k4 : w, *a4 = mr > 4 ? w + 4 * k4 : w, *a5 = mr > 5 ? w + 5 * k4 : w;
+    __m512i c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    if (accumulate) {
+        c00 = _mm512_loadu_si512(acc[0]); c01 = _mm512_loadu_si512(acc[0] + 16);
+        c10 = _mm512_loadu_si512(acc[1]); c11 = _mm512_loadu_si512(acc[1] + 16);
+        c20 = _mm512_loadu_si512(acc[2]); c21 = _mm512_loadu_si512(acc[2] + 16);
+        c30 = _mm512_loadu_si512(acc[3]); c31 = _mm512_loadu_si512(acc[3] + 16);
+        c40 = _mm512_loadu_si512(acc[4]); c41 = _mm512_loadu_si512(acc[4] + 16);
+        c50 = _mm512_loadu_si512(acc[5]); c51 = _mm512_loadu_si512(acc[5] + 16);
+    } else {
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm512_setzero_si512();
+    }
+    for (int q = 0; q < kq; ++q) {
+        __m512i b0 = _mm512_loadu_si512(panel), b1 = _mm512_loadu_si512(panel + 64);
+        panel += Q_NR * 4;
+        int32_t s;
+        __m512i a;
+#define Q_ROW(p, x0, x1)                      \
+    memcpy(&s, p + 4 * q, 4);                 \
+    a = _mm512_set1_epi32(s);                 \
+    x0 = _mm512_dpbusd_epi32(x0, b0, a);      \
+    x1 = _mm512_dpbusd_epi32(x1, b1, a);
+        Q_ROW(a0, c00, c01)
+        Q_ROW(a1, c10, c11)
+        Q_ROW(a2, c20, c21)
+        Q_ROW(a3, c30, c31)
+        Q_ROW(a4, c40, c41)
+        Q_ROW(a5, c50, c51)
+#undef Q_ROW
+    }
+    _mm512_storeu_si512(acc[0], c00); _mm512_storeu_si512(acc[0] + 16, c01);
+    _mm512_storeu_si512(acc[1], c10); _mm512_storeu_si512(acc[1] + 16, c11);
+    _mm512_storeu_si512(acc[2], c20); _mm512_storeu_si512(acc[2] + 16, c21);
+    _mm512_storeu_si512(acc[3], c30); _mm512_storeu_si512(acc[3] + 16, c31);
+    _mm512_storeu_si512(acc[4], c40); _mm512_storeu_si512(acc[4] + 16, c41);
+    _mm512_storeu_si512(acc[5], c50); _mm512_storeu_si512(acc[5] + 16, c51);
+}
+#endif
+
+static void q_task(void *ctx, long begin, long end) {
+    const q_args *g = (const q_args *)ctx;
+    /* No K blocking: a column block is packed over all of K (k4 * nc bytes),
+     * so each 6 x 32 tile is finished in registers in one microkernel call;
+     * the panel being used (k4 * 32 bytes) stays in cache over the row loop. */
+    uint8_t *pack = (uint8_t *)mrt_pack_buffer((size_t)g->k4 * g->nc);
+    if (!pack) return;
+    int kq = (int)(g->k4 / 4);
+    for (long item = begin; item < end; ++item) {
+        int jb = (int)(item % g->nblocks), ib = (int)(item / g->nblocks);
+        int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
+        int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
+        q_pack_x(g, 0, (int)g->k4, n0, nb, pack);
+        for (int j0 = 0; j0 < nb; j0 += Q_NR) {
+            int nr = nb - j0 < Q_NR ? nb - j0 : Q_NR;
+            const uint8_t *panel = pack + (long)j0 * g->k4;
+            for (int i0 = 0; i0 < mb; i0 += Q_MR) {
+                int mr = mb - i0 < Q_MR ? mb - i0 : Q_MR;
+                int m = m0 + i0;
+                int32_t acc[Q_MR][Q_NR] __attribute__((aligned(64)));
+                const int8_t *w = g->W + (long)m * g->k4;
+#ifdef MRT_HAVE_VNNI_BUILD
+                if (q_use_vnni)
+                    q_ukr_vnni(g, w, kq, panel, acc, mr, 0);
+                else
+#endif
+                    q_ukr_base(g, w, kq, panel, acc, mr, 0);
+                for (int i = 0; i < mr; ++i)
+                    q_store_row(g, acc[i], g->C + (long)(m + i) * g->ldc + n0 + j0, nr, m + i, n0 + j0);
+            }
+        }
+    }
+}
+
+void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
+                        const float *scale, const float *bias, float *C, long ldc, const float *res, long ldr, int act,
+                        float a0, float a1, int nthreads) {
+    if (M <= 0 || N <= 0) return;
+    q_args g;
+    g.sums = (const int32_t *)packed_w;
+    g.W = (const int8_t *)packed_w + (long)M * 4;
+    g.X = X; g.C = C; g.scale = scale; g.bias = bias; g.res = res;
+    g.k4 = q_k4(K); g.ldx = ldx; g.ldc = ldc; g.ldr = ldr;
+    g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
+    if (nthreads < 1) nthreads = 1;
+    int nc = Q_NC;
+    if (nthreads > 1) {
+        int per = (N + nthreads - 1) / nthreads;
+        per = (per + Q_NR - 1) / Q_NR * Q_NR;
+        if (per < nc) nc = per < Q_NR ? Q_NR : per;
+    }
+    int nblocks = (N + nc - 1) / nc;
+    int mc = M;
+    if (nthreads > 1 && nblocks < nthreads && M >= 2 * Q_MR) {
+        int parts = (nthreads + nblocks - 1) / nblocks;
+        mc = (M + parts - 1) / parts;
+        mc = (mc + Q_MR - 1) / Q_MR * Q_MR;
+    }
+    int mblocks = (M + mc - 1) / mc;
+    g.nc = nc; g.mc = mc; g.nblocks = nblocks;
+    mrt_parallel_for((long)nblocks * mblocks, (long)mc * nc * (K > 0 ? K : 1) / 4, nthreads, q_task, &g);
+}
+
+/* ---------------------------------------------------------------- quantize / im2col for uint8 */
+
+typedef struct {
+    const float *x;
+    uint8_t *q;
+    float scale, lo, hi, zp;
+} q_quant_args;
+
+static void q_quant_task(void *ctx, long begin, long end) {
+    const q_quant_args *a = (const q_quant_args *)ctx;
+    const float *x = a->x;
+    uint8_t *q = a->q;
+    for (long i = begin; i < end; ++i) {
+        float t = x[i] / a->scale;
+        t = t > a->lo ? t : a->lo; /* NaN -> lo */
+        t = t < a->hi ? t : a->hi;
+        t = (t + 12582912.0f) - 12582912.0f; /* round half to even, |t| <= 255 */
+        q[i] = (uint8_t)(int)(t + a->zp);
+    }
+}
+
+void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads) {
+    q_quant_args a = {x, q, scale, (float)(0 - zp), (float)(255 - zp), (float)zp};
+    mrt_parallel_for(n, 4, nthreads, q_quant_task, &a);
+}
+
+typedef struct {
+    const uint8_t *x;
+    uint8_t *cols;
+    int h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+    uint8_t pad;
+} q_im2col_args;
+
+static void q_im2col_task(void *ctx, long begin, long end) {
+    const q_im2col_args *a = (const q_im2col_args *)ctx;
+    const int ow = a->ow, kk = a->kh * a->kw;
+    for (long r = begin; r < end; ++r) {
+        int ch = (int)(r / kk), t = (int)(r % kk), ky = t / a->kw, kx = t % a->kw;
+        const uint8_t *xp = a->x + (long)ch * a->h * a->wd;
+        uint8_t *dst = a->cols + r * (long)a->oh * ow;
+        int off = kx * a->dw - a->pl, lo, hi;
+        valid_cols_base(off, a->sw, a->wd, ow, &lo, &hi);
+        for (int oy = 0; oy < a->oh; ++oy, dst += ow) {
+            int iy = oy * a->sh - a->pt + ky * a->dh;
+            if (iy < 0 || iy >= a->h) {
+                memset(dst, a->pad, ow);
+                continue;
+            }
+            const uint8_t *src = xp + (long)iy * a->wd + off;
+            if (lo > 0) memset(dst, a->pad, lo);
+            if (a->sw == 1) {
+                memcpy(dst + lo, src + lo, hi - lo);
+            } else {
+                for (int ox = lo; ox < hi; ++ox) dst[ox] = src[ox * a->sw];
+            }
+            if (hi < ow) memset(dst + hi, a->pad, ow - hi);
+        }
+    }
+}
+
+void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+                   int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
+    q_im2col_args a = {x, cols, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
+    mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_task, &a);
+}

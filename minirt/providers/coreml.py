@@ -1,0 +1,141 @@
+"""Core ML provider (macOS only): runs a partition's ML Program through coremltools.
+
+``available()`` is cheap: it checks the platform and looks for coremltools
+with ``importlib.util.find_spec`` without importing it.
+
+``compile(blob, partition, artifact, options)``:
+
+1. the blob is a zipped ``.mlpackage`` (``targets/coreml/lower.py``); it is
+   extracted once into ``~/.cache/minirt/coreml/<sha256 of the blob>/``
+   (``MINIRT_CACHE_DIR`` overrides ``~/.cache/minirt``);
+2. the first load compiles the package (``coremltools.models.MLModel``) and
+   keeps the compiled ``.mlmodelc`` next to it; later loads open the compiled
+   model directly (``coremltools.models.CompiledMLModel``) and skip compilation;
+3. compute units: ``MINIRT_COREML_COMPUTE_UNITS`` (``all``,
+   ``cpu_and_ne``/``cpu-and-neural-engine``, ``cpu_and_gpu``, ``cpu_only``),
+   else the partition option ``compute_units`` (the target's default);
+4. the returned callable feeds the partition inputs as ``in_0 .. in_{n-1}``
+   and returns ``out_0 .. out_{m-1}`` as numpy arrays of the partition's
+   output dtypes.
+
+Not verified on Linux (coremltools cannot run ML Programs there); the Linux
+tests cover the cache layout and the fallback.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import os
+import platform
+import shutil
+import sys
+import threading
+import zipfile
+from typing import Any, Callable
+
+import numpy as np
+
+_UNITS = {
+    "all": "ALL",
+    "cpu_and_ne": "CPU_AND_NE",
+    "cpu-and-neural-engine": "CPU_AND_NE",
+    "cpu_and_neural_engine": "CPU_AND_NE",
+    "cpu_and_gpu": "CPU_AND_GPU",
+    "cpu-and-gpu": "CPU_AND_GPU",
+    "cpu_only": "CPU_ONLY",
+    "cpu-only": "CPU_ONLY",
+}
+_lock = threading.Lock()
+
+
+def cache_root() -> str:
+    base = os.environ.get("MINIRT_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "minirt")
+    return os.path.join(base, "coreml")
+
+
+def compute_units_name(options: dict) -> str:
+    raw = os.environ.get("MINIRT_COREML_COMPUTE_UNITS") or options.get("compute_units") or "all"
+    key = str(raw).strip().lower()
+    if key not in _UNITS:
+        raise ValueError(f"unknown Core ML compute units {raw!r}; use one of all, cpu_and_ne, cpu_and_gpu, cpu_only")
+    return _UNITS[key]
+
+
+def extract(blob, root: str | None = None) -> tuple[str, str]:
+    """Extract ``blob`` into the cache (once); returns (cache folder, .mlpackage path)."""
+    data = bytes(blob)
+    digest = hashlib.sha256(data).hexdigest()
+    folder = os.path.join(root or cache_root(), digest)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        names = zf.namelist()
+        if not names:
+            raise ValueError("empty Core ML blob")
+        for n in names:
+            if n.startswith("/") or ".." in n.split("/"):
+                raise ValueError(f"unsafe path {n!r} in the Core ML blob")
+        package = os.path.join(folder, names[0].split("/")[0])
+        with _lock:
+            if not os.path.isdir(package):
+                os.makedirs(folder, exist_ok=True)
+                tmp = folder + f".tmp{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                zf.extractall(tmp)
+                os.replace(os.path.join(tmp, names[0].split("/")[0]), package)
+                shutil.rmtree(tmp, ignore_errors=True)
+    return folder, package
+
+
+class CoreMLProvider:
+    name = "coreml"
+
+    def available(self) -> tuple[bool, str]:
+        if sys.platform != "darwin":
+            return False, f"Core ML needs macOS (this is {platform.system() or sys.platform})"
+        if importlib.util.find_spec("coremltools") is None:
+            return False, "coremltools is not installed (pip install 'minirt[coreml]')"
+        major = int((platform.mac_ver()[0] or "0").split(".")[0] or 0)
+        if major and major < 13:
+            return False, f"ML Programs need macOS 13 or later (this is {platform.mac_ver()[0]})"
+        return True, "macOS with coremltools"
+
+    def compile(self, blob, partition, artifact, options: dict) -> Callable:
+        import coremltools as ct
+
+        if options.get("format", "mlpackage-zip") != "mlpackage-zip":
+            raise ValueError(f"unknown Core ML blob format {options.get('format')!r}")
+        units = getattr(ct.ComputeUnit, compute_units_name(options))
+        folder, package = extract(blob)
+        compiled = os.path.join(folder, "model.mlmodelc")
+        if os.path.isdir(compiled):
+            model = ct.models.CompiledMLModel(compiled, compute_units=units)
+        else:
+            model = ct.models.MLModel(package, compute_units=units)
+            try:
+                src = model.get_compiled_model_path()
+                tmp = compiled + f".tmp{os.getpid()}"
+                shutil.copytree(src, tmp)
+                os.replace(tmp, compiled)
+            except Exception:  # noqa: BLE001 - caching is an optimisation only
+                pass
+        in_names = list(options.get("input_names") or [f"in_{i}" for i in range(len(partition.inputs))])
+        out_names = list(options.get("output_names") or [f"out_{i}" for i in range(len(partition.outputs))])
+        graph = artifact.graphs[partition.graph]
+        out_dtypes = [_value_dtype(graph, v) for v in partition.outputs]
+
+        def run(*arrays: Any):
+            feeds = {name: np.ascontiguousarray(a) for name, a in zip(in_names, arrays)}
+            res = model.predict(feeds)
+            return tuple(np.asarray(res[n]).astype(dt, copy=False) for n, dt in zip(out_names, out_dtypes))
+
+        return run
+
+
+def _value_dtype(graph, index: int):
+    from minirt.dtypes import ONNX_TO_NUMPY
+
+    try:
+        code = graph.values[index].dtype
+        return ONNX_TO_NUMPY.get(code, np.float32)
+    except Exception:  # noqa: BLE001
+        return np.float32

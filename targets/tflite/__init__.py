@@ -1,0 +1,72 @@
+"""TFLite back end of the builder: the NNAPI lowering, translated to a TFLite flatbuffer.
+
+The "tflite" provider runs a partition through whatever TFLite interpreter
+the device has (tflite-runtime on a Raspberry Pi, ai-edge-litert, or
+TensorFlow), so it gets XNNPACK's kernels.  Its program is built in two
+steps: the partition is lowered to an NNAPI model description (the NNAPI
+lowering at the newest API level, ``targets.nnapi``), which
+:func:`targets.tflite.translate.to_tflite` turns into TFLite operators one for
+one.  The same translation checks the NNAPI lowering in the tests.
+
+Blob: ``b"MRTTFLIT"``, u32 version (1), u32 header length, a JSON header
+(``input_map``, ``input_perm``, ``output_perm``), zero padding to 16 bytes,
+then the ``.tflite`` flatbuffer (docs/nnapi.md).
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+from targets.nnapi.lower import Unsupported, lower_nodes, node_support
+from targets.tflite.translate import TranslationError, to_tflite
+
+try:
+    from targets.providers import LoweringError, ProviderSpec
+except ImportError:  # pragma: no cover
+    ProviderSpec = object  # type: ignore[misc,assignment]
+
+    class LoweringError(Exception):  # type: ignore[no-redef]
+        pass
+
+MAGIC = b"MRTTFLIT"
+# the newest NNAPI level: every operation this lowering knows, all of which translate
+LEVEL = 34
+
+
+def tflite_blob(model) -> bytes:
+    """Wrap NNModel ``model``'s TFLite translation with the layout header."""
+    flat = to_tflite(model)
+    header = json.dumps({"input_map": model.input_map, "input_perm": model.input_perm,
+                         "output_perm": model.output_perm, "input_names": model.input_names,
+                         "output_names": model.output_names}, separators=(",", ":")).encode()
+    head = MAGIC + struct.pack("<II", 1, len(header)) + header
+    head += b"\0" * ((-len(head)) % 16)
+    return head + flat
+
+
+class TFLiteSpec(ProviderSpec):
+    name = "tflite"
+    # XNNPACK on the same CPU: a call costs little, but the NCHW<->NHWC copies still count
+    dispatch_cost = 5.0e4
+
+    def __init__(self):
+        self._cache: dict = {}
+
+    def supports(self, node, ctx) -> tuple[bool, str]:
+        key = (id(ctx), id(node))
+        if key not in self._cache:
+            ok, why = node_support(node, ctx, LEVEL)
+            self._cache[key] = (ok, why.replace(f" (target API {LEVEL})", "") if not ok else why)
+        return self._cache[key]
+
+    def lower(self, partition, ctx) -> tuple[bytes, dict]:
+        try:
+            model = lower_nodes(partition.nodes, partition.inputs, partition.outputs, ctx, LEVEL)
+            blob = tflite_blob(model)
+        except (Unsupported, TranslationError) as exc:
+            raise LoweringError(str(exc)) from None
+        return blob, {"operations": len(model.operations), "num_threads": (getattr(ctx, "options", None) or {}).get(
+            "tflite_threads", 0)}
+
+
+__all__ = ["TFLiteSpec", "tflite_blob", "to_tflite"]

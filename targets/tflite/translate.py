@@ -1,0 +1,285 @@
+"""NNAPI model description -> TFLite flatbuffer, operation for operation.
+
+NNAPI's operations mirror TFLite's builtin operators, so each NNAPI
+operation becomes one TFLite operator (plus a PAD / PADV2 in front of a
+convolution or max pool whose explicit padding is not TFLite's SAME or
+VALID).  Scalar NNAPI operands (strides, fuse codes, axis...) become the
+operator's builtin options; tensor operands become tensors, constants with
+their data in a buffer.  The translation is what checks the NNAPI lowering
+on real kernels here: run by the TFLite interpreter, it must reproduce
+onnxruntime's results.
+
+Schema facts used (tensorflow/lite/schema/schema.fbs, file identifier TFL3):
+table field slots, the BuiltinOperator and BuiltinOptions numbering, and
+TensorType.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from targets.nnapi import oplevels as C
+from targets.tflite.flatbuf import String, Table, Vector, finish, float_vector, int_vector
+
+
+class TranslationError(Exception):
+    """An NNAPI operation that has no TFLite equivalent in this translator."""
+
+
+# TFLite BuiltinOperator codes
+T_ADD, T_AVERAGE_POOL_2D, T_CONCATENATION, T_CONV_2D, T_DEPTHWISE_CONV_2D, T_DEPTH_TO_SPACE, T_DEQUANTIZE = 0, 1, 2, 3, 4, 5, 6
+T_FLOOR, T_FULLY_CONNECTED, T_LOGISTIC, T_MAX_POOL_2D, T_MUL, T_RELU, T_RELU_N1_TO_1, T_RELU6 = 8, 9, 14, 17, 18, 19, 20, 21
+T_RESHAPE, T_RESIZE_BILINEAR, T_SOFTMAX, T_SPACE_TO_DEPTH, T_TANH, T_PAD, T_TRANSPOSE, T_MEAN = 22, 23, 25, 26, 28, 34, 39, 40
+T_SUB, T_DIV, T_EXP, T_PRELU, T_MAXIMUM, T_MINIMUM, T_NEG, T_PADV2 = 41, 42, 47, 54, 55, 57, 59, 60
+T_TRANSPOSE_CONV, T_LOG, T_SQRT, T_RSQRT, T_RESIZE_NEAREST_NEIGHBOR, T_MIRROR_PAD, T_ABS = 67, 73, 75, 76, 97, 100, 101
+T_QUANTIZE, T_HARD_SWISH, T_BATCH_MATMUL = 114, 117, 126
+
+# BuiltinOptions union members (type ids)
+O_CONV2D, O_DEPTHWISE, O_POOL2D, O_FC, O_SOFTMAX, O_CONCAT, O_ADD = 1, 2, 5, 8, 9, 10, 11
+O_RESIZE_BILINEAR, O_RESHAPE, O_SPACE_TO_DEPTH, O_MUL, O_PAD, O_TRANSPOSE, O_REDUCER, O_SUB, O_DIV = 15, 17, 19, 21, 22, 26, 27, 28, 29
+O_PADV2, O_TRANSPOSE_CONV, O_RESIZE_NEAREST, O_MIRROR_PAD, O_DEPTH_TO_SPACE, O_BATCH_MATMUL = 43, 49, 74, 77, 94, 101
+
+# TensorType
+TT = {C.TENSOR_FLOAT32: 0, C.TENSOR_FLOAT16: 1, C.TENSOR_INT32: 2, C.TENSOR_QUANT8_ASYMM: 3, C.TENSOR_BOOL8: 6,
+      C.TENSOR_QUANT8_ASYMM_SIGNED: 9, C.TENSOR_QUANT8_SYMM_PER_CHANNEL: 9, C.TENSOR_QUANT8_SYMM: 9}
+SAME, VALID = 0, 1
+
+_SIMPLE = {C.LOGISTIC: T_LOGISTIC, C.TANH: T_TANH, C.RELU: T_RELU, C.RELU1: T_RELU_N1_TO_1, C.RELU6: T_RELU6,
+           C.HARD_SWISH: T_HARD_SWISH, C.QUANTIZE: T_QUANTIZE, C.DEQUANTIZE: T_DEQUANTIZE, C.ABS: T_ABS,
+           C.EXP: T_EXP, C.LOG: T_LOG, C.NEG: T_NEG, C.SQRT: T_SQRT, C.RSQRT: T_RSQRT, C.FLOOR: T_FLOOR,
+           C.PRELU: T_PRELU, C.MAXIMUM: T_MAXIMUM, C.MINIMUM: T_MINIMUM}
+_BINARY = {C.ADD: (T_ADD, O_ADD), C.SUB: (T_SUB, O_SUB), C.MUL: (T_MUL, O_MUL), C.DIV: (T_DIV, O_DIV)}
+
+
+def _padding(in_hw, kernel, strides, dil, pads, out_hw):
+    """'SAME' / 'VALID' when explicit NNAPI pads (l, r, t, b) equal TFLite's, else None."""
+    left, right, top, bottom = pads
+    same = valid = True
+    for i, (b, e) in enumerate(((top, bottom), (left, right))):
+        eff = (kernel[i] - 1) * dil[i] + 1
+        o_same = -(-in_hw[i] // strides[i])
+        total = max((o_same - 1) * strides[i] + eff - in_hw[i], 0)
+        if not ((b, e) == (total // 2, total - total // 2) and out_hw[i] == o_same):
+            same = False
+        if not (b == 0 and e == 0 and out_hw[i] == (in_hw[i] - eff) // strides[i] + 1):
+            valid = False
+    if valid:
+        return VALID
+    if same:
+        return SAME
+    return None
+
+
+class _Translator:
+    def __init__(self, model):
+        self.m = model
+        self.buffers = [Table()]  # buffer 0: the empty buffer
+        self.tensors = []
+        self.tensor_of: dict = {}
+        self.opcodes: list = []
+        self.opcode_index: dict = {}
+        self.operators = []
+
+    # tensors ----------------------------------------------------------------------------
+    def tensor(self, idx: int) -> int:
+        if idx in self.tensor_of:
+            return self.tensor_of[idx]
+        o = self.m.operands[idx]
+        if o.type in C.SCALAR_TYPES:
+            raise TranslationError(f"scalar operand {idx} used as a tensor")
+        if o.type not in TT:
+            raise TranslationError(f"operand type {C.OPERAND_TYPE_NAMES.get(o.type, o.type)} has no TFLite type")
+        t = self._new_tensor(o.dims, TT[o.type], o.value if isinstance(o.value, np.ndarray) else None,
+                             o.name or f"t{idx}", o)
+        self.tensor_of[idx] = t
+        return t
+
+    def _new_tensor(self, dims, ttype, data=None, name="", quant=None) -> int:
+        buf = 0
+        if data is not None:
+            self.buffers.append(Table().ref(0, Vector("bytes", np.ascontiguousarray(data).tobytes(), align=16)))
+            buf = len(self.buffers) - 1
+        t = Table().ref(0, int_vector(dims)).scalar(1, "i8", ttype).scalar(2, "u32", buf).ref(3, String(name))
+        if quant is not None and (quant.scale or quant.channel_scales):
+            q = Table()
+            if quant.channel_scales is not None:
+                q.ref(2, float_vector(quant.channel_scales)).ref(3, int_vector([0] * len(quant.channel_scales), "i64"))
+                q.scalar(6, "i32", int(quant.channel_dim))
+            else:
+                q.ref(2, float_vector([quant.scale])).ref(3, int_vector([quant.zero_point], "i64"))
+            t.ref(4, q)
+        self.tensors.append(t)
+        return len(self.tensors) - 1
+
+    def const_tensor(self, array, name="") -> int:
+        a = np.ascontiguousarray(array)
+        tt = {np.dtype(np.float32): 0, np.dtype(np.int32): 2}[a.dtype]
+        return self._new_tensor(a.shape, tt, a, name)
+
+    def scalar(self, idx: int):
+        v = self.m.operands[idx].value
+        if v is None or isinstance(v, np.ndarray):
+            raise TranslationError(f"operand {idx} should be a constant scalar")
+        return v
+
+    # operators --------------------------------------------------------------------------
+    def emit(self, code: int, inputs, outputs, opt_type: int = 0, options: Table | None = None) -> None:
+        if code not in self.opcode_index:
+            self.opcode_index[code] = len(self.opcodes)
+            self.opcodes.append(Table().scalar(0, "i8", min(code, 127)).scalar(2, "i32", 1, default=None)
+                                .scalar(3, "i32", code))
+        op = Table().scalar(0, "u32", self.opcode_index[code]).ref(1, int_vector(inputs)).ref(2, int_vector(outputs))
+        if options is not None:
+            op.scalar(3, "u8", opt_type).ref(4, options)
+        self.operators.append(op)
+
+    def pad_input(self, x: int, pads_nhwc, value: float) -> int:
+        """A PAD/PADV2 of tensor x (TFLite tensor index) with paddings [[0,0],[t,b],[l,r],[0,0]]."""
+        dims = self._dims(x)
+        out_dims = [d + a + b for d, (a, b) in zip(dims, pads_nhwc)]
+        y = self._new_tensor(out_dims, 0, None, f"pad{len(self.tensors)}")
+        p = self.const_tensor(np.array(pads_nhwc, np.int32))
+        if value == 0.0:
+            self.emit(T_PAD, [x, p], [y], O_PAD, Table())
+        else:
+            v = self.const_tensor(np.array([value], np.float32))
+            self.emit(T_PADV2, [x, p, v], [y], O_PADV2, Table())
+        return y
+
+    def _dims(self, t: int) -> list:
+        return list(self._shapes[t])
+
+    def translate(self) -> bytes:
+        m = self.m
+        self._shapes = {}
+        orig_new = self._new_tensor
+
+        def tracking(dims, *a, **k):
+            i = orig_new(dims, *a, **k)
+            self._shapes[i] = list(dims)
+            return i
+
+        self._new_tensor = tracking
+        for code, ins, outs in m.operations:
+            self.operation(code, ins, outs)
+        inputs = [self.tensor(i) for i in m.inputs]
+        outputs = [self.tensor(o) for o in m.outputs]
+        sub = (Table().ref(0, Vector("ref", self.tensors)).ref(1, int_vector(inputs)).ref(2, int_vector(outputs))
+               .ref(3, Vector("ref", self.operators)).ref(4, String("main")))
+        model = (Table().scalar(0, "u32", 3).ref(1, Vector("ref", self.opcodes)).ref(2, Vector("ref", [sub]))
+                 .ref(3, String("minirt NNAPI translation")).ref(4, Vector("ref", self.buffers)))
+        return finish(model, b"TFL3")
+
+    def operation(self, code, ins, outs) -> None:
+        T = self.tensor
+        o = self.m.operands
+        if code in _BINARY:
+            tcode, otype = _BINARY[code]
+            self.emit(tcode, [T(ins[0]), T(ins[1])], [T(outs[0])], otype,
+                      Table().scalar(0, "i8", self.scalar(ins[2])))
+        elif code in _SIMPLE:
+            self.emit(_SIMPLE[code], [T(i) for i in ins], [T(outs[0])])
+        elif code in (C.CONV_2D, C.DEPTHWISE_CONV_2D):
+            x = T(ins[0])
+            left, right, top, bottom, sw, sh = (self.scalar(i) for i in ins[3:9])
+            k = 9
+            mult = None
+            if code == C.DEPTHWISE_CONV_2D:
+                mult = self.scalar(ins[9])
+                k = 10
+            fuse = self.scalar(ins[k])
+            dw = dh = 1
+            if len(ins) > k + 1:
+                if self.scalar(ins[k + 1]):
+                    raise TranslationError("NCHW layout flag")
+                dw, dh = self.scalar(ins[k + 2]), self.scalar(ins[k + 3])
+            fd = o[ins[1]].dims
+            in_dims, out_dims = o[ins[0]].dims, o[outs[0]].dims
+            pad = _padding(in_dims[1:3], fd[1:3], (sh, sw), (dh, dw), (left, right, top, bottom), out_dims[1:3])
+            if pad is None:
+                x = self.pad_input(x, [[0, 0], [top, bottom], [left, right], [0, 0]], 0.0)
+                pad = VALID
+            opts = Table().scalar(0, "i8", pad).scalar(1, "i32", sw).scalar(2, "i32", sh)
+            if code == C.CONV_2D:
+                opts.scalar(3, "i8", fuse).scalar(4, "i32", dw, 1).scalar(5, "i32", dh, 1)
+                self.emit(T_CONV_2D, [x, T(ins[1]), T(ins[2])], [T(outs[0])], O_CONV2D, opts)
+            else:
+                opts.scalar(3, "i32", mult).scalar(4, "i8", fuse).scalar(5, "i32", dw, 1).scalar(6, "i32", dh, 1)
+                self.emit(T_DEPTHWISE_CONV_2D, [x, T(ins[1]), T(ins[2])], [T(outs[0])], O_DEPTHWISE, opts)
+        elif code in (C.AVERAGE_POOL_2D, C.MAX_POOL_2D):
+            x = T(ins[0])
+            left, right, top, bottom, sw, sh, fw, fh, fuse = (self.scalar(i) for i in ins[1:10])
+            in_dims, out_dims = o[ins[0]].dims, o[outs[0]].dims
+            pad = _padding(in_dims[1:3], (fh, fw), (sh, sw), (1, 1), (left, right, top, bottom), out_dims[1:3])
+            if pad is None:
+                if code == C.AVERAGE_POOL_2D:
+                    raise TranslationError("average pool with padding that is not SAME")
+                x = self.pad_input(x, [[0, 0], [top, bottom], [left, right], [0, 0]], -3.4028234663852886e38)
+                pad = VALID
+            opts = (Table().scalar(0, "i8", pad).scalar(1, "i32", sw).scalar(2, "i32", sh).scalar(3, "i32", fw)
+                    .scalar(4, "i32", fh).scalar(5, "i8", fuse))
+            self.emit(T_AVERAGE_POOL_2D if code == C.AVERAGE_POOL_2D else T_MAX_POOL_2D, [x], [T(outs[0])],
+                      O_POOL2D, opts)
+        elif code == C.FULLY_CONNECTED:
+            self.emit(T_FULLY_CONNECTED, [T(ins[0]), T(ins[1]), T(ins[2])], [T(outs[0])], O_FC,
+                      Table().scalar(0, "i8", self.scalar(ins[3])))
+        elif code == C.CONCATENATION:
+            self.emit(T_CONCATENATION, [T(i) for i in ins[:-1]], [T(outs[0])], O_CONCAT,
+                      Table().scalar(0, "i32", self.scalar(ins[-1])))
+        elif code == C.RESHAPE:
+            shape = [int(s) for s in o[outs[0]].dims]
+            self.emit(T_RESHAPE, [T(ins[0]), T(ins[1])], [T(outs[0])], O_RESHAPE, Table().ref(0, int_vector(shape)))
+        elif code == C.TRANSPOSE:
+            self.emit(T_TRANSPOSE, [T(ins[0]), T(ins[1])], [T(outs[0])], O_TRANSPOSE, Table())
+        elif code == C.SOFTMAX:
+            if len(ins) > 2 and self.scalar(ins[2]) not in (-1, len(o[ins[0]].dims) - 1):
+                raise TranslationError("softmax over an axis other than the last")
+            self.emit(T_SOFTMAX, [T(ins[0])], [T(outs[0])], O_SOFTMAX, Table().scalar(0, "f32", self.scalar(ins[1])))
+        elif code == C.MEAN:
+            self.emit(T_MEAN, [T(ins[0]), T(ins[1])], [T(outs[0])], O_REDUCER,
+                      Table().scalar(0, "bool", int(bool(self.scalar(ins[2])))))
+        elif code == C.PAD:
+            self.emit(T_PAD, [T(ins[0]), T(ins[1])], [T(outs[0])], O_PAD, Table())
+        elif code == C.PAD_V2:
+            v = self.const_tensor(np.array([self.scalar(ins[2])], np.float32))
+            self.emit(T_PADV2, [T(ins[0]), T(ins[1]), v], [T(outs[0])], O_PADV2, Table())
+        elif code == C.MIRROR_PAD:
+            self.emit(T_MIRROR_PAD, [T(ins[0]), T(ins[1])], [T(outs[0])], O_MIRROR_PAD,
+                      Table().scalar(0, "i8", self.scalar(ins[2])))
+        elif code in (C.RESIZE_BILINEAR, C.RESIZE_NEAREST_NEIGHBOR):
+            w, h = self.scalar(ins[1]), self.scalar(ins[2])
+            if len(ins) > 3 and self.scalar(ins[3]):
+                raise TranslationError("NCHW layout flag")
+            align = bool(self.scalar(ins[4])) if len(ins) > 4 else False
+            half = bool(self.scalar(ins[5])) if len(ins) > 5 else False
+            size = self.const_tensor(np.array([h, w], np.int32))
+            if code == C.RESIZE_BILINEAR:
+                opts = Table().scalar(2, "bool", int(align)).scalar(3, "bool", int(half))
+                self.emit(T_RESIZE_BILINEAR, [T(ins[0]), size], [T(outs[0])], O_RESIZE_BILINEAR, opts)
+            else:
+                opts = Table().scalar(0, "bool", int(align)).scalar(1, "bool", int(half))
+                self.emit(T_RESIZE_NEAREST_NEIGHBOR, [T(ins[0]), size], [T(outs[0])], O_RESIZE_NEAREST, opts)
+        elif code == C.TRANSPOSE_CONV_2D:
+            left, right, top, bottom, sw, sh, fuse = (self.scalar(i) for i in ins[3:10])
+            if any((left, right, top, bottom)):
+                raise TranslationError("transposed convolution with padding")
+            out_shape = self.const_tensor(np.array(o[outs[0]].dims, np.int32))
+            opts = Table().scalar(0, "i8", VALID).scalar(1, "i32", sw).scalar(2, "i32", sh).scalar(3, "i8", fuse)
+            self.emit(T_TRANSPOSE_CONV, [out_shape, T(ins[1]), T(ins[0]), T(ins[2])], [T(outs[0])],
+                      O_TRANSPOSE_CONV, opts)
+        elif code == C.BATCH_MATMUL:
+            opts = Table().scalar(0, "bool", int(bool(self.scalar(ins[2])))).scalar(1, "bool",
+                                                                                     int(bool(self.scalar(ins[3]))))
+            self.emit(T_BATCH_MATMUL, [T(ins[0]), T(ins[1])], [T(outs[0])], O_BATCH_MATMUL, opts)
+        elif code in (C.DEPTH_TO_SPACE, C.SPACE_TO_DEPTH):
+            opts = Table().scalar(0, "i32", self.scalar(ins[1]))
+            if code == C.DEPTH_TO_SPACE:
+                self.emit(T_DEPTH_TO_SPACE, [T(ins[0])], [T(outs[0])], O_DEPTH_TO_SPACE, opts)
+            else:
+                self.emit(T_SPACE_TO_DEPTH, [T(ins[0])], [T(outs[0])], O_SPACE_TO_DEPTH, opts)
+        else:
+            raise TranslationError(f"NNAPI operation {C.OPERATION_NAMES.get(code, code)} has no TFLite translation")
+
+
+def to_tflite(model) -> bytes:
+    """The TFLite flatbuffer equivalent to NNModel ``model``."""
+    return _Translator(model).translate()

@@ -1,0 +1,422 @@
+"""Test-only numpy evaluator for the MIL ops minirt's Core ML lowering emits.
+
+Core ML cannot run on Linux, so the tests read a saved ML Program back with
+coremltools' milproto loader and run it here.  Semantics follow the
+coremltools MIL op documentation (conv/pool ``pad`` order
+``[begin0, end0, begin1, end1]``, weights ``[C_out, C_in/groups, *K]``,
+conv_transpose weights ``[C_in, C_out/groups, *K]``, ``linear`` weights
+``[D_out, D_in]``, ``upsample_bilinear`` grid formulas, ...).  fp16 tensors
+are computed as float32 and rounded to fp16 after every op, which mimics
+(not reproduces) an fp16 device.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+
+
+def _erf_np(x):
+    """erf in numpy (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7): no scipy needed."""
+    x = np.asarray(x, np.float64)
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
+
+
+def _quiet_ct():
+    logging.getLogger("coremltools").setLevel(logging.ERROR)
+    import coremltools as ct
+
+    return ct
+
+
+def read_package(blob: bytes):
+    """(spec, pymil Program) read back from a minirt Core ML blob (zipped .mlpackage)."""
+    ct = _quiet_ct()
+    from coremltools.converters.mil.frontend.milproto.load import load as milproto_load
+    from coremltools.proto import Model_pb2
+
+    tmp = tempfile.mkdtemp(prefix="mil-eval-")
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+        zf.extractall(tmp)
+        root = zf.namelist()[0].split("/")[0]
+    data = os.path.join(tmp, root, "Data", "com.apple.CoreML")
+    spec = Model_pb2.Model()
+    with open(os.path.join(data, "model.mlmodel"), "rb") as f:
+        spec.ParseFromString(f.read())
+    prog = milproto_load(spec, spec.specificationVersion, file_weights_dir=os.path.join(data, "weights"))
+    return spec, prog
+
+
+def _np_dtype(var):
+    from coremltools.converters.mil.mil import types
+
+    t = var.dtype
+    if t == types.fp16:
+        return np.float16
+    if t == types.fp32:
+        return np.float32
+    if t in (types.int32, types.int64, types.int16, types.int8):
+        return np.int32
+    if t == types.bool:
+        return np.bool_
+    return None
+
+
+def run_program(prog, feeds: dict) -> dict:
+    """Evaluate function ``main`` on ``feeds`` (input name -> array); output name -> array."""
+    func = prog.functions["main"]
+    env: dict[str, np.ndarray] = {}
+    for name, var in func.inputs.items():
+        env[name] = np.asarray(feeds[name]).astype(_np_dtype(var) or np.float32)
+
+    def get(v):
+        if isinstance(v, (list, tuple)):
+            return [get(x) for x in v]
+        if v.name in env:
+            return env[v.name]
+        if v.val is not None:
+            return np.asarray(v.val)
+        raise KeyError(f"MIL value {v.name!r} is not computed")
+
+    for op in func.operations:
+        if op.op_type == "const":
+            env[op.outputs[0].name] = np.asarray(op.outputs[0].val)
+            continue
+        fn = OPS.get(op.op_type)
+        if fn is None:
+            raise NotImplementedError(f"mil_eval: op {op.op_type!r} is not implemented")
+        args = {k: get(v) for k, v in op.inputs.items()}
+        res = fn(**args)
+        res = res if isinstance(res, (list, tuple)) else [res]
+        for var, val in zip(op.outputs, res):
+            dt = _np_dtype(var)
+            val = np.asarray(val)
+            env[var.name] = val.astype(dt) if dt is not None else val
+    return {v.name: env[v.name] for v in func.outputs}
+
+
+# --- op implementations ---------------------------------------------------------------------
+
+
+def _f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def _pads(pad_type, pad, in_spatial, kernel, strides, dilations):
+    n = len(in_spatial)
+    pad_type = str(pad_type)
+    if pad_type == "valid":
+        return [(0, 0)] * n
+    if pad_type == "custom":
+        p = [int(v) for v in (pad if pad is not None else [0] * (2 * n))]
+        return [(p[2 * i], p[2 * i + 1]) for i in range(n)]
+    out = []
+    for i in range(n):
+        k = (kernel[i] - 1) * dilations[i] + 1
+        o = -(-in_spatial[i] // strides[i])
+        total = max(0, (o - 1) * strides[i] + k - in_spatial[i])
+        if pad_type == "same_lower":
+            out.append((total - total // 2, total // 2))
+        else:
+            out.append((total // 2, total - total // 2))
+    return out
+
+
+def conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilations=None, groups=1):
+    x, w = _f32(x), _f32(weight)
+    sp = x.ndim - 2
+    strides = [int(s) for s in (strides if strides is not None else [1] * sp)]
+    dil = [int(d) for d in (dilations if dilations is not None else [1] * sp)]
+    groups = int(groups)
+    pads = _pads(pad_type, pad, x.shape[2:], w.shape[2:], strides, dil)
+    xp = np.pad(x, [(0, 0), (0, 0)] + pads)
+    n, c = x.shape[:2]
+    cout = w.shape[0]
+    out_sp = [(xp.shape[2 + i] - ((w.shape[2 + i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(sp)]
+    xg = xp.reshape(n, groups, c // groups, *xp.shape[2:])
+    wg = w.reshape(groups, cout // groups, c // groups, *w.shape[2:])
+    y = np.zeros((n, groups, cout // groups, *out_sp), np.float32)
+    for kidx in np.ndindex(*w.shape[2:]):
+        sl = tuple(slice(kidx[i] * dil[i], kidx[i] * dil[i] + (out_sp[i] - 1) * strides[i] + 1, strides[i]) for i in range(sp))
+        patch = xg[(slice(None), slice(None), slice(None)) + sl]
+        wk = wg[(slice(None), slice(None), slice(None)) + kidx]
+        y += np.einsum("ngc...,goc->ngo...", patch, wk, optimize=True)
+    y = y.reshape(n, cout, *out_sp)
+    if bias is not None:
+        y += _f32(bias).reshape(1, -1, *([1] * sp))
+    return y
+
+
+def conv_transpose(x, weight, bias=None, pad=None, output_shape=None, pad_type="valid", strides=None, dilations=None, groups=1):
+    x, w = _f32(x), _f32(weight)
+    sp = x.ndim - 2
+    strides = [int(s) for s in (strides if strides is not None else [1] * sp)]
+    dil = [int(d) for d in (dilations if dilations is not None else [1] * sp)]
+    groups = int(groups)
+    n, cin = x.shape[:2]
+    cout_g = w.shape[1]
+    full = [(x.shape[2 + i] - 1) * strides[i] + (w.shape[2 + i] - 1) * dil[i] + 1 for i in range(sp)]
+    y = np.zeros((n, groups, cout_g, *full), np.float32)
+    xg = x.reshape(n, groups, cin // groups, *x.shape[2:])
+    wg = w.reshape(groups, cin // groups, cout_g, *w.shape[2:])
+    for kidx in np.ndindex(*w.shape[2:]):
+        contrib = np.einsum("ngc...,gco->ngo...", xg, wg[(slice(None), slice(None), slice(None)) + kidx], optimize=True)
+        sl = tuple(slice(kidx[i] * dil[i], kidx[i] * dil[i] + (x.shape[2 + i] - 1) * strides[i] + 1, strides[i]) for i in range(sp))
+        y[(slice(None), slice(None), slice(None)) + sl] += contrib
+    y = y.reshape(n, groups * cout_g, *full)
+    if str(pad_type) == "custom" and pad is not None:
+        p = [int(v) for v in pad]
+        sl = tuple(slice(p[2 * i], full[i] - p[2 * i + 1]) for i in range(sp))
+        y = y[(slice(None), slice(None)) + sl]
+    if output_shape is not None:
+        target = [int(v) for v in output_shape][-sp:]
+        if list(y.shape[2:]) != target:
+            pad_after = [(0, 0), (0, 0)] + [(0, max(0, t - s)) for t, s in zip(target, y.shape[2:])]
+            y = np.pad(y, pad_after)[(slice(None), slice(None)) + tuple(slice(0, t) for t in target)]
+    if bias is not None:
+        y = y + _f32(bias).reshape(1, -1, *([1] * sp))
+    return y
+
+
+def _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, kind, exclude=True):
+    x = _f32(x)
+    sp = len(kernel_sizes)
+    k = [int(v) for v in kernel_sizes]
+    s = [int(v) for v in strides] if strides is not None else [1] * sp
+    pads = _pads(pad_type, pad, x.shape[2:], k, s, [1] * sp)
+    out = []
+    for i in range(sp):
+        size = x.shape[2 + i] + pads[i][0] + pads[i][1] - k[i]
+        o = (-(-size // s[i]) if bool(ceil_mode) else size // s[i]) + 1
+        if bool(ceil_mode) and (o - 1) * s[i] >= x.shape[2 + i] + pads[i][0]:
+            o -= 1
+        out.append(o)
+    extra = [max(0, (out[i] - 1) * s[i] + k[i] - (x.shape[2 + i] + pads[i][0] + pads[i][1])) for i in range(sp)]
+    fill = -np.inf if kind == "max" else 0.0
+    cfg = [(0, 0), (0, 0)] + [(pads[i][0], pads[i][1] + extra[i]) for i in range(sp)]
+    xp = np.pad(x, cfg, constant_values=fill)
+    # count of valid (non-padding) elements; with exclude=False, explicit padding counts but ceil overhang does not
+    ones = np.pad(np.ones(x.shape[2:], np.float32), [(pads[i][0], pads[i][1] + extra[i]) for i in range(sp)])
+    if not exclude:
+        ones = np.pad(np.ones([x.shape[2 + i] + pads[i][0] + pads[i][1] for i in range(sp)], np.float32), [(0, e) for e in extra])
+    acc = np.full((*x.shape[:2], *out), fill, np.float32)
+    cnt = np.zeros(out, np.float32)
+    for kidx in np.ndindex(*k):
+        sl = tuple(slice(kidx[i], kidx[i] + (out[i] - 1) * s[i] + 1, s[i]) for i in range(sp))
+        patch = xp[(slice(None), slice(None)) + sl]
+        if kind == "max":
+            acc = np.maximum(acc, patch)
+        else:
+            acc = acc + patch
+            cnt += ones[sl]
+    if kind == "avg":
+        acc = acc / np.maximum(cnt, 1)
+    return acc
+
+
+def max_pool(x, kernel_sizes, strides=None, pad_type="valid", pad=None, ceil_mode=False):
+    return _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, "max")
+
+
+def avg_pool(x, kernel_sizes, strides=None, pad_type="valid", pad=None, exclude_padding_from_average=False, ceil_mode=False):
+    return _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, "avg", bool(exclude_padding_from_average))
+
+
+def _axes(x, axes):
+    return tuple(range(x.ndim)) if axes is None else tuple(int(a) % x.ndim for a in np.atleast_1d(axes))
+
+
+def _reduce(fn):
+    def op(x, axes=None, keep_dims=False):
+        return fn(_f32(x), axis=_axes(np.asarray(x), axes), keepdims=bool(keep_dims))
+
+    return op
+
+
+def linear(x, weight, bias=None):
+    y = np.matmul(_f32(x), _f32(weight).T)
+    return y if bias is None else y + _f32(bias)
+
+
+def matmul(x, y, transpose_x=False, transpose_y=False):
+    a, b = _f32(x), _f32(y)
+    if bool(transpose_x):
+        a = np.swapaxes(a, -1, -2)
+    if bool(transpose_y):
+        b = np.swapaxes(b, -1, -2)
+    return np.matmul(a, b)
+
+
+def softmax(x, axis=-1):
+    x = _f32(x)
+    e = np.exp(x - x.max(axis=int(axis), keepdims=True))
+    return e / e.sum(axis=int(axis), keepdims=True)
+
+
+def layer_norm(x, axes=None, gamma=None, beta=None, epsilon=1e-5):
+    x = _f32(x)
+    ax = _axes(x, axes)
+    mean = x.mean(axis=ax, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=ax, keepdims=True)
+    y = (x - mean) / np.sqrt(var + float(epsilon))
+    if gamma is not None:
+        y = y * _f32(gamma)
+    if beta is not None:
+        y = y + _f32(beta)
+    return y
+
+
+def batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5):
+    x = _f32(x)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - _f32(mean).reshape(shape)) / np.sqrt(_f32(variance).reshape(shape) + float(epsilon))
+    if gamma is not None:
+        y = y * _f32(gamma).reshape(shape)
+    if beta is not None:
+        y = y + _f32(beta).reshape(shape)
+    return y
+
+
+def upsample_nearest_neighbor(x, scale_factor_height=1, scale_factor_width=1):
+    x = np.asarray(x)
+    h, w = x.shape[-2:]
+    ho, wo = int(np.floor(h * float(scale_factor_height))), int(np.floor(w * float(scale_factor_width)))
+    ri = np.minimum(np.floor(np.arange(ho) / float(scale_factor_height)).astype(int), h - 1)
+    ci = np.minimum(np.floor(np.arange(wo) / float(scale_factor_width)).astype(int), w - 1)
+    return x[..., ri, :][..., :, ci]
+
+
+def _grid(xin, xout, align_corners):
+    i = np.arange(xout, dtype=np.float64)
+    if align_corners:
+        spacing = (xin - 1) / (xout - 1) if xout > 1 else 0.0
+        g = i * spacing
+    else:
+        spacing = xin / xout
+        g = i * spacing + 0.5 * spacing - 0.5
+    return np.clip(g, 0, xin - 1)
+
+
+def _lerp_axis(x, grid, axis):
+    lo = np.floor(grid).astype(int)
+    hi = np.minimum(lo + 1, x.shape[axis] - 1)
+    f = (grid - lo).astype(np.float32)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return np.take(x, lo, axis=axis) * (1 - f.reshape(shape)) + np.take(x, hi, axis=axis) * f.reshape(shape)
+
+
+def upsample_bilinear(x, scale_factor_height=1, scale_factor_width=1, align_corners=True, half_pixel_centers=None):
+    x = _f32(x)
+    h, w = x.shape[-2:]
+    ho, wo = int(np.floor(h * float(scale_factor_height))), int(np.floor(w * float(scale_factor_width)))
+    y = _lerp_axis(x, _grid(h, ho, bool(align_corners)), x.ndim - 2)
+    return _lerp_axis(y, _grid(w, wo, bool(align_corners)), x.ndim - 1)
+
+
+def slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None):
+    x = np.asarray(x)
+    stride = stride if stride is not None else [1] * x.ndim
+    sl = []
+    for i in range(x.ndim):
+        b = None if begin_mask is not None and begin_mask[i] else int(begin[i])
+        e = None if end_mask is not None and end_mask[i] else int(end[i])
+        sl.append(slice(b, e, int(stride[i])))
+    y = x[tuple(sl)]
+    if squeeze_mask is not None and any(squeeze_mask):
+        y = np.squeeze(y, axis=tuple(i for i, m in enumerate(squeeze_mask) if m))
+    return y
+
+
+def split(x, num_splits=None, split_sizes=None, axis=0):
+    x = np.asarray(x)
+    if split_sizes is not None:
+        idx = np.cumsum([int(s) for s in split_sizes])[:-1]
+    else:
+        idx = int(num_splits)
+    return np.split(x, idx, axis=int(axis))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-_f32(x)))
+
+
+def clip(x, alpha, beta):
+    return np.clip(_f32(x), float(alpha), float(beta))
+
+
+def gelu(x, mode="EXACT"):
+    x = _f32(x)
+    if str(mode) == "TANH_APPROXIMATION":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    if str(mode) == "SIGMOID_APPROXIMATION":
+        return x * _sigmoid(1.702 * x)
+    return 0.5 * x * (1 + _erf_np(x / np.sqrt(2.0)))
+
+
+def cast(x, dtype):
+    return np.asarray(x).astype({"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}[str(dtype)])
+
+
+OPS = {
+    "conv": conv,
+    "conv_transpose": conv_transpose,
+    "max_pool": max_pool,
+    "avg_pool": avg_pool,
+    "linear": linear,
+    "matmul": matmul,
+    "add": lambda x, y: np.add(x, y),
+    "sub": lambda x, y: np.subtract(x, y),
+    "mul": lambda x, y: np.multiply(x, y),
+    "real_div": lambda x, y: np.divide(_f32(x), y),
+    "maximum": lambda x, y: np.maximum(x, y),
+    "minimum": lambda x, y: np.minimum(x, y),
+    "pow": lambda x, y: np.power(_f32(x), y),
+    "relu": lambda x: np.maximum(x, 0),
+    "relu6": lambda x: np.clip(x, 0, 6),
+    "clip": clip,
+    "sigmoid": _sigmoid,
+    "sigmoid_hard": lambda x, alpha=0.2, beta=0.5: np.clip(float(alpha) * _f32(x) + float(beta), 0, 1),
+    "tanh": lambda x: np.tanh(_f32(x)),
+    "silu": lambda x: _f32(x) * _sigmoid(x),
+    "gelu": gelu,
+    "leaky_relu": lambda x, alpha=0.01: np.where(_f32(x) >= 0, x, float(alpha) * _f32(x)),
+    "exp": lambda x: np.exp(_f32(x)),
+    "log": lambda x, epsilon=0.0: np.log(_f32(x) + float(epsilon)),
+    "sqrt": lambda x: np.sqrt(_f32(x)),
+    "rsqrt": lambda x, epsilon=0.0: 1.0 / np.sqrt(_f32(x) + float(epsilon)),
+    "inverse": lambda x, epsilon=0.0: 1.0 / (_f32(x) + float(epsilon)),
+    "abs": lambda x: np.abs(x),
+    "erf": lambda x: _erf_np(_f32(x)),
+    "floor": lambda x: np.floor(x),
+    "ceil": lambda x: np.ceil(x),
+    "softplus": lambda x: np.log1p(np.exp(_f32(x))),
+    "identity": lambda x: np.asarray(x),
+    "square": lambda x: np.square(_f32(x)),
+    "reduce_mean": _reduce(np.mean),
+    "reduce_sum": _reduce(np.sum),
+    "reduce_max": _reduce(np.max),
+    "reduce_min": _reduce(np.min),
+    "concat": lambda values, axis, interleave=False: np.concatenate([np.asarray(v) for v in values], axis=int(axis)),
+    "reshape": lambda x, shape: np.reshape(x, [int(d) for d in shape]),
+    "transpose": lambda x, perm: np.transpose(x, [int(p) for p in perm]),
+    "expand_dims": lambda x, axes: np.expand_dims(x, tuple(int(a) for a in axes)),
+    "squeeze": lambda x, axes=None: np.squeeze(x, axis=None if axes is None else tuple(int(a) for a in axes)),
+    "softmax": softmax,
+    "layer_norm": layer_norm,
+    "batch_norm": batch_norm,
+    "upsample_nearest_neighbor": upsample_nearest_neighbor,
+    "upsample_bilinear": upsample_bilinear,
+    "slice_by_index": slice_by_index,
+    "split": split,
+    "cast": cast,
+}

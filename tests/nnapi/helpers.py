@@ -1,0 +1,77 @@
+"""Shared helpers of the NNAPI / TFLite tests: build partitioned artifacts, run NNAPI programs on TFLite."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from builder.load import load_model
+from builder.lower import lower_model
+from builder.partition import apply_plan, plan_partitions
+from builder.passes import optimize
+from builder.writer import ArtifactWriter
+from minirt.providers.tflite import _interpreter_module, make_program
+from targets.nnapi.model import NNModel
+from targets.profiles import get_target
+from targets.tflite.translate import to_tflite
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def rapidocr_model(name: str) -> str:
+    import rapidocr_onnxruntime
+
+    return os.path.join(os.path.dirname(rapidocr_onnxruntime.__file__), "models", name)
+
+
+REAL_MODELS = {
+    "digits": (lambda: os.path.join(MODELS, "digits", "digits_cnn.onnx"), {"image": (1, 1, 8, 8)}),
+    "ppocr_cls": (lambda: rapidocr_model("ch_ppocr_mobile_v2.0_cls_infer.onnx"), {"x": (1, 3, 48, 192)}),
+    "ppocr_det": (lambda: rapidocr_model("ch_PP-OCRv4_det_infer.onnx"), {"x": (1, 3, 320, 320)}),
+}
+
+
+def tflite_program_from_nnapi_blob(blob):
+    """Compile an NNAPI provider blob by translating it to TFLite (what the verification runs)."""
+    model = NNModel.from_bytes(blob)
+    flat = to_tflite(model)
+    mod = _interpreter_module()
+    interp = mod.Interpreter(model_content=flat)
+    interp.allocate_tensors()
+    ins = [d["index"] for d in interp.get_input_details()]
+    outs = [d["index"] for d in interp.get_output_details()]
+    dts = [d["dtype"] for d in interp.get_input_details()]
+    header = {"input_map": model.input_map, "input_perm": model.input_perm, "output_perm": model.output_perm}
+    return make_program(interp, ins, outs, dts, header)
+
+
+class NNAPIOnTFLite:
+    """Test provider "nnapi": runs the NNAPI programs through their TFLite translation."""
+
+    name = "nnapi"
+
+    def __init__(self):
+        self.compiled = 0
+
+    def available(self):
+        return True, "NNAPI programs translated to TFLite (tests)"
+
+    def compile(self, blob, partition, artifact, options):
+        self.compiled += 1
+        return tflite_program_from_nnapi_blob(blob)
+
+
+def build_partitioned(model, target: str, shapes: dict, opt_level: int = 2):
+    """(artifact bytes, plan, model_ir) of ``model`` partitioned for ``target``."""
+    m, _ = load_model(model)
+    optimize(m, opt_level, input_shapes=shapes)
+    plan = plan_partitions(m, get_target(target), {"input_shapes": shapes})
+    w = ArtifactWriter()
+    lower_model(m, w)
+    apply_plan(plan, w)
+    return w.to_bytes(), plan, m
+
+
+def random_feeds(shapes: dict, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items()}

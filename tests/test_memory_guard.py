@@ -1,0 +1,209 @@
+"""The memory guard: kernels that size outputs from input values refuse huge tensors before allocating."""
+from __future__ import annotations
+
+import resource
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import minirt
+from builder.writer import ArtifactWriter
+from minirt.format import schema as S
+from minirt.kernels import _limits
+from tests.format.util import fix_section_crcs, section
+
+GiB = 2**30
+
+
+def _maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _one_node(op, consts, *, x=np.ones((2, 3), np.float32), opset=18, attrs=(), first_input=True) -> bytes:
+    """y = op(x?, *consts) over initializers; ``consts`` are arrays (None = absent input)."""
+    w = ArtifactWriter()
+    w.opsets[""] = opset
+    o = w.operator("", op, opset)
+    _, g = w.graph("g")
+    ins = []
+    if first_input:
+        xv = g.value("x", 1 if x.dtype == np.float32 else 7, x.shape)
+        g.inputs.append(xv)
+        ins.append(xv)
+    for i, c in enumerate(consts):
+        if c is None:
+            ins.append(-1)
+            continue
+        t = w.tensor(np.asarray(c))
+        v = g.value(f"c{i}")
+        g.initializers.append((v, t))
+        ins.append(v)
+    y = g.value("y")
+    g.add_node("n", o, ins, [y], list(attrs))
+    g.outputs.append(y)
+    return w.to_bytes()
+
+
+def _run(data: bytes, x=np.ones((2, 3), np.float32), **kw):
+    sess = minirt.Session(data, **kw)
+    feed = {"x": x} if sess.get_inputs() else {}
+    return sess.run(None, feed)[0]
+
+
+HUGE = 2**40
+i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+f32 = lambda *v: np.array(v, dtype=np.float32)  # noqa: E731
+
+CASES = {
+    "Expand": lambda n: _one_node("Expand", [i64(n, 2, 3)]),
+    "Tile": lambda n: _one_node("Tile", [i64(n, 1)]),
+    "Pad": lambda n: _one_node("Pad", [i64(0, 0, n, 0)]),
+    "ConstantOfShape": lambda n: _one_node("ConstantOfShape", [i64(n, 4)], first_input=False),
+    "Range": lambda n: _one_node("Range", [np.array(0, np.int64), np.array(n, np.int64), np.array(1, np.int64)],
+                                 first_input=False),
+    "Range-float": lambda n: _one_node("Range", [np.array(0, np.float32), np.array(n, np.float32),
+                                                 np.array(1, np.float32)], first_input=False),
+    "OneHot": lambda n: _one_node("OneHot", [np.array(n, np.int64), f32(0, 1)], x=i64(0, 1, 2)),
+    "Resize-sizes": lambda n: _one_node("Resize", [None, None, i64(2, n)], opset=19),
+    "Resize-scales": lambda n: _one_node("Resize", [None, f32(1, n)], opset=19),
+    "Upsample": lambda n: _one_node("Upsample", [f32(1, n)], opset=9),
+    "ConvTranspose": lambda n: _one_node(
+        "ConvTranspose", [np.ones((1, 1, 1, 1), np.float32)], x=np.ones((1, 1, 2, 2), np.float32), opset=11,
+        attrs=[("output_shape", S.ATTR_INTS, (n, 2))]),
+}
+
+
+def _feed_x(name):
+    if name == "OneHot":
+        return i64(0, 1, 2)
+    if name == "ConvTranspose":
+        return np.ones((1, 1, 2, 2), np.float32)
+    return np.ones((2, 3), np.float32)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_huge_value_driven_output_is_refused_before_allocating(name):
+    data = CASES[name](HUGE)
+    before, t0 = _maxrss_mib(), time.monotonic()
+    with pytest.raises(minirt.ResourceError, match="max_tensor_bytes") as exc:
+        _run(data, _feed_x(name))
+    assert isinstance(exc.value, minirt.KernelError)
+    assert time.monotonic() - t0 < 2 and _maxrss_mib() - before < 64
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_limit_is_per_session(name):
+    data = CASES[name](4000)  # a few tens of KiB to a few hundred KiB
+    out = _run(data, _feed_x(name))  # the default limit lets it through
+    assert out.size >= 4000
+    with pytest.raises(minirt.ResourceError):
+        _run(data, _feed_x(name), max_tensor_bytes=1000)
+    assert _run(data, _feed_x(name), max_tensor_bytes=out.nbytes * 8).shape == out.shape
+
+
+def _loop_artifact(trips: int) -> bytes:
+    """Loop(M=trips) whose body emits a 64 KiB scan output every iteration."""
+    w = ArtifactWriter()
+    w.opsets[""] = 16
+    loop_op, ident = w.operator("", "Loop", 16), w.operator("", "Identity", 16)
+    _, g = w.graph("main")
+    m = g.value("M", 7, ())
+    g.initializers.append((m, w.tensor(np.array(trips, np.int64))))
+    big = g.value("big", 1, (16384,))
+    g.initializers.append((big, w.tensor(np.zeros(16384, np.float32))))
+    x = g.value("x", 1, (2, 3))
+    g.inputs.append(x)
+    scan = g.value("scan", 1, None)
+    bi, body = w.graph("body")
+    it, cond_in = body.value("i", 7, ()), body.value("cond", 9, ())
+    body.inputs += [it, cond_in]
+    cap = body.value("big", 1, (16384,))
+    body.captures.append(cap)
+    cond_out, item = body.value("cond_out", 9, ()), body.value("item", 1, (16384,))
+    body.add_node("c", ident, [cond_in], [cond_out], [])
+    body.add_node("s", ident, [cap], [item], [])
+    body.outputs += [cond_out, item]
+    cond = g.value("cond", 9, ())
+    g.initializers.append((cond, w.tensor(np.array(True))))
+    g.add_node("loop", loop_op, [m, cond], [scan], [("body", S.ATTR_GRAPH, bi)])
+    g.outputs.append(scan)
+    return w.to_bytes()
+
+
+def test_loop_accumulation_is_bounded():
+    x = np.ones((2, 3), np.float32)
+    assert _run(_loop_artifact(4), x).shape == (4, 16384)
+    with pytest.raises(minirt.ResourceError, match="Loop scan output 0 after 17 iterations"):
+        _run(_loop_artifact(10**9), x, max_tensor_bytes=2**20)
+
+
+def test_session_option_validation():
+    data = CASES["Expand"](4)
+    assert minirt.Session(data).max_tensor_bytes == _limits.DEFAULT_MAX_TENSOR_BYTES
+    for bad in (0, -1, 1.5, "1", True):
+        with pytest.raises(minirt.InvalidArgument, match="max_tensor_bytes"):
+            minirt.Session(data, max_tensor_bytes=bad)
+
+
+def test_default_limit_is_sane():
+    default = _limits.default_max_tensor_bytes()
+    assert 2**26 <= default <= 2**34
+    total = _limits._physical_memory()
+    if total is not None:
+        assert default <= total
+
+
+def test_check_alloc_and_limit_scope():
+    _limits.check_alloc((1024, 1024), np.float32, "t")
+    with _limits.limit(1000):
+        assert _limits.current_limit() == 1000
+        with pytest.raises(minirt.ResourceError, match=r"t of shape \[1000, 1\] .* 3\.9 KiB"):
+            _limits.check_alloc((1000, 1), np.float32, "t")
+        _limits.check_alloc((0, 2**62), np.float32, "empty")  # empty: nothing to allocate
+    assert _limits.current_limit() == _limits.DEFAULT_MAX_TENSOR_BYTES
+
+
+def test_concurrent_sessions_keep_their_own_limits():
+    data = CASES["Expand"](5000)  # 120 KB
+    small = minirt.Session(data, max_tensor_bytes=1000)
+    large = minirt.Session(data)
+    x = np.ones((2, 3), np.float32)
+    results = {"small": [], "large": []}
+    barrier = threading.Barrier(4)
+
+    def work(name, sess):
+        barrier.wait()
+        for _ in range(50):
+            try:
+                sess.run(None, {"x": x})
+                results[name].append("ok")
+            except minirt.ResourceError:
+                results[name].append("refused")
+
+    threads = [threading.Thread(target=work, args=(n, s)) for n, s in
+               (("small", small), ("large", large), ("small", small), ("large", large))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(results["small"]) == {"refused"} and set(results["large"]) == {"ok"}
+
+
+# --- fuzz regression: a bit flip in a shape constant -------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["Expand", "Tile", "Pad", "ConstantOfShape"])
+def test_bit_flipped_shape_constant_fails_fast(name):
+    data = bytearray(CASES[name](4))
+    off, length = section(data, S.SECTION_TENSOR_DATA)
+    # the constant holds small int64s; set bit 38 of its first non-zero element (4 -> ~1.1e12)
+    words = np.frombuffer(bytes(data[off : off + length]), dtype="<i8")
+    i = int(np.flatnonzero(words)[0])
+    data[off + 8 * i + 4] ^= 0x40
+    data = bytes(fix_section_crcs(data))
+    before, t0 = _maxrss_mib(), time.monotonic()
+    with pytest.raises(minirt.KernelError):
+        _run(data, np.ones((2, 3), np.float32))
+    assert time.monotonic() - t0 < 2 and _maxrss_mib() - before < 64

@@ -1,0 +1,126 @@
+"""builder/partition.py: assignment, schedulable growth, cost model, layout, golden outputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import builder
+import minirt
+from builder.build import _apply_input_shapes, _normalise
+from builder.load import load_model
+from builder.lower import lower_model
+from builder.partition import apply_plan, plan_partitions
+from builder.passes import optimize
+from builder.writer import ArtifactWriter
+from targets.profiles import TargetProfile, get_target
+from targets.providers import ProviderSpec, register_spec, unregister_spec
+
+F = TensorProto.FLOAT
+
+
+class ReluAddSpec(ProviderSpec):
+    """Takes Relu and Add only; lowering returns a dummy program."""
+
+    name = "fake"
+    min_flops = 0
+    dispatch_cost = 0
+    copy_cost_per_element = 0
+
+    def supports(self, node, ctx):
+        return (node.op_type in ("Relu", "Add")), f"{node.op_type} is not supported by fake"
+
+    def lower(self, partition, ctx):
+        return b"prog", {"n": len(partition.nodes)}
+
+
+@pytest.fixture
+def fake():
+    spec = ReluAddSpec()
+    register_spec(spec)
+    yield spec
+    unregister_spec("fake")
+
+
+PROFILE = TargetProfile("fake-target", "test", ("fake", "cpu"), (), "any")
+
+
+def _ir(nodes, inits=()):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 4])],
+                          [helper.make_tensor_value_info("y", F, [1, 4])], initializer=list(inits))
+    m, _ = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    _normalise(m)
+    return m
+
+
+def test_no_path_leaves_and_reenters_a_partition(fake):
+    # a=Relu(x); b=Neg(a) [cpu]; y=Add(a, b): {Relu, Add} would need b in between -> two partitions
+    m = _ir([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["y"])])
+    plan = plan_partitions(m, PROFILE, {"golden": False})
+    assert [len(p.ir.nodes) for p in plan.partitions] == [1, 1]
+    assert "Neg is not supported by fake" in plan.cpu_nodes[list(m.graph)[1].name]
+
+
+def test_independent_branches_merge_and_layout_is_contiguous(fake):
+    # r1=Relu(x); n=Neg(x) [cpu]; r2=Relu(r1); y=Add(r2, n)
+    m = _ir([helper.make_node("Relu", ["x"], ["r1"]), helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("Relu", ["r1"], ["r2"]), helper.make_node("Add", ["r2", "n"], ["y"])])
+    plan = plan_partitions(m, PROFILE, {})
+    (p,) = plan.partitions
+    assert [n.op_type for n in p.ir.nodes] == ["Relu", "Relu", "Add"]
+    assert [n.op_type for n in m.graph] == ["Neg", "Relu", "Relu", "Add"]  # reordered, topological
+    w = ArtifactWriter()
+    lower_model(m, w)
+    apply_plan(plan, w)
+    art = minirt.Session(w.to_bytes(), providers=["cpu"]).artifact
+    (rec,) = art.partitions
+    assert (rec.first_node, rec.node_count, rec.options) == (1, 3, {"n": 3})
+    assert len(rec.golden_inputs) == 2 and len(rec.golden_outputs) == 1
+    x = art.tensor(rec.golden_inputs[0])
+    np.testing.assert_allclose(art.tensor(rec.golden_outputs[0]), np.maximum(x, 0) - x)
+    assert art.metadata["build.partitions"]["partitions"][0]["flops_share"] >= 0
+
+
+def test_cost_model_keeps_small_islands_on_cpu(fake):
+    fake.min_flops = 1e9
+    m = _ir([helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Neg", ["r"], ["y"])])
+    plan = plan_partitions(m, PROFILE, {})
+    assert plan.partitions == []
+    assert "island too small" in plan.cpu_nodes[list(m.graph)[1].name]
+
+
+def test_missing_backend_is_reported():
+    profile = TargetProfile("t", "test", ("nosuch", "cpu"), (), "any")
+    m = _ir([helper.make_node("Relu", ["x"], ["y"])])
+    plan = plan_partitions(m, profile, {})
+    assert plan.partitions == [] and "not offered" in plan.notes[0]
+
+
+def _macos_artifact(path, shapes):
+    m, _ = load_model(path)
+    _apply_input_shapes(m, shapes)
+    _normalise(m)
+    optimize(m, 2, input_shapes=shapes)
+    plan = plan_partitions(m, get_target("macos"), {"input_shapes": shapes})
+    w = ArtifactWriter()
+    lower_model(m, w)
+    apply_plan(plan, w)
+    return plan, w.to_bytes()
+
+
+def test_demo_model_for_macos_falls_back_bit_identical():
+    pytest.importorskip("coremltools")
+    from minirt.cli import DIGITS_DIR
+
+    path = str(DIGITS_DIR / "digits_cnn.onnx")
+    shapes = {"image": (1, 1, 8, 8)}
+    plan, data = _macos_artifact(path, shapes)
+    assert plan.provider_share("coreml") >= 0.9
+    cpu_only = builder.build_bytes(path, target="generic", input_shapes=shapes)
+    x = np.random.default_rng(1).random((1, 1, 8, 8), dtype=np.float32)
+    a = minirt.Session(data, providers=["cpu"]).run(None, {"image": x})
+    b = minirt.Session(cpu_only).run(None, {"image": x})
+    for u, v in zip(a, b):
+        assert np.array_equal(u, v)
