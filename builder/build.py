@@ -26,6 +26,7 @@ import minirt
 from builder.errors import BuildError, UnsupportedModel
 from builder.load import SourceInfo, load_model
 from builder.lower import lower_model
+from builder.partition import apply_plan, format_partition_report, plan_partitions
 from builder.passes import format_report
 from builder.passes import optimize as optimize_graph
 from builder.quantize import QuantizeOptions
@@ -61,6 +62,7 @@ class BuildReport:
     warnings: list = dataclasses.field(default_factory=list)
     optimizer: dict = dataclasses.field(default_factory=dict)  # per-pass rows (builder.passes)
     quantization: dict = dataclasses.field(default_factory=dict)  # builder.quantize report
+    partitions: dict = dataclasses.field(default_factory=dict)  # builder.partition plan report
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -76,6 +78,8 @@ class BuildReport:
             "  time: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in self.timings.items()),
         ]
         lines += [f"  warning: {w}" for w in self.warnings]
+        if self.partitions:
+            lines += format_partition_report(self.partitions)
         if self.optimizer:
             lines.append(format_report(self.optimizer))
         if getattr(self, "_quantization_text", ""):
@@ -304,6 +308,13 @@ def build(
     check_support(model_ir)
     timings["check"] = time.perf_counter() - t0
 
+    plan = None
+    if any(p != "cpu" for p in profile.providers):
+        t0 = time.perf_counter()
+        say("partitioning for providers " + ", ".join(p for p in profile.providers if p != "cpu"))
+        plan = plan_partitions(model_ir, profile, {"input_shapes": shapes})  # reorders model_ir.graph
+        timings["partition"] = time.perf_counter() - t0
+
     t0 = time.perf_counter()
     say("writing artifact")
     writer = ArtifactWriter()
@@ -324,6 +335,8 @@ def build(
     if qreport is not None:
         writer.set_metadata("build.quantization", qreport.as_dict())
     lower_model(model_ir, writer)
+    if plan is not None:
+        apply_plan(plan, writer)  # provider blobs, golden tensors, partition records, build.partitions
     data = writer.to_bytes()
     if out_path is not None:
         out_dir = os.path.dirname(os.path.abspath(os.fspath(out_path)))
@@ -352,6 +365,7 @@ def build(
         outputs=_value_signature(model_ir.graph.outputs),
         timings=timings,
         optimizer=opt_report.as_dict(),
+        partitions=plan.report() if plan is not None else {},
         quantization=qreport.as_dict() if qreport is not None else {},
         warnings=list(qreport.warnings) if qreport is not None else [],
     )

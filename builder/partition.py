@@ -540,3 +540,27 @@ def apply_plan(plan: PartitionPlan, writer, graph_index: int = 0, metadata: bool
         )
     if metadata:
         writer.set_metadata("build.partitions", plan.report())
+
+
+def format_partition_report(report: dict, max_cpu_nodes: int = 40) -> list[str]:
+    """``PartitionPlan.report()`` (e.g. ``BuildReport.partitions``) as report lines."""
+    if not report or not report.get("providers") and not report.get("notes"):
+        return []
+    parts = report.get("partitions", [])
+    lines = [
+        f"  partitions: {len(parts)}; {report.get('accelerated_share', 0) * 100:.1f}% of "
+        f"{report.get('total_flops', 0) / 1e6:.1f} MFLOPs on accelerators ({', '.join(report.get('providers', [])) or 'none'})"
+    ]
+    for p in parts:
+        lines.append(f"    #{p['index']} {p['provider']}: {p['nodes']} nodes, {p['flops_share'] * 100:.1f}% FLOPs, "
+                     f"{len(p['inputs'])} in / {len(p['outputs'])} out, program {p['blob_bytes'] / 1024:.1f} KiB")
+    lines += [f"    note: {n}" for n in report.get("notes", [])]
+    cpu = report.get("cpu_nodes", [])
+    if cpu:
+        lines.append(f"  on the CPU: {len(cpu)} node(s)")
+        for i, row in enumerate(cpu):
+            if i >= max_cpu_nodes:
+                lines.append(f"    ... and {len(cpu) - max_cpu_nodes} more (see build.partitions)")
+                break
+            lines.append(f"    {row['node']} ({row['op']}): {row['reason']}")
+    return lines

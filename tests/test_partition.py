@@ -124,3 +124,26 @@ def test_demo_model_for_macos_falls_back_bit_identical():
     b = minirt.Session(cpu_only).run(None, {"image": x})
     for u, v in zip(a, b):
         assert np.array_equal(u, v)
+
+
+def test_build_for_macos_partitions_and_runs_identically_on_the_cpu(tmp_path):
+    """builder.build(target="macos"): a Core ML partition, golden outputs, and a CPU fallback bit-identical
+    to the CPU-only build (this machine has no Core ML, so the partition's CPU version runs)."""
+    import numpy as np
+
+    import builder
+    import minirt
+    from pathlib import Path
+
+    pytest.importorskip("coremltools")
+    onnx_path = Path(__file__).resolve().parents[1] / "examples" / "digits" / "digits_cnn.onnx"
+    mac = builder.build(onnx_path, tmp_path / "mac.mrt", target="macos", input_shapes=["image=1x1x8x8"])
+    cpu = builder.build(onnx_path, tmp_path / "cpu.mrt", input_shapes=["image=1x1x8x8"])
+    assert mac.partitions["partitions"] and mac.partitions["partitions"][0]["provider"] == "coreml"
+    s_mac, s_cpu = minirt.Session(tmp_path / "mac.mrt"), minirt.Session(tmp_path / "cpu.mrt")
+    assert s_mac.get_providers() == ["coreml", "cpu"]
+    (part,) = s_mac.get_partitions()
+    assert part["runs_on"] == "cpu" and "not available" in part["reason"]
+    assert s_mac.artifact.partitions[0].golden_outputs
+    x = np.random.default_rng(0).random((1, 1, 8, 8), dtype=np.float32)
+    np.testing.assert_array_equal(s_mac.run(None, {"image": x})[0], s_cpu.run(None, {"image": x})[0])

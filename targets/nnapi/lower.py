@@ -1151,9 +1151,10 @@ def node_support(node, ctx, level: int) -> tuple[bool, str]:
                 u.op_type in ("Gemm", "FusedGemm") and not o.is_graph_output() for o in outputs for u, _ in o.uses()):
             # lowered together with its Gemm consumers, the flatten needs no TRANSPOSE (weights are permuted);
             # a partition that separates them fails to lower and stays on the CPU
-            outputs = []
+            outputs = [None]
         if not outputs:
             outputs = [o for o in node.outputs[:1] if o is not None]
+        outputs = [o for o in outputs if o is not None]
         lower_nodes([node], inputs, outputs, ctx, level)
     except Unsupported as exc:
         return False, str(exc)
