@@ -243,6 +243,7 @@ def build(
     eval_data: Any = None,
     quantize_final: bool = False,
     progress: Callable[[str], None] | None = None,
+    sign_key: str | os.PathLike | bytes | None = None,
 ) -> BuildReport:
     """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
 
@@ -261,6 +262,14 @@ def build(
     except ValueError as exc:
         raise BuildError(str(exc)) from None
     shapes = parse_input_shapes(input_shapes)
+    seed = None
+    if sign_key is not None:  # read the key first: a bad key file fails before the slow build
+        from minirt.tools.keys import load_signing_key
+
+        try:
+            seed = load_signing_key(sign_key)
+        except minirt.Error as exc:
+            raise BuildError(f"signing key: {exc}") from None
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
@@ -327,6 +336,7 @@ def build(
         "per_channel": per_channel if quantize else None,
         "accuracy_budget": accuracy_budget,
         "disabled_passes": list(disabled_passes),
+        "signed": sign_key is not None,
     }
     _metadata(writer, info, options, profile.name)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).
@@ -337,7 +347,7 @@ def build(
     lower_model(model_ir, writer)
     if plan is not None:
         apply_plan(plan, writer)  # provider blobs, golden tensors, partition records, build.partitions
-    data = writer.to_bytes()
+    data = writer.to_bytes(sign_key=seed)
     if out_path is not None:
         out_dir = os.path.dirname(os.path.abspath(os.fspath(out_path)))
         if not os.path.isdir(out_dir):

@@ -275,6 +275,8 @@ class _Plan:
                     env[outs[0]] = result
                 for v in step.frees:
                     env[v] = None
+        except KernelError as exc:
+            raise _with_node(step, exc) from None
         except Error:
             raise
         except Exception as exc:
@@ -302,6 +304,8 @@ class _Plan:
                     env[step.outs[0]] = result
                 for v in step.frees:
                     env[v] = None
+        except KernelError as exc:
+            raise _with_node(step, exc) from None
         except Error:
             raise
         except Exception as exc:
@@ -321,6 +325,14 @@ def _as_tuple_result(call):
 
 def _node_arg(info: reader.ValueInfo) -> NodeArg:
     return NodeArg(info.name, info.dtype, info.shape, info.kind)
+
+
+def _with_node(step: "_Step | None", exc: KernelError) -> KernelError:
+    """A kernel's own minirt error (e.g. ResourceError), prefixed with the node that raised it."""
+    if step is None or str(exc).startswith("node "):
+        return exc
+    op = step.op
+    return type(exc)(f"node {step.node.name!r} ({op.domain or 'ai.onnx'}::{op.op_type}): {exc}")
 
 
 def _kernel_error(step: _Step | None, env: list, exc: Exception) -> KernelError:

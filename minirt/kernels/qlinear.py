@@ -91,6 +91,93 @@ def _dequant_weight(w: np.ndarray, w_scale: np.ndarray, axis: int) -> np.ndarray
     return w.astype(np.float32) * ws.reshape(shape)
 
 
+# --------------------------------------------------------------------------- native int8 fast paths
+
+
+def _native_ready() -> bool:
+    from minirt import native
+
+    return native.available
+
+
+def qconv_native(xq, x_zero, w, w_scale_eff, bias, z, out, k, s, d, pb, group, act=0, a0=0.0, a1=0.0):
+    """Float ``act(scale[m] * conv(xq - x_zero, w) + bias[m] + z)`` with the native int8 GEMM.
+
+    ``xq`` uint8 (N, C, H, W) contiguous, ``w`` int8 (M, C/group, KH, KW) with zero
+    point 0, ``w_scale_eff`` float32 (M,) (x_scale * w_scale[m], or whatever
+    multiplier the caller wants), ``bias`` float32 (M,) or None, ``z`` float32
+    like the output or None.  Returns float32 (N, M, OH, OW).
+    """
+    from minirt import native
+
+    n, c, h, wd = xq.shape
+    m, cg = w.shape[:2]
+    kk = k[0] * k[1]
+    p = out[0] * out[1]
+    mg = m // group
+    y = np.empty((n, m) + tuple(out), dtype=np.float32)
+    yv = y.reshape(n, group, mg, p)
+    zv = None if z is None else np.ascontiguousarray(z, dtype=np.float32).reshape(n, group, mg, p)
+    w2 = w.reshape(group, mg, cg * kk)
+    scale = np.ascontiguousarray(w_scale_eff, dtype=np.float32)
+    bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    direct = kk == 1 and tuple(s) == (1, 1) and tuple(pb) == (0, 0) and tuple(out) == (h, wd)
+    cols = None if direct else np.empty((c * kk, p), dtype=np.uint8)
+    for i in range(n):
+        if direct:
+            xi = xq[i].reshape(group, cg, p)
+        else:
+            native.im2col_u8(xq[i], cols, k, s, d, pb, out, x_zero)
+            xi = cols.reshape(group, cg * kk, p)
+        for g in range(group):
+            packed = native.qpack(w2[g], owner=w, tag=g)
+            sl = slice(g * mg, (g + 1) * mg)
+            native.qgemm(packed, mg, cg * kk, xi[g], x_zero, scale[sl], yv[i, g],
+                         None if bias is None else bias[sl], None if zv is None else zv[i, g], act, a0, a1)
+    return y
+
+
+def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
+                activation, activation_params):
+    """QConv on the native int8 GEMM, or None when it does not apply."""
+    if not _native_ready() or x.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
+        return None
+    if x_scale is not None and np.asarray(x_scale).size != 1:
+        return None  # per-channel activation scale (depthwise): float path
+    from minirt import native
+    from minirt.kernels import nn
+
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    if group < 1 or c % group or m % group or cg * group != c or (cg == 1 and group == c):
+        return None  # depthwise or malformed: the float path (or its error message)
+    spec = nn._NATIVE_ACTIVATIONS.get(activation)
+    params = tuple(float(v) for v in (activation_params or ()))
+    if spec is None or len(params) != spec[1]:
+        return None
+    k = w.shape[2:]
+    if kernel_shape and tuple(kernel_shape) != k:
+        return None
+    st = nn._per_axis("Conv", "strides", strides, 2, 1)
+    dl = nn._per_axis("Conv", "dilations", dilations, 2, 1)
+    out, pb, _ = nn._geometry("Conv", x.shape[2:], k, st, dl, pads, auto_pad)
+    if z is not None and (z.dtype != np.float32 or z.shape != (n, m) + tuple(out)):
+        return None
+    if b is not None and np.asarray(b).shape != (m,):
+        return None
+    sc, zp, lo, hi = _quant_params(x, x_scale, x_zero_point)
+    if (lo, hi) not in ((0, 255), (-128, 127)):
+        return None
+    zp_u8 = zp + 128 if lo == -128 else zp  # int8 activations: shift by 128 (same integers minus zero point)
+    xc = np.ascontiguousarray(x)
+    xq = np.empty(xc.shape, dtype=np.uint8)
+    native.quantize_u8(xc, xq, sc, zp_u8)
+    ws = np.asarray(w_scale, dtype=np.float32).reshape(-1)
+    scale = (np.float32(sc) * (ws if ws.size == m else np.full(m, ws.reshape(()), np.float32))).astype(np.float32)
+    a0, a1 = (params + (0.0, 0.0))[:2]
+    return qconv_native(xq, zp_u8, w, scale, b, z, out, k, st, dl, pb, group, spec[0], a0, a1)
+
+
 @kernel("QConv", since=1, domain=DOMAIN)
 def qconv(
     x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(),
@@ -101,6 +188,10 @@ def qconv(
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
         raise ValueError(f"QConv: W must be int8, got {w.dtype}")
+    y = _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
+                    strides, activation, activation_params)
+    if y is not None:
+        return y
     depthwise = x.ndim >= 2 and w.shape[1] == 1 and group == x.shape[1] == w.shape[0]
     s, zp, lo, hi = _quant_params(x, x_scale, x_zero_point, per_channel_ok=depthwise)
     xq = fake_quantize(x, s, zp, lo, hi)
@@ -120,9 +211,42 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
     if b.dtype != np.int8 or b.ndim != 2:
         raise ValueError(f"QMatMul: B must be a 2-D int8 matrix, got {b.dtype} {b.shape}")
     s, zp, lo, hi = _quant_params(a, a_scale, a_zero_point)
+    if (_native_ready() and a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == (b.shape[1] if transB else b.shape[0])
+            and a.size and (lo, hi) in ((0, 255), (-128, 127))):
+        y = _qmatmul_native(a, s, zp + 128 if lo == -128 else zp, b, b_scale, bias, transB)
+        if y is not None:
+            return _qmatmul_epilogue(y, None, z, activation, activation_params)
     aq = fake_quantize(a, s, zp, lo, hi)
     bf = _dequant_weight(b, b_scale, 0 if transB else 1)
     y = np.matmul(aq, bf.T if transB else bf)
+    return _qmatmul_epilogue(y, bias, z, activation, activation_params)
+
+
+def _qmatmul_native(a, s, zp_u8, b, b_scale, bias, transB):
+    """quant(a) @ dequant(b) (+ bias[n]) with the int8 GEMM, weights on the left: y^T = B^T a^T."""
+    from minirt import native
+
+    k = a.shape[-1]
+    nn_ = b.shape[0] if transB else b.shape[1]
+    if bias is not None and np.asarray(bias).shape != (nn_,):
+        return None
+    bs = np.asarray(b_scale, dtype=np.float32).reshape(-1)
+    if bs.size not in (1, nn_):
+        return None
+    a2 = np.ascontiguousarray(a, dtype=np.float32).reshape(-1, k)
+    aq = np.empty(a2.shape, dtype=np.uint8)
+    native.quantize_u8(a2, aq, s, zp_u8)
+    aqt = np.ascontiguousarray(aq.T)  # (K, rows): the GEMM's column operand
+    wt = b if transB else b.T  # (N, K) int8
+    packed = native.qpack(wt, owner=b, tag=("T", transB))
+    scale = (np.float32(s) * np.broadcast_to(bs, (nn_,))).astype(np.float32)
+    yt = np.empty((nn_, a2.shape[0]), dtype=np.float32)
+    native.qgemm(packed, nn_, k, aqt, zp_u8, scale, yt,
+                 None if bias is None else np.ascontiguousarray(bias, dtype=np.float32))
+    return np.ascontiguousarray(yt.T).reshape(a.shape[:-1] + (nn_,))
+
+
+def _qmatmul_epilogue(y, bias, z, activation, activation_params):
     for extra in (bias, z):
         if extra is None:
             continue

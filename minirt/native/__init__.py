@@ -185,13 +185,18 @@ def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0)
 _qpacked: dict = {}
 
 
-def qpack(w):
-    """Pack s8 weights ``w`` (M, K) for :func:`qgemm` (cached per array while it is alive)."""
+def qpack(w, owner=None, tag=0):
+    """Pack s8 weights ``w`` (M, K) for :func:`qgemm`.
+
+    Cached while ``owner`` (default ``w``; pass the model's weight array when
+    ``w`` is a view of it) is alive, under ``(id(owner), tag)``.
+    """
     import weakref
 
-    key = id(w)
+    owner = w if owner is None else owner
+    key = (id(owner), tag)
     hit = _qpacked.get(key)
-    if hit is not None and hit[0]() is w:
+    if hit is not None and hit[0]() is owner:
         return hit[1]
     import numpy as np
 
@@ -203,7 +208,7 @@ def qpack(w):
     packed = raw[off:off + size]
     _lib.mrt_qgemm_pack_w(_ffi.from_buffer("int8_t[]", wc), m, k, _ffi.from_buffer("char[]", packed))
     try:
-        ref = weakref.ref(w, lambda _r, key=key: _qpacked.pop(key, None))
+        ref = weakref.ref(owner, lambda _r, key=key: _qpacked.pop(key, None))
     except TypeError:  # not weak-referenceable: do not cache
         return packed
     _qpacked[key] = (ref, packed)

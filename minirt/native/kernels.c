@@ -260,16 +260,22 @@ int mrt_select_isa(int isa) {
     int avx512_ok = avx2_ok && (f & MRT_FEAT_AVX512F);
     (void)f;
     q_use_vnni = 0;
+    q_use_avx2 = 0;
+    q_act_row = act_row_base;
     if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX512) && avx512_ok) {
 #ifdef MRT_HAVE_AVX2_BUILD
         impl = &impl_avx512;
         impl_isa = MRT_ISA_AVX512;
+        q_use_avx2 = 1;
+        q_act_row = act_row_avx2;
         q_use_vnni = (f & MRT_FEAT_AVX512VNNI) != 0;
 #endif
     } else if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX2 || isa == MRT_ISA_AVX512) && avx2_ok) {
 #ifdef MRT_HAVE_AVX2_BUILD
         impl = &impl_avx2;
         impl_isa = MRT_ISA_AVX2;
+        q_use_avx2 = 1;
+        q_act_row = act_row_avx2;
 #endif
     } else {
         impl = &impl_base;

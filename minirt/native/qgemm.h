@@ -31,6 +31,8 @@
 #define Q_NC 256 /* columns per block (multiple of Q_NR) */
 
 int q_use_vnni; /* set by mrt_select_isa */
+/* the activation pass of the epilogue, for the selected ISA */
+static void (*q_act_row)(float *, long, int, float, float) = act_row_base;
 
 static inline long q_k4(int K) { return ((long)K + 3) / 4 * 4; }
 
@@ -113,7 +115,7 @@ static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, i
     } else {
         for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b;
     }
-    if (g->act) act_row_base(c, nr, g->act, g->a0, g->a1);
+    if (g->act) q_act_row(c, nr, g->act, g->a0, g->a1);
 }
 
 static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
@@ -248,10 +250,37 @@ typedef struct {
     float scale, lo, hi, zp;
 } q_quant_args;
 
+int q_use_avx2; /* set by mrt_select_isa */
+
+#ifdef MRT_HAVE_VNNI_BUILD
+__attribute__((target("avx2,fma"))) static long q_quant_avx2(const q_quant_args *a, long begin, long end) {
+    const __m256 vs = _mm256_set1_ps(a->scale), vlo = _mm256_set1_ps(a->lo), vhi = _mm256_set1_ps(a->hi),
+                 vzp = _mm256_set1_ps(a->zp);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    long i = begin;
+    for (; i + 32 <= end; i += 32) {
+        __m256i v[4];
+        for (int j = 0; j < 4; ++j) {
+            __m256 t = _mm256_div_ps(_mm256_loadu_ps(a->x + i + 8 * j), vs);
+            t = _mm256_max_ps(t, vlo); /* NaN -> lo, as in the scalar loop */
+            t = _mm256_min_ps(t, vhi);
+            t = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v[j] = _mm256_cvtps_epi32(_mm256_add_ps(t, vzp));
+        }
+        __m256i u = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        _mm256_storeu_si256((__m256i *)(a->q + i), _mm256_permutevar8x32_epi32(u, perm));
+    }
+    return i;
+}
+#endif
+
 static void q_quant_task(void *ctx, long begin, long end) {
     const q_quant_args *a = (const q_quant_args *)ctx;
     const float *x = a->x;
     uint8_t *q = a->q;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_avx2) begin = q_quant_avx2(a, begin, end);
+#endif
     for (long i = begin; i < end; ++i) {
         float t = x[i] / a->scale;
         t = t > a->lo ? t : a->lo; /* NaN -> lo */
@@ -263,6 +292,8 @@ static void q_quant_task(void *ctx, long begin, long end) {
 
 void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads) {
     q_quant_args a = {x, q, scale, (float)(0 - zp), (float)(255 - zp), (float)zp};
+    /* split in multiples of 32 elements so every part but the last runs fully vectorised */
+    (void)a;
     mrt_parallel_for(n, 4, nthreads, q_quant_task, &a);
 }
 

@@ -116,6 +116,8 @@ class Lowerer:
         return len(shape) != 4 or shape[1] == 1 or shape[2] * shape[3] == 1
 
     def tensor_type(self, v) -> int:
+        if v.type is not None and type(v.type).__name__ != "TensorType":
+            raise Unsupported(f"value {v.name!r} is a {type(v.type).__name__}, not a tensor")
         dt = self.ctx.dtype(v)
         if dt is None:
             raise Unsupported(f"value {v.name!r} has no known element type")
@@ -804,11 +806,17 @@ class Lowerer:
 
     def op_Identity(self, node):
         X, Y = node.inputs[0], node.outputs[0]
+        self.tensor_type(X)
         self.bind(Y, self.inp(X))
 
     def op_Dropout(self, node):
         if len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].name:
             raise Unsupported("Dropout with a mask output")
+        for v in node.inputs[1:]:
+            if v is not None and self.ctx.const(v) is None:
+                raise Unsupported("Dropout with a run-time ratio / training_mode")
+        if len(node.inputs) > 2 and node.inputs[2] is not None and bool(np.asarray(self.ctx.const(node.inputs[2]))):
+            raise Unsupported("Dropout in training mode")
         self.op_Identity(node)
 
     def op_BatchNormalization(self, node):
@@ -957,6 +965,18 @@ class Lowerer:
             nmode = "floor"
         if int(_attr(node, "antialias", 0)):
             raise Unsupported("Resize with antialias")
+        for v in node.inputs[1:]:
+            if v is not None and v.name and self.ctx.const(v) is None:
+                raise Unsupported("Resize with run-time roi / scales / sizes")
+        scales_v = node.inputs[2] if self.ctx.opset(node) >= 11 and len(node.inputs) > 2 else (
+            node.inputs[1] if len(node.inputs) > 1 else None)
+        if scales_v is not None and scales_v.name and self.ctx.const(scales_v) is not None:
+            sc = np.asarray(self.ctx.const(scales_v), np.float64).reshape(-1)
+            if sc.size == 4 and any(abs(sc[i] - ys[i] / xs[i]) > 1e-6 * max(1.0, sc[i]) for i in (2, 3)):
+                raise Unsupported("Resize whose scales differ from output/input size (NNAPI and TFLite map "
+                                  "coordinates with the size ratio)")
+        if ctm == "align_corners" and (ys[2] == 1 or ys[3] == 1):
+            raise Unsupported("align_corners Resize to a size of 1")
         if _attr(node, "axes") is not None:
             raise Unsupported("Resize with axes")
         if mode == "linear":
@@ -1001,6 +1021,10 @@ class Lowerer:
         self.bind(Y, y)
 
     def op_SpaceToDepth(self, node):
+        mode = _attr(node, "mode", "DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode != "DCR":
+            raise Unsupported("SpaceToDepth in CRD mode (NNAPI's is DCR)")
         X, Y = node.inputs[0], node.outputs[0]
         y = self.out_tensor(Y)
         self.emit(C.SPACE_TO_DEPTH, [self.float_input(X), self.m.i32(int(_attr(node, "blocksize")))], [y])
