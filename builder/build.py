@@ -120,6 +120,19 @@ def parse_input_shapes(specs: Mapping[str, Any] | list[str] | None) -> dict[str,
     return out
 
 
+_BUILD_PROVIDERS = ("coreml", "nnapi", "tflite", "cpu")
+
+
+def _parse_providers(providers: Sequence[str] | str) -> tuple:
+    """``"tflite,cpu"`` or a list -> the provider priority tuple, the CPU always last."""
+    names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) else [str(p) for p in providers]
+    unknown = [p for p in names if p not in _BUILD_PROVIDERS]
+    if unknown or not names:
+        raise BuildError(f"--providers {names}: expected names from {list(_BUILD_PROVIDERS)}, e.g. tflite,cpu")
+    ordered = [p for p in dict.fromkeys(names) if p != "cpu"]
+    return (*ordered, "cpu")
+
+
 def _normalise(model: ir.Model) -> None:
     """Make the IR well-formed for lowering: no functions, named values, sorted nodes."""
     for p in (ir_passes.InlinePass(), ir_passes.NameFixPass(), ir_passes.TopologicalSortPass()):
@@ -203,7 +216,7 @@ def _count_nodes(model: ir.Model) -> int:
     return sum(1 for _ in _iter_nodes(model.graph))
 
 
-def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, target: str) -> None:
+def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, profile) -> None:
     writer.set_metadata("producer.name", PRODUCER_NAME)
     writer.set_metadata("producer.version", minirt.__version__)
     writer.set_metadata("source.sha256", info.sha256)
@@ -220,8 +233,8 @@ def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, target: s
         writer.set_metadata("source.doc_string", info.doc_string)
     if info.metadata_props:
         writer.set_metadata("source.metadata_props", info.metadata_props)
-    writer.set_metadata("target.name", target)
-    writer.set_metadata("target.providers", list(get_target(target).providers))
+    writer.set_metadata("target.name", profile.name)
+    writer.set_metadata("target.providers", list(profile.providers))
     writer.set_metadata("build.options", options)
     writer.set_metadata("build.time_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
@@ -244,6 +257,7 @@ def build(
     quantize_final: bool = False,
     progress: Callable[[str], None] | None = None,
     sign_key: str | os.PathLike | bytes | None = None,
+    providers: Sequence[str] | str | None = None,
 ) -> BuildReport:
     """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
 
@@ -261,6 +275,8 @@ def build(
         profile = get_target(target)
     except ValueError as exc:
         raise BuildError(str(exc)) from None
+    if providers is not None:
+        profile = dataclasses.replace(profile, providers=_parse_providers(providers))
     shapes = parse_input_shapes(input_shapes)
     seed = None
     if sign_key is not None:  # read the key first: a bad key file fails before the slow build
@@ -329,6 +345,7 @@ def build(
     writer = ArtifactWriter()
     options = {
         "target": profile.name,
+        "providers": list(profile.providers),
         "opt_level": opt_level,
         "input_shapes": {k: list(v) for k, v in shapes.items()},
         "quantize": quantize,
@@ -338,7 +355,7 @@ def build(
         "disabled_passes": list(disabled_passes),
         "signed": sign_key is not None,
     }
-    _metadata(writer, info, options, profile.name)
+    _metadata(writer, info, options, profile)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).
     writer.set_metadata("target.profile", profile.as_metadata())
     writer.set_metadata("build.optimizer", opt_report.as_dict())

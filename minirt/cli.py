@@ -215,6 +215,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         out,
         target=args.target,
         opt_level=args.opt_level,
+        providers=args.providers,
         disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
         quantize=args.quantize,
@@ -393,7 +394,8 @@ def _profile_overhead(session: minirt.Session, feed: dict, runs: int) -> tuple[f
 def cmd_bench(args: argparse.Namespace) -> int:
     rss_before = timing.peak_rss_bytes()
     t0 = time.perf_counter()
-    session = minirt.Session(args.artifact, threads=args.threads)
+    provs = [s.strip() for s in args.providers.split(",")] if args.providers else None
+    session = minirt.Session(args.artifact, threads=args.threads, providers=provs)
     load_s = time.perf_counter() - t0
     feed = _make_feed(session, args)
     session.run(None, feed)  # fail fast on a bad feed, before any timing
@@ -409,6 +411,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "native": _native_status(),
     }
     fns = {"minirt": lambda: session.run(None, feed)}
+    result["minirt"]["providers"] = session.get_providers()
+    result["minirt"]["partitions"] = session.get_partitions()
+    if any(p["runs_on"] != "cpu" for p in session.get_partitions()):
+        # An accelerator runs part of the model: time the CPU-only session alongside.
+        cpu_session = minirt.Session(args.artifact, threads=args.threads, providers=["cpu"])
+        result["cpu"] = {"providers": ["cpu"]}
+        fns["cpu"] = lambda: cpu_session.run(None, feed)
     ort_session = ort_feed = None
     if args.compare:
         ort = _import_onnxruntime()
@@ -462,6 +471,11 @@ def _print_bench(r: dict) -> None:
         ("min latency", fmt_seconds(m["min_s"])) + ((fmt_seconds(o["min_s"]),) if o else ()),
     ]
     print(_table(rows, header=header, align="lrr"))
+    if "cpu" in r:
+        delegated = [p for p in m["partitions"] if p["runs_on"] != "cpu"]
+        print(f"  providers {', '.join(m['providers'])}: {len(delegated)} partition(s) delegated; "
+              f"cpu-only median {fmt_seconds(r['cpu']['median_s'])}, "
+              f"ratio with providers / cpu-only: {m['median_s'] / r['cpu']['median_s']:.2f}x")
     print(f"  per-node Python overhead: {m['overhead_per_node_us']:.1f} us ({m['nodes']} nodes)")
     print(f"  native kernels: {r['native']}")
     print(f"  peak RSS: {fmt_bytes(m['peak_rss_bytes'])} with minirt "
@@ -622,6 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("-o", "--output", metavar="OUT.mrt", help="output path (default: MODEL with a .mrt suffix)")
     p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30 (default generic)")
+    p.add_argument("--providers", default=None, metavar="LIST",
+                   help="override the target's provider priority, e.g. tflite,cpu (names: coreml, nnapi, tflite, cpu)")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3),
                    help="optimisation level: 0 none, 1 cleanup/folding/CSE, 2 + fusions (default), 3 + pattern recognition")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
@@ -680,6 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=_non_negative, default=3, help="untimed warm-up runs (default 3)")
     p.add_argument("--profile-runs", type=_positive, default=5, help="profiled runs for the per-node overhead (default 5)")
     p.add_argument("--compare", metavar="MODEL.onnx", help="also time onnxruntime on this model, interleaved")
+    p.add_argument("--providers", default=None, metavar="LIST",
+                   help="session providers, e.g. tflite,cpu (default: the artifact's target order); when an "
+                        "accelerator runs a partition the CPU-only session is timed alongside")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_bench)
 

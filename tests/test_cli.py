@@ -442,3 +442,23 @@ def test_build_quantize_int8_with_calibration(tmp_path, capsys):
 def test_build_quantize_rejects_unknown_mode(capsys, tmp_path):
     code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "q.mrt", "--quantize", "int3")
     assert code == 2 and "int3" in stderr
+
+
+def test_build_providers_override_and_bench_times_the_cpu_alongside(tmp_path, capsys):
+    pytest.importorskip("ai_edge_litert")
+    out = tmp_path / "tfl.mrt"
+    code, stdout, _ = _run_cli(capsys, "build", DIGITS_ONNX, "-o", out, "--providers", "tflite,cpu",
+                               "--input-shape", "image=1x1x8x8", "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert [p["provider"] for p in report["partitions"]["partitions"]] == ["tflite"]
+    code, stdout, _ = _run_cli(capsys, "bench", out, "--runs", "3", "--warmup", "1", "--json")
+    assert code == 0
+    result = json.loads(stdout)
+    assert result["minirt"]["providers"] == ["tflite", "cpu"] and result["cpu"]["median_s"] > 0
+    assert result["minirt"]["partitions"][0]["runs_on"] == "tflite"
+
+
+def test_build_rejects_unknown_provider(tmp_path, capsys):
+    code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "x.mrt", "--providers", "tpu,cpu")
+    assert code == 2 and "tpu" in stderr and not (tmp_path / "x.mrt").exists()

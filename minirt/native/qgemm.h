@@ -115,7 +115,6 @@ static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, i
     } else {
         for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b;
     }
-    if (g->act) q_act_row(c, nr, g->act, g->a0, g->a1);
 }
 
 static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
@@ -210,6 +209,9 @@ static void q_task(void *ctx, long begin, long end) {
                     q_store_row(g, acc[i], g->C + (long)(m + i) * g->ldc + n0 + j0, nr, m + i, n0 + j0);
             }
         }
+        /* activation over whole rows of the block (still in L2): long vector loops */
+        if (g->act)
+            for (int i = 0; i < mb; ++i) q_act_row(g->C + (long)(m0 + i) * g->ldc + n0, nb, g->act, g->a0, g->a1);
     }
 }
 
