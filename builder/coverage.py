@@ -12,7 +12,6 @@ CPU always; an accelerator where its lowering rules declare the op.
 from __future__ import annotations
 
 import collections
-import importlib
 import sys
 
 import onnx
@@ -31,9 +30,28 @@ _TYPE_NAMES = {
 }
 _ORDER = list(_TYPE_NAMES.values())
 
-# Accelerator providers whose lowering modules may declare op coverage via a
-# module-level ``SUPPORTED_OPS`` set of (domain, op_type).
-_PROVIDER_MODULES = {"coreml": "targets.coreml", "nnapi": "targets.nnapi", "tflite": "targets.tflite"}
+def _coreml_ops() -> set:
+    from targets.coreml.rules import RULES
+
+    return set(RULES)
+
+
+def _nnapi_ops() -> set:
+    """NNAPI lowers ONNX ops through ``Lowerer.op_<Type>`` and ours through ``minirt_<Type>``."""
+    from targets.nnapi.lower import Lowerer
+
+    ops = set()
+    for attr in dir(Lowerer):
+        if attr.startswith("op_"):
+            ops.add(("", attr[3:]))
+        elif attr.startswith("minirt_"):
+            ops.add(("com.minirt", attr[7:]))
+    return ops
+
+
+# provider -> the (domain, op_type) pairs its lowering rules take.  TFLite runs
+# the NNAPI lowering translated op for op, so it takes the same set.
+_PROVIDER_OPS = {"coreml": _coreml_ops, "nnapi": _nnapi_ops, "tflite": _nnapi_ops}
 
 
 def _schema_types(domain: str, op_type: str) -> str:
@@ -54,13 +72,11 @@ def _schema_types(domain: str, op_type: str) -> str:
 
 def _provider_ops() -> dict[str, set]:
     out = {}
-    for name, module in _PROVIDER_MODULES.items():
+    for name, collect in _PROVIDER_OPS.items():
         try:
-            ops = getattr(importlib.import_module(module), "SUPPORTED_OPS", None)
-        except ImportError:
+            out[name] = {(d if d != "ai.onnx" else "", o) for d, o in collect()}
+        except ImportError:  # that provider's builder side is not installed
             continue
-        if ops:
-            out[name] = {(d if d != "ai.onnx" else "", o) for d, o in ops}
     return out
 
 
