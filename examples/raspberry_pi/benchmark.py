@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1, help="batch size for a dynamic first dimension (default 1)")
     p.add_argument("--threads", type=int, default=None, help="runtime threads (default: all cores)")
     p.add_argument("--compare-numpy", action="store_true",
-                   help="also time with the native kernels switched off (numpy kernels only)")
+                   help="also time with the native kernels switched off (numpy kernels only); "
+                        "nothing to compare when they are not built")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
@@ -118,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     feed = {a.name: _input_for(a, args.batch, rng) for a in session.get_inputs()}
 
     before = board_state()
-    results = {"native": summary(time_session(session, feed, args.runs, args.warmup), args.batch)}
-    if args.compare_numpy:
+    first = "native" if native.available else "numpy"
+    results = {first: summary(time_session(session, feed, args.runs, args.warmup), args.batch)}
+    if args.compare_numpy and native.available:
         saved = native.available
         native.available = False  # every kernel checks this flag per call
         try:
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"software   python {report['python']}, numpy {report['numpy']}, minirt {report['minirt']}")
     print(f"kernels    {report['native_kernels']}")
     for name, r in results.items():
-        label = "latency" if name == "native" and len(results) == 1 else f"{name:<10}"
+        label = "latency" if len(results) == 1 else name
         print(f"{label:<10} median {r['median_ms']:.3f} ms  p90 {r['p90_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
               f"min {r['min_ms']:.3f} ms  ({r['throughput_per_s']:.1f} inferences/s, {r['runs']} runs)")
     print(f"temp       {na(before['temperature_c'], '{:.1f} C')} before, {na(after['temperature_c'], '{:.1f} C')} after")

@@ -28,7 +28,7 @@ import functools
 import numpy as np
 
 from minirt.kernels.registry import NodeContext, kernel, lookup
-from minirt.kernels import nn
+from minirt.kernels import linalg, nn
 
 DOMAIN = "com.minirt"
 
@@ -110,9 +110,28 @@ def fused_conv(
     return apply_activation(_add_residual(y, z), activation, activation_params)
 
 
+def _native_act(activation, params):
+    """(act code, a0, a1) of the native epilogue for this activation, or None."""
+    spec = nn._NATIVE_ACTIVATIONS.get(activation)
+    params = tuple(float(v) for v in (params or ()))
+    if spec is None or len(params) != spec[1]:
+        return None
+    return (spec[0],) + (params + (0.0, 0.0))[:2]
+
+
 @kernel("FusedGemm", since=1, domain=DOMAIN)
 def fused_gemm(a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
     """activation(Gemm(a, b, c) + z)."""
+    spec = _native_act(activation, activation_params)
+    if spec is not None and alpha == 1.0 and a.ndim == 2 and b.ndim == 2 and (z is None or z.ndim == 2):
+        bias = None
+        if c is not None and beta != 0.0:
+            n = b.shape[0] if transB else b.shape[1]
+            bias = c.reshape(n) if beta == 1.0 and c.shape in ((n,), (1, n)) else False
+        if bias is not False:
+            y = linalg.matmul_native(a.T if transA else a, b.T if transB else b, bias, z, *spec)
+            if y is not None:
+                return y
     y = _std("Gemm", 13)(a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
     return apply_activation(_add_residual(y, z), activation, activation_params)
 
@@ -120,6 +139,11 @@ def fused_gemm(a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB
 @kernel("FusedMatMul", since=1, domain=DOMAIN)
 def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params=()):
     """activation(MatMul(a, b) + bias + z)."""
+    spec = _native_act(activation, activation_params)
+    if spec is not None:
+        y = linalg.matmul_native(a, b, bias, z, *spec)
+        if y is not None:
+            return y
     y = _std("MatMul", 13)(a, b)
     if bias is not None:
         y = _add_residual(y, bias) if bias.shape == y.shape else _std("Add")(y, bias)

@@ -11,8 +11,85 @@ import functools
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.kernels import _narrow
 from minirt.kernels.registry import kernel
+
+# --------------------------------------------------------------------------- native float32 GEMM
+
+# Below this many rows per matrix the product is a matrix-vector one: numpy's
+# BLAS gemv does it without packing anything.
+_NATIVE_MIN_ROWS = 4
+_F32 = np.dtype(np.float32)
+
+
+def _as_rhs(b: np.ndarray):
+    """(array to pass, transb, ldb) for the (..., K, N) operand b, without copying when possible."""
+    if b.flags.c_contiguous:
+        return b, 0, b.shape[-1]
+    bt = np.swapaxes(b, -1, -2)
+    if bt.flags.c_contiguous:  # a transposed view (Gemm transB, K^T): read it as stored
+        return bt, 1, b.shape[-2]
+    return np.ascontiguousarray(b), 0, b.shape[-1]
+
+
+def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0):
+    """``act(a @ b + bias[n] + z)`` for float32 through ``mrt_sgemm``, or ``None`` when it does not apply.
+
+    ``a`` (..., M, K); ``b`` (K, N) or (..., K, N) with batch dimensions that
+    broadcast (numpy.matmul rules) and may be a transposed view; ``bias`` (N,)
+    or None; ``z`` exactly the output's shape or None.  Runs on the session's
+    thread pool (BLAS is not involved).
+    """
+    if not _native.available or a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2:
+        return None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if b.shape[-2] != k or m < _NATIVE_MIN_ROWS and b.ndim > 2 or not a.size or not b.size:
+        return None
+    if bias is not None and (bias.dtype != _F32 or bias.shape != (n,)):
+        return None
+    if b.ndim == 2:
+        rows = a.size // k
+        if rows < _NATIVE_MIN_ROWS:
+            return None
+        out_shape = a.shape[:-1] + (n,)
+        a2 = np.ascontiguousarray(a)
+        batch, sa, sb, mm = 1, 0, 0, rows
+    else:
+        try:
+            bshape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            return None
+        batch = 1
+        for d in bshape:
+            batch *= d
+        out_shape = bshape + (m, n)
+        a2 = np.ascontiguousarray(a)
+        sa = m * k if a.shape[:-2] == bshape else (0 if a.size == m * k else None)
+        sb = k * n if b.shape[:-2] == bshape else (0 if b.size == k * n else None)
+        if sa is None or sb is None:
+            return None
+        mm = m
+    bb, transb, ldb = _as_rhs(b)
+    if z is not None:
+        if z.dtype != _F32:
+            return None
+        if z.shape != out_shape:
+            if z.size != n or z.ndim > len(out_shape) or z.shape[-1] != n:
+                return None
+            # a residual that broadcasts along the rows is a bias per column
+            zb = z.reshape(n)
+            bias, z = (zb if bias is None else bias + zb), None
+        else:
+            z = np.ascontiguousarray(z)
+    if bias is not None:
+        bias = np.ascontiguousarray(bias)
+    y = np.empty(out_shape, dtype=np.float32)
+    _native.sgemm_batch(batch, mm, n, k, a2, k, sa, bb, ldb, sb, transb, y, n, mm * n, bias, z, n, mm * n,
+                        act, a0, a1)
+    return y
+
 
 # --------------------------------------------------------------------------- Gemm
 
@@ -39,6 +116,10 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c):
         raise ValueError(
             f"Gemm: inner dimensions differ: A' is {a.shape}, B' is {b.shape} (transA={trans_a}, transB={trans_b})"
         )
+    if alpha == 1.0 and a.dtype == _F32:
+        fast = _gemm_native(a, b, c, beta)
+        if fast is not None:
+            return fast
     half = a.dtype == np.float16
     if half:
         # No half-precision BLAS in numpy: compute in float32, round once.
@@ -48,6 +129,19 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c):
     if c is not None and beta != 0.0:
         y = _add_c(y, c, beta, exact_c)
     return y.astype(np.float16) if half else y
+
+
+def _gemm_native(a, b, c, beta):
+    """``a @ b + beta * c`` (a, b already transposed views) on the native GEMM, or None."""
+    if c is None or beta == 0.0:
+        return matmul_native(a, b)
+    if beta == 1.0 and c.dtype == _F32:
+        n = b.shape[1]
+        if c.shape in ((n,), (1, n)):
+            return matmul_native(a, b, bias=c.reshape(n))
+        if c.shape == (a.shape[0], n):
+            return matmul_native(a, b, z=c)
+    return None
 
 
 def _add_c(y, c, beta, exact_c):
@@ -90,6 +184,9 @@ def matmul(a, b, /):
             # bfloat16 / float8 (ml_dtypes): float32 products and sums, rounded once.
             y = np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32))).astype(a.dtype)
         else:
+            y = matmul_native(a, b)
+            if y is not None:
+                return y
             y = np.matmul(a, b)
     except ValueError:
         raise ValueError(f"MatMul: shapes {a.shape} and {b.shape} are not compatible (numpy.matmul rules)") from None

@@ -290,6 +290,8 @@ _NATIVE_ACTIVATIONS = {
     "SiLU": (_native.ACT_SILU, 0),
     "HardSigmoid": (_native.ACT_HARDSIGMOID, 2),
     "HardSwish": (_native.ACT_HARDSWISH, 0),
+    "Gelu": (_native.ACT_GELU, 0),
+    "GeluTanh": (_native.ACT_GELU_TANH, 0),
 }
 
 

@@ -16,6 +16,16 @@ the largest ``since`` that is not above ``v`` (the same rule ONNX uses to pick
 an operator schema), so a later opset that changed semantics registers a new
 function with a higher ``since`` and older models keep the old behaviour.
 
+Family modules are imported lazily: :func:`lookup` imports only the
+module(s) that the generated index ``minirt/kernels/_index.py`` names for
+``(domain, op_type)`` (regenerate it with ``python -m minirt.kernels._index``
+after adding or moving kernels; a test fails while it is stale).  A kernel
+whose key the index gives to another module is not registered (that is the
+"first family in alphabetical order wins" rule of ``kernel_if_absent``, made
+independent of import order).  A key missing from the index (a stale index)
+falls back to importing every family.  ``MINIRT_KERNEL_INDEX=0`` disables the
+index (every family is imported at the first lookup, as before).
+
 Kernels that need to know about the node itself (how many outputs it has,
 the declared dtypes of its outputs) register with ``context=True`` and
 receive a :class:`NodeContext` as the keyword argument ``ctx``.
@@ -23,7 +33,8 @@ receive a :class:`NodeContext` as the keyword argument ``ctx``.
 from __future__ import annotations
 
 import dataclasses
-import inspect
+import importlib
+import os
 from typing import Callable, Iterable
 
 KernelFn = Callable[..., object]
@@ -40,18 +51,39 @@ class NodeContext:
     opset: int
 
 
-@dataclasses.dataclass(frozen=True)
 class KernelEntry:
-    domain: str
-    op_type: str
-    since: int
-    fn: KernelFn
-    context: bool
-    # Names of keyword parameters the function accepts (the ONNX attributes it
-    # understands).  ``None`` means it takes **kwargs and accepts anything.
-    attributes: frozenset | None
-    # Leading positional parameters without a default: ONNX inputs that must be present.
-    required_inputs: int = 0
+    """One registered kernel.  ``attributes`` and ``required_inputs`` come from
+    the function's signature, computed on first use (not at import: most
+    kernels of a family are never looked up by a given model)."""
+
+    __slots__ = ("domain", "op_type", "since", "fn", "context", "_sig")
+
+    def __init__(self, domain: str, op_type: str, since: int, fn: KernelFn, context: bool):
+        self.domain = domain
+        self.op_type = op_type
+        self.since = since
+        self.fn = fn
+        self.context = context
+        self._sig = None
+
+    def _signature_facts(self) -> tuple:
+        if self._sig is None:
+            self._sig = (_accepted_attributes(self.fn, self.context), _required_inputs(self.fn))
+        return self._sig
+
+    @property
+    def attributes(self) -> frozenset | None:
+        """Names of keyword parameters the function accepts (the ONNX attributes it
+        understands); ``None`` means it takes **kwargs and accepts anything."""
+        return self._signature_facts()[0]
+
+    @property
+    def required_inputs(self) -> int:
+        """Leading positional parameters without a default: ONNX inputs that must be present."""
+        return self._signature_facts()[1]
+
+    def __repr__(self) -> str:
+        return f"KernelEntry({self.domain or 'ai.onnx'}::{self.op_type} since {self.since}, {self.fn.__module__})"
 
 
 # (domain, op_type) -> entries sorted by ascending ``since``
@@ -59,6 +91,8 @@ _REGISTRY: dict[tuple[str, str], list[KernelEntry]] = {}
 
 
 def _accepted_attributes(fn: KernelFn, context: bool) -> frozenset | None:
+    import inspect
+
     names = set()
     for param in inspect.signature(fn).parameters.values():
         if param.kind is inspect.Parameter.VAR_KEYWORD:
@@ -73,6 +107,8 @@ def _accepted_attributes(fn: KernelFn, context: bool) -> frozenset | None:
 
 
 def _required_inputs(fn: KernelFn) -> int:
+    import inspect
+
     n = 0
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) and (
@@ -88,9 +124,12 @@ def kernel(op_type: str, since: int = 1, domain: str = "", context: bool = False
     """Register ``fn`` as the CPU kernel for ``domain::op_type`` from opset ``since``."""
 
     def register(fn: KernelFn) -> KernelFn:
-        entry = KernelEntry(
-            domain, op_type, since, fn, context, _accepted_attributes(fn, context), _required_inputs(fn)
-        )
+        index = _index()
+        if index:
+            owners = index.get((domain, op_type))
+            if owners is not None and fn.__module__.rpartition(".")[2] not in owners:
+                return fn  # another family provides this operator (see the module docstring)
+        entry = KernelEntry(domain, op_type, since, fn, context)
         entries = _REGISTRY.setdefault((domain, op_type), [])
         if any(e.since == since for e in entries):
             raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} since {since} registered twice")
@@ -105,13 +144,55 @@ def _normalise_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
+# (domain, op_type) -> family module names (minirt/kernels/_index.py); {} when disabled
+_INDEX: dict | None = None
+_ALL_IMPORTED = False
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+def _index() -> dict:
+    global _INDEX
+    if _INDEX is None:
+        if os.environ.get("MINIRT_KERNEL_INDEX", "").strip() == "0":
+            _INDEX = {}
+        else:
+            try:
+                from minirt.kernels._index import INDEX
+            except ImportError:  # pragma: no cover - the index ships with the package
+                INDEX = {}
+            _INDEX = INDEX
+    return _INDEX
+
+
+def _import_all() -> None:
+    """Import every family module (coverage tables, keys the index does not know)."""
+    global _ALL_IMPORTED
+    if _ALL_IMPORTED:
+        return
+    from minirt import kernels
+
+    kernels._import_families()
+    _ALL_IMPORTED = True
+
+
+def _load(key: tuple) -> None:
+    owners = _index().get(key)
+    if not owners:
+        _import_all()
+        return
+    for name in owners:
+        importlib.import_module(f"{_PACKAGE}.{name}")
+
+
 def lookup(domain: str, op_type: str, opset: int) -> KernelEntry | None:
     """The kernel for ``op_type`` at ``opset``, or ``None`` if there is none."""
-    from minirt import kernels  # noqa: F401  (importing the package registers every kernel)
-
-    entries = _REGISTRY.get((_normalise_domain(domain), op_type))
+    key = (_normalise_domain(domain), op_type)
+    entries = _REGISTRY.get(key)
     if not entries:
-        return None
+        _load(key)
+        entries = _REGISTRY.get(key)
+        if not entries:
+            return None
     best = None
     for entry in entries:
         if entry.since <= opset:
@@ -121,7 +202,7 @@ def lookup(domain: str, op_type: str, opset: int) -> KernelEntry | None:
 
 def registered() -> Iterable[KernelEntry]:
     """Every registered kernel, in a stable order (for the coverage table)."""
-    from minirt import kernels  # noqa: F401
+    _import_all()
 
     for key in sorted(_REGISTRY):
         yield from _REGISTRY[key]

@@ -28,10 +28,11 @@ reason = ""
 features: dict = {}
 isa = "none"
 
-ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_SILU, ACT_HARDSIGMOID, ACT_HARDSWISH = range(8)
+(ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_SILU, ACT_HARDSIGMOID, ACT_HARDSWISH, ACT_GELU,
+ ACT_GELU_TANH) = range(10)
 
 _ffi = _lib = None
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 
 
 def _truthy(value: str | None) -> bool:
@@ -175,6 +176,21 @@ def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0)
         m, n, k, _ptr(a), a.strides[0] // it, _ptr(b), b.strides[0] // it, _ptr(c), c.strides[0] // it,
         _ffi.NULL if bias is None else _ptr(bias), bias_mode,
         _ffi.NULL if residual is None else _ptr(residual), 0 if residual is None else residual.strides[0] // it,
+        act, a0, a1, threads(),
+    )
+
+
+def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias=None, residual=None, ldr=0, sr=0,
+                act=0, a0=0.0, a1=0.0) -> None:
+    """``batch`` GEMMs ``c_i (M, N) = act(a_i @ b_i + bias[n] + residual_i)`` (bias per column).
+
+    ``a``, ``b``, ``c``, ``residual``: float32 arrays whose first element is that
+    of matrix 0; leading dimensions and batch strides are in elements (batch
+    stride 0 broadcasts).  ``transb``: ``b`` is stored (N, K), row stride ``ldb``.
+    """
+    _lib.mrt_sgemm_batch_f32(
+        batch, m, n, k, _ptr(a), lda, sa, _ptr(b), ldb, sb, int(transb), _ptr(c), ldc, sc,
+        _ffi.NULL if bias is None else _ptr(bias), 2, _ffi.NULL if residual is None else _ptr(residual), ldr, sr,
         act, a0, a1, threads(),
     )
 

@@ -56,7 +56,7 @@ def make_builder(src_dir: str = REL) -> FFI:
         sources=[os.path.join(src_dir, "kernels.c")],
         include_dirs=[src_dir],
         depends=[os.path.join(src_dir, n) for n in ("kernels.h", "kernels_impl.h", "gemm_impl.h", "qgemm.h")],
-        extra_compile_args=["-O3", "-pthread"] if _unix else ["/O2"],
+        extra_compile_args=["-O3", "-pthread", "-fno-trapping-math", "-fno-math-errno"] if _unix else ["/O2"],
         extra_link_args=["-pthread"] if _unix else [],
         libraries=["m"] if _unix else [],
         # A failed compile (no compiler, unsupported platform) must not fail the
@@ -76,5 +76,9 @@ if __name__ == "__main__":
 
     for so in glob.glob(os.path.join(ROOT, "build", "native", "minirt", "native", "_kernels*")):
         if so.endswith((".so", ".pyd", ".dylib")):
-            shutil.copy2(so, HERE)
-            print("installed", os.path.join(HERE, os.path.basename(so)))
+            # Copy beside the target, then rename over it: a process that has the
+            # old library mapped keeps its (unlinked) copy instead of crashing.
+            dest = os.path.join(HERE, os.path.basename(so))
+            shutil.copy2(so, dest + ".tmp")
+            os.replace(dest + ".tmp", dest)
+            print("installed", dest)

@@ -35,9 +35,11 @@ typedef struct {
     float *C;
     const float *bias, *res;
     long lda, ldb, ldc, ldr;
-    int M, N, K, bias_mode, act;
+    long sa, sb, sc, sr; /* batch strides (elements; 0 broadcasts) */
+    int M, N, K, bias_mode, act, transb;
     float a0, a1;
     int nc, mc, nblocks;
+    long tiles; /* column blocks x row blocks per matrix */
 } FN(sgemm_args);
 
 static inline MRT_TARGET FN(vf) FN(vload)(const float *p) { return *(const FN(vfu) *)p; }
@@ -68,6 +70,22 @@ static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, int k
                 dst += G_NR;
             }
         }
+    }
+}
+
+/* Pack B^T[0:kb, 0:nb] where B is stored (N x K) with row stride ldb:
+ * element (k, j) is b[j * ldb + k] (Gemm transB=1 weights, K^T in attention). */
+static MRT_TARGET void FN(sgemm_pack_bt)(const float *restrict b, long ldb, int kb, int nb, float *restrict out) {
+    for (int j0 = 0; j0 < nb; j0 += G_NR) {
+        int w = nb - j0 < G_NR ? nb - j0 : G_NR;
+        float *dst = out + (long)j0 * kb;
+        int j = 0;
+        for (; j < w; ++j) {
+            const float *src = b + (long)(j0 + j) * ldb;
+            for (int k = 0; k < kb; ++k) dst[(long)k * G_NR + j] = src[k];
+        }
+        for (; j < G_NR; ++j)
+            for (int k = 0; k < kb; ++k) dst[(long)k * G_NR + j] = 0.0f;
     }
 }
 
@@ -161,17 +179,31 @@ static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const floa
 }
 
 static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
-    const FN(sgemm_args) *g = (const FN(sgemm_args) *)ctx;
+    const FN(sgemm_args) *g0 = (const FN(sgemm_args) *)ctx;
+    FN(sgemm_args) gb = *g0;
+    const FN(sgemm_args) *g = &gb;
+    long cur = -1;
     float *pack = mrt_pack_buffer((size_t)G_KC * g->nc * sizeof(float));
     if (!pack) return;
     for (long item = begin; item < end; ++item) {
-        int jb = (int)(item % g->nblocks), ib = (int)(item / g->nblocks);
+        long bi = item / g0->tiles, t = item % g0->tiles;
+        if (bi != cur) { /* this matrix of the batch */
+            cur = bi;
+            gb.A = g0->A + bi * g0->sa;
+            gb.B = g0->B + bi * g0->sb;
+            gb.C = g0->C + bi * g0->sc;
+            gb.res = g0->res ? g0->res + bi * g0->sr : NULL;
+        }
+        int jb = (int)(t % g->nblocks), ib = (int)(t / g->nblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
         for (int p0 = 0; p0 < g->K; p0 += G_KC) {
             int kb = g->K - p0 < G_KC ? g->K - p0 : G_KC;
             int last = p0 + kb >= g->K;
-            FN(sgemm_pack_b)(g->B + p0 * g->ldb + n0, g->ldb, kb, nb, pack);
+            if (g->transb)
+                FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
+            else
+                FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, kb, nb, pack);
             for (int j0 = 0; j0 < nb; j0 += G_NR) {
                 int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
                 const float *panel = pack + (long)j0 * kb;
@@ -197,35 +229,40 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     }
 }
 
-static void FN(sgemm)(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
-                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
-                      int nthreads) {
-    if (M <= 0 || N <= 0) return;
+static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
+                      long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
+                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
+    if (M <= 0 || N <= 0 || batch <= 0) return;
     FN(sgemm_args) g;
     g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res;
     g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
+    g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
     g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
     if (nthreads < 1) nthreads = 1;
+    /* Threads per matrix: a batch of at least `nthreads` matrices is split
+     * by matrix alone. */
+    int per_mat = (nthreads + batch - 1) / batch;
     /* Column blocks of at most G_NC (a multiple of NR); with several threads
      * and few columns, make them smaller so every thread gets one, and split
      * the rows when the columns alone cannot feed the threads. */
     int nc = G_NC;
-    if (nthreads > 1) {
-        int per = (N + nthreads - 1) / nthreads;
+    if (per_mat > 1) {
+        int per = (N + per_mat - 1) / per_mat;
         per = (per + G_NR - 1) / G_NR * G_NR;
         if (per < nc) nc = per < G_NR ? G_NR : per;
     }
     int nblocks = (N + nc - 1) / nc;
     int mc = M;
-    if (nthreads > 1 && nblocks < nthreads && M >= 2 * G_MR) {
-        int parts = (nthreads + nblocks - 1) / nblocks;
+    if (per_mat > 1 && nblocks < per_mat && M >= 2 * G_MR) {
+        int parts = (per_mat + nblocks - 1) / nblocks;
         mc = (M + parts - 1) / parts;
         mc = (mc + G_MR - 1) / G_MR * G_MR;
     }
     int mblocks = (M + mc - 1) / mc;
     g.nc = nc; g.mc = mc; g.nblocks = nblocks;
-    long items = (long)nblocks * mblocks;
-    mrt_parallel_for(items, (long)mc * nc * (K > 0 ? K : 1), nthreads, FN(sgemm_task), &g);
+    g.tiles = (long)nblocks * mblocks;
+    /* a thread must get at least ~0.5M multiply-adds (~5 us) to pay for waking it */
+    mrt_parallel_for(g.tiles * batch, (long)mc * nc * (K > 0 ? K : 1) / 16, nthreads, FN(sgemm_task), &g);
 }
 
 #undef G_MR

@@ -20,7 +20,7 @@
 #include <sys/auxv.h>
 #endif
 
-#define MRT_ABI_VERSION 2
+#define MRT_ABI_VERSION 3
 #define MRT_MAX_THREADS 64
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
@@ -29,10 +29,14 @@
 /* ------------------------------------------------------------------ thread pool
  *
  * A fixed set of workers started on first use and kept for the life of the
- * process.  A job is split into `parts` contiguous ranges; the caller runs
- * part 0 and workers 1..parts-1 run the others.  One job runs at a time: a
- * caller that finds the pool busy (another Python thread running a session
- * concurrently, since cffi releases the GIL) runs its job on its own thread.
+ * process.  A job is [0, n) items, claimed in chunks from an atomic counter
+ * by the caller and by the workers that join it, so a worker that the OS
+ * does not schedule in time (an oversubscribed machine, another runtime's
+ * spinning threads) costs nothing: the caller runs the remaining chunks
+ * itself, closes the job, and waits only for workers that already joined.
+ * One job runs at a time: a caller that finds the pool busy (another Python
+ * thread running a session concurrently, since cffi releases the GIL) runs
+ * its job on its own thread.
  */
 typedef void (*mrt_task_fn)(void *ctx, long begin, long end);
 
@@ -43,29 +47,61 @@ static pthread_mutex_t pool_dispatch = PTHREAD_MUTEX_INITIALIZER;
 static int pool_workers;                       /* workers started (ids 1..pool_workers) */
 static unsigned long pool_generation;          /* bumped for every job */
 static unsigned long pool_start_gen[MRT_MAX_THREADS];
+/* the current job (written under pool_lock before the generation moves) */
 static mrt_task_fn pool_fn;
 static void *pool_ctx;
-static long pool_n;
-static int pool_parts;
-static int pool_pending;
+static long pool_n, pool_chunk;
+static long pool_next;  /* next unclaimed item (atomic) */
+static int pool_parts;  /* participants wanted, caller included */
+static int pool_active; /* workers inside the job (under pool_lock; read atomically while spinning) */
+static int pool_closed; /* the caller has finished: late workers must not join */
+
+/* Spin this many pause iterations (tens of microseconds) for the next job or
+ * for joined workers to finish before sleeping on a condition variable: the
+ * kernels of one model run back to back with a few microseconds of Python
+ * between them, and a futex wake-up costs more than that.  Bounded, unlike
+ * OpenBLAS's busy-waiting workers, so an idle process stops burning CPU. */
+#define MRT_SPIN 2000
+
+static inline void mrt_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void pool_run_items(mrt_task_fn fn, void *ctx, long n, long chunk) {
+    for (;;) {
+        long i = __atomic_fetch_add(&pool_next, chunk, __ATOMIC_RELAXED);
+        if (i >= n) break;
+        fn(ctx, i, i + chunk < n ? i + chunk : n);
+    }
+}
 
 static void *pool_worker(void *arg) {
     int id = (int)(intptr_t)arg;
     pthread_mutex_lock(&pool_lock);
     unsigned long seen = pool_start_gen[id];
     for (;;) {
+        if (pool_generation == seen) {
+            pthread_mutex_unlock(&pool_lock);
+            for (int i = 0; i < MRT_SPIN && __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen; ++i)
+                mrt_pause();
+            pthread_mutex_lock(&pool_lock);
+        }
         while (pool_generation == seen) pthread_cond_wait(&pool_wake, &pool_lock);
         seen = pool_generation;
-        if (id < pool_parts) {
-            mrt_task_fn fn = pool_fn;
-            void *ctx = pool_ctx;
-            long n = pool_n;
-            int parts = pool_parts;
-            pthread_mutex_unlock(&pool_lock);
-            fn(ctx, n * id / parts, n * (id + 1) / parts);
-            pthread_mutex_lock(&pool_lock);
-            if (--pool_pending == 0) pthread_cond_signal(&pool_done);
-        }
+        if (pool_closed || id >= pool_parts) continue;
+        pool_active++;
+        mrt_task_fn fn = pool_fn;
+        void *ctx = pool_ctx;
+        long n = pool_n, chunk = pool_chunk;
+        pthread_mutex_unlock(&pool_lock);
+        pool_run_items(fn, ctx, n, chunk);
+        pthread_mutex_lock(&pool_lock);
+        if (__atomic_sub_fetch(&pool_active, 1, __ATOMIC_RELEASE) == 0 && pool_closed)
+            pthread_cond_signal(&pool_done);
     }
     return NULL;
 }
@@ -98,13 +134,14 @@ static void pool_atfork_child(void) {
     pthread_cond_init(&pool_wake, NULL);
     pthread_cond_init(&pool_done, NULL);
     pool_workers = 0;
-    pool_pending = 0;
+    pool_active = 0;
+    pool_closed = 1;
 }
 
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static void pool_init(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
 
-/* Run fn over [0, n) split in up to nthreads parts; `unit` is the work of one
+/* Run fn over [0, n) with up to nthreads threads; `unit` is the work of one
  * item (to decide whether threads pay off). */
 static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, void *ctx) {
     if (n <= 0) return;
@@ -125,20 +162,32 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
         fn(ctx, 0, n);
         return;
     }
+    /* a few chunks per thread: late or slow threads leave less behind */
+    long chunk = (n + 4L * parts - 1) / (4L * parts);
+    if (n <= 4L * parts) chunk = (n + parts - 1) / parts;
     pthread_mutex_lock(&pool_lock);
     pool_fn = fn;
     pool_ctx = ctx;
     pool_n = n;
+    pool_chunk = chunk;
+    __atomic_store_n(&pool_next, 0, __ATOMIC_RELAXED);
     pool_parts = parts;
-    pool_pending = parts - 1;
-    pool_generation++;
+    pool_active = 0;
+    pool_closed = 0;
+    __atomic_store_n(&pool_generation, pool_generation + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool_wake);
     pthread_mutex_unlock(&pool_lock);
 
-    fn(ctx, 0, n / parts);
+    pool_run_items(fn, ctx, n, chunk);
 
     pthread_mutex_lock(&pool_lock);
-    while (pool_pending > 0) pthread_cond_wait(&pool_done, &pool_lock);
+    pool_closed = 1; /* from here no worker joins; wait for those inside */
+    if (pool_active > 0) {
+        pthread_mutex_unlock(&pool_lock);
+        for (int i = 0; i < MRT_SPIN && __atomic_load_n(&pool_active, __ATOMIC_ACQUIRE) > 0; ++i) mrt_pause();
+        pthread_mutex_lock(&pool_lock);
+        while (pool_active > 0) pthread_cond_wait(&pool_done, &pool_lock);
+    }
     pthread_mutex_unlock(&pool_lock);
     pthread_mutex_unlock(&pool_dispatch);
 }
@@ -212,8 +261,8 @@ typedef struct {
                    int, int, int, float, int);
     void (*bias_act)(float *, const float *, const float *, int, int, long, int, float, float, int);
     void (*im2col)(const float *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
-    void (*sgemm)(int, int, int, const float *, long, const float *, long, float *, long, const float *, int,
-                  const float *, long, int, float, float, int);
+    void (*sgemm)(int, int, int, int, const float *, long, long, const float *, long, long, int, float *, long, long,
+                  const float *, int, const float *, long, long, int, float, float, int);
 } mrt_impl;
 
 static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base};
@@ -319,7 +368,14 @@ void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, i
 void mrt_sgemm_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
                    const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
                    int nthreads) {
-    impl->sgemm(M, N, K, A, lda, B, ldb, C, ldc, bias, bias_mode, res, ldr, act, a0, a1, nthreads);
+    impl->sgemm(1, M, N, K, A, lda, 0, B, ldb, 0, 0, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1, nthreads);
+}
+
+void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
+                         long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
+                         const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
+    impl->sgemm(batch, M, N, K, A, lda, sa, B, ldb, sb, transb, C, ldc, sc, bias, bias_mode, res, ldr, sr, act, a0, a1,
+                nthreads);
 }
 
 int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : 0; }

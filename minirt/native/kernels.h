@@ -36,6 +36,8 @@
 #define MRT_ACT_SILU 5        /* x * sigmoid(x) */
 #define MRT_ACT_HARDSIGMOID 6 /* max(0, min(1, a0 * x + a1)) */
 #define MRT_ACT_HARDSWISH 7   /* x * hardsigmoid(x, 1/6, 1/2) */
+#define MRT_ACT_GELU 8        /* 0.5 x (1 + erf(x / sqrt 2)) */
+#define MRT_ACT_GELU_TANH 9   /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 
 int mrt_abi_version(void);
 unsigned mrt_cpu_features(void);
@@ -79,6 +81,13 @@ void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, i
 void mrt_sgemm_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
                    const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
                    int nthreads);
+
+/* Batched form: matrix i uses A + i*sa, B + i*sb, C + i*sc, res + i*sr
+ * (strides in elements, 0 to broadcast).  transb: B is stored transposed,
+ * (N x K) with row stride ldb, i.e. B[k, n] = B_stored[n * ldb + k]. */
+void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
+                         long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
+                         const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads);
 
 /* int8 GEMM: u8 activations X (K x N, row stride ldx, zero point x_zero)
  * times s8 symmetric weights W (M x K, packed once by mrt_qgemm_pack_w into

@@ -59,7 +59,11 @@ static MRT_TARGET void FN(act_row)(float *restrict y, long n, int act, float a0,
         for (i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + FN(expf_approx)(-y[i]));
         break;
     case MRT_ACT_SILU:
-        for (i = 0; i < n; ++i) y[i] = y[i] / (1.0f + FN(expf_approx)(-y[i]));
+        for (i = 0; i < n; ++i) {
+            float x = y[i];
+            float s = 1.0f / (1.0f + FN(expf_approx)(-x));
+            y[i] = x * s;
+        }
         break;
     case MRT_ACT_HARDSIGMOID:
         for (i = 0; i < n; ++i) {
@@ -74,6 +78,39 @@ static MRT_TARGET void FN(act_row)(float *restrict y, long n, int act, float a0,
             v = v < 0.0f ? 0.0f : v;
             v = v > 1.0f ? 1.0f : v;
             y[i] = y[i] * v;
+        }
+        break;
+    case MRT_ACT_GELU:
+        /* 0.5 x erfc(-x / sqrt 2), erfc from its Chebyshev-fitted form
+         * t exp(-z^2 + P(t)), t = 1 / (1 + |z| / 2): relative error < 1.2e-7
+         * over the whole range (Numerical Recipes' erfcc). */
+        for (i = 0; i < n; ++i) {
+            float x = y[i];
+            float z = x * -0.70710678118654752f;
+            float az = z < 0.0f ? -z : z;
+            float t = 1.0f / (1.0f + 0.5f * az);
+            float p = 0.17087277f;
+            p = p * t - 0.82215223f;
+            p = p * t + 1.48851587f;
+            p = p * t - 1.13520398f;
+            p = p * t + 0.27886807f;
+            p = p * t - 0.18628806f;
+            p = p * t + 0.09678418f;
+            p = p * t + 0.37409196f;
+            p = p * t + 1.00002368f;
+            p = p * t - 1.26551223f;
+            float e = t * FN(expf_approx)(p - az * az);
+            float erfc = z >= 0.0f ? e : 2.0f - e;
+            y[i] = 0.5f * x * erfc;
+        }
+        break;
+    case MRT_ACT_GELU_TANH:
+        /* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)) */
+        for (i = 0; i < n; ++i) {
+            float x = y[i];
+            float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+            float s = 1.0f / (1.0f + FN(expf_approx)(-2.0f * u));
+            y[i] = x * s;
         }
         break;
     default:

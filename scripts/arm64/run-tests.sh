@@ -22,8 +22,8 @@
 #                               no network needed; 1: pip's isolated build env from PyPI
 #   MINIRT_ARM64_PYTEST_ARGS    extra pytest arguments (e.g. -k digits)
 #   MINIRT_ARM64_BENCH_RUNS     timed runs of the demo model (default 200; 0 skips)
-#   MINIRT_ARM64_NOCC_CHECK     1 (default): finally reinstall with CC=false and check the
-#                               numpy-kernel fallback (leaves that install in the chroot)
+#   MINIRT_ARM64_NOCC_CHECK     1 (default): finally install again with CC=false (into a
+#                               separate folder) and check the numpy-kernel fallback
 #   MINIRT_ARM64_CPU            qemu CPU model for the tests (default cortex-a72 = Pi 4;
 #                               cortex-a53 = Pi 3, cortex-a76 = Pi 5; the per-CPU
 #                               dispatch test covers all three either way)
@@ -156,23 +156,24 @@ main() {
     fi
 
     # --- 5. no compiler: the install must still work, on numpy kernels ---------
+    # Into a separate folder (pip --target), so the chroot keeps its native install.
     if [ "$status" -eq 0 ] && [ "$NOCC_CHECK" = 1 ]; then
         log "pip install again with no working C compiler (CC=false): must fall back to the numpy kernels"
         t0=$SECONDS
-        rm -rf "$stage/src/build"
-        if ! in_chroot "$root" env CC=false python3 -m pip install -v --force-reinstall "${pip_flags[@]}" \
+        rm -rf "$stage/src/build" "$stage/nocc"
+        if ! in_chroot "$root" env CC=false python3 -m pip install -v --target /opt/minirt/nocc "${pip_flags[@]}" \
                 /opt/minirt/src > "$MINIRT_ARM64_CACHE/pip-install-nocc.log" 2>&1; then
             tail -n 40 "$MINIRT_ARM64_CACHE/pip-install-nocc.log" >&2
             log "pip install without a compiler FAILED"
             status=1
-        elif ! in_chroot "$root" sh -c "cd /opt/minirt/tests/examples/raspberry_pi && \
+        elif ! in_chroot "$root" sh -c "cd /opt/minirt/tests/examples/raspberry_pi && export PYTHONPATH=/opt/minirt/nocc && \
                 python3 -c 'import minirt.native as n; print(\"no compiler:\", n.describe()); assert not n.available' && \
                 python3 classify.py --model /opt/minirt/artifacts/digits_rpi4.mrt samples/digit_3.png samples/digit_8.png"; then
             log "the no-compiler install does not run on the numpy kernels"
             status=1
         fi
         t_nocc=$((SECONDS - t0))
-        rm -rf "$stage/src/build"
+        rm -rf "$stage/src/build" "$stage/nocc"
     fi
 
     log "times: root filesystem $((t_rootfs - t_start)) s, pip install ${t_pip} s, tests ${t_tests} s, no-compiler check ${t_nocc:-0} s, total $((SECONDS - t_start)) s"
