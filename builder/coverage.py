@@ -83,6 +83,8 @@ def _provider_ops() -> dict[str, set]:
 def render_operator_table() -> str:
     by_op: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     for entry in registered():
+        if not entry.fn.__module__.startswith("minirt.kernels."):
+            continue  # kernels that tests or plug-ins register are not minirt's coverage
         by_op[(entry.domain, entry.op_type)].append(entry.since)
     providers = _provider_ops()
     lines = [

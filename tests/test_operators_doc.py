@@ -18,4 +18,6 @@ def test_operators_doc_is_current():
 def test_every_registered_op_is_listed():
     text = DOC.read_text()
     for entry in registered():
+        if not entry.fn.__module__.startswith("minirt.kernels."):
+            continue  # registered by a test
         assert f"| {entry.op_type} |" in text, entry.op_type

@@ -22,12 +22,19 @@ _NONDETERMINISTIC = frozenset(
 )
 
 
+def _tensor_key(t) -> tuple:
+    arr = t.numpy()
+    # String tensors are object arrays, which have no byte image: key on their values.
+    data = tuple(arr.reshape(-1).tolist()) if arr.dtype == object else arr.tobytes()
+    return (str(t.dtype), tuple(t.shape), data)
+
+
 def _attr_key(a: ir.Attr):
     t, v = a.type, a.value
     if t == ir.AttributeType.TENSOR:
-        return (a.name, int(t), str(v.dtype), tuple(v.shape), v.tobytes())
+        return (a.name, int(t), _tensor_key(v))
     if t == ir.AttributeType.TENSORS:
-        return (a.name, int(t), tuple((str(x.dtype), tuple(x.shape), x.tobytes()) for x in v))
+        return (a.name, int(t), tuple(_tensor_key(x) for x in v))
     if isinstance(v, list):
         v = tuple(v)
     return (a.name, int(t), v)

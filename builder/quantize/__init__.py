@@ -52,6 +52,13 @@ class QuantizeOptions:
     symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
     quantize_final: bool = False  # also quantize the layers that feed the model's outputs
+    # Depthwise convolutions stay float by default: the native float depthwise kernel is
+    # faster than quantize + int8 for them (docs/decisions.md, int8 speed), and they hold
+    # few weights.
+    quantize_depthwise: bool = False
+    # Conv layers with fewer multiply-adds per output than this stay float: quantizing the input
+    # costs about what int8 saves (1x1 convs over 12-16 channels measured 1.25x slower in int8).
+    int8_min_reduction: int = 24
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
@@ -120,7 +127,7 @@ def collect_ranges(model: ir.Model, names: list[str], feeds, method: str = "minm
 def _native_int8() -> bool:
     from minirt import native
 
-    return bool(native.available and hasattr(native, "qgemm_u8s8"))
+    return bool(native.available and hasattr(native, "qgemm"))
 
 
 def _excluded(c: Candidate, exclude: Sequence[str]) -> bool:
@@ -202,6 +209,12 @@ def quantize(
         for c in candidates:
             if _excluded(c, opts.exclude):
                 report.kept_float.append({"node": c.name, "reason": "excluded by option"})
+            elif c.depthwise and not opts.quantize_depthwise:
+                report.kept_float.append({"node": c.name, "reason": "depthwise convolution: float is faster than "
+                                                                   "int8 here (quantize_depthwise to quantize it)"})
+            elif c.kind == "conv" and 0 < c.reduction < opts.int8_min_reduction:
+                report.kept_float.append({"node": c.name, "reason": f"{c.reduction} multiply-adds per output: float "
+                                                                   f"is faster than int8 (int8_min_reduction)"})
             elif c.final and not opts.quantize_final:
                 report.kept_float.append({"node": c.name, "reason": "final layer (feeds a model output); "
                                                                    "quantize_final to quantize it"})

@@ -67,6 +67,7 @@ class Candidate:
     final: bool = False
     weight_elements: int = 0
     depthwise: bool = False  # group == C == M: its input may be quantized per channel
+    reduction: int = 0  # multiply-adds per output value (Conv: C/group*KH*KW; MatMul/Gemm: K)
 
 
 def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
@@ -151,8 +152,12 @@ def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Can
                     continue
         group = int(_attr(node, "group", 1))
         depthwise = kind == "conv" and warr.shape[1] == 1 and group == warr.shape[0] and group > 1
+        if kind == "conv":
+            reduction = int(np.prod(warr.shape[1:]))
+        else:
+            reduction = int(warr.shape[1] if key in GEMM_OPS and _attr(node, "transB", 0) else warr.shape[0])
         found.append(Candidate(node.name, node.op_type, kind, x.name, w.name, weight_elements=int(warr.size),
-                               depthwise=depthwise))
+                               depthwise=depthwise, reduction=reduction))
         ids[id(node)] = None
     final = _final_nodes(graph, set(ids))
     for c in found:

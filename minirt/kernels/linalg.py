@@ -116,7 +116,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c):
         raise ValueError(
             f"Gemm: inner dimensions differ: A' is {a.shape}, B' is {b.shape} (transA={trans_a}, transB={trans_b})"
         )
-    if alpha == 1.0 and a.dtype == _F32:
+    if alpha == 1.0 and a.dtype == _F32 and not (exact_c and c is not None and c.shape != (a.shape[0], b.shape[1])):
         fast = _gemm_native(a, b, c, beta)
         if fast is not None:
             return fast

@@ -23,6 +23,7 @@ import functools
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.kernels.registry import kernel, lookup
 
 DOMAIN = "com.minirt"
@@ -137,45 +138,99 @@ def qconv_native(xq, x_zero, w, w_scale_eff, bias, z, out, k, s, d, pb, group, a
     return y
 
 
+class _QConvPlan:
+    """Everything a native QConv call needs that does not depend on the input values,
+    for one (weights, input shape, attributes): geometry, packed weights, scales."""
+
+    __slots__ = ("w_ref", "keep", "out_shape", "sc", "zp_u8", "dynamic", "args", "ws")
+
+
+# (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, attributes..., z) -> _QConvPlan or False
+_QCONV_PLANS: dict = {}
+
+
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
                 activation, activation_params):
-    """QConv on the native int8 GEMM, or None when it does not apply."""
-    if not _native_ready() or x.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
+    """QConv on the native int8 kernels (one C call per layer), or None when it does not apply."""
+    if not _native.available or x.dtype != np.float32 or x.ndim != 4:
         return None
+    key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
+           kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype))
+    plan = _QCONV_PLANS.get(key)
+    if plan is None or (plan is not False and plan.w_ref() is not w):
+        plan = _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
+                           pads, strides, activation, activation_params)
+        if plan is False:
+            if len(_QCONV_PLANS) < 4096:
+                _QCONV_PLANS[key] = False
+            return None
+        import weakref
+
+        try:
+            plan.w_ref = weakref.ref(w, lambda _r, key=key: _QCONV_PLANS.pop(key, None))
+        except TypeError:  # pragma: no cover - numpy arrays are weak-referenceable
+            return None
+        _QCONV_PLANS[key] = plan
+    if plan is False:
+        return None
+    if plan.dynamic:
+        sc, zp_u8, _, _ = _quant_params(x, None, None)
+        scale = (np.float32(sc) * plan.ws).astype(np.float32)
+    else:
+        sc, zp_u8, scale = plan.sc, plan.zp_u8, None
+    y = np.empty(plan.out_shape, dtype=np.float32)
+    _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y,
+                         None if z is None else np.ascontiguousarray(z), scale)
+    return y
+
+
+def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
+                activation, activation_params):
+    if w.ndim != 4:
+        return False
     if x_scale is not None and np.asarray(x_scale).size != 1:
-        return None  # per-channel activation scale (depthwise): float path
-    from minirt import native
+        return False  # per-channel activation scale (depthwise): float path
     from minirt.kernels import nn
 
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    if group < 1 or c % group or m % group or cg * group != c or (cg == 1 and group == c):
-        return None  # depthwise or malformed: the float path (or its error message)
+    if group < 1 or c % group or m % group or cg * group != c or (cg == 1 and group == c > 1):
+        return False  # depthwise or malformed: the float path (or its error message)
     spec = nn._NATIVE_ACTIVATIONS.get(activation)
     params = tuple(float(v) for v in (activation_params or ()))
     if spec is None or len(params) != spec[1]:
-        return None
+        return False
     k = w.shape[2:]
     if kernel_shape and tuple(kernel_shape) != k:
-        return None
+        return False
     st = nn._per_axis("Conv", "strides", strides, 2, 1)
     dl = nn._per_axis("Conv", "dilations", dilations, 2, 1)
     out, pb, _ = nn._geometry("Conv", x.shape[2:], k, st, dl, pads, auto_pad)
     if z is not None and (z.dtype != np.float32 or z.shape != (n, m) + tuple(out)):
-        return None
+        return False
     if b is not None and np.asarray(b).shape != (m,):
-        return None
-    sc, zp, lo, hi = _quant_params(x, x_scale, x_zero_point)
-    if (lo, hi) not in ((0, 255), (-128, 127)):
-        return None
-    zp_u8 = zp + 128 if lo == -128 else zp  # int8 activations: shift by 128 (same integers minus zero point)
-    xc = np.ascontiguousarray(x)
-    xq = np.empty(xc.shape, dtype=np.uint8)
-    native.quantize_u8(xc, xq, sc, zp_u8)
+        return False
+    plan = _QConvPlan()
+    plan.dynamic = x_scale is None
+    if plan.dynamic:
+        sc, zp_u8 = 1.0, 0
+    else:
+        sc, zp, lo, hi = _quant_params(x, x_scale, x_zero_point)
+        if (lo, hi) not in ((0, 255), (-128, 127)):
+            return False
+        zp_u8 = zp + 128 if lo == -128 else zp  # int8 activations: shift by 128 (same integers minus zero point)
+    packed = _native.qpack(w.reshape(m, -1), owner=w, tag="conv")
     ws = np.asarray(w_scale, dtype=np.float32).reshape(-1)
-    scale = (np.float32(sc) * (ws if ws.size == m else np.full(m, ws.reshape(()), np.float32))).astype(np.float32)
+    plan.ws = np.ascontiguousarray(ws if ws.size == m else np.full(m, ws.reshape(()), np.float32))
+    plan.sc, plan.zp_u8 = sc, zp_u8
+    scale = (np.float32(sc) * plan.ws).astype(np.float32)
+    bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
     a0, a1 = (params + (0.0, 0.0))[:2]
-    return qconv_native(xq, zp_u8, w, scale, b, z, out, k, st, dl, pb, group, spec[0], a0, a1)
+    plan.out_shape = (n, m) + tuple(out)
+    # x_scale, x_zero_point, w_scale and b stay alive with the plan, so their ids in the key stay theirs
+    plan.keep = (x_scale, x_zero_point, w_scale, b)
+    plan.args = _native.qconv2d_prepare(x.shape, packed, m, group, k, st, dl, pb, out, scale, bias, spec[0], a0, a1)
+    return plan
 
 
 @kernel("QConv", since=1, domain=DOMAIN)
@@ -210,16 +265,84 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
         raise ValueError("QMatMul: inputs B and B_scale are required")
     if b.dtype != np.int8 or b.ndim != 2:
         raise ValueError(f"QMatMul: B must be a 2-D int8 matrix, got {b.dtype} {b.shape}")
-    s, zp, lo, hi = _quant_params(a, a_scale, a_zero_point)
-    if (_native_ready() and a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == (b.shape[1] if transB else b.shape[0])
-            and a.size and (lo, hi) in ((0, 255), (-128, 127))):
-        y = _qmatmul_native(a, s, zp + 128 if lo == -128 else zp, b, b_scale, bias, transB)
+    if _native.available and a.dtype == np.float32 and a.ndim >= 1 and a.size:
+        y = _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params)
         if y is not None:
-            return _qmatmul_epilogue(y, None, z, activation, activation_params)
+            return y
+    s, zp, lo, hi = _quant_params(a, a_scale, a_zero_point)
     aq = fake_quantize(a, s, zp, lo, hi)
     bf = _dequant_weight(b, b_scale, 0 if transB else 1)
     y = np.matmul(aq, bf.T if transB else bf)
     return _qmatmul_epilogue(y, bias, z, activation, activation_params)
+
+
+# (id(b), id(b_scale), id(a_scale), id(a_zero_point), id(bias), transB, activation...) -> plan tuple or False
+_QMATMUL_PLANS: dict = {}
+
+
+def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params):
+    """QMatMul in one native call (quantize, int8 GEMM, bias, activation), or None."""
+    key = (id(b), id(b_scale), id(a_scale), id(a_zero_point), id(bias), transB, activation, activation_params)
+    plan = _QMATMUL_PLANS.get(key)
+    if plan is None or (plan is not False and plan[0]() is not b):
+        plan = _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params)
+        if plan is False:
+            if len(_QMATMUL_PLANS) < 4096:
+                _QMATMUL_PLANS[key] = False
+            return None
+        import weakref
+
+        plan = (weakref.ref(b, lambda _r, key=key: _QMATMUL_PLANS.pop(key, None)),) + plan
+        _QMATMUL_PLANS[key] = plan
+    if plan is False:
+        return None
+    _, keep, k, n, packed, ws, static, scale, bias_c, act = plan
+    if a.shape[-1] != k:
+        return None
+    if static is None:
+        sc, zp_u8, _, _ = _quant_params(a, None, None)
+        scale = (np.float32(sc) * ws).astype(np.float32)
+    else:
+        sc, zp_u8 = static
+    a2 = np.ascontiguousarray(a).reshape(-1, k)
+    y = np.empty(a.shape[:-1] + (n,), dtype=np.float32)
+    fused = act if z is None else None  # the residual comes before the activation
+    _native.qmatmul(a2, sc, zp_u8, packed, n, scale, bias_c, y.reshape(-1, n), *(fused or (0, 0.0, 0.0)))
+    if fused is not None:
+        return y
+    return _qmatmul_epilogue(y, None, z, activation, activation_params)
+
+
+def _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params):
+    k = b.shape[1] if transB else b.shape[0]
+    n = b.shape[0] if transB else b.shape[1]
+    if bias is not None and np.asarray(bias).shape != (n,):
+        return False
+    bs = np.asarray(b_scale, dtype=np.float32).reshape(-1)
+    if bs.size not in (1, n):
+        return False
+    if a_scale is not None and np.asarray(a_scale).size != 1:
+        return False
+    ws = np.ascontiguousarray(np.broadcast_to(bs, (n,)), dtype=np.float32)
+    static = scale = None
+    if a_scale is not None:
+        sc, zp, lo, hi = _quant_params(a, a_scale, a_zero_point)
+        if (lo, hi) not in ((0, 255), (-128, 127)):
+            return False
+        static = (sc, zp + 128 if lo == -128 else zp)
+        scale = (np.float32(sc) * ws).astype(np.float32)
+    from minirt.kernels import nn
+
+    spec = nn._NATIVE_ACTIVATIONS.get(activation)
+    params = tuple(float(v) for v in (activation_params or ()))
+    act = None
+    if spec is not None and len(params) == spec[1]:
+        act = (spec[0],) + (params + (0.0, 0.0))[:2]
+    wt = b if transB else b.T  # (N, K) int8
+    packed = _native.qpack(wt, owner=b, tag=("T", transB))
+    bias_c = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    keep = (b_scale, a_scale, a_zero_point, bias)  # their ids are in the key
+    return (keep, k, n, packed, ws, static, scale, bias_c, act)
 
 
 def _qmatmul_native(a, s, zp_u8, b, b_scale, bias, transB):

@@ -247,6 +247,57 @@ def qgemm(packed_w, m, k, x, x_zero, scale, c, bias=None, residual=None, act=0, 
     )
 
 
+def qconv2d(x, x_scale: float, x_zero: int, packed_w, m, group, k, s, d, pb, y, scale, bias=None, residual=None,
+            act=0, a0=0.0, a1=0.0) -> None:
+    """A whole int8 convolution: y (N, M, OH, OW) float32 from x (N, C, H, W) float32 (contiguous).
+
+    ``packed_w`` from :func:`qpack` of the (M, C/group*KH*KW) int8 weights; x is
+    quantized with (x_scale, x_zero) (uint8) inside; ``scale`` (M,) = x_scale *
+    w_scale[m]; ``bias`` (M,) or None; ``residual`` like ``y`` or None.
+    """
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2:]
+    rc = _lib.mrt_qconv2d_f32(
+        _ptr(x), n, c, h, wd, x_scale, int(x_zero), _ffi.from_buffer("char[]", packed_w), m, group, k[0], k[1], s[0],
+        s[1], d[0], d[1], pb[0], pb[1], oh, ow, _ptr(scale), _ffi.NULL if bias is None else _ptr(bias),
+        _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act, a0, a1, threads(),
+    )
+    if rc != 0:
+        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+
+
+def qconv2d_prepare(x_shape, packed_w, m, group, k, s, d, pb, out, scale, bias, act=0, a0=0.0, a1=0.0):
+    """The constant arguments of :func:`qconv2d_call` for one layer and input shape (cffi
+    pointers made once; the tuple keeps the arrays they point into alive)."""
+    n, c, h, wd = x_shape
+    keep = (packed_w, scale, bias)
+    return (keep, n, c, h, wd, _ffi.from_buffer("char[]", packed_w), m, group, k[0], k[1], s[0], s[1], d[0], d[1],
+            pb[0], pb[1], out[0], out[1], _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), act, a0, a1)
+
+
+def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=None) -> None:
+    """Run a prepared int8 convolution (see :func:`qconv2d`); ``scale`` overrides the prepared
+    per-row scales (dynamic quantization)."""
+    (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
+    rc = _lib.mrt_qconv2d_f32(
+        _ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+        ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act,
+        a0, a1, threads(),
+    )
+    if rc != 0:
+        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+
+
+def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, a0=0.0, a1=0.0) -> None:
+    """y (rows, n) float32 = act(scale[j] * (quant(a) - x_zero) @ W^T + bias[j]); a (rows, K) float32
+    contiguous; ``packed_w`` from :func:`qpack` of the (n, K) int8 weights."""
+    rows, k = a.shape
+    rc = _lib.mrt_qmatmul_f32(_ptr(a), rows, k, x_scale, int(x_zero), _ffi.from_buffer("char[]", packed_w), n,
+                              _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ptr(y), act, a0, a1, threads())
+    if rc != 0:
+        raise MemoryError("minirt native qmatmul: could not allocate its scratch buffer")
+
+
 def quantize_u8(x, q, scale: float, zero_point: int) -> None:
     """q (uint8, same size) = clamp(rint(x / scale) + zero_point, 0, 255); both contiguous."""
     _lib.mrt_quantize_u8_f32(_ptr(x), _ffi.from_buffer("uint8_t[]", q), x.size, scale, int(zero_point), threads())

@@ -209,6 +209,24 @@ static void *mrt_pack_buffer(size_t bytes) {
     return tls_pack;
 }
 
+/* A second per-thread scratch for whole-layer buffers (the quantized input
+ * and im2col of an int8 convolution) that live across the GEMM jobs, which
+ * use mrt_pack_buffer on the same thread. */
+static __thread void *tls_scratch;
+static __thread size_t tls_scratch_cap;
+
+static void *mrt_scratch_buffer(size_t bytes) {
+    if (bytes > tls_scratch_cap) {
+        void *p = NULL;
+        size_t cap = bytes + 4096;
+        if (posix_memalign(&p, 64, cap) != 0) return NULL;
+        free(tls_scratch);
+        tls_scratch = p;
+        tls_scratch_cap = cap;
+    }
+    return tls_scratch;
+}
+
 /* ------------------------------------------------------------------ kernel bodies */
 
 #define FN_PASTE(a, b) a##b

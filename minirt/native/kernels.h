@@ -107,4 +107,17 @@ void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp
 void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                    int dw, int pt, int pl, int oh, int ow, int pad, int nthreads);
 
+/* A whole int8 convolution with float input and output (NCHW): quantizes x with
+ * (x_scale, x_zero) into per-thread scratch, im2col (u8), and the int8 GEMM per group;
+ * packed_w from mrt_qgemm_pack_w of the (m, c/group*kh*kw) weights.  Returns 0, or -1
+ * when the scratch could not be allocated. */
+int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,
+                    int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                    const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
+                    int nthreads);
+/* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float (rows, K),
+ * W the (n, K) int8 weights packed by mrt_qgemm_pack_w.  Returns 0, or -1 without scratch memory. */
+int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,
+                    const float *scale, const float *bias, float *y, int act, float a0, float a1, int nthreads);
+
 #endif

@@ -215,13 +215,13 @@ static void q_task(void *ctx, long begin, long end) {
     }
 }
 
-void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
-                        const float *scale, const float *bias, float *C, long ldc, const float *res, long ldr, int act,
-                        float a0, float a1, int nthreads) {
+static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
+                       int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
+                       long ldr, int act, float a0, float a1, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
-    g.sums = (const int32_t *)packed_w;
-    g.W = (const int8_t *)packed_w + (long)M * 4;
+    g.sums = sums;
+    g.W = W;
     g.X = X; g.C = C; g.scale = scale; g.bias = bias; g.res = res;
     g.k4 = q_k4(K); g.ldx = ldx; g.ldc = ldc; g.ldr = ldr;
     g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
@@ -241,7 +241,15 @@ void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t
     }
     int mblocks = (M + mc - 1) / mc;
     g.nc = nc; g.mc = mc; g.nblocks = nblocks;
-    mrt_parallel_for((long)nblocks * mblocks, (long)mc * nc * (K > 0 ? K : 1) / 4, nthreads, q_task, &g);
+    /* a thread must get ~1M int8 multiply-adds (a few microseconds) to pay for waking it */
+    mrt_parallel_for((long)nblocks * mblocks, (long)mc * nc * (K > 0 ? K : 1) / 32, nthreads, q_task, &g);
+}
+
+void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
+                        const float *scale, const float *bias, float *C, long ldc, const float *res, long ldr, int act,
+                        float a0, float a1, int nthreads) {
+    q_gemm_run(M, N, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)M * 4, X, ldx, x_zero, scale, bias,
+               C, ldc, res, ldr, act, a0, a1, nthreads);
 }
 
 /* ---------------------------------------------------------------- quantize / im2col for uint8 */
@@ -337,4 +345,81 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
                    int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
     q_im2col_args a = {x, cols, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
     mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_task, &a);
+}
+
+/* ---------------------------------------------------------------- a whole int8 convolution */
+
+/* y (n, m, oh, ow) = act(scale[m] * conv(quant(x) - x_zero, W) + bias[m] + res): the input is
+ * quantized into per-thread scratch, im2col'ed (unless 1x1 / stride 1 / no padding), and each
+ * group's GEMM runs on the packed weights of all m rows (mrt_qgemm_pack_w of the
+ * (m, c/group*kh*kw) matrix).  One call per layer instead of one per step and image. */
+int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,
+                    int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                    const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
+                    int nthreads) {
+    const long plane = (long)h * wd, p = (long)oh * ow;
+    const int cg = c / group, mg = m / group, kk = kh * kw, kg = cg * kk;
+    const int direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
+    const size_t xq_bytes = (size_t)c * plane, cols_bytes = direct ? 0 : (size_t)c * kk * p;
+    uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + cols_bytes + 64);
+    if (!xq) return -1;
+    uint8_t *cols = xq + ((xq_bytes + 63) / 64) * 64;
+    const int32_t *sums = (const int32_t *)packed_w;
+    const int8_t *W = (const int8_t *)packed_w + (long)m * 4;
+    const long k4 = q_k4(kg);
+    for (int i = 0; i < n; ++i) {
+        mrt_quantize_u8_f32(x + (long)i * c * plane, xq, (long)c * plane, x_scale, x_zero, nthreads);
+        const uint8_t *src = xq;
+        if (!direct) {
+            mrt_im2col_u8(xq, cols, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, x_zero, nthreads);
+            src = cols;
+        }
+        float *yi = y + (long)i * m * p;
+        const float *ri = res ? res + (long)i * m * p : NULL;
+        for (int g = 0; g < group; ++g) {
+            long r0 = (long)g * mg;
+            q_gemm_run(mg, (int)p, kg, sums + r0, W + r0 * k4, src + (long)g * kg * p, p, x_zero, scale + r0,
+                       bias ? bias + r0 : NULL, yi + r0 * p, p, ri ? ri + r0 * p : NULL, p, act, a0, a1, nthreads);
+        }
+    }
+    return 0;
+}
+
+/* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):
+ * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
+ * of rows; a is quantized straight into the transposed (K, rows) layout, and C^T is transposed
+ * into y (rows == 1 writes y directly). */
+int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,
+                    const float *scale, const float *bias, float *y, int act, float a0, float a1, int nthreads) {
+    if (rows <= 0 || n <= 0) return 0;
+    const size_t xq_bytes = ((size_t)K * rows + 63) / 64 * 64;
+    const size_t ct_bytes = rows == 1 ? 0 : sizeof(float) * (size_t)n * rows;
+    uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + ct_bytes + 64);
+    if (!xq) return -1;
+    float *ct = rows == 1 ? y : (float *)(xq + xq_bytes);
+    if (rows == 1) {
+        mrt_quantize_u8_f32(a, xq, K, x_scale, x_zero, nthreads);
+    } else {
+        const float lo = (float)(0 - x_zero), hi = (float)(255 - x_zero), zp = (float)x_zero;
+        for (long r0 = 0; r0 < rows; r0 += 64) { /* blocks of 64 rows: reads and writes stay in cache */
+            long r1 = r0 + 64 < rows ? r0 + 64 : rows;
+            for (int k = 0; k < K; ++k) {
+                uint8_t *dst = xq + (long)k * rows;
+                for (long r = r0; r < r1; ++r) {
+                    float t = a[r * K + k] / x_scale;
+                    t = t > lo ? t : lo; /* NaN -> lo, as in mrt_quantize_u8_f32 */
+                    t = t < hi ? t : hi;
+                    t = (t + 12582912.0f) - 12582912.0f;
+                    dst[r] = (uint8_t)(int)(t + zp);
+                }
+            }
+        }
+    }
+    q_gemm_run(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq, rows, x_zero,
+               scale, bias, ct, rows, NULL, 0, act, a0, a1, nthreads);
+    if (rows > 1)
+        for (long r0 = 0; r0 < rows; r0 += 32)
+            for (int j = 0; j < n; ++j)
+                for (long r = r0; r < rows && r < r0 + 32; ++r) y[r * n + j] = ct[(long)j * rows + r];
+    return 0;
 }

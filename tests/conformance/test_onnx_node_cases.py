@@ -20,7 +20,7 @@ from tests.conformance import cases as C
 
 # Passed / total node cases measured when the floor was last raised.  Raise
 # it when more cases pass; never lower it to make a regression go green.
-PASS_RATE_FLOOR = 0.993  # 1872/1884 measured
+PASS_RATE_FLOOR = 0.994  # 1873/1884 measured
 
 _CASES = C.node_cases()
 _UNSUPPORTED = C.load_unsupported()

@@ -573,11 +573,24 @@ def test_batch_norm_old_opsets_ignore_is_test():
         np.testing.assert_array_equal(run_kernel("BatchNormalization", inputs, attrs, opset=opset)[0], expected)
 
 
-def test_batch_norm_rejects_training():
+@pytest.mark.parametrize("n_outputs", [1, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (4, 2), (2, 3, 2, 2, 2)])
+def test_batch_norm_training_mode(n_outputs, shape):
+    # onnxruntime's CPU build has no training-mode BatchNormalization: the onnx reference evaluator does
+    rng = np.random.default_rng(54)
+    inputs = _bn_inputs(rng, shape)
+    attrs = {"training_mode": 1, "momentum": 0.8, "epsilon": 1e-3}
+    ref = _reference("BatchNormalization", inputs, attrs, n_outputs, 15, engine="onnx-reference")
+    out = run_kernel("BatchNormalization", inputs, attrs, opset=15, n_outputs=n_outputs)
+    assert len(out) == n_outputs
+    for a, e in zip(out, ref):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_rejects_legacy_training_outputs():
     rng = np.random.default_rng(54)
     inputs = _bn_inputs(rng, (1, 3, 4, 4))
-    with pytest.raises(ValueError, match="training_mode"):
-        run_kernel("BatchNormalization", inputs, {"training_mode": 1}, opset=15)
     with pytest.raises(ValueError, match="training"):
         run_kernel("BatchNormalization", inputs, n_outputs=5, opset=9)
     with pytest.raises(ValueError, match="scale shape"):
@@ -757,13 +770,29 @@ def test_dropout_opset12_inputs():
     assert mask.dtype == np.bool_ and mask.all()
 
 
-def test_dropout_old_opsets_and_training_rejected():
+def test_dropout_old_opsets():
     x = np.ones((2, 2), np.float32)
     for opset, attrs in [(1, {"is_test": 1, "consumed_inputs": [0]}), (6, {"is_test": 1})]:
         y, mask = run_kernel("Dropout", [x], attrs, opset=opset, n_outputs=2)
         np.testing.assert_array_equal(y, x)
         assert mask.shape == x.shape
-    with pytest.raises(ValueError, match="training_mode"):
-        run_kernel("Dropout", [x, np.array(0.5, np.float32), np.array(True)], opset=13)
-    with pytest.raises(ValueError, match="training_mode"):
-        run_kernel("Dropout", [x, None, np.array(True)], opset=13)
+
+
+@pytest.mark.parametrize("ratio", [None, 0.2, 0.75])
+def test_dropout_training_mode(ratio):
+    x = np.random.default_rng(3).uniform(1, 2, (50, 40)).astype(np.float32)
+    r = np.array(ratio, np.float32) if ratio is not None else None
+    y, mask = run_kernel("Dropout", [x, r, np.array(True)], {"seed": 5}, opset=13, n_outputs=2)
+    p = 0.5 if ratio is None else ratio
+    assert mask.dtype == np.bool_ and y.dtype == np.float32
+    assert abs(1 - mask.mean() - p) < 0.05
+    np.testing.assert_allclose(y, np.where(mask, x / (1 - p), 0), rtol=1e-6)
+    # the same seed gives the same mask; no seed gives fresh ones
+    y2, mask2 = run_kernel("Dropout", [x, r, np.array(True)], {"seed": 5}, opset=13, n_outputs=2)
+    np.testing.assert_array_equal(mask, mask2)
+    if ratio is None:
+        return  # the onnx reference evaluator cannot run Dropout without its ratio input
+    # with a seed, the onnx reference evaluator draws the same mask (both use numpy's seeded Mersenne-Twister)
+    ref_y, ref_mask = _reference("Dropout", [x, r, np.array(True)], {"seed": 5}, 2, 13, engine="onnx-reference")
+    np.testing.assert_array_equal(mask, ref_mask)
+    np.testing.assert_allclose(y, ref_y, rtol=1e-6)

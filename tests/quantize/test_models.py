@@ -133,8 +133,10 @@ def test_ppocr_det_int8_and_fp16_sizes():
     feeds = [{"x": rng.standard_normal((1, 3, 64, 96)).astype(np.float32)} for _ in range(2)]
     model = optimized(path)
     report = quantize(model, "int8", feeds, QuantizeOptions(**NO_TIMING))
-    assert report.size_ratio <= 0.3
-    assert len(report.quantized) > 50
+    # depthwise convolutions stay float by default (faster than int8): 0.28x -> 0.31x
+    assert report.size_ratio <= 0.32
+    assert len(report.quantized) > 30
+    assert any("depthwise" in k["reason"] for k in report.kept_float)
     assert any(k["node"].startswith("p2o.ConvTranspose") for k in report.kept_float)  # final layer
     y = _run.session(model).run(None, feeds[0])[0]
     assert y.shape == (1, 1, 64, 96) and np.isfinite(y).all()
