@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from builder.passes._ir import static_shape
+
 _ELEMENTWISE_1 = {
     "Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "LeakyRelu", "PRelu", "Clip", "Neg", "Abs", "Sqrt",
     "Pow", "Where", "Equal", "Less", "Greater", "Not", "And", "Or", "Cast", "Floor", "Ceil", "Round",
@@ -30,15 +32,7 @@ _REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "R
 _NORM = {"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization"}
 
 
-def _shape(value):
-    if value is None or value.shape is None:
-        return None
-    dims = []
-    for d in value.shape:
-        if not isinstance(d, int) or d < 0:
-            return None
-        dims.append(int(d))
-    return tuple(dims)
+_shape = static_shape  # one definition: builder.passes._ir.static_shape
 
 
 def _numel(value) -> int:

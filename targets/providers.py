@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from builder.passes import _ir
 from minirt.dtypes import ONNX_TO_NUMPY
 
 # provider name -> "module:Class" (imported on first use)
@@ -185,14 +186,7 @@ class SupportContext:
     @staticmethod
     def static_shape(value: ir.Value | None) -> tuple | None:
         """The shape when every dim is a known int, else None."""
-        if value is None or value.shape is None:
-            return None
-        dims = []
-        for d in value.shape:
-            if not isinstance(d, int) or d < 0:
-                return None
-            dims.append(int(d))
-        return tuple(dims)
+        return _ir.static_shape(value)
 
     @staticmethod
     def rank(value: ir.Value | None) -> int | None:

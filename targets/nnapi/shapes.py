@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from builder.passes._ir import static_shape
 
-def _static(value):
-    if value is None or value.shape is None:
-        return None
-    dims = []
-    for d in value.shape:
-        if not isinstance(d, int) or d < 0:
-            return None
-        dims.append(int(d))
-    return tuple(dims)
+
+_static = static_shape  # one definition: builder.passes._ir.static_shape
 
 
 def _broadcast(*shapes):
