@@ -94,6 +94,13 @@ def attr(node: ir.Node, name: str, default=None):
     return default if a is None else a.value
 
 
+def live_nodes(graph: ir.Graph):
+    """``graph``'s nodes in order, skipping any that an earlier rewrite in the same sweep removed."""
+    for node in list(graph):
+        if node.graph is graph:
+            yield node
+
+
 def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
     """The shape as ints when every dimension is known, else None."""
     if value is None or value.shape is None:

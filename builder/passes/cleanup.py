@@ -228,8 +228,8 @@ class Cleanup(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         for graph in list(_ir.graphs(model)):
-            for node in list(graph):
-                if node.graph is not graph or node.domain not in ("", "ai.onnx"):
+            for node in _ir.live_nodes(graph):
+                if node.domain not in ("", "ai.onnx"):
                     continue
                 for rule in _BY_OP.get(node.op_type, ()):
                     result = rule(node, model)

@@ -163,9 +163,7 @@ class ConstantFolding(Pass):
         self._model = model
         changed = promote_initializer_inputs(model)
         for graph in list(_ir.graphs(model)):
-            for node in list(graph):
-                if node.graph is not graph:
-                    continue
+            for node in _ir.live_nodes(graph):
                 if _ir.is_onnx(node, "Constant"):
                     changed |= self._lift_constant(graph, node)
                 elif _ir.is_onnx(node, "Shape", "Size"):

@@ -86,9 +86,7 @@ class FuseActivation(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in list(graph):
-            if node.graph is not graph:
-                continue
+        for node in _ir.live_nodes(graph):
             base = _base(node)
             if base is None:
                 continue

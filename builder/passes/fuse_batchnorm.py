@@ -96,8 +96,8 @@ class FuseBatchNorm(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in list(graph):
-            if node.graph is not graph or not _ir.is_onnx(node, "BatchNormalization", "Mul", "Div", "Add", "Sub"):
+        for node in _ir.live_nodes(graph):
+            if not _ir.is_onnx(node, "BatchNormalization", "Mul", "Div", "Add", "Sub"):
                 continue
             changed |= self._try(model, graph, node)
         return changed

@@ -28,8 +28,8 @@ class MatMulAddToGemm(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in list(graph):
-            if node.graph is not graph or not _ir.is_onnx(node, "MatMul"):
+        for node in _ir.live_nodes(graph):
+            if not _ir.is_onnx(node, "MatMul"):
                 continue
             y = node.outputs[0]
             user = _ir.single_use(y)

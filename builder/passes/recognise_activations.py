@@ -67,9 +67,7 @@ class RecogniseActivations(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in list(graph):
-            if node.graph is not graph:
-                continue
+        for node in _ir.live_nodes(graph):
             match = None
             if _ir.is_onnx(node, "Clip"):
                 match = self._hard_swish_clip(model, node)

@@ -68,6 +68,7 @@ class Candidate:
     weight_elements: int = 0
     depthwise: bool = False  # group == C == M: its input may be quantized per channel
     reduction: int = 0  # multiply-adds per output value (Conv: C/group*KH*KW; MatMul/Gemm: K)
+    window: int = 1  # Conv: KH*KW (1 for a pointwise conv, which needs no im2col in float either)
 
 
 def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
@@ -157,7 +158,8 @@ def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Can
         else:
             reduction = int(warr.shape[1] if key in GEMM_OPS and _attr(node, "transB", 0) else warr.shape[0])
         found.append(Candidate(node.name, node.op_type, kind, x.name, w.name, weight_elements=int(warr.size),
-                               depthwise=depthwise, reduction=reduction))
+                               depthwise=depthwise, reduction=reduction,
+                               window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1))
         ids[id(node)] = None
     final = _final_nodes(graph, set(ids))
     for c in found:
