@@ -6,7 +6,7 @@ Each pass lives in its own module with a docstring of its rules and a test
 beside it (``test_<name>.py``)::
 
     level 0   nothing
-    level 1   shape_specialisation, constant_folding, cleanup, initializer_dedup, cse, dce
+    level 1   shape_specialisation, constant_folding, fold_constant_if, cleanup, initializer_dedup, cse, dce
     level 2   level 1 + recognise_activations, fuse_batchnorm, matmul_to_gemm, fuse_pad, fuse_activation
     level 3   level 2 + recognise_layernorm, recognise_attention
 
@@ -25,6 +25,7 @@ from builder.passes.constant_folding import ConstantFolding
 from builder.passes.cse import CommonSubexpressionElimination
 from builder.passes.dce import DeadCodeElimination
 from builder.passes.fuse_activation import FuseActivation
+from builder.passes.fold_constant_if import FoldConstantIf
 from builder.passes.fuse_batchnorm import FuseBatchNorm
 from builder.passes.initializer_dedup import InitializerDeduplication
 from builder.passes.manager import OptimizationReport, OptimizeContext, Pass, PassManager, format_report
@@ -32,7 +33,7 @@ from builder.passes.matmul_to_gemm import MatMulAddToGemm
 from builder.passes.recognise_activations import RecogniseActivations
 from builder.passes.shape_specialisation import ShapeSpecialisation
 
-_LEVEL1 = [ShapeSpecialisation, ConstantFolding, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
+_LEVEL1 = [ShapeSpecialisation, ConstantFolding, FoldConstantIf, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
            DeadCodeElimination]
 _LEVEL2 = [RecogniseActivations, FuseBatchNorm, MatMulAddToGemm, FuseActivation]
 _LEVEL3: list = []

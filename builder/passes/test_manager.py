@@ -82,7 +82,7 @@ def _random_model(seed: int) -> onnx.ModelProto:
     values = ["x"]
     nodes, inits = [], []
     for i in range(int(rng.integers(4, 12))):
-        kind = rng.choice(["conv", "bn", "unary", "binary", "const", "transpose2", "act"])
+        kind = rng.choice(["conv", "bn", "unary", "binary", "const", "transpose2", "act", "layernorm", "attention", "if"])
         src = values[int(rng.integers(len(values)))]
         out = f"v{i}"
         if kind == "conv":
@@ -102,11 +102,37 @@ def _random_model(seed: int) -> onnx.ModelProto:
         elif kind == "const":
             inits.append(T.tensor(f"k{i}", rng.standard_normal((1, c, 1, 1)).astype(np.float32)))
             nodes.append(h.make_node(str(rng.choice(_BINARY)), [src, f"k{i}"], [out]))
+        elif kind == "layernorm":  # decomposed, over the last axis (recognise_layernorm)
+            inits += [T.tensor(f"g{i}", rng.uniform(0.5, 1.5, 5).astype(np.float32)),
+                      T.tensor(f"b{i}", rng.standard_normal(5).astype(np.float32))]
+            nodes += [h.make_node("ReduceMean", [src], [out + "m"], axes=[-1]),
+                      h.make_node("Sub", [src, out + "m"], [out + "c"]),
+                      h.make_node("Mul", [out + "c", out + "c"], [out + "s"]),
+                      h.make_node("ReduceMean", [out + "s"], [out + "v"], axes=[-1]),
+                      h.make_node("Add", [out + "v", "eps"], [out + "e"]),
+                      h.make_node("Sqrt", [out + "e"], [out + "d"]),
+                      h.make_node("Div", [out + "c", out + "d"], [out + "n"]),
+                      h.make_node("Mul", [out + "n", f"g{i}"], [out + "g"]),
+                      h.make_node("Add", [out + "g", f"b{i}"], [out])]
+        elif kind == "attention":  # self-attention of src on its last two axes (recognise_attention)
+            nodes += [h.make_node("Transpose", [src], [out + "t"], perm=[0, 1, 3, 2]),
+                      h.make_node("MatMul", [src, out + "t"], [out + "q"]),
+                      h.make_node("Div", [out + "q", "sqrt5"], [out + "s"]),
+                      h.make_node("Softmax", [out + "s"], [out + "p"], axis=-1),
+                      h.make_node("MatMul", [out + "p", src], [out])]
+        elif kind == "if":  # constant condition (fold_constant_if)
+            taken = bool(rng.integers(2))
+            branch = [h.make_graph([h.make_node(op, [src], [f"{out}_{op}"])], f"{out}_{op}", [],
+                                   [h.make_tensor_value_info(f"{out}_{op}", onnx.TensorProto.FLOAT, None)])
+                      for op in ("Tanh", "Sigmoid")]
+            inits.append(T.tensor(f"cond{i}", np.array(taken)))
+            nodes.append(h.make_node("If", [f"cond{i}"], [out], then_branch=branch[0], else_branch=branch[1]))
         else:
             nodes.append(h.make_node("Transpose", [src], [out + "t"], perm=[0, 2, 3, 1]))
             nodes.append(h.make_node("Transpose", [out + "t"], [out], perm=[0, 3, 1, 2]))
         values.append(out)
-    inits += [T.tensor("lo", np.float32(-1)), T.tensor("hi", np.float32(1))]
+    inits += [T.tensor("lo", np.float32(-1)), T.tensor("hi", np.float32(1)), T.tensor("eps", np.float32(1e-5)),
+              T.tensor("sqrt5", np.float32(np.sqrt(5)))]
     outputs = [values[-1]] + ([values[len(values) // 2]] if len(values) > 3 and values[len(values) // 2] != "x" else [])
     return T.make_model(nodes, [T.vinfo("x", [1, c, 5, 5])], [T.vinfo(o, [1, c, 5, 5]) for o in dict.fromkeys(outputs)], inits)
 

@@ -174,8 +174,11 @@ def scaled_dot_product_attention(q, k, v, mask=None, /, *, scale=1.0, transpose_
     kt = np.swapaxes(k, -1, -2) if transpose_k else k
     s = _std("MatMul", 13)(q, kt)
     if scale != 1.0:
-        s = _std("Mul")(s, np.asarray(scale, dtype=s.dtype))
+        if s.flags.writeable and s.flags.owndata:
+            s *= s.dtype.type(scale)  # s is the fresh MatMul result: scale in place
+        else:
+            s = _std("Mul")(s, np.asarray(scale, dtype=s.dtype))
     if mask is not None:
-        s = _std("Add")(s, mask)
+        s = _add_residual(s, mask) if mask.dtype == s.dtype else _std("Add")(s, mask)
     p = _std("Softmax", 13)(s, axis=-1)
     return _std("MatMul", 13)(p, v)

@@ -49,6 +49,84 @@ static inline MRT_TARGET FN(vf) FN(vsel)(FN(vi) lt, FN(vf) a, FN(vf) b) {
     return (FN(vf))(((FN(vi))a & lt) | ((FN(vi))b & ~lt));
 }
 
+/* exp(x) on a vector, the same algorithm as expf_approx (kernels_impl.h). */
+static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
+    FN(vf) z = {0};
+    FN(vf) lo = z - 87.0f, hi = z + 88.0f;
+    x = FN(vsel)(x < lo, lo, x);
+    x = FN(vsel)(x > hi, hi, x);
+    FN(vf) t = x * 1.44269504088896341f;
+    FN(vf) n = (t + 12582912.0f) - 12582912.0f;
+    FN(vf) r = x - n * 0.693145751953125f;
+    r = r - n * 1.42860682030941723e-06f;
+    FN(vf) p = z + 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    FN(vi) bits = (__builtin_convertvector(n, FN(vi)) + 127) << 23;
+    return p * (FN(vf))bits;
+}
+
+/* The epilogue activations on one vector (the full-tile path of the GEMM store: a call to
+ * act_row for 2 vectors at a time does not vectorise well). */
+static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
+    FN(vf) z = {0}, one = z + 1.0f;
+    switch (act) {
+    case MRT_ACT_RELU:
+        return FN(vsel)(v < z, z, v);
+    case MRT_ACT_CLIP: {
+        FN(vf) lo = z + a0, hi = z + a1;
+        v = FN(vsel)(v < lo, lo, v);
+        return FN(vsel)(v > hi, hi, v);
+    }
+    case MRT_ACT_LEAKY:
+        return FN(vsel)(v < z, v * a0, v);
+    case MRT_ACT_SIGMOID:
+        return one / (one + FN(vexp)(-v));
+    case MRT_ACT_SILU:
+        return v * (one / (one + FN(vexp)(-v)));
+    case MRT_ACT_HARDSIGMOID: {
+        FN(vf) h = v * a0 + a1;
+        h = FN(vsel)(h < z, z, h);
+        return FN(vsel)(h > one, one, h);
+    }
+    case MRT_ACT_HARDSWISH: {
+        FN(vf) h = v * (1.0f / 6.0f) + 0.5f;
+        h = FN(vsel)(h < z, z, h);
+        h = FN(vsel)(h > one, one, h);
+        return v * h;
+    }
+    case MRT_ACT_GELU: { /* as in act_row: 0.5 x erfc(-x / sqrt 2) */
+        FN(vf) zz = v * -0.70710678118654752f;
+        FN(vf) az = FN(vsel)(zz < z, -zz, zz);
+        FN(vf) t = one / (one + 0.5f * az);
+        FN(vf) p = z + 0.17087277f;
+        p = p * t - 0.82215223f;
+        p = p * t + 1.48851587f;
+        p = p * t - 1.13520398f;
+        p = p * t + 0.27886807f;
+        p = p * t - 0.18628806f;
+        p = p * t + 0.09678418f;
+        p = p * t + 0.37409196f;
+        p = p * t + 1.00002368f;
+        p = p * t - 1.26551223f;
+        FN(vf) e = t * FN(vexp)(p - az * az);
+        FN(vf) erfc = FN(vsel)(zz < z, 2.0f - e, e);
+        return 0.5f * v * erfc;
+    }
+    case MRT_ACT_GELU_TANH: {
+        FN(vf) u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        return v * (one / (one + FN(vexp)(-2.0f * u)));
+    }
+    default:
+        return v;
+    }
+}
+
 /* Pack B[0:kb, 0:nb] (row stride ldb) into panels of G_NR columns. */
 static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, int kb, int nb, float *restrict out) {
     for (int j0 = 0; j0 < nb; j0 += G_NR) {
@@ -112,23 +190,13 @@ static inline MRT_TARGET void FN(sgemm_store_row)(const FN(sgemm_args) *g, float
                 v0 += FN(vload)(r);
                 v1 += FN(vload)(r + MRT_VL);
             }
-            if (g->act == MRT_ACT_RELU) {
-                FN(vf) z = {0};
-                v0 = FN(vsel)(v0 < z, z, v0);
-                v1 = FN(vsel)(v1 < z, z, v1);
-            } else if (g->act == MRT_ACT_CLIP) {
-                FN(vf) z = {0};
-                FN(vf) lo = z + g->a0, hi = z + g->a1;
-                v0 = FN(vsel)(v0 < lo, lo, v0);
-                v0 = FN(vsel)(v0 > hi, hi, v0);
-                v1 = FN(vsel)(v1 < lo, lo, v1);
-                v1 = FN(vsel)(v1 > hi, hi, v1);
+            if (g->act != MRT_ACT_NONE) {
+                v0 = FN(vact)(v0, g->act, g->a0, g->a1);
+                v1 = FN(vact)(v1, g->act, g->a0, g->a1);
             }
         }
         FN(vstore)(c, v0);
         FN(vstore)(c + MRT_VL, v1);
-        if (last && g->act != MRT_ACT_NONE && g->act != MRT_ACT_RELU && g->act != MRT_ACT_CLIP)
-            FN(act_row)(c, G_NR, g->act, g->a0, g->a1);
         return;
     }
     float t[G_NR];

@@ -1,0 +1,117 @@
+"""Native float GEMM for MatMul/Gemm/FusedMatMul/FusedGemm (batched, transposed B, Gelu
+epilogues) and the one-call int8 QConv/QMatMul paths, against the numpy kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minirt import native
+from minirt.kernels import fused, linalg, qlinear
+from tests.native.conftest import numpy_path
+
+
+def _close(got, ref, tol=1e-4):
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(ref).max())))
+
+
+@pytest.mark.parametrize("shape_a,shape_b", [
+    ((64, 128), (128, 96)), ((5, 7), (7, 9)), ((1, 64, 33), (33, 20)), ((2, 4, 64, 32), (2, 4, 32, 64)),
+    ((4, 6, 5), (5, 7)), ((1, 6, 5), (3, 5, 7)), ((3, 6, 5), (1, 5, 7)), ((6, 5), (3, 5, 7)), ((2, 8), (8, 3)),
+])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_matmul(shape_a, shape_b, transposed, isa, threads):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shape_a, dtype=np.float32)
+    b = rng.standard_normal(shape_b, dtype=np.float32)
+    if transposed:  # a transposed view, read as stored (transB packing)
+        b = np.swapaxes(np.ascontiguousarray(np.swapaxes(b, -1, -2)), -1, -2)
+    got = linalg.matmul(a, b)
+    with numpy_path():
+        ref = linalg.matmul(a, b)
+    _close(got, ref)
+
+
+@pytest.mark.parametrize("activation", ["", "Relu", "Gelu", "GeluTanh", "HardSwish", "LeakyRelu"])
+@pytest.mark.parametrize("residual", ["none", "full", "row"])
+def test_fused_matmul(activation, residual, isa, threads):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((1, 40, 24), dtype=np.float32) * 2
+    b = rng.standard_normal((24, 50), dtype=np.float32)
+    bias = rng.standard_normal(50, dtype=np.float32)
+    z = {"none": None, "full": rng.standard_normal((1, 40, 50), dtype=np.float32),
+         "row": rng.standard_normal(50, dtype=np.float32)}[residual]
+    params = (0.1,) if activation == "LeakyRelu" else ()
+    got = fused.fused_matmul(a, b, bias, z, activation=activation, activation_params=params)
+    with numpy_path():
+        ref = fused.fused_matmul(a, b, bias, z, activation=activation, activation_params=params)
+    _close(got, ref)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("c_shape", [None, (30,), (1, 30), (20, 30)])
+def test_gemm(trans_b, c_shape, isa, threads):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((20, 16), dtype=np.float32)
+    b = rng.standard_normal((30, 16) if trans_b else (16, 30), dtype=np.float32)
+    c = None if c_shape is None else rng.standard_normal(c_shape, dtype=np.float32)
+    for fn, kw in ((linalg.gemm_7, {}), (fused.fused_gemm, {"activation": "Relu"})):
+        got = fn(a, b, c, transB=trans_b, **kw)
+        with numpy_path():
+            ref = fn(a, b, c, transB=trans_b, **kw)
+        _close(got, ref)
+
+
+def test_gelu_epilogue_accuracy(isa):
+    x = np.linspace(-12, 12, 20001, dtype=np.float32).reshape(1, 1, -1)
+    for act, name in ((native.ACT_GELU, "Gelu"), (native.ACT_GELU_TANH, "GeluTanh")):
+        y = x.copy()
+        native.bias_act(y, None, None, act)
+        ref = fused.apply_activation(x.astype(np.float64), name, ())
+        assert np.max(np.abs(y - ref)) < 2e-6
+
+
+@pytest.mark.parametrize("rows", [(1,), (3,), (2, 70), (360,)])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("quant", ["u8", "s8", "dynamic"])
+def test_qmatmul_one_call(rows, trans_b, quant, isa, threads):
+    rng = np.random.default_rng(3)
+    k, n = 37, 29
+    a = rng.standard_normal(rows + (k,), dtype=np.float32)
+    b = rng.integers(-127, 128, (n, k) if trans_b else (k, n)).astype(np.int8)
+    bs = rng.uniform(0.001, 0.01, n).astype(np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    xs, xz = {"u8": (np.float32(0.02), np.uint8(128)), "s8": (np.float32(0.03), np.int8(3)),
+              "dynamic": (None, None)}[quant]
+    for z in (None, rng.standard_normal(rows + (n,), dtype=np.float32)):
+        for act in ("", "Relu", "HardSwish", "Tanh"):
+            got = qlinear.qmatmul(a, xs, xz, b, bs, bias, z, transB=trans_b, activation=act)
+            with numpy_path():
+                ref = qlinear.qmatmul(a, xs, xz, b, bs, bias, z, transB=trans_b, activation=act)
+            _close(got, ref)
+
+
+@pytest.mark.parametrize("geom", [(2, 8, 9, 9, 16, 3, 1, 1, 1), (1, 1, 8, 8, 16, 3, 1, 1, 1),
+                                  (1, 8, 10, 10, 8, 1, 1, 0, 1), (1, 8, 10, 10, 12, 3, 2, 1, 2),
+                                  (3, 4, 7, 7, 6, 1, 2, 0, 1)])
+@pytest.mark.parametrize("quant", ["u8", "s8", "dynamic"])
+def test_qconv_one_call(geom, quant, isa, threads):
+    n, c, h, w, m, k, s, p, g = geom
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wq = rng.integers(-127, 128, (m, c // g, k, k)).astype(np.int8)
+    ws = rng.uniform(0.001, 0.01, m).astype(np.float32)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    xs, xz = {"u8": (np.float32(0.02), np.uint8(100)), "s8": (np.float32(0.03), np.int8(-3)),
+              "dynamic": (None, None)}[quant]
+    kw = dict(group=g, pads=(p, p, p, p), strides=(s, s))
+    for act in ("", "Relu", "HardSwish", "Gelu"):
+        got = qlinear.qconv(x, xs, xz, wq, ws, bias, None, activation=act, **kw)
+        with numpy_path():
+            ref = qlinear.qconv(x, xs, xz, wq, ws, bias, None, activation=act, **kw)
+        _close(got, ref)
+        z = rng.standard_normal(got.shape, dtype=np.float32)
+        got = qlinear.qconv(x, xs, xz, wq, ws, bias, z, activation=act, **kw)
+        with numpy_path():
+            ref = qlinear.qconv(x, xs, xz, wq, ws, bias, z, activation=act, **kw)
+        _close(got, ref)
