@@ -54,6 +54,10 @@ class FoldConstantIf(Pass):
 
     def _inline(self, graph: ir.Graph, node: ir.Node, branch: ir.Graph) -> None:
         taken = set(_ir._names(graph))
+        # Detach the branch's outputs first: an initializer that is also a branch
+        # output still belongs to the branch until it is no longer listed there.
+        outs = list(branch.outputs)
+        branch.outputs.clear()
         # Branch initializers move to the parent (renamed on collision).
         for name, init in list(branch.initializers.items()):
             branch.initializers.pop(name)
@@ -75,8 +79,6 @@ class FoldConstantIf(Pass):
         graph.meta.pop("_minirt_names", None)
         if nodes:
             graph.insert_before(node, nodes)
-        outs = list(branch.outputs)
-        branch.outputs.clear()
         used = set()
         for old, new in zip(node.outputs, outs):
             if id(new) in used or not _ir.can_replace(old, new):

@@ -88,3 +88,27 @@ def test_empty_graph_and_twice():
     m = T.load(_model(True))
     optimize(m, 1)
     assert not FoldConstantIf()(m).modified
+
+
+def test_branch_output_that_is_a_branch_initializer():
+    """The taken branch returns its own initializer directly (as onnx's expanded functions do)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from builder.passes.testing import ops, run_both
+
+    then = helper.make_graph([], "then", [], [helper.make_tensor_value_info("c", TensorProto.INT64, [1])],
+                             initializer=[numpy_helper.from_array(np.array([7], np.int64), "c")])
+    other = helper.make_graph([], "else", [], [helper.make_tensor_value_info("d", TensorProto.INT64, [1])],
+                              initializer=[numpy_helper.from_array(np.array([9], np.int64), "d")])
+    cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["k"], then_branch=then, else_branch=other),
+         helper.make_node("Add", ["x", "k"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [1])], initializer=[cond],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    optimized, _, got = run_both(model, {"x": np.array([1], np.int64)}, opt_level=1)
+    np.testing.assert_array_equal(got[0], [8])
+    assert "If" not in ops(optimized)
