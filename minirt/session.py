@@ -490,7 +490,7 @@ class Session:
                         record["runs_on"] = part.provider
                         record["reason"] = "delegated"
             if record["runs_on"] == "cpu":
-                providers_mod.log.info(
+                providers_mod.log_info(
                     "minirt: partition %d (%d nodes) runs on the CPU: %s", index, part.node_count, record["reason"]
                 )
             self._assignments.append(record)

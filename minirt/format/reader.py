@@ -26,7 +26,6 @@ import numpy as np
 from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import ChecksumError, FormatError, UnsupportedType, VersionError
 from minirt.format import schema as S
-from minirt.format import signature as _signature
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -660,6 +659,8 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key:
         if kind not in by_kind:
             raise FormatError(f"required section {S.SECTION_NAMES[kind]} is missing")
     if expected_key is not None:  # authenticate before trusting (or even CRC-checking) any payload
+        from minirt.format import signature as _signature  # hashlib + Ed25519: only for signed loads
+
         _signature.verify_sections(
             expected_key, [(sec.kind, sec.flags, view[sec.offset : sec.offset + sec.length]) for sec in sections], version
         )
@@ -710,5 +711,7 @@ def _signer(view: memoryview, sec: Section | None) -> tuple | None:
     """(algorithm, public key) of a well-formed signature section; its contents are not checked here."""
     if sec is None:
         return None
+    from minirt.format import signature as _signature
+
     decoded = _signature.decode_payload(view[sec.offset : sec.offset + sec.length])
     return None if decoded is None else decoded[:2]

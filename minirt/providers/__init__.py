@@ -19,10 +19,15 @@ A provider module defines a class with:
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Any, Callable
 
-log = logging.getLogger("minirt")
+
+
+def log_info(message: str, *args: Any) -> None:
+    """One line on the "minirt" logger (imported on first use: it costs start-up time)."""
+    import logging
+
+    logging.getLogger("minirt").info(message, *args)
 
 CPU = "cpu"
 
