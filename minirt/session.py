@@ -14,7 +14,10 @@ no name lookup and no dict access per node at run time.
 """
 from __future__ import annotations
 
+import collections
 import functools
+import os
+import threading
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -24,6 +27,7 @@ from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import Error, InvalidArgument, KernelError, UnsupportedOperator
 from minirt.format import reader
 from minirt.format import schema as S
+from minirt import memplan
 from minirt import providers as providers_mod
 from minirt.kernels.registry import NodeContext, lookup
 from minirt.kernels import _limits
@@ -81,9 +85,9 @@ class ModelMetadata:
 class _Step:
     """One node of a compiled plan."""
 
-    __slots__ = ("call", "ins", "outs", "frees", "node", "op", "subgraphs")
+    __slots__ = ("call", "ins", "outs", "frees", "node", "op", "subgraphs", "accepts_out", "reads")
 
-    def __init__(self, call, ins, outs, frees, node, op, subgraphs):
+    def __init__(self, call, ins, outs, frees, node, op, subgraphs, accepts_out=False):
         self.call = call  # kernel with attributes bound
         self.ins = ins  # tuple of slot indices, -1 for an absent optional input
         self.outs = outs  # tuple of slot indices, -1 for an unused optional output
@@ -91,6 +95,8 @@ class _Step:
         self.node = node  # reader.Node, for error messages
         self.op = op  # reader.Operator
         self.subgraphs = subgraphs  # ((attribute name, _Plan), ...) for control flow
+        self.accepts_out = accepts_out  # the kernel takes out= (a buffer for its single result)
+        self.reads = ()  # slots read while it runs (inputs and subgraph captures), for the memory plan
 
 
 class BoundSubgraph:
@@ -210,9 +216,12 @@ class _Plan:
         for u, (_, unit) in enumerate(units):
             frees = tuple(frees_at.get(u, ()))
             if isinstance(unit, reader.Partition):
-                steps.append(self._partition_step(unit, frees))
+                step = self._partition_step(unit, frees)
             else:
-                steps.append(self._node_step(unit, frees))
+                step = self._node_step(unit, frees)
+            step.reads = tuple(self._reads(unit, slot_of))
+            steps.append(step)
+        self.last_use = last_use
         return tuple(steps)
 
     def _partition_step(self, part: reader.Partition, frees: tuple) -> _Step:
@@ -255,9 +264,19 @@ class _Plan:
             out_dtypes = tuple(ONNX_TO_NUMPY.get(graph.values[v].dtype) if v >= 0 else None for v in node.outputs)
             attrs["ctx"] = NodeContext(node.name, op.op_type, len(node.outputs), out_dtypes, opset)
         call = functools.partial(entry.fn, **attrs) if attrs else entry.fn
-        return _Step(call, node.inputs, node.outputs, frees, node, op, tuple(subgraphs))
+        accepts_out = entry.accepts_out and len(node.outputs) == 1 and not subgraphs
+        return _Step(call, node.inputs, node.outputs, frees, node, op, tuple(subgraphs), accepts_out)
 
-    def execute(self, env: list) -> None:
+    def execute(self, env: list, outs: Sequence | None = None, record: list | None = None) -> None:
+        """Run every step over ``env``.
+
+        ``outs`` (memory plan, one entry per step): an arena view handed to that
+        step's kernel as ``out=``, or None.  ``record``: filled with the
+        (shape, dtype) of every ``accepts_out`` step's result (None elsewhere).
+        """
+        if outs is not None or record is not None:
+            self._execute_planned(env, outs, record, None)
+            return
         step = None
         try:
             for step in self.steps:
@@ -282,10 +301,52 @@ class _Plan:
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
 
-    def execute_profiled(self, env: list) -> list[tuple[str, str, float]]:
+    def _execute_planned(self, env: list, outs, record, timings) -> None:
+        """:meth:`execute` with arena buffers (``outs``), result recording and/or timings."""
+        clock = time.perf_counter
+        step = None
+        try:
+            for i, step in enumerate(self.steps):
+                args = [env[v] if v >= 0 else None for v in step.ins]
+                o = outs[i] if outs is not None else None
+                if timings is not None:
+                    t0 = clock()
+                if o is not None:
+                    if _MEMPLAN_CHECK:
+                        _check_out(self, i, step, args, o, env)
+                    result = step.call(*args, out=o)
+                elif step.subgraphs:
+                    result = step.call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
+                else:
+                    result = step.call(*args)
+                if timings is not None:
+                    timings.append((step.node.name, step.op.op_type, clock() - t0))
+                if record is not None and step.accepts_out:
+                    record[i] = (result.shape, result.dtype) if type(result) is np.ndarray else None
+                outs_ = step.outs
+                if type(result) is tuple:
+                    for v, r in zip(outs_, result):
+                        if v >= 0:
+                            env[v] = r
+                elif outs_[0] >= 0:
+                    env[outs_[0]] = result
+                for v in step.frees:
+                    env[v] = None
+        except KernelError as exc:
+            raise _with_node(step, exc) from None
+        except Error:
+            raise
+        except Exception as exc:
+            raise _kernel_error(step, env, exc) from exc
+
+    def execute_profiled(self, env: list, outs: Sequence | None = None, record: list | None = None
+                         ) -> list[tuple[str, str, float]]:
         """Like :meth:`execute`, timing each kernel call: [(node name, op_type, seconds)]."""
         clock = time.perf_counter
         timings = []
+        if outs is not None or record is not None:
+            self._execute_planned(env, outs, record, timings)
+            return timings
         step = None
         try:
             for step in self.steps:
@@ -311,6 +372,115 @@ class _Plan:
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
         return timings
+
+
+# MINIRT_MEMPLAN_CHECK=1 (tests): before each kernel call with an arena buffer, assert that the buffer
+# overlaps none of the step's inputs nor any other live value (an independent check of the plan at run time).
+_MEMPLAN_CHECK = os.environ.get("MINIRT_MEMPLAN_CHECK", "").strip() not in ("", "0")
+
+
+def _check_out(plan: "_Plan", i: int, step: "_Step", args: list, out: np.ndarray, env: list) -> None:
+    outputs = plan.graph.outputs
+    for v, x in enumerate(env):
+        if plan.last_use.get(v, -1) < i and v not in outputs:
+            continue  # never read again (an unused result the plan no longer keeps)
+        if isinstance(x, np.ndarray) and x is not out and np.may_share_memory(x, out):
+            raise AssertionError(
+                f"memory plan: the arena buffer of node {step.node.name!r} overlaps live value "
+                f"{v} {x.dtype}{list(x.shape)}"
+            )
+    for x in args:
+        if isinstance(x, np.ndarray) and np.may_share_memory(x, out):
+            raise AssertionError(f"memory plan: the arena buffer of node {step.node.name!r} overlaps an input")
+
+
+class _ArenaPlan:
+    """The static memory plan of a main graph for one input signature (D17).
+
+    Built from one recorded run: every ``accepts_out`` step whose result is a
+    non-empty array and not a graph output gets a buffer in one arena, live
+    from that step through the last read of any value that may alias it
+    (conservatively: the outputs of every other step may alias everything it
+    reads, subgraph captures included; graph outputs that may alias a buffer
+    keep it live to the end and are copied on return).  Placement is
+    :func:`memplan.plan`, checked by :func:`memplan.verify` when built.
+    Arenas are checked out per run from a lock-protected free list, so
+    concurrent runs never share one.
+    """
+
+    __slots__ = ("buffers", "offsets", "size", "placed", "copy_outputs", "n_steps", "_lock", "_free", "arenas")
+
+    def __init__(self, plan: "_Plan", record: list):
+        steps = plan.steps
+        n = len(steps)
+        outputs = set(plan.graph.outputs)
+        roots: dict[int, frozenset] = {}  # slot -> buffers it may reference
+        buffers: list[list] = []  # [first step, last step, nbytes]
+        placed: list[tuple] = []  # (step, shape, dtype), one per buffer
+        empty: frozenset = frozenset()
+        for u, step in enumerate(steps):
+            rec = record[u]
+            v0 = step.outs[0]
+            if step.accepts_out and rec is not None and v0 >= 0 and v0 not in outputs:
+                shape, dtype = rec
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if nbytes > 0:
+                    # an accepts_out kernel returns out or a fresh array, never a view of an input
+                    roots[v0] = frozenset((len(buffers),))
+                    buffers.append([u, u, nbytes])
+                    placed.append((u, tuple(shape), dtype))
+                    continue
+                if step.accepts_out:
+                    continue
+            inherited = empty
+            for v in step.reads:
+                r = roots.get(v)
+                if r:
+                    inherited = inherited | r
+            if inherited:
+                for v in step.outs:
+                    if v >= 0:
+                        roots[v] = inherited
+        last_use = plan.last_use
+        copy_outputs = set()
+        for v, r in roots.items():
+            if v in outputs:
+                last = n
+                copy_outputs.add(v)
+            else:
+                last = last_use.get(v, -1)
+            for b in r:
+                if last > buffers[b][1]:
+                    buffers[b][1] = last
+        self.buffers = [tuple(b) for b in buffers]
+        self.offsets, self.size = memplan.plan(self.buffers)
+        memplan.verify(self.buffers, self.offsets, self.size)  # cheap, and only when a plan is made
+        self.placed = tuple(placed)
+        self.copy_outputs = frozenset(copy_outputs)
+        self.n_steps = n
+        self._lock = threading.Lock()
+        self._free: list = []
+        self.arenas = 0  # arenas allocated so far (one per concurrent run at most)
+
+    def _new_arena(self) -> tuple:
+        raw = np.empty(self.size + 64, dtype=np.uint8)
+        base = (-raw.ctypes.data) % 64
+        outs = [None] * self.n_steps
+        for (u, shape, dtype), off, (_, _, nbytes) in zip(self.placed, self.offsets, self.buffers):
+            lo = base + off
+            outs[u] = raw[lo:lo + nbytes].view(dtype).reshape(shape)
+        return tuple(outs)
+
+    def checkout(self) -> tuple:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            self.arenas += 1
+        return self._new_arena()
+
+    def checkin(self, arena: tuple) -> None:
+        with self._lock:
+            self._free.append(arena)
 
 
 def _as_tuple_result(call):
@@ -397,6 +567,11 @@ class Session:
     :param verify_checksums: check every section's CRC-32 at load (default on).
     :param verify_key: require an Ed25519 signature by this public key (32 bytes, hex, or a .pub path);
         None (default) does not check signatures.  See docs/runtime.md.
+    :param memory_plan: reuse intermediate buffers through a static memory plan (default on): the first
+        run with a given set of input shapes records every value's shape and lifetime, later runs with
+        the same shapes write the results of out-capable kernels (conv, GEMM, elementwise) into one
+        preallocated arena at planned offsets (verified not to overlap while live).  Up to 4 shape
+        signatures are kept (LRU); outputs returned never alias the arena.  See docs/runtime.md.
     :param max_tensor_bytes: refuse (``ResourceError``) any tensor a kernel would size from input values
         beyond this many bytes (default: half the RAM, at most 16 GiB).  See docs/runtime.md.
     """
@@ -410,6 +585,7 @@ class Session:
         verify_checksums: bool = True,
         verify_key: Any = None,  # --- signing / memory guard (reliability issue) ---
         max_tensor_bytes: int | None = None,
+        memory_plan: bool = True,
         **kwargs: Any,
     ):
         # onnxruntime's signature is (path_or_bytes, sess_options=None, providers=None, ...);
@@ -457,6 +633,12 @@ class Session:
         self._required = [a.name for a in self._inputs]
         self._output_slot = {graph.values[v].name: v for v in graph.outputs}
         self._produced = {v for n in graph.nodes for v in n.outputs if v >= 0}
+        # --- static memory plan (D17): input signature -> _ArenaPlan (None: nothing to place), LRU
+        self.memory_plan = bool(memory_plan)
+        self._mplans: collections.OrderedDict = collections.OrderedDict()
+        self._mplans_lock = threading.Lock()
+        self._mplan_evictions = 0
+        self._mplan_any = any(st.accepts_out for st in self._plan.steps)
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -560,16 +742,94 @@ class Session:
                 out_slots.append(self._output_slot[name])
         env = self._plan.new_env()
         self._bind_inputs(env, input_feed)
+        aplan, record, arena = None, None, None
+        if self.memory_plan and self._mplan_any:
+            aplan, record = self._memory_plan_for(input_feed)
+            if aplan is not None:
+                arena = aplan.checkout()
         # Threads: native kernels take the count per Python thread; the BLAS
         # limit is process-wide, cached, and restored for threads=None.
         _native.set_threads(self.threads)
         _blas.set_threads(self.threads)
         fed = [a for a in input_feed.values() if isinstance(a, np.ndarray)]
-        with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
-            if profile is None:
-                self._plan.execute(env)
+        try:
+            with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
+                if profile is None:
+                    self._plan.execute(env, arena, record)
+                else:
+                    nodes = self._plan.execute_profiled(env, arena, record)
+            if record is not None:
+                self._store_memory_plan(input_feed, record)
+            copy_outputs = aplan.copy_outputs if aplan is not None else ()
+            results = self._collect(out_slots, env, fed, copy_outputs)
+        finally:
+            if arena is not None:
+                aplan.checkin(arena)
+        if profile is not None:
+            total = time.perf_counter() - t_start
+            kernel = sum(t for _, _, t in nodes)
+            profile.update(
+                total_s=total,
+                kernel_s=kernel,
+                nodes=nodes,
+                overhead_per_node_s=(total - kernel) / max(len(nodes), 1),
+            )
+        return results
+
+    # --- static memory plan (D17) -------------------------------------------------
+    _MAX_MEMORY_PLANS = 4  # shape signatures kept (LRU)
+    _MAX_MEMORY_PLAN_EVICTIONS = 32  # past this many evictions, new signatures run unplanned
+
+    @staticmethod
+    def _signature(feed: Mapping) -> frozenset | None:
+        try:
+            return frozenset((k, a.shape, a.dtype) for k, a in feed.items())
+        except AttributeError:  # a container (sequence/optional) input: not planned
+            return None
+
+    def _memory_plan_for(self, feed: Mapping) -> tuple:
+        """(plan for this run's signature or None, record list when this run should record one)."""
+        sig = self._signature(feed)
+        if sig is None:
+            return None, None
+        with self._mplans_lock:
+            if sig in self._mplans:
+                self._mplans.move_to_end(sig)
+                return self._mplans[sig], None
+            if self._mplan_evictions >= self._MAX_MEMORY_PLAN_EVICTIONS:
+                return None, None  # shapes change too often for plans to pay: plain allocation
+        return None, [None] * len(self._plan.steps)
+
+    def _store_memory_plan(self, feed: Mapping, record: list) -> None:
+        sig = self._signature(feed)
+        aplan = _ArenaPlan(self._plan, record)
+        if not aplan.placed:
+            aplan = None
+        with self._mplans_lock:
+            if sig in self._mplans:
+                return
+            self._mplans[sig] = aplan
+            while len(self._mplans) > self._MAX_MEMORY_PLANS:
+                self._mplans.popitem(last=False)
+                self._mplan_evictions += 1
+
+    def memory_plans(self) -> list[dict]:
+        """The cached memory plans, least recently used first: input shapes, arena bytes, buffers placed,
+        the sum of their sizes, and how many arenas (concurrent runs) were allocated."""
+        with self._mplans_lock:
+            items = list(self._mplans.items())
+        out = []
+        for sig, p in items:
+            info = {"inputs": {k: tuple(shape) for k, shape, _ in sorted(sig, key=lambda t: t[0])}}
+            if p is None:
+                info.update(arena_bytes=0, buffers=0, buffer_bytes=0, arenas=0)
             else:
-                nodes = self._plan.execute_profiled(env)
+                info.update(arena_bytes=p.size, buffers=len(p.buffers), buffer_bytes=sum(b[2] for b in p.buffers),
+                            arenas=p.arenas)
+            out.append(info)
+        return out
+
+    def _collect(self, out_slots, env, fed, copy_outputs) -> list:
         results = []
         graph = self._artifact.main_graph
         for v in out_slots:
@@ -581,21 +841,14 @@ class Session:
                 raise KernelError(f"output {graph.values[v].name!r} was not produced by any node")
             if not isinstance(r, np.ndarray):
                 r = np.asarray(r)
-            elif v not in self._produced or not r.flags.writeable or any(np.may_share_memory(r, a) for a in fed):
+            elif (v not in self._produced or v in copy_outputs or not r.flags.writeable
+                  or any(np.may_share_memory(r, a) for a in fed)):
                 # Inputs, initializers (views of the mapped file) and kernel
                 # results that alias them (Identity, Reshape views) must not
-                # leak out as buffers shared with the caller or the file.
+                # leak out as buffers shared with the caller or the file; nor
+                # may views of the memory plan's arena.
                 r = r.copy()
             results.append(r)
-        if profile is not None:
-            total = time.perf_counter() - t_start
-            kernel = sum(t for _, _, t in nodes)
-            profile.update(
-                total_s=total,
-                kernel_s=kernel,
-                nodes=nodes,
-                overhead_per_node_s=(total - kernel) / max(len(nodes), 1),
-            )
         return results
 
     def _bind_inputs(self, env: list, feed: Mapping[str, Any]) -> None:

@@ -97,13 +97,51 @@ def _div(a, b):
     return np.divide(a, b)
 
 
-def _make_binary(op: str, fn, out_bool: bool = False):
-    """Register ``op`` at since 1 (legacy broadcast attrs) and 7 (numpy broadcasting)."""
+def _fits_out(out, x: np.ndarray, shape: tuple) -> bool:
+    """Whether a float result of ``shape`` in ``x``'s dtype may be written into ``out``."""
+    return (
+        out is not None and out.shape == shape and out.dtype == x.dtype and x.dtype.kind == "f"
+        and x.dtype.itemsize >= 4 and out.flags.c_contiguous
+    )
 
-    def modern(a, b):
-        _check_same_dtype(op, a, b)
-        out = fn(a, b)
-        return _as_array(out, np.dtype(bool) if out_bool else a.dtype)
+
+def _binary_out(out, a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a op b`` may be written into ``out``: exactly its shape and (float) dtype.
+
+    Overlap between an input and ``out`` is allowed when the input has the
+    result's shape (numpy ufuncs give the same result as without overlap);
+    a broadcast input must not overlap ``out``."""
+    if a.dtype != b.dtype:
+        return False
+    if a.shape == b.shape:
+        return _fits_out(out, a, a.shape)
+    if not _fits_out(out, a, np.broadcast_shapes(a.shape, b.shape)):
+        return False
+    return all(x.shape == out.shape or not np.may_share_memory(x, out) for x in (a, b))
+
+
+# ufunc by op for the out= path (float division is a plain ufunc too)
+_BINARY_UFUNC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
+def _make_binary(op: str, fn, out_bool: bool = False):
+    """Register ``op`` at since 1 (legacy broadcast attrs) and 7 (numpy broadcasting).
+
+    Add/Sub/Mul/Div at since 7 take an ``out`` buffer (float results only)."""
+    ufunc = _BINARY_UFUNC.get(op)
+
+    if ufunc is None:
+        def modern(a, b):
+            _check_same_dtype(op, a, b)
+            out = fn(a, b)
+            return _as_array(out, np.dtype(bool) if out_bool else a.dtype)
+    else:
+        def modern(a, b, *, out=None):
+            _check_same_dtype(op, a, b)
+            if out is not None and _binary_out(out, a, b):
+                ufunc(a, b, out=out)
+                return out
+            return _as_array(fn(a, b), a.dtype)
 
     def legacy(a, b, *, broadcast: int = 0, axis: int | None = None, consumed_inputs: tuple = ()):
         b = _legacy_broadcast(a, b, broadcast, axis)
@@ -112,7 +150,7 @@ def _make_binary(op: str, fn, out_bool: bool = False):
     modern.__name__ = modern.__qualname__ = f"{op.lower()}_7"
     legacy.__name__ = legacy.__qualname__ = f"{op.lower()}_1"
     kernel(op, since=1)(legacy)
-    kernel(op, since=7)(modern)
+    kernel(op, since=7, out=ufunc is not None)(modern)
 
 
 _make_binary("Add", _add)
@@ -410,8 +448,11 @@ def relu_1(x, *, consumed_inputs: tuple = ()):
     return relu(x)
 
 
-@kernel("Relu", since=6)
-def relu(x):
+@kernel("Relu", since=6, out=True)
+def relu(x, *, out=None):
+    if out is not None and _fits_out(out, x, x.shape):  # same shape: a ufunc handles any overlap
+        np.maximum(x, x.dtype.type(0), out=out)
+        return out
     return _as_array(np.maximum(x, x.dtype.type(0)), x.dtype)
 
 
@@ -476,8 +517,18 @@ def celu(x, *, alpha: float = 1.0):
     return _float_compute(x, fn)
 
 
-def _clip(x: np.ndarray, lo, hi) -> np.ndarray:
+def _clip(x: np.ndarray, lo, hi, dst=None) -> np.ndarray:
     # Applied as max-then-min so that lo > hi yields hi, as ONNX specifies.
+    if dst is not None and _fits_out(dst, x, x.shape) and (dst is x or not np.may_share_memory(x, dst)):
+        if lo is None and hi is None:
+            np.copyto(dst, x)
+        elif lo is None:
+            np.minimum(x, hi, out=dst)
+        else:
+            np.maximum(x, lo, out=dst)
+            if hi is not None:
+                np.minimum(dst, hi, out=dst)
+        return dst
     out = x
     if lo is not None:
         out = np.maximum(out, lo)
@@ -499,23 +550,23 @@ def _bound(x: np.ndarray, value: float):
     return x.dtype.type(value)
 
 
-@kernel("Clip", since=6)
-def clip_6(x, *, min: float = -3.4028234663852886e38, max: float = 3.4028234663852886e38):  # noqa: A002
-    return _clip(x, _bound(x, min), _bound(x, max))
+@kernel("Clip", since=6, out=True)
+def clip_6(x, *, min: float = -3.4028234663852886e38, max: float = 3.4028234663852886e38, out=None):  # noqa: A002
+    return _clip(x, _bound(x, min), _bound(x, max), out)
 
 
-@kernel("Clip", since=11)
-def clip_11(x, min=None, max=None, /):  # noqa: A002  (ONNX input names)
+@kernel("Clip", since=11, out=True)
+def clip_11(x, min=None, max=None, /, *, out=None):  # noqa: A002  (ONNX input names)
     # min/max are optional scalar *inputs* from opset 11 (positional, not attributes).
     lo = None if min is None else x.dtype.type(np.asarray(min).reshape(()))
     hi = None if max is None else x.dtype.type(np.asarray(max).reshape(()))
-    return _clip(x, lo, hi)
+    return _clip(x, lo, hi, out)
 
 
-def _sigmoid(v: np.ndarray) -> np.ndarray:
+def _sigmoid(v: np.ndarray, out=None) -> np.ndarray:
     # exp(-|x|) never overflows; for x<0, sigmoid(x) = e/(1+e) keeps relative precision.
     e = np.exp(-np.abs(v))
-    return np.where(v >= 0, v.dtype.type(1), e) / (1 + e)
+    return np.divide(np.where(v >= 0, v.dtype.type(1), e), 1 + e, out=out)
 
 
 @kernel("Sigmoid", since=1)
@@ -523,8 +574,10 @@ def sigmoid_1(x, *, consumed_inputs: tuple = ()):
     return sigmoid(x)
 
 
-@kernel("Sigmoid", since=6)
-def sigmoid(x):
+@kernel("Sigmoid", since=6, out=True)
+def sigmoid(x, *, out=None):
+    if out is not None and _fits_out(out, x, x.shape) and not np.may_share_memory(x, out):
+        return _sigmoid(x, out)
     return _float_compute(x, _sigmoid)
 
 

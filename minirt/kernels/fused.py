@@ -89,17 +89,17 @@ def _add_residual(y: np.ndarray, z) -> np.ndarray:
     return _std("Add")(y, z)
 
 
-@kernel("FusedConv", since=1, domain=DOMAIN)
+@kernel("FusedConv", since=1, domain=DOMAIN, out=True)
 def fused_conv(
     x, w, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
-    activation="", activation_params=(),
+    activation="", activation_params=(), out=None,
 ):
-    """activation(Conv(x, w, b) + z)."""
+    """activation(Conv(x, w, b) + z).  ``out``: a result buffer (native path only)."""
     # Native path: bias, residual and activation applied in the conv's own pass
     # (None when it cannot: no native module, not 2-D float32, other activations).
     y = nn.conv_fused_native(
         x, w, b, z, activation=activation, activation_params=activation_params, auto_pad=auto_pad,
-        dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides,
+        dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides, out=out,
     )
     if y is not None:
         return y
@@ -119,8 +119,10 @@ def _native_act(activation, params):
     return (spec[0],) + (params + (0.0, 0.0))[:2]
 
 
-@kernel("FusedGemm", since=1, domain=DOMAIN)
-def fused_gemm(a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
+@kernel("FusedGemm", since=1, domain=DOMAIN, out=True)
+def fused_gemm(
+    a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(), out=None
+):
     """activation(Gemm(a, b, c) + z)."""
     spec = _native_act(activation, activation_params)
     if spec is not None and alpha == 1.0 and a.ndim == 2 and b.ndim == 2 and (z is None or z.ndim == 2):
@@ -129,19 +131,19 @@ def fused_gemm(a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB
             n = b.shape[0] if transB else b.shape[1]
             bias = c.reshape(n) if beta == 1.0 and c.shape in ((n,), (1, n)) else False
         if bias is not False:
-            y = linalg.matmul_native(a.T if transA else a, b.T if transB else b, bias, z, *spec)
+            y = linalg.matmul_native(a.T if transA else a, b.T if transB else b, bias, z, *spec, out=out)
             if y is not None:
                 return y
     y = _std("Gemm", 13)(a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
     return apply_activation(_add_residual(y, z), activation, activation_params)
 
 
-@kernel("FusedMatMul", since=1, domain=DOMAIN)
-def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params=()):
+@kernel("FusedMatMul", since=1, domain=DOMAIN, out=True)
+def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params=(), out=None):
     """activation(MatMul(a, b) + bias + z)."""
     spec = _native_act(activation, activation_params)
     if spec is not None:
-        y = linalg.matmul_native(a, b, bias, z, *spec)
+        y = linalg.matmul_native(a, b, bias, z, *spec, out=out)
         if y is not None:
             return y
     y = _std("MatMul", 13)(a, b)

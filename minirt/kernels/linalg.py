@@ -33,13 +33,14 @@ def _as_rhs(b: np.ndarray):
     return np.ascontiguousarray(b), 0, b.shape[-1]
 
 
-def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0):
+def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
     """``act(a @ b + bias[n] + z)`` for float32 through ``mrt_sgemm``, or ``None`` when it does not apply.
 
     ``a`` (..., M, K); ``b`` (K, N) or (..., K, N) with batch dimensions that
     broadcast (numpy.matmul rules) and may be a transposed view; ``bias`` (N,)
     or None; ``z`` exactly the output's shape or None.  Runs on the session's
-    thread pool (BLAS is not involved).
+    thread pool (BLAS is not involved).  ``out``: a buffer for the result, used
+    when it has exactly its shape and dtype and is C-contiguous.
     """
     if not _native.available or a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2:
         return None
@@ -85,7 +86,11 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0):
             z = np.ascontiguousarray(z)
     if bias is not None:
         bias = np.ascontiguousarray(bias)
-    y = np.empty(out_shape, dtype=np.float32)
+    if (out is not None and out.shape == out_shape and out.dtype == _F32 and out.flags.c_contiguous
+            and not any(t is not None and np.may_share_memory(t, out) for t in (a, b, z))):
+        y = out
+    else:
+        y = np.empty(out_shape, dtype=np.float32)
     _native.sgemm_batch(batch, mm, n, k, a2, k, sa, bb, ldb, sb, transb, y, n, mm * n, bias, z, n, mm * n,
                         act, a0, a1)
     return y
@@ -105,7 +110,7 @@ def _scaled(y: np.ndarray, factor: float) -> np.ndarray:
     return (y * factor).astype(y.dtype)
 
 
-def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c):
+def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c, out=None):
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
     if trans_a:
@@ -117,7 +122,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c):
             f"Gemm: inner dimensions differ: A' is {a.shape}, B' is {b.shape} (transA={trans_a}, transB={trans_b})"
         )
     if alpha == 1.0 and a.dtype == _F32 and not (exact_c and c is not None and c.shape != (a.shape[0], b.shape[1])):
-        fast = _gemm_native(a, b, c, beta)
+        fast = _gemm_native(a, b, c, beta, out)
         if fast is not None:
             return fast
     half = a.dtype == np.float16
@@ -131,16 +136,16 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c):
     return y.astype(np.float16) if half else y
 
 
-def _gemm_native(a, b, c, beta):
+def _gemm_native(a, b, c, beta, out=None):
     """``a @ b + beta * c`` (a, b already transposed views) on the native GEMM, or None."""
     if c is None or beta == 0.0:
-        return matmul_native(a, b)
+        return matmul_native(a, b, out=out)
     if beta == 1.0 and c.dtype == _F32:
         n = b.shape[1]
         if c.shape in ((n,), (1, n)):
-            return matmul_native(a, b, bias=c.reshape(n))
+            return matmul_native(a, b, bias=c.reshape(n), out=out)
         if c.shape == (a.shape[0], n):
-            return matmul_native(a, b, z=c)
+            return matmul_native(a, b, z=c, out=out)
     return None
 
 
@@ -165,17 +170,17 @@ def gemm_1(a, b, c=None, /, *, alpha=1.0, beta=1.0, broadcast=0, transA=0, trans
     return _gemm(a, b, c, alpha, beta, transA, transB, exact_c=not broadcast)
 
 
-@kernel("Gemm", since=7)
-def gemm_7(a, b, c=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0):
+@kernel("Gemm", since=7, out=True)
+def gemm_7(a, b, c=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, out=None):
     # Covers opsets 7/9/11/13: 9 and 13 only widened the type list, 11 made C optional.
-    return _gemm(a, b, c, alpha, beta, transA, transB, exact_c=False)
+    return _gemm(a, b, c, alpha, beta, transA, transB, exact_c=False, out=out)
 
 
 # --------------------------------------------------------------------------- MatMul
 
 
-@kernel("MatMul", since=1)
-def matmul(a, b, /):
+@kernel("MatMul", since=1, out=True)
+def matmul(a, b, /, *, out=None):
     try:
         if a.dtype == np.float16 and b.dtype == np.float16:
             # No half-precision BLAS in numpy: compute in float32, round once.
@@ -184,7 +189,7 @@ def matmul(a, b, /):
             # bfloat16 / float8 (ml_dtypes): float32 products and sums, rounded once.
             y = np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32))).astype(a.dtype)
         else:
-            y = matmul_native(a, b)
+            y = matmul_native(a, b, out=out)
             if y is not None:
                 return y
             y = np.matmul(a, b)

@@ -295,7 +295,14 @@ _NATIVE_ACTIVATIONS = {
 }
 
 
-def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1):
+def _out_buffer(dst, shape: tuple, dtype=np.float32):
+    """``dst`` when it can hold the result exactly (shape, dtype, C-contiguous), else a fresh array."""
+    if dst is not None and dst.shape == shape and dst.dtype == dtype and dst.flags.c_contiguous:
+        return dst
+    return np.empty(shape, dtype=dtype)
+
+
+def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
     """2-D float32 Conv through the native kernels: act(conv(x, w) + b + z).
 
     Depthwise convolutions run entirely in C (bias and activation fused into
@@ -314,7 +321,7 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1):
     if z is not None:
         z = np.ascontiguousarray(z, dtype=np.float32)
     if group == c and cg == 1 and m == c and kk > 1:
-        y = np.empty((n, c) + tuple(out), dtype=np.float32)
+        y = _out_buffer(dst, (n, c) + tuple(out))
         wc = np.ascontiguousarray(w)
         if z is None:
             _native.dwconv2d(x, wc, b, y, k, s, d, pb, act, a0, a1)
@@ -332,7 +339,7 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1):
     # Our GEMM (packed-B, AVX2/AVX-512 microkernel, threads from our pool)
     # writes y directly with bias + residual + activation in the same pass.
     mg = m // group
-    y = np.empty((n, m) + tuple(out), dtype=np.float32)
+    y = _out_buffer(dst, (n, m) + tuple(out))
     wg = np.ascontiguousarray(w).reshape(group, mg, cg * kk)
     yv = y.reshape(n, group, mg, p)
     zv = None if z is None else z.reshape(n, group, mg, p)
@@ -344,13 +351,16 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1):
 
 
 def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_params=(), auto_pad="NOTSET",
-                      dilations=(), group=1, kernel_shape=(), pads=(), strides=()):
+                      dilations=(), group=1, kernel_shape=(), pads=(), strides=(), out=None):
     """``activation(Conv(x, w, b) + z)`` in one native pass, or ``None`` when that is not possible.
+
+    ``out``: a buffer for the result, used when it has exactly its shape and dtype.
 
     For the fused ``com.minirt`` ops: returns ``None`` (the caller then
     composes the standard kernels) when the native kernels are unavailable,
     the data is not 2-D float32, or the activation has no native epilogue.
     """
+    dst = out if out is None or not any(t is not None and np.may_share_memory(t, out) for t in (x, z)) else None
     if not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
         return None
     spec = _NATIVE_ACTIVATIONS.get(activation)
@@ -372,7 +382,7 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
     if z is not None and z.shape != (n, m) + tuple(out):
         return None  # a broadcasting residual: not fused
     a0, a1 = (params + (0.0, 0.0))[:2]
-    return _conv2d_native(x, w, b, z, out, k, s, d, pb, group, spec[0], a0, a1)
+    return _conv2d_native(x, w, b, z, out, k, s, d, pb, group, spec[0], a0, a1, dst=dst)
 
 
 def _split_transpose_pads(total: list, auto_pad: str) -> tuple:

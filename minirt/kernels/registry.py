@@ -29,6 +29,13 @@ index (every family is imported at the first lookup, as before).
 Kernels that need to know about the node itself (how many outputs it has,
 the declared dtypes of its outputs) register with ``context=True`` and
 receive a :class:`NodeContext` as the keyword argument ``ctx``.
+
+Kernels that can write their (single) result into a buffer the session
+provides register with ``out=True`` and take a keyword-only ``out=None``
+parameter (not an ONNX attribute: it is left out of :attr:`KernelEntry.attributes`).
+Such a kernel uses ``out`` only when it has exactly the result's shape and
+dtype (it is C-contiguous), and returns either ``out`` or a fresh array: never
+a view of one of its inputs.  The session's memory plan (D17) relies on that.
 """
 from __future__ import annotations
 
@@ -56,19 +63,23 @@ class KernelEntry:
     the function's signature, computed on first use (not at import: most
     kernels of a family are never looked up by a given model)."""
 
-    __slots__ = ("domain", "op_type", "since", "fn", "context", "_sig")
+    __slots__ = ("domain", "op_type", "since", "fn", "context", "accepts_out", "_sig")
 
-    def __init__(self, domain: str, op_type: str, since: int, fn: KernelFn, context: bool):
+    def __init__(self, domain: str, op_type: str, since: int, fn: KernelFn, context: bool, accepts_out: bool = False):
         self.domain = domain
         self.op_type = op_type
         self.since = since
         self.fn = fn
         self.context = context
+        self.accepts_out = accepts_out  # takes out= (a buffer for its result); see the module docstring
         self._sig = None
 
     def _signature_facts(self) -> tuple:
         if self._sig is None:
-            self._sig = (_accepted_attributes(self.fn, self.context), _required_inputs(self.fn))
+            attrs = _accepted_attributes(self.fn, self.context)
+            if attrs is not None and self.accepts_out:
+                attrs = attrs - {"out"}
+            self._sig = (attrs, _required_inputs(self.fn))
         return self._sig
 
     @property
@@ -120,8 +131,11 @@ def _required_inputs(fn: KernelFn) -> int:
     return n
 
 
-def kernel(op_type: str, since: int = 1, domain: str = "", context: bool = False) -> Callable[[KernelFn], KernelFn]:
-    """Register ``fn`` as the CPU kernel for ``domain::op_type`` from opset ``since``."""
+def kernel(
+    op_type: str, since: int = 1, domain: str = "", context: bool = False, out: bool = False
+) -> Callable[[KernelFn], KernelFn]:
+    """Register ``fn`` as the CPU kernel for ``domain::op_type`` from opset ``since``
+    (``out=True``: it takes a keyword-only ``out`` buffer, see the module docstring)."""
 
     def register(fn: KernelFn) -> KernelFn:
         index = _index()
@@ -129,7 +143,7 @@ def kernel(op_type: str, since: int = 1, domain: str = "", context: bool = False
             owners = index.get((domain, op_type))
             if owners is not None and fn.__module__.rpartition(".")[2] not in owners:
                 return fn  # another family provides this operator (see the module docstring)
-        entry = KernelEntry(domain, op_type, since, fn, context)
+        entry = KernelEntry(domain, op_type, since, fn, context, out)
         entries = _REGISTRY.setdefault((domain, op_type), [])
         if any(e.since == since for e in entries):
             raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} since {since} registered twice")
