@@ -56,3 +56,189 @@ def test_verifier_catches_overlaps(seed):
 def test_verifier_checks_arena_bounds():
     with pytest.raises(AssertionError, match="outside"):
         memplan.verify([(0, 1, 100)], [10], arena=64)
+
+
+# --------------------------------------------------------------------------- the plan wired into Session (D17)
+
+import os
+import threading
+
+import numpy as np
+
+import minirt
+from minirt import session as session_mod
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """Every plan verified (counted) and every arena buffer checked against live values at run time."""
+    calls = []
+    real = memplan.verify
+
+    def verify(buffers, offsets, arena=None):
+        calls.append(len(buffers))
+        return real(buffers, offsets, arena)
+
+    monkeypatch.setattr(memplan, "verify", verify)
+    monkeypatch.setattr(session_mod, "_MEMPLAN_CHECK", True)
+    return calls
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b)
+    )
+
+
+def _compare(data, feeds, checked, runs=3):
+    plain = minirt.Session(data, memory_plan=False)
+    planned = minirt.Session(data, memory_plan=True)
+    for feed in feeds:
+        want = plain.run(None, feed)
+        for _ in range(runs):  # the first run records, the next ones use the arena
+            assert _same(planned.run(None, feed), want)
+    plans = planned.memory_plans()
+    assert plans and any(p["buffers"] for p in plans)
+    for p in plans:
+        assert p["arena_bytes"] <= max(p["buffer_bytes"], 1) + 64 * p["buffers"]
+    assert len(checked) >= sum(1 for p in plans if p["buffers"])
+    return planned
+
+
+def test_demo_model_planned_runs_are_bit_identical(checked):
+    builder = pytest.importorskip("builder")
+    path = os.path.join(ROOT, "examples", "digits", "digits_cnn.onnx")
+    if not os.path.exists(path):
+        pytest.skip("digits example not present")
+    data = builder.build_bytes(path)
+    sess = minirt.Session(data)
+    arg = sess.get_inputs()[0]
+    rng = np.random.default_rng(0)
+    feeds = [{arg.name: rng.standard_normal([d if isinstance(d, int) else b for d in arg.shape]).astype(np.float32)}
+             for b in (1, 4)]
+    _compare(data, feeds, checked)
+
+
+def test_ppocr_cls_planned_runs_are_bit_identical(checked):
+    builder = pytest.importorskip("builder")
+    from tests.test_real_models import PPOCR_CLS, ppocr_input
+
+    if PPOCR_CLS is None:
+        pytest.skip("rapidocr-onnxruntime not installed")
+    data = builder.build_bytes(PPOCR_CLS)
+    _compare(data, [{"x": ppocr_input((1, 3, 48, 192), 1)}, {"x": ppocr_input((2, 3, 48, 320), 2)}], checked)
+
+
+def _dynamic_model():
+    from tests.test_dynamic_shapes import split_heads_model
+
+    from builder import build_bytes
+
+    return build_bytes(split_heads_model())
+
+
+def test_dynamic_shapes_lru_eviction(checked):
+    data = _dynamic_model()
+    probe = minirt.Session(data)
+    shapes = [(1, 3), (2, 5), (1, 8), (3, 4), (2, 7), (4, 2)]  # (batch, sequence)
+    rng = np.random.default_rng(5)
+    feeds = []
+    for b, s in shapes:
+        feed = {}
+        for arg in probe.get_inputs():
+            dims, syms = [], iter((b, s))
+            for d in arg.shape:
+                dims.append(d if isinstance(d, int) else next(syms))
+            feed[arg.name] = rng.standard_normal(dims).astype(np.float32)
+        feeds.append(feed)
+    planned = _compare(data, feeds, checked)
+    assert len(planned.memory_plans()) == session_mod.Session._MAX_MEMORY_PLANS  # 6 shapes, 4 kept
+    # the evicted shapes come back (re-recorded) and still match
+    plain = minirt.Session(data, memory_plan=False)
+    for feed in feeds[:2] * 2:
+        assert _same(planned.run(None, feed), plain.run(None, feed))
+    kept = [p["inputs"] for p in planned.memory_plans()]
+    assert {k: tuple(v.shape) for k, v in feeds[0].items()} in kept
+
+
+def test_concurrent_planned_runs_match_serial(checked):
+    from tests.fuzz.seeds import conv_model, mlp_model
+
+    from builder import build_bytes
+
+    for model_fn in (mlp_model, conv_model):
+        data = build_bytes(model_fn())
+        plain = minirt.Session(data, memory_plan=False)
+        sess = minirt.Session(data, memory_plan=True)
+        feeds = []
+        for t in range(8):
+            rng = np.random.default_rng(100 + t)
+            per = []
+            for _ in range(60):
+                batch = int(rng.integers(1, 4))
+                per.append({a.name: rng.standard_normal([d if isinstance(d, int) else batch for d in a.shape])
+                            .astype(np.float32) for a in sess.get_inputs()})
+            feeds.append(per)
+        expected = [[plain.run(None, f) for f in per] for per in feeds]
+        results, errors = [None] * 8, []
+        start = threading.Barrier(8)
+
+        def worker(t):
+            try:
+                start.wait()
+                results[t] = [sess.run(None, f) for f in feeds[t]]
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert not errors, errors
+        for t in range(8):
+            for got, want in zip(results[t], expected[t]):
+                assert _same(got, want)
+        assert any(p["buffers"] for p in sess.memory_plans())
+
+
+def test_outputs_never_alias_the_arena_or_each_other(checked):
+    from tests.fuzz.seeds import conv_model
+
+    from builder import build_bytes
+
+    sess = minirt.Session(build_bytes(conv_model()), memory_plan=True)
+    feed = {a.name: np.random.default_rng(3).standard_normal([d if isinstance(d, int) else 2 for d in a.shape])
+            .astype(np.float32) for a in sess.get_inputs()}
+    first = sess.run(None, feed)  # records
+    second = sess.run(None, feed)  # planned
+    keep = [r.copy() for r in second]
+    for r in second:
+        r[...] = 12345.0  # the caller owns its outputs
+    third = sess.run(None, feed)
+    assert _same(third, keep) and _same(first, keep)
+    for a in second:
+        for b in third:
+            assert not np.may_share_memory(a, b)
+
+
+def test_memory_plan_off_builds_no_plans():
+    from tests.fuzz.seeds import conv_model
+
+    from builder import build_bytes
+
+    sess = minirt.Session(build_bytes(conv_model()), memory_plan=False)
+    feed = {a.name: np.ones([d if isinstance(d, int) else 1 for d in a.shape], np.float32) for a in sess.get_inputs()}
+    sess.run(None, feed)
+    sess.run(None, feed)
+    assert sess.memory_plans() == []
+
+
+def test_out_is_not_an_attribute():
+    from minirt.kernels.registry import lookup
+
+    for domain, op, opset in (("", "Add", 17), ("", "MatMul", 17), ("", "Relu", 17), ("com.minirt", "FusedConv", 1)):
+        entry = lookup(domain, op, opset)
+        assert entry.accepts_out and "out" not in entry.attributes

@@ -115,9 +115,15 @@ def _binary_out(out, a: np.ndarray, b: np.ndarray) -> bool:
         return False
     if a.shape == b.shape:
         return _fits_out(out, a, a.shape)
-    if not _fits_out(out, a, np.broadcast_shapes(a.shape, b.shape)):
+    if b.size == 1 and b.ndim <= a.ndim:  # (np.broadcast_shapes costs more than a small op)
+        shape = a.shape
+    elif a.size == 1 and a.ndim <= b.ndim:
+        shape = b.shape
+    else:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    if not _fits_out(out, a, shape):
         return False
-    return all(x.shape == out.shape or not np.may_share_memory(x, out) for x in (a, b))
+    return all(x.shape == shape or not np.may_share_memory(x, out) for x in (a, b))
 
 
 # ufunc by op for the out= path (float division is a plain ufunc too)

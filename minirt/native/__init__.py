@@ -10,8 +10,10 @@ Public state:
 ``available``  True when the compiled kernels are loaded and enabled.
 ``reason``     Why they are not available ("" when they are).
 ``features``   CPU features detected at run time, e.g. ``{"avx2": True, "fma": True}``.
-``isa``        The implementation chosen for this CPU: ``"avx2"`` or ``"baseline"``
-               (override with ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
+``isa``        The implementation chosen for this CPU: ``"avx512"``, ``"avx2"`` (x86-64),
+               ``"dotprod"``, ``"neon"`` (aarch64) or ``"baseline"`` (override with
+               ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
+``qgemm_isa``  The int8 GEMM microkernel in use: ``"vnni"``, ``"dotprod"`` or ``"portable"``.
 
 The wrappers below take numpy arrays that the caller has already validated
 (dtype float32, C-contiguous, shapes consistent): they are the thin layer
@@ -27,6 +29,7 @@ available = False
 reason = ""
 features: dict = {}
 isa = "none"
+qgemm_isa = "none"
 
 (ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_SILU, ACT_HARDSIGMOID, ACT_HARDSWISH, ACT_GELU,
  ACT_GELU_TANH) = range(10)
@@ -70,19 +73,25 @@ def _load() -> None:
 
 
 def select_isa(name: str = "best") -> str:
-    """Choose the implementation: "best" (default), "avx512", "avx2" or "baseline".
+    """Choose the implementation: "best" (default), "avx512", "avx2" (x86-64), "dotprod",
+    "neon" (aarch64) or "baseline".
 
-    An ISA the CPU lacks falls back to the baseline; returns what is in use.
+    An ISA the CPU lacks falls back to the baseline ("dotprod" without the dot
+    product falls back to "neon"); returns what is in use.
     """
-    global isa
+    global isa, qgemm_isa
     if _lib is None:
         return isa
-    code = {"best": _lib.MRT_ISA_BEST, "avx512": _lib.MRT_ISA_AVX512, "avx2": _lib.MRT_ISA_AVX2,
-            "baseline": _lib.MRT_ISA_BASELINE}.get(name)
+    codes = {"best": _lib.MRT_ISA_BEST, "avx512": _lib.MRT_ISA_AVX512, "avx2": _lib.MRT_ISA_AVX2,
+             "neon": getattr(_lib, "MRT_ISA_NEON", 3), "dotprod": getattr(_lib, "MRT_ISA_DOTPROD", 4),
+             "baseline": _lib.MRT_ISA_BASELINE}
+    code = codes.get(name)
     if code is None:
-        raise ValueError(f"unknown ISA {name!r}; expected best, avx512, avx2 or baseline")
+        raise ValueError(f"unknown ISA {name!r}; expected one of {', '.join(codes)}")
     chosen = _lib.mrt_select_isa(code)
-    isa = {_lib.MRT_ISA_AVX512: "avx512", _lib.MRT_ISA_AVX2: "avx2"}.get(chosen, "baseline")
+    isa = {_lib.MRT_ISA_AVX512: "avx512", _lib.MRT_ISA_AVX2: "avx2", codes["neon"]: "neon",
+           codes["dotprod"]: "dotprod"}.get(chosen, "baseline")
+    qgemm_isa = {1: "vnni", 2: "dotprod"}.get(_lib.mrt_qgemm_isa(), "portable")
     _qpacked.clear()  # the packed weight format may depend on the ISA
     return isa
 
@@ -92,8 +101,7 @@ def describe() -> str:
     if not available:
         return f"not active ({reason}); using numpy kernels"
     feats = ", ".join(k for k, v in features.items() if v) or "none"
-    q = "vnni" if _lib.mrt_qgemm_isa() else "portable"
-    return f"active, {isa} kernels, int8 GEMM {q} (CPU features: {feats})"
+    return f"active, {isa} kernels, int8 GEMM {qgemm_isa} (CPU features: {feats})"
 
 
 # --------------------------------------------------------------------------- threads

@@ -2,7 +2,8 @@
  *
  * The kernel bodies live in kernels_impl.h, which is compiled here once for
  * the baseline ISA of the target architecture and, on x86-64, once more with
- * __attribute__((target("avx2,fma"))).  Nothing in this file or in the
+ * __attribute__((target("avx2,fma"))) (on aarch64 the int8 GEMM has an SDOT
+ * microkernel under target("arch=armv8.2-a+dotprod"), see qgemm.h).  Nothing in this file or in the
  * baseline copy uses instructions beyond the compiler's default target, so
  * the library loads and runs on any CPU of its architecture; the AVX2 copy
  * is only ever called after __builtin_cpu_supports() said yes.
@@ -328,7 +329,26 @@ int mrt_select_isa(int isa) {
     (void)f;
     q_use_vnni = 0;
     q_use_avx2 = 0;
+    q_use_neon = 0;
+    q_use_dotprod = 0;
     q_act_row = act_row_base;
+#ifdef MRT_HAVE_NEON_BUILD
+    /* aarch64: the float kernels are the baseline code (NEON is the AArch64
+     * baseline, and explicit intrinsics did not beat what GCC makes of the
+     * vector-extension GEMM: docs/decisions.md, D17); the levels differ in the
+     * int8 GEMM.  "best" takes the dot product when the CPU reports it. */
+    if (isa == MRT_ISA_BEST || isa == MRT_ISA_NEON || isa == MRT_ISA_DOTPROD) {
+        impl = &impl_base;
+        q_use_neon = 1;
+        if ((isa == MRT_ISA_BEST || isa == MRT_ISA_DOTPROD) && (f & MRT_FEAT_ASIMDDP)) {
+            q_use_dotprod = 1;
+            impl_isa = MRT_ISA_DOTPROD;
+        } else {
+            impl_isa = MRT_ISA_NEON;
+        }
+        return impl_isa;
+    }
+#endif
     if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX512) && avx512_ok) {
 #ifdef MRT_HAVE_AVX2_BUILD
         impl = &impl_avx512;
@@ -396,4 +416,4 @@ void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long ld
                 nthreads);
 }
 
-int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : 0; }
+int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }

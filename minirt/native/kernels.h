@@ -5,7 +5,8 @@
  * over a small pthread pool owned by this library (see kernels.c).
  *
  * One binary runs on any CPU of its architecture: hot loops are compiled
- * once for the baseline ISA and once per extension (x86-64: AVX2+FMA), and
+ * once for the baseline ISA and once per extension (x86-64: AVX2+FMA;
+ * aarch64: the int8 GEMM with the ARMv8.2 dot product), and
  * the implementation is chosen at run time from the CPU's features.
  */
 #ifndef MINIRT_KERNELS_H
@@ -26,6 +27,8 @@
 #define MRT_ISA_BASELINE 0
 #define MRT_ISA_AVX2 1
 #define MRT_ISA_AVX512 2
+#define MRT_ISA_NEON 3    /* aarch64: NEON (the float kernels are the baseline code, which is NEON there) */
+#define MRT_ISA_DOTPROD 4 /* aarch64 + ARMv8.2 dot product (HWCAP_ASIMDDP): NEON + SDOT int8 GEMM */
 
 /* Activations of the fused epilogues (parameters a0, a1). */
 #define MRT_ACT_NONE 0
@@ -99,7 +102,7 @@ void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed);
 void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
                         const float *scale, const float *bias, float *C, long ldc, const float *res, long ldr, int act,
                         float a0, float a1, int nthreads);
-/* 1 when the int8 GEMM runs the AVX512-VNNI microkernel, 0 for the portable one. */
+/* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */
 void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads);

@@ -16,7 +16,14 @@
  * x86 VNNI instruction vpdpbusd (u8 x s8, 4-way dot product into s32,
  * no intermediate saturation).  Implementations:
  *   - AVX512-VNNI (runtime-detected): 6 x 32 tile, 12 zmm accumulators;
- *   - baseline: the same tiling in plain C (int32), any CPU.
+ *   - aarch64 dot product (SDOT, ARMv8.2: Pi 5; runtime-detected from
+ *     HWCAP_ASIMDDP): SDOT is s8 x s8, so the activations are packed as
+ *     x - 128 (an XOR with 0x80 in the NEON packing) and the 128 * rowsum[m]
+ *     this removes is put back in the epilogue's zero-point correction
+ *     (exact: it only changes the effective zero point to x_zero - 128);
+ *     6 x 16 half-tiles, 24 NEON accumulators;
+ *   - baseline: the same tiling in plain C (int32), any CPU (on aarch64 the
+ *     activations are packed with NEON ld1/st4 unless the baseline is forced).
  * (AVX2 without VNNI uses the baseline: vpmaddubsw saturates int16 and
  * the exact vpmaddwd route is no faster than float FMA.)
  */
@@ -25,12 +32,25 @@
 #include <immintrin.h>
 #define MRT_HAVE_VNNI_BUILD 1
 #endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#include <arm_neon.h>
+#define MRT_HAVE_NEON_BUILD 1
+/* GCC 12's arm_neon.h declares the dot-product intrinsics under
+ * "arch=armv8.2-a+dotprod": the function using them needs that target. */
+#if defined(__clang__)
+#define MRT_TARGET_DOTPROD __attribute__((target("dotprod")))
+#else
+#define MRT_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+#endif
 
 #define Q_MR 6
 #define Q_NR 32
 #define Q_NC 256 /* columns per block (multiple of Q_NR) */
 
-int q_use_vnni; /* set by mrt_select_isa */
+int q_use_vnni;    /* set by mrt_select_isa */
+int q_use_neon;    /* aarch64: NEON activation packing (set by mrt_select_isa) */
+int q_use_dotprod; /* aarch64: SDOT microkernel (set by mrt_select_isa) */
 /* the activation pass of the epilogue, for the selected ISA */
 static void (*q_act_row)(float *, long, int, float, float) = act_row_base;
 
@@ -63,6 +83,7 @@ typedef struct {
     int M, N, K, x_zero, act;
     float a0, a1;
     int nc, mc, nblocks;
+    int neon, dot; /* this call's choices (read once from q_use_neon / q_use_dotprod) */
 } q_args;
 
 /* Pack X[k0:k0+kb, n0:n0+nb] into quad panels; rows past K and columns past
@@ -98,8 +119,26 @@ static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *o
                 continue;
             }
 #endif
+#ifdef MRT_HAVE_NEON_BUILD
+            if (full && g->neon) { /* st4 interleaves 4 rows of 16 bytes into 16 quads */
+                const uint8x16_t flip = vdupq_n_u8(g->dot ? 0x80 : 0);
+                for (int h = 0; h < Q_NR; h += 16) {
+                    uint8x16x4_t v;
+                    v.val[0] = veorq_u8(vld1q_u8(r[0] + h), flip);
+                    v.val[1] = veorq_u8(vld1q_u8(r[1] + h), flip);
+                    v.val[2] = veorq_u8(vld1q_u8(r[2] + h), flip);
+                    v.val[3] = veorq_u8(vld1q_u8(r[3] + h), flip);
+                    vst4q_u8(dst + 4 * h, v);
+                }
+                continue;
+            }
+#endif
+            /* with SDOT the activations are stored as x - 128 (s8); the padding
+             * then reads -128, against zero weights (rows past K) or in columns
+             * that are never stored (past N) */
+            const uint8_t flip = g->dot ? 0x80 : 0;
             for (int j = 0; j < Q_NR; ++j)
-                for (int t = 0; t < 4; ++t) dst[j * 4 + t] = (r[t] && j < w) ? r[t][j] : 0;
+                for (int t = 0; t < 4; ++t) dst[j * 4 + t] = (uint8_t)(((r[t] && j < w) ? r[t][j] : 0) ^ flip);
         }
     }
 }
@@ -178,6 +217,56 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
 }
 #endif
 
+#ifdef MRT_HAVE_NEON_BUILD
+/* acc[0:6][0:32] = sum over the kq quads of W (s8, rows of stride k4) x panel (s8: x - 128).
+ * Two halves of 16 columns, each a 6 x 16 tile in 24 registers; per quad of k:
+ * four 16-byte panel loads and, per row, one broadcast 4-byte weight quad and 4 SDOTs. */
+MRT_TARGET_DOTPROD static void q_ukr_dot(const q_args *g, const int8_t *w, int kq, const uint8_t *panel,
+                                         int32_t acc[Q_MR][Q_NR], int mr) {
+    const long k4 = g->k4;
+    const int8_t *a0 = w, *a1 = mr > 1 ? w + k4 : w, *a2 = mr > 2 ? w + 2 * k4 : w;
+    const int8_t *a3 = mr > 3 ? w + 3 * k4 : w, *a4 = mr > 4 ? w + 4 * k4 : w, *a5 = mr > 5 ? w + 5 * k4 : w;
+    for (int h = 0; h < Q_NR; h += 16) {
+        const int8_t *p = (const int8_t *)panel + 4 * h;
+        const int32x4_t z = vdupq_n_s32(0);
+        int32x4_t c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z, c20 = z, c21 = z, c22 = z,
+                  c23 = z, c30 = z, c31 = z, c32 = z, c33 = z, c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z,
+                  c52 = z, c53 = z;
+        for (int q = 0; q < kq; ++q, p += Q_NR * 4) {
+            const int8x16_t b0 = vld1q_s8(p), b1 = vld1q_s8(p + 16), b2 = vld1q_s8(p + 32), b3 = vld1q_s8(p + 48);
+            int32_t s;
+            int8x16_t a;
+#define Q_ROW(ap, x0, x1, x2, x3)                     \
+    memcpy(&s, ap + 4 * q, 4);                          \
+    a = vreinterpretq_s8_s32(vdupq_n_s32(s));           \
+    x0 = vdotq_s32(x0, b0, a);                          \
+    x1 = vdotq_s32(x1, b1, a);                          \
+    x2 = vdotq_s32(x2, b2, a);                          \
+    x3 = vdotq_s32(x3, b3, a);
+            Q_ROW(a0, c00, c01, c02, c03)
+            Q_ROW(a1, c10, c11, c12, c13)
+            Q_ROW(a2, c20, c21, c22, c23)
+            Q_ROW(a3, c30, c31, c32, c33)
+            Q_ROW(a4, c40, c41, c42, c43)
+            Q_ROW(a5, c50, c51, c52, c53)
+#undef Q_ROW
+        }
+#define Q_OUT(i, x0, x1, x2, x3)           \
+    vst1q_s32(acc[i] + h, x0);              \
+    vst1q_s32(acc[i] + h + 4, x1);          \
+    vst1q_s32(acc[i] + h + 8, x2);          \
+    vst1q_s32(acc[i] + h + 12, x3);
+        Q_OUT(0, c00, c01, c02, c03)
+        Q_OUT(1, c10, c11, c12, c13)
+        Q_OUT(2, c20, c21, c22, c23)
+        Q_OUT(3, c30, c31, c32, c33)
+        Q_OUT(4, c40, c41, c42, c43)
+        Q_OUT(5, c50, c51, c52, c53)
+#undef Q_OUT
+    }
+}
+#endif
+
 static void q_task(void *ctx, long begin, long end) {
     const q_args *g = (const q_args *)ctx;
     /* No K blocking: a column block is packed over all of K (k4 * nc bytes),
@@ -204,6 +293,11 @@ static void q_task(void *ctx, long begin, long end) {
                     q_ukr_vnni(g, w, kq, panel, acc, mr, 0);
                 else
 #endif
+#ifdef MRT_HAVE_NEON_BUILD
+                if (g->dot)
+                    q_ukr_dot(g, w, kq, panel, acc, mr);
+                else
+#endif
                     q_ukr_base(g, w, kq, panel, acc, mr, 0);
                 for (int i = 0; i < mr; ++i)
                     q_store_row(g, acc[i], g->C + (long)(m + i) * g->ldc + n0 + j0, nr, m + i, n0 + j0);
@@ -225,6 +319,10 @@ static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W
     g.X = X; g.C = C; g.scale = scale; g.bias = bias; g.res = res;
     g.k4 = q_k4(K); g.ldx = ldx; g.ldc = ldc; g.ldr = ldr;
     g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
+    g.neon = q_use_neon;
+    g.dot = q_use_dotprod;
+    /* SDOT sees x - 128: sum_k w (x - x_zero) = sum_k w (x - 128) - (x_zero - 128) rowsum */
+    if (g.dot) g.x_zero = x_zero - 128;
     if (nthreads < 1) nthreads = 1;
     int nc = Q_NC;
     if (nthreads > 1) {

@@ -28,6 +28,8 @@ REAL_MODELS = {
     "digits": (lambda: os.path.join(MODELS, "digits", "digits_cnn.onnx"), {"image": (1, 1, 8, 8)}),
     "ppocr_cls": (lambda: rapidocr_model("ch_ppocr_mobile_v2.0_cls_infer.onnx"), {"x": (1, 3, 48, 192)}),
     "ppocr_det": (lambda: rapidocr_model("ch_PP-OCRv4_det_infer.onnx"), {"x": (1, 3, 320, 320)}),
+    "ppocr_rec": (lambda: rapidocr_model("ch_PP-OCRv4_rec_infer.onnx"), {"x": (1, 3, 48, 320)}),
+    "transformer": (lambda: os.path.join(MODELS, "transformer", "encoder.onnx"), {"x": (1, 16, 128)}),
 }
 
 

@@ -29,7 +29,8 @@ def nnapi_on_tflite(tflite_interpreter):
 
 
 LEVEL_CASES = [("digits", 27), ("digits", 29), ("ppocr_cls", 27), ("ppocr_cls", 29), ("ppocr_cls", 30),
-               ("ppocr_det", 28), ("ppocr_det", 29), ("ppocr_det", 30), ("ppocr_det", 33)]
+               ("ppocr_det", 28), ("ppocr_det", 29), ("ppocr_det", 30), ("ppocr_det", 33),
+               ("ppocr_rec", 27), ("ppocr_rec", 33), ("transformer", 27), ("transformer", 33)]
 
 
 @pytest.mark.parametrize("name, level", LEVEL_CASES, ids=[f"{n}-api{lv}" for n, lv in LEVEL_CASES])
