@@ -302,7 +302,11 @@ class _Plan:
             raise _kernel_error(step, env, exc) from exc
 
     def _execute_planned(self, env: list, outs, record, timings) -> None:
-        """:meth:`execute` with arena buffers (``outs``), result recording and/or timings."""
+        """:meth:`execute` with arena buffers (``outs``), result recording and/or timings.
+
+        :meth:`execute` keeps its own copy of the plain loop: it is the hot path
+        and must not pay for these branches per node.
+        """
         clock = time.perf_counter
         step = None
         try:
@@ -341,36 +345,12 @@ class _Plan:
 
     def execute_profiled(self, env: list, outs: Sequence | None = None, record: list | None = None
                          ) -> list[tuple[str, str, float]]:
-        """Like :meth:`execute`, timing each kernel call: [(node name, op_type, seconds)]."""
-        clock = time.perf_counter
-        timings = []
-        if outs is not None or record is not None:
-            self._execute_planned(env, outs, record, timings)
-            return timings
-        step = None
-        try:
-            for step in self.steps:
-                args = [env[v] if v >= 0 else None for v in step.ins]
-                t0 = clock()
-                if step.subgraphs:
-                    result = step.call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
-                else:
-                    result = step.call(*args)
-                timings.append((step.node.name, step.op.op_type, clock() - t0))
-                if type(result) is tuple:
-                    for v, r in zip(step.outs, result):
-                        if v >= 0:
-                            env[v] = r
-                elif step.outs[0] >= 0:
-                    env[step.outs[0]] = result
-                for v in step.frees:
-                    env[v] = None
-        except KernelError as exc:
-            raise _with_node(step, exc) from None
-        except Error:
-            raise
-        except Exception as exc:
-            raise _kernel_error(step, env, exc) from exc
+        """Like :meth:`execute`, timing each kernel call: [(node name, op_type, seconds)].
+
+        Profiling is not the hot path, so it shares the general loop.
+        """
+        timings: list = []
+        self._execute_planned(env, outs, record, timings)
         return timings
 
 
