@@ -335,7 +335,7 @@ int mrt_select_isa(int isa) {
 #ifdef MRT_HAVE_NEON_BUILD
     /* aarch64: the float kernels are the baseline code (NEON is the AArch64
      * baseline, and explicit intrinsics did not beat what GCC makes of the
-     * vector-extension GEMM: docs/decisions.md, D17); the levels differ in the
+     * vector-extension GEMM: docs/decisions.md, D18); the levels differ in the
      * int8 GEMM.  "best" takes the dot product when the CPU reports it. */
     if (isa == MRT_ISA_BEST || isa == MRT_ISA_NEON || isa == MRT_ISA_DOTPROD) {
         impl = &impl_base;

@@ -21,7 +21,7 @@
  *     x - 128 (an XOR with 0x80 in the NEON packing) and the 128 * rowsum[m]
  *     this removes is put back in the epilogue's zero-point correction
  *     (exact: it only changes the effective zero point to x_zero - 128);
- *     6 x 16 half-tiles, 24 NEON accumulators;
+ *     6 x 16 half-tiles, 24 NEON accumulators, SDOT by lane;
  *   - baseline: the same tiling in plain C (int32), any CPU (on aarch64 the
  *     activations are packed with NEON ld1/st4 unless the baseline is forced).
  * (AVX2 without VNNI uses the baseline: vpmaddubsw saturates int16 and
@@ -220,7 +220,7 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
 #ifdef MRT_HAVE_NEON_BUILD
 /* acc[0:6][0:32] = sum over the kq quads of W (s8, rows of stride k4) x panel (s8: x - 128).
  * Two halves of 16 columns, each a 6 x 16 tile in 24 registers; per quad of k:
- * four 16-byte panel loads and, per row, one broadcast 4-byte weight quad and 4 SDOTs. */
+ * four 16-byte panel loads, the six rows' 4-byte weight quads, and 4 SDOTs (by lane) per row. */
 MRT_TARGET_DOTPROD static void q_ukr_dot(const q_args *g, const int8_t *w, int kq, const uint8_t *panel,
                                          int32_t acc[Q_MR][Q_NR], int mr) {
     const long k4 = g->k4;
@@ -234,21 +234,27 @@ MRT_TARGET_DOTPROD static void q_ukr_dot(const q_args *g, const int8_t *w, int k
                   c52 = z, c53 = z;
         for (int q = 0; q < kq; ++q, p += Q_NR * 4) {
             const int8x16_t b0 = vld1q_s8(p), b1 = vld1q_s8(p + 16), b2 = vld1q_s8(p + 32), b3 = vld1q_s8(p + 48);
-            int32_t s;
-            int8x16_t a;
-#define Q_ROW(ap, x0, x1, x2, x3)                     \
-    memcpy(&s, ap + 4 * q, 4);                          \
-    a = vreinterpretq_s8_s32(vdupq_n_s32(s));           \
-    x0 = vdotq_s32(x0, b0, a);                          \
-    x1 = vdotq_s32(x1, b1, a);                          \
-    x2 = vdotq_s32(x2, b2, a);                          \
-    x3 = vdotq_s32(x3, b3, a);
-            Q_ROW(a0, c00, c01, c02, c03)
-            Q_ROW(a1, c10, c11, c12, c13)
-            Q_ROW(a2, c20, c21, c22, c23)
-            Q_ROW(a3, c30, c31, c32, c33)
-            Q_ROW(a4, c40, c41, c42, c43)
-            Q_ROW(a5, c50, c51, c52, c53)
+            /* the six rows' weight quads in two registers (rows 0-3, rows 4-5), used by lane:
+             * 24 accumulators + 4 panel + 2 weight registers fit the 32 without spilling
+             * (six broadcast registers did not) */
+            int32_t s0, s1, s2, s3, s4, s5;
+            memcpy(&s0, a0 + 4 * q, 4); memcpy(&s1, a1 + 4 * q, 4); memcpy(&s2, a2 + 4 * q, 4);
+            memcpy(&s3, a3 + 4 * q, 4); memcpy(&s4, a4 + 4 * q, 4); memcpy(&s5, a5 + 4 * q, 4);
+            int32x4_t wa = vdupq_n_s32(s0), wb = vdupq_n_s32(s4);
+            wa = vsetq_lane_s32(s1, wa, 1); wa = vsetq_lane_s32(s2, wa, 2); wa = vsetq_lane_s32(s3, wa, 3);
+            wb = vsetq_lane_s32(s5, wb, 1);
+            const int8x16_t va = vreinterpretq_s8_s32(wa), vb = vreinterpretq_s8_s32(wb);
+#define Q_ROW(w, lane, x0, x1, x2, x3)             \
+    x0 = vdotq_laneq_s32(x0, b0, w, lane);           \
+    x1 = vdotq_laneq_s32(x1, b1, w, lane);           \
+    x2 = vdotq_laneq_s32(x2, b2, w, lane);           \
+    x3 = vdotq_laneq_s32(x3, b3, w, lane);
+            Q_ROW(va, 0, c00, c01, c02, c03)
+            Q_ROW(va, 1, c10, c11, c12, c13)
+            Q_ROW(va, 2, c20, c21, c22, c23)
+            Q_ROW(va, 3, c30, c31, c32, c33)
+            Q_ROW(vb, 0, c40, c41, c42, c43)
+            Q_ROW(vb, 1, c50, c51, c52, c53)
 #undef Q_ROW
         }
 #define Q_OUT(i, x0, x1, x2, x3)           \

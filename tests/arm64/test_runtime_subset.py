@@ -128,6 +128,9 @@ def test_native_kernels_built_and_chosen():
 
 # qemu CPU model -> (Pi, whether the CPU reports the ARMv8.2 dot-product instructions)
 PI_CPUS = {"cortex-a53": ("rpi3", False), "cortex-a72": ("rpi4", False), "cortex-a76": ("rpi5", True)}
+# what minirt must choose there: (isa, int8 GEMM microkernel)
+PI_CHOICE = {"cortex-a53": ("neon", "portable"), "cortex-a72": ("neon", "portable"),
+             "cortex-a76": ("dotprod", "dotprod")}
 
 _ON_ONE_CPU = r"""
 import json, sys
@@ -138,13 +141,49 @@ art, name = sys.argv[1], sys.argv[2]
 data = np.load(f"{art}/{name}.npz")
 (y,) = minirt.Session(f"{art}/{name}.mrt").run(None, {"image": data["in.image"]})
 err = float(np.abs(y - data["out.logits"]).max())
-print(json.dumps({"features": native.features, "isa": native.isa, "available": native.available, "err": err}))
+chosen = {"isa": native.isa, "qgemm_isa": native.qgemm_isa, "describe": native.describe()}
+# the int8 GEMM on every level this CPU can run: exact against numpy's integer math
+exact, timing = {}, {}
+if native.available:
+    import time
+    rng = np.random.default_rng(0)
+    for level in ("best", "dotprod", "neon", "baseline"):
+        got = native.select_isa(level)
+        ok = True
+        for m, k, n in ((1, 1, 1), (7, 5, 33), (13, 27, 70), (6, 130, 32), (20, 300, 45)):
+            for zp in (0, 7, 128, 255):
+                w = rng.integers(-128, 128, (m, k), dtype=np.int8)
+                x = rng.integers(0, 256, (k, n), dtype=np.uint8)
+                w[:, :1] = -128
+                x[:, :2] = 255
+                c = np.empty((m, n), np.float32)
+                native.qgemm(native.qpack(w), m, k, x, zp, np.ones(m, np.float32), c)
+                ok = ok and np.array_equal(c, (w.astype(np.int64) @ (x.astype(np.int64) - zp)).astype(np.float32))
+        exact[f"{level}->{got}/{native.qgemm_isa}"] = bool(ok)
+        # indicative only: qemu does not model the core's timing
+        m, k, n = 64, 288, 200
+        w = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        x = rng.integers(0, 256, (k, n), dtype=np.uint8)
+        p, c = native.qpack(w), np.empty((m, n), np.float32)
+        native.set_threads(1)
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            native.qgemm(p, m, k, x, 3, np.ones(m, np.float32), c)
+            ts.append(time.perf_counter() - t0)
+        timing[f"{got}/{native.qgemm_isa}"] = round(min(ts) * 1e3, 2)
+    native.select_isa("best")
+print(json.dumps({"features": native.features, "available": native.available, "err": err, **chosen,
+                  "exact": exact, "qgemm_64x288x200_ms": timing}))
 """
 
 
 @pytest.mark.parametrize("cpu", list(PI_CPUS))
 def test_one_install_on_every_pi_cpu(artifacts, cpu):
-    """The same build picks its kernels at run time: qemu emulates each Pi's CPU (QEMU_CPU)."""
+    """The same build picks its kernels at run time: qemu emulates each Pi's CPU (QEMU_CPU).
+
+    Pi 3/4 (A53/A72): "neon" with the portable int8 GEMM; Pi 5 (A76, asimddp): the SDOT
+    int8 GEMM.  On each, the int8 GEMM of every level is exact against numpy."""
     if os.environ.get("MINIRT_ARM64_EMULATED") != "1":
         pytest.skip("only under qemu-user (make test-arm64)")
     import subprocess
@@ -161,3 +200,23 @@ def test_one_install_on_every_pi_cpu(artifacts, cpu):
         assert got["available"]
         assert got["features"]["neon"] is True
         assert got["features"]["asimddp"] is dotprod
+        assert (got["isa"], got["qgemm_isa"]) == PI_CHOICE[cpu], got["describe"]
+        assert f"int8 GEMM {PI_CHOICE[cpu][1]}" in got["describe"]
+        # best, dotprod (-> neon without the dot product), neon, baseline: all exact
+        assert len(got["exact"]) == 4 and all(got["exact"].values()), got["exact"]
+        assert ("best->dotprod/dotprod" in got["exact"]) is dotprod
+        assert "baseline->baseline/portable" in got["exact"]
+
+
+def test_baseline_forced_on_pi5():
+    """MINIRT_NATIVE_ISA=baseline wins over the dot product on a Cortex-A76."""
+    if os.environ.get("MINIRT_ARM64_EMULATED") != "1" or os.environ.get("MINIRT_EXPECT_NATIVE") != "1":
+        pytest.skip("only under qemu-user with the native kernels (make test-arm64)")
+    import subprocess
+    import sys
+
+    code = "from minirt import native; print(native.isa, native.qgemm_isa, native.features['asimddp'])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, QEMU_CPU="cortex-a76", MINIRT_NATIVE_ISA="baseline"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["baseline", "portable", "True"], proc.stdout

@@ -13,7 +13,7 @@ pytestmark = requires_native
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 5, 33), (6, 4, 32), (13, 27, 1000), (64, 576, 300), (5, 700, 40)])
-def test_qgemm_is_exact(m, k, n, isa, threads):
+def test_qgemm_is_exact(m, k, n, every_isa, threads):
     rng = np.random.default_rng(m * 1000 + k + n)
     w = rng.integers(-128, 128, (m, k), dtype=np.int8)  # full int8 range: no saturation anywhere
     x = rng.integers(0, 256, (k, n), dtype=np.uint8)
@@ -26,7 +26,21 @@ def test_qgemm_is_exact(m, k, n, isa, threads):
     np.testing.assert_array_equal(c, ref.astype(np.float32))
 
 
-def test_qgemm_epilogue(isa):
+@pytest.mark.parametrize("x_zero", [0, 127, 128, 255])
+def test_qgemm_zero_points_exact(x_zero, every_isa):
+    """Every zero point is exact (the SDOT path shifts the activations by 128 and corrects
+    with the weight row sums)."""
+    rng = np.random.default_rng(x_zero)
+    m, k, n = 17, 131, 70
+    w = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    x = rng.integers(0, 256, (k, n), dtype=np.uint8)
+    c = np.empty((m, n), np.float32)
+    native.qgemm(native.qpack(w), m, k, x, x_zero, np.ones(m, np.float32), c)
+    ref = w.astype(np.int64) @ (x.astype(np.int64) - x_zero)
+    np.testing.assert_array_equal(c, ref.astype(np.float32))
+
+
+def test_qgemm_epilogue(every_isa):
     rng = np.random.default_rng(1)
     m, k, n = 10, 20, 50
     w = rng.integers(-127, 128, (m, k), dtype=np.int8)
@@ -57,7 +71,7 @@ def test_quantize_u8_matches_numpy(isa):
     ((1, 6, 11, 11), (6, 6, 5, 5), (1, 2), (2, 2, 2, 2), 1, "HardSwish", ()),
 ])
 @pytest.mark.parametrize("quant", ["u8", "s8", "dynamic"])
-def test_qconv_native_matches_numpy(xs, ws, strides, pads, group, act, params, quant, isa):
+def test_qconv_native_matches_numpy(xs, ws, strides, pads, group, act, params, quant, every_isa):
     rng = np.random.default_rng(3)
     x = rng.standard_normal(xs, dtype=np.float32)
     w = rng.integers(-127, 128, ws, dtype=np.int8)
@@ -73,7 +87,7 @@ def test_qconv_native_matches_numpy(xs, ws, strides, pads, group, act, params, q
 
 
 @pytest.mark.parametrize("transB", [0, 1])
-def test_qmatmul_native_matches_numpy(transB, isa):
+def test_qmatmul_native_matches_numpy(transB, every_isa):
     rng = np.random.default_rng(4)
     a = rng.standard_normal((3, 10, 96), dtype=np.float32)
     b = rng.integers(-127, 128, (40, 96) if transB else (96, 40), dtype=np.int8)

@@ -65,7 +65,7 @@ def test_state_is_consistent():
     assert isinstance(native.features, dict)
     if native.available:
         assert native.reason == ""
-        assert native.isa in ("avx512", "avx2", "baseline")
+        assert native.isa in ("avx512", "avx2", "dotprod", "neon", "baseline")
         assert native.describe().startswith("active")
     else:
         assert native.reason
