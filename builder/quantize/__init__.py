@@ -8,7 +8,7 @@ int8 lowering matches the fused ops it produces)::
 
 Modes:
 
-``fp16``          float32 weights stored as float16 + a Cast to float32 (half the
+``fp16``          float32 weights stored as float16 + a conversion to float32 (half the
                   weight bytes; kernels compute in float32).
 ``int8``          static: Conv/Gemm/MatMul layers become ``com.minirt::QConv`` /
                   ``QMatMul`` with per-channel symmetric int8 weights and a
@@ -60,6 +60,10 @@ class QuantizeOptions:
     # costs about what int8 saves (1x1 convs over 12-16 channels measured 1.25x slower in int8;
     # larger windows win in int8 even with few channels, since float needs an im2col too).
     int8_min_reduction: int = 24
+    # Convolutions kept float for speed (the two rules above) still store their weights int8
+    # (weights-only: com.minirt::DequantizeWeights, materialized in float32 once by the runtime).
+    weight_only_float_convs: bool = True
+    weight_only_min_elements: int = 1024  # ... when their weight has at least this many elements
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
@@ -67,6 +71,10 @@ class QuantizeOptions:
     calibration_spec: Any = None  # preprocessing spec for image folders
     max_feeds: int | None = None  # use at most this many calibration feeds
     fp16_min_elements: int = 1024  # smaller float32 tensors stay float32 in fp16 mode
+    # fp16 without an accuracy_budget: keep the most sensitive weights float32 until the outputs stay
+    # within this of the float model on the eval / calibration data (None: convert every weight).
+    fp16_budget: Any = "max-abs<=0.005"
+    fp16_max_ratio: float = 0.55  # ... but the default budget never takes the artifact beyond this x float
     measure_latency: bool = True
     latency_runs: int = 5
 
@@ -131,6 +139,10 @@ def _native_int8() -> bool:
     return bool(native.available and hasattr(native, "qgemm"))
 
 
+def _weights_only(c: Candidate) -> bool:
+    return c.kind == "weight-only" or c.weight_only
+
+
 def _excluded(c: Candidate, exclude: Sequence[str]) -> bool:
     return c.name in exclude or c.op_type in exclude
 
@@ -183,6 +195,13 @@ def quantize(
     if mode == "fp16":
         t0 = time.perf_counter()
         only = None
+        default = budget is None and opts.fp16_budget is not None
+        if default:
+            budget = parse_budget(opts.fp16_budget)
+            if ref is None:
+                budget = None
+                report.warnings.append(f"fp16: no data to measure on, the default budget {opts.fp16_budget} was "
+                                       "not applied (pass --calibration or --eval)")
         if budget is not None:
             if ref is None:
                 raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
@@ -193,29 +212,53 @@ def quantize(
                 convert_to_fp16(m, opts.fp16_min_elements, only=set(subset))
                 return evaluate(m)
 
-            res = fit_budget(budget, names16, with_fp16, say)
+            cost = max_cost = None
+            if default:
+                sizes = {n: float_model.graph.initializers[n].const_value.size for n in names16}
+                full = float_model.clone()
+                convert_to_fp16(full, opts.fp16_min_elements)
+                max_cost = opts.fp16_max_ratio * report.float_bytes - len(_run.artifact_bytes(full))
+
+                def cost(name):  # bytes a weight adds when it stays float32 (2 per element, plus its scale)
+                    return 2.0 * sizes[name]
+
+            res = fit_budget(budget, names16, with_fp16, say, cost=cost, max_cost=max_cost)
             res.pop("accuracy", None)
             only = set(res["quantized"])
+            which = f"the default fp16 budget {budget.spec}" if default else "the accuracy budget"
             for r in res["reverted"]:
-                report.kept_float.append({"node": r["node"], "reason": f"kept float32 by the accuracy budget: {r['why']}"})
+                report.kept_float.append({"node": r["node"], "reason": f"kept float32 by {which}: {r['why']}"})
             report.budget = res
+            if default:
+                report.budget["default"] = True
             if not res["met"]:
-                report.warnings.append(f"accuracy budget {budget.spec} not met (value {res['value']:.4g})")
+                report.warnings.append(f"{which} {budget.spec} not met (value {res['value']:.4g})"
+                                       + (f"; {len(res['capped'])} sensitive weight(s) stay float16 to keep the "
+                                          f"artifact <= {opts.fp16_max_ratio}x float" if res.get("capped") else ""))
         report.fp16 = convert_to_fp16(model, opts.fp16_min_elements, only=only)
         report.timings["convert"] = time.perf_counter() - t0
     else:
         candidates, refused = find_candidates(model, weight_only=opts.weight_only)
         report.kept_float += [{"node": n, "reason": r} for n, r in refused]
         selected = []
+        stored = "; weights stored int8 (weights-only)" if opts.weight_only_float_convs else ""
+
+        def float_for_speed(c: Candidate, reason: str) -> None:
+            if opts.weight_only_float_convs and c.weight_elements >= opts.weight_only_min_elements:
+                report.kept_float.append({"node": c.name, "reason": reason + stored})
+                selected.append(dataclasses.replace(c, weight_only=True))
+            else:
+                report.kept_float.append({"node": c.name, "reason": reason})
+
         for c in candidates:
             if _excluded(c, opts.exclude):
                 report.kept_float.append({"node": c.name, "reason": "excluded by option"})
             elif c.depthwise and not opts.quantize_depthwise:
-                report.kept_float.append({"node": c.name, "reason": "depthwise convolution: float is faster than "
-                                                                   "int8 here (quantize_depthwise to quantize it)"})
+                float_for_speed(c, "depthwise convolution: float is faster than int8 here (quantize_depthwise to "
+                                   "quantize it)")
             elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < opts.int8_min_reduction:
-                report.kept_float.append({"node": c.name, "reason": f"pointwise conv over {c.reduction} channels: "
-                                                                   "float is faster than int8 (int8_min_reduction)"})
+                float_for_speed(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 "
+                                   "(int8_min_reduction)")
             elif c.final and not opts.quantize_final:
                 report.kept_float.append({"node": c.name, "reason": "final layer (feeds a model output); "
                                                                    "quantize_final to quantize it"})
@@ -226,10 +269,11 @@ def quantize(
         ranges = None
         if mode == "int8":
             t0 = time.perf_counter()
-            say(f"calibrating {len(selected)} layers on {len(calib)} feed(s) ({opts.method})")
-            ranges = collect_ranges(float_model, [c.input for c in selected if c.input], calib, opts.method,
+            computed = [c for c in selected if not _weights_only(c)]
+            say(f"calibrating {len(computed)} layers on {len(calib)} feed(s) ({opts.method})")
+            ranges = collect_ranges(float_model, [c.input for c in computed if c.input], calib, opts.method,
                                     opts.percentile, signed=opts.symmetric_activations,
-                                    channel_names=[c.input for c in selected if c.depthwise])
+                                    channel_names=[c.input for c in computed if c.depthwise])
             report.timings["calibrate"] = time.perf_counter() - t0
 
         def build_with(names_subset) -> ir.Model:
@@ -242,8 +286,8 @@ def quantize(
             if ref is None:
                 raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
             t0 = time.perf_counter()
-            tunable = [c.name for c in selected if c.kind != "weight-only"]
-            fixed = [c.name for c in selected if c.kind == "weight-only"]
+            tunable = [c.name for c in selected if not _weights_only(c)]
+            fixed = [c.name for c in selected if _weights_only(c)]
             res = fit_budget(budget, tunable, lambda subset: evaluate(build_with(list(subset) + fixed)), say)
             keep = set(res["quantized"]) | set(fixed)
             for r in res["reverted"]:
@@ -259,8 +303,8 @@ def quantize(
                              per_channel=opts.per_channel)
         skipped_names = {n for n, _ in skipped}
         report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
-        report.quantized = [c.name for c in selected if c.kind != "weight-only" and c.name not in skipped_names]
-        report.weight_only = [c.name for c in selected if c.kind == "weight-only"]
+        report.quantized = [c.name for c in selected if not _weights_only(c) and c.name not in skipped_names]
+        report.weight_only = [c.name for c in selected if _weights_only(c)]
 
     quant_bytes = _run.artifact_bytes(model)
     report.quant_bytes = len(quant_bytes)

@@ -16,8 +16,11 @@ them out (the kernel quantizes x at run time).  No Quantize/Dequantize nodes sit
 between layers, so the rest of the graph (pooling, resize, softmax,
 layer norm, ...) stays in float, untouched.
 
-*Weight-only* nodes (ConvTranspose, LSTM/GRU/RNN weights) get their weight
-stored int8 behind a ``DequantizeLinear``: 4x smaller, computed in float.
+*Weight-only* nodes (ConvTranspose, LSTM/GRU/RNN weights, and convolutions
+kept float because float is faster there: depthwise, small pointwise) get their
+weight stored int8 behind a ``com.minirt::DequantizeWeights``: 4x smaller,
+computed in float32; the runtime dequantizes each weight once (first run) and
+reuses the float32 copy.
 
 By default a candidate whose output reaches a graph output without passing
 through another candidate (a *final* layer) stays float.
@@ -69,6 +72,7 @@ class Candidate:
     depthwise: bool = False  # group == C == M: its input may be quantized per channel
     reduction: int = 0  # multiply-adds per output value (Conv: C/group*KH*KW; MatMul/Gemm: K)
     window: int = 1  # Conv: KH*KW (1 for a pointwise conv, which needs no im2col in float either)
+    weight_only: bool = False  # a conv computed in float with int8-stored weights (set by the quantizer)
 
 
 def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
@@ -246,8 +250,9 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         if node is None:
             skipped.append((cand.name, "node not found"))
             continue
-        if cand.kind == "weight-only":
+        if cand.kind == "weight-only" or cand.weight_only:
             _weight_only(b, node)
+            used_domain = True
             continue
         x = node.inputs[0]
         if ranges is not None:
@@ -291,22 +296,25 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     return skipped
 
 
-def _weight_only(b: _Builder, node: ir.Node) -> None:
-    idx, axis = WEIGHT_ONLY_OPS[_key(node)]
-    for i in idx:
-        w = node.inputs[i]
+def _dequantized(b: _Builder, w: ir.Value, axis: int) -> ir.Value:
+    """``com.minirt::DequantizeWeights(W int8, W_scale)``: the float32 weight, materialized once by the runtime."""
+    key = ("dq", w.name, axis)
+    if key not in b.cache:
         wq, ws = b.weight(w, axis)
-        key = ("dq", w.name)
-        if key not in b.cache:
-            dq = ir.Node("", "DequantizeLinear", [wq, ws], attributes=[ir.AttrInt64("axis", axis)],
-                         name=f"{w.name}_dequantize", num_outputs=1)
-            out = dq.outputs[0]
-            out.name = f"{w.name}_dq"
-            out.dtype, out.shape = ir.DataType.FLOAT, ir.Shape(wq.shape)
-            first = next(iter(b.graph))
-            b.graph.insert_before(first, dq)
-            b.cache[key] = out
-        node.replace_input_with(i, b.cache[key])
+        dq = ir.Node(DOMAIN, "DequantizeWeights", [wq, ws], attributes=[ir.AttrInt64("axis", axis)],
+                     name=f"{w.name}_dequantize", num_outputs=1)
+        out = dq.outputs[0]
+        out.name = f"{w.name}_dq"
+        out.dtype, out.shape = ir.DataType.FLOAT, ir.Shape(wq.shape)
+        b.graph.insert_before(next(iter(b.graph)), dq)
+        b.cache[key] = out
+    return b.cache[key]
+
+
+def _weight_only(b: _Builder, node: ir.Node) -> None:
+    idx, axis = WEIGHT_ONLY_OPS.get(_key(node), ((1,), 0))  # a Conv / FusedConv kept float: weight 1, axis 0
+    for i in idx:
+        node.replace_input_with(i, _dequantized(b, node.inputs[i], axis))
 
 
 def _drop_unused_initializers(graph: ir.Graph) -> None:

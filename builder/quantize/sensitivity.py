@@ -78,8 +78,13 @@ def parse_budget(spec) -> Budget | None:
     return Budget(m.group(1), float(m.group(3)))
 
 
-def fit_budget(budget: Budget, names: list[str], evaluate, say=lambda msg: None) -> dict:
+def fit_budget(budget: Budget, names: list[str], evaluate, say=lambda msg: None, cost=None,
+               max_cost: float | None = None) -> dict:
     """Return layers to float until ``evaluate(quantized_names) -> accuracy`` meets ``budget``.
+
+    With ``cost(name) -> float`` and ``max_cost``, a layer whose return to float would take the
+    summed cost of the returned layers beyond ``max_cost`` stays quantized (e.g. a size cap); the
+    budget may then be missed (``capped`` lists those layers).
 
     Returns ``{"spec", "met", "value", "quantized", "reverted": [{"node", "why", "score"}],
     "sensitivity": {node: score}, "evaluations"}``.
@@ -101,7 +106,12 @@ def fit_budget(budget: Budget, names: list[str], evaluate, say=lambda msg: None)
     result["sensitivity"] = {n: {"metric": budget.value(scores[n][1]), "cosine_deficit": scores[n][0][1]}
                              for n in order}
     keep = list(names)
+    spent, capped = 0.0, []
     for name in order:
+        if cost is not None and max_cost is not None and spent + cost(name) > max_cost:
+            capped.append(name)
+            continue
+        spent += cost(name) if cost is not None else 0.0
         keep.remove(name)
         acc = evaluate(keep)
         evaluations += 1
@@ -113,4 +123,6 @@ def fit_budget(budget: Budget, names: list[str], evaluate, say=lambda msg: None)
         if budget.met(acc):
             break
     result.update(met=budget.met(acc), value=budget.value(acc), quantized=keep, accuracy=acc, evaluations=evaluations)
+    if capped:
+        result["capped"] = capped
     return result

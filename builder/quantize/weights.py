@@ -71,19 +71,22 @@ def fp16_candidates(model: ir.Model, min_elements: int = 1024) -> list[str]:
 
 
 def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dict:
-    """Store float32 initializers of at least ``min_elements`` as float16 + a Cast back to float32.
+    """Store float32 initializers of at least ``min_elements`` as float16 + a conversion back to float32.
 
-    Kernels then compute in float32 on the CPU while the artifact holds half
-    the bytes.  Small tensors (biases, depthwise filters below
+    The conversion is ``com.minirt::DequantizeWeights``, which the runtime runs
+    once per loaded weight (a Cast would run on every call).  Kernels then
+    compute in float32 on the CPU while the artifact holds half the bytes.  Small tensors (biases, depthwise filters below
     ``min_elements``) stay float32: they weigh little and some models are
     surprisingly sensitive to them.  ``only`` restricts the conversion to
-    those initializer names (the accuracy budget uses it).  Tensors with values beyond float16's range (|x| > 65504) stay
+    those initializer names (the accuracy budget uses it).  A tensor whose values
+    are all small is stored times a power of two (see :func:`_fp16_exponent`) with
+    the inverse as DequantizeWeights' scale.  Tensors with values beyond float16's range (|x| > 65504) stay
     float32.  Returns counts for the report.  Subgraph initializers are left
     alone.  Must run after the optimizer: constant folding would fold the
     Casts straight back.
     """
     graph = model.graph
-    converted, kept_range, bytes_before, bytes_after = 0, 0, 0, 0
+    converted, kept_range, bytes_before, bytes_after, rescaled = 0, 0, 0, 0, 0
     first = next(iter(graph), None)
     for name, value in list(graph.initializers.items()):
         tensor = value.const_value
@@ -99,11 +102,22 @@ def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dic
         if np.any(np.abs(arr[np.isfinite(arr)]) > FP16_MAX):
             kept_range += 1
             continue
+        exp = _fp16_exponent(arr)
+        stored = arr if exp == 0 else arr * np.float32(2.0 ** exp)  # exact: a power of two
         half = ir.Value(name=f"{name}_fp16", shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.FLOAT16),
-                        const_value=ir.tensor(arr.astype(np.float16), name=f"{name}_fp16"))
+                        const_value=ir.tensor(stored.astype(np.float16), name=f"{name}_fp16"))
         graph.register_initializer(half)
-        cast = ir.node("Cast", inputs=[half], attributes={"to": ir.DataType.FLOAT}, name=f"{name}_to_fp32",
-                       num_outputs=1)
+        inputs = [half]
+        if exp:
+            scale = np.array(2.0 ** -exp, dtype=np.float32)
+            sv = ir.Value(name=f"{name}_fp16_scale", shape=ir.Shape(()), type=ir.TensorType(ir.DataType.FLOAT),
+                          const_value=ir.tensor(scale, name=f"{name}_fp16_scale"))
+            graph.register_initializer(sv)
+            inputs.append(sv)
+            rescaled += 1
+        # com.minirt::DequantizeWeights, not a Cast: the runtime converts each weight once and
+        # reuses the float32 copy, where a Cast would run on every call.
+        cast = ir.Node("com.minirt", "DequantizeWeights", inputs, name=f"{name}_to_fp32", num_outputs=1)
         out = cast.outputs[0]
         out.name = f"{name}_fp32"
         out.dtype = ir.DataType.FLOAT
@@ -118,5 +132,19 @@ def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dic
         converted += 1
         bytes_before += arr.nbytes
         bytes_after += arr.size * 2
+    if converted:
+        model.opset_imports.setdefault("com.minirt", 1)
     return {"initializers": converted, "kept_float32_out_of_range": kept_range, "bytes_before": bytes_before,
-            "bytes_after": bytes_after}
+            "bytes_after": bytes_after, "rescaled": rescaled}
+
+
+def _fp16_exponent(arr: np.ndarray) -> int:
+    """k such that ``arr * 2**k`` has its largest magnitude in [1, 2): small weights (BatchNorm folded
+    into a conv can leave a whole tensor below float16's normal range, 6.1e-5, where float16 keeps
+    fewer significant bits) are stored scaled by a power of two, which costs no precision.  0 for
+    tensors whose largest magnitude is already >= 2**-4."""
+    finite = np.abs(arr[np.isfinite(arr)])
+    amax = float(finite.max()) if finite.size else 0.0
+    if amax == 0.0 or amax >= 2.0 ** -4:
+        return 0
+    return int(-np.floor(np.log2(amax)))

@@ -227,6 +227,7 @@ INDEX = {
     ('com.microsoft', 'QLinearMul'): ('qlinear',),
     ('com.microsoft', 'QLinearSigmoid'): ('qlinear',),
     ('com.minirt', 'Activation'): ('fused',),
+    ('com.minirt', 'DequantizeWeights'): ('qlinear',),
     ('com.minirt', 'FusedConv'): ('fused',),
     ('com.minirt', 'FusedGemm'): ('fused',),
     ('com.minirt', 'FusedMatMul'): ('fused',),

@@ -257,6 +257,53 @@ def qconv(
     )
 
 
+# id(w) -> (weakref to w, id(scale), scale kept alive, float32 result): weights materialized once
+_DEQUANTIZED: dict = {}
+
+
+def _dequantize_weights(w, scale, axis):
+    if w.dtype == np.int8:
+        if scale is None:
+            raise ValueError("DequantizeWeights: int8 weights need W_scale")
+        return _dequant_weight(w, scale, axis % w.ndim if w.ndim else 0)
+    if w.dtype == np.float16:
+        y = w.astype(np.float32)
+        if scale is not None:
+            y *= np.asarray(scale, dtype=np.float32).reshape(())
+        return y
+    raise ValueError(f"DequantizeWeights: W must be int8 or float16, got {w.dtype}")
+
+
+@kernel("DequantizeWeights", since=1, domain=DOMAIN)
+def dequantize_weights(w, w_scale=None, /, *, axis=0):
+    """Float32 weights from their stored form: ``int8 W * W_scale`` (per index of ``axis``, or one
+    scale) or ``float16 W`` (times an optional scalar scale).
+
+    Weights-only quantization: the layer computes in float32, the artifact holds 1 (int8) or 2
+    (float16) bytes per weight.  The result for a read-only (constant, memory-mapped) ``W`` is
+    computed once per loaded weight and returned, read-only, on every later run, so the cost is
+    paid at the first run, not per run; a writeable ``W`` is dequantized on every call.
+    """
+    if w is None:
+        raise ValueError("DequantizeWeights: input W is required")
+    if w.flags.writeable:
+        return _dequantize_weights(w, w_scale, axis)
+    key = (id(w), axis)
+    hit = _DEQUANTIZED.get(key)
+    if hit is not None and hit[0]() is w and hit[1] is w_scale:
+        return hit[2]
+    y = _dequantize_weights(w, w_scale, axis)
+    y.flags.writeable = False
+    import weakref
+
+    try:
+        ref = weakref.ref(w, lambda _r, key=key: _DEQUANTIZED.pop(key, None))
+    except TypeError:  # pragma: no cover - numpy arrays are weak-referenceable
+        return y
+    _DEQUANTIZED[key] = (ref, w_scale, y)
+    return y
+
+
 @kernel("QMatMul", since=1, domain=DOMAIN)
 def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None, z=None, /, *, transB=0,
             activation="", activation_params=()):

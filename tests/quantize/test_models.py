@@ -2,6 +2,7 @@
 import os
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 
 import minirt
@@ -133,10 +134,15 @@ def test_ppocr_det_int8_and_fp16_sizes():
     feeds = [{"x": rng.standard_normal((1, 3, 64, 96)).astype(np.float32)} for _ in range(2)]
     model = optimized(path)
     report = quantize(model, "int8", feeds, QuantizeOptions(**NO_TIMING))
-    # depthwise convolutions stay float by default (faster than int8): 0.28x -> 0.31x
-    assert report.size_ratio <= 0.32
+    # depthwise convolutions compute in float (faster than int8) but store int8 weights (weights-only)
+    assert report.size_ratio <= 0.30
     assert len(report.quantized) > 30
-    assert any("depthwise" in k["reason"] for k in report.kept_float)
+    depthwise = [k for k in report.kept_float if "depthwise" in k["reason"]]
+    assert depthwise and any("weights stored int8" in k["reason"] for k in depthwise)
+    assert {k["node"] for k in depthwise if "weights stored int8" in k["reason"]} <= set(report.weight_only)
+    dequant = [n for n in model.graph if n.op_type == "DequantizeWeights"]
+    assert len(dequant) >= len(report.weight_only) - 2  # ConvTranspose weights too; shared weights share one
+    assert all(n.inputs[0].dtype == ir.DataType.INT8 for n in dequant)
     assert any(k["node"].startswith("p2o.ConvTranspose") for k in report.kept_float)  # final layer
     y = _run.session(model).run(None, feeds[0])[0]
     assert y.shape == (1, 1, 64, 96) and np.isfinite(y).all()
@@ -144,6 +150,31 @@ def test_ppocr_det_int8_and_fp16_sizes():
     report = quantize(model, "fp16", None, QuantizeOptions(eval=feeds, **NO_TIMING))
     assert report.size_ratio <= 0.55
     assert report.accuracy["sigmoid_0.tmp_0"]["cosine"] > 0.999
+    assert report.accuracy["sigmoid_0.tmp_0"]["max_abs"] <= 5e-3  # the default fp16 budget
+    assert report.budget["spec"] == "max-abs<=0.005" and report.budget["met"] and report.budget["default"]
+
+
+def test_weights_only_small_convs_and_min_elements(digits, calib):
+    """Kept-float convs with few weights keep float32 weights (int8 would save almost nothing)."""
+    report = quantize(digits, "int8", calib, QuantizeOptions(int8_min_reduction=10_000, **NO_TIMING))
+    # every pointwise conv... the digits convs are 3x3, so nothing is kept float for speed
+    assert not any("pointwise" in k["reason"] for k in report.kept_float)
+    report = quantize(optimized(DIGITS), "int8", calib, QuantizeOptions(exclude=["QConv"], **NO_TIMING))
+    assert report.weight_only == []
+
+
+def test_fp16_default_budget_keeps_sensitive_weights_within_a_size_cap(digits, heldout):
+    images, _ = heldout
+    # an unreachable budget under a tight cap: nothing may go back beyond the cap
+    report = quantize(digits, "fp16", None, QuantizeOptions(eval=[{"image": images[:32]}], fp16_budget="max-abs<=1e-9",
+                                                          fp16_max_ratio=0.0, **NO_TIMING))
+    assert report.budget["default"] and not report.budget["met"] and report.budget["capped"]
+    assert not report.budget["reverted"] and any("not met" in w and "stay float16" in w for w in report.warnings)
+    fresh = optimized(DIGITS)
+    report = quantize(fresh, "fp16", None, QuantizeOptions(eval=[{"image": images[:32]}], fp16_budget="max-abs<=1e-9",
+                                                         fp16_max_ratio=1.0, **NO_TIMING))
+    assert report.budget["reverted"] and report.kept_float
+    assert all("default fp16 budget max-abs<=1e-09" in k["reason"] for k in report.kept_float)
 
 
 # --------------------------------------------------------------------------- onnxruntime-quantized models
