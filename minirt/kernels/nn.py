@@ -428,6 +428,47 @@ def _conv_transpose_pads(in_sp, k, s, d, op_, pads, output_shape, auto_pad):
     return shape, pads[:nd]
 
 
+_U64_SHIFT32 = np.uint64(32)
+
+
+def _conv_transpose_tiles(x, w, b):
+    """float32 2-D ConvTranspose with stride == kernel, no padding/dilation, one group.
+
+    Every input pixel then owns its own kh x kw output tile (no overlaps), so
+    the result is one GEMM ``(M*kh*kw, C) @ (C, H*W)`` with the bias per row
+    fused, followed by one pass that places the taps (the FPN 2x2/stride-2
+    upsampling of detection heads).  For kw == 2 the two column taps are
+    interleaved as one 8-byte integer per output pair.
+    """
+    n, c, hh, ww = x.shape
+    m, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+    kk, p = kh * kw, hh * ww
+    x = np.ascontiguousarray(x)
+    wt = np.ascontiguousarray(w.reshape(c, m * kk).T)
+    cols = np.empty((n, m * kk, p), dtype=np.float32)
+    if _native.available:
+        bias = None if b is None else np.ascontiguousarray(np.repeat(b.astype(np.float32), kk))
+        for i in range(n):
+            _native.sgemm(wt, x[i].reshape(c, p), cols[i], bias, 1)
+    else:
+        np.matmul(wt, x.reshape(n, c, p), out=cols)
+        if b is not None:
+            cols.reshape(n, m, kk * p)[...] += b.astype(np.float32).reshape(m, 1)
+    taps = cols.reshape(n, m, kh, kw, hh, ww)
+    y = np.empty((n, m, hh, kh, ww, kw), dtype=np.float32)
+    if kw == 2:
+        u = taps.view(np.uint32)
+        yv = y.view(np.uint64).reshape(n, m, hh, kh, ww)
+        for t in range(kh):
+            lo = u[:, :, t, 0].astype(np.uint64)
+            hi = u[:, :, t, 1].astype(np.uint64)
+            np.left_shift(hi, _U64_SHIFT32, out=hi)
+            np.bitwise_or(lo, hi, out=yv[:, :, :, t, :])
+    else:
+        np.copyto(y, taps.transpose(0, 1, 4, 2, 5, 3))
+    return y.reshape(n, m, hh * kh, ww * kw)
+
+
 @kernel("ConvTranspose", since=1)
 def conv_transpose(
     x,
@@ -482,6 +523,9 @@ def conv_transpose(
         return y.astype(x.dtype)
     kk = math.prod(k)
     check_alloc((n, m, kk) + tuple(in_sp), x.dtype, "ConvTranspose column buffer")
+    if (nd == 2 and group == 1 and x.dtype == np.float32 and s == tuple(k) and d == (1, 1) and pb == (0, 0)
+            and tuple(out) == tuple(i * ki for i, ki in zip(in_sp, k))):
+        return _conv_transpose_tiles(x, w, b)
 
     # cols[n, g*Mg + j, *tap, *pos] = sum_c W[g*Cg + c, j, *tap] * X[n, g*Cg + c, *pos]
     wg = w.reshape(group, cg, mg * kk).transpose(0, 2, 1)

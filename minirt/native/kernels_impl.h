@@ -263,6 +263,56 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
     }
 }
 
+/* Depthwise stride 2 (dilation 1): the padded plane split by row and column
+ * parity into four planes q[ry][rx][i][j] = padded[2i + ry][2j + rx], each
+ * pe = ow - 1 + (kw + 1) / 2 wide.  Tap (ky, kx) of output (oy, ox) is then
+ * q[ky & 1][kx & 1][oy + ky / 2][ox + kx / 2]: unit stride, so the plane is one
+ * long loop over oh * pe outputs as in the stride-1 path (the extra columns are
+ * computed and dropped) instead of per-row loops with stride-2 loads. */
+static MRT_TARGET void FN(dws2_plane)(const FN(dw_args) *a, const float *xp, const float *wk, float b, float *yp,
+                                      float *buf) {
+    const int kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
+    const int pw = 2 * (ow - 1) + kw, ph = 2 * (oh - 1) + kh;
+    const long pe = ow - 1 + (kw + 1) / 2, rh = oh - 1 + (kh + 1) / 2;
+    const long qs = rh * pe + pe + 8; /* one parity plane, with slack for the dropped columns */
+    const long n = (long)oh * pe;
+    float *q = buf, *line = buf + 4 * qs, *t = line + 2 * pe + 8;
+    for (long i = 0; i < 4 * qs; ++i) q[i] = 0.0f;
+    for (int py = 0; py < ph; ++py) {
+        int iy = py - a->pt;
+        if (iy < 0 || iy >= a->h) continue; /* rows of zeros */
+        const float *src = xp + (long)iy * a->wd;
+        for (long j = 0; j < 2 * pe; ++j) {
+            long ix = j - a->pl;
+            line[j] = (ix >= 0 && ix < a->wd && j < pw) ? src[ix] : 0.0f;
+        }
+        float *qe = q + (long)(py & 1) * 2 * qs + (long)(py >> 1) * pe, *qo = qe + qs;
+        for (long j = 0; j < pe; ++j) {
+            qe[j] = line[2 * j];
+            qo[j] = line[2 * j + 1];
+        }
+    }
+    const float *ee = q, *eo = q + qs, *oe = q + 2 * qs, *oo = q + 3 * qs; /* [row parity][col parity] */
+    float *restrict tt = t;
+    if (kh == 3 && kw == 3) {
+        const float w0 = wk[0], w1 = wk[1], w2 = wk[2], w3 = wk[3], w4 = wk[4], w5 = wk[5], w6 = wk[6], w7 = wk[7],
+                    w8 = wk[8];
+        for (long i = 0; i < n; ++i)
+            tt[i] = b + w0 * ee[i] + w1 * eo[i] + w2 * ee[i + 1] + w3 * oe[i] + w4 * oo[i] + w5 * oe[i + 1] +
+                    w6 * ee[i + pe] + w7 * eo[i + pe] + w8 * ee[i + pe + 1];
+    } else {
+        for (long i = 0; i < n; ++i) tt[i] = b;
+        for (int ky = 0; ky < kh; ++ky)
+            for (int kx = 0; kx < kw; ++kx) {
+                const float *r = q + (long)((ky & 1) * 2 + (kx & 1)) * qs + (long)(ky >> 1) * pe + (kx >> 1);
+                const float wv = wk[ky * kw + kx];
+                for (long i = 0; i < n; ++i) tt[i] += wv * r[i];
+            }
+    }
+    if (a->act) FN(act_row)(tt, n, a->act, a->a0, a->a1);
+    for (int oy = 0; oy < oh; ++oy) memcpy(yp + (long)oy * ow, tt + (long)oy * pe, sizeof(float) * ow);
+}
+
 /* Depthwise through a zero-padded copy of each plane (per thread scratch, in
  * L1/L2 for the planes of real models): the inner loops then need no bounds
  * logic, and 3x3 dilation-1 kernels compute each output row in a single pass
@@ -274,6 +324,17 @@ static MRT_TARGET void FN(dwp_task)(void *ctx, long begin, long end) {
     const int ph = (oh - 1) * sh + (kh - 1) * dh + 1, pw = (ow - 1) * sw + (kw - 1) * dw + 1;
     const int flat = sh == 1 && sw == 1; /* stride 1: one long loop over the padded plane */
     const long nflat = (long)oh * pw;
+    if (sh == 2 && sw == 2 && dh == 1 && dw == 1 && kh * kw > 9) { /* 3x3: the row loops below are faster */
+        const long pe = ow - 1 + (kw + 1) / 2, rh = oh - 1 + (kh + 1) / 2;
+        float *b2 = (float *)mrt_pack_buffer(sizeof(float) * (4 * (rh * pe + pe + 8) + 2 * pe + 8 + (long)oh * pe + 16));
+        if (!b2) return;
+        for (long p = begin; p < end; ++p) {
+            int ch = (int)(p % a->c);
+            FN(dws2_plane)(a, a->x + p * (long)a->h * a->wd, a->w + (long)ch * kh * kw, a->bias ? a->bias[ch] : 0.0f,
+                           a->y + p * (long)oh * ow, b2);
+        }
+        return;
+    }
     float *buf = (float *)mrt_pack_buffer(sizeof(float) * ((size_t)ph * pw + (size_t)kw * dw + (flat ? nflat : 0) + 16));
     if (!buf) return;
     float *tmp = buf + (long)ph * pw + (long)kw * dw + 8;
