@@ -64,6 +64,10 @@ class QuantizeOptions:
     # (weights-only: com.minirt::DequantizeWeights, materialized in float32 once by the runtime).
     weight_only_float_convs: bool = True
     weight_only_min_elements: int = 1024  # ... when their weight has at least this many elements
+    # Chained int8 (static only): a QConv feeding only QConvs writes uint8 in their input
+    # quantization (output_scale/output_zero_point; identical results).  Off: on digits and
+    # PP-OCR det it measured 1-2 % slower (docs/decisions.md D20).
+    chain_int8: bool = False
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
@@ -279,7 +283,8 @@ def quantize(
         def build_with(names_subset) -> ir.Model:
             m = float_model.clone()
             chosen = [c for c in selected if c.name in set(names_subset)]
-            apply_int8(m, chosen, ranges, opts.reduce_range, opts.symmetric_activations, per_channel=opts.per_channel)
+            apply_int8(m, chosen, ranges, opts.reduce_range, opts.symmetric_activations, per_channel=opts.per_channel,
+                       chain=opts.chain_int8)
             return m
 
         if budget is not None:
@@ -300,7 +305,7 @@ def quantize(
                 report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
                                        f"except weight-only ones (value {res['value']:.4g})")
         skipped = apply_int8(model, selected, ranges, opts.reduce_range, opts.symmetric_activations,
-                             per_channel=opts.per_channel)
+                             per_channel=opts.per_channel, chain=opts.chain_int8)
         skipped_names = {n for n, _ in skipped}
         report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
         report.quantized = [c.name for c in selected if not _weights_only(c) and c.name not in skipped_names]

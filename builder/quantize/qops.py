@@ -234,11 +234,13 @@ def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
 
 
 def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
-               symmetric: bool = False, per_channel: bool = True) -> list[tuple[str, str]]:
+               symmetric: bool = False, per_channel: bool = True, chain: bool = False) -> list[tuple[str, str]]:
     """Quantize the ``selected`` candidates of ``model`` in place.
 
     ``ranges`` maps activation names to calibrated (lo, hi) (static int8), or
-    is None (dynamic int8).  Returns (node, reason) for candidates skipped here.
+    is None (dynamic int8).  With ``chain`` (static only) a QConv whose output
+    only feeds QConvs writes it as uint8 in their input quantization
+    (:func:`chain_int8`).  Returns (node, reason) for candidates skipped here.
     """
     graph = model.graph
     b = _Builder(model, reduce_range, symmetric, per_channel)
@@ -292,8 +294,46 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         used_domain = True
     if used_domain:
         model.opset_imports.setdefault(DOMAIN, 1)
+    if chain and ranges is not None:
+        chain_int8(graph)
     _drop_unused_initializers(graph)
     return skipped
+
+
+def chain_int8(graph: ir.Graph) -> int:
+    """Chain int8 layers: a QConv whose output is not a graph output and is used only as the
+    input X of QConvs that all quantize it with the same static per-tensor ``X_scale`` and
+    uint8 ``X_zero_point`` gets ``output_scale`` / ``output_zero_point`` = those, and its
+    output becomes uint8 (``quantize_u8`` of the float result, done in the GEMM epilogue), so
+    the consumers skip their quantize pass and no float tensor sits between the layers.  The
+    results are identical to the unchained graph.  Returns the number of chained QConvs."""
+    outputs = set(id(v) for v in graph.outputs)
+    chained = 0
+    for node in list(graph):
+        if node.domain != DOMAIN or node.op_type != "QConv" or "output_scale" in node.attributes:
+            continue
+        y = node.outputs[0]
+        uses = list(y.uses())
+        if id(y) in outputs or not uses:
+            continue
+        params = set()
+        for user, idx in uses:
+            if user.domain != DOMAIN or user.op_type != "QConv" or idx != 0 or len(user.inputs) < 3:
+                params = None
+                break
+            xs, xz = _const(user.inputs[1], graph), _const(user.inputs[2], graph)
+            if xs is None or xz is None or xs.size != 1 or xz.size != 1 or xz.dtype != np.uint8:
+                params = None
+                break
+            params.add((float(xs.reshape(())), int(xz.reshape(()))))
+        if not params or len(params) != 1:
+            continue
+        sc, zp = params.pop()
+        node.attributes["output_scale"] = ir.AttrFloat32("output_scale", sc)
+        node.attributes["output_zero_point"] = ir.AttrInt64("output_zero_point", zp)
+        y.dtype = ir.DataType.UINT8
+        chained += 1
+    return chained
 
 
 def _dequantized(b: _Builder, w: ir.Value, axis: int) -> ir.Value:

@@ -142,17 +142,27 @@ class _QConvPlan:
     """Everything a native QConv call needs that does not depend on the input values,
     for one (weights, input shape, attributes): geometry, packed weights, scales."""
 
-    __slots__ = ("w_ref", "keep", "out_shape", "sc", "zp_u8", "dynamic", "args", "ws")
+    __slots__ = ("w_ref", "keep", "out_shape", "sc", "zp_u8", "lo", "dynamic", "args", "ws")
 
+
+_F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
 
 # (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, attributes..., z) -> _QConvPlan or False
 _QCONV_PLANS: dict = {}
 
 
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
-                activation, activation_params):
-    """QConv on the native int8 kernels (one C call per layer), or None when it does not apply."""
-    if not _native.available or x.dtype != np.float32 or x.ndim != 4:
+                activation, activation_params, y_q=None):
+    """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
+    ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output."""
+    xdt = x.dtype
+    # (dtype objects of equal types are not always the same object: `is` first, then ==)
+    u8 = False
+    if not (xdt is _F32 or xdt == _F32):
+        u8 = xdt is _U8 or xdt == _U8
+        if not u8:
+            return None
+    if not _native.available or x.ndim != 4:
         return None
     key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
            kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype))
@@ -173,14 +183,16 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         _QCONV_PLANS[key] = plan
     if plan is False:
         return None
+    if u8 and (plan.dynamic or plan.lo != 0):
+        return None  # a uint8 input needs its static uint8 zero point
     if plan.dynamic:
         sc, zp_u8, _, _ = _quant_params(x, None, None)
         scale = (np.float32(sc) * plan.ws).astype(np.float32)
     else:
         sc, zp_u8, scale = plan.sc, plan.zp_u8, None
-    y = np.empty(plan.out_shape, dtype=np.float32)
+    y = np.empty(plan.out_shape, dtype=_F32 if y_q is None else _U8)
     _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y,
-                         None if z is None else np.ascontiguousarray(z), scale)
+                         None if z is None else np.ascontiguousarray(z), scale, y_q)
     return y
 
 
@@ -212,6 +224,7 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         return False
     plan = _QConvPlan()
     plan.dynamic = x_scale is None
+    plan.lo = 0
     if plan.dynamic:
         sc, zp_u8 = 1.0, 0
     else:
@@ -219,6 +232,7 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         if (lo, hi) not in ((0, 255), (-128, 127)):
             return False
         zp_u8 = zp + 128 if lo == -128 else zp  # int8 activations: shift by 128 (same integers minus zero point)
+        plan.lo = lo
     packed = _native.qpack(w.reshape(m, -1), owner=w, tag="conv")
     ws = np.asarray(w_scale, dtype=np.float32).reshape(-1)
     plan.ws = np.ascontiguousarray(ws if ws.size == m else np.full(m, ws.reshape(()), np.float32))
@@ -236,25 +250,54 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
 @kernel("QConv", since=1, domain=DOMAIN)
 def qconv(
     x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(),
-    group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(),
+    group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(), output_scale=None,
+    output_zero_point=0,
 ):
-    """activation(Conv(quant(x), int8 w * w_scale[m]) + b + z); float in, float out."""
+    """activation(Conv(quant(x), int8 w * w_scale[m]) + b + z); float in, float out.
+
+    Chained form (docs/fused_ops.md): ``x`` may be uint8, i.e. already ``quant(x)`` with this
+    node's static ``x_scale`` / uint8 ``x_zero_point``; with the ``output_scale`` attribute the
+    output is ``quantize_u8(y, output_scale, output_zero_point)`` (uint8) of the float result y.
+    """
     if w is None or w_scale is None:
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
         raise ValueError(f"QConv: W must be int8, got {w.dtype}")
+    y_q = None if output_scale is None else (output_scale, output_zero_point)
+    if y_q is not None and not (output_scale > 0 and 0 <= output_zero_point <= 255):
+        raise ValueError(f"QConv: output_scale must be > 0 and output_zero_point in [0, 255], got {y_q}")
     y = _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
-                    strides, activation, activation_params)
+                    strides, activation, activation_params, y_q)
     if y is not None:
         return y
     depthwise = x.ndim >= 2 and w.shape[1] == 1 and group == x.shape[1] == w.shape[0]
-    s, zp, lo, hi = _quant_params(x, x_scale, x_zero_point, per_channel_ok=depthwise)
-    xq = fake_quantize(x, s, zp, lo, hi)
+    if x.dtype == np.uint8:
+        if x_scale is None:
+            raise ValueError("QConv: a uint8 input X needs X_scale (and its uint8 X_zero_point)")
+        s, zp, lo, _ = _quant_params(x, x_scale, x_zero_point, per_channel_ok=depthwise)
+        if lo != 0:
+            raise ValueError("QConv: a uint8 input X needs a uint8 X_zero_point")
+        xq = (x.astype(np.float32) - np.float32(zp) if np.ndim(zp) == 0 else x.astype(np.float32) - zp)
+        xq *= np.asarray(s, dtype=np.float32)
+    else:
+        s, zp, lo, hi = _quant_params(x, x_scale, x_zero_point, per_channel_ok=depthwise)
+        xq = fake_quantize(x, s, zp, lo, hi)
     wf = _dequant_weight(w, w_scale, 0)
-    return _fn(DOMAIN, "FusedConv", 1)(
+    y = _fn(DOMAIN, "FusedConv", 1)(
         xq, wf, b, z, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
         strides=strides, activation=activation, activation_params=activation_params,
     )
+    return y if y_q is None else requantize_u8(y, *y_q)
+
+
+def requantize_u8(y: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """``clamp(rint(y / scale) + zero_point, 0, 255)`` as uint8 (NaN -> 0), as ``native.quantize_u8``."""
+    t = np.divide(np.asarray(y, dtype=np.float32), np.float32(scale))
+    np.clip(t, np.float32(-zero_point), np.float32(255 - zero_point), out=t)
+    np.nan_to_num(t, copy=False, nan=np.float32(-zero_point))
+    np.rint(t, out=t)
+    t += np.float32(zero_point)
+    return t.astype(np.uint8)
 
 
 # id(w) -> (weakref to w, id(scale), scale kept alive, float32 result): weights materialized once

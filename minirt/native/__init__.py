@@ -283,14 +283,27 @@ def qconv2d_prepare(x_shape, packed_w, m, group, k, s, d, pb, out, scale, bias, 
             pb[0], pb[1], out[0], out[1], _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), act, a0, a1)
 
 
-def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=None) -> None:
+def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=None, y_q=None) -> None:
     """Run a prepared int8 convolution (see :func:`qconv2d`); ``scale`` overrides the prepared
-    per-row scales (dynamic quantization)."""
+    per-row scales (dynamic quantization).  ``x`` may be uint8 (already quantized with
+    ``x_zero``); with ``y_q = (y_scale, y_zero)`` ``y`` is uint8: the float result requantized."""
     (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
-    rc = _lib.mrt_qconv2d_f32(
-        _ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-        ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act,
-        a0, a1, threads(),
+    if y_q is None and x.itemsize == 4:  # the common float -> float call (fewer arguments to convert)
+        rc = _lib.mrt_qconv2d_f32(
+            _ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+            ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual), _ptr(y),
+            act, a0, a1, threads(),
+        )
+        if rc != 0:
+            raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+        return
+    x_u8 = x.itemsize == 1
+    rc = _lib.mrt_qconv2d_q(
+        _ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
+        kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
+        _ffi.NULL if residual is None else _ptr(residual), _ffi.NULL if y_q else _ptr(y),
+        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, y_q[0] if y_q else 1.0, int(y_q[1]) if y_q else 0,
+        act, a0, a1, threads(),
     )
     if rc != 0:
         raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")

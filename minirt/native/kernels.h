@@ -118,6 +118,12 @@ int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, 
                     int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
                     const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
                     int nthreads);
+/* The same with x uint8 when x_u8 (no quantization; x_scale unused) and, when yq is not NULL, a uint8
+ * output yq = clamp(rint(y / y_scale) + y_zero, 0, 255) instead of the float y (see qgemm.h). */
+int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                  const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
+                  int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
+                  float y_scale, int y_zero, int act, float a0, float a1, int nthreads);
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float (rows, K),
  * W the (n, K) int8 weights packed by mrt_qgemm_pack_w.  Returns 0, or -1 without scratch memory. */
 int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,

@@ -54,6 +54,16 @@ int q_use_dotprod; /* aarch64: SDOT microkernel (set by mrt_select_isa) */
 /* the activation pass of the epilogue, for the selected ISA */
 static void (*q_act_row)(float *, long, int, float, float) = act_row_base;
 
+#ifdef MRT_HAVE_VNNI_BUILD
+/* AVX512BW (masked byte loads/stores of the matrix-vector path and the narrow im2col); every
+ * AVX512-VNNI CPU has it, checked anyway */
+static int q_bw(void) {
+    static int v = -1;
+    if (v < 0) v = __builtin_cpu_supports("avx512bw") ? 1 : 0;
+    return v;
+}
+#endif
+
 static inline long q_k4(int K) { return ((long)K + 3) / 4 * 4; }
 
 long mrt_qgemm_packed_size(int M, int K) { return (long)M * 4 + (long)M * q_k4(K); }
@@ -83,6 +93,11 @@ typedef struct {
     int M, N, K, x_zero, act;
     float a0, a1;
     int nc, mc, nblocks;
+    int nr; /* panel width: Q_NR, or 16 for narrow GEMMs on VNNI (N <= 16) */
+    uint8_t *Cq; /* u8 output (requantized: clamp(rint(c / yscale) + yzp)) instead of C, or NULL */
+    long ldcq;
+    float yscale;
+    int yzp;
     int neon, dot; /* this call's choices (read once from q_use_neon / q_use_dotprod) */
 } q_args;
 
@@ -90,21 +105,22 @@ typedef struct {
  * N read as 0 (the matching weights are 0 / the columns are not stored). */
 static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
     int kq = (kb + 3) / 4;
-    for (int j0 = 0; j0 < nb; j0 += Q_NR) {
+    const int NR = g->nr;
+    for (int j0 = 0; j0 < nb; j0 += NR) {
         uint8_t *panel = out + (long)j0 * kq * 4;
-        int w = nb - j0 < Q_NR ? nb - j0 : Q_NR;
+        int w = nb - j0 < NR ? nb - j0 : NR;
         for (int q = 0; q < kq; ++q) {
-            uint8_t *dst = panel + (long)q * Q_NR * 4;
+            uint8_t *dst = panel + (long)q * NR * 4;
             int k = k0 + 4 * q;
             const uint8_t *r[4];
-            int full = w == Q_NR;
+            int full = w == NR;
             for (int t = 0; t < 4; ++t) {
                 r[t] = (k + t < g->K && 4 * q + t < kb) ? g->X + (long)(k + t) * g->ldx + n0 + j0 : NULL;
                 full = full && r[t] != NULL;
             }
 #if defined(__SSE2__)
             if (full) {
-                for (int h = 0; h < Q_NR; h += 16) {
+                for (int h = 0; h < NR; h += 16) {
                     __m128i x0 = _mm_loadu_si128((const __m128i *)(r[0] + h));
                     __m128i x1 = _mm_loadu_si128((const __m128i *)(r[1] + h));
                     __m128i x2 = _mm_loadu_si128((const __m128i *)(r[2] + h));
@@ -137,7 +153,7 @@ static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *o
              * then reads -128, against zero weights (rows past K) or in columns
              * that are never stored (past N) */
             const uint8_t flip = g->dot ? 0x80 : 0;
-            for (int j = 0; j < Q_NR; ++j)
+            for (int j = 0; j < NR; ++j)
                 for (int t = 0; t < 4; ++t) dst[j * 4 + t] = (uint8_t)(((r[t] && j < w) ? r[t][j] : 0) ^ flip);
         }
     }
@@ -215,6 +231,64 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
     _mm512_storeu_si512(acc[4], c40); _mm512_storeu_si512(acc[4] + 16, c41);
     _mm512_storeu_si512(acc[5], c50); _mm512_storeu_si512(acc[5] + 16, c51);
 }
+
+/* The same for 16-column panels ([k/4][16][4]): narrow GEMMs (N <= 16, e.g. the last convs of a
+ * small batch-1 model) would leave half of each 32-column tile empty. acc[i][0:16] only. */
+__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni16(const q_args *g, const int8_t *w, int kq,
+                                                                          const uint8_t *panel,
+                                                                          int32_t acc[Q_MR][Q_NR], int mr) {
+    const long k4 = g->k4;
+    const int8_t *a0 = w, *a1 = mr > 1 ? w + k4 : w, *a2 = mr > 2 ? w + 2 * k4 : w;
+    const int8_t *a3 = mr > 3 ? w + 3 * k4 : w, *a4 = mr > 4 ? w + 4 * k4 : w, *a5 = mr > 5 ? w + 5 * k4 : w;
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+    for (int q = 0; q < kq; ++q) {
+        __m512i b0 = _mm512_loadu_si512(panel);
+        panel += 16 * 4;
+        int32_t s;
+#define Q_ROW(p, x)           \
+    memcpy(&s, p + 4 * q, 4); \
+    x = _mm512_dpbusd_epi32(x, b0, _mm512_set1_epi32(s));
+        Q_ROW(a0, c0) Q_ROW(a1, c1) Q_ROW(a2, c2) Q_ROW(a3, c3) Q_ROW(a4, c4) Q_ROW(a5, c5)
+#undef Q_ROW
+    }
+    _mm512_storeu_si512(acc[0], c0); _mm512_storeu_si512(acc[1], c1); _mm512_storeu_si512(acc[2], c2);
+    _mm512_storeu_si512(acc[3], c3); _mm512_storeu_si512(acc[4], c4); _mm512_storeu_si512(acc[5], c5);
+}
+
+/* N == 1 (a matrix-vector product, e.g. a batch-1 QMatMul): out[m] = sum_k W[m, k] * x[k] for rows
+ * m0..m1, 64 k per vpdpbusd, four rows per pass over x; the tails are masked loads (nothing is read
+ * past K in x or past k4 in a weight row). */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_gemv_vnni(const q_args *g, int m0, int m1,
+                                                                                  int32_t *out) {
+    const long k4 = g->k4, K = g->K;
+    const uint8_t *x = g->X;
+    int m = m0;
+    for (; m + 4 <= m1; m += 4) {
+        const int8_t *w0 = g->W + (long)m * k4, *w1 = w0 + k4, *w2 = w1 + k4, *w3 = w2 + k4;
+        __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0;
+        for (long k = 0; k < K; k += 64) {
+            __mmask64 mk = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
+            __m512i xv = _mm512_maskz_loadu_epi8(mk, x + k);
+            c0 = _mm512_dpbusd_epi32(c0, xv, _mm512_maskz_loadu_epi8(mk, w0 + k));
+            c1 = _mm512_dpbusd_epi32(c1, xv, _mm512_maskz_loadu_epi8(mk, w1 + k));
+            c2 = _mm512_dpbusd_epi32(c2, xv, _mm512_maskz_loadu_epi8(mk, w2 + k));
+            c3 = _mm512_dpbusd_epi32(c3, xv, _mm512_maskz_loadu_epi8(mk, w3 + k));
+        }
+        out[m - m0] = _mm512_reduce_add_epi32(c0);
+        out[m - m0 + 1] = _mm512_reduce_add_epi32(c1);
+        out[m - m0 + 2] = _mm512_reduce_add_epi32(c2);
+        out[m - m0 + 3] = _mm512_reduce_add_epi32(c3);
+    }
+    for (; m < m1; ++m) {
+        const int8_t *w0 = g->W + (long)m * k4;
+        __m512i c0 = _mm512_setzero_si512();
+        for (long k = 0; k < K; k += 64) {
+            __mmask64 mk = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
+            c0 = _mm512_dpbusd_epi32(c0, _mm512_maskz_loadu_epi8(mk, x + k), _mm512_maskz_loadu_epi8(mk, w0 + k));
+        }
+        out[m - m0] = _mm512_reduce_add_epi32(c0);
+    }
+}
 #endif
 
 #ifdef MRT_HAVE_NEON_BUILD
@@ -273,21 +347,55 @@ MRT_TARGET_DOTPROD static void q_ukr_dot(const q_args *g, const int8_t *w, int k
 }
 #endif
 
+typedef struct {
+    const float *x;
+    uint8_t *q;
+    float scale, lo, hi, zp;
+} q_quant_args;
+static void q_quant_task(void *ctx, long begin, long end);
+
 static void q_task(void *ctx, long begin, long end) {
     const q_args *g = (const q_args *)ctx;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (g->N == 1 && q_use_vnni && g->ldx == 1 && !g->Cq && q_bw()) { /* GEMV: items are blocks of mc rows */
+        int32_t acc[64];
+        for (long item = begin; item < end; ++item) {
+            int m0 = (int)item * g->mc, m1 = g->M - m0 < g->mc ? g->M : m0 + g->mc;
+            for (int b0 = m0; b0 < m1; b0 += 64) {
+                int b1 = m1 - b0 < 64 ? m1 : b0 + 64;
+                q_gemv_vnni(g, b0, b1, acc);
+                for (int m = b0; m < b1; ++m) q_store_row(g, acc + (m - b0), g->C + (long)m * g->ldc, 1, m, 0);
+            }
+            if (g->act) {
+                if (g->ldc == 1)
+                    q_act_row(g->C + m0, m1 - m0, g->act, g->a0, g->a1);
+                else
+                    for (int m = m0; m < m1; ++m) q_act_row(g->C + (long)m * g->ldc, 1, g->act, g->a0, g->a1);
+            }
+        }
+        return;
+    }
+#endif
     /* No K blocking: a column block is packed over all of K (k4 * nc bytes),
      * so each 6 x 32 tile is finished in registers in one microkernel call;
      * the panel being used (k4 * 32 bytes) stays in cache over the row loop. */
-    uint8_t *pack = (uint8_t *)mrt_pack_buffer((size_t)g->k4 * g->nc);
+    /* with a u8 output, the float rows of a block are staged after the panels and requantized
+     * from there (still in cache): exactly quantize_u8 of the float output */
+    const size_t pack_bytes = ((size_t)g->k4 * g->nc + 63) / 64 * 64;
+    uint8_t *pack = (uint8_t *)mrt_pack_buffer(pack_bytes + (g->Cq ? sizeof(float) * (size_t)g->mc * g->nc : 0));
     if (!pack) return;
+    float *stage = (float *)(pack + pack_bytes);
     int kq = (int)(g->k4 / 4);
     for (long item = begin; item < end; ++item) {
         int jb = (int)(item % g->nblocks), ib = (int)(item / g->nblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
+        /* this block's float rows: the output itself, or the staging area (row stride nb) */
+        float *cb = g->Cq ? stage : g->C + (long)m0 * g->ldc + n0;
+        const long ldb = g->Cq ? nb : g->ldc;
         q_pack_x(g, 0, (int)g->k4, n0, nb, pack);
-        for (int j0 = 0; j0 < nb; j0 += Q_NR) {
-            int nr = nb - j0 < Q_NR ? nb - j0 : Q_NR;
+        for (int j0 = 0; j0 < nb; j0 += g->nr) {
+            int nr = nb - j0 < g->nr ? nb - j0 : g->nr;
             const uint8_t *panel = pack + (long)j0 * g->k4;
             for (int i0 = 0; i0 < mb; i0 += Q_MR) {
                 int mr = mb - i0 < Q_MR ? mb - i0 : Q_MR;
@@ -295,7 +403,9 @@ static void q_task(void *ctx, long begin, long end) {
                 int32_t acc[Q_MR][Q_NR] __attribute__((aligned(64)));
                 const int8_t *w = g->W + (long)m * g->k4;
 #ifdef MRT_HAVE_VNNI_BUILD
-                if (q_use_vnni)
+                if (q_use_vnni && g->nr == 16)
+                    q_ukr_vnni16(g, w, kq, panel, acc, mr);
+                else if (q_use_vnni)
                     q_ukr_vnni(g, w, kq, panel, acc, mr, 0);
                 else
 #endif
@@ -306,20 +416,28 @@ static void q_task(void *ctx, long begin, long end) {
 #endif
                     q_ukr_base(g, w, kq, panel, acc, mr, 0);
                 for (int i = 0; i < mr; ++i)
-                    q_store_row(g, acc[i], g->C + (long)(m + i) * g->ldc + n0 + j0, nr, m + i, n0 + j0);
+                    q_store_row(g, acc[i], cb + (long)(m + i - m0) * ldb + j0, nr, m + i, n0 + j0);
             }
         }
         /* activation over whole rows of the block (still in L2): long vector loops */
         if (g->act)
-            for (int i = 0; i < mb; ++i) q_act_row(g->C + (long)(m0 + i) * g->ldc + n0, nb, g->act, g->a0, g->a1);
+            for (int i = 0; i < mb; ++i) q_act_row(cb + (long)i * ldb, nb, g->act, g->a0, g->a1);
+        if (g->Cq)
+            for (int i = 0; i < mb; ++i) {
+                q_quant_args qa = {cb + (long)i * ldb, g->Cq + (long)(m0 + i) * g->ldcq + n0, g->yscale,
+                                   (float)(0 - g->yzp), (float)(255 - g->yzp), (float)g->yzp};
+                q_quant_task(&qa, 0, nb);
+            }
     }
 }
 
-static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
-                       int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
-                       long ldr, int act, float a0, float a1, int nthreads) {
+static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
+                         int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
+                         long ldr, int act, float a0, float a1, uint8_t *Cq, long ldcq, float yscale, int yzp,
+                         int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
+    g.Cq = Cq; g.ldcq = ldcq; g.yscale = yscale; g.yzp = yzp;
     g.sums = sums;
     g.W = W;
     g.X = X; g.C = C; g.scale = scale; g.bias = bias; g.res = res;
@@ -343,10 +461,25 @@ static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W
         mc = (M + parts - 1) / parts;
         mc = (mc + Q_MR - 1) / Q_MR * Q_MR;
     }
+    g.nr = q_use_vnni && N <= 16 ? 16 : Q_NR;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && N == 1 && ldx == 1 && q_bw()) { /* GEMV (q_task): no packing, split over rows */
+        mc = M;
+        if (nthreads > 1 && M >= 128) mc = ((M + nthreads - 1) / nthreads + 15) / 16 * 16;
+        nblocks = 1;
+    }
+#endif
     int mblocks = (M + mc - 1) / mc;
     g.nc = nc; g.mc = mc; g.nblocks = nblocks;
     /* a thread must get ~1M int8 multiply-adds (a few microseconds) to pay for waking it */
     mrt_parallel_for((long)nblocks * mblocks, (long)mc * nc * (K > 0 ? K : 1) / 32, nthreads, q_task, &g);
+}
+
+static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
+                       int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
+                       long ldr, int act, float a0, float a1, int nthreads) {
+    q_gemm_run_q(M, N, K, sums, W, X, ldx, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, NULL, 0, 1.0f, 0,
+                 nthreads);
 }
 
 void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
@@ -357,12 +490,6 @@ void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t
 }
 
 /* ---------------------------------------------------------------- quantize / im2col for uint8 */
-
-typedef struct {
-    const float *x;
-    uint8_t *q;
-    float scale, lo, hi, zp;
-} q_quant_args;
 
 int q_use_avx2; /* set by mrt_select_isa */
 
@@ -421,12 +548,19 @@ typedef struct {
 static void q_im2col_task(void *ctx, long begin, long end) {
     const q_im2col_args *a = (const q_im2col_args *)ctx;
     const int ow = a->ow, kk = a->kh * a->kw;
+    /* (channel, ky, kx) of row r, stepped without divisions (small layers are per-row overhead) */
+    int ch = (int)(begin / kk), t = (int)(begin % kk), ky = t / a->kw, kx = t % a->kw;
     for (long r = begin; r < end; ++r) {
-        int ch = (int)(r / kk), t = (int)(r % kk), ky = t / a->kw, kx = t % a->kw;
         const uint8_t *xp = a->x + (long)ch * a->h * a->wd;
         uint8_t *dst = a->cols + r * (long)a->oh * ow;
         int off = kx * a->dw - a->pl, lo, hi;
-        valid_cols_base(off, a->sw, a->wd, ow, &lo, &hi);
+        if (a->sw == 1) {
+            lo = off >= 0 ? 0 : (-off < ow ? -off : ow);
+            hi = a->wd - off < ow ? a->wd - off : ow;
+            if (hi < lo) hi = lo;
+        } else {
+            valid_cols_base(off, a->sw, a->wd, ow, &lo, &hi);
+        }
         for (int oy = 0; oy < a->oh; ++oy, dst += ow) {
             int iy = oy * a->sh - a->pt + ky * a->dh;
             if (iy < 0 || iy >= a->h) {
@@ -434,6 +568,12 @@ static void q_im2col_task(void *ctx, long begin, long end) {
                 continue;
             }
             const uint8_t *src = xp + (long)iy * a->wd + off;
+            if (ow <= 32) { /* small images: byte loops beat three libc calls per row */
+                for (int ox = 0; ox < lo; ++ox) dst[ox] = a->pad;
+                for (int ox = lo; ox < hi; ++ox) dst[ox] = src[ox * a->sw];
+                for (int ox = hi; ox < ow; ++ox) dst[ox] = a->pad;
+                continue;
+            }
             if (lo > 0) memset(dst, a->pad, lo);
             if (a->sw == 1) {
                 memcpy(dst + lo, src + lo, hi - lo);
@@ -442,12 +582,54 @@ static void q_im2col_task(void *ctx, long begin, long end) {
             }
             if (hi < ow) memset(dst + hi, a->pad, ow - hi);
         }
+        if (++kx == a->kw) {
+            kx = 0;
+            if (++ky == a->kh) { ky = 0; ++ch; }
+        }
     }
 }
+
+#ifdef MRT_HAVE_VNNI_BUILD
+/* Rows of at most 64 output columns at stride 1 (small images): one masked load (padding
+ * where the window is outside the image; masked-off bytes are never read) and one masked
+ * store per output row.  Used with VNNI (every such CPU has AVX512BW). */
+__attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ctx, long begin, long end) {
+    const q_im2col_args *a = (const q_im2col_args *)ctx;
+    const int ow = a->ow, kk = a->kh * a->kw;
+    const __m512i padv = _mm512_set1_epi8((char)a->pad);
+    const __mmask64 mow = ow >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << ow) - 1);
+    int ch = (int)(begin / kk), t = (int)(begin % kk), ky = t / a->kw, kx = t % a->kw;
+    for (long r = begin; r < end; ++r) {
+        const uint8_t *xp = a->x + (long)ch * a->h * a->wd;
+        uint8_t *dst = a->cols + r * (long)a->oh * ow;
+        int off = kx * a->dw - a->pl;
+        int lo = off >= 0 ? 0 : (-off < ow ? -off : ow);
+        int hi = a->wd - off < ow ? a->wd - off : ow;
+        if (hi < lo) hi = lo;
+        const __mmask64 mv = mow & ~((((__mmask64)1 << lo) - 1)) & (hi >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << hi) - 1));
+        for (int oy = 0; oy < a->oh; ++oy, dst += ow) {
+            int iy = oy * a->sh - a->pt + ky * a->dh;
+            __m512i v = padv;
+            if (iy >= 0 && iy < a->h) v = _mm512_mask_loadu_epi8(padv, mv, xp + (long)iy * a->wd + off);
+            _mm512_mask_storeu_epi8(dst, mow, v);
+        }
+        if (++kx == a->kw) {
+            kx = 0;
+            if (++ky == a->kh) { ky = 0; ++ch; }
+        }
+    }
+}
+#endif
 
 void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                    int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
     q_im2col_args a = {x, cols, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && sw == 1 && ow <= 63 && q_bw()) {
+        mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_narrow, &a);
+        return;
+    }
+#endif
     mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_task, &a);
 }
 
@@ -457,14 +639,17 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  * quantized into per-thread scratch, im2col'ed (unless 1x1 / stride 1 / no padding), and each
  * group's GEMM runs on the packed weights of all m rows (mrt_qgemm_pack_w of the
  * (m, c/group*kh*kw) matrix).  One call per layer instead of one per step and image. */
-int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,
-                    int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                    const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
-                    int nthreads) {
+/* mrt_qconv2d_q: the same with x already uint8 (x_u8: no quantize pass; x_scale unused) and/or a
+ * uint8 output yq = clamp(rint(y / y_scale) + y_zero, 0, 255) of that float y (yq != NULL: y unused),
+ * requantized per block in the GEMM epilogue: int8 layers chained without a float tensor between. */
+int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                  const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
+                  int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
+                  float y_scale, int y_zero, int act, float a0, float a1, int nthreads) {
     const long plane = (long)h * wd, p = (long)oh * ow;
     const int cg = c / group, mg = m / group, kk = kh * kw, kg = cg * kk;
     const int direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
-    const size_t xq_bytes = (size_t)c * plane, cols_bytes = direct ? 0 : (size_t)c * kk * p;
+    const size_t xq_bytes = x_u8 ? 0 : (size_t)c * plane, cols_bytes = direct ? 0 : (size_t)c * kk * p;
     uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + cols_bytes + 64);
     if (!xq) return -1;
     uint8_t *cols = xq + ((xq_bytes + 63) / 64) * 64;
@@ -472,21 +657,37 @@ int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, 
     const int8_t *W = (const int8_t *)packed_w + (long)m * 4;
     const long k4 = q_k4(kg);
     for (int i = 0; i < n; ++i) {
-        mrt_quantize_u8_f32(x + (long)i * c * plane, xq, (long)c * plane, x_scale, x_zero, nthreads);
-        const uint8_t *src = xq;
+        const uint8_t *img;
+        if (x_u8) {
+            img = (const uint8_t *)x + (long)i * c * plane;
+        } else {
+            mrt_quantize_u8_f32((const float *)x + (long)i * c * plane, xq, (long)c * plane, x_scale, x_zero, nthreads);
+            img = xq;
+        }
+        const uint8_t *src = img;
         if (!direct) {
-            mrt_im2col_u8(xq, cols, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, x_zero, nthreads);
+            mrt_im2col_u8(img, cols, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, x_zero, nthreads);
             src = cols;
         }
-        float *yi = y + (long)i * m * p;
+        float *yi = yq ? NULL : y + (long)i * m * p;
+        uint8_t *yqi = yq ? yq + (long)i * m * p : NULL;
         const float *ri = res ? res + (long)i * m * p : NULL;
         for (int g = 0; g < group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run(mg, (int)p, kg, sums + r0, W + r0 * k4, src + (long)g * kg * p, p, x_zero, scale + r0,
-                       bias ? bias + r0 : NULL, yi + r0 * p, p, ri ? ri + r0 * p : NULL, p, act, a0, a1, nthreads);
+            q_gemm_run_q(mg, (int)p, kg, sums + r0, W + r0 * k4, src + (long)g * kg * p, p, x_zero, scale + r0,
+                         bias ? bias + r0 : NULL, yi ? yi + r0 * p : NULL, p, ri ? ri + r0 * p : NULL, p, act, a0, a1,
+                         yqi ? yqi + r0 * p : NULL, p, y_scale, y_zero, nthreads);
         }
     }
     return 0;
+}
+
+int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,
+                    int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                    const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
+                    int nthreads) {
+    return mrt_qconv2d_q(x, 0, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh,
+                         ow, scale, bias, res, y, NULL, 1.0f, 0, act, a0, a1, nthreads);
 }
 
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):

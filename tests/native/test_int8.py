@@ -54,6 +54,81 @@ def test_qgemm_epilogue(every_isa):
     np.testing.assert_allclose(c, np.clip(ref, -0.5, 0.5), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 63, 1), (70, 64, 1), (130, 65, 1), (9, 700, 1), (13, 200, 2),
+                                   (7, 9, 16), (32, 288, 16), (6, 5, 17), (11, 131, 9)])
+@pytest.mark.parametrize("x_zero", [0, 128, 255])
+def test_qgemm_narrow_exact(m, k, n, x_zero, every_isa, threads):
+    """N <= 16 (16-column panels on VNNI) and N == 1 (the matrix-vector path): exact for the full ranges."""
+    rng = np.random.default_rng(m * 100 + k + n + x_zero)
+    w = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    x = rng.integers(0, 256, (k, n), dtype=np.uint8)
+    x[: k // 2 + 1, 0] = 255
+    w[:, : k // 2 + 1] = -128
+    c = np.empty((m, n), np.float32)
+    native.qgemm(native.qpack(w), m, k, x, x_zero, np.ones(m, np.float32), c)
+    ref = w.astype(np.int64) @ (x.astype(np.int64) - x_zero)
+    np.testing.assert_array_equal(c, ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("n", [1, 9])
+def test_qgemm_narrow_epilogue(n, every_isa):
+    """Bias, residual and activation on narrow GEMMs (16-column panels, matrix-vector path)."""
+    rng = np.random.default_rng(n)
+    m, k = 70, 100
+    w = rng.integers(-127, 128, (m, k), dtype=np.int8)
+    x = rng.integers(0, 256, (k, n), dtype=np.uint8)
+    scale = rng.random(m, dtype=np.float32) * 0.01
+    bias = rng.standard_normal(m, dtype=np.float32)
+    res = rng.standard_normal((m, n), dtype=np.float32)
+    c = np.empty((m, n), np.float32)
+    native.qgemm(native.qpack(w), m, k, x, 3, scale, c, bias, res, native.ACT_CLIP, -0.5, 0.5)
+    ref = scale[:, None] * (w.astype(np.float64) @ (x.astype(np.float64) - 3)) + bias[:, None] + res
+    np.testing.assert_allclose(c, np.clip(ref, -0.5, 0.5), rtol=1e-5, atol=1e-5)
+
+
+def _im2col_ref(x, k, s, d, pb, out, pad):
+    c, h, wd = x.shape
+    xp = np.full((c, h + 2 * k[0] * d[0] + 2 * pb[0], wd + 2 * k[1] * d[1] + 2 * pb[1] + 2 * out[1] * s[1]), pad,
+                 np.uint8)
+    xp[:, pb[0]:pb[0] + h, pb[1]:pb[1] + wd] = x
+    cols = np.empty((c, k[0], k[1], out[0], out[1]), np.uint8)
+    for ky in range(k[0]):
+        for kx in range(k[1]):
+            y0, x0 = ky * d[0], kx * d[1]
+            cols[:, ky, kx] = xp[:, y0:y0 + s[0] * out[0]:s[0], x0:x0 + s[1] * out[1]:s[1]][:, :out[0], :out[1]]
+    return cols.reshape(c * k[0] * k[1], out[0] * out[1])
+
+
+@pytest.mark.parametrize("c,h,wd,k,s,d,pb", [
+    (3, 4, 4, (3, 3), (1, 1), (1, 1), (1, 1)), (2, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (2, 5, 63, (3, 3), (1, 1), (1, 1), (1, 1)), (2, 5, 64, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (2, 6, 7, (5, 3), (1, 1), (2, 2), (3, 0)), (1, 3, 2, (3, 3), (1, 1), (1, 1), (2, 2)),
+    (2, 9, 9, (3, 3), (2, 2), (1, 1), (1, 1)), (2, 6, 40, (1, 3), (2, 1), (1, 3), (0, 4)),
+])
+def test_im2col_u8_small_images(c, h, wd, k, s, d, pb, every_isa):
+    """The narrow im2col (rows of <= 63 columns at stride 1) and the general one agree with numpy,
+    padding (both sides), dilation and windows entirely outside the image included."""
+    rng = np.random.default_rng(h * wd)
+    x = rng.integers(0, 256, (c, h, wd), dtype=np.uint8)
+    out = tuple((n + 2 * p - dd * (kk - 1) - 1) // ss + 1 for n, p, dd, kk, ss in zip((h, wd), pb, d, k, s))
+    cols = np.empty((c * k[0] * k[1], out[0] * out[1]), np.uint8)
+    native.im2col_u8(x, cols, k, s, d, pb, out, 77)
+    np.testing.assert_array_equal(cols, _im2col_ref(x, k, s, d, pb, out, 77))
+
+
+def test_qmatmul_one_row_matches_numpy(every_isa):
+    """A batch-1 QMatMul (one row: the matrix-vector path)."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((1, 515), dtype=np.float32)
+    b = rng.integers(-127, 128, (70, 515), dtype=np.int8)
+    bs = rng.random(70, dtype=np.float32) * 0.01
+    bias = rng.standard_normal(70, dtype=np.float32)
+    y = qlinear.qmatmul(a, np.float32(0.02), np.uint8(100), b, bs, bias, transB=1, activation="Relu")
+    with numpy_path():
+        ref = qlinear.qmatmul(a, np.float32(0.02), np.uint8(100), b, bs, bias, transB=1, activation="Relu")
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
 def test_quantize_u8_matches_numpy(isa):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal(1001) * 5).astype(np.float32)
@@ -69,6 +144,8 @@ def test_quantize_u8_matches_numpy(isa):
     ((2, 32, 9, 9), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), 1, "", ()),
     ((1, 8, 17, 13), (12, 4, 3, 3), (2, 2), (1, 0, 1, 2), 2, "Clip", (0.0, 6.0)),
     ((1, 6, 11, 11), (6, 6, 5, 5), (1, 2), (2, 2, 2, 2), 1, "HardSwish", ()),
+    ((1, 32, 4, 4), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), 1, "Relu", ()),  # digits-like: N = 16
+    ((1, 1, 8, 8), (16, 1, 3, 3), (1, 1), (1, 1, 1, 1), 1, "Relu", ()),
 ])
 @pytest.mark.parametrize("quant", ["u8", "s8", "dynamic"])
 def test_qconv_native_matches_numpy(xs, ws, strides, pads, group, act, params, quant, every_isa):
@@ -84,6 +161,55 @@ def test_qconv_native_matches_numpy(xs, ws, strides, pads, group, act, params, q
     with numpy_path():
         ref = qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("xs,ws,strides,pads,act", [
+    ((1, 16, 8, 8), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), "Relu"),
+    ((2, 32, 9, 9), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), "HardSwish"),
+    ((1, 24, 13, 11), (40, 24, 3, 3), (2, 2), (1, 0, 1, 2), ""),
+    ((1, 48, 30, 30), (20, 48, 1, 1), (1, 1), (0, 0, 0, 0), "Relu"),  # several column blocks
+])
+def test_qconv_chained_u8_in_and_out(xs, ws, strides, pads, act, every_isa, threads):
+    """The chained QConv forms: a uint8 input equals the float input it quantizes, and the
+    uint8 output (output_scale / output_zero_point) is exactly quantize_u8 of the float output,
+    native and numpy alike (native vs numpy: within one step where the float results round apart)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.integers(-127, 128, ws, dtype=np.int8)
+    wsc = rng.random(ws[0], dtype=np.float32) * 0.01 + 0.001
+    b = rng.standard_normal(ws[0], dtype=np.float32)
+    xsc, xzp = np.float32(0.02), np.uint8(120)
+    kw = dict(strides=strides, pads=pads, activation=act)
+    xq = np.empty(xs, np.uint8)
+    native.quantize_u8(x, xq, float(xsc), int(xzp))
+    y = qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw)
+    np.testing.assert_array_equal(qlinear.qconv(xq, xsc, xzp, w, wsc, b, **kw), y)
+    out = dict(output_scale=float(np.abs(y).max()) / 200, output_zero_point=37)
+    yq = qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw, **out)
+    assert yq.dtype == np.uint8 and yq.shape == y.shape
+    np.testing.assert_array_equal(yq, qlinear.requantize_u8(y, out["output_scale"], 37))
+    ref = np.empty(y.shape, np.uint8)
+    native.quantize_u8(np.ascontiguousarray(y), ref, out["output_scale"], 37)
+    np.testing.assert_array_equal(yq, ref)
+    np.testing.assert_array_equal(qlinear.qconv(xq, xsc, xzp, w, wsc, b, **kw, **out), yq)
+    with numpy_path():
+        yq_np = qlinear.qconv(xq, xsc, xzp, w, wsc, b, **kw, **out)
+        y_np = qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw)
+        np.testing.assert_array_equal(qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw, **out), yq_np)
+    np.testing.assert_array_equal(yq_np, qlinear.requantize_u8(y_np, out["output_scale"], 37))
+    assert np.abs(yq_np.astype(int) - yq).max() <= 1 and (yq_np != yq).mean() < 0.01
+
+
+def test_qconv_u8_input_needs_static_uint8_quantization():
+    x = np.zeros((1, 4, 5, 5), np.uint8)
+    w = np.ones((2, 4, 3, 3), np.int8)
+    with pytest.raises(ValueError, match="X_scale"):
+        qlinear.qconv(x, None, None, w, np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="uint8 X_zero_point"):
+        qlinear.qconv(x, np.float32(0.1), np.int8(0), w, np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="output_scale"):
+        qlinear.qconv(x.astype(np.float32), np.float32(0.1), np.uint8(0), w, np.ones(2, np.float32),
+                      output_scale=0.0)
 
 
 @pytest.mark.parametrize("transB", [0, 1])

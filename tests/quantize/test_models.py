@@ -34,6 +34,31 @@ def test_int8_digits_size_and_accuracy(digits, heldout, calib):
     assert "int8 layers: 4" in str(report)
 
 
+@pytest.mark.parametrize("native_on", [True, False])
+def test_int8_chained_is_identical_to_unchained(native_on, digits, heldout, calib):
+    """chain_int8: QConv -> QConv passes uint8 in the consumer's quantization (output_scale /
+    output_zero_point, uint8 value type); the outputs equal the unchained build's exactly,
+    on the native kernels and on the numpy reference path."""
+    from tests.native.conftest import numpy_path
+
+    images, _ = heldout
+    plain = digits.clone()
+    quantize(plain, "int8", calib, QuantizeOptions(**NO_TIMING))
+    quantize(digits, "int8", calib, QuantizeOptions(chain_int8=True, **NO_TIMING))
+    chained = [n for n in digits.graph if n.op_type == "QConv" and "output_scale" in n.attributes]
+    assert [n.name for n in chained] == ["/0/Conv"]  # -> /3/Conv; /3 feeds MaxPool, /7 Flatten
+    assert chained[0].outputs[0].dtype == ir.DataType.UINT8
+    assert not any("output_scale" in n.attributes for n in plain.graph)
+    if native_on:
+        y_plain = _run.session(plain).run(None, {"image": images})[0]
+        y_chain = _run.session(digits).run(None, {"image": images})[0]
+    else:
+        with numpy_path():
+            y_plain = _run.session(plain).run(None, {"image": images})[0]
+            y_chain = _run.session(digits).run(None, {"image": images})[0]
+    np.testing.assert_array_equal(y_chain, y_plain)
+
+
 @pytest.mark.parametrize("method", ["minmax", "percentile", "entropy"])
 def test_int8_calibration_methods_keep_accuracy(method, digits, heldout, calib):
     images, labels = heldout
