@@ -24,6 +24,17 @@ from minirt.dtypes import onnx_code
 from minirt.format import schema as S
 
 
+def _round_floats(value):
+    """``value`` with every float rounded to 6 significant digits (containers walked)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: _round_floats(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_round_floats(v) for v in value]
+    return value
+
+
 class _Bytes:
     """Little-endian encoder mirroring the reader's cursor."""
 
@@ -149,7 +160,12 @@ class ArtifactWriter:
         elif isinstance(value, str):
             self.metadata[key] = (S.META_STRING, value)
         else:
-            self.metadata[key] = (S.META_JSON, json.dumps(value, sort_keys=True, default=str))
+            # Compact: metadata ships to every device.  Report floats (timings,
+            # error metrics) keep 6 significant digits, plenty for a report.
+            self.metadata[key] = (
+                S.META_JSON,
+                json.dumps(_round_floats(value), sort_keys=True, default=str, separators=(",", ":")),
+            )
 
     def operator(self, domain: str, op_type: str, opset: int) -> int:
         key = (domain, op_type, opset)

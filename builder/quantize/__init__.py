@@ -91,6 +91,11 @@ class QuantizeOptions:
         d["exclude"] = list(self.exclude)
         return d
 
+    def non_default(self) -> dict:
+        """The options that differ from the defaults (what the report stores: defaults are implied)."""
+        defaults = QuantizeOptions().as_dict()
+        return {k: v for k, v in self.as_dict().items() if v != defaults.get(k)}
+
 
 def _input_names(model: ir.Model) -> list[str]:
     return [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
@@ -166,7 +171,7 @@ def quantize(
     if opts.method not in METHODS:
         raise BuildError(f"--calibration-method must be one of {list(METHODS)}, got {opts.method!r}")
     budget = parse_budget(opts.accuracy_budget)
-    report = QuantizationReport(mode=mode, method=opts.method if mode == "int8" else None, options=opts.as_dict())
+    report = QuantizationReport(mode=mode, method=opts.method if mode == "int8" else None, options=opts.non_default())
     t_start = time.perf_counter()
     names = _input_names(model)
 

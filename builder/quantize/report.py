@@ -68,7 +68,7 @@ class QuantizationReport:
 
     mode: str
     method: str | None = None
-    options: dict = dataclasses.field(default_factory=dict)
+    options: dict = dataclasses.field(default_factory=dict)  # only those that differ from QuantizeOptions()
     calibration_feeds: int = 0
     eval_feeds: int = 0
     eval_source: str = ""
