@@ -308,8 +308,11 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
     Depthwise convolutions run entirely in C (bias and activation fused into
     the same pass).  Everything else is GEMM-based, as in the numpy path:
     1x1 kernels multiply the input directly, larger ones go through a native
-    im2col (padding handled there, no padded copy) and numpy's BLAS matmul,
-    followed by one native pass for bias + residual + activation.
+    im2col (padding handled there, no padded copy), and our GEMM writes y with
+    bias + residual + activation fused.  The whole batch is one native call
+    (``mrt_conv2d_f32``: threads over images, small planes of several images
+    in one GEMM); a module built before that entry point gets the per-image,
+    per-group Python loop below.
     """
     n, c, h, wd = x.shape
     m, cg = w.shape[:2]
@@ -329,6 +332,12 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
             _native.dwconv2d(x, wc, b, y, k, s, d, pb)
             _native.bias_act(y, None, z, act, a0, a1)
         return y
+    if _native.has_conv2d():
+        # the whole batch in one native call (im2col + GEMM + epilogue per image, threads over images)
+        y = _out_buffer(dst, (n, m) + tuple(out))
+        _native.conv2d(x, np.ascontiguousarray(w), group, k, s, d, pb, out, y, b, z, act, a0, a1)
+        return y
+    # modules built before mrt_conv2d_f32: one im2col and one GEMM call per image and group
     if kk == 1 and s == (1, 1) and pb == (0, 0) and tuple(out) == (h, wd):
         cols = x.reshape(n, group, cg, p)  # 1x1: the input is the GEMM operand, no copy
     else:

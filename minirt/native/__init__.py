@@ -169,6 +169,24 @@ def im2col(x, cols, k, s, d, pb, out) -> None:
                         out[1], threads())
 
 
+def has_conv2d() -> bool:
+    """True when the loaded module has the whole-batch float conv (not in modules built before it)."""
+    return _lib is not None and hasattr(_lib, "mrt_conv2d_f32")
+
+
+def conv2d(x, w, group, k, s, d, pb, out, y, bias=None, residual=None, act=0, a0=0.0, a1=0.0) -> None:
+    """y = act(conv(x, w) + bias + residual) for the whole batch in one call (float32, NCHW, contiguous)."""
+    n, c, h, wd = x.shape
+    m = w.shape[0]
+    rc = _lib.mrt_conv2d_f32(
+        _ptr(x), n, c, h, wd, _ptr(w), m, group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1],
+        _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act,
+        a0, a1, threads(),
+    )
+    if rc != 0:
+        raise MemoryError("minirt native conv2d: could not allocate scratch memory")
+
+
 def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0) -> None:
     """c (M, N) = act(a (M, K) @ b (K, N) + bias + residual), float32, rows may be strided.
 

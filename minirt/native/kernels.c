@@ -279,7 +279,7 @@ typedef struct {
     void (*pool2d)(int, const float *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
                    int, int, int, float, int);
     void (*bias_act)(float *, const float *, const float *, int, int, long, int, float, float, int);
-    void (*im2col)(const float *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
+    void (*im2col)(const float *, float *, long, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
     void (*sgemm)(int, int, int, int, const float *, long, long, const float *, long, long, int, float *, long, long,
                   const float *, int, const float *, long, long, int, float, float, int);
 } mrt_impl;
@@ -400,7 +400,7 @@ void mrt_bias_act_f32(float *y, const float *bias, const float *residual, int n,
 
 void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
                     int pt, int pl, int oh, int ow, int nthreads) {
-    impl->im2col(x, cols, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
+    impl->im2col(x, cols, (long)oh * ow, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
 }
 
 void mrt_sgemm_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
@@ -417,3 +417,118 @@ void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long ld
 }
 
 int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
+
+/* ------------------------------------------------------------------ whole float convolution
+ *
+ * mrt_conv2d_f32: im2col + GEMM (+ fused epilogue) for a whole batch in one call.  Images
+ * are processed in chunks of `nb`: a chunk's columns go side by side into one
+ * (c*kh*kw) x (nb*oh*ow) matrix so that small planes (8x8, 4x4) still make GEMMs wide
+ * enough for the microkernel; with nb > 1 the GEMM writes a per-thread scratch whose rows
+ * are copied into y's (n, m, oh*ow) layout, then residual + activation run on each copied
+ * block.  With enough chunks for the threads, each thread takes whole chunks
+ * (single-threaded im2col and GEMM, per-thread scratch); otherwise (batch 1, or fewer
+ * images than threads) the chunks run one after the other with threaded im2col and GEMM,
+ * as the per-image Python loop did.  The accumulation order of every output is the same
+ * as that of mrt_sgemm_f32 on one image, whatever nb and the threads.
+ */
+
+/* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
+#define MRT_CONV_BATCH_COLS 256
+
+typedef struct {
+    const mrt_impl *I;
+    const float *x, *w, *bias, *res;
+    float *y;
+    int n, c, h, wd, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
+    float a0, a1;
+    int nb, direct;
+    size_t scratch_bytes;
+    int failed;
+} mrt_conv_args;
+
+static void mrt_conv_chunk(const mrt_conv_args *a, long chunk, float *scratch, int nt) {
+    const mrt_impl *I = a->I;
+    const long p = (long)a->oh * a->ow, chw = (long)a->c * a->h * a->wd, mp = (long)a->m * p;
+    const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
+    const long K = (long)cg * kk;
+    const long i0 = chunk * a->nb;
+    const int nb = a->n - i0 < a->nb ? (int)(a->n - i0) : a->nb;
+    const long ldb = a->direct ? p : (long)nb * p;
+    float *cols = scratch;
+    float *tmp = a->direct ? scratch : scratch + (long)a->c * kk * a->nb * p;
+    if (!a->direct)
+        for (int j = 0; j < nb; ++j)
+            I->im2col(a->x + (i0 + j) * chw, cols + j * p, ldb, a->c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh,
+                      a->dw, a->pt, a->pl, a->oh, a->ow, nt);
+    for (int g = 0; g < a->group; ++g) {
+        const float *A = a->w + (long)g * mg * K;
+        const float *B = a->direct ? a->x + i0 * chw + (long)g * cg * p : cols + (long)g * K * ldb;
+        const float *bg = a->bias ? a->bias + (long)g * mg : NULL;
+        if (nb == 1) { /* straight into y, whole epilogue fused */
+            float *C = a->y + i0 * mp + (long)g * mg * p;
+            const float *R = a->res ? a->res + i0 * mp + (long)g * mg * p : NULL;
+            I->sgemm(1, mg, (int)p, (int)K, A, K, 0, B, ldb, 0, 0, C, p, 0, bg, 1, R, p, 0, a->act, a->a0, a->a1, nt);
+            continue;
+        }
+        I->sgemm(1, mg, (int)ldb, (int)K, A, K, 0, B, ldb, 0, 0, tmp, ldb, 0, bg, 1, NULL, 0, 0,
+                 a->res ? MRT_ACT_NONE : a->act, a->a0, a->a1, nt);
+        for (int j = 0; j < nb; ++j) {
+            float *yb = a->y + (i0 + j) * mp + (long)g * mg * p;
+            for (int r = 0; r < mg; ++r) memcpy(yb + r * p, tmp + r * ldb + j * p, sizeof(float) * p);
+            if (a->res) I->bias_act(yb, NULL, a->res + (i0 + j) * mp + (long)g * mg * p, 1, mg, p, a->act, a->a0,
+                                    a->a1, 1);
+        }
+    }
+}
+
+static void mrt_conv_task(void *ctx, long begin, long end) {
+    mrt_conv_args *a = (mrt_conv_args *)ctx;
+    float *scratch = NULL;
+    if (a->scratch_bytes) {
+        scratch = (float *)mrt_scratch_buffer(a->scratch_bytes);
+        if (!scratch) {
+            __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    for (long ch = begin; ch < end; ++ch) mrt_conv_chunk(a, ch, scratch, 1);
+}
+
+int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, int m, int group, int kh, int kw,
+                   int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *bias, const float *res,
+                   float *y, int act, float a0, float a1, int nthreads) {
+    if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
+    if (group < 1 || c % group || m % group) return -1;
+    if (nthreads < 1) nthreads = 1;
+    const long p = (long)oh * ow;
+    mrt_conv_args a;
+    a.I = impl;
+    a.x = x; a.w = w; a.bias = bias; a.res = res; a.y = y;
+    a.n = n; a.c = c; a.h = h; a.wd = wd; a.m = m; a.group = group; a.kh = kh; a.kw = kw; a.sh = sh; a.sw = sw;
+    a.dh = dh; a.dw = dw; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow; a.act = act; a.a0 = a0; a.a1 = a1;
+    a.failed = 0;
+    /* images per GEMM: enough for ~MRT_CONV_BATCH_COLS columns, but leave a chunk per thread */
+    long nb = p < MRT_CONV_BATCH_COLS ? (MRT_CONV_BATCH_COLS + p - 1) / p : 1;
+    long per_thread = (n + nthreads - 1) / nthreads;
+    if (nb > per_thread) nb = per_thread;
+    if (nb < 1) nb = 1;
+    a.nb = (int)nb;
+    a.direct = nb == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
+    const long kk = (long)kh * kw;
+    size_t floats = 0;
+    if (!a.direct) floats += (size_t)c * kk * nb * p;
+    if (nb > 1) floats += (size_t)(m / group) * nb * p;
+    a.scratch_bytes = floats * sizeof(float);
+    const long chunks = (n + nb - 1) / nb;
+    if (n > 1 && chunks >= nthreads) {
+        mrt_parallel_for(chunks, (long)m * (c / group) * kk * nb * p / 16, nthreads, mrt_conv_task, &a);
+    } else {
+        float *scratch = NULL;
+        if (a.scratch_bytes) {
+            scratch = (float *)mrt_scratch_buffer(a.scratch_bytes);
+            if (!scratch) return -1;
+        }
+        for (long ch = 0; ch < chunks; ++ch) mrt_conv_chunk(&a, ch, scratch, nthreads);
+    }
+    return a.failed ? -1 : 0;
+}

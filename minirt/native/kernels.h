@@ -77,6 +77,15 @@ void mrt_bias_act_f32(float *y, const float *bias, const float *residual, int n,
 void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
                     int pt, int pl, int oh, int ow, int nthreads);
 
+/* A whole float32 convolution (NCHW, any batch): y (n, m, oh, ow) = act(conv(x, w) + bias[m] + res),
+ * w (m, c/group, kh, kw), bias and res (same shape as y) may be NULL.  im2col (none for
+ * 1x1 / stride 1 / no padding) into per-thread scratch and the GEMM of mrt_sgemm_f32 with the
+ * epilogue fused; threads over images (or over the GEMM when there are too few images), and
+ * the columns of several small images in one GEMM.  Returns 0, or -1 without scratch memory. */
+int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, int m, int group, int kh, int kw,
+                   int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *bias, const float *res,
+                   float *y, int act, float a0, float a1, int nthreads);
+
 /* float32 GEMM with fused epilogue, all row-major:
  *   C[m, n] = act(sum_k A[m, k] B[k, n] + bias + res[m, n])
  * bias_mode 1: bias[m] (per row, conv channels), 2: bias[n] (per column,

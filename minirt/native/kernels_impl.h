@@ -554,6 +554,7 @@ static void FN(pool2d)(int is_max, const float *x, float *y, int nc, int h, int 
 typedef struct {
     const float *x;
     float *cols;
+    long ld; /* row stride of cols (oh*ow for one image; more when several images share the rows) */
     int h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
 } FN(im2col_args);
 
@@ -563,7 +564,7 @@ static MRT_TARGET void FN(im2col_task)(void *ctx, long begin, long end) {
     for (long r = begin; r < end; ++r) {
         int ch = (int)(r / kk), t = (int)(r % kk), ky = t / a->kw, kx = t % a->kw;
         const float *xp = a->x + (long)ch * a->h * a->wd;
-        float *dst = a->cols + r * (long)a->oh * ow;
+        float *dst = a->cols + r * a->ld;
         int off = kx * a->dw - a->pl, lo, hi;
         FN(valid_cols)(off, a->sw, a->wd, ow, &lo, &hi);
         for (int oy = 0; oy < a->oh; ++oy, dst += ow) {
@@ -587,8 +588,8 @@ static MRT_TARGET void FN(im2col_task)(void *ctx, long begin, long end) {
     }
 }
 
-static void FN(im2col)(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
-                       int dw, int pt, int pl, int oh, int ow, int nthreads) {
-    FN(im2col_args) a = {x, cols, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow};
+static void FN(im2col)(const float *x, float *cols, long ld, int c, int h, int wd, int kh, int kw, int sh, int sw,
+                       int dh, int dw, int pt, int pl, int oh, int ow, int nthreads) {
+    FN(im2col_args) a = {x, cols, ld, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow};
     mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, FN(im2col_task), &a);
 }
