@@ -33,6 +33,7 @@ import onnx_ir as ir
 
 from builder.errors import BuildError
 from builder.quantize import _run
+from builder.quantize.bias_correction import correct_biases, mean_inputs
 from builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds
 from builder.quantize.qops import Candidate, apply_int8, find_candidates
 from builder.quantize.report import QuantizationReport, compare
@@ -79,6 +80,9 @@ class QuantizeOptions:
     # within this of the float model on the eval / calibration data (None: convert every weight).
     fp16_budget: Any = "max-abs<=0.005"
     fp16_max_ratio: float = 0.55  # ... but the default budget never takes the artifact beyond this x float
+    # fp16: fold each Conv/Gemm weight's float16 rounding error times its mean input patch (measured on the
+    # calibration data, else the eval data) into the layer's float32 bias (bias_correction.py).
+    fp16_bias_correction: bool = True
     measure_latency: bool = True
     latency_runs: int = 5
 
@@ -205,6 +209,20 @@ def quantize(
         t0 = time.perf_counter()
         only = None
         default = budget is None and opts.fp16_budget is not None
+        all16 = fp16_candidates(float_model, opts.fp16_min_elements)
+        means = {}
+        if opts.fp16_bias_correction:
+            stats_feeds = calib or evals
+            if stats_feeds:
+                say(f"fp16 bias correction: mean layer inputs on {len(stats_feeds)} feed(s)")
+                means = mean_inputs(float_model, all16, stats_feeds)
+
+        def convert(m: ir.Model, subset) -> dict:
+            subset = set(all16 if subset is None else subset)
+            fixed = correct_biases(m, subset, means) if means else 0
+            out = convert_to_fp16(m, opts.fp16_min_elements, only=subset)
+            out["bias_corrected"] = fixed
+            return out
         if default:
             budget = parse_budget(opts.fp16_budget)
             if ref is None:
@@ -214,18 +232,25 @@ def quantize(
         if budget is not None:
             if ref is None:
                 raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
-            names16 = fp16_candidates(float_model, opts.fp16_min_elements)
+            names16 = all16
+            # Fit on every feed at hand (eval + calibration) for label-free budgets: the few eval feeds
+            # alone overfit the per-weight selection (docs/decisions.md D23).
+            fit_evals, fit_ref, fit_labels = evals, ref, labels
+            if budget.metric in ("max-abs", "mean-abs", "cosine") and opts.eval is not None and calib:
+                fit_evals = Feeds(list(evals) + list(calib))
+                fit_ref = _run.run_all(_run.minirt.Session(float_bytes, verify_checksums=False), fit_evals)
+                fit_labels = None
 
             def with_fp16(subset):
                 m = float_model.clone()
-                convert_to_fp16(m, opts.fp16_min_elements, only=set(subset))
-                return evaluate(m)
+                convert(m, subset)
+                return compare(fit_ref, _run.run_all(_run.session(m), fit_evals), fit_labels)
 
             cost = max_cost = None
             if default:
                 sizes = {n: float_model.graph.initializers[n].const_value.size for n in names16}
                 full = float_model.clone()
-                convert_to_fp16(full, opts.fp16_min_elements)
+                convert(full, None)
                 max_cost = opts.fp16_max_ratio * report.float_bytes - len(_run.artifact_bytes(full))
 
                 def cost(name):  # bytes a weight adds when it stays float32 (2 per element, plus its scale)
@@ -244,7 +269,7 @@ def quantize(
                 report.warnings.append(f"{which} {budget.spec} not met (value {res['value']:.4g})"
                                        + (f"; {len(res['capped'])} sensitive weight(s) stay float16 to keep the "
                                           f"artifact <= {opts.fp16_max_ratio}x float" if res.get("capped") else ""))
-        report.fp16 = convert_to_fp16(model, opts.fp16_min_elements, only=only)
+        report.fp16 = convert(model, only)
         report.timings["convert"] = time.perf_counter() - t0
     else:
         candidates, refused = find_candidates(model, weight_only=opts.weight_only)

@@ -949,6 +949,8 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
     for a in range(nd - 2):
         if out_shape[a] != x.shape[a] or scales[a] != 1:
             return None
+    # Refuse a hostile size before the coordinate arrays below are allocated.
+    check_alloc(out_shape, x.dtype, "Resize output")
     factors = []
     for a in (nd - 2, nd - 1):
         i_len, o_len = x.shape[a], out_shape[a]
@@ -957,6 +959,7 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
         f = o_len // i_len
         if f > 1:
             scale = np.float32(scales[a])
+            check_alloc((o_len,), np.float64, "Resize coordinates")
             coords = _original_coords(o_len, i_len, scale, coord_mode, 0.0, 1.0)
             idx = np.clip(_nearest_index(coords, nearest_mode, scale < 1), 0, i_len - 1)
             if not np.array_equal(idx, np.arange(o_len) // f):
@@ -967,7 +970,6 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
     fh, fw = factors
     if fh == 1 and fw == 1:
         return None
-    check_alloc(out_shape, x.dtype, "Resize output")
     h, w = x.shape[-2:]
     if fw == 1:
         row = x

@@ -85,3 +85,51 @@ def test_fp16_artifact_converts_weights_once(digits):
     x = np.random.default_rng(0).random((2, 1, 8, 8), dtype=np.float32)
     _, prof = sess.run_profiled({"image": x})
     assert np.array_equal(sess.run(None, {"image": x})[0], _run.session(digits).run(None, {"image": x})[0])
+
+
+def _conv_gemm_model(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    w1 = (rng.standard_normal((8, 2, 3, 3)) * 3).astype(np.float32)  # grouped (2 groups), stride 2, padded
+    w2 = (rng.standard_normal((16, 8, 1, 1)) * 3).astype(np.float32)  # 1x1, no bias
+    wg = (rng.standard_normal((16 * 4 * 4, 10)) * 3).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(np.zeros(8, np.float32) + 0.1, "b1"),
+             numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(wg, "wg"),
+             numpy_helper.from_array(np.zeros(10, np.float32), "bg")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2], group=2),
+             helper.make_node("Conv", ["c1", "w2"], ["c2"]),
+             helper.make_node("Flatten", ["c2"], ["f"]),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_fp16_bias_correction_removes_the_mean_shift_of_rounding(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from conftest import optimized
+
+    from builder.quantize import QuantizeOptions, quantize
+
+    path = str(tmp_path / "m.onnx")
+    _conv_gemm_model(path)
+    rng = np.random.default_rng(0)
+    calib = [{"x": (rng.random((4, 4, 8, 8)) + 1.0).astype(np.float32)} for _ in range(4)]  # mean far from 0
+    fresh = [{"x": (rng.random((4, 4, 8, 8)) + 1.0).astype(np.float32)} for _ in range(16)]
+    ref = optimized(path)
+    fs = _run.session(ref)
+    errs = {}
+    for on in (False, True):
+        m = optimized(path)
+        r = quantize(m, "fp16", calib, QuantizeOptions(fp16_budget=None, fp16_min_elements=16,
+                                                       fp16_bias_correction=on, measure_latency=False))
+        assert r.fp16["initializers"] == 3 and r.fp16["bias_corrected"] == (3 if on else 0)
+        qs = _run.session(m)
+        d = np.concatenate([qs.run(None, f)[0] - fs.run(None, f)[0] for f in fresh])
+        errs[on] = (np.abs(d.mean(axis=0)).max(), np.abs(d).max())
+    assert errs[True][0] < errs[False][0] / 2  # the per-output mean error
+    assert errs[True][1] < errs[False][1]
