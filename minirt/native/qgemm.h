@@ -47,6 +47,7 @@
 #define Q_MR 6
 #define Q_NR 32
 #define Q_NC 256 /* columns per block (multiple of Q_NR) */
+#define Q_CONV_BATCH_COLS 256 /* conv: images side by side up to about this many GEMM columns (D22) */
 
 int q_use_vnni;    /* set by mrt_select_isa */
 int q_use_neon;    /* aarch64: NEON activation packing (set by mrt_select_isa) */
@@ -541,6 +542,7 @@ void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp
 typedef struct {
     const uint8_t *x;
     uint8_t *cols;
+    long ld; /* row stride of cols (oh*ow, or more for images side by side) */
     int h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
     uint8_t pad;
 } q_im2col_args;
@@ -552,7 +554,7 @@ static void q_im2col_task(void *ctx, long begin, long end) {
     int ch = (int)(begin / kk), t = (int)(begin % kk), ky = t / a->kw, kx = t % a->kw;
     for (long r = begin; r < end; ++r) {
         const uint8_t *xp = a->x + (long)ch * a->h * a->wd;
-        uint8_t *dst = a->cols + r * (long)a->oh * ow;
+        uint8_t *dst = a->cols + r * a->ld;
         int off = kx * a->dw - a->pl, lo, hi;
         if (a->sw == 1) {
             lo = off >= 0 ? 0 : (-off < ow ? -off : ow);
@@ -601,7 +603,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ct
     int ch = (int)(begin / kk), t = (int)(begin % kk), ky = t / a->kw, kx = t % a->kw;
     for (long r = begin; r < end; ++r) {
         const uint8_t *xp = a->x + (long)ch * a->h * a->wd;
-        uint8_t *dst = a->cols + r * (long)a->oh * ow;
+        uint8_t *dst = a->cols + r * a->ld;
         int off = kx * a->dw - a->pl;
         int lo = off >= 0 ? 0 : (-off < ow ? -off : ow);
         int hi = a->wd - off < ow ? a->wd - off : ow;
@@ -621,9 +623,9 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ct
 }
 #endif
 
-void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
-                   int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
-    q_im2col_args a = {x, cols, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
+static void q_im2col(const uint8_t *x, uint8_t *cols, long ld, int c, int h, int wd, int kh, int kw, int sh, int sw,
+                     int dh, int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
+    q_im2col_args a = {x, cols, ld, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni && sw == 1 && ow <= 63 && q_bw()) {
         mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_narrow, &a);
@@ -631,6 +633,11 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
     }
 #endif
     mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_task, &a);
+}
+
+void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+                   int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
+    q_im2col(x, cols, (long)oh * ow, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pad, nthreads);
 }
 
 /* ---------------------------------------------------------------- a whole int8 convolution */
@@ -641,45 +648,164 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  * (m, c/group*kh*kw) matrix).  One call per layer instead of one per step and image. */
 /* mrt_qconv2d_q: the same with x already uint8 (x_u8: no quantize pass; x_scale unused) and/or a
  * uint8 output yq = clamp(rint(y / y_scale) + y_zero, 0, 255) of that float y (yq != NULL: y unused),
- * requantized per block in the GEMM epilogue: int8 layers chained without a float tensor between. */
+ * requantized per block in the GEMM epilogue: int8 layers chained without a float tensor between.
+ *
+ * The batch runs in chunks of nb images, as mrt_conv2d_f32 (D22): planes under
+ * Q_CONV_BATCH_COLS columns put a chunk's images side by side in one u8 column matrix
+ * (row stride nb*p), one GEMM per group writes scale * acc + bias (+ act, or the u8 output,
+ * without a residual) into a scratch whose rows are scattered into y's (n, m, p) layout, then
+ * residual + activation (+ requantization) per scattered row.  Integer sums are exact and the
+ * float epilogue is elementwise with the same operation order, so the results are
+ * bit-identical to one GEMM per image.  With at least as many chunks as threads, threads take
+ * whole chunks (single-threaded inside); otherwise (batch 1) chunks run in turn, threaded inside. */
+typedef struct {
+    const void *x;
+    int x_u8, n, c, h, wd, x_zero, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, y_zero;
+    float x_scale, y_scale, a0, a1;
+    const int32_t *sums;
+    const int8_t *W;
+    const float *scale, *bias, *res;
+    float *y;
+    uint8_t *yq;
+    int nb, direct;
+    size_t scratch_bytes;
+    int failed;
+} q_conv_args;
+
+static inline size_t q_align64(size_t b) { return (b + 63) / 64 * 64; }
+
+static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
+    const long plane = (long)a->h * a->wd, p = (long)a->oh * a->ow, chw = (long)a->c * plane, mp = (long)a->m * p;
+    const int c = a->c, cg = c / a->group, mg = a->m / a->group, kk = a->kh * a->kw, kg = cg * kk;
+    const long k4 = q_k4(kg);
+    const long i0 = chunk * a->nb;
+    const int nb = a->n - i0 < a->nb ? (int)(a->n - i0) : a->nb;
+    const size_t xq_bytes = q_align64(a->x_u8 ? 0 : (size_t)chw);
+    uint8_t *xq = scratch, *cols = scratch + xq_bytes;
+    if (a->nb == 1) { /* one image per GEMM, straight into y with the whole epilogue fused */
+        const uint8_t *img;
+        if (a->x_u8) {
+            img = (const uint8_t *)a->x + i0 * chw;
+        } else {
+            mrt_quantize_u8_f32((const float *)a->x + i0 * chw, xq, chw, a->x_scale, a->x_zero, nt);
+            img = xq;
+        }
+        const uint8_t *src = img;
+        if (!a->direct) {
+            q_im2col(img, cols, p, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl, a->oh,
+                     a->ow, a->x_zero, nt);
+            src = cols;
+        }
+        float *yi = a->yq ? NULL : a->y + i0 * mp;
+        uint8_t *yqi = a->yq ? a->yq + i0 * mp : NULL;
+        const float *ri = a->res ? a->res + i0 * mp : NULL;
+        for (int g = 0; g < a->group; ++g) {
+            long r0 = (long)g * mg;
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src + (long)g * kg * p, p, a->x_zero,
+                         a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
+                         ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, yqi ? yqi + r0 * p : NULL, p, a->y_scale,
+                         a->y_zero, nt);
+        }
+        return;
+    }
+    /* nb images side by side: columns [j*p, (j+1)*p) of every row are image i0 + j */
+    const long ldb = (long)nb * p;
+    float *tmp = (float *)(cols + q_align64((size_t)c * kk * a->nb * p));
+    uint8_t *tmpq = (uint8_t *)tmp;
+    const int q_out = a->yq && !a->res; /* the GEMM requantizes into tmpq: bytes are scattered */
+    for (int j = 0; j < nb; ++j) {
+        const uint8_t *img;
+        if (a->x_u8) {
+            img = (const uint8_t *)a->x + (i0 + j) * chw;
+        } else {
+            mrt_quantize_u8_f32((const float *)a->x + (i0 + j) * chw, xq, chw, a->x_scale, a->x_zero, nt);
+            img = xq;
+        }
+        if (a->direct)
+            for (int ch = 0; ch < c; ++ch) memcpy(cols + ch * ldb + j * p, img + ch * p, p);
+        else
+            q_im2col(img, cols + j * p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
+                     a->oh, a->ow, a->x_zero, nt);
+    }
+    for (int g = 0; g < a->group; ++g) {
+        const long r0 = (long)g * mg;
+        q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + (long)g * kg * ldb, ldb, a->x_zero,
+                     a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
+                     a->res ? 0 : a->act, a->a0, a->a1, q_out ? tmpq : NULL, ldb, a->y_scale, a->y_zero, nt);
+        for (int j = 0; j < nb; ++j) {
+            const long yo = (i0 + j) * mp + r0 * p;
+            for (int r = 0; r < mg; ++r) {
+                if (q_out) {
+                    memcpy(a->yq + yo + r * p, tmpq + r * ldb + j * p, p);
+                    continue;
+                }
+                float *t = tmp + r * ldb + j * p;
+                if (a->res) { /* as q_store_row: (scale * acc + bias) + res, then the activation */
+                    const float *rr = a->res + yo + r * p;
+                    for (long k = 0; k < p; ++k) t[k] = t[k] + rr[k];
+                    if (a->act) q_act_row(t, p, a->act, a->a0, a->a1);
+                }
+                if (a->yq) {
+                    q_quant_args qa = {t, a->yq + yo + r * p, a->y_scale, (float)(0 - a->y_zero),
+                                       (float)(255 - a->y_zero), (float)a->y_zero};
+                    q_quant_task(&qa, 0, p);
+                } else {
+                    memcpy(a->y + yo + r * p, t, sizeof(float) * p);
+                }
+            }
+        }
+    }
+}
+
+static void q_conv_task(void *ctx, long begin, long end) {
+    q_conv_args *a = (q_conv_args *)ctx;
+    uint8_t *scratch = (uint8_t *)mrt_scratch_buffer(a->scratch_bytes);
+    if (!scratch) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (long ch = begin; ch < end; ++ch) q_conv_chunk(a, ch, scratch, 1);
+}
+
 int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
                   const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
                   int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
                   float y_scale, int y_zero, int act, float a0, float a1, int nthreads) {
-    const long plane = (long)h * wd, p = (long)oh * ow;
-    const int cg = c / group, mg = m / group, kk = kh * kw, kg = cg * kk;
-    const int direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
-    const size_t xq_bytes = x_u8 ? 0 : (size_t)c * plane, cols_bytes = direct ? 0 : (size_t)c * kk * p;
-    uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + cols_bytes + 64);
-    if (!xq) return -1;
-    uint8_t *cols = xq + ((xq_bytes + 63) / 64) * 64;
-    const int32_t *sums = (const int32_t *)packed_w;
-    const int8_t *W = (const int8_t *)packed_w + (long)m * 4;
-    const long k4 = q_k4(kg);
-    for (int i = 0; i < n; ++i) {
-        const uint8_t *img;
-        if (x_u8) {
-            img = (const uint8_t *)x + (long)i * c * plane;
-        } else {
-            mrt_quantize_u8_f32((const float *)x + (long)i * c * plane, xq, (long)c * plane, x_scale, x_zero, nthreads);
-            img = xq;
-        }
-        const uint8_t *src = img;
-        if (!direct) {
-            mrt_im2col_u8(img, cols, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, x_zero, nthreads);
-            src = cols;
-        }
-        float *yi = yq ? NULL : y + (long)i * m * p;
-        uint8_t *yqi = yq ? yq + (long)i * m * p : NULL;
-        const float *ri = res ? res + (long)i * m * p : NULL;
-        for (int g = 0; g < group; ++g) {
-            long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, sums + r0, W + r0 * k4, src + (long)g * kg * p, p, x_zero, scale + r0,
-                         bias ? bias + r0 : NULL, yi ? yi + r0 * p : NULL, p, ri ? ri + r0 * p : NULL, p, act, a0, a1,
-                         yqi ? yqi + r0 * p : NULL, p, y_scale, y_zero, nthreads);
-        }
+    if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
+    if (group < 1 || c % group || m % group) return -1;
+    if (nthreads < 1) nthreads = 1;
+    const long plane = (long)h * wd, p = (long)oh * ow, kk = (long)kh * kw;
+    q_conv_args a;
+    a.x = x; a.x_u8 = x_u8; a.n = n; a.c = c; a.h = h; a.wd = wd; a.x_zero = x_zero; a.m = m; a.group = group;
+    a.kh = kh; a.kw = kw; a.sh = sh; a.sw = sw; a.dh = dh; a.dw = dw; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow;
+    a.act = act; a.y_zero = y_zero; a.x_scale = x_scale; a.y_scale = y_scale; a.a0 = a0; a.a1 = a1;
+    a.sums = (const int32_t *)packed_w;
+    a.W = (const int8_t *)packed_w + (long)m * 4;
+    a.scale = scale; a.bias = bias; a.res = res; a.y = y; a.yq = yq;
+    a.failed = 0;
+    /* images per GEMM: enough for ~Q_CONV_BATCH_COLS columns, but leave a chunk per thread */
+    long nb = p < Q_CONV_BATCH_COLS ? (Q_CONV_BATCH_COLS + p - 1) / p : 1;
+    long per_thread = (n + nthreads - 1) / nthreads;
+    if (nb > per_thread) nb = per_thread;
+    if (nb < 1) nb = 1;
+    a.nb = (int)nb;
+    a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
+    size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane);
+    if (nb == 1) {
+        if (!a.direct) bytes += (size_t)c * kk * p;
+    } else {
+        bytes += q_align64((size_t)c * kk * nb * p) + sizeof(float) * (size_t)(m / group) * nb * p;
     }
-    return 0;
+    a.scratch_bytes = bytes + 64;
+    const long chunks = (n + nb - 1) / nb;
+    if (n > 1 && chunks >= nthreads && nthreads > 1) {
+        mrt_parallel_for(chunks, (long)m * (c / group) * kk * nb * p / 32, nthreads, q_conv_task, &a);
+    } else {
+        uint8_t *scratch = (uint8_t *)mrt_scratch_buffer(a.scratch_bytes);
+        if (!scratch) return -1;
+        for (long ch = 0; ch < chunks; ++ch) q_conv_chunk(&a, ch, scratch, nthreads);
+    }
+    return a.failed ? -1 : 0;
 }
 
 int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,

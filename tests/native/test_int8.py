@@ -236,3 +236,77 @@ def test_sgemm_matches_numpy(m, k, n, bias_mode, isa, threads):
     native.sgemm(a, b, c, bias, bias_mode, res, native.ACT_RELU)
     ref = a.astype(np.float64) @ b + (bias[:, None] if bias_mode == 1 else bias[None, :]) + res
     np.testing.assert_allclose(c, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out):
+    """Exact int32 sums of (xq - x_zero) * w per output (n, m, oh*ow), plain numpy."""
+    n, c, h, wd = xq.shape
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    xp = np.full((n, c, h + pb[0] + pb[2], wd + pb[1] + pb[3]), x_zero, np.int64)
+    xp[:, :, pb[0]:pb[0] + h, pb[1]:pb[1] + wd] = xq
+    xp -= x_zero
+    oh, ow = out
+    acc = np.zeros((n, m, oh, ow), np.int64)
+    for g in range(group):
+        wg = w[g * mg:(g + 1) * mg].astype(np.int64)
+        for ky in range(k[0]):
+            for kx in range(k[1]):
+                win = xp[:, g * cg:(g + 1) * cg, ky:ky + s[0] * oh:s[0], kx:kx + s[1] * ow:s[1]]
+                acc[:, g * mg:(g + 1) * mg] += np.einsum("nchw,mc->nmhw", win, wg[:, :, ky, kx])
+    return acc.reshape(n, m, oh * ow)
+
+
+@pytest.mark.parametrize("c,hw,m,k,s,pb,group", [
+    (3, (8, 8), 16, (3, 3), (1, 1), (1, 1, 1, 1), 1),    # digits conv1: p = 64
+    (16, (4, 4), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1),    # digits conv2: p = 16 (narrow GEMM per image)
+    (16, (5, 5), 12, (1, 1), (1, 1), (0, 0, 0, 0), 1),   # 1x1 direct, p = 25
+    (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2),     # strided, padded, 2 groups
+    (4, (1, 1), 10, (1, 1), (1, 1), (0, 0, 0, 0), 1),    # p = 1
+    (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1),   # p = 400: one image per GEMM
+])
+@pytest.mark.parametrize("n", [1, 3, 17])
+def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, n, every_isa, threads):
+    """Images side by side in one GEMM (D24) give exactly the per-image results (n = 1 calls) and
+    the numpy integer math, for every input/output form, residual and activation."""
+    rng = np.random.default_rng(11 + n)
+    h, wd = hw
+    oh = (h + pb[0] + pb[2] - k[0]) // s[0] + 1
+    ow = (wd + pb[1] + pb[3] - k[1]) // s[1] + 1
+    x = rng.standard_normal((n, c, h, wd), dtype=np.float32)
+    w = rng.integers(-127, 128, (m, c // group, *k), dtype=np.int8)
+    packed = native.qpack(w.reshape(m, -1))
+    x_scale, x_zero = 0.03, 121
+    scale = (rng.random(m, dtype=np.float32) * 0.01 + 0.001) * np.float32(x_scale)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    res = rng.standard_normal((n, m, oh, ow), dtype=np.float32)
+    xq = np.empty(x.shape, np.uint8)
+    native.quantize_u8(x, xq, x_scale, x_zero)
+    acc = _qconv_int_ref(xq, x_zero, w, k, s, pb, group, (oh, ow))
+    y_scale, y_zero = 0.02, 40
+    for act in (0, 1, 7):  # none, Relu, HardSwish
+        prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, (1, 1), pb[:2], (oh, ow), scale, bias, act)
+        prep1 = native.qconv2d_prepare((1, c, h, wd), packed, m, group, k, s, (1, 1), pb[:2], (oh, ow), scale, bias,
+                                       act)
+        for residual in (None, res):
+            for src in (x, xq):
+                for y_q in (None, (y_scale, y_zero)):
+                    y = np.empty((n, m, oh, ow), np.uint8 if y_q else np.float32)
+                    native.qconv2d_call(prep, src, x_scale, x_zero, y, residual=residual, y_q=y_q)
+                    per = np.empty_like(y)
+                    for i in range(n):
+                        yi = np.empty_like(y[i:i + 1])
+                        native.qconv2d_call(prep1, np.ascontiguousarray(src[i:i + 1]), x_scale, x_zero, yi,
+                                            residual=None if residual is None else residual[i:i + 1], y_q=y_q)
+                        per[i] = yi[0]
+                    np.testing.assert_array_equal(y, per)
+                    if act == 7:
+                        continue
+                    ref = scale[:, None] * acc.astype(np.float32) + bias[:, None]
+                    if residual is not None:
+                        ref = ref + residual.reshape(n, m, -1)
+                    if act == 1:
+                        ref = np.where(ref < 0, np.float32(0), ref)
+                    if y_q:
+                        ref = np.clip(np.rint(ref / np.float32(y_scale)) + y_zero, 0, 255).astype(np.uint8)
+                    np.testing.assert_array_equal(y.reshape(n, m, -1), ref)
