@@ -27,7 +27,7 @@ from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import Error, InvalidArgument, KernelError, UnsupportedOperator
 from minirt.format import reader
 from minirt.format import schema as S
-from minirt import memplan
+from minirt import arena
 from minirt import providers as providers_mod
 from minirt.kernels.registry import NodeContext, lookup
 from minirt.kernels import _limits
@@ -317,7 +317,7 @@ class _Plan:
                     t0 = clock()
                 if o is not None:
                     if _MEMPLAN_CHECK:
-                        _check_out(self, i, step, args, o, env)
+                        arena.check_out(self, i, step, args, o, env)
                     result = step.call(*args, out=o)
                 elif step.subgraphs:
                     result = step.call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
@@ -357,110 +357,6 @@ class _Plan:
 # MINIRT_MEMPLAN_CHECK=1 (tests): before each kernel call with an arena buffer, assert that the buffer
 # overlaps none of the step's inputs nor any other live value (an independent check of the plan at run time).
 _MEMPLAN_CHECK = os.environ.get("MINIRT_MEMPLAN_CHECK", "").strip() not in ("", "0")
-
-
-def _check_out(plan: "_Plan", i: int, step: "_Step", args: list, out: np.ndarray, env: list) -> None:
-    outputs = plan.graph.outputs
-    for v, x in enumerate(env):
-        if plan.last_use.get(v, -1) < i and v not in outputs:
-            continue  # never read again (an unused result the plan no longer keeps)
-        if isinstance(x, np.ndarray) and x is not out and np.may_share_memory(x, out):
-            raise AssertionError(
-                f"memory plan: the arena buffer of node {step.node.name!r} overlaps live value "
-                f"{v} {x.dtype}{list(x.shape)}"
-            )
-    for x in args:
-        if isinstance(x, np.ndarray) and np.may_share_memory(x, out):
-            raise AssertionError(f"memory plan: the arena buffer of node {step.node.name!r} overlaps an input")
-
-
-class _ArenaPlan:
-    """The static memory plan of a main graph for one input signature (D17).
-
-    Built from one recorded run: every ``accepts_out`` step whose result is a
-    non-empty array and not a graph output gets a buffer in one arena, live
-    from that step through the last read of any value that may alias it
-    (conservatively: the outputs of every other step may alias everything it
-    reads, subgraph captures included; graph outputs that may alias a buffer
-    keep it live to the end and are copied on return).  Placement is
-    :func:`memplan.plan`, checked by :func:`memplan.verify` when built.
-    Arenas are checked out per run from a lock-protected free list, so
-    concurrent runs never share one.
-    """
-
-    __slots__ = ("buffers", "offsets", "size", "placed", "copy_outputs", "n_steps", "_lock", "_free", "arenas")
-
-    def __init__(self, plan: "_Plan", record: list):
-        steps = plan.steps
-        n = len(steps)
-        outputs = set(plan.graph.outputs)
-        roots: dict[int, frozenset] = {}  # slot -> buffers it may reference
-        buffers: list[list] = []  # [first step, last step, nbytes]
-        placed: list[tuple] = []  # (step, shape, dtype), one per buffer
-        empty: frozenset = frozenset()
-        for u, step in enumerate(steps):
-            rec = record[u]
-            v0 = step.outs[0]
-            if step.accepts_out and rec is not None and v0 >= 0 and v0 not in outputs:
-                shape, dtype = rec
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                if nbytes > 0:
-                    # an accepts_out kernel returns out or a fresh array, never a view of an input
-                    roots[v0] = frozenset((len(buffers),))
-                    buffers.append([u, u, nbytes])
-                    placed.append((u, tuple(shape), dtype))
-                    continue
-                if step.accepts_out:
-                    continue
-            inherited = empty
-            for v in step.reads:
-                r = roots.get(v)
-                if r:
-                    inherited = inherited | r
-            if inherited:
-                for v in step.outs:
-                    if v >= 0:
-                        roots[v] = inherited
-        last_use = plan.last_use
-        copy_outputs = set()
-        for v, r in roots.items():
-            if v in outputs:
-                last = n
-                copy_outputs.add(v)
-            else:
-                last = last_use.get(v, -1)
-            for b in r:
-                if last > buffers[b][1]:
-                    buffers[b][1] = last
-        self.buffers = [tuple(b) for b in buffers]
-        self.offsets, self.size = memplan.plan(self.buffers)
-        memplan.verify(self.buffers, self.offsets, self.size)  # cheap, and only when a plan is made
-        self.placed = tuple(placed)
-        self.copy_outputs = frozenset(copy_outputs)
-        self.n_steps = n
-        self._lock = threading.Lock()
-        self._free: list = []
-        self.arenas = 0  # arenas allocated so far (one per concurrent run at most)
-
-    def _new_arena(self) -> tuple:
-        raw = np.empty(self.size + 64, dtype=np.uint8)
-        base = (-raw.ctypes.data) % 64
-        outs = [None] * self.n_steps
-        for (u, shape, dtype), off, (_, _, nbytes) in zip(self.placed, self.offsets, self.buffers):
-            lo = base + off
-            outs[u] = raw[lo:lo + nbytes].view(dtype).reshape(shape)
-        return tuple(outs)
-
-    def checkout(self) -> tuple:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-            self.arenas += 1
-        return self._new_arena()
-
-    def checkin(self, arena: tuple) -> None:
-        with self._lock:
-            self._free.append(arena)
 
 
 def _as_tuple_result(call):
@@ -615,7 +511,7 @@ class Session:
         self._required = [a.name for a in self._inputs]
         self._output_slot = {graph.values[v].name: v for v in graph.outputs}
         self._produced = {v for n in graph.nodes for v in n.outputs if v >= 0}
-        # --- static memory plan (D17): input signature -> _ArenaPlan (None: nothing to place), LRU
+        # --- static memory plan (D17): input signature -> arena.ArenaPlan (None: nothing to place), LRU
         if memory_plan is None:  # default off; MINIRT_MEMORY_PLAN=1 turns it on (e.g. to test the wiring)
             memory_plan = os.environ.get("MINIRT_MEMORY_PLAN", "").strip().lower() not in ("", "0", "false", "no", "off")
         self.memory_plan = bool(memory_plan)
@@ -786,7 +682,7 @@ class Session:
 
     def _store_memory_plan(self, feed: Mapping, record: list) -> None:
         sig = self._signature(feed)
-        aplan = _ArenaPlan(self._plan, record)
+        aplan = arena.ArenaPlan(self._plan, record)
         if not aplan.placed:
             aplan = None
         with self._mplans_lock:
