@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from minirt.kernels import _narrow
-from minirt.kernels._guard import kernel_if_absent
+from minirt.kernels.registry import kernel
 from minirt.kernels._limits import check_alloc
 from minirt.kernels.nn import _check_rank, _geometry, _pad_for_windows, _per_axis, _tap_slices
 
@@ -54,27 +54,27 @@ def _lp_pool(x, p, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides):
     return _pow_sum_root(acc, p).astype(x.dtype)
 
 
-@kernel_if_absent("LpPool", since=1)
+@kernel("LpPool", since=1)
 def lp_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), p=2.0, pads=(), strides=()):
     return _lp_pool(x, p, auto_pad, 0, (), kernel_shape, pads, strides)
 
 
-@kernel_if_absent("LpPool", since=2)
+@kernel("LpPool", since=2)
 def lp_pool_2(x, /, *, auto_pad="NOTSET", kernel_shape=(), p=2, pads=(), strides=()):
     return _lp_pool(x, p, auto_pad, 0, (), kernel_shape, pads, strides)
 
 
-@kernel_if_absent("LpPool", since=11)
+@kernel("LpPool", since=11)
 def lp_pool_11(x, /, *, auto_pad="NOTSET", kernel_shape=(), p=2, pads=(), strides=()):
     return _lp_pool(x, p, auto_pad, 0, (), kernel_shape, pads, strides)
 
 
-@kernel_if_absent("LpPool", since=18)
+@kernel("LpPool", since=18)
 def lp_pool_18(x, /, *, auto_pad="NOTSET", ceil_mode=0, dilations=(), kernel_shape=(), p=2, pads=(), strides=()):
     return _lp_pool(x, p, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides)
 
 
-@kernel_if_absent("LpPool", since=22)
+@kernel("LpPool", since=22)
 def lp_pool_22(x, /, *, auto_pad="NOTSET", ceil_mode=0, dilations=(), kernel_shape=(), p=2, pads=(), strides=()):
     return _lp_pool(x, p, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides)
 
@@ -89,17 +89,17 @@ def _global_lp_pool(x, p):
     return _pow_sum_root(acc, float(p)).astype(x.dtype)
 
 
-@kernel_if_absent("GlobalLpPool", since=1)
+@kernel("GlobalLpPool", since=1)
 def global_lp_pool_1(x, /, *, p=2.0):
     return _global_lp_pool(x, p)
 
 
-@kernel_if_absent("GlobalLpPool", since=2)
+@kernel("GlobalLpPool", since=2)
 def global_lp_pool_2(x, /, *, p=2):
     return _global_lp_pool(x, p)
 
 
-@kernel_if_absent("GlobalLpPool", since=22)
+@kernel("GlobalLpPool", since=22)
 def global_lp_pool_22(x, /, *, p=2):
     return _global_lp_pool(x, p)
 
@@ -145,16 +145,16 @@ def _max_unpool(x, indices, output_shape, kernel_shape, pads, strides):
     return y.reshape(shape)
 
 
-@kernel_if_absent("MaxUnpool", since=9)
+@kernel("MaxUnpool", since=9)
 def max_unpool_9(x, indices, output_shape=None, /, *, kernel_shape=(), pads=(), strides=()):
     return _max_unpool(x, indices, output_shape, kernel_shape, pads, strides)
 
 
-@kernel_if_absent("MaxUnpool", since=11)
+@kernel("MaxUnpool", since=11)
 def max_unpool_11(x, indices, output_shape=None, /, *, kernel_shape=(), pads=(), strides=()):
     return _max_unpool(x, indices, output_shape, kernel_shape, pads, strides)
 
 
-@kernel_if_absent("MaxUnpool", since=22)
+@kernel("MaxUnpool", since=22)
 def max_unpool_22(x, indices, output_shape=None, /, *, kernel_shape=(), pads=(), strides=()):
     return _max_unpool(x, indices, output_shape, kernel_shape, pads, strides)

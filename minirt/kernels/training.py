@@ -1,13 +1,12 @@
 """Loss operators: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss.
 
 (Inference models exported from training frameworks sometimes keep these.)
-Registered with :func:`minirt.kernels._guard.kernel_if_absent`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from minirt.kernels._guard import kernel_if_absent
+from minirt.kernels.registry import kernel
 
 
 def _nll(log_prob: np.ndarray, target: np.ndarray, weight, reduction: str, ignore_index):
@@ -34,12 +33,12 @@ def _nll(log_prob: np.ndarray, target: np.ndarray, weight, reduction: str, ignor
     raise ValueError(f"unknown reduction {reduction!r}")
 
 
-@kernel_if_absent("NegativeLogLikelihoodLoss", since=12)
+@kernel("NegativeLogLikelihoodLoss", since=12)
 def negative_log_likelihood_loss(input, target, weight=None, *, ignore_index=None, reduction="mean"):  # noqa: A002
     return _nll(np.asarray(input), target, weight, reduction, ignore_index)
 
 
-@kernel_if_absent("SoftmaxCrossEntropyLoss", since=12, context=True)
+@kernel("SoftmaxCrossEntropyLoss", since=12, context=True)
 def softmax_cross_entropy_loss(scores, labels, weights=None, *, ignore_index=None, reduction="mean", ctx=None):
     x = np.asarray(scores)
     m = np.max(x, axis=1, keepdims=True)

@@ -1,7 +1,4 @@
 """Transformer building blocks: Attention (opset 23+), RotaryEmbedding, RMSNormalization.
-
-Registered with :func:`minirt.kernels._guard.kernel_if_absent`: if another
-family module already provides one of these ops, that kernel is kept.
 """
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import numpy as np
 
 from minirt._compat import scalar
 from minirt.dtypes import ONNX_TO_NUMPY
-from minirt.kernels._guard import kernel_if_absent
+from minirt.kernels.registry import kernel
 
 
 def _softmax_rows(x: np.ndarray) -> np.ndarray:
@@ -27,7 +24,7 @@ def _softmax_rows(x: np.ndarray) -> np.ndarray:
     return np.where(dead, zero, out)
 
 
-@kernel_if_absent("Attention", since=23, context=True)
+@kernel("Attention", since=23, context=True)
 def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *,
               is_causal=0, kv_num_heads=0, q_num_heads=0, qk_matmul_output_mode=0, scale=None, softcap=0.0,
               softmax_precision=0, left_window_size=-1, right_window_size=-1, ctx=None):
@@ -99,7 +96,7 @@ def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv
     return outs[: ctx.n_outputs]
 
 
-@kernel_if_absent("RotaryEmbedding", since=23)
+@kernel("RotaryEmbedding", since=23)
 def rotary_embedding(X, cos_cache, sin_cache, position_ids=None, *, interleaved=0, num_heads=0,
                      rotary_embedding_dim=0):
     four_d = X.ndim == 4
@@ -134,7 +131,7 @@ def rotary_embedding(X, cos_cache, sin_cache, position_ids=None, *, interleaved=
     return y.reshape(X.shape)
 
 
-@kernel_if_absent("RMSNormalization", since=23)
+@kernel("RMSNormalization", since=23)
 def rms_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
     ax = axis + X.ndim if axis < 0 else axis
     axes = tuple(range(ax, X.ndim))

@@ -2,9 +2,7 @@
 
 Compress, Unique, ReverseSequence, Det, CumProd, BitCast, TensorScatter,
 Scatter (opset 9), CenterCropPad, Col2Im, Swish, SwiGLU, GroupNormalization,
-MeanVarianceNormalization.  Registered with
-:func:`minirt.kernels._guard.kernel_if_absent` so a kernel another family
-module already provides wins.
+MeanVarianceNormalization.
 """
 from __future__ import annotations
 
@@ -13,12 +11,11 @@ import itertools
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY
-from minirt.kernels._guard import kernel_if_absent
 from minirt.kernels._limits import check_alloc
-from minirt.kernels.registry import lookup
+from minirt.kernels.registry import kernel, lookup
 
 
-@kernel_if_absent("Compress", since=9)
+@kernel("Compress", since=9)
 def compress(input, condition, *, axis=None):  # noqa: A002
     cond = np.asarray(condition).astype(bool).reshape(-1)
     if axis is None:
@@ -26,7 +23,7 @@ def compress(input, condition, *, axis=None):  # noqa: A002
     return np.compress(cond, input, axis=axis)
 
 
-@kernel_if_absent("Unique", since=11)
+@kernel("Unique", since=11)
 def unique(X, *, axis=None, sorted=1):  # noqa: A002
     x = np.asarray(X)
     if axis is None:
@@ -44,7 +41,7 @@ def unique(X, *, axis=None, sorted=1):  # noqa: A002
     return y, idx.astype(i64), inv.astype(i64), cnt.astype(i64)
 
 
-@kernel_if_absent("ReverseSequence", since=10)
+@kernel("ReverseSequence", since=10)
 def reverse_sequence(input, sequence_lens, *, batch_axis=1, time_axis=0):  # noqa: A002
     y = np.array(input, copy=True)
     x = np.asarray(input)
@@ -59,12 +56,12 @@ def reverse_sequence(input, sequence_lens, *, batch_axis=1, time_axis=0):  # noq
     return y
 
 
-@kernel_if_absent("Det", since=11)
+@kernel("Det", since=11)
 def det(X):
     return np.linalg.det(X).astype(X.dtype)
 
 
-@kernel_if_absent("CumProd", since=26)
+@kernel("CumProd", since=26)
 def cum_prod(x, axis, *, exclusive=0, reverse=0):
     ax = int(np.asarray(axis).reshape(-1)[0])
     ax = ax + x.ndim if ax < 0 else ax
@@ -76,7 +73,7 @@ def cum_prod(x, axis, *, exclusive=0, reverse=0):
     return np.flip(out, ax) if reverse else out
 
 
-@kernel_if_absent("BitCast", since=26)
+@kernel("BitCast", since=26)
 def bit_cast(input, *, to=None):  # noqa: A002
     dt = ONNX_TO_NUMPY.get(int(to))
     if dt is None or dt == object:
@@ -87,7 +84,7 @@ def bit_cast(input, *, to=None):  # noqa: A002
     return x.view(dt).reshape(x.shape)
 
 
-@kernel_if_absent("TensorScatter", since=24)
+@kernel("TensorScatter", since=24)
 def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="linear"):
     present = np.array(past_cache, copy=True)
     ax = axis + present.ndim if axis < 0 else axis
@@ -102,13 +99,13 @@ def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="lin
     return present
 
 
-@kernel_if_absent("Scatter", since=9)
+@kernel("Scatter", since=9)
 def scatter(data, indices, updates, *, axis=0):
     entry = lookup("", "ScatterElements", 11)
     return entry.fn(data, indices, updates, axis=axis)
 
 
-@kernel_if_absent("CenterCropPad", since=18)
+@kernel("CenterCropPad", since=18)
 def center_crop_pad(input_data, shape, *, axes=None):
     x = np.asarray(input_data)
     shape = np.asarray(shape).astype(np.int64).reshape(-1)
@@ -128,7 +125,7 @@ def center_crop_pad(input_data, shape, *, axes=None):
     return x
 
 
-@kernel_if_absent("Col2Im", since=18)
+@kernel("Col2Im", since=18)
 def col2im(input, image_shape, block_shape, *, dilations=None, pads=None, strides=None):  # noqa: A002
     x = np.asarray(input)
     img = [int(v) for v in np.asarray(image_shape).reshape(-1)]
@@ -155,12 +152,12 @@ def _swish(x, alpha):
     return x / (1 + np.exp(-x * x.dtype.type(alpha)))
 
 
-@kernel_if_absent("Swish", since=24)
+@kernel("Swish", since=24)
 def swish(X, *, alpha=1.0):
     return _swish(X, alpha).astype(X.dtype)
 
 
-@kernel_if_absent("SwiGLU", since=28)
+@kernel("SwiGLU", since=28)
 def swiglu(A, B, *, alpha=1.0):
     return (_swish(A, alpha) * B).astype(A.dtype)
 
@@ -181,17 +178,17 @@ def _group_norm(X, scale, bias, epsilon, num_groups, stash_type, per_group: bool
     return (y * s.astype(ct).reshape(bshape) + b.astype(ct).reshape(bshape)).astype(X.dtype)
 
 
-@kernel_if_absent("GroupNormalization", since=18)
+@kernel("GroupNormalization", since=18)
 def group_normalization18(X, scale, bias, *, epsilon=1e-5, num_groups=1, stash_type=1):
     return _group_norm(X, scale, bias, epsilon, num_groups, stash_type, per_group=True)
 
 
-@kernel_if_absent("GroupNormalization", since=21)
+@kernel("GroupNormalization", since=21)
 def group_normalization(X, scale, bias, *, epsilon=1e-5, num_groups=1, stash_type=1):
     return _group_norm(X, scale, bias, epsilon, num_groups, stash_type, per_group=False)
 
 
-@kernel_if_absent("MeanVarianceNormalization", since=9)
+@kernel("MeanVarianceNormalization", since=9)
 def mean_variance_normalization(X, *, axes=(0, 2, 3)):
     axes = tuple(axes)
     mean = X.mean(axis=axes, keepdims=True)
