@@ -33,6 +33,7 @@ from builder.quantize import QuantizeOptions
 from builder.quantize import quantize as quantize_model
 from builder.writer import ArtifactWriter, write_atomic
 from minirt.kernels.registry import lookup
+from minirt.tools.timing import fmt_bytes
 from targets.profiles import get_target
 
 PRODUCER_NAME = "minirt-builder"
@@ -71,8 +72,8 @@ class BuildReport:
         lines = [
             f"built {self.output or '<bytes>'} from {self.source}",
             f"  target {self.target}, opt-level {self.opt_level}, quantize {self.quantize or 'none'}",
-            f"  nodes {self.nodes_before} -> {self.nodes_after}; weights {_fmt_bytes(self.weight_bytes)}; "
-            f"artifact {_fmt_bytes(self.artifact_bytes)} (source {_fmt_bytes(self.source_bytes)})",
+            f"  nodes {self.nodes_before} -> {self.nodes_after}; weights {fmt_bytes(self.weight_bytes)}; "
+            f"artifact {fmt_bytes(self.artifact_bytes)} (source {fmt_bytes(self.source_bytes)})",
             "  inputs:  " + ", ".join(f"{n} {t}{s}" for n, t, s in self.inputs),
             "  outputs: " + ", ".join(f"{n} {t}{s}" for n, t, s in self.outputs),
             "  time: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in self.timings.items()),
@@ -85,14 +86,6 @@ class BuildReport:
         if getattr(self, "_quantization_text", ""):
             lines.append(self._quantization_text)
         return "\n".join(lines)
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def parse_input_shapes(specs: Mapping[str, Any] | list[str] | None) -> dict[str, tuple]:

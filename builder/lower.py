@@ -106,6 +106,13 @@ def _subgraphs(attr) -> list:
     return []
 
 
+def artifact_bytes(model: ir.Model) -> bytes:
+    """``model`` lowered and encoded as-is (no metadata, no passes): for builder-internal runs."""
+    writer = ArtifactWriter()
+    lower_model(model, writer)
+    return writer.to_bytes()
+
+
 def lower_model(model: ir.Model, writer: ArtifactWriter) -> None:
     """Write ``model``'s main graph (index 0) and every subgraph into ``writer``."""
     writer.opsets.update({("" if d == "ai.onnx" else d): v for d, v in model.opset_imports.items()})

@@ -94,6 +94,17 @@ def attr(node: ir.Node, name: str, default=None):
     return default if a is None else a.value
 
 
+def other_input(node: ir.Node, v: ir.Value) -> ir.Value | None:
+    """The input of a two-input ``node`` that is not ``v`` (None if ``v`` is not one of them)."""
+    if len(node.inputs) != 2:
+        return None
+    if node.inputs[0] is v:
+        return node.inputs[1]
+    if node.inputs[1] is v:
+        return node.inputs[0]
+    return None
+
+
 def live_nodes(graph: ir.Graph):
     """``graph``'s nodes in order, skipping any that an earlier rewrite in the same sweep removed."""
     for node in list(graph):

@@ -30,16 +30,6 @@ def _close(v: float | None, want: float) -> bool:
     return v is not None and math.isclose(v, want, rel_tol=1e-3, abs_tol=1e-6)
 
 
-def _other(node: ir.Node, v: ir.Value) -> ir.Value | None:
-    if len(node.inputs) != 2:
-        return None
-    if node.inputs[0] is v:
-        return node.inputs[1]
-    if node.inputs[1] is v:
-        return node.inputs[0]
-    return None
-
-
 def _producer(v: ir.Value | None, *ops: str) -> ir.Node | None:
     if v is None:
         return None
@@ -91,7 +81,7 @@ class RecogniseActivations(Pass):
         else:
             act = "SiLU"
         mul = _only_reader(node.outputs[0])
-        if mul is None or not _ir.is_onnx(mul, "Mul") or _other(mul, node.outputs[0]) is not x:
+        if mul is None or not _ir.is_onnx(mul, "Mul") or _ir.other_input(mul, node.outputs[0]) is not x:
             return None
         return x, act, mul, [node, mul]
 
@@ -111,22 +101,22 @@ class RecogniseActivations(Pass):
         r = _only_reader(clip.outputs[0])
         if r is None:
             return None
-        if _ir.is_onnx(r, "Mul") and _other(r, clip.outputs[0]) is x:
+        if _ir.is_onnx(r, "Mul") and _ir.other_input(r, clip.outputs[0]) is x:
             # x * clip, then / 6 or * 1/6
             post = _only_reader(r.outputs[0])
             if post is None:
                 return None
-            c = _other(post, r.outputs[0])
+            c = _ir.other_input(post, r.outputs[0])
             if _ir.is_onnx(post, "Div") and post.inputs[0] is r.outputs[0] and _close(_ir.scalar(c), 6.0):
                 return x, "HardSwish", post, [add, clip, r, post]
             if _ir.is_onnx(post, "Mul") and _close(_ir.scalar(c), 1 / 6):
                 return x, "HardSwish", post, [add, clip, r, post]
             return None
         if (_ir.is_onnx(r, "Div") and r.inputs[0] is clip.outputs[0] and _close(_ir.scalar(r.inputs[1]), 6.0)) or (
-            _ir.is_onnx(r, "Mul") and _close(_ir.scalar(_other(r, clip.outputs[0])), 1 / 6)
+            _ir.is_onnx(r, "Mul") and _close(_ir.scalar(_ir.other_input(r, clip.outputs[0])), 1 / 6)
         ):
             mul = _only_reader(r.outputs[0])
-            if mul is not None and _ir.is_onnx(mul, "Mul") and _other(mul, r.outputs[0]) is x:
+            if mul is not None and _ir.is_onnx(mul, "Mul") and _ir.other_input(mul, r.outputs[0]) is x:
                 return x, "HardSwish", mul, [add, clip, r, mul]
         return None
 
@@ -147,26 +137,26 @@ class RecogniseActivations(Pass):
             if x is None:
                 return None
         add = _only_reader(erf.outputs[0])
-        if add is None or not _ir.is_onnx(add, "Add") or not _close(_ir.scalar(_other(add, erf.outputs[0])), 1.0):
+        if add is None or not _ir.is_onnx(add, "Add") or not _close(_ir.scalar(_ir.other_input(add, erf.outputs[0])), 1.0):
             return None
         m1 = _only_reader(add.outputs[0])
         if m1 is None or not _ir.is_onnx(m1, "Mul"):
             return None
-        o = _other(m1, add.outputs[0])
+        o = _ir.other_input(m1, add.outputs[0])
         nodes = [pre, erf, add, m1]
         if o is x:  # (x * t) * 0.5
             m2 = _only_reader(m1.outputs[0])
-            if m2 is not None and _ir.is_onnx(m2, "Mul") and _close(_ir.scalar(_other(m2, m1.outputs[0])), 0.5):
+            if m2 is not None and _ir.is_onnx(m2, "Mul") and _close(_ir.scalar(_ir.other_input(m2, m1.outputs[0])), 0.5):
                 return x, "Gelu", m2, nodes + [m2]
             return None
         if _close(_ir.scalar(o), 0.5):  # (t * 0.5) * x
             m2 = _only_reader(m1.outputs[0])
-            if m2 is not None and _ir.is_onnx(m2, "Mul") and _other(m2, m1.outputs[0]) is x:
+            if m2 is not None and _ir.is_onnx(m2, "Mul") and _ir.other_input(m2, m1.outputs[0]) is x:
                 return x, "Gelu", m2, nodes + [m2]
             return None
         half = _producer(o, "Mul")  # (x * 0.5) * t
         if half is not None and _only_reader(o) is m1:
-            hx = _other(half, x)
+            hx = _ir.other_input(half, x)
             if hx is not None and _close(_ir.scalar(hx), 0.5):
                 return x, "Gelu", m1, nodes + [half]
         return None

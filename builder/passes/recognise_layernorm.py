@@ -66,16 +66,6 @@ def _reader(v: ir.Value, *ops: str, pred=None) -> ir.Node | None:
     return None
 
 
-def _other(node: ir.Node, v: ir.Value) -> ir.Value | None:
-    if len(node.inputs) != 2:
-        return None
-    if node.inputs[0] is v:
-        return node.inputs[1]
-    if node.inputs[1] is v:
-        return node.inputs[0]
-    return None
-
-
 def _close(a: float | None, b: float, rel=1e-5) -> bool:
     return a is not None and math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
@@ -178,7 +168,7 @@ class RecogniseLayerNorm(Pass):
         n = float(np.prod(dims))
         s = node.outputs[0]
         for post in _readers(s):
-            if _ir.is_onnx(post, "Mul") and _close(_ir.scalar(_other(post, s)), 1.0 / n):
+            if _ir.is_onnx(post, "Mul") and _close(_ir.scalar(_ir.other_input(post, s)), 1.0 / n):
                 return x, axes, keep, post.outputs[0], [node, post]
             if _ir.is_onnx(post, "Div") and post.inputs[0] is s and _close(_ir.scalar(post.inputs[1]), n):
                 return x, axes, keep, post.outputs[0], [node, post]
@@ -262,11 +252,11 @@ class RecogniseLayerNorm(Pass):
             sq = _reader(v, "Sqrt")
             if sq is not None:
                 after = _reader(sq.outputs[0], "Add")
-                if after is not None and _ir.is_const(_other(after, sq.outputs[0])):
+                if after is not None and _ir.is_const(_ir.other_input(after, sq.outputs[0])):
                     raise _Refuse("epsilon added after the Sqrt (std + eps is not a layer norm)")
                 raise _Refuse("no epsilon: Sqrt(variance) without an Add of a constant")
             return None
-        eps = _ir.const_array(_other(add, v))
+        eps = _ir.const_array(_ir.other_input(add, v))
         if eps is None or eps.size != 1:
             raise _Refuse("epsilon is not a one-element constant")
         if eps.ndim > 1 and (rx is None or eps.ndim > rx):
@@ -290,7 +280,7 @@ class RecogniseLayerNorm(Pass):
             if len(rs) != 1:
                 return None
             step = rs[0]
-            if _ir.is_onnx(step, "Add") and _ir.is_const(_other(step, std)):
+            if _ir.is_onnx(step, "Add") and _ir.is_const(_ir.other_input(step, std)):
                 raise _Refuse("epsilon added after the Sqrt (std + eps is not a layer norm)")
             if _ir.is_onnx(step, "Div") and step.inputs[0] is xc and step.inputs[1] is std:
                 match.nodes.append(step)
@@ -309,7 +299,7 @@ class RecogniseLayerNorm(Pass):
             if len(rs) != 1 or not _ir.is_onnx(rs[0], "Mul"):
                 return None
             mul = rs[0]
-            o = _other(mul, inv)
+            o = _ir.other_input(mul, inv)
             if o is xc:
                 match.nodes.append(mul)
                 n = mul.outputs[0]
@@ -320,7 +310,7 @@ class RecogniseLayerNorm(Pass):
                 match.gamma = self._affine(g, x, axes, "gamma")
                 match.nodes.append(mul)
                 r2 = _readers(mul.outputs[0])
-                if len(r2) != 1 or not _ir.is_onnx(r2[0], "Mul") or _other(r2[0], mul.outputs[0]) is not xc:
+                if len(r2) != 1 or not _ir.is_onnx(r2[0], "Mul") or _ir.other_input(r2[0], mul.outputs[0]) is not xc:
                     return None
                 match.nodes.append(r2[0])
                 n = r2[0].outputs[0]
@@ -328,14 +318,14 @@ class RecogniseLayerNorm(Pass):
         if match.gamma is None:
             rs = _readers(y)
             if len(rs) == 1 and _ir.is_onnx(rs[0], "Mul") and not y.is_graph_output():
-                g = _ir.const_array(_other(rs[0], y))
+                g = _ir.const_array(_ir.other_input(rs[0], y))
                 if g is not None:
                     match.gamma = self._affine(g, x, axes, "gamma")
                     match.nodes.append(rs[0])
                     y = rs[0].outputs[0]
         rs = _readers(y)
         if len(rs) == 1 and _ir.is_onnx(rs[0], "Add") and not y.is_graph_output():
-            b = _ir.const_array(_other(rs[0], y))
+            b = _ir.const_array(_ir.other_input(rs[0], y))
             if b is not None:
                 match.beta = self._affine(b, x, axes, "beta")
                 match.nodes.append(rs[0])
@@ -409,8 +399,8 @@ class RecogniseLayerNorm(Pass):
         if len(rs) == 1 and not var.is_graph_output():
             clamp = rs[0]
             if _ir.is_onnx(clamp, "Relu") or (
-                    _ir.is_onnx(clamp, "Max") and len(clamp.inputs) == 2 and _close(_ir.scalar(_other(clamp, var)), 0.0)
-                    and _ir.const_array(_other(clamp, var)).ndim <= 1):
+                    _ir.is_onnx(clamp, "Max") and len(clamp.inputs) == 2 and _close(_ir.scalar(_ir.other_input(clamp, var)), 0.0)
+                    and _ir.const_array(_ir.other_input(clamp, var)).ndim <= 1):
                 nodes.append(clamp)
                 var = clamp.outputs[0]
         return var, nodes

@@ -12,26 +12,21 @@ from typing import Mapping
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes import common as ir_passes
 
 import minirt
+from builder.build import _normalise
 from builder.load import load_model
-from builder.lower import lower_model
-from builder.writer import ArtifactWriter
+from builder.lower import artifact_bytes
 
 
 def load(model) -> ir.Model:
     """ONNX (proto/bytes/path) -> normalised onnx-ir, as build() prepares it."""
     m, _ = load_model(model)
-    for p in (ir_passes.InlinePass(), ir_passes.NameFixPass(), ir_passes.TopologicalSortPass()):
-        p(m)
+    _normalise(m)
     return m
 
 
-def to_bytes(model: ir.Model) -> bytes:
-    writer = ArtifactWriter()
-    lower_model(model, writer)
-    return writer.to_bytes()
+to_bytes = artifact_bytes  # IR -> .mrt bytes, no passes
 
 
 def run(model: ir.Model, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

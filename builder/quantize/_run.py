@@ -8,14 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 import minirt
-from builder.lower import lower_model
-from builder.writer import ArtifactWriter
-
-
-def artifact_bytes(model: ir.Model) -> bytes:
-    writer = ArtifactWriter()
-    lower_model(model, writer)
-    return writer.to_bytes()
+from builder.lower import artifact_bytes
 
 
 def session(model: ir.Model) -> minirt.Session:

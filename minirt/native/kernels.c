@@ -193,40 +193,34 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     pthread_mutex_unlock(&pool_dispatch);
 }
 
-/* Per-thread scratch for GEMM packing: grown on demand, kept for the life of
- * the thread (no allocation in the steady state). */
+/* Grow a per-thread scratch buffer to at least ``bytes`` (64-byte aligned);
+ * it is kept for the life of the thread (no allocation in the steady state).
+ * Returns NULL when memory runs out (the old buffer stays valid). */
+static void *tls_grow(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        void *p = NULL;
+        size_t want = bytes + 4096;
+        if (posix_memalign(&p, 64, want) != 0) return NULL;
+        free(*buf);
+        *buf = p;
+        *cap = want;
+    }
+    return *buf;
+}
+
+/* Scratch for GEMM packing. */
 static __thread void *tls_pack;
 static __thread size_t tls_pack_cap;
 
-static void *mrt_pack_buffer(size_t bytes) {
-    if (bytes > tls_pack_cap) {
-        void *p = NULL;
-        size_t cap = bytes + 4096;
-        if (posix_memalign(&p, 64, cap) != 0) return NULL;
-        free(tls_pack);
-        tls_pack = p;
-        tls_pack_cap = cap;
-    }
-    return tls_pack;
-}
+static void *mrt_pack_buffer(size_t bytes) { return tls_grow(&tls_pack, &tls_pack_cap, bytes); }
 
-/* A second per-thread scratch for whole-layer buffers (the quantized input
- * and im2col of an int8 convolution) that live across the GEMM jobs, which
- * use mrt_pack_buffer on the same thread. */
+/* A second scratch for whole-layer buffers (the quantized input and im2col of
+ * an int8 convolution) that live across the GEMM jobs, which use
+ * mrt_pack_buffer on the same thread. */
 static __thread void *tls_scratch;
 static __thread size_t tls_scratch_cap;
 
-static void *mrt_scratch_buffer(size_t bytes) {
-    if (bytes > tls_scratch_cap) {
-        void *p = NULL;
-        size_t cap = bytes + 4096;
-        if (posix_memalign(&p, 64, cap) != 0) return NULL;
-        free(tls_scratch);
-        tls_scratch = p;
-        tls_scratch_cap = cap;
-    }
-    return tls_scratch;
-}
+static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &tls_scratch_cap, bytes); }
 
 /* ------------------------------------------------------------------ kernel bodies */
 
