@@ -68,6 +68,11 @@ def node_cases() -> dict[str, Any]:
     return out
 
 
+# The phrase unsupported.txt uses for cases whose expected values are one random draw: their xfail is
+# not strict (a chance match is not a fix), every other listed case is.
+RANDOM_SAMPLING = "random sampling"
+
+
 def load_unsupported(path: str = UNSUPPORTED_FILE) -> dict[str, str]:
     """``unsupported.txt`` as name -> reason (lines ``test_name  # reason``)."""
     listed: dict[str, str] = {}

@@ -30,7 +30,11 @@ def _params():
     for name in sorted(_CASES):
         marks = ()
         if name in _UNSUPPORTED:
-            marks = (pytest.mark.xfail(reason=_UNSUPPORTED[name], strict=True),)
+            reason = _UNSUPPORTED[name]
+            # A random-sampling case fails almost always but can match its expected values by chance
+            # (Bernoulli over a few elements: about 1 run in 1,000 per case), so it must not be strict.
+            strict = C.RANDOM_SAMPLING not in reason
+            marks = (pytest.mark.xfail(reason=reason, strict=strict),)
         yield pytest.param(name, id=name, marks=marks)
 
 
