@@ -945,6 +945,10 @@ def _softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
         raise ValueError(f"{'LogSoftmax' if log else 'Softmax'}: unsupported dtype {x.dtype}")
     if x.size == 0:
         return x.copy()
+    if axis == x.ndim - 1 and x.dtype == np.float32 and _native.available:
+        y = np.empty_like(x)
+        if _native.softmax_rows(np.ascontiguousarray(x), y, log):
+            return y
     cdt = _compute_dtype(x.dtype)
     xc = x.astype(cdt, copy=False)
     # Subtracting the max keeps exp() finite; the result is invariant to it.

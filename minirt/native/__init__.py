@@ -337,6 +337,17 @@ def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, 
         raise MemoryError("minirt native qmatmul: could not allocate its scratch buffer")
 
 
+def softmax_rows(x, y, log: bool = False) -> bool:
+    """y = Softmax (or LogSoftmax) of x over its last axis; both float32, C-contiguous, same shape.
+
+    Returns False (nothing written) when the loaded module predates this entry point."""
+    if not hasattr(_lib, "mrt_softmax_f32"):
+        return False
+    n = x.shape[-1]
+    _lib.mrt_softmax_f32(_ptr(x), _ptr(y), x.size // n, n, int(log), threads())
+    return True
+
+
 def quantize_u8(x, q, scale: float, zero_point: int) -> None:
     """q (uint8, same size) = clamp(rint(x / scale) + zero_point, 0, 255); both contiguous."""
     _lib.mrt_quantize_u8_f32(_ptr(x), _ffi.from_buffer("uint8_t[]", q), x.size, scale, int(zero_point), threads())

@@ -233,6 +233,7 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #include "kernels_impl.h"
 #define MRT_VL 4
 #include "gemm_impl.h"
+#include "rowops_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -245,6 +246,7 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #include "kernels_impl.h"
 #define MRT_VL 8
 #include "gemm_impl.h"
+#include "rowops_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -258,6 +260,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 }
 #define MRT_VL 16
 #include "gemm_impl.h"
+#include "rowops_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -408,6 +411,20 @@ void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long ld
                          const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
     impl->sgemm(batch, M, N, K, A, lda, sa, B, ldb, sb, transb, C, ldc, sc, bias, bias_mode, res, ldr, sr, act, a0, a1,
                 nthreads);
+}
+
+void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads) {
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (impl_isa == MRT_ISA_AVX512) {
+        softmax_rows_avx512(x, y, rows, n, log, nthreads);
+        return;
+    }
+    if (impl_isa == MRT_ISA_AVX2) {
+        softmax_rows_avx2(x, y, rows, n, log, nthreads);
+        return;
+    }
+#endif
+    softmax_rows_base(x, y, rows, n, log, nthreads);
 }
 
 int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }

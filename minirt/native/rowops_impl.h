@@ -1,0 +1,72 @@
+/* Row-wise float32 ops over the last axis, compiled once per instruction set by
+ * kernels.c after gemm_impl.h (they use its vector type FN(vf) and FN(vexp)).
+ *
+ *   softmax:     y[r, :] = exp(x[r, :] - max_r) / sum(exp(x[r, :] - max_r))
+ *   log-softmax: y[r, :] = x[r, :] - max_r - log(sum(exp(x[r, :] - max_r)))
+ *
+ * Three passes per row (max; exp and sum; scale), all in registers or L1 for
+ * the rows of real models, instead of numpy's five full-array passes with
+ * temporaries.  Invariants: x and y may be the same buffer (each pass reads an
+ * element before writing it); a NaN anywhere in a row makes the whole row NaN,
+ * as with numpy's reference (the NaN reaches the sum through x - max). */
+
+typedef struct {
+    const float *x;
+    float *y;
+    long n; /* row length */
+    int log;
+} FN(softmax_args);
+
+static MRT_TARGET void FN(softmax_task)(void *ctx, long begin, long end) {
+    const FN(softmax_args) *a = (const FN(softmax_args) *)ctx;
+    const long n = a->n, nv = n / MRT_VL * MRT_VL;
+    for (long r = begin; r < end; ++r) {
+        const float *x = a->x + r * n;
+        float *y = a->y + r * n;
+        /* max: vector lanes then scalars; `v > m ? v : m` keeps the first NaN out of the max,
+         * but x - max is NaN for it below, so the row still turns NaN */
+        float m = x[0];
+        long i = 0;
+        if (nv) {
+            FN(vf) vm = FN(vload)(x);
+            for (i = MRT_VL; i < nv; i += MRT_VL) {
+                FN(vf) v = FN(vload)(x + i);
+                vm = FN(vsel)(v > vm, v, vm);
+            }
+            for (int l = 0; l < MRT_VL; ++l) m = vm[l] > m ? vm[l] : m;
+        }
+        for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+        /* exp(x - max) and its sum (lanes summed in double) */
+        FN(vf) vs = {0};
+        for (i = 0; i < nv; i += MRT_VL) {
+            FN(vf) e = FN(vexp)(FN(vload)(x + i) - m);
+            vs += e;
+            if (!a->log) FN(vstore)(y + i, e);
+        }
+        double s = 0.0;
+        for (int l = 0; l < MRT_VL; ++l) s += vs[l];
+        if (i < n) { /* the tail through one vector, so every element gets the same exp */
+            FN(vf) t = {0};
+            for (long l = 0; l < n - i; ++l) t[l] = x[i + l] - m;
+            FN(vf) e = FN(vexp)(t);
+            for (long l = 0; l < n - i; ++l) {
+                s += e[l];
+                if (!a->log) y[i + l] = e[l];
+            }
+        }
+        if (a->log) {
+            const float shift = m + (float)log(s);
+            for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, FN(vload)(x + i) - shift);
+            for (; i < n; ++i) y[i] = x[i] - shift;
+        } else {
+            const float inv = (float)(1.0 / s);
+            for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, FN(vload)(y + i) * inv);
+            for (; i < n; ++i) y[i] *= inv;
+        }
+    }
+}
+
+static void FN(softmax_rows)(const float *x, float *y, long rows, long n, int log, int nthreads) {
+    FN(softmax_args) a = {x, y, n, log};
+    mrt_parallel_for(rows, 16 * n, nthreads, FN(softmax_task), &a);
+}
