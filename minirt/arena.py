@@ -8,11 +8,24 @@ hands each ``accepts_out`` kernel a view into a checked-out arena.
 """
 from __future__ import annotations
 
+import functools
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from minirt import memplan
+
+
+class Arena(NamedTuple):
+    """One checked-out arena: per step, its view (or None) and the call the run makes.
+
+    ``calls[i]`` is the step's kernel with ``out=outs[i]`` already bound (made
+    once per arena, so a planned run pays nothing per node for the plan), or
+    the plain call for steps without a buffer."""
+
+    outs: tuple
+    calls: tuple
 
 
 def check_out(plan, i: int, step, args: list, out: np.ndarray, env: list) -> None:
@@ -45,7 +58,7 @@ class ArenaPlan:
     concurrent runs never share one.
     """
 
-    __slots__ = ("buffers", "offsets", "size", "placed", "copy_outputs", "n_steps", "_lock", "_free", "arenas")
+    __slots__ = ("buffers", "offsets", "size", "placed", "copy_outputs", "steps", "_lock", "_free", "arenas")
 
     def __init__(self, plan, record: list):
         steps = plan.steps
@@ -94,27 +107,29 @@ class ArenaPlan:
         memplan.verify(self.buffers, self.offsets, self.size)  # cheap, and only when a plan is made
         self.placed = tuple(placed)
         self.copy_outputs = frozenset(copy_outputs)
-        self.n_steps = n
+        self.steps = steps
         self._lock = threading.Lock()
         self._free: list = []
         self.arenas = 0  # arenas allocated so far (one per concurrent run at most)
 
-    def _new_arena(self) -> tuple:
+    def _new_arena(self) -> Arena:
         raw = np.empty(self.size + 64, dtype=np.uint8)
         base = (-raw.ctypes.data) % 64
-        outs = [None] * self.n_steps
+        outs = [None] * len(self.steps)
+        calls = [step.call for step in self.steps]
         for (u, shape, dtype), off, (_, _, nbytes) in zip(self.placed, self.offsets, self.buffers):
             lo = base + off
             outs[u] = raw[lo:lo + nbytes].view(dtype).reshape(shape)
-        return tuple(outs)
+            calls[u] = functools.partial(self.steps[u].call, out=outs[u])
+        return Arena(tuple(outs), tuple(calls))
 
-    def checkout(self) -> tuple:
+    def checkout(self) -> Arena:
         with self._lock:
             if self._free:
                 return self._free.pop()
             self.arenas += 1
         return self._new_arena()
 
-    def checkin(self, arena: tuple) -> None:
+    def checkin(self, arena: Arena) -> None:
         with self._lock:
             self._free.append(arena)

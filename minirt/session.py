@@ -160,6 +160,7 @@ class _Plan:
                 cmap.append((v, names[name]))
             self.capture_map = tuple(cmap)
         self.steps = self._compile(graph_index)
+        self.calls = tuple(step.call for step in self.steps)  # the unplanned call of every step, in order
 
     def new_env(self) -> list:
         env = [None] * self.n_slots
@@ -267,24 +268,24 @@ class _Plan:
         accepts_out = entry.accepts_out and len(node.outputs) == 1 and not subgraphs
         return _Step(call, node.inputs, node.outputs, frees, node, op, tuple(subgraphs), accepts_out)
 
-    def execute(self, env: list, outs: Sequence | None = None, record: list | None = None) -> None:
+    def execute(self, env: list, arena: "minirt.arena.Arena | None" = None, record: list | None = None) -> None:
         """Run every step over ``env``.
 
-        ``outs`` (memory plan, one entry per step): an arena view handed to that
-        step's kernel as ``out=``, or None.  ``record``: filled with the
+        ``arena`` (memory plan): its ``calls`` are the steps' calls with their
+        arena views bound as ``out=``.  ``record``: filled with the
         (shape, dtype) of every ``accepts_out`` step's result (None elsewhere).
         """
-        if outs is not None or record is not None:
-            self._execute_planned(env, outs, record, None)
+        if record is not None or (arena is not None and _MEMPLAN_CHECK):
+            self._execute_planned(env, arena.outs if arena is not None else None, record, None)
             return
         step = None
         try:
-            for step in self.steps:
+            for step, call in zip(self.steps, self.calls if arena is None else arena.calls):
                 args = [env[v] if v >= 0 else None for v in step.ins]
                 if step.subgraphs:
-                    result = step.call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
+                    result = call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
                 else:
-                    result = step.call(*args)
+                    result = call(*args)
                 outs = step.outs
                 if type(result) is tuple:
                     for v, r in zip(outs, result):
@@ -343,14 +344,14 @@ class _Plan:
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
 
-    def execute_profiled(self, env: list, outs: Sequence | None = None, record: list | None = None
+    def execute_profiled(self, env: list, arena: "minirt.arena.Arena | None" = None, record: list | None = None
                          ) -> list[tuple[str, str, float]]:
         """Like :meth:`execute`, timing each kernel call: [(node name, op_type, seconds)].
 
         Profiling is not the hot path, so it shares the general loop.
         """
         timings: list = []
-        self._execute_planned(env, outs, record, timings)
+        self._execute_planned(env, arena.outs if arena is not None else None, record, timings)
         return timings
 
 
@@ -519,6 +520,13 @@ class Session:
         self._mplans_lock = threading.Lock()
         self._mplan_evictions = 0
         self._mplan_any = any(st.accepts_out for st in self._plan.steps)
+        # Every input a tensor of one fixed shape and dtype (checked by _bind_inputs on every run): then
+        # every feed has the same signature and computing it per run is wasted time.
+        self._static_inputs = all(
+            graph.values[v].kind == S.VALUE_TENSOR and graph.values[v].dtype and graph.values[v].shape is not None
+            and all(isinstance(d, int) for d in graph.values[v].shape)
+            for v in graph.inputs
+        )
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -660,8 +668,11 @@ class Session:
     _MAX_MEMORY_PLANS = 4  # shape signatures kept (LRU)
     _MAX_MEMORY_PLAN_EVICTIONS = 32  # past this many evictions, new signatures run unplanned
 
-    @staticmethod
-    def _signature(feed: Mapping) -> frozenset | None:
+    _STATIC_SIGNATURE = frozenset()  # the one signature of a model whose inputs all have fixed shapes
+
+    def _signature(self, feed: Mapping) -> frozenset | None:
+        if self._static_inputs:
+            return self._STATIC_SIGNATURE
         try:
             return frozenset((k, a.shape, a.dtype) for k, a in feed.items())
         except AttributeError:  # a container (sequence/optional) input: not planned
@@ -700,7 +711,10 @@ class Session:
             items = list(self._mplans.items())
         out = []
         for sig, p in items:
-            info = {"inputs": {k: tuple(shape) for k, shape, _ in sorted(sig, key=lambda t: t[0])}}
+            if sig is self._STATIC_SIGNATURE:  # fixed input shapes: the model's own
+                info = {"inputs": {a.name: tuple(a.shape) for a in self._inputs}}
+            else:
+                info = {"inputs": {k: tuple(shape) for k, shape, _ in sorted(sig, key=lambda t: t[0])}}
             if p is None:
                 info.update(arena_bytes=0, buffers=0, buffer_bytes=0, arenas=0)
             else:

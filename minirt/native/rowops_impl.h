@@ -55,9 +55,11 @@ static MRT_TARGET void FN(softmax_task)(void *ctx, long begin, long end) {
             }
         }
         if (a->log) {
-            const float shift = m + (float)log(s);
-            for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, FN(vload)(x + i) - shift);
-            for (; i < n; ++i) y[i] = x[i] - shift;
+            /* (x - max) - log(sum), not x - (max + log(sum)): with a large max the sum of the two
+             * would round away most of log(sum) (max 1000: float32 steps of 6e-5) */
+            const float lse = (float)log(s);
+            for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, (FN(vload)(x + i) - m) - lse);
+            for (; i < n; ++i) y[i] = (x[i] - m) - lse;
         } else {
             const float inv = (float)(1.0 / s);
             for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, FN(vload)(y + i) * inv);
