@@ -547,6 +547,22 @@ typedef struct {
     uint8_t pad;
 } q_im2col_args;
 
+/* dst[i] = src[2 i] for i < n (the stride-2 im2col row), reading no byte past src[2 (n - 1)].
+ * Little-endian: 16 pairs of bytes loaded as 16-bit lanes and truncated to their low (even)
+ * bytes, which GCC turns into and+pack (x86 SSE2) or xtn (NEON); a plain loop is not
+ * vectorized (a byte gather at stride 2). */
+typedef uint16_t q_v16u16 __attribute__((vector_size(32), aligned(1)));
+typedef uint8_t q_v16u8 __attribute__((vector_size(16), aligned(1)));
+
+static inline void q_gather_even(uint8_t *restrict dst, const uint8_t *restrict src, int n) {
+    int i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; i + 16 < n; i += 16) /* reads src[2i .. 2i + 31] <= src[2 (n - 1) - 1] */
+        *(q_v16u8 *)(dst + i) = __builtin_convertvector(*(const q_v16u16 *)(src + 2 * i), q_v16u8);
+#endif
+    for (; i < n; ++i) dst[i] = src[2 * i];
+}
+
 static void q_im2col_task(void *ctx, long begin, long end) {
     const q_im2col_args *a = (const q_im2col_args *)ctx;
     const int ow = a->ow, kk = a->kh * a->kw;
@@ -579,6 +595,8 @@ static void q_im2col_task(void *ctx, long begin, long end) {
             if (lo > 0) memset(dst, a->pad, lo);
             if (a->sw == 1) {
                 memcpy(dst + lo, src + lo, hi - lo);
+            } else if (a->sw == 2) {
+                q_gather_even(dst + lo, src + 2 * lo, hi - lo);
             } else {
                 for (int ox = lo; ox < hi; ++ox) dst[ox] = src[ox * a->sw];
             }
