@@ -235,12 +235,13 @@ def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
 
 def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
                symmetric: bool = False, per_channel: bool = True, chain: bool = False,
-               fuse_pool: bool = True) -> list[tuple[str, str]]:
+               fuse_pool_flatten: bool = True) -> list[tuple[str, str]]:
     """Quantize the ``selected`` candidates of ``model`` in place.
 
     ``ranges`` maps activation names to calibrated (lo, hi) (static int8), or
-    is None (dynamic int8).  With ``fuse_pool`` a MaxPool reading only a QConv's
-    output is folded into the QConv (:func:`fuse_max_pool`).  With ``chain``
+    is None (dynamic int8).  With ``fuse_pool_flatten`` a MaxPool reading only a QConv's
+    output is folded into the QConv (:func:`fuse_max_pool`) and a Flatten feeding only a
+    QMatMul into the QMatMul (:func:`fuse_flatten`).  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
     their input quantization (:func:`chain_int8`).  Returns (node, reason) for
     candidates skipped here.
@@ -297,8 +298,9 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         used_domain = True
     if used_domain:
         model.opset_imports.setdefault(DOMAIN, 1)
-    if fuse_pool:
+    if fuse_pool_flatten:
         fuse_max_pool(graph)
+        fuse_flatten(graph)
     if chain and ranges is not None:
         chain_int8(graph)
     _drop_unused_initializers(graph)
@@ -353,6 +355,29 @@ def fuse_max_pool(graph: ir.Graph) -> int:
         graph.remove(pool, safe=True)
         pooled.name = f"{name}__replaced"
         y.name = name
+        fused += 1
+    return fused
+
+
+def fuse_flatten(graph: ir.Graph) -> int:
+    """Fold ``Flatten -> QMatMul`` into the QMatMul's ``flatten_axis`` attribute when the Flatten's
+    output is only the QMatMul's input A (and no graph output).  Exact; one node less per run
+    (digits at batch 1: ~2 us of ~45).  Returns the number of folded Flattens."""
+    outputs = set(id(v) for v in graph.outputs)
+    fused = 0
+    for node in list(graph):
+        if _key(node) != ("", "Flatten") or len(node.inputs) != 1:
+            continue
+        flat = node.outputs[0]
+        uses = list(flat.uses())
+        if id(flat) in outputs or len(uses) != 1:
+            continue
+        user, idx = uses[0]
+        if user.domain != DOMAIN or user.op_type != "QMatMul" or idx != 0 or "flatten_axis" in user.attributes:
+            continue
+        user.attributes["flatten_axis"] = ir.AttrInt64("flatten_axis", int(_attr(node, "axis", 1)))
+        user.replace_input_with(0, node.inputs[0])
+        graph.remove(node, safe=True)
         fused += 1
     return fused
 

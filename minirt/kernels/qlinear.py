@@ -389,12 +389,17 @@ def dequantize_weights(w, w_scale=None, /, *, axis=0):
 
 @kernel("QMatMul", since=1, domain=DOMAIN)
 def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None, z=None, /, *, transB=0,
-            activation="", activation_params=()):
-    """activation(quant(a) @ (int8 b * b_scale[n]) (b transposed when transB) + bias + z)."""
+            activation="", activation_params=(), flatten_axis=None):
+    """activation(quant(a) @ (int8 b * b_scale[n]) (b transposed when transB) + bias + z).
+
+    With ``flatten_axis``, ``a`` is first ``Flatten(a, axis=flatten_axis)`` (the quantizer folds
+    a Flatten feeding only this node: one node less per run)."""
     if b is None or b_scale is None:
         raise ValueError("QMatMul: inputs B and B_scale are required")
     if b.dtype != np.int8 or b.ndim != 2:
         raise ValueError(f"QMatMul: B must be a 2-D int8 matrix, got {b.dtype} {b.shape}")
+    if flatten_axis is not None:
+        a = _fn("", "Flatten", 1)(a, axis=flatten_axis)
     if _native.available and a.dtype == np.float32 and a.ndim >= 1 and a.size:
         y = _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params)
         if y is not None:

@@ -370,3 +370,23 @@ def test_qconv_fused_max_pool_errors():
         qlinear.qconv(*args, pool_kernel_shape=(2, 0))
     with pytest.raises(ValueError):  # the 2x2 conv output is smaller than the window: MaxPool's error
         qlinear.qconv(*args, pool_kernel_shape=(3, 3))
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1, 0])
+def test_qmatmul_flatten_axis(axis, every_isa):
+    """QMatMul's flatten_axis equals Flatten then QMatMul (native and numpy paths); bad axes are
+    Flatten's error."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 4, 2, 6), dtype=np.float32)
+    outer = int(np.prod(a.shape[:axis % 4]))
+    k = a.size // outer
+    b = rng.integers(-127, 128, (5, k), dtype=np.int8)
+    bs = rng.random(5, dtype=np.float32) * 0.01 + 0.001
+    args = (np.float32(0.02), np.uint8(128), b, bs, rng.standard_normal(5, dtype=np.float32))
+    ref = qlinear.qmatmul(a.reshape(outer, k), *args, transB=1, activation="Relu")
+    np.testing.assert_array_equal(qlinear.qmatmul(a, *args, transB=1, activation="Relu", flatten_axis=axis), ref)
+    with numpy_path():
+        y_np = qlinear.qmatmul(a, *args, transB=1, activation="Relu", flatten_axis=axis)
+    np.testing.assert_allclose(y_np, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="Flatten: axis"):
+        qlinear.qmatmul(a, *args, transB=1, flatten_axis=5)
