@@ -334,15 +334,21 @@ def _max_pool_ref(y, k, s):
     ((5, 4, 6, 6), (8, 4, 3, 3), (0, 0, 0, 0), ((2, 3), (1, 3))),     # rectangular window, stride 1 rows
     ((40, 3, 8, 8), (16, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),   # many images side by side per GEMM
 ])
-def test_qconv_fused_max_pool(xs, ws, pads, pool, every_isa, threads):
+@pytest.mark.parametrize("quant", ["static", "dynamic", "u8-input"])
+def test_qconv_fused_max_pool(xs, ws, pads, pool, quant, every_isa, threads):
     """QConv with pool_kernel_shape / pool_strides: native == MaxPool (numpy reference) of the native
-    unpooled QConv, exactly (with a residual, NaN in it propagating), and the numpy path agrees."""
+    unpooled QConv, exactly (with a residual, NaN in it propagating), and the numpy path agrees;
+    static, dynamic and already-quantized (uint8, a chained producer's) inputs."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal(xs, dtype=np.float32)
     w = rng.integers(-127, 128, ws, dtype=np.int8)
     wsc = rng.random(ws[0], dtype=np.float32) * 0.01 + 0.001
     b = rng.standard_normal(ws[0], dtype=np.float32)
-    xsc, xzp = np.float32(0.02), np.uint8(128)
+    xsc, xzp = (None, None) if quant == "dynamic" else (np.float32(0.02), np.uint8(128))
+    if quant == "u8-input":
+        xq = np.empty(xs, np.uint8)
+        native.quantize_u8(x, xq, float(xsc), int(xzp))
+        x = xq
     k, s = pool
     kw = dict(pads=pads, activation="Relu")
     y = qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw)
