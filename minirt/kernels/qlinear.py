@@ -155,7 +155,7 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
                 activation, activation_params, y_q=None, pool=None):
     """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
     ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output;
-    ``pool = (kernel, strides)``: the float result max-pooled (a second C call)."""
+    ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage."""
     xdt = x.dtype
     # (dtype objects of equal types are not always the same object: `is` first, then ==)
     u8 = False
