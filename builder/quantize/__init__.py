@@ -69,6 +69,10 @@ class QuantizeOptions:
     # quantization (output_scale/output_zero_point; identical results).  Off: on digits and
     # PP-OCR det it measured 1-2 % slower (docs/decisions.md D20).
     chain_int8: bool = False
+    # A MaxPool reading only a QConv's output becomes the QConv's pool_kernel_shape / pool_strides,
+    # a Flatten feeding only a QMatMul its flatten_axis (exact; saves nodes: digits int8 batch 1
+    # ~12 us of ~47, docs/decisions.md D25).
+    fuse_pool_flatten: bool = True
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
@@ -314,7 +318,7 @@ def quantize(
             m = float_model.clone()
             chosen = [c for c in selected if c.name in set(names_subset)]
             apply_int8(m, chosen, ranges, opts.reduce_range, opts.symmetric_activations, per_channel=opts.per_channel,
-                       chain=opts.chain_int8)
+                       chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten)
             return m
 
         if budget is not None:
@@ -335,7 +339,7 @@ def quantize(
                 report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
                                        f"except weight-only ones (value {res['value']:.4g})")
         skipped = apply_int8(model, selected, ranges, opts.reduce_range, opts.symmetric_activations,
-                             per_channel=opts.per_channel, chain=opts.chain_int8)
+                             per_channel=opts.per_channel, chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten)
         skipped_names = {n for n, _ in skipped}
         report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
         report.quantized = [c.name for c in selected if not _weights_only(c) and c.name not in skipped_names]

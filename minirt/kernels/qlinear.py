@@ -142,7 +142,7 @@ class _QConvPlan:
     """Everything a native QConv call needs that does not depend on the input values,
     for one (weights, input shape, attributes): geometry, packed weights, scales."""
 
-    __slots__ = ("w_ref", "keep", "out_shape", "sc", "zp_u8", "lo", "dynamic", "args", "ws")
+    __slots__ = ("w_ref", "keep", "out_shape", "sc", "zp_u8", "lo", "dynamic", "args", "ws", "pool")
 
 
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
@@ -152,9 +152,10 @@ _QCONV_PLANS: dict = {}
 
 
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
-                activation, activation_params, y_q=None):
+                activation, activation_params, y_q=None, pool=None):
     """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
-    ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output."""
+    ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output;
+    ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage."""
     xdt = x.dtype
     # (dtype objects of equal types are not always the same object: `is` first, then ==)
     u8 = False
@@ -165,11 +166,12 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     if not _native.available or x.ndim != 4:
         return None
     key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
-           kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype))
+           kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype),
+           pool)
     plan = _QCONV_PLANS.get(key)
     if plan is None or (plan is not False and plan.w_ref() is not w):
         plan = _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
-                           pads, strides, activation, activation_params)
+                           pads, strides, activation, activation_params, pool)
         if plan is False:
             if len(_QCONV_PLANS) < 4096:
                 _QCONV_PLANS[key] = False
@@ -185,19 +187,24 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         return None
     if u8 and (plan.dynamic or plan.lo != 0):
         return None  # a uint8 input needs its static uint8 zero point
+    if plan.pool is not None and y_q is not None:
+        return None  # pooled uint8 output: the numpy path (the quantizer never chains a pooled QConv)
     if plan.dynamic:
         sc, zp_u8, _, _ = _quant_params(x, None, None)
         scale = (np.float32(sc) * plan.ws).astype(np.float32)
     else:
         sc, zp_u8, scale = plan.sc, plan.zp_u8, None
     y = np.empty(plan.out_shape, dtype=_F32 if y_q is None else _U8)
-    _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y,
-                         None if z is None else np.ascontiguousarray(z), scale, y_q)
+    residual = None if z is None else np.ascontiguousarray(z)
+    if plan.pool is None:
+        _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale, y_q)
+    else:
+        _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual, scale)
     return y
 
 
 def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
-                activation, activation_params):
+                activation, activation_params, pool):
     if w.ndim != 4:
         return False
     if x_scale is not None and np.asarray(x_scale).size != 1:
@@ -241,23 +248,53 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
     a0, a1 = (params + (0.0, 0.0))[:2]
     plan.out_shape = (n, m) + tuple(out)
+    plan.pool = pool
+    if pool is not None:
+        pooled = _pooled_size(out, *pool)
+        if pooled is None or not _native.has_qconv2d_pool():
+            return False  # the numpy path (which raises MaxPool's error for a window that does not fit)
+        plan.out_shape = (n, m) + pooled
     # x_scale, x_zero_point, w_scale and b stay alive with the plan, so their ids in the key stay theirs
     plan.keep = (x_scale, x_zero_point, w_scale, b)
     plan.args = _native.qconv2d_prepare(x.shape, packed, m, group, k, st, dl, pb, out, scale, bias, spec[0], a0, a1)
     return plan
 
 
+def _pooled_size(size, kernel, strides) -> tuple | None:
+    """Output size of a MaxPool without padding (floor rounding) over ``size``, or None when
+    the window does not fit."""
+    if any(n < k for n, k in zip(size, kernel)):
+        return None
+    return tuple((n - k) // s + 1 for n, k, s in zip(size, kernel, strides))
+
+
+def _pool_attrs(kernel_shape, strides) -> tuple | None:
+    """(kernel, strides) of QConv's fused max pooling as int tuples, None when absent."""
+    if not kernel_shape:
+        if strides:
+            raise ValueError("QConv: pool_strides needs pool_kernel_shape")
+        return None
+    kernel = tuple(int(v) for v in kernel_shape)
+    strides = tuple(int(v) for v in strides) if strides else (1,) * len(kernel)
+    if len(kernel) != 2 or len(strides) != 2 or min(kernel + strides) < 1:
+        raise ValueError(f"QConv: pool_kernel_shape {list(kernel)} and pool_strides {list(strides)} must be "
+                         f"two positive integers each")
+    return kernel, strides
+
+
 @kernel("QConv", since=1, domain=DOMAIN)
 def qconv(
     x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(),
     group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(), output_scale=None,
-    output_zero_point=0,
+    output_zero_point=0, pool_kernel_shape=(), pool_strides=(),
 ):
     """activation(Conv(quant(x), int8 w * w_scale[m]) + b + z); float in, float out.
 
     Chained form (docs/fused_ops.md): ``x`` may be uint8, i.e. already ``quant(x)`` with this
     node's static ``x_scale`` / uint8 ``x_zero_point``; with the ``output_scale`` attribute the
     output is ``quantize_u8(y, output_scale, output_zero_point)`` (uint8) of the float result y.
+    With ``pool_kernel_shape`` (and ``pool_strides``, default 1) the result is
+    ``MaxPool(y, kernel_shape, strides)`` without padding, before any requantization.
     """
     if w is None or w_scale is None:
         raise ValueError("QConv: inputs W and W_scale are required")
@@ -266,8 +303,9 @@ def qconv(
     y_q = None if output_scale is None else (output_scale, output_zero_point)
     if y_q is not None and not (output_scale > 0 and 0 <= output_zero_point <= 255):
         raise ValueError(f"QConv: output_scale must be > 0 and output_zero_point in [0, 255], got {y_q}")
+    pool = _pool_attrs(pool_kernel_shape, pool_strides)
     y = _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
-                    strides, activation, activation_params, y_q)
+                    strides, activation, activation_params, y_q, pool)
     if y is not None:
         return y
     depthwise = x.ndim >= 2 and w.shape[1] == 1 and group == x.shape[1] == w.shape[0]
@@ -287,6 +325,8 @@ def qconv(
         xq, wf, b, z, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
         strides=strides, activation=activation, activation_params=activation_params,
     )
+    if pool is not None:
+        y = _fn("", "MaxPool", 1)(y, kernel_shape=pool[0], strides=pool[1])
     return y if y_q is None else requantize_u8(y, *y_q)
 
 
@@ -349,12 +389,17 @@ def dequantize_weights(w, w_scale=None, /, *, axis=0):
 
 @kernel("QMatMul", since=1, domain=DOMAIN)
 def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None, z=None, /, *, transB=0,
-            activation="", activation_params=()):
-    """activation(quant(a) @ (int8 b * b_scale[n]) (b transposed when transB) + bias + z)."""
+            activation="", activation_params=(), flatten_axis=None):
+    """activation(quant(a) @ (int8 b * b_scale[n]) (b transposed when transB) + bias + z).
+
+    With ``flatten_axis``, ``a`` is first ``Flatten(a, axis=flatten_axis)`` (the quantizer folds
+    a Flatten feeding only this node: one node less per run)."""
     if b is None or b_scale is None:
         raise ValueError("QMatMul: inputs B and B_scale are required")
     if b.dtype != np.int8 or b.ndim != 2:
         raise ValueError(f"QMatMul: B must be a 2-D int8 matrix, got {b.dtype} {b.shape}")
+    if flatten_axis is not None:
+        a = _fn("", "Flatten", 1)(a, axis=flatten_axis)
     if _native.available and a.dtype == np.float32 and a.ndim >= 1 and a.size:
         y = _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params)
         if y is not None:

@@ -327,6 +327,29 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
         raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
 
 
+def has_qconv2d_pool() -> bool:
+    """True when the loaded module has the int8 conv with a fused MaxPool (not in older modules)."""
+    return _lib is not None and hasattr(_lib, "mrt_qconv2d_pool_f32")
+
+
+def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_strides, y, residual=None,
+                      scale=None) -> None:
+    """Run a prepared int8 convolution (see :func:`qconv2d_call`; float output) and max-pool its
+    result, without padding, into ``y`` (n, m, (oh - kh) // sh + 1, (ow - kw) // sw + 1)."""
+    (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
+    x_u8 = x.itemsize == 1
+    rc = _lib.mrt_qconv2d_pool_f32(
+        _ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
+        kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
+        _ffi.NULL if residual is None else _ptr(residual), pool_kernel[0], pool_kernel[1],
+        pool_strides[0], pool_strides[1], _ptr(y), act, a0, a1, threads(),
+    )
+    if rc == -2:
+        raise ValueError(f"minirt native qconv2d: pooling window {pool_kernel} larger than the output {(oh, ow)}")
+    if rc != 0:
+        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+
+
 def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, a0=0.0, a1=0.0) -> None:
     """y (rows, n) float32 = act(scale[j] * (quant(a) - x_zero) @ W^T + bias[j]); a (rows, K) float32
     contiguous; ``packed_w`` from :func:`qpack` of the (n, K) int8 weights."""

@@ -135,6 +135,14 @@ int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_
                   const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
                   int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
                   float y_scale, int y_zero, int act, float a0, float a1, int nthreads);
+/* mrt_qconv2d_q with a float output max-pooled in the output stage: y (n, m, poh, pow) = MaxPool of
+ * the (n, m, oh, ow) conv result over (pkh, pkw) windows at strides (psh, psw), no padding, NaN
+ * propagating: poh = (oh - pkh) / psh + 1, pow likewise.  Returns 0, -1 without scratch memory,
+ * -2 for a window that does not fit. */
+int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                         const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
+                         int pl, int oh, int ow, const float *scale, const float *bias, const float *res, int pkh,
+                         int pkw, int psh, int psw, float *y, int act, float a0, float a1, int nthreads);
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float (rows, K),
  * W the (n, K) int8 weights packed by mrt_qgemm_pack_w.  Returns 0, or -1 without scratch memory. */
 int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,

@@ -547,6 +547,22 @@ typedef struct {
     uint8_t pad;
 } q_im2col_args;
 
+/* dst[i] = src[2 i] for i < n (the stride-2 im2col row), reading no byte past src[2 (n - 1)].
+ * Little-endian: 16 pairs of bytes loaded as 16-bit lanes and truncated to their low (even)
+ * bytes, which GCC turns into and+pack (x86 SSE2) or xtn (NEON); a plain loop is not
+ * vectorized (a byte gather at stride 2). */
+typedef uint16_t q_v16u16 __attribute__((vector_size(32), aligned(1)));
+typedef uint8_t q_v16u8 __attribute__((vector_size(16), aligned(1)));
+
+static inline void q_gather_even(uint8_t *restrict dst, const uint8_t *restrict src, int n) {
+    int i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; i + 16 < n; i += 16) /* reads src[2i .. 2i + 31] <= src[2 (n - 1) - 1] */
+        *(q_v16u8 *)(dst + i) = __builtin_convertvector(*(const q_v16u16 *)(src + 2 * i), q_v16u8);
+#endif
+    for (; i < n; ++i) dst[i] = src[2 * i];
+}
+
 static void q_im2col_task(void *ctx, long begin, long end) {
     const q_im2col_args *a = (const q_im2col_args *)ctx;
     const int ow = a->ow, kk = a->kh * a->kw;
@@ -579,6 +595,8 @@ static void q_im2col_task(void *ctx, long begin, long end) {
             if (lo > 0) memset(dst, a->pad, lo);
             if (a->sw == 1) {
                 memcpy(dst + lo, src + lo, hi - lo);
+            } else if (a->sw == 2) {
+                q_gather_even(dst + lo, src + 2 * lo, hi - lo);
             } else {
                 for (int ox = lo; ox < hi; ++ox) dst[ox] = src[ox * a->sw];
             }
@@ -658,6 +676,38 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  * float epilogue is elementwise with the same operation order, so the results are
  * bit-identical to one GEMM per image.  With at least as many chunks as threads, threads take
  * whole chunks (single-threaded inside); otherwise (batch 1) chunks run in turn, threaded inside. */
+/* Max pooling of one conv output plane x (h, w) into y (oh, ow), no padding, floor rounding,
+ * dilation 1 (QConv's fused MaxPool); NaN propagates as in MaxPool.  2x2 stride 2, the common
+ * CNN downsampling, has its own loop over row pairs, written without branches (selects the
+ * compiler turns into max/blend instructions: random data mispredicts a branchy max). */
+static inline float q_max_nan(float m, float v) { return (v > m) | (v != v) ? v : m; }
+
+static void q_maxpool_plane(const float *x, float *y, int wd, int kh, int kw, int sh, int sw, int oh, int ow) {
+    for (int oy = 0; oy < oh; ++oy) {
+        const float *r0 = x + (long)oy * sh * wd;
+        float *yr = y + (long)oy * ow;
+        if (kh == 2 && kw == 2 && sw == 2) {
+            const float *r1 = r0 + wd;
+            for (int ox = 0; ox < ow; ++ox) {
+                float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+                float m = a > b ? a : b;
+                m = c > m ? c : m;
+                m = d > m ? d : m;
+                int nan = (a != a) | (b != b) | (c != c) | (d != d);
+                yr[ox] = nan ? a + b + c + d : m; /* the sum is NaN when a tap is */
+            }
+            continue;
+        }
+        for (int ox = 0; ox < ow; ++ox) {
+            const float *t = r0 + (long)ox * sw;
+            float m = t[0];
+            for (int ky = 0; ky < kh; ++ky)
+                for (int kx = 0; kx < kw; ++kx) m = q_max_nan(m, t[(long)ky * wd + kx]);
+            yr[ox] = m;
+        }
+    }
+}
+
 typedef struct {
     const void *x;
     int x_u8, n, c, h, wd, x_zero, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, y_zero;
@@ -668,6 +718,7 @@ typedef struct {
     float *y;
     uint8_t *yq;
     int nb, direct;
+    int pkh, pkw, psh, psw, poh, pow; /* fused MaxPool (pkh > 0): y is (n, m, poh, pow), float */
     size_t scratch_bytes;
     int failed;
 } q_conv_args;
@@ -682,7 +733,7 @@ static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int
     const int nb = a->n - i0 < a->nb ? (int)(a->n - i0) : a->nb;
     const size_t xq_bytes = q_align64(a->x_u8 ? 0 : (size_t)chw);
     uint8_t *xq = scratch, *cols = scratch + xq_bytes;
-    if (a->nb == 1) { /* one image per GEMM, straight into y with the whole epilogue fused */
+    if (a->nb == 1 && !a->pkh) { /* one image per GEMM, straight into y with the whole epilogue fused */
         const uint8_t *img;
         if (a->x_u8) {
             img = (const uint8_t *)a->x + i0 * chw;
@@ -733,6 +784,20 @@ static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int
                      a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
                      a->res ? 0 : a->act, a->a0, a->a1, q_out ? tmpq : NULL, ldb, a->y_scale, a->y_zero, nt);
         for (int j = 0; j < nb; ++j) {
+            if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
+                const long pp = (long)a->poh * a->pow;
+                for (int r = 0; r < mg; ++r) {
+                    float *t = tmp + r * ldb + j * p;
+                    if (a->res) {
+                        const float *rr = a->res + (i0 + j) * mp + (r0 + r) * p;
+                        for (long k = 0; k < p; ++k) t[k] = t[k] + rr[k];
+                        if (a->act) q_act_row(t, p, a->act, a->a0, a->a1);
+                    }
+                    q_maxpool_plane(t, a->y + ((i0 + j) * a->m + r0 + r) * pp, a->ow, a->pkh, a->pkw, a->psh,
+                                    a->psw, a->poh, a->pow);
+                }
+                continue;
+            }
             const long yo = (i0 + j) * mp + r0 * p;
             for (int r = 0; r < mg; ++r) {
                 if (q_out) {
@@ -767,10 +832,12 @@ static void q_conv_task(void *ctx, long begin, long end) {
     for (long ch = begin; ch < end; ++ch) q_conv_chunk(a, ch, scratch, 1);
 }
 
-int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                  const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
-                  int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
-                  float y_scale, int y_zero, int act, float a0, float a1, int nthreads) {
+/* mrt_qconv2d_q, and with pkh > 0 (float output only) the MaxPool of mrt_qconv2d_pool_f32 */
+static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                     const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
+                     int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
+                     uint8_t *yq, float y_scale, int y_zero, int pkh, int pkw, int psh, int psw, int act, float a0,
+                     float a1, int nthreads) {
     if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
     if (group < 1 || c % group || m % group) return -1;
     if (nthreads < 1) nthreads = 1;
@@ -783,6 +850,9 @@ int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_
     a.W = (const int8_t *)packed_w + (long)m * 4;
     a.scale = scale; a.bias = bias; a.res = res; a.y = y; a.yq = yq;
     a.failed = 0;
+    a.pkh = pkh; a.pkw = pkw; a.psh = psh; a.psw = psw;
+    a.poh = pkh ? (oh - pkh) / psh + 1 : 0;
+    a.pow = pkh ? (ow - pkw) / psw + 1 : 0;
     /* images per GEMM: enough for ~Q_CONV_BATCH_COLS columns, but leave a chunk per thread */
     long nb = p < Q_CONV_BATCH_COLS ? (Q_CONV_BATCH_COLS + p - 1) / p : 1;
     long per_thread = (n + nthreads - 1) / nthreads;
@@ -791,9 +861,9 @@ int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_
     a.nb = (int)nb;
     a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane);
-    if (nb == 1) {
+    if (nb == 1 && !pkh) {
         if (!a.direct) bytes += (size_t)c * kk * p;
-    } else {
+    } else { /* side by side (or pooled): the GEMM writes a scratch whose planes are then placed */
         bytes += q_align64((size_t)c * kk * nb * p) + sizeof(float) * (size_t)(m / group) * nb * p;
     }
     a.scratch_bytes = bytes + 64;
@@ -806,6 +876,23 @@ int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_
         for (long ch = 0; ch < chunks; ++ch) q_conv_chunk(&a, ch, scratch, nthreads);
     }
     return a.failed ? -1 : 0;
+}
+
+int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                  const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
+                  int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
+                  float y_scale, int y_zero, int act, float a0, float a1, int nthreads) {
+    return q_qconv2d(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+                     scale, bias, res, y, yq, y_scale, y_zero, 0, 0, 0, 0, act, a0, a1, nthreads);
+}
+
+int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                         const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
+                         int pl, int oh, int ow, const float *scale, const float *bias, const float *res, int pkh,
+                         int pkw, int psh, int psw, float *y, int act, float a0, float a1, int nthreads) {
+    if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || oh < pkh || ow < pkw) return -2;
+    return q_qconv2d(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+                     scale, bias, res, y, NULL, 1.0f, 0, pkh, pkw, psh, psw, act, a0, a1, nthreads);
 }
 
 int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,

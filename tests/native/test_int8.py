@@ -104,10 +104,14 @@ def _im2col_ref(x, k, s, d, pb, out, pad):
     (2, 5, 63, (3, 3), (1, 1), (1, 1), (1, 1)), (2, 5, 64, (3, 3), (1, 1), (1, 1), (1, 1)),
     (2, 6, 7, (5, 3), (1, 1), (2, 2), (3, 0)), (1, 3, 2, (3, 3), (1, 1), (1, 1), (2, 2)),
     (2, 9, 9, (3, 3), (2, 2), (1, 1), (1, 1)), (2, 6, 40, (1, 3), (2, 1), (1, 3), (0, 4)),
+    # stride 2 over rows of > 32 columns: the vector even-byte gather, its tail and the padded edges
+    (3, 9, 77, (3, 3), (2, 2), (1, 1), (1, 1)), (1, 4, 70, (1, 1), (2, 2), (1, 1), (0, 0)),
+    (2, 3, 66, (3, 3), (2, 2), (1, 1), (1, 1)), (2, 7, 90, (3, 3), (2, 2), (2, 2), (2, 2)),
+    (1, 5, 321, (3, 3), (2, 2), (1, 1), (1, 1)),
 ])
 def test_im2col_u8_small_images(c, h, wd, k, s, d, pb, every_isa):
-    """The narrow im2col (rows of <= 63 columns at stride 1) and the general one agree with numpy,
-    padding (both sides), dilation and windows entirely outside the image included."""
+    """The narrow im2col (rows of <= 63 columns at stride 1), the stride-2 one and the general one
+    agree with numpy, padding (both sides), dilation and windows entirely outside the image included."""
     rng = np.random.default_rng(h * wd)
     x = rng.integers(0, 256, (c, h, wd), dtype=np.uint8)
     out = tuple((n + 2 * p - dd * (kk - 1) - 1) // ss + 1 for n, p, dd, kk, ss in zip((h, wd), pb, d, k, s))
@@ -310,3 +314,85 @@ def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, n, every_is
                     if y_q:
                         ref = np.clip(np.rint(ref / np.float32(y_scale)) + y_zero, 0, 255).astype(np.uint8)
                     np.testing.assert_array_equal(y.reshape(n, m, -1), ref)
+
+
+def _max_pool_ref(y, k, s):
+    """MaxPool without padding (floor rounding), plain numpy: max over the k[0]*k[1] strided taps."""
+    oh, ow = (y.shape[2] - k[0]) // s[0] + 1, (y.shape[3] - k[1]) // s[1] + 1
+    taps = [y[:, :, ky:ky + s[0] * (oh - 1) + 1:s[0], kx:kx + s[1] * (ow - 1) + 1:s[1]]
+            for ky in range(k[0]) for kx in range(k[1])]
+    out = taps[0].copy()
+    for t in taps[1:]:
+        out = np.where((t > out) | np.isnan(t), t, out)
+    return out
+
+
+@pytest.mark.parametrize("xs,ws,pads,pool", [
+    ((1, 16, 8, 8), (32, 16, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),  # digits' conv + MaxPool
+    ((3, 8, 9, 7), (12, 8, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),    # odd sizes: the last row/column dropped
+    ((2, 6, 10, 10), (4, 6, 1, 1), (0, 0, 0, 0), ((3, 3), (2, 2))),   # general window, overlapping
+    ((5, 4, 6, 6), (8, 4, 3, 3), (0, 0, 0, 0), ((2, 3), (1, 3))),     # rectangular window, stride 1 rows
+    ((40, 3, 8, 8), (16, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),   # many images side by side per GEMM
+])
+@pytest.mark.parametrize("quant", ["static", "dynamic", "u8-input"])
+def test_qconv_fused_max_pool(xs, ws, pads, pool, quant, every_isa, threads):
+    """QConv with pool_kernel_shape / pool_strides: native == MaxPool (numpy reference) of the native
+    unpooled QConv, exactly (with a residual, NaN in it propagating), and the numpy path agrees;
+    static, dynamic and already-quantized (uint8, a chained producer's) inputs."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.integers(-127, 128, ws, dtype=np.int8)
+    wsc = rng.random(ws[0], dtype=np.float32) * 0.01 + 0.001
+    b = rng.standard_normal(ws[0], dtype=np.float32)
+    xsc, xzp = (None, None) if quant == "dynamic" else (np.float32(0.02), np.uint8(128))
+    if quant == "u8-input":
+        xq = np.empty(xs, np.uint8)
+        native.quantize_u8(x, xq, float(xsc), int(xzp))
+        x = xq
+    k, s = pool
+    kw = dict(pads=pads, activation="Relu")
+    y = qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw)
+    z = rng.standard_normal(y.shape, dtype=np.float32)
+    z.flat[::37] = np.nan
+    for resid in (None, z):
+        full = qlinear.qconv(x, xsc, xzp, w, wsc, b, resid, **kw)
+        pooled = qlinear.qconv(x, xsc, xzp, w, wsc, b, resid, **kw, pool_kernel_shape=k, pool_strides=s)
+        ref = _max_pool_ref(full, k, s)
+        assert pooled.shape == ref.shape
+        np.testing.assert_array_equal(pooled, ref)
+        with numpy_path():
+            pooled_np = qlinear.qconv(x, xsc, xzp, w, wsc, b, resid, **kw, pool_kernel_shape=k, pool_strides=s)
+        np.testing.assert_allclose(pooled_np, ref, rtol=1e-4, atol=1e-4 * float(np.nanmax(np.abs(ref))))
+        assert np.array_equal(np.isnan(pooled_np), np.isnan(ref))
+
+
+def test_qconv_fused_max_pool_errors():
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    w = np.ones((3, 2, 3, 3), np.int8)
+    args = (x, np.float32(0.1), np.uint8(0), w, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="pool_strides needs pool_kernel_shape"):
+        qlinear.qconv(*args, pool_strides=(2, 2))
+    with pytest.raises(ValueError, match="two positive integers"):
+        qlinear.qconv(*args, pool_kernel_shape=(2, 0))
+    with pytest.raises(ValueError):  # the 2x2 conv output is smaller than the window: MaxPool's error
+        qlinear.qconv(*args, pool_kernel_shape=(3, 3))
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1, 0])
+def test_qmatmul_flatten_axis(axis, every_isa):
+    """QMatMul's flatten_axis equals Flatten then QMatMul (native and numpy paths); bad axes are
+    Flatten's error."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 4, 2, 6), dtype=np.float32)
+    outer = int(np.prod(a.shape[:axis % 4]))
+    k = a.size // outer
+    b = rng.integers(-127, 128, (5, k), dtype=np.int8)
+    bs = rng.random(5, dtype=np.float32) * 0.01 + 0.001
+    args = (np.float32(0.02), np.uint8(128), b, bs, rng.standard_normal(5, dtype=np.float32))
+    ref = qlinear.qmatmul(a.reshape(outer, k), *args, transB=1, activation="Relu")
+    np.testing.assert_array_equal(qlinear.qmatmul(a, *args, transB=1, activation="Relu", flatten_axis=axis), ref)
+    with numpy_path():
+        y_np = qlinear.qmatmul(a, *args, transB=1, activation="Relu", flatten_axis=axis)
+    np.testing.assert_allclose(y_np, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="Flatten: axis"):
+        qlinear.qmatmul(a, *args, transB=1, flatten_axis=5)

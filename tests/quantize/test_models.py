@@ -1,4 +1,5 @@
 """End to end: quantize the digits demo model (and PP-OCR det) and run the artifacts with minirt."""
+import contextlib
 import os
 
 import numpy as np
@@ -46,7 +47,7 @@ def test_int8_chained_is_identical_to_unchained(native_on, digits, heldout, cali
     quantize(plain, "int8", calib, QuantizeOptions(**NO_TIMING))
     quantize(digits, "int8", calib, QuantizeOptions(chain_int8=True, **NO_TIMING))
     chained = [n for n in digits.graph if n.op_type == "QConv" and "output_scale" in n.attributes]
-    assert [n.name for n in chained] == ["/0/Conv"]  # -> /3/Conv; /3 feeds MaxPool, /7 Flatten
+    assert [n.name for n in chained] == ["/0/Conv"]  # -> /3/Conv; /3 has the MaxPool fused, /7 feeds Flatten
     assert chained[0].outputs[0].dtype == ir.DataType.UINT8
     assert not any("output_scale" in n.attributes for n in plain.graph)
     if native_on:
@@ -57,6 +58,36 @@ def test_int8_chained_is_identical_to_unchained(native_on, digits, heldout, cali
             y_plain = _run.session(plain).run(None, {"image": images})[0]
             y_chain = _run.session(digits).run(None, {"image": images})[0]
     np.testing.assert_array_equal(y_chain, y_plain)
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_int8_max_pool_and_flatten_fused(native_on, digits, heldout, calib):
+    """fuse_pool_flatten (default): digits' MaxPool after /3/Conv becomes that QConv's pool_kernel_shape /
+    pool_strides, keeping the pooled value's name, and the Flatten before the QMatMul its flatten_axis;
+    outputs equal the unfused build's exactly."""
+    from tests.native.conftest import numpy_path
+
+    images, _ = heldout
+    plain = digits.clone()
+    quantize(plain, "int8", calib, QuantizeOptions(fuse_pool_flatten=False, **NO_TIMING))
+    quantize(digits, "int8", calib, QuantizeOptions(**NO_TIMING))
+    assert "MaxPool" in {n.op_type for n in plain.graph} and "MaxPool" not in {n.op_type for n in digits.graph}
+    pooled = [n for n in digits.graph if "pool_kernel_shape" in n.attributes]
+    assert [n.name for n in pooled] == ["/3/Conv"]
+    assert list(pooled[0].attributes["pool_kernel_shape"].value) == [2, 2]
+    assert list(pooled[0].attributes["pool_strides"].value) == [2, 2]
+    assert pooled[0].outputs[0].name == "/6/MaxPool_output_0"
+    assert "Flatten" in {n.op_type for n in plain.graph} and "Flatten" not in {n.op_type for n in digits.graph}
+    qmatmul = [n for n in digits.graph if n.op_type == "QMatMul"]
+    assert len(qmatmul) == 1 and qmatmul[0].attributes["flatten_axis"].value == 1
+    assert qmatmul[0].inputs[0].producer().name == "/7/Conv"
+    with numpy_path() if not native_on else contextlib.nullcontext():
+        y_plain = _run.session(plain).run(None, {"image": images})[0]
+        y_fused = _run.session(digits).run(None, {"image": images})[0]
+        y_one = _run.session(digits).run(None, {"image": images[:1]})[0]  # batch 1: no images side by side
+        y_one_plain = _run.session(plain).run(None, {"image": images[:1]})[0]
+    np.testing.assert_array_equal(y_fused, y_plain)
+    np.testing.assert_array_equal(y_one, y_one_plain)
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "entropy"])
