@@ -152,10 +152,11 @@ _QCONV_PLANS: dict = {}
 
 
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
-                activation, activation_params, y_q=None, pool=None):
+                activation, activation_params, y_q=None, pool=None, out=None):
     """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
     ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output;
-    ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage."""
+    ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage;
+    ``out``: the result buffer (memory plan), used when it has exactly the result's shape and dtype."""
     xdt = x.dtype
     # (dtype objects of equal types are not always the same object: `is` first, then ==)
     u8 = False
@@ -194,7 +195,12 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         scale = (np.float32(sc) * plan.ws).astype(np.float32)
     else:
         sc, zp_u8, scale = plan.sc, plan.zp_u8, None
-    y = np.empty(plan.out_shape, dtype=_F32 if y_q is None else _U8)
+    ydt = _F32 if y_q is None else _U8
+    if (out is not None and out.shape == plan.out_shape and out.dtype == ydt and out.flags.c_contiguous
+            and not np.may_share_memory(out, x) and (z is None or not np.may_share_memory(out, z))):
+        y = out
+    else:
+        y = np.empty(plan.out_shape, dtype=ydt)
     residual = None if z is None else np.ascontiguousarray(z)
     if plan.pool is None:
         _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale, y_q)
@@ -282,11 +288,11 @@ def _pool_attrs(kernel_shape, strides) -> tuple | None:
     return kernel, strides
 
 
-@kernel("QConv", since=1, domain=DOMAIN)
+@kernel("QConv", since=1, domain=DOMAIN, out=True)
 def qconv(
     x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(),
     group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(), output_scale=None,
-    output_zero_point=0, pool_kernel_shape=(), pool_strides=(),
+    output_zero_point=0, pool_kernel_shape=(), pool_strides=(), out=None,
 ):
     """activation(Conv(quant(x), int8 w * w_scale[m]) + b + z); float in, float out.
 
@@ -305,7 +311,7 @@ def qconv(
         raise ValueError(f"QConv: output_scale must be > 0 and output_zero_point in [0, 255], got {y_q}")
     pool = _pool_attrs(pool_kernel_shape, pool_strides)
     y = _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
-                    strides, activation, activation_params, y_q, pool)
+                    strides, activation, activation_params, y_q, pool, out)
     if y is not None:
         return y
     depthwise = x.ndim >= 2 and w.shape[1] == 1 and group == x.shape[1] == w.shape[0]
