@@ -233,6 +233,7 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #include "kernels_impl.h"
 #define MRT_VL 4
 #include "gemm_impl.h"
+#include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -245,12 +246,14 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #include "kernels_impl.h"
 #define MRT_VL 8
 #include "gemm_impl.h"
+#include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
 #undef MRT_CHUNK
 
-/* AVX-512: only the GEMM differs (the other kernels use the AVX2 copies). */
+/* AVX-512: only the GEMM differs (the other kernels use the AVX2 copies; an AVX-512
+ * depthwise conv was measured slower than the AVX2 one: docs/decisions.md, D-dw). */
 #define MRT_SUFFIX _avx512
 #define MRT_TARGET __attribute__((target("avx512f,avx2,fma")))
 static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act, float a0, float a1) {

@@ -1,0 +1,369 @@
+/* Depthwise 2-D convolution (group == channels, one KHxKW filter per
+ * channel), compiled once per instruction set by kernels.c (baseline and
+ * AVX2).  It is included after kernels_impl.h (act_row) and gemm_impl.h, whose
+ * vector type FN(vf) (MRT_VL floats), FN(vi) and FN(vload) / FN(vstore) it
+ * uses.
+ *
+ * The layout stays NCHW and vectors run along the output columns of a row.
+ * One work item is a band of output rows of one plane (channel of one image):
+ *
+ *  1. The input rows the band reads are copied into a zero-padded band
+ *     (per-thread scratch, row stride ps, sized to stay in L1), so that the
+ *     compute loops have no border logic whatever the padding.  Every padded
+ *     row is long enough for whole-vector reads at the last output column.
+ *     The margins are zeroed once per task; a plane only rewrites the input
+ *     columns (and whole rows of vertical padding).
+ *  2. Output rows are computed DW_R1 (stride 1) or DW_R2 (stride 2) at a time
+ *     straight from the band: each input row's tap vectors are loaded once and
+ *     multiplied into every output row of the block that uses them (3x3
+ *     stride 1: 6 rows x 3 loads for 4 output vectors instead of 4 x 9).
+ *     Kernels of 3x3, 5x5 and 7x7 with stride 1 or 2 and no dilation get
+ *     this unrolled code (weights in registers); for stride 2 the band rows
+ *     are stored de-interleaved, even padded columns then odd ones (two-source
+ *     shuffles, once per input element), so every tap is a unit-stride load.
+ *     Any other shape takes a generic row loop over a plain band.
+ *  3. Bias is the accumulators' start; the activation runs over each block
+ *     of rows once stored (still in L1).
+ *
+ * Column vectors: a row of ow >= MRT_VL outputs is covered by whole vectors,
+ * the last one moved back to end at ow (it recomputes a few columns rather
+ * than storing a partial vector).  A row narrower than a vector is stored
+ * whole as well, spilling into the rows after it, which are written later
+ * (rows go in order); only where the spill would leave the work item (its
+ * last rows) are the lanes copied one by one.
+ */
+
+#if MRT_VL == 4
+#define DW_EVEN_LANES 0, 2, 4, 6
+#define DW_ODD_LANES 1, 3, 5, 7
+#elif MRT_VL == 8
+#define DW_EVEN_LANES 0, 2, 4, 6, 8, 10, 12, 14
+#define DW_ODD_LANES 1, 3, 5, 7, 9, 11, 13, 15
+#elif MRT_VL == 16
+#define DW_EVEN_LANES 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define DW_ODD_LANES 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#else
+#error "dwconv_impl.h: unsupported MRT_VL"
+#endif
+
+/* Output rows computed together: stride 1 shares kh-1 of kh input rows between
+ * neighbouring output rows, stride 2 only one. */
+#define DW_R1 4
+#define DW_R2 2
+/* Floats of padded input per band: a band stays in L1 while it is used. */
+#define DW_BAND_FLOATS 8192
+
+#define DW_INLINE inline __attribute__((always_inline))
+
+typedef struct {
+    const float *x, *w, *bias;
+    float *y;
+    const float *x_end; /* one past the input: whole-vector reads of short rows stay below it */
+    int c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
+    float a0, a1;
+    int fixed;      /* 3x3, 5x5 or 7x7, stride 1 or 2 in both directions, no dilation: unrolled code */
+    int split;      /* fixed with stride 2: band rows stored as even columns, then odd ones */
+    long ps;        /* row stride of the band (a multiple of MRT_VL) */
+    int band_rows;  /* output rows per work item (the last band of a plane may have fewer) */
+    int nbands;     /* bands per plane */
+} FN(dw_args);
+
+/* Even / odd lanes of the 2*MRT_VL floats lo:hi. */
+static inline MRT_TARGET FN(vf) FN(dw_even)(FN(vf) lo, FN(vf) hi) {
+#if defined(__clang__)
+    return __builtin_shufflevector(lo, hi, DW_EVEN_LANES);
+#else
+    return __builtin_shuffle(lo, hi, (FN(vi)){DW_EVEN_LANES});
+#endif
+}
+
+static inline MRT_TARGET FN(vf) FN(dw_odd)(FN(vf) lo, FN(vf) hi) {
+#if defined(__clang__)
+    return __builtin_shufflevector(lo, hi, DW_ODD_LANES);
+#else
+    return __builtin_shuffle(lo, hi, (FN(vi)){DW_ODD_LANES});
+#endif
+}
+
+/* Lanes l < MRT_VL of row[s * (ox + l) + off] from a plain band row (the
+ * generic path). */
+static inline MRT_TARGET FN(vf) FN(dw_taps)(const float *row, int ox, int off, int s) {
+    if (s == 1) return FN(vload)(row + ox + off);
+    if (s == 2) {
+        const float *p = row + 2 * ox + (off & ~1);
+        FN(vf) lo = FN(vload)(p), hi = FN(vload)(p + MRT_VL);
+        return (off & 1) ? FN(dw_odd)(lo, hi) : FN(dw_even)(lo, hi);
+    }
+    float g[MRT_VL];
+    for (int l = 0; l < MRT_VL; ++l) g[l] = row[(long)s * (ox + l) + off];
+    return FN(vload)(g);
+}
+
+/* Store the vector v at y; rows narrower than a vector (ow < MRT_VL) store
+ * only their ow lanes where a whole vector would run past the end of the
+ * work item (room < MRT_VL floats left). */
+static inline MRT_TARGET void FN(dw_store)(float *y, FN(vf) v, long room, int ow) {
+    if (room >= MRT_VL) {
+        FN(vstore)(y, v);
+        return;
+    }
+    float t[MRT_VL];
+    FN(vstore)(t, v);
+    for (int l = 0; l < ow; ++l) y[l] = t[l];
+}
+
+/* R output rows y[r * ow + ...] (r < R) from the band rows starting at `in`
+ * (the row of the top tap of output row 0), unrolled for constant K (= KH =
+ * KW), S (stride in both directions) and R; no dilation.  wv holds the K*K
+ * weights broadcast to vectors, bv the bias; rows_left is the number of rows
+ * from y to the end of the work item; half the offset of the odd columns in
+ * a split (S = 2) band row. */
+static DW_INLINE MRT_TARGET void FN(dw_block)(const float *in, long ps, long half, const FN(vf) *wv, FN(vf) bv,
+                                              float *y, int ow, int rows_left, const int K, const int S,
+                                              const int R) {
+    for (int ox0 = 0; ox0 < ow; ox0 += MRT_VL) {
+        const int ox = (ox0 + MRT_VL > ow && ow >= MRT_VL) ? ow - MRT_VL : ox0;
+        FN(vf) acc[DW_R1]; /* R <= DW_R1 */
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r] = bv;
+        /* input row j feeds output row r through kernel row j - r*S */
+#pragma GCC unroll 16
+        for (int j = 0; j < (R - 1) * S + K; ++j) {
+            const float *row = in + (long)j * ps + ox;
+            FN(vf) v[7]; /* K <= 7 */
+#pragma GCC unroll 8
+            for (int kx = 0; kx < K; ++kx) v[kx] = FN(vload)(S == 1 ? row + kx : row + (kx & 1) * half + (kx >> 1));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const int ky = j - r * S;
+                if (ky < 0 || ky >= K) continue;
+#pragma GCC unroll 8
+                for (int kx = 0; kx < K; ++kx) acc[r] += wv[ky * K + kx] * v[kx];
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) FN(dw_store)(y + (long)r * ow + ox, acc[r], (long)(rows_left - r) * ow - ox, ow);
+    }
+}
+
+/* Output rows [oy0, oy1) of one plane from its band (which starts at padded
+ * row oy0 * S), DW_R1 / DW_R2 rows at a time, then the remainder. */
+static DW_INLINE MRT_TARGET void FN(dw_band_fixed)(const FN(dw_args) *a, const float *band, const FN(vf) *wv,
+                                                   FN(vf) bv, float *yp, int oy0, int oy1, const int K, const int S) {
+    const int R = S == 1 ? DW_R1 : DW_R2;
+    const long ps = a->ps, half = ps / 2;
+    const int ow = a->ow;
+    int oy = oy0;
+    for (; oy + R <= oy1; oy += R)
+        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, half, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, R);
+    for (; oy < oy1; ++oy)
+        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, half, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, 1);
+}
+
+/* Any kernel size, stride and dilation, one output row at a time. */
+static MRT_TARGET void FN(dw_band_generic)(const FN(dw_args) *a, const float *band, const float *wk, float b,
+                                           float *yp, int oy0, int oy1) {
+    const long ps = a->ps;
+    const int ow = a->ow, kh = a->kh, kw = a->kw, sw = a->sw;
+    const FN(vf) zero = {0};
+    for (int oy = oy0; oy < oy1; ++oy) {
+        const float *in = band + (long)(oy - oy0) * a->sh * ps;
+        float *y = yp + (long)oy * ow;
+        for (int ox0 = 0; ox0 < ow; ox0 += MRT_VL) {
+            const int ox = (ox0 + MRT_VL > ow && ow >= MRT_VL) ? ow - MRT_VL : ox0;
+            FN(vf) acc = zero + b;
+            for (int ky = 0; ky < kh; ++ky) {
+                const float *row = in + (long)ky * a->dh * ps;
+                for (int kx = 0; kx < kw; ++kx) acc += wk[ky * kw + kx] * FN(dw_taps)(row, ox, kx * a->dw, sw);
+            }
+            FN(dw_store)(y + ox, acc, (long)(oy1 - oy) * ow - ox, ow);
+        }
+    }
+}
+
+/* One padded row of a plain band: dst[pl + ix] = src[ix] for ix < wd, with
+ * dst's margins already zero.  Whole vectors: a row narrower than a vector is
+ * copied with one store that runs into the right margin, which is zeroed
+ * again after it (that store may run into the next row, written later, or
+ * into the slack after the band). */
+static inline MRT_TARGET void FN(dw_copy_row)(const FN(dw_args) *a, float *dst, const float *src) {
+    const FN(vf) zero = {0};
+    const int wd = a->wd;
+    float *d = dst + a->pl;
+    if (wd >= MRT_VL) {
+        int j = 0;
+        for (; j + MRT_VL <= wd; j += MRT_VL) FN(vstore)(d + j, FN(vload)(src + j));
+        if (j < wd) FN(vstore)(d + wd - MRT_VL, FN(vload)(src + wd - MRT_VL));
+    } else if (src + MRT_VL <= a->x_end) {
+        FN(vstore)(d, FN(vload)(src));
+        FN(vstore)(d + wd, zero);
+    } else {
+        for (int j = 0; j < wd; ++j) d[j] = src[j];
+    }
+}
+
+/* One half of a split band row: dst[0:half] = the padded columns of one
+ * parity, i.e. zeros, then src[par], src[par + 2], ... (cnt of them) from
+ * index off, then zeros.  Stores are whole vectors in order; the last ones may
+ * run past dst + half (into the other half or the next row, written later,
+ * or the slack after the band). */
+static inline MRT_TARGET void FN(dw_split_half)(const FN(dw_args) *a, float *dst, long half, int off,
+                                                const float *src, int par, int cnt) {
+    const FN(vf) zero = {0};
+    for (int j = 0; j < off; j += MRT_VL) FN(vstore)(dst + j, zero);
+    const long span = 2L * ((cnt + MRT_VL - 1) / MRT_VL) * MRT_VL; /* floats of src the vector loop reads */
+    if (src + span <= a->x_end) {
+        for (int m = 0; m < cnt; m += MRT_VL) {
+            FN(vf) lo = FN(vload)(src + 2 * m), hi = FN(vload)(src + 2 * m + MRT_VL);
+            FN(vstore)(dst + off + m, par ? FN(dw_odd)(lo, hi) : FN(dw_even)(lo, hi));
+        }
+    } else { /* the last rows of the input */
+        for (int m = 0; m < cnt; ++m) dst[off + m] = src[2 * m + par];
+    }
+    for (long j = off + cnt; j < half; j += MRT_VL) FN(vstore)(dst + j, zero);
+}
+
+/* Zero the margins (padded columns outside [pl, pl + wd)) of a plain band's
+ * rows; the input copies never write there (split bands are rewritten whole). */
+static MRT_TARGET void FN(dw_zero_margins)(const FN(dw_args) *a, float *band, int rows) {
+    const FN(vf) zero = {0};
+    const long ps = a->ps;
+    for (int i = 0; i < rows; ++i) {
+        float *dst = band + (long)i * ps;
+        for (int j = 0; j < a->pl; j += MRT_VL) FN(vstore)(dst + j, zero);
+        for (long j = a->pl + a->wd; j < ps; j += MRT_VL) FN(vstore)(dst + j, zero);
+    }
+}
+
+/* Padded rows [r0, r1) of plane xp into the band: band[i][pl + ix] =
+ * x[r0 + i - pt][ix], zero elsewhere.  A split band row holds the even padded
+ * columns, then (from half) the odd ones: padded column pl + ix is input
+ * column ix, so the even half starts with ceil(pl / 2) zeros and then takes
+ * the input columns of parity pl & 1, the odd half floor(pl / 2) zeros and the
+ * other parity. */
+static MRT_TARGET void FN(dw_fill_band)(const FN(dw_args) *a, const float *xp, int r0, int r1, float *band) {
+    const FN(vf) zero = {0};
+    const long ps = a->ps, half = ps / 2;
+    const int wd = a->wd, pl = a->pl, par = pl & 1;
+    for (int i = 0; i < r1 - r0; ++i) {
+        float *dst = band + (long)i * ps;
+        const int iy = r0 + i - a->pt;
+        if (iy < 0 || iy >= a->h) { /* a row of vertical padding */
+            if (a->split) {
+                for (long j = 0; j < ps; j += MRT_VL) FN(vstore)(dst + j, zero);
+            } else {
+                for (long j = pl; j < pl + wd; j += MRT_VL) FN(vstore)(dst + j, zero);
+            }
+            continue;
+        }
+        const float *src = xp + (long)iy * wd;
+        if (a->split) {
+            FN(dw_split_half)(a, dst, half, (pl + 1) / 2, src, par, (wd - par + 1) / 2);
+            FN(dw_split_half)(a, dst + half, half, pl / 2, src, 1 - par, (wd - (1 - par) + 1) / 2);
+        } else {
+            FN(dw_copy_row)(a, dst, src);
+        }
+    }
+}
+
+/* Output rows [oy0, oy1) of work item p, from its band. */
+static MRT_TARGET void FN(dw_item)(const FN(dw_args) *a, long p, const float *band, FN(vf) *wv) {
+    const int kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
+    const long plane = p / a->nbands;
+    const int ch = (int)(plane % a->c);
+    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const int oy1 = oy0 + a->band_rows < oh ? oy0 + a->band_rows : oh;
+    const float *wk = a->w + (long)ch * kh * kw;
+    float *yp = a->y + plane * oh * ow;
+    const float b = a->bias ? a->bias[ch] : 0.0f;
+    const FN(vf) zero = {0};
+    if (!a->fixed) {
+        FN(dw_band_generic)(a, band, wk, b, yp, oy0, oy1);
+    } else {
+        for (int i = 0; i < kh * kw; ++i) wv[i] = zero + wk[i];
+        const FN(vf) bv = zero + b;
+        switch (kh * 10 + a->sh) {
+        case 31: FN(dw_band_fixed)(a, band, wv, bv, yp, oy0, oy1, 3, 1); break;
+        case 32: FN(dw_band_fixed)(a, band, wv, bv, yp, oy0, oy1, 3, 2); break;
+        case 51: FN(dw_band_fixed)(a, band, wv, bv, yp, oy0, oy1, 5, 1); break;
+        case 52: FN(dw_band_fixed)(a, band, wv, bv, yp, oy0, oy1, 5, 2); break;
+        case 71: FN(dw_band_fixed)(a, band, wv, bv, yp, oy0, oy1, 7, 1); break;
+        default: FN(dw_band_fixed)(a, band, wv, bv, yp, oy0, oy1, 7, 2); break;
+        }
+    }
+    if (a->act) FN(act_row)(yp + (long)oy0 * ow, (long)(oy1 - oy0) * ow, a->act, a->a0, a->a1);
+}
+
+/* Fill the band of work item p (its input rows) into band. */
+static inline MRT_TARGET void FN(dw_fill_item)(const FN(dw_args) *a, long p, float *band) {
+    const long plane = p / a->nbands;
+    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const int oy1 = oy0 + a->band_rows < a->oh ? oy0 + a->band_rows : a->oh;
+    FN(dw_fill_band)(a, a->x + plane * a->h * a->wd, oy0 * a->sh, (oy1 - 1) * a->sh + (a->kh - 1) * a->dh + 1, band);
+}
+
+/* Two bands: item p + 1 is copied in while item p is computed from the band
+ * filled one item earlier.  Reading a band right after filling it stalls on
+ * small planes: the loads straddle stores still in flight, which cannot be
+ * forwarded. */
+static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
+    const FN(dw_args) *a = (const FN(dw_args) *)ctx;
+    const int band_in_rows = (a->band_rows - 1) * a->sh + (a->kh - 1) * a->dh + 1;
+    const long band_floats = (long)band_in_rows * a->ps + 2 * MRT_VL; /* with slack for spilled stores */
+    float *bands = (float *)mrt_pack_buffer(sizeof(float) * 2 * (size_t)band_floats);
+    if (!bands) return;
+    if (!a->split) {
+        FN(dw_zero_margins)(a, bands, band_in_rows);
+        FN(dw_zero_margins)(a, bands + band_floats, band_in_rows);
+    }
+    FN(vf) wv[49];
+    FN(dw_fill_item)(a, begin, bands);
+    for (long p = begin; p < end; ++p) {
+        if (p + 1 < end) FN(dw_fill_item)(a, p + 1, bands + ((p + 1 - begin) & 1) * band_floats);
+        FN(dw_item)(a, p, bands + ((p - begin) & 1) * band_floats, wv);
+    }
+}
+
+static void FN(dwconv2d)(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
+                         int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act,
+                         float a0, float a1, int nthreads) {
+    if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
+    const long planes = (long)n * c;
+    FN(dw_args) a = {x, w, bias, y, x + planes * h * wd, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1,
+                     0, 0, 0, 0, 0};
+    a.fixed = kh == kw && (kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
+    a.split = a.fixed && sh == 2;
+    const long widest = ow > MRT_VL ? ow : MRT_VL;
+    long ps;
+    if (a.split) { /* each half: the taps of the last output vector, and half the padded input row */
+        long half = widest + (kw - 1) / 2;
+        if (half < ((long)pl + wd + 1) / 2) half = ((long)pl + wd + 1) / 2;
+        half = (half + MRT_VL - 1) / MRT_VL * MRT_VL;
+        ps = 2 * half;
+    } else { /* the input at column pl, and whole-vector reads at the last output column */
+        ps = (long)sw * widest + (long)(kw - 1) * dw + 1;
+        if (ps < (long)pl + wd) ps = (long)pl + wd;
+        ps = (ps + MRT_VL - 1) / MRT_VL * MRT_VL;
+    }
+    a.ps = ps;
+    /* bands of output rows whose padded input fits DW_BAND_FLOATS (at least one block of rows) ... */
+    long band = ((long)DW_BAND_FLOATS / ps - (long)(kh - 1) * dh) / sh;
+    if (band < DW_R1) band = DW_R1;
+    if (band > oh) band = oh;
+    /* ... and, with few planes, enough bands for every thread (the result does not depend on the split) */
+    if (nthreads > 1 && planes < 4L * nthreads) {
+        long per_plane = (4L * nthreads + planes - 1) / planes;
+        long rows = (oh + per_plane - 1) / per_plane;
+        if (rows < band) band = rows;
+    }
+    a.band_rows = (int)band;
+    a.nbands = (int)((oh + band - 1) / band);
+    mrt_parallel_for(planes * a.nbands, band * ow * kh * kw, nthreads, FN(dw_task), &a);
+}
+
+#undef DW_EVEN_LANES
+#undef DW_ODD_LANES
+#undef DW_R1
+#undef DW_R2
+#undef DW_BAND_FLOATS
+#undef DW_INLINE
