@@ -12,16 +12,18 @@
  *     compute loops have no border logic whatever the padding.  Every padded
  *     row is long enough for whole-vector reads at the last output column.
  *     The margins are zeroed once per task; a plane only rewrites the input
- *     columns (and whole rows of vertical padding).
+ *     columns (and whole rows of vertical padding).  Two bands alternate:
+ *     the next plane is copied while the previous one is computed.
  *  2. Output rows are computed DW_R1 (stride 1) or DW_R2 (stride 2) at a time
  *     straight from the band: each input row's tap vectors are loaded once and
  *     multiplied into every output row of the block that uses them (3x3
  *     stride 1: 6 rows x 3 loads for 4 output vectors instead of 4 x 9).
  *     Kernels of 3x3, 5x5 and 7x7 with stride 1 or 2 and no dilation get
- *     this unrolled code (weights in registers); for stride 2 the band rows
- *     are stored de-interleaved, even padded columns then odd ones (two-source
- *     shuffles, once per input element), so every tap is a unit-stride load.
- *     Any other shape takes a generic row loop over a plain band.
+ *     this unrolled code (weights in registers); any other shape takes a
+ *     generic row loop over the same band.  Stride 2 loads two vectors and
+ *     de-interleaves their even and odd columns with one in-lane shuffle
+ *     each (see DW_EVEN_LANES), so its accumulators hold the output columns
+ *     in a permuted order that one shuffle puts right before the store.
  *  3. Bias is the accumulators' start; the activation runs over each block
  *     of rows once stored (still in L1).
  *
@@ -33,15 +35,21 @@
  * last rows) are the lanes copied one by one.
  */
 
+/* Lane indices.  DW_EVEN_LANES / DW_ODD_LANES pick the even / odd floats of
+ * two vectors lo:hi (indices into their 2*MRT_VL lanes) the way one in-lane
+ * shuffle does (SSE/NEON: exactly; AVX2 vshufps works within 128-bit halves,
+ * so output columns come out as 0 1 4 5 2 3 6 7); DW_UNPERM_LANES puts them
+ * back in order (it is its own inverse). */
 #if MRT_VL == 4
+#define DW_LANES 0, 1, 2, 3
 #define DW_EVEN_LANES 0, 2, 4, 6
 #define DW_ODD_LANES 1, 3, 5, 7
+#define DW_UNPERM_LANES 0, 1, 2, 3
 #elif MRT_VL == 8
-#define DW_EVEN_LANES 0, 2, 4, 6, 8, 10, 12, 14
-#define DW_ODD_LANES 1, 3, 5, 7, 9, 11, 13, 15
-#elif MRT_VL == 16
-#define DW_EVEN_LANES 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
-#define DW_ODD_LANES 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#define DW_LANES 0, 1, 2, 3, 4, 5, 6, 7
+#define DW_EVEN_LANES 0, 2, 8, 10, 4, 6, 12, 14
+#define DW_ODD_LANES 1, 3, 9, 11, 5, 7, 13, 15
+#define DW_UNPERM_LANES 0, 1, 4, 5, 2, 3, 6, 7
 #else
 #error "dwconv_impl.h: unsupported MRT_VL"
 #endif
@@ -62,13 +70,12 @@ typedef struct {
     int c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
     float a0, a1;
     int fixed;      /* 3x3, 5x5 or 7x7, stride 1 or 2 in both directions, no dilation: unrolled code */
-    int split;      /* fixed with stride 2: band rows stored as even columns, then odd ones */
     long ps;        /* row stride of the band (a multiple of MRT_VL) */
     int band_rows;  /* output rows per work item (the last band of a plane may have fewer) */
     int nbands;     /* bands per plane */
 } FN(dw_args);
 
-/* Even / odd lanes of the 2*MRT_VL floats lo:hi. */
+/* Even / odd floats of lo:hi, in the lane order of DW_EVEN_LANES. */
 static inline MRT_TARGET FN(vf) FN(dw_even)(FN(vf) lo, FN(vf) hi) {
 #if defined(__clang__)
     return __builtin_shufflevector(lo, hi, DW_EVEN_LANES);
@@ -85,8 +92,19 @@ static inline MRT_TARGET FN(vf) FN(dw_odd)(FN(vf) lo, FN(vf) hi) {
 #endif
 }
 
-/* Lanes l < MRT_VL of row[s * (ox + l) + off] from a plain band row (the
- * generic path). */
+/* Output columns in order again after stride-2 taps. */
+static inline MRT_TARGET FN(vf) FN(dw_unperm)(FN(vf) v) {
+#if defined(__clang__)
+    return __builtin_shufflevector(v, v, DW_UNPERM_LANES);
+#else
+    return __builtin_shuffle(v, (FN(vi)){DW_UNPERM_LANES});
+#endif
+}
+
+/* The tap at padded column offset off for output columns ox.. of one band
+ * row: lanes l < MRT_VL of row[s * (ox + l) + off].  Stride 2 returns them in
+ * the permuted order (dw_unperm restores it); constant s and off (the unrolled
+ * kernels) fold the branches away and share the loads of neighbouring taps. */
 static inline MRT_TARGET FN(vf) FN(dw_taps)(const float *row, int ox, int off, int s) {
     if (s == 1) return FN(vload)(row + ox + off);
     if (s == 2) {
@@ -116,11 +134,9 @@ static inline MRT_TARGET void FN(dw_store)(float *y, FN(vf) v, long room, int ow
  * (the row of the top tap of output row 0), unrolled for constant K (= KH =
  * KW), S (stride in both directions) and R; no dilation.  wv holds the K*K
  * weights broadcast to vectors, bv the bias; rows_left is the number of rows
- * from y to the end of the work item; half the offset of the odd columns in
- * a split (S = 2) band row. */
-static DW_INLINE MRT_TARGET void FN(dw_block)(const float *in, long ps, long half, const FN(vf) *wv, FN(vf) bv,
-                                              float *y, int ow, int rows_left, const int K, const int S,
-                                              const int R) {
+ * from y to the end of the work item. */
+static DW_INLINE MRT_TARGET void FN(dw_block)(const float *in, long ps, const FN(vf) *wv, FN(vf) bv, float *y,
+                                              int ow, int rows_left, const int K, const int S, const int R) {
     for (int ox0 = 0; ox0 < ow; ox0 += MRT_VL) {
         const int ox = (ox0 + MRT_VL > ow && ow >= MRT_VL) ? ow - MRT_VL : ox0;
         FN(vf) acc[DW_R1]; /* R <= DW_R1 */
@@ -129,10 +145,10 @@ static DW_INLINE MRT_TARGET void FN(dw_block)(const float *in, long ps, long hal
         /* input row j feeds output row r through kernel row j - r*S */
 #pragma GCC unroll 16
         for (int j = 0; j < (R - 1) * S + K; ++j) {
-            const float *row = in + (long)j * ps + ox;
+            const float *row = in + (long)j * ps;
             FN(vf) v[7]; /* K <= 7 */
 #pragma GCC unroll 8
-            for (int kx = 0; kx < K; ++kx) v[kx] = FN(vload)(S == 1 ? row + kx : row + (kx & 1) * half + (kx >> 1));
+            for (int kx = 0; kx < K; ++kx) v[kx] = FN(dw_taps)(row, ox, kx, S);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
                 const int ky = j - r * S;
@@ -142,7 +158,9 @@ static DW_INLINE MRT_TARGET void FN(dw_block)(const float *in, long ps, long hal
             }
         }
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) FN(dw_store)(y + (long)r * ow + ox, acc[r], (long)(rows_left - r) * ow - ox, ow);
+        for (int r = 0; r < R; ++r)
+            FN(dw_store)(y + (long)r * ow + ox, S == 2 ? FN(dw_unperm)(acc[r]) : acc[r], (long)(rows_left - r) * ow - ox,
+                         ow);
     }
 }
 
@@ -151,13 +169,13 @@ static DW_INLINE MRT_TARGET void FN(dw_block)(const float *in, long ps, long hal
 static DW_INLINE MRT_TARGET void FN(dw_band_fixed)(const FN(dw_args) *a, const float *band, const FN(vf) *wv,
                                                    FN(vf) bv, float *yp, int oy0, int oy1, const int K, const int S) {
     const int R = S == 1 ? DW_R1 : DW_R2;
-    const long ps = a->ps, half = ps / 2;
+    const long ps = a->ps;
     const int ow = a->ow;
     int oy = oy0;
     for (; oy + R <= oy1; oy += R)
-        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, half, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, R);
+        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, R);
     for (; oy < oy1; ++oy)
-        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, half, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, 1);
+        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, 1);
 }
 
 /* Any kernel size, stride and dilation, one output row at a time. */
@@ -176,93 +194,60 @@ static MRT_TARGET void FN(dw_band_generic)(const FN(dw_args) *a, const float *ba
                 const float *row = in + (long)ky * a->dh * ps;
                 for (int kx = 0; kx < kw; ++kx) acc += wk[ky * kw + kx] * FN(dw_taps)(row, ox, kx * a->dw, sw);
             }
-            FN(dw_store)(y + ox, acc, (long)(oy1 - oy) * ow - ox, ow);
+            FN(dw_store)(y + ox, sw == 2 ? FN(dw_unperm)(acc) : acc, (long)(oy1 - oy) * ow - ox, ow);
         }
     }
 }
 
-/* One padded row of a plain band: dst[pl + ix] = src[ix] for ix < wd, with
- * dst's margins already zero.  Whole vectors: a row narrower than a vector is
- * copied with one store that runs into the right margin, which is zeroed
- * again after it (that store may run into the next row, written later, or
- * into the slack after the band). */
-static inline MRT_TARGET void FN(dw_copy_row)(const FN(dw_args) *a, float *dst, const float *src) {
+/* The first n lanes of v, zeros in the others (n < MRT_VL). */
+static inline MRT_TARGET FN(vf) FN(dw_first)(FN(vf) v, int n) {
+    const FN(vi) lane = {DW_LANES}, zi = {0};
     const FN(vf) zero = {0};
-    const int wd = a->wd;
-    float *d = dst + a->pl;
-    if (wd >= MRT_VL) {
-        int j = 0;
-        for (; j + MRT_VL <= wd; j += MRT_VL) FN(vstore)(d + j, FN(vload)(src + j));
-        if (j < wd) FN(vstore)(d + wd - MRT_VL, FN(vload)(src + wd - MRT_VL));
-    } else if (src + MRT_VL <= a->x_end) {
-        FN(vstore)(d, FN(vload)(src));
-        FN(vstore)(d + wd, zero);
-    } else {
-        for (int j = 0; j < wd; ++j) d[j] = src[j];
-    }
+    return FN(vsel)(lane < zi + n, v, zero);
 }
 
-/* One half of a split band row: dst[0:half] = the padded columns of one
- * parity, i.e. zeros, then src[par], src[par + 2], ... (cnt of them) from
- * index off, then zeros.  Stores are whole vectors in order; the last ones may
- * run past dst + half (into the other half or the next row, written later,
- * or the slack after the band). */
-static inline MRT_TARGET void FN(dw_split_half)(const FN(dw_args) *a, float *dst, long half, int off,
-                                                const float *src, int par, int cnt) {
-    const FN(vf) zero = {0};
-    for (int j = 0; j < off; j += MRT_VL) FN(vstore)(dst + j, zero);
-    const long span = 2L * ((cnt + MRT_VL - 1) / MRT_VL) * MRT_VL; /* floats of src the vector loop reads */
-    if (src + span <= a->x_end) {
-        for (int m = 0; m < cnt; m += MRT_VL) {
-            FN(vf) lo = FN(vload)(src + 2 * m), hi = FN(vload)(src + 2 * m + MRT_VL);
-            FN(vstore)(dst + off + m, par ? FN(dw_odd)(lo, hi) : FN(dw_even)(lo, hi));
-        }
-    } else { /* the last rows of the input */
-        for (int m = 0; m < cnt; ++m) dst[off + m] = src[2 * m + par];
-    }
-    for (long j = off + cnt; j < half; j += MRT_VL) FN(vstore)(dst + j, zero);
-}
-
-/* Zero the margins (padded columns outside [pl, pl + wd)) of a plain band's
- * rows; the input copies never write there (split bands are rewritten whole). */
+/* A band is zero outside the input columns [pl, pl + wd) of its rows: the
+ * margins are zeroed once per task, and the copies store input columns and
+ * zeros only (whole vectors, lanes past the input masked to zero; such a
+ * store may run into the next row, which is written after it, or into the
+ * slack after the band). */
 static MRT_TARGET void FN(dw_zero_margins)(const FN(dw_args) *a, float *band, int rows) {
     const FN(vf) zero = {0};
     const long ps = a->ps;
     for (int i = 0; i < rows; ++i) {
         float *dst = band + (long)i * ps;
-        for (int j = 0; j < a->pl; j += MRT_VL) FN(vstore)(dst + j, zero);
-        for (long j = a->pl + a->wd; j < ps; j += MRT_VL) FN(vstore)(dst + j, zero);
+        for (long j = 0; j < a->pl; j += MRT_VL) FN(vstore)(dst + j, zero);
+        for (long j = (long)a->pl + a->wd; j < ps; j += MRT_VL) FN(vstore)(dst + j, zero);
+    }
+}
+
+/* dst[pl + ix] = src[ix], ix < wd. */
+static inline MRT_TARGET void FN(dw_copy_row)(const FN(dw_args) *a, float *dst, const float *src) {
+    const int wd = a->wd;
+    float *d = dst + a->pl;
+    if (wd >= MRT_VL) {
+        int j = 0;
+        for (; j + MRT_VL <= wd; j += MRT_VL) FN(vstore)(d + j, FN(vload)(src + j));
+        if (j < wd) FN(vstore)(d + wd - MRT_VL, FN(vload)(src + wd - MRT_VL)); /* overlaps the previous store */
+    } else if (src + MRT_VL <= a->x_end) {
+        FN(vstore)(d, FN(dw_first)(FN(vload)(src), wd));
+    } else { /* the last row of the input: do not read past it */
+        for (int j = 0; j < wd; ++j) d[j] = src[j];
     }
 }
 
 /* Padded rows [r0, r1) of plane xp into the band: band[i][pl + ix] =
- * x[r0 + i - pt][ix], zero elsewhere.  A split band row holds the even padded
- * columns, then (from half) the odd ones: padded column pl + ix is input
- * column ix, so the even half starts with ceil(pl / 2) zeros and then takes
- * the input columns of parity pl & 1, the odd half floor(pl / 2) zeros and the
- * other parity. */
+ * x[r0 + i - pt][ix]. */
 static MRT_TARGET void FN(dw_fill_band)(const FN(dw_args) *a, const float *xp, int r0, int r1, float *band) {
     const FN(vf) zero = {0};
-    const long ps = a->ps, half = ps / 2;
-    const int wd = a->wd, pl = a->pl, par = pl & 1;
     for (int i = 0; i < r1 - r0; ++i) {
-        float *dst = band + (long)i * ps;
+        float *dst = band + (long)i * a->ps;
         const int iy = r0 + i - a->pt;
         if (iy < 0 || iy >= a->h) { /* a row of vertical padding */
-            if (a->split) {
-                for (long j = 0; j < ps; j += MRT_VL) FN(vstore)(dst + j, zero);
-            } else {
-                for (long j = pl; j < pl + wd; j += MRT_VL) FN(vstore)(dst + j, zero);
-            }
+            for (long j = a->pl; j < (long)a->pl + a->wd; j += MRT_VL) FN(vstore)(dst + j, zero);
             continue;
         }
-        const float *src = xp + (long)iy * wd;
-        if (a->split) {
-            FN(dw_split_half)(a, dst, half, (pl + 1) / 2, src, par, (wd - par + 1) / 2);
-            FN(dw_split_half)(a, dst + half, half, pl / 2, src, 1 - par, (wd - (1 - par) + 1) / 2);
-        } else {
-            FN(dw_copy_row)(a, dst, src);
-        }
+        FN(dw_copy_row)(a, dst, xp + (long)iy * a->wd);
     }
 }
 
@@ -312,10 +297,8 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
     const long band_floats = (long)band_in_rows * a->ps + 2 * MRT_VL; /* with slack for spilled stores */
     float *bands = (float *)mrt_pack_buffer(sizeof(float) * 2 * (size_t)band_floats);
     if (!bands) return;
-    if (!a->split) {
-        FN(dw_zero_margins)(a, bands, band_in_rows);
-        FN(dw_zero_margins)(a, bands + band_floats, band_in_rows);
-    }
+    FN(dw_zero_margins)(a, bands, band_in_rows);
+    FN(dw_zero_margins)(a, bands + band_floats, band_in_rows);
     FN(vf) wv[49];
     FN(dw_fill_item)(a, begin, bands);
     for (long p = begin; p < end; ++p) {
@@ -330,21 +313,14 @@ static void FN(dwconv2d)(const float *x, const float *w, const float *bias, floa
     if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
     const long planes = (long)n * c;
     FN(dw_args) a = {x, w, bias, y, x + planes * h * wd, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1,
-                     0, 0, 0, 0, 0};
+                     0, 0, 0, 0};
     a.fixed = kh == kw && (kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
-    a.split = a.fixed && sh == 2;
+    /* a padded row: the input at column pl, and whole-vector reads at the last output column
+     * (stride 2 reads two vectors from 2 * ox + even offset) */
     const long widest = ow > MRT_VL ? ow : MRT_VL;
-    long ps;
-    if (a.split) { /* each half: the taps of the last output vector, and half the padded input row */
-        long half = widest + (kw - 1) / 2;
-        if (half < ((long)pl + wd + 1) / 2) half = ((long)pl + wd + 1) / 2;
-        half = (half + MRT_VL - 1) / MRT_VL * MRT_VL;
-        ps = 2 * half;
-    } else { /* the input at column pl, and whole-vector reads at the last output column */
-        ps = (long)sw * widest + (long)(kw - 1) * dw + 1;
-        if (ps < (long)pl + wd) ps = (long)pl + wd;
-        ps = (ps + MRT_VL - 1) / MRT_VL * MRT_VL;
-    }
+    long ps = (long)sw * widest + (long)(kw - 1) * dw + 1;
+    if (ps < (long)pl + wd) ps = (long)pl + wd;
+    ps = (ps + MRT_VL - 1) / MRT_VL * MRT_VL;
     a.ps = ps;
     /* bands of output rows whose padded input fits DW_BAND_FLOATS (at least one block of rows) ... */
     long band = ((long)DW_BAND_FLOATS / ps - (long)(kh - 1) * dh) / sh;
@@ -361,8 +337,10 @@ static void FN(dwconv2d)(const float *x, const float *w, const float *bias, floa
     mrt_parallel_for(planes * a.nbands, band * ow * kh * kw, nthreads, FN(dw_task), &a);
 }
 
+#undef DW_LANES
 #undef DW_EVEN_LANES
 #undef DW_ODD_LANES
+#undef DW_UNPERM_LANES
 #undef DW_R1
 #undef DW_R2
 #undef DW_BAND_FLOATS
