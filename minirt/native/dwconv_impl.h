@@ -37,9 +37,9 @@
 
 /* Lane indices.  DW_EVEN_LANES / DW_ODD_LANES pick the even / odd floats of
  * two vectors lo:hi (indices into their 2*MRT_VL lanes) the way one in-lane
- * shuffle does (SSE/NEON: exactly; AVX2 vshufps works within 128-bit halves,
- * so output columns come out as 0 1 4 5 2 3 6 7); DW_UNPERM_LANES puts them
- * back in order (it is its own inverse). */
+ * shuffle (vshufps) does: within each 128-bit block, so the output columns
+ * come out as 0 1 4 5 2 3 6 7 with 8 lanes and 0 1 8 9 2 3 10 11 ... with 16
+ * (in order with 4); DW_UNPERM_LANES puts them back in order. */
 #if MRT_VL == 4
 #define DW_LANES 0, 1, 2, 3
 #define DW_EVEN_LANES 0, 2, 4, 6
@@ -50,6 +50,11 @@
 #define DW_EVEN_LANES 0, 2, 8, 10, 4, 6, 12, 14
 #define DW_ODD_LANES 1, 3, 9, 11, 5, 7, 13, 15
 #define DW_UNPERM_LANES 0, 1, 4, 5, 2, 3, 6, 7
+#elif MRT_VL == 16
+#define DW_LANES 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+#define DW_EVEN_LANES 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30
+#define DW_ODD_LANES 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31
+#define DW_UNPERM_LANES 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15
 #else
 #error "dwconv_impl.h: unsupported MRT_VL"
 #endif
