@@ -1,8 +1,8 @@
 /* Depthwise 2-D convolution (group == channels, one KHxKW filter per
- * channel), compiled once per instruction set by kernels.c (baseline and
- * AVX2).  It is included after kernels_impl.h (act_row) and gemm_impl.h, whose
- * vector type FN(vf) (MRT_VL floats), FN(vi) and FN(vload) / FN(vstore) it
- * uses.
+ * channel), compiled once per instruction set by kernels.c (baseline, AVX2,
+ * AVX-512; which one runs: dwconv2d_avx512_dispatch there).  It is included
+ * after kernels_impl.h (act_row) and gemm_impl.h, whose vector type FN(vf)
+ * (MRT_VL floats), FN(vi), FN(vload) / FN(vstore) and FN(vsel) it uses.
  *
  * The layout stays NCHW and vectors run along the output columns of a row.
  * One work item is a band of output rows of one plane (channel of one image):
@@ -60,9 +60,9 @@
 #error "dwconv_impl.h: unsupported MRT_VL"
 #endif
 
-/* Output rows computed together (stride 1 shares kh-1 of the kh input rows of
- * neighbouring output rows, stride 2 (kh-1)/2; 2 rows at stride 2 measured
- * ~5% slower). */
+/* Output rows computed together (neighbouring output rows share kh - 1 of
+ * their kh input rows at stride 1, kh - 2 at stride 2; 2 rows at stride 2
+ * measured ~5% slower). */
 #define DW_R 4
 /* Floats of padded input per band: a band stays in L1 while it is used. */
 #define DW_BAND_FLOATS 8192
