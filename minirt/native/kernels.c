@@ -234,6 +234,7 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #define MRT_VL 4
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -247,12 +248,14 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #define MRT_VL 8
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
 #undef MRT_CHUNK
 
-/* AVX-512: only the GEMM differs (the other kernels use the AVX2 copies). */
+/* AVX-512: the GEMM and the depthwise conv (large kernels only, see
+ * dwconv2d_avx512_dispatch) differ; the other kernels use the AVX2 copies. */
 #define MRT_SUFFIX _avx512
 #define MRT_TARGET __attribute__((target("avx512f,avx2,fma")))
 static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act, float a0, float a1) {
@@ -261,6 +264,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #define MRT_VL 16
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -281,10 +285,25 @@ typedef struct {
                   const float *, int, const float *, long, long, int, float, float, int);
 } mrt_impl;
 
+#ifdef MRT_HAVE_AVX2_BUILD
+/* Depthwise at the AVX-512 level: 16-float rows pay where the work per output
+ * is large (5x5 and up: 1.2-1.3x faster than AVX2 here); 3x3 layers are bound
+ * by copies and per-row costs, and with outputs narrower than 16 columns half
+ * a vector is wasted, so they keep the AVX2 code (docs/decisions.md, D-dw). */
+static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float *bias, float *y, int n, int c, int h,
+                                     int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh,
+                                     int ow, int act, float a0, float a1, int nthreads) {
+    if (kh * kw >= 25)
+        dwconv2d_avx512(x, w, bias, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
+    else
+        dwconv2d_avx2(x, w, bias, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
+}
+#endif
+
 static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base};
 #ifdef MRT_HAVE_AVX2_BUILD
 static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2};
-static const mrt_impl impl_avx512 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512};
+static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512};
 #endif
 
 static const mrt_impl *impl = &impl_base;

@@ -1,0 +1,178 @@
+"""The native depthwise convolution (minirt/native/dwconv_impl.h) against a direct numpy reference.
+
+The kernel has an unrolled path (3x3, 5x5, 7x7; stride 1 or 2; no dilation), a
+generic path (everything else), a stride-2 band stored de-interleaved, rows
+narrower than a vector, bands of rows split over threads when planes are few,
+and fused activations; each case runs on every ISA level this CPU has and with
+1-3 threads.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from minirt import native
+from minirt.kernels import nn
+from tests.native.conftest import requires_native
+
+pytestmark = requires_native
+
+RTOL, ATOL = 1e-5, 1e-5
+
+
+def reference_depthwise(x, w, b, stride, pads, dilation):
+    """Direct depthwise convolution: zero-pad, then sum tap-shifted strided views."""
+    n, c, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    (sh, sw), (dh, dw) = stride, dilation
+    pt, pl, pb, pr = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    y = np.zeros((n, c, oh, ow))
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dh, kx * dw
+            tap = xp[:, :, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw]
+            y += tap * w[:, 0, ky, kx].astype(np.float64)[None, :, None, None]
+    if b is not None:
+        y += b.astype(np.float64)[None, :, None, None]
+    return y
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+# (name, native code, a0, a1, numpy function)
+ACTIVATIONS = [
+    ("none", 0, 0.0, 0.0, lambda v: v),
+    ("relu", 1, 0.0, 0.0, lambda v: np.maximum(v, 0.0)),
+    ("clip", 2, -0.5, 2.0, lambda v: np.clip(v, -0.5, 2.0)),
+    ("leaky", 3, 0.1, 0.0, lambda v: np.where(v < 0, 0.1 * v, v)),
+    ("sigmoid", 4, 0.0, 0.0, _sigmoid),
+    ("silu", 5, 0.0, 0.0, lambda v: v * _sigmoid(v)),
+    ("hardsigmoid", 6, 0.2, 0.5, lambda v: np.clip(0.2 * v + 0.5, 0.0, 1.0)),
+    ("hardswish", 7, 0.0, 0.0, lambda v: v * np.clip(v / 6.0 + 0.5, 0.0, 1.0)),
+    ("gelu", 8, 0.0, 0.0, np.vectorize(lambda v: 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))))),
+]
+
+CASES = [
+    # (N, C, H, W, k, stride, pads (top, left, bottom, right), dilation)
+    (1, 3, 16, 16, 3, 1, (1, 1, 1, 1), 1),
+    (1, 3, 16, 16, 3, 2, (1, 1, 1, 1), 1),
+    (1, 2, 20, 20, 5, 1, (2, 2, 2, 2), 1),
+    (1, 2, 21, 19, 5, 2, (2, 2, 2, 2), 1),
+    (1, 2, 15, 15, 7, 1, (3, 3, 3, 3), 1),
+    (1, 2, 17, 17, 7, 2, (3, 3, 3, 3), 1),
+    (2, 3, 12, 13, 3, 1, (2, 2, 2, 2), 2),  # dilated: generic path
+    (1, 2, 19, 23, 3, 2, (2, 2, 2, 2), 2),  # dilated stride 2
+    (1, 3, 9, 10, 3, 3, (1, 1, 1, 1), 1),  # stride 3
+    (1, 2, 10, 12, 3, 1, (0, 1, 2, 0), 1),  # asymmetric pads
+    (1, 2, 11, 12, 3, 2, (0, 0, 1, 1), 1),  # TF SAME, stride 2
+    (1, 2, 11, 13, 5, 2, (1, 2, 2, 1), 1),  # odd left pad: the split band starts with the other parity
+    (1, 2, 9, 14, 3, 2, (0, 3, 0, 0), 1),  # left pad only, larger than one
+    (2, 5, 7, 1, 3, 1, (1, 1, 1, 1), 1),  # width 1
+    (1, 4, 6, 2, 3, 2, (1, 1, 1, 1), 1),  # width 2
+    (1, 4, 5, 3, 3, 1, (1, 1, 1, 1), 1),  # width 3
+    (1, 3, 15, 15, 3, 1, (1, 1, 1, 1), 1),
+    (1, 3, 17, 17, 3, 2, (1, 1, 1, 1), 1),
+    (1, 3, 9, 33, 5, 1, (2, 2, 2, 2), 1),
+    (1, 2, 9, 33, 3, 2, (1, 1, 1, 1), 1),
+    (3, 4, 2, 2, 3, 1, (1, 1, 1, 1), 1),  # tiny planes, batch 3
+    (1, 2, 1, 1, 5, 1, (2, 2, 2, 2), 1),  # a single pixel, 5x5
+    (1, 2, 4, 4, 7, 2, (3, 3, 3, 3), 1),  # kernel larger than the input
+    (1, 3, 8, 9, 2, 1, (0, 0, 1, 1), 1),  # even kernel (generic)
+    (1, 2, 9, 9, 3, 1, (0, 0, 0, 0), 1),  # no padding
+    (1, 1, 70, 40, 3, 1, (1, 1, 1, 1), 1),  # one plane: bands of rows split over threads
+    (1, 1, 300, 90, 3, 2, (1, 1, 1, 1), 1),  # padded plane above one band: several bands per plane
+    (2, 16, 14, 14, 3, 1, (1, 1, 1, 1), 1),
+    (1, 16, 14, 14, 3, 2, (1, 1, 1, 1), 1),
+    (1, 8, 7, 7, 3, 1, (1, 1, 1, 1), 1),
+]
+
+
+def _out_shape(case):
+    n, c, h, w, k, s, (pt, pl, pb, pr), d = case
+    return n, c, (h + pt + pb - (k - 1) * d - 1) // s + 1, (w + pl + pr - (k - 1) * d - 1) // s + 1
+
+
+def _inputs(case, seed=0):
+    n, c, h, w, k = case[:5]
+    rng = np.random.default_rng(seed + hash(case) % 2**31)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((c, 1, k, k), dtype=np.float32)
+    b = rng.standard_normal(c, dtype=np.float32)
+    return x, wt, b
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
+def test_depthwise_kernel_matches_reference(case, every_isa, threads):
+    x, wt, b = _inputs(case)
+    _, _, _, _, k, s, pads, d = case
+    y = np.full(_out_shape(case), np.nan, np.float32)  # every output must be written
+    native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2])
+    ref = reference_depthwise(x, wt, b, (s, s), pads, (d, d))
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("act", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
+@pytest.mark.parametrize(
+    "case",
+    [(1, 3, 13, 18, 3, 1, (1, 1, 1, 1), 1), (1, 3, 13, 18, 5, 2, (2, 2, 2, 2), 1), (1, 2, 9, 9, 3, 1, (2, 2, 2, 2), 2)],
+    ids=["3x3s1", "5x5s2", "dilated"],
+)
+def test_depthwise_fused_activation(case, act, every_isa, threads):
+    _, code, a0, a1, fn = act
+    x, wt, b = _inputs(case, seed=1)
+    x *= 4.0  # reach the clamps of clip / hardswish / hardsigmoid
+    _, _, _, _, k, s, pads, d = case
+    y = np.empty(_out_shape(case), np.float32)
+    native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], code, a0, a1)
+    ref = fn(reference_depthwise(x, wt, None if b is None else b, (s, s), pads, (d, d)))
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-4)
+
+
+def test_depthwise_no_bias_and_nan_propagates(every_isa):
+    case = (1, 2, 10, 20, 3, 2, (1, 1, 1, 1), 1)
+    x, wt, _ = _inputs(case)
+    x[0, 1, 4, 7] = np.nan
+    y = np.empty(_out_shape(case), np.float32)
+    native.dwconv2d(x, wt, None, y, (3, 3), (2, 2), (1, 1), (1, 1), 1)  # relu keeps NaN
+    ref = np.maximum(reference_depthwise(x, wt, None, (2, 2), (1, 1, 1, 1), (1, 1)), 0.0)
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
+    assert np.isnan(y[0, 1]).sum() == np.isnan(ref[0, 1]).sum() > 0
+
+
+@pytest.mark.parametrize("multiplier", [2, 3])
+def test_depth_multiplier_does_not_take_the_depthwise_path(multiplier, every_isa, threads):
+    """group == C with M = multiplier * C is a grouped conv (GEMM path); it must still be right."""
+    rng = np.random.default_rng(multiplier)
+    c = 4
+    x = rng.standard_normal((2, c, 9, 11), dtype=np.float32)
+    wt = rng.standard_normal((c * multiplier, 1, 3, 3), dtype=np.float32)
+    y = nn.conv(x, wt, None, group=c, pads=(1, 1, 1, 1), strides=(2, 2))
+    xr = np.repeat(x, multiplier, axis=1)  # output channel o reads input channel o // multiplier
+    ref = reference_depthwise(xr, wt, None, (2, 2), (1, 1, 1, 1), (1, 1))
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("act", ["Relu", "HardSwish", "Clip"])
+def test_depthwise_through_fused_conv(act, every_isa, threads):
+    """nn.conv_fused_native's depthwise branch, with and without a residual."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 6, 15, 17), dtype=np.float32)
+    wt = rng.standard_normal((6, 1, 5, 5), dtype=np.float32)
+    b = rng.standard_normal(6, dtype=np.float32)
+    z = rng.standard_normal((2, 6, 8, 9), dtype=np.float32)
+    fns = {"Relu": (1, 0.0, 0.0, lambda v: np.maximum(v, 0)),
+           "HardSwish": (7, 0.0, 0.0, lambda v: v * np.clip(v / 6 + 0.5, 0, 1)),
+           "Clip": (2, 0.0, 6.0, lambda v: np.clip(v, 0, 6))}
+    code, a0, a1, fn = fns[act]
+    base = reference_depthwise(x, wt, b, (2, 2), (2, 2, 2, 2), (1, 1))
+    for res in (None, z):
+        y = nn._conv2d_native(x, wt, b, res, (8, 9), (5, 5), (2, 2), (1, 1), (2, 2), 6, code, a0, a1)
+        ref = fn(base + (0 if res is None else res))
+        np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-4)
