@@ -242,3 +242,21 @@ def test_out_is_not_an_attribute():
     for domain, op, opset in (("", "Add", 17), ("", "MatMul", 17), ("", "Relu", 17), ("com.minirt", "FusedConv", 1)):
         entry = lookup(domain, op, opset)
         assert entry.accepts_out and "out" not in entry.attributes
+
+
+def test_int8_demo_model_planned_runs_are_bit_identical(checked):
+    """QConv (and the fused int8 nodes around it) write into arena buffers like the float kernels."""
+    builder = pytest.importorskip("builder")
+    path = os.path.join(ROOT, "examples", "digits", "digits_cnn.onnx")
+    calib = os.path.join(ROOT, "examples", "digits", "calibration.npz")
+    if not (os.path.exists(path) and os.path.exists(calib)):
+        pytest.skip("digits example not present")
+    data = builder.build_bytes(path, quantize="int8", calibration=calib)
+    sess = minirt.Session(data)
+    arg = sess.get_inputs()[0]
+    rng = np.random.default_rng(5)
+    feeds = [{arg.name: rng.random([d if isinstance(d, int) else b for d in arg.shape]).astype(np.float32)}
+             for b in (1, 3)]
+    planned = _compare(data, feeds, checked)
+    ops = {s.op.op_type for s in planned._plan.steps if s.accepts_out}
+    assert "QConv" in ops

@@ -225,39 +225,53 @@ def flatten(x, *, axis: int = 1):
     return x.reshape(outer, math.prod(x.shape[axis:]))
 
 
-@kernel("Transpose", since=1)
-def transpose(x, *, perm: tuple | None = None):
+@kernel("Transpose", since=1, out=True)
+def transpose(x, *, perm: tuple | None = None, out=None):
     if x.ndim == 0:
         return x.copy()  # (ascontiguousarray would turn a 0-d array into a 1-d one)
-    if perm is None:
-        return np.ascontiguousarray(x.transpose())
-    if sorted(perm) != list(range(x.ndim)):
+    if perm is not None and sorted(perm) != list(range(x.ndim)):
         raise ValueError(f"Transpose: perm {list(perm)} is not a permutation of rank {x.ndim}")
-    # Materialise so downstream kernels see contiguous memory.
-    return np.ascontiguousarray(x.transpose(perm))
+    view = x.transpose(perm)
+    # Materialise so downstream kernels see contiguous memory (into the memory plan's buffer when it fits).
+    if (out is not None and out.shape == view.shape and out.dtype == x.dtype and out.flags.c_contiguous
+            and type(x) is np.ndarray and not np.may_share_memory(x, out)):
+        np.copyto(out, view)
+        return out
+    return np.ascontiguousarray(view)
 
 
-def _concat(inputs, axis: int) -> np.ndarray:
+def _concat(inputs, axis: int, out=None) -> np.ndarray:
+    """np.concatenate with ONNX's errors; written into ``out`` (memory plan) when that is exactly the result's
+    shape and dtype, C-contiguous, and overlaps no input."""
     arrays = [x for x in inputs if x is not None]
     if not arrays:
         raise ValueError("Concat needs at least one input")
     rank = arrays[0].ndim
     try:
-        return np.concatenate(arrays, axis=_axis(axis, rank))
+        ax = _axis(axis, rank)
+        if out is not None and out.flags.c_contiguous and all(
+            type(x) is np.ndarray and x.dtype == out.dtype and x.ndim == rank for x in arrays
+        ):
+            shape = list(arrays[0].shape)
+            shape[ax] = sum(x.shape[ax] for x in arrays)
+            if tuple(shape) == out.shape and not any(np.may_share_memory(x, out) for x in arrays):
+                # (a mismatch in the other dimensions still raises numpy's ValueError below)
+                return np.concatenate(arrays, axis=ax, out=out)
+        return np.concatenate(arrays, axis=ax)
     except ValueError as exc:
         raise ValueError(f"Concat: {exc}") from None
 
 
-@kernel("Concat", since=1)
-def concat_1(*inputs, axis: int = 1):
-    return _concat(inputs, axis)
+@kernel("Concat", since=1, out=True)
+def concat_1(*inputs, axis: int = 1, out=None):
+    return _concat(inputs, axis, out)
 
 
-@kernel("Concat", since=4)
-def concat(*inputs, axis: int | None = None):
+@kernel("Concat", since=4, out=True)
+def concat(*inputs, axis: int | None = None, out=None):
     if axis is None:
         raise ValueError("Concat: the 'axis' attribute is required")
-    return _concat(inputs, axis)
+    return _concat(inputs, axis, out)
 
 
 def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n_outputs: int, uneven: bool) -> tuple:
