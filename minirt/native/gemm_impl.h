@@ -1,6 +1,6 @@
 /* float32 GEMM with a fused epilogue, compiled once per instruction set by
- * kernels.c (like kernels_impl.h, which must be included first: the
- * epilogue uses its act_row).  Extra parameter of the include:
+ * kernels.c (after kernels_impl.h, whose activations FN(vact) repeats on
+ * vectors).  Extra parameter of the include:
  *   MRT_VL   floats per vector register (4: SSE2/NEON, 8: AVX2, 16: AVX-512)
  *
  *   C[m, n] = act(sum_k A[m, k] * B[k, n] + bias + residual[m, n])
@@ -19,6 +19,14 @@
  *     loop; the epilogue (bias, residual, activation) runs when the tile is
  *     stored after the last KC block, while it is still in L1.
  * Threads split the (column block, row block) grid of the output.
+ *
+ * Implicit-GEMM convolution (FN(sgemm_conv)): B is never materialised.  Row k
+ * of B starts at B + brow[k] (a tap of the padded, stride-phase-split input
+ * built by kernels.c), so the im2col of each KC x NC block happens while it is
+ * packed, in cache.  C's columns then form an "extended" output grid of
+ * ext_wq columns per output row, of which only the first ext_ow exist: tiles
+ * accumulate in a per-thread scratch block and the epilogue copies the
+ * existing columns out to C (row stride ldc, ext_ow columns per output row).
  */
 
 typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));
@@ -34,9 +42,11 @@ typedef struct {
     const float *A, *B;
     float *C;
     const float *bias, *res;
+    const long *brow; /* implicit B: row k at B + brow[k] (NULL: at B + k * ldb) */
     long lda, ldb, ldc, ldr;
     long sa, sb, sc, sr; /* batch strides (elements; 0 broadcasts) */
     int M, N, K, bias_mode, act, transb;
+    int ext_ow, ext_wq; /* extended output grid (ext_wq > 0, with brow): see the top of this file */
     float a0, a1;
     int nc, mc, nblocks;
     long tiles; /* column blocks x row blocks per matrix */
@@ -71,8 +81,8 @@ static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     return p * (FN(vf))bits;
 }
 
-/* The epilogue activations on one vector (the full-tile path of the GEMM store: a call to
- * act_row for 2 vectors at a time does not vectorise well). */
+/* The epilogue activations on one vector, the algorithms of act_row (kernels_impl.h): a call
+ * to act_row for the one or two vectors of a tile row does not vectorise well. */
 static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
     FN(vf) z = {0}, one = z + 1.0f;
     switch (act) {
@@ -127,21 +137,23 @@ static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) 
     }
 }
 
-/* Pack B[0:kb, 0:nb] (row stride ldb) into panels of G_NR columns. */
-static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, int kb, int nb, float *restrict out) {
+/* Pack B[0:kb, 0:nb] into panels of G_NR columns.  Row k starts at
+ * b + brow[k] when brow is not NULL (implicit im2col), else at b + k * ldb. */
+static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, const long *brow, int kb, int nb,
+                                        float *restrict out) {
     for (int j0 = 0; j0 < nb; j0 += G_NR) {
         int w = nb - j0 < G_NR ? nb - j0 : G_NR;
         float *dst = out + (long)j0 * kb;
         if (w == G_NR) {
             for (int k = 0; k < kb; ++k) {
-                const float *src = b + k * ldb + j0;
+                const float *src = (brow ? b + brow[k] : b + k * ldb) + j0;
                 FN(vstore)(dst, FN(vload)(src));
                 FN(vstore)(dst + MRT_VL, FN(vload)(src + MRT_VL));
                 dst += G_NR;
             }
         } else {
             for (int k = 0; k < kb; ++k) {
-                const float *src = b + k * ldb + j0;
+                const float *src = (brow ? b + brow[k] : b + k * ldb) + j0;
                 int j = 0;
                 for (; j < w; ++j) dst[j] = src[j];
                 for (; j < G_NR; ++j) dst[j] = 0.0f;
@@ -167,59 +179,53 @@ static MRT_TARGET void FN(sgemm_pack_bt)(const float *restrict b, long ldb, int 
     }
 }
 
-/* Store one row of a tile: c[0:nr] = (accumulate ? c : 0) + v, plus the
- * epilogue when `last`.  m, n0: the row and first column in C. */
-static inline MRT_TARGET void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1, int nr,
-                                                   int accumulate, int last, int m, int n0) {
-    if (nr == G_NR) {
-        if (accumulate) {
-            v0 += FN(vload)(c);
-            v1 += FN(vload)(c + MRT_VL);
-        }
-        if (last) {
-            if (g->bias_mode == 1) {
-                float bv = g->bias[m];
-                v0 += bv;
-                v1 += bv;
-            } else if (g->bias_mode == 2) {
-                v0 += FN(vload)(g->bias + n0);
-                v1 += FN(vload)(g->bias + n0 + MRT_VL);
-            }
-            if (g->res) {
-                const float *r = g->res + m * g->ldr + n0;
-                v0 += FN(vload)(r);
-                v1 += FN(vload)(r + MRT_VL);
-            }
-            if (g->act != MRT_ACT_NONE) {
-                v0 = FN(vact)(v0, g->act, g->a0, g->a1);
-                v1 = FN(vact)(v1, g->act, g->a0, g->a1);
-            }
-        }
-        FN(vstore)(c, v0);
-        FN(vstore)(c + MRT_VL, v1);
+/* p[0:n] as a vector, lanes n.. zero (n <= MRT_VL): partial loads never read past p + n. */
+static inline MRT_TARGET FN(vf) FN(vload_n)(const float *p, int n) {
+    if (n == MRT_VL) return FN(vload)(p);
+    float t[MRT_VL] = {0};
+    for (int j = 0; j < n; ++j) t[j] = p[j];
+    return FN(vload)(t);
+}
+
+/* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus the
+ * epilogue when `last` (n <= MRT_VL).  m, n0: the row and first column in C.
+ * The epilogue is vector code for partial vectors too (a tile's right edge:
+ * every output row of an implicit-GEMM convolution ends with one). */
+static inline MRT_TARGET void FN(sgemm_store_vec)(const FN(sgemm_args) *g, float *c, FN(vf) v, int n, int accumulate,
+                                                  int last, int m, int n0) {
+    if (accumulate) v += FN(vload_n)(c, n);
+    if (last) {
+        if (g->bias_mode == 1)
+            v += g->bias[m];
+        else if (g->bias_mode == 2)
+            v += FN(vload_n)(g->bias + n0, n);
+        if (g->res) v += FN(vload_n)(g->res + (long)m * g->ldr + n0, n);
+        if (g->act != MRT_ACT_NONE) v = FN(vact)(v, g->act, g->a0, g->a1);
+    }
+    if (n == MRT_VL) {
+        FN(vstore)(c, v);
         return;
     }
-    float t[G_NR];
-    FN(vstore)(t, v0);
-    FN(vstore)(t + MRT_VL, v1);
-    for (int j = 0; j < nr; ++j) {
-        float v = t[j] + (accumulate ? c[j] : 0.0f);
-        if (last) {
-            if (g->bias_mode == 1)
-                v += g->bias[m];
-            else if (g->bias_mode == 2)
-                v += g->bias[n0 + j];
-            if (g->res) v += g->res[m * g->ldr + n0 + j];
-        }
-        c[j] = v;
+    float t[MRT_VL];
+    FN(vstore)(t, v);
+    for (int j = 0; j < n; ++j) c[j] = t[j];
+}
+
+/* Store one row of a tile (nr <= G_NR columns, vectors v0, v1): see FN(sgemm_store_vec). */
+static inline MRT_TARGET void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1, int nr,
+                                                   int accumulate, int last, int m, int n0) {
+    if (nr <= MRT_VL) {
+        FN(sgemm_store_vec)(g, c, v0, nr, accumulate, last, m, n0);
+        return;
     }
-    if (last && g->act != MRT_ACT_NONE) FN(act_row)(c, nr, g->act, g->a0, g->a1);
+    FN(sgemm_store_vec)(g, c, v0, MRT_VL, accumulate, last, m, n0);
+    FN(sgemm_store_vec)(g, c + MRT_VL, v1, nr - MRT_VL, accumulate, last, m, n0 + MRT_VL);
 }
 
 /* C tile (mr <= 6 rows, nr <= NR columns) from A rows (stride lda, kb
  * columns from a) and one packed B panel. */
 static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
-                                     float *c, int mr, int nr, int accumulate, int last, int m0, int n0) {
+                                     float *c, long ldc, int mr, int nr, int accumulate, int last, int m0, int n0) {
     const long lda = g->lda;
     const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
     const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
@@ -237,7 +243,6 @@ static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const floa
         s = a4[k]; c40 += b0 * s; c41 += b1 * s;
         s = a5[k]; c50 += b0 * s; c51 += b1 * s;
     }
-    const long ldc = g->ldc;
     FN(sgemm_store_row)(g, c, c00, c01, nr, accumulate, last, m0, n0);
     if (mr > 1) FN(sgemm_store_row)(g, c + ldc, c10, c11, nr, accumulate, last, m0 + 1, n0);
     if (mr > 2) FN(sgemm_store_row)(g, c + 2 * ldc, c20, c21, nr, accumulate, last, m0 + 2, n0);
@@ -246,13 +251,46 @@ static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const floa
     if (mr > 5) FN(sgemm_store_row)(g, c + 5 * ldc, c50, c51, nr, accumulate, last, m0 + 5, n0);
 }
 
+/* Epilogue of an extended-grid block (implicit-GEMM convolution): rows m0 .. m0 + mb of the
+ * scratch block cb (row stride ldcb, extended columns n0 .. n0 + nb) go to C with bias, residual
+ * and activation, skipping the columns past ext_ow of each output row.  cb rows must be
+ * readable G_NR floats past nb. */
+static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float *cb, long ldcb, int m0, int mb, int n0,
+                                           int nb) {
+    const int wq = g->ext_wq, ow = g->ext_ow;
+    for (int i = 0; i < mb; ++i) {
+        const int m = m0 + i;
+        const float *src = cb + i * ldcb;
+        float *crow = g->C + (long)m * g->ldc;
+        for (int j = n0; j < n0 + nb;) {
+            int oy = j / wq, ox = j % wq;
+            if (ox >= ow) { /* past the row's last output: on to the next row */
+                j += wq - ox;
+                continue;
+            }
+            int seg = ow - ox < n0 + nb - j ? ow - ox : n0 + nb - j;
+            int col = oy * ow + ox;
+            for (int t = 0; t < seg; t += G_NR) {
+                const float *v = src + (j - n0) + t;
+                int nr = seg - t < G_NR ? seg - t : G_NR;
+                FN(sgemm_store_row)(g, crow + col + t, FN(vload)(v), FN(vload)(v + MRT_VL), nr, 0, 1, m, col + t);
+            }
+            j += seg;
+        }
+    }
+}
+
 static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     const FN(sgemm_args) *g0 = (const FN(sgemm_args) *)ctx;
     FN(sgemm_args) gb = *g0;
     const FN(sgemm_args) *g = &gb;
     long cur = -1;
-    float *pack = mrt_pack_buffer((size_t)G_KC * g->nc * sizeof(float));
+    /* packed B block, then (extended grid only) the C scratch block: mc rows of nc + G_NR floats */
+    const long ldcb = g->nc + G_NR;
+    const int ext = g->ext_wq > 0;
+    float *pack = mrt_pack_buffer(((size_t)G_KC * g->nc + (ext ? (size_t)g->mc * ldcb + G_NR : 0)) * sizeof(float));
     if (!pack) return;
+    float *cblock = pack + (size_t)G_KC * g->nc;
     for (long item = begin; item < end; ++item) {
         long bi = item / g0->tiles, t = item % g0->tiles;
         if (bi != cur) { /* this matrix of the batch */
@@ -270,20 +308,27 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
             int last = p0 + kb >= g->K;
             if (g->transb)
                 FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
+            else if (g->brow)
+                FN(sgemm_pack_b)(g->B + n0, 0, g->brow + p0, kb, nb, pack);
             else
-                FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, kb, nb, pack);
+                FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, NULL, kb, nb, pack);
             for (int j0 = 0; j0 < nb; j0 += G_NR) {
                 int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
                 const float *panel = pack + (long)j0 * kb;
                 for (int i0 = 0; i0 < mb; i0 += G_MR) {
                     int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
                     int m = m0 + i0;
-                    FN(sgemm_ukr)(g, kb, g->A + m * g->lda + p0, panel, g->C + m * g->ldc + n0 + j0, mr, nr, p0 > 0,
-                                  last, m, n0 + j0);
+                    if (ext) /* raw sums into the scratch block; the epilogue comes with the copy-out */
+                        FN(sgemm_ukr)(g, kb, g->A + m * g->lda + p0, panel, cblock + i0 * ldcb + j0, ldcb, mr, nr,
+                                      p0 > 0, 0, m, n0 + j0);
+                    else
+                        FN(sgemm_ukr)(g, kb, g->A + m * g->lda + p0, panel, g->C + m * g->ldc + n0 + j0, g->ldc, mr,
+                                      nr, p0 > 0, last, m, n0 + j0);
                 }
             }
         }
-        if (g->K == 0) { /* empty sum: C = epilogue(0) */
+        if (ext && g->K > 0) FN(sgemm_ext_store)(g, cblock, ldcb, m0, mb, n0, nb);
+        if (g->K == 0) { /* empty sum: C = epilogue(0) (never with an extended grid: a convolution has K > 0) */
             for (int i = 0; i < mb; ++i) {
                 float *c = g->C + (long)(m0 + i) * g->ldc + n0;
                 for (int j = 0; j < nb; ++j) c[j] = 0.0f;
@@ -297,15 +342,9 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     }
 }
 
-static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
-                      long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
-                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
-    if (M <= 0 || N <= 0 || batch <= 0) return;
-    FN(sgemm_args) g;
-    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res;
-    g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
-    g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
-    g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
+/* Choose the blocking of g (M, N, K set) for `batch` matrices and run it on up to nthreads threads. */
+static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
+    const int M = g->M, N = g->N, K = g->K;
     if (nthreads < 1) nthreads = 1;
     /* Threads per matrix: a batch of at least `nthreads` matrices is split
      * by matrix alone. */
@@ -327,10 +366,40 @@ static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, 
         mc = (mc + G_MR - 1) / G_MR * G_MR;
     }
     int mblocks = (M + mc - 1) / mc;
-    g.nc = nc; g.mc = mc; g.nblocks = nblocks;
-    g.tiles = (long)nblocks * mblocks;
+    g->nc = nc; g->mc = mc; g->nblocks = nblocks;
+    g->tiles = (long)nblocks * mblocks;
     /* a thread must get at least ~0.5M multiply-adds (~5 us) to pay for waking it */
-    mrt_parallel_for(g.tiles * batch, (long)mc * nc * (K > 0 ? K : 1) / 16, nthreads, FN(sgemm_task), &g);
+    mrt_parallel_for(g->tiles * batch, (long)mc * nc * (K > 0 ? K : 1) / 16, nthreads, FN(sgemm_task), g);
+}
+
+static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
+                      long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
+                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    FN(sgemm_args) g;
+    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = NULL;
+    g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
+    g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
+    g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
+    g.ext_ow = 0; g.ext_wq = 0;
+    FN(sgemm_run)(&g, batch, nthreads);
+}
+
+/* Implicit-GEMM convolution of one image and group (see the top of this file):
+ *   C[m, oy * ext_ow + ox] = act(sum_k A[m, k] B[brow[k] + oy * ext_wq + ox] + bias[m] + res[m, ...])
+ * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats. */
+static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int ext_ow,
+                           int ext_wq, float *C, long ldc, const float *bias, const float *res, int act, float a0,
+                           float a1, int nthreads) {
+    if (M <= 0 || rows <= 0 || K <= 0) return;
+    FN(sgemm_args) g;
+    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = brow;
+    g.lda = K; g.ldb = 0; g.ldc = ldc; g.ldr = ldc;
+    g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
+    g.M = M; g.N = (rows - 1) * ext_wq + ext_ow; g.K = K; g.bias_mode = bias ? 1 : 0;
+    g.act = act; g.a0 = a0; g.a1 = a1;
+    g.ext_ow = ext_ow; g.ext_wq = ext_wq;
+    FN(sgemm_run)(&g, 1, nthreads);
 }
 
 #undef G_MR

@@ -253,9 +253,6 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 /* AVX-512: only the GEMM differs (the other kernels use the AVX2 copies). */
 #define MRT_SUFFIX _avx512
 #define MRT_TARGET __attribute__((target("avx512f,avx2,fma")))
-static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act, float a0, float a1) {
-    act_row_avx2(y, n, act, a0, a1);
-}
 #define MRT_VL 16
 #include "gemm_impl.h"
 #undef MRT_VL
@@ -276,12 +273,17 @@ typedef struct {
     void (*im2col)(const float *, float *, long, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
     void (*sgemm)(int, int, int, int, const float *, long, long, const float *, long, long, int, float *, long, long,
                   const float *, int, const float *, long, long, int, float, float, int);
+    void (*sgemm_conv)(int, int, int, const float *, const float *, const long *, int, int, float *, long,
+                       const float *, const float *, int, float, float, int);
 } mrt_impl;
 
-static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base};
+static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base,
+                                   sgemm_conv_base};
 #ifdef MRT_HAVE_AVX2_BUILD
-static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2};
-static const mrt_impl impl_avx512 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512};
+static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2,
+                                   sgemm_conv_avx2};
+static const mrt_impl impl_avx512 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512,
+                                     sgemm_conv_avx512};
 #endif
 
 static const mrt_impl *impl = &impl_base;
@@ -424,10 +426,23 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * images than threads) the chunks run one after the other with threaded im2col and GEMM,
  * as the per-image Python loop did.  The accumulation order of every output is the same
  * as that of mrt_sgemm_f32 on one image, whatever nb and the threads.
+ *
+ * Single images with a kernel larger than 1x1 (or strides/padding) mostly skip im2col
+ * ("implicit" mode): the input is copied once, zero-padded and split by stride phase, into
+ * planes of hq x wq floats, where phase (py, px) of channel ch holds
+ *   plane[i][j] = x[ch][i * sh + py - pt][j * sw + px - pl]   (0 outside x).
+ * Tap (ky, kx) of output (oy, ox) is then plane (ky*dh % sh, kx*dw % sw) at
+ * [oy + ky*dh / sh][ox + kx*dw / sw]: every row of the im2col matrix is a contiguous run of a
+ * plane read with row stride wq instead of ow, which is the extended-grid GEMM of gemm_impl.h
+ * (FN(sgemm_conv)): B is packed straight from the planes, KC x NC block by block.  The
+ * wq - ow extra columns per output row are computed and dropped, so this mode is only used
+ * when they are few (MRT_CONV_IMPLICIT_WASTE).
  */
 
 /* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
 #define MRT_CONV_BATCH_COLS 256
+/* Implicit mode when the dropped columns are at most 1 / MRT_CONV_IMPLICIT_WASTE of the grid. */
+#define MRT_CONV_IMPLICIT_WASTE 8
 
 typedef struct {
     const mrt_impl *I;
@@ -436,9 +451,80 @@ typedef struct {
     int n, c, h, wd, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
     float a0, a1;
     int nb, direct;
+    int implicit, hq, wq; /* implicit mode and its phase planes (hq x wq floats) */
     size_t scratch_bytes;
     int failed;
 } mrt_conv_args;
+
+/* Does some tap t < k (dilation d) fall on stride phase `phase` ((t * d) % s)? */
+static int conv_phase_used(int k, int d, int s, int phase) {
+    for (int t = 0; t < k; ++t)
+        if ((t * d) % s == phase) return 1;
+    return 0;
+}
+
+typedef struct {
+    const mrt_conv_args *a;
+    const float *x; /* one image (c, h, wd) */
+    float *planes;  /* (c, sh, sw, hq, wq) */
+} conv_planes_args;
+
+/* Items: (channel, phase row, phase column); phases no tap reads are skipped. */
+static void conv_planes_task(void *ctx, long begin, long end) {
+    const conv_planes_args *pa = (const conv_planes_args *)ctx;
+    const mrt_conv_args *a = pa->a;
+    const int sh = a->sh, sw = a->sw, hq = a->hq, wq = a->wq;
+    for (long item = begin; item < end; ++item) {
+        const int ch = (int)(item / (sh * sw)), py = (int)(item / sw % sh), px = (int)(item % sw);
+        if (!conv_phase_used(a->kh, a->dh, sh, py) || !conv_phase_used(a->kw, a->dw, sw, px)) continue;
+        const float *xc = pa->x + (long)ch * a->h * a->wd;
+        float *dst = pa->planes + item * hq * wq;
+        /* plane columns [jlo, jhi) come from inside x: 0 <= j * sw + px - pl < wd */
+        const int lead = a->pl - px, tail = a->wd + a->pl - px;
+        int jlo = lead <= 0 ? 0 : (lead + sw - 1) / sw, jhi = tail <= 0 ? 0 : (tail + sw - 1) / sw;
+        if (jlo > wq) jlo = wq;
+        if (jhi > wq) jhi = wq;
+        if (jhi < jlo) jhi = jlo;
+        for (int i = 0; i < hq; ++i, dst += wq) {
+            const int iy = i * sh + py - a->pt;
+            if (iy < 0 || iy >= a->h) {
+                memset(dst, 0, sizeof(float) * wq);
+                continue;
+            }
+            const float *src = xc + (long)iy * a->wd - lead; /* src[j * sw] is plane column j */
+            memset(dst, 0, sizeof(float) * jlo);
+            if (sw == 1)
+                memcpy(dst + jlo, src + jlo, sizeof(float) * (jhi - jlo));
+            else
+                for (int j = jlo; j < jhi; ++j) dst[j] = src[(long)j * sw];
+            memset(dst + jhi, 0, sizeof(float) * (wq - jhi));
+        }
+    }
+}
+
+/* One image in implicit mode (see above): planes, the B row table, and one extended-grid GEMM per group. */
+static void mrt_conv_implicit(const mrt_conv_args *a, long img, float *scratch, int nt) {
+    const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
+    const long plane = (long)a->hq * a->wq, phases = (long)a->sh * a->sw;
+    const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
+    const int K = cg * kk;
+    float *planes = scratch;
+    long *brow = (long *)(planes + ((long)a->c * phases * plane + 1) / 2 * 2); /* 8-byte aligned */
+    conv_planes_args pa = {a, a->x + img * (long)a->c * a->h * a->wd, planes};
+    mrt_parallel_for(a->c * phases, plane, nt, conv_planes_task, &pa);
+    for (int k = 0; k < K; ++k) { /* row k = (channel of the group, ky, kx) */
+        const int ch = k / kk, ky = k % kk / a->kw, kx = k % a->kw;
+        const int ry = ky * a->dh, rx = kx * a->dw;
+        brow[k] = ((long)ch * phases + (ry % a->sh) * a->sw + rx % a->sw) * plane + (long)(ry / a->sh) * a->wq +
+                  rx / a->sw;
+    }
+    for (int g = 0; g < a->group; ++g) {
+        const long out = img * mp + (long)g * mg * p;
+        a->I->sgemm_conv(mg, a->oh, K, a->w + (long)g * mg * K, planes + (long)g * cg * phases * plane, brow, a->ow,
+                         a->wq, a->y + out, p, a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL,
+                         a->act, a->a0, a->a1, nt);
+    }
+}
 
 static void mrt_conv_chunk(const mrt_conv_args *a, long chunk, float *scratch, int nt) {
     const mrt_impl *I = a->I;
@@ -447,6 +533,10 @@ static void mrt_conv_chunk(const mrt_conv_args *a, long chunk, float *scratch, i
     const long K = (long)cg * kk;
     const long i0 = chunk * a->nb;
     const int nb = a->n - i0 < a->nb ? (int)(a->n - i0) : a->nb;
+    if (a->implicit) {
+        mrt_conv_implicit(a, i0, scratch, nt);
+        return;
+    }
     const long ldb = a->direct ? p : (long)nb * p;
     float *cols = scratch;
     float *tmp = a->direct ? scratch : scratch + (long)a->c * kk * a->nb * p;
@@ -509,9 +599,17 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
     a.nb = (int)nb;
     a.direct = nb == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     const long kk = (long)kh * kw;
+    /* implicit mode: planes wide enough for every tap's shift, and few dropped columns */
+    a.hq = oh + (kh - 1) * dh / sh;
+    a.wq = ow + (kw - 1) * dw / sw;
+    a.implicit = nb == 1 && !a.direct && (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq;
     size_t floats = 0;
-    if (!a.direct) floats += (size_t)c * kk * nb * p;
-    if (nb > 1) floats += (size_t)(m / group) * nb * p;
+    if (a.implicit) {
+        floats = (size_t)c * sh * sw * a.hq * a.wq + (size_t)(c / group) * kk * sizeof(long) / sizeof(float) + 2;
+    } else {
+        if (!a.direct) floats += (size_t)c * kk * nb * p;
+        if (nb > 1) floats += (size_t)(m / group) * nb * p;
+    }
     a.scratch_bytes = floats * sizeof(float);
     const long chunks = (n + nb - 1) / nb;
     if (n > 1 && chunks >= nthreads) {
