@@ -37,6 +37,8 @@ typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
 #define G_NR (2 * MRT_VL)
 #define G_KC 256
 #define G_NC 256
+/* the tile store and its epilogue must be inlined into the microkernel (GCC declines otherwise) */
+#define G_INLINE __attribute__((always_inline))
 
 typedef struct {
     const float *A, *B;
@@ -180,19 +182,30 @@ static MRT_TARGET void FN(sgemm_pack_bt)(const float *restrict b, long ldb, int 
 }
 
 /* p[0:n] as a vector, lanes n.. zero (n <= MRT_VL): partial loads never read past p + n. */
-static inline MRT_TARGET FN(vf) FN(vload_n)(const float *p, int n) {
+static inline MRT_TARGET G_INLINE FN(vf) FN(vload_n)(const float *p, int n) {
     if (n == MRT_VL) return FN(vload)(p);
     float t[MRT_VL] = {0};
     for (int j = 0; j < n; ++j) t[j] = p[j];
     return FN(vload)(t);
 }
 
-/* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus the
- * epilogue when `last` (n <= MRT_VL).  m, n0: the row and first column in C.
- * The epilogue is vector code for partial vectors too (a tile's right edge:
- * every output row of an implicit-GEMM convolution ends with one). */
-static inline MRT_TARGET void FN(sgemm_store_vec)(const FN(sgemm_args) *g, float *c, FN(vf) v, int n, int accumulate,
-                                                  int last, int m, int n0) {
+/* c[0:n] = v[0:n] (n <= MRT_VL) */
+static inline MRT_TARGET G_INLINE void FN(vstore_n)(float *p, FN(vf) v, int n) {
+    if (n == MRT_VL) {
+        FN(vstore)(p, v);
+        return;
+    }
+    float t[MRT_VL];
+    FN(vstore)(t, v);
+    for (int j = 0; j < n; ++j) p[j] = t[j];
+}
+
+/* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus
+ * bias and residual when `last` (n <= MRT_VL).  m, n0: the row and first
+ * column in C.  The activation follows on the whole tile (FN(sgemm_act_tile)):
+ * inlined here, its code would be repeated for each of the 12 vectors. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_store_vec)(const FN(sgemm_args) *g, float *c, FN(vf) v, int n,
+                                                            int accumulate, int last, int m, int n0) {
     if (accumulate) v += FN(vload_n)(c, n);
     if (last) {
         if (g->bias_mode == 1)
@@ -200,26 +213,28 @@ static inline MRT_TARGET void FN(sgemm_store_vec)(const FN(sgemm_args) *g, float
         else if (g->bias_mode == 2)
             v += FN(vload_n)(g->bias + n0, n);
         if (g->res) v += FN(vload_n)(g->res + (long)m * g->ldr + n0, n);
-        if (g->act != MRT_ACT_NONE) v = FN(vact)(v, g->act, g->a0, g->a1);
     }
-    if (n == MRT_VL) {
-        FN(vstore)(c, v);
-        return;
-    }
-    float t[MRT_VL];
-    FN(vstore)(t, v);
-    for (int j = 0; j < n; ++j) c[j] = t[j];
+    FN(vstore_n)(c, v, n);
 }
 
 /* Store one row of a tile (nr <= G_NR columns, vectors v0, v1): see FN(sgemm_store_vec). */
-static inline MRT_TARGET void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1, int nr,
-                                                   int accumulate, int last, int m, int n0) {
+static inline MRT_TARGET G_INLINE void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1,
+                                                            int nr, int accumulate, int last, int m, int n0) {
     if (nr <= MRT_VL) {
         FN(sgemm_store_vec)(g, c, v0, nr, accumulate, last, m, n0);
         return;
     }
     FN(sgemm_store_vec)(g, c, v0, MRT_VL, accumulate, last, m, n0);
     FN(sgemm_store_vec)(g, c + MRT_VL, v1, nr - MRT_VL, accumulate, last, m, n0 + MRT_VL);
+}
+
+/* The epilogue's activation, in place, on rows x cols floats of C (row stride ldc), still in L1. */
+static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, long ldc, int rows, int cols) {
+    for (int i = 0; i < rows; ++i, c += ldc)
+        for (int j = 0; j < cols; j += MRT_VL) {
+            int n = cols - j < MRT_VL ? cols - j : MRT_VL;
+            FN(vstore_n)(c + j, FN(vact)(FN(vload_n)(c + j, n), g->act, g->a0, g->a1), n);
+        }
 }
 
 /* C tile (mr <= 6 rows, nr <= NR columns) from A rows (stride lda, kb
@@ -249,6 +264,7 @@ static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const floa
     if (mr > 3) FN(sgemm_store_row)(g, c + 3 * ldc, c30, c31, nr, accumulate, last, m0 + 3, n0);
     if (mr > 4) FN(sgemm_store_row)(g, c + 4 * ldc, c40, c41, nr, accumulate, last, m0 + 4, n0);
     if (mr > 5) FN(sgemm_store_row)(g, c + 5 * ldc, c50, c51, nr, accumulate, last, m0 + 5, n0);
+    if (last && g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
 }
 
 /* Epilogue of an extended-grid block (implicit-GEMM convolution): rows m0 .. m0 + mb of the
@@ -275,6 +291,7 @@ static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float 
                 int nr = seg - t < G_NR ? seg - t : G_NR;
                 FN(sgemm_store_row)(g, crow + col + t, FN(vload)(v), FN(vload)(v + MRT_VL), nr, 0, 1, m, col + t);
             }
+            if (g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, crow + col, 0, 1, seg);
             j += seg;
         }
     }
@@ -337,6 +354,7 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                     int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
                     FN(sgemm_store_row)(g, c + j0, zz, zz, nr, 1, 1, m0 + i, n0 + j0);
                 }
+                if (g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, c, 0, 1, nb);
             }
         }
     }
@@ -406,3 +424,4 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
 #undef G_NR
 #undef G_KC
 #undef G_NC
+#undef G_INLINE
