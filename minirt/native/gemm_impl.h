@@ -14,8 +14,9 @@
  * becomes SSE2, AVX2+FMA, AVX-512 or NEON):
  *   - B is packed per (KC x NC) block into panels of NR = 2 vectors of
  *     columns ([panel][k][NR], zero-padded), one contiguous stream per panel;
- *   - A is read in place: the microkernel broadcasts A[m, k] for MR = 6 rows;
- *   - the 6 x NR tile of C lives in 12 vector registers over the whole KC
+ *   - A is read in place: the microkernel broadcasts A[m, k] for MR rows
+ *     (MR = 8 with AVX-512, else 6);
+ *   - the MR x NR tile of C lives in 2 MR vector registers over the whole KC
  *     loop; the epilogue (bias, residual, activation) runs when the tile is
  *     stored after the last KC block, while it is still in L1.
  * Threads split the (column block, row block) grid of the output.
@@ -33,7 +34,13 @@ typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));
 typedef float FN(vfu) __attribute__((vector_size(MRT_VL * 4), aligned(4)));
 typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
 
+/* rows per microkernel tile: 8 x 2 accumulators fit AVX-512's 32 registers (and 8 divides
+ * most channel counts), 6 x 2 the 16 of SSE2/AVX2 (NEON keeps 6, tuned in D18) */
+#if MRT_VL == 16
+#define G_MR 8
+#else
 #define G_MR 6
+#endif
 #define G_NR (2 * MRT_VL)
 #define G_KC 256
 #define G_NC 256
@@ -237,33 +244,32 @@ static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, lon
         }
 }
 
-/* C tile (mr <= 6 rows, nr <= NR columns) from A rows (stride lda, kb
- * columns from a) and one packed B panel. */
+/* C tile (mr <= G_MR rows, nr <= G_NR columns) from A rows (row stride lda, kb columns from a)
+ * and one packed B panel: G_MR x 2 vector accumulators in registers (the loops over r are
+ * unrolled, so the arrays never touch memory).  A is read in place: packing it per call cost
+ * more than it saved (a convolution's weight block is reused by few panels when N is small). */
 static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
                                      float *c, long ldc, int mr, int nr, int accumulate, int last, int m0, int n0) {
-    const long lda = g->lda;
-    const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
-    const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
-    FN(vf) z = {0};
-    FN(vf) c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z,
-           c51 = z;
+    const float *rows[G_MR];
+    FN(vf) acc0[G_MR], acc1[G_MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < G_MR; ++r) {
+        rows[r] = a + (r < mr ? r : 0) * g->lda; /* rows past mr repeat row 0 (computed, never stored) */
+        acc0[r] = acc1[r] = (FN(vf)){0};
+    }
     for (int k = 0; k < kb; ++k) {
         FN(vf) b0 = *(const FN(vf) *)bp, b1 = *(const FN(vf) *)(bp + MRT_VL);
         bp += G_NR;
-        float s;
-        s = a0[k]; c00 += b0 * s; c01 += b1 * s;
-        s = a1[k]; c10 += b0 * s; c11 += b1 * s;
-        s = a2[k]; c20 += b0 * s; c21 += b1 * s;
-        s = a3[k]; c30 += b0 * s; c31 += b1 * s;
-        s = a4[k]; c40 += b0 * s; c41 += b1 * s;
-        s = a5[k]; c50 += b0 * s; c51 += b1 * s;
+#pragma GCC unroll 8
+        for (int r = 0; r < G_MR; ++r) {
+            float s = rows[r][k];
+            acc0[r] += b0 * s;
+            acc1[r] += b1 * s;
+        }
     }
-    FN(sgemm_store_row)(g, c, c00, c01, nr, accumulate, last, m0, n0);
-    if (mr > 1) FN(sgemm_store_row)(g, c + ldc, c10, c11, nr, accumulate, last, m0 + 1, n0);
-    if (mr > 2) FN(sgemm_store_row)(g, c + 2 * ldc, c20, c21, nr, accumulate, last, m0 + 2, n0);
-    if (mr > 3) FN(sgemm_store_row)(g, c + 3 * ldc, c30, c31, nr, accumulate, last, m0 + 3, n0);
-    if (mr > 4) FN(sgemm_store_row)(g, c + 4 * ldc, c40, c41, nr, accumulate, last, m0 + 4, n0);
-    if (mr > 5) FN(sgemm_store_row)(g, c + 5 * ldc, c50, c51, nr, accumulate, last, m0 + 5, n0);
+#pragma GCC unroll 8
+    for (int r = 0; r < G_MR; ++r)
+        if (r < mr) FN(sgemm_store_row)(g, c + r * ldc, acc0[r], acc1[r], nr, accumulate, last, m0 + r, n0);
     if (last && g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
 }
 
@@ -302,9 +308,9 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     FN(sgemm_args) gb = *g0;
     const FN(sgemm_args) *g = &gb;
     long cur = -1;
-    /* packed B block, then (extended grid only) the C scratch block: mc rows of nc + G_NR floats */
     const long ldcb = g->nc + G_NR;
     const int ext = g->ext_wq > 0;
+    /* packed B block, then (extended grid only) the C scratch block: mc rows of nc + G_NR floats */
     float *pack = mrt_pack_buffer(((size_t)G_KC * g->nc + (ext ? (size_t)g->mc * ldcb + G_NR : 0)) * sizeof(float));
     if (!pack) return;
     float *cblock = pack + (size_t)G_KC * g->nc;
@@ -335,12 +341,13 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                 for (int i0 = 0; i0 < mb; i0 += G_MR) {
                     int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
                     int m = m0 + i0;
+                    const float *apanel = g->A + (long)m * g->lda + p0;
                     if (ext) /* raw sums into the scratch block; the epilogue comes with the copy-out */
-                        FN(sgemm_ukr)(g, kb, g->A + m * g->lda + p0, panel, cblock + i0 * ldcb + j0, ldcb, mr, nr,
-                                      p0 > 0, 0, m, n0 + j0);
+                        FN(sgemm_ukr)(g, kb, apanel, panel, cblock + i0 * ldcb + j0, ldcb, mr, nr, p0 > 0, 0, m,
+                                      n0 + j0);
                     else
-                        FN(sgemm_ukr)(g, kb, g->A + m * g->lda + p0, panel, g->C + m * g->ldc + n0 + j0, g->ldc, mr,
-                                      nr, p0 > 0, last, m, n0 + j0);
+                        FN(sgemm_ukr)(g, kb, apanel, panel, g->C + m * g->ldc + n0 + j0, g->ldc, mr, nr, p0 > 0, last,
+                                      m, n0 + j0);
                 }
             }
         }
