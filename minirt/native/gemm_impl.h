@@ -42,7 +42,7 @@ typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
 #define G_MR 6
 #endif
 #define G_NR (2 * MRT_VL)
-#define G_KC 256
+#define G_KC 256 /* nominal depth of a packed block; FN(sgemm_run) balances the blocks of K */
 #define G_NC 256
 /* the tile store and its epilogue must be inlined into the microkernel (GCC declines otherwise) */
 #define G_INLINE __attribute__((always_inline))
@@ -57,7 +57,7 @@ typedef struct {
     int M, N, K, bias_mode, act, transb;
     int ext_ow, ext_wq; /* extended output grid (ext_wq > 0, with brow): see the top of this file */
     float a0, a1;
-    int nc, mc, nblocks;
+    int kc, nc, mc, nblocks;
     long tiles; /* column blocks x row blocks per matrix */
 } FN(sgemm_args);
 
@@ -273,10 +273,10 @@ static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const floa
     if (last && g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
 }
 
-/* Epilogue of an extended-grid block (implicit-GEMM convolution): rows m0 .. m0 + mb of the
- * scratch block cb (row stride ldcb, extended columns n0 .. n0 + nb) go to C with bias, residual
- * and activation, skipping the columns past ext_ow of each output row.  cb rows must be
- * readable G_NR floats past nb. */
+/* Epilogue of an extended-grid block (implicit-GEMM convolution): the existing columns
+ * (ox < ext_ow) of rows m0 .. m0 + mb of the scratch block cb (row stride ldcb, extended
+ * columns n0 .. n0 + nb) go to C with bias, residual and activation, computed on whole
+ * vectors.  cb rows must be readable MRT_VL floats past nb. */
 static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float *cb, long ldcb, int m0, int mb, int n0,
                                            int nb) {
     const int wq = g->ext_wq, ow = g->ext_ow;
@@ -284,6 +284,7 @@ static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float 
         const int m = m0 + i;
         const float *src = cb + i * ldcb;
         float *crow = g->C + (long)m * g->ldc;
+        const float *rrow = g->res ? g->res + (long)m * g->ldr : NULL;
         for (int j = n0; j < n0 + nb;) {
             int oy = j / wq, ox = j % wq;
             if (ox >= ow) { /* past the row's last output: on to the next row */
@@ -292,12 +293,15 @@ static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float 
             }
             int seg = ow - ox < n0 + nb - j ? ow - ox : n0 + nb - j;
             int col = oy * ow + ox;
-            for (int t = 0; t < seg; t += G_NR) {
-                const float *v = src + (j - n0) + t;
-                int nr = seg - t < G_NR ? seg - t : G_NR;
-                FN(sgemm_store_row)(g, crow + col + t, FN(vload)(v), FN(vload)(v + MRT_VL), nr, 0, 1, m, col + t);
+            const float *v = src + (j - n0);
+            for (int t = 0; t < seg; t += MRT_VL) {
+                int n = seg - t < MRT_VL ? seg - t : MRT_VL;
+                FN(vf) x = FN(vload)(v + t); /* lanes past seg: the next columns (or slack), dropped */
+                if (g->bias_mode == 1) x += g->bias[m];
+                if (rrow) x += FN(vload_n)(rrow + col + t, n);
+                if (g->act != MRT_ACT_NONE) x = FN(vact)(x, g->act, g->a0, g->a1);
+                FN(vstore_n)(crow + col + t, x, n);
             }
-            if (g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, crow + col, 0, 1, seg);
             j += seg;
         }
     }
@@ -310,10 +314,11 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     long cur = -1;
     const long ldcb = g->nc + G_NR;
     const int ext = g->ext_wq > 0;
-    /* packed B block, then (extended grid only) the C scratch block: mc rows of nc + G_NR floats */
-    float *pack = mrt_pack_buffer(((size_t)G_KC * g->nc + (ext ? (size_t)g->mc * ldcb + G_NR : 0)) * sizeof(float));
+    /* packed B block, then (extended grid only) the C scratch block: mc rows of nc + G_NR floats
+     * (the slack of each row lets the epilogue work in whole vectors) */
+    float *pack = mrt_pack_buffer(((size_t)g->kc * g->nc + (ext ? (size_t)g->mc * ldcb + G_NR : 0)) * sizeof(float));
     if (!pack) return;
-    float *cblock = pack + (size_t)G_KC * g->nc;
+    float *cblock = pack + (size_t)g->kc * g->nc;
     for (long item = begin; item < end; ++item) {
         long bi = item / g0->tiles, t = item % g0->tiles;
         if (bi != cur) { /* this matrix of the batch */
@@ -326,8 +331,8 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
         int jb = (int)(t % g->nblocks), ib = (int)(t / g->nblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
-        for (int p0 = 0; p0 < g->K; p0 += G_KC) {
-            int kb = g->K - p0 < G_KC ? g->K - p0 : G_KC;
+        for (int p0 = 0; p0 < g->K; p0 += g->kc) {
+            int kb = g->K - p0 < g->kc ? g->K - p0 : g->kc;
             int last = p0 + kb >= g->K;
             if (g->transb)
                 FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
@@ -391,6 +396,11 @@ static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
         mc = (mc + G_MR - 1) / G_MR * G_MR;
     }
     int mblocks = (M + mc - 1) / mc;
+    /* K in equal blocks of about G_KC (288 = 256 + 32 would store and reload every tile of C
+     * for a 32-deep remainder); up to 5/4 G_KC stays one block (its B panel still fits L1) */
+    int kblocks = K > G_KC * 5 / 4 ? (K + G_KC - 1) / G_KC : 1;
+    int kc = (K + kblocks - 1) / kblocks;
+    g->kc = kc > 0 ? kc : 1;
     g->nc = nc; g->mc = mc; g->nblocks = nblocks;
     g->tiles = (long)nblocks * mblocks;
     /* a thread must get at least ~0.5M multiply-adds (~5 us) to pay for waking it */
