@@ -244,12 +244,27 @@ static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, lon
         }
 }
 
+/* One k step of the microkernel: acc[r] += (b0, b1) * A[r, k]. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_ukr_step)(FN(vf) *acc0, FN(vf) *acc1, const float *const *rows,
+                                                           int k, FN(vf) b0, FN(vf) b1) {
+#pragma GCC unroll 8
+    for (int r = 0; r < G_MR; ++r) {
+        float s = rows[r][k];
+        acc0[r] += b0 * s;
+        acc1[r] += b1 * s;
+    }
+}
+
 /* C tile (mr <= G_MR rows, nr <= G_NR columns) from A rows (row stride lda, kb columns from a)
- * and one packed B panel: G_MR x 2 vector accumulators in registers (the loops over r are
- * unrolled, so the arrays never touch memory).  A is read in place: packing it per call cost
- * more than it saved (a convolution's weight block is reused by few panels when N is small). */
+ * and kb rows of G_NR columns of B: a packed panel bp, or (brow not NULL, implicit
+ * convolution, whole panels only) row k read in place at bp + brow[k], which skips packing:
+ * the 3 x 3 taps of a channel are shifted views of the same plane rows, in cache.  G_MR x 2
+ * vector accumulators in registers (the loops over r are unrolled, so the arrays never touch
+ * memory).  A is read in place: packing it per call cost more than it saved (a convolution's
+ * weight block is reused by few panels when N is small). */
 static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
-                                     float *c, long ldc, int mr, int nr, int accumulate, int last, int m0, int n0) {
+                                     const long *brow, float *c, long ldc, int mr, int nr, int accumulate, int last,
+                                     int m0, int n0) {
     const float *rows[G_MR];
     FN(vf) acc0[G_MR], acc1[G_MR];
 #pragma GCC unroll 8
@@ -257,15 +272,14 @@ static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const floa
         rows[r] = a + (r < mr ? r : 0) * g->lda; /* rows past mr repeat row 0 (computed, never stored) */
         acc0[r] = acc1[r] = (FN(vf)){0};
     }
-    for (int k = 0; k < kb; ++k) {
-        FN(vf) b0 = *(const FN(vf) *)bp, b1 = *(const FN(vf) *)(bp + MRT_VL);
-        bp += G_NR;
-#pragma GCC unroll 8
-        for (int r = 0; r < G_MR; ++r) {
-            float s = rows[r][k];
-            acc0[r] += b0 * s;
-            acc1[r] += b1 * s;
+    if (brow) {
+        for (int k = 0; k < kb; ++k) {
+            const float *row = bp + brow[k];
+            FN(sgemm_ukr_step)(acc0, acc1, rows, k, FN(vload)(row), FN(vload)(row + MRT_VL));
         }
+    } else {
+        for (int k = 0; k < kb; ++k, bp += G_NR)
+            FN(sgemm_ukr_step)(acc0, acc1, rows, k, *(const FN(vf) *)bp, *(const FN(vf) *)(bp + MRT_VL));
     }
 #pragma GCC unroll 8
     for (int r = 0; r < G_MR; ++r)
@@ -334,25 +348,29 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
         for (int p0 = 0; p0 < g->K; p0 += g->kc) {
             int kb = g->K - p0 < g->kc ? g->K - p0 : g->kc;
             int last = p0 + kb >= g->K;
+            /* implicit convolution: whole panels read B in place, only a partial last one is packed */
+            const int packed_from = g->brow ? nb / G_NR * G_NR : 0;
             if (g->transb)
                 FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
             else if (g->brow)
-                FN(sgemm_pack_b)(g->B + n0, 0, g->brow + p0, kb, nb, pack);
+                FN(sgemm_pack_b)(g->B + n0 + packed_from, 0, g->brow + p0, kb, nb - packed_from, pack);
             else
                 FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, NULL, kb, nb, pack);
             for (int j0 = 0; j0 < nb; j0 += G_NR) {
                 int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
-                const float *panel = pack + (long)j0 * kb;
+                const int direct = j0 < packed_from;
+                const float *panel = direct ? g->B + n0 + j0 : pack + (long)(j0 - packed_from) * kb;
+                const long *brow = direct ? g->brow + p0 : NULL;
                 for (int i0 = 0; i0 < mb; i0 += G_MR) {
                     int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
                     int m = m0 + i0;
-                    const float *apanel = g->A + (long)m * g->lda + p0;
+                    const float *arows = g->A + (long)m * g->lda + p0;
                     if (ext) /* raw sums into the scratch block; the epilogue comes with the copy-out */
-                        FN(sgemm_ukr)(g, kb, apanel, panel, cblock + i0 * ldcb + j0, ldcb, mr, nr, p0 > 0, 0, m,
+                        FN(sgemm_ukr)(g, kb, arows, panel, brow, cblock + i0 * ldcb + j0, ldcb, mr, nr, p0 > 0, 0, m,
                                       n0 + j0);
                     else
-                        FN(sgemm_ukr)(g, kb, apanel, panel, g->C + m * g->ldc + n0 + j0, g->ldc, mr, nr, p0 > 0, last,
-                                      m, n0 + j0);
+                        FN(sgemm_ukr)(g, kb, arows, panel, brow, g->C + m * g->ldc + n0 + j0, g->ldc, mr, nr, p0 > 0,
+                                      last, m, n0 + j0);
                 }
             }
         }
