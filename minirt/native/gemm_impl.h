@@ -52,6 +52,7 @@ typedef struct {
     float *C;
     const float *bias, *res;
     const long *brow; /* implicit B: row k at B + brow[k] (NULL: at B + k * ldb) */
+    int b_in_place;   /* with brow: the microkernel reads whole panels in place instead of packing them */
     long lda, ldb, ldc, ldr;
     long sa, sb, sc, sr; /* batch strides (elements; 0 broadcasts) */
     int M, N, K, bias_mode, act, transb;
@@ -349,7 +350,7 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
             int kb = g->K - p0 < g->kc ? g->K - p0 : g->kc;
             int last = p0 + kb >= g->K;
             /* implicit convolution: whole panels read B in place, only a partial last one is packed */
-            const int packed_from = g->brow ? nb / G_NR * G_NR : 0;
+            const int packed_from = g->b_in_place ? nb / G_NR * G_NR : 0;
             if (g->transb)
                 FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
             else if (g->brow)
@@ -430,7 +431,7 @@ static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, 
                       const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     FN(sgemm_args) g;
-    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = NULL;
+    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
     g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
     g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
     g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
@@ -440,18 +441,20 @@ static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, 
 
 /* Implicit-GEMM convolution of one image and group (see the top of this file):
  *   C[m, oy * ext_ow + ox] = act(sum_k A[m, k] B[brow[k] + oy * ext_wq + ox] + bias[m] + res[m, ...])
- * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats. */
-static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int ext_ow,
-                           int ext_wq, float *C, long ldc, const float *bias, const float *res, int act, float a0,
-                           float a1, int nthreads) {
+ * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats.  b_in_place:
+ * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (better
+ * for 1x1 kernels, whose K rows are far apart). */
+static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int b_in_place,
+                           int ext_ow, int ext_wq, float *C, long ldc, const float *bias, const float *res, int act,
+                           float a0, float a1, int nthreads) {
     if (M <= 0 || rows <= 0 || K <= 0) return;
     FN(sgemm_args) g;
-    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = brow;
+    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = brow; g.b_in_place = b_in_place;
     g.lda = K; g.ldb = 0; g.ldc = ldc; g.ldr = ldc;
     g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
     g.M = M; g.N = (rows - 1) * ext_wq + ext_ow; g.K = K; g.bias_mode = bias ? 1 : 0;
     g.act = act; g.a0 = a0; g.a1 = a1;
-    g.ext_ow = ext_ow; g.ext_wq = ext_wq;
+    g.ext_ow = ext_ow; g.ext_wq = ext_wq > ext_ow ? ext_wq : 0; /* no dropped columns: C is written directly */
     FN(sgemm_run)(&g, 1, nthreads);
 }
 

@@ -273,7 +273,7 @@ typedef struct {
     void (*im2col)(const float *, float *, long, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
     void (*sgemm)(int, int, int, int, const float *, long, long, const float *, long, long, int, float *, long, long,
                   const float *, int, const float *, long, long, int, float, float, int);
-    void (*sgemm_conv)(int, int, int, const float *, const float *, const long *, int, int, float *, long,
+    void (*sgemm_conv)(int, int, int, const float *, const float *, const long *, int, int, int, float *, long,
                        const float *, const float *, int, float, float, int);
 } mrt_impl;
 
@@ -434,9 +434,10 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * Tap (ky, kx) of output (oy, ox) is then plane (ky*dh % sh, kx*dw % sw) at
  * [oy + ky*dh / sh][ox + kx*dw / sw]: every row of the im2col matrix is a contiguous run of a
  * plane read with row stride wq instead of ow, which is the extended-grid GEMM of gemm_impl.h
- * (FN(sgemm_conv)): B is packed straight from the planes, KC x NC block by block.  The
+ * (FN(sgemm_conv)): the microkernel reads B straight from the planes, no im2col matrix.  The
  * wq - ow extra columns per output row are computed and dropped, so this mode is only used
- * when they are few (MRT_CONV_IMPLICIT_WASTE).
+ * when they are few (MRT_CONV_IMPLICIT_WASTE).  A 1x1 / stride 1 / unpadded kernel ("direct")
+ * needs no planes at all: the image is its own plane (wq = ow, nothing dropped).
  */
 
 /* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
@@ -450,7 +451,7 @@ typedef struct {
     float *y;
     int n, c, h, wd, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
     float a0, a1;
-    int nb, direct;
+    int nb, direct; /* images per GEMM; direct: 1x1, stride 1, no padding */
     int implicit, hq, wq; /* implicit mode and its phase planes (hq x wq floats) */
     size_t scratch_bytes;
     int failed;
@@ -525,10 +526,15 @@ static void mrt_conv_implicit(const mrt_conv_args *a, long img, float *scratch, 
     const long plane = (long)a->hq * a->wq, phases = (long)a->sh * a->sw;
     const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
     const int K = cg * kk;
-    float *planes = scratch;
-    long *brow = (long *)(planes + ((long)a->c * phases * plane + 1) / 2 * 2); /* 8-byte aligned */
-    conv_planes_args pa = {a, a->x + img * (long)a->c * a->h * a->wd, planes};
-    mrt_parallel_for(a->c * phases, plane, nt, conv_planes_task, &pa);
+    const float *x = a->x + img * (long)a->c * a->h * a->wd;
+    const float *planes = x; /* a 1x1 / stride 1 / unpadded kernel reads the image itself */
+    long *brow = (long *)scratch;
+    if (!a->direct) {
+        conv_planes_args pa = {a, x, scratch};
+        mrt_parallel_for(a->c * phases, plane, nt, conv_planes_task, &pa);
+        planes = scratch;
+        brow = (long *)(scratch + ((long)a->c * phases * plane + 1) / 2 * 2); /* 8-byte aligned */
+    }
     for (int k = 0; k < K; ++k) { /* row k = (channel of the group, ky, kx) */
         const int ch = k / kk, ky = k % kk / a->kw, kx = k % a->kw;
         const int ry = ky * a->dh, rx = kx * a->dw;
@@ -537,8 +543,8 @@ static void mrt_conv_implicit(const mrt_conv_args *a, long img, float *scratch, 
     }
     for (int g = 0; g < a->group; ++g) {
         const long out = img * mp + (long)g * mg * p;
-        a->I->sgemm_conv(mg, a->oh, K, a->w + (long)g * mg * K, planes + (long)g * cg * phases * plane, brow, a->ow,
-                         a->wq, a->y + out, p, a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL,
+        a->I->sgemm_conv(mg, a->oh, K, a->w + (long)g * mg * K, planes + (long)g * cg * phases * plane, brow,
+                         !a->direct, a->ow, a->wq, a->y + out, p, a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL,
                          a->act, a->a0, a->a1, nt);
     }
 }
@@ -554,16 +560,16 @@ static void mrt_conv_chunk(const mrt_conv_args *a, long chunk, float *scratch, i
         mrt_conv_implicit(a, i0, scratch, nt);
         return;
     }
-    const long ldb = a->direct ? p : (long)nb * p;
+    /* im2col (the images of the chunk side by side) and one GEMM per group */
+    const long ldb = (long)nb * p;
     float *cols = scratch;
-    float *tmp = a->direct ? scratch : scratch + (long)a->c * kk * a->nb * p;
-    if (!a->direct)
-        for (int j = 0; j < nb; ++j)
-            I->im2col(a->x + (i0 + j) * chw, cols + j * p, ldb, a->c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh,
-                      a->dw, a->pt, a->pl, a->oh, a->ow, nt);
+    float *tmp = scratch + (long)a->c * kk * a->nb * p;
+    for (int j = 0; j < nb; ++j)
+        I->im2col(a->x + (i0 + j) * chw, cols + j * p, ldb, a->c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh,
+                  a->dw, a->pt, a->pl, a->oh, a->ow, nt);
     for (int g = 0; g < a->group; ++g) {
         const float *A = a->w + (long)g * mg * K;
-        const float *B = a->direct ? a->x + i0 * chw + (long)g * cg * p : cols + (long)g * K * ldb;
+        const float *B = cols + (long)g * K * ldb;
         const float *bg = a->bias ? a->bias + (long)g * mg : NULL;
         if (nb == 1) { /* straight into y, whole epilogue fused */
             float *C = a->y + i0 * mp + (long)g * mg * p;
@@ -619,12 +625,13 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
     /* implicit mode: planes wide enough for every tap's shift, and few dropped columns */
     a.hq = oh + (kh - 1) * dh / sh;
     a.wq = ow + (kw - 1) * dw / sw;
-    a.implicit = nb == 1 && !a.direct && (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq;
+    a.implicit = nb == 1 && (a.direct || (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq);
     size_t floats = 0;
     if (a.implicit) {
-        floats = (size_t)c * sh * sw * a.hq * a.wq + (size_t)(c / group) * kk * sizeof(long) / sizeof(float) + 2;
+        floats = (size_t)(c / group) * kk * sizeof(long) / sizeof(float) + 2;
+        if (!a.direct) floats += (size_t)c * sh * sw * a.hq * a.wq;
     } else {
-        if (!a.direct) floats += (size_t)c * kk * nb * p;
+        floats += (size_t)c * kk * nb * p;
         if (nb > 1) floats += (size_t)(m / group) * nb * p;
     }
     a.scratch_bytes = floats * sizeof(float);
