@@ -245,27 +245,29 @@ static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, lon
         }
 }
 
-/* One k step of the microkernel: acc[r] += (b0, b1) * A[r, k]. */
+/* One k step of the microkernel: acc0[r] (and acc1[r] when `two`) += b0 (b1) * A[r, k]. */
 static inline MRT_TARGET G_INLINE void FN(sgemm_ukr_step)(FN(vf) *acc0, FN(vf) *acc1, const float *const *rows,
-                                                           int k, FN(vf) b0, FN(vf) b1) {
+                                                           int k, FN(vf) b0, FN(vf) b1, const int two) {
 #pragma GCC unroll 8
     for (int r = 0; r < G_MR; ++r) {
         float s = rows[r][k];
         acc0[r] += b0 * s;
-        acc1[r] += b1 * s;
+        if (two) acc1[r] += b1 * s;
     }
 }
 
-/* C tile (mr <= G_MR rows, nr <= G_NR columns) from A rows (row stride lda, kb columns from a)
- * and kb rows of G_NR columns of B: a packed panel bp, or (brow not NULL, implicit
- * convolution, whole panels only) row k read in place at bp + brow[k], which skips packing:
- * the 3 x 3 taps of a channel are shifted views of the same plane rows, in cache.  G_MR x 2
- * vector accumulators in registers (the loops over r are unrolled, so the arrays never touch
- * memory).  A is read in place: packing it per call cost more than it saved (a convolution's
- * weight block is reused by few panels when N is small). */
-static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
-                                     const long *brow, float *c, long ldc, int mr, int nr, int accumulate, int last,
-                                     int m0, int n0) {
+/* C tile (mr <= G_MR rows, nr columns: <= G_NR when `two`, else <= MRT_VL) from A rows (row
+ * stride lda, kb columns from a) and kb rows of G_NR columns of B: a packed panel bp, or
+ * (brow not NULL, implicit convolution, whole panels only) row k read in place at
+ * bp + brow[k], which skips packing: the 3 x 3 taps of a channel are shifted views of the same
+ * plane rows, in cache.  G_MR x 2 (or x 1) vector accumulators in registers (the loops over r
+ * are unrolled, so the arrays never touch memory).  A is read in place: packing it per call
+ * cost more than it saved (a convolution's weight block is reused by few panels when N is
+ * small).  Inlined into the two variants below with `two` a constant. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_ukr_body)(const FN(sgemm_args) *g, int kb, const float *a,
+                                                           const float *restrict bp, const long *brow, float *c,
+                                                           long ldc, int mr, int nr, int accumulate, int last, int m0,
+                                                           int n0, const int two) {
     const float *rows[G_MR];
     FN(vf) acc0[G_MR], acc1[G_MR];
 #pragma GCC unroll 8
@@ -276,16 +278,37 @@ static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const floa
     if (brow) {
         for (int k = 0; k < kb; ++k) {
             const float *row = bp + brow[k];
-            FN(sgemm_ukr_step)(acc0, acc1, rows, k, FN(vload)(row), FN(vload)(row + MRT_VL));
+            FN(sgemm_ukr_step)(acc0, acc1, rows, k, FN(vload)(row), two ? FN(vload)(row + MRT_VL) : acc0[0], two);
         }
     } else {
         for (int k = 0; k < kb; ++k, bp += G_NR)
-            FN(sgemm_ukr_step)(acc0, acc1, rows, k, *(const FN(vf) *)bp, *(const FN(vf) *)(bp + MRT_VL));
+            FN(sgemm_ukr_step)(acc0, acc1, rows, k, *(const FN(vf) *)bp, two ? *(const FN(vf) *)(bp + MRT_VL) : acc0[0],
+                               two);
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < G_MR; ++r)
-        if (r < mr) FN(sgemm_store_row)(g, c + r * ldc, acc0[r], acc1[r], nr, accumulate, last, m0 + r, n0);
+    for (int r = 0; r < G_MR; ++r) {
+        if (r >= mr) break;
+        if (two)
+            FN(sgemm_store_row)(g, c + r * ldc, acc0[r], acc1[r], nr, accumulate, last, m0 + r, n0);
+        else
+            FN(sgemm_store_vec)(g, c + r * ldc, acc0[r], nr, accumulate, last, m0 + r, n0);
+    }
     if (last && g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
+}
+
+/* The microkernel for panels of more than MRT_VL columns (2 vectors per row). */
+static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
+                                     const long *brow, float *c, long ldc, int mr, int nr, int accumulate, int last,
+                                     int m0, int n0) {
+    FN(sgemm_ukr_body)(g, kb, a, bp, brow, c, ldc, mr, nr, accumulate, last, m0, n0, 1);
+}
+
+/* The microkernel for a last panel of at most MRT_VL columns (N = 196 = 6 x 32 + 4): one vector
+ * per row, half the multiply-adds of the full one. */
+static MRT_TARGET void FN(sgemm_ukr_narrow)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
+                                            const long *brow, float *c, long ldc, int mr, int nr, int accumulate,
+                                            int last, int m0, int n0) {
+    FN(sgemm_ukr_body)(g, kb, a, bp, brow, c, ldc, mr, nr, accumulate, last, m0, n0, 0);
 }
 
 /* Epilogue of an extended-grid block (implicit-GEMM convolution): the existing columns
@@ -366,12 +389,14 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                     int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
                     int m = m0 + i0;
                     const float *arows = g->A + (long)m * g->lda + p0;
-                    if (ext) /* raw sums into the scratch block; the epilogue comes with the copy-out */
-                        FN(sgemm_ukr)(g, kb, arows, panel, brow, cblock + i0 * ldcb + j0, ldcb, mr, nr, p0 > 0, 0, m,
-                                      n0 + j0);
+                    /* ext: raw sums into the scratch block; the epilogue comes with the copy-out */
+                    float *c = ext ? cblock + i0 * ldcb + j0 : g->C + m * g->ldc + n0 + j0;
+                    long ldc = ext ? ldcb : g->ldc;
+                    if (nr > MRT_VL)
+                        FN(sgemm_ukr)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m, n0 + j0);
                     else
-                        FN(sgemm_ukr)(g, kb, arows, panel, brow, g->C + m * g->ldc + n0 + j0, g->ldc, mr, nr, p0 > 0,
-                                      last, m, n0 + j0);
+                        FN(sgemm_ukr_narrow)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m,
+                                             n0 + j0);
                 }
             }
         }
