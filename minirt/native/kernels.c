@@ -438,12 +438,20 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * wq - ow extra columns per output row are computed and dropped, so this mode is only used
  * when they are few (MRT_CONV_IMPLICIT_WASTE).  A 1x1 / stride 1 / unpadded kernel ("direct")
  * needs no planes at all: the image is its own plane (wq = ow, nothing dropped).
+ * The planes are built for bands of `band` output rows at a time (hq = band + the taps' reach
+ * rows each), small enough to stay in L2 between their copy and the GEMM that reads them
+ * (MRT_CONV_BAND_BYTES); with several threads and one image, the threads take whole bands
+ * (planes and GEMM single-threaded, no fork-join inside a band).
  */
 
 /* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
 #define MRT_CONV_BATCH_COLS 256
 /* Implicit mode when the dropped columns are at most 1 / MRT_CONV_IMPLICIT_WASTE of the grid. */
 #define MRT_CONV_IMPLICIT_WASTE 8
+/* Planes of one band: at most about this many bytes (L2 is 1-2 MB on the targets), unless a
+ * band would then have fewer than MRT_CONV_BAND_COLS output columns (GEMM too narrow). */
+#define MRT_CONV_BAND_BYTES (512L * 1024)
+#define MRT_CONV_BAND_COLS 2048
 
 typedef struct {
     const mrt_impl *I;
@@ -452,7 +460,7 @@ typedef struct {
     int n, c, h, wd, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
     float a0, a1;
     int nb, direct; /* images per GEMM; direct: 1x1, stride 1, no padding */
-    int implicit, hq, wq; /* implicit mode and its phase planes (hq x wq floats) */
+    int implicit, band, hq, wq; /* implicit mode: output rows per band, its phase planes (hq x wq floats) */
     size_t scratch_bytes;
     int failed;
 } mrt_conv_args;
@@ -482,26 +490,27 @@ static void gather_stride2(float *restrict dst, const float *restrict src, int n
 typedef struct {
     const mrt_conv_args *a;
     const float *x; /* one image (c, h, wd) */
-    float *planes;  /* (c, sh, sw, hq, wq) */
+    float *planes;  /* (c, sh, sw, hq, wq), rows oy0 .. oy0 + rows of the whole image's planes */
+    int oy0, rows;
 } conv_planes_args;
 
 /* Items: (channel, phase row, phase column); phases no tap reads are skipped. */
 static void conv_planes_task(void *ctx, long begin, long end) {
     const conv_planes_args *pa = (const conv_planes_args *)ctx;
     const mrt_conv_args *a = pa->a;
-    const int sh = a->sh, sw = a->sw, hq = a->hq, wq = a->wq;
+    const int sh = a->sh, sw = a->sw, wq = a->wq;
     for (long item = begin; item < end; ++item) {
         const int ch = (int)(item / (sh * sw)), py = (int)(item / sw % sh), px = (int)(item % sw);
         if (!conv_phase_used(a->kh, a->dh, sh, py) || !conv_phase_used(a->kw, a->dw, sw, px)) continue;
         const float *xc = pa->x + (long)ch * a->h * a->wd;
-        float *dst = pa->planes + item * hq * wq;
+        float *dst = pa->planes + item * a->hq * wq;
         /* plane columns [jlo, jhi) come from inside x: 0 <= j * sw + px - pl < wd */
         const int lead = a->pl - px, tail = a->wd + a->pl - px;
         int jlo = lead <= 0 ? 0 : (lead + sw - 1) / sw, jhi = tail <= 0 ? 0 : (tail + sw - 1) / sw;
         if (jlo > wq) jlo = wq;
         if (jhi > wq) jhi = wq;
         if (jhi < jlo) jhi = jlo;
-        for (int i = 0; i < hq; ++i, dst += wq) {
+        for (int i = pa->oy0; i < pa->oy0 + pa->rows; ++i, dst += wq) {
             const int iy = i * sh + py - a->pt;
             if (iy < 0 || iy >= a->h) {
                 memset(dst, 0, sizeof(float) * wq);
@@ -520,20 +529,25 @@ static void conv_planes_task(void *ctx, long begin, long end) {
     }
 }
 
-/* One image in implicit mode (see above): planes, the B row table, and one extended-grid GEMM per group. */
-static void mrt_conv_implicit(const mrt_conv_args *a, long img, float *scratch, int nt) {
+/* Output rows [oy0, oy0 + rows) of image img in implicit mode (see above): the band's planes
+ * (none when direct), the B row table, and one extended-grid GEMM per group.  scratch: the
+ * table (K longs), then the planes. */
+static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, float *scratch, int nt) {
     const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
-    const long plane = (long)a->hq * a->wq, phases = (long)a->sh * a->sw;
+    const long phases = (long)a->sh * a->sw;
     const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
     const int K = cg * kk;
     const float *x = a->x + img * (long)a->c * a->h * a->wd;
-    const float *planes = x; /* a 1x1 / stride 1 / unpadded kernel reads the image itself */
     long *brow = (long *)scratch;
+    const float *planes = x; /* direct: the image is its own (h x wd) plane */
+    long plane = p;
     if (!a->direct) {
-        conv_planes_args pa = {a, x, scratch};
+        float *band = scratch + 2L * K;
+        const int reach = (a->kh - 1) * a->dh / a->sh; /* plane rows below a band's last output row */
+        conv_planes_args pa = {a, x, band, oy0, rows + reach};
+        plane = (long)a->hq * a->wq;
         mrt_parallel_for(a->c * phases, plane, nt, conv_planes_task, &pa);
-        planes = scratch;
-        brow = (long *)(scratch + ((long)a->c * phases * plane + 1) / 2 * 2); /* 8-byte aligned */
+        planes = band;
     }
     for (int k = 0; k < K; ++k) { /* row k = (channel of the group, ky, kx) */
         const int ch = k / kk, ky = k % kk / a->kw, kx = k % a->kw;
@@ -542,14 +556,50 @@ static void mrt_conv_implicit(const mrt_conv_args *a, long img, float *scratch, 
                   rx / a->sw;
     }
     for (int g = 0; g < a->group; ++g) {
-        const long out = img * mp + (long)g * mg * p;
-        a->I->sgemm_conv(mg, a->oh, K, a->w + (long)g * mg * K, planes + (long)g * cg * phases * plane, brow,
-                         !a->direct, a->ow, a->wq, a->y + out, p, a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL,
-                         a->act, a->a0, a->a1, nt);
+        const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
+        a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, planes + (long)g * cg * phases * plane, brow,
+                         !a->direct, a->ow, a->wq, a->y + out, p, a->bias ? a->bias + (long)g * mg : NULL,
+                         a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
     }
 }
 
-static void mrt_conv_chunk(const mrt_conv_args *a, long chunk, float *scratch, int nt) {
+typedef struct {
+    mrt_conv_args *a;
+    long img;
+} conv_bands_args;
+
+/* Items: bands of one image, each on one thread with that thread's scratch. */
+static void conv_bands_task(void *ctx, long begin, long end) {
+    conv_bands_args *ba = (conv_bands_args *)ctx;
+    mrt_conv_args *a = ba->a;
+    /* the caller's own buffer has this size already: it is not reallocated under it */
+    float *scratch = (float *)mrt_scratch_buffer(a->scratch_bytes);
+    if (!scratch) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (long b = begin; b < end; ++b) {
+        const int oy0 = (int)b * a->band;
+        mrt_conv_band(a, ba->img, oy0, a->oh - oy0 < a->band ? a->oh - oy0 : a->band, scratch, 1);
+    }
+}
+
+/* One image in implicit mode: its bands, over the threads when there are enough of them. */
+static void mrt_conv_implicit(mrt_conv_args *a, long img, float *scratch, int nt) {
+    const long bands = (a->oh + a->band - 1) / a->band;
+    if (nt > 1 && bands >= nt) {
+        conv_bands_args ba = {a, img};
+        mrt_parallel_for(bands, (long)a->m * a->c / a->group * a->kh * a->kw * a->band * a->ow / 16, nt,
+                         conv_bands_task, &ba);
+        return;
+    }
+    for (long b = 0; b < bands; ++b) {
+        const int oy0 = (int)b * a->band;
+        mrt_conv_band(a, img, oy0, a->oh - oy0 < a->band ? a->oh - oy0 : a->band, scratch, nt);
+    }
+}
+
+static void mrt_conv_chunk(mrt_conv_args *a, long chunk, float *scratch, int nt) {
     const mrt_impl *I = a->I;
     const long p = (long)a->oh * a->ow, chw = (long)a->c * a->h * a->wd, mp = (long)a->m * p;
     const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
@@ -623,12 +673,27 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
     a.direct = nb == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     const long kk = (long)kh * kw;
     /* implicit mode: planes wide enough for every tap's shift, and few dropped columns */
-    a.hq = oh + (kh - 1) * dh / sh;
+    const int reach = (kh - 1) * dh / sh;
     a.wq = ow + (kw - 1) * dw / sw;
     a.implicit = nb == 1 && (a.direct || (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq);
+    a.band = oh;
+    if (a.implicit && !a.direct) {
+        /* bands: planes within MRT_CONV_BAND_BYTES but >= MRT_CONV_BAND_COLS columns each, then
+         * evened out, and at least one per thread when the image is large enough */
+        const long row_bytes = (long)c * sh * sw * a.wq * (long)sizeof(float);
+        long band = MRT_CONV_BAND_BYTES / row_bytes - reach;
+        const long min_band = (MRT_CONV_BAND_COLS + ow - 1) / ow;
+        if (band < min_band) band = min_band;
+        long bands = (oh + band - 1) / band;
+        if (bands < nthreads && p >= (long)nthreads * MRT_CONV_BAND_COLS) bands = nthreads;
+        if (nthreads > 1 && bands > nthreads) bands = (bands + nthreads - 1) / nthreads * nthreads;
+        if (bands > oh) bands = oh;
+        a.band = (int)((oh + bands - 1) / bands);
+    }
+    a.hq = a.band + reach;
     size_t floats = 0;
     if (a.implicit) {
-        floats = (size_t)(c / group) * kk * sizeof(long) / sizeof(float) + 2;
+        floats = (size_t)(c / group) * kk * sizeof(long) / sizeof(float);
         if (!a.direct) floats += (size_t)c * sh * sw * a.hq * a.wq;
     } else {
         floats += (size_t)c * kk * nb * p;
