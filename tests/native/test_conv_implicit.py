@@ -6,7 +6,8 @@ zero-padded, stride-phase-split planes and the GEMM reads its B rows straight fr
 output row (kernels.c, gemm_impl.h).  A 1x1 / stride 1 / unpadded kernel reads the
 image itself.  The geometries below all take that path (output rows of >= 16 columns,
 or 1x1): odd channel counts, K past one packed block (balanced K blocks), rectangular
-kernels, padding on every side, strides and dilations (stride phases no tap reads),
+kernels, padding on every side, strides and dilations (stride phases no tap reads), images
+split into bands of output rows,
 groups, batches, the fused residual and activations, threads 1 and 2, every ISA.  The
 reference is a float64 numpy convolution written tap by tap, independent of minirt.
 """
@@ -34,6 +35,10 @@ GEOMETRIES = {
     "5x5_s2_d2": (4, 6, 25, 70, (5, 5), (2, 2), (2, 2, 2, 2), (2, 2), 1),
     "rect_1x3_s12": (6, 9, 15, 80, (1, 3), (1, 2), (0, 1, 0, 1), (1, 1), 1),
     "rect_3x1": (7, 8, 21, 26, (3, 1), (1, 1), (1, 0, 1, 0), (1, 1), 1),
+    # large enough for several bands of output rows (planes built band by band, threads over bands)
+    "bands_s1": (64, 5, 80, 80, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "bands_s2_pads": (16, 6, 161, 158, (3, 3), (2, 2), (1, 0, 2, 1), (1, 1), 1),
+    "bands_dilated": (40, 3, 70, 90, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),
     "1x1": (32, 40, 17, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     "1x1_odd_groups": (15, 21, 13, 29, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 3),
     "1x1_stride2": (12, 20, 18, 52, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
