@@ -91,9 +91,15 @@ static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     return p * (FN(vf))bits;
 }
 
-/* The epilogue activations on one vector, the algorithms of act_row (kernels_impl.h): a call
- * to act_row for the one or two vectors of a tile row does not vectorise well. */
-static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
+/* Activations cheap enough (a few compares and multiplies) to run on the accumulators as a
+ * tile is stored; the others (exp based) run on the stored tile, FN(sgemm_act_tile). */
+static inline int FN(act_in_registers)(int act) {
+    return act == MRT_ACT_RELU || act == MRT_ACT_CLIP || act == MRT_ACT_LEAKY || act == MRT_ACT_HARDSIGMOID ||
+           act == MRT_ACT_HARDSWISH;
+}
+
+/* The cheap epilogue activations on one vector (FN(act_in_registers)); others: v unchanged. */
+static inline MRT_TARGET G_INLINE FN(vf) FN(vact_cheap)(FN(vf) v, int act, float a0, float a1) {
     FN(vf) z = {0}, one = z + 1.0f;
     switch (act) {
     case MRT_ACT_RELU:
@@ -105,10 +111,6 @@ static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) 
     }
     case MRT_ACT_LEAKY:
         return FN(vsel)(v < z, v * a0, v);
-    case MRT_ACT_SIGMOID:
-        return one / (one + FN(vexp)(-v));
-    case MRT_ACT_SILU:
-        return v * (one / (one + FN(vexp)(-v)));
     case MRT_ACT_HARDSIGMOID: {
         FN(vf) h = v * a0 + a1;
         h = FN(vsel)(h < z, z, h);
@@ -120,6 +122,21 @@ static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) 
         h = FN(vsel)(h > one, one, h);
         return v * h;
     }
+    default:
+        return v;
+    }
+}
+
+/* The epilogue activations on one vector, the algorithms of act_row (kernels_impl.h): a call
+ * to act_row for the one or two vectors of a tile row does not vectorise well. */
+static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
+    FN(vf) z = {0}, one = z + 1.0f;
+    if (FN(act_in_registers)(act)) return FN(vact_cheap)(v, act, a0, a1);
+    switch (act) {
+    case MRT_ACT_SIGMOID:
+        return one / (one + FN(vexp)(-v));
+    case MRT_ACT_SILU:
+        return v * (one / (one + FN(vexp)(-v)));
     case MRT_ACT_GELU: { /* as in act_row: 0.5 x erfc(-x / sqrt 2) */
         FN(vf) zz = v * -0.70710678118654752f;
         FN(vf) az = FN(vsel)(zz < z, -zz, zz);
@@ -209,9 +226,10 @@ static inline MRT_TARGET G_INLINE void FN(vstore_n)(float *p, FN(vf) v, int n) {
 }
 
 /* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus
- * bias and residual when `last` (n <= MRT_VL).  m, n0: the row and first
- * column in C.  The activation follows on the whole tile (FN(sgemm_act_tile)):
- * inlined here, its code would be repeated for each of the 12 vectors. */
+ * bias, residual and a cheap activation when `last` (n <= MRT_VL).  m, n0: the
+ * row and first column in C.  An exp-based activation follows on the whole tile
+ * (FN(sgemm_act_tile)): inlined here, its code would be repeated for each of the
+ * 16 vectors. */
 static inline MRT_TARGET G_INLINE void FN(sgemm_store_vec)(const FN(sgemm_args) *g, float *c, FN(vf) v, int n,
                                                             int accumulate, int last, int m, int n0) {
     if (accumulate) v += FN(vload_n)(c, n);
@@ -221,6 +239,7 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_store_vec)(const FN(sgemm_args) 
         else if (g->bias_mode == 2)
             v += FN(vload_n)(g->bias + n0, n);
         if (g->res) v += FN(vload_n)(g->res + (long)m * g->ldr + n0, n);
+        v = FN(vact_cheap)(v, g->act, g->a0, g->a1);
     }
     FN(vstore_n)(c, v, n);
 }
@@ -228,6 +247,32 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_store_vec)(const FN(sgemm_args) 
 /* Store one row of a tile (nr <= G_NR columns, vectors v0, v1): see FN(sgemm_store_vec). */
 static inline MRT_TARGET G_INLINE void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1,
                                                             int nr, int accumulate, int last, int m, int n0) {
+    if (nr == G_NR) { /* the common case, without the partial-vector branches */
+        if (accumulate) {
+            v0 += FN(vload)(c);
+            v1 += FN(vload)(c + MRT_VL);
+        }
+        if (last) {
+            if (g->bias_mode == 1) {
+                float bv = g->bias[m];
+                v0 += bv;
+                v1 += bv;
+            } else if (g->bias_mode == 2) {
+                v0 += FN(vload)(g->bias + n0);
+                v1 += FN(vload)(g->bias + n0 + MRT_VL);
+            }
+            if (g->res) {
+                const float *r = g->res + (long)m * g->ldr + n0;
+                v0 += FN(vload)(r);
+                v1 += FN(vload)(r + MRT_VL);
+            }
+            v0 = FN(vact_cheap)(v0, g->act, g->a0, g->a1);
+            v1 = FN(vact_cheap)(v1, g->act, g->a0, g->a1);
+        }
+        FN(vstore)(c, v0);
+        FN(vstore)(c + MRT_VL, v1);
+        return;
+    }
     if (nr <= MRT_VL) {
         FN(sgemm_store_vec)(g, c, v0, nr, accumulate, last, m, n0);
         return;
@@ -236,7 +281,7 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_store_row)(const FN(sgemm_args) 
     FN(sgemm_store_vec)(g, c + MRT_VL, v1, nr - MRT_VL, accumulate, last, m, n0 + MRT_VL);
 }
 
-/* The epilogue's activation, in place, on rows x cols floats of C (row stride ldc), still in L1. */
+/* The epilogue's (exp-based) activation, in place, on rows x cols floats of C (row stride ldc), still in L1. */
 static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, long ldc, int rows, int cols) {
     for (int i = 0; i < rows; ++i, c += ldc)
         for (int j = 0; j < cols; j += MRT_VL) {
@@ -293,7 +338,7 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_ukr_body)(const FN(sgemm_args) *
         else
             FN(sgemm_store_vec)(g, c + r * ldc, acc0[r], nr, accumulate, last, m0 + r, n0);
     }
-    if (last && g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
+    if (last && g->act != MRT_ACT_NONE && !FN(act_in_registers)(g->act)) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
 }
 
 /* The microkernel for panels of more than MRT_VL columns (2 vectors per row). */
@@ -410,7 +455,7 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                     int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
                     FN(sgemm_store_row)(g, c + j0, zz, zz, nr, 1, 1, m0 + i, n0 + j0);
                 }
-                if (g->act != MRT_ACT_NONE) FN(sgemm_act_tile)(g, c, 0, 1, nb);
+                if (g->act != MRT_ACT_NONE && !FN(act_in_registers)(g->act)) FN(sgemm_act_tile)(g, c, 0, 1, nb);
             }
         }
     }
