@@ -7,8 +7,8 @@
  *
  * All matrices are row-major with leading dimensions (lda, ldb, ldc, ldr).
  * For a convolution in NCHW, A is the weight (M = output channels, K =
- * C_in/group * KH * KW), B the input itself (1x1) or its im2col, and C the
- * output plane: nothing is transposed or copied on the way in or out.
+ * C_in/group * KH * KW), B the input itself (1x1), its im2col or (implicit
+ * GEMM, below) rows of its padded planes, and C the output plane.
  *
  * Structure (BLIS-like, written with GCC vector extensions so the same code
  * becomes SSE2, AVX2+FMA, AVX-512 or NEON):
@@ -17,17 +17,23 @@
  *   - A is read in place: the microkernel broadcasts A[m, k] for MR rows
  *     (MR = 8 with AVX-512, else 6);
  *   - the MR x NR tile of C lives in 2 MR vector registers over the whole KC
- *     loop; the epilogue (bias, residual, activation) runs when the tile is
- *     stored after the last KC block, while it is still in L1.
+ *     loop (K is cut into equal blocks of about KC); the epilogue (bias,
+ *     residual and the compare/multiply activations on the registers, the
+ *     exp-based ones on the stored tile) runs when the tile is stored after
+ *     the last KC block, while it is still in L1;
+ *   - a last panel of at most one vector of columns (N = 196 = 6 x 32 + 4)
+ *     takes a one-vector microkernel.
  * Threads split the (column block, row block) grid of the output.
  *
  * Implicit-GEMM convolution (FN(sgemm_conv)): B is never materialised.  Row k
  * of B starts at B + brow[k] (a tap of the padded, stride-phase-split input
- * built by kernels.c), so the im2col of each KC x NC block happens while it is
- * packed, in cache.  C's columns then form an "extended" output grid of
- * ext_wq columns per output row, of which only the first ext_ow exist: tiles
- * accumulate in a per-thread scratch block and the epilogue copies the
- * existing columns out to C (row stride ldc, ext_ow columns per output row).
+ * built by kernels.c); the microkernel reads whole panels of those rows in
+ * place (the taps of a 3 x 3 kernel are shifted views of the same plane
+ * rows, in cache) and only a partial last panel is packed.  C's columns then
+ * form an "extended" output grid of ext_wq columns per output row, of which
+ * only the first ext_ow exist: tiles accumulate in a per-thread scratch block
+ * and the epilogue copies the existing columns out to C (row stride ldc,
+ * ext_ow columns per output row).
  */
 
 typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));

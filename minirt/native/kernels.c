@@ -427,8 +427,8 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * as the per-image Python loop did.  The accumulation order of every output is the same
  * as that of mrt_sgemm_f32 on one image, whatever nb and the threads.
  *
- * Single images with a kernel larger than 1x1 (or strides/padding) mostly skip im2col
- * ("implicit" mode): the input is copied once, zero-padded and split by stride phase, into
+ * Images that get a GEMM of their own (nb = 1) skip im2col when their output rows are wide
+ * enough ("implicit" mode): the input is copied once, zero-padded and split by stride phase, into
  * planes of hq x wq floats, where phase (py, px) of channel ch holds
  *   plane[i][j] = x[ch][i * sh + py - pt][j * sw + px - pl]   (0 outside x).
  * Tap (ky, kx) of output (oy, ox) is then plane (ky*dh % sh, kx*dw % sw) at
@@ -529,6 +529,9 @@ static void conv_planes_task(void *ctx, long begin, long end) {
     }
 }
 
+/* Floats of scratch taken by the B row table of K rows (K longs). */
+static long conv_table_floats(long K) { return (K * (long)sizeof(long) + sizeof(float) - 1) / sizeof(float); }
+
 /* Output rows [oy0, oy0 + rows) of image img in implicit mode (see above): the band's planes
  * (none when direct), the B row table, and one extended-grid GEMM per group.  scratch: the
  * table (K longs), then the planes. */
@@ -542,12 +545,12 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
     const float *planes = x; /* direct: the image is its own (h x wd) plane */
     long plane = p;
     if (!a->direct) {
-        float *band = scratch + 2L * K;
+        float *band_planes = scratch + conv_table_floats(K);
         const int reach = (a->kh - 1) * a->dh / a->sh; /* plane rows below a band's last output row */
-        conv_planes_args pa = {a, x, band, oy0, rows + reach};
+        conv_planes_args pa = {a, x, band_planes, oy0, rows + reach};
         plane = (long)a->hq * a->wq;
         mrt_parallel_for(a->c * phases, plane, nt, conv_planes_task, &pa);
-        planes = band;
+        planes = band_planes;
     }
     for (int k = 0; k < K; ++k) { /* row k = (channel of the group, ky, kx) */
         const int ch = k / kk, ky = k % kk / a->kw, kx = k % a->kw;
@@ -693,7 +696,7 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
     a.hq = a.band + reach;
     size_t floats = 0;
     if (a.implicit) {
-        floats = (size_t)(c / group) * kk * sizeof(long) / sizeof(float);
+        floats = (size_t)conv_table_floats((long)(c / group) * kk);
         if (!a.direct) floats += (size_t)c * sh * sw * a.hq * a.wq;
     } else {
         floats += (size_t)c * kk * nb * p;
