@@ -135,14 +135,14 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact_cheap)(FN(vf) v, int act, float
 
 /* The epilogue activations on one vector, the algorithms of act_row (kernels_impl.h): a call
  * to act_row for the one or two vectors of a tile row does not vectorise well. */
-static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
+static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
     FN(vf) z = {0}, one = z + 1.0f;
     if (FN(act_in_registers)(act)) return FN(vact_cheap)(v, act, a0, a1);
     switch (act) {
     case MRT_ACT_SIGMOID:
         return one / (one + FN(vexp)(-v));
     case MRT_ACT_SILU:
-        return v * (one / (one + FN(vexp)(-v)));
+        return v / (one + FN(vexp)(-v));
     case MRT_ACT_GELU: { /* as in act_row: 0.5 x erfc(-x / sqrt 2) */
         FN(vf) zz = v * -0.70710678118654752f;
         FN(vf) az = FN(vsel)(zz < z, -zz, zz);
@@ -287,13 +287,29 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_store_row)(const FN(sgemm_args) 
     FN(sgemm_store_vec)(g, c + MRT_VL, v1, nr - MRT_VL, accumulate, last, m, n0 + MRT_VL);
 }
 
+/* FN(sgemm_act_tile) for one activation: inlined with `act` a constant, the switch of FN(vact)
+ * is resolved outside the loop. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_act_tile_as)(float *c, long ldc, int rows, int cols, const int act,
+                                                              float a0, float a1) {
+    for (int i = 0; i < rows; ++i, c += ldc) {
+        int j = 0;
+        for (; j + MRT_VL <= cols; j += MRT_VL) FN(vstore)(c + j, FN(vact)(FN(vload)(c + j), act, a0, a1));
+        if (j < cols) FN(vstore_n)(c + j, FN(vact)(FN(vload_n)(c + j, cols - j), act, a0, a1), cols - j);
+    }
+}
+
 /* The epilogue's (exp-based) activation, in place, on rows x cols floats of C (row stride ldc), still in L1. */
 static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, long ldc, int rows, int cols) {
-    for (int i = 0; i < rows; ++i, c += ldc)
-        for (int j = 0; j < cols; j += MRT_VL) {
-            int n = cols - j < MRT_VL ? cols - j : MRT_VL;
-            FN(vstore_n)(c + j, FN(vact)(FN(vload_n)(c + j, n), g->act, g->a0, g->a1), n);
-        }
+    switch (g->act) {
+    case MRT_ACT_SIGMOID:
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SIGMOID, g->a0, g->a1);
+        break;
+    case MRT_ACT_SILU:
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SILU, g->a0, g->a1);
+        break;
+    default:
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, g->act, g->a0, g->a1);
+    }
 }
 
 /* One k step of the microkernel: acc0[r] (and acc1[r] when `two`) += b0 (b1) * A[r, k]. */
@@ -366,8 +382,8 @@ static MRT_TARGET void FN(sgemm_ukr_narrow)(const FN(sgemm_args) *g, int kb, con
  * (ox < ext_ow) of rows m0 .. m0 + mb of the scratch block cb (row stride ldcb, extended
  * columns n0 .. n0 + nb) go to C with bias, residual and activation, computed on whole
  * vectors.  cb rows must be readable MRT_VL floats past nb. */
-static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float *cb, long ldcb, int m0, int mb, int n0,
-                                           int nb) {
+static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_args) *g, const float *cb, long ldcb,
+                                                               int m0, int mb, int n0, int nb, const int act) {
     const int wq = g->ext_wq, ow = g->ext_ow;
     for (int i = 0; i < mb; ++i) {
         const int m = m0 + i;
@@ -388,11 +404,32 @@ static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float 
                 FN(vf) x = FN(vload)(v + t); /* lanes past seg: the next columns (or slack), dropped */
                 if (g->bias_mode == 1) x += g->bias[m];
                 if (rrow) x += FN(vload_n)(rrow + col + t, n);
-                if (g->act != MRT_ACT_NONE) x = FN(vact)(x, g->act, g->a0, g->a1);
+                x = FN(vact)(x, act, g->a0, g->a1);
                 FN(vstore_n)(crow + col + t, x, n);
             }
             j += seg;
         }
+    }
+}
+
+/* FN(sgemm_ext_store_as) with the activation's switch resolved outside its loops. */
+static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float *cb, long ldcb, int m0, int mb, int n0,
+                                           int nb) {
+    switch (g->act) {
+    case MRT_ACT_NONE:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_NONE);
+        break;
+    case MRT_ACT_RELU:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_RELU);
+        break;
+    case MRT_ACT_SILU:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_SILU);
+        break;
+    case MRT_ACT_HARDSWISH:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_HARDSWISH);
+        break;
+    default:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, g->act);
     }
 }
 
