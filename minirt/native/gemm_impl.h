@@ -41,7 +41,8 @@ typedef float FN(vfu) __attribute__((vector_size(MRT_VL * 4), aligned(4)));
 typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
 
 /* rows per microkernel tile: 8 x 2 accumulators fit AVX-512's 32 registers (and 8 divides
- * most channel counts), 6 x 2 the 16 of SSE2/AVX2 (NEON keeps 6, tuned in D18) */
+ * most channel counts), 6 x 2 the 16 of SSE2/AVX2 (NEON, with 32, keeps 6: not measured on
+ * arm64 yet) */
 #if MRT_VL == 16
 #define G_MR 8
 #else

@@ -478,11 +478,14 @@ typedef float conv_v4f __attribute__((vector_size(16)));
 typedef float conv_v4fu __attribute__((vector_size(16), aligned(4)));
 typedef int conv_v4i __attribute__((vector_size(16)));
 static void gather_stride2(float *restrict dst, const float *restrict src, int n) {
-    const conv_v4i even = {0, 2, 4, 6};
     int j = 0;
     for (; j + 4 < n; j += 4) { /* reads src[2 j .. 2 j + 7]: up to src[2 n - 3], never past src[2 (n - 1)] */
         conv_v4f lo = *(const conv_v4fu *)(src + 2 * j), hi = *(const conv_v4fu *)(src + 2 * j + 4);
-        *(conv_v4fu *)(dst + j) = __builtin_shuffle(lo, hi, even);
+#if defined(__clang__)
+        *(conv_v4fu *)(dst + j) = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
+#else
+        *(conv_v4fu *)(dst + j) = __builtin_shuffle(lo, hi, (conv_v4i){0, 2, 4, 6});
+#endif
     }
     for (; j < n; ++j) dst[j] = src[2 * j];
 }
