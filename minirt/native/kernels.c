@@ -447,7 +447,7 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
 /* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
 #define MRT_CONV_BATCH_COLS 256
 /* Implicit mode when the dropped columns are at most 1 / MRT_CONV_IMPLICIT_WASTE of the grid. */
-#define MRT_CONV_IMPLICIT_WASTE 8
+#define MRT_CONV_IMPLICIT_WASTE 4
 /* Planes of one band: at most about this many bytes (L2 is 1-2 MB on the targets), unless a
  * band would then have fewer than MRT_CONV_BAND_COLS output columns (GEMM too narrow). */
 #define MRT_CONV_BAND_BYTES (512L * 1024)

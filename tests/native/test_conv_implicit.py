@@ -1,15 +1,15 @@
-"""The implicit-GEMM float convolution (mrt_conv2d_f32 on single images with wide planes).
+"""The implicit-GEMM float convolution (mrt_conv2d_f32 on images with a GEMM of their own).
 
-Images whose output rows are wide enough skip im2col: the input is copied once into
-zero-padded, stride-phase-split planes and the GEMM reads its B rows straight from them
-(3x3 taps are shifted views of the same rows), computing wq - ow dropped columns per
-output row (kernels.c, gemm_impl.h).  A 1x1 / stride 1 / unpadded kernel reads the
-image itself.  The geometries below all take that path (output rows of >= 16 columns,
-or 1x1): odd channel counts, K past one packed block (balanced K blocks), rectangular
-kernels, padding on every side, strides and dilations (stride phases no tap reads), images
-split into bands of output rows,
-groups, batches, the fused residual and activations, threads 1 and 2, every ISA.  The
-reference is a float64 numpy convolution written tap by tap, independent of minirt.
+Such images skip im2col: the input is copied once into zero-padded, stride-phase-split
+planes and the GEMM reads its B rows straight from them (3x3 taps are shifted views of
+the same rows), computing wq - ow dropped columns per output row (kernels.c,
+gemm_impl.h).  A 1x1 / stride 1 / unpadded kernel reads the image itself.  The
+geometries below all take that path (at most a quarter of the columns dropped, or 1x1):
+odd channel counts, K past one packed block (balanced K blocks), rectangular kernels,
+padding on every side, strides and dilations (stride phases no tap reads), images split
+into bands of output rows, small planes, groups, batches, the fused residual and
+activations, threads 1 and 2, every ISA.  The reference is a float64 numpy convolution
+written tap by tap, independent of minirt.
 """
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ GEOMETRIES = {
     "bands_s1": (64, 5, 80, 80, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "bands_s2_pads": (16, 6, 161, 158, (3, 3), (2, 2), (1, 0, 2, 1), (1, 1), 1),
     "bands_dilated": (40, 3, 70, 90, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),
+    # small planes (dropped columns up to a quarter of the grid)
+    "small_7x7": (20, 11, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "small_10x10_s2": (9, 13, 20, 20, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
     "1x1": (32, 40, 17, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     "1x1_odd_groups": (15, 21, 13, 29, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 3),
     "1x1_stride2": (12, 20, 18, 52, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
