@@ -307,10 +307,11 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
 
     Depthwise convolutions run entirely in C (bias and activation fused into
     the same pass).  Everything else is GEMM-based, as in the numpy path:
-    1x1 kernels multiply the input directly, larger ones go through a native
-    im2col (padding handled there, no padded copy), and our GEMM writes y with
-    bias + residual + activation fused.  The whole batch is one native call
-    (``mrt_conv2d_f32``: threads over images, small planes of several images
+    1x1 kernels multiply the input directly, larger ones read the input through
+    padded per-stride-phase planes (an implicit GEMM, no im2col matrix) or, for
+    small images, a native im2col, and our GEMM writes y with bias + residual +
+    activation fused.  The whole batch is one native call (``mrt_conv2d_f32``:
+    threads over images or bands of output rows, small planes of several images
     in one GEMM); a module built before that entry point gets the per-image,
     per-group Python loop below.
     """

@@ -35,7 +35,7 @@ qgemm_isa = "none"
  ACT_GELU_TANH) = range(10)
 
 _ffi = _lib = None
-_ABI_VERSION = 3
+_ABI_VERSION = 4
 
 
 def _truthy(value: str | None) -> bool:

@@ -57,7 +57,9 @@ def make_builder(src_dir: str = REL) -> FFI:
         include_dirs=[src_dir],
         depends=[os.path.join(src_dir, n) for n in ("kernels.h", "kernels_impl.h", "gemm_impl.h", "rowops_impl.h",
                                                     "dwconv_impl.h", "qgemm.h")],
-        extra_compile_args=["-O3", "-pthread", "-fno-trapping-math", "-fno-math-errno"] if _unix else ["/O2"],
+        # (an undeclared function is an error, not a module that fails to load at run time)
+        extra_compile_args=["-O3", "-pthread", "-fno-trapping-math", "-fno-math-errno",
+                            "-Werror=implicit-function-declaration"] if _unix else ["/O2"],
         extra_link_args=["-pthread"] if _unix else [],
         libraries=["m"] if _unix else [],
         # A failed compile (no compiler, unsupported platform) must not fail the

@@ -1,44 +1,71 @@
 /* float32 GEMM with a fused epilogue, compiled once per instruction set by
- * kernels.c (like kernels_impl.h, which must be included first: the
- * epilogue uses its act_row).  Extra parameter of the include:
+ * kernels.c (after kernels_impl.h, whose activations FN(vact) repeats on
+ * vectors).  Extra parameter of the include:
  *   MRT_VL   floats per vector register (4: SSE2/NEON, 8: AVX2, 16: AVX-512)
  *
  *   C[m, n] = act(sum_k A[m, k] * B[k, n] + bias + residual[m, n])
  *
  * All matrices are row-major with leading dimensions (lda, ldb, ldc, ldr).
  * For a convolution in NCHW, A is the weight (M = output channels, K =
- * C_in/group * KH * KW), B the input itself (1x1) or its im2col, and C the
- * output plane: nothing is transposed or copied on the way in or out.
+ * C_in/group * KH * KW), B the input itself (1x1), its im2col or (implicit
+ * GEMM, below) rows of its padded planes, and C the output plane.
  *
  * Structure (BLIS-like, written with GCC vector extensions so the same code
  * becomes SSE2, AVX2+FMA, AVX-512 or NEON):
  *   - B is packed per (KC x NC) block into panels of NR = 2 vectors of
  *     columns ([panel][k][NR], zero-padded), one contiguous stream per panel;
- *   - A is read in place: the microkernel broadcasts A[m, k] for MR = 6 rows;
- *   - the 6 x NR tile of C lives in 12 vector registers over the whole KC
- *     loop; the epilogue (bias, residual, activation) runs when the tile is
- *     stored after the last KC block, while it is still in L1.
+ *   - A is read in place: the microkernel broadcasts A[m, k] for MR rows
+ *     (MR = 8 with AVX-512, else 6);
+ *   - the MR x NR tile of C lives in 2 MR vector registers over the whole KC
+ *     loop (K is cut into equal blocks of about KC); the epilogue (bias,
+ *     residual and the compare/multiply activations on the registers, the
+ *     exp-based ones on the stored tile) runs when the tile is stored after
+ *     the last KC block, while it is still in L1;
+ *   - a last panel of at most one vector of columns (N = 196 = 6 x 32 + 4)
+ *     takes a one-vector microkernel.
  * Threads split the (column block, row block) grid of the output.
+ *
+ * Implicit-GEMM convolution (FN(sgemm_conv)): B is never materialised.  Row k
+ * of B starts at B + brow[k] (a tap of the padded, stride-phase-split input
+ * built by kernels.c); the microkernel reads whole panels of those rows in
+ * place (the taps of a 3 x 3 kernel are shifted views of the same plane
+ * rows, in cache) and only a partial last panel is packed.  C's columns then
+ * form an "extended" output grid of ext_wq columns per output row, of which
+ * only the first ext_ow exist: tiles accumulate in a per-thread scratch block
+ * and the epilogue copies the existing columns out to C (row stride ldc,
+ * ext_ow columns per output row).
  */
 
 typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));
 typedef float FN(vfu) __attribute__((vector_size(MRT_VL * 4), aligned(4)));
 typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
 
+/* rows per microkernel tile: 8 x 2 accumulators fit AVX-512's 32 registers (and 8 divides
+ * most channel counts), 6 x 2 the 16 of SSE2/AVX2 (NEON, with 32, keeps 6: not measured on
+ * arm64 yet) */
+#if MRT_VL == 16
+#define G_MR 8
+#else
 #define G_MR 6
+#endif
 #define G_NR (2 * MRT_VL)
-#define G_KC 256
+#define G_KC 256 /* nominal depth of a packed block; FN(sgemm_run) balances the blocks of K */
 #define G_NC 256
+/* the tile store and its epilogue must be inlined into the microkernel (GCC declines otherwise) */
+#define G_INLINE __attribute__((always_inline))
 
 typedef struct {
     const float *A, *B;
     float *C;
     const float *bias, *res;
+    const long *brow; /* implicit B: row k at B + brow[k] (NULL: at B + k * ldb) */
+    int b_in_place;   /* with brow: the microkernel reads whole panels in place instead of packing them */
     long lda, ldb, ldc, ldr;
     long sa, sb, sc, sr; /* batch strides (elements; 0 broadcasts) */
     int M, N, K, bias_mode, act, transb;
+    int ext_ow, ext_wq; /* extended output grid (ext_wq > 0, with brow): see the top of this file */
     float a0, a1;
-    int nc, mc, nblocks;
+    int kc, nc, mc, nblocks;
     long tiles; /* column blocks x row blocks per matrix */
 } FN(sgemm_args);
 
@@ -71,9 +98,15 @@ static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     return p * (FN(vf))bits;
 }
 
-/* The epilogue activations on one vector (the full-tile path of the GEMM store: a call to
- * act_row for 2 vectors at a time does not vectorise well). */
-static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
+/* Activations cheap enough (a few compares and multiplies) to run on the accumulators as a
+ * tile is stored; the others (exp based) run on the stored tile, FN(sgemm_act_tile). */
+static inline int FN(act_in_registers)(int act) {
+    return act == MRT_ACT_RELU || act == MRT_ACT_CLIP || act == MRT_ACT_LEAKY || act == MRT_ACT_HARDSIGMOID ||
+           act == MRT_ACT_HARDSWISH;
+}
+
+/* The cheap epilogue activations on one vector (FN(act_in_registers)); others: v unchanged. */
+static inline MRT_TARGET G_INLINE FN(vf) FN(vact_cheap)(FN(vf) v, int act, float a0, float a1) {
     FN(vf) z = {0}, one = z + 1.0f;
     switch (act) {
     case MRT_ACT_RELU:
@@ -85,10 +118,6 @@ static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) 
     }
     case MRT_ACT_LEAKY:
         return FN(vsel)(v < z, v * a0, v);
-    case MRT_ACT_SIGMOID:
-        return one / (one + FN(vexp)(-v));
-    case MRT_ACT_SILU:
-        return v * (one / (one + FN(vexp)(-v)));
     case MRT_ACT_HARDSIGMOID: {
         FN(vf) h = v * a0 + a1;
         h = FN(vsel)(h < z, z, h);
@@ -100,6 +129,21 @@ static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) 
         h = FN(vsel)(h > one, one, h);
         return v * h;
     }
+    default:
+        return v;
+    }
+}
+
+/* The epilogue activations on one vector, the algorithms of act_row (kernels_impl.h): a call
+ * to act_row for the one or two vectors of a tile row does not vectorise well. */
+static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) {
+    FN(vf) z = {0}, one = z + 1.0f;
+    if (FN(act_in_registers)(act)) return FN(vact_cheap)(v, act, a0, a1);
+    switch (act) {
+    case MRT_ACT_SIGMOID:
+        return one / (one + FN(vexp)(-v));
+    case MRT_ACT_SILU:
+        return v / (one + FN(vexp)(-v));
     case MRT_ACT_GELU: { /* as in act_row: 0.5 x erfc(-x / sqrt 2) */
         FN(vf) zz = v * -0.70710678118654752f;
         FN(vf) az = FN(vsel)(zz < z, -zz, zz);
@@ -127,21 +171,23 @@ static inline MRT_TARGET FN(vf) FN(vact)(FN(vf) v, int act, float a0, float a1) 
     }
 }
 
-/* Pack B[0:kb, 0:nb] (row stride ldb) into panels of G_NR columns. */
-static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, int kb, int nb, float *restrict out) {
+/* Pack B[0:kb, 0:nb] into panels of G_NR columns.  Row k starts at
+ * b + brow[k] when brow is not NULL (implicit im2col), else at b + k * ldb. */
+static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, const long *brow, int kb, int nb,
+                                        float *restrict out) {
     for (int j0 = 0; j0 < nb; j0 += G_NR) {
         int w = nb - j0 < G_NR ? nb - j0 : G_NR;
         float *dst = out + (long)j0 * kb;
         if (w == G_NR) {
             for (int k = 0; k < kb; ++k) {
-                const float *src = b + k * ldb + j0;
+                const float *src = (brow ? b + brow[k] : b + k * ldb) + j0;
                 FN(vstore)(dst, FN(vload)(src));
                 FN(vstore)(dst + MRT_VL, FN(vload)(src + MRT_VL));
                 dst += G_NR;
             }
         } else {
             for (int k = 0; k < kb; ++k) {
-                const float *src = b + k * ldb + j0;
+                const float *src = (brow ? b + brow[k] : b + k * ldb) + j0;
                 int j = 0;
                 for (; j < w; ++j) dst[j] = src[j];
                 for (; j < G_NR; ++j) dst[j] = 0.0f;
@@ -167,11 +213,48 @@ static MRT_TARGET void FN(sgemm_pack_bt)(const float *restrict b, long ldb, int 
     }
 }
 
-/* Store one row of a tile: c[0:nr] = (accumulate ? c : 0) + v, plus the
- * epilogue when `last`.  m, n0: the row and first column in C. */
-static inline MRT_TARGET void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1, int nr,
-                                                   int accumulate, int last, int m, int n0) {
-    if (nr == G_NR) {
+/* p[0:n] as a vector, lanes n.. zero (n <= MRT_VL): partial loads never read past p + n. */
+static inline MRT_TARGET G_INLINE FN(vf) FN(vload_n)(const float *p, int n) {
+    if (n == MRT_VL) return FN(vload)(p);
+    float t[MRT_VL] = {0};
+    for (int j = 0; j < n; ++j) t[j] = p[j];
+    return FN(vload)(t);
+}
+
+/* c[0:n] = v[0:n] (n <= MRT_VL) */
+static inline MRT_TARGET G_INLINE void FN(vstore_n)(float *p, FN(vf) v, int n) {
+    if (n == MRT_VL) {
+        FN(vstore)(p, v);
+        return;
+    }
+    float t[MRT_VL];
+    FN(vstore)(t, v);
+    for (int j = 0; j < n; ++j) p[j] = t[j];
+}
+
+/* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus
+ * bias, residual and a cheap activation when `last` (n <= MRT_VL).  m, n0: the
+ * row and first column in C.  An exp-based activation follows on the whole tile
+ * (FN(sgemm_act_tile)): inlined here, its code would be repeated for each of the
+ * 16 vectors. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_store_vec)(const FN(sgemm_args) *g, float *c, FN(vf) v, int n,
+                                                            int accumulate, int last, int m, int n0) {
+    if (accumulate) v += FN(vload_n)(c, n);
+    if (last) {
+        if (g->bias_mode == 1)
+            v += g->bias[m];
+        else if (g->bias_mode == 2)
+            v += FN(vload_n)(g->bias + n0, n);
+        if (g->res) v += FN(vload_n)(g->res + (long)m * g->ldr + n0, n);
+        v = FN(vact_cheap)(v, g->act, g->a0, g->a1);
+    }
+    FN(vstore_n)(c, v, n);
+}
+
+/* Store one row of a tile (nr <= G_NR columns, vectors v0, v1): see FN(sgemm_store_vec). */
+static inline MRT_TARGET G_INLINE void FN(sgemm_store_row)(const FN(sgemm_args) *g, float *c, FN(vf) v0, FN(vf) v1,
+                                                            int nr, int accumulate, int last, int m, int n0) {
+    if (nr == G_NR) { /* the common case, without the partial-vector branches */
         if (accumulate) {
             v0 += FN(vload)(c);
             v1 += FN(vload)(c + MRT_VL);
@@ -186,64 +269,169 @@ static inline MRT_TARGET void FN(sgemm_store_row)(const FN(sgemm_args) *g, float
                 v1 += FN(vload)(g->bias + n0 + MRT_VL);
             }
             if (g->res) {
-                const float *r = g->res + m * g->ldr + n0;
+                const float *r = g->res + (long)m * g->ldr + n0;
                 v0 += FN(vload)(r);
                 v1 += FN(vload)(r + MRT_VL);
             }
-            if (g->act != MRT_ACT_NONE) {
-                v0 = FN(vact)(v0, g->act, g->a0, g->a1);
-                v1 = FN(vact)(v1, g->act, g->a0, g->a1);
-            }
+            v0 = FN(vact_cheap)(v0, g->act, g->a0, g->a1);
+            v1 = FN(vact_cheap)(v1, g->act, g->a0, g->a1);
         }
         FN(vstore)(c, v0);
         FN(vstore)(c + MRT_VL, v1);
         return;
     }
-    float t[G_NR];
-    FN(vstore)(t, v0);
-    FN(vstore)(t + MRT_VL, v1);
-    for (int j = 0; j < nr; ++j) {
-        float v = t[j] + (accumulate ? c[j] : 0.0f);
-        if (last) {
-            if (g->bias_mode == 1)
-                v += g->bias[m];
-            else if (g->bias_mode == 2)
-                v += g->bias[n0 + j];
-            if (g->res) v += g->res[m * g->ldr + n0 + j];
-        }
-        c[j] = v;
+    if (nr <= MRT_VL) {
+        FN(sgemm_store_vec)(g, c, v0, nr, accumulate, last, m, n0);
+        return;
     }
-    if (last && g->act != MRT_ACT_NONE) FN(act_row)(c, nr, g->act, g->a0, g->a1);
+    FN(sgemm_store_vec)(g, c, v0, MRT_VL, accumulate, last, m, n0);
+    FN(sgemm_store_vec)(g, c + MRT_VL, v1, nr - MRT_VL, accumulate, last, m, n0 + MRT_VL);
 }
 
-/* C tile (mr <= 6 rows, nr <= NR columns) from A rows (stride lda, kb
- * columns from a) and one packed B panel. */
-static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
-                                     float *c, int mr, int nr, int accumulate, int last, int m0, int n0) {
-    const long lda = g->lda;
-    const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
-    const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
-    FN(vf) z = {0};
-    FN(vf) c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z,
-           c51 = z;
-    for (int k = 0; k < kb; ++k) {
-        FN(vf) b0 = *(const FN(vf) *)bp, b1 = *(const FN(vf) *)(bp + MRT_VL);
-        bp += G_NR;
-        float s;
-        s = a0[k]; c00 += b0 * s; c01 += b1 * s;
-        s = a1[k]; c10 += b0 * s; c11 += b1 * s;
-        s = a2[k]; c20 += b0 * s; c21 += b1 * s;
-        s = a3[k]; c30 += b0 * s; c31 += b1 * s;
-        s = a4[k]; c40 += b0 * s; c41 += b1 * s;
-        s = a5[k]; c50 += b0 * s; c51 += b1 * s;
+/* FN(sgemm_act_tile) for one activation: inlined with `act` a constant, the switch of FN(vact)
+ * is resolved outside the loop. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_act_tile_as)(float *c, long ldc, int rows, int cols, const int act,
+                                                              float a0, float a1) {
+    for (int i = 0; i < rows; ++i, c += ldc) {
+        int j = 0;
+        for (; j + MRT_VL <= cols; j += MRT_VL) FN(vstore)(c + j, FN(vact)(FN(vload)(c + j), act, a0, a1));
+        if (j < cols) FN(vstore_n)(c + j, FN(vact)(FN(vload_n)(c + j, cols - j), act, a0, a1), cols - j);
     }
-    const long ldc = g->ldc;
-    FN(sgemm_store_row)(g, c, c00, c01, nr, accumulate, last, m0, n0);
-    if (mr > 1) FN(sgemm_store_row)(g, c + ldc, c10, c11, nr, accumulate, last, m0 + 1, n0);
-    if (mr > 2) FN(sgemm_store_row)(g, c + 2 * ldc, c20, c21, nr, accumulate, last, m0 + 2, n0);
-    if (mr > 3) FN(sgemm_store_row)(g, c + 3 * ldc, c30, c31, nr, accumulate, last, m0 + 3, n0);
-    if (mr > 4) FN(sgemm_store_row)(g, c + 4 * ldc, c40, c41, nr, accumulate, last, m0 + 4, n0);
-    if (mr > 5) FN(sgemm_store_row)(g, c + 5 * ldc, c50, c51, nr, accumulate, last, m0 + 5, n0);
+}
+
+/* The epilogue's (exp-based) activation, in place, on rows x cols floats of C (row stride ldc), still in L1. */
+static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, long ldc, int rows, int cols) {
+    switch (g->act) {
+    case MRT_ACT_SIGMOID:
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SIGMOID, g->a0, g->a1);
+        break;
+    case MRT_ACT_SILU:
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SILU, g->a0, g->a1);
+        break;
+    default:
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, g->act, g->a0, g->a1);
+    }
+}
+
+/* One k step of the microkernel: acc0[r] (and acc1[r] when `two`) += b0 (b1) * A[r, k]. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_ukr_step)(FN(vf) *acc0, FN(vf) *acc1, const float *const *rows,
+                                                           int k, FN(vf) b0, FN(vf) b1, const int two) {
+#pragma GCC unroll 8
+    for (int r = 0; r < G_MR; ++r) {
+        float s = rows[r][k];
+        acc0[r] += b0 * s;
+        if (two) acc1[r] += b1 * s;
+    }
+}
+
+/* C tile (mr <= G_MR rows, nr columns: <= G_NR when `two`, else <= MRT_VL) from A rows (row
+ * stride lda, kb columns from a) and kb rows of G_NR columns of B: a packed panel bp, or
+ * (brow not NULL, implicit convolution, whole panels only) row k read in place at
+ * bp + brow[k], which skips packing: the 3 x 3 taps of a channel are shifted views of the same
+ * plane rows, in cache.  G_MR x 2 (or x 1) vector accumulators in registers (the loops over r
+ * are unrolled, so the arrays never touch memory).  A is read in place: packing it per call
+ * cost more than it saved (a convolution's weight block is reused by few panels when N is
+ * small).  Inlined into the two variants below with `two` a constant. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_ukr_body)(const FN(sgemm_args) *g, int kb, const float *a,
+                                                           const float *restrict bp, const long *brow, float *c,
+                                                           long ldc, int mr, int nr, int accumulate, int last, int m0,
+                                                           int n0, const int two) {
+    const float *rows[G_MR];
+    FN(vf) acc0[G_MR], acc1[G_MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < G_MR; ++r) {
+        rows[r] = a + (r < mr ? r : 0) * g->lda; /* rows past mr repeat row 0 (computed, never stored) */
+        acc0[r] = acc1[r] = (FN(vf)){0};
+    }
+    if (brow) {
+        for (int k = 0; k < kb; ++k) {
+            const float *row = bp + brow[k];
+            FN(sgemm_ukr_step)(acc0, acc1, rows, k, FN(vload)(row), two ? FN(vload)(row + MRT_VL) : acc0[0], two);
+        }
+    } else {
+        for (int k = 0; k < kb; ++k, bp += G_NR)
+            FN(sgemm_ukr_step)(acc0, acc1, rows, k, *(const FN(vf) *)bp, two ? *(const FN(vf) *)(bp + MRT_VL) : acc0[0],
+                               two);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < G_MR; ++r) {
+        if (r >= mr) break;
+        if (two)
+            FN(sgemm_store_row)(g, c + r * ldc, acc0[r], acc1[r], nr, accumulate, last, m0 + r, n0);
+        else
+            FN(sgemm_store_vec)(g, c + r * ldc, acc0[r], nr, accumulate, last, m0 + r, n0);
+    }
+    if (last && g->act != MRT_ACT_NONE && !FN(act_in_registers)(g->act)) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
+}
+
+/* The microkernel for panels of more than MRT_VL columns (2 vectors per row). */
+static MRT_TARGET void FN(sgemm_ukr)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
+                                     const long *brow, float *c, long ldc, int mr, int nr, int accumulate, int last,
+                                     int m0, int n0) {
+    FN(sgemm_ukr_body)(g, kb, a, bp, brow, c, ldc, mr, nr, accumulate, last, m0, n0, 1);
+}
+
+/* The microkernel for a last panel of at most MRT_VL columns (N = 196 = 6 x 32 + 4): one vector
+ * per row, half the multiply-adds of the full one. */
+static MRT_TARGET void FN(sgemm_ukr_narrow)(const FN(sgemm_args) *g, int kb, const float *a, const float *restrict bp,
+                                            const long *brow, float *c, long ldc, int mr, int nr, int accumulate,
+                                            int last, int m0, int n0) {
+    FN(sgemm_ukr_body)(g, kb, a, bp, brow, c, ldc, mr, nr, accumulate, last, m0, n0, 0);
+}
+
+/* Epilogue of an extended-grid block (implicit-GEMM convolution): the existing columns
+ * (ox < ext_ow) of rows m0 .. m0 + mb of the scratch block cb (row stride ldcb, extended
+ * columns n0 .. n0 + nb) go to C with bias, residual and activation, computed on whole
+ * vectors.  cb rows must be readable MRT_VL floats past nb. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_args) *g, const float *cb, long ldcb,
+                                                               int m0, int mb, int n0, int nb, const int act) {
+    const int wq = g->ext_wq, ow = g->ext_ow;
+    for (int i = 0; i < mb; ++i) {
+        const int m = m0 + i;
+        const float *src = cb + i * ldcb;
+        float *crow = g->C + (long)m * g->ldc;
+        const float *rrow = g->res ? g->res + (long)m * g->ldr : NULL;
+        for (int j = n0; j < n0 + nb;) {
+            int oy = j / wq, ox = j % wq;
+            if (ox >= ow) { /* past the row's last output: on to the next row */
+                j += wq - ox;
+                continue;
+            }
+            int seg = ow - ox < n0 + nb - j ? ow - ox : n0 + nb - j;
+            int col = oy * ow + ox;
+            const float *v = src + (j - n0);
+            for (int t = 0; t < seg; t += MRT_VL) {
+                int n = seg - t < MRT_VL ? seg - t : MRT_VL;
+                FN(vf) x = FN(vload)(v + t); /* lanes past seg: the next columns (or slack), dropped */
+                if (g->bias_mode == 1) x += g->bias[m];
+                if (rrow) x += FN(vload_n)(rrow + col + t, n);
+                x = FN(vact)(x, act, g->a0, g->a1);
+                FN(vstore_n)(crow + col + t, x, n);
+            }
+            j += seg;
+        }
+    }
+}
+
+/* FN(sgemm_ext_store_as) with the activation's switch resolved outside its loops. */
+static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float *cb, long ldcb, int m0, int mb, int n0,
+                                           int nb) {
+    switch (g->act) {
+    case MRT_ACT_NONE:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_NONE);
+        break;
+    case MRT_ACT_RELU:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_RELU);
+        break;
+    case MRT_ACT_SILU:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_SILU);
+        break;
+    case MRT_ACT_HARDSWISH:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, MRT_ACT_HARDSWISH);
+        break;
+    default:
+        FN(sgemm_ext_store_as)(g, cb, ldcb, m0, mb, n0, nb, g->act);
+    }
 }
 
 static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
@@ -251,8 +439,13 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     FN(sgemm_args) gb = *g0;
     const FN(sgemm_args) *g = &gb;
     long cur = -1;
-    float *pack = mrt_pack_buffer((size_t)G_KC * g->nc * sizeof(float));
+    const long ldcb = g->nc + G_NR;
+    const int ext = g->ext_wq > 0;
+    /* packed B block, then (extended grid only) the C scratch block: mc rows of nc + G_NR floats
+     * (the slack of each row lets the epilogue work in whole vectors) */
+    float *pack = mrt_pack_buffer(((size_t)g->kc * g->nc + (ext ? (size_t)g->mc * ldcb + G_NR : 0)) * sizeof(float));
     if (!pack) return;
+    float *cblock = pack + (size_t)g->kc * g->nc;
     for (long item = begin; item < end; ++item) {
         long bi = item / g0->tiles, t = item % g0->tiles;
         if (bi != cur) { /* this matrix of the batch */
@@ -265,25 +458,39 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
         int jb = (int)(t % g->nblocks), ib = (int)(t / g->nblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
-        for (int p0 = 0; p0 < g->K; p0 += G_KC) {
-            int kb = g->K - p0 < G_KC ? g->K - p0 : G_KC;
+        for (int p0 = 0; p0 < g->K; p0 += g->kc) {
+            int kb = g->K - p0 < g->kc ? g->K - p0 : g->kc;
             int last = p0 + kb >= g->K;
+            /* implicit convolution: whole panels read B in place, only a partial last one is packed */
+            const int packed_from = g->b_in_place ? nb / G_NR * G_NR : 0;
             if (g->transb)
                 FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
+            else if (g->brow)
+                FN(sgemm_pack_b)(g->B + n0 + packed_from, 0, g->brow + p0, kb, nb - packed_from, pack);
             else
-                FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, kb, nb, pack);
+                FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, NULL, kb, nb, pack);
             for (int j0 = 0; j0 < nb; j0 += G_NR) {
                 int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
-                const float *panel = pack + (long)j0 * kb;
+                const int direct = j0 < packed_from;
+                const float *panel = direct ? g->B + n0 + j0 : pack + (long)(j0 - packed_from) * kb;
+                const long *brow = direct ? g->brow + p0 : NULL;
                 for (int i0 = 0; i0 < mb; i0 += G_MR) {
                     int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
                     int m = m0 + i0;
-                    FN(sgemm_ukr)(g, kb, g->A + m * g->lda + p0, panel, g->C + m * g->ldc + n0 + j0, mr, nr, p0 > 0,
-                                  last, m, n0 + j0);
+                    const float *arows = g->A + (long)m * g->lda + p0;
+                    /* ext: raw sums into the scratch block; the epilogue comes with the copy-out */
+                    float *c = ext ? cblock + i0 * ldcb + j0 : g->C + m * g->ldc + n0 + j0;
+                    long ldc = ext ? ldcb : g->ldc;
+                    if (nr > MRT_VL)
+                        FN(sgemm_ukr)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m, n0 + j0);
+                    else
+                        FN(sgemm_ukr_narrow)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m,
+                                             n0 + j0);
                 }
             }
         }
-        if (g->K == 0) { /* empty sum: C = epilogue(0) */
+        if (ext && g->K > 0) FN(sgemm_ext_store)(g, cblock, ldcb, m0, mb, n0, nb);
+        if (g->K == 0) { /* empty sum: C = epilogue(0) (never with an extended grid: a convolution has K > 0) */
             for (int i = 0; i < mb; ++i) {
                 float *c = g->C + (long)(m0 + i) * g->ldc + n0;
                 for (int j = 0; j < nb; ++j) c[j] = 0.0f;
@@ -292,20 +499,15 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                     int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
                     FN(sgemm_store_row)(g, c + j0, zz, zz, nr, 1, 1, m0 + i, n0 + j0);
                 }
+                if (g->act != MRT_ACT_NONE && !FN(act_in_registers)(g->act)) FN(sgemm_act_tile)(g, c, 0, 1, nb);
             }
         }
     }
 }
 
-static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
-                      long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
-                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
-    if (M <= 0 || N <= 0 || batch <= 0) return;
-    FN(sgemm_args) g;
-    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res;
-    g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
-    g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
-    g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
+/* Choose the blocking of g (M, N, K set) for `batch` matrices and run it on up to nthreads threads. */
+static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
+    const int M = g->M, N = g->N, K = g->K;
     if (nthreads < 1) nthreads = 1;
     /* Threads per matrix: a batch of at least `nthreads` matrices is split
      * by matrix alone. */
@@ -327,13 +529,51 @@ static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, 
         mc = (mc + G_MR - 1) / G_MR * G_MR;
     }
     int mblocks = (M + mc - 1) / mc;
-    g.nc = nc; g.mc = mc; g.nblocks = nblocks;
-    g.tiles = (long)nblocks * mblocks;
+    /* K in equal blocks of about G_KC (288 = 256 + 32 would store and reload every tile of C
+     * for a 32-deep remainder); up to 5/4 G_KC stays one block (its B panel still fits L1) */
+    int kblocks = K > G_KC * 5 / 4 ? (K + G_KC - 1) / G_KC : 1;
+    int kc = (K + kblocks - 1) / kblocks;
+    g->kc = kc > 0 ? kc : 1;
+    g->nc = nc; g->mc = mc; g->nblocks = nblocks;
+    g->tiles = (long)nblocks * mblocks;
     /* a thread must get at least ~0.5M multiply-adds (~5 us) to pay for waking it */
-    mrt_parallel_for(g.tiles * batch, (long)mc * nc * (K > 0 ? K : 1) / 16, nthreads, FN(sgemm_task), &g);
+    mrt_parallel_for(g->tiles * batch, (long)mc * nc * (K > 0 ? K : 1) / 16, nthreads, FN(sgemm_task), g);
+}
+
+static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
+                      long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
+                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    FN(sgemm_args) g;
+    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
+    g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
+    g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
+    g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
+    g.ext_ow = 0; g.ext_wq = 0;
+    FN(sgemm_run)(&g, batch, nthreads);
+}
+
+/* Implicit-GEMM convolution of one image and group (see the top of this file):
+ *   C[m, oy * ext_ow + ox] = act(sum_k A[m, k] B[brow[k] + oy * ext_wq + ox] + bias[m] + res[m, ...])
+ * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats.  b_in_place:
+ * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (better
+ * for 1x1 kernels, whose K rows are far apart). */
+static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int b_in_place,
+                           int ext_ow, int ext_wq, float *C, long ldc, const float *bias, const float *res, int act,
+                           float a0, float a1, int nthreads) {
+    if (M <= 0 || rows <= 0 || K <= 0) return;
+    FN(sgemm_args) g;
+    g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = brow; g.b_in_place = b_in_place;
+    g.lda = K; g.ldb = 0; g.ldc = ldc; g.ldr = ldc;
+    g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
+    g.M = M; g.N = (rows - 1) * ext_wq + ext_ow; g.K = K; g.bias_mode = bias ? 1 : 0;
+    g.act = act; g.a0 = a0; g.a1 = a1;
+    g.ext_ow = ext_ow; g.ext_wq = ext_wq > ext_ow ? ext_wq : 0; /* no dropped columns: C is written directly */
+    FN(sgemm_run)(&g, 1, nthreads);
 }
 
 #undef G_MR
 #undef G_NR
 #undef G_KC
 #undef G_NC
+#undef G_INLINE

@@ -21,7 +21,7 @@
 #include <sys/auxv.h>
 #endif
 
-#define MRT_ABI_VERSION 3
+#define MRT_ABI_VERSION 4
 #define MRT_MAX_THREADS 64
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
@@ -258,6 +258,7 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
  * dwconv2d_avx512_dispatch) differ; the other kernels use the AVX2 copies. */
 #define MRT_SUFFIX _avx512
 #define MRT_TARGET __attribute__((target("avx512f,avx2,fma")))
+/* the depthwise epilogue's row activation: the AVX2 copy (no kernels_impl.h at this level) */
 static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act, float a0, float a1) {
     act_row_avx2(y, n, act, a0, a1);
 }
@@ -283,6 +284,8 @@ typedef struct {
     void (*im2col)(const float *, float *, long, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
     void (*sgemm)(int, int, int, int, const float *, long, long, const float *, long, long, int, float *, long, long,
                   const float *, int, const float *, long, long, int, float, float, int);
+    void (*sgemm_conv)(int, int, int, const float *, const float *, const long *, int, int, int, float *, long,
+                       const float *, const float *, int, float, float, int);
 } mrt_impl;
 
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -300,10 +303,13 @@ static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float
 }
 #endif
 
-static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base};
+static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base,
+                                   sgemm_conv_base};
 #ifdef MRT_HAVE_AVX2_BUILD
-static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2};
-static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512};
+static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2,
+                                   sgemm_conv_avx2};
+static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512,
+                                     sgemm_conv_avx512};
 #endif
 
 static const mrt_impl *impl = &impl_base;
@@ -460,10 +466,32 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * images than threads) the chunks run one after the other with threaded im2col and GEMM,
  * as the per-image Python loop did.  The accumulation order of every output is the same
  * as that of mrt_sgemm_f32 on one image, whatever nb and the threads.
+ *
+ * Images that get a GEMM of their own (nb = 1) skip im2col when their output rows are wide
+ * enough ("implicit" mode): the input is copied once, zero-padded and split by stride phase, into
+ * planes of hq x wq floats, where phase (py, px) of channel ch holds
+ *   plane[i][j] = x[ch][i * sh + py - pt][j * sw + px - pl]   (0 outside x).
+ * Tap (ky, kx) of output (oy, ox) is then plane (ky*dh % sh, kx*dw % sw) at
+ * [oy + ky*dh / sh][ox + kx*dw / sw]: every row of the im2col matrix is a contiguous run of a
+ * plane read with row stride wq instead of ow, which is the extended-grid GEMM of gemm_impl.h
+ * (FN(sgemm_conv)): the microkernel reads B straight from the planes, no im2col matrix.  The
+ * wq - ow extra columns per output row are computed and dropped, so this mode is only used
+ * when they are few (MRT_CONV_IMPLICIT_WASTE).  A 1x1 / stride 1 / unpadded kernel ("direct")
+ * needs no planes at all: the image is its own plane (wq = ow, nothing dropped).
+ * The planes are built for bands of `band` output rows at a time (hq = band + the taps' reach
+ * rows each), small enough to stay in L2 between their copy and the GEMM that reads them
+ * (MRT_CONV_BAND_BYTES); with several threads and one image, the threads take whole bands
+ * (planes and GEMM single-threaded, no fork-join inside a band).
  */
 
 /* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
 #define MRT_CONV_BATCH_COLS 256
+/* Implicit mode when the dropped columns are at most 1 / MRT_CONV_IMPLICIT_WASTE of the grid. */
+#define MRT_CONV_IMPLICIT_WASTE 4
+/* Planes of one band: at most about this many bytes (L2 is 1-2 MB on the targets), unless a
+ * band would then have fewer than MRT_CONV_BAND_COLS output columns (GEMM too narrow). */
+#define MRT_CONV_BAND_BYTES (512L * 1024)
+#define MRT_CONV_BAND_COLS 2048
 
 typedef struct {
     const mrt_impl *I;
@@ -471,28 +499,173 @@ typedef struct {
     float *y;
     int n, c, h, wd, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
     float a0, a1;
-    int nb, direct;
+    int nb, direct; /* images per GEMM; direct: 1x1, stride 1, no padding */
+    int implicit, band, hq, wq; /* implicit mode: output rows per band, its phase planes (hq x wq floats) */
     size_t scratch_bytes;
     int failed;
 } mrt_conv_args;
 
-static void mrt_conv_chunk(const mrt_conv_args *a, long chunk, float *scratch, int nt) {
+/* Does some tap t < k (dilation d) fall on stride phase `phase` ((t * d) % s)? */
+static int conv_phase_used(int k, int d, int s, int phase) {
+    for (int t = 0; t < k; ++t)
+        if ((t * d) % s == phase) return 1;
+    return 0;
+}
+
+/* dst[j] = src[2 j], j < n: the even lanes of two vectors per four outputs (GCC vector
+ * extensions; GCC does not vectorise the plain strided loop). */
+typedef float conv_v4f __attribute__((vector_size(16)));
+typedef float conv_v4fu __attribute__((vector_size(16), aligned(4)));
+typedef int conv_v4i __attribute__((vector_size(16)));
+static void gather_stride2(float *restrict dst, const float *restrict src, int n) {
+    int j = 0;
+    for (; j + 4 < n; j += 4) { /* reads src[2 j .. 2 j + 7]: up to src[2 n - 3], never past src[2 (n - 1)] */
+        conv_v4f lo = *(const conv_v4fu *)(src + 2 * j), hi = *(const conv_v4fu *)(src + 2 * j + 4);
+#if defined(__clang__)
+        *(conv_v4fu *)(dst + j) = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
+#else
+        *(conv_v4fu *)(dst + j) = __builtin_shuffle(lo, hi, (conv_v4i){0, 2, 4, 6});
+#endif
+    }
+    for (; j < n; ++j) dst[j] = src[2 * j];
+}
+
+typedef struct {
+    const mrt_conv_args *a;
+    const float *x; /* one image (c, h, wd) */
+    float *planes;  /* (c, sh, sw, hq, wq), rows oy0 .. oy0 + rows of the whole image's planes */
+    int oy0, rows;
+} conv_planes_args;
+
+/* Items: (channel, phase row, phase column); phases no tap reads are skipped. */
+static void conv_planes_task(void *ctx, long begin, long end) {
+    const conv_planes_args *pa = (const conv_planes_args *)ctx;
+    const mrt_conv_args *a = pa->a;
+    const int sh = a->sh, sw = a->sw, wq = a->wq;
+    for (long item = begin; item < end; ++item) {
+        const int ch = (int)(item / (sh * sw)), py = (int)(item / sw % sh), px = (int)(item % sw);
+        if (!conv_phase_used(a->kh, a->dh, sh, py) || !conv_phase_used(a->kw, a->dw, sw, px)) continue;
+        const float *xc = pa->x + (long)ch * a->h * a->wd;
+        float *dst = pa->planes + item * a->hq * wq;
+        /* plane columns [jlo, jhi) come from inside x: 0 <= j * sw + px - pl < wd */
+        const int lead = a->pl - px, tail = a->wd + a->pl - px;
+        int jlo = lead <= 0 ? 0 : (lead + sw - 1) / sw, jhi = tail <= 0 ? 0 : (tail + sw - 1) / sw;
+        if (jlo > wq) jlo = wq;
+        if (jhi > wq) jhi = wq;
+        if (jhi < jlo) jhi = jlo;
+        for (int i = pa->oy0; i < pa->oy0 + pa->rows; ++i, dst += wq) {
+            const int iy = i * sh + py - a->pt;
+            if (iy < 0 || iy >= a->h) {
+                memset(dst, 0, sizeof(float) * wq);
+                continue;
+            }
+            const float *src = xc + (long)iy * a->wd - lead; /* src[j * sw] is plane column j */
+            memset(dst, 0, sizeof(float) * jlo);
+            if (sw == 1)
+                memcpy(dst + jlo, src + jlo, sizeof(float) * (jhi - jlo));
+            else if (sw == 2)
+                gather_stride2(dst + jlo, src + 2L * jlo, jhi - jlo);
+            else
+                for (int j = jlo; j < jhi; ++j) dst[j] = src[(long)j * sw];
+            memset(dst + jhi, 0, sizeof(float) * (wq - jhi));
+        }
+    }
+}
+
+/* Floats of scratch taken by the B row table of K rows (K longs). */
+static long conv_table_floats(long K) { return (K * (long)sizeof(long) + sizeof(float) - 1) / sizeof(float); }
+
+/* Output rows [oy0, oy0 + rows) of image img in implicit mode (see above): the band's planes
+ * (none when direct), the B row table, and one extended-grid GEMM per group.  scratch: the
+ * table (K longs), then the planes. */
+static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, float *scratch, int nt) {
+    const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
+    const long phases = (long)a->sh * a->sw;
+    const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
+    const int K = cg * kk;
+    const float *x = a->x + img * (long)a->c * a->h * a->wd;
+    long *brow = (long *)scratch;
+    const float *planes = x; /* direct: the image is its own (h x wd) plane */
+    long plane = p;
+    if (!a->direct) {
+        float *band_planes = scratch + conv_table_floats(K);
+        const int reach = (a->kh - 1) * a->dh / a->sh; /* plane rows below a band's last output row */
+        conv_planes_args pa = {a, x, band_planes, oy0, rows + reach};
+        plane = (long)a->hq * a->wq;
+        mrt_parallel_for(a->c * phases, plane, nt, conv_planes_task, &pa);
+        planes = band_planes;
+    }
+    for (int k = 0; k < K; ++k) { /* row k = (channel of the group, ky, kx) */
+        const int ch = k / kk, ky = k % kk / a->kw, kx = k % a->kw;
+        const int ry = ky * a->dh, rx = kx * a->dw;
+        brow[k] = ((long)ch * phases + (ry % a->sh) * a->sw + rx % a->sw) * plane + (long)(ry / a->sh) * a->wq +
+                  rx / a->sw;
+    }
+    for (int g = 0; g < a->group; ++g) {
+        const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
+        a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, planes + (long)g * cg * phases * plane, brow,
+                         !a->direct, a->ow, a->wq, a->y + out, p, a->bias ? a->bias + (long)g * mg : NULL,
+                         a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+    }
+}
+
+typedef struct {
+    mrt_conv_args *a;
+    long img;
+} conv_bands_args;
+
+/* Items: bands of one image, each on one thread with that thread's scratch. */
+static void conv_bands_task(void *ctx, long begin, long end) {
+    conv_bands_args *ba = (conv_bands_args *)ctx;
+    mrt_conv_args *a = ba->a;
+    /* the caller's own buffer has this size already: it is not reallocated under it */
+    float *scratch = (float *)mrt_scratch_buffer(a->scratch_bytes);
+    if (!scratch) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (long b = begin; b < end; ++b) {
+        const int oy0 = (int)b * a->band;
+        mrt_conv_band(a, ba->img, oy0, a->oh - oy0 < a->band ? a->oh - oy0 : a->band, scratch, 1);
+    }
+}
+
+/* One image in implicit mode: its bands, over the threads when there are enough of them. */
+static void mrt_conv_implicit(mrt_conv_args *a, long img, float *scratch, int nt) {
+    const long bands = (a->oh + a->band - 1) / a->band;
+    if (nt > 1 && bands >= nt) {
+        conv_bands_args ba = {a, img};
+        mrt_parallel_for(bands, (long)a->m * a->c / a->group * a->kh * a->kw * a->band * a->ow / 16, nt,
+                         conv_bands_task, &ba);
+        return;
+    }
+    for (long b = 0; b < bands; ++b) {
+        const int oy0 = (int)b * a->band;
+        mrt_conv_band(a, img, oy0, a->oh - oy0 < a->band ? a->oh - oy0 : a->band, scratch, nt);
+    }
+}
+
+static void mrt_conv_chunk(mrt_conv_args *a, long chunk, float *scratch, int nt) {
     const mrt_impl *I = a->I;
     const long p = (long)a->oh * a->ow, chw = (long)a->c * a->h * a->wd, mp = (long)a->m * p;
     const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
     const long K = (long)cg * kk;
     const long i0 = chunk * a->nb;
     const int nb = a->n - i0 < a->nb ? (int)(a->n - i0) : a->nb;
-    const long ldb = a->direct ? p : (long)nb * p;
+    if (a->implicit) {
+        mrt_conv_implicit(a, i0, scratch, nt);
+        return;
+    }
+    /* im2col (the images of the chunk side by side) and one GEMM per group */
+    const long ldb = (long)nb * p;
     float *cols = scratch;
-    float *tmp = a->direct ? scratch : scratch + (long)a->c * kk * a->nb * p;
-    if (!a->direct)
-        for (int j = 0; j < nb; ++j)
-            I->im2col(a->x + (i0 + j) * chw, cols + j * p, ldb, a->c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh,
-                      a->dw, a->pt, a->pl, a->oh, a->ow, nt);
+    float *tmp = scratch + (long)a->c * kk * a->nb * p;
+    for (int j = 0; j < nb; ++j)
+        I->im2col(a->x + (i0 + j) * chw, cols + j * p, ldb, a->c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh,
+                  a->dw, a->pt, a->pl, a->oh, a->ow, nt);
     for (int g = 0; g < a->group; ++g) {
         const float *A = a->w + (long)g * mg * K;
-        const float *B = a->direct ? a->x + i0 * chw + (long)g * cg * p : cols + (long)g * K * ldb;
+        const float *B = cols + (long)g * K * ldb;
         const float *bg = a->bias ? a->bias + (long)g * mg : NULL;
         if (nb == 1) { /* straight into y, whole epilogue fused */
             float *C = a->y + i0 * mp + (long)g * mg * p;
@@ -545,9 +718,33 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
     a.nb = (int)nb;
     a.direct = nb == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     const long kk = (long)kh * kw;
+    /* implicit mode: planes wide enough for every tap's shift, and few dropped columns */
+    const int reach = (kh - 1) * dh / sh;
+    a.wq = ow + (kw - 1) * dw / sw;
+    a.implicit = nb == 1 && (a.direct || (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq);
+    a.band = oh;
+    if (a.implicit && !a.direct) {
+        /* bands: planes within MRT_CONV_BAND_BYTES but >= MRT_CONV_BAND_COLS columns each, then
+         * evened out, and at least one per thread when the image is large enough */
+        const long row_bytes = (long)c * sh * sw * a.wq * (long)sizeof(float);
+        long band = MRT_CONV_BAND_BYTES / row_bytes - reach;
+        const long min_band = (MRT_CONV_BAND_COLS + ow - 1) / ow;
+        if (band < min_band) band = min_band;
+        long bands = (oh + band - 1) / band;
+        if (bands < nthreads && p >= (long)nthreads * MRT_CONV_BAND_COLS) bands = nthreads;
+        if (nthreads > 1 && bands > nthreads) bands = (bands + nthreads - 1) / nthreads * nthreads;
+        if (bands > oh) bands = oh;
+        a.band = (int)((oh + bands - 1) / bands);
+    }
+    a.hq = a.band + reach;
     size_t floats = 0;
-    if (!a.direct) floats += (size_t)c * kk * nb * p;
-    if (nb > 1) floats += (size_t)(m / group) * nb * p;
+    if (a.implicit) {
+        floats = (size_t)conv_table_floats((long)(c / group) * kk);
+        if (!a.direct) floats += (size_t)c * sh * sw * a.hq * a.wq;
+    } else {
+        floats += (size_t)c * kk * nb * p;
+        if (nb > 1) floats += (size_t)(m / group) * nb * p;
+    }
     a.scratch_bytes = floats * sizeof(float);
     const long chunks = (n + nb - 1) / nb;
     if (n > 1 && chunks >= nthreads) {

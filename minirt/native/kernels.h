@@ -78,10 +78,11 @@ void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, i
                     int pt, int pl, int oh, int ow, int nthreads);
 
 /* A whole float32 convolution (NCHW, any batch): y (n, m, oh, ow) = act(conv(x, w) + bias[m] + res),
- * w (m, c/group, kh, kw), bias and res (same shape as y) may be NULL.  im2col (none for
- * 1x1 / stride 1 / no padding) into per-thread scratch and the GEMM of mrt_sgemm_f32 with the
- * epilogue fused; threads over images (or over the GEMM when there are too few images), and
- * the columns of several small images in one GEMM.  Returns 0, or -1 without scratch memory. */
+ * w (m, c/group, kh, kw), bias and res (same shape as y) may be NULL.  The GEMM of mrt_sgemm_f32
+ * with the epilogue fused; images with wide enough output rows as an implicit GEMM (B read from
+ * padded, stride-phase-split planes of the input, built band by band, no im2col matrix), small
+ * images through im2col in per-thread scratch with the columns of several in one GEMM; threads
+ * over images, bands of output rows, or the GEMM.  Returns 0, or -1 without scratch memory. */
 int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, int m, int group, int kh, int kw,
                    int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *bias, const float *res,
                    float *y, int act, float a0, float a1, int nthreads);

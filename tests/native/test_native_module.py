@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -135,3 +136,10 @@ def test_session_threads_set_native_and_blas(dw_artifact):
     finally:
         native.set_threads(None)
         blas.set_threads(None)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
+@pytest.mark.skipif(bool(os.environ.get("MINIRT_DISABLE_NATIVE")), reason="native kernels disabled on purpose")
+def test_native_kernels_are_built_where_a_compiler_exists():
+    """With a compiler the install builds the extension: a compile error must not pass as the numpy fallback."""
+    assert native.available, f"native kernels unavailable although a C compiler exists: {native.reason}"
