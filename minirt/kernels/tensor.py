@@ -9,10 +9,12 @@ which is safe because minirt values are immutable once produced.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
@@ -932,6 +934,20 @@ def _resize_axis_antialias(x: np.ndarray, axis: int, coords: np.ndarray, scale: 
 _U64_PAIR = np.uint64(0x100000001)
 
 
+@functools.lru_cache(maxsize=256)
+def _is_repeat(in_len: int, out_len: int, scale: float, coord_mode: str, nearest_mode: str) -> bool:
+    """Whether the nearest index along an axis (in_len -> out_len = f * in_len) is exactly ``i // f``.
+
+    Depends only on its (hashable) arguments, so it is computed once per
+    distinct axis; the models' Resize nodes repeat the same few geometries.
+    """
+    f = out_len // in_len
+    scale32 = np.float32(scale)
+    coords = _original_coords(out_len, in_len, scale32, coord_mode, 0.0, 1.0)
+    idx = np.clip(_nearest_index(coords, nearest_mode, scale32 < 1), 0, in_len - 1)
+    return bool(np.array_equal(idx, np.arange(out_len) // f))
+
+
 def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], coord_mode: str,
                     nearest_mode: str) -> np.ndarray | None:
     """Nearest upsampling by integer factors of the last two axes as plain repetition, or None.
@@ -940,8 +956,10 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
     the general code computes along each of the two axes is exactly
     ``i // factor`` (e.g. 2x asymmetric/floor, the FPN upsampling of
     detection models), so the result is bit-identical to the general path.
-    Columns are doubled with one integer multiply (a 4-byte value v becomes
-    the 8-byte pair (v, v)), rows by one broadcast copy.
+    float32 goes through one native pass (``mrt_upsample_nearest_f32``: each
+    output row built once, then copied); otherwise columns are doubled with
+    one integer multiply (a 4-byte value v becomes the 8-byte pair (v, v)) or
+    ``np.repeat``, and rows by one broadcast copy.
     """
     nd = x.ndim
     if nd < 2 or x.size == 0:
@@ -949,7 +967,7 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
     for a in range(nd - 2):
         if out_shape[a] != x.shape[a] or scales[a] != 1:
             return None
-    # Refuse a hostile size before the coordinate arrays below are allocated.
+    # Refuse a hostile size before anything is allocated.
     check_alloc(out_shape, x.dtype, "Resize output")
     factors = []
     for a in (nd - 2, nd - 1):
@@ -958,11 +976,8 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
             return None
         f = o_len // i_len
         if f > 1:
-            scale = np.float32(scales[a])
             check_alloc((o_len,), np.float64, "Resize coordinates")
-            coords = _original_coords(o_len, i_len, scale, coord_mode, 0.0, 1.0)
-            idx = np.clip(_nearest_index(coords, nearest_mode, scale < 1), 0, i_len - 1)
-            if not np.array_equal(idx, np.arange(o_len) // f):
+            if not _is_repeat(i_len, o_len, float(scales[a]), coord_mode, nearest_mode):
                 return None
         elif scales[a] != 1:
             return None
@@ -971,6 +986,10 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
     if fh == 1 and fw == 1:
         return None
     h, w = x.shape[-2:]
+    if x.dtype == np.float32 and _native.available and _native.has_layout_kernels():
+        y = np.empty(tuple(out_shape), dtype=np.float32)
+        _native.upsample_nearest(np.ascontiguousarray(x), y, fh, fw)
+        return y
     if fw == 1:
         row = x
     elif fw == 2 and x.dtype.itemsize == 4:

@@ -55,7 +55,7 @@ def make_builder(src_dir: str = REL) -> FFI:
         '#include "kernels.h"\n',
         sources=[os.path.join(src_dir, "kernels.c")],
         include_dirs=[src_dir],
-        depends=[os.path.join(src_dir, n) for n in ("kernels.h", "kernels_impl.h", "gemm_impl.h", "qgemm.h")],
+        depends=[os.path.join(src_dir, n) for n in ("kernels.h", "kernels_impl.h", "layout_impl.h", "gemm_impl.h", "qgemm.h")],
         extra_compile_args=["-O3", "-pthread", "-fno-trapping-math", "-fno-math-errno"] if _unix else ["/O2"],
         extra_link_args=["-pthread"] if _unix else [],
         libraries=["m"] if _unix else [],
