@@ -603,7 +603,11 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
         _check_pool_pads("MaxPool", pb, pe, k)
     if n_out < 2 and nd == 2 and x.dtype == np.float32 and _native.available:
         y = np.empty(x.shape[:2] + tuple(out), dtype=np.float32)
-        _native.maxpool2d(np.ascontiguousarray(x), y, k, s, d, pb)
+        if s == (1, 1) and d == (1, 1) and _native.has_layout_kernels():
+            # separable (rows, then columns): SPPF's 5x5 stride-1 pools on small planes
+            _native.maxpool2d_s1(np.ascontiguousarray(x), y, k, pb)
+        else:
+            _native.maxpool2d(np.ascontiguousarray(x), y, k, s, d, pb)
         return y
     xp = _pad_for_windows(x, out, k, s, d, pb, _pad_value_min(x.dtype))
     taps = _tap_slices(k, s, d, out)

@@ -370,6 +370,15 @@ def plane_means(x, y) -> None:
     _lib.mrt_plane_means_f32(_ptr(x), _ptr(y), planes, x.size // planes if planes else 0, threads())
 
 
+def maxpool2d_s1(x, y, k, pb) -> None:
+    """Max pooling, stride 1 and dilation 1, separable: x (N, C, H, W) -> y (N, C, OH, OW); top/left pads ``pb``."""
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2:]
+    rc = _lib.mrt_maxpool2d_s1_f32(_ptr(x), _ptr(y), n * c, h, wd, k[0], k[1], pb[0], pb[1], oh, ow, threads())
+    if rc != 0:
+        raise MemoryError("minirt native MaxPool: could not allocate scratch memory")
+
+
 def convtranspose_tiles(x, wt, m, k, bias_rows, y, act=0, a0=0.0, a1=0.0) -> None:
     """y (N, M, H*kh, W*kw) = act(ConvTranspose(x) + bias) for stride == kernel (taps never overlap).
 

@@ -568,3 +568,12 @@ int mrt_convtranspose_tiles_f32(const float *x, int n, int c, int h, int wd, con
 #endif
     return convt_tiles_base(x, n, c, h, wd, wt, m, kh, kw, bias, y, act, a0, a1, nthreads);
 }
+
+int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
+                         int ow, int nthreads) {
+    if (planes <= 0 || oh <= 0 || ow <= 0) return 0;
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (layout_avx2()) return maxpool_s1_avx2(x, y, planes, h, wd, kh, kw, pt, pl, oh, ow, nthreads);
+#endif
+    return maxpool_s1_base(x, y, planes, h, wd, kh, kw, pt, pl, oh, ow, nthreads);
+}

@@ -149,5 +149,10 @@ void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int 
  * y (n, m, h*kh, wd*kw) = act(conv_transpose(x) + bias).  Returns 0, or -1 without scratch memory. */
 int mrt_convtranspose_tiles_f32(const float *x, int n, int c, int h, int wd, const float *wt, int m, int kh, int kw,
                                 const float *bias, float *y, int act, float a0, float a1, int nthreads);
+/* Max pooling with stride 1 and dilation 1 over planes x (planes, h, wd) -> y (planes, oh, ow),
+ * top/left pads pt/pl (taps outside the input ignored), separable: rows, then columns.
+ * NaN propagates.  Returns 0, or -1 without scratch memory. */
+int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
+                         int ow, int nthreads);
 
 #endif

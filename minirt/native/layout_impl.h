@@ -6,6 +6,7 @@
  *   upsample_nearest  nearest upsampling by integer factors of the last two axes
  *                     (Resize when the index is exactly i // factor)
  *   plane_means       the mean of every plane (GlobalAveragePool)
+ *   maxpool_s1        max pooling with stride 1 (rows, then columns)
  *   convt_tiles       ConvTranspose with stride == kernel (no overlapping taps):
  *                     a GEMM per band of input rows into scratch, then the taps
  *                     interleaved into the output rows while the band is in cache
@@ -156,5 +157,65 @@ static int FN(convt_tiles)(const float *x, int n, int c, int h, int wd, const fl
     if (band > h) band = h;
     FN(convt_args) a = {x, wt, bias, y, c, h, wd, m, kh, kw, (int)band, act, a0, a1, (h + band - 1) / band, 0};
     mrt_parallel_for((long)n * a.bands_per_image, row_floats * band * c, nthreads, FN(convt_task), &a);
+    return a.failed ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- max pooling, stride 1 */
+
+/* Stride 1, dilation 1 (SPPF's 5x5 pools): separable, max over the kw columns of every row, then
+ * over the kh rows.  Each plane is first copied into a -inf-bordered (oh + kh - 1) x (ow + kw - 1)
+ * scratch plane, so both passes are single flat loops over the padded plane (the columns past ow
+ * are computed and dropped), which keeps 10x10 planes from being dominated by per-row overhead. */
+typedef struct {
+    const float *x;
+    float *y;
+    int h, wd, kh, kw, pt, pl, oh, ow;
+    int failed;
+} FN(maxpool_s1_args);
+
+/* acc[i] = max(acc[i], v[i]) with NaN sticking, as max_strided (kernels_impl.h) */
+static inline MRT_TARGET void FN(max_into)(float *restrict acc, const float *restrict v, long n) {
+    for (long i = 0; i < n; ++i) {
+        float a = v[i], m = acc[i];
+        acc[i] = ((a > m) | (a != a)) ? a : m;
+    }
+}
+
+static MRT_TARGET void FN(maxpool_s1_task)(void *ctx, long begin, long end) {
+    FN(maxpool_s1_args) *a = (FN(maxpool_s1_args) *)ctx;
+    const long hp = (long)a->oh + a->kh - 1, wp = (long)a->ow + a->kw - 1, np_ = hp * wp;
+    const long nc = (long)a->oh * wp;
+    float *pad = (float *)mrt_scratch_buffer(sizeof(float) * (2 * (size_t)np_ + (size_t)nc));
+    if (!pad) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *rows = pad + np_; /* rows[i] = max over the kw columns starting at padded position i */
+    float *acc = rows + np_; /* acc[oy*wp + ox] = max over the kh rows of `rows` from row oy */
+    /* input rows/columns that land inside the padded plane */
+    const int r0 = a->pt > 0 ? 0 : -a->pt, r1 = a->h < hp - a->pt ? a->h : (int)(hp - a->pt);
+    const int c0 = a->pl > 0 ? 0 : -a->pl, c1 = a->wd < wp - a->pl ? a->wd : (int)(wp - a->pl);
+    for (long i = 0; i < np_; ++i) pad[i] = -INFINITY;
+    for (long p = begin; p < end; ++p) {
+        const float *xp = a->x + p * (long)a->h * a->wd;
+        float *yp = a->y + p * (long)a->oh * a->ow;
+        /* the borders stay -inf from the first fill: only the interior is rewritten per plane */
+        for (int r = r0; r < r1; ++r)
+            memcpy(pad + (long)(r + a->pt) * wp + a->pl + c0, xp + (long)r * a->wd + c0, sizeof(float) * (c1 - c0));
+        const long nr = np_ - (a->kw - 1); /* row maxima for every start that stays inside the buffer */
+        memcpy(rows, pad, sizeof(float) * nr);
+        for (int kx = 1; kx < a->kw; ++kx) FN(max_into)(rows, pad + kx, nr);
+        /* column pass; only the first nc - (kw - 1) entries are needed (the last ow of them ends there) */
+        const long ncv = nc - (a->kw - 1);
+        memcpy(acc, rows, sizeof(float) * ncv);
+        for (int ky = 1; ky < a->kh; ++ky) FN(max_into)(acc, rows + ky * wp, ncv);
+        for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, acc + oy * wp, sizeof(float) * a->ow);
+    }
+}
+
+static int FN(maxpool_s1)(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
+                          int ow, int nthreads) {
+    FN(maxpool_s1_args) a = {x, y, h, wd, kh, kw, pt, pl, oh, ow, 0};
+    mrt_parallel_for(planes, (long)(oh + kh) * (ow + kw) * 3, nthreads, FN(maxpool_s1_task), &a);
     return a.failed ? -1 : 0;
 }

@@ -144,3 +144,45 @@ def test_conv_transpose_tiles_numpy_fallback_matches():
     with numpy_path():
         ref = nn.conv_transpose(x, w, b, strides=(2, 2))
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- MaxPool, stride 1
+
+
+def _max_pool_s1_reference(x, k, pads):
+    """Sliding-window maximum over a -inf padded copy (pads: top, left, bottom, right)."""
+    pt, pl, pb, pr = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=-np.inf)
+    oh, ow = xp.shape[2] - k[0] + 1, xp.shape[3] - k[1] + 1
+    y = np.full(x.shape[:2] + (oh, ow), -np.inf, dtype=x.dtype)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            y = np.maximum(y, xp[:, :, i:i + oh, j:j + ow])
+    return y
+
+
+@pytest.mark.parametrize("shape,k,pads", [((1, 128, 10, 10), (5, 5), (2, 2, 2, 2)), ((2, 3, 7, 9), (3, 3), (1, 1, 1, 1)),
+                                          ((1, 2, 5, 6), (3, 2), (0, 1, 2, 0)), ((1, 3, 4, 4), (1, 1), (0, 0, 0, 0)),
+                                          ((1, 2, 3, 17), (5, 5), (2, 2, 2, 2)), ((1, 4, 6, 5), (2, 4), (1, 3, 0, 0)),
+                                          ((1, 2, 12, 11), (5, 5), (0, 0, 0, 0))])
+def test_max_pool_stride1(every_isa, threads, shape, k, pads):
+    x = _rand(shape)
+    # ONNX pads are (top, left, bottom, right) for 2-D
+    y = nn.max_pool_10(x, kernel_shape=k, pads=pads, strides=(1, 1))
+    ref = _max_pool_s1_reference(x, k, pads)
+    assert y.shape == ref.shape and np.array_equal(y, ref)
+
+
+def test_max_pool_stride1_nan_and_auto_pad(every_isa):
+    x = _rand((1, 3, 8, 8))
+    x[0, 1, 3, 4] = np.nan
+    y = nn.max_pool_10(x, kernel_shape=(3, 3), auto_pad="SAME_UPPER", strides=(1, 1))
+    with numpy_path():
+        ref = nn.max_pool_10(x, kernel_shape=(3, 3), auto_pad="SAME_UPPER", strides=(1, 1))
+    assert np.array_equal(y, ref, equal_nan=True) and np.isnan(y[0, 1, 2:5, 3:6]).all()
+    # ceil_mode is the identity at stride 1; dilation takes the general kernel
+    for kw in (dict(ceil_mode=1), dict(dilations=(2, 2))):
+        y = nn.max_pool_10(x, kernel_shape=(3, 3), pads=(1, 1, 1, 1), strides=(1, 1), **kw)
+        with numpy_path():
+            ref = nn.max_pool_10(x, kernel_shape=(3, 3), pads=(1, 1, 1, 1), strides=(1, 1), **kw)
+        assert np.array_equal(y, ref, equal_nan=True)
