@@ -1060,6 +1060,7 @@ _REPEAT_PLANS_MAX = 256
 
 
 def _plan_key_part(value):
+    """A hashable stand-in for a scales/sizes input (its exact bytes), or None when absent."""
     if value is None:
         return None
     if isinstance(value, np.ndarray):
@@ -1071,8 +1072,8 @@ def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, **kw) -> np
     """Resolve roi/scales/sizes (optionally restricted to ``axes``) and resize."""
     key = None
     if kw["mode"] == "nearest" and not kw.get("antialias") and kw["coord_mode"] != "tf_crop_and_resize":
-        key = (x.shape, x.dtype.str, _plan_key_part(scales), _plan_key_part(sizes), axes, policy, kw["coord_mode"],
-               kw["nearest_mode"])
+        key = (x.shape, x.dtype.str, _plan_key_part(scales), _plan_key_part(sizes),
+               None if axes is None else tuple(axes), policy, kw["coord_mode"], kw["nearest_mode"])
         plan = _REPEAT_PLANS.get(key)
         if plan is not None:
             out_shape, fh, fw = plan

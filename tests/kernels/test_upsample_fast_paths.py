@@ -89,3 +89,12 @@ def test_resize_repeat_plans_are_keyed_by_everything_that_decides_them():
         y = tensor.resize_11(x, None, np.array([1, 1, 2, 2], np.float32), mode="linear",
                              coordinate_transformation_mode="asymmetric")
         assert not np.array_equal(y, np.repeat(np.repeat(x, 2, axis=2), 2, axis=3))
+
+
+def test_resize_18_axes_list_repeats():
+    x = np.random.default_rng(4).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    for axes in ([2, 3], (2, 3), [-2, -1]):
+        for _ in range(2):
+            y = tensor.resize_18(x, None, np.array([2, 3], np.float32), axes=axes,
+                                 coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+            assert np.array_equal(y, np.repeat(np.repeat(x, 2, axis=2), 3, axis=3))
