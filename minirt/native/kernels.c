@@ -531,14 +531,10 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
 
 /* ------------------------------------------------------------------ data-movement kernels (layout_impl.h) */
 
-/* The AVX2 copies serve the avx2 and avx512 levels (these loops gain nothing from 512-bit vectors). */
-static int layout_avx2(void) {
 #ifdef MRT_HAVE_AVX2_BUILD
-    return impl_isa == MRT_ISA_AVX2 || impl_isa == MRT_ISA_AVX512;
-#else
-    return 0;
+/* The AVX2 copies serve the avx2 and avx512 levels (these loops gain nothing from 512-bit vectors). */
+static int layout_avx2(void) { return impl_isa == MRT_ISA_AVX2 || impl_isa == MRT_ISA_AVX512; }
 #endif
-}
 
 void mrt_upsample_nearest_f32(const float *x, float *y, long planes, int h, int wd, int fh, int fw, int nthreads) {
 #ifdef MRT_HAVE_AVX2_BUILD
