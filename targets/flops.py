@@ -4,7 +4,8 @@ Counting rules (one multiply-add = 2 FLOPs):
 
 * Conv / FusedConv: ``2 * N*Cout*Hout*Wout * (Cin/group)*prod(kernel)``, plus
   one FLOP per output element for the bias, residual and activation each;
-* ConvTranspose: ``2 * N*Cin*prod(in spatial) * (Cout/group)*prod(kernel)``;
+* ConvTranspose / FusedConvTranspose: ``2 * N*Cin*prod(in spatial) * (Cout/group)*prod(kernel)``
+  (+ epilogue);
 * MatMul / Gemm / FusedGemm / FusedMatMul: ``2 * batch*M*N*K`` (+ epilogue);
 * pooling: output elements times kernel size (global pools: input elements);
 * elementwise ops and activations: one FLOP per output element (a few for
@@ -70,13 +71,14 @@ def node_flops(node: ir.Node, ctx=None) -> float:
             return 0.0
         per_out = 2 * w[1] * int(np.prod(w[2:], dtype=np.int64))
         return float(out_elems * per_out) + _epilogue(node, out_elems)
-    if op == "ConvTranspose":
+    if op in ("ConvTranspose", "FusedConvTranspose"):
         w = _shape(ins[1]) if len(ins) > 1 else None
         x = _shape(ins[0])
         if w is None or x is None:
             return 0.0
         # W: (Cin, Cout/group, k...); every input element scatters Cout/group * prod(k) products
-        return float(2 * int(np.prod(x, dtype=np.int64)) * w[1] * int(np.prod(w[2:], dtype=np.int64)) + out_elems)
+        return (float(2 * int(np.prod(x, dtype=np.int64)) * w[1] * int(np.prod(w[2:], dtype=np.int64)) + out_elems)
+                + _epilogue(node, out_elems))
     if op in ("MatMul", "FusedMatMul", "Gemm", "FusedGemm"):
         a = _shape(ins[0])
         if a is None or out_elems == 0:

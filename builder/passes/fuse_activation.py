@@ -1,4 +1,4 @@
-"""Fuse Conv/Gemm/MatMul with a following residual Add and activation.
+"""Fuse Conv/Gemm/MatMul with a following residual Add and activation, ConvTranspose with an activation.
 
 Rules (P is Conv, Gemm or MatMul, or an already fused com.minirt
 FusedConv/FusedGemm/FusedMatMul; P's output has exactly one reader):
@@ -6,6 +6,11 @@ FusedConv/FusedGemm/FusedMatMul; P's output has exactly one reader):
     Add(P(...), z)         (P has no residual, no activation)  -> FusedP(..., z)
     Sum(P(...), z)         (two inputs; same)                  -> FusedP(..., z)
     act(P(...))            (P has no activation)               -> FusedP(..., activation=act)
+    act(ConvTranspose(...))                                    -> FusedConvTranspose(..., activation=act)
+
+(FusedConvTranspose has no residual input: its fast stride == kernel path
+applies the activation in the GEMM epilogue, which is what pays; an Add after
+a ConvTranspose stays an Add.)
 
 so ``Relu(Add(Conv(x, w, b), z))`` becomes one ``FusedConv(x, w, b, z,
 activation="Relu")`` computing ``act(conv(x, w, b) + z)`` (docs/fused_ops.md).
@@ -28,7 +33,8 @@ import onnx_ir as ir
 from builder.passes import _ir
 from builder.passes.manager import Pass
 
-_FUSED = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul"}
+_FUSED = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul", "ConvTranspose": "FusedConvTranspose"}
+_NO_RESIDUAL = {"ConvTranspose"}  # fused kinds without a residual input
 _KIND = {v: k for k, v in _FUSED.items()}
 _FLT_MAX = 3.4028234663852886e38
 _SIMPLE = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "HardSwish": "HardSwish"}
@@ -109,7 +115,8 @@ class FuseActivation(Pass):
             return False
         user, index = uses[0]
         # Residual add
-        if (_ir.is_onnx(user, "Add") or (_ir.is_onnx(user, "Sum") and len(user.inputs) == 2)) and z is None and not act:
+        if ((_ir.is_onnx(user, "Add") or (_ir.is_onnx(user, "Sum") and len(user.inputs) == 2)) and z is None and not act
+                and kind not in _NO_RESIDUAL):
             other = user.inputs[1 - index]
             if other is None:
                 return False

@@ -125,8 +125,6 @@ class FuseBatchNorm(Pass):
                 if op == "BatchNormalization":
                     self.refuse(pattern, node, f"{producer.op_type} output is also read elsewhere")
                 continue
-            if producer.op_type == "ConvTranspose" and op != "BatchNormalization":
-                continue
             w = _ir.const_array(producer.inputs[1])
             if w is None:
                 self.refuse(pattern, node, f"{producer.op_type} weight {producer.inputs[1].name!r} is not a constant")

@@ -69,3 +69,27 @@ def test_near_misses():
     model = T.make_model(nodes, [T.vinfo("x", [1, 4, 5, 5])], [T.vinfo("y", [1, 4, 5, 5])], INITS)
     m = T.load(model)
     assert not FuseActivation()(m).modified
+
+
+@pytest.mark.parametrize("act", ACTS, ids=lambda n: n.op_type + str(len(n.attribute)))
+@pytest.mark.parametrize("attrs", [{"strides": [2, 2]}, {"strides": [1, 1], "pads": [1, 1, 1, 1]}],
+                         ids=["tiles", "general"])
+def test_conv_transpose_activation(act, attrs):
+    # stride == kernel takes the native path (activation in the GEMM epilogue); the other the general one
+    nodes = [h.make_node("ConvTranspose", ["x", "wt", "b"], ["s"], **attrs), act]
+    out = 10 if attrs["strides"] == [2, 2] else 4
+    model = T.make_model(nodes, [T.vinfo("x", [1, 4, 5, 5])], [T.vinfo("y", [1, 4, out, out])],
+                         INITS[1:] + [T.tensor("wt", R.standard_normal((4, 4, 2, 2)).astype(np.float32))], opset=20)
+    m, _, _ = T.run_both(model, {"x": X["x"]})
+    assert T.ops(m) == {"com.minirt::FusedConvTranspose": 1}
+
+
+def test_conv_transpose_keeps_residual_add():
+    # FusedConvTranspose has no residual input: an Add after a ConvTranspose stays, the activation still fuses
+    nodes = [h.make_node("ConvTranspose", ["x", "wt"], ["c"], strides=[1, 1], pads=[1, 1, 1, 1]),
+             h.make_node("Add", ["c", "z"], ["s"]), h.make_node("Relu", ["s"], ["y"]),
+             h.make_node("ConvTranspose", ["y", "wt"], ["c2"], strides=[2, 2]), h.make_node("Relu", ["c2"], ["y2"])]
+    model = T.make_model(nodes, [T.vinfo("x", [1, 4, 5, 5]), T.vinfo("z", [1, 4, 4, 4])], [T.vinfo("y2", [1, 4, 8, 8])],
+                         [T.tensor("wt", R.standard_normal((4, 4, 2, 2)).astype(np.float32))], opset=20)
+    m, _, _ = T.run_both(model, {"x": X["x"], "z": R.standard_normal((1, 4, 4, 4)).astype(np.float32)})
+    assert T.ops(m) == {"ConvTranspose": 1, "Add": 1, "Relu": 1, "com.minirt::FusedConvTranspose": 1}

@@ -40,6 +40,24 @@ def test_conv_transpose_bn():
         assert T.ops(m) == {"ConvTranspose": 1}
 
 
+def test_conv_transpose_affine_then_bn():
+    # det's FPN head: ConvTranspose without bias, a per-channel Add (the exporter's bias), BatchNormalization;
+    # with output_shape larger than the data reaches, the unreached border carries the folded bias too.
+    for attrs in ({"strides": [2, 2]}, {"strides": [2, 2], "output_shape": [9, 9], "group": 2}):
+        g = attrs.get("group", 1)
+        nodes = [h.make_node("ConvTranspose", ["x", "w"], ["c"], **attrs), h.make_node("Mul", ["c", "k"], ["m"]),
+                 h.make_node("Add", ["t", "m"], ["a"]),
+                 h.make_node("BatchNormalization", ["a", "bn_s", "bn_b", "bn_m", "bn_v"], ["y"])]
+        inits = [T.tensor("w", R.standard_normal((4, 4 // g, 2, 2)).astype(np.float32)),
+                 T.tensor("k", R.uniform(0.5, 2, (1, 4, 1, 1)).astype(np.float32)),
+                 T.tensor("t", R.standard_normal((4, 1, 1)).astype(np.float32))] + _bn_inits(4)
+        out = 9 if "output_shape" in attrs else 8
+        model = T.make_model(nodes, [T.vinfo("x", [1, 4, 4, 4])], [T.vinfo("y", [1, 4, out, out])], inits)
+        m, _, _ = T.run_both(model, {"x": R.standard_normal((1, 4, 4, 4)).astype(np.float32)},
+                             disabled=["fuse_activation"])
+        assert T.ops(m) == {"ConvTranspose": 1}
+
+
 def test_gemm_bn_and_affine():
     nodes = [h.make_node("Gemm", ["x", "w", "c"], ["g"], transB=1, alpha=0.5, beta=2.0),
              h.make_node("BatchNormalization", ["g", "bn_s", "bn_b", "bn_m", "bn_v"], ["t"]),

@@ -16,7 +16,7 @@ them out (the kernel quantizes x at run time).  No Quantize/Dequantize nodes sit
 between layers, so the rest of the graph (pooling, resize, softmax,
 layer norm, ...) stays in float, untouched.
 
-*Weight-only* nodes (ConvTranspose, LSTM/GRU/RNN weights, and convolutions
+*Weight-only* nodes (ConvTranspose or FusedConvTranspose, LSTM/GRU/RNN weights, and convolutions
 kept float because float is faster there: depthwise, small pointwise) get their
 weight stored int8 behind a ``com.minirt::DequantizeWeights``: 4x smaller,
 computed in float32; the runtime dequantizes each weight once (first run) and
@@ -39,8 +39,8 @@ CONV_OPS = {("", "Conv"), (DOMAIN, "FusedConv")}
 GEMM_OPS = {("", "Gemm"), (DOMAIN, "FusedGemm")}
 MATMUL_OPS = {("", "MatMul"), (DOMAIN, "FusedMatMul")}
 # op -> (weight input indices, per-channel axis of the weight)
-WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), ("", "LSTM"): ((1, 2), 1), ("", "GRU"): ((1, 2), 1),
-                   ("", "RNN"): ((1, 2), 1)}
+WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), (DOMAIN, "FusedConvTranspose"): ((1,), 1), ("", "LSTM"): ((1, 2), 1),
+                   ("", "GRU"): ((1, 2), 1), ("", "RNN"): ((1, 2), 1)}
 
 
 def _key(node: ir.Node) -> tuple[str, str]:

@@ -229,6 +229,7 @@ INDEX = {
     ('com.minirt', 'Activation'): ('fused',),
     ('com.minirt', 'DequantizeWeights'): ('qlinear',),
     ('com.minirt', 'FusedConv'): ('fused',),
+    ('com.minirt', 'FusedConvTranspose'): ('fused',),
     ('com.minirt', 'FusedGemm'): ('fused',),
     ('com.minirt', 'FusedMatMul'): ('fused',),
     ('com.minirt', 'LayerNormalization'): ('fused',),

@@ -119,6 +119,20 @@ def _native_act(activation, params):
     return (spec[0],) + (params + (0.0, 0.0))[:2]
 
 
+@kernel("FusedConvTranspose", since=1, domain=DOMAIN)
+def fused_conv_transpose(
+    x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), output_padding=(), output_shape=(),
+    pads=(), strides=(), activation="", activation_params=(),
+):
+    """activation(ConvTranspose(x, w, b)); the stride == kernel path applies it in its GEMM epilogue."""
+    y, activated = nn.conv_transpose_act(
+        x, w, b, _native_act(activation, activation_params), auto_pad=auto_pad, dilations=dilations, group=group,
+        kernel_shape=kernel_shape, output_padding=output_padding, output_shape=output_shape, pads=pads,
+        strides=strides,
+    )
+    return y if activated else apply_activation(y, activation, activation_params)
+
+
 @kernel("FusedGemm", since=1, domain=DOMAIN, out=True)
 def fused_gemm(
     a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(), out=None

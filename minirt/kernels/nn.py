@@ -441,29 +441,35 @@ def _conv_transpose_pads(in_sp, k, s, d, op_, pads, output_shape, auto_pad):
 _U64_SHIFT32 = np.uint64(32)
 
 
-def _conv_transpose_tiles(x, w, b):
+def _conv_transpose_tiles(x, w, b, act=None):
     """float32 2-D ConvTranspose with stride == kernel, no padding/dilation, one group.
 
     Every input pixel then owns its own kh x kw output tile (no overlaps), so
-    the result is one GEMM ``(M*kh*kw, C) @ (C, H*W)`` with the bias per row
-    fused, followed by one pass that places the taps (the FPN 2x2/stride-2
-    upsampling of detection heads).  For kw == 2 the two column taps are
-    interleaved as one 8-byte integer per output pair.
+    the result is the GEMM ``(M*kh*kw, C) @ (C, H*W)`` with the bias per row
+    fused, its rows placed as interleaved taps (the FPN 2x2/stride-2
+    upsampling of detection heads).  Natively (``mrt_convtranspose_tiles_f32``)
+    the GEMM runs per band of input rows into cache-sized scratch and the band
+    is placed right away, in one pass over the output.  Without the native
+    module: one matmul, then for kw == 2 the two column taps interleaved as one
+    8-byte integer per output pair.
+
+    ``act``: (native activation code, a0, a1) applied in the GEMM epilogue
+    (FusedConvTranspose), or None.  Returns (y, whether ``act`` was applied):
+    only the native path applies it.
     """
     n, c, hh, ww = x.shape
     m, kh, kw = w.shape[1], w.shape[2], w.shape[3]
     kk, p = kh * kw, hh * ww
     x = np.ascontiguousarray(x)
     wt = np.ascontiguousarray(w.reshape(c, m * kk).T)
-    cols = np.empty((n, m * kk, p), dtype=np.float32)
-    if _native.available:
-        bias = None if b is None else np.ascontiguousarray(np.repeat(b.astype(np.float32), kk))
-        for i in range(n):
-            _native.sgemm(wt, x[i].reshape(c, p), cols[i], bias, 1)
-    else:
-        np.matmul(wt, x.reshape(n, c, p), out=cols)
-        if b is not None:
-            cols.reshape(n, m, kk * p)[...] += b.astype(np.float32).reshape(m, 1)
+    if _native.available and _native.has_layout_kernels():
+        y = np.empty((n, m, hh * kh, ww * kw), dtype=np.float32)
+        bias_rows = None if b is None else np.ascontiguousarray(np.repeat(b.astype(np.float32), kk))
+        _native.convtranspose_tiles(x, wt, m, (kh, kw), bias_rows, y, *(act or (_native.ACT_NONE, 0.0, 0.0)))
+        return y, act is not None
+    cols = np.matmul(wt, x.reshape(n, c, p))
+    if b is not None:
+        cols.reshape(n, m, kk * p)[...] += b.astype(np.float32).reshape(m, 1)
     taps = cols.reshape(n, m, kh, kw, hh, ww)
     y = np.empty((n, m, hh, kh, ww, kw), dtype=np.float32)
     if kw == 2:
@@ -476,7 +482,7 @@ def _conv_transpose_tiles(x, w, b):
             np.bitwise_or(lo, hi, out=yv[:, :, :, t, :])
     else:
         np.copyto(y, taps.transpose(0, 1, 4, 2, 5, 3))
-    return y.reshape(n, m, hh * kh, ww * kw)
+    return y.reshape(n, m, hh * kh, ww * kw), False
 
 
 @kernel("ConvTranspose", since=1)
@@ -495,6 +501,19 @@ def conv_transpose(
     pads=(),
     strides=(),
 ):
+    return conv_transpose_act(
+        x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+        output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides,
+    )[0]
+
+
+def conv_transpose_act(x, w, b, act, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), output_padding=(),
+                       output_shape=(), pads=(), strides=()):
+    """ConvTranspose, with the native activation ``act`` = (code, a0, a1) or None fused where it can be.
+
+    Returns (y, whether ``act`` was applied): the stride == kernel path applies
+    it in its GEMM epilogue; otherwise the caller applies it (FusedConvTranspose).
+    """
     nd = _check_rank("ConvTranspose", x)
     if w.ndim != x.ndim:
         raise ValueError(f"ConvTranspose: weight rank {w.ndim} (shape {w.shape}) does not match input rank {x.ndim}")
@@ -530,12 +549,12 @@ def conv_transpose(
         y = conv_transpose(x.astype(np.float32), w.astype(np.float32), bf, auto_pad=auto_pad, dilations=dilations,
                            group=group, output_padding=output_padding, output_shape=output_shape, pads=pads,
                            strides=strides)
-        return y.astype(x.dtype)
+        return y.astype(x.dtype), False
     kk = math.prod(k)
     check_alloc((n, m, kk) + tuple(in_sp), x.dtype, "ConvTranspose column buffer")
     if (nd == 2 and group == 1 and x.dtype == np.float32 and s == tuple(k) and d == (1, 1) and pb == (0, 0)
             and tuple(out) == tuple(i * ki for i, ki in zip(in_sp, k))):
-        return _conv_transpose_tiles(x, w, b)
+        return _conv_transpose_tiles(x, w, b, act)
 
     # cols[n, g*Mg + j, *tap, *pos] = sum_c W[g*Cg + c, j, *tap] * X[n, g*Cg + c, *pos]
     wg = w.reshape(group, cg, mg * kk).transpose(0, 2, 1)
@@ -555,8 +574,8 @@ def conv_transpose(
         full[dst] += cols[(slice(None), slice(None)) + t]
     y = full[(slice(None), slice(None)) + tuple(slice(b_, b_ + o) for b_, o in zip(pb, out))]
     if b is not None:
-        return y + b.reshape((m,) + (1,) * nd)
-    return np.ascontiguousarray(y)
+        return y + b.reshape((m,) + (1,) * nd), False
+    return np.ascontiguousarray(y), False
 
 
 # --------------------------------------------------------------------------- pooling
@@ -585,7 +604,11 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
         _check_pool_pads("MaxPool", pb, pe, k)
     if n_out < 2 and nd == 2 and x.dtype == np.float32 and _native.available:
         y = np.empty(x.shape[:2] + tuple(out), dtype=np.float32)
-        _native.maxpool2d(np.ascontiguousarray(x), y, k, s, d, pb)
+        if s == (1, 1) and d == (1, 1) and _native.has_layout_kernels():
+            # separable (rows, then columns): SPPF's 5x5 stride-1 pools on small planes
+            _native.maxpool2d_s1(np.ascontiguousarray(x), y, k, pb)
+        else:
+            _native.maxpool2d(np.ascontiguousarray(x), y, k, s, d, pb)
         return y
     xp = _pad_for_windows(x, out, k, s, d, pb, _pad_value_min(x.dtype))
     taps = _tap_slices(k, s, d, out)
@@ -728,6 +751,11 @@ def average_pool_19(
 @kernel("GlobalAveragePool", since=1)
 def global_average_pool(x, /):
     nd = _check_rank("GlobalAveragePool", x)
+    if x.dtype == np.float32 and x.size and _native.available and _native.has_layout_kernels():
+        # One pass with vector partial sums (numpy's mean over the trailing axes is several times slower).
+        y = np.empty(x.shape[:2] + (1,) * nd, dtype=np.float32)
+        _native.plane_means(np.ascontiguousarray(x), y)
+        return y
     # np.mean accumulates float16 in float32 and returns the input dtype.
     return np.asarray(x.mean(axis=tuple(range(2, 2 + nd)), keepdims=True), dtype=x.dtype)
 

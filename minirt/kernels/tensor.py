@@ -9,10 +9,12 @@ which is safe because minirt values are immutable once produced.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
@@ -946,34 +948,31 @@ def _resize_axis_antialias(x: np.ndarray, axis: int, coords: np.ndarray, scale: 
 _U64_PAIR = np.uint64(0x100000001)
 
 
-def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], coord_mode: str,
-                    nearest_mode: str) -> np.ndarray | None:
-    """Nearest upsampling by integer factors of the last two axes as plain repetition, or None.
+@functools.lru_cache(maxsize=256)
+def _repeat_factors(in_shape: tuple, out_shape: tuple, scales: tuple, coord_mode: str,
+                    nearest_mode: str) -> tuple[int, int] | None:
+    """(fh, fw) when nearest resizing ``in_shape`` -> ``out_shape`` is plain repetition of the last two axes.
 
-    Applies only when every other axis is unchanged and the nearest index
-    the general code computes along each of the two axes is exactly
-    ``i // factor`` (e.g. 2x asymmetric/floor, the FPN upsampling of
-    detection models), so the result is bit-identical to the general path.
-    Columns are doubled with one integer multiply (a 4-byte value v becomes
-    the 8-byte pair (v, v)), rows by one broadcast copy.
+    That is: every other axis is unchanged, the last two grow by integer
+    factors (not both 1), and the nearest index the general code computes
+    along each of them is exactly ``i // factor`` (e.g. 2x asymmetric/floor,
+    the FPN upsampling of detection models), so repeating is bit-identical to
+    the general path.  None otherwise.  A pure function of its (hashable)
+    arguments, computed once per geometry.
     """
-    nd = x.ndim
-    if nd < 2 or x.size == 0:
+    nd = len(in_shape)
+    if nd < 2 or 0 in in_shape:
         return None
-    for a in range(nd - 2):
-        if out_shape[a] != x.shape[a] or scales[a] != 1:
-            return None
-    # Refuse a hostile size before the coordinate arrays below are allocated.
-    check_alloc(out_shape, x.dtype, "Resize output")
+    if any(out_shape[a] != in_shape[a] or scales[a] != 1 for a in range(nd - 2)):
+        return None
     factors = []
     for a in (nd - 2, nd - 1):
-        i_len, o_len = x.shape[a], out_shape[a]
+        i_len, o_len = in_shape[a], out_shape[a]
         if o_len < i_len or o_len % i_len:
             return None
         f = o_len // i_len
         if f > 1:
             scale = np.float32(scales[a])
-            check_alloc((o_len,), np.float64, "Resize coordinates")
             coords = _original_coords(o_len, i_len, scale, coord_mode, 0.0, 1.0)
             idx = np.clip(_nearest_index(coords, nearest_mode, scale < 1), 0, i_len - 1)
             if not np.array_equal(idx, np.arange(o_len) // f):
@@ -981,9 +980,23 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
         elif scales[a] != 1:
             return None
         factors.append(f)
-    fh, fw = factors
-    if fh == 1 and fw == 1:
-        return None
+    return None if factors == [1, 1] else (factors[0], factors[1])
+
+
+def _repeat(x: np.ndarray, out_shape: tuple, fh: int, fw: int) -> np.ndarray:
+    """``x`` with every pixel of its last two axes repeated fh x fw times (a fresh array).
+
+    The caller has checked ``out_shape`` against the allocation limit.
+
+    float32 goes through one native pass (``mrt_upsample_nearest_f32``: each
+    output row built once, then copied); otherwise columns are doubled with
+    one integer multiply (a 4-byte value v becomes the 8-byte pair (v, v)) or
+    ``np.repeat``, and rows by one broadcast copy.
+    """
+    if x.dtype == np.float32 and _native.available and _native.has_layout_kernels():
+        y = np.empty(out_shape, dtype=np.float32)
+        _native.upsample_nearest(np.ascontiguousarray(x), y, fh, fw)
+        return y
     h, w = x.shape[-2:]
     if fw == 1:
         row = x
@@ -996,7 +1009,7 @@ def _nearest_repeat(x: np.ndarray, out_shape: list[int], scales: list[float], co
         return row if row is not x else x.copy()
     y = np.empty(x.shape[:-2] + (h, fh, w * fw), dtype=x.dtype)
     y[...] = row[..., :, None, :]
-    return y.reshape(tuple(out_shape))
+    return y.reshape(out_shape)
 
 
 def _resize(x: np.ndarray, out_shape: list[int], scales: list[float], *, mode: str, coord_mode: str,
@@ -1010,9 +1023,12 @@ def _resize(x: np.ndarray, out_shape: list[int], scales: list[float], *, mode: s
     if nearest_mode not in _NEAREST_MODES:
         raise ValueError(f"Resize: unknown nearest_mode {nearest_mode!r}")
     if mode == "nearest" and not antialias and coord_mode != "tf_crop_and_resize":
-        fast = _nearest_repeat(x, out_shape, scales, coord_mode, nearest_mode)
-        if fast is not None:
-            return fast
+        # Refuse a hostile size before the coordinate arrays or the output are allocated.
+        check_alloc(out_shape, x.dtype, "Resize output")
+        check_alloc((max(out_shape[-2:], default=0),), np.float64, "Resize coordinates")
+        factors = _repeat_factors(x.shape, tuple(out_shape), tuple(scales), coord_mode, nearest_mode)
+        if factors is not None:
+            return _repeat(x, tuple(out_shape), *factors)
     # float16 is interpolated in float32 and rounded once at the end, as onnxruntime does.
     y = x.astype(np.float32) if x.dtype == np.float16 and mode != "nearest" else x
     for axis in range(x.ndim):
@@ -1049,8 +1065,48 @@ def _floats(value) -> list[float]:
     return [] if value is None else [float(v) for v in np.asarray(value, dtype=np.float32).reshape(-1)]
 
 
+# Resize nodes that turned out to be plain repetition (_repeat_factors), by everything that decided it:
+# (input shape, dtype, scales, sizes, axes, policy, coordinate mode, nearest mode) -> (output shape, fh, fw).
+# A hit skips resolving the scales/sizes inputs again: on small tensors that Python work cost more
+# than the copy itself.  Bounded: cleared when full (shapes may vary from run to run).
+_REPEAT_PLANS: dict = {}
+_REPEAT_PLANS_MAX = 256
+
+
+def _plan_key_part(value):
+    """A hashable stand-in for a scales/sizes input (its exact bytes), or None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return value.dtype.str, value.shape, value.tobytes()
+    return tuple(np.asarray(value).reshape(-1).tolist())
+
+
 def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, **kw) -> np.ndarray:
     """Resolve roi/scales/sizes (optionally restricted to ``axes``) and resize."""
+    key = None
+    if kw["mode"] == "nearest" and not kw.get("antialias") and kw["coord_mode"] != "tf_crop_and_resize":
+        key = (x.shape, x.dtype.str, _plan_key_part(scales), _plan_key_part(sizes),
+               None if axes is None else tuple(axes), policy, kw["coord_mode"], kw["nearest_mode"])
+        plan = _REPEAT_PLANS.get(key)
+        if plan is not None:
+            out_shape, fh, fw = plan
+            check_alloc(out_shape, x.dtype, "Resize output")
+            return _repeat(x, out_shape, fh, fw)
+    out_shape, full_scales, roi_pairs = _resolve_resize_inputs(x, roi, scales, sizes, axes, policy, kw["coord_mode"])
+    y = _resize(x, out_shape, full_scales, roi=roi_pairs, **kw)
+    if key is not None:
+        # _resize succeeded (attributes valid); the factors are cached by geometry, so this is a lookup
+        factors = _repeat_factors(x.shape, tuple(out_shape), tuple(full_scales), kw["coord_mode"], kw["nearest_mode"])
+        if factors is not None:
+            if len(_REPEAT_PLANS) >= _REPEAT_PLANS_MAX:
+                _REPEAT_PLANS.clear()
+            _REPEAT_PLANS[key] = (tuple(out_shape),) + factors
+    return y
+
+
+def _resolve_resize_inputs(x, roi, scales, sizes, axes, policy: str, coord_mode: str):
+    """(output shape, scale per axis, roi pairs or None) from Resize's roi/scales/sizes inputs."""
     rank = x.ndim
     axes_l = list(range(rank)) if not axes else _axes(list(axes), rank, "Resize axes")
     k = len(axes_l)
@@ -1081,14 +1137,14 @@ def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, **kw) -> np
         else:
             raise ValueError(f"Resize: unknown keep_aspect_ratio_policy {policy!r}")
     roi_pairs = None
-    if kw["coord_mode"] == "tf_crop_and_resize":
+    if coord_mode == "tf_crop_and_resize":
         r = _floats(roi)
         if len(r) != 2 * k:
             raise ValueError(f"Resize: roi needs {2 * k} values for tf_crop_and_resize, got {len(r)}")
         roi_pairs = [(0.0, 1.0)] * rank
         for i, a in enumerate(axes_l):
             roi_pairs[a] = (r[i], r[i + k])
-    return _resize(x, out_shape, full_scales, roi=roi_pairs, **kw)
+    return out_shape, full_scales, roi_pairs
 
 
 @kernel("Resize", since=10)

@@ -383,4 +383,46 @@ def im2col_u8(x, cols, k, s, d, pb, out, pad: int) -> None:
                        s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], int(pad), threads())
 
 
+# --------------------------------------------------------------------------- data movement (layout_impl.h)
+
+
+def has_layout_kernels() -> bool:
+    """True when the loaded module has the upsampling / plane-mean / ConvTranspose-tile kernels."""
+    return _lib is not None and hasattr(_lib, "mrt_convtranspose_tiles_f32")
+
+
+def upsample_nearest(x, y, fh: int, fw: int) -> None:
+    """y (..., H*fh, W*fw) = x (..., H, W) with every pixel repeated fh x fw times; both contiguous float32."""
+    h, wd = x.shape[-2:]
+    planes = x.size // (h * wd) if h * wd else 0
+    _lib.mrt_upsample_nearest_f32(_ptr(x), _ptr(y), planes, h, wd, fh, fw, threads())
+
+
+def plane_means(x, y) -> None:
+    """y (P,) = the mean of each of the P planes of x (P, plane); float32, contiguous, plane > 0."""
+    planes = y.size
+    _lib.mrt_plane_means_f32(_ptr(x), _ptr(y), planes, x.size // planes if planes else 0, threads())
+
+
+def maxpool2d_s1(x, y, k, pb) -> None:
+    """Max pooling, stride 1 and dilation 1, separable: x (N, C, H, W) -> y (N, C, OH, OW); top/left pads ``pb``."""
+    n, c, h, wd = x.shape
+    oh, ow = y.shape[2:]
+    rc = _lib.mrt_maxpool2d_s1_f32(_ptr(x), _ptr(y), n * c, h, wd, k[0], k[1], pb[0], pb[1], oh, ow, threads())
+    if rc != 0:
+        raise MemoryError("minirt native MaxPool: could not allocate scratch memory")
+
+
+def convtranspose_tiles(x, wt, m, k, bias_rows, y, act=0, a0=0.0, a1=0.0) -> None:
+    """y (N, M, H*kh, W*kw) = act(ConvTranspose(x) + bias) for stride == kernel (taps never overlap).
+
+    ``wt`` (M*kh*kw, C): the (C, M, kh, kw) weight transposed; ``bias_rows`` (M*kh*kw,) or None."""
+    n, c, h, wd = x.shape
+    rc = _lib.mrt_convtranspose_tiles_f32(
+        _ptr(x), n, c, h, wd, _ptr(wt), m, k[0], k[1], _ffi.NULL if bias_rows is None else _ptr(bias_rows), _ptr(y),
+        act, a0, a1, threads())
+    if rc != 0:
+        raise MemoryError("minirt native ConvTranspose: could not allocate scratch memory")
+
+
 _load()

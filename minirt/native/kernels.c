@@ -231,6 +231,7 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #define MRT_SUFFIX _base
 #define MRT_TARGET
 #include "kernels_impl.h"
+#include "layout_impl.h"
 #define MRT_VL 4
 #include "gemm_impl.h"
 #include "rowops_impl.h"
@@ -245,6 +246,7 @@ static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &t
 #define MRT_SUFFIX _avx2
 #define MRT_TARGET __attribute__((target("avx2,fma")))
 #include "kernels_impl.h"
+#include "layout_impl.h"
 #define MRT_VL 8
 #include "gemm_impl.h"
 #include "rowops_impl.h"
@@ -758,4 +760,49 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
         for (long ch = 0; ch < chunks; ++ch) mrt_conv_chunk(&a, ch, scratch, nthreads);
     }
     return a.failed ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ data-movement kernels (layout_impl.h) */
+
+#ifdef MRT_HAVE_AVX2_BUILD
+/* The AVX2 copies serve the avx2 and avx512 levels (these loops gain nothing from 512-bit vectors). */
+static int layout_avx2(void) { return impl_isa == MRT_ISA_AVX2 || impl_isa == MRT_ISA_AVX512; }
+#endif
+
+void mrt_upsample_nearest_f32(const float *x, float *y, long planes, int h, int wd, int fh, int fw, int nthreads) {
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (layout_avx2()) {
+        upsample_nearest_avx2(x, y, planes, h, wd, fh, fw, nthreads);
+        return;
+    }
+#endif
+    upsample_nearest_base(x, y, planes, h, wd, fh, fw, nthreads);
+}
+
+void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int nthreads) {
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (layout_avx2()) {
+        plane_means_avx2(x, y, planes, plane, nthreads);
+        return;
+    }
+#endif
+    plane_means_base(x, y, planes, plane, nthreads);
+}
+
+int mrt_convtranspose_tiles_f32(const float *x, int n, int c, int h, int wd, const float *wt, int m, int kh, int kw,
+                                const float *bias, float *y, int act, float a0, float a1, int nthreads) {
+    if (n <= 0 || m <= 0 || h <= 0 || wd <= 0) return 0;
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (layout_avx2()) return convt_tiles_avx2(x, n, c, h, wd, wt, m, kh, kw, bias, y, act, a0, a1, nthreads);
+#endif
+    return convt_tiles_base(x, n, c, h, wd, wt, m, kh, kw, bias, y, act, a0, a1, nthreads);
+}
+
+int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
+                         int ow, int nthreads) {
+    if (planes <= 0 || oh <= 0 || ow <= 0) return 0;
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (layout_avx2()) return maxpool_s1_avx2(x, y, planes, h, wd, kh, kw, pt, pl, oh, ow, nthreads);
+#endif
+    return maxpool_s1_base(x, y, planes, h, wd, kh, kw, pt, pl, oh, ow, nthreads);
 }

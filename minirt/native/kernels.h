@@ -149,4 +149,21 @@ int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, f
 int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,
                     const float *scale, const float *bias, float *y, int act, float a0, float a1, int nthreads);
 
+/* Data-movement kernels (layout_impl.h). */
+/* Nearest upsampling of planes x (planes, h, wd) by integer factors: y (planes, h*fh, wd*fw),
+ * y[p, i, j] = x[p, i / fh, j / fw]. */
+void mrt_upsample_nearest_f32(const float *x, float *y, long planes, int h, int wd, int fh, int fw, int nthreads);
+/* y[p] = mean of plane p of x (planes, plane). */
+void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int nthreads);
+/* ConvTranspose with stride == kernel, no padding, dilation 1, one group: x (n, c, h, wd),
+ * wt (m*kh*kw, c) the weight (c, m, kh, kw) transposed, bias (m*kh*kw) per GEMM row or NULL,
+ * y (n, m, h*kh, wd*kw) = act(conv_transpose(x) + bias).  Returns 0, or -1 without scratch memory. */
+int mrt_convtranspose_tiles_f32(const float *x, int n, int c, int h, int wd, const float *wt, int m, int kh, int kw,
+                                const float *bias, float *y, int act, float a0, float a1, int nthreads);
+/* Max pooling with stride 1 and dilation 1 over planes x (planes, h, wd) -> y (planes, oh, ow),
+ * top/left pads pt/pl (taps outside the input ignored), separable: rows, then columns.
+ * NaN propagates.  Returns 0, or -1 without scratch memory. */
+int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
+                         int ow, int nthreads);
+
 #endif

@@ -207,10 +207,13 @@ def _check_conv_transpose(node, ctx):
         return False, f"ConvTranspose auto_pad {auto_pad!r} is not lowered to Core ML"
     if _attr(node, "output_shape", None):
         return False, "ConvTranspose output_shape attribute is not lowered to Core ML"
+    if node.op_type == "FusedConvTranspose":
+        return _check_activation(node, ctx)
     return _ok()
 
 
 @rule("ConvTranspose", check=_check_conv_transpose)
+@rule("FusedConvTranspose", domain=MINIRT, check=_check_conv_transpose)
 def lower_conv_transpose(node, env):
     mb = env.mb
     inputs = list(node.inputs)
@@ -231,7 +234,7 @@ def lower_conv_transpose(node, env):
     if len(inputs) > 2 and inputs[2] is not None:
         kwargs["bias"] = env.const(inputs[2]).astype(np.float32).reshape(-1)
     y = mb.conv_transpose(name=env.n(node, "deconv"), **kwargs)
-    env.set(node.outputs[0], y, rename=True)
+    _finish(node, env, y)  # FusedConvTranspose's activation; plain ConvTranspose has none
 
 
 # --- pooling ----------------------------------------------------------------------------

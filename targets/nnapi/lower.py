@@ -9,8 +9,9 @@ Conventions (docs/nnapi.md):
   Pad, ReduceMean...) have their axes mapped, or get an explicit TRANSPOSE
   when the two orders differ in memory;
 * a fused activation (Relu, Relu6 = Clip(0, 6), Relu1 = Clip(-1, 1)) becomes
-  NNAPI's fuse code on the CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED /
-  ADD; FusedConv's residual Z becomes an ADD carrying the fuse code;
+  NNAPI's fuse code on the CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV_2D /
+  FULLY_CONNECTED / ADD (other activations follow as their own operation);
+  FusedConv's residual Z becomes an ADD carrying the fuse code;
   HardSigmoid after a convolution is folded into its weights (6*alpha, 6*beta)
   with a RELU6 fuse code and one MUL by 1/6; HardSwish is HARD_SWISH from API
   30 and ADD(relu6)+MUL+MUL before;
@@ -477,6 +478,12 @@ class Lowerer:
         self._conv(node, _attr(node, "activation", ""), list(_attr(node, "activation_params", []) or []), z)
 
     def op_ConvTranspose(self, node):
+        self._conv_transpose(node)
+
+    def minirt_FusedConvTranspose(self, node):
+        self._conv_transpose(node, _attr(node, "activation", ""), list(_attr(node, "activation_params", []) or []))
+
+    def _conv_transpose(self, node, act="", params=()):
         X, W = node.inputs[0], node.inputs[1]
         B = node.inputs[2] if len(node.inputs) > 2 else None
         xs = self.shape(X)
@@ -500,12 +507,18 @@ class Lowerer:
             raise Unsupported("ConvTranspose output shape is not the VALID one")
         bias = np.zeros(w.shape[1], np.float32) if B is None else self.const_array(B, "the bias").astype(np.float32)
         filt = np.ascontiguousarray(w.transpose(1, 2, 3, 0))  # [Cout, kh, kw, Cin]
-        y = self.out_tensor(Y)
+        fuse = _fusable(act, params)  # Relu/Relu6/Relu1 ride on the op; others follow it
+        direct = fuse is not None
+        y = self.out_tensor(Y) if direct else self.tmp(self.idims(ys))
         ins = [self.float_input(X), self.m.const(filt), self.m.const(bias.reshape(-1)),
                self.m.i32(0), self.m.i32(0), self.m.i32(0), self.m.i32(0),
-               self.m.i32(strides[1]), self.m.i32(strides[0]), self.m.i32(C.FUSED_NONE), self.m.boolean(False)]
+               self.m.i32(strides[1]), self.m.i32(strides[0]), self.m.i32(fuse if direct else C.FUSED_NONE),
+               self.m.boolean(False)]
         self.emit(C.TRANSPOSE_CONV_2D, ins, [y])
-        self.bind(Y, y)
+        if direct:
+            self.bind(Y, y)
+        else:
+            self._finish(Y, y, act, params)
 
     # fully connected -------------------------------------------------------------
     def _fc(self, Y, a_op: int, a_shape, w: np.ndarray, bias: np.ndarray, act, params, z):

@@ -18,12 +18,12 @@ def test_resize_nearest_repeat_matches_general(shape, fh, fw, dtype, coord, near
     scales = [1.0] * (len(shape) - 2) + [float(fh), float(fw)]
     kw = dict(mode="nearest", coord_mode=coord, nearest_mode=nearest)
     fast = tensor._resize(x, out, scales, **kw)
-    saved = tensor._nearest_repeat
+    saved = tensor._repeat_factors
     try:
-        tensor._nearest_repeat = lambda *a: None
+        tensor._repeat_factors = lambda *a: None
         ref = tensor._resize(x, out, scales, **kw)
     finally:
-        tensor._nearest_repeat = saved
+        tensor._repeat_factors = saved
     assert fast.dtype == ref.dtype and np.array_equal(fast, ref)
     assert not np.shares_memory(fast, x)
 
@@ -65,3 +65,36 @@ def test_depthwise_stride2_large_kernel(c, h, w, k, p):
             ref += xp[:, :, i:i + 2 * oh - 1:2, j:j + 2 * ow - 1:2] * wt[:, 0, i, j].reshape(1, c, 1, 1)
     ref = np.maximum(ref + b.reshape(1, c, 1, 1), 0)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_repeat_plans_are_keyed_by_everything_that_decides_them():
+    # a Resize node that is plain repetition remembers its plan; calls with other scales, sizes, modes
+    # or shapes must not reuse it
+    x = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    kw = dict(coordinate_transformation_mode="asymmetric", mode="nearest", nearest_mode="floor")
+    for _ in range(2):  # the second round runs from the remembered plans
+        for s in ([1, 1, 2, 2], [1, 1, 3, 1], [1, 1, 2, 3]):
+            y = tensor.resize_11(x, None, np.array(s, np.float32), **kw)
+            assert np.array_equal(y, np.repeat(np.repeat(x, s[2], axis=2), s[3], axis=3))
+        y = tensor.resize_11(x, None, None, np.array([1, 2, 6, 8], np.int64), **kw)
+        assert np.array_equal(y, np.repeat(np.repeat(x, 2, axis=2), 2, axis=3))
+        y = tensor.resize_11(x[:, :, :2], None, np.array([1, 1, 2, 2], np.float32), **kw)
+        assert np.array_equal(y, np.repeat(np.repeat(x[:, :, :2], 2, axis=2), 2, axis=3))
+        # 1.5x is not repetition: index floor(i / 1.5)
+        y = tensor.resize_11(x, None, np.array([1, 1, 1.5, 1], np.float32), **kw)
+        assert np.array_equal(y, x[:, :, np.floor(np.arange(4) / 1.5).astype(int)])
+        # the same geometry in half_pixel/round_prefer_floor is repetition too; linear never is
+        y = tensor.resize_11(x, None, np.array([1, 1, 2, 2], np.float32), mode="nearest")
+        assert np.array_equal(y, np.repeat(np.repeat(x, 2, axis=2), 2, axis=3))
+        y = tensor.resize_11(x, None, np.array([1, 1, 2, 2], np.float32), mode="linear",
+                             coordinate_transformation_mode="asymmetric")
+        assert not np.array_equal(y, np.repeat(np.repeat(x, 2, axis=2), 2, axis=3))
+
+
+def test_resize_18_axes_list_repeats():
+    x = np.random.default_rng(4).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    for axes in ([2, 3], (2, 3), [-2, -1]):
+        for _ in range(2):
+            y = tensor.resize_18(x, None, np.array([2, 3], np.float32), axes=axes,
+                                 coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+            assert np.array_equal(y, np.repeat(np.repeat(x, 2, axis=2), 3, axis=3))
