@@ -119,16 +119,17 @@ def _native_act(activation, params):
     return (spec[0],) + (params + (0.0, 0.0))[:2]
 
 
-@kernel("FusedConvTranspose", since=1, domain=DOMAIN)
+@kernel("FusedConvTranspose", since=1, domain=DOMAIN, out=True)
 def fused_conv_transpose(
     x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), output_padding=(), output_shape=(),
-    pads=(), strides=(), activation="", activation_params=(),
+    pads=(), strides=(), activation="", activation_params=(), out=None,
 ):
-    """activation(ConvTranspose(x, w, b)); the stride == kernel path applies it in its GEMM epilogue."""
+    """activation(ConvTranspose(x, w, b)); the stride == kernel path applies it in its GEMM epilogue.
+    ``out``: the result buffer (memory plan), used by that path when it fits."""
     y, activated = nn.conv_transpose_act(
         x, w, b, _native_act(activation, activation_params), auto_pad=auto_pad, dilations=dilations, group=group,
         kernel_shape=kernel_shape, output_padding=output_padding, output_shape=output_shape, pads=pads,
-        strides=strides,
+        strides=strides, dst=out,
     )
     return y if activated else apply_activation(y, activation, activation_params)
 

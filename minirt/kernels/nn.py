@@ -218,8 +218,10 @@ def _depthwise(xp: np.ndarray, w: np.ndarray, out: tuple, k: tuple, s: tuple, d:
     return y
 
 
-@kernel("Conv", since=1)
-def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=()):
+@kernel("Conv", since=1, out=True)
+def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
+         out=None):
+    """``out``: the result buffer (memory plan), used by the native 2-D path when it fits (see _out_buffer)."""
     nd = _check_rank("Conv", x)
     if w.ndim != x.ndim:
         raise ValueError(f"Conv: weight rank {w.ndim} (shape {w.shape}) does not match input rank {x.ndim}")
@@ -237,7 +239,7 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
         raise ValueError(f"Conv: kernel_shape {list(kernel_shape)} does not match weight spatial shape {list(k)}")
     s = _per_axis("Conv", "strides", strides, nd, 1)
     d = _per_axis("Conv", "dilations", dilations, nd, 1)
-    out, pb, _ = _geometry("Conv", x.shape[2:], k, s, d, pads, auto_pad)
+    out_sp, pb, _ = _geometry("Conv", x.shape[2:], k, s, d, pads, auto_pad)
     if b is not None and b.shape != (m,):
         raise ValueError(f"Conv: bias shape {b.shape} must be ({m},)")
     if x.dtype.itemsize < 4:
@@ -247,31 +249,32 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
                  group=group, pads=pads, strides=strides)
         return y.astype(x.dtype)
     if nd == 2 and x.dtype == np.float32 and _native.available:
-        return _conv2d_native(x, w, b, None, out, k, s, d, pb, group, _native.ACT_NONE, 0.0, 0.0)
-    xp = _pad_for_windows(x, out, k, s, d, pb, 0)
-    p = math.prod(out)
+        dst = out if out is not None and not np.may_share_memory(out, x) else None
+        return _conv2d_native(x, w, b, None, out_sp, k, s, d, pb, group, _native.ACT_NONE, 0.0, 0.0, dst=dst)
+    xp = _pad_for_windows(x, out_sp, k, s, d, pb, 0)
+    p = math.prod(out_sp)
     kk = math.prod(k)
 
     if kk == 1:
         # 1x1 kernel: the "im2col" matrix is the (strided) input itself.
-        xs = xp[(slice(None), slice(None)) + tuple(slice(0, (o - 1) * si + 1, si) for o, si in zip(out, s))]
+        xs = xp[(slice(None), slice(None)) + tuple(slice(0, (o - 1) * si + 1, si) for o, si in zip(out_sp, s))]
         cols = xs.reshape(n, group, cg, p)
         y = np.matmul(w.reshape(group, m // group, cg), cols)
     elif group == c and cg == 1 and m == c:
         # Depthwise: one multiply-accumulate per kernel tap over all channels
         # at once beats C tiny (1 x K) @ (K x P) matrix products.
-        y = _depthwise(xp, w.reshape(c, kk), out, k, s, d)
+        y = _depthwise(xp, w.reshape(c, kk), out_sp, k, s, d)
         if b is not None:
             y += b.reshape((m,) + (1,) * nd)
         return y
     else:
-        # im2col: (N, C, *out, *k) window view -> one contiguous copy laid out
+        # im2col: (N, C, *out_sp, *k) window view -> one contiguous copy laid out
         # (N, group, Cg*K, P) so a single batched matmul covers every group.
-        win = _windows(xp, out, k, s, d)
+        win = _windows(xp, out_sp, k, s, d)
         perm = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
         cols = win.transpose(perm).reshape(n, group, cg * kk, p)
         y = np.matmul(w.reshape(group, m // group, cg * kk), cols)
-    y = y.reshape((n, m) + out)
+    y = y.reshape((n, m) + out_sp)
     if b is not None:
         y += b.reshape((m,) + (1,) * nd)
     return y
@@ -441,7 +444,7 @@ def _conv_transpose_pads(in_sp, k, s, d, op_, pads, output_shape, auto_pad):
 _U64_SHIFT32 = np.uint64(32)
 
 
-def _conv_transpose_tiles(x, w, b, act=None):
+def _conv_transpose_tiles(x, w, b, act=None, dst=None):
     """float32 2-D ConvTranspose with stride == kernel, no padding/dilation, one group.
 
     Every input pixel then owns its own kh x kw output tile (no overlaps), so
@@ -455,7 +458,7 @@ def _conv_transpose_tiles(x, w, b, act=None):
 
     ``act``: (native activation code, a0, a1) applied in the GEMM epilogue
     (FusedConvTranspose), or None.  Returns (y, whether ``act`` was applied):
-    only the native path applies it.
+    only the native path applies it.  ``dst``: the result buffer when it fits (native path, _out_buffer).
     """
     n, c, hh, ww = x.shape
     m, kh, kw = w.shape[1], w.shape[2], w.shape[3]
@@ -463,7 +466,7 @@ def _conv_transpose_tiles(x, w, b, act=None):
     x = np.ascontiguousarray(x)
     wt = np.ascontiguousarray(w.reshape(c, m * kk).T)
     if _native.available and _native.has_layout_kernels():
-        y = np.empty((n, m, hh * kh, ww * kw), dtype=np.float32)
+        y = _out_buffer(dst if dst is None or not np.may_share_memory(dst, x) else None, (n, m, hh * kh, ww * kw))
         bias_rows = None if b is None else np.ascontiguousarray(np.repeat(b.astype(np.float32), kk))
         _native.convtranspose_tiles(x, wt, m, (kh, kw), bias_rows, y, *(act or (_native.ACT_NONE, 0.0, 0.0)))
         return y, act is not None
@@ -485,7 +488,7 @@ def _conv_transpose_tiles(x, w, b, act=None):
     return y.reshape(n, m, hh * kh, ww * kw), False
 
 
-@kernel("ConvTranspose", since=1)
+@kernel("ConvTranspose", since=1, out=True)
 def conv_transpose(
     x,
     w,
@@ -500,19 +503,21 @@ def conv_transpose(
     output_shape=(),
     pads=(),
     strides=(),
+    out=None,
 ):
     return conv_transpose_act(
         x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-        output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides,
+        output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides, dst=out,
     )[0]
 
 
 def conv_transpose_act(x, w, b, act, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), output_padding=(),
-                       output_shape=(), pads=(), strides=()):
+                       output_shape=(), pads=(), strides=(), dst=None):
     """ConvTranspose, with the native activation ``act`` = (code, a0, a1) or None fused where it can be.
 
     Returns (y, whether ``act`` was applied): the stride == kernel path applies
     it in its GEMM epilogue; otherwise the caller applies it (FusedConvTranspose).
+    ``dst``: the memory plan's buffer for the result, used by that path when it fits.
     """
     nd = _check_rank("ConvTranspose", x)
     if w.ndim != x.ndim:
@@ -554,7 +559,7 @@ def conv_transpose_act(x, w, b, act, *, auto_pad="NOTSET", dilations=(), group=1
     check_alloc((n, m, kk) + tuple(in_sp), x.dtype, "ConvTranspose column buffer")
     if (nd == 2 and group == 1 and x.dtype == np.float32 and s == tuple(k) and d == (1, 1) and pb == (0, 0)
             and tuple(out) == tuple(i * ki for i, ki in zip(in_sp, k))):
-        return _conv_transpose_tiles(x, w, b, act)
+        return _conv_transpose_tiles(x, w, b, act, dst=dst)
 
     # cols[n, g*Mg + j, *tap, *pos] = sum_c W[g*Cg + c, j, *tap] * X[n, g*Cg + c, *pos]
     wg = w.reshape(group, cg, mg * kk).transpose(0, 2, 1)
@@ -748,12 +753,13 @@ def average_pool_19(
     return _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides)
 
 
-@kernel("GlobalAveragePool", since=1)
-def global_average_pool(x, /):
+@kernel("GlobalAveragePool", since=1, out=True)
+def global_average_pool(x, /, *, out=None):
     nd = _check_rank("GlobalAveragePool", x)
     if x.dtype == np.float32 and x.size and _native.available and _native.has_layout_kernels():
         # One pass with vector partial sums (numpy's mean over the trailing axes is several times slower).
-        y = np.empty(x.shape[:2] + (1,) * nd, dtype=np.float32)
+        y = _out_buffer(out if out is None or not np.may_share_memory(out, x) else None,
+                        x.shape[:2] + (1,) * nd)
         _native.plane_means(np.ascontiguousarray(x), y)
         return y
     # np.mean accumulates float16 in float32 and returns the input dtype.

@@ -61,3 +61,48 @@ def test_transpose_out(perm):
     got = tensor.transpose(x, perm=perm, out=alias)
     assert got is not alias
     np.testing.assert_array_equal(got, want)
+
+
+def _geometry_cases():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 4, 6, 5)).astype(np.float32)
+    return x, rng
+
+
+def test_conv_native_path_writes_into_out():
+    from minirt import native
+    from minirt.kernels import nn
+
+    if not native.available:
+        pytest.skip("native kernels not available")
+    x, rng = _geometry_cases()
+    w = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
+    want = nn.conv(x, w, pads=(1, 1, 1, 1))
+    out = np.full(want.shape, np.nan, np.float32)
+    got = nn.conv(x, w, pads=(1, 1, 1, 1), out=out)
+    assert got is out
+    np.testing.assert_array_equal(got, want)
+    wrong = np.empty((1, 3, 6, 6), np.float32)
+    assert nn.conv(x, w, pads=(1, 1, 1, 1), out=wrong) is not wrong
+
+
+def test_conv_transpose_tiles_and_global_pool_write_into_out():
+    from minirt import native
+    from minirt.kernels import fused, nn
+
+    if not (native.available and native.has_layout_kernels()):
+        pytest.skip("native layout kernels not available")
+    x, rng = _geometry_cases()
+    w = rng.standard_normal((4, 2, 2, 2)).astype(np.float32)
+    b = rng.standard_normal(2).astype(np.float32)
+    want = nn.conv_transpose(x, w, b, strides=(2, 2))
+    out = np.full(want.shape, np.nan, np.float32)
+    assert nn.conv_transpose(x, w, b, strides=(2, 2), out=out) is out
+    np.testing.assert_array_equal(out, want)
+    out2 = np.full(want.shape, np.nan, np.float32)
+    got = fused.fused_conv_transpose(x, w, b, strides=(2, 2), activation="Relu", out=out2)
+    assert got is out2
+    np.testing.assert_array_equal(got, np.maximum(want, 0))
+    pooled = np.full((1, 4, 1, 1), np.nan, np.float32)
+    assert nn.global_average_pool(x, out=pooled) is pooled
+    np.testing.assert_allclose(pooled, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6)
