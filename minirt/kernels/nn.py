@@ -376,26 +376,58 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
     dst = out if out is None or not any(t is not None and np.may_share_memory(t, out) for t in (x, z)) else None
     if not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
         return None
+    if z is not None and (z.dtype != np.float32 or z.ndim != 4):
+        return None
+    try:
+        key = (x.shape, w.shape, None if b is None else b.shape, None if z is None else z.shape, activation,
+               activation_params, auto_pad, dilations, group, kernel_shape, pads, strides)
+        geometry = _FUSED_CONV_GEOMETRY.get(key)
+    except TypeError:  # an unhashable attribute value (a list): no caching
+        key, geometry = None, None
+    if geometry is None:
+        geometry = _fused_conv_geometry(x.shape, w.shape, None if b is None else b.shape,
+                                        None if z is None else z.shape, activation, activation_params, auto_pad,
+                                        dilations, group, kernel_shape, pads, strides)
+        if key is not None and len(_FUSED_CONV_GEOMETRY) < 4096:
+            _FUSED_CONV_GEOMETRY[key] = geometry
+    if geometry is False:
+        return None
+    act, a0, a1, k, s, d, out_sp, pb = geometry
+    return _conv2d_native(x, w, b, z, out_sp, k, s, d, pb, group, act, a0, a1, dst=dst)
+
+
+# (shapes, attributes) -> what conv_fused_native derives from them, or False (no native fused path):
+# a model's convs see the same few shapes run after run, and deriving the geometry in Python costs
+# several microseconds per call, about what a small conv's kernel costs.
+_FUSED_CONV_GEOMETRY: dict = {}
+
+
+def _fused_conv_geometry(x_shape, w_shape, b_shape, z_shape, activation, activation_params, auto_pad, dilations,
+                         group, kernel_shape, pads, strides):
+    """(act code, a0, a1, kernel, strides, dilations, output size, begin pads) of a native fused conv, or
+    False when the native path does not apply (the caller then composes the standard kernels, which report
+    any error)."""
     spec = _NATIVE_ACTIVATIONS.get(activation)
     params = tuple(float(v) for v in (activation_params or ()))
     if spec is None or len(params) != spec[1]:
-        return None
-    if z is not None and (z.dtype != np.float32 or z.ndim != 4):
-        return None
-    n, c = x.shape[:2]
-    m, cg = w.shape[:2]
-    k = w.shape[2:]
+        return False
+    n, c = x_shape[:2]
+    m, cg = w_shape[:2]
+    k = tuple(w_shape[2:])
     if group < 1 or c % group or m % group or cg * group != c or (kernel_shape and tuple(kernel_shape) != k):
-        return None  # let the standard kernel report the error
-    if b is not None and b.shape != (m,):
-        return None
-    s = _per_axis("Conv", "strides", strides, 2, 1)
-    d = _per_axis("Conv", "dilations", dilations, 2, 1)
-    out, pb, _ = _geometry("Conv", x.shape[2:], k, s, d, pads, auto_pad)
-    if z is not None and z.shape != (n, m) + tuple(out):
-        return None  # a broadcasting residual: not fused
+        return False  # let the standard kernel report the error
+    if b_shape is not None and b_shape != (m,):
+        return False
+    try:
+        s = _per_axis("Conv", "strides", strides, 2, 1)
+        d = _per_axis("Conv", "dilations", dilations, 2, 1)
+        out_sp, pb, _ = _geometry("Conv", x_shape[2:], k, s, d, pads, auto_pad)
+    except ValueError:
+        return False  # the standard kernel raises the same error with its own context
+    if z_shape is not None and z_shape != (n, m) + tuple(out_sp):
+        return False  # a broadcasting residual: not fused
     a0, a1 = (params + (0.0, 0.0))[:2]
-    return _conv2d_native(x, w, b, z, out, k, s, d, pb, group, spec[0], a0, a1, dst=dst)
+    return spec[0], a0, a1, k, s, d, tuple(out_sp), pb
 
 
 def _split_transpose_pads(total: list, auto_pad: str) -> tuple:

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from minirt.kernels import NodeContext, lookup
+from minirt.kernels import NodeContext, lookup, nn
 from tests.kernels.reference import reference_outputs, single_node_model
 
 # --------------------------------------------------------------------------- helpers
@@ -796,3 +796,24 @@ def test_dropout_training_mode(ratio):
     ref_y, ref_mask = _reference("Dropout", [x, r, np.array(True)], {"seed": 5}, 2, 13, engine="onnx-reference")
     np.testing.assert_array_equal(mask, ref_mask)
     np.testing.assert_allclose(y, ref_y, rtol=1e-6)
+
+
+def test_fused_conv_geometry_cache_keys_and_list_attributes():
+    """conv_fused_native caches its geometry per (shapes, attributes); list attributes skip the cache, and
+    two calls that differ only in pads or shapes must not share an entry."""
+    from minirt import native
+
+    if not native.available:
+        pytest.skip("native kernels not available")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 3, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    for pads in ((1, 1, 1, 1), (0, 0, 0, 0), [1, 0, 1, 0], (0, 2, 1, 0)):
+        got = nn.conv_fused_native(x, w, pads=pads, activation="Relu")
+        want = np.maximum(nn.conv(x, w, pads=tuple(pads)), 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    x2 = rng.standard_normal((2, 3, 9, 5)).astype(np.float32)
+    got = nn.conv_fused_native(x2, w, pads=(1, 1, 1, 1), activation="Relu")
+    np.testing.assert_allclose(got, np.maximum(nn.conv(x2, w, pads=(1, 1, 1, 1)), 0), rtol=1e-5, atol=1e-5)
+    # an invalid geometry is not fused (the standard kernel reports it)
+    assert nn.conv_fused_native(x, w, pads=(1, 1), activation="Relu") is None
