@@ -626,8 +626,14 @@ def _check_pool_pads(op: str, pb: tuple, pe: tuple, k: tuple) -> None:
         raise ValueError(f"{op}: pads {list(pb + pe)} must be smaller than kernel_shape {list(k)}")
 
 
-def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
-    nd = _check_rank("MaxPool", x)
+# (input shape, attributes) -> the validated geometry of a MaxPool (see _max_pool_geometry): a model's pools
+# see the same shapes run after run, and deriving it costs more than a small plane's native pool.
+_MAX_POOL_GEOMETRY: dict = {}
+
+
+def _max_pool_geometry(x_shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
+    """(rank, kernel, strides, dilations, output size, begin pads, end pads) of a MaxPool; raises on bad input."""
+    nd = len(x_shape) - 2
     if not kernel_shape:
         raise ValueError("MaxPool: kernel_shape attribute is required")
     k = _per_axis("MaxPool", "kernel_shape", kernel_shape, nd, 1)
@@ -635,10 +641,26 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     d = _per_axis("MaxPool", "dilations", dilations, nd, 1)
     if storage_order not in (0, 1):
         raise ValueError(f"MaxPool: storage_order must be 0 or 1, got {storage_order}")
-    in_sp = x.shape[2:]
-    out, pb, pe = _geometry("MaxPool", in_sp, k, s, d, pads, auto_pad, ceil_mode)
+    out, pb, pe = _geometry("MaxPool", x_shape[2:], k, s, d, pads, auto_pad, ceil_mode)
     if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
         _check_pool_pads("MaxPool", pb, pe, k)
+    return nd, k, s, d, tuple(out), pb, pe
+
+
+def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
+    _check_rank("MaxPool", x)
+    try:
+        key = (x.shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides)
+        geometry = _MAX_POOL_GEOMETRY.get(key)
+    except TypeError:  # an unhashable attribute value (a list): no caching
+        key, geometry = None, None
+    if geometry is None:  # (invalid input raises here, every time: only valid geometries are cached)
+        geometry = _max_pool_geometry(x.shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order,
+                                      strides)
+        if key is not None and len(_MAX_POOL_GEOMETRY) < 4096:
+            _MAX_POOL_GEOMETRY[key] = geometry
+    nd, k, s, d, out, pb, pe = geometry
+    in_sp = x.shape[2:]
     if n_out < 2 and nd == 2 and x.dtype == np.float32 and _native.available:
         y = np.empty(x.shape[:2] + tuple(out), dtype=np.float32)
         if s == (1, 1) and d == (1, 1) and _native.has_layout_kernels():
