@@ -235,13 +235,15 @@ def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
 
 def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
                symmetric: bool = False, per_channel: bool = True, chain: bool = False,
-               fuse_pool_flatten: bool = True) -> list[tuple[str, str]]:
+               fuse_pool_flatten: bool = True, fold_affine: bool = True) -> list[tuple[str, str]]:
     """Quantize the ``selected`` candidates of ``model`` in place.
 
     ``ranges`` maps activation names to calibrated (lo, hi) (static int8), or
     is None (dynamic int8).  With ``fuse_pool_flatten`` a MaxPool reading only a QConv's
     output is folded into the QConv (:func:`fuse_max_pool`) and a Flatten feeding only a
-    QMatMul into the QMatMul (:func:`fuse_flatten`).  With ``chain``
+    QMatMul into the QMatMul (:func:`fuse_flatten`).  With ``fold_affine`` the scalar ``Mul`` /
+    ``Add`` after a QConv become its ``post_scale`` / ``post_shift``
+    (:func:`fold_scalar_affine`).  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
     their input quantization (:func:`chain_int8`).  Returns (node, reason) for
     candidates skipped here.
@@ -298,6 +300,8 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         used_domain = True
     if used_domain:
         model.opset_imports.setdefault(DOMAIN, 1)
+    if fold_affine:
+        fold_scalar_affine(graph)
     if fuse_pool_flatten:
         fuse_max_pool(graph)
         fuse_flatten(graph)
@@ -336,7 +340,7 @@ def fuse_max_pool(graph: ir.Graph) -> int:
     for node in list(graph):
         if node.domain != DOMAIN or node.op_type != "QConv" or "pool_kernel_shape" in node.attributes:
             continue
-        if "output_scale" in node.attributes:
+        if "output_scale" in node.attributes or "post_scale" in node.attributes:
             continue
         y = node.outputs[0]
         uses = list(y.uses())
@@ -357,6 +361,64 @@ def fuse_max_pool(graph: ir.Graph) -> int:
         y.name = name
         fused += 1
     return fused
+
+
+def _scalar_operand(node: ir.Node, x: ir.Value, graph: ir.Graph) -> float | None:
+    """The constant float32 scalar (one element) that a binary ``node`` combines with ``x``, else None."""
+    if len(node.inputs) != 2 or len(node.outputs) != 1:
+        return None
+    other = node.inputs[1] if node.inputs[0] is x else node.inputs[0]
+    if other is x:
+        return None
+    c = _const(other, graph)
+    if c is None or c.dtype != np.float32 or c.size != 1 or c.ndim > 1:
+        return None  # a wider constant would broadcast the output to a larger shape
+    return float(c.reshape(()))
+
+
+def fold_scalar_affine(graph: ir.Graph) -> int:
+    """Fold ``Mul(y, a)`` and then ``Add(., b)`` by constant float32 scalars (either one alone, too)
+    after a QConv into its ``post_scale`` = a / ``post_shift`` = b, when each intermediate output
+    has that one use and is no graph output.  PP-OCR's LCNet puts such a learnable affine map
+    after every conv + activation; folded, the native int8 epilogues apply it and the map's
+    float tensors (and their numpy passes) disappear, and the QConv can write uint8 for the next
+    int8 layer (:func:`chain_int8`).  The only difference is float rounding (``a * y + b`` in the
+    epilogue instead of two passes).  Returns the number of folded nodes."""
+    outputs = set(id(v) for v in graph.outputs)
+    folded = 0
+    for node in list(graph):
+        if node.domain != DOMAIN or node.op_type != "QConv" or "post_scale" in node.attributes:
+            continue
+        if "pool_kernel_shape" in node.attributes or "output_scale" in node.attributes:
+            continue
+        scale, shift = 1.0, 0.0
+        y = node.outputs[0]
+        for op in ("Mul", "Add"):
+            uses = list(y.uses())
+            if id(y) in outputs or len(uses) != 1:
+                break
+            user = uses[0][0]
+            if _key(user) != ("", op):
+                continue
+            c = _scalar_operand(user, y, graph)
+            if c is None:
+                break
+            if op == "Mul":
+                scale = c
+            else:
+                shift = c
+            out = user.outputs[0]
+            name = out.name
+            y.shape = out.shape
+            out.replace_all_uses_with(y, replace_graph_outputs=True)
+            graph.remove(user, safe=True)
+            out.name = f"{name}__replaced"
+            y.name = name
+            folded += 1
+        if (scale, shift) != (1.0, 0.0):
+            node.attributes["post_scale"] = ir.AttrFloat32("post_scale", scale)
+            node.attributes["post_shift"] = ir.AttrFloat32("post_shift", shift)
+    return folded
 
 
 def fuse_flatten(graph: ir.Graph) -> int:

@@ -44,7 +44,7 @@ def test_int8_chained_is_identical_to_unchained(native_on, digits, heldout, cali
 
     images, _ = heldout
     plain = digits.clone()
-    quantize(plain, "int8", calib, QuantizeOptions(**NO_TIMING))
+    quantize(plain, "int8", calib, QuantizeOptions(chain_int8=False, **NO_TIMING))
     quantize(digits, "int8", calib, QuantizeOptions(chain_int8=True, **NO_TIMING))
     chained = [n for n in digits.graph if n.op_type == "QConv" and "output_scale" in n.attributes]
     assert [n.name for n in chained] == ["/0/Conv"]  # -> /3/Conv; /3 has the MaxPool fused, /7 feeds Flatten
@@ -190,18 +190,35 @@ def test_ppocr_det_int8_and_fp16_sizes():
     feeds = [{"x": rng.standard_normal((1, 3, 64, 96)).astype(np.float32)} for _ in range(2)]
     model = optimized(path)
     report = quantize(model, "int8", feeds, QuantizeOptions(**NO_TIMING))
-    # depthwise convolutions compute in float (faster than int8) but store int8 weights (weights-only)
+    # depthwise convolutions compute in float (not slower than int8) but store int8 weights
+    # (weights-only); the learnable affine Mul / Add after each QConv is folded into it (D-qdw)
     assert report.size_ratio <= 0.30
     assert len(report.quantized) > 30
     depthwise = [k for k in report.kept_float if "depthwise" in k["reason"]]
     assert depthwise and any("weights stored int8" in k["reason"] for k in depthwise)
     assert {k["node"] for k in depthwise if "weights stored int8" in k["reason"]} <= set(report.weight_only)
+    assert sum("post_scale" in n.attributes for n in model.graph if n.op_type == "QConv") >= 12
+    y_folded = _run.session(model).run(None, feeds[0])[0]
     dequant = [n for n in model.graph if n.op_type == "DequantizeWeights"]
     assert len(dequant) >= len(report.weight_only) - 2  # ConvTranspose weights too; shared weights share one
     assert all(n.inputs[0].dtype == ir.DataType.INT8 for n in dequant)
     assert any(k["node"].startswith("p2o.ConvTranspose") for k in report.kept_float)  # final layer
     y = _run.session(model).run(None, feeds[0])[0]
     assert y.shape == (1, 1, 64, 96) and np.isfinite(y).all()
+    # with the depthwise convs int8 too, chained in uint8 with their neighbours
+    model = optimized(path)
+    report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=True, chain_int8=True, **NO_TIMING))
+    assert report.size_ratio <= 0.30 and not any("depthwise" in k["reason"] for k in report.kept_float)
+    qconvs = [n for n in model.graph if n.op_type == "QConv"]
+    assert sum(n.inputs[3].shape[1] == 1 for n in qconvs) >= 14
+    assert sum("output_scale" in n.attributes for n in qconvs) >= 20
+    y_dw = _run.session(model).run(None, feeds[0])[0]
+    assert y_dw.shape == (1, 1, 64, 96) and np.abs(y_dw - y_folded).max() < 0.5
+    # fold_affine=False keeps the Mul / Add nodes; the results agree up to float rounding
+    model = optimized(path)
+    quantize(model, "int8", feeds, QuantizeOptions(fold_affine=False, **NO_TIMING))
+    assert not any("post_scale" in n.attributes for n in model.graph)
+    np.testing.assert_allclose(_run.session(model).run(None, feeds[0])[0], y_folded, atol=2e-3)
     model = optimized(path)
     report = quantize(model, "fp16", None, QuantizeOptions(eval=feeds, **NO_TIMING))
     assert report.size_ratio <= 0.55
