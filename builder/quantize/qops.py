@@ -446,11 +446,12 @@ def fuse_flatten(graph: ir.Graph) -> int:
 
 def chain_int8(graph: ir.Graph) -> int:
     """Chain int8 layers: a QConv whose output is not a graph output and is used only as the
-    input X of QConvs that all quantize it with the same static per-tensor ``X_scale`` and
-    uint8 ``X_zero_point`` gets ``output_scale`` / ``output_zero_point`` = those, and its
-    output becomes uint8 (``quantize_u8`` of the float result, done in the GEMM epilogue), so
-    the consumers skip their quantize pass and no float tensor sits between the layers.  The
-    results are identical to the unchained graph.  Returns the number of chained QConvs."""
+    input X of QConvs that all quantize it with the same static ``X_scale`` and uint8
+    ``X_zero_point`` gets ``output_scale`` / ``output_zero_point`` = those (lists of one per
+    channel for a depthwise consumer's per-channel quantization), and its output becomes uint8
+    (``quantize_u8`` of the float result, done in the conv's epilogue), so the consumers skip
+    their quantize pass and no float tensor sits between the layers.  The results are identical
+    to the unchained graph.  Returns the number of chained QConvs."""
     outputs = set(id(v) for v in graph.outputs)
     chained = 0
     for node in list(graph):
@@ -468,15 +469,19 @@ def chain_int8(graph: ir.Graph) -> int:
                 params = None
                 break
             xs, xz = _const(user.inputs[1], graph), _const(user.inputs[2], graph)
-            if xs is None or xz is None or xs.size != 1 or xz.size != 1 or xz.dtype != np.uint8:
+            if xs is None or xz is None or xs.size != xz.size or xz.dtype != np.uint8:
                 params = None
                 break
-            params.add((float(xs.reshape(())), int(xz.reshape(()))))
+            params.add((tuple(float(v) for v in xs.reshape(-1)), tuple(int(v) for v in xz.reshape(-1))))
         if not params or len(params) != 1:
             continue
         sc, zp = params.pop()
-        node.attributes["output_scale"] = ir.AttrFloat32("output_scale", sc)
-        node.attributes["output_zero_point"] = ir.AttrInt64("output_zero_point", zp)
+        if len(sc) == 1:
+            node.attributes["output_scale"] = ir.AttrFloat32("output_scale", sc[0])
+            node.attributes["output_zero_point"] = ir.AttrInt64("output_zero_point", zp[0])
+        else:  # a depthwise consumer with per-channel input quantization
+            node.attributes["output_scale"] = ir.AttrFloat32s("output_scale", list(sc))
+            node.attributes["output_zero_point"] = ir.AttrInt64s("output_zero_point", list(zp))
         y.dtype = ir.DataType.UINT8
         chained += 1
     return chained

@@ -178,6 +178,8 @@ def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilation
     ``post[0] * act(scale * acc + b + z) + post[1]``, float or uint8 (``y_q``) output."""
     if not _native.has_qdwconv2d() or x_scale is None or x_zero_point is None:
         return None
+    if y_q is not None and not isinstance(y_q[0], float):
+        return None  # per-channel requantization: the numpy path
     key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, kernel_shape,
            pads, strides, activation, activation_params, post, None if z is None else (z.shape, z.dtype))
     plan = _QDW_PLANS.get(key)
@@ -238,7 +240,8 @@ def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, k
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
                 activation, activation_params, y_q=None, pool=None, out=None, post=(1.0, 0.0)):
     """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
-    ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output;
+    ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output
+    (a float and an int, or tuples of one per output channel);
     ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage;
     ``out``: the result buffer (memory plan), used when it has exactly the result's shape and dtype;
     ``post = (a, b)``: the result is ``a * y + b`` (never with ``pool``: the caller refuses that)."""
@@ -286,10 +289,49 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     y = _result_buffer(out, plan.out_shape, _F32 if y_q is None else _U8, x, z)
     residual = None if z is None else np.ascontiguousarray(z)
     if plan.pool is None:
-        _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale, y_q, post)
+        _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale,
+                             None if y_q is None else getattr(y_q, "arrays", y_q), post)
     else:
         _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual, scale)
     return y
+
+
+class _Requant(tuple):
+    """QConv's output requantization ``(scale, zero point)``: a float and an int, or tuples of one
+    per output channel; ``.arrays`` holds them as the float32 / int32 arrays (one value per
+    channel) that the native GEMM epilogue takes."""
+
+    arrays: tuple
+
+
+# (id(output_scale), id(output_zero_point), channels) -> (the two attribute values, kept alive, _Requant)
+_REQUANT: dict = {}
+
+
+def _requant_attrs(output_scale, output_zero_point, m: int) -> _Requant:
+    """The validated requantization of QConv's ``output_scale`` / ``output_zero_point`` attributes,
+    made once per attribute objects (a session binds the same ones on every run)."""
+    key = (id(output_scale), id(output_zero_point), m)
+    hit = _REQUANT.get(key)
+    if hit is not None and hit[0] is output_scale and hit[1] is output_zero_point:
+        return hit[2]
+    per_channel = isinstance(output_scale, (tuple, list))
+    scales = np.asarray(output_scale, np.float64).reshape(-1)
+    zeros = np.broadcast_to(np.asarray(output_zero_point).reshape(-1), scales.shape)
+    if not ((scales > 0).all() and ((zeros >= 0) & (zeros <= 255)).all()):
+        raise ValueError(f"QConv: output_scale must be > 0 and output_zero_point in [0, 255], got "
+                         f"{(output_scale, output_zero_point)}")
+    if per_channel and scales.size != m:
+        raise ValueError(f"QConv: {scales.size} output scales for {m} output channels")
+    if per_channel:
+        req = _Requant((tuple(float(v) for v in scales), tuple(int(v) for v in zeros)))
+    else:
+        req = _Requant((float(scales[0]), int(zeros[0])))
+    req.arrays = (np.ascontiguousarray(np.broadcast_to(scales.astype(np.float32), (m,))),
+                  np.ascontiguousarray(np.broadcast_to(zeros.astype(np.int32), (m,))))
+    if len(_REQUANT) < 4096:
+        _REQUANT[key] = (output_scale, output_zero_point, req)
+    return req
 
 
 def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
@@ -385,7 +427,9 @@ def qconv(
 
     Chained form (docs/fused_ops.md): ``x`` may be uint8, i.e. already ``quant(x)`` with this
     node's static ``x_scale`` / uint8 ``x_zero_point``; with the ``output_scale`` attribute the
-    output is ``quantize_u8(y, output_scale, output_zero_point)`` (uint8) of the float result y.
+    output is ``quantize_u8(y, output_scale, output_zero_point)`` (uint8) of the float result y;
+    ``output_scale`` / ``output_zero_point`` may be lists of one value per output channel (the
+    input quantization of a depthwise QConv with per-channel scales).
     With ``pool_kernel_shape`` (and ``pool_strides``, default 1) the result is
     ``MaxPool(y, kernel_shape, strides)`` without padding, before any requantization.
     """
@@ -393,9 +437,7 @@ def qconv(
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
         raise ValueError(f"QConv: W must be int8, got {w.dtype}")
-    y_q = None if output_scale is None else (output_scale, output_zero_point)
-    if y_q is not None and not (output_scale > 0 and 0 <= output_zero_point <= 255):
-        raise ValueError(f"QConv: output_scale must be > 0 and output_zero_point in [0, 255], got {y_q}")
+    y_q = None if output_scale is None else _requant_attrs(output_scale, output_zero_point, w.shape[0])
     pool = _pool_attrs(pool_kernel_shape, pool_strides)
     post = (float(post_scale), float(post_shift))
     if pool is not None and post != (1.0, 0.0):
@@ -428,13 +470,18 @@ def qconv(
     return y if y_q is None else requantize_u8(y, *y_q)
 
 
-def requantize_u8(y: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
-    """``clamp(rint(y / scale) + zero_point, 0, 255)`` as uint8 (NaN -> 0), as ``native.quantize_u8``."""
-    t = np.divide(np.asarray(y, dtype=np.float32), np.float32(scale))
-    np.clip(t, np.float32(-zero_point), np.float32(255 - zero_point), out=t)
-    np.nan_to_num(t, copy=False, nan=np.float32(-zero_point))
+def requantize_u8(y: np.ndarray, scale, zero_point) -> np.ndarray:
+    """``clamp(rint(y / scale) + zero_point, 0, 255)`` as uint8 (NaN -> 0), as ``native.quantize_u8``;
+    ``scale`` / ``zero_point`` one value, or sequences of one per channel (axis 1)."""
+    y = np.asarray(y, dtype=np.float32)
+    shape = (1, -1) + (1,) * (y.ndim - 2) if np.ndim(scale) else ()
+    s = np.asarray(scale, np.float32).reshape(shape)
+    zp = np.asarray(zero_point, np.float32).reshape(shape)
+    t = np.divide(y, s)
+    np.clip(t, -zp, np.float32(255) - zp, out=t)
+    t = np.where(np.isnan(t), -zp, t)
     np.rint(t, out=t)
-    t += np.float32(zero_point)
+    t += zp
     return t.astype(np.uint8)
 
 

@@ -306,7 +306,8 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
     """Run a prepared int8 convolution (see :func:`qconv2d`); ``scale`` overrides the prepared
     per-row scales (dynamic quantization).  ``x`` may be uint8 (already quantized with
     ``x_zero``); ``post = (a, b)``: the result is ``a * act(...) + b``; with
-    ``y_q = (y_scale, y_zero)`` ``y`` is uint8: the float result requantized."""
+    ``y_q = (y_scale, y_zero)`` (a float and an int, or float32 and int32 arrays of one value per
+    output channel) ``y`` is uint8: the float result requantized."""
     (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
     if y_q is None and x.itemsize == 4 and post == (1.0, 0.0):  # the common float -> float call (fewer arguments to convert)
         rc = _lib.mrt_qconv2d_f32(
@@ -318,11 +319,16 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
             raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
         return
     x_u8 = x.itemsize == 1
+    if y_q and not hasattr(y_q[0], "__len__"):  # one scale and zero point for every channel
+        import numpy as np
+
+        y_q = (np.full(m, y_q[0], np.float32), np.full(m, y_q[1], np.int32))
     rc = _lib.mrt_qconv2d_q(
         _ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
         kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
         _ffi.NULL if residual is None else _ptr(residual), _ffi.NULL if y_q else _ptr(y),
-        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, y_q[0] if y_q else 1.0, int(y_q[1]) if y_q else 0,
+        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, _ptr(y_q[0]) if y_q else _ffi.NULL,
+        _ffi.from_buffer("int32_t[]", y_q[1]) if y_q else _ffi.NULL,
         act, a0, a1, post[0], post[1], threads(),
     )
     if rc != 0:

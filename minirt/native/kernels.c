@@ -271,6 +271,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #endif
 
 #include "qgemm.h"
+#include "qdwconv_vnni.h"
 
 /* ------------------------------------------------------------------ dispatch */
 
@@ -408,6 +409,10 @@ int mrt_max_threads(void) { return MRT_MAX_THREADS; }
 
 void mrt_qdwconv2d(const mrt_qdw_params *params, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                    int dw, int pt, int pl, int oh, int ow, int nthreads) {
+    if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_dw_vnni(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads)) return;
+#endif
     impl->qdwconv2d(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
 }
 

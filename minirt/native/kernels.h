@@ -152,12 +152,13 @@ int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, 
                     const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
                     int nthreads);
 /* The same with x uint8 when x_u8 (no quantization; x_scale unused), y = post_a * act(...) + post_b
- * and, when yq is not NULL, a uint8 output yq = clamp(rint(y / y_scale) + y_zero, 0, 255) instead of
- * the float y (see qgemm.h). */
+ * and, when yq is not NULL, a uint8 output yq = clamp(rint(y / y_scale[o]) + y_zero[o], 0, 255) per
+ * output channel o instead of the float y (see qgemm.h). */
 int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
                   const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
                   int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
-                  float y_scale, int y_zero, int act, float a0, float a1, float post_a, float post_b, int nthreads);
+                  const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, float post_a, float post_b,
+                  int nthreads);
 /* mrt_qconv2d_q with a float output max-pooled in the output stage: y (n, m, poh, pow) = MaxPool of
  * the (n, m, oh, ow) conv result over (pkh, pkw) windows at strides (psh, psw), no padding, NaN
  * propagating: poh = (oh - pkh) / psh + 1, pow likewise.  Returns 0, -1 without scratch memory,

@@ -1,0 +1,136 @@
+/* int8 depthwise conv on AVX512-VNNI (vpdpbusd: u8 x s8, 4-way dot product into s32), for the
+ * common case of mrt_qdwconv2d: uint8 input, uint8 output, stride 1, no dilation, kw <= 8,
+ * no residual, an activation the epilogue inlines.  Included by kernels.c after qgemm.h
+ * (q_use_vnni, q_bw); every other case takes the float-lane code of dwconv_impl.h.
+ *
+ * Each plane is copied into a uint8 band padded with the input zero point (so padding
+ * contributes x - x_zero = 0) whose row stride is exactly the padded width ps = ow + kw - 1.
+ * Read as one flat row, output (oy, ox) is then flat output f = oy * ps + ox with taps at
+ * band[f + ky * ps + kx]: the plane is computed as flat outputs f in blocks of 64 (the kw - 1
+ * columns per row past ow are junk, dropped when the rows are copied out), so narrow planes
+ * (20 columns at the end of PP-OCR's backbone) fill whole vectors.  Per block f0..f0+63:
+ *
+ *   acc_s (16 int32 lanes, s = 0..3): lane i is flat output f0 + 4 i + s.
+ *   For kernel row ky and tap quad q (taps 4q..4q+3, zero weights past kw), one 64-byte load
+ *   at f0 + ky * ps + s + 4q gives, in dword lane i, the 4 input bytes that output
+ *   f0 + 4 i + s multiplies with that quad: acc_s = vpdpbusd(acc_s, load, quad weights).
+ *
+ * so a 3x3 kernel is 3 rows x 1 quad x 4 shifts = 12 vpdpbusd per 64 outputs (the float code:
+ * 9 FMAs per 16).  The exact integer sum is acc - x_zero * sum(w).  The epilogue is the one of
+ * dwconv_impl.h (same operations, in the same order); the uint8 results of the four
+ * interleaved vectors are merged into bytes in column order with shifts: byte 4 i + s of the
+ * 64 is lane i of vector s. */
+
+#ifdef MRT_HAVE_VNNI_BUILD
+typedef struct {
+    const mrt_qdw_params *q;
+    int c, h, wd, kh, kw, pt, pl, oh, ow;
+    long ps;          /* band row stride = padded width ow + kw - 1 (bytes) */
+    long band_bytes;  /* (oh + kh - 1) rows, then slack for the whole-vector reads of the last block */
+    long flat_bytes;  /* the flat outputs oh * ps, rounded up to whole 64-byte blocks */
+} q_dw_args;
+
+/* y (16 floats) = post_a * act(s * v + b) + post_b, requantized to 16 dwords 0..255. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_dw_requant(const mrt_qdw_params *q,
+                                                                                           __m512 v, __m512 vs,
+                                                                                           __m512 vb) {
+    v = _mm512_fmadd_ps(vs, v, vb);
+    const __m512 zero = _mm512_setzero_ps();
+    if (q->act == MRT_ACT_RELU) {
+        v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, zero);
+    } else if (q->act == MRT_ACT_CLIP) {
+        const __m512 lo = _mm512_set1_ps(q->a0), hi = _mm512_set1_ps(q->a1);
+        v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), v, lo);
+        v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
+    } else if (q->act == MRT_ACT_HARDSWISH) {
+        __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
+        t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, zero, _CMP_LT_OQ), t, zero);
+        t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(1.0f), _CMP_GT_OQ), t, _mm512_set1_ps(1.0f));
+        v = _mm512_mul_ps(v, t);
+    }
+    v = _mm512_fmadd_ps(_mm512_set1_ps(q->post_a), v, _mm512_set1_ps(q->post_b));
+    const float yz = (float)q->y_zero;
+    __m512 t = _mm512_div_ps(v, _mm512_set1_ps(q->y_scale));
+    t = _mm512_max_ps(t, _mm512_set1_ps(-yz)); /* NaN -> lo: max returns the second operand */
+    t = _mm512_min_ps(t, _mm512_set1_ps(255.0f - yz));
+    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtps_epi32(_mm512_add_ps(t, _mm512_set1_ps(yz)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_task(void *ctx, long begin, long end) {
+    const q_dw_args *a = (const q_dw_args *)ctx;
+    const mrt_qdw_params *q = a->q;
+    const long ps = a->ps, plane_in = (long)a->h * a->wd, plane_out = (long)a->oh * a->ow;
+    const int nq = (a->kw + 3) / 4;
+    uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + a->flat_bytes));
+    if (!band) return;
+    uint8_t *flat = band + a->band_bytes;
+    for (long p = begin; p < end; ++p) {
+        const int ch = (int)(p % a->c);
+        const int zp = (int)q->x_zero[ch];
+        /* the band: zero point everywhere, the input rows at (pt, pl) */
+        memset(band, zp, (size_t)a->band_bytes);
+        const uint8_t *xp = q->xq + p * plane_in;
+        for (int iy = 0; iy < a->h; ++iy) memcpy(band + (iy + a->pt) * ps + a->pl, xp + (long)iy * a->wd, a->wd);
+        /* weight quads (4 int8 taps as one dword) and the zero-point correction */
+        int32_t quads[8 * 2]; /* kh <= 8, nq <= 2 */
+        int32_t wsum = 0;
+        const float *wk = q->w + (long)ch * a->kh * a->kw;
+        for (int ky = 0; ky < a->kh; ++ky)
+            for (int j = 0; j < nq; ++j) {
+                int8_t b4[4];
+                for (int t = 0; t < 4; ++t) {
+                    const int kx = 4 * j + t;
+                    b4[t] = kx < a->kw ? (int8_t)wk[ky * a->kw + kx] : 0;
+                    wsum += b4[t];
+                }
+                memcpy(&quads[ky * nq + j], b4, 4);
+            }
+        const __m512i corr = _mm512_set1_epi32(zp * wsum);
+        const __m512 vs = _mm512_set1_ps(q->scale[ch]), vb = _mm512_set1_ps(q->bias ? q->bias[ch] : 0.0f);
+        for (long f0 = 0; f0 < a->flat_bytes; f0 += 64) {
+            {
+                __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+                for (int ky = 0; ky < a->kh; ++ky) {
+                    const uint8_t *row = band + (long)ky * ps + f0;
+                    for (int j = 0; j < nq; ++j) {
+                        const __m512i w4 = _mm512_set1_epi32(quads[ky * nq + j]);
+                        const uint8_t *r = row + 4 * j;
+                        acc0 = _mm512_dpbusd_epi32(acc0, _mm512_loadu_si512(r), w4);
+                        acc1 = _mm512_dpbusd_epi32(acc1, _mm512_loadu_si512(r + 1), w4);
+                        acc2 = _mm512_dpbusd_epi32(acc2, _mm512_loadu_si512(r + 2), w4);
+                        acc3 = _mm512_dpbusd_epi32(acc3, _mm512_loadu_si512(r + 3), w4);
+                    }
+                }
+                __m512i q0 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, corr)), vs, vb);
+                __m512i q1 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, corr)), vs, vb);
+                __m512i q2 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc2, corr)), vs, vb);
+                __m512i q3 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc3, corr)), vs, vb);
+                __m512i bytes = _mm512_or_si512(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 8)),
+                                                _mm512_or_si512(_mm512_slli_epi32(q2, 16), _mm512_slli_epi32(q3, 24)));
+                _mm512_storeu_si512(flat + f0, bytes);
+            }
+        }
+        uint8_t *yp = q->yq + p * plane_out;
+        for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, flat + oy * ps, a->ow);
+    }
+}
+
+/* 1 when the VNNI path ran the call (see the top of this file), 0 when the caller must. */
+static int q_dw_vnni(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+                     int dw, int pt, int pl, int oh, int ow, int nthreads) {
+    if (!q_use_vnni || !q_bw() || !q->xq || !q->yq || q->res) return 0;
+    if (sh != 1 || sw != 1 || dh != 1 || dw != 1 || kw > 8 || kh > 8) return 0;
+    if (q->act != MRT_ACT_NONE && q->act != MRT_ACT_RELU && q->act != MRT_ACT_CLIP && q->act != MRT_ACT_HARDSWISH)
+        return 0;
+    q_dw_args a;
+    a.q = q; a.c = c; a.h = h; a.wd = wd; a.kh = kh; a.kw = kw; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow;
+    a.ps = (long)ow + kw - 1; /* stride 1: pl + wd + right padding */
+    if (a.ps < (long)pl + wd || (long)oh + kh - 1 < (long)pt + h) return 0; /* inputs cut off: not a Conv shape */
+    a.flat_bytes = ((long)oh * a.ps + 63) / 64 * 64;
+    /* the last block reads up to flat_bytes - 1 + (kh - 1) ps + 3 + 4 (nq - 1) + 63 */
+    a.band_bytes = (a.flat_bytes + (long)(kh - 1) * a.ps + 3 + 4L * ((kw + 3) / 4 - 1) + 64 + 63) / 64 * 64;
+    mrt_parallel_for((long)n * c, (long)oh * ow * kh * kw, nthreads, q_dw_vnni_task, &a);
+    return 1;
+}
+#endif
