@@ -53,14 +53,11 @@ class QuantizeOptions:
     symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
     quantize_final: bool = False  # also quantize the layers that feed the model's outputs
-    # Depthwise convolutions stay float by default (weights stored int8): the native int8
-    # depthwise kernel (exact integer sums in float lanes, fused requantization) measured no
-    # faster than the float one on PP-OCR det, and less accurate (docs/decisions.md D-qdw).
-    # With quantize_depthwise their inputs get one per-tensor scale, so that the layer before
-    # can write them as uint8 (chain_int8); depthwise_per_channel_inputs gives each channel its
-    # own (more accurate; never chained).
-    quantize_depthwise: bool = False
-    depthwise_per_channel_inputs: bool = False
+    # Depthwise convolutions are int8 (native int8 depthwise kernel; uint8 in and out when
+    # chained, docs/decisions.md D-qdw), their inputs quantized per channel (one scale for the
+    # tensor instead: PP-OCR det's max abs error vs float 0.70 -> 0.99).
+    quantize_depthwise: bool = True
+    depthwise_per_channel_inputs: bool = True
     # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input
     # costs about what int8 saves (1x1 convs over 12-16 channels measured 1.25x slower in int8;
     # larger windows win in int8 even with few channels, since float needs an im2col too).
@@ -70,10 +67,11 @@ class QuantizeOptions:
     weight_only_float_convs: bool = True
     weight_only_min_elements: int = 1024  # ... when their weight has at least this many elements
     # Chained int8 (static only): a QConv feeding only QConvs writes uint8 in their input
-    # quantization (output_scale/output_zero_point; identical results).  Off: on digits and
-    # PP-OCR det it measured 1-2 % slower (docs/decisions.md D20), and no faster with int8
-    # depthwise convs (D-qdw).
-    chain_int8: bool = False
+    # quantization (output_scale/output_zero_point, per channel for a depthwise consumer;
+    # identical results).  "depthwise" (default): only into and out of depthwise QConvs, whose
+    # native kernel is fast on uint8 in and out; between GEMM convs chaining measured slower
+    # (D20; digits batch 1 10 %: docs/decisions.md D-qdw).  True: everywhere; False: nowhere.
+    chain_int8: bool | str = "depthwise"
     # Scalar Mul / Add after a QConv folded into its post_scale / post_shift (qops.py).
     fold_affine: bool = True
     # A MaxPool reading only a QConv's output becomes the QConv's pool_kernel_shape / pool_strides,

@@ -234,7 +234,7 @@ def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
 
 
 def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
-               symmetric: bool = False, per_channel: bool = True, chain: bool = False,
+               symmetric: bool = False, per_channel: bool = True, chain: bool | str = False,
                fuse_pool_flatten: bool = True, fold_affine: bool = True) -> list[tuple[str, str]]:
     """Quantize the ``selected`` candidates of ``model`` in place.
 
@@ -245,7 +245,8 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     ``Add`` after a QConv become its ``post_scale`` / ``post_shift``
     (:func:`fold_scalar_affine`).  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
-    their input quantization (:func:`chain_int8`).  Returns (node, reason) for
+    their input quantization (:func:`chain_int8`; ``chain="depthwise"``: only where the
+    producer or a consumer is a depthwise QConv).  Returns (node, reason) for
     candidates skipped here.
     """
     graph = model.graph
@@ -306,7 +307,7 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         fuse_max_pool(graph)
         fuse_flatten(graph)
     if chain and ranges is not None:
-        chain_int8(graph)
+        chain_int8(graph, depthwise_only=chain == "depthwise")
     _drop_unused_initializers(graph)
     return skipped
 
@@ -444,14 +445,25 @@ def fuse_flatten(graph: ir.Graph) -> int:
     return fused
 
 
-def chain_int8(graph: ir.Graph) -> int:
+def _is_depthwise_qconv(node: ir.Node, graph: ir.Graph) -> bool:
+    if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) < 4:
+        return False
+    w = _const(node.inputs[3], graph)
+    return w is not None and w.ndim == 4 and w.shape[1] == 1 and int(_attr(node, "group", 1)) == w.shape[0] > 1
+
+
+def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
     """Chain int8 layers: a QConv whose output is not a graph output and is used only as the
     input X of QConvs that all quantize it with the same static ``X_scale`` and uint8
     ``X_zero_point`` gets ``output_scale`` / ``output_zero_point`` = those (lists of one per
     channel for a depthwise consumer's per-channel quantization), and its output becomes uint8
     (``quantize_u8`` of the float result, done in the conv's epilogue), so the consumers skip
     their quantize pass and no float tensor sits between the layers.  The results are identical
-    to the unchained graph.  Returns the number of chained QConvs."""
+    to the unchained graph.  With ``depthwise_only`` only where the producer or a consumer is a
+    depthwise QConv: the native int8 depthwise kernel is fast on uint8 in and out, while between
+    two GEMM convs the uint8 output stage costs about what the consumer's quantize pass saves
+    (digits batch 1: 10 % slower chained, docs/decisions.md D-qdw).  Returns the number of
+    chained QConvs."""
     outputs = set(id(v) for v in graph.outputs)
     chained = 0
     for node in list(graph):
@@ -474,6 +486,9 @@ def chain_int8(graph: ir.Graph) -> int:
                 break
             params.add((tuple(float(v) for v in xs.reshape(-1)), tuple(int(v) for v in xz.reshape(-1))))
         if not params or len(params) != 1:
+            continue
+        if depthwise_only and not (_is_depthwise_qconv(node, graph)
+                                   or any(_is_depthwise_qconv(user, graph) for user, _ in uses)):
             continue
         sc, zp = params.pop()
         if len(sc) == 1:

@@ -211,3 +211,26 @@ def test_post_scale_with_pool_is_refused():
     with pytest.raises(ValueError, match="post_scale"):
         qlinear.qconv(x, np.array(0.1, np.float32), np.array(0, np.uint8), w, np.ones(2, np.float32),
                       pool_kernel_shape=(2, 2), post_scale=2.0)
+
+
+U8_CASES = CASES + [
+    (1, 3, 5, 150, 3, 1, (1, 1, 1, 1)),  # rows wider than a 64-column block
+    (2, 4, 20, 20, 5, 1, (2, 2, 2, 2)),
+    (1, 2, 9, 70, 7, 1, (3, 3, 3, 3)),
+    (1, 5, 12, 13, 3, 1, (2, 0, 1, 2)),  # asymmetric padding
+]
+
+
+@pytest.mark.parametrize("case", U8_CASES, ids=[str(c) for c in U8_CASES])
+def test_uint8_output_is_exact(case, every_isa, threads):
+    """uint8 in and out (the AVX512-VNNI path where available, stride 1): with scale 1 and an output
+    scale of 16 (exact divisions) the result is exactly clamp(rint(sum / 16) + 128)."""
+    n, c, h, wd, k, stride, pads = case
+    rng = np.random.default_rng(abs(hash(case)) % 2**32 + 1)
+    x, x_scale, x_zero, w, _, _ = _case(rng, n, c, h, wd, k)
+    xq = _quantize(x, x_scale, x_zero)
+    acc = _int_sums(xq, x_zero, w, stride, pads)
+    got = _run(xq, x_scale, x_zero, w, np.ones(c, np.float32), None, k, stride, pads, "", (1.0, 0.0), (16.0, 128),
+               None)
+    want = np.clip(np.rint(acc / 16.0) + 128, 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(got, want)
