@@ -446,6 +446,7 @@ def fuse_flatten(graph: ir.Graph) -> int:
 
 
 def _is_depthwise_qconv(node: ir.Node, graph: ir.Graph) -> bool:
+    """A QConv with group == C == M (one input channel per group, constant weight)."""
     if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) < 4:
         return False
     w = _const(node.inputs[3], graph)

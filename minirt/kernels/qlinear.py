@@ -170,8 +170,8 @@ class _QDwPlan:
 _QDW_PLANS: dict = {}
 
 
-def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
-                  strides, activation, activation_params, post, y_q, out):
+def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads, strides,
+                  activation, activation_params, post, y_q, out):
     """A depthwise QConv (group == C == M, one input channel per group) on the native int8
     depthwise kernel, or None when it does not apply (dynamic quantization, no native module,
     more taps than float32 sums exactly): exact integer sums, the fused epilogue
@@ -255,8 +255,8 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     if not _native.available or x.ndim != 4 or w.ndim != 4:
         return None
     if w.shape[1] == 1 and group == x.shape[1] == w.shape[0] > 1 and pool is None:
-        return _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
-                             pads, strides, activation, activation_params, post, y_q, out)
+        return _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads,
+                             strides, activation, activation_params, post, y_q, out)
     key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
            kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype),
            pool)  # post is a per-call argument of the native call, not part of the plan
