@@ -345,8 +345,8 @@ def quantize(
                 report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
                                        f"except weight-only ones (value {res['value']:.4g})")
         skipped = apply_int8(model, selected, ranges, opts.reduce_range, opts.symmetric_activations,
-                             per_channel=opts.per_channel, chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten,
-                             fold_affine=opts.fold_affine)
+                             per_channel=opts.per_channel, chain=opts.chain_int8,
+                             fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine)
         skipped_names = {n for n, _ in skipped}
         report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
         report.quantized = [c.name for c in selected if not _weights_only(c) and c.name not in skipped_names]

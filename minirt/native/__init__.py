@@ -309,7 +309,8 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
     ``y_q = (y_scale, y_zero)`` (a float and an int, or float32 and int32 arrays of one value per
     output channel) ``y`` is uint8: the float result requantized."""
     (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
-    if y_q is None and x.itemsize == 4 and post == (1.0, 0.0):  # the common float -> float call (fewer arguments to convert)
+    # the common float -> float call (fewer arguments to convert)
+    if y_q is None and x.itemsize == 4 and post == (1.0, 0.0):
         rc = _lib.mrt_qconv2d_f32(
             _ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
             ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual), _ptr(y),
