@@ -1,6 +1,6 @@
 /* int8 depthwise conv on AVX512-VNNI (vpdpbusd: u8 x s8, 4-way dot product into s32), for the
- * common case of mrt_qdwconv2d: uint8 input, uint8 output, stride 1, no dilation, kw <= 8,
- * no residual, an activation the epilogue inlines.  Included by kernels.c after qgemm.h
+ * common case of mrt_qdwconv2d: uint8 input, uint8 output, stride 1 or 2, no dilation,
+ * kh, kw <= 8, no residual, an activation the epilogue inlines.  Included by kernels.c after qgemm.h
  * (q_use_vnni, q_bw); every other case takes the float-lane code of dwconv_impl.h.
  *
  * Each plane is copied into a uint8 band padded with the input zero point (so padding
@@ -16,17 +16,25 @@
  *   f0 + 4 i + s multiplies with that quad: acc_s = vpdpbusd(acc_s, load, quad weights).
  *
  * so a 3x3 kernel is 3 rows x 1 quad x 4 shifts = 12 vpdpbusd per 64 outputs (the float code:
- * 9 FMAs per 16).  The exact integer sum is acc - x_zero * sum(w).  The epilogue is the one of
+ * 9 FMAs per 16).
+ *
+ * Stride 2: the padded plane is split into four parity planes P[row parity][column parity]
+ * (row stride pe = ow + (kw - 1) / 2), so that tap (ky, kx) of output (oy, ox) is
+ * P[ky & 1][kx & 1] at row oy + ky / 2, column ox + kx / 2: the flat scheme above again,
+ * with per kernel row one quad of the even taps (kx = 0, 2, 4, 6) and one of the odd ones.
+ * Rows are split into even and odd bytes 32 at a time (16-bit lanes truncated: vpmovwb).  The exact integer sum is acc - x_zero * sum(w).  The epilogue is the one of
  * dwconv_impl.h (same operations, in the same order); the uint8 results of the four
  * interleaved vectors are merged into bytes in column order with shifts: byte 4 i + s of the
  * 64 is lane i of vector s. */
 
 #ifdef MRT_HAVE_VNNI_BUILD
+#define Q_DW_MAX_TERMS 16 /* (kernel row, quad) pairs: kh <= 8, two quads per row */
 typedef struct {
     const mrt_qdw_params *q;
-    int c, h, wd, kh, kw, pt, pl, oh, ow;
-    long ps;          /* band row stride = padded width ow + kw - 1 (bytes) */
-    long band_bytes;  /* (oh + kh - 1) rows, then slack for the whole-vector reads of the last block */
+    int c, h, wd, kh, kw, sh, pt, pl, oh, ow;
+    long ps;          /* row stride of the band (s1) or of each parity plane (s2), in bytes */
+    long plane_bytes; /* s2: bytes of one parity plane */
+    long band_bytes;  /* the band (s1) or the four parity planes (s2), with slack for whole-vector reads */
     long flat_bytes;  /* the flat outputs oh * ps, rounded up to whole 64-byte blocks */
 } q_dw_args;
 
@@ -57,59 +65,97 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_d
     return _mm512_cvtps_epi32(_mm512_add_ps(t, _mm512_set1_ps(yz)));
 }
 
+/* ev[j] = src[2j], od[j] = src[2j + 1] for the n bytes of src (no byte read or written past them). */
+__attribute__((target("avx512f,avx512bw"))) static void q_dw_split(const uint8_t *src, long n, uint8_t *ev,
+                                                                   uint8_t *od) {
+    const __m512i low = _mm512_set1_epi16(0xff);
+    for (long i = 0; i < n; i += 64) {
+        const long rem = n - i;
+        const __mmask64 m = rem >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << rem) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi8(m, src + i);
+        const long ne = rem >= 64 ? 32 : (rem + 1) / 2, no = rem >= 64 ? 32 : rem / 2;
+        const __m512i e = _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_and_si512(v, low)));
+        const __m512i o = _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
+        _mm512_mask_storeu_epi8(ev + i / 2, (((__mmask64)1 << ne) - 1), e);
+        _mm512_mask_storeu_epi8(od + i / 2, (((__mmask64)1 << no) - 1), o);
+    }
+}
+
+/* The band of plane p (zero point where there is no input): s1 one band of stride ps,
+ * s2 the four parity planes. */
+__attribute__((target("avx512f,avx512bw"))) static void q_dw_fill(const q_dw_args *a, const uint8_t *xp, int zp,
+                                                                  uint8_t *band) {
+    memset(band, zp, (size_t)a->band_bytes);
+    if (a->sh == 1) {
+        for (int iy = 0; iy < a->h; ++iy) memcpy(band + (iy + a->pt) * a->ps + a->pl, xp + (long)iy * a->wd, a->wd);
+        return;
+    }
+    /* padded column pc = pl + ix goes to the column-parity plane pc & 1 at column pc / 2; only
+     * pc < 2 ps and padded rows r < 2 (rows of a plane) are read */
+    const long n = (long)a->wd < 2 * a->ps - a->pl ? (long)a->wd : 2 * a->ps - a->pl;
+    const long rows = a->plane_bytes / a->ps;
+    for (int iy = 0; iy < a->h && n > 0; ++iy) {
+        const long r = iy + a->pt;
+        if ((r >> 1) >= rows) break;
+        uint8_t *even_cols = band + (r & 1) * 2 * a->plane_bytes + (r >> 1) * a->ps; /* P[r & 1][0] */
+        uint8_t *odd_cols = even_cols + a->plane_bytes;                              /* P[r & 1][1] */
+        if ((a->pl & 1) == 0) /* input column 2j is padded column pl + 2j: even */
+            q_dw_split(xp + (long)iy * a->wd, n, even_cols + a->pl / 2, odd_cols + a->pl / 2);
+        else
+            q_dw_split(xp + (long)iy * a->wd, n, odd_cols + a->pl / 2, even_cols + (a->pl + 1) / 2);
+    }
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_task(void *ctx, long begin, long end) {
     const q_dw_args *a = (const q_dw_args *)ctx;
     const mrt_qdw_params *q = a->q;
     const long ps = a->ps, plane_in = (long)a->h * a->wd, plane_out = (long)a->oh * a->ow;
-    const int nq = (a->kw + 3) / 4;
     uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + a->flat_bytes));
     if (!band) return;
     uint8_t *flat = band + a->band_bytes;
     for (long p = begin; p < end; ++p) {
         const int ch = (int)(p % a->c);
         const int zp = (int)q->x_zero[ch];
-        /* the band: zero point everywhere, the input rows at (pt, pl) */
-        memset(band, zp, (size_t)a->band_bytes);
-        const uint8_t *xp = q->xq + p * plane_in;
-        for (int iy = 0; iy < a->h; ++iy) memcpy(band + (iy + a->pt) * ps + a->pl, xp + (long)iy * a->wd, a->wd);
-        /* weight quads (4 int8 taps as one dword) and the zero-point correction */
-        int32_t quads[8 * 2]; /* kh <= 8, nq <= 2 */
+        q_dw_fill(a, q->xq + p * plane_in, zp, band);
+        /* the terms: per kernel row, weight quads (4 int8 taps as one dword) and where their
+         * bytes start relative to flat output 0; and the zero-point correction */
+        long offs[Q_DW_MAX_TERMS];
+        int32_t quads[Q_DW_MAX_TERMS];
+        int nt = 0;
         int32_t wsum = 0;
         const float *wk = q->w + (long)ch * a->kh * a->kw;
         for (int ky = 0; ky < a->kh; ++ky)
-            for (int j = 0; j < nq; ++j) {
+            for (int j = 0; j < (a->sh == 1 ? (a->kw + 3) / 4 : 2); ++j) {
                 int8_t b4[4];
                 for (int t = 0; t < 4; ++t) {
-                    const int kx = 4 * j + t;
+                    const int kx = a->sh == 1 ? 4 * j + t : 2 * t + j; /* s2: quad 0 even taps, quad 1 odd */
                     b4[t] = kx < a->kw ? (int8_t)wk[ky * a->kw + kx] : 0;
                     wsum += b4[t];
                 }
-                memcpy(&quads[ky * nq + j], b4, 4);
+                memcpy(&quads[nt], b4, 4);
+                offs[nt] = a->sh == 1 ? (long)ky * ps + 4 * j
+                                      : (ky & 1) * 2 * a->plane_bytes + j * a->plane_bytes + (long)(ky >> 1) * ps;
+                ++nt;
             }
         const __m512i corr = _mm512_set1_epi32(zp * wsum);
         const __m512 vs = _mm512_set1_ps(q->scale[ch]), vb = _mm512_set1_ps(q->bias ? q->bias[ch] : 0.0f);
         for (long f0 = 0; f0 < a->flat_bytes; f0 += 64) {
-            {
-                __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-                for (int ky = 0; ky < a->kh; ++ky) {
-                    const uint8_t *row = band + (long)ky * ps + f0;
-                    for (int j = 0; j < nq; ++j) {
-                        const __m512i w4 = _mm512_set1_epi32(quads[ky * nq + j]);
-                        const uint8_t *r = row + 4 * j;
-                        acc0 = _mm512_dpbusd_epi32(acc0, _mm512_loadu_si512(r), w4);
-                        acc1 = _mm512_dpbusd_epi32(acc1, _mm512_loadu_si512(r + 1), w4);
-                        acc2 = _mm512_dpbusd_epi32(acc2, _mm512_loadu_si512(r + 2), w4);
-                        acc3 = _mm512_dpbusd_epi32(acc3, _mm512_loadu_si512(r + 3), w4);
-                    }
-                }
-                __m512i q0 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, corr)), vs, vb);
-                __m512i q1 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, corr)), vs, vb);
-                __m512i q2 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc2, corr)), vs, vb);
-                __m512i q3 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc3, corr)), vs, vb);
-                __m512i bytes = _mm512_or_si512(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 8)),
-                                                _mm512_or_si512(_mm512_slli_epi32(q2, 16), _mm512_slli_epi32(q3, 24)));
-                _mm512_storeu_si512(flat + f0, bytes);
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+            for (int t = 0; t < nt; ++t) {
+                const __m512i w4 = _mm512_set1_epi32(quads[t]);
+                const uint8_t *r = band + offs[t] + f0;
+                acc0 = _mm512_dpbusd_epi32(acc0, _mm512_loadu_si512(r), w4);
+                acc1 = _mm512_dpbusd_epi32(acc1, _mm512_loadu_si512(r + 1), w4);
+                acc2 = _mm512_dpbusd_epi32(acc2, _mm512_loadu_si512(r + 2), w4);
+                acc3 = _mm512_dpbusd_epi32(acc3, _mm512_loadu_si512(r + 3), w4);
             }
+            __m512i q0 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, corr)), vs, vb);
+            __m512i q1 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, corr)), vs, vb);
+            __m512i q2 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc2, corr)), vs, vb);
+            __m512i q3 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc3, corr)), vs, vb);
+            __m512i bytes = _mm512_or_si512(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 8)),
+                                            _mm512_or_si512(_mm512_slli_epi32(q2, 16), _mm512_slli_epi32(q3, 24)));
+            _mm512_storeu_si512(flat + f0, bytes);
         }
         uint8_t *yp = q->yq + p * plane_out;
         for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, flat + oy * ps, a->ow);
@@ -120,17 +166,31 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
 static int q_dw_vnni(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                      int dw, int pt, int pl, int oh, int ow, int nthreads) {
     if (!q_use_vnni || !q_bw() || !q->xq || !q->yq || q->res) return 0;
-    if (sh != 1 || sw != 1 || dh != 1 || dw != 1 || kw > 8 || kh > 8) return 0;
+    if (sh != sw || (sh != 1 && sh != 2) || dh != 1 || dw != 1 || kw > 8 || kh > 8) return 0;
     if (q->act != MRT_ACT_NONE && q->act != MRT_ACT_RELU && q->act != MRT_ACT_CLIP && q->act != MRT_ACT_HARDSWISH)
         return 0;
     q_dw_args a;
-    a.q = q; a.c = c; a.h = h; a.wd = wd; a.kh = kh; a.kw = kw; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow;
-    a.ps = (long)ow + kw - 1; /* stride 1: pl + wd + right padding */
-    if (a.ps < (long)pl + wd || (long)oh + kh - 1 < (long)pt + h) return 0; /* inputs cut off: not a Conv shape */
-    a.flat_bytes = ((long)oh * a.ps + 63) / 64 * 64;
-    /* the last block reads up to flat_bytes - 1 + (kh - 1) ps + 3 + 4 (nq - 1) + 63 */
-    a.band_bytes = (a.flat_bytes + (long)(kh - 1) * a.ps + 3 + 4L * ((kw + 3) / 4 - 1) + 64 + 63) / 64 * 64;
+    a.q = q; a.c = c; a.h = h; a.wd = wd; a.kh = kh; a.kw = kw; a.sh = sh; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow;
+    if (sh == 1) {
+        a.ps = (long)ow + kw - 1; /* pl + wd + right padding */
+        if (a.ps < (long)pl + wd || (long)oh + kh - 1 < (long)pt + h) return 0; /* input cut off: not a Conv shape */
+        a.plane_bytes = 0;
+        a.flat_bytes = ((long)oh * a.ps + 63) / 64 * 64;
+        /* the last block reads up to flat_bytes - 1 + (kh - 1) ps + 3 + 4 (nq - 1) + 63 */
+        a.band_bytes = (a.flat_bytes + (long)(kh - 1) * a.ps + 3 + 4L * ((kw + 3) / 4 - 1) + 64 + 63) / 64 * 64;
+    } else {
+        a.ps = (long)ow + (kw - 1) / 2; /* a plane's row: the even (odd) padded columns output ox reads */
+        a.flat_bytes = ((long)oh * a.ps + 63) / 64 * 64;
+        /* rows oy + ky / 2 of each plane; the last block reads up to flat_bytes - 1 + (kh - 1) / 2 ps + 3 + 63 */
+        const long rows = (long)oh + (kh - 1) / 2;
+        a.plane_bytes = ((a.flat_bytes + (long)(kh - 1) / 2 * a.ps + 3 + 64 > rows * a.ps
+                              ? a.flat_bytes + (long)(kh - 1) / 2 * a.ps + 3 + 64
+                              : rows * a.ps) + 63) / 64 * 64;
+        a.plane_bytes = (a.plane_bytes + a.ps - 1) / a.ps * a.ps; /* whole rows: q_dw_fill counts them */
+        a.band_bytes = 4 * a.plane_bytes;
+    }
     mrt_parallel_for((long)n * c, (long)oh * ow * kh * kw, nthreads, q_dw_vnni_task, &a);
     return 1;
 }
+#undef Q_DW_MAX_TERMS
 #endif

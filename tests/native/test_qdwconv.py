@@ -218,6 +218,10 @@ U8_CASES = CASES + [
     (2, 4, 20, 20, 5, 1, (2, 2, 2, 2)),
     (1, 2, 9, 70, 7, 1, (3, 3, 3, 3)),
     (1, 5, 12, 13, 3, 1, (2, 0, 1, 2)),  # asymmetric padding
+    (1, 3, 9, 151, 3, 2, (1, 1, 1, 1)),  # stride 2 (the parity planes on VNNI), wide rows
+    (2, 4, 21, 70, 5, 2, (2, 3, 2, 1)),  # odd left padding
+    (1, 2, 15, 17, 7, 2, (3, 3, 3, 3)),
+    (1, 3, 8, 8, 3, 2, (0, 0, 0, 0)),  # no padding: the last input row and column unused
 ]
 
 
