@@ -1,6 +1,7 @@
 /* int8 depthwise conv on AVX512-VNNI (vpdpbusd: u8 x s8, 4-way dot product into s32), for the
- * common case of mrt_qdwconv2d: uint8 input, uint8 output, stride 1 or 2, no dilation,
- * kh, kw <= 8, no residual, an activation the epilogue inlines.  Included by kernels.c after qgemm.h
+ * common case of mrt_qdwconv2d: uint8 output, stride 1 or 2, no dilation, kh, kw <= 8, no
+ * residual, an activation the epilogue inlines; the input uint8, or float quantized per row
+ * as it is copied in (the same arithmetic as dwconv_impl.h's copy).  Included by kernels.c after qgemm.h
  * (q_use_vnni, q_bw); every other case takes the float-lane code of dwconv_impl.h.
  *
  * Each plane is copied into a uint8 band padded with the input zero point (so padding
@@ -36,6 +37,7 @@ typedef struct {
     long plane_bytes; /* s2: bytes of one parity plane */
     long band_bytes;  /* the band (s1) or the four parity planes (s2), with slack for whole-vector reads */
     long flat_bytes;  /* the flat outputs oh * ps, rounded up to whole 64-byte blocks */
+    long row_bytes;   /* float input: one quantized input row */
 } q_dw_args;
 
 /* y (16 floats) = post_a * act(s * v + b) + post_b, requantized to 16 dwords 0..255. */
@@ -81,13 +83,39 @@ __attribute__((target("avx512f,avx512bw"))) static void q_dw_split(const uint8_t
     }
 }
 
+/* dst[i] = clamp(rint(x[i] / xs) + zp, 0, 255), NaN -> 0: quantize_u8 as everywhere here. */
+__attribute__((target("avx512f,avx512bw"))) static void q_dw_quant_row(const float *x, long n, float xs, int zp,
+                                                                       uint8_t *dst) {
+    const __m512 vs = _mm512_set1_ps(xs), lo = _mm512_set1_ps((float)-zp), hi = _mm512_set1_ps(255.0f - zp);
+    const __m512 vz = _mm512_set1_ps((float)zp);
+    for (long i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        t = _mm512_max_ps(t, lo); /* NaN -> lo: max returns the second operand */
+        t = _mm512_min_ps(t, hi);
+        t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm512_mask_cvtepi32_storeu_epi8(dst + i, m, _mm512_cvtps_epi32(_mm512_add_ps(t, vz)));
+    }
+}
+
 /* The band of plane p (zero point where there is no input): s1 one band of stride ps,
- * s2 the four parity planes. */
-__attribute__((target("avx512f,avx512bw"))) static void q_dw_fill(const q_dw_args *a, const uint8_t *xp, int zp,
-                                                                  uint8_t *band) {
+ * s2 the four parity planes.  A float input is quantized a row at a time into row. */
+__attribute__((target("avx512f,avx512bw"))) static void q_dw_fill(const q_dw_args *a, long p, int ch, uint8_t *band,
+                                                                  uint8_t *row) {
+    const mrt_qdw_params *q = a->q;
+    const int zp = (int)q->x_zero[ch];
+    const long plane_in = (long)a->h * a->wd;
+    const uint8_t *xp = q->xq ? q->xq + p * plane_in : NULL;
+    const float *xf = q->xq ? NULL : q->x + p * plane_in;
     memset(band, zp, (size_t)a->band_bytes);
     if (a->sh == 1) {
-        for (int iy = 0; iy < a->h; ++iy) memcpy(band + (iy + a->pt) * a->ps + a->pl, xp + (long)iy * a->wd, a->wd);
+        for (int iy = 0; iy < a->h; ++iy) {
+            uint8_t *dst = band + (iy + a->pt) * a->ps + a->pl;
+            if (xp)
+                memcpy(dst, xp + (long)iy * a->wd, a->wd);
+            else
+                q_dw_quant_row(xf + (long)iy * a->wd, a->wd, q->x_scale[ch], zp, dst);
+        }
         return;
     }
     /* padded column pc = pl + ix goes to the column-parity plane pc & 1 at column pc / 2; only
@@ -99,24 +127,29 @@ __attribute__((target("avx512f,avx512bw"))) static void q_dw_fill(const q_dw_arg
         if ((r >> 1) >= rows) break;
         uint8_t *even_cols = band + (r & 1) * 2 * a->plane_bytes + (r >> 1) * a->ps; /* P[r & 1][0] */
         uint8_t *odd_cols = even_cols + a->plane_bytes;                              /* P[r & 1][1] */
+        const uint8_t *src = xp + (long)iy * a->wd;
+        if (!xp) {
+            q_dw_quant_row(xf + (long)iy * a->wd, n, q->x_scale[ch], zp, row);
+            src = row;
+        }
         if ((a->pl & 1) == 0) /* input column 2j is padded column pl + 2j: even */
-            q_dw_split(xp + (long)iy * a->wd, n, even_cols + a->pl / 2, odd_cols + a->pl / 2);
+            q_dw_split(src, n, even_cols + a->pl / 2, odd_cols + a->pl / 2);
         else
-            q_dw_split(xp + (long)iy * a->wd, n, odd_cols + a->pl / 2, even_cols + (a->pl + 1) / 2);
+            q_dw_split(src, n, odd_cols + a->pl / 2, even_cols + (a->pl + 1) / 2);
     }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_task(void *ctx, long begin, long end) {
     const q_dw_args *a = (const q_dw_args *)ctx;
     const mrt_qdw_params *q = a->q;
-    const long ps = a->ps, plane_in = (long)a->h * a->wd, plane_out = (long)a->oh * a->ow;
-    uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + a->flat_bytes));
+    const long ps = a->ps, plane_out = (long)a->oh * a->ow;
+    uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + a->flat_bytes + a->row_bytes));
     if (!band) return;
-    uint8_t *flat = band + a->band_bytes;
+    uint8_t *flat = band + a->band_bytes, *row = flat + a->flat_bytes;
     for (long p = begin; p < end; ++p) {
         const int ch = (int)(p % a->c);
         const int zp = (int)q->x_zero[ch];
-        q_dw_fill(a, q->xq + p * plane_in, zp, band);
+        q_dw_fill(a, p, ch, band, row);
         /* the terms: per kernel row, weight quads (4 int8 taps as one dword) and where their
          * bytes start relative to flat output 0; and the zero-point correction */
         long offs[Q_DW_MAX_TERMS];
@@ -165,12 +198,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
 /* 1 when the VNNI path ran the call (see the top of this file), 0 when the caller must. */
 static int q_dw_vnni(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                      int dw, int pt, int pl, int oh, int ow, int nthreads) {
-    if (!q_use_vnni || !q_bw() || !q->xq || !q->yq || q->res) return 0;
+    if (!q_use_vnni || !q_bw() || !q->yq || q->res) return 0;
     if (sh != sw || (sh != 1 && sh != 2) || dh != 1 || dw != 1 || kw > 8 || kh > 8) return 0;
     if (q->act != MRT_ACT_NONE && q->act != MRT_ACT_RELU && q->act != MRT_ACT_CLIP && q->act != MRT_ACT_HARDSWISH)
         return 0;
     q_dw_args a;
     a.q = q; a.c = c; a.h = h; a.wd = wd; a.kh = kh; a.kw = kw; a.sh = sh; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow;
+    a.row_bytes = q->xq ? 0 : ((long)wd + 63) / 64 * 64;
     if (sh == 1) {
         a.ps = (long)ow + kw - 1; /* pl + wd + right padding */
         if (a.ps < (long)pl + wd || (long)oh + kh - 1 < (long)pt + h) return 0; /* input cut off: not a Conv shape */

@@ -226,15 +226,19 @@ U8_CASES = CASES + [
 
 
 @pytest.mark.parametrize("case", U8_CASES, ids=[str(c) for c in U8_CASES])
-def test_uint8_output_is_exact(case, every_isa, threads):
-    """uint8 in and out (the AVX512-VNNI path where available, stride 1): with scale 1 and an output
-    scale of 16 (exact divisions) the result is exactly clamp(rint(sum / 16) + 128)."""
+@pytest.mark.parametrize("u8_input", [True, False])
+def test_uint8_output_is_exact(case, u8_input, every_isa, threads):
+    """uint8 output (the AVX512-VNNI path where available), uint8 or float input (quantized while
+    copied in, NaN -> 0): with scale 1 and an output scale of 16 (exact divisions) the result is
+    exactly clamp(rint(sum / 16) + 128)."""
     n, c, h, wd, k, stride, pads = case
     rng = np.random.default_rng(abs(hash(case)) % 2**32 + 1)
     x, x_scale, x_zero, w, _, _ = _case(rng, n, c, h, wd, k)
-    xq = _quantize(x, x_scale, x_zero)
+    x[0, 0, 0, 0] = np.nan
+    xq = _quantize(np.nan_to_num(x, nan=0.0), x_scale, x_zero)
+    xq[0, 0, 0, 0] = 0
     acc = _int_sums(xq, x_zero, w, stride, pads)
-    got = _run(xq, x_scale, x_zero, w, np.ones(c, np.float32), None, k, stride, pads, "", (1.0, 0.0), (16.0, 128),
+    got = _run(xq if u8_input else x, x_scale, x_zero, w, np.ones(c, np.float32), None, k, stride, pads, "", (1.0, 0.0), (16.0, 128),
                None)
     want = np.clip(np.rint(acc / 16.0) + 128, 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(got, want)
