@@ -1,7 +1,7 @@
 /* int8 depthwise conv on AVX512-VNNI (vpdpbusd: u8 x s8, 4-way dot product into s32), for the
- * common case of mrt_qdwconv2d: uint8 output, stride 1 or 2, no dilation, kh, kw <= 8, no
- * residual, an activation the epilogue inlines; the input uint8, or float quantized per row
- * as it is copied in (the same arithmetic as dwconv_impl.h's copy).  Included by kernels.c after qgemm.h
+ * common case of mrt_qdwconv2d: stride 1 or 2, no dilation, kh, kw <= 8, no residual, an
+ * activation the epilogue inlines; the input uint8, or float quantized per row as it is
+ * copied in (the same arithmetic as dwconv_impl.h's copy); the output uint8 or float.  Included by kernels.c after qgemm.h
  * (q_use_vnni, q_bw); every other case takes the float-lane code of dwconv_impl.h.
  *
  * Each plane is copied into a uint8 band padded with the input zero point (so padding
@@ -26,7 +26,8 @@
  * Rows are split into even and odd bytes 32 at a time (16-bit lanes truncated: vpmovwb).  The exact integer sum is acc - x_zero * sum(w).  The epilogue is the one of
  * dwconv_impl.h (same operations, in the same order); the uint8 results of the four
  * interleaved vectors are merged into bytes in column order with shifts: byte 4 i + s of the
- * 64 is lane i of vector s. */
+ * 64 is lane i of vector s; float results are put in column order by a 4 x 4 transpose
+ * (unpacks, then 128-bit lane shuffles). */
 
 #ifdef MRT_HAVE_VNNI_BUILD
 #define Q_DW_MAX_TERMS 16 /* (kernel row, quad) pairs: kh <= 8, two quads per row */
@@ -40,8 +41,8 @@ typedef struct {
     long row_bytes;   /* float input: one quantized input row */
 } q_dw_args;
 
-/* y (16 floats) = post_a * act(s * v + b) + post_b, requantized to 16 dwords 0..255. */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_dw_requant(const mrt_qdw_params *q,
+/* post_a * act(s * v + b) + post_b for 16 integer sums v (as floats). */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512 q_dw_epilogue(const mrt_qdw_params *q,
                                                                                            __m512 v, __m512 vs,
                                                                                            __m512 vb) {
     v = _mm512_fmadd_ps(vs, v, vb);
@@ -58,7 +59,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_d
         t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_set1_ps(1.0f), _CMP_GT_OQ), t, _mm512_set1_ps(1.0f));
         v = _mm512_mul_ps(v, t);
     }
-    v = _mm512_fmadd_ps(_mm512_set1_ps(q->post_a), v, _mm512_set1_ps(q->post_b));
+    return _mm512_fmadd_ps(_mm512_set1_ps(q->post_a), v, _mm512_set1_ps(q->post_b));
+}
+
+/* q_dw_epilogue requantized to 16 dwords 0..255. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_dw_requant(const mrt_qdw_params *q,
+                                                                                           __m512 v, __m512 vs,
+                                                                                           __m512 vb) {
+    v = q_dw_epilogue(q, v, vs, vb);
     const float yz = (float)q->y_zero;
     __m512 t = _mm512_div_ps(v, _mm512_set1_ps(q->y_scale));
     t = _mm512_max_ps(t, _mm512_set1_ps(-yz)); /* NaN -> lo: max returns the second operand */
@@ -143,9 +151,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
     const q_dw_args *a = (const q_dw_args *)ctx;
     const mrt_qdw_params *q = a->q;
     const long ps = a->ps, plane_out = (long)a->oh * a->ow;
-    uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + a->flat_bytes + a->row_bytes));
+    const long flat_size = q->yq ? a->flat_bytes : 4 * a->flat_bytes; /* uint8 or float flat outputs */
+    uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + flat_size + a->row_bytes));
     if (!band) return;
-    uint8_t *flat = band + a->band_bytes, *row = flat + a->flat_bytes;
+    uint8_t *flat = band + a->band_bytes, *row = flat + flat_size;
+    float *flatf = (float *)flat; /* band_bytes is a multiple of 64 */
     for (long p = begin; p < end; ++p) {
         const int ch = (int)(p % a->c);
         const int zp = (int)q->x_zero[ch];
@@ -182,23 +192,53 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
                 acc2 = _mm512_dpbusd_epi32(acc2, _mm512_loadu_si512(r + 2), w4);
                 acc3 = _mm512_dpbusd_epi32(acc3, _mm512_loadu_si512(r + 3), w4);
             }
-            __m512i q0 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, corr)), vs, vb);
-            __m512i q1 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, corr)), vs, vb);
-            __m512i q2 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc2, corr)), vs, vb);
-            __m512i q3 = q_dw_requant(q, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc3, corr)), vs, vb);
-            __m512i bytes = _mm512_or_si512(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 8)),
-                                            _mm512_or_si512(_mm512_slli_epi32(q2, 16), _mm512_slli_epi32(q3, 24)));
-            _mm512_storeu_si512(flat + f0, bytes);
+            const __m512 s0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, corr));
+            const __m512 s1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, corr));
+            const __m512 s2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc2, corr));
+            const __m512 s3 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc3, corr));
+            if (q->yq) {
+                __m512i q0 = q_dw_requant(q, s0, vs, vb), q1 = q_dw_requant(q, s1, vs, vb);
+                __m512i q2 = q_dw_requant(q, s2, vs, vb), q3 = q_dw_requant(q, s3, vs, vb);
+                __m512i bytes = _mm512_or_si512(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 8)),
+                                                _mm512_or_si512(_mm512_slli_epi32(q2, 16), _mm512_slli_epi32(q3, 24)));
+                _mm512_storeu_si512(flat + f0, bytes);
+                continue;
+            }
+            /* v_s lane i is output 4 i + s: r_j 128-bit lane k holds outputs 16 k + 4 j .. + 3,
+             * then out_m = (r_0, r_1, r_2, r_3) lane m is outputs 16 m .. 16 m + 15 */
+            const __m512 v0 = q_dw_epilogue(q, s0, vs, vb), v1 = q_dw_epilogue(q, s1, vs, vb);
+            const __m512 v2 = q_dw_epilogue(q, s2, vs, vb), v3 = q_dw_epilogue(q, s3, vs, vb);
+            const __m512d ab_lo = _mm512_castps_pd(_mm512_unpacklo_ps(v0, v1));
+            const __m512d ab_hi = _mm512_castps_pd(_mm512_unpackhi_ps(v0, v1));
+            const __m512d cd_lo = _mm512_castps_pd(_mm512_unpacklo_ps(v2, v3));
+            const __m512d cd_hi = _mm512_castps_pd(_mm512_unpackhi_ps(v2, v3));
+            const __m512 r0 = _mm512_castpd_ps(_mm512_unpacklo_pd(ab_lo, cd_lo));
+            const __m512 r1 = _mm512_castpd_ps(_mm512_unpackhi_pd(ab_lo, cd_lo));
+            const __m512 r2 = _mm512_castpd_ps(_mm512_unpacklo_pd(ab_hi, cd_hi));
+            const __m512 r3 = _mm512_castpd_ps(_mm512_unpackhi_pd(ab_hi, cd_hi));
+            const __m512 t0 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(1, 0, 1, 0));
+            const __m512 t1 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(3, 2, 3, 2));
+            const __m512 t2 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(1, 0, 1, 0));
+            const __m512 t3 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(3, 2, 3, 2));
+            _mm512_storeu_ps(flatf + f0, _mm512_shuffle_f32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0)));
+            _mm512_storeu_ps(flatf + f0 + 16, _mm512_shuffle_f32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1)));
+            _mm512_storeu_ps(flatf + f0 + 32, _mm512_shuffle_f32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0)));
+            _mm512_storeu_ps(flatf + f0 + 48, _mm512_shuffle_f32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1)));
         }
-        uint8_t *yp = q->yq + p * plane_out;
-        for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, flat + oy * ps, a->ow);
+        if (q->yq) {
+            uint8_t *yp = q->yq + p * plane_out;
+            for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, flat + oy * ps, a->ow);
+        } else {
+            float *yp = q->y + p * plane_out;
+            for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, flatf + oy * ps, sizeof(float) * a->ow);
+        }
     }
 }
 
 /* 1 when the VNNI path ran the call (see the top of this file), 0 when the caller must. */
 static int q_dw_vnni(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                      int dw, int pt, int pl, int oh, int ow, int nthreads) {
-    if (!q_use_vnni || !q_bw() || !q->yq || q->res) return 0;
+    if (!q_use_vnni || !q_bw() || q->res) return 0;
     if (sh != sw || (sh != 1 && sh != 2) || dh != 1 || dw != 1 || kw > 8 || kh > 8) return 0;
     if (q->act != MRT_ACT_NONE && q->act != MRT_ACT_RELU && q->act != MRT_ACT_CLIP && q->act != MRT_ACT_HARDSWISH)
         return 0;
