@@ -53,10 +53,11 @@ class QuantizeOptions:
     symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
     quantize_final: bool = False  # also quantize the layers that feed the model's outputs
-    # Depthwise convolutions stay float by default: the native float depthwise kernel is
-    # faster than quantize + int8 for them (docs/decisions.md, int8 speed), and they hold
-    # few weights.
-    quantize_depthwise: bool = False
+    # Depthwise convolutions are int8 (native int8 depthwise kernel; uint8 in and out when
+    # chained, docs/decisions.md D-qdw), their inputs quantized per channel (one scale for the
+    # tensor instead: PP-OCR det's max abs error vs float 0.70 -> 0.99).
+    quantize_depthwise: bool = True
+    depthwise_per_channel_inputs: bool = True
     # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input
     # costs about what int8 saves (1x1 convs over 12-16 channels measured 1.25x slower in int8;
     # larger windows win in int8 even with few channels, since float needs an im2col too).
@@ -66,9 +67,13 @@ class QuantizeOptions:
     weight_only_float_convs: bool = True
     weight_only_min_elements: int = 1024  # ... when their weight has at least this many elements
     # Chained int8 (static only): a QConv feeding only QConvs writes uint8 in their input
-    # quantization (output_scale/output_zero_point; identical results).  Off: on digits and
-    # PP-OCR det it measured 1-2 % slower (docs/decisions.md D20).
-    chain_int8: bool = False
+    # quantization (output_scale/output_zero_point, per channel for a depthwise consumer;
+    # identical results).  "depthwise" (default): only into and out of depthwise QConvs, whose
+    # native kernel is fast on uint8 in and out; between GEMM convs chaining measured slower
+    # (D20; digits batch 1 10 %: docs/decisions.md D-qdw).  True: everywhere; False: nowhere.
+    chain_int8: bool | str = "depthwise"
+    # Scalar Mul / Add after a QConv folded into its post_scale / post_shift (qops.py).
+    fold_affine: bool = True
     # A MaxPool reading only a QConv's output becomes the QConv's pool_kernel_shape / pool_strides,
     # a Flatten feeding only a QMatMul its flatten_axis (exact; saves nodes: digits int8 batch 1
     # ~12 us of ~47, docs/decisions.md D25).
@@ -311,14 +316,15 @@ def quantize(
             say(f"calibrating {len(computed)} layers on {len(calib)} feed(s) ({opts.method})")
             ranges = collect_ranges(float_model, [c.input for c in computed if c.input], calib, opts.method,
                                     opts.percentile, signed=opts.symmetric_activations,
-                                    channel_names=[c.input for c in computed if c.depthwise])
+                                    channel_names=[c.input for c in computed
+                                                   if c.depthwise and opts.depthwise_per_channel_inputs])
             report.timings["calibrate"] = time.perf_counter() - t0
 
         def build_with(names_subset) -> ir.Model:
             m = float_model.clone()
             chosen = [c for c in selected if c.name in set(names_subset)]
             apply_int8(m, chosen, ranges, opts.reduce_range, opts.symmetric_activations, per_channel=opts.per_channel,
-                       chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten)
+                       chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine)
             return m
 
         if budget is not None:
@@ -339,7 +345,8 @@ def quantize(
                 report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
                                        f"except weight-only ones (value {res['value']:.4g})")
         skipped = apply_int8(model, selected, ranges, opts.reduce_range, opts.symmetric_activations,
-                             per_channel=opts.per_channel, chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten)
+                             per_channel=opts.per_channel, chain=opts.chain_int8,
+                             fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine)
         skipped_names = {n for n, _ in skipped}
         report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
         report.quantized = [c.name for c in selected if not _weights_only(c) and c.name not in skipped_names]

@@ -234,16 +234,19 @@ def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
 
 
 def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
-               symmetric: bool = False, per_channel: bool = True, chain: bool = False,
-               fuse_pool_flatten: bool = True) -> list[tuple[str, str]]:
+               symmetric: bool = False, per_channel: bool = True, chain: bool | str = False,
+               fuse_pool_flatten: bool = True, fold_affine: bool = True) -> list[tuple[str, str]]:
     """Quantize the ``selected`` candidates of ``model`` in place.
 
     ``ranges`` maps activation names to calibrated (lo, hi) (static int8), or
     is None (dynamic int8).  With ``fuse_pool_flatten`` a MaxPool reading only a QConv's
     output is folded into the QConv (:func:`fuse_max_pool`) and a Flatten feeding only a
-    QMatMul into the QMatMul (:func:`fuse_flatten`).  With ``chain``
+    QMatMul into the QMatMul (:func:`fuse_flatten`).  With ``fold_affine`` the scalar ``Mul`` /
+    ``Add`` after a QConv become its ``post_scale`` / ``post_shift``
+    (:func:`fold_scalar_affine`).  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
-    their input quantization (:func:`chain_int8`).  Returns (node, reason) for
+    their input quantization (:func:`chain_int8`; ``chain="depthwise"``: only where the
+    producer or a consumer is a depthwise QConv).  Returns (node, reason) for
     candidates skipped here.
     """
     graph = model.graph
@@ -298,11 +301,13 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         used_domain = True
     if used_domain:
         model.opset_imports.setdefault(DOMAIN, 1)
+    if fold_affine:
+        fold_scalar_affine(graph)
     if fuse_pool_flatten:
         fuse_max_pool(graph)
         fuse_flatten(graph)
     if chain and ranges is not None:
-        chain_int8(graph)
+        chain_int8(graph, depthwise_only=chain == "depthwise")
     _drop_unused_initializers(graph)
     return skipped
 
@@ -336,7 +341,7 @@ def fuse_max_pool(graph: ir.Graph) -> int:
     for node in list(graph):
         if node.domain != DOMAIN or node.op_type != "QConv" or "pool_kernel_shape" in node.attributes:
             continue
-        if "output_scale" in node.attributes:
+        if "output_scale" in node.attributes or "post_scale" in node.attributes:
             continue
         y = node.outputs[0]
         uses = list(y.uses())
@@ -357,6 +362,64 @@ def fuse_max_pool(graph: ir.Graph) -> int:
         y.name = name
         fused += 1
     return fused
+
+
+def _scalar_operand(node: ir.Node, x: ir.Value, graph: ir.Graph) -> float | None:
+    """The constant float32 scalar (one element) that a binary ``node`` combines with ``x``, else None."""
+    if len(node.inputs) != 2 or len(node.outputs) != 1:
+        return None
+    other = node.inputs[1] if node.inputs[0] is x else node.inputs[0]
+    if other is x:
+        return None
+    c = _const(other, graph)
+    if c is None or c.dtype != np.float32 or c.size != 1 or c.ndim > 1:
+        return None  # a wider constant would broadcast the output to a larger shape
+    return float(c.reshape(()))
+
+
+def fold_scalar_affine(graph: ir.Graph) -> int:
+    """Fold ``Mul(y, a)`` and then ``Add(., b)`` by constant float32 scalars (either one alone, too)
+    after a QConv into its ``post_scale`` = a / ``post_shift`` = b, when each intermediate output
+    has that one use and is no graph output.  PP-OCR's LCNet puts such a learnable affine map
+    after every conv + activation; folded, the native int8 epilogues apply it and the map's
+    float tensors (and their numpy passes) disappear, and the QConv can write uint8 for the next
+    int8 layer (:func:`chain_int8`).  The only difference is float rounding (``a * y + b`` in the
+    epilogue instead of two passes).  Returns the number of folded nodes."""
+    outputs = set(id(v) for v in graph.outputs)
+    folded = 0
+    for node in list(graph):
+        if node.domain != DOMAIN or node.op_type != "QConv" or "post_scale" in node.attributes:
+            continue
+        if "pool_kernel_shape" in node.attributes or "output_scale" in node.attributes:
+            continue
+        scale, shift = 1.0, 0.0
+        y = node.outputs[0]
+        for op in ("Mul", "Add"):
+            uses = list(y.uses())
+            if id(y) in outputs or len(uses) != 1:
+                break
+            user = uses[0][0]
+            if _key(user) != ("", op):
+                continue
+            c = _scalar_operand(user, y, graph)
+            if c is None:
+                break
+            if op == "Mul":
+                scale = c
+            else:
+                shift = c
+            out = user.outputs[0]
+            name = out.name
+            y.shape = out.shape
+            out.replace_all_uses_with(y, replace_graph_outputs=True)
+            graph.remove(user, safe=True)
+            out.name = f"{name}__replaced"
+            y.name = name
+            folded += 1
+        if (scale, shift) != (1.0, 0.0):
+            node.attributes["post_scale"] = ir.AttrFloat32("post_scale", scale)
+            node.attributes["post_shift"] = ir.AttrFloat32("post_shift", shift)
+    return folded
 
 
 def fuse_flatten(graph: ir.Graph) -> int:
@@ -382,13 +445,26 @@ def fuse_flatten(graph: ir.Graph) -> int:
     return fused
 
 
-def chain_int8(graph: ir.Graph) -> int:
+def _is_depthwise_qconv(node: ir.Node, graph: ir.Graph) -> bool:
+    """A QConv with group == C == M (one input channel per group, constant weight)."""
+    if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) < 4:
+        return False
+    w = _const(node.inputs[3], graph)
+    return w is not None and w.ndim == 4 and w.shape[1] == 1 and int(_attr(node, "group", 1)) == w.shape[0] > 1
+
+
+def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
     """Chain int8 layers: a QConv whose output is not a graph output and is used only as the
-    input X of QConvs that all quantize it with the same static per-tensor ``X_scale`` and
-    uint8 ``X_zero_point`` gets ``output_scale`` / ``output_zero_point`` = those, and its
-    output becomes uint8 (``quantize_u8`` of the float result, done in the GEMM epilogue), so
-    the consumers skip their quantize pass and no float tensor sits between the layers.  The
-    results are identical to the unchained graph.  Returns the number of chained QConvs."""
+    input X of QConvs that all quantize it with the same static ``X_scale`` and uint8
+    ``X_zero_point`` gets ``output_scale`` / ``output_zero_point`` = those (lists of one per
+    channel for a depthwise consumer's per-channel quantization), and its output becomes uint8
+    (``quantize_u8`` of the float result, done in the conv's epilogue), so the consumers skip
+    their quantize pass and no float tensor sits between the layers.  The results are identical
+    to the unchained graph.  With ``depthwise_only`` only where the producer or a consumer is a
+    depthwise QConv: the native int8 depthwise kernel is fast on uint8 in and out, while between
+    two GEMM convs the uint8 output stage costs about what the consumer's quantize pass saves
+    (digits batch 1: 10 % slower chained, docs/decisions.md D-qdw).  Returns the number of
+    chained QConvs."""
     outputs = set(id(v) for v in graph.outputs)
     chained = 0
     for node in list(graph):
@@ -406,15 +482,22 @@ def chain_int8(graph: ir.Graph) -> int:
                 params = None
                 break
             xs, xz = _const(user.inputs[1], graph), _const(user.inputs[2], graph)
-            if xs is None or xz is None or xs.size != 1 or xz.size != 1 or xz.dtype != np.uint8:
+            if xs is None or xz is None or xs.size != xz.size or xz.dtype != np.uint8:
                 params = None
                 break
-            params.add((float(xs.reshape(())), int(xz.reshape(()))))
+            params.add((tuple(float(v) for v in xs.reshape(-1)), tuple(int(v) for v in xz.reshape(-1))))
         if not params or len(params) != 1:
             continue
+        if depthwise_only and not (_is_depthwise_qconv(node, graph)
+                                   or any(_is_depthwise_qconv(user, graph) for user, _ in uses)):
+            continue
         sc, zp = params.pop()
-        node.attributes["output_scale"] = ir.AttrFloat32("output_scale", sc)
-        node.attributes["output_zero_point"] = ir.AttrInt64("output_zero_point", zp)
+        if len(sc) == 1:
+            node.attributes["output_scale"] = ir.AttrFloat32("output_scale", sc[0])
+            node.attributes["output_zero_point"] = ir.AttrInt64("output_zero_point", zp[0])
+        else:  # a depthwise consumer with per-channel input quantization
+            node.attributes["output_scale"] = ir.AttrFloat32s("output_scale", list(sc))
+            node.attributes["output_zero_point"] = ir.AttrInt64s("output_zero_point", list(zp))
         y.dtype = ir.DataType.UINT8
         chained += 1
     return chained

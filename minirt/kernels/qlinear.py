@@ -151,12 +151,100 @@ _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
 _QCONV_PLANS: dict = {}
 
 
+def _result_buffer(out, shape, dtype, x, z):
+    """``out`` (the memory plan's buffer) when it fits the result exactly and overlaps no input, else a new array."""
+    if (out is not None and out.shape == shape and out.dtype == dtype and out.flags.c_contiguous
+            and not np.may_share_memory(out, x) and (z is None or not np.may_share_memory(out, z))):
+        return out
+    return np.empty(shape, dtype=dtype)
+
+
+class _QDwPlan:
+    """The constant arguments of a native int8 depthwise conv (``native.qdwconv2d_prepare``)
+    for one (weights, input shape, attributes)."""
+
+    __slots__ = ("w_ref", "keep", "out_shape", "args")
+
+
+# (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, attributes..., z) -> _QDwPlan or False
+_QDW_PLANS: dict = {}
+
+
+def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads, strides,
+                  activation, activation_params, post, y_q, out):
+    """A depthwise QConv (group == C == M, one input channel per group) on the native int8
+    depthwise kernel, or None when it does not apply (dynamic quantization, no native module,
+    more taps than float32 sums exactly): exact integer sums, the fused epilogue
+    ``post[0] * act(scale * acc + b + z) + post[1]``, float or uint8 (``y_q``) output."""
+    if not _native.has_qdwconv2d() or x_scale is None or x_zero_point is None:
+        return None
+    if y_q is not None and not isinstance(y_q[0], float):
+        return None  # per-channel requantization: the numpy path
+    key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, kernel_shape,
+           pads, strides, activation, activation_params, post, None if z is None else (z.shape, z.dtype))
+    plan = _QDW_PLANS.get(key)
+    if plan is None or (plan is not False and plan.w_ref() is not w):
+        plan = _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads,
+                         strides, activation, activation_params, post)
+        if plan is not False:
+            import weakref
+
+            plan.w_ref = weakref.ref(w, lambda _r, key=key: _QDW_PLANS.pop(key, None))
+        if plan is not False or len(_QDW_PLANS) < 4096:
+            _QDW_PLANS[key] = plan
+    if plan is False:
+        return None
+    y = _result_buffer(out, plan.out_shape, _F32 if y_q is None else _U8, x, z)
+    residual = None if z is None else np.ascontiguousarray(z)
+    _native.qdwconv2d_call(plan.args, np.ascontiguousarray(x), y, residual, y_q)
+    return y
+
+
+def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads, strides,
+              activation, activation_params, post):
+    from minirt.kernels import nn
+
+    n, c = x.shape[:2]
+    k = w.shape[2:]
+    if (kernel_shape and tuple(kernel_shape) != k) or k[0] * k[1] > _native.QDW_MAX_TAPS:
+        return False
+    spec = nn._NATIVE_ACTIVATIONS.get(activation)
+    params = tuple(float(v) for v in (activation_params or ()))
+    if spec is None or len(params) != spec[1]:
+        return False
+    st = nn._per_axis("Conv", "strides", strides, 2, 1)
+    dl = nn._per_axis("Conv", "dilations", dilations, 2, 1)
+    out, pb, _ = nn._geometry("Conv", x.shape[2:], k, st, dl, pads, auto_pad)
+    if z is not None and (z.dtype != np.float32 or z.shape != (n, c) + tuple(out)):
+        return False
+    if b is not None and np.asarray(b).shape != (c,):
+        return False
+    sc, zp, lo, hi = _quant_params(x, x_scale, x_zero_point, per_channel_ok=True)
+    if (lo, hi) != (0, 255):
+        return False  # int8 activations: the numpy path
+    xs = np.ascontiguousarray(np.broadcast_to(np.asarray(sc, np.float32).reshape(-1), (c,)))
+    xz = np.ascontiguousarray(np.broadcast_to(np.asarray(zp, np.float32).reshape(-1), (c,)))
+    ws = np.asarray(w_scale, dtype=np.float32).reshape(-1)
+    scale = np.ascontiguousarray(xs * (ws if ws.size == c else np.full(c, ws.reshape(()), np.float32)))
+    bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
+    wf = np.ascontiguousarray(w.reshape(c, k[0], k[1]), dtype=np.float32)  # the int8 values, exact as floats
+    a0, a1 = (params + (0.0, 0.0))[:2]
+    plan = _QDwPlan()
+    plan.out_shape = (n, c) + tuple(out)
+    plan.keep = (x_scale, x_zero_point, w_scale, b)
+    plan.args = _native.qdwconv2d_prepare(x.shape, k, st, dl, pb, out, xs, xz, wf, scale, bias, spec[0], a0, a1,
+                                          post)
+    return plan
+
+
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
-                activation, activation_params, y_q=None, pool=None, out=None):
+                activation, activation_params, y_q=None, pool=None, out=None, post=(1.0, 0.0)):
     """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
-    ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output;
+    ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output
+    (a float and an int, or tuples of one per output channel);
     ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage;
-    ``out``: the result buffer (memory plan), used when it has exactly the result's shape and dtype."""
+    ``out``: the result buffer (memory plan), used when it has exactly the result's shape and dtype;
+    ``post = (a, b)``: the result is ``a * y + b`` (never with ``pool``: the caller refuses that)."""
     xdt = x.dtype
     # (dtype objects of equal types are not always the same object: `is` first, then ==)
     u8 = False
@@ -164,11 +252,14 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         u8 = xdt is _U8 or xdt == _U8
         if not u8:
             return None
-    if not _native.available or x.ndim != 4:
+    if not _native.available or x.ndim != 4 or w.ndim != 4:
         return None
+    if w.shape[1] == 1 and group == x.shape[1] == w.shape[0] > 1 and pool is None:
+        return _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads,
+                             strides, activation, activation_params, post, y_q, out)
     key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
            kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype),
-           pool)
+           pool)  # post is a per-call argument of the native call, not part of the plan
     plan = _QCONV_PLANS.get(key)
     if plan is None or (plan is not False and plan.w_ref() is not w):
         plan = _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
@@ -195,18 +286,52 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         scale = (np.float32(sc) * plan.ws).astype(np.float32)
     else:
         sc, zp_u8, scale = plan.sc, plan.zp_u8, None
-    ydt = _F32 if y_q is None else _U8
-    if (out is not None and out.shape == plan.out_shape and out.dtype == ydt and out.flags.c_contiguous
-            and not np.may_share_memory(out, x) and (z is None or not np.may_share_memory(out, z))):
-        y = out
-    else:
-        y = np.empty(plan.out_shape, dtype=ydt)
+    y = _result_buffer(out, plan.out_shape, _F32 if y_q is None else _U8, x, z)
     residual = None if z is None else np.ascontiguousarray(z)
     if plan.pool is None:
-        _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale, y_q)
+        _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale,
+                             None if y_q is None else getattr(y_q, "arrays", y_q), post)
     else:
         _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual, scale)
     return y
+
+
+class _Requant(tuple):
+    """QConv's output requantization ``(scale, zero point)``: a float and an int, or tuples of one
+    per output channel; ``.arrays`` holds them as the float32 / int32 arrays (one value per
+    channel) that the native GEMM epilogue takes."""
+
+    arrays: tuple
+
+
+# (id(output_scale), id(output_zero_point), channels) -> (the two attribute values, kept alive, _Requant)
+_REQUANT: dict = {}
+
+
+def _requant_attrs(output_scale, output_zero_point, m: int) -> _Requant:
+    """The validated requantization of QConv's ``output_scale`` / ``output_zero_point`` attributes,
+    made once per attribute objects (a session binds the same ones on every run)."""
+    key = (id(output_scale), id(output_zero_point), m)
+    hit = _REQUANT.get(key)
+    if hit is not None and hit[0] is output_scale and hit[1] is output_zero_point:
+        return hit[2]
+    per_channel = isinstance(output_scale, (tuple, list))
+    scales = np.asarray(output_scale, np.float64).reshape(-1)
+    zeros = np.broadcast_to(np.asarray(output_zero_point).reshape(-1), scales.shape)
+    if not ((scales > 0).all() and ((zeros >= 0) & (zeros <= 255)).all()):
+        raise ValueError(f"QConv: output_scale must be > 0 and output_zero_point in [0, 255], got "
+                         f"{(output_scale, output_zero_point)}")
+    if per_channel and scales.size != m:
+        raise ValueError(f"QConv: {scales.size} output scales for {m} output channels")
+    if per_channel:
+        req = _Requant((tuple(float(v) for v in scales), tuple(int(v) for v in zeros)))
+    else:
+        req = _Requant((float(scales[0]), int(zeros[0])))
+    req.arrays = (np.ascontiguousarray(np.broadcast_to(scales.astype(np.float32), (m,))),
+                  np.ascontiguousarray(np.broadcast_to(zeros.astype(np.int32), (m,))))
+    if len(_REQUANT) < 4096:
+        _REQUANT[key] = (output_scale, output_zero_point, req)
+    return req
 
 
 def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
@@ -292,13 +417,19 @@ def _pool_attrs(kernel_shape, strides) -> tuple | None:
 def qconv(
     x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(),
     group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(), output_scale=None,
-    output_zero_point=0, pool_kernel_shape=(), pool_strides=(), out=None,
+    output_zero_point=0, pool_kernel_shape=(), pool_strides=(), post_scale=1.0, post_shift=0.0, out=None,
 ):
     """activation(Conv(quant(x), int8 w * w_scale[m]) + b + z); float in, float out.
 
+    With ``post_scale`` / ``post_shift`` the result is ``post_scale * activation(...) + post_shift``
+    (a scalar affine map after the activation: the quantizer folds a following ``Mul`` / ``Add``
+    by constant scalars into it), before any pooling or requantization.
+
     Chained form (docs/fused_ops.md): ``x`` may be uint8, i.e. already ``quant(x)`` with this
     node's static ``x_scale`` / uint8 ``x_zero_point``; with the ``output_scale`` attribute the
-    output is ``quantize_u8(y, output_scale, output_zero_point)`` (uint8) of the float result y.
+    output is ``quantize_u8(y, output_scale, output_zero_point)`` (uint8) of the float result y;
+    ``output_scale`` / ``output_zero_point`` may be lists of one value per output channel (the
+    input quantization of a depthwise QConv with per-channel scales).
     With ``pool_kernel_shape`` (and ``pool_strides``, default 1) the result is
     ``MaxPool(y, kernel_shape, strides)`` without padding, before any requantization.
     """
@@ -306,12 +437,13 @@ def qconv(
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
         raise ValueError(f"QConv: W must be int8, got {w.dtype}")
-    y_q = None if output_scale is None else (output_scale, output_zero_point)
-    if y_q is not None and not (output_scale > 0 and 0 <= output_zero_point <= 255):
-        raise ValueError(f"QConv: output_scale must be > 0 and output_zero_point in [0, 255], got {y_q}")
+    y_q = None if output_scale is None else _requant_attrs(output_scale, output_zero_point, w.shape[0])
     pool = _pool_attrs(pool_kernel_shape, pool_strides)
+    post = (float(post_scale), float(post_shift))
+    if pool is not None and post != (1.0, 0.0):
+        raise ValueError("QConv: pool_kernel_shape with post_scale / post_shift is not supported")
     y = _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
-                    strides, activation, activation_params, y_q, pool, out)
+                    strides, activation, activation_params, y_q, pool, out, post)
     if y is not None:
         return y
     depthwise = x.ndim >= 2 and w.shape[1] == 1 and group == x.shape[1] == w.shape[0]
@@ -331,18 +463,25 @@ def qconv(
         xq, wf, b, z, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
         strides=strides, activation=activation, activation_params=activation_params,
     )
+    if post != (1.0, 0.0):
+        y = y * np.float32(post[0]) + np.float32(post[1])
     if pool is not None:
         y = _fn("", "MaxPool", 1)(y, kernel_shape=pool[0], strides=pool[1])
     return y if y_q is None else requantize_u8(y, *y_q)
 
 
-def requantize_u8(y: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
-    """``clamp(rint(y / scale) + zero_point, 0, 255)`` as uint8 (NaN -> 0), as ``native.quantize_u8``."""
-    t = np.divide(np.asarray(y, dtype=np.float32), np.float32(scale))
-    np.clip(t, np.float32(-zero_point), np.float32(255 - zero_point), out=t)
-    np.nan_to_num(t, copy=False, nan=np.float32(-zero_point))
+def requantize_u8(y: np.ndarray, scale, zero_point) -> np.ndarray:
+    """``clamp(rint(y / scale) + zero_point, 0, 255)`` as uint8 (NaN -> 0), as ``native.quantize_u8``;
+    ``scale`` / ``zero_point`` one value, or sequences of one per channel (axis 1)."""
+    y = np.asarray(y, dtype=np.float32)
+    shape = (1, -1) + (1,) * (y.ndim - 2) if np.ndim(scale) else ()
+    s = np.asarray(scale, np.float32).reshape(shape)
+    zp = np.asarray(zero_point, np.float32).reshape(shape)
+    t = np.divide(y, s)
+    np.clip(t, -zp, np.float32(255) - zp, out=t)
+    t = np.where(np.isnan(t), -zp, t)
     np.rint(t, out=t)
-    t += np.float32(zero_point)
+    t += zp
     return t.astype(np.uint8)
 
 

@@ -301,12 +301,16 @@ def qconv2d_prepare(x_shape, packed_w, m, group, k, s, d, pb, out, scale, bias, 
             pb[0], pb[1], out[0], out[1], _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), act, a0, a1)
 
 
-def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=None, y_q=None) -> None:
+def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=None, y_q=None,
+                 post=(1.0, 0.0)) -> None:
     """Run a prepared int8 convolution (see :func:`qconv2d`); ``scale`` overrides the prepared
     per-row scales (dynamic quantization).  ``x`` may be uint8 (already quantized with
-    ``x_zero``); with ``y_q = (y_scale, y_zero)`` ``y`` is uint8: the float result requantized."""
+    ``x_zero``); ``post = (a, b)``: the result is ``a * act(...) + b``; with
+    ``y_q = (y_scale, y_zero)`` (a float and an int, or float32 and int32 arrays of one value per
+    output channel) ``y`` is uint8: the float result requantized."""
     (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
-    if y_q is None and x.itemsize == 4:  # the common float -> float call (fewer arguments to convert)
+    # the common float -> float call (fewer arguments to convert)
+    if y_q is None and x.itemsize == 4 and post == (1.0, 0.0):
         rc = _lib.mrt_qconv2d_f32(
             _ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
             ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual), _ptr(y),
@@ -316,15 +320,68 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
             raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
         return
     x_u8 = x.itemsize == 1
+    if y_q and not hasattr(y_q[0], "__len__"):  # one scale and zero point for every channel
+        import numpy as np
+
+        y_q = (np.full(m, y_q[0], np.float32), np.full(m, y_q[1], np.int32))
     rc = _lib.mrt_qconv2d_q(
         _ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
         kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
         _ffi.NULL if residual is None else _ptr(residual), _ffi.NULL if y_q else _ptr(y),
-        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, y_q[0] if y_q else 1.0, int(y_q[1]) if y_q else 0,
-        act, a0, a1, threads(),
+        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, _ptr(y_q[0]) if y_q else _ffi.NULL,
+        _ffi.from_buffer("int32_t[]", y_q[1]) if y_q else _ffi.NULL,
+        act, a0, a1, post[0], post[1], threads(),
     )
     if rc != 0:
         raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+
+
+# Largest kh * kw for mrt_qdwconv2d: its integer sums stay exact in float32 (255 * 128 * 514 < 2^24).
+QDW_MAX_TAPS = 514
+
+
+def has_qdwconv2d() -> bool:
+    """True when the loaded module has the int8 depthwise conv (not in older modules)."""
+    return _lib is not None and hasattr(_lib, "mrt_qdwconv2d")
+
+
+def qdwconv2d_prepare(x_shape, k, s, d, pb, out, x_scale, x_zero, w, scale, bias, act=0, a0=0.0, a1=0.0,
+                      post=(1.0, 0.0)):
+    """The constant arguments of :func:`qdwconv2d_call` for one depthwise layer and input shape.
+
+    ``x_scale`` / ``x_zero`` float32 (C,) (the zero points integer valued), ``w`` float32
+    (C, KH, KW) holding the int8 weights, ``scale`` float32 (C,) = x_scale * w_scale,
+    ``bias`` float32 (C,) or None; ``post = (a, b)``: y = a * act(...) + b.  The returned
+    tuple keeps the arrays alive."""
+    n, c, h, wd = x_shape
+    params = _ffi.new("mrt_qdw_params *")
+    params.x_scale, params.x_zero = _ptr(x_scale), _ptr(x_zero)
+    params.w, params.scale = _ptr(w), _ptr(scale)
+    params.bias = _ffi.NULL if bias is None else _ptr(bias)
+    params.act, params.a0, params.a1 = act, a0, a1
+    params.post_a, params.post_b = post
+    keep = (x_scale, x_zero, w, scale, bias)
+    return (keep, params, n, c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1])
+
+
+def qdwconv2d_call(prep, x, y, residual=None, y_q=None) -> None:
+    """Run a prepared int8 depthwise conv: ``x`` float32 or uint8 (already quantized with the
+    prepared zero points), ``y`` float32, or uint8 with ``y_q = (y_scale, y_zero)``;
+    ``residual`` float32 like the output or None (added before the activation)."""
+    (_, template, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow) = prep
+    params = _ffi.new("mrt_qdw_params *", template[0])  # per call: sessions may run on several threads
+    if x.itemsize == 1:
+        params.xq = _ffi.from_buffer("uint8_t[]", x)
+    else:
+        params.x = _ptr(x)
+    if y_q is None:
+        params.y = _ptr(y)
+    else:
+        params.yq = _ffi.from_buffer("uint8_t[]", y)
+        params.y_scale, params.y_zero = float(y_q[0]), int(y_q[1])
+    if residual is not None:
+        params.res = _ptr(residual)
+    _lib.mrt_qdwconv2d(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, threads())
 
 
 def has_qconv2d_pool() -> bool:

@@ -55,8 +55,8 @@ def make_builder(src_dir: str = REL) -> FFI:
         '#include "kernels.h"\n',
         sources=[os.path.join(src_dir, "kernels.c")],
         include_dirs=[src_dir],
-        depends=[os.path.join(src_dir, n) for n in ("kernels.h", "kernels_impl.h", "layout_impl.h", "gemm_impl.h",
-                                                    "rowops_impl.h", "dwconv_impl.h", "qgemm.h")],
+        # every header beside kernels.c is included by it: a change to any of them rebuilds the module
+        depends=[os.path.join(src_dir, n) for n in sorted(os.listdir(HERE)) if n.endswith(".h")],
         # (an undeclared function is an error, not a module that fails to load at run time)
         extra_compile_args=["-O3", "-pthread", "-fno-trapping-math", "-fno-math-errno",
                             "-Werror=implicit-function-declaration"] if _unix else ["/O2"],

@@ -28,6 +28,15 @@
  *     item's rows once stored (act_row; calling the vector epilogue per
  *     stored vector measured slower: it is not inlined).
  *
+ * The int8 depthwise conv (FN(qdwconv2d), QConv with group == channels) is the
+ * same code on integer values: the band holds q - x_zero[c] (q the uint8
+ * input, or the float input quantized while it is copied in), the weights are
+ * the int8 values as floats, and the accumulators start at 0.  Every product
+ * is an integer of magnitude <= 255 * 128 and every partial sum stays below
+ * 2^24 (taps <= DW_EXACT_TAPS), so float32 sums them exactly in any order:
+ * the accumulator is the exact int32 sum, computed at float speed.  The
+ * epilogue then runs over the item's rows (FN(dw_q_epilogue)).
+ *
  * Column vectors: a row of ow >= MRT_VL outputs is covered by whole vectors,
  * the last one moved back to end at ow (it recomputes a few columns rather
  * than storing a partial vector).  A row narrower than a vector is stored
@@ -66,6 +75,9 @@
 #define DW_R 4
 /* Floats of padded input per band: a band stays in L1 while it is used. */
 #define DW_BAND_FLOATS 8192
+/* int8: the most taps whose integer sums stay exact in float32 (255 * 128 * 514 < 2^24);
+ * mirrored by minirt/kernels/qlinear.py, which sends larger kernels to numpy. */
+#define DW_EXACT_TAPS 514
 
 #define DW_INLINE inline __attribute__((always_inline))
 
@@ -79,6 +91,14 @@ typedef struct {
     long ps;        /* row stride of the band (a multiple of MRT_VL) */
     int band_rows;  /* output rows per work item (the last band of a plane may have fewer) */
     int nbands;     /* bands per plane */
+    /* int8 (FN(qdwconv2d)); scale == NULL for the float conv */
+    const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
+    const float *xs, *xz;     /* per channel input scale and zero point (integer valued) */
+    const float *scale;       /* per channel x_scale * w_scale: y = scale * acc + bias (+ res) */
+    const float *res;         /* residual like the output, or NULL */
+    float post_a, post_b;     /* y = post_a * act(y) + post_b */
+    uint8_t *yq;              /* uint8 output clamp(rint(y / y_scale) + y_zero) instead of y, or NULL */
+    float y_scale, y_zero;
 } FN(dw_args);
 
 /* Even / odd floats of lo:hi, in the lane order of DW_EVEN_LANES. */
@@ -174,21 +194,24 @@ static DW_INLINE MRT_TARGET void FN(dw_block)(const float *in, long ps, const FN
  * row oy0 * S), DW_R rows at a time, then the remainder (2 and 1). */
 static DW_INLINE MRT_TARGET void FN(dw_band_fixed)(const FN(dw_args) *a, const float *band, const FN(vf) *wv,
                                                    FN(vf) bv, float *yp, int oy0, int oy1, const int K, const int S) {
+    /* yp: output row oy0 */
     const int R = DW_R;
     const long ps = a->ps;
     const int ow = a->ow;
     int oy = oy0;
     for (; oy + R <= oy1; oy += R)
-        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, R);
+        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)(oy - oy0) * ow, ow, oy1 - oy, K, S, R);
     if (R > 2 && oy + 2 <= oy1) {
-        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, 2);
+        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)(oy - oy0) * ow, ow, oy1 - oy, K, S,
+                     2);
         oy += 2;
     }
     for (; oy < oy1; ++oy)
-        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)oy * ow, ow, oy1 - oy, K, S, 1);
+        FN(dw_block)(band + (long)(oy - oy0) * S * ps, ps, wv, bv, yp + (long)(oy - oy0) * ow, ow, oy1 - oy, K, S,
+                     1);
 }
 
-/* Any kernel size, stride and dilation, one output row at a time. */
+/* Any kernel size, stride and dilation, one output row at a time (yp: output row oy0). */
 static MRT_TARGET void FN(dw_band_generic)(const FN(dw_args) *a, const float *band, const float *wk, float b,
                                            float *yp, int oy0, int oy1) {
     const long ps = a->ps;
@@ -196,7 +219,7 @@ static MRT_TARGET void FN(dw_band_generic)(const FN(dw_args) *a, const float *ba
     const FN(vf) zero = {0};
     for (int oy = oy0; oy < oy1; ++oy) {
         const float *in = band + (long)(oy - oy0) * a->sh * ps;
-        float *y = yp + (long)oy * ow;
+        float *y = yp + (long)(oy - oy0) * ow;
         for (int ox0 = 0; ox0 < ow; ox0 += MRT_VL) {
             const int ox = (ox0 + MRT_VL > ow && ow >= MRT_VL) ? ow - MRT_VL : ox0;
             FN(vf) acc = zero + b;
@@ -246,9 +269,48 @@ static inline MRT_TARGET void FN(dw_copy_row)(const FN(dw_args) *a, float *dst, 
     }
 }
 
+/* int8, uint8 input: dst[pl + ix] = src[ix] - zp, ix < wd (exact small integers).  A plain loop:
+ * GCC vectorises it (zero-extend + convert); __builtin_convertvector of a byte vector was slower. */
+static inline MRT_TARGET void FN(dw_copy_row_u8)(const FN(dw_args) *a, float *restrict dst, const uint8_t *restrict src,
+                                                 float zp) {
+    float *restrict d = dst + a->pl;
+    const int wd = a->wd;
+    for (int j = 0; j < wd; ++j) d[j] = (float)src[j] - zp;
+}
+
+/* int8, float input: dst[pl + ix] = clamp(rint(src[ix] / xs), -zp, 255 - zp), i.e. quantize_u8(x) - zp
+ * (NaN -> -zp, as the GEMM path's quantization). */
+static inline MRT_TARGET void FN(dw_copy_row_quant)(const FN(dw_args) *a, float *dst, const float *src, float xs,
+                                                    float zp) {
+    const int wd = a->wd;
+    float *d = dst + a->pl;
+    const FN(vf) zero = {0}, lo = zero - zp, hi = zero + (255.0f - zp), vs = zero + xs;
+    int j = 0;
+    if (wd >= MRT_VL) {
+        for (;; j += MRT_VL) {
+            if (j + MRT_VL > wd) j = wd - MRT_VL;
+            FN(vf) t = FN(vload)(src + j) / vs;
+            t = FN(vsel)(t > lo, t, lo);
+            t = FN(vsel)(t < hi, t, hi);
+            FN(vstore)(d + j, (t + 12582912.0f) - 12582912.0f); /* round half to even, |t| <= 255 */
+            if (j + MRT_VL == wd) break;
+        }
+        return;
+    }
+    for (; j < wd; ++j) {
+        float t = src[j] / xs;
+        t = t > -zp ? t : -zp;
+        t = t < 255.0f - zp ? t : 255.0f - zp;
+        d[j] = (t + 12582912.0f) - 12582912.0f;
+    }
+}
+
 /* Padded rows [r0, r1) of plane xp into the band: band[i][pl + ix] =
- * x[r0 + i - pt][ix]. */
-static MRT_TARGET void FN(dw_fill_band)(const FN(dw_args) *a, const float *xp, int r0, int r1, float *band) {
+ * x[r0 + i - pt][ix] (int8: the quantized value minus the zero point of channel ch). */
+static MRT_TARGET void FN(dw_fill_band)(const FN(dw_args) *a, long plane, int ch, int r0, int r1, float *band) {
+    const float *xp = a->x ? a->x + plane * a->h * a->wd : NULL;
+    const uint8_t *xqp = a->xq ? a->xq + plane * a->h * a->wd : NULL;
+    const float zp = a->scale ? a->xz[ch] : 0.0f;
     const FN(vf) zero = {0};
     for (int i = 0; i < r1 - r0; ++i) {
         float *dst = band + (long)i * a->ps;
@@ -257,20 +319,122 @@ static MRT_TARGET void FN(dw_fill_band)(const FN(dw_args) *a, const float *xp, i
             for (long j = a->pl; j < (long)a->pl + a->wd; j += MRT_VL) FN(vstore)(dst + j, zero);
             continue;
         }
-        FN(dw_copy_row)(a, dst, xp + (long)iy * a->wd);
+        if (xqp)
+            FN(dw_copy_row_u8)(a, dst, xqp + (long)iy * a->wd, zp);
+        else if (a->scale)
+            FN(dw_copy_row_quant)(a, dst, xp + (long)iy * a->wd, a->xs[ch], zp);
+        else
+            FN(dw_copy_row)(a, dst, xp + (long)iy * a->wd);
     }
 }
 
-/* Output rows [oy0, oy1) of work item p, from its band. */
-static MRT_TARGET void FN(dw_item)(const FN(dw_args) *a, long p, const float *band, FN(vf) *wv) {
+/* The parameters of the int8 epilogue, copied out of FN(dw_args) so that they stay in registers
+ * (stores to the output could alias the struct). */
+typedef struct {
+    float s, b, a0, a1, post_a, post_b;
+    int act;
+} FN(dw_q_consts);
+
+/* One vector of the int8 epilogue for the activations it inlines (none, Relu, Clip, HardSwish:
+ * the formulas of act_row): post_a * act(s * acc + b + r) + post_b. */
+static inline MRT_TARGET FN(vf) FN(dw_q_vec)(const FN(dw_q_consts) k, FN(vf) acc, FN(vf) r) {
+    const FN(vf) zero = {0};
+    FN(vf) v = k.s * acc + k.b + r;
+    if (k.act == MRT_ACT_RELU) {
+        v = FN(vsel)(v < zero, zero, v);
+    } else if (k.act == MRT_ACT_CLIP) {
+        const FN(vf) lo = zero + k.a0, hi = zero + k.a1;
+        v = FN(vsel)(v < lo, lo, v);
+        v = FN(vsel)(v > hi, hi, v);
+    } else if (k.act == MRT_ACT_HARDSWISH) {
+        FN(vf) t = v * (1.0f / 6.0f) + 0.5f;
+        const FN(vf) one = zero + 1.0f;
+        t = FN(vsel)(t < zero, zero, t);
+        t = FN(vsel)(t > one, one, t);
+        v = v * t;
+    }
+    return k.post_a * v + k.post_b;
+}
+
+/* int8 epilogue over n outputs of channel ch (acc: the exact integer sums, in place):
+ * y = post_a * act(scale * acc + bias (+ res)) + post_b, stored as float in place or, with
+ * a->yq, requantized to uint8 into yq (clamp(rint(y / y_scale) + y_zero), NaN -> 0, as the
+ * GEMM's requantization).  Common activations run in one vector pass; others through act_row. */
+static MRT_TARGET void FN(dw_q_epilogue)(const FN(dw_args) *a, int ch, float *restrict acc, long n,
+                                         const float *restrict res, uint8_t *restrict yq) {
+    const float s = a->scale[ch], b = a->bias ? a->bias[ch] : 0.0f;
+    const int inline_act = a->act == MRT_ACT_NONE || a->act == MRT_ACT_RELU || a->act == MRT_ACT_CLIP ||
+                           a->act == MRT_ACT_HARDSWISH;
+    if (inline_act) {
+        const FN(dw_q_consts) k = {s, b, a->a0, a->a1, a->post_a, a->post_b, a->act};
+        const FN(vf) zero = {0};
+        const float yz = a->y_zero;
+        const FN(vf) lo = zero - yz, hi = zero + (255.0f - yz), ys = zero + a->y_scale;
+        long i = 0;
+        if (!yq) {
+            for (; i + MRT_VL <= n; i += MRT_VL)
+                FN(vstore)(acc + i, FN(dw_q_vec)(k, FN(vload)(acc + i), res ? FN(vload)(res + i) : zero));
+        } else {
+            for (; i + MRT_VL <= n; i += MRT_VL) {
+                FN(vf) t = FN(dw_q_vec)(k, FN(vload)(acc + i), res ? FN(vload)(res + i) : zero) / ys;
+                t = FN(vsel)(t > lo, t, lo); /* NaN -> lo */
+                t = FN(vsel)(t < hi, t, hi);
+                FN(vstore)(acc + i, (t + 12582912.0f) - 12582912.0f + yz); /* round half to even: 0..255 */
+            }
+        }
+        /* to bytes in a plain loop (GCC vectorises it with packs; a byte vector conversion did not) */
+        if (yq)
+            for (long j = 0; j < i; ++j) yq[j] = (uint8_t)(int)acc[j];
+        if (i == n) return;
+        /* the tail: the same formulas lane by lane */
+        float tv[MRT_VL] = {0}, tr[MRT_VL] = {0};
+        for (long j = i; j < n; ++j) tv[j - i] = acc[j];
+        if (res)
+            for (long j = i; j < n; ++j) tr[j - i] = res[j];
+        FN(vf) v = FN(dw_q_vec)(k, FN(vload)(tv), FN(vload)(tr));
+        FN(vstore)(tv, v);
+        for (long j = i; j < n; ++j) acc[j] = tv[j - i];
+        if (!yq) return;
+        acc += i, yq += i, n -= i;
+        for (long j = 0; j < n; ++j) {
+            float t = acc[j] / a->y_scale;
+            t = t > -a->y_zero ? t : -a->y_zero;
+            t = t < 255.0f - a->y_zero ? t : 255.0f - a->y_zero;
+            t = (t + 12582912.0f) - 12582912.0f;
+            yq[j] = (uint8_t)(int)(t + a->y_zero);
+        }
+        return;
+    }
+    if (res)
+        for (long i = 0; i < n; ++i) acc[i] = s * acc[i] + b + res[i];
+    else
+        for (long i = 0; i < n; ++i) acc[i] = s * acc[i] + b;
+    if (a->act) FN(act_row)(acc, n, a->act, a->a0, a->a1);
+    if (a->post_a != 1.0f || a->post_b != 0.0f)
+        for (long i = 0; i < n; ++i) acc[i] = a->post_a * acc[i] + a->post_b;
+    if (!yq) return;
+    const float lo = -a->y_zero, hi = 255.0f - a->y_zero, ys = a->y_scale, zp = a->y_zero;
+    for (long i = 0; i < n; ++i) {
+        float t = acc[i] / ys;
+        t = t > lo ? t : lo; /* NaN -> lo */
+        t = t < hi ? t : hi;
+        t = (t + 12582912.0f) - 12582912.0f;
+        yq[i] = (uint8_t)(int)(t + zp);
+    }
+}
+
+/* Output rows [oy0, oy1) of work item p, from its band; int8 with a uint8 output computes them
+ * into out_rows (band_rows * ow floats of per-thread scratch) before requantizing. */
+static MRT_TARGET void FN(dw_item)(const FN(dw_args) *a, long p, const float *band, FN(vf) *wv, float *out_rows) {
     const int kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
     const long plane = p / a->nbands;
     const int ch = (int)(plane % a->c);
     const int oy0 = (int)(p % a->nbands) * a->band_rows;
     const int oy1 = oy0 + a->band_rows < oh ? oy0 + a->band_rows : oh;
     const float *wk = a->w + (long)ch * kh * kw;
-    float *yp = a->y + plane * oh * ow;
-    const float b = a->bias ? a->bias[ch] : 0.0f;
+    const long first = plane * oh * ow + (long)oy0 * ow; /* output row oy0 */
+    float *yp = a->yq ? out_rows : a->y + first;
+    const float b = a->bias && !a->scale ? a->bias[ch] : 0.0f; /* int8: bias in the epilogue */
     const FN(vf) zero = {0};
     if (!a->fixed) {
         FN(dw_band_generic)(a, band, wk, b, yp, oy0, oy1);
@@ -286,7 +450,11 @@ static MRT_TARGET void FN(dw_item)(const FN(dw_args) *a, long p, const float *ba
         default: FN(dw_band_fixed)(a, band, wv, bv, yp, oy0, oy1, 7, 2); break;
         }
     }
-    if (a->act) FN(act_row)(yp + (long)oy0 * ow, (long)(oy1 - oy0) * ow, a->act, a->a0, a->a1);
+    if (a->scale)
+        FN(dw_q_epilogue)(a, ch, yp, (long)(oy1 - oy0) * ow, a->res ? a->res + first : NULL,
+                          a->yq ? a->yq + first : NULL);
+    else if (a->act)
+        FN(act_row)(yp, (long)(oy1 - oy0) * ow, a->act, a->a0, a->a1);
 }
 
 /* Fill the band of work item p (its input rows) into band. */
@@ -294,7 +462,7 @@ static inline MRT_TARGET void FN(dw_fill_item)(const FN(dw_args) *a, long p, flo
     const long plane = p / a->nbands;
     const int oy0 = (int)(p % a->nbands) * a->band_rows;
     const int oy1 = oy0 + a->band_rows < a->oh ? oy0 + a->band_rows : a->oh;
-    FN(dw_fill_band)(a, a->x + plane * a->h * a->wd, oy0 * a->sh, (oy1 - 1) * a->sh + (a->kh - 1) * a->dh + 1, band);
+    FN(dw_fill_band)(a, plane, (int)(plane % a->c), oy0 * a->sh, (oy1 - 1) * a->sh + (a->kh - 1) * a->dh + 1, band);
 }
 
 /* Two bands: item p + 1 is copied in while item p is computed from the band
@@ -305,25 +473,27 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
     const FN(dw_args) *a = (const FN(dw_args) *)ctx;
     const int band_in_rows = (a->band_rows - 1) * a->sh + (a->kh - 1) * a->dh + 1;
     const long band_floats = (long)band_in_rows * a->ps + 2 * MRT_VL; /* with slack for spilled stores */
-    float *bands = (float *)mrt_pack_buffer(sizeof(float) * 2 * (size_t)band_floats);
+    const long out_floats = a->yq ? (long)a->band_rows * a->ow : 0; /* int8 uint8 output: float rows */
+    float *bands = (float *)mrt_pack_buffer(sizeof(float) * (2 * (size_t)band_floats + (size_t)out_floats));
     if (!bands) return;
+    float *out_rows = bands + 2 * band_floats;
     FN(dw_zero_margins)(a, bands, band_in_rows);
     FN(dw_zero_margins)(a, bands + band_floats, band_in_rows);
     FN(vf) wv[49];
     FN(dw_fill_item)(a, begin, bands);
     for (long p = begin; p < end; ++p) {
         if (p + 1 < end) FN(dw_fill_item)(a, p + 1, bands + ((p + 1 - begin) & 1) * band_floats);
-        FN(dw_item)(a, p, bands + ((p - begin) & 1) * band_floats, wv);
+        FN(dw_item)(a, p, bands + ((p - begin) & 1) * band_floats, wv, out_rows);
     }
 }
 
-static void FN(dwconv2d)(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
-                         int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act,
-                         float a0, float a1, int nthreads) {
-    if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
+/* Geometry (fixed, ps, bands) of a filled-in FN(dw_args) for n images, and the run. */
+static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
+    FN(dw_args) a = *ap;
+    const int c = a.c, h = a.h, wd = a.wd, kh = a.kh, kw = a.kw, sh = a.sh, sw = a.sw, dh = a.dh, dw = a.dw;
+    const int pl = a.pl, oh = a.oh, ow = a.ow;
     const long planes = (long)n * c;
-    FN(dw_args) a = {x, w, bias, y, x + planes * h * wd, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1,
-                     0, 0, 0, 0};
+    (void)h;
     a.fixed = kh == kw && (kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
     /* a padded row: the input at column pl, and whole-vector reads at the last output column
      * (stride 2 reads two vectors from 2 * ox + even offset) */
@@ -347,10 +517,37 @@ static void FN(dwconv2d)(const float *x, const float *w, const float *bias, floa
     mrt_parallel_for(planes * a.nbands, band * ow * kh * kw, nthreads, FN(dw_task), &a);
 }
 
+static void FN(dwconv2d)(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
+                         int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act,
+                         float a0, float a1, int nthreads) {
+    if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
+    FN(dw_args) a = {0};
+    a.x = x; a.w = w; a.bias = bias; a.y = y; a.x_end = x + (long)n * c * h * wd;
+    a.c = c; a.h = h; a.wd = wd; a.kh = kh; a.kw = kw; a.sh = sh; a.sw = sw; a.dh = dh; a.dw = dw;
+    a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow; a.act = act; a.a0 = a0; a.a1 = a1;
+    FN(dw_run)(&a, n, nthreads);
+}
+
+/* int8 depthwise conv (see the top of this file and mrt_qdwconv2d in kernels.h). */
+static void FN(qdwconv2d)(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+                          int dw, int pt, int pl, int oh, int ow, int nthreads) {
+    if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
+    FN(dw_args) a = {0};
+    a.x = q->x; a.xq = q->xq; a.w = q->w; a.bias = q->bias; a.y = q->y;
+    a.x_end = q->x ? q->x + (long)n * c * h * wd : NULL;
+    a.c = c; a.h = h; a.wd = wd; a.kh = kh; a.kw = kw; a.sh = sh; a.sw = sw; a.dh = dh; a.dw = dw;
+    a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow; a.act = q->act; a.a0 = q->a0; a.a1 = q->a1;
+    a.xs = q->x_scale; a.xz = q->x_zero; a.scale = q->scale; a.res = q->res;
+    a.post_a = q->post_a; a.post_b = q->post_b;
+    a.yq = q->yq; a.y_scale = q->y_scale; a.y_zero = (float)q->y_zero;
+    FN(dw_run)(&a, n, nthreads);
+}
+
 #undef DW_LANES
 #undef DW_EVEN_LANES
 #undef DW_ODD_LANES
 #undef DW_UNPERM_LANES
 #undef DW_R
 #undef DW_BAND_FLOATS
+#undef DW_EXACT_TAPS
 #undef DW_INLINE

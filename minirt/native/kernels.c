@@ -274,6 +274,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #endif
 
 #include "qgemm.h"
+#include "qdwconv_vnni.h"
 
 /* ------------------------------------------------------------------ dispatch */
 
@@ -288,6 +289,8 @@ typedef struct {
                   const float *, int, const float *, long, long, int, float, float, int);
     void (*sgemm_conv)(int, int, int, const float *, const float *, const long *, int, int, int, float *, long,
                        const float *, const float *, int, float, float, int);
+    void (*qdwconv2d)(const mrt_qdw_params *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
+                      int);
 } mrt_impl;
 
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -303,15 +306,23 @@ static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float
     else
         dwconv2d_avx2(x, w, bias, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
 }
+/* The int8 depthwise conv is the same code on integer values: the same choice. */
+static void qdwconv2d_avx512_dispatch(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh,
+                                      int sw, int dh, int dw, int pt, int pl, int oh, int ow, int nthreads) {
+    if (kh * kw >= 25)
+        qdwconv2d_avx512(q, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
+    else
+        qdwconv2d_avx2(q, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
+}
 #endif
 
 static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base,
-                                   sgemm_conv_base};
+                                   sgemm_conv_base, qdwconv2d_base};
 #ifdef MRT_HAVE_AVX2_BUILD
 static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2,
-                                   sgemm_conv_avx2};
+                                   sgemm_conv_avx2, qdwconv2d_avx2};
 static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512,
-                                     sgemm_conv_avx512};
+                                     sgemm_conv_avx512, qdwconv2d_avx512_dispatch};
 #endif
 
 static const mrt_impl *impl = &impl_base;
@@ -400,6 +411,15 @@ int mrt_current_isa(void) { return impl_isa; }
 int mrt_max_threads(void) { return MRT_MAX_THREADS; }
 
 /* ------------------------------------------------------------------ entry points */
+
+void mrt_qdwconv2d(const mrt_qdw_params *params, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+                   int dw, int pt, int pl, int oh, int ow, int nthreads) {
+    if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_dw_vnni(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads)) return;
+#endif
+    impl->qdwconv2d(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
+}
 
 void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
                       int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act, float a0,

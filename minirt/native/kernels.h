@@ -57,6 +57,28 @@ void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, float *
                       int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act, float a0,
                       float a1, int nthreads);
 
+/* int8 depthwise 2-D convolution (QConv with group == c): per channel ch,
+ *   acc = sum over the taps of (xq - x_zero[ch]) * w[ch, ky, kx]   (exact integers; padding is xq == x_zero)
+ *   y   = post_a * act(scale[ch] * acc + bias[ch] + res) + post_b
+ * with xq the uint8 input (xq != NULL) or quantize_u8(x / x_scale[ch] + x_zero[ch]) of the float
+ * input x; w holds the int8 weights as floats (c, kh, kw); bias and res may be NULL.  The output is
+ * the float y, or with yq != NULL the uint8 clamp(rint(y / y_scale) + y_zero, 0, 255).
+ * kh * kw <= 514 (integer sums exact in float32). */
+typedef struct {
+    const float *x;
+    const uint8_t *xq;
+    const float *x_scale, *x_zero; /* per channel; x_zero integer valued in [0, 255] */
+    const float *w, *scale, *bias, *res;
+    float *y;
+    uint8_t *yq;
+    float y_scale;
+    int y_zero;
+    int act;
+    float a0, a1, post_a, post_b;
+} mrt_qdw_params;
+void mrt_qdwconv2d(const mrt_qdw_params *params, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+                   int dw, int pt, int pl, int oh, int ow, int nthreads);
+
 /* Max pooling over planes x (nc, h, w) -> y (nc, oh, ow); taps outside the
  * input are ignored (as if padded with -inf).  NaN propagates. */
 void mrt_maxpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
@@ -130,12 +152,14 @@ int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, 
                     int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
                     const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
                     int nthreads);
-/* The same with x uint8 when x_u8 (no quantization; x_scale unused) and, when yq is not NULL, a uint8
- * output yq = clamp(rint(y / y_scale) + y_zero, 0, 255) instead of the float y (see qgemm.h). */
+/* The same with x uint8 when x_u8 (no quantization; x_scale unused), y = post_a * act(...) + post_b
+ * and, when yq is not NULL, a uint8 output yq = clamp(rint(y / y_scale[o]) + y_zero[o], 0, 255) per
+ * output channel o instead of the float y (see qgemm.h). */
 int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
                   const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
                   int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
-                  float y_scale, int y_zero, int act, float a0, float a1, int nthreads);
+                  const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, float post_a, float post_b,
+                  int nthreads);
 /* mrt_qconv2d_q with a float output max-pooled in the output stage: y (n, m, poh, pow) = MaxPool of
  * the (n, m, oh, ow) conv result over (pkh, pkw) windows at strides (psh, psw), no padding, NaN
  * propagating: poh = (oh - pkh) / psh + 1, pow likewise.  Returns 0, -1 without scratch memory,

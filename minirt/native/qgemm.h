@@ -95,10 +95,11 @@ typedef struct {
     float a0, a1;
     int nc, mc, nblocks;
     int nr; /* panel width: Q_NR, or 16 for narrow GEMMs on VNNI (N <= 16) */
-    uint8_t *Cq; /* u8 output (requantized: clamp(rint(c / yscale) + yzp)) instead of C, or NULL */
+    uint8_t *Cq; /* u8 output (requantized: clamp(rint(c / yscale[m]) + yzp[m])) instead of C, or NULL */
     long ldcq;
-    float yscale;
-    int yzp;
+    const float *yscale; /* per row m (output channel) */
+    const int32_t *yzp;
+    float post_a, post_b; /* c = post_a * act(c) + post_b (QConv's post_scale / post_shift), before Cq */
     int neon, dot; /* this call's choices (read once from q_use_neon / q_use_dotprod) */
 } q_args;
 
@@ -158,6 +159,13 @@ static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *o
                 for (int t = 0; t < 4; ++t) dst[j * 4 + t] = (uint8_t)(((r[t] && j < w) ? r[t][j] : 0) ^ flip);
         }
     }
+}
+
+/* c[0:n] = post_a * c + post_b, when that is not the identity. */
+static void q_post_row(const q_args *g, float *c, long n) {
+    if (g->post_a == 1.0f && g->post_b == 0.0f) return;
+    const float pa = g->post_a, pb = g->post_b;
+    for (long j = 0; j < n; ++j) c[j] = pa * c[j] + pb;
 }
 
 /* Dequantize + epilogue for one row of a tile: c[0:nr] from int32 acc. */
@@ -373,6 +381,7 @@ static void q_task(void *ctx, long begin, long end) {
                 else
                     for (int m = m0; m < m1; ++m) q_act_row(g->C + (long)m * g->ldc, 1, g->act, g->a0, g->a1);
             }
+            for (int m = m0; m < m1; ++m) q_post_row(g, g->C + (long)m * g->ldc, 1);
         }
         return;
     }
@@ -423,10 +432,13 @@ static void q_task(void *ctx, long begin, long end) {
         /* activation over whole rows of the block (still in L2): long vector loops */
         if (g->act)
             for (int i = 0; i < mb; ++i) q_act_row(cb + (long)i * ldb, nb, g->act, g->a0, g->a1);
+        for (int i = 0; i < mb; ++i) q_post_row(g, cb + (long)i * ldb, nb);
         if (g->Cq)
             for (int i = 0; i < mb; ++i) {
-                q_quant_args qa = {cb + (long)i * ldb, g->Cq + (long)(m0 + i) * g->ldcq + n0, g->yscale,
-                                   (float)(0 - g->yzp), (float)(255 - g->yzp), (float)g->yzp};
+                const float ys = g->yscale[m0 + i];
+                const int yz = g->yzp[m0 + i];
+                q_quant_args qa = {cb + (long)i * ldb, g->Cq + (long)(m0 + i) * g->ldcq + n0, ys, (float)(0 - yz),
+                                   (float)(255 - yz), (float)yz};
                 q_quant_task(&qa, 0, nb);
             }
     }
@@ -434,11 +446,12 @@ static void q_task(void *ctx, long begin, long end) {
 
 static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                          int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
-                         long ldr, int act, float a0, float a1, uint8_t *Cq, long ldcq, float yscale, int yzp,
-                         int nthreads) {
+                         long ldr, int act, float a0, float a1, float post_a, float post_b, uint8_t *Cq, long ldcq,
+                         const float *yscale, const int32_t *yzp, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
     g.Cq = Cq; g.ldcq = ldcq; g.yscale = yscale; g.yzp = yzp;
+    g.post_a = post_a; g.post_b = post_b;
     g.sums = sums;
     g.W = W;
     g.X = X; g.C = C; g.scale = scale; g.bias = bias; g.res = res;
@@ -479,8 +492,8 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
 static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                        int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                        long ldr, int act, float a0, float a1, int nthreads) {
-    q_gemm_run_q(M, N, K, sums, W, X, ldx, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, NULL, 0, 1.0f, 0,
-                 nthreads);
+    q_gemm_run_q(M, N, K, sums, W, X, ldx, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f, NULL, 0,
+                 NULL, NULL, nthreads);
 }
 
 void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
@@ -665,7 +678,7 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  * group's GEMM runs on the packed weights of all m rows (mrt_qgemm_pack_w of the
  * (m, c/group*kh*kw) matrix).  One call per layer instead of one per step and image. */
 /* mrt_qconv2d_q: the same with x already uint8 (x_u8: no quantize pass; x_scale unused) and/or a
- * uint8 output yq = clamp(rint(y / y_scale) + y_zero, 0, 255) of that float y (yq != NULL: y unused),
+ * uint8 output yq = clamp(rint(y / y_scale[m]) + y_zero[m], 0, 255) of that float y (yq != NULL: y unused),
  * requantized per block in the GEMM epilogue: int8 layers chained without a float tensor between.
  *
  * The batch runs in chunks of nb images, as mrt_conv2d_f32 (D22): planes under
@@ -710,8 +723,10 @@ static void q_maxpool_plane(const float *x, float *y, int wd, int kh, int kw, in
 
 typedef struct {
     const void *x;
-    int x_u8, n, c, h, wd, x_zero, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, y_zero;
-    float x_scale, y_scale, a0, a1;
+    int x_u8, n, c, h, wd, x_zero, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act;
+    float x_scale, a0, a1, post_a, post_b;
+    const float *y_scale; /* per output channel (uint8 output) */
+    const int32_t *y_zero;
     const int32_t *sums;
     const int8_t *W;
     const float *scale, *bias, *res;
@@ -754,8 +769,9 @@ static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int
             long r0 = (long)g * mg;
             q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src + (long)g * kg * p, p, a->x_zero,
                          a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
-                         ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, yqi ? yqi + r0 * p : NULL, p, a->y_scale,
-                         a->y_zero, nt);
+                         ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
+                         yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
+                         nt);
         }
         return;
     }
@@ -782,7 +798,8 @@ static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int
         const long r0 = (long)g * mg;
         q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + (long)g * kg * ldb, ldb, a->x_zero,
                      a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
-                     a->res ? 0 : a->act, a->a0, a->a1, q_out ? tmpq : NULL, ldb, a->y_scale, a->y_zero, nt);
+                     a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a, a->res ? 0.0f : a->post_b,
+                     q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL, q_out ? a->y_zero + r0 : NULL, nt);
         for (int j = 0; j < nb; ++j) {
             if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
                 const long pp = (long)a->poh * a->pow;
@@ -805,14 +822,17 @@ static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int
                     continue;
                 }
                 float *t = tmp + r * ldb + j * p;
-                if (a->res) { /* as q_store_row: (scale * acc + bias) + res, then the activation */
+                if (a->res) { /* as q_store_row: (scale * acc + bias) + res, then the activation, post */
                     const float *rr = a->res + yo + r * p;
                     for (long k = 0; k < p; ++k) t[k] = t[k] + rr[k];
                     if (a->act) q_act_row(t, p, a->act, a->a0, a->a1);
+                    if (a->post_a != 1.0f || a->post_b != 0.0f)
+                        for (long k = 0; k < p; ++k) t[k] = a->post_a * t[k] + a->post_b;
                 }
                 if (a->yq) {
-                    q_quant_args qa = {t, a->yq + yo + r * p, a->y_scale, (float)(0 - a->y_zero),
-                                       (float)(255 - a->y_zero), (float)a->y_zero};
+                    const int yz = a->y_zero[r0 + r];
+                    q_quant_args qa = {t, a->yq + yo + r * p, a->y_scale[r0 + r], (float)(0 - yz), (float)(255 - yz),
+                                       (float)yz};
                     q_quant_task(&qa, 0, p);
                 } else {
                     memcpy(a->y + yo + r * p, t, sizeof(float) * p);
@@ -836,8 +856,9 @@ static void q_conv_task(void *ctx, long begin, long end) {
 static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
                      const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
                      int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
-                     uint8_t *yq, float y_scale, int y_zero, int pkh, int pkw, int psh, int psw, int act, float a0,
-                     float a1, int nthreads) {
+                     uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
+                     int act, float a0,
+                     float a1, float post_a, float post_b, int nthreads) {
     if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
     if (group < 1 || c % group || m % group) return -1;
     if (nthreads < 1) nthreads = 1;
@@ -846,6 +867,7 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     a.x = x; a.x_u8 = x_u8; a.n = n; a.c = c; a.h = h; a.wd = wd; a.x_zero = x_zero; a.m = m; a.group = group;
     a.kh = kh; a.kw = kw; a.sh = sh; a.sw = sw; a.dh = dh; a.dw = dw; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow;
     a.act = act; a.y_zero = y_zero; a.x_scale = x_scale; a.y_scale = y_scale; a.a0 = a0; a.a1 = a1;
+    a.post_a = post_a; a.post_b = post_b;
     a.sums = (const int32_t *)packed_w;
     a.W = (const int8_t *)packed_w + (long)m * 4;
     a.scale = scale; a.bias = bias; a.res = res; a.y = y; a.yq = yq;
@@ -881,9 +903,10 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
 int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
                   const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
                   int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
-                  float y_scale, int y_zero, int act, float a0, float a1, int nthreads) {
+                  const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, float post_a, float post_b,
+                  int nthreads) {
     return q_qconv2d(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                     scale, bias, res, y, yq, y_scale, y_zero, 0, 0, 0, 0, act, a0, a1, nthreads);
+                     scale, bias, res, y, yq, y_scale, y_zero, 0, 0, 0, 0, act, a0, a1, post_a, post_b, nthreads);
 }
 
 int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
@@ -892,7 +915,7 @@ int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, f
                          int pkw, int psh, int psw, float *y, int act, float a0, float a1, int nthreads) {
     if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || oh < pkh || ow < pkw) return -2;
     return q_qconv2d(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                     scale, bias, res, y, NULL, 1.0f, 0, pkh, pkw, psh, psw, act, a0, a1, nthreads);
+                     scale, bias, res, y, NULL, NULL, NULL, pkh, pkw, psh, psw, act, a0, a1, 1.0f, 0.0f, nthreads);
 }
 
 int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,
@@ -900,7 +923,7 @@ int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, 
                     const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
                     int nthreads) {
     return mrt_qconv2d_q(x, 0, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh,
-                         ow, scale, bias, res, y, NULL, 1.0f, 0, act, a0, a1, nthreads);
+                         ow, scale, bias, res, y, NULL, NULL, NULL, act, a0, a1, 1.0f, 0.0f, nthreads);
 }
 
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):

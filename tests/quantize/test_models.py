@@ -44,7 +44,7 @@ def test_int8_chained_is_identical_to_unchained(native_on, digits, heldout, cali
 
     images, _ = heldout
     plain = digits.clone()
-    quantize(plain, "int8", calib, QuantizeOptions(**NO_TIMING))
+    quantize(plain, "int8", calib, QuantizeOptions(chain_int8=False, **NO_TIMING))
     quantize(digits, "int8", calib, QuantizeOptions(chain_int8=True, **NO_TIMING))
     chained = [n for n in digits.graph if n.op_type == "QConv" and "output_scale" in n.attributes]
     assert [n.name for n in chained] == ["/0/Conv"]  # -> /3/Conv; /3 has the MaxPool fused, /7 feeds Flatten
@@ -185,23 +185,40 @@ def _rapidocr_model(name):
 
 
 def test_ppocr_det_int8_and_fp16_sizes():
+    from tests.native.conftest import numpy_path
+
     path = _rapidocr_model("ch_PP-OCRv4_det_infer.onnx")
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.standard_normal((1, 3, 64, 96)).astype(np.float32)} for _ in range(2)]
     model = optimized(path)
     report = quantize(model, "int8", feeds, QuantizeOptions(**NO_TIMING))
-    # depthwise convolutions compute in float (faster than int8) but store int8 weights (weights-only)
+    # depthwise convolutions are int8 too (D-qdw): per-channel input scales, chained in uint8
+    # with their neighbours; the learnable affine Mul / Add after each QConv folded into it
     assert report.size_ratio <= 0.30
-    assert len(report.quantized) > 30
-    depthwise = [k for k in report.kept_float if "depthwise" in k["reason"]]
-    assert depthwise and any("weights stored int8" in k["reason"] for k in depthwise)
-    assert {k["node"] for k in depthwise if "weights stored int8" in k["reason"]} <= set(report.weight_only)
+    assert len(report.quantized) > 40
+    assert not any("depthwise" in k["reason"] for k in report.kept_float)
+    qconvs = [n for n in model.graph if n.op_type == "QConv"]
+    depthwise = [n for n in qconvs if n.inputs[3].shape[1] == 1]
+    assert len(depthwise) >= 14 and all(n.inputs[1].shape == (n.inputs[3].shape[0],) for n in depthwise)
+    assert sum("output_scale" in n.attributes for n in qconvs) >= 20  # into and out of the depthwise convs
+    assert sum("post_scale" in n.attributes for n in qconvs) >= 20
     dequant = [n for n in model.graph if n.op_type == "DequantizeWeights"]
-    assert len(dequant) >= len(report.weight_only) - 2  # ConvTranspose weights too; shared weights share one
-    assert all(n.inputs[0].dtype == ir.DataType.INT8 for n in dequant)
+    assert dequant and all(n.inputs[0].dtype == ir.DataType.INT8 for n in dequant)  # ConvTranspose, small convs
     assert any(k["node"].startswith("p2o.ConvTranspose") for k in report.kept_float)  # final layer
     y = _run.session(model).run(None, feeds[0])[0]
     assert y.shape == (1, 1, 64, 96) and np.isfinite(y).all()
+    with numpy_path():  # the numpy reference path of every quantized op
+        np.testing.assert_allclose(_run.session(model).run(None, feeds[0])[0], y, atol=0.02)
+    # the previous defaults: depthwise float (weights stored int8), nothing chained, Mul / Add nodes
+    model = optimized(path)
+    report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=False, chain_int8=False,
+                                                            fold_affine=False, **NO_TIMING))
+    depthwise = [k for k in report.kept_float if "depthwise" in k["reason"]]
+    assert depthwise and any("weights stored int8" in k["reason"] for k in depthwise)
+    assert {k["node"] for k in depthwise if "weights stored int8" in k["reason"]} <= set(report.weight_only)
+    assert not any("post_scale" in n.attributes or "output_scale" in n.attributes for n in model.graph)
+    y_plain = _run.session(model).run(None, feeds[0])[0]
+    assert np.abs(y_plain - y).max() < 0.5
     model = optimized(path)
     report = quantize(model, "fp16", None, QuantizeOptions(eval=feeds, **NO_TIMING))
     assert report.size_ratio <= 0.55
