@@ -155,6 +155,28 @@ def collect_ranges(model: ir.Model, names: list[str], feeds, method: str = "minm
     return out
 
 
+def _check_feed_shapes(model: ir.Model, feeds, what: str) -> None:
+    """Every feed's arrays against the model's fixed input dimensions (after --input-shape): a clear build
+    error naming the feed, instead of the session's error from deep inside the accuracy measurement."""
+    fixed = {}
+    for v in model.graph.inputs:
+        if v.shape is not None:
+            fixed[v.name] = [d if isinstance(d, int) else None for d in v.shape]
+    for i, feed in enumerate(feeds):
+        for name, arr in feed.items():
+            want = fixed.get(name)
+            shape = list(np.shape(arr))
+            if want is None:
+                continue
+            if len(shape) != len(want) or any(w is not None and w != g for w, g in zip(want, shape)):
+                shown = ["?" if w is None else w for w in want]
+                raise BuildError(
+                    f"{what} feed {i}: input {name!r} has shape {shape}, but the model takes {shown} "
+                    f"(fixed by the model or by --input-shape); give {what} data of that shape, or leave the "
+                    f"varying dimension symbolic when building"
+                )
+
+
 def _native_int8() -> bool:
     from minirt import native
 
@@ -200,6 +222,9 @@ def quantize(
     if not evals:
         evals = _random_feeds(model)
         report.eval_source = "a random input" if evals else "no data"
+    _check_feed_shapes(model, calib, "calibration")
+    if opts.eval is not None:
+        _check_feed_shapes(model, evals, "--eval")
     report.calibration_feeds, report.eval_feeds = len(calib), len(evals)
     labels = evals.all_labels()
     report.timings["load_data"] = time.perf_counter() - t0
