@@ -326,11 +326,7 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
     if group == c and cg == 1 and m == c and kk > 1:
         y = _out_buffer(dst, (n, c) + tuple(out))
         wc = np.ascontiguousarray(w)
-        if z is None:
-            _native.dwconv2d(x, wc, b, y, k, s, d, pb, act, a0, a1)
-        else:
-            _native.dwconv2d(x, wc, b, y, k, s, d, pb)
-            _native.bias_act(y, None, z, act, a0, a1)
+        _native.dwconv2d(x, wc, b, y, k, s, d, pb, act, a0, a1, residual=z)
         return y
     if _native.has_conv2d():
         # the whole batch in one native call (im2col + GEMM + epilogue per image, threads over images)
