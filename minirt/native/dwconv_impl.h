@@ -416,7 +416,7 @@ static DW_INLINE MRT_TARGET void FN(dw_transpose)(FN(vf) *v) {
  * is the band row of iy0 at the first input column.  The pixels of those rows
  * are contiguous in each plane, so they go MRT_VL at a time whatever the
  * width, the last group moved back to end at the last pixel. */
-static MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int wd, long wp, int iy0, int iy1, float *dst) {
+static DW_INLINE MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int wd, long wp, int iy0, int iy1, float *dst) {
     const long p0 = (long)iy0 * wd, p1 = (long)iy1 * wd;
     if (p1 - p0 < MRT_VL) { /* fewer pixels than lanes */
         for (long p = p0; p < p1; ++p) {
@@ -447,7 +447,7 @@ static MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int wd, long 
 
 /* Output pixels [p0, p1) of the MRT_VL planes: lane l of out[p - p0] goes to
  * yl[l][p] for l < nch (the real channels of the block). */
-static MRT_TARGET void FN(dw_cb_store)(const float *out, long p0, long p1, float *const *yl, int nch) {
+static DW_INLINE MRT_TARGET void FN(dw_cb_store)(const float *out, long p0, long p1, float *const *yl, int nch) {
     if (p1 - p0 < MRT_VL) {
         for (long p = p0; p < p1; ++p)
             for (int l = 0; l < nch; ++l) yl[l][p] = out[(p - p0) * MRT_VL + l];
@@ -504,45 +504,84 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_row_fixed)(const float *const *in, con
         FN(dw_cb_pixels)(in, wv, bv, out, ox + DW_CB_RB <= ow ? ox : ow - DW_CB_RB, K, S, DW_CB_RB);
 }
 
-/* One output row, any kernel, stride and dilation (in[ky]: the band row of
- * kernel row ky). */
-static MRT_TARGET void FN(dw_cb_row_generic)(const FN(dw_args) *a, const float *const *in, const FN(vf) *wv,
-                                             FN(vf) bv, float *out) {
-    const int kh = a->kh, kw = a->kw;
-    for (int ox = 0; ox < a->ow; ++ox) {
-        FN(vf) acc = bv;
-        for (int ky = 0; ky < kh; ++ky) {
-            const float *row = in[ky] + (long)ox * a->sw * MRT_VL;
-            for (int kx = 0; kx < kw; ++kx) acc += wv[ky * kw + kx] * FN(vload)(row + (long)kx * a->dw * MRT_VL);
-        }
-        FN(vstore)(out + (long)ox * MRT_VL, acc);
+/* in[ky] = the band row of kernel row ky of an output row whose top row is
+ * in slot `slot` (padded row r sits in slot (r - r0) % cb_span). */
+static inline MRT_TARGET void FN(dw_cb_kernel_rows)(const FN(dw_args) *a, const float *band, int slot,
+                                                    const float **in) {
+    const long rs = a->cb_wp * MRT_VL;
+    for (int ky = 0; ky < a->kh; ++ky) {
+        in[ky] = band + (long)slot * rs;
+        slot += a->dh;
+        if (slot >= a->cb_span) slot -= a->cb_span; /* dh < cb_span */
     }
 }
 
-/* Output row oy into out, from the band (the kernel rows of oy are padded
- * rows oy * sh + ky * dh, in slots (row - r0) % cb_span). */
-static inline MRT_TARGET void FN(dw_cb_row)(const FN(dw_args) *a, const float *band, int r0, int oy, const FN(vf) *wv,
-                                            FN(vf) bv, float *out, const float **in) {
+/* The slot of the top row of the output row after the one whose top row is in slot. */
+static inline MRT_TARGET int FN(dw_cb_next_slot)(const FN(dw_args) *a, int slot) {
+    slot += a->sh;
+    return slot < a->cb_span ? slot : slot % a->cb_span;
+}
+
+/* Output rows [oy_a, oy_b) into out (row oy at (oy - oy_a) * ow vectors),
+ * unrolled K x K kernel and stride S; the weights stay in registers across
+ * the rows. */
+static DW_INLINE MRT_TARGET void FN(dw_cb_rows_fixed)(const FN(dw_args) *a, const float *band, int r0, int oy_a,
+                                                      int oy_b, const FN(vf) *wv, FN(vf) bv, float *out, const int K,
+                                                      const int S) {
     const long rs = a->cb_wp * MRT_VL;
-    for (int ky = 0; ky < a->kh; ++ky) in[ky] = band + (long)((oy * a->sh + ky * a->dh - r0) % a->cb_span) * rs;
+    int slot = (oy_a * S - r0) % a->cb_span;
+    for (int oy = oy_a; oy < oy_b; ++oy, slot = FN(dw_cb_next_slot)(a, slot)) {
+        const float *in[7]; /* K <= 7; no dilation: consecutive slots */
+#pragma GCC unroll 8
+        for (int ky = 0; ky < K; ++ky)
+            in[ky] = band + (long)(slot + ky < a->cb_span ? slot + ky : slot + ky - a->cb_span) * rs;
+        FN(dw_cb_row_fixed)(in, wv, bv, out + (long)(oy - oy_a) * a->ow * MRT_VL, a->ow, K, S);
+    }
+}
+
+/* The same for any kernel, stride and dilation, one output pixel at a time
+ * (in: kh row pointers of scratch). */
+static MRT_TARGET void FN(dw_cb_rows_generic)(const FN(dw_args) *a, const float *band, int r0, int oy_a, int oy_b,
+                                              const FN(vf) *wv, FN(vf) bv, float *out, const float **in) {
+    const int kh = a->kh, kw = a->kw, ow = a->ow;
+    int slot = (oy_a * a->sh - r0) % a->cb_span;
+    for (int oy = oy_a; oy < oy_b; ++oy, slot = FN(dw_cb_next_slot)(a, slot)) {
+        FN(dw_cb_kernel_rows)(a, band, slot, in);
+        float *o = out + (long)(oy - oy_a) * ow * MRT_VL;
+        for (int ox = 0; ox < ow; ++ox) {
+            FN(vf) acc = bv;
+            for (int ky = 0; ky < kh; ++ky) {
+                const float *row = in[ky] + (long)ox * a->sw * MRT_VL;
+                for (int kx = 0; kx < kw; ++kx) acc += wv[ky * kw + kx] * FN(vload)(row + (long)kx * a->dw * MRT_VL);
+            }
+            FN(vstore)(o + (long)ox * MRT_VL, acc);
+        }
+    }
+}
+
+/* Output rows [oy_a, oy_b) from the band into out. */
+static MRT_TARGET void FN(dw_cb_rows)(const FN(dw_args) *a, const float *band, int r0, int oy_a, int oy_b,
+                                      const FN(vf) *wv, FN(vf) bv, float *out, const float **in) {
     if (!a->fixed) {
-        FN(dw_cb_row_generic)(a, in, wv, bv, out);
+        FN(dw_cb_rows_generic)(a, band, r0, oy_a, oy_b, wv, bv, out, in);
         return;
     }
+    FN(vf) wk[49]; /* a local copy: stores to out cannot alias it, so the weights stay in registers */
+    for (int t = 0; t < a->kh * a->kw; ++t) wk[t] = wv[t];
     switch (a->kh * 10 + a->sh) {
-    case 31: FN(dw_cb_row_fixed)(in, wv, bv, out, a->ow, 3, 1); break;
-    case 32: FN(dw_cb_row_fixed)(in, wv, bv, out, a->ow, 3, 2); break;
-    case 51: FN(dw_cb_row_fixed)(in, wv, bv, out, a->ow, 5, 1); break;
-    case 52: FN(dw_cb_row_fixed)(in, wv, bv, out, a->ow, 5, 2); break;
-    case 71: FN(dw_cb_row_fixed)(in, wv, bv, out, a->ow, 7, 1); break;
-    default: FN(dw_cb_row_fixed)(in, wv, bv, out, a->ow, 7, 2); break;
+    case 31: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1); break;
+    case 32: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2); break;
+    case 51: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1); break;
+    case 52: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2); break;
+    case 71: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1); break;
+    default: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2); break;
     }
 }
 
 /* Padded rows [r, r + count) of the block into consecutive band slots from
  * dst (the slot of row r): zeros for rows of vertical padding, the
  * transposed input otherwise. */
-static MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const float *const *xl, int r, int count, float *dst) {
+static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const float *const *xl, int r, int count, float *dst) {
     const long rs = a->cb_wp * MRT_VL;
     const FN(vf) zero = {0};
     for (int i = 0; i < count; ++i)
@@ -555,7 +594,7 @@ static MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const float *const *
 
 /* Output rows [oy0, oy1) of the block from out (their pixels, from row oy0):
  * activation, transpose into the planes yl, residual. */
-static MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *out, int oy0, int oy1, float *const *yl,
+static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *out, int oy0, int oy1, float *const *yl,
                                         const float *const *zl, int nch) {
     const long p0 = (long)oy0 * a->ow, len = (long)(oy1 - oy0) * a->ow;
     if (a->act && !a->z) FN(act_row)(out, len * MRT_VL, a->act, a->a0, a->a1);
@@ -601,17 +640,11 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
         wv[t] = FN(vload)(wlane);
     }
     const FN(vf) bv = FN(vload)(blane);
-    FN(vf) wk[49]; /* the fixed kernels' weights in a local copy: stores to out cannot alias it */
-    const FN(vf) *w = wv;
-    if (a->fixed) {
-        for (int t = 0; t < kh * kw; ++t) wk[t] = wv[t];
-        w = wk;
-    }
     const long rs = a->cb_wp * MRT_VL;
     const int r0 = oy0 * a->sh; /* the first padded input row */
     if (!a->cb_ring) {
         FN(dw_cb_fill)(a, xl, r0, (oy1 - 1) * a->sh + (kh - 1) * a->dh + 1 - r0, band);
-        for (int oy = oy0; oy < oy1; ++oy) FN(dw_cb_row)(a, band, r0, oy, w, bv, out + (long)(oy - oy0) * ow * MRT_VL, in);
+        FN(dw_cb_rows)(a, band, r0, oy0, oy1, wv, bv, out, in);
         FN(dw_cb_finish)(a, out, oy0, oy1, yl, zl, nch);
         return;
     }
@@ -620,7 +653,7 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
         if (next < oy * a->sh) next = oy * a->sh; /* rows between the windows (stride > kernel) are not read */
         for (const int last = oy * a->sh + (kh - 1) * a->dh; next <= last; ++next)
             FN(dw_cb_fill)(a, xl, next, 1, band + (long)((next - r0) % a->cb_span) * rs);
-        FN(dw_cb_row)(a, band, r0, oy, w, bv, out, in);
+        FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out, in);
         FN(dw_cb_finish)(a, out, oy, oy + 1, yl, zl, nch);
     }
 }
