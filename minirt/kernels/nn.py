@@ -305,8 +305,8 @@ def _out_buffer(dst, shape: tuple, dtype=np.float32):
 def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
     """2-D float32 Conv through the native kernels: act(conv(x, w) + b + z).
 
-    Depthwise convolutions run entirely in C (bias and activation fused into
-    the same pass).  Everything else is GEMM-based, as in the numpy path:
+    Depthwise convolutions run entirely in C (bias, residual and activation
+    fused into the same pass).  Everything else is GEMM-based, as in the numpy path:
     1x1 kernels multiply the input directly, larger ones go through a native
     im2col (padding handled there, no padded copy), and our GEMM writes y with
     bias + residual + activation fused.  The whole batch is one native call

@@ -354,13 +354,14 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
 
 /* ------------------------------------------------------------------ channel-blocked path
  *
- * For small planes and stride 2 (see dw_use_blocked), MRT_VL channels of one
- * image are computed together in a channel-interleaved layout where one
- * vector is one pixel of MRT_VL channels:
+ * Where it measured faster than the plane path (dw_use_blocked), MRT_VL
+ * channels of one image are computed together in a channel-interleaved
+ * layout where one vector is one pixel of MRT_VL channels:
  *
  *  1. The input rows of a band of output rows are transposed (MRT_VL planes x
- *     MRT_VL pixels at a time, dw_transpose) into a zero-padded band
- *     [row][column][lane] of cb_wp pixels per row; margins are zeroed once
+ *     MRT_VL pixels at a time, dw_load_transposed) into a zero-padded band
+ *     [row][column][lane] of cb_wp pixels per row (all rows at once, or a
+ *     ring of rows for large planes: dw_cb_item); margins are zeroed once
  *     per task as on the plane path.
  *  2. Every tap is one whole-vector FMA with per-lane weights: no shuffles,
  *     no partial vectors at the end of narrow rows, no per-plane or per-row
@@ -559,7 +560,7 @@ static inline MRT_TARGET void FN(dw_cb_kernel_rows)(const FN(dw_args) *a, const 
     for (int ky = 0; ky < a->kh; ++ky) {
         in[ky] = band + (long)slot * rs;
         slot += a->dh;
-        if (slot >= a->cb_span) slot -= a->cb_span; /* dh < cb_span */
+        if (slot >= a->cb_span) slot -= a->cb_span; /* dh < cb_span whenever a next kernel row exists */
     }
 }
 
@@ -643,8 +644,8 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const floa
 
 /* Output rows [oy0, oy1) of the block from out (their pixels, from row oy0):
  * activation, transpose into the planes yl, residual. */
-static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *out, int oy0, int oy1, float *const *yl,
-                                        const float *const *zl, int nch) {
+static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *out, int oy0, int oy1,
+                                                   float *const *yl, const float *const *zl, int nch) {
     const long p0 = (long)oy0 * a->ow, len = (long)(oy1 - oy0) * a->ow;
     if (a->act && !a->z) FN(act_row)(out, len * MRT_VL, a->act, a->a0, a->a1);
     FN(dw_cb_store)(out, p0, p0 + len, yl, nch);
