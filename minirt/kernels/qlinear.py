@@ -238,13 +238,14 @@ def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, k
 
 
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
-                activation, activation_params, y_q=None, pool=None, out=None, post=(1.0, 0.0)):
+                activation, activation_params, y_q=None, pool=None, out=None, post=(1.0, 0.0), memo=None):
     """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
     ``x`` float32 or uint8 (already quantized); ``y_q = (scale, zero point)``: uint8 output
     (a float and an int, or tuples of one per output channel);
     ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage;
     ``out``: the result buffer (memory plan), used when it has exactly the result's shape and dtype;
-    ``post = (a, b)``: the result is ``a * y + b`` (never with ``pool``: the caller refuses that)."""
+    ``post = (a, b)``: the result is ``a * y + b`` (never with ``pool``: the caller refuses that);
+    ``memo``: the node's NodeContext.memo (plans per input shape), or None."""
     xdt = x.dtype
     # (dtype objects of equal types are not always the same object: `is` first, then ==)
     u8 = False
@@ -257,24 +258,20 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     if w.shape[1] == 1 and group == x.shape[1] == w.shape[0] > 1 and pool is None:
         return _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads,
                              strides, activation, activation_params, post, y_q, out)
-    key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
-           kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype),
-           pool)  # post is a per-call argument of the native call, not part of the plan
-    plan = _QCONV_PLANS.get(key)
-    if plan is None or (plan is not False and plan.w_ref() is not w):
-        plan = _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
-                           pads, strides, activation, activation_params, pool)
-        if plan is False:
-            if len(_QCONV_PLANS) < 4096:
-                _QCONV_PLANS[key] = False
-            return None
-        import weakref
-
-        try:
-            plan.w_ref = weakref.ref(w, lambda _r, key=key: _QCONV_PLANS.pop(key, None))
-        except TypeError:  # pragma: no cover - numpy arrays are weak-referenceable
-            return None
-        _QCONV_PLANS[key] = plan
+    # This node's plan for this input shape, when its constant inputs are the same objects as last time
+    # (the per-node memo skips building the global key below: a few microseconds per call).
+    mkey = (x.shape, u8, None if z is None else (z.shape, z.dtype))
+    hit = memo.get(mkey) if memo is not None else None
+    if (hit is not None and hit[0] is w and hit[1] is w_scale and hit[2] is x_scale and hit[3] is x_zero_point
+            and hit[4] is b):
+        plan = hit[5]
+    else:
+        plan = _qconv_plan_cached(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group,
+                                  kernel_shape, pads, strides, activation, activation_params, pool)
+        if memo is not None:
+            if len(memo) > 64:  # shapes that keep changing: start over rather than grow
+                memo.clear()
+            memo[mkey] = (w, w_scale, x_scale, x_zero_point, b, plan)
     if plan is False:
         return None
     if u8 and (plan.dynamic or plan.lo != 0):
@@ -294,6 +291,31 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     else:
         _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual, scale)
     return y
+
+
+def _qconv_plan_cached(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
+                       strides, activation, activation_params, pool):
+    """The native plan of a QConv (or False: no native path), cached process-wide by its inputs' identities,
+    the input shape and the attributes (dropped with the weights)."""
+    key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
+           kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype),
+           pool)  # post is a per-call argument of the native call, not part of the plan
+    plan = _QCONV_PLANS.get(key)
+    if plan is None or (plan is not False and plan.w_ref() is not w):
+        plan = _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
+                           pads, strides, activation, activation_params, pool)
+        if plan is False:
+            if len(_QCONV_PLANS) < 4096:
+                _QCONV_PLANS[key] = False
+            return False
+        import weakref
+
+        try:
+            plan.w_ref = weakref.ref(w, lambda _r, key=key: _QCONV_PLANS.pop(key, None))
+        except TypeError:  # pragma: no cover - numpy arrays are weak-referenceable
+            return False
+        _QCONV_PLANS[key] = plan
+    return plan
 
 
 class _Requant(tuple):
@@ -449,7 +471,7 @@ def qconv(
         derived = memo[w.shape[0]] = (y_q, pool, post)
     y_q, pool, post = derived
     y = _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
-                    strides, activation, activation_params, y_q, pool, out, post)
+                    strides, activation, activation_params, y_q, pool, out, post, memo)
     if y is not None:
         return y
     depthwise = x.ndim >= 2 and w.shape[1] == 1 and group == x.shape[1] == w.shape[0]
