@@ -32,6 +32,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from builder.passes._ir import copy_attrs
 from builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
 
 DOMAIN = "com.minirt"
@@ -218,8 +219,16 @@ class _Builder:
         return self.cache[key]
 
 
-def _copy_attrs(node: ir.Node, drop=()) -> list:
-    return [ir.Attr(a.name, a.type, a.value) for a in node.attributes.values() if a.name not in drop]
+def _absorb(graph: ir.Graph, y: ir.Value, consumer: ir.Node) -> None:
+    """``y`` takes over the output of ``consumer`` (a node folded into y's producer): its name, shape
+    and every use (graph outputs included); ``consumer`` is removed."""
+    out = consumer.outputs[0]
+    name = out.name
+    y.shape = out.shape
+    out.replace_all_uses_with(y, replace_graph_outputs=True)
+    graph.remove(consumer, safe=True)
+    out.name = f"{name}__replaced"
+    y.name = name
 
 
 def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
@@ -279,10 +288,10 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         ins = list(node.inputs) + [None] * (4 - len(node.inputs))
         if cand.kind == "conv":
             wq, ws = b.weight(node.inputs[1], 0)
-            new = ir.Node(DOMAIN, "QConv", [x, xs, xz, wq, ws, ins[2], ins[3]], attributes=_copy_attrs(node),
+            new = ir.Node(DOMAIN, "QConv", [x, xs, xz, wq, ws, ins[2], ins[3]], attributes=copy_attrs(node),
                           name=node.name, num_outputs=1)
         else:
-            attrs = _copy_attrs(node, drop=("alpha", "beta", "transA", "transB"))
+            attrs = copy_attrs(node, drop=("alpha", "beta", "transA", "transB"))
             if key in GEMM_OPS:
                 trans_b = int(_attr(node, "transB", 0))
                 alpha = float(_attr(node, "alpha", 1.0))
@@ -353,13 +362,7 @@ def fuse_max_pool(graph: ir.Graph) -> int:
             continue
         node.attributes["pool_kernel_shape"] = ir.AttrInt64s("pool_kernel_shape", geometry[0])
         node.attributes["pool_strides"] = ir.AttrInt64s("pool_strides", geometry[1])
-        pooled = pool.outputs[0]
-        name = pooled.name
-        y.shape = pooled.shape
-        pooled.replace_all_uses_with(y, replace_graph_outputs=True)
-        graph.remove(pool, safe=True)
-        pooled.name = f"{name}__replaced"
-        y.name = name
+        _absorb(graph, y, pool)
         fused += 1
     return fused
 
@@ -408,13 +411,7 @@ def fold_scalar_affine(graph: ir.Graph) -> int:
                 scale = c
             else:
                 shift = c
-            out = user.outputs[0]
-            name = out.name
-            y.shape = out.shape
-            out.replace_all_uses_with(y, replace_graph_outputs=True)
-            graph.remove(user, safe=True)
-            out.name = f"{name}__replaced"
-            y.name = name
+            _absorb(graph, y, user)
             folded += 1
         if (scale, shift) != (1.0, 0.0):
             node.attributes["post_scale"] = ir.AttrFloat32("post_scale", scale)

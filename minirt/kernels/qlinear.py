@@ -206,19 +206,14 @@ def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, k
 
     n, c = x.shape[:2]
     k = w.shape[2:]
-    if (kernel_shape and tuple(kernel_shape) != k) or k[0] * k[1] > _native.QDW_MAX_TAPS:
+    if k[0] * k[1] > _native.QDW_MAX_TAPS or (z is not None and z.dtype != np.float32):
         return False
-    spec = nn._NATIVE_ACTIVATIONS.get(activation)
-    params = tuple(float(v) for v in (activation_params or ()))
-    if spec is None or len(params) != spec[1]:
+    geometry = nn._fused_conv_geometry(x.shape, w.shape, None if b is None else np.shape(b),
+                                       None if z is None else z.shape, activation, activation_params, auto_pad,
+                                       dilations, c, kernel_shape, pads, strides)
+    if geometry is False:
         return False
-    st = nn._per_axis("Conv", "strides", strides, 2, 1)
-    dl = nn._per_axis("Conv", "dilations", dilations, 2, 1)
-    out, pb, _ = nn._geometry("Conv", x.shape[2:], k, st, dl, pads, auto_pad)
-    if z is not None and (z.dtype != np.float32 or z.shape != (n, c) + tuple(out)):
-        return False
-    if b is not None and np.asarray(b).shape != (c,):
-        return False
+    act, a0, a1, k, st, dl, out, pb = geometry
     sc, zp, lo, hi = _quant_params(x, x_scale, x_zero_point, per_channel_ok=True)
     if (lo, hi) != (0, 255):
         return False  # int8 activations: the numpy path
@@ -228,11 +223,10 @@ def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, k
     scale = np.ascontiguousarray(xs * (ws if ws.size == c else np.full(c, ws.reshape(()), np.float32)))
     bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
     wf = np.ascontiguousarray(w.reshape(c, k[0], k[1]), dtype=np.float32)  # the int8 values, exact as floats
-    a0, a1 = (params + (0.0, 0.0))[:2]
     plan = _QDwPlan()
     plan.out_shape = (n, c) + tuple(out)
     plan.keep = (x_scale, x_zero_point, w_scale, b)
-    plan.args = _native.qdwconv2d_prepare(x.shape, k, st, dl, pb, out, xs, xz, wf, scale, bias, spec[0], a0, a1,
+    plan.args = _native.qdwconv2d_prepare(x.shape, k, st, dl, pb, out, xs, xz, wf, scale, bias, act, a0, a1,
                                           post)
     return plan
 
@@ -366,22 +360,16 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
 
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    if group < 1 or c % group or m % group or cg * group != c or (cg == 1 and group == c > 1):
-        return False  # depthwise or malformed: the float path (or its error message)
-    spec = nn._NATIVE_ACTIVATIONS.get(activation)
-    params = tuple(float(v) for v in (activation_params or ()))
-    if spec is None or len(params) != spec[1]:
+    if cg == 1 and group == c > 1:
+        return False  # depthwise: its own kernel (_qdwconv_fast) or the float path
+    if z is not None and z.dtype != np.float32:
         return False
-    k = w.shape[2:]
-    if kernel_shape and tuple(kernel_shape) != k:
-        return False
-    st = nn._per_axis("Conv", "strides", strides, 2, 1)
-    dl = nn._per_axis("Conv", "dilations", dilations, 2, 1)
-    out, pb, _ = nn._geometry("Conv", x.shape[2:], k, st, dl, pads, auto_pad)
-    if z is not None and (z.dtype != np.float32 or z.shape != (n, m) + tuple(out)):
-        return False
-    if b is not None and np.asarray(b).shape != (m,):
-        return False
+    geometry = nn._fused_conv_geometry(x.shape, w.shape, None if b is None else np.shape(b),
+                                       None if z is None else z.shape, activation, activation_params, auto_pad,
+                                       dilations, group, kernel_shape, pads, strides)
+    if geometry is False:
+        return False  # malformed or not native: the float path (or its error message)
+    act, a0, a1, k, st, dl, out, pb = geometry
     plan = _QConvPlan()
     plan.dynamic = x_scale is None
     plan.lo = 0
@@ -399,7 +387,6 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     plan.sc, plan.zp_u8 = sc, zp_u8
     scale = (np.float32(sc) * plan.ws).astype(np.float32)
     bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
-    a0, a1 = (params + (0.0, 0.0))[:2]
     plan.out_shape = (n, m) + tuple(out)
     plan.pool = pool
     if pool is not None:
@@ -409,7 +396,7 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         plan.out_shape = (n, m) + pooled
     # x_scale, x_zero_point, w_scale and b stay alive with the plan, so their ids in the key stay theirs
     plan.keep = (x_scale, x_zero_point, w_scale, b)
-    plan.args = _native.qconv2d_prepare(x.shape, packed, m, group, k, st, dl, pb, out, scale, bias, spec[0], a0, a1)
+    plan.args = _native.qconv2d_prepare(x.shape, packed, m, group, k, st, dl, pb, out, scale, bias, act, a0, a1)
     return plan
 
 
