@@ -637,10 +637,13 @@ class Session:
             aplan, record = self._memory_plan_for(input_feed)
             if aplan is not None:
                 arena = aplan.checkout()
-        # Threads: native kernels take the count per Python thread; the BLAS
-        # limit is process-wide, cached, and restored for threads=None.
+        # Threads: native kernels take the count per Python thread.  BLAS (process-wide, cached) is
+        # single-threaded when the native kernels run: it then only sees products of 1-3 rows
+        # (memory-bound), where OpenBLAS's busy-waiting workers cost far more than they give, and
+        # stall every kernel after them on a loaded machine (D28).  Without the native kernels BLAS
+        # is the only parallelism: it follows `threads` (None: its own default).
         _native.set_threads(self.threads)
-        _blas.set_threads(self.threads)
+        _blas.set_threads(1 if _native.available else self.threads)
         fed = [a for a in input_feed.values() if isinstance(a, np.ndarray)]
         try:
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)

@@ -117,21 +117,32 @@ def test_select_isa_rejects_unknown():
         native.select_isa("sse9")
 
 
-def test_session_threads_set_native_and_blas(dw_artifact):
+def test_session_threads_set_native_and_blas(dw_artifact, monkeypatch):
     import minirt
 
     x = {"x": np.ones((1, 4, 9, 9), np.float32)}
     before = blas.get_threads()
+    openblas = blas.status.startswith("OpenBLAS")
     try:
         minirt.Session(dw_artifact, threads=1).run(None, x)
         assert native.threads() == 1
-        if blas.status.startswith("OpenBLAS"):
+        if openblas:
             assert blas.get_threads() == 1
         minirt.Session(dw_artifact, threads=2).run(None, x)
         assert native.threads() == 2
-        minirt.Session(dw_artifact).run(None, x)  # threads=None: defaults come back
+        if openblas and native.available:  # native kernels do the threading: BLAS stays at 1 (D28)
+            assert blas.get_threads() == 1
+        minirt.Session(dw_artifact).run(None, x)  # threads=None: the native default comes back
         assert native.threads() == native._DEFAULT_THREADS
-        if blas.status.startswith("OpenBLAS"):
+        if openblas and native.available:
+            assert blas.get_threads() == 1
+        # numpy kernels only: BLAS is the parallelism, it follows `threads` (None: its own default)
+        monkeypatch.setattr(native, "available", False)
+        minirt.Session(dw_artifact, threads=2).run(None, x)
+        if openblas:
+            assert blas.get_threads() == 2
+        minirt.Session(dw_artifact).run(None, x)
+        if openblas:
             assert blas.get_threads() == before
     finally:
         native.set_threads(None)
