@@ -102,6 +102,33 @@ typedef struct {
     int neon, dot; /* this call's choices (read once from q_use_neon / q_use_dotprod) */
 } q_args;
 
+/* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
+ * [..][4] layout of 4 consecutive k per column); SSE2 unpacks 16 columns at a time. */
+static inline void q_interleave4(uint8_t *restrict dst, const uint8_t *r0, const uint8_t *r1, const uint8_t *r2,
+                                 const uint8_t *r3, long n) {
+    long j = 0;
+#if defined(__SSE2__)
+    for (; j + 16 <= n; j += 16) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(r0 + j));
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(r1 + j));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(r2 + j));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(r3 + j));
+        __m128i a = _mm_unpacklo_epi8(x0, x1), b = _mm_unpackhi_epi8(x0, x1);
+        __m128i c = _mm_unpacklo_epi8(x2, x3), d = _mm_unpackhi_epi8(x2, x3);
+        _mm_storeu_si128((__m128i *)(dst + 4 * j), _mm_unpacklo_epi16(a, c));
+        _mm_storeu_si128((__m128i *)(dst + 4 * j + 16), _mm_unpackhi_epi16(a, c));
+        _mm_storeu_si128((__m128i *)(dst + 4 * j + 32), _mm_unpacklo_epi16(b, d));
+        _mm_storeu_si128((__m128i *)(dst + 4 * j + 48), _mm_unpackhi_epi16(b, d));
+    }
+#endif
+    for (; j < n; ++j) {
+        dst[4 * j] = r0[j];
+        dst[4 * j + 1] = r1[j];
+        dst[4 * j + 2] = r2[j];
+        dst[4 * j + 3] = r3[j];
+    }
+}
+
 /* Pack X[k0:k0+kb, n0:n0+nb] into quad panels; rows past K and columns past
  * N read as 0 (the matching weights are 0 / the columns are not stored). */
 static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
@@ -121,18 +148,7 @@ static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *o
             }
 #if defined(__SSE2__)
             if (full) {
-                for (int h = 0; h < NR; h += 16) {
-                    __m128i x0 = _mm_loadu_si128((const __m128i *)(r[0] + h));
-                    __m128i x1 = _mm_loadu_si128((const __m128i *)(r[1] + h));
-                    __m128i x2 = _mm_loadu_si128((const __m128i *)(r[2] + h));
-                    __m128i x3 = _mm_loadu_si128((const __m128i *)(r[3] + h));
-                    __m128i a = _mm_unpacklo_epi8(x0, x1), b = _mm_unpackhi_epi8(x0, x1);
-                    __m128i c = _mm_unpacklo_epi8(x2, x3), d = _mm_unpackhi_epi8(x2, x3);
-                    _mm_storeu_si128((__m128i *)(dst + 4 * h), _mm_unpacklo_epi16(a, c));
-                    _mm_storeu_si128((__m128i *)(dst + 4 * h + 16), _mm_unpackhi_epi16(a, c));
-                    _mm_storeu_si128((__m128i *)(dst + 4 * h + 32), _mm_unpacklo_epi16(b, d));
-                    _mm_storeu_si128((__m128i *)(dst + 4 * h + 48), _mm_unpackhi_epi16(b, d));
-                }
+                q_interleave4(dst, r[0], r[1], r[2], r[3], NR);
                 continue;
             }
 #endif
@@ -708,6 +724,12 @@ static void q_maxpool_plane(const float *x, float *y, int wd, int kh, int kw, in
     }
 }
 
+/* Geometry of the implicit route of a conv (see q_conv_implicit). */
+typedef struct {
+    int hq, wq, cq4, kk; /* plane rows and columns (the extended grid's row), channel quads, taps */
+    size_t planes_bytes, weights_bytes, table_bytes;
+} q_implicit_geom;
+
 typedef struct {
     const void *x;
     int x_u8, n, c, h, wd, x_zero, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, y_zero;
@@ -718,6 +740,8 @@ typedef struct {
     float *y;
     uint8_t *yq;
     int nb, direct;
+    int implicit; /* nb == 1 images without im2col (q_conv_implicit) */
+    q_implicit_geom geo;
     int pkh, pkw, psh, psw, poh, pow; /* fused MaxPool (pkh > 0): y is (n, m, poh, pow), float */
     size_t scratch_bytes;
     int failed;
@@ -725,7 +749,313 @@ typedef struct {
 
 static inline size_t q_align64(size_t b) { return (b + 63) / 64 * 64; }
 
-static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
+/* ---------------------------------------------------------------- implicit int8 convolution */
+
+/* One image whose output plane is wide (q_qconv2d's nb == 1 route), group 1, not on SDOT, runs
+ * without an im2col matrix and without packing activations (the float conv's D-implicit-conv,
+ * in the VNNI layout):
+ *   - The quantized image is written once, padded with x_zero and split by stride phase, in
+ *     channel quads: planes[cq][phase][hq][wq][4] holds channels 4cq .. 4cq+3 of a plane
+ *     position side by side (channels past c read x_zero against zero weights).
+ *   - The GEMM runs over the "extended" grid of oh x wq columns (column n = oy * wq + ox; the
+ *     columns ox >= ow are computed and dropped) with K ordered (tap, channel quad, 4): for tap
+ *     (ky, kx) and quad cq, the 32 columns n0 .. n0+31 in the [32][4] panel layout of
+ *     vpdpbusd are the 128 contiguous bytes at planes + tap_off[tap] + cq * cq_stride + 4 n0,
+ *     read in place (the nine taps of a 3x3 window are shifted views of the same plane rows).
+ *   - The weights are reordered to that K order per call (q_conv_tap_weights; a 1x1 kernel's
+ *     packed rows already are).
+ *   - Tiles of 8 rows x 32 columns go through q_store_row (scale, zero point, bias) into a
+ *     per-thread stage holding blocks of whole output rows; the kept columns are then placed
+ *     in y (+ residual), the activation runs over the contiguous output rows and, for a uint8
+ *     output, they are requantized as quantize_u8 does.  The operations per element are
+ *     q_gemm_run_q's, in the same order, so the results are bit-identical to the im2col route
+ *     (integer sums are exact in any order).
+ * Reads past a plane's last used byte (the dropped columns of the last panels) stay inside the
+ * planes buffer: it has Q_IMPLICIT_SLACK bytes after the last plane. */
+#define Q_CONV_MR 8
+#define Q_IMPLICIT_COLS 512 /* extended-grid columns per block of output rows (per-thread stage) */
+#define Q_IMPLICIT_MC 128   /* rows per block (stage size; split further for threads) */
+#define Q_IMPLICIT_SLACK (4 * Q_NR + 64)
+
+typedef struct {
+    const uint8_t *planes;
+    const long *tap_off; /* byte offset of each tap's (phase, row, column) shift */
+    int ntaps, cq4;      /* K = ntaps * cq4 quads */
+    long cq_stride;      /* bytes from one channel quad's planes to the next */
+    const int8_t *W;     /* M rows of kt = ntaps * cq4 * 4 bytes, K order (tap, quad, 4) */
+    long kt;
+} q_conv_b;
+
+static void q_ukr_conv_base(const q_conv_b *b, const int8_t *w, int mr, long col, int32_t acc[Q_CONV_MR][Q_NR]) {
+    memset(acc, 0, sizeof(int32_t) * Q_CONV_MR * Q_NR);
+    for (int i = 0; i < mr; ++i) {
+        const int8_t *a = w + i * b->kt;
+        int32_t *o = acc[i];
+        for (int t = 0; t < b->ntaps; ++t) {
+            const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
+            for (int cq = 0; cq < b->cq4; ++cq, p += b->cq_stride, a += 4) {
+                const int32_t w0 = a[0], w1 = a[1], w2 = a[2], w3 = a[3];
+                for (int j = 0; j < Q_NR; ++j)
+                    o[j] += p[4 * j] * w0 + p[4 * j + 1] * w1 + p[4 * j + 2] * w2 + p[4 * j + 3] * w3;
+            }
+        }
+    }
+}
+
+#ifdef MRT_HAVE_VNNI_BUILD
+/* 8 x 32 tile, 16 zmm accumulators; per quad two 64-byte plane loads and eight broadcast
+ * weight quads.  Rows past mr alias row 0 (computed, not stored). */
+__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_conv_vnni(const q_conv_b *b, const int8_t *w,
+                                                                             int mr, long col,
+                                                                             int32_t acc[Q_CONV_MR][Q_NR]) {
+    const long kt = b->kt;
+    const int8_t *a0 = w, *a1 = mr > 1 ? w + kt : w, *a2 = mr > 2 ? w + 2 * kt : w, *a3 = mr > 3 ? w + 3 * kt : w;
+    const int8_t *a4 = mr > 4 ? w + 4 * kt : w, *a5 = mr > 5 ? w + 5 * kt : w, *a6 = mr > 6 ? w + 6 * kt : w;
+    const int8_t *a7 = mr > 7 ? w + 7 * kt : w;
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+            c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    long q4 = 0; /* byte offset of the current quad in a weight row */
+    for (int t = 0; t < b->ntaps; ++t) {
+        const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
+        for (int cq = 0; cq < b->cq4; ++cq, p += b->cq_stride, q4 += 4) {
+            const __m512i b0 = _mm512_loadu_si512(p), b1 = _mm512_loadu_si512(p + 64);
+            int32_t s;
+            __m512i a;
+#define Q_ROW(r, x0, x1)                  \
+    memcpy(&s, r + q4, 4);                \
+    a = _mm512_set1_epi32(s);             \
+    x0 = _mm512_dpbusd_epi32(x0, b0, a);  \
+    x1 = _mm512_dpbusd_epi32(x1, b1, a);
+            Q_ROW(a0, c00, c01)
+            Q_ROW(a1, c10, c11)
+            Q_ROW(a2, c20, c21)
+            Q_ROW(a3, c30, c31)
+            Q_ROW(a4, c40, c41)
+            Q_ROW(a5, c50, c51)
+            Q_ROW(a6, c60, c61)
+            Q_ROW(a7, c70, c71)
+#undef Q_ROW
+        }
+    }
+    _mm512_storeu_si512(acc[0], c00); _mm512_storeu_si512(acc[0] + 16, c01);
+    _mm512_storeu_si512(acc[1], c10); _mm512_storeu_si512(acc[1] + 16, c11);
+    _mm512_storeu_si512(acc[2], c20); _mm512_storeu_si512(acc[2] + 16, c21);
+    _mm512_storeu_si512(acc[3], c30); _mm512_storeu_si512(acc[3] + 16, c31);
+    _mm512_storeu_si512(acc[4], c40); _mm512_storeu_si512(acc[4] + 16, c41);
+    _mm512_storeu_si512(acc[5], c50); _mm512_storeu_si512(acc[5] + 16, c51);
+    _mm512_storeu_si512(acc[6], c60); _mm512_storeu_si512(acc[6] + 16, c61);
+    _mm512_storeu_si512(acc[7], c70); _mm512_storeu_si512(acc[7] + 16, c71);
+}
+#endif
+
+/* wt[m][(tap * cq4 + cq) * 4 + t] = weight of channel 4 cq + t at tap (0 past cg), from the
+ * packed rows (stride k4) in (channel, ky, kx) order. */
+static void q_conv_tap_weights(const int8_t *W, long k4, int m, int cg, int kk, int cq4, int8_t *wt) {
+    const long kt = (long)kk * cq4 * 4;
+    for (int r = 0; r < m; ++r) {
+        const int8_t *src = W + r * k4;
+        int8_t *dst = wt + r * kt;
+        for (int tap = 0; tap < kk; ++tap, dst += 4L * cq4)
+            for (int ch = 0; ch < 4 * cq4; ++ch) dst[ch] = ch < cg ? src[(long)ch * kk + tap] : 0;
+    }
+}
+
+typedef struct {
+    const uint8_t *x; /* the quantized image (c, h, wd) */
+    uint8_t *planes;
+    int c, h, wd, sh, sw, pt, pl, hq, wq, pad;
+    const char *phase_used; /* [sh * sw] */
+    int failed;
+} q_planes_args;
+
+/* Channel quads [begin, end) of the planes (see above). */
+static void q_planes_task(void *ctx, long begin, long end) {
+    q_planes_args *a = (q_planes_args *)ctx;
+    const int wq = a->wq, phases = a->sh * a->sw;
+    uint8_t *rows = (uint8_t *)mrt_pack_buffer(4 * (size_t)wq); /* one plane row of each of 4 channels */
+    if (!rows) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (long cq = begin; cq < end; ++cq)
+        for (int ph = 0; ph < phases; ++ph) {
+            if (!a->phase_used[ph]) continue;
+            const int py = ph / a->sw, px = ph % a->sw;
+            int lo, hi; /* plane columns j with 0 <= j * sw + px - pl < wd */
+            valid_cols_base(px - a->pl, a->sw, a->wd, wq, &lo, &hi);
+            uint8_t *dst = a->planes + ((cq * phases + ph) * (long)a->hq) * wq * 4;
+            for (int r = 0; r < a->hq; ++r, dst += 4L * wq) {
+                const int iy = r * a->sh + py - a->pt;
+                for (int t = 0; t < 4; ++t) {
+                    uint8_t *row = rows + (long)t * wq;
+                    const int ch = (int)cq * 4 + t;
+                    if (ch >= a->c || iy < 0 || iy >= a->h) {
+                        memset(row, a->pad, wq);
+                        continue;
+                    }
+                    const uint8_t *src = a->x + ((long)ch * a->h + iy) * a->wd + px - a->pl; /* src[j sw]: column j */
+                    memset(row, a->pad, lo);
+                    if (a->sw == 1)
+                        memcpy(row + lo, src + lo, hi - lo);
+                    else if (a->sw == 2)
+                        q_gather_even(row + lo, src + 2L * lo, hi - lo);
+                    else
+                        for (int j = lo; j < hi; ++j) row[j] = src[(long)j * a->sw];
+                    memset(row + hi, a->pad, wq - hi);
+                }
+                q_interleave4(dst, rows, rows + wq, rows + 2L * wq, rows + 3L * wq, wq);
+            }
+        }
+}
+
+typedef struct {
+    q_conv_b b;
+    q_args g; /* q_store_row's parameters: sums, scale, bias, x_zero, res (row stride ldr = oh * ow) */
+    float *y;
+    uint8_t *yq;
+    int m, oh, ow, wq, rows_per_block, mparts, mc, act, y_zero;
+    float a0, a1, y_scale;
+    int failed;
+} q_implicit_args;
+
+/* Items are (block of output rows, block of mc weight rows).  Each tile row goes through
+ * q_store_row once per output row it covers (its kept columns only), straight into y, or for a
+ * uint8 output into the per-thread stage (the block's rows, compact); the activation and the
+ * requantization then run over the block's contiguous output rows. */
+static void q_implicit_task(void *ctx, long begin, long end) {
+    q_implicit_args *a = (q_implicit_args *)ctx;
+    const long p = (long)a->oh * a->ow, wq = a->wq, ow = a->ow;
+    const long len_max = (long)a->rows_per_block * ow;
+    float *stage = NULL;
+    if (a->yq && !(stage = (float *)mrt_pack_buffer(sizeof(float) * (size_t)a->mc * len_max))) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (long item = begin; item < end; ++item) {
+        const int oy0 = (int)(item / a->mparts) * a->rows_per_block;
+        const int rows = a->oh - oy0 < a->rows_per_block ? a->oh - oy0 : a->rows_per_block;
+        const int m0 = (int)(item % a->mparts) * a->mc, m1 = a->m - m0 < a->mc ? a->m : m0 + a->mc;
+        const long col0 = (long)oy0 * wq, ncols = (rows - 1) * wq + ow; /* the last row's dropped columns: not computed */
+        /* output m's float rows of this block start at out + m * out_ld + oy0 * ow */
+        float *out = a->yq ? stage - (long)m0 * len_max - (long)oy0 * ow : a->y;
+        const long out_ld = a->yq ? len_max : p;
+        for (long j0 = 0; j0 < ncols; j0 += Q_NR) {
+            /* the tile's kept segments: tile column seg_j[s], seg_len[s] values, at output index seg_o[s] */
+            int seg_j[Q_NR + 1], seg_len[Q_NR + 1], nseg = 0;
+            long seg_o[Q_NR + 1];
+            long oy = (col0 + j0) / wq, ox = (col0 + j0) % wq;
+            for (long j = 0; j < Q_NR && j0 + j < ncols; oy++, j += wq - ox, ox = 0) {
+                if (ox >= ow) continue;
+                long n = ow - ox < Q_NR - j ? ow - ox : Q_NR - j;
+                seg_j[nseg] = (int)j, seg_len[nseg] = (int)n, seg_o[nseg++] = oy * ow + ox;
+            }
+            for (int i0 = m0; i0 < m1; i0 += Q_CONV_MR) {
+                const int mr = m1 - i0 < Q_CONV_MR ? m1 - i0 : Q_CONV_MR;
+                int32_t acc[Q_CONV_MR][Q_NR] __attribute__((aligned(64)));
+                const int8_t *w = a->b.W + (long)i0 * a->b.kt;
+#ifdef MRT_HAVE_VNNI_BUILD
+                if (q_use_vnni)
+                    q_ukr_conv_vnni(&a->b, w, mr, col0 + j0, acc);
+                else
+#endif
+                    q_ukr_conv_base(&a->b, w, mr, col0 + j0, acc);
+                for (int i = 0; i < mr; ++i)
+                    for (int sg = 0; sg < nseg; ++sg)
+                        q_store_row(&a->g, acc[i] + seg_j[sg], out + (long)(i0 + i) * out_ld + seg_o[sg], seg_len[sg],
+                                    i0 + i, seg_o[sg]);
+            }
+        }
+        const long len = (long)rows * ow;
+        for (int m = m0; m < m1; ++m) {
+            float *t = out + (long)m * out_ld + (long)oy0 * ow;
+            if (a->act) q_act_row(t, len, a->act, a->a0, a->a1);
+            if (a->yq) {
+                q_quant_args qa = {t, a->yq + (long)m * p + (long)oy0 * ow, a->y_scale, (float)(0 - a->y_zero),
+                                   (float)(255 - a->y_zero), (float)a->y_zero};
+                q_quant_task(&qa, 0, len);
+            }
+        }
+    }
+}
+
+/* Geometry of the implicit route for a conv, or 0 when it does not apply (see above). */
+static int q_implicit_plan(int c, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int oh, int ow,
+                           q_implicit_geom *geo) {
+    if (group != 1 || q_use_dotprod) return 0; /* SDOT packs x - 128: keeps the im2col route */
+    /* 1x1 kernels keep packed panels: read in place, their K rows are whole planes apart (the
+     * quads of one panel on as many pages), measured 1.2-1.9x slower on PP-OCR det */
+    if (kh * kw == 1) return 0;
+    const int wq = ow + (kw - 1) * dw / sw;
+    if ((long)oh * ow < Q_CONV_BATCH_COLS || 4L * (wq - ow) > wq) return 0; /* small planes; > 1/4 dropped */
+    geo->hq = oh + (kh - 1) * dh / sh;
+    geo->wq = wq;
+    geo->cq4 = (c + 3) / 4;
+    geo->kk = kh * kw;
+    geo->planes_bytes = q_align64((size_t)geo->cq4 * sh * sw * geo->hq * wq * 4 + Q_IMPLICIT_SLACK);
+    geo->weights_bytes = geo->kk == 1 ? 0 : q_align64((size_t)m * geo->kk * geo->cq4 * 4);
+    geo->table_bytes = q_align64(sizeof(long) * (size_t)geo->kk + (size_t)sh * sw);
+    return 1;
+}
+
+/* One image: img (c, h, wd) uint8 -> y or yq (m, oh, ow); res (m, oh, ow) or NULL.  scratch holds
+ * the planes, the reordered weights and the tap table (sizes from q_implicit_plan). */
+static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *scratch, const float *res, float *y,
+                           uint8_t *yq, int nt) {
+    const q_implicit_geom *geo = &a->geo;
+    const int phases = a->sh * a->sw, kk = geo->kk, cq4 = geo->cq4;
+    const long phase_bytes = (long)geo->hq * geo->wq * 4;
+    uint8_t *planes = scratch;
+    int8_t *wt = (int8_t *)(scratch + geo->planes_bytes);
+    long *tap_off = (long *)(scratch + geo->planes_bytes + geo->weights_bytes);
+    char *phase_used = (char *)(tap_off + kk);
+    memset(phase_used, 0, phases);
+    for (int tap = 0; tap < kk; ++tap) { /* tap (ky, kx) reads padded row oy sh + ky dh: phase, then shift */
+        const int ry = tap / a->kw * a->dh, rx = tap % a->kw * a->dw;
+        const int ph = ry % a->sh * a->sw + rx % a->sw;
+        phase_used[ph] = 1;
+        tap_off[tap] = ph * phase_bytes + ((long)(ry / a->sh) * geo->wq + rx / a->sw) * 4;
+    }
+    memset(planes + (size_t)cq4 * phases * phase_bytes, a->x_zero, Q_IMPLICIT_SLACK);
+    q_planes_args pa = {img, planes, a->c, a->h, a->wd, a->sh, a->sw, a->pt, a->pl, geo->hq, geo->wq, a->x_zero,
+                        phase_used, 0};
+    mrt_parallel_for(cq4, phase_bytes * phases, nt, q_planes_task, &pa);
+    const long k4 = q_k4(a->c * kk);
+    if (kk > 1) q_conv_tap_weights(a->W, k4, a->m, a->c, kk, cq4, wt);
+    q_implicit_args ia;
+    memset(&ia, 0, sizeof ia);
+    ia.b.planes = planes;
+    ia.b.tap_off = tap_off;
+    ia.b.ntaps = kk;
+    ia.b.cq4 = cq4;
+    ia.b.cq_stride = phases * phase_bytes;
+    ia.b.W = kk > 1 ? wt : a->W; /* a 1x1 kernel's packed rows (k4 = 4 cq4) are already in K order */
+    ia.b.kt = kk > 1 ? (long)kk * cq4 * 4 : k4;
+    ia.g.sums = a->sums; ia.g.scale = a->scale; ia.g.bias = a->bias; ia.g.x_zero = a->x_zero;
+    ia.g.res = res; ia.g.ldr = (long)a->oh * a->ow;
+    ia.y = y; ia.yq = yq;
+    ia.m = a->m; ia.oh = a->oh; ia.ow = a->ow; ia.wq = geo->wq;
+    ia.act = a->act; ia.a0 = a->a0; ia.a1 = a->a1; ia.y_scale = a->y_scale; ia.y_zero = a->y_zero;
+    int rpb = Q_IMPLICIT_COLS / geo->wq;
+    if (rpb < 1) rpb = 1;
+    if (rpb > a->oh) rpb = a->oh;
+    const long row_blocks = (a->oh + rpb - 1) / rpb;
+    long mparts = (a->m + Q_IMPLICIT_MC - 1) / Q_IMPLICIT_MC;
+    if (nt > 1 && row_blocks * mparts < 2L * nt) { /* few row blocks: threads split the weight rows too */
+        long want = (2L * nt + row_blocks - 1) / row_blocks, most = (a->m + Q_CONV_MR - 1) / Q_CONV_MR;
+        mparts = want < most ? want : most;
+    }
+    long mc = (a->m + mparts - 1) / mparts;
+    mc = (mc + Q_CONV_MR - 1) / Q_CONV_MR * Q_CONV_MR;
+    ia.rows_per_block = rpb;
+    ia.mc = (int)mc;
+    ia.mparts = (int)((a->m + mc - 1) / mc);
+    if (pa.failed) return -1;
+    mrt_parallel_for(row_blocks * ia.mparts, mc * rpb * geo->wq * kk * cq4 * 4 / 32, nt, q_implicit_task, &ia);
+    return ia.failed ? -1 : 0;
+}
+
+
+static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     const long plane = (long)a->h * a->wd, p = (long)a->oh * a->ow, chw = (long)a->c * plane, mp = (long)a->m * p;
     const int c = a->c, cg = c / a->group, mg = a->m / a->group, kk = a->kh * a->kw, kg = cg * kk;
     const long k4 = q_k4(kg);
@@ -741,15 +1071,19 @@ static void q_conv_chunk(const q_conv_args *a, long chunk, uint8_t *scratch, int
             mrt_quantize_u8_f32((const float *)a->x + i0 * chw, xq, chw, a->x_scale, a->x_zero, nt);
             img = xq;
         }
+        float *yi = a->yq ? NULL : a->y + i0 * mp;
+        uint8_t *yqi = a->yq ? a->yq + i0 * mp : NULL;
+        const float *ri = a->res ? a->res + i0 * mp : NULL;
+        if (a->implicit) {
+            if (q_conv_implicit(a, img, scratch + xq_bytes, ri, yi, yqi, nt)) __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
         const uint8_t *src = img;
         if (!a->direct) {
             q_im2col(img, cols, p, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl, a->oh,
                      a->ow, a->x_zero, nt);
             src = cols;
         }
-        float *yi = a->yq ? NULL : a->y + i0 * mp;
-        uint8_t *yqi = a->yq ? a->yq + i0 * mp : NULL;
-        const float *ri = a->res ? a->res + i0 * mp : NULL;
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
             q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src + (long)g * kg * p, p, a->x_zero,
@@ -860,8 +1194,11 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     if (nb < 1) nb = 1;
     a.nb = (int)nb;
     a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
+    a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
     size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane);
-    if (nb == 1 && !pkh) {
+    if (a.implicit) {
+        bytes += a.geo.planes_bytes + a.geo.weights_bytes + a.geo.table_bytes;
+    } else if (nb == 1 && !pkh) {
         if (!a.direct) bytes += (size_t)c * kk * p;
     } else { /* side by side (or pooled): the GEMM writes a scratch whose planes are then placed */
         bytes += q_align64((size_t)c * kk * nb * p) + sizeof(float) * (size_t)(m / group) * nb * p;
