@@ -100,6 +100,7 @@ typedef struct {
     float yscale;
     int yzp;
     int neon, dot; /* this call's choices (read once from q_use_neon / q_use_dotprod) */
+    int store_act; /* the activation q_store_row applies itself (q_act_in_store), or 0 */
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -176,13 +177,24 @@ static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *o
     }
 }
 
+/* The activation q_store_row applies on the values it stores (saving a pass over the rows): Relu
+ * and HardSwish on AVX-512, written as act_row_avx2 computes them (so the results are the same
+ * whichever applies it); 0 when the caller runs q_act_row. */
+static int q_act_in_store(int act) {
+    return q_use_vnni && (act == MRT_ACT_RELU || act == MRT_ACT_HARDSWISH) ? act : 0;
+}
+
 #ifdef MRT_HAVE_VNNI_BUILD
-/* q_store_row's arithmetic 16 columns at a time (masked tail).  The explicitly rounded
- * (round-to-nearest) multiply and adds are builtins GCC never contracts into an FMA, so every
- * value is the one the plain C loop gives: the results do not depend on which runs. */
-__attribute__((target("avx512f"))) static void q_store_row_avx512(const int32_t *acc, float *c, int nr, float s,
-                                                                    int32_t corr, float b, const float *r) {
-    const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b);
+/* q_store_row's arithmetic 16 columns at a time (masked tail), then act (q_act_in_store).  The
+ * explicitly rounded (round-to-nearest) multiply and adds are builtins GCC never contracts into
+ * an FMA, so every value is the one the plain C loop gives: the results do not depend on which
+ * runs.  The activations keep NaN as act_row does (max/min return their second operand then);
+ * HardSwish's y / 6 + 1/2 is the FMA GCC makes of act_row's expression on AVX2 + FMA. */
+__attribute__((target("avx512f,fma"))) static void q_store_row_avx512(const int32_t *acc, float *c, int nr, float s,
+                                                                        int32_t corr, float b, const float *r,
+                                                                        int act) {
+    const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    const __m512 sixth = _mm512_set1_ps(1.0f / 6.0f), half = _mm512_set1_ps(0.5f);
     const __m512i vcorr = _mm512_set1_epi32(corr);
     for (int j = 0; j < nr; j += 16) {
         const __mmask16 k = nr - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nr - j)) - 1);
@@ -191,6 +203,14 @@ __attribute__((target("avx512f"))) static void q_store_row_avx512(const int32_t 
         x = _mm512_mul_round_ps(vs, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         x = _mm512_add_round_ps(x, vb, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         if (r) x = _mm512_add_round_ps(x, _mm512_maskz_loadu_ps(k, r + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (act == MRT_ACT_RELU) {
+            x = _mm512_max_ps(zero, x); /* x < 0 ? 0 : x */
+        } else if (act == MRT_ACT_HARDSWISH) {
+            __m512 v = _mm512_fmadd_ps(x, sixth, half);
+            v = _mm512_max_ps(zero, v);
+            v = _mm512_min_ps(one, v);
+            x = _mm512_mul_ps(x, v);
+        }
         _mm512_mask_storeu_ps(c + j, k, x);
     }
 }
@@ -204,7 +224,7 @@ static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, i
     const float *r = g->res ? g->res + (long)m * g->ldr + n0 : NULL;
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni) { /* (every AVX512-VNNI CPU has AVX512F) */
-        q_store_row_avx512(acc, c, nr, s, corr, b, r);
+        q_store_row_avx512(acc, c, nr, s, corr, b, r, g->store_act);
         return;
     }
 #endif
@@ -409,7 +429,7 @@ static void q_task(void *ctx, long begin, long end) {
                 q_gemv_vnni(g, b0, b1, acc);
                 for (int m = b0; m < b1; ++m) q_store_row(g, acc + (m - b0), g->C + (long)m * g->ldc, 1, m, 0);
             }
-            if (g->act) {
+            if (g->act && !g->store_act) {
                 if (g->ldc == 1)
                     q_act_row(g->C + m0, m1 - m0, g->act, g->a0, g->a1);
                 else
@@ -463,7 +483,7 @@ static void q_task(void *ctx, long begin, long end) {
             }
         }
         /* activation over whole rows of the block (still in L2): long vector loops */
-        if (g->act)
+        if (g->act && !g->store_act)
             for (int i = 0; i < mb; ++i) q_act_row(cb + (long)i * ldb, nb, g->act, g->a0, g->a1);
         if (g->Cq)
             for (int i = 0; i < mb; ++i) {
@@ -488,6 +508,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
     g.neon = q_use_neon;
     g.dot = q_use_dotprod;
+    g.store_act = q_act_in_store(act);
     /* SDOT sees x - 128: sum_k w (x - x_zero) = sum_k w (x - 128) - (x_zero - 128) rowsum */
     if (g.dot) g.x_zero = x_zero - 128;
     if (nthreads < 1) nthreads = 1;
@@ -1014,7 +1035,7 @@ static void q_implicit_task(void *ctx, long begin, long end) {
         const long len = (long)rows * ow;
         for (int m = m0; m < m1; ++m) {
             float *t = out + (long)m * out_ld + (long)oy0 * ow;
-            if (a->act) q_act_row(t, len, a->act, a->a0, a->a1);
+            if (a->act && !a->g.store_act) q_act_row(t, len, a->act, a->a0, a->a1);
             if (a->yq) {
                 q_quant_args qa = {t, a->yq + (long)m * p + (long)oy0 * ow, a->y_scale, (float)(0 - a->y_zero),
                                    (float)(255 - a->y_zero), (float)a->y_zero};
@@ -1078,6 +1099,7 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     ia.b.kt = kk > 1 ? (long)kk * cq4 * 4 : k4;
     ia.g.sums = a->sums; ia.g.scale = a->scale; ia.g.bias = a->bias; ia.g.x_zero = a->x_zero;
     ia.g.res = res; ia.g.ldr = (long)a->oh * a->ow;
+    ia.g.store_act = q_act_in_store(a->act);
     ia.y = y; ia.yq = yq;
     ia.m = a->m; ia.oh = a->oh; ia.ow = a->ow; ia.wq = geo->wq;
     ia.act = a->act; ia.a0 = a->a0; ia.a1 = a->a1; ia.y_scale = a->y_scale; ia.y_zero = a->y_zero;
