@@ -26,6 +26,9 @@
  *     activations are packed with NEON ld1/st4 unless the baseline is forced).
  * (AVX2 without VNNI uses the baseline: vpmaddubsw saturates int16 and
  * the exact vpmaddwd route is no faster than float FMA.)
+ * Convolutions with a window larger than 1x1 over wide planes skip the
+ * im2col matrix and the activation packing: their B panels are read in place
+ * from channel-quad planes (q_conv_implicit, 8 x 32 tiles).
  */
 #include <stdint.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
