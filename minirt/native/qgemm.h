@@ -226,7 +226,7 @@ static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, i
     float b = g->bias ? g->bias[m] : 0.0f;
     const float *r = g->res ? g->res + (long)m * g->ldr + n0 : NULL;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni) { /* (every AVX512-VNNI CPU has AVX512F) */
+    if (q_use_vnni && (nr >= 16 || g->store_act)) { /* (every AVX512-VNNI CPU has AVX512F) */
         q_store_row_avx512(acc, c, nr, s, corr, b, r, g->store_act);
         return;
     }
@@ -531,6 +531,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.nr = q_use_vnni && N <= 16 ? 16 : Q_NR;
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni && N == 1 && ldx == 1 && q_bw()) { /* GEMV (q_task): no packing, split over rows */
+        g.store_act = 0; /* one value per row: the plain store, then one activation pass over them */
         mc = M;
         if (nthreads > 1 && M >= 128) mc = ((M + nthreads - 1) / nthreads + 15) / 16 * 16;
         nblocks = 1;
