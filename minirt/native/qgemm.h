@@ -104,6 +104,8 @@ typedef struct {
     int yzp;
     int neon, dot; /* this call's choices (read once from q_use_neon / q_use_dotprod) */
     int store_act; /* the activation q_store_row applies itself (q_act_in_store), or 0 */
+    const float *Xf; /* float activations quantized while packed (q_pack_xf, VNNI) instead of X, or NULL */
+    float xscale;    /* their scale (zero point x_zero) */
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -420,6 +422,51 @@ typedef struct {
 } q_quant_args;
 static void q_quant_task(void *ctx, long begin, long end);
 
+#ifdef MRT_HAVE_VNNI_BUILD
+/* quantize_u8 of 16 floats into 16 int32 lanes in [0, 255] (every operation as in the AVX2 loop
+ * of q_quant_task, so the bytes are the same) */
+__attribute__((target("avx512f"))) static inline __m512i q_quant16(__m512 x, __m512 vs, __m512 vlo, __m512 vhi,
+                                                                     __m512 vzp) {
+    __m512 t = _mm512_div_ps(x, vs);
+    t = _mm512_max_ps(t, vlo); /* NaN -> lo */
+    t = _mm512_min_ps(t, vhi);
+    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtps_epi32(_mm512_add_ps(t, vzp));
+}
+
+/* q_pack_x from float activations (g->Xf, 32-column panels): each 4 rows x 16 columns are
+ * quantized into 16 int32 lanes and shifted into the four bytes of each column's quad (no
+ * shuffles), so the quantized matrix is never written out.  Rows past K and columns past nb
+ * hold x_zero (zero weights / columns never stored). */
+__attribute__((target("avx512f"))) static void q_pack_xf(const q_args *g, int n0, int nb, uint8_t *out) {
+    const int kq = (int)(g->k4 / 4);
+    const __m512 vs = _mm512_set1_ps(g->xscale), vlo = _mm512_set1_ps((float)(0 - g->x_zero)),
+                 vhi = _mm512_set1_ps((float)(255 - g->x_zero)), vzp = _mm512_set1_ps((float)g->x_zero);
+    const __m512i vpad = _mm512_set1_epi32(g->x_zero);
+    for (int j0 = 0; j0 < nb; j0 += Q_NR) {
+        uint8_t *dst = out + (long)j0 * kq * 4;
+        for (int q = 0; q < kq; ++q)
+            for (int h = 0; h < Q_NR; h += 16, dst += 64) {
+                const int left = nb - j0 - h; /* columns of this half inside the block */
+                const __mmask16 k = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+                __m512i quad = _mm512_setzero_si512();
+                for (int t = 0; t < 4; ++t) {
+                    const int row = 4 * q + t;
+                    __m512i v = vpad;
+                    if (row < g->K && k) {
+                        const float *src = g->Xf + (long)row * g->ldx + n0 + j0 + h;
+                        v = q_quant16(k == 0xffff ? _mm512_loadu_ps(src) : _mm512_maskz_loadu_ps(k, src), vs, vlo,
+                                      vhi, vzp);
+                        if (k != 0xffff) v = _mm512_mask_mov_epi32(vpad, k, v);
+                    }
+                    quad = _mm512_or_si512(quad, _mm512_slli_epi32(v, 8 * t));
+                }
+                _mm512_storeu_si512(dst, quad);
+            }
+    }
+}
+#endif
+
 static void q_task(void *ctx, long begin, long end) {
     const q_args *g = (const q_args *)ctx;
 #ifdef MRT_HAVE_VNNI_BUILD
@@ -459,7 +506,12 @@ static void q_task(void *ctx, long begin, long end) {
         /* this block's float rows: the output itself, or the staging area (row stride nb) */
         float *cb = g->Cq ? stage : g->C + (long)m0 * g->ldc + n0;
         const long ldb = g->Cq ? nb : g->ldc;
-        q_pack_x(g, 0, (int)g->k4, n0, nb, pack);
+#ifdef MRT_HAVE_VNNI_BUILD
+        if (g->Xf)
+            q_pack_xf(g, n0, nb, pack);
+        else
+#endif
+            q_pack_x(g, 0, (int)g->k4, n0, nb, pack);
         for (int j0 = 0; j0 < nb; j0 += g->nr) {
             int nr = nb - j0 < g->nr ? nb - j0 : g->nr;
             const uint8_t *panel = pack + (long)j0 * g->k4;
@@ -500,9 +552,10 @@ static void q_task(void *ctx, long begin, long end) {
 static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                          int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                          long ldr, int act, float a0, float a1, uint8_t *Cq, long ldcq, float yscale, int yzp,
-                         int nthreads) {
+                         const float *Xf, float xscale, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
+    g.Xf = Xf; g.xscale = xscale;
     g.Cq = Cq; g.ldcq = ldcq; g.yscale = yscale; g.yzp = yzp;
     g.sums = sums;
     g.W = W;
@@ -546,7 +599,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
 static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                        int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                        long ldr, int act, float a0, float a1, int nthreads) {
-    q_gemm_run_q(M, N, K, sums, W, X, ldx, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, NULL, 0, 1.0f, 0,
+    q_gemm_run_q(M, N, K, sums, W, X, ldx, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, NULL, 0, 1.0f, 0, NULL, 0.0f,
                  nthreads);
 }
 
@@ -584,20 +637,15 @@ __attribute__((target("avx2,fma"))) static long q_quant_avx2(const q_quant_args 
 #endif
 
 #ifdef MRT_HAVE_VNNI_BUILD
-/* The same 64 values at a time on AVX-512 (every operation as in the AVX2 loop). */
+/* The same 64 values at a time on AVX-512. */
 __attribute__((target("avx512f"))) static long q_quant_avx512(const q_quant_args *a, long begin, long end) {
     const __m512 vs = _mm512_set1_ps(a->scale), vlo = _mm512_set1_ps(a->lo), vhi = _mm512_set1_ps(a->hi),
                  vzp = _mm512_set1_ps(a->zp);
     long i = begin;
     for (; i + 64 <= end; i += 64)
-        for (int j = 0; j < 4; ++j) {
-            __m512 t = _mm512_div_ps(_mm512_loadu_ps(a->x + i + 16 * j), vs);
-            t = _mm512_max_ps(t, vlo); /* NaN -> lo */
-            t = _mm512_min_ps(t, vhi);
-            t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            /* t + zp is in [0, 255]: the 32-bit lanes truncate to their bytes exactly */
-            _mm_storeu_si128((__m128i *)(a->q + i + 16 * j), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_add_ps(t, vzp))));
-        }
+        for (int j = 0; j < 4; ++j) /* lanes in [0, 255]: truncated to their bytes exactly */
+            _mm_storeu_si128((__m128i *)(a->q + i + 16 * j),
+                             _mm512_cvtepi32_epi8(q_quant16(_mm512_loadu_ps(a->x + i + 16 * j), vs, vlo, vhi, vzp)));
     return i;
 }
 #endif
@@ -1136,10 +1184,12 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     const size_t xq_bytes = q_align64(a->x_u8 ? 0 : (size_t)chw);
     uint8_t *xq = scratch, *cols = scratch + xq_bytes;
     if (a->nb == 1 && !a->pkh) { /* one image per GEMM, straight into y with the whole epilogue fused */
-        const uint8_t *img;
+        /* direct (1x1) float input on VNNI with 32-column panels: quantized as it is packed */
+        const float *xf = !a->x_u8 && a->direct && q_use_vnni && p > 16 ? (const float *)a->x + i0 * chw : NULL;
+        const uint8_t *img = NULL;
         if (a->x_u8) {
             img = (const uint8_t *)a->x + i0 * chw;
-        } else {
+        } else if (!xf) {
             mrt_quantize_u8_f32((const float *)a->x + i0 * chw, xq, chw, a->x_scale, a->x_zero, nt);
             img = xq;
         }
@@ -1158,10 +1208,10 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         }
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src + (long)g * kg * p, p, a->x_zero,
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p, a->x_zero,
                          a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
-                         ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, yqi ? yqi + r0 * p : NULL, p, a->y_scale,
-                         a->y_zero, nt);
+                             ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, yqi ? yqi + r0 * p : NULL, p, a->y_scale,
+                         a->y_zero, xf ? xf + (long)g * kg * p : NULL, a->x_scale, nt);
         }
         return;
     }
@@ -1188,7 +1238,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         const long r0 = (long)g * mg;
         q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + (long)g * kg * ldb, ldb, a->x_zero,
                      a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
-                     a->res ? 0 : a->act, a->a0, a->a1, q_out ? tmpq : NULL, ldb, a->y_scale, a->y_zero, nt);
+                     a->res ? 0 : a->act, a->a0, a->a1, q_out ? tmpq : NULL, ldb, a->y_scale, a->y_zero, NULL, 0.0f, nt);
         for (int j = 0; j < nb; ++j) {
             if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
                 const long pp = (long)a->poh * a->pow;
