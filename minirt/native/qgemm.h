@@ -884,17 +884,17 @@ static inline size_t q_align64(size_t b) { return (b + 63) / 64 * 64; }
  *     read in place (the nine taps of a 3x3 window are shifted views of the same plane rows).
  *   - The weights are reordered to that K order per call (q_conv_tap_weights; a 1x1 kernel's
  *     packed rows already are).
- *   - Tiles of 8 rows x 32 columns go through q_store_row (scale, zero point, bias) into a
- *     per-thread stage holding blocks of whole output rows; the kept columns are then placed
- *     in y (+ residual), the activation runs over the contiguous output rows and, for a uint8
- *     output, they are requantized as quantize_u8 does.  The operations per element are
- *     q_gemm_run_q's, in the same order, so the results are bit-identical to the im2col route
- *     (integer sums are exact in any order).
+ *   - Tiles of 8 rows x 32 columns go through q_store_row (scale, zero point, bias, residual,
+ *     Relu / HardSwish) once per output row they cover, kept columns only, straight into y (a
+ *     uint8 output: into a per-thread float stage); per block of output rows, any other
+ *     activation then runs over the contiguous outputs and a uint8 output is requantized as
+ *     quantize_u8 does.  The operations per element are q_gemm_run_q's, in the same order, so
+ *     the results are bit-identical to the im2col route (integer sums are exact in any order).
  * Reads past a plane's last used byte (the dropped columns of the last panels) stay inside the
  * planes buffer: it has Q_IMPLICIT_SLACK bytes after the last plane. */
 #define Q_CONV_MR 8
-#define Q_IMPLICIT_COLS 512 /* extended-grid columns per block of output rows (per-thread stage) */
-#define Q_IMPLICIT_MC 128   /* rows per block (stage size; split further for threads) */
+#define Q_IMPLICIT_COLS 512 /* about this many extended-grid columns per block of output rows */
+#define Q_IMPLICIT_MC 128   /* weight rows per block (bounds the uint8 output's stage; split further for threads) */
 #define Q_IMPLICIT_SLACK (4 * Q_NR + 64)
 
 typedef struct {
