@@ -308,8 +308,8 @@ def _out_buffer(dst, shape: tuple, dtype=np.float32):
 def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
     """2-D float32 Conv through the native kernels: act(conv(x, w) + b + z).
 
-    Depthwise convolutions run entirely in C (bias and activation fused into
-    the same pass).  Everything else is GEMM-based, as in the numpy path:
+    Depthwise convolutions run entirely in C (bias, residual and activation
+    fused into the same pass).  Everything else is GEMM-based, as in the numpy path:
     1x1 kernels multiply the input directly, larger ones read the input through
     padded per-stride-phase planes (an implicit GEMM, no im2col matrix) or, for
     small images, a native im2col, and our GEMM writes y with bias + residual +
@@ -330,11 +330,7 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
     if group == c and cg == 1 and m == c and kk > 1:
         y = _out_buffer(dst, (n, c) + tuple(out))
         wc = np.ascontiguousarray(w)
-        if z is None:
-            _native.dwconv2d(x, wc, b, y, k, s, d, pb, act, a0, a1)
-        else:
-            _native.dwconv2d(x, wc, b, y, k, s, d, pb)
-            _native.bias_act(y, None, z, act, a0, a1)
+        _native.dwconv2d(x, wc, b, y, k, s, d, pb, act, a0, a1, residual=z)
         return y
     if _native.has_conv2d():
         # the whole batch in one native call (im2col + GEMM + epilogue per image, threads over images)

@@ -413,11 +413,11 @@ def _pool_attrs(kernel_shape, strides) -> tuple | None:
     return kernel, strides
 
 
-@kernel("QConv", since=1, domain=DOMAIN, out=True)
+@kernel("QConv", since=1, domain=DOMAIN, context=True, out=True)
 def qconv(
     x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(),
     group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(), output_scale=None,
-    output_zero_point=0, pool_kernel_shape=(), pool_strides=(), post_scale=1.0, post_shift=0.0, out=None,
+    output_zero_point=0, pool_kernel_shape=(), pool_strides=(), post_scale=1.0, post_shift=0.0, out=None, ctx=None,
 ):
     """activation(Conv(quant(x), int8 w * w_scale[m]) + b + z); float in, float out.
 
@@ -437,11 +437,17 @@ def qconv(
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
         raise ValueError(f"QConv: W must be int8, got {w.dtype}")
-    y_q = None if output_scale is None else _requant_attrs(output_scale, output_zero_point, w.shape[0])
-    pool = _pool_attrs(pool_kernel_shape, pool_strides)
-    post = (float(post_scale), float(post_shift))
-    if pool is not None and post != (1.0, 0.0):
-        raise ValueError("QConv: pool_kernel_shape with post_scale / post_shift is not supported")
+    # the attribute-derived arguments, once per node (per weight shape: W is normally a constant)
+    memo = ctx.memo if ctx is not None else {}
+    derived = memo.get(w.shape[0])
+    if derived is None:
+        y_q = None if output_scale is None else _requant_attrs(output_scale, output_zero_point, w.shape[0])
+        pool = _pool_attrs(pool_kernel_shape, pool_strides)
+        post = (float(post_scale), float(post_shift))
+        if pool is not None and post != (1.0, 0.0):
+            raise ValueError("QConv: pool_kernel_shape with post_scale / post_shift is not supported")
+        derived = memo[w.shape[0]] = (y_q, pool, post)
+    y_q, pool, post = derived
     y = _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
                     strides, activation, activation_params, y_q, pool, out, post)
     if y is not None:

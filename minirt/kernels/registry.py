@@ -56,6 +56,10 @@ class NodeContext:
     n_outputs: int
     output_dtypes: tuple  # numpy dtypes (or None where unknown), one per output
     opset: int
+    # Per node, for the kernel's own use: values it derives from its attributes (and input shapes),
+    # kept across runs so that a hot kernel does not re-derive them per call.  Never input values:
+    # the same node runs on many inputs, from several threads (a dict's item get/set is atomic).
+    memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
 
 class KernelEntry:

@@ -35,7 +35,7 @@ qgemm_isa = "none"
  ACT_GELU_TANH) = range(10)
 
 _ffi = _lib = None
-_ABI_VERSION = 4
+_ABI_VERSION = 5
 
 
 def _truthy(value: str | None) -> bool:
@@ -128,12 +128,13 @@ def _ptr(a):
     return _ffi.from_buffer("float[]", a)
 
 
-def dwconv2d(x, w, bias, y, k, s, d, pb, act=0, a0=0.0, a1=0.0) -> None:
+def dwconv2d(x, w, bias, y, k, s, d, pb, act=0, a0=0.0, a1=0.0, residual=None) -> None:
+    """y (N, C, OH, OW) = act(depthwise conv(x, w) + bias[c] + residual); residual has y's shape."""
     n, c, h, wd = x.shape
     oh, ow = y.shape[2:]
     _lib.mrt_dwconv2d_f32(
-        _ptr(x), _ptr(w), _ffi.NULL if bias is None else _ptr(bias), _ptr(y), n, c, h, wd, k[0], k[1], s[0], s[1],
-        d[0], d[1], pb[0], pb[1], oh, ow, act, a0, a1, threads(),
+        _ptr(x), _ptr(w), _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual),
+        _ptr(y), n, c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], oh, ow, act, a0, a1, threads(),
     )
 
 

@@ -21,7 +21,7 @@
 #include <sys/auxv.h>
 #endif
 
-#define MRT_ABI_VERSION 4
+#define MRT_ABI_VERSION 5
 #define MRT_MAX_THREADS 64
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
@@ -279,8 +279,8 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 /* ------------------------------------------------------------------ dispatch */
 
 typedef struct {
-    void (*dwconv2d)(const float *, const float *, const float *, float *, int, int, int, int, int, int, int, int, int,
-                     int, int, int, int, int, int, float, float, int);
+    void (*dwconv2d)(const float *, const float *, const float *, const float *, float *, int, int, int, int, int, int,
+                     int, int, int, int, int, int, int, int, int, float, float, int);
     void (*pool2d)(int, const float *, float *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
                    int, int, int, float, int);
     void (*bias_act)(float *, const float *, const float *, int, int, long, int, float, float, int);
@@ -294,19 +294,22 @@ typedef struct {
 } mrt_impl;
 
 #ifdef MRT_HAVE_AVX2_BUILD
-/* Depthwise at the AVX-512 level: 16-float rows pay where the work per output
- * is large (5x5 and up: 1.2-1.3x faster than AVX2 here); 3x3 layers are bound
- * by copies and per-row costs, and with outputs narrower than 16 columns half
- * a vector is wasted, so they keep the AVX2 code (docs/decisions.md, D-dw). */
-static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float *bias, float *y, int n, int c, int h,
-                                     int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh,
-                                     int ow, int act, float a0, float a1, int nthreads) {
-    if (kh * kw >= 25)
-        dwconv2d_avx512(x, w, bias, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
+/* Depthwise at the AVX-512 level: 16 lanes pay on the channel-blocked path
+ * (every tap one FMA over 16 channels) and for kernels of 5x5 and up; 3x3
+ * layers on the plane path (outputs in planes whose 16-channel blocks would
+ * alias in L1, see dw_use_blocked) are bound by copies and per-row costs,
+ * and with rows narrower than 16 columns waste half a vector, so they keep
+ * the AVX2 code (docs/decisions.md, D-dw). */
+static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float *bias, const float *z, float *y,
+                                     int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
+                                     int pt, int pl, int oh, int ow, int act, float a0, float a1, int nthreads) {
+    if (kh * kw >= 25 || dw_use_blocked_avx512(oh, ow))
+        dwconv2d_avx512(x, w, bias, z, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
     else
-        dwconv2d_avx2(x, w, bias, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
+        dwconv2d_avx2(x, w, bias, z, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
 }
-/* The int8 depthwise conv is the same code on integer values: the same choice. */
+/* The int8 depthwise conv (the same code on integer values) runs the plane path only (dw_run), so
+ * it keeps the plane path's choice: 16 lanes for 5x5 and up. */
 static void qdwconv2d_avx512_dispatch(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh,
                                       int sw, int dh, int dw, int pt, int pl, int oh, int ow, int nthreads) {
     if (kh * kw >= 25)
@@ -421,10 +424,10 @@ void mrt_qdwconv2d(const mrt_qdw_params *params, int n, int c, int h, int wd, in
     impl->qdwconv2d(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
 }
 
-void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
-                      int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act, float a0,
-                      float a1, int nthreads) {
-    impl->dwconv2d(x, w, bias, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
+void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, const float *residual, float *y, int n, int c,
+                      int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                      int act, float a0, float a1, int nthreads) {
+    impl->dwconv2d(x, w, bias, residual, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
 }
 
 void mrt_maxpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,

@@ -51,11 +51,12 @@ int mrt_current_isa(void);
 int mrt_max_threads(void);
 
 /* Depthwise 2-D convolution: x (n, c, h, w), w (c, kh, kw), bias (c) or NULL,
- * y (n, c, oh, ow) = act(conv + bias).  Padding is implicit (zeros): pt/pl
- * are the top/left pads, the bottom/right ones follow from oh/ow. */
-void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, float *y, int n, int c, int h, int wd,
-                      int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, int act, float a0,
-                      float a1, int nthreads);
+ * residual (n, c, oh, ow) or NULL, y (n, c, oh, ow) = act(conv + bias +
+ * residual).  Padding is implicit (zeros): pt/pl are the top/left pads, the
+ * bottom/right ones follow from oh/ow. */
+void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, const float *residual, float *y, int n, int c,
+                      int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                      int act, float a0, float a1, int nthreads);
 
 /* int8 depthwise 2-D convolution (QConv with group == c): per channel ch,
  *   acc = sum over the taps of (xq - x_zero[ch]) * w[ch, ky, kx]   (exact integers; padding is xq == x_zero)

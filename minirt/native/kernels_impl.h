@@ -355,28 +355,45 @@ typedef struct {
 
 static MRT_TARGET void FN(im2col_task)(void *ctx, long begin, long end) {
     const FN(im2col_args) *a = (const FN(im2col_args) *)ctx;
-    const int ow = a->ow, kk = a->kh * a->kw;
+    /* the geometry in locals: the loops below run per output row, 8 floats long in small images,
+     * where reloading it from *a after every store cost more than the copies */
+    const int ow = a->ow, oh = a->oh, kh = a->kh, kw = a->kw, kk = kh * kw, h = a->h, wd = a->wd;
+    const int sh = a->sh, sw = a->sw, dh = a->dh, dw = a->dw, pt = a->pt, pl = a->pl;
+    const long ld = a->ld;
+    const float *x = a->x;
+    float *cols = a->cols;
+    /* (short rows, as in small images: inline loops; a memcpy / memset call per 8-float row
+     * cost more than the copy itself) */
+    const int short_rows = ow <= 32;
     for (long r = begin; r < end; ++r) {
-        int ch = (int)(r / kk), t = (int)(r % kk), ky = t / a->kw, kx = t % a->kw;
-        const float *xp = a->x + (long)ch * a->h * a->wd;
-        float *dst = a->cols + r * a->ld;
-        int off = kx * a->dw - a->pl, lo, hi;
-        FN(valid_cols)(off, a->sw, a->wd, ow, &lo, &hi);
-        for (int oy = 0; oy < a->oh; ++oy, dst += ow) {
-            int iy = oy * a->sh - a->pt + ky * a->dh;
-            if (iy < 0 || iy >= a->h) {
-                memset(dst, 0, sizeof(float) * ow);
+        const int ch = (int)(r / kk), t = (int)(r % kk), ky = t / kw, kx = t % kw;
+        const float *xp = x + (long)ch * h * wd;
+        float *dst = cols + r * ld;
+        int off = kx * dw - pl, lo, hi;
+        FN(valid_cols)(off, sw, wd, ow, &lo, &hi);
+        for (int oy = 0; oy < oh; ++oy, dst += ow) {
+            const int iy = oy * sh - pt + ky * dh;
+            if (iy < 0 || iy >= h) {
+                if (short_rows) {
+                    for (int ox = 0; ox < ow; ++ox) dst[ox] = 0.0f;
+                } else {
+                    memset(dst, 0, sizeof(float) * ow);
+                }
                 continue;
             }
-            const float *src = xp + (long)iy * a->wd + off;
+            const float *src = xp + (long)iy * wd + off;
             int ox;
             for (ox = 0; ox < lo; ++ox) dst[ox] = 0.0f;
-            if (a->sw == 1) {
+            if (sw == 1 && short_rows) {
+                float *restrict d = dst;
+                const float *restrict q = src;
+                for (ox = lo; ox < hi; ++ox) d[ox] = q[ox];
+            } else if (sw == 1) {
                 memcpy(dst + lo, src + lo, sizeof(float) * (hi - lo));
-            } else if (a->sw == 2) {
+            } else if (sw == 2) {
                 for (ox = lo; ox < hi; ++ox) dst[ox] = src[2 * ox];
             } else {
-                for (ox = lo; ox < hi; ++ox) dst[ox] = src[ox * a->sw];
+                for (ox = lo; ox < hi; ++ox) dst[ox] = src[ox * sw];
             }
             for (ox = hi; ox < ow; ++ox) dst[ox] = 0.0f;
         }

@@ -1,10 +1,15 @@
 """The native depthwise convolution (minirt/native/dwconv_impl.h) against a direct numpy reference.
 
-The kernel has an unrolled path (3x3, 5x5, 7x7; stride 1 or 2; no dilation), a
-generic path (everything else), a stride-2 band stored de-interleaved, rows
-narrower than a vector, bands of rows split over threads when planes are few,
-and fused activations; each case runs on every ISA level this CPU has and with
-1-3 threads.
+The kernel has two layouts, chosen by output plane size and vector width
+(dw_use_blocked): planes (row bands, stride 2 de-interleaved in registers,
+rows narrower than a vector) and channel blocks (a vector per pixel of 16, 8
+or 4 channels; all input rows at once for small planes, a ring of rows for
+large ones, bands of rows for tall narrow ones; a partial last block).  Each
+has an unrolled path (3x3, 5x5, 7x7; stride 1 or 2; no dilation) and a generic
+one (everything else), bands of rows split over threads when there are few
+planes or blocks, fused activations and a fused residual.  Every case runs on
+every ISA level this CPU has (they pick different layouts for the same shape)
+and with 1-3 threads.
 """
 from __future__ import annotations
 
@@ -91,6 +96,26 @@ CASES = [
     (2, 16, 14, 14, 3, 1, (1, 1, 1, 1), 1),
     (1, 16, 14, 14, 3, 2, (1, 1, 1, 1), 1),
     (1, 8, 7, 7, 3, 1, (1, 1, 1, 1), 1),
+    # channel blocks (7x7 outputs take them at every ISA level); channel counts around the block widths
+    (2, 20, 7, 7, 3, 1, (1, 1, 1, 1), 1),  # batch 2, partial last block
+    (1, 19, 14, 14, 3, 2, (1, 1, 1, 1), 1),
+    (3, 3, 7, 9, 3, 1, (1, 1, 1, 1), 1),  # 3 channels: one partial block
+    (1, 1, 6, 6, 3, 1, (1, 1, 1, 1), 1),  # one channel, fewer pixels than lanes
+    (1, 17, 7, 7, 5, 2, (2, 2, 2, 2), 1),
+    (1, 9, 9, 11, 7, 1, (3, 3, 3, 3), 1),
+    (1, 9, 13, 13, 7, 2, (3, 3, 3, 3), 1),
+    (1, 18, 8, 8, 3, 3, (1, 1, 1, 1), 1),  # stride 3: generic kernel on channel blocks
+    (1, 18, 9, 9, 3, 1, (2, 2, 2, 2), 2),  # dilated
+    (1, 18, 9, 10, 2, 1, (0, 0, 1, 1), 1),  # even kernel
+    (1, 16, 8, 7, 3, 2, (0, 2, 1, 0), 1),  # asymmetric pads, odd width
+    (1, 17, 200, 9, 3, 1, (1, 1, 1, 1), 1),  # tall and narrow: bands of rows of channel blocks
+    (1, 11, 32, 32, 3, 1, (1, 1, 1, 1), 1),  # a ring of rows (AVX2, AVX-512)
+    (2, 19, 40, 37, 3, 1, (1, 1, 1, 1), 1),  # ring (AVX-512), batch 2, partial block
+    (1, 19, 41, 39, 3, 2, (0, 1, 1, 0), 1),  # ring, stride 2, asymmetric pads
+    (1, 17, 36, 36, 5, 1, (2, 2, 2, 2), 1),  # ring, 5x5
+    (1, 17, 30, 34, 3, 1, (2, 2, 2, 2), 2),  # ring, dilated
+    (1, 17, 40, 48, 3, 3, (1, 1, 1, 1), 1),  # ring, stride 3
+    (1, 16, 64, 64, 3, 1, (1, 1, 1, 1), 1),  # 16 KB planes: AVX-512 keeps the plane path (L1 set aliasing)
 ]
 
 
@@ -135,8 +160,9 @@ def test_depthwise_fused_activation(case, act, every_isa, threads):
     np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-4)
 
 
-def test_depthwise_no_bias_and_nan_propagates(every_isa):
-    case = (1, 2, 10, 20, 3, 2, (1, 1, 1, 1), 1)
+@pytest.mark.parametrize("case", [(1, 2, 10, 20, 3, 2, (1, 1, 1, 1), 1), (1, 18, 13, 13, 3, 2, (1, 1, 1, 1), 1)],
+                         ids=["planes", "blocks"])
+def test_depthwise_no_bias_and_nan_propagates(case, every_isa):
     x, wt, _ = _inputs(case)
     x[0, 1, 4, 7] = np.nan
     y = np.empty(_out_shape(case), np.float32)
@@ -144,6 +170,53 @@ def test_depthwise_no_bias_and_nan_propagates(every_isa):
     ref = np.maximum(reference_depthwise(x, wt, None, (2, 2), (1, 1, 1, 1), (1, 1)), 0.0)
     np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
     assert np.isnan(y[0, 1]).sum() == np.isnan(ref[0, 1]).sum() > 0
+    assert not np.isnan(np.delete(y, 1, axis=1)).any()  # a NaN in one channel stays in its lane
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        # (N, C, H, W, (kh, kw), (sh, sw), pads): rectangular kernels, a stride larger than the kernel
+        (1, 17, 50, 70, (1, 3), (3, 3), (0, 0, 0, 0)),  # rows between the windows are never read
+        (1, 17, 50, 70, (3, 1), (2, 3), (1, 0, 1, 0)),
+        (2, 5, 7, 8, (1, 5), (1, 2), (0, 2, 0, 2)),
+        (1, 9, 30, 30, (5, 3), (1, 1), (2, 1, 2, 1)),
+    ],
+)
+def test_depthwise_rectangular_kernels(shape, every_isa, threads):
+    n, c, h, w, k, st, pads = shape
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((c, 1) + k, dtype=np.float32)
+    b = rng.standard_normal(c, dtype=np.float32)
+    ref = reference_depthwise(x, wt, b, st, pads, (1, 1))
+    y = np.full(ref.shape, np.nan, np.float32)
+    native.dwconv2d(x, wt, b, y, k, st, (1, 1), pads[:2])
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("act", [a for a in ACTIVATIONS if a[0] in ("none", "relu", "hardswish", "sigmoid")],
+                         ids=lambda a: a[0])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (2, 19, 7, 7, 3, 1, (1, 1, 1, 1), 1),  # channel blocks, all rows at once
+        (1, 19, 40, 37, 3, 2, (1, 1, 1, 1), 1),  # ring of rows (AVX-512), planes (AVX2, baseline)
+        (1, 3, 40, 37, 5, 1, (2, 2, 2, 2), 1),
+        (1, 5, 9, 9, 3, 1, (2, 2, 2, 2), 2),  # generic kernel
+    ],
+    ids=["blocks", "ring", "5x5", "dilated"],
+)
+def test_depthwise_fused_residual(case, act, every_isa, threads):
+    """y = act(conv + bias + residual): the residual is added before the activation, on every path."""
+    _, code, a0, a1, fn = act
+    x, wt, b = _inputs(case, seed=2)
+    _, _, _, _, k, s, pads, d = case
+    z = np.random.default_rng(5).standard_normal(_out_shape(case), dtype=np.float32)
+    y = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], code, a0, a1, residual=z)
+    ref = fn(reference_depthwise(x, wt, b, (s, s), pads, (d, d)) + z)
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-4)
 
 
 @pytest.mark.parametrize("multiplier", [2, 3])
