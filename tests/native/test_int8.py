@@ -242,7 +242,7 @@ def test_sgemm_matches_numpy(m, k, n, bias_mode, isa, threads):
     np.testing.assert_allclose(c, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
-def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out):
+def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     """Exact int32 sums of (xq - x_zero) * w per output (n, m, oh*ow), plain numpy."""
     n, c, h, wd = xq.shape
     m = w.shape[0]
@@ -256,27 +256,37 @@ def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out):
         wg = w[g * mg:(g + 1) * mg].astype(np.int64)
         for ky in range(k[0]):
             for kx in range(k[1]):
-                win = xp[:, g * cg:(g + 1) * cg, ky:ky + s[0] * oh:s[0], kx:kx + s[1] * ow:s[1]]
+                y0, x0 = ky * d[0], kx * d[1]
+                win = xp[:, g * cg:(g + 1) * cg, y0:y0 + s[0] * oh:s[0], x0:x0 + s[1] * ow:s[1]]
                 acc[:, g * mg:(g + 1) * mg] += np.einsum("nchw,mc->nmhw", win, wg[:, :, ky, kx])
     return acc.reshape(n, m, oh * ow)
 
 
-@pytest.mark.parametrize("c,hw,m,k,s,pb,group", [
-    (3, (8, 8), 16, (3, 3), (1, 1), (1, 1, 1, 1), 1),    # digits conv1: p = 64
-    (16, (4, 4), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1),    # digits conv2: p = 16 (narrow GEMM per image)
-    (16, (5, 5), 12, (1, 1), (1, 1), (0, 0, 0, 0), 1),   # 1x1 direct, p = 25
-    (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2),     # strided, padded, 2 groups
-    (4, (1, 1), 10, (1, 1), (1, 1), (0, 0, 0, 0), 1),    # p = 1
-    (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1),   # p = 400: one image per GEMM
+@pytest.mark.parametrize("c,hw,m,k,s,pb,group,d", [
+    (3, (8, 8), 16, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),    # digits conv1: p = 64
+    (16, (4, 4), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),    # digits conv2: p = 16 (narrow GEMM per image)
+    (16, (5, 5), 12, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # 1x1 direct, p = 25
+    (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2, (1, 1)),     # strided, padded, 2 groups
+    (4, (1, 1), 10, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)),    # p = 1
+    # p >= 256, group 1, kernel > 1x1: one image per GEMM, implicit (planes, no im2col)
+    (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # p = 400
+    (5, (17, 23), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),  # a partial channel quad and 8-row tile
+    (6, (33, 40), 10, (3, 3), (2, 2), (1, 0, 1, 2), 1, (1, 1)),  # stride 2 (four phase planes), uneven pads
+    (3, (24, 26), 9, (5, 5), (1, 1), (2, 2, 2, 2), 1, (1, 1)),   # 5x5, 3 channels (the stem's padding)
+    (7, (30, 28), 6, (3, 3), (1, 1), (2, 2, 2, 2), 1, (2, 2)),   # dilation 2
+    (3, (40, 34), 5, (3, 3), (2, 1), (1, 1, 0, 1), 1, (1, 1)),   # strides 2 x 1
+    (1, (40, 40), 136, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)), # several row blocks and weight-row blocks
+    (8, (18, 18), 8, (3, 3), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # no padding: p = 256
 ])
 @pytest.mark.parametrize("n", [1, 3, 17])
-def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, n, every_isa, threads):
-    """Images side by side in one GEMM (D24) give exactly the per-image results (n = 1 calls) and
-    the numpy integer math, for every input/output form, residual and activation."""
+def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, d, n, every_isa, threads):
+    """Images side by side in one GEMM (D24) or one by one from padded planes (implicit) give
+    exactly the per-image results (n = 1 calls) and the numpy integer math, for every
+    input/output form, residual and activation."""
     rng = np.random.default_rng(11 + n)
     h, wd = hw
-    oh = (h + pb[0] + pb[2] - k[0]) // s[0] + 1
-    ow = (wd + pb[1] + pb[3] - k[1]) // s[1] + 1
+    oh = (h + pb[0] + pb[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (wd + pb[1] + pb[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
     x = rng.standard_normal((n, c, h, wd), dtype=np.float32)
     w = rng.integers(-127, 128, (m, c // group, *k), dtype=np.int8)
     packed = native.qpack(w.reshape(m, -1))
@@ -286,12 +296,11 @@ def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, n, every_is
     res = rng.standard_normal((n, m, oh, ow), dtype=np.float32)
     xq = np.empty(x.shape, np.uint8)
     native.quantize_u8(x, xq, x_scale, x_zero)
-    acc = _qconv_int_ref(xq, x_zero, w, k, s, pb, group, (oh, ow))
+    acc = _qconv_int_ref(xq, x_zero, w, k, s, pb, group, (oh, ow), d)
     y_scale, y_zero = 0.02, 40
     for act in (0, 1, 7):  # none, Relu, HardSwish
-        prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, (1, 1), pb[:2], (oh, ow), scale, bias, act)
-        prep1 = native.qconv2d_prepare((1, c, h, wd), packed, m, group, k, s, (1, 1), pb[:2], (oh, ow), scale, bias,
-                                       act)
+        prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act)
+        prep1 = native.qconv2d_prepare((1, c, h, wd), packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act)
         for residual in (None, res):
             for src in (x, xq):
                 for y_q in (None, (y_scale, y_zero)):
@@ -314,6 +323,89 @@ def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, n, every_is
                     if y_q:
                         ref = np.clip(np.rint(ref / np.float32(y_scale)) + y_zero, 0, 255).astype(np.uint8)
                     np.testing.assert_array_equal(y.reshape(n, m, -1), ref)
+
+
+# Each route of the one-image-per-GEMM conv: implicit planes (kernels > 1x1, p >= 256, group 1; the
+# shapes of test_qconv_batched_small_planes_exact), the packed GEMM with 1x1 float inputs quantized
+# while packed, the im2col GEMM (groups), and small planes side by side (n > 1).
+POST_ROUTE_CASES = [
+    (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # implicit, p = 400
+    (5, (17, 23), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),  # implicit: partial channel quad and 8-row tile
+    (6, (33, 40), 10, (3, 3), (2, 2), (1, 0, 1, 2), 1, (1, 1)),  # implicit, stride 2, uneven pads
+    (3, (24, 26), 9, (5, 5), (1, 1), (2, 2, 2, 2), 1, (1, 1)),   # implicit 5x5
+    (7, (30, 28), 6, (3, 3), (1, 1), (2, 2, 2, 2), 1, (2, 2)),   # implicit, dilation 2
+    (3, (40, 34), 5, (3, 3), (2, 1), (1, 1, 0, 1), 1, (1, 1)),   # implicit, strides 2 x 1
+    (1, (40, 40), 136, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)), # implicit: row blocks and weight-row blocks
+    (8, (18, 18), 8, (3, 3), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # implicit, no padding: p = 256
+    (16, (20, 20), 24, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)), # 1x1 direct (float input packed from floats)
+    (8, (20, 20), 12, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),  # 2 groups: im2col GEMM, one image per call
+    (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2, (1, 1)),     # small planes side by side
+]
+
+
+@pytest.mark.parametrize("c,hw,m,k,s,pb,group,d", POST_ROUTE_CASES)
+@pytest.mark.parametrize("n", [1, 3])
+def test_qconv_post_affine_and_per_channel_output(c, hw, m, k, s, pb, group, d, n, every_isa, threads):
+    """QConv's post affine (post_scale / post_shift: y = a * act(...) + b, after the activation and
+    before any requantization) and a per-channel uint8 output on every conv route, with
+    residual and the activations applied in the store (Relu, HardSwish) or after it (Clip):
+    the float32 epilogue of the numpy integer sums, exactly (HardSwish: within float rounding),
+    and images one at a time give the same values."""
+    rng = np.random.default_rng(23 + n)
+    h, wd = hw
+    oh = (h + pb[0] + pb[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (wd + pb[1] + pb[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    x = rng.standard_normal((n, c, h, wd), dtype=np.float32)
+    w = rng.integers(-127, 128, (m, c // group, *k), dtype=np.int8)
+    packed = native.qpack(w.reshape(m, -1))
+    x_scale, x_zero = 0.03, 121
+    scale = (rng.random(m, dtype=np.float32) * 0.01 + 0.001) * np.float32(x_scale)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    res = rng.standard_normal((n, m, oh, ow), dtype=np.float32)
+    xq = np.empty(x.shape, np.uint8)
+    native.quantize_u8(x, xq, x_scale, x_zero)
+    acc = _qconv_int_ref(xq, x_zero, w, k, s, pb, group, (oh, ow), d)
+    y_scale = rng.uniform(0.01, 0.05, m).astype(np.float32)  # per output channel
+    y_zero = rng.integers(0, 256, m).astype(np.int32)
+    post_a, post_b = np.float32(-0.75), np.float32(0.375)
+    for act, a0, a1 in ((native.ACT_NONE, 0.0, 0.0), (native.ACT_RELU, 0.0, 0.0), (native.ACT_HARDSWISH, 0.0, 0.0),
+                       (native.ACT_CLIP, -0.5, 0.5)):
+        prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act, a0, a1)
+        prep1 = native.qconv2d_prepare((1, c, h, wd), packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act,
+                                       a0, a1)
+        for residual in (None, res):
+            ref = scale[:, None] * acc.astype(np.float32) + bias[:, None]
+            if residual is not None:
+                ref = ref + residual.reshape(n, m, -1)
+            if act == native.ACT_RELU:
+                ref = np.where(ref < 0, np.float32(0), ref)
+            elif act == native.ACT_HARDSWISH:
+                ref = ref * np.clip(ref / np.float32(6) + np.float32(0.5), 0, 1).astype(np.float32)
+            elif act == native.ACT_CLIP:
+                ref = np.clip(ref, np.float32(a0), np.float32(a1))
+            ref = post_a * ref + post_b
+            ref_q = np.clip(np.rint(ref / y_scale[:, None]) + y_zero[:, None], 0, 255).astype(np.uint8)
+            for src in (x, xq):
+                for y_q in (None, (y_scale, y_zero)):
+                    y = np.empty((n, m, oh, ow), np.uint8 if y_q else np.float32)
+                    native.qconv2d_call(prep, src, x_scale, x_zero, y, residual=residual, y_q=y_q,
+                                        post=(post_a, post_b))
+                    per = np.empty_like(y)
+                    for i in range(n):
+                        yi = np.empty_like(y[i:i + 1])
+                        native.qconv2d_call(prep1, np.ascontiguousarray(src[i:i + 1]), x_scale, x_zero, yi,
+                                            residual=None if residual is None else residual[i:i + 1], y_q=y_q,
+                                            post=(post_a, post_b))
+                        per[i] = yi[0]
+                    np.testing.assert_array_equal(y, per)
+                    got = y.reshape(n, m, -1)
+                    if act == native.ACT_HARDSWISH:  # x / 6 + 1/2 may be one FMA: the last bit may differ
+                        if y_q:
+                            assert np.abs(got.astype(np.int32) - ref_q.astype(np.int32)).max() <= 1
+                        else:
+                            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+                    else:
+                        np.testing.assert_array_equal(got, ref_q if y_q else ref)
 
 
 def _max_pool_ref(y, k, s):

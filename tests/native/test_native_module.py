@@ -121,6 +121,7 @@ def test_session_threads_set_native_and_blas(dw_artifact, monkeypatch):
     import minirt
 
     x = {"x": np.ones((1, 4, 9, 9), np.float32)}
+    blas.set_threads(None)  # the library's own default (earlier sessions may have changed it)
     before = blas.get_threads()
     openblas = blas.status.startswith("OpenBLAS")
     try:
