@@ -17,16 +17,8 @@ def sample(fn: Callable[[], object], runs: int, warmup: int = 0) -> list[float]:
     return sample_interleaved({"fn": fn}, runs, warmup)["fn"]
 
 
-def sample_interleaved(fns: Mapping[str, Callable[[], object]], runs: int, warmup: int = 0,
-                       settle_s: float = 0.0) -> dict[str, list[float]]:
-    """Time every callable ``runs`` times, alternating between them; name -> seconds per call.
-
-    ``settle_s`` sleeps that long (untimed) after every call.  With several threads
-    per runtime, a runtime's workers keep spinning for a while after its call
-    returns (onnxruntime's until their spin budget runs out, ours for tens of
-    microseconds); without a pause they steal the cores the next runtime's call
-    wants, and each side is measured under the other's load.
-    """
+def sample_interleaved(fns: Mapping[str, Callable[[], object]], runs: int, warmup: int = 0) -> dict[str, list[float]]:
+    """Time every callable ``runs`` times, alternating between them; name -> seconds per call."""
     names = list(fns)
     for _ in range(warmup):
         for name in names:
@@ -39,8 +31,6 @@ def sample_interleaved(fns: Mapping[str, Callable[[], object]], runs: int, warmu
             t0 = clock()
             fn()
             out[name].append(clock() - t0)
-            if settle_s:
-                time.sleep(settle_s)
     return out
 
 
