@@ -53,10 +53,13 @@ class QuantizeOptions:
     symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
     quantize_final: bool = False  # also quantize the layers that feed the model's outputs
-    # Depthwise convolutions are int8 (native int8 depthwise kernel; uint8 in and out when
-    # chained, docs/decisions.md D-qdw), their inputs quantized per channel (one scale for the
-    # tensor instead: PP-OCR det's max abs error vs float 0.70 -> 0.99).
-    quantize_depthwise: bool = True
+    # Depthwise convolutions stay float by default (weights stored int8): since the float
+    # depthwise kernel's channel blocks (D-dw), int8 depthwise (D-qdw: uint8 in and out when
+    # chained) no longer pays as a whole: PP-OCR det int8/float 0.654-0.661x with it, 0.631-0.639x
+    # without (D29); without VNNI (arm64, AVX2) its portable path was slower still.  True: int8,
+    # inputs quantized per channel (one scale for the tensor instead: det's max abs error vs float
+    # 0.70 -> 0.99).
+    quantize_depthwise: bool = False
     depthwise_per_channel_inputs: bool = True
     # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input
     # costs about what int8 saves (1x1 convs over 12-16 channels measured 1.25x slower in int8;

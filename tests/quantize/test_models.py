@@ -191,9 +191,9 @@ def test_ppocr_det_int8_and_fp16_sizes():
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.standard_normal((1, 3, 64, 96)).astype(np.float32)} for _ in range(2)]
     model = optimized(path)
-    report = quantize(model, "int8", feeds, QuantizeOptions(**NO_TIMING))
-    # depthwise convolutions are int8 too (D-qdw): per-channel input scales, chained in uint8
-    # with their neighbours; the learnable affine Mul / Add after each QConv folded into it
+    report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=True, **NO_TIMING))
+    # with quantize_depthwise, depthwise convolutions are int8 too (D-qdw): per-channel input scales,
+    # chained in uint8 with their neighbours; the learnable affine Mul / Add after each QConv folded
     assert report.size_ratio <= 0.30
     assert len(report.quantized) > 40
     assert not any("depthwise" in k["reason"] for k in report.kept_float)
@@ -209,7 +209,17 @@ def test_ppocr_det_int8_and_fp16_sizes():
     assert y.shape == (1, 1, 64, 96) and np.isfinite(y).all()
     with numpy_path():  # the numpy reference path of every quantized op
         np.testing.assert_allclose(_run.session(model).run(None, feeds[0])[0], y, atol=0.02)
-    # the previous defaults: depthwise float (weights stored int8), nothing chained, Mul / Add nodes
+    # the defaults (D29): depthwise float, weights stored int8; the affine Mul / Add still folded
+    model = optimized(path)
+    report = quantize(model, "int8", feeds, QuantizeOptions(**NO_TIMING))
+    assert report.size_ratio <= 0.30
+    depthwise = [k for k in report.kept_float if "depthwise" in k["reason"]]
+    assert len(depthwise) >= 14 and any("weights stored int8" in k["reason"] for k in depthwise)  # (the big ones)
+    assert not any(n.op_type == "QConv" and n.inputs[3].shape[1] == 1 for n in model.graph)
+    assert sum("post_scale" in n.attributes for n in model.graph if n.op_type == "QConv") >= 10
+    y_default = _run.session(model).run(None, feeds[0])[0]
+    assert np.abs(y_default - y).max() < 0.5
+    # the defaults before D-qdw: depthwise float, nothing chained, Mul / Add nodes
     model = optimized(path)
     report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=False, chain_int8=False,
                                                             fold_affine=False, **NO_TIMING))
