@@ -313,6 +313,7 @@ def main() -> int:
         ap.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
     thread_counts = [int(t) for t in args.threads.split(",")]
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     # Cold start compares installed packages: numpy's and onnxruntime's bytecode was
     # compiled at install time, so compile minirt's too (an editable checkout run with
     # PYTHONDONTWRITEBYTECODE=1 would otherwise recompile every module in every child).
