@@ -219,6 +219,13 @@ class _Builder:
         return self.cache[key]
 
 
+def _qconvs_without(graph: ir.Graph, *attributes: str) -> list:
+    """The graph's QConv nodes that carry none of ``attributes`` (a list taken now: the callers
+    rewrite the graph as they go)."""
+    return [n for n in graph if n.domain == DOMAIN and n.op_type == "QConv"
+            and not any(a in n.attributes for a in attributes)]
+
+
 def _absorb(graph: ir.Graph, y: ir.Value, consumer: ir.Node) -> None:
     """``y`` takes over the output of ``consumer`` (a node folded into y's producer): its name, shape
     and every use (graph outputs included); ``consumer`` is removed."""
@@ -347,11 +354,7 @@ def fuse_max_pool(graph: ir.Graph) -> int:
     MaxPool, ~10 us at batch 1) cost as much as a conv.  Returns the number of fused pools."""
     outputs = set(id(v) for v in graph.outputs)
     fused = 0
-    for node in list(graph):
-        if node.domain != DOMAIN or node.op_type != "QConv" or "pool_kernel_shape" in node.attributes:
-            continue
-        if "output_scale" in node.attributes or "post_scale" in node.attributes:
-            continue
+    for node in _qconvs_without(graph, "pool_kernel_shape", "output_scale", "post_scale"):
         y = node.outputs[0]
         uses = list(y.uses())
         if id(y) in outputs or len(uses) != 1:
@@ -390,11 +393,7 @@ def fold_scalar_affine(graph: ir.Graph) -> int:
     epilogue instead of two passes).  Returns the number of folded nodes."""
     outputs = set(id(v) for v in graph.outputs)
     folded = 0
-    for node in list(graph):
-        if node.domain != DOMAIN or node.op_type != "QConv" or "post_scale" in node.attributes:
-            continue
-        if "pool_kernel_shape" in node.attributes or "output_scale" in node.attributes:
-            continue
+    for node in _qconvs_without(graph, "post_scale", "pool_kernel_shape", "output_scale"):
         scale, shift = 1.0, 0.0
         y = node.outputs[0]
         for op in ("Mul", "Add"):
