@@ -24,6 +24,7 @@ import functools
 import numpy as np
 
 from minirt import native as _native
+from minirt.kernels import tensor
 from minirt.kernels.registry import kernel, lookup
 
 DOMAIN = "com.minirt"
@@ -547,21 +548,23 @@ def dequantize_weights(w, w_scale=None, /, *, axis=0):
     return y
 
 
-@kernel("QMatMul", since=1, domain=DOMAIN)
+@kernel("QMatMul", since=1, domain=DOMAIN, context=True, out=True)
 def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None, z=None, /, *, transB=0,
-            activation="", activation_params=(), flatten_axis=None):
+            activation="", activation_params=(), flatten_axis=None, out=None, ctx=None):
     """activation(quant(a) @ (int8 b * b_scale[n]) (b transposed when transB) + bias + z).
 
     With ``flatten_axis``, ``a`` is first ``Flatten(a, axis=flatten_axis)`` (the quantizer folds
-    a Flatten feeding only this node: one node less per run)."""
+    a Flatten feeding only this node: one node less per run).  ``out``: the memory plan's buffer
+    for the result (native path, when it fits)."""
     if b is None or b_scale is None:
         raise ValueError("QMatMul: inputs B and B_scale are required")
     if b.dtype != np.int8 or b.ndim != 2:
         raise ValueError(f"QMatMul: B must be a 2-D int8 matrix, got {b.dtype} {b.shape}")
     if flatten_axis is not None:
-        a = _fn("", "Flatten", 1)(a, axis=flatten_axis)
+        a = tensor.flatten(a, axis=flatten_axis)
     if _native.available and a.dtype == np.float32 and a.ndim >= 1 and a.size:
-        y = _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params)
+        y = _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params,
+                          out, None if ctx is None else ctx.memo)
         if y is not None:
             return y
     s, zp, lo, hi = _quant_params(a, a_scale, a_zero_point)
@@ -575,20 +578,29 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
 _QMATMUL_PLANS: dict = {}
 
 
-def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params):
-    """QMatMul in one native call (quantize, int8 GEMM, bias, activation), or None."""
-    key = (id(b), id(b_scale), id(a_scale), id(a_zero_point), id(bias), transB, activation, activation_params)
-    plan = _QMATMUL_PLANS.get(key)
-    if plan is None or (plan is not False and plan[0]() is not b):
-        plan = _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params)
-        if plan is False:
-            if len(_QMATMUL_PLANS) < 4096:
-                _QMATMUL_PLANS[key] = False
-            return None
-        import weakref
+def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params, out=None,
+                  memo=None):
+    """QMatMul in one native call (quantize, int8 GEMM, bias, activation), or None.  ``memo``: the
+    node's NodeContext.memo, holding its plan while its constant inputs stay the same objects."""
+    hit = memo.get("qmatmul") if memo is not None else None
+    if (hit is not None and hit[0] is b and hit[1] is b_scale and hit[2] is a_scale and hit[3] is a_zero_point
+            and hit[4] is bias):
+        plan = hit[5]
+    else:
+        key = (id(b), id(b_scale), id(a_scale), id(a_zero_point), id(bias), transB, activation, activation_params)
+        plan = _QMATMUL_PLANS.get(key)
+        if plan is None or (plan is not False and plan[0]() is not b):
+            plan = _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params)
+            if plan is False:
+                if len(_QMATMUL_PLANS) < 4096:
+                    _QMATMUL_PLANS[key] = False
+                return None
+            import weakref
 
-        plan = (weakref.ref(b, lambda _r, key=key: _QMATMUL_PLANS.pop(key, None)),) + plan
-        _QMATMUL_PLANS[key] = plan
+            plan = (weakref.ref(b, lambda _r, key=key: _QMATMUL_PLANS.pop(key, None)),) + plan
+            _QMATMUL_PLANS[key] = plan
+        if memo is not None:
+            memo["qmatmul"] = (b, b_scale, a_scale, a_zero_point, bias, plan)
     if plan is False:
         return None
     _, keep, k, n, packed, ws, static, scale, bias_c, act = plan
@@ -600,7 +612,7 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
     else:
         sc, zp_u8 = static
     a2 = np.ascontiguousarray(a).reshape(-1, k)
-    y = np.empty(a.shape[:-1] + (n,), dtype=np.float32)
+    y = _result_buffer(out, a.shape[:-1] + (n,), _F32, a, z)
     fused = act if z is None else None  # the residual comes before the activation
     _native.qmatmul(a2, sc, zp_u8, packed, n, scale, bias_c, y.reshape(-1, n), *(fused or (0, 0.0, 0.0)))
     if fused is not None:
