@@ -514,7 +514,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"  built {artifact if args.out else artifact.name} from {model.name} in "
               f"{fmt_seconds(sum(report.timings.values()))} ({report.nodes_after} nodes)")
 
-        session = minirt.Session(str(artifact))
+        # One thread on both sides: in one process, onnxruntime's worker threads keep spinning after
+        # each of its calls and take the core our second thread needs, which no deployment sees
+        # (docs/decisions.md D27); benchmarks/run.py measures 2 threads in separate processes.
+        session = minirt.Session(str(artifact), threads=1)
         name = session.get_inputs()[0].name
         runners = {"minirt": lambda x: session.run(None, {name: x})[0]}
         sizes = {"minirt": f"{fmt_bytes(artifact.stat().st_size)} .mrt"}
@@ -522,7 +525,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("onnxruntime") is not None:
             import onnxruntime as ort
 
-            ort_session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+            ort_session = _ort_session(ort, str(model), 1)
             runners["onnxruntime"] = lambda x: ort_session.run(None, {name: x})[0]
             sizes["onnxruntime"] = f"{fmt_bytes(model.stat().st_size)} .onnx"
             ratio_size = f"{artifact.stat().st_size / model.stat().st_size:.2f}x"
@@ -555,7 +558,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         (f"latency batch {len(labels)}", *(fmt_seconds(latency[s][1]) for s in sides), ratio([latency[s][1] for s in sides])),
     ]
     print(_table(rows, header=("", *sides, "ratio" if compare else ""), align="lrrr"))
-    print(f"  latency: median of {args.runs} runs each" + (", interleaved; ratio = minirt / onnxruntime" if compare else ""))
+    print(f"  latency: median of {args.runs} runs each, 1 thread"
+          + (", interleaved; ratio = minirt / onnxruntime" if compare else ""))
     if not compare:
         print("  onnxruntime is not installed: only minirt's side is shown (pip install onnxruntime to compare)")
         _print_int8_demo(int8_rows, q_report)

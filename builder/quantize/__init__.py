@@ -425,7 +425,7 @@ def demo_rows(float_artifact: Any, quant_artifact: Any, images: np.ndarray, labe
     def size(a):
         return os.path.getsize(a) if isinstance(a, (str, os.PathLike)) else len(a)
 
-    f_sess, q_sess = minirt.Session(float_artifact), minirt.Session(quant_artifact)
+    f_sess, q_sess = minirt.Session(float_artifact, threads=1), minirt.Session(quant_artifact, threads=1)
     name = input_name or f_sess.get_inputs()[0].name
     out = {}
     for side, s in (("float", f_sess), ("int8", q_sess)):
