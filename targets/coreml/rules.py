@@ -168,24 +168,30 @@ def _check_conv(node, ctx):
     return _ok()
 
 
-@rule("Conv", check=_check_conv)
-@rule("FusedConv", domain=MINIRT, check=_check_conv)
-def lower_conv(node, env):
-    mb = env.mb
+def _conv_kwargs(node, env, transpose: bool = False) -> tuple[dict, list]:
+    """The arguments MIL's conv / conv_transpose share: x, weight, strides, dilations, groups, padding
+    (``pad`` only with ``pad_type="custom"``) and the bias when there is one; and the explicit pads."""
     inputs = list(node.inputs)
-    x = env.get(inputs[0])
     w = env.const(inputs[1]).astype(np.float32)
     spatial = w.ndim - 2
     strides = [int(s) for s in (_attr(node, "strides", None) or [1] * spatial)]
     dilations = [int(d) for d in (_attr(node, "dilations", None) or [1] * spatial)]
     groups = int(_attr(node, "group", 1) or 1)
-    pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), w.shape[2:], strides, dilations)
-    kwargs = dict(x=x, weight=w, strides=strides, dilations=dilations, groups=groups, pad_type=pad_type)
+    pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), w.shape[2:], strides, dilations,
+                              transpose=transpose)
+    kwargs = dict(x=env.get(inputs[0]), weight=w, strides=strides, dilations=dilations, groups=groups,
+                  pad_type=pad_type)
     if pad_type == "custom":
         kwargs["pad"] = pad
     if len(inputs) > 2 and inputs[2] is not None:
         kwargs["bias"] = env.const(inputs[2]).astype(np.float32).reshape(-1)
-    y = mb.conv(name=env.n(node, "conv"), **kwargs)
+    return kwargs, pad
+
+
+@rule("Conv", check=_check_conv)
+@rule("FusedConv", domain=MINIRT, check=_check_conv)
+def lower_conv(node, env):
+    y = env.mb.conv(name=env.n(node, "conv"), **_conv_kwargs(node, env)[0])
     y = _add_residual(node, env, y, 3)
     _finish(node, env, y)
 
@@ -215,25 +221,12 @@ def _check_conv_transpose(node, ctx):
 @rule("ConvTranspose", check=_check_conv_transpose)
 @rule("FusedConvTranspose", domain=MINIRT, check=_check_conv_transpose)
 def lower_conv_transpose(node, env):
-    mb = env.mb
-    inputs = list(node.inputs)
-    x = env.get(inputs[0])
-    w = env.const(inputs[1]).astype(np.float32)
-    spatial = w.ndim - 2
-    strides = [int(s) for s in (_attr(node, "strides", None) or [1] * spatial)]
-    dilations = [int(d) for d in (_attr(node, "dilations", None) or [1] * spatial)]
-    groups = int(_attr(node, "group", 1) or 1)
-    pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), w.shape[2:], strides, dilations, transpose=True)
-    kwargs = dict(x=x, weight=w, strides=strides, dilations=dilations, groups=groups, pad_type=pad_type)
-    if pad_type == "custom":
-        kwargs["pad"] = pad
+    kwargs, pad = _conv_kwargs(node, env, transpose=True)
     out_pad = [int(p) for p in (_attr(node, "output_padding", None) or ())]
     if any(out_pad):
         pad = [p - (out_pad[i // 2] if i % 2 else 0) for i, p in enumerate(pad)]
         kwargs["pad"], kwargs["pad_type"] = pad, "custom"
-    if len(inputs) > 2 and inputs[2] is not None:
-        kwargs["bias"] = env.const(inputs[2]).astype(np.float32).reshape(-1)
-    y = mb.conv_transpose(name=env.n(node, "deconv"), **kwargs)
+    y = env.mb.conv_transpose(name=env.n(node, "deconv"), **kwargs)
     _finish(node, env, y)  # FusedConvTranspose's activation; plain ConvTranspose has none
 
 
