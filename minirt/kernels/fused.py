@@ -110,15 +110,6 @@ def fused_conv(
     return apply_activation(_add_residual(y, z), activation, activation_params)
 
 
-def _native_act(activation, params):
-    """(act code, a0, a1) of the native epilogue for this activation, or None."""
-    spec = nn._NATIVE_ACTIVATIONS.get(activation)
-    params = tuple(float(v) for v in (params or ()))
-    if spec is None or len(params) != spec[1]:
-        return None
-    return (spec[0],) + (params + (0.0, 0.0))[:2]
-
-
 @kernel("FusedConvTranspose", since=1, domain=DOMAIN, out=True)
 def fused_conv_transpose(
     x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), output_padding=(), output_shape=(),
@@ -127,7 +118,7 @@ def fused_conv_transpose(
     """activation(ConvTranspose(x, w, b)); the stride == kernel path applies it in its GEMM epilogue.
     ``out``: the result buffer (memory plan), used by that path when it fits."""
     y, activated = nn.conv_transpose_act(
-        x, w, b, _native_act(activation, activation_params), auto_pad=auto_pad, dilations=dilations, group=group,
+        x, w, b, nn.native_act(activation, activation_params), auto_pad=auto_pad, dilations=dilations, group=group,
         kernel_shape=kernel_shape, output_padding=output_padding, output_shape=output_shape, pads=pads,
         strides=strides, dst=out,
     )
@@ -139,7 +130,7 @@ def fused_gemm(
     a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(), out=None
 ):
     """activation(Gemm(a, b, c) + z)."""
-    spec = _native_act(activation, activation_params)
+    spec = nn.native_act(activation, activation_params)
     if spec is not None and alpha == 1.0 and a.ndim == 2 and b.ndim == 2 and (z is None or z.ndim == 2):
         bias = None
         if c is not None and beta != 0.0:
@@ -156,7 +147,7 @@ def fused_gemm(
 @kernel("FusedMatMul", since=1, domain=DOMAIN, out=True)
 def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params=(), out=None):
     """activation(MatMul(a, b) + bias + z)."""
-    spec = _native_act(activation, activation_params)
+    spec = nn.native_act(activation, activation_params)
     if spec is not None:
         y = linalg.matmul_native(a, b, bias, z, *spec, out=out)
         if y is not None:

@@ -398,14 +398,22 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
 _FUSED_CONV_GEOMETRY: dict = {}
 
 
+def native_act(activation, params) -> tuple | None:
+    """(act code, a0, a1) of the native epilogue for this activation and its parameters, or None."""
+    spec = _NATIVE_ACTIVATIONS.get(activation)
+    params = tuple(float(v) for v in (params or ()))
+    if spec is None or len(params) != spec[1]:
+        return None
+    return (spec[0],) + (params + (0.0, 0.0))[:2]
+
+
 def _fused_conv_geometry(x_shape, w_shape, b_shape, z_shape, activation, activation_params, auto_pad, dilations,
                          group, kernel_shape, pads, strides):
     """(act code, a0, a1, kernel, strides, dilations, output size, begin pads) of a native fused conv, or
     False when the native path does not apply (the caller then composes the standard kernels, which report
     any error)."""
-    spec = _NATIVE_ACTIVATIONS.get(activation)
-    params = tuple(float(v) for v in (activation_params or ()))
-    if spec is None or len(params) != spec[1]:
+    act = native_act(activation, activation_params)
+    if act is None:
         return False
     n, c = x_shape[:2]
     m, cg = w_shape[:2]
@@ -422,8 +430,7 @@ def _fused_conv_geometry(x_shape, w_shape, b_shape, z_shape, activation, activat
         return False  # the standard kernel raises the same error with its own context
     if z_shape is not None and z_shape != (n, m) + tuple(out_sp):
         return False  # a broadcasting residual: not fused
-    a0, a1 = (params + (0.0, 0.0))[:2]
-    return spec[0], a0, a1, k, s, d, tuple(out_sp), pb
+    return act + (k, s, d, tuple(out_sp), pb)
 
 
 def _split_transpose_pads(total: list, auto_pad: str) -> tuple:

@@ -640,11 +640,7 @@ def _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation
         scale = (np.float32(sc) * ws).astype(np.float32)
     from minirt.kernels import nn
 
-    spec = nn._NATIVE_ACTIVATIONS.get(activation)
-    params = tuple(float(v) for v in (activation_params or ()))
-    act = None
-    if spec is not None and len(params) == spec[1]:
-        act = (spec[0],) + (params + (0.0, 0.0))[:2]
+    act = nn.native_act(activation, activation_params)
     wt = b if transB else b.T  # (N, K) int8
     packed = _native.qpack(wt, owner=b, tag=("T", transB))
     bias_c = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
