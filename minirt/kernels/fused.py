@@ -89,10 +89,10 @@ def _add_residual(y: np.ndarray, z) -> np.ndarray:
     return _std("Add")(y, z)
 
 
-@kernel("FusedConv", since=1, domain=DOMAIN, out=True)
+@kernel("FusedConv", since=1, domain=DOMAIN, context=True, out=True)
 def fused_conv(
     x, w, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
-    activation="", activation_params=(), out=None,
+    activation="", activation_params=(), out=None, ctx=None,
 ):
     """activation(Conv(x, w, b) + z).  ``out``: a result buffer (native path only)."""
     # Native path: bias, residual and activation applied in the conv's own pass
@@ -100,6 +100,7 @@ def fused_conv(
     y = nn.conv_fused_native(
         x, w, b, z, activation=activation, activation_params=activation_params, auto_pad=auto_pad,
         dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides, out=out,
+        memo=None if ctx is None else ctx.memo,
     )
     if y is not None:
         return y

@@ -360,10 +360,13 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
 
 
 def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_params=(), auto_pad="NOTSET",
-                      dilations=(), group=1, kernel_shape=(), pads=(), strides=(), out=None):
+                      dilations=(), group=1, kernel_shape=(), pads=(), strides=(), out=None, memo=None):
     """``activation(Conv(x, w, b) + z)`` in one native pass, or ``None`` when that is not possible.
 
     ``out``: a buffer for the result, used when it has exactly its shape and dtype.
+    ``memo``: the node's NodeContext.memo: the geometry derived from the attributes is kept there per
+    input shapes (deriving it in Python costs several microseconds per call, about what a small
+    conv's kernel costs).
 
     For the fused ``com.minirt`` ops: returns ``None`` (the caller then
     composes the standard kernels) when the native kernels are unavailable,
@@ -374,28 +377,30 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
         return None
     if z is not None and (z.dtype != np.float32 or z.ndim != 4):
         return None
-    try:
-        key = (x.shape, w.shape, None if b is None else b.shape, None if z is None else z.shape, activation,
-               activation_params, auto_pad, dilations, group, kernel_shape, pads, strides)
-        geometry = _FUSED_CONV_GEOMETRY.get(key)
-    except TypeError:  # an unhashable attribute value (a list): no caching
-        key, geometry = None, None
+    shapes = (x.shape, w.shape, None if b is None else b.shape, None if z is None else z.shape)
+    geometry = memo.get(shapes) if memo is not None else None
     if geometry is None:
-        geometry = _fused_conv_geometry(x.shape, w.shape, None if b is None else b.shape,
-                                        None if z is None else z.shape, activation, activation_params, auto_pad,
-                                        dilations, group, kernel_shape, pads, strides)
-        if key is not None and len(_FUSED_CONV_GEOMETRY) < 4096:
-            _FUSED_CONV_GEOMETRY[key] = geometry
+        geometry = _fused_conv_geometry(*shapes, activation, activation_params, auto_pad, dilations, group,
+                                        kernel_shape, pads, strides)
+        _remember(memo, shapes, geometry)
     if geometry is False:
         return None
     act, a0, a1, k, s, d, out_sp, pb = geometry
     return _conv2d_native(x, w, b, z, out_sp, k, s, d, pb, group, act, a0, a1, dst=dst)
 
 
-# (shapes, attributes) -> what conv_fused_native derives from them, or False (no native fused path):
-# a model's convs see the same few shapes run after run, and deriving the geometry in Python costs
-# several microseconds per call, about what a small conv's kernel costs.
-_FUSED_CONV_GEOMETRY: dict = {}
+def _memo(ctx) -> dict | None:
+    """The node's memo, or None when the kernel is called without its context (tests, the builder)."""
+    return None if ctx is None else ctx.memo
+
+
+def _remember(memo: dict | None, key, value) -> None:
+    """Keep ``value`` in a node's memo under ``key`` (input shapes); shapes that keep changing start it
+    over rather than grow it."""
+    if memo is not None:
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = value
 
 
 def native_act(activation, params) -> tuple | None:
@@ -629,11 +634,6 @@ def _check_pool_pads(op: str, pb: tuple, pe: tuple, k: tuple) -> None:
         raise ValueError(f"{op}: pads {list(pb + pe)} must be smaller than kernel_shape {list(k)}")
 
 
-# (input shape, attributes) -> the validated geometry of a MaxPool (see _max_pool_geometry): a model's pools
-# see the same shapes run after run, and deriving it costs more than a small plane's native pool.
-_MAX_POOL_GEOMETRY: dict = {}
-
-
 def _max_pool_geometry(x_shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
     """(rank, kernel, strides, dilations, output size, begin pads, end pads) of a MaxPool; raises on bad input."""
     nd = len(x_shape) - 2
@@ -650,18 +650,15 @@ def _max_pool_geometry(x_shape, auto_pad, ceil_mode, dilations, kernel_shape, pa
     return nd, k, s, d, tuple(out), pb, pe
 
 
-def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
+def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides, memo=None):
+    """``memo``: the node's NodeContext.memo, where the validated geometry is kept per input shape
+    (deriving it costs more than a small plane's native pool)."""
     _check_rank("MaxPool", x)
-    try:
-        key = (x.shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides)
-        geometry = _MAX_POOL_GEOMETRY.get(key)
-    except TypeError:  # an unhashable attribute value (a list): no caching
-        key, geometry = None, None
-    if geometry is None:  # (invalid input raises here, every time: only valid geometries are cached)
+    geometry = memo.get(x.shape) if memo is not None else None
+    if geometry is None:  # (invalid input raises here, every time: only valid geometries are kept)
         geometry = _max_pool_geometry(x.shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order,
                                       strides)
-        if key is not None and len(_MAX_POOL_GEOMETRY) < 4096:
-            _MAX_POOL_GEOMETRY[key] = geometry
+        _remember(memo, x.shape, geometry)
     nd, k, s, d, out, pb, pe = geometry
     in_sp = x.shape[2:]
     if n_out < 2 and nd == 2 and x.dtype == np.float32 and _native.available:
@@ -708,14 +705,14 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     return y, flat
 
 
-@kernel("MaxPool", since=1)
-def max_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=()):
-    return _max_pool(x, 1, auto_pad, 0, (), kernel_shape, pads, 0, strides)
+@kernel("MaxPool", since=1, context=True)
+def max_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=(), ctx=None):
+    return _max_pool(x, 1, auto_pad, 0, (), kernel_shape, pads, 0, strides, _memo(ctx))
 
 
 @kernel("MaxPool", since=8, context=True)
 def max_pool_8(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), storage_order=0, strides=(), ctx=None):
-    return _max_pool(x, _n_outputs(ctx), auto_pad, 0, (), kernel_shape, pads, storage_order, strides)
+    return _max_pool(x, _n_outputs(ctx), auto_pad, 0, (), kernel_shape, pads, storage_order, strides, _memo(ctx))
 
 
 @kernel("MaxPool", since=10, context=True)
@@ -732,7 +729,8 @@ def max_pool_10(
     strides=(),
     ctx=None,
 ):
-    return _max_pool(x, _n_outputs(ctx), auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides)
+    return _max_pool(x, _n_outputs(ctx), auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides,
+                     _memo(ctx))
 
 
 def _window_counts(out: int, k: int, s: int, d: int, pb: int, lo: int, hi: int) -> np.ndarray:

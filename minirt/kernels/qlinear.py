@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from minirt import native as _native
-from minirt.kernels import tensor
+from minirt.kernels import nn, tensor
 from minirt.kernels.registry import kernel, lookup
 
 DOMAIN = "com.minirt"
@@ -203,8 +203,6 @@ def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilation
 
 def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads, strides,
               activation, activation_params, post):
-    from minirt.kernels import nn
-
     n, c = x.shape[:2]
     k = w.shape[2:]
     if k[0] * k[1] > _native.QDW_MAX_TAPS or (z is not None and z.dtype != np.float32):
@@ -263,10 +261,7 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     else:
         plan = _qconv_plan_cached(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group,
                                   kernel_shape, pads, strides, activation, activation_params, pool)
-        if memo is not None:
-            if len(memo) > 64:  # shapes that keep changing: start over rather than grow
-                memo.clear()
-            memo[mkey] = (w, w_scale, x_scale, x_zero_point, b, plan)
+        nn._remember(memo, mkey, (w, w_scale, x_scale, x_zero_point, b, plan))
     if plan is False:
         return None
     if u8 and (plan.dynamic or plan.lo != 0):
@@ -357,8 +352,6 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         return False
     if x_scale is not None and np.asarray(x_scale).size != 1:
         return False  # per-channel activation scale (depthwise): float path
-    from minirt.kernels import nn
-
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     if cg == 1 and group == c > 1:
@@ -638,8 +631,6 @@ def _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation
             return False
         static = (sc, zp + 128 if lo == -128 else zp)
         scale = (np.float32(sc) * ws).astype(np.float32)
-    from minirt.kernels import nn
-
     act = nn.native_act(activation, activation_params)
     wt = b if transB else b.T  # (N, K) int8
     packed = _native.qpack(wt, owner=b, tag=("T", transB))

@@ -799,8 +799,8 @@ def test_dropout_training_mode(ratio):
 
 
 def test_fused_conv_geometry_cache_keys_and_list_attributes():
-    """conv_fused_native caches its geometry per (shapes, attributes); list attributes skip the cache, and
-    two calls that differ only in pads or shapes must not share an entry."""
+    """conv_fused_native derives its geometry per call here (no node memo) and from a node's memo in a
+    session; list attributes and calls that differ only in pads or shapes must each get their own."""
     from minirt import native
 
     if not native.available:
