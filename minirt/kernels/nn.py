@@ -249,8 +249,8 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
                  group=group, pads=pads, strides=strides)
         return y.astype(x.dtype)
     if nd == 2 and x.dtype == np.float32 and _native.available:
-        dst = out if out is not None and not np.may_share_memory(out, x) else None
-        return _conv2d_native(x, w, b, None, out_sp, k, s, d, pb, group, _native.ACT_NONE, 0.0, 0.0, dst=dst)
+        return _conv2d_native(x, w, b, None, out_sp, k, s, d, pb, group, _native.ACT_NONE, 0.0, 0.0,
+                              dst=_free_out(out, x))
     xp = _pad_for_windows(x, out_sp, k, s, d, pb, 0)
     p = math.prod(out_sp)
     kk = math.prod(k)
@@ -296,6 +296,13 @@ _NATIVE_ACTIVATIONS = {
     "Gelu": (_native.ACT_GELU, 0),
     "GeluTanh": (_native.ACT_GELU_TANH, 0),
 }
+
+
+def _free_out(out, *inputs):
+    """``out`` (the memory plan's buffer for a result) unless it overlaps one of ``inputs``: None then."""
+    if out is None or any(t is not None and np.may_share_memory(t, out) for t in inputs):
+        return None
+    return out
 
 
 def _out_buffer(dst, shape: tuple, dtype=np.float32):
@@ -372,7 +379,7 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
     composes the standard kernels) when the native kernels are unavailable,
     the data is not 2-D float32, or the activation has no native epilogue.
     """
-    dst = out if out is None or not any(t is not None and np.may_share_memory(t, out) for t in (x, z)) else None
+    dst = _free_out(out, x, z)
     if not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
         return None
     if z is not None and (z.dtype != np.float32 or z.ndim != 4):
@@ -506,7 +513,7 @@ def _conv_transpose_tiles(x, w, b, act=None, dst=None):
     x = np.ascontiguousarray(x)
     wt = np.ascontiguousarray(w.reshape(c, m * kk).T)
     if _native.available and _native.has_layout_kernels():
-        y = _out_buffer(dst if dst is None or not np.may_share_memory(dst, x) else None, (n, m, hh * kh, ww * kw))
+        y = _out_buffer(_free_out(dst, x), (n, m, hh * kh, ww * kw))
         bias_rows = None if b is None else np.ascontiguousarray(np.repeat(b.astype(np.float32), kk))
         _native.convtranspose_tiles(x, wt, m, (kh, kw), bias_rows, y, *(act or (_native.ACT_NONE, 0.0, 0.0)))
         return y, act is not None
@@ -813,8 +820,7 @@ def global_average_pool(x, /, *, out=None):
     nd = _check_rank("GlobalAveragePool", x)
     if x.dtype == np.float32 and x.size and _native.available and _native.has_layout_kernels():
         # One pass with vector partial sums (numpy's mean over the trailing axes is several times slower).
-        y = _out_buffer(out if out is None or not np.may_share_memory(out, x) else None,
-                        x.shape[:2] + (1,) * nd)
+        y = _out_buffer(_free_out(out, x), x.shape[:2] + (1,) * nd)
         _native.plane_means(np.ascontiguousarray(x), y)
         return y
     # np.mean accumulates float16 in float32 and returns the input dtype.

@@ -154,10 +154,7 @@ _QCONV_PLANS: dict = {}
 
 def _result_buffer(out, shape, dtype, x, z):
     """``out`` (the memory plan's buffer) when it fits the result exactly and overlaps no input, else a new array."""
-    if (out is not None and out.shape == shape and out.dtype == dtype and out.flags.c_contiguous
-            and not np.may_share_memory(out, x) and (z is None or not np.may_share_memory(out, z))):
-        return out
-    return np.empty(shape, dtype=dtype)
+    return nn._out_buffer(nn._free_out(out, x, z), shape, dtype)
 
 
 class _QDwPlan:
