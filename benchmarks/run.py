@@ -132,14 +132,14 @@ def latency(prep: dict, threads: int, seconds: float) -> dict:
     mine = minirt.Session(prep["mrt"], threads=threads)
     theirs = ort_session(prep["onnx"], threads)
     fns = {"minirt": lambda: mine.run(None, feed), "onnxruntime": lambda: theirs.run(None, feed)}
-    # Calibrate: enough interleaved rounds to fill ~`seconds`, within [15, 300].
-    t0 = time.perf_counter()
-    for f in fns.values():
-        f()
-        f()
-    per_round = (time.perf_counter() - t0) / 2
-    runs = int(min(300, max(15, seconds / max(per_round, 1e-6))))
     if threads == 1:
+        # Calibrate: enough interleaved rounds to fill ~`seconds`, within [15, 300].
+        t0 = time.perf_counter()
+        for f in fns.values():
+            f()
+            f()
+        per_round = (time.perf_counter() - t0) / 2
+        runs = int(min(300, max(15, seconds / max(per_round, 1e-6))))
         samples = timing.sample_interleaved(fns, runs, warmup=3)
     else:  # worker threads of the two runtimes must not share this process (see latency_in_own_processes)
         samples = latency_in_own_processes(prep, threads, seconds)
