@@ -27,15 +27,14 @@ Execution on Android hardware is untested in this repository.
 """
 from __future__ import annotations
 
-import json
 import os
-import struct
 import threading
 import weakref
 
 import numpy as np
 
 from minirt.errors import Error
+from minirt.providers import _program
 
 MAGIC = b"MRTNNAPI"
 LIBRARY_ENV = "MINIRT_NNAPI_LIBRARY"
@@ -106,14 +105,7 @@ def decode_blob(blob) -> dict:
 
     Constant tensor values are numpy views into ``blob`` (no copy).
     """
-    mv = memoryview(blob).cast("B")
-    if bytes(mv[:8]) != MAGIC:
-        raise NNAPIError("not an NNAPI program: bad magic (expected b'MRTNNAPI')")
-    version, hlen = struct.unpack_from("<II", mv, 8)
-    if version != 1:
-        raise NNAPIError(f"NNAPI program version {version} is newer than this runtime reads (1)")
-    header = json.loads(bytes(mv[16:16 + hlen]))
-    base = 16 + hlen + ((-(16 + hlen)) % 16)
+    header, mv, base = _program.unpack(blob, MAGIC, 1, "NNAPI", NNAPIError)
     operands = []
     for rec in header["operands"]:
         t = int(rec["t"])

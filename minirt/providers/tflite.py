@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
-import struct
 import threading
 
 import numpy as np
 
 from minirt.errors import Error
+from minirt.providers import _program
 
 MAGIC = b"MRTTFLIT"
 _MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter", "tensorflow.lite")
@@ -29,14 +28,7 @@ class TFLiteError(Error):
 
 
 def decode_blob(blob) -> tuple[dict, bytes]:
-    mv = memoryview(blob).cast("B")
-    if bytes(mv[:8]) != MAGIC:
-        raise TFLiteError("not a TFLite program: bad magic (expected b'MRTTFLIT')")
-    version, hlen = struct.unpack_from("<II", mv, 8)
-    if version != 1:
-        raise TFLiteError(f"TFLite program version {version} is newer than this runtime reads (1)")
-    header = json.loads(bytes(mv[16:16 + hlen]))
-    base = 16 + hlen + ((-(16 + hlen)) % 16)
+    header, mv, base = _program.unpack(blob, MAGIC, 1, "TFLite", TFLiteError)
     return header, bytes(mv[base:])
 
 

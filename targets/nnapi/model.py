@@ -12,11 +12,9 @@ flatbuffer.
 """
 from __future__ import annotations
 
-import json
-import struct
-
 import numpy as np
 
+from minirt.providers import _program
 from targets.nnapi import oplevels as C
 
 MAGIC = b"MRTNNAPI"
@@ -138,10 +136,7 @@ class NNModel:
             "input_names": self.input_names,
             "output_names": self.output_names,
         }
-        hj = json.dumps(header, separators=(",", ":")).encode()
-        head = MAGIC + struct.pack("<II", VERSION, len(hj)) + hj
-        head += b"\0" * ((-len(head)) % 16)
-        return bytes(head) + bytes(data)
+        return _program.pack(MAGIC, VERSION, header, bytes(data))
 
     @classmethod
     def from_bytes(cls, blob) -> "NNModel":

@@ -14,9 +14,7 @@ then the ``.tflite`` flatbuffer (docs/nnapi.md).
 """
 from __future__ import annotations
 
-import json
-import struct
-
+from minirt.providers import _program
 from targets.nnapi.lower import Unsupported, lower_nodes, node_support
 from targets.tflite.translate import TranslationError, to_tflite
 
@@ -35,13 +33,9 @@ LEVEL = 34
 
 def tflite_blob(model) -> bytes:
     """Wrap NNModel ``model``'s TFLite translation with the layout header."""
-    flat = to_tflite(model)
-    header = json.dumps({"input_map": model.input_map, "input_perm": model.input_perm,
-                         "output_perm": model.output_perm, "input_names": model.input_names,
-                         "output_names": model.output_names}, separators=(",", ":")).encode()
-    head = MAGIC + struct.pack("<II", 1, len(header)) + header
-    head += b"\0" * ((-len(head)) % 16)
-    return head + flat
+    header = {"input_map": model.input_map, "input_perm": model.input_perm, "output_perm": model.output_perm,
+              "input_names": model.input_names, "output_names": model.output_names}
+    return _program.pack(MAGIC, 1, header, to_tflite(model))
 
 
 class TFLiteSpec(ProviderSpec):
