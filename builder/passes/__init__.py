@@ -7,7 +7,8 @@ beside it (``test_<name>.py``)::
 
     level 0   nothing
     level 1   shape_specialisation, constant_folding, fold_constant_if, cleanup, initializer_dedup, cse, dce
-    level 2   level 1 + recognise_activations, fuse_batchnorm, matmul_to_gemm, fuse_pad, fuse_activation
+    level 2   level 1 + recognise_activations, fuse_batchnorm, fold_input_affine, factor_residual_scale,
+              matmul_to_gemm, fuse_pad, fuse_activation
     level 3   level 2 + recognise_layernorm, recognise_attention
 
 Fused ops belong to minirt's own domain ``com.minirt`` (docs/fused_ops.md,
@@ -23,7 +24,9 @@ from onnx_ir.passes import common as ir_passes
 from builder.passes.cleanup import Cleanup
 from builder.passes.constant_folding import ConstantFolding
 from builder.passes.cse import CommonSubexpressionElimination
+from builder.passes.factor_residual_scale import FactorResidualScale
 from builder.passes.dce import DeadCodeElimination
+from builder.passes.fold_input_affine import FoldInputAffine
 from builder.passes.fuse_activation import FuseActivation
 from builder.passes.fold_constant_if import FoldConstantIf
 from builder.passes.fuse_batchnorm import FuseBatchNorm
@@ -35,13 +38,13 @@ from builder.passes.shape_specialisation import ShapeSpecialisation
 
 _LEVEL1 = [ShapeSpecialisation, ConstantFolding, FoldConstantIf, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
            DeadCodeElimination]
-_LEVEL2 = [RecogniseActivations, FuseBatchNorm, MatMulAddToGemm, FuseActivation]
+_LEVEL2 = [RecogniseActivations, FuseBatchNorm, FoldInputAffine, FactorResidualScale, MatMulAddToGemm, FuseActivation]
 _LEVEL3: list = []
 
 try:  # optional passes land one file at a time
     from builder.passes.fuse_pad import FusePad
 
-    _LEVEL2.insert(3, FusePad)
+    _LEVEL2.insert(5, FusePad)
 except ImportError:  # pragma: no cover
     pass
 try:

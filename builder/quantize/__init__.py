@@ -288,7 +288,11 @@ def quantize(
                 sizes = {n: float_model.graph.initializers[n].const_value.size for n in names16}
                 full = float_model.clone()
                 convert(full, None)
-                max_cost = opts.fp16_max_ratio * report.float_bytes - len(_run.artifact_bytes(full))
+                # The cap is on the whole artifact, whose metadata will hold this fit's report: a
+                # sensitivity entry per candidate weight (its name and two scores) and its name in the
+                # quantized list; room for that is kept out of what returning weights to float may spend.
+                report_room = 2048 + sum(2 * len(n) + 96 for n in names16)
+                max_cost = opts.fp16_max_ratio * report.float_bytes - len(_run.artifact_bytes(full)) - report_room
 
                 def cost(name):  # bytes a weight adds when it stays float32 (2 per element, plus its scale)
                     return 2.0 * sizes[name]

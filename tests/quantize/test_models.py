@@ -201,7 +201,9 @@ def test_ppocr_det_int8_and_fp16_sizes():
     depthwise = [n for n in qconvs if n.inputs[3].shape[1] == 1]
     assert len(depthwise) >= 14 and all(n.inputs[1].shape == (n.inputs[3].shape[0],) for n in depthwise)
     assert sum("output_scale" in n.attributes for n in qconvs) >= 20  # into and out of the depthwise convs
-    assert sum("post_scale" in n.attributes for n in qconvs) >= 20
+    # the maps after the pointwise convs (those after a depthwise conv already went into the next
+    # pointwise conv's weights in the optimizer: fold_input_affine)
+    assert sum("post_scale" in n.attributes for n in qconvs) >= 15
     dequant = [n for n in model.graph if n.op_type == "DequantizeWeights"]
     assert dequant and all(n.inputs[0].dtype == ir.DataType.INT8 for n in dequant)  # ConvTranspose, small convs
     assert any(k["node"].startswith("p2o.ConvTranspose") for k in report.kept_float)  # final layer
