@@ -317,6 +317,8 @@ def build(
                 accuracy_budget=accuracy_budget,
                 eval=eval_data,
                 quantize_final=quantize_final,
+                # arm64 devices: the int8 depthwise kernel has only its portable path there (D30)
+                **({"int8_depthwise_min_plane": 0} if profile.has("neon") else {}),
             ),
             progress=say,
         )

@@ -60,11 +60,20 @@ class QuantizeOptions:
     # inputs quantized per channel (one scale for the tensor instead: det's max abs error vs float
     # 0.70 -> 0.99).
     quantize_depthwise: bool = False
+    # ... except, in static int8, depthwise convs whose input plane has at least this many pixels
+    # (0: none): on 160 x 160 planes the VNNI int8 kernel, chained in uint8 with the pointwise
+    # QConvs around it, is faster than float (PP-OCR det int8/float 0.613-0.619x -> 0.588-0.591x;
+    # on 80 x 80 no further gain, more error: docs/decisions.md D30).  The plane is the input's
+    # static shape, else the first calibration feed's.  Builds for arm64 targets pass 0: there the
+    # int8 depthwise kernel has only its portable path.
+    int8_depthwise_min_plane: int = 160 * 160
     depthwise_per_channel_inputs: bool = True
     # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input
-    # costs about what int8 saves (1x1 convs over 12-16 channels measured 1.25x slower in int8;
-    # larger windows win in int8 even with few channels, since float needs an im2col too).
-    int8_min_reduction: int = 24
+    # costs about what int8 saves (1x1 convs over 12 channels no faster in int8; larger windows
+    # win in int8 even with few channels, since float needs an im2col too).  16 channels pay since
+    # the implicit int8 conv: PP-OCR det's 16 -> 32 at 160 x 160 0.88x of float, and in uint8 into
+    # an int8 depthwise conv (D30).
+    int8_min_reduction: int = 16
     # Convolutions kept float for speed (the two rules above) still store their weights int8
     # (weights-only: com.minirt::DequantizeWeights, materialized in float32 once by the runtime).
     weight_only_float_convs: bool = True
@@ -156,6 +165,25 @@ def collect_ranges(model: ir.Model, names: list[str], feeds, method: str = "minm
         if r is not None:
             out[("channel", n)] = r
     return out
+
+
+def input_planes(model: ir.Model, candidates: Sequence[Candidate], feeds) -> dict[str, int]:
+    """Pixels per channel (product of the dimensions after the first two) of each candidate's input:
+    from its static shape, else from running the float ``model`` on the first of ``feeds``."""
+    planes, unknown = {}, []
+    for c in candidates:
+        if c.plane:
+            planes[c.input] = c.plane
+        else:
+            unknown.append(c.input)
+    if unknown and feeds:
+
+        def record(name, x):
+            if x.ndim >= 3:
+                planes[name] = int(np.prod(x.shape[2:]))
+
+        _run.collect(model, unknown, list(feeds)[:1], record)
+    return planes
 
 
 def _check_feed_shapes(model: ir.Model, feeds, what: str) -> None:
@@ -325,10 +353,14 @@ def quantize(
             else:
                 report.kept_float.append({"node": c.name, "reason": reason})
 
+        large_planes = set()  # inputs of the depthwise candidates quantized for their plane size
+        if mode == "int8" and not opts.quantize_depthwise and opts.int8_depthwise_min_plane > 0:
+            planes = input_planes(float_model, [c for c in candidates if c.depthwise], calib)
+            large_planes = {name for name, plane in planes.items() if plane >= opts.int8_depthwise_min_plane}
         for c in candidates:
             if _excluded(c, opts.exclude):
                 report.kept_float.append({"node": c.name, "reason": "excluded by option"})
-            elif c.depthwise and not opts.quantize_depthwise:
+            elif c.depthwise and not opts.quantize_depthwise and c.input not in large_planes:
                 float_for_speed(c, "depthwise convolution: float is faster than int8 here (quantize_depthwise to "
                                    "quantize it)")
             elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < opts.int8_min_reduction:

@@ -73,6 +73,7 @@ class Candidate:
     depthwise: bool = False  # group == C == M: its input may be quantized per channel
     reduction: int = 0  # multiply-adds per output value (Conv: C/group*KH*KW; MatMul/Gemm: K)
     window: int = 1  # Conv: KH*KW (1 for a pointwise conv, which needs no im2col in float either)
+    plane: int = 0  # Conv: input pixels per channel (H*W) when the input shape is static, else 0
     weight_only: bool = False  # a conv computed in float with int8-stored weights (set by the quantizer)
 
 
@@ -103,6 +104,15 @@ def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
         if id(node) in candidate_ids and any(reaches(o) for o in node.outputs):
             final.add(node.name)
     return final
+
+
+def _plane(x: ir.Value) -> int:
+    """Pixels per channel (product of the dimensions after the first two) of a conv input of static
+    shape, else 0."""
+    dims = list(x.shape) if x.shape is not None else []
+    if len(dims) < 3 or not all(isinstance(d, int) and d > 0 for d in dims[2:]):
+        return 0
+    return int(np.prod(dims[2:]))
 
 
 def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Candidate], list[tuple[str, str]]]:
@@ -164,7 +174,8 @@ def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Can
             reduction = int(warr.shape[1] if key in GEMM_OPS and _attr(node, "transB", 0) else warr.shape[0])
         found.append(Candidate(node.name, node.op_type, kind, x.name, w.name, weight_elements=int(warr.size),
                                depthwise=depthwise, reduction=reduction,
-                               window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1))
+                               window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1,
+                               plane=_plane(x) if kind == "conv" else 0))
         ids[id(node)] = None
     final = _final_nodes(graph, set(ids))
     for c in found:
