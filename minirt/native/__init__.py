@@ -176,14 +176,27 @@ def has_conv2d() -> bool:
 
 
 def conv2d(x, w, group, k, s, d, pb, out, y, bias=None, residual=None, act=0, a0=0.0, a1=0.0) -> None:
-    """y = act(conv(x, w) + bias + residual) for the whole batch in one call (float32, NCHW, contiguous)."""
+    """y = act(conv(x, w) + bias + residual) for the whole batch in one call (float32, NCHW, contiguous).
+
+    Layers where the channel-vector kernel pays (small outputs, deep sums; ``mrt_conv2d_uses_packed_w``)
+    get ``w`` packed for it, once per weight array and geometry (cached while ``w`` lives).
+    """
     n, c, h, wd = x.shape
     m = w.shape[0]
-    rc = _lib.mrt_conv2d_f32(
-        _ptr(x), n, c, h, wd, _ptr(w), m, group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1],
-        _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act,
-        a0, a1, threads(),
-    )
+    if hasattr(_lib, "mrt_conv2d_packed_f32"):
+        packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(out)),
+                              lambda: _conv_pack_w(w, c, group, k, out))
+        rc = _lib.mrt_conv2d_packed_f32(
+            _ptr(x), n, c, h, wd, _ptr(w), _ffi.NULL if packed is None else _ptr(packed), m, group, k[0], k[1], s[0],
+            s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], _ffi.NULL if bias is None else _ptr(bias),
+            _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act, a0, a1, threads(),
+        )
+    else:  # a module built before the packed entry point
+        rc = _lib.mrt_conv2d_f32(
+            _ptr(x), n, c, h, wd, _ptr(w), m, group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1],
+            _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual), _ptr(y),
+            act, a0, a1, threads(),
+        )
     if rc != 0:
         raise MemoryError("minirt native conv2d: could not allocate scratch memory")
 
@@ -222,10 +235,53 @@ def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias
     )
 
 
-# --------------------------------------------------------------------------- int8
+def _conv_pack_w(w, c, group, k, out):
+    """``w`` packed for the channel-vector conv kernel, or None when that does not pay for this layer."""
+    m = w.shape[0]
+    if not _lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], out[0], out[1]):
+        return None
+    return conv_pack_w(w, group)
 
-# id(weight array) -> (weak reference to it, packed bytes); see qpack().
+
+def conv_pack_w(w, group):
+    """The (m, c/group, kh, kw) float32 weights ``w`` packed for ``mrt_conv2d_packed_f32`` (current ISA)."""
+    import numpy as np
+
+    m, kdepth = w.shape[0], w[0].size
+    floats = int(_lib.mrt_conv2d_packed_w_floats(m, group, kdepth))
+    raw = np.empty(floats + 16, dtype=np.float32)
+    off = (-raw.ctypes.data) % 64 // 4  # 64-byte aligned panels
+    packed = raw[off:off + floats]
+    _lib.mrt_conv2d_pack_w(_ptr(w), m, group, kdepth, _ptr(packed))
+    return packed
+
+
+# --------------------------------------------------------------------------- packed weights
+
+# (id(weight array), tag) -> (weak reference to it, packed form); see _cached_pack().
 _qpacked: dict = {}
+
+
+def _cached_pack(owner, tag, pack):
+    """``pack()`` (a packed form of the weight array ``owner``, or None), computed once and
+    cached while ``owner`` is alive, under ``(id(owner), tag)``; the cache is emptied when the
+    ISA changes (packed layouts depend on it)."""
+    import weakref
+
+    key = (id(owner), tag)
+    hit = _qpacked.get(key)
+    if hit is not None and hit[0]() is owner:
+        return hit[1]
+    packed = pack()
+    try:
+        ref = weakref.ref(owner, lambda _r, key=key: _qpacked.pop(key, None))
+    except TypeError:  # not weak-referenceable: do not cache
+        return packed
+    _qpacked[key] = (ref, packed)
+    return packed
+
+
+# --------------------------------------------------------------------------- int8
 
 
 def qpack(w, owner=None, tag=0):
@@ -234,13 +290,10 @@ def qpack(w, owner=None, tag=0):
     Cached while ``owner`` (default ``w``; pass the model's weight array when
     ``w`` is a view of it) is alive, under ``(id(owner), tag)``.
     """
-    import weakref
+    return _cached_pack(w if owner is None else owner, tag, lambda: _qpack_now(w))
 
-    owner = w if owner is None else owner
-    key = (id(owner), tag)
-    hit = _qpacked.get(key)
-    if hit is not None and hit[0]() is owner:
-        return hit[1]
+
+def _qpack_now(w):
     import numpy as np
 
     m, k = w.shape
@@ -250,11 +303,6 @@ def qpack(w, owner=None, tag=0):
     off = (-raw.ctypes.data) % 64
     packed = raw[off:off + size]
     _lib.mrt_qgemm_pack_w(_ffi.from_buffer("int8_t[]", wc), m, k, _ffi.from_buffer("char[]", packed))
-    try:
-        ref = weakref.ref(owner, lambda _r, key=key: _qpacked.pop(key, None))
-    except TypeError:  # not weak-referenceable: do not cache
-        return packed
-    _qpacked[key] = (ref, packed)
     return packed
 
 

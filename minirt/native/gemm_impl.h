@@ -299,18 +299,23 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_act_tile_as)(float *c, long ldc,
     }
 }
 
-/* The epilogue's (exp-based) activation, in place, on rows x cols floats of C (row stride ldc), still in L1. */
-static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, long ldc, int rows, int cols) {
-    switch (g->act) {
+/* Activation act (parameters a0, a1), in place, on rows x cols floats of C (row stride ldc), still in L1. */
+static MRT_TARGET void FN(act_tile)(int act, float a0, float a1, float *c, long ldc, int rows, int cols) {
+    switch (act) {
     case MRT_ACT_SIGMOID:
-        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SIGMOID, g->a0, g->a1);
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SIGMOID, a0, a1);
         break;
     case MRT_ACT_SILU:
-        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SILU, g->a0, g->a1);
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SILU, a0, a1);
         break;
     default:
-        FN(sgemm_act_tile_as)(c, ldc, rows, cols, g->act, g->a0, g->a1);
+        FN(sgemm_act_tile_as)(c, ldc, rows, cols, act, a0, a1);
     }
+}
+
+/* The epilogue's (exp-based) activation of g on a stored tile of C. */
+static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, long ldc, int rows, int cols) {
+    FN(act_tile)(g->act, g->a0, g->a1, c, ldc, rows, cols);
 }
 
 /* One k step of the microkernel: acc0[r] (and acc1[r] when `two`) += b0 (b1) * A[r, k]. */
@@ -505,6 +510,16 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     }
 }
 
+/* Depth of the K blocks for a sum over K: equal blocks of about G_KC (288 = 256 + 32 would store
+ * and reload every tile of C for a 32-deep remainder); up to 5/4 G_KC stays one block (its B panel
+ * still fits L1).  Each block is summed from zero and added to the previous blocks' total, so this
+ * rule fixes every output's rounding: FN(conv_cv) follows it too. */
+static int FN(sgemm_kc)(int K) {
+    int kblocks = K > G_KC * 5 / 4 ? (K + G_KC - 1) / G_KC : 1;
+    int kc = (K + kblocks - 1) / kblocks;
+    return kc > 0 ? kc : 1;
+}
+
 /* Choose the blocking of g (M, N, K set) for `batch` matrices and run it on up to nthreads threads. */
 static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
     const int M = g->M, N = g->N, K = g->K;
@@ -529,11 +544,7 @@ static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
         mc = (mc + G_MR - 1) / G_MR * G_MR;
     }
     int mblocks = (M + mc - 1) / mc;
-    /* K in equal blocks of about G_KC (288 = 256 + 32 would store and reload every tile of C
-     * for a 32-deep remainder); up to 5/4 G_KC stays one block (its B panel still fits L1) */
-    int kblocks = K > G_KC * 5 / 4 ? (K + G_KC - 1) / G_KC : 1;
-    int kc = (K + kblocks - 1) / kblocks;
-    g->kc = kc > 0 ? kc : 1;
+    g->kc = FN(sgemm_kc)(K);
     g->nc = nc; g->mc = mc; g->nblocks = nblocks;
     g->tiles = (long)nblocks * mblocks;
     /* a thread must get at least ~0.5M multiply-adds (~5 us) to pay for waking it */
@@ -571,6 +582,206 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
     g.ext_ow = ext_ow; g.ext_wq = ext_wq > ext_ow ? ext_wq : 0; /* no dropped columns: C is written directly */
     FN(sgemm_run)(&g, 1, nthreads);
 }
+
+/* ------------------------------------------------------------------ channel-vector convolution
+ *
+ * FN(conv_cv): the implicit-GEMM convolution of FN(sgemm_conv) (same planes, same B row table
+ * brow, same output) with the vector lanes over output channels instead of output columns.  A
+ * tile is G_CV_NP output pixels x G_NR output channels: every multiply-add broadcasts one plane
+ * element (input value of one pixel and tap) against a vector of weights.  Why: with pixels as
+ * lanes, a small output wastes lanes (a 10 x 10 output is an extended grid of 9 x 12 + 10 = 118
+ * columns, computed as 4 panels of 32 = 128 for 100 outputs); with channels as lanes no column is
+ * dropped or padded (the channel counts are multiples of G_NR or close), the pixels of a tile are
+ * any G_CV_NP consecutive outputs (pixel p = oy * ow + ox reads its planes at oy * wq + ox), and
+ * the weights are one contiguous stream.
+ *
+ * The weights come pre-packed once per weight array (FN(conv_cv_pack_w)): per group, panels of
+ * G_NR output channels, each K rows of G_NR contiguous floats (channels past the group's count
+ * zero).  Every output is the same float sum as in FN(sgemm_conv) / FN(sgemm): K cut into the
+ * blocks of FN(sgemm_kc), each summed from zero in k order (one multiply-add per k) and added to
+ * the previous blocks' total, then + bias, + residual, activation; so results do not depend on
+ * which path or how many threads computed them.  The tile is transposed into C's channel rows
+ * (consecutive pixels are consecutive floats of a row) after the epilogue.
+ */
+
+/* pixels per tile: 12 x 2 accumulators of AVX-512's 32 registers (+ 2 weight vectors and a
+ * broadcast); 6 x 2 of the 16 of SSE2/AVX2 (NEON keeps 6: not measured on arm64) */
+#if MRT_VL == 16
+#define G_CV_NP 12
+#else
+#define G_CV_NP 6
+#endif
+#define G_CV_TILES 8 /* pixel tiles per work item */
+
+typedef struct {
+    const float *wp;   /* the group's packed weights: panels of K x G_NR floats */
+    const float *B;    /* the group's planes; row k of the implicit B at B + brow[k] */
+    const long *brow;
+    float *C;          /* output rows of ldc floats: channel m, pixel p at C[m * ldc + p] */
+    const float *bias, *res; /* bias[m] or NULL; residual laid out as C, or NULL */
+    long ldc;
+    int M, K, kc, npix, ow, wq, act;
+    float a0, a1;
+    int chunks; /* work items per channel panel: G_CV_TILES tiles each */
+} FN(conv_cv_args);
+
+/* Pack w (group * mg rows of K floats) into the panels described above; out holds
+ * FN(conv_cv_packed_floats)(group, mg, K) floats. */
+static long FN(conv_cv_packed_floats)(int group, int mg, int K) {
+    return (long)group * ((mg + G_NR - 1) / G_NR) * K * G_NR;
+}
+static void FN(conv_cv_pack_w)(const float *w, int group, int mg, int K, float *out) {
+    for (int g = 0; g < group; ++g)
+        for (int q0 = 0; q0 < mg; q0 += G_NR)
+            for (int k = 0; k < K; ++k, out += G_NR)
+                for (int j = 0; j < G_NR; ++j)
+                    out[j] = q0 + j < mg ? w[((long)g * mg + q0 + j) * K + k] : 0.0f;
+}
+
+/* The epilogue of one tile, t[i * G_NR + j] = sum for pixel p0 + i, channel m0 + j (i < np,
+ * j < nch): + bias, + residual, activation `act` (a constant when inlined), then transposed into C. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_store_as)(const FN(conv_cv_args) *g, float *t, int m0, int nch,
+                                                             int p0, int np, const int act) {
+    FN(vf) bias[2] = {{0}, {0}};
+    if (g->bias) {
+        bias[0] = FN(vload_n)(g->bias + m0, nch < MRT_VL ? nch : MRT_VL);
+        if (nch > MRT_VL) bias[1] = FN(vload_n)(g->bias + m0 + MRT_VL, nch - MRT_VL);
+    }
+    const int vecs = nch > MRT_VL ? 2 : 1;
+    for (int i = 0; i < np; ++i) {
+        float *ti = t + i * G_NR;
+        if (g->res) { /* the residual of pixel p0 + i, one float per channel row */
+            float r[G_NR] = {0};
+            for (int j = 0; j < nch; ++j) r[j] = g->res[(long)(m0 + j) * g->ldc + p0 + i];
+            for (int v = 0; v < vecs; ++v) {
+                FN(vf) x = FN(vload)(ti + v * MRT_VL);
+                if (g->bias) x += bias[v];
+                FN(vstore)(ti + v * MRT_VL, FN(vact)(x + FN(vload)(r + v * MRT_VL), act, g->a0, g->a1));
+            }
+        } else {
+            for (int v = 0; v < vecs; ++v) {
+                FN(vf) x = FN(vload)(ti + v * MRT_VL);
+                if (g->bias) x += bias[v];
+                FN(vstore)(ti + v * MRT_VL, FN(vact)(x, act, g->a0, g->a1));
+            }
+        }
+    }
+    for (int j = 0; j < nch; ++j) {
+        float *crow = g->C + (long)(m0 + j) * g->ldc + p0;
+        for (int i = 0; i < np; ++i) crow[i] = t[i * G_NR + j];
+    }
+}
+
+/* FN(conv_cv_store_as) with the activation's switch resolved outside its loops. */
+static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, float *t, int m0, int nch, int p0, int np) {
+    switch (g->act) {
+    case MRT_ACT_NONE:
+        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_NONE);
+        break;
+    case MRT_ACT_RELU:
+        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_RELU);
+        break;
+    case MRT_ACT_SILU:
+        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_SILU);
+        break;
+    case MRT_ACT_HARDSWISH:
+        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_HARDSWISH);
+        break;
+    default:
+        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, g->act);
+    }
+}
+
+/* One tile: pixels p0 .. p0 + np (np <= G_CV_NP), channels m0 .. m0 + nch of the panel wp
+ * (2 vectors when `two`, else nch <= MRT_VL and one).  The loops over i are unrolled, so the
+ * accumulators and the pixels' plane offsets stay in registers. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_tile_body)(const FN(conv_cv_args) *g, const float *wp, int m0,
+                                                              int nch, int p0, int np, const int two) {
+    long off[G_CV_NP];
+    float t[G_CV_NP * G_NR]; /* the tile's block totals, pixel-major */
+#pragma GCC unroll 12
+    for (int i = 0; i < G_CV_NP; ++i) {
+        const int p = p0 + (i < np ? i : 0); /* pixels past np repeat pixel p0 (computed, never stored) */
+        off[i] = (long)(p / g->ow) * g->wq + p % g->ow;
+    }
+    for (int k0 = 0; k0 < g->K; k0 += g->kc) {
+        const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+        const float *w = wp + (long)k0 * G_NR;
+        const long *brow = g->brow + k0;
+        FN(vf) acc0[G_CV_NP], acc1[G_CV_NP];
+#pragma GCC unroll 12
+        for (int i = 0; i < G_CV_NP; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
+        for (int k = 0; k < kb; ++k, w += G_NR) {
+            const float *row = g->B + brow[k];
+            const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
+#pragma GCC unroll 12
+            for (int i = 0; i < G_CV_NP; ++i) {
+                const float s = row[off[i]];
+                acc0[i] += w0 * s;
+                if (two) acc1[i] += w1 * s;
+            }
+        }
+        /* the first block's sums, then each later block added to the total (FN(sgemm_task)'s order) */
+#pragma GCC unroll 12
+        for (int i = 0; i < G_CV_NP; ++i) {
+            float *ti = t + i * G_NR;
+            if (k0 > 0) {
+                acc0[i] += FN(vload)(ti);
+                if (two) acc1[i] += FN(vload)(ti + MRT_VL);
+            }
+            FN(vstore)(ti, acc0[i]);
+            if (two) FN(vstore)(ti + MRT_VL, acc1[i]);
+        }
+    }
+    FN(conv_cv_store)(g, t, m0, nch, p0, np);
+}
+
+static MRT_TARGET void FN(conv_cv_tile)(const FN(conv_cv_args) *g, const float *wp, int m0, int nch, int p0, int np) {
+    FN(conv_cv_tile_body)(g, wp, m0, nch, p0, np, 1);
+}
+
+/* A panel of at most one vector of channels (M = 16 on AVX-512): half the multiply-adds. */
+static MRT_TARGET void FN(conv_cv_tile_narrow)(const FN(conv_cv_args) *g, const float *wp, int m0, int nch, int p0,
+                                               int np) {
+    FN(conv_cv_tile_body)(g, wp, m0, nch, p0, np, 0);
+}
+
+/* Items: (channel panel, run of G_CV_TILES pixel tiles), panel-major (consecutive items share the
+ * panel's weights). */
+static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
+    const FN(conv_cv_args) *g = (const FN(conv_cv_args) *)ctx;
+    for (long item = begin; item < end; ++item) {
+        const int q = (int)(item / g->chunks), chunk = (int)(item % g->chunks);
+        const int m0 = q * G_NR, nch = g->M - m0 < G_NR ? g->M - m0 : G_NR;
+        const float *wp = g->wp + (long)q * g->K * G_NR;
+        const int pend = (chunk + 1) * G_CV_TILES * G_CV_NP;
+        for (int p0 = chunk * G_CV_TILES * G_CV_NP; p0 < g->npix && p0 < pend; p0 += G_CV_NP) {
+            const int np = g->npix - p0 < G_CV_NP ? g->npix - p0 : G_CV_NP;
+            if (nch > MRT_VL)
+                FN(conv_cv_tile)(g, wp, m0, nch, p0, np);
+            else
+                FN(conv_cv_tile_narrow)(g, wp, m0, nch, p0, np);
+        }
+    }
+}
+
+/* FN(sgemm_conv) (same arguments and result) on the weights packed by FN(conv_cv_pack_w) (wp: this
+ * group's panels) instead of A. */
+static void FN(conv_cv)(int M, int rows, int K, const float *wp, const float *B, const long *brow, int ext_ow,
+                        int ext_wq, float *C, long ldc, const float *bias, const float *res, int act, float a0,
+                        float a1, int nthreads) {
+    if (M <= 0 || rows <= 0 || K <= 0) return;
+    FN(conv_cv_args) g;
+    g.wp = wp; g.B = B; g.brow = brow; g.C = C; g.bias = bias; g.res = res; g.ldc = ldc;
+    g.M = M; g.K = K; g.kc = FN(sgemm_kc)(K); g.npix = rows * ext_ow; g.ow = ext_ow; g.wq = ext_wq;
+    g.act = act; g.a0 = a0; g.a1 = a1;
+    g.chunks = (g.npix + G_CV_TILES * G_CV_NP - 1) / (G_CV_TILES * G_CV_NP);
+    const long panels = (M + G_NR - 1) / G_NR;
+    mrt_parallel_for(panels * g.chunks, (long)G_CV_TILES * G_CV_NP * G_NR * K / 16, nthreads, FN(conv_cv_task), &g);
+}
+
+#undef G_CV_NP
+#undef G_CV_TILES
 
 #undef G_MR
 #undef G_NR

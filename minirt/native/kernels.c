@@ -291,6 +291,11 @@ typedef struct {
                        const float *, const float *, int, float, float, int);
     void (*qdwconv2d)(const mrt_qdw_params *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
                       int);
+    /* the channel-vector implicit convolution (gemm_impl.h, FN(conv_cv)) and its weight packing */
+    void (*conv_cv)(int, int, int, const float *, const float *, const long *, int, int, float *, long,
+                    const float *, const float *, int, float, float, int);
+    void (*conv_cv_pack_w)(const float *, int, int, int, float *);
+    long (*conv_cv_packed_floats)(int, int, int);
 } mrt_impl;
 
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -319,13 +324,19 @@ static void qdwconv2d_avx512_dispatch(const mrt_qdw_params *q, int n, int c, int
 }
 #endif
 
-static const mrt_impl impl_base = {dwconv2d_base, pool2d_base, bias_act_base, im2col_base, sgemm_base,
-                                   sgemm_conv_base, qdwconv2d_base};
+static const mrt_impl impl_base = {dwconv2d_base,  pool2d_base,         bias_act_base,
+                                   im2col_base,    sgemm_base,          sgemm_conv_base,
+                                   qdwconv2d_base, conv_cv_base,        conv_cv_pack_w_base,
+                                   conv_cv_packed_floats_base};
 #ifdef MRT_HAVE_AVX2_BUILD
-static const mrt_impl impl_avx2 = {dwconv2d_avx2, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx2,
-                                   sgemm_conv_avx2, qdwconv2d_avx2};
-static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch, pool2d_avx2, bias_act_avx2, im2col_avx2, sgemm_avx512,
-                                     sgemm_conv_avx512, qdwconv2d_avx512_dispatch};
+static const mrt_impl impl_avx2 = {dwconv2d_avx2,  pool2d_avx2,         bias_act_avx2,
+                                   im2col_avx2,    sgemm_avx2,          sgemm_conv_avx2,
+                                   qdwconv2d_avx2, conv_cv_avx2,        conv_cv_pack_w_avx2,
+                                   conv_cv_packed_floats_avx2};
+static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch,  pool2d_avx2,         bias_act_avx2,
+                                     im2col_avx2,               sgemm_avx512,        sgemm_conv_avx512,
+                                     qdwconv2d_avx512_dispatch, conv_cv_avx512,      conv_cv_pack_w_avx512,
+                                     conv_cv_packed_floats_avx512};
 #endif
 
 static const mrt_impl *impl = &impl_base;
@@ -526,6 +537,7 @@ typedef struct {
     float a0, a1;
     int nb, direct; /* images per GEMM; direct: 1x1, stride 1, no padding */
     int implicit, band, hq, wq; /* implicit mode: output rows per band, its phase planes (hq x wq floats) */
+    const float *packed_w; /* implicit mode on the channel-vector kernel: its packed weights (else NULL) */
     size_t scratch_bytes;
     int failed;
 } mrt_conv_args;
@@ -628,9 +640,13 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
     }
     for (int g = 0; g < a->group; ++g) {
         const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
-        a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, planes + (long)g * cg * phases * plane, brow,
-                         !a->direct, a->ow, a->wq, a->y + out, p, a->bias ? a->bias + (long)g * mg : NULL,
-                         a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+        const float *bg = planes + (long)g * cg * phases * plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
+        if (a->packed_w)
+            a->I->conv_cv(mg, rows, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), bg, brow, a->ow, a->wq,
+                          a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+        else
+            a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, bg, brow, !a->direct, a->ow, a->wq, a->y + out, p,
+                             bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
     }
 }
 
@@ -722,9 +738,40 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
     for (long ch = begin; ch < end; ++ch) mrt_conv_chunk(a, ch, scratch, 1);
 }
 
+/* The channel-vector kernel (FN(conv_cv)) for outputs of at most this many pixels when the kernel
+ * is larger than 1x1 (the GEMM's dropped and padded columns are 9-28% of a 20x20-10x10 output's). */
+#define MRT_CONV_CV_SMALL_PLANE 576
+/* ... and for any output from this depth K = c/group*kh*kw (the weights read as one contiguous
+ * stream; below, its transposing epilogue costs more than that saves). */
+#define MRT_CONV_CV_DEEP_K 256
+
+/* Does the channel-vector kernel run this geometry (when it gets packed weights)?  Only with whole
+ * panels of output channels (a multiple of 32, the widest panel: M = 24 or 16 would waste lanes),
+ * on small outputs or deep sums (see above).  It depends on the geometry only (not on the batch, the
+ * threads, the strides or the dilations), so callers can pack once per layer.  Measured in
+ * docs/decisions.md, D-conv-small. */
+int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int oh, int ow) {
+    if (group < 1 || c % group || m % group || (m / group) % 32 != 0) return 0;
+    const long k = (long)c / group * kh * kw;
+    return k >= MRT_CONV_CV_DEEP_K || (kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_SMALL_PLANE);
+}
+
+long mrt_conv2d_packed_w_floats(int m, int group, int k) { return impl->conv_cv_packed_floats(group, m / group, k); }
+
+void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w) {
+    impl->conv_cv_pack_w(w, group, m / group, k, packed_w);
+}
+
 int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, int m, int group, int kh, int kw,
                    int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *bias, const float *res,
                    float *y, int act, float a0, float a1, int nthreads) {
+    return mrt_conv2d_packed_f32(x, n, c, h, wd, w, NULL, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, bias, res,
+                                 y, act, a0, a1, nthreads);
+}
+
+int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const float *w, const float *packed_w, int m,
+                          int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                          const float *bias, const float *res, float *y, int act, float a0, float a1, int nthreads) {
     if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
     if (group < 1 || c % group || m % group) return -1;
     if (nthreads < 1) nthreads = 1;
@@ -746,7 +793,9 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
     /* implicit mode: planes wide enough for every tap's shift, and few dropped columns */
     const int reach = (kh - 1) * dh / sh;
     a.wq = ow + (kw - 1) * dw / sw;
-    a.implicit = nb == 1 && (a.direct || (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq);
+    /* the channel-vector kernel drops no column: implicit whatever the waste */
+    a.packed_w = nb == 1 ? packed_w : NULL;
+    a.implicit = nb == 1 && (a.direct || a.packed_w || (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq);
     a.band = oh;
     if (a.implicit && !a.direct) {
         /* bands: planes within MRT_CONV_BAND_BYTES but >= MRT_CONV_BAND_COLS columns each, then

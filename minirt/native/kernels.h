@@ -110,6 +110,19 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
                    int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *bias, const float *res,
                    float *y, int act, float a0, float a1, int nthreads);
 
+/* mrt_conv2d_f32 with the weights also pre-packed (packed_w, from mrt_conv2d_pack_w under the same
+ * ISA, mrt_conv2d_packed_w_floats(m, group, c/group*kh*kw) floats; NULL: none) for the
+ * channel-vector kernel, which images with a GEMM of their own then take (output channels as vector
+ * lanes: no output column computed and dropped; the same sums as the GEMM's, bit for bit).  It pays
+ * where mrt_conv2d_uses_packed_w says so (depends on the geometry alone, not on the batch or the
+ * threads): pack for those layers. */
+int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int oh, int ow);
+long mrt_conv2d_packed_w_floats(int m, int group, int k);
+void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w);
+int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const float *w, const float *packed_w, int m,
+                          int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                          const float *bias, const float *res, float *y, int act, float a0, float a1, int nthreads);
+
 /* float32 GEMM with fused epilogue, all row-major:
  *   C[m, n] = act(sum_k A[m, k] B[k, n] + bias + res[m, n])
  * bias_mode 1: bias[m] (per row, conv channels), 2: bias[n] (per column,

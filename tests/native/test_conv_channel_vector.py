@@ -1,0 +1,144 @@
+"""The channel-vector float convolution (gemm_impl.h, FN(conv_cv); docs/decisions.md, D-conv-small).
+
+Images with a GEMM of their own run the implicit-GEMM convolution with the output channels as
+vector lanes when the layer's weights come pre-packed (``native.conv_pack_w``): the Python wrapper
+packs them, once per weight array, for the layers ``mrt_conv2d_uses_packed_w`` picks (output
+channels a multiple of 32, and a small output of a kernel larger than 1x1 or a sum of depth >= 256).
+Checked here against a float64 numpy convolution written independently of minirt: the geometries
+it picks (padding, strides, dilation, groups, 1x1 direct and strided, rectangular and 5x5 kernels,
+several K blocks, partial pixel tiles, bands of output rows), and, with packing forced, channel
+counts it does not pick (partial and one-vector channel panels).  The packed and the GEMM paths
+compute the same sums: their results must be bit-identical, whatever the threads.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minirt import native
+from minirt.kernels import nn
+from tests.native.test_conv_implicit import _reference_conv
+from tests.native.test_native_kernels import _np_act
+
+pytestmark = pytest.mark.skipif(not native.available or not hasattr(native._lib, "mrt_conv2d_packed_f32"),
+                                reason="native channel-vector conv not available")
+
+# name: (C, M, H, W, (kh, kw), (sh, sw), (top, left, bottom, right), (dh, dw), group)
+PICKED = {
+    "10x10_two_k_blocks": (40, 32, 10, 10, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "7x7_deep_partial_tile": (64, 64, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "stride2_to_10x10": (24, 64, 20, 20, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    "dilated_asym_pads": (8, 32, 16, 18, (3, 3), (1, 1), (2, 0, 1, 3), (2, 2), 1),
+    "groups2": (16, 64, 12, 12, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
+    "1x1_deep_direct": (256, 32, 9, 11, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "1x1_deep_stride2": (260, 32, 10, 14, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    "5x5_s2": (12, 32, 21, 19, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 1),
+    "rect_1x3_deep": (100, 64, 6, 30, (1, 3), (1, 1), (0, 1, 0, 1), (1, 1), 1),
+    "bands_deep": (32, 32, 72, 72, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+}
+# packing forced: channel counts the wrapper would not pack for
+FORCED = {
+    "m24_partial_panel": (20, 24, 9, 9, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "m16_one_vector": (30, 16, 11, 8, (3, 3), (2, 1), (0, 1, 2, 1), (1, 1), 1),
+    "m40_groups_odd": (15, 40, 13, 10, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
+    "m13_1x1_deep": (300, 13, 5, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+}
+ACTS = [("", ()), ("Relu", ()), ("SiLU", ()), ("HardSwish", ()), ("Clip", (-0.5, 0.5)), ("Sigmoid", ())]
+
+
+def _output_size(geom):
+    c, m, h, wd, k, s, pads, d, group = geom
+    oh = (h + pads[0] + pads[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (wd + pads[1] + pads[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    return oh, ow
+
+
+def _inputs(geom, batch, residual, seed):
+    c, m, h, wd, k, s, pads, d, group = geom
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, c, h, wd), dtype=np.float32)
+    w = (rng.standard_normal((m, c // group) + k) / np.sqrt(c // group * k[0] * k[1])).astype(np.float32)
+    b = rng.standard_normal(m, dtype=np.float32)
+    z = rng.standard_normal((batch, m) + _output_size(geom), dtype=np.float32) if residual else None
+    return x, w, b, z
+
+
+def _conv(geom, x, w, b, z, act, params):
+    c, m, h, wd, k, s, pads, d, group = geom
+    return nn.conv_fused_native(x, w, b, z, activation=act, activation_params=params, group=group, pads=pads,
+                                strides=s, dilations=d)
+
+
+def _check(geom, batch, act, params, residual, seed):
+    x, w, b, z = _inputs(geom, batch, residual, seed)
+    c, m, h, wd, k, s, pads, d, group = geom
+    conv = _reference_conv(x, w, b, s, pads, d, group)
+    expected = _np_act(conv + (0 if z is None else z), act, params)
+    got = _conv(geom, x, w, b, z, act, params)
+    assert got is not None and got.dtype == np.float32 and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=5e-5)
+
+
+@pytest.fixture
+def nthreads(request):
+    before = native.threads()
+    native.set_threads(request.param)
+    yield request.param
+    native.set_threads(before)
+
+
+@pytest.fixture
+def force_packing(monkeypatch):
+    """Pack the weights of every GEMM conv (the channel-vector kernel then runs them all)."""
+    monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, out: native.conv_pack_w(w, group))
+
+
+def test_picked_geometries_take_the_channel_vector_kernel():
+    for name, geom in PICKED.items():
+        c, m, h, wd, k, s, pads, d, group = geom
+        assert native._lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], *_output_size(geom)), name
+    for name, geom in FORCED.items():
+        c, m, h, wd, k, s, pads, d, group = geom
+        assert not native._lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], *_output_size(geom)), name
+
+
+@pytest.mark.parametrize("name", list(PICKED))
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("nthreads", [1, 2], indirect=True)
+def test_channel_vector_conv_matches_reference(name, batch, nthreads, every_isa):
+    i = list(PICKED).index(name)
+    act, params = ACTS[(i + batch) % len(ACTS)]
+    _check(PICKED[name], batch, act, params, residual=(i + nthreads) % 2 == 0, seed=i)
+
+
+@pytest.mark.parametrize("name", list(FORCED))
+@pytest.mark.parametrize("nthreads", [1, 2], indirect=True)
+def test_forced_channel_vector_conv_matches_reference(name, nthreads, every_isa, force_packing):
+    i = list(FORCED).index(name)
+    act, params = ACTS[(i + nthreads) % len(ACTS)]
+    _check(FORCED[name], 1, act, params, residual=i % 2 == 0, seed=50 + i)
+
+
+@pytest.mark.parametrize("act,params", ACTS, ids=[a or "none" for a, _ in ACTS])
+def test_channel_vector_conv_epilogues(act, params, every_isa):
+    _check(PICKED["10x10_two_k_blocks"], 1, act, params, residual=True, seed=7)
+
+
+@pytest.mark.parametrize("name", ["10x10_two_k_blocks", "1x1_deep_direct", "bands_deep", "m24_partial_panel"])
+def test_channel_vector_conv_equals_gemm_path(name, every_isa, monkeypatch):
+    """The same sums in the same order as the GEMM path: bit-identical, with 1 or 2 threads."""
+    geom = PICKED.get(name) or FORCED[name]
+    x, w, b, z = _inputs(geom, 1, True, seed=3)
+    before = native.threads()
+    try:
+        results = []
+        for pack in (native.conv_pack_w, lambda w, group: None):
+            monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, out, pack=pack: pack(w, group))
+            for threads in (1, 2):
+                native.set_threads(threads)
+                native._qpacked.clear()
+                results.append(_conv(geom, x, w, b, z, "SiLU", ()))
+    finally:
+        native.set_threads(before)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
