@@ -611,7 +611,7 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
 #else
 #define G_CV_NP 6
 #endif
-#define G_CV_TILES 8 /* pixel tiles per work item */
+#define G_CV_CHUNK 16 /* at most this many pixel tiles per work item (their totals: 24 KB on AVX-512) */
 
 typedef struct {
     const float *wp;   /* the group's packed weights: panels of K x G_NR floats */
@@ -622,7 +622,7 @@ typedef struct {
     long ldc;
     int M, K, kc, npix, ow, wq, act;
     float a0, a1;
-    int chunks; /* work items per channel panel: G_CV_TILES tiles each */
+    int chunks, chunk_tiles; /* work items per channel panel, of chunk_tiles pixel tiles each */
 } FN(conv_cv_args);
 
 /* Pack w (group * mg rows of K floats) into the panels described above; out holds
@@ -692,76 +692,97 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, float *t, in
     }
 }
 
-/* One tile: pixels p0 .. p0 + np (np <= G_CV_NP), channels m0 .. m0 + nch of the panel wp
- * (2 vectors when `two`, else nch <= MRT_VL and one).  The loops over i are unrolled, so the
- * accumulators and the pixels' plane offsets stay in registers. */
-static inline MRT_TARGET G_INLINE void FN(conv_cv_tile_body)(const FN(conv_cv_args) *g, const float *wp, int m0,
-                                                              int nch, int p0, int np, const int two) {
+/* One K block (k0 .. k0 + kb) of one tile: pixels p0 .. p0 + np, channels of the panel wp (2
+ * vectors when `two`, else 1), computed for `npc` pixels (a constant: G_CV_NP, or fewer for the
+ * last tile of a row of tiles, np <= npc).  The block's sums go to t (pixel-major, G_NR floats per
+ * pixel): stored for the first block, added to the total for the next ones (FN(sgemm_task)'s
+ * order).  The loops over i are unrolled, so the accumulators and the pixels' plane offsets stay
+ * in registers. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const FN(conv_cv_args) *g, const float *wp, int k0,
+                                                               int kb, int p0, int np, float *t, const int npc,
+                                                               const int two) {
     long off[G_CV_NP];
-    float t[G_CV_NP * G_NR]; /* the tile's block totals, pixel-major */
 #pragma GCC unroll 12
-    for (int i = 0; i < G_CV_NP; ++i) {
+    for (int i = 0; i < npc; ++i) {
         const int p = p0 + (i < np ? i : 0); /* pixels past np repeat pixel p0 (computed, never stored) */
         off[i] = (long)(p / g->ow) * g->wq + p % g->ow;
     }
-    for (int k0 = 0; k0 < g->K; k0 += g->kc) {
-        const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-        const float *w = wp + (long)k0 * G_NR;
-        const long *brow = g->brow + k0;
-        FN(vf) acc0[G_CV_NP], acc1[G_CV_NP];
+    const float *w = wp + (long)k0 * G_NR;
+    const long *brow = g->brow + k0;
+    FN(vf) acc0[G_CV_NP], acc1[G_CV_NP];
 #pragma GCC unroll 12
-        for (int i = 0; i < G_CV_NP; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
-        for (int k = 0; k < kb; ++k, w += G_NR) {
-            const float *row = g->B + brow[k];
-            const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
+    for (int i = 0; i < npc; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
+    for (int k = 0; k < kb; ++k, w += G_NR) {
+        const float *row = g->B + brow[k];
+        const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
 #pragma GCC unroll 12
-            for (int i = 0; i < G_CV_NP; ++i) {
-                const float s = row[off[i]];
-                acc0[i] += w0 * s;
-                if (two) acc1[i] += w1 * s;
-            }
-        }
-        /* the first block's sums, then each later block added to the total (FN(sgemm_task)'s order) */
-#pragma GCC unroll 12
-        for (int i = 0; i < G_CV_NP; ++i) {
-            float *ti = t + i * G_NR;
-            if (k0 > 0) {
-                acc0[i] += FN(vload)(ti);
-                if (two) acc1[i] += FN(vload)(ti + MRT_VL);
-            }
-            FN(vstore)(ti, acc0[i]);
-            if (two) FN(vstore)(ti + MRT_VL, acc1[i]);
+        for (int i = 0; i < npc; ++i) {
+            const float s = row[off[i]];
+            acc0[i] += w0 * s;
+            if (two) acc1[i] += w1 * s;
         }
     }
-    FN(conv_cv_store)(g, t, m0, nch, p0, np);
+#pragma GCC unroll 12
+    for (int i = 0; i < npc; ++i) {
+        float *ti = t + i * G_NR;
+        if (k0 > 0) {
+            acc0[i] += FN(vload)(ti);
+            if (two) acc1[i] += FN(vload)(ti + MRT_VL);
+        }
+        FN(vstore)(ti, acc0[i]);
+        if (two) FN(vstore)(ti + MRT_VL, acc1[i]);
+    }
 }
 
-static MRT_TARGET void FN(conv_cv_tile)(const FN(conv_cv_args) *g, const float *wp, int m0, int nch, int p0, int np) {
-    FN(conv_cv_tile_body)(g, wp, m0, nch, p0, np, 1);
+/* FN(conv_cv_block_body) for `two` (a constant), with the tile's pixel count rounded up to one of
+ * three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4 pixels. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const FN(conv_cv_args) *g, const float *wp, int k0,
+                                                                int kb, int p0, int np, float *t, const int two) {
+    if (np > G_CV_NP * 2 / 3)
+        FN(conv_cv_block_body)(g, wp, k0, kb, p0, np, t, G_CV_NP, two);
+    else if (np > G_CV_NP / 3)
+        FN(conv_cv_block_body)(g, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two);
+    else
+        FN(conv_cv_block_body)(g, wp, k0, kb, p0, np, t, G_CV_NP / 3, two);
 }
 
-/* A panel of at most one vector of channels (M = 16 on AVX-512): half the multiply-adds. */
-static MRT_TARGET void FN(conv_cv_tile_narrow)(const FN(conv_cv_args) *g, const float *wp, int m0, int nch, int p0,
-                                               int np) {
-    FN(conv_cv_tile_body)(g, wp, m0, nch, p0, np, 0);
+static MRT_TARGET void FN(conv_cv_block)(const FN(conv_cv_args) *g, const float *wp, int k0, int kb, int p0, int np,
+                                         float *t) {
+    FN(conv_cv_block_sized)(g, wp, k0, kb, p0, np, t, 1);
 }
 
-/* Items: (channel panel, run of G_CV_TILES pixel tiles), panel-major (consecutive items share the
- * panel's weights). */
+/* A panel of at most one vector of channels (16 on AVX-512): half the multiply-adds. */
+static MRT_TARGET void FN(conv_cv_block_narrow)(const FN(conv_cv_args) *g, const float *wp, int k0, int kb, int p0,
+                                                int np, float *t) {
+    FN(conv_cv_block_sized)(g, wp, k0, kb, p0, np, t, 0);
+}
+
+/* Items: (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles), panel-major.  Within
+ * an item the K blocks are the outer loop, so a block of the panel's weights (kc x G_NR floats,
+ * <= 40 KB) stays in L1 for all the run's tiles; the run's totals wait in `totals`. */
 static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
     const FN(conv_cv_args) *g = (const FN(conv_cv_args) *)ctx;
+    float totals[G_CV_CHUNK * G_CV_NP * G_NR];
     for (long item = begin; item < end; ++item) {
         const int q = (int)(item / g->chunks), chunk = (int)(item % g->chunks);
         const int m0 = q * G_NR, nch = g->M - m0 < G_NR ? g->M - m0 : G_NR;
         const float *wp = g->wp + (long)q * g->K * G_NR;
-        const int pend = (chunk + 1) * G_CV_TILES * G_CV_NP;
-        for (int p0 = chunk * G_CV_TILES * G_CV_NP; p0 < g->npix && p0 < pend; p0 += G_CV_NP) {
-            const int np = g->npix - p0 < G_CV_NP ? g->npix - p0 : G_CV_NP;
-            if (nch > MRT_VL)
-                FN(conv_cv_tile)(g, wp, m0, nch, p0, np);
-            else
-                FN(conv_cv_tile_narrow)(g, wp, m0, nch, p0, np);
+        const int pbeg = chunk * g->chunk_tiles * G_CV_NP;
+        const int pend = g->npix - pbeg < g->chunk_tiles * G_CV_NP ? g->npix : pbeg + g->chunk_tiles * G_CV_NP;
+        for (int k0 = 0; k0 < g->K; k0 += g->kc) {
+            const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+            for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP) {
+                const int np = pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
+                float *t = totals + (long)(p0 - pbeg) * G_NR;
+                if (nch > MRT_VL)
+                    FN(conv_cv_block)(g, wp, k0, kb, p0, np, t);
+                else
+                    FN(conv_cv_block_narrow)(g, wp, k0, kb, p0, np, t);
+            }
         }
+        for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
+            FN(conv_cv_store)(g, totals + (long)(p0 - pbeg) * G_NR, m0, nch, p0,
+                              pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP);
     }
 }
 
@@ -775,13 +796,23 @@ static void FN(conv_cv)(int M, int rows, int K, const float *wp, const float *B,
     g.wp = wp; g.B = B; g.brow = brow; g.C = C; g.bias = bias; g.res = res; g.ldc = ldc;
     g.M = M; g.K = K; g.kc = FN(sgemm_kc)(K); g.npix = rows * ext_ow; g.ow = ext_ow; g.wq = ext_wq;
     g.act = act; g.a0 = a0; g.a1 = a1;
-    g.chunks = (g.npix + G_CV_TILES * G_CV_NP - 1) / (G_CV_TILES * G_CV_NP);
+    /* runs of tiles: as few as G_CV_CHUNK allows, evened out, and with threads at least two items
+     * per thread when there are enough tiles */
     const long panels = (M + G_NR - 1) / G_NR;
-    mrt_parallel_for(panels * g.chunks, (long)G_CV_TILES * G_CV_NP * G_NR * K / 16, nthreads, FN(conv_cv_task), &g);
+    const int tiles = (g.npix + G_CV_NP - 1) / G_CV_NP;
+    int chunks = (tiles + G_CV_CHUNK - 1) / G_CV_CHUNK;
+    if (nthreads > 1 && panels * chunks < 2L * nthreads) {
+        chunks = (int)((2L * nthreads + panels - 1) / panels);
+        if (chunks > tiles) chunks = tiles;
+    }
+    g.chunk_tiles = (tiles + chunks - 1) / chunks;
+    g.chunks = (tiles + g.chunk_tiles - 1) / g.chunk_tiles;
+    mrt_parallel_for(panels * g.chunks, (long)g.chunk_tiles * G_CV_NP * G_NR * K / 16, nthreads, FN(conv_cv_task),
+                     &g);
 }
 
 #undef G_CV_NP
-#undef G_CV_TILES
+#undef G_CV_CHUNK
 
 #undef G_MR
 #undef G_NR
