@@ -739,11 +739,11 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
 }
 
 /* The channel-vector kernel (FN(conv_cv)) for outputs of at most this many pixels when the kernel
- * is larger than 1x1 (the GEMM's dropped and padded columns are 9-28% of a 20x20-10x10 output's). */
-#define MRT_CONV_CV_SMALL_PLANE 576
+ * is larger than 1x1 (the GEMM's dropped and padded columns are 6-28% of a 32x32-10x10 output's). */
+#define MRT_CONV_CV_SMALL_PLANE 1024
 /* ... and for any output from this depth K = c/group*kh*kw (the weights read as one contiguous
  * stream; below, its transposing epilogue costs more than that saves). */
-#define MRT_CONV_CV_DEEP_K 256
+#define MRT_CONV_CV_DEEP_K 192
 
 /* Does the channel-vector kernel run this geometry (when it gets packed weights)?  Only with whole
  * panels of output channels (a multiple of 32, the widest panel: M = 24 or 16 would waste lanes),
