@@ -1,15 +1,17 @@
 """Builds that follow the target profile: ``--quantize auto``."""
+import os
+
 import numpy as np
 
 import minirt
 from builder.build import build
-from tests.quantize.conftest import DIGITS
+from tests.quantize.conftest import DIGITS, ROOT
 
 
 def test_quantize_auto_follows_the_target():
     """rpi3/rpi4 int8-dynamic, rpi5 int8 with calibration data (int8-dynamic without), generic float32;
     the artifact records the mode used and the build says which it chose."""
-    model, calib = str(DIGITS / "digits_cnn.onnx"), str(DIGITS / "calibration.npz")
+    model, calib = DIGITS, os.path.join(ROOT, "examples", "digits", "calibration.npz")
     x = np.load(calib)["image"][:4]
     for target, calibration, mode in (("rpi4", None, "int8-dynamic"), ("rpi5", calib, "int8"),
                                       ("rpi5", None, "int8-dynamic"), ("generic", calib, None)):
