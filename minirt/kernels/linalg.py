@@ -18,7 +18,7 @@ from minirt.kernels.registry import kernel
 # --------------------------------------------------------------------------- native float32 GEMM
 
 # Below this many rows per matrix the product is a matrix-vector one: numpy's
-# BLAS gemv does it without packing anything.
+# BLAS gemv does it without packing anything (our GEMM packs all of b first).
 _NATIVE_MIN_ROWS = 4
 _F32 = np.dtype(np.float32)
 
@@ -39,8 +39,11 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
     ``a`` (..., M, K); ``b`` (K, N) or (..., K, N) with batch dimensions that
     broadcast (numpy.matmul rules) and may be a transposed view; ``bias`` (N,)
     or None; ``z`` exactly the output's shape or None.  Runs on the session's
-    thread pool (BLAS is not involved).  ``out``: a buffer for the result, used
-    when it has exactly its shape and dtype and is C-contiguous.
+    thread pool (BLAS is not involved), except a 2-D ``b`` with fewer than
+    ``_NATIVE_MIN_ROWS`` rows in ``a``: BLAS's matrix-vector product, then the
+    same epilogue (bias, residual, activation) in one native pass.  ``out``: a
+    buffer for the result, used when it has exactly its shape and dtype, is
+    C-contiguous and overlaps no input.
     """
     if not _native.available or a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2:
         return None
@@ -52,10 +55,7 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
         return None
     if b.ndim == 2:
         rows = a.size // k
-        if rows < _NATIVE_MIN_ROWS:
-            return None
         out_shape = a.shape[:-1] + (n,)
-        a2 = np.ascontiguousarray(a)
         batch, sa, sb, mm = 1, 0, 0, rows
     else:
         try:
@@ -66,13 +66,11 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
         for d in bshape:
             batch *= d
         out_shape = bshape + (m, n)
-        a2 = np.ascontiguousarray(a)
         sa = m * k if a.shape[:-2] == bshape else (0 if a.size == m * k else None)
         sb = k * n if b.shape[:-2] == bshape else (0 if b.size == k * n else None)
         if sa is None or sb is None:
             return None
         mm = m
-    bb, transb, ldb = _as_rhs(b)
     if z is not None:
         if z.dtype != _F32:
             return None
@@ -87,10 +85,19 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
     if bias is not None:
         bias = np.ascontiguousarray(bias)
     if (out is not None and out.shape == out_shape and out.dtype == _F32 and out.flags.c_contiguous
-            and not any(t is not None and np.may_share_memory(t, out) for t in (a, b, z))):
+            and not np.may_share_memory(a, out) and not np.may_share_memory(b, out)
+            and (z is None or not np.may_share_memory(z, out))):
         y = out
     else:
         y = np.empty(out_shape, dtype=np.float32)
+    a2 = np.ascontiguousarray(a)
+    if b.ndim == 2 and rows < _NATIVE_MIN_ROWS:
+        y2 = y.reshape(rows, n)
+        np.matmul(a2.reshape(rows, k), b, out=y2)
+        if bias is not None or z is not None or act:
+            _native.bias_act(y2, bias, z, act, a0, a1)
+        return y
+    bb, transb, ldb = _as_rhs(b)
     _native.sgemm_batch(batch, mm, n, k, a2, k, sa, bb, ldb, sb, transb, y, n, mm * n, bias, z, n, mm * n,
                         act, a0, a1)
     return y
