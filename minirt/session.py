@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import os
 import threading
 import time
@@ -85,11 +86,12 @@ class ModelMetadata:
 class _Step:
     """One node of a compiled plan."""
 
-    __slots__ = ("call", "ins", "outs", "frees", "node", "op", "subgraphs", "accepts_out", "reads")
+    __slots__ = ("call", "ins", "fetch", "outs", "frees", "node", "op", "subgraphs", "accepts_out", "reads")
 
     def __init__(self, call, ins, outs, frees, node, op, subgraphs, accepts_out=False):
         self.call = call  # kernel with attributes bound
         self.ins = ins  # tuple of slot indices, -1 for an absent optional input
+        self.fetch = None  # env -> the call's positional arguments (set by the plan: _Plan._fetcher)
         self.outs = outs  # tuple of slot indices, -1 for an unused optional output
         self.frees = frees  # slots whose last reader is this step
         self.node = node  # reader.Node, for error messages
@@ -144,6 +146,8 @@ class _Plan:
         self.delegated = dict(delegated or {})
         self.graph = graph = artifact.graphs[graph_index]
         self.n_slots = len(graph.values)
+        # One slot past the values that always holds None: absent optional inputs read it.
+        self.none_slot = self.n_slots
         self.constants = tuple((v, artifact.tensor(t)) for v, t in graph.initializers)
         # Captured values resolve by name against the enclosing graph, which
         # the builder guarantees defines (or itself captures) each of them.
@@ -163,7 +167,7 @@ class _Plan:
         self.calls = tuple(step.call for step in self.steps)  # the unplanned call of every step, in order
 
     def new_env(self) -> list:
-        env = [None] * self.n_slots
+        env = [None] * (self.n_slots + 1)  # (+ the None slot)
         for v, arr in self.constants:
             env[v] = arr
         return env
@@ -221,9 +225,19 @@ class _Plan:
             else:
                 step = self._node_step(unit, frees)
             step.reads = tuple(self._reads(unit, slot_of))
+            step.fetch = self._fetcher(step.ins)
             steps.append(step)
         self.last_use = last_use
         return tuple(steps)
+
+    def _fetcher(self, ins: tuple):
+        """env -> a step's positional arguments, as one C-level call (``operator.itemgetter``): a
+        tuple for two or more inputs, a one- or zero-element list (a slice) otherwise; an absent
+        input (-1) reads the None slot."""
+        slots = tuple(self.none_slot if v < 0 else v for v in ins)
+        if len(slots) >= 2:
+            return operator.itemgetter(*slots)
+        return operator.itemgetter(slice(slots[0], slots[0] + 1) if slots else slice(0, 0))
 
     def _partition_step(self, part: reader.Partition, frees: tuple) -> _Step:
         _, call = self.delegated[part.first_node]
@@ -281,11 +295,10 @@ class _Plan:
         step = None
         try:
             for step, call in zip(self.steps, self.calls if arena is None else arena.calls):
-                args = [env[v] if v >= 0 else None for v in step.ins]
                 if step.subgraphs:
-                    result = call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
+                    result = call(*step.fetch(env), **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
                 else:
-                    result = call(*args)
+                    result = call(*step.fetch(env))
                 outs = step.outs
                 if type(result) is tuple:
                     for v, r in zip(outs, result):
@@ -312,7 +325,7 @@ class _Plan:
         step = None
         try:
             for i, step in enumerate(self.steps):
-                args = [env[v] if v >= 0 else None for v in step.ins]
+                args = step.fetch(env)
                 o = outs[i] if outs is not None else None
                 if timings is not None:
                     t0 = clock()
@@ -354,6 +367,8 @@ class _Plan:
         self._execute_planned(env, arena.outs if arena is not None else None, record, timings)
         return timings
 
+
+_NOT_RECORDED = object()  # no memory plan recorded yet for a signature (None: recorded, nothing to place)
 
 # MINIRT_MEMPLAN_CHECK=1 (tests): before each kernel call with an arena buffer, assert that the buffer
 # overlaps none of the step's inputs nor any other live value (an independent check of the plan at run time).
@@ -529,6 +544,14 @@ class Session:
             and all(isinstance(d, int) for d in graph.values[v].shape)
             for v in graph.inputs
         )
+        # (name, slot, numpy dtype, shape) of every input when all are tensors of fixed shape and a numpy
+        # dtype and none is an overridable initializer, else None: see _bind_fixed_inputs.
+        self._fixed_inputs = None
+        if self._static_inputs and not self._overridable:
+            fixed = tuple((graph.values[v].name, v, ONNX_TO_NUMPY.get(graph.values[v].dtype),
+                           tuple(graph.values[v].shape)) for v in graph.inputs)
+            if all(dtype is not None for _, _, dtype, _ in fixed):
+                self._fixed_inputs = fixed
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -621,7 +644,7 @@ class Session:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         if output_names is None:
-            out_slots = list(self._artifact.main_graph.outputs)
+            out_slots = self._artifact.main_graph.outputs
         else:
             if isinstance(output_names, str):
                 raise InvalidArgument("output_names must be a list of names or None, not a single string")
@@ -631,7 +654,8 @@ class Session:
                     raise InvalidArgument(f"unknown output name {name!r}; the model's outputs are {list(self._output_slot)}")
                 out_slots.append(self._output_slot[name])
         env = self._plan.new_env()
-        self._bind_inputs(env, input_feed)
+        if not self._bind_fixed_inputs(env, input_feed):
+            self._bind_inputs(env, input_feed)
         aplan, record, arena = None, None, None
         if self.memory_plan and self._mplan_any:
             aplan, record = self._memory_plan_for(input_feed)
@@ -685,6 +709,11 @@ class Session:
 
     def _memory_plan_for(self, feed: Mapping) -> tuple:
         """(plan for this run's signature or None, record list when this run should record one)."""
+        if self._static_inputs:
+            # one signature, never evicted: no LRU order to keep (a dict read is atomic)
+            aplan = self._mplans.get(self._STATIC_SIGNATURE, _NOT_RECORDED)
+            if aplan is not _NOT_RECORDED:
+                return aplan, None
         sig = self._signature(feed)
         if sig is None:
             return None, None
@@ -749,6 +778,20 @@ class Session:
                 r = r.copy()
             results.append(r)
         return results
+
+    def _bind_fixed_inputs(self, env: list, feed: Mapping[str, Any]) -> bool:
+        """Bind ``feed`` when it is exactly the model's inputs as numpy arrays of their fixed dtypes and
+        shapes (the steady state of a fixed-shape model): one comparison per input.  False otherwise:
+        :meth:`_bind_inputs` then checks and binds everything, and says what is wrong."""
+        fixed = self._fixed_inputs
+        if fixed is None or len(feed) != len(fixed):
+            return False
+        for name, slot, dtype, shape in fixed:
+            arr = feed.get(name)
+            if type(arr) is not np.ndarray or arr.shape != shape or arr.dtype != dtype:
+                return False
+            env[slot] = arr
+        return True
 
     def _bind_inputs(self, env: list, feed: Mapping[str, Any]) -> None:
         graph = self._artifact.main_graph
