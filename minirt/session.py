@@ -537,21 +537,17 @@ class Session:
         self._mplans_lock = threading.Lock()
         self._mplan_evictions = 0
         self._mplan_any = any(st.accepts_out for st in self._plan.steps)
-        # Every input a tensor of one fixed shape and dtype (checked by _bind_inputs on every run): then
-        # every feed has the same signature and computing it per run is wasted time.
+        # Every input a tensor of one fixed shape and dtype (checked by _bind_inputs): then every feed
+        # has the same signature and computing it per run is wasted time.
         self._static_inputs = all(
             graph.values[v].kind == S.VALUE_TENSOR and graph.values[v].dtype and graph.values[v].shape is not None
             and all(isinstance(d, int) for d in graph.values[v].shape)
             for v in graph.inputs
         )
-        # (name, slot, numpy dtype, shape) of every input when all are tensors of fixed shape and a numpy
-        # dtype and none is an overridable initializer, else None: see _bind_fixed_inputs.
-        self._fixed_inputs = None
-        if self._static_inputs and not self._overridable:
-            fixed = tuple((graph.values[v].name, v, ONNX_TO_NUMPY.get(graph.values[v].dtype),
-                           tuple(graph.values[v].shape)) for v in graph.inputs)
-            if all(dtype is not None for _, _, dtype, _ in fixed):
-                self._fixed_inputs = fixed
+        # The layout of the last feed _bind_inputs accepted, when it was all numpy arrays for tensor inputs:
+        # ((name, slot, dtype, shape) per array, its memory-plan signature), or None.  A feed with the same
+        # layout passes the same checks, so _bind_known_feed binds it without repeating them.
+        self._known_feed = None
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -654,11 +650,13 @@ class Session:
                     raise InvalidArgument(f"unknown output name {name!r}; the model's outputs are {list(self._output_slot)}")
                 out_slots.append(self._output_slot[name])
         env = self._plan.new_env()
-        if not self._bind_fixed_inputs(env, input_feed):
+        sig = self._bind_known_feed(env, input_feed)
+        if sig is None:
             self._bind_inputs(env, input_feed)
+            sig = self._signature(input_feed)
         aplan, record, arena = None, None, None
         if self.memory_plan and self._mplan_any:
-            aplan, record = self._memory_plan_for(input_feed)
+            aplan, record = self._memory_plan_for(sig)
             if aplan is not None:
                 arena = aplan.checkout()
         # Threads: native kernels take the count per Python thread.  BLAS (process-wide, cached) is
@@ -676,7 +674,7 @@ class Session:
                 else:
                     nodes = self._plan.execute_profiled(env, arena, record)
             if record is not None:
-                self._store_memory_plan(input_feed, record)
+                self._store_memory_plan(sig, record)
             copy_outputs = aplan.copy_outputs if aplan is not None else ()
             results = self._collect(out_slots, env, fed, copy_outputs)
         finally:
@@ -707,16 +705,15 @@ class Session:
         except AttributeError:  # a container (sequence/optional) input: not planned
             return None
 
-    def _memory_plan_for(self, feed: Mapping) -> tuple:
+    def _memory_plan_for(self, sig: frozenset | None) -> tuple:
         """(plan for this run's signature or None, record list when this run should record one)."""
-        if self._static_inputs:
-            # one signature, never evicted: no LRU order to keep (a dict read is atomic)
-            aplan = self._mplans.get(self._STATIC_SIGNATURE, _NOT_RECORDED)
-            if aplan is not _NOT_RECORDED:
-                return aplan, None
-        sig = self._signature(feed)
         if sig is None:
             return None, None
+        if sig is self._STATIC_SIGNATURE:
+            # the only signature, never evicted: no LRU order to keep (a dict read is atomic)
+            aplan = self._mplans.get(sig, _NOT_RECORDED)
+            if aplan is not _NOT_RECORDED:
+                return aplan, None
         with self._mplans_lock:
             if sig in self._mplans:
                 self._mplans.move_to_end(sig)
@@ -725,8 +722,7 @@ class Session:
                 return None, None  # shapes change too often for plans to pay: plain allocation
         return None, [None] * len(self._plan.steps)
 
-    def _store_memory_plan(self, feed: Mapping, record: list) -> None:
-        sig = self._signature(feed)
+    def _store_memory_plan(self, sig: frozenset, record: list) -> None:
         aplan = arena.ArenaPlan(self._plan, record)
         if not aplan.placed:
             aplan = None
@@ -779,19 +775,20 @@ class Session:
             results.append(r)
         return results
 
-    def _bind_fixed_inputs(self, env: list, feed: Mapping[str, Any]) -> bool:
-        """Bind ``feed`` when it is exactly the model's inputs as numpy arrays of their fixed dtypes and
-        shapes (the steady state of a fixed-shape model): one comparison per input.  False otherwise:
-        :meth:`_bind_inputs` then checks and binds everything, and says what is wrong."""
-        fixed = self._fixed_inputs
-        if fixed is None or len(feed) != len(fixed):
-            return False
-        for name, slot, dtype, shape in fixed:
+    def _bind_known_feed(self, env: list, feed: Mapping[str, Any]) -> frozenset | None:
+        """Bind ``feed`` when it has the layout of the last feed :meth:`_bind_inputs` accepted (the same
+        names, numpy arrays of the same dtypes and shapes: the steady state), one comparison per input;
+        returns its memory-plan signature.  None otherwise: :meth:`_bind_inputs` then checks and binds
+        everything, and says what is wrong."""
+        known = self._known_feed
+        if known is None or len(feed) != len(known[0]):
+            return None
+        for name, slot, dtype, shape in known[0]:
             arr = feed.get(name)
             if type(arr) is not np.ndarray or arr.shape != shape or arr.dtype != dtype:
-                return False
+                return None
             env[slot] = arr
-        return True
+        return known[1]
 
     def _bind_inputs(self, env: list, feed: Mapping[str, Any]) -> None:
         graph = self._artifact.main_graph
@@ -841,6 +838,10 @@ class Session:
             raise InvalidArgument(
                 f"missing input(s) {missing}; the model requires {[(a.name, a.type, a.shape) for a in self._inputs]}"
             )
+        if all(type(v) is np.ndarray and graph.values[self._input_slot[k]].kind == S.VALUE_TENSOR
+               for k, v in feed.items()):
+            layout = tuple((k, self._input_slot[k], v.dtype, v.shape) for k, v in feed.items())
+            self._known_feed = (layout, self._signature(feed))  # one assignment: atomic for concurrent runs
 
 
 def _bind_container(name: str, info: reader.ValueInfo, value: Any) -> Any:
