@@ -637,7 +637,7 @@ class Session:
 
     def _run(self, output_names, input_feed, profile: dict | None) -> list[np.ndarray]:
         t_start = time.perf_counter()
-        if not isinstance(input_feed, Mapping):
+        if type(input_feed) is not dict and not isinstance(input_feed, Mapping):  # (the ABC check costs more)
             raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         if output_names is None:
             out_slots = self._artifact.main_graph.outputs
@@ -666,7 +666,6 @@ class Session:
         # is the only parallelism: it follows `threads` (None: its own default).
         _native.set_threads(self.threads)
         _blas.set_threads(1 if _native.available else self.threads)
-        fed = [a for a in input_feed.values() if isinstance(a, np.ndarray)]
         try:
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if profile is None:
@@ -676,7 +675,7 @@ class Session:
             if record is not None:
                 self._store_memory_plan(sig, record)
             copy_outputs = aplan.copy_outputs if aplan is not None else ()
-            results = self._collect(out_slots, env, fed, copy_outputs)
+            results = self._collect(out_slots, env, input_feed, copy_outputs)
         finally:
             if arena is not None:
                 aplan.checkin(arena)
@@ -753,7 +752,7 @@ class Session:
             out.append(info)
         return out
 
-    def _collect(self, out_slots, env, fed, copy_outputs) -> list:
+    def _collect(self, out_slots, env, feed, copy_outputs) -> list:
         results = []
         graph = self._artifact.main_graph
         for v in out_slots:
@@ -766,7 +765,7 @@ class Session:
             if not isinstance(r, np.ndarray):
                 r = np.asarray(r)
             elif (v not in self._produced or v in copy_outputs or not r.flags.writeable
-                  or any(np.may_share_memory(r, a) for a in fed)):
+                  or _shares_memory_with_any(r, feed.values())):
                 # Inputs, initializers (views of the mapped file) and kernel
                 # results that alias them (Identity, Reshape views) must not
                 # leak out as buffers shared with the caller or the file; nor
@@ -842,6 +841,14 @@ class Session:
                for k, v in feed.items()):
             layout = tuple((k, self._input_slot[k], v.dtype, v.shape) for k, v in feed.items())
             self._known_feed = (layout, self._signature(feed))  # one assignment: atomic for concurrent runs
+
+
+def _shares_memory_with_any(r: np.ndarray, values: Iterable) -> bool:
+    """Whether ``r`` may share memory with one of the arrays among ``values``."""
+    for a in values:
+        if isinstance(a, np.ndarray) and np.may_share_memory(r, a):
+            return True
+    return False
 
 
 def _bind_container(name: str, info: reader.ValueInfo, value: Any) -> Any:
