@@ -34,7 +34,7 @@ from numpy.lib.stride_tricks import as_strided
 from minirt import native as _native
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
-from minirt.kernels.registry import NodeContext, kernel
+from minirt.kernels.registry import NodeContext, kernel, remember
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -381,7 +381,7 @@ def _remember_conv(memo, x, w, b, plan) -> None:
     """Keep ``plan`` in the node's memo under ``x``'s shape, unless it reads a converted copy of ``w`` or
     ``b`` (its identity check would then always fail, and a copy would miss in-place changes)."""
     if plan is not None and plan.w is w and plan.b is b:
-        _remember(memo, x.shape, plan)
+        remember(memo, x.shape, plan)
 
 
 def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None, memo=None):
@@ -465,15 +465,6 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
 def _memo(ctx) -> dict | None:
     """The node's memo, or None when the kernel is called without its context (tests, the builder)."""
     return None if ctx is None else ctx.memo
-
-
-def _remember(memo: dict | None, key, value) -> None:
-    """Keep ``value`` in a node's memo under ``key`` (input shapes); shapes that keep changing start it
-    over rather than grow it."""
-    if memo is not None:
-        if len(memo) > 64:
-            memo.clear()
-        memo[key] = value
 
 
 def native_act(activation, params) -> tuple | None:
@@ -740,7 +731,7 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     if geometry is None:  # (invalid input raises here, every time: only valid geometries are kept)
         geometry = _max_pool_geometry(x.shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order,
                                       strides)
-        _remember(memo, x.shape, geometry)
+        remember(memo, x.shape, geometry)
     nd, k, s, d, out_sp, pb, pe, native = geometry
     if n_out < 2 and native is not None and x.dtype == _F32:
         y = _out_buffer(_free_out(out, x), x.shape[:2] + out_sp)

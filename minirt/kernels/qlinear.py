@@ -25,7 +25,7 @@ import numpy as np
 
 from minirt import native as _native
 from minirt.kernels import nn, tensor
-from minirt.kernels.registry import kernel, lookup
+from minirt.kernels.registry import kernel, lookup, remember
 
 DOMAIN = "com.minirt"
 MS = "com.microsoft"
@@ -303,7 +303,7 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     prepared.y_dtype = _F32 if y_q is None else _U8
     prepared.y_q = None if y_q is None else getattr(y_q, "arrays", y_q)
     prepared.post = post
-    nn._remember(memo, x.shape, prepared)
+    remember(memo, x.shape, prepared)
     return prepared.run(x, z, out)
 
 
@@ -657,7 +657,7 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
         prepared.rows = a.size // k
         prepared.y_shape = a.shape[:-1] + (n,)
         prepared.plan = plan
-        nn._remember(memo, a.shape if a_shape is None else a_shape, prepared)
+        remember(memo, a.shape if a_shape is None else a_shape, prepared)
         return prepared.run(a, out)
     if static is None:
         sc, zp_u8, scale = _dynamic_quant(a, ws)
