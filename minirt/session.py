@@ -149,6 +149,9 @@ class _Plan:
         # One slot past the values that always holds None: absent optional inputs read it.
         self.none_slot = self.n_slots
         self.constants = tuple((v, artifact.tensor(t)) for v, t in graph.initializers)
+        self._env_template = [None] * (self.n_slots + 1)  # (+ the None slot)
+        for v, arr in self.constants:
+            self._env_template[v] = arr
         # Captured values resolve by name against the enclosing graph, which
         # the builder guarantees defines (or itself captures) each of them.
         self.capture_map: tuple = ()
@@ -167,10 +170,8 @@ class _Plan:
         self.calls = tuple(step.call for step in self.steps)  # the unplanned call of every step, in order
 
     def new_env(self) -> list:
-        env = [None] * (self.n_slots + 1)  # (+ the None slot)
-        for v, arr in self.constants:
-            env[v] = arr
-        return env
+        """A fresh list of slots for one run: the constants in place, None elsewhere (and in the None slot)."""
+        return self._env_template.copy()
 
     def _units(self) -> list[tuple[int, object]]:
         """The plan's units in order: (node index, Node) or (first node index, Partition)."""
