@@ -249,8 +249,13 @@ def gemm_7(a, b, c=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, out=None
 # --------------------------------------------------------------------------- MatMul
 
 
-@kernel("MatMul", since=1, out=True)
-def matmul(a, b, /, *, out=None):
+@kernel("MatMul", since=1, context=True, out=True)
+def matmul(a, b, /, *, out=None, ctx=None):
+    """``ctx``: the node's context, whose memo keeps a 2-D float32 product prepared per shape of ``a``."""
+    memo = None if ctx is None else ctx.memo
+    prepared = prepared_product(memo, a, b, None, None)
+    if prepared is not None:
+        return prepared.run(a, out)
     try:
         if a.dtype == np.float16 and b.dtype == np.float16:
             # No half-precision BLAS in numpy: compute in float32, round once.
@@ -259,7 +264,7 @@ def matmul(a, b, /, *, out=None):
             # bfloat16 / float8 (ml_dtypes): float32 products and sums, rounded once.
             y = np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32))).astype(a.dtype)
         else:
-            y = matmul_native(a, b, out=out)
+            y = matmul_native(a, b, out=out, memo=memo, inputs=(b, None))
             if y is not None:
                 return y
             y = np.matmul(a, b)

@@ -197,3 +197,16 @@ def test_gemm_prepared_product_small_and_large_rows(rows, activation, threads):
     assert linalg.gemm_7(a, b, c, transB=1, out=out, ctx=gctx) is out
     with numpy_path():
         np.testing.assert_allclose(linalg.gemm_7(a, b, c, transB=1, ctx=gctx), out, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_prepared_product_and_batched_operands():
+    rng = np.random.default_rng(6)
+    b = rng.standard_normal((12, 5), dtype=np.float32)
+    ctx = _ctx("MatMul")
+    for shape in ((2, 12), (2, 12), (3, 6, 12), (2, 12)):
+        a = rng.standard_normal(shape, dtype=np.float32)
+        np.testing.assert_allclose(linalg.matmul(a, b, ctx=ctx), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    b3 = rng.standard_normal((3, 12, 5), dtype=np.float32)  # batched: not prepared, still right
+    np.testing.assert_allclose(linalg.matmul(a, b3, ctx=ctx), a.astype(np.float64) @ b3, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(linalg.matmul(a, b.T.copy().T, ctx=ctx), a.astype(np.float64) @ b, rtol=1e-5,
+                               atol=1e-5)  # an F-ordered B: another object, read transposed
