@@ -37,7 +37,7 @@ from minirt.tools.timing import fmt_bytes
 from targets.profiles import get_target
 
 PRODUCER_NAME = "minirt-builder"
-QUANTIZE_MODES = (None, "fp16", "int8-dynamic", "int8")
+QUANTIZE_MODES = (None, "fp16", "int8-dynamic", "int8", "auto")  # auto: the target profile's default
 OPT_LEVELS = (0, 1, 2, 3)
 
 
@@ -232,6 +232,17 @@ def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, profile) 
     writer.set_metadata("build.time_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
+def _auto_quantize(profile, calibration: Any, say: Callable[[str], None]) -> str | None:
+    """``--quantize auto``: the target profile's default quantization (None: float32); its "int8"
+    becomes "int8-dynamic" when there is no calibration data to fix the activation ranges."""
+    mode = profile.build_defaults()["quantize"]
+    if mode == "int8" and calibration is None:
+        say(f"--quantize auto: {profile.name} defaults to int8, but without --calibration data int8-dynamic is used")
+        mode = "int8-dynamic"
+    say(f"--quantize auto: {mode or 'no quantization (float32)'} for target {profile.name}")
+    return mode
+
+
 def build(
     model: Any,
     out_path: str | os.PathLike | None = None,
@@ -270,6 +281,8 @@ def build(
         raise BuildError(str(exc)) from None
     if providers is not None:
         profile = dataclasses.replace(profile, providers=_parse_providers(providers))
+    if quantize == "auto":
+        quantize = _auto_quantize(profile, calibration, say)
     shapes = parse_input_shapes(input_shapes)
     seed = None
     if sign_key is not None:  # read the key first: a bad key file fails before the slow build

@@ -54,7 +54,7 @@ class ArenaPlan:
     reads, subgraph captures included; graph outputs that may alias a buffer
     keep it live to the end and are copied on return).  Placement is
     :func:`memplan.plan`, checked by :func:`memplan.verify` when built.
-    Arenas are checked out per run from a lock-protected free list, so
+    Arenas are checked out per run from a free list (atomic pop / append), so
     concurrent runs never share one.
     """
 
@@ -124,12 +124,13 @@ class ArenaPlan:
         return Arena(tuple(outs), tuple(calls))
 
     def checkout(self) -> Arena:
+        try:
+            return self._free.pop()  # (list.pop and list.append are atomic: no lock on the hot path)
+        except IndexError:
+            pass
         with self._lock:
-            if self._free:
-                return self._free.pop()
             self.arenas += 1
         return self._new_arena()
 
     def checkin(self, arena: Arena) -> None:
-        with self._lock:
-            self._free.append(arena)
+        self._free.append(arena)

@@ -647,9 +647,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip one optimizer pass by name (repeatable; for debugging)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                    help="fix an input's shape; repeatable")
-    p.add_argument("--quantize", choices=["fp16", "int8-dynamic", "int8"], default=None,
-                   help="fp16 weights (half the size), int8 with calibrated activations, or int8 weights with "
-                        "activations quantized at run time")
+    p.add_argument("--quantize", choices=["fp16", "int8-dynamic", "int8", "auto"], default=None,
+                   help="fp16 weights (half the size), int8 with calibrated activations, int8 weights with "
+                        "activations quantized at run time, or auto: the --target's default (rpi3/rpi4 "
+                        "int8-dynamic, rpi5 int8 with --calibration, else int8-dynamic; others float32)")
     p.add_argument("--calibration", default=None, metavar="PATH",
                    help="calibration inputs for --quantize int8: an .npz keyed by input name, a folder of them, "
                         "or a folder of images with preprocess.json")

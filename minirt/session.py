@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import os
 import threading
 import time
@@ -85,11 +86,12 @@ class ModelMetadata:
 class _Step:
     """One node of a compiled plan."""
 
-    __slots__ = ("call", "ins", "outs", "frees", "node", "op", "subgraphs", "accepts_out", "reads")
+    __slots__ = ("call", "ins", "fetch", "outs", "frees", "node", "op", "subgraphs", "accepts_out", "reads")
 
     def __init__(self, call, ins, outs, frees, node, op, subgraphs, accepts_out=False):
         self.call = call  # kernel with attributes bound
         self.ins = ins  # tuple of slot indices, -1 for an absent optional input
+        self.fetch = None  # env -> the call's positional arguments (set by the plan: _Plan._fetcher)
         self.outs = outs  # tuple of slot indices, -1 for an unused optional output
         self.frees = frees  # slots whose last reader is this step
         self.node = node  # reader.Node, for error messages
@@ -144,7 +146,12 @@ class _Plan:
         self.delegated = dict(delegated or {})
         self.graph = graph = artifact.graphs[graph_index]
         self.n_slots = len(graph.values)
+        # One slot past the values that always holds None: absent optional inputs read it.
+        self.none_slot = self.n_slots
         self.constants = tuple((v, artifact.tensor(t)) for v, t in graph.initializers)
+        self._env_template = [None] * (self.n_slots + 1)  # (+ the None slot)
+        for v, arr in self.constants:
+            self._env_template[v] = arr
         # Captured values resolve by name against the enclosing graph, which
         # the builder guarantees defines (or itself captures) each of them.
         self.capture_map: tuple = ()
@@ -163,10 +170,8 @@ class _Plan:
         self.calls = tuple(step.call for step in self.steps)  # the unplanned call of every step, in order
 
     def new_env(self) -> list:
-        env = [None] * self.n_slots
-        for v, arr in self.constants:
-            env[v] = arr
-        return env
+        """A fresh list of slots for one run: the constants in place, None elsewhere (and in the None slot)."""
+        return self._env_template.copy()
 
     def _units(self) -> list[tuple[int, object]]:
         """The plan's units in order: (node index, Node) or (first node index, Partition)."""
@@ -221,9 +226,19 @@ class _Plan:
             else:
                 step = self._node_step(unit, frees)
             step.reads = tuple(self._reads(unit, slot_of))
+            step.fetch = self._fetcher(step.ins)
             steps.append(step)
         self.last_use = last_use
         return tuple(steps)
+
+    def _fetcher(self, ins: tuple):
+        """env -> a step's positional arguments, as one C-level call (``operator.itemgetter``): a
+        tuple for two or more inputs, a one- or zero-element list (a slice) otherwise; an absent
+        input (-1) reads the None slot."""
+        slots = tuple(self.none_slot if v < 0 else v for v in ins)
+        if len(slots) >= 2:
+            return operator.itemgetter(*slots)
+        return operator.itemgetter(slice(slots[0], slots[0] + 1) if slots else slice(0, 0))
 
     def _partition_step(self, part: reader.Partition, frees: tuple) -> _Step:
         _, call = self.delegated[part.first_node]
@@ -281,11 +296,10 @@ class _Plan:
         step = None
         try:
             for step, call in zip(self.steps, self.calls if arena is None else arena.calls):
-                args = [env[v] if v >= 0 else None for v in step.ins]
                 if step.subgraphs:
-                    result = call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
+                    result = call(*step.fetch(env), **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
                 else:
-                    result = call(*args)
+                    result = call(*step.fetch(env))
                 outs = step.outs
                 if type(result) is tuple:
                     for v, r in zip(outs, result):
@@ -312,7 +326,7 @@ class _Plan:
         step = None
         try:
             for i, step in enumerate(self.steps):
-                args = [env[v] if v >= 0 else None for v in step.ins]
+                args = step.fetch(env)
                 o = outs[i] if outs is not None else None
                 if timings is not None:
                     t0 = clock()
@@ -354,6 +368,8 @@ class _Plan:
         self._execute_planned(env, arena.outs if arena is not None else None, record, timings)
         return timings
 
+
+_NOT_RECORDED = object()  # no memory plan recorded yet for a signature (None: recorded, nothing to place)
 
 # MINIRT_MEMPLAN_CHECK=1 (tests): before each kernel call with an arena buffer, assert that the buffer
 # overlaps none of the step's inputs nor any other live value (an independent check of the plan at run time).
@@ -522,13 +538,17 @@ class Session:
         self._mplans_lock = threading.Lock()
         self._mplan_evictions = 0
         self._mplan_any = any(st.accepts_out for st in self._plan.steps)
-        # Every input a tensor of one fixed shape and dtype (checked by _bind_inputs on every run): then
-        # every feed has the same signature and computing it per run is wasted time.
+        # Every input a tensor of one fixed shape and dtype (checked by _bind_inputs): then every feed
+        # has the same signature and computing it per run is wasted time.
         self._static_inputs = all(
             graph.values[v].kind == S.VALUE_TENSOR and graph.values[v].dtype and graph.values[v].shape is not None
             and all(isinstance(d, int) for d in graph.values[v].shape)
             for v in graph.inputs
         )
+        # The layout of the last feed _bind_inputs accepted, when it was all numpy arrays for tensor inputs:
+        # ((name, slot, dtype, shape) per array, its memory-plan signature), or None.  A feed with the same
+        # layout passes the same checks, so _bind_known_feed binds it without repeating them.
+        self._known_feed = None
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -618,10 +638,10 @@ class Session:
 
     def _run(self, output_names, input_feed, profile: dict | None) -> list[np.ndarray]:
         t_start = time.perf_counter()
-        if not isinstance(input_feed, Mapping):
+        if type(input_feed) is not dict and not isinstance(input_feed, Mapping):  # (the ABC check costs more)
             raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         if output_names is None:
-            out_slots = list(self._artifact.main_graph.outputs)
+            out_slots = self._artifact.main_graph.outputs
         else:
             if isinstance(output_names, str):
                 raise InvalidArgument("output_names must be a list of names or None, not a single string")
@@ -631,10 +651,13 @@ class Session:
                     raise InvalidArgument(f"unknown output name {name!r}; the model's outputs are {list(self._output_slot)}")
                 out_slots.append(self._output_slot[name])
         env = self._plan.new_env()
-        self._bind_inputs(env, input_feed)
+        sig = self._bind_known_feed(env, input_feed)
+        if sig is None:
+            self._bind_inputs(env, input_feed)
+            sig = self._signature(input_feed)
         aplan, record, arena = None, None, None
         if self.memory_plan and self._mplan_any:
-            aplan, record = self._memory_plan_for(input_feed)
+            aplan, record = self._memory_plan_for(sig)
             if aplan is not None:
                 arena = aplan.checkout()
         # Threads: native kernels take the count per Python thread.  BLAS (process-wide, cached) is
@@ -644,7 +667,6 @@ class Session:
         # is the only parallelism: it follows `threads` (None: its own default).
         _native.set_threads(self.threads)
         _blas.set_threads(1 if _native.available else self.threads)
-        fed = [a for a in input_feed.values() if isinstance(a, np.ndarray)]
         try:
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if profile is None:
@@ -652,9 +674,9 @@ class Session:
                 else:
                     nodes = self._plan.execute_profiled(env, arena, record)
             if record is not None:
-                self._store_memory_plan(input_feed, record)
+                self._store_memory_plan(sig, record)
             copy_outputs = aplan.copy_outputs if aplan is not None else ()
-            results = self._collect(out_slots, env, fed, copy_outputs)
+            results = self._collect(out_slots, env, input_feed, copy_outputs)
         finally:
             if arena is not None:
                 aplan.checkin(arena)
@@ -683,11 +705,15 @@ class Session:
         except AttributeError:  # a container (sequence/optional) input: not planned
             return None
 
-    def _memory_plan_for(self, feed: Mapping) -> tuple:
+    def _memory_plan_for(self, sig: frozenset | None) -> tuple:
         """(plan for this run's signature or None, record list when this run should record one)."""
-        sig = self._signature(feed)
         if sig is None:
             return None, None
+        if sig is self._STATIC_SIGNATURE:
+            # the only signature, never evicted: no LRU order to keep (a dict read is atomic)
+            aplan = self._mplans.get(sig, _NOT_RECORDED)
+            if aplan is not _NOT_RECORDED:
+                return aplan, None
         with self._mplans_lock:
             if sig in self._mplans:
                 self._mplans.move_to_end(sig)
@@ -696,8 +722,7 @@ class Session:
                 return None, None  # shapes change too often for plans to pay: plain allocation
         return None, [None] * len(self._plan.steps)
 
-    def _store_memory_plan(self, feed: Mapping, record: list) -> None:
-        sig = self._signature(feed)
+    def _store_memory_plan(self, sig: frozenset, record: list) -> None:
         aplan = arena.ArenaPlan(self._plan, record)
         if not aplan.placed:
             aplan = None
@@ -728,7 +753,7 @@ class Session:
             out.append(info)
         return out
 
-    def _collect(self, out_slots, env, fed, copy_outputs) -> list:
+    def _collect(self, out_slots, env, feed, copy_outputs) -> list:
         results = []
         graph = self._artifact.main_graph
         for v in out_slots:
@@ -741,7 +766,7 @@ class Session:
             if not isinstance(r, np.ndarray):
                 r = np.asarray(r)
             elif (v not in self._produced or v in copy_outputs or not r.flags.writeable
-                  or any(np.may_share_memory(r, a) for a in fed)):
+                  or _shares_memory_with_any(r, feed.values())):
                 # Inputs, initializers (views of the mapped file) and kernel
                 # results that alias them (Identity, Reshape views) must not
                 # leak out as buffers shared with the caller or the file; nor
@@ -749,6 +774,21 @@ class Session:
                 r = r.copy()
             results.append(r)
         return results
+
+    def _bind_known_feed(self, env: list, feed: Mapping[str, Any]) -> frozenset | None:
+        """Bind ``feed`` when it has the layout of the last feed :meth:`_bind_inputs` accepted (the same
+        names, numpy arrays of the same dtypes and shapes: the steady state), one comparison per input;
+        returns its memory-plan signature.  None otherwise: :meth:`_bind_inputs` then checks and binds
+        everything, and says what is wrong."""
+        known = self._known_feed
+        if known is None or len(feed) != len(known[0]):
+            return None
+        for name, slot, dtype, shape in known[0]:
+            arr = feed.get(name)
+            if type(arr) is not np.ndarray or arr.shape != shape or arr.dtype != dtype:
+                return None
+            env[slot] = arr
+        return known[1]
 
     def _bind_inputs(self, env: list, feed: Mapping[str, Any]) -> None:
         graph = self._artifact.main_graph
@@ -798,6 +838,18 @@ class Session:
             raise InvalidArgument(
                 f"missing input(s) {missing}; the model requires {[(a.name, a.type, a.shape) for a in self._inputs]}"
             )
+        if all(type(v) is np.ndarray and graph.values[self._input_slot[k]].kind == S.VALUE_TENSOR
+               for k, v in feed.items()):
+            layout = tuple((k, self._input_slot[k], v.dtype, v.shape) for k, v in feed.items())
+            self._known_feed = (layout, self._signature(feed))  # one assignment: atomic for concurrent runs
+
+
+def _shares_memory_with_any(r: np.ndarray, values: Iterable) -> bool:
+    """Whether ``r`` may share memory with one of the arrays among ``values``."""
+    for a in values:
+        if isinstance(a, np.ndarray) and np.may_share_memory(r, a):
+            return True
+    return False
 
 
 def _bind_container(name: str, info: reader.ValueInfo, value: Any) -> Any:

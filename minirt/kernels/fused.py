@@ -126,11 +126,17 @@ def fused_conv_transpose(
     return y if activated else apply_activation(y, activation, activation_params)
 
 
-@kernel("FusedGemm", since=1, domain=DOMAIN, out=True)
+@kernel("FusedGemm", since=1, domain=DOMAIN, context=True, out=True)
 def fused_gemm(
-    a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(), out=None
+    a, b, c=None, z=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(), out=None,
+    ctx=None,
 ):
-    """activation(Gemm(a, b, c) + z)."""
+    """activation(Gemm(a, b, c) + z).  ``ctx``: the node's context, whose memo keeps the native product
+    prepared per shape of ``a`` (linalg.prepared_product)."""
+    memo = None if ctx is None else ctx.memo
+    prepared = linalg.prepared_product(memo, a, b, c, z)
+    if prepared is not None:
+        return prepared.run(a, out)
     spec = nn.native_act(activation, activation_params)
     if spec is not None and alpha == 1.0 and a.ndim == 2 and b.ndim == 2 and (z is None or z.ndim == 2):
         bias = None
@@ -138,7 +144,8 @@ def fused_gemm(
             n = b.shape[0] if transB else b.shape[1]
             bias = c.reshape(n) if beta == 1.0 and c.shape in ((n,), (1, n)) else False
         if bias is not False:
-            y = linalg.matmul_native(a.T if transA else a, b.T if transB else b, bias, z, *spec, out=out)
+            y = linalg.matmul_native(a.T if transA else a, b.T if transB else b, bias, z, *spec, out=out, memo=memo,
+                                     inputs=None if transA else (b, c))
             if y is not None:
                 return y
     y = _std("Gemm", 13)(a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)

@@ -13,12 +13,12 @@ import numpy as np
 
 from minirt import native as _native
 from minirt.kernels import _narrow
-from minirt.kernels.registry import kernel
+from minirt.kernels.registry import kernel, remember
 
 # --------------------------------------------------------------------------- native float32 GEMM
 
 # Below this many rows per matrix the product is a matrix-vector one: numpy's
-# BLAS gemv does it without packing anything.
+# BLAS gemv does it without packing anything (our GEMM packs all of b first).
 _NATIVE_MIN_ROWS = 4
 _F32 = np.dtype(np.float32)
 
@@ -33,14 +33,67 @@ def _as_rhs(b: np.ndarray):
     return np.ascontiguousarray(b), 0, b.shape[-1]
 
 
-def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
+class _PreparedProduct:
+    """A 2-D float32 product ``act(a @ b + bias[n])`` of one node for one shape of ``a`` (kept in the
+    node's memo under it): the node's own ``B`` and ``C`` inputs it was made for (the arrays
+    themselves: other objects are validated again), the result shape, the operand as the native
+    GEMM reads it and the epilogue.  Running it costs the product and the epilogue only."""
+
+    __slots__ = ("b", "c", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue")
+
+    def fits(self, a, b, c, z) -> bool:
+        """Whether this is the product for these node inputs (``a`` has the shape it was made for)."""
+        return (self.b is b and self.c is c and z is None and a.dtype == _F32
+                and _native.available)  # (tests turn it off)
+
+    def run(self, a, out):
+        rows, k, n = self.rows, self.k, self.n
+        y = _product_buffer(out, self.y_shape, a, self.rhs[0], None)
+        a2 = np.ascontiguousarray(a)
+        if rows < _NATIVE_MIN_ROWS:
+            y2 = y.reshape(rows, n)
+            np.matmul(a2.reshape(rows, k), self.rhs[3], out=y2)
+            if self.bias is not None or self.epilogue[0]:
+                _native.bias_act(y2, self.bias, None, *self.epilogue)
+            return y
+        rhs, transb, ldb, _ = self.rhs
+        _native.sgemm_batch(1, rows, n, k, a2, k, 0, rhs, ldb, 0, transb, y, n, rows * n, self.bias, None, n,
+                            rows * n, *self.epilogue)
+        return y
+
+
+def _product_buffer(out, shape, a, b, z):
+    """``out`` when it has exactly the result's ``shape`` (float32, C-contiguous) and overlaps no
+    operand, else a new array."""
+    if (out is not None and out.shape == shape and out.dtype == _F32 and out.flags.c_contiguous
+            and not np.may_share_memory(a, out) and not np.may_share_memory(b, out)
+            and (z is None or not np.may_share_memory(z, out))):
+        return out
+    return np.empty(shape, dtype=np.float32)
+
+
+def prepared_product(memo, a, b, c, z) -> _PreparedProduct | None:
+    """The product a Gemm-like node prepared in its ``memo`` for these inputs (``a`` of the same
+    shape, its ``B`` / ``C`` the same objects, no residual), or None."""
+    prepared = memo.get(a.shape) if memo is not None else None
+    return prepared if prepared is not None and prepared.fits(a, b, c, z) else None
+
+
+def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo=None, inputs=None):
     """``act(a @ b + bias[n] + z)`` for float32 through ``mrt_sgemm``, or ``None`` when it does not apply.
 
     ``a`` (..., M, K); ``b`` (K, N) or (..., K, N) with batch dimensions that
     broadcast (numpy.matmul rules) and may be a transposed view; ``bias`` (N,)
     or None; ``z`` exactly the output's shape or None.  Runs on the session's
-    thread pool (BLAS is not involved).  ``out``: a buffer for the result, used
-    when it has exactly its shape and dtype and is C-contiguous.
+    thread pool (BLAS is not involved), except a 2-D ``b`` with fewer than
+    ``_NATIVE_MIN_ROWS`` rows in ``a``: BLAS's matrix-vector product, then the
+    same epilogue (bias, residual, activation) in one native pass.  ``out``: a
+    buffer for the result, used when it has exactly its shape and dtype, is
+    C-contiguous and overlaps no input.
+
+    ``memo`` / ``inputs``: the calling node's memo and its own ``(B, C)`` inputs (``a`` being its
+    ``A`` input as is): a 2-D product without residual is then kept prepared in the memo under
+    ``a``'s shape (:func:`prepared_product`), valid while the node's B and C are these objects.
     """
     if not _native.available or a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2:
         return None
@@ -50,12 +103,11 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
         return None
     if bias is not None and (bias.dtype != _F32 or bias.shape != (n,)):
         return None
+    # (a residual folded into the bias below is a per-call value: not kept)
+    keep = memo is not None and inputs is not None and z is None
     if b.ndim == 2:
         rows = a.size // k
-        if rows < _NATIVE_MIN_ROWS:
-            return None
         out_shape = a.shape[:-1] + (n,)
-        a2 = np.ascontiguousarray(a)
         batch, sa, sb, mm = 1, 0, 0, rows
     else:
         try:
@@ -66,13 +118,11 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
         for d in bshape:
             batch *= d
         out_shape = bshape + (m, n)
-        a2 = np.ascontiguousarray(a)
         sa = m * k if a.shape[:-2] == bshape else (0 if a.size == m * k else None)
         sb = k * n if b.shape[:-2] == bshape else (0 if b.size == k * n else None)
         if sa is None or sb is None:
             return None
         mm = m
-    bb, transb, ldb = _as_rhs(b)
     if z is not None:
         if z.dtype != _F32:
             return None
@@ -86,11 +136,24 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None):
             z = np.ascontiguousarray(z)
     if bias is not None:
         bias = np.ascontiguousarray(bias)
-    if (out is not None and out.shape == out_shape and out.dtype == _F32 and out.flags.c_contiguous
-            and not any(t is not None and np.may_share_memory(t, out) for t in (a, b, z))):
-        y = out
-    else:
-        y = np.empty(out_shape, dtype=np.float32)
+    if b.ndim == 2 and z is None:
+        prepared = _PreparedProduct()
+        prepared.b, prepared.c = inputs if inputs is not None else (None, None)
+        prepared.k, prepared.n, prepared.rows, prepared.y_shape = k, n, rows, out_shape
+        prepared.rhs = _as_rhs(b) + (b,)
+        prepared.bias, prepared.epilogue = bias, (act, a0, a1)
+        if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
+            remember(memo, a.shape, prepared)
+        return prepared.run(a, out)
+    y = _product_buffer(out, out_shape, a, b, z)
+    a2 = np.ascontiguousarray(a)
+    if b.ndim == 2 and rows < _NATIVE_MIN_ROWS:
+        y2 = y.reshape(rows, n)
+        np.matmul(a2.reshape(rows, k), b, out=y2)
+        if bias is not None or z is not None or act:
+            _native.bias_act(y2, bias, z, act, a0, a1)
+        return y
+    bb, transb, ldb = _as_rhs(b)
     _native.sgemm_batch(batch, mm, n, k, a2, k, sa, bb, ldb, sb, transb, y, n, mm * n, bias, z, n, mm * n,
                         act, a0, a1)
     return y
@@ -110,9 +173,11 @@ def _scaled(y: np.ndarray, factor: float) -> np.ndarray:
     return (y * factor).astype(y.dtype)
 
 
-def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c, out=None):
+def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c, out=None, memo=None):
+    """``memo``: the node's memo, where the native product is kept prepared (:func:`prepared_product`)."""
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
+    inputs = None if trans_a else (b, c)  # (the prepared product runs on the node's A as is)
     if trans_a:
         a = a.T
     if trans_b:
@@ -122,7 +187,7 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c, out=None):
             f"Gemm: inner dimensions differ: A' is {a.shape}, B' is {b.shape} (transA={trans_a}, transB={trans_b})"
         )
     if alpha == 1.0 and a.dtype == _F32 and not (exact_c and c is not None and c.shape != (a.shape[0], b.shape[1])):
-        fast = _gemm_native(a, b, c, beta, out)
+        fast = _gemm_native(a, b, c, beta, out, memo, inputs)
         if fast is not None:
             return fast
     half = a.dtype == np.float16
@@ -136,14 +201,15 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, exact_c, out=None):
     return y.astype(np.float16) if half else y
 
 
-def _gemm_native(a, b, c, beta, out=None):
-    """``a @ b + beta * c`` (a, b already transposed views) on the native GEMM, or None."""
+def _gemm_native(a, b, c, beta, out=None, memo=None, inputs=None):
+    """``a @ b + beta * c`` (a, b already transposed views) on the native GEMM, or None.
+    ``memo`` / ``inputs``: see :func:`matmul_native`."""
     if c is None or beta == 0.0:
-        return matmul_native(a, b, out=out)
+        return matmul_native(a, b, out=out, memo=memo, inputs=inputs)
     if beta == 1.0 and c.dtype == _F32:
         n = b.shape[1]
         if c.shape in ((n,), (1, n)):
-            return matmul_native(a, b, bias=c.reshape(n), out=out)
+            return matmul_native(a, b, bias=c.reshape(n), out=out, memo=memo, inputs=inputs)
         if c.shape == (a.shape[0], n):
             return matmul_native(a, b, z=c, out=out)
     return None
@@ -170,17 +236,26 @@ def gemm_1(a, b, c=None, /, *, alpha=1.0, beta=1.0, broadcast=0, transA=0, trans
     return _gemm(a, b, c, alpha, beta, transA, transB, exact_c=not broadcast)
 
 
-@kernel("Gemm", since=7, out=True)
-def gemm_7(a, b, c=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, out=None):
+@kernel("Gemm", since=7, context=True, out=True)
+def gemm_7(a, b, c=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, out=None, ctx=None):
     # Covers opsets 7/9/11/13: 9 and 13 only widened the type list, 11 made C optional.
-    return _gemm(a, b, c, alpha, beta, transA, transB, exact_c=False, out=out)
+    memo = None if ctx is None else ctx.memo
+    prepared = prepared_product(memo, a, b, c, None)
+    if prepared is not None:
+        return prepared.run(a, out)
+    return _gemm(a, b, c, alpha, beta, transA, transB, exact_c=False, out=out, memo=memo)
 
 
 # --------------------------------------------------------------------------- MatMul
 
 
-@kernel("MatMul", since=1, out=True)
-def matmul(a, b, /, *, out=None):
+@kernel("MatMul", since=1, context=True, out=True)
+def matmul(a, b, /, *, out=None, ctx=None):
+    """``ctx``: the node's context, whose memo keeps a 2-D float32 product prepared per shape of ``a``."""
+    memo = None if ctx is None else ctx.memo
+    prepared = prepared_product(memo, a, b, None, None)
+    if prepared is not None:
+        return prepared.run(a, out)
     try:
         if a.dtype == np.float16 and b.dtype == np.float16:
             # No half-precision BLAS in numpy: compute in float32, round once.
@@ -189,7 +264,7 @@ def matmul(a, b, /, *, out=None):
             # bfloat16 / float8 (ml_dtypes): float32 products and sums, rounded once.
             y = np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32))).astype(a.dtype)
         else:
-            y = matmul_native(a, b, out=out)
+            y = matmul_native(a, b, out=out, memo=memo, inputs=(b, None))
             if y is not None:
                 return y
             y = np.matmul(a, b)

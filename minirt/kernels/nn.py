@@ -34,7 +34,7 @@ from numpy.lib.stride_tricks import as_strided
 from minirt import native as _native
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
-from minirt.kernels.registry import NodeContext, kernel
+from minirt.kernels.registry import NodeContext, kernel, remember
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -218,10 +218,15 @@ def _depthwise(xp: np.ndarray, w: np.ndarray, out: tuple, k: tuple, s: tuple, d:
     return y
 
 
-@kernel("Conv", since=1, out=True)
+@kernel("Conv", since=1, context=True, out=True)
 def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
-         out=None):
-    """``out``: the result buffer (memory plan), used by the native 2-D path when it fits (see _out_buffer)."""
+         out=None, ctx=None):
+    """``out``: the result buffer (memory plan), used by the native 2-D path when it fits (see _out_buffer).
+    ``ctx``: the node's context, whose memo keeps the native path's prepared call per input shape."""
+    memo = _memo(ctx)
+    plan = _prepared_conv(memo, x, w, b, None)
+    if plan is not None:
+        return plan.run(x, None, out)
     nd = _check_rank("Conv", x)
     if w.ndim != x.ndim:
         raise ValueError(f"Conv: weight rank {w.ndim} (shape {w.shape}) does not match input rank {x.ndim}")
@@ -250,7 +255,7 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
         return y.astype(x.dtype)
     if nd == 2 and x.dtype == np.float32 and _native.available:
         return _conv2d_native(x, w, b, None, out_sp, k, s, d, pb, group, _native.ACT_NONE, 0.0, 0.0,
-                              dst=_free_out(out, x))
+                              dst=_free_out(out, x), memo=memo)
     xp = _pad_for_windows(x, out_sp, k, s, d, pb, 0)
     p = math.prod(out_sp)
     kk = math.prod(k)
@@ -300,8 +305,10 @@ _NATIVE_ACTIVATIONS = {
 
 def _free_out(out, *inputs):
     """``out`` (the memory plan's buffer for a result) unless it overlaps one of ``inputs``: None then."""
-    if out is None or any(t is not None and np.may_share_memory(t, out) for t in inputs):
-        return None
+    if out is not None:
+        for t in inputs:  # (a plain loop: any() over a generator costs more than the check on hot paths)
+            if t is not None and np.may_share_memory(t, out):
+                return None
     return out
 
 
@@ -312,7 +319,72 @@ def _out_buffer(dst, shape: tuple, dtype=np.float32):
     return np.empty(shape, dtype=dtype)
 
 
-def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
+_F32 = np.dtype(np.float32)
+
+
+class _NativeConv:
+    """A float32 2-D convolution prepared for one node and input shape (``_prepare_native_conv``).
+
+    It holds what it was validated for: the weight and bias arrays themselves (a different object
+    means new weights, validated again) and the residual's shape; the output shape; and the native
+    entry point with its constant arguments already converted for cffi (``native.conv2d_prepare`` /
+    ``native.dwconv2d_prepare``).  Running it costs the native call and the output buffer only.
+    """
+
+    __slots__ = ("w", "b", "z_shape", "y_shape", "call", "args")
+
+    def fits(self, x, w, b, z) -> bool:
+        """Whether this is the conv of these inputs (``x`` has the input shape it was made for)."""
+        return (self.w is w and self.b is b and x.dtype == _F32 and _native.available  # (tests turn it off)
+                and (self.z_shape is None if z is None else z.shape == self.z_shape and z.dtype == _F32))
+
+    def run(self, x, z, out):
+        """act(conv(x) + b + z) into ``out`` when it fits and overlaps no input, else into a new array."""
+        y = _out_buffer(_free_out(out, x, z), self.y_shape)
+        self.call(self.args, np.ascontiguousarray(x), y, None if z is None else np.ascontiguousarray(z))
+        return y
+
+
+def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _NativeConv | None:
+    """The native convolution act(conv(x, w) + b + z) (shapes already validated), or None when the
+    loaded module predates ``mrt_conv2d_f32`` and the conv is not depthwise."""
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    wc = np.ascontiguousarray(w)
+    bc = b
+    if b is not None and not (b.dtype == _F32 and b.flags.c_contiguous):
+        bc = np.ascontiguousarray(b, dtype=np.float32)  # (with a dtype it returns a new view even when b fits)
+    plan = _NativeConv()
+    plan.w, plan.b = wc, bc
+    plan.z_shape = None if z is None else z.shape
+    if group == c and cg == 1 and m == c and k[0] * k[1] > 1:
+        plan.y_shape = (n, c) + tuple(out)
+        plan.call = _native.dwconv2d_call
+        plan.args = _native.dwconv2d_prepare(x.shape, wc, bc, k, s, d, pb, out, act, a0, a1)
+    elif _native.has_conv2d():
+        plan.y_shape = (n, m) + tuple(out)
+        plan.call = _native.conv2d_call
+        plan.args = _native.conv2d_prepare(x.shape, wc, group, k, s, d, pb, out, bc, act, a0, a1)
+    else:
+        return None
+    return plan
+
+
+def _prepared_conv(memo, x, w, b, z) -> _NativeConv | None:
+    """The native conv this node prepared for these inputs (``x``'s shape, ``w`` / ``b`` the same
+    objects, ``z`` of the same shape), or None."""
+    plan = memo.get(x.shape) if memo is not None else None
+    return plan if plan is not None and plan.fits(x, w, b, z) else None
+
+
+def _remember_conv(memo, x, w, b, plan) -> None:
+    """Keep ``plan`` in the node's memo under ``x``'s shape, unless it reads a converted copy of ``w`` or
+    ``b`` (its identity check would then always fail, and a copy would miss in-place changes)."""
+    if plan is not None and plan.w is w and plan.b is b:
+        remember(memo, x.shape, plan)
+
+
+def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None, memo=None):
     """2-D float32 Conv through the native kernels: act(conv(x, w) + b + z).
 
     Depthwise convolutions run entirely in C (bias, residual and activation
@@ -323,8 +395,13 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
     activation fused.  The whole batch is one native call (``mrt_conv2d_f32``:
     threads over images or bands of output rows, small planes of several images
     in one GEMM); a module built before that entry point gets the per-image,
-    per-group Python loop below.
+    per-group Python loop below.  ``memo``: the node's memo, where the prepared call is kept
+    (see :class:`_NativeConv`).
     """
+    plan = _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1)
+    if plan is not None:
+        _remember_conv(memo, x, w, b, plan)
+        return plan.run(x, z, dst)
     n, c, h, wd = x.shape
     m, cg = w.shape[:2]
     kk = k[0] * k[1]
@@ -334,16 +411,6 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None):
         b = np.ascontiguousarray(b, dtype=np.float32)
     if z is not None:
         z = np.ascontiguousarray(z, dtype=np.float32)
-    if group == c and cg == 1 and m == c and kk > 1:
-        y = _out_buffer(dst, (n, c) + tuple(out))
-        wc = np.ascontiguousarray(w)
-        _native.dwconv2d(x, wc, b, y, k, s, d, pb, act, a0, a1, residual=z)
-        return y
-    if _native.has_conv2d():
-        # the whole batch in one native call (im2col + GEMM + epilogue per image, threads over images)
-        y = _out_buffer(dst, (n, m) + tuple(out))
-        _native.conv2d(x, np.ascontiguousarray(w), group, k, s, d, pb, out, y, b, z, act, a0, a1)
-        return y
     # modules built before mrt_conv2d_f32: one im2col and one GEMM call per image and group
     if kk == 1 and s == (1, 1) and pb == (0, 0) and tuple(out) == (h, wd):
         cols = x.reshape(n, group, cg, p)  # 1x1: the input is the GEMM operand, no copy
@@ -371,43 +438,33 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
     """``activation(Conv(x, w, b) + z)`` in one native pass, or ``None`` when that is not possible.
 
     ``out``: a buffer for the result, used when it has exactly its shape and dtype.
-    ``memo``: the node's NodeContext.memo: the geometry derived from the attributes is kept there per
-    input shapes (deriving it in Python costs several microseconds per call, about what a small
-    conv's kernel costs).
+    ``memo``: the node's NodeContext.memo: the prepared native call (:class:`_NativeConv`) is kept
+    there per input shape (validating the inputs and deriving the geometry from the attributes in
+    Python costs several microseconds per call, about what a small conv's kernel costs).
 
     For the fused ``com.minirt`` ops: returns ``None`` (the caller then
     composes the standard kernels) when the native kernels are unavailable,
     the data is not 2-D float32, or the activation has no native epilogue.
     """
-    dst = _free_out(out, x, z)
+    plan = _prepared_conv(memo, x, w, b, z)
+    if plan is not None:
+        return plan.run(x, z, out)
     if not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
         return None
     if z is not None and (z.dtype != np.float32 or z.ndim != 4):
         return None
-    shapes = (x.shape, w.shape, None if b is None else b.shape, None if z is None else z.shape)
-    geometry = memo.get(shapes) if memo is not None else None
-    if geometry is None:
-        geometry = _fused_conv_geometry(*shapes, activation, activation_params, auto_pad, dilations, group,
-                                        kernel_shape, pads, strides)
-        _remember(memo, shapes, geometry)
+    geometry = _fused_conv_geometry(x.shape, w.shape, None if b is None else b.shape, None if z is None else z.shape,
+                                    activation, activation_params, auto_pad, dilations, group, kernel_shape, pads,
+                                    strides)
     if geometry is False:
         return None
     act, a0, a1, k, s, d, out_sp, pb = geometry
-    return _conv2d_native(x, w, b, z, out_sp, k, s, d, pb, group, act, a0, a1, dst=dst)
+    return _conv2d_native(x, w, b, z, out_sp, k, s, d, pb, group, act, a0, a1, dst=_free_out(out, x, z), memo=memo)
 
 
 def _memo(ctx) -> dict | None:
     """The node's memo, or None when the kernel is called without its context (tests, the builder)."""
     return None if ctx is None else ctx.memo
-
-
-def _remember(memo: dict | None, key, value) -> None:
-    """Keep ``value`` in a node's memo under ``key`` (input shapes); shapes that keep changing start it
-    over rather than grow it."""
-    if memo is not None:
-        if len(memo) > 64:
-            memo.clear()
-        memo[key] = value
 
 
 def native_act(activation, params) -> tuple | None:
@@ -642,7 +699,9 @@ def _check_pool_pads(op: str, pb: tuple, pe: tuple, k: tuple) -> None:
 
 
 def _max_pool_geometry(x_shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
-    """(rank, kernel, strides, dilations, output size, begin pads, end pads) of a MaxPool; raises on bad input."""
+    """(rank, kernel, strides, dilations, output size, begin pads, end pads, native call) of a MaxPool;
+    raises on bad input.  ``native call``: the constant arguments of ``native.maxpool2d_call`` for a
+    2-D float32 input of this shape (None when there is no native kernel)."""
     nd = len(x_shape) - 2
     if not kernel_shape:
         raise ValueError("MaxPool: kernel_shape attribute is required")
@@ -654,30 +713,33 @@ def _max_pool_geometry(x_shape, auto_pad, ceil_mode, dilations, kernel_shape, pa
     out, pb, pe = _geometry("MaxPool", x_shape[2:], k, s, d, pads, auto_pad, ceil_mode)
     if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
         _check_pool_pads("MaxPool", pb, pe, k)
-    return nd, k, s, d, tuple(out), pb, pe
+    native = None
+    if nd == 2 and _native.available:
+        # separable (rows, then columns): SPPF's 5x5 stride-1 pools on small planes
+        separable = s == (1, 1) and d == (1, 1) and _native.has_layout_kernels()
+        native = _native.maxpool2d_prepare(x_shape, k, s, d, pb, out, separable)
+    return nd, k, s, d, tuple(out), pb, pe, native
 
 
-def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides, memo=None):
+def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides, memo=None,
+              out=None):
     """``memo``: the node's NodeContext.memo, where the validated geometry is kept per input shape
-    (deriving it costs more than a small plane's native pool)."""
+    (deriving it costs more than a small plane's native pool).  ``out``: the memory plan's buffer for
+    the result (native path, when it fits)."""
     _check_rank("MaxPool", x)
     geometry = memo.get(x.shape) if memo is not None else None
     if geometry is None:  # (invalid input raises here, every time: only valid geometries are kept)
         geometry = _max_pool_geometry(x.shape, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order,
                                       strides)
-        _remember(memo, x.shape, geometry)
-    nd, k, s, d, out, pb, pe = geometry
-    in_sp = x.shape[2:]
-    if n_out < 2 and nd == 2 and x.dtype == np.float32 and _native.available:
-        y = np.empty(x.shape[:2] + tuple(out), dtype=np.float32)
-        if s == (1, 1) and d == (1, 1) and _native.has_layout_kernels():
-            # separable (rows, then columns): SPPF's 5x5 stride-1 pools on small planes
-            _native.maxpool2d_s1(np.ascontiguousarray(x), y, k, pb)
-        else:
-            _native.maxpool2d(np.ascontiguousarray(x), y, k, s, d, pb)
+        remember(memo, x.shape, geometry)
+    nd, k, s, d, out_sp, pb, pe, native = geometry
+    if n_out < 2 and native is not None and x.dtype == _F32 and _native.available:
+        y = _out_buffer(_free_out(out, x), x.shape[:2] + out_sp)
+        _native.maxpool2d_call(native, np.ascontiguousarray(x), y)
         return y
-    xp = _pad_for_windows(x, out, k, s, d, pb, _pad_value_min(x.dtype))
-    taps = _tap_slices(k, s, d, out)
+    in_sp = x.shape[2:]
+    xp = _pad_for_windows(x, out_sp, k, s, d, pb, _pad_value_min(x.dtype))
+    taps = _tap_slices(k, s, d, out_sp)
     if n_out < 2:
         y = xp[taps[0]].copy()
         for sl in taps[1:]:
@@ -707,22 +769,24 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     n, c = x.shape[:2]
     flat = (np.arange(n * c, dtype=np.int64) * math.prod(in_sp)).reshape((n, c) + (1,) * nd)
     for a in range(nd):
-        pos = (np.arange(out[a], dtype=np.int64) * s[a] - pb[a]).reshape((-1,) + (1,) * (nd - 1 - a))
+        pos = (np.arange(out_sp[a], dtype=np.int64) * s[a] - pb[a]).reshape((-1,) + (1,) * (nd - 1 - a))
         flat = flat + (pos + np.take(tap_coords[:, a] * d[a], best)) * sp_strides[a]
     return y, flat
 
 
-@kernel("MaxPool", since=1, context=True)
-def max_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=(), ctx=None):
-    return _max_pool(x, 1, auto_pad, 0, (), kernel_shape, pads, 0, strides, _memo(ctx))
+@kernel("MaxPool", since=1, context=True, out=True)
+def max_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=(), out=None, ctx=None):
+    return _max_pool(x, 1, auto_pad, 0, (), kernel_shape, pads, 0, strides, _memo(ctx), out)
 
 
-@kernel("MaxPool", since=8, context=True)
-def max_pool_8(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), storage_order=0, strides=(), ctx=None):
-    return _max_pool(x, _n_outputs(ctx), auto_pad, 0, (), kernel_shape, pads, storage_order, strides, _memo(ctx))
+@kernel("MaxPool", since=8, context=True, out=True)
+def max_pool_8(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), storage_order=0, strides=(), out=None,
+               ctx=None):
+    return _max_pool(x, _n_outputs(ctx), auto_pad, 0, (), kernel_shape, pads, storage_order, strides, _memo(ctx),
+                     out)
 
 
-@kernel("MaxPool", since=10, context=True)
+@kernel("MaxPool", since=10, context=True, out=True)
 def max_pool_10(
     x,
     /,
@@ -734,10 +798,11 @@ def max_pool_10(
     pads=(),
     storage_order=0,
     strides=(),
+    out=None,
     ctx=None,
 ):
     return _max_pool(x, _n_outputs(ctx), auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides,
-                     _memo(ctx))
+                     _memo(ctx), out)
 
 
 def _window_counts(out: int, k: int, s: int, d: int, pb: int, lo: int, hi: int) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 
 from minirt import native as _native
 from minirt.kernels import nn, tensor
-from minirt.kernels.registry import kernel, lookup
+from minirt.kernels.registry import kernel, lookup, remember
 
 DOMAIN = "com.minirt"
 MS = "com.microsoft"
@@ -70,6 +70,12 @@ def _quant_params(x: np.ndarray, x_scale, x_zero_point, per_channel_ok: bool = F
         return 1.0, 0, 0, 255
     zp = int(np.clip(np.rint(-lo / s), 0, 255))
     return s, zp, 0, 255
+
+
+def _dynamic_quant(x: np.ndarray, w_scale: np.ndarray) -> tuple:
+    """(scale, uint8 zero point, scale * w_scale as float32) of ``x`` quantized dynamically (uint8)."""
+    sc, zp_u8, _, _ = _quant_params(x, None, None)
+    return sc, zp_u8, (np.float32(sc) * w_scale).astype(np.float32)
 
 
 def fake_quantize(x: np.ndarray, scale: float, zero_point: int, lo: int, hi: int) -> np.ndarray:
@@ -227,6 +233,38 @@ def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, k
     return plan
 
 
+class _PreparedQConv:
+    """A QConv node's native call for one input shape (kept in the node's memo under it): the
+    constant inputs it was validated for (the arrays themselves: another object is validated
+    again), the input dtype and residual shape, the layer's :class:`_QConvPlan` and the node's
+    per-call arguments (requantization, post affine map).  Running it costs the native call only."""
+
+    __slots__ = ("w", "w_scale", "x_scale", "x_zero_point", "b", "x_dtype", "z_shape", "plan", "y_dtype", "y_q",
+                 "post")
+
+    def fits(self, x, x_scale, x_zero_point, w, w_scale, b, z) -> bool:
+        """Whether this is the call for these inputs (``x`` has the input shape it was made for)."""
+        return (self.w is w and self.w_scale is w_scale and self.x_scale is x_scale
+                and self.x_zero_point is x_zero_point and self.b is b and x.dtype == self.x_dtype
+                and _native.available  # (tests turn it off)
+                and (self.z_shape is None if z is None else z.shape == self.z_shape and z.dtype == _F32))
+
+    def run(self, x, z, out):
+        plan = self.plan
+        if plan.dynamic:
+            sc, zp_u8, scale = _dynamic_quant(x, plan.ws)
+        else:
+            sc, zp_u8, scale = plan.sc, plan.zp_u8, None
+        y = _result_buffer(out, plan.out_shape, self.y_dtype, x, z)
+        residual = None if z is None else np.ascontiguousarray(z)
+        if plan.pool is None:
+            _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale, self.y_q,
+                                 self.post)
+        else:
+            _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual, scale)
+        return y
+
+
 def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
                 activation, activation_params, y_q=None, pool=None, out=None, post=(1.0, 0.0), memo=None):
     """QConv on the native int8 kernels (one C call per layer), or None when it does not apply.
@@ -235,7 +273,8 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     ``pool = (kernel, strides)``: the float result max-pooled in the conv's output stage;
     ``out``: the result buffer (memory plan), used when it has exactly the result's shape and dtype;
     ``post = (a, b)``: the result is ``a * y + b`` (never with ``pool``: the caller refuses that);
-    ``memo``: the node's NodeContext.memo (plans per input shape), or None."""
+    ``memo``: the node's NodeContext.memo, where the prepared call (:class:`_PreparedQConv`) is kept
+    per input shape, or None."""
     xdt = x.dtype
     # (dtype objects of equal types are not always the same object: `is` first, then ==)
     u8 = False
@@ -248,36 +287,25 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     if w.shape[1] == 1 and group == x.shape[1] == w.shape[0] > 1 and pool is None:
         return _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads,
                              strides, activation, activation_params, post, y_q, out)
-    # This node's plan for this input shape, when its constant inputs are the same objects as last time
-    # (the per-node memo skips building the global key below: a few microseconds per call).
-    mkey = (x.shape, u8, None if z is None else (z.shape, z.dtype))
-    hit = memo.get(mkey) if memo is not None else None
-    if (hit is not None and hit[0] is w and hit[1] is w_scale and hit[2] is x_scale and hit[3] is x_zero_point
-            and hit[4] is b):
-        plan = hit[5]
-    else:
-        plan = _qconv_plan_cached(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group,
-                                  kernel_shape, pads, strides, activation, activation_params, pool)
-        nn._remember(memo, mkey, (w, w_scale, x_scale, x_zero_point, b, plan))
+    plan = _qconv_plan_cached(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
+                              pads, strides, activation, activation_params, pool)
     if plan is False:
         return None
     if u8 and (plan.dynamic or plan.lo != 0):
         return None  # a uint8 input needs its static uint8 zero point
     if plan.pool is not None and y_q is not None:
         return None  # pooled uint8 output: the numpy path (the quantizer never chains a pooled QConv)
-    if plan.dynamic:
-        sc, zp_u8, _, _ = _quant_params(x, None, None)
-        scale = (np.float32(sc) * plan.ws).astype(np.float32)
-    else:
-        sc, zp_u8, scale = plan.sc, plan.zp_u8, None
-    y = _result_buffer(out, plan.out_shape, _F32 if y_q is None else _U8, x, z)
-    residual = None if z is None else np.ascontiguousarray(z)
-    if plan.pool is None:
-        _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale,
-                             None if y_q is None else getattr(y_q, "arrays", y_q), post)
-    else:
-        _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual, scale)
-    return y
+    prepared = _PreparedQConv()
+    prepared.w, prepared.w_scale, prepared.x_scale, prepared.x_zero_point, prepared.b = (
+        w, w_scale, x_scale, x_zero_point, b)
+    prepared.x_dtype = xdt
+    prepared.z_shape = None if z is None else z.shape
+    prepared.plan = plan
+    prepared.y_dtype = _F32 if y_q is None else _U8
+    prepared.y_q = None if y_q is None else getattr(y_q, "arrays", y_q)
+    prepared.post = post
+    remember(memo, x.shape, prepared)
+    return prepared.run(x, z, out)
 
 
 def _qconv_plan_cached(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
@@ -433,12 +461,15 @@ def qconv(
     With ``pool_kernel_shape`` (and ``pool_strides``, default 1) the result is
     ``MaxPool(y, kernel_shape, strides)`` without padding, before any requantization.
     """
+    memo = ctx.memo if ctx is not None else {}
+    prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
+    if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):
+        return prepared.run(x, z, out)
     if w is None or w_scale is None:
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
         raise ValueError(f"QConv: W must be int8, got {w.dtype}")
     # the attribute-derived arguments, once per node (per weight shape: W is normally a constant)
-    memo = ctx.memo if ctx is not None else {}
     derived = memo.get(w.shape[0])
     if derived is None:
         y_q = None if output_scale is None else _requant_attrs(output_scale, output_zero_point, w.shape[0])
@@ -546,15 +577,20 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
     With ``flatten_axis``, ``a`` is first ``Flatten(a, axis=flatten_axis)`` (the quantizer folds
     a Flatten feeding only this node: one node less per run).  ``out``: the memory plan's buffer
     for the result (native path, when it fits)."""
+    memo = None if ctx is None else ctx.memo
+    prepared = memo.get(a.shape) if memo is not None else None  # this node's native call for this input shape
+    if prepared is not None and prepared.fits(a, a_scale, a_zero_point, b, b_scale, bias, z):
+        return prepared.run(a, out)
     if b is None or b_scale is None:
         raise ValueError("QMatMul: inputs B and B_scale are required")
     if b.dtype != np.int8 or b.ndim != 2:
         raise ValueError(f"QMatMul: B must be a 2-D int8 matrix, got {b.dtype} {b.shape}")
+    a_shape = a.shape
     if flatten_axis is not None:
         a = tensor.flatten(a, axis=flatten_axis)
     if _native.available and a.dtype == np.float32 and a.ndim >= 1 and a.size:
         y = _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params,
-                          out, None if ctx is None else ctx.memo)
+                          out, memo, a_shape)
         if y is not None:
             return y
     s, zp, lo, hi = _quant_params(a, a_scale, a_zero_point)
@@ -568,37 +604,65 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
 _QMATMUL_PLANS: dict = {}
 
 
-def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params, out=None,
-                  memo=None):
-    """QMatMul in one native call (quantize, int8 GEMM, bias, activation), or None.  ``memo``: the
-    node's NodeContext.memo, holding its plan while its constant inputs stay the same objects."""
-    hit = memo.get("qmatmul") if memo is not None else None
-    if (hit is not None and hit[0] is b and hit[1] is b_scale and hit[2] is a_scale and hit[3] is a_zero_point
-            and hit[4] is bias):
-        plan = hit[5]
-    else:
-        key = (id(b), id(b_scale), id(a_scale), id(a_zero_point), id(bias), transB, activation, activation_params)
-        plan = _QMATMUL_PLANS.get(key)
-        if plan is None or (plan is not False and plan[0]() is not b):
-            plan = _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params)
-            if plan is False:
-                if len(_QMATMUL_PLANS) < 4096:
-                    _QMATMUL_PLANS[key] = False
-                return None
-            import weakref
+class _PreparedQMatMul:
+    """A QMatMul node's native call for one input shape (kept in the node's memo under the shape of
+    its input before any flatten) and no residual: the constant inputs it was validated for (the
+    arrays themselves), the result's shape and rows, and the layer's plan (``_qmatmul_plan``)."""
 
-            plan = (weakref.ref(b, lambda _r, key=key: _QMATMUL_PLANS.pop(key, None)),) + plan
-            _QMATMUL_PLANS[key] = plan
-        if memo is not None:
-            memo["qmatmul"] = (b, b_scale, a_scale, a_zero_point, bias, plan)
+    __slots__ = ("b", "b_scale", "a_scale", "a_zero_point", "bias", "rows", "y_shape", "plan")
+
+    def fits(self, a, a_scale, a_zero_point, b, b_scale, bias, z) -> bool:
+        """Whether this is the call for these inputs (``a`` has the input shape it was made for)."""
+        return (self.b is b and self.b_scale is b_scale and self.a_scale is a_scale
+                and self.a_zero_point is a_zero_point and self.bias is bias and z is None and a.dtype == _F32
+                and _native.available)  # (tests turn it off)
+
+    def run(self, a, out):
+        _, _, k, n, packed, ws, static, scale, bias_c, act = self.plan
+        if static is None:
+            sc, zp_u8, scale = _dynamic_quant(a, ws)
+        else:
+            sc, zp_u8 = static
+        y = _result_buffer(out, self.y_shape, _F32, a, None)
+        # (a C-contiguous input flattened is the same memory: reshape it to the GEMM's rows directly)
+        _native.qmatmul(np.ascontiguousarray(a).reshape(self.rows, k), sc, zp_u8, packed, n, scale, bias_c,
+                        y.reshape(self.rows, n), *act)
+        return y
+
+
+def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activation, activation_params, out=None,
+                  memo=None, a_shape=None):
+    """QMatMul in one native call (quantize, int8 GEMM, bias, activation), or None.  ``memo``: the
+    node's NodeContext.memo, where the prepared call (:class:`_PreparedQMatMul`) is kept under
+    ``a_shape`` (the shape of the node's input before its flatten)."""
+    key = (id(b), id(b_scale), id(a_scale), id(a_zero_point), id(bias), transB, activation, activation_params)
+    plan = _QMATMUL_PLANS.get(key)
+    if plan is None or (plan is not False and plan[0]() is not b):
+        plan = _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params)
+        if plan is False:
+            if len(_QMATMUL_PLANS) < 4096:
+                _QMATMUL_PLANS[key] = False
+            return None
+        import weakref
+
+        plan = (weakref.ref(b, lambda _r, key=key: _QMATMUL_PLANS.pop(key, None)),) + plan
+        _QMATMUL_PLANS[key] = plan
     if plan is False:
         return None
     _, keep, k, n, packed, ws, static, scale, bias_c, act = plan
     if a.shape[-1] != k:
         return None
+    if z is None and act is not None:  # (a residual comes before the activation: not fused)
+        prepared = _PreparedQMatMul()
+        prepared.b, prepared.b_scale, prepared.a_scale, prepared.a_zero_point, prepared.bias = (
+            b, b_scale, a_scale, a_zero_point, bias)
+        prepared.rows = a.size // k
+        prepared.y_shape = a.shape[:-1] + (n,)
+        prepared.plan = plan
+        remember(memo, a.shape if a_shape is None else a_shape, prepared)
+        return prepared.run(a, out)
     if static is None:
-        sc, zp_u8, _, _ = _quant_params(a, None, None)
-        scale = (np.float32(sc) * ws).astype(np.float32)
+        sc, zp_u8, scale = _dynamic_quant(a, ws)
     else:
         sc, zp_u8 = static
     a2 = np.ascontiguousarray(a).reshape(-1, k)

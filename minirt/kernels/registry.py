@@ -62,6 +62,15 @@ class NodeContext:
     memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
 
+def remember(memo: dict | None, key, value) -> None:
+    """Keep ``value`` in a node's memo (``NodeContext.memo``, or None: nothing kept) under ``key``
+    (input shapes); shapes that keep changing start it over rather than grow it."""
+    if memo is not None:
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = value
+
+
 class KernelEntry:
     """One registered kernel.  ``attributes`` and ``required_inputs`` come from
     the function's signature, computed on first use (not at import: most

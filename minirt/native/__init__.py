@@ -130,19 +130,44 @@ def _ptr(a):
 
 def dwconv2d(x, w, bias, y, k, s, d, pb, act=0, a0=0.0, a1=0.0, residual=None) -> None:
     """y (N, C, OH, OW) = act(depthwise conv(x, w) + bias[c] + residual); residual has y's shape."""
-    n, c, h, wd = x.shape
-    oh, ow = y.shape[2:]
-    _lib.mrt_dwconv2d_f32(
-        _ptr(x), _ptr(w), _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual),
-        _ptr(y), n, c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], oh, ow, act, a0, a1, threads(),
-    )
+    dwconv2d_call(dwconv2d_prepare(x.shape, w, bias, k, s, d, pb, y.shape[2:], act, a0, a1), x, y, residual)
+
+
+def dwconv2d_prepare(x_shape, w, bias, k, s, d, pb, out, act=0, a0=0.0, a1=0.0) -> tuple:
+    """The constant arguments of :func:`dwconv2d_call` for one layer and input shape: the cffi
+    pointers to ``w`` / ``bias`` (float32, contiguous) made once; the tuple keeps them alive."""
+    n, c, h, wd = x_shape
+    return ((w, bias), (_ptr(w), _ffi.NULL if bias is None else _ptr(bias)),
+            (n, c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], act, a0, a1))
+
+
+def dwconv2d_call(prep, x, y, residual=None) -> None:
+    """Run a prepared depthwise conv (:func:`dwconv2d`) of ``x`` into ``y``."""
+    _, weights, geometry = prep
+    _lib.mrt_dwconv2d_f32(_ptr(x), *weights, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *geometry,
+                          threads())
 
 
 def maxpool2d(x, y, k, s, d, pb) -> None:
-    n, c, h, wd = x.shape
-    oh, ow = y.shape[2:]
-    _lib.mrt_maxpool2d_f32(_ptr(x), _ptr(y), n * c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], oh, ow,
-                           threads())
+    maxpool2d_call(maxpool2d_prepare(x.shape, k, s, d, pb, y.shape[2:]), x, y)
+
+
+def maxpool2d_prepare(x_shape, k, s, d, pb, out, separable=False) -> tuple:
+    """The constant arguments of :func:`maxpool2d_call` for one input shape.  ``separable``: the
+    stride-1, dilation-1 kernel (:func:`maxpool2d_s1`; ``s`` and ``d`` are then ignored)."""
+    n, c, h, wd = x_shape
+    if separable:
+        return True, (n * c, h, wd, k[0], k[1], pb[0], pb[1], out[0], out[1])
+    return False, (n * c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1])
+
+
+def maxpool2d_call(prep, x, y) -> None:
+    """Max pooling of ``x`` into ``y`` (float32, contiguous) with a prepared geometry."""
+    separable, geometry = prep
+    if not separable:
+        _lib.mrt_maxpool2d_f32(_ptr(x), _ptr(y), *geometry, threads())
+    elif _lib.mrt_maxpool2d_s1_f32(_ptr(x), _ptr(y), *geometry, threads()) != 0:
+        raise MemoryError("minirt native MaxPool: could not allocate scratch memory")
 
 
 def avgpool2d(x, y, k, s, d, pb, count_box, scale) -> None:
@@ -176,27 +201,35 @@ def has_conv2d() -> bool:
 
 
 def conv2d(x, w, group, k, s, d, pb, out, y, bias=None, residual=None, act=0, a0=0.0, a1=0.0) -> None:
-    """y = act(conv(x, w) + bias + residual) for the whole batch in one call (float32, NCHW, contiguous).
+    """y = act(conv(x, w) + bias + residual) for the whole batch in one call (float32, NCHW, contiguous)."""
+    conv2d_call(conv2d_prepare(x.shape, w, group, k, s, d, pb, out, bias, act, a0, a1), x, y, residual)
+
+
+def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0, a1=0.0) -> tuple:
+    """The constant arguments of :func:`conv2d_call` for one layer and input shape: the cffi
+    pointers to ``w`` / ``bias`` (float32, contiguous) made once; the tuple keeps them alive.
 
     Layers where the channel-vector kernel pays (small outputs, deep sums; ``mrt_conv2d_uses_packed_w``)
-    get ``w`` packed for it, once per weight array and geometry (cached while ``w`` lives).
+    also get ``w`` packed for it, once per weight array and geometry (cached while ``w`` lives).
     """
-    n, c, h, wd = x.shape
-    m = w.shape[0]
-    if hasattr(_lib, "mrt_conv2d_packed_f32"):
-        packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(out)),
-                              lambda: _conv_pack_w(w, c, group, k, out))
-        rc = _lib.mrt_conv2d_packed_f32(
-            _ptr(x), n, c, h, wd, _ptr(w), _ffi.NULL if packed is None else _ptr(packed), m, group, k[0], k[1], s[0],
-            s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], _ffi.NULL if bias is None else _ptr(bias),
-            _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act, a0, a1, threads(),
-        )
-    else:  # a module built before the packed entry point
-        rc = _lib.mrt_conv2d_f32(
-            _ptr(x), n, c, h, wd, _ptr(w), m, group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1],
-            _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual), _ptr(y),
-            act, a0, a1, threads(),
-        )
+    n, c, h, wd = x_shape
+    bias_ptr = _ffi.NULL if bias is None else _ptr(bias)
+    if not hasattr(_lib, "mrt_conv2d_packed_f32"):  # a module built before the packed entry point
+        return ((w, bias), _lib.mrt_conv2d_f32,
+                (n, c, h, wd, _ptr(w), w.shape[0], group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0],
+                 out[1], bias_ptr),
+                (act, a0, a1))
+    packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(out)), lambda: _conv_pack_w(w, c, group, k, out))
+    return ((w, bias, packed), _lib.mrt_conv2d_packed_f32,
+            (n, c, h, wd, _ptr(w), _ffi.NULL if packed is None else _ptr(packed), w.shape[0], group, k[0], k[1], s[0],
+             s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], bias_ptr),
+            (act, a0, a1))
+
+
+def conv2d_call(prep, x, y, residual=None) -> None:
+    """Run a prepared convolution (:func:`conv2d`) of ``x`` into ``y``."""
+    _, entry, head, epilogue = prep
+    rc = entry(_ptr(x), *head, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *epilogue, threads())
     if rc != 0:
         raise MemoryError("minirt native conv2d: could not allocate scratch memory")
 
@@ -512,11 +545,7 @@ def plane_means(x, y) -> None:
 
 def maxpool2d_s1(x, y, k, pb) -> None:
     """Max pooling, stride 1 and dilation 1, separable: x (N, C, H, W) -> y (N, C, OH, OW); top/left pads ``pb``."""
-    n, c, h, wd = x.shape
-    oh, ow = y.shape[2:]
-    rc = _lib.mrt_maxpool2d_s1_f32(_ptr(x), _ptr(y), n * c, h, wd, k[0], k[1], pb[0], pb[1], oh, ow, threads())
-    if rc != 0:
-        raise MemoryError("minirt native MaxPool: could not allocate scratch memory")
+    maxpool2d_call(maxpool2d_prepare(x.shape, k, (1, 1), (1, 1), pb, y.shape[2:], separable=True), x, y)
 
 
 def convtranspose_tiles(x, wt, m, k, bias_rows, y, act=0, a0=0.0, a1=0.0) -> None:
