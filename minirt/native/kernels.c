@@ -632,12 +632,15 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
         mrt_parallel_for(a->c * phases, plane, nt, conv_planes_task, &pa);
         planes = band_planes;
     }
-    for (int k = 0; k < K; ++k) { /* row k = (channel of the group, ky, kx) */
-        const int ch = k / kk, ky = k % kk / a->kw, kx = k % a->kw;
-        const int ry = ky * a->dh, rx = kx * a->dw;
-        brow[k] = ((long)ch * phases + (ry % a->sh) * a->sw + rx % a->sw) * plane + (long)(ry / a->sh) * a->wq +
-                  rx / a->sw;
-    }
+    /* row k = (channel of the group, ky, kx): the taps' offsets in a channel's planes once, then
+     * shifted per channel (divisions per row cost ~4% of a 3x3 layer over 128 channels) */
+    for (int ky = 0; ky < a->kh; ++ky)
+        for (int kx = 0; kx < a->kw; ++kx) {
+            const int ry = ky * a->dh, rx = kx * a->dw;
+            brow[ky * a->kw + kx] = ((long)(ry % a->sh) * a->sw + rx % a->sw) * plane + (long)(ry / a->sh) * a->wq +
+                                    rx / a->sw;
+        }
+    for (int k = kk; k < K; ++k) brow[k] = brow[k - kk] + phases * plane;
     for (int g = 0; g < a->group; ++g) {
         const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
         const float *bg = planes + (long)g * cg * phases * plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
