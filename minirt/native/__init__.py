@@ -219,7 +219,8 @@ def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0
                 (n, c, h, wd, _ptr(w), w.shape[0], group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0],
                  out[1], bias_ptr),
                 (act, a0, a1))
-    packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(out)), lambda: _conv_pack_w(w, c, group, k, out))
+    packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(s), tuple(out)),
+                          lambda: _conv_pack_w(w, c, group, k, s, out))
     return ((w, bias, packed), _lib.mrt_conv2d_packed_f32,
             (n, c, h, wd, _ptr(w), _ffi.NULL if packed is None else _ptr(packed), w.shape[0], group, k[0], k[1], s[0],
              s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], bias_ptr),
@@ -268,10 +269,10 @@ def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias
     )
 
 
-def _conv_pack_w(w, c, group, k, out):
+def _conv_pack_w(w, c, group, k, s, out):
     """``w`` packed for the channel-vector conv kernel, or None when that does not pay for this layer."""
     m = w.shape[0]
-    if not _lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], out[0], out[1]):
+    if not _lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], s[0], s[1], out[0], out[1]):
         return None
     return conv_pack_w(w, group)
 

@@ -741,22 +741,27 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
     for (long ch = begin; ch < end; ++ch) mrt_conv_chunk(a, ch, scratch, 1);
 }
 
-/* The channel-vector kernel (FN(conv_cv)) for outputs of at most this many pixels when the kernel
- * is larger than 1x1 (the GEMM's dropped and padded columns are 6-28% of a 32x32-10x10 output's). */
-#define MRT_CONV_CV_SMALL_PLANE 1024
-/* ... and for any output from this depth K = c/group*kh*kw (the weights read as one contiguous
- * stream; below, its transposing epilogue costs more than that saves). */
+/* When the channel-vector kernel (FN(conv_cv)) pays, measured (docs/decisions.md, D-conv-small):
+ * from this depth K = c/group*kh*kw whatever the kernel (the weights read as one contiguous stream;
+ * below, its transposing epilogue costs more than that saves) ... */
 #define MRT_CONV_CV_DEEP_K 192
+/* ... for kernels larger than 1x1, on outputs of at most this many pixels (the GEMM's dropped and
+ * padded columns are 6-28% of a 32x32-10x10 output's) ... */
+#define MRT_CONV_CV_SMALL_PLANE 1024
+/* ... and strided from this depth (5-10% faster than the GEMM at K = 144 over 80x80-160x160
+ * outputs; at stride 1 it is not, and 25% slower over 160x160). */
+#define MRT_CONV_CV_STRIDED_K 144
 
 /* Does the channel-vector kernel run this geometry (when it gets packed weights)?  Only with whole
  * panels of output channels (a multiple of 32, the widest panel: M = 24 or 16 would waste lanes),
- * on small outputs or deep sums (see above).  It depends on the geometry only (not on the batch, the
- * threads, the strides or the dilations), so callers can pack once per layer.  Measured in
- * docs/decisions.md, D-conv-small. */
-int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int oh, int ow) {
+ * then by the rules above.  It depends on the geometry only (not on the batch, the threads or the
+ * dilations), so callers can pack once per layer. */
+int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int sh, int sw, int oh, int ow) {
     if (group < 1 || c % group || m % group || (m / group) % 32 != 0) return 0;
     const long k = (long)c / group * kh * kw;
-    return k >= MRT_CONV_CV_DEEP_K || (kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_SMALL_PLANE);
+    if (k >= MRT_CONV_CV_DEEP_K) return 1;
+    if (kh * kw == 1) return 0;
+    return (long)oh * ow <= MRT_CONV_CV_SMALL_PLANE || ((sh > 1 || sw > 1) && k >= MRT_CONV_CV_STRIDED_K);
 }
 
 long mrt_conv2d_packed_w_floats(int m, int group, int k) { return impl->conv_cv_packed_floats(group, m / group, k); }

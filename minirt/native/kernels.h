@@ -116,7 +116,7 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
  * lanes: no output column computed and dropped; the same sums as the GEMM's, bit for bit).  It pays
  * where mrt_conv2d_uses_packed_w says so (depends on the geometry alone, not on the batch or the
  * threads): pack for those layers. */
-int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int oh, int ow);
+int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int sh, int sw, int oh, int ow);
 long mrt_conv2d_packed_w_floats(int m, int group, int k);
 void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w);
 int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const float *w, const float *packed_w, int m,

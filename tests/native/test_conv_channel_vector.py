@@ -3,7 +3,8 @@
 Images with a GEMM of their own run the implicit-GEMM convolution with the output channels as
 vector lanes when the layer's weights come pre-packed (``native.conv_pack_w``): the Python wrapper
 packs them, once per weight array, for the layers ``mrt_conv2d_uses_packed_w`` picks (output
-channels a multiple of 32, and a small output of a kernel larger than 1x1 or a sum of depth >= 256).
+channels a multiple of 32, and a sum of depth >= 192, or a kernel larger than 1x1 with a small
+output or a stride).
 Checked here against a float64 numpy convolution written independently of minirt: the geometries
 it picks (padding, strides, dilation, groups, 1x1 direct and strided, rectangular and 5x5 kernels,
 several K blocks, partial pixel tiles, bands of output rows), and, with packing forced, channel
@@ -35,6 +36,7 @@ PICKED = {
     "5x5_s2": (12, 32, 21, 19, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 1),
     "rect_1x3_deep": (100, 64, 6, 30, (1, 3), (1, 1), (0, 1, 0, 1), (1, 1), 1),
     "bands_deep": (32, 32, 72, 72, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "strided_k144_large": (16, 32, 70, 66, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
 }
 # packing forced: channel counts the wrapper would not pack for
 FORCED = {
@@ -90,16 +92,16 @@ def nthreads(request):
 @pytest.fixture
 def force_packing(monkeypatch):
     """Pack the weights of every GEMM conv (the channel-vector kernel then runs them all)."""
-    monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, out: native.conv_pack_w(w, group))
+    monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out: native.conv_pack_w(w, group))
 
 
 def test_picked_geometries_take_the_channel_vector_kernel():
     for name, geom in PICKED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert native._lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], *_output_size(geom)), name
+        assert native._lib.mrt_conv2d_uses_packed_w(c, m, group, *k, *s, *_output_size(geom)), name
     for name, geom in FORCED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert not native._lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], *_output_size(geom)), name
+        assert not native._lib.mrt_conv2d_uses_packed_w(c, m, group, *k, *s, *_output_size(geom)), name
 
 
 @pytest.mark.parametrize("name", list(PICKED))
@@ -133,7 +135,7 @@ def test_channel_vector_conv_equals_gemm_path(name, every_isa, monkeypatch):
     try:
         results = []
         for pack in (native.conv_pack_w, lambda w, group: None):
-            monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, out, pack=pack: pack(w, group))
+            monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out, pack=pack: pack(w, group))
             for threads in (1, 2):
                 native.set_threads(threads)
                 native._qpacked.clear()
