@@ -210,7 +210,8 @@ def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0
     pointers to ``w`` / ``bias`` (float32, contiguous) made once; the tuple keeps them alive.
 
     Layers where the channel-vector kernel pays (small outputs, deep sums; ``mrt_conv2d_uses_packed_w``)
-    also get ``w`` packed for it, once per weight array and geometry (cached while ``w`` lives).
+    also get ``w`` packed for it, once per weight array and geometry (cached while ``w`` lives), in
+    the layout of the ISA in use (see :func:`conv2d_call`).
     """
     n, c, h, wd = x_shape
     bias_ptr = _ffi.NULL if bias is None else _ptr(bias)
@@ -218,18 +219,21 @@ def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0
         return ((w, bias), _lib.mrt_conv2d_f32,
                 (n, c, h, wd, _ptr(w), w.shape[0], group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0],
                  out[1], bias_ptr),
-                (act, a0, a1))
+                (act, a0, a1), None)
     packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(s), tuple(out)),
                           lambda: _conv_pack_w(w, c, group, k, s, out))
     return ((w, bias, packed), _lib.mrt_conv2d_packed_f32,
             (n, c, h, wd, _ptr(w), _ffi.NULL if packed is None else _ptr(packed), w.shape[0], group, k[0], k[1], s[0],
              s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], bias_ptr),
-            (act, a0, a1))
+            (act, a0, a1), None if packed is None else isa)
 
 
 def conv2d_call(prep, x, y, residual=None) -> None:
-    """Run a prepared convolution (:func:`conv2d`) of ``x`` into ``y``."""
-    _, entry, head, epilogue = prep
+    """Run a prepared convolution (:func:`conv2d`) of ``x`` into ``y``.  Weights packed under another
+    ISA than the one in use (``select_isa`` since) are not passed: their layout depends on it."""
+    _, entry, head, epilogue, packed_isa = prep
+    if packed_isa is not None and packed_isa != isa:
+        head = head[:5] + (_ffi.NULL,) + head[6:]
     rc = entry(_ptr(x), *head, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *epilogue, threads())
     if rc != 0:
         raise MemoryError("minirt native conv2d: could not allocate scratch memory")

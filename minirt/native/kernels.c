@@ -764,9 +764,13 @@ int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int sh, in
     return (long)oh * ow <= MRT_CONV_CV_SMALL_PLANE || ((sh > 1 || sw > 1) && k >= MRT_CONV_CV_STRIDED_K);
 }
 
-long mrt_conv2d_packed_w_floats(int m, int group, int k) { return impl->conv_cv_packed_floats(group, m / group, k); }
+long mrt_conv2d_packed_w_floats(int m, int group, int k) {
+    if (group < 1 || m % group || k < 0) return 0;
+    return impl->conv_cv_packed_floats(group, m / group, k);
+}
 
 void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w) {
+    if (group < 1 || m % group || k < 0) return;
     impl->conv_cv_pack_w(w, group, m / group, k, packed_w);
 }
 

@@ -144,3 +144,25 @@ def test_channel_vector_conv_equals_gemm_path(name, every_isa, monkeypatch):
         native.set_threads(before)
     for got in results[1:]:
         np.testing.assert_array_equal(got, results[0])
+
+
+def test_prepared_call_after_an_isa_change_ignores_stale_packing():
+    """A call prepared (and packed) under one ISA, run after ``select_isa`` changed it: the packed
+    layout depends on the ISA, so the call must not hand the old packing to the new kernels."""
+    geom = PICKED["10x10_two_k_blocks"]
+    c, m, h, wd, k, s, pads, d, group = geom
+    x, w, b, _ = _inputs(geom, 1, False, seed=9)
+    expected = _reference_conv(x, w, b, s, pads, d, group)
+    out = _output_size(geom)
+    before = native.isa
+    try:
+        for first, then in (("best", "baseline"), ("baseline", "best")):
+            native.select_isa(first)
+            prep = native.conv2d_prepare(x.shape, w, group, k, s, d, pads[:2], out, b)
+            assert prep[0][2] is not None  # packed for `first`
+            native.select_isa(then)
+            y = np.empty((1, m) + out, dtype=np.float32)
+            native.conv2d_call(prep, x, y)
+            np.testing.assert_allclose(y, expected, rtol=1e-5, atol=5e-5)
+    finally:
+        native.select_isa(before)
