@@ -554,18 +554,30 @@ static int conv_phase_used(int k, int d, int s, int phase) {
 typedef float conv_v4f __attribute__((vector_size(16)));
 typedef float conv_v4fu __attribute__((vector_size(16), aligned(4)));
 typedef int conv_v4i __attribute__((vector_size(16)));
-static void gather_stride2(float *restrict dst, const float *restrict src, int n) {
-    int j = 0;
-    for (; j + 4 < n; j += 4) { /* reads src[2 j .. 2 j + 7]: up to src[2 n - 3], never past src[2 (n - 1)] */
-        conv_v4f lo = *(const conv_v4fu *)(src + 2 * j), hi = *(const conv_v4fu *)(src + 2 * j + 4);
 #if defined(__clang__)
-        *(conv_v4fu *)(dst + j) = __builtin_shufflevector(lo, hi, 0, 2, 4, 6);
+#define CONV_EVEN_LANES(lo, hi) __builtin_shufflevector(lo, hi, 0, 2, 4, 6)
 #else
-        *(conv_v4fu *)(dst + j) = __builtin_shuffle(lo, hi, (conv_v4i){0, 2, 4, 6});
+#define CONV_EVEN_LANES(lo, hi) __builtin_shuffle(lo, hi, (conv_v4i){0, 2, 4, 6})
 #endif
+static void gather_stride2(float *restrict dst, const float *restrict src, int n) {
+    float *const end = dst + n;
+    /* 8 outputs per step while more than 8 remain: reads src[0 .. 15], within src[2 (remaining - 1)]
+     * (pointer steps, two shuffles: the per-element index arithmetic of a plain loop cost twice as much) */
+    for (; end - dst > 8; dst += 8, src += 16) {
+        const conv_v4f a = *(const conv_v4fu *)src, b = *(const conv_v4fu *)(src + 4);
+        const conv_v4f c = *(const conv_v4fu *)(src + 8), d = *(const conv_v4fu *)(src + 12);
+        *(conv_v4fu *)dst = CONV_EVEN_LANES(a, b);
+        *(conv_v4fu *)(dst + 4) = CONV_EVEN_LANES(c, d);
     }
-    for (; j < n; ++j) dst[j] = src[2 * j];
+    if (end - dst > 4) { /* reads src[0 .. 7], within src[2 (remaining - 1)] */
+        const conv_v4f a = *(const conv_v4fu *)src, b = *(const conv_v4fu *)(src + 4);
+        *(conv_v4fu *)dst = CONV_EVEN_LANES(a, b);
+        dst += 4;
+        src += 8;
+    }
+    for (; dst < end; ++dst, src += 2) *dst = *src;
 }
+#undef CONV_EVEN_LANES
 
 typedef struct {
     const mrt_conv_args *a;
