@@ -166,3 +166,11 @@ def test_prepared_call_after_an_isa_change_ignores_stale_packing():
             np.testing.assert_allclose(y, expected, rtol=1e-5, atol=5e-5)
     finally:
         native.select_isa(before)
+
+
+@pytest.mark.parametrize("width", list(range(2, 21)))
+def test_stride2_planes_of_every_width(width, every_isa):
+    """Stride-2 phase planes (kernels.c, gather_stride2) of 1 to 10 columns, with and without a
+    left pad: every remainder of the 8- and 4-column steps."""
+    for pads in ((1, 1, 1, 1), (0, 0, 1, 1)):
+        _check((6, 32, 5, width, (3, 3), (2, 2), pads, (1, 1), 1), 1, "", (), residual=False, seed=width)
