@@ -433,8 +433,19 @@ def _current_umask() -> int:
 
 
 def write_atomic(data: bytes | Iterable[bytes], path: str | os.PathLike) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    """Write ``data`` to ``path`` through a temporary file and a rename.
+
+    A ``path`` that exists and is not a regular file (``/dev/null``, a named pipe, ``/dev/stdout``) is
+    written in place instead: a rename would replace the device node or pipe itself.
+    """
     path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path!r} is a directory, not an artifact file path")
+        with open(path, "wb") as f:
+            for chunk in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
+                f.write(chunk)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".minirt-", suffix=".tmp", dir=folder)
     try:

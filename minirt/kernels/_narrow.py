@@ -29,11 +29,15 @@ _FINITE_MAX = {
 
 
 def is_narrow_float(dt: np.dtype) -> bool:
-    return np.dtype(dt).name in NARROW_FLOAT_NAMES
+    # ml_dtypes' types are user-defined numpy dtypes (isbuiltin == 2); numpy's own never are, and
+    # checking that first skips ``dtype.name`` (built in Python by numpy: ~2 us) on every hot call
+    dt = np.dtype(dt)
+    return dt.isbuiltin == 2 and dt.name in NARROW_FLOAT_NAMES
 
 
 def is_subbyte_int(dt: np.dtype) -> bool:
-    return np.dtype(dt).name in SUBBYTE_INT_RANGE
+    dt = np.dtype(dt)
+    return dt.isbuiltin == 2 and dt.name in SUBBYTE_INT_RANGE
 
 
 def is_float_like(dt: np.dtype) -> bool:

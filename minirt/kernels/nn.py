@@ -1012,6 +1012,11 @@ def instance_norm_6(x, scale, b, /, *, epsilon=1e-5):
     return _instance_norm(x, scale, b, epsilon)
 
 
+def _f32_like(v, shape: tuple) -> bool:
+    """``v`` is a float32 array of exactly ``shape`` (LayerNormalization's scale / bias without broadcasting)."""
+    return type(v) is np.ndarray and v.dtype == np.float32 and v.shape == shape
+
+
 @kernel("LayerNormalization", since=17, context=True)
 def layer_norm(x, scale, b=None, /, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=None):
     ax = _axis("LayerNormalization", axis, x.ndim)
@@ -1021,6 +1026,14 @@ def layer_norm(x, scale, b=None, /, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=
         mdt = np.dtype(np.float64)
     else:
         raise ValueError(f"LayerNormalization: unsupported stash_type {stash_type} (expected 1=float or 11=double)")
+    if (stash_type == 1 and x.dtype == np.float32 and _native.available and _n_outputs(ctx) == 1 and x.size
+            and _f32_like(scale, x.shape[ax:]) and (b is None or _f32_like(b, x.shape[ax:]))):
+        # float32 rows over the trailing axes, one output: one native pass per row (statistics in
+        # float lanes summed in double, the centred variance as below)
+        y = np.empty_like(x, order="C")
+        _native.layernorm_rows(np.ascontiguousarray(x), np.ascontiguousarray(scale),
+                               None if b is None else np.ascontiguousarray(b), y, float(epsilon))
+        return y
     # Statistics are computed in at least the stash precision (a float64 input
     # keeps float64, as onnxruntime does); Mean/InvStdDev are reported in it.
     sdt = np.result_type(x.dtype, mdt)

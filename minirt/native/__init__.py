@@ -35,7 +35,7 @@ qgemm_isa = "none"
  ACT_GELU_TANH) = range(10)
 
 _ffi = _lib = None
-_ABI_VERSION = 5
+_ABI_VERSION = 6
 
 
 def _truthy(value: str | None) -> bool:
@@ -513,6 +513,14 @@ def softmax_rows(x, y, log: bool = False) -> bool:
     n = x.shape[-1]
     _lib.mrt_softmax_f32(_ptr(x), _ptr(y), x.size // n, n, int(log), threads())
     return True
+
+
+def layernorm_rows(x, scale, bias, y, eps: float) -> None:
+    """y = LayerNormalization of x over rows of ``scale.size`` floats (the trailing axes): all float32 and
+    C-contiguous, ``scale`` / ``bias`` (or None) of the row's size, ``y`` like ``x``."""
+    n = scale.size
+    _lib.mrt_layernorm_f32(_ptr(x), _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ptr(y), x.size // n, n,
+                           float(eps), threads())
 
 
 def quantize_u8(x, q, scale: float, zero_point: int) -> None:

@@ -21,7 +21,7 @@
 #include <sys/auxv.h>
 #endif
 
-#define MRT_ABI_VERSION 5
+#define MRT_ABI_VERSION 6
 #define MRT_MAX_THREADS 64
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
@@ -486,6 +486,21 @@ void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int n
     }
 #endif
     softmax_rows_base(x, y, rows, n, log, nthreads);
+}
+
+void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
+                       int nthreads) {
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (impl_isa == MRT_ISA_AVX512) {
+        layernorm_rows_avx512(x, scale, bias, y, rows, n, eps, nthreads);
+        return;
+    }
+    if (impl_isa == MRT_ISA_AVX2) {
+        layernorm_rows_avx2(x, scale, bias, y, rows, n, eps, nthreads);
+        return;
+    }
+#endif
+    layernorm_rows_base(x, scale, bias, y, rows, n, eps, nthreads);
 }
 
 int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }

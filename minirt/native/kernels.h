@@ -151,6 +151,10 @@ void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t
 /* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
 /* Softmax (log = 0) or LogSoftmax (log = 1) of each of `rows` contiguous rows of n floats; y may be x. */
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads);
+/* y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + eps) * scale + bias over rows of n floats (LayerNormalization
+ * over the trailing axes); bias may be NULL; x and y may be the same buffer. */
+void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
+                       int nthreads);
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */
 void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads);

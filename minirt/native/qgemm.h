@@ -803,10 +803,67 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ct
 }
 #endif
 
+#ifdef MRT_HAVE_VNNI_BUILD
+/* Whole planes of at most 64 pixels (oh * ow <= 64, stride 1, ow == wd: "same" convolutions on
+ * small images such as the digits model's 8x8 and 4x4): an im2col row (channel, ky, kx) is the
+ * input plane shifted by dy = ky*dh - pt rows and dx = kx*dw - pl columns, so it is one masked
+ * 64-byte load at offset dy*wd + dx and one store, instead of one per output row.  The load mask
+ * keeps the output pixels whose window tap falls inside the image (rows oy with 0 <= oy+dy < h,
+ * columns ox with 0 <= ox+dx < wd); the others take the pad value, and masked-off bytes are never
+ * read (AVX-512 masked loads do not fault on them). */
+__attribute__((target("avx512f,avx512bw"))) static __mmask64 q_plane64_mask(const q_im2col_args *a, int ky, int kx) {
+    const int ow = a->ow, oh = a->oh;
+    const int dy = ky * a->dh - a->pt, dx = kx * a->dw - a->pl;
+    /* columns ox in [xlo, xhi) and rows oy in [ylo, yhi) read inside the image */
+    int xlo = dx < 0 ? -dx : 0, xhi = a->wd - dx < ow ? a->wd - dx : ow;
+    int ylo = dy < 0 ? -dy : 0, yhi = a->h - dy < oh ? a->h - dy : oh;
+    __mmask64 m = 0;
+    if (xlo < xhi && ylo < yhi) {
+        const __mmask64 row = (xhi >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << xhi) - 1)) & ~(((__mmask64)1 << xlo) - 1);
+        for (int oy = ylo; oy < yhi; ++oy) m |= row << (oy * ow);
+    }
+    return m;
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *ctx, long begin, long end) {
+    const q_im2col_args *a = (const q_im2col_args *)ctx;
+    const int kk = a->kh * a->kw;
+    const __m512i padv = _mm512_set1_epi8((char)a->pad);
+    const int npix = a->oh * a->ow;
+    const __mmask64 all = npix >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << npix) - 1);
+    /* the load mask and offset of each tap, the same for every channel (up to 7x7 kept) */
+    enum { KEPT = 49 };
+    __mmask64 masks[KEPT];
+    long offs[KEPT];
+    for (int t = 0; t < kk && t < KEPT; ++t) {
+        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
+        offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
+    }
+    int ch = (int)(begin / kk), t = (int)(begin % kk);
+    for (long r = begin; r < end; ++r) {
+        const __mmask64 m = t < KEPT ? masks[t] : q_plane64_mask(a, t / a->kw, t % a->kw);
+        const long off = t < KEPT ? offs[t]
+                                  : (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
+        /* lanes in m address xp[(oy+dy)*wd + ox+dx] = xp[dy*wd + dx + p]: inside the plane */
+        const uint8_t *xp = a->x + (long)ch * a->h * a->wd;
+        __m512i v = _mm512_mask_loadu_epi8(padv, m, xp + off);
+        _mm512_mask_storeu_epi8(a->cols + r * a->ld, all, v);
+        if (++t == kk) {
+            t = 0;
+            ++ch;
+        }
+    }
+}
+#endif
+
 static void q_im2col(const uint8_t *x, uint8_t *cols, long ld, int c, int h, int wd, int kh, int kw, int sh, int sw,
                      int dh, int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
     q_im2col_args a = {x, cols, ld, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
 #ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw()) {
+        mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_plane64, &a);
+        return;
+    }
     if (q_use_vnni && sw == 1 && ow <= 63 && q_bw()) {
         mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_narrow, &a);
         return;

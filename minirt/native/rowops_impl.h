@@ -3,6 +3,7 @@
  *
  *   softmax:     y[r, :] = exp(x[r, :] - max_r) / sum(exp(x[r, :] - max_r))
  *   log-softmax: y[r, :] = x[r, :] - max_r - log(sum(exp(x[r, :] - max_r)))
+ *   layer norm:  y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + eps) * scale + bias
  *
  * Three passes per row (max; exp and sum; scale), all in registers or L1 for
  * the rows of real models, instead of numpy's five full-array passes with
@@ -71,4 +72,56 @@ static MRT_TARGET void FN(softmax_task)(void *ctx, long begin, long end) {
 static void FN(softmax_rows)(const float *x, float *y, long rows, long n, int log, int nthreads) {
     FN(softmax_args) a = {x, y, n, log};
     mrt_parallel_for(rows, 16 * n, nthreads, FN(softmax_task), &a);
+}
+
+/* ---------------------------------------------------------------- layer normalization */
+
+typedef struct {
+    const float *x, *scale, *bias; /* bias may be NULL */
+    float *y;
+    long n; /* row length (the normalized axes flattened) */
+    float eps;
+} FN(layernorm_args);
+
+/* Two passes over the row for the statistics (mean, then the mean square of x - mean: the
+ * centred form, as numpy's reference computes it, so a large mean does not cancel the variance),
+ * one for the result.  Lane sums are combined in double.  x and y may be the same buffer. */
+static MRT_TARGET void FN(layernorm_task)(void *ctx, long begin, long end) {
+    const FN(layernorm_args) *a = (const FN(layernorm_args) *)ctx;
+    const long n = a->n, nv = n / MRT_VL * MRT_VL;
+    for (long r = begin; r < end; ++r) {
+        const float *x = a->x + r * n;
+        float *y = a->y + r * n;
+        FN(vf) vs = {0};
+        long i;
+        for (i = 0; i < nv; i += MRT_VL) vs += FN(vload)(x + i);
+        double s = 0.0;
+        for (int l = 0; l < MRT_VL; ++l) s += vs[l];
+        for (; i < n; ++i) s += x[i];
+        const float mean = (float)(s / (double)n);
+        FN(vf) vq = {0};
+        for (i = 0; i < nv; i += MRT_VL) {
+            FN(vf) d = FN(vload)(x + i) - mean;
+            vq += d * d;
+        }
+        double q = 0.0;
+        for (int l = 0; l < MRT_VL; ++l) q += vq[l];
+        for (; i < n; ++i) q += (double)(x[i] - mean) * (double)(x[i] - mean);
+        const float inv = (float)(1.0 / sqrt(q / (double)n + (double)a->eps));
+        const float *sc = a->scale, *b = a->bias;
+        if (b) {
+            for (i = 0; i < nv; i += MRT_VL)
+                FN(vstore)(y + i, (FN(vload)(x + i) - mean) * inv * FN(vload)(sc + i) + FN(vload)(b + i));
+            for (; i < n; ++i) y[i] = (x[i] - mean) * inv * sc[i] + b[i];
+        } else {
+            for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, (FN(vload)(x + i) - mean) * inv * FN(vload)(sc + i));
+            for (; i < n; ++i) y[i] = (x[i] - mean) * inv * sc[i];
+        }
+    }
+}
+
+static void FN(layernorm_rows)(const float *x, const float *scale, const float *bias, float *y, long rows, long n,
+                               float eps, int nthreads) {
+    FN(layernorm_args) a = {x, scale, bias, y, n, eps};
+    mrt_parallel_for(rows, 8 * n, nthreads, FN(layernorm_task), &a);
 }

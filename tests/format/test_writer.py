@@ -116,3 +116,26 @@ def test_padding_other_alignments(alignment):
 def test_schema_struct_sizes():
     assert S.HEADER.size == 64 and S.SECTION_ENTRY.size == 32 and S.HEADER_CRC_SPAN == 44
     assert S.ALIGNMENT == 64 and len(S.MAGIC) == 8
+
+
+def test_write_atomic_to_a_pipe_writes_in_place(tmp_path):
+    """A target that is not a regular file (a named pipe here; /dev/null the same) is written, never
+    replaced by a rename (as root, `minirt build ... -o /dev/null` used to replace the device node)."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    write_atomic([b"MRT", b"1"], fifo)
+    reader.join(10)
+    assert got == [b"MRT1"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left behind
+
+
+def test_write_atomic_to_a_directory_is_refused(tmp_path):
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        write_atomic(b"x", tmp_path)

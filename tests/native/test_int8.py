@@ -108,10 +108,16 @@ def _im2col_ref(x, k, s, d, pb, out, pad):
     (3, 9, 77, (3, 3), (2, 2), (1, 1), (1, 1)), (1, 4, 70, (1, 1), (2, 2), (1, 1), (0, 0)),
     (2, 3, 66, (3, 3), (2, 2), (1, 1), (1, 1)), (2, 7, 90, (3, 3), (2, 2), (2, 2), (2, 2)),
     (1, 5, 321, (3, 3), (2, 2), (1, 1), (1, 1)),
+    # whole planes of <= 64 pixels with the output the size of the input (one load per row)
+    (2, 1, 64, (1, 3), (1, 1), (1, 1), (0, 1)), (3, 8, 8, (5, 5), (1, 1), (1, 1), (2, 2)),
+    (2, 6, 6, (3, 3), (1, 1), (2, 2), (2, 2)), (1, 4, 4, (7, 7), (1, 1), (1, 1), (3, 3)),
+    (2, 7, 9, (3, 3), (1, 1), (1, 1), (1, 1)), (2, 5, 5, (1, 1), (1, 1), (1, 1), (0, 0)),
+    (4, 2, 2, (3, 3), (1, 1), (1, 1), (1, 1)), (2, 8, 8, (9, 9), (1, 1), (1, 1), (4, 4)),
 ])
 def test_im2col_u8_small_images(c, h, wd, k, s, d, pb, every_isa):
-    """The narrow im2col (rows of <= 63 columns at stride 1), the stride-2 one and the general one
-    agree with numpy, padding (both sides), dilation and windows entirely outside the image included."""
+    """The whole-plane im2col (<= 64 pixels, output the input's size), the narrow one (rows of <= 63
+    columns at stride 1), the stride-2 one and the general one agree with numpy, padding (both sides),
+    dilation and windows entirely outside the image included."""
     rng = np.random.default_rng(h * wd)
     x = rng.integers(0, 256, (c, h, wd), dtype=np.uint8)
     out = tuple((n + 2 * p - dd * (kk - 1) - 1) // ss + 1 for n, p, dd, kk, ss in zip((h, wd), pb, d, k, s))
