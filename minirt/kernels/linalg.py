@@ -39,7 +39,7 @@ class _PreparedProduct:
     themselves: other objects are validated again), the result shape, the operand as the native
     GEMM reads it and the epilogue.  Running it costs the product and the epilogue only."""
 
-    __slots__ = ("b", "c", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue")
+    __slots__ = ("b", "c", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "runs", "bpack")
 
     def fits(self, a, b, c, z) -> bool:
         """Whether this is the product for these node inputs (``a`` has the shape it was made for)."""
@@ -56,9 +56,18 @@ class _PreparedProduct:
             if self.bias is not None or self.epilogue[0]:
                 _native.bias_act(y2, self.bias, None, *self.epilogue)
             return y
-        rhs, transb, ldb, _ = self.rhs
-        _native.sgemm_batch(1, rows, n, k, a2, k, 0, rhs, ldb, 0, transb, y, n, rows * n, self.bias, None, n,
-                            rows * n, *self.epilogue)
+        rhs, transb, ldb, b = self.rhs
+        # From its second run B is known to be the node's constant (the same object again): it is
+        # packed once (as the GEMM would pack it on every call), for the ISA in use.
+        bpack = self.bpack
+        if self.runs and (bpack is None or bpack[0] != _native.isa) and _native.has_sgemm_pb():
+            bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=b)
+        self.runs += 1
+        if bpack is not None and bpack[0] == _native.isa:
+            _native.sgemm_pb(a2, rows, n, k, bpack, y, self.bias, *self.epilogue)
+        else:
+            _native.sgemm_batch(1, rows, n, k, a2, k, 0, rhs, ldb, 0, transb, y, n, rows * n, self.bias, None, n,
+                                rows * n, *self.epilogue)
         return y
 
 
@@ -142,6 +151,7 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         prepared.k, prepared.n, prepared.rows, prepared.y_shape = k, n, rows, out_shape
         prepared.rhs = _as_rhs(b) + (b,)
         prepared.bias, prepared.epilogue = bias, (act, a0, a1)
+        prepared.runs, prepared.bpack = 0, None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
             remember(memo, a.shape, prepared)
         return prepared.run(a, out)

@@ -258,6 +258,31 @@ def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0)
     )
 
 
+def sgemm_pack_b(b, transb: int, ldb: int, k: int, n: int, owner) -> tuple:
+    """``(isa, packed)``: the right operand ``b`` of a product (K x N, or stored N x K with
+    ``transb``; float32, rows of ``ldb`` floats) packed once for :func:`sgemm_pb` in the layout of
+    the ISA in use, cached while the weight array ``owner`` is alive."""
+
+    def pack():
+        out = _aligned_floats(int(_lib.mrt_sgemm_packed_b_floats(k, n)))
+        _lib.mrt_sgemm_pack_b_f32(_ptr(b), ldb, int(transb), k, n, _ptr(out))
+        return out
+
+    return isa, _cached_pack(owner, ("sgemm_b", int(transb), k, n), pack)
+
+
+def sgemm_pb(a, m: int, n: int, k: int, packed, c, bias=None, act=0, a0=0.0, a1=0.0) -> None:
+    """c (M, N) = act(a (M, K) @ B + bias[n]) with B from :func:`sgemm_pack_b` (its ``(isa, packed)``,
+    made under the ISA in use); ``a`` and ``c`` C-contiguous float32."""
+    _lib.mrt_sgemm_pb_f32(m, n, k, _ptr(a), k, _ptr(packed[1]), _ptr(c), n, _ffi.NULL if bias is None else _ptr(bias),
+                          2, _ffi.NULL, 0, act, a0, a1, threads())
+
+
+def has_sgemm_pb() -> bool:
+    """True when the loaded module has the packed-B product (not in older modules)."""
+    return hasattr(_lib, "mrt_sgemm_pb_f32")
+
+
 def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias=None, residual=None, ldr=0, sr=0,
                 act=0, a0=0.0, a1=0.0) -> None:
     """``batch`` GEMMs ``c_i (M, N) = act(a_i @ b_i + bias[n] + residual_i)`` (bias per column).
@@ -286,12 +311,18 @@ def conv_pack_w(w, group):
     import numpy as np
 
     m, kdepth = w.shape[0], w[0].size
-    floats = int(_lib.mrt_conv2d_packed_w_floats(m, group, kdepth))
-    raw = np.empty(floats + 16, dtype=np.float32)
-    off = (-raw.ctypes.data) % 64 // 4  # 64-byte aligned panels
-    packed = raw[off:off + floats]
+    packed = _aligned_floats(int(_lib.mrt_conv2d_packed_w_floats(m, group, kdepth)))
     _lib.mrt_conv2d_pack_w(_ptr(w), m, group, kdepth, _ptr(packed))
     return packed
+
+
+def _aligned_floats(count: int):
+    """An uninitialised float32 array of ``count`` elements starting on a 64-byte boundary (packed panels)."""
+    import numpy as np
+
+    raw = np.empty(count + 16, dtype=np.float32)
+    off = (-raw.ctypes.data) % 64 // 4
+    return raw[off:off + count]
 
 
 # --------------------------------------------------------------------------- packed weights

@@ -69,6 +69,8 @@ typedef struct {
     const float *bias, *res;
     const long *brow; /* implicit B: row k at B + brow[k] (NULL: at B + k * ldb) */
     int b_in_place;   /* with brow: the microkernel reads whole panels in place instead of packing them */
+    const float *bpack; /* B packed once for every k block (FN(sgemm_pack_b_all)), or NULL: packed per tile */
+    long bpack_ld;      /* with bpack: floats per row of B across all its panels (N rounded up to G_NR) */
     long lda, ldb, ldc, ldr;
     long sa, sb, sc, sr; /* batch strides (elements; 0 broadcasts) */
     int M, N, K, bias_mode, act, transb;
@@ -478,16 +480,21 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
             int last = p0 + kb >= g->K;
             /* implicit convolution: whole panels read B in place, only a partial last one is packed */
             const int packed_from = g->b_in_place ? nb / G_NR * G_NR : 0;
-            if (g->transb)
-                FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
-            else if (g->brow)
-                FN(sgemm_pack_b)(g->B + n0 + packed_from, 0, g->brow + p0, kb, nb - packed_from, pack);
-            else
-                FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, NULL, kb, nb, pack);
+            /* B packed once (a constant weight): the panels of this block at their place in it */
+            const float *bpanels = g->bpack ? g->bpack + (long)p0 * g->bpack_ld + (long)n0 * kb : NULL;
+            if (!bpanels) {
+                if (g->transb)
+                    FN(sgemm_pack_bt)(g->B + (long)n0 * g->ldb + p0, g->ldb, kb, nb, pack);
+                else if (g->brow)
+                    FN(sgemm_pack_b)(g->B + n0 + packed_from, 0, g->brow + p0, kb, nb - packed_from, pack);
+                else
+                    FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, NULL, kb, nb, pack);
+            }
             for (int j0 = 0; j0 < nb; j0 += G_NR) {
                 int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
                 const int direct = j0 < packed_from;
-                const float *panel = direct ? g->B + n0 + j0 : pack + (long)(j0 - packed_from) * kb;
+                const float *panel = direct ? g->B + n0 + j0
+                                     : (bpanels ? bpanels : pack) + (long)(j0 - packed_from) * kb;
                 const long *brow = direct ? g->brow + p0 : NULL;
                 for (int i0 = 0; i0 < mb; i0 += G_MR) {
                     int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
@@ -567,11 +574,49 @@ static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, 
     if (M <= 0 || N <= 0 || batch <= 0) return;
     FN(sgemm_args) g;
     g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
+    g.bpack = NULL; g.bpack_ld = 0;
     g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
     g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
     g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
     g.ext_ow = 0; g.ext_wq = 0;
     FN(sgemm_run)(&g, batch, nthreads);
+}
+
+/* B of a product with a constant right operand (MatMul / Gemm weights), packed once: for each k
+ * block of FN(sgemm_kc)(K) (the blocks FN(sgemm_run) uses), the panels of G_NR columns of all N
+ * columns, exactly as FN(sgemm_task) packs them per tile (last panel zero-padded).  Block p0 starts
+ * at p0 * ld floats, ld = N rounded up to G_NR; panel j at + j * kb.  The layout depends on the ISA
+ * (G_NR): callers key the packed copy by it. */
+static long FN(sgemm_packed_b_floats)(int K, int N) {
+    return (long)K * ((N + G_NR - 1) / G_NR * G_NR);
+}
+
+static void FN(sgemm_pack_b_all)(const float *B, long ldb, int transb, int K, int N, float *out) {
+    const int kc = FN(sgemm_kc)(K);
+    const long ld = (N + G_NR - 1) / G_NR * G_NR;
+    for (int p0 = 0; p0 < K; p0 += kc) {
+        int kb = K - p0 < kc ? K - p0 : kc;
+        if (transb)
+            FN(sgemm_pack_bt)(B + p0, ldb, kb, N, out + (long)p0 * ld);
+        else
+            FN(sgemm_pack_b)(B + (long)p0 * ldb, ldb, NULL, kb, N, out + (long)p0 * ld);
+    }
+}
+
+/* FN(sgemm) of one matrix with B packed by FN(sgemm_pack_b_all): the same sums in the same order
+ * (identical results), without packing B per call. */
+static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
+                         const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                         int nthreads) {
+    if (M <= 0 || N <= 0) return;
+    FN(sgemm_args) g;
+    g.A = A; g.B = NULL; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
+    g.bpack = K > 0 ? bpack : NULL; g.bpack_ld = (N + G_NR - 1) / G_NR * G_NR;
+    g.lda = lda; g.ldb = 0; g.ldc = ldc; g.ldr = ldr;
+    g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
+    g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
+    g.ext_ow = 0; g.ext_wq = 0;
+    FN(sgemm_run)(&g, 1, nthreads);
 }
 
 /* Implicit-GEMM convolution of one image and group (see the top of this file):
@@ -585,6 +630,7 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
     if (M <= 0 || rows <= 0 || K <= 0) return;
     FN(sgemm_args) g;
     g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = brow; g.b_in_place = b_in_place;
+    g.bpack = NULL; g.bpack_ld = 0;
     g.lda = K; g.ldb = 0; g.ldc = ldc; g.ldr = ldc;
     g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
     g.M = M; g.N = (rows - 1) * ext_wq + ext_ow; g.K = K; g.bias_mode = bias ? 1 : 0;

@@ -296,6 +296,11 @@ typedef struct {
                     const float *, const float *, int, float, float, int);
     void (*conv_cv_pack_w)(const float *, int, int, int, float *);
     long (*conv_cv_packed_floats)(int, int, int);
+    /* products with B packed once (gemm_impl.h, FN(sgemm_pb)) and that packing */
+    void (*sgemm_pb)(int, int, int, const float *, long, const float *, float *, long, const float *, int,
+                     const float *, long, int, float, float, int);
+    void (*sgemm_pack_b_all)(const float *, long, int, int, int, float *);
+    long (*sgemm_packed_b_floats)(int, int);
 } mrt_impl;
 
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -327,16 +332,19 @@ static void qdwconv2d_avx512_dispatch(const mrt_qdw_params *q, int n, int c, int
 static const mrt_impl impl_base = {dwconv2d_base,  pool2d_base,         bias_act_base,
                                    im2col_base,    sgemm_base,          sgemm_conv_base,
                                    qdwconv2d_base, conv_cv_base,        conv_cv_pack_w_base,
-                                   conv_cv_packed_floats_base};
+                                   conv_cv_packed_floats_base, sgemm_pb_base, sgemm_pack_b_all_base,
+                                   sgemm_packed_b_floats_base};
 #ifdef MRT_HAVE_AVX2_BUILD
 static const mrt_impl impl_avx2 = {dwconv2d_avx2,  pool2d_avx2,         bias_act_avx2,
                                    im2col_avx2,    sgemm_avx2,          sgemm_conv_avx2,
                                    qdwconv2d_avx2, conv_cv_avx2,        conv_cv_pack_w_avx2,
-                                   conv_cv_packed_floats_avx2};
+                                   conv_cv_packed_floats_avx2, sgemm_pb_avx2, sgemm_pack_b_all_avx2,
+                                   sgemm_packed_b_floats_avx2};
 static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch,  pool2d_avx2,         bias_act_avx2,
                                      im2col_avx2,               sgemm_avx512,        sgemm_conv_avx512,
                                      qdwconv2d_avx512_dispatch, conv_cv_avx512,      conv_cv_pack_w_avx512,
-                                     conv_cv_packed_floats_avx512};
+                                     conv_cv_packed_floats_avx512, sgemm_pb_avx512, sgemm_pack_b_all_avx512,
+                                   sgemm_packed_b_floats_avx512};
 #endif
 
 static const mrt_impl *impl = &impl_base;
@@ -472,6 +480,18 @@ void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long ld
                          const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
     impl->sgemm(batch, M, N, K, A, lda, sa, B, ldb, sb, transb, C, ldc, sc, bias, bias_mode, res, ldr, sr, act, a0, a1,
                 nthreads);
+}
+
+long mrt_sgemm_packed_b_floats(int K, int N) { return impl->sgemm_packed_b_floats(K, N); }
+
+void mrt_sgemm_pack_b_f32(const float *B, long ldb, int transb, int K, int N, float *out) {
+    impl->sgemm_pack_b_all(B, ldb, transb, K, N, out);
+}
+
+void mrt_sgemm_pb_f32(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
+                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                      int nthreads) {
+    impl->sgemm_pb(M, N, K, A, lda, bpack, C, ldc, bias, bias_mode, res, ldr, act, a0, a1, nthreads);
 }
 
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads) {

@@ -150,6 +150,14 @@ void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t
                         float a0, float a1, int nthreads);
 /* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
 /* Softmax (log = 0) or LogSoftmax (log = 1) of each of `rows` contiguous rows of n floats; y may be x. */
+/* A product with a constant right operand, B packed once: mrt_sgemm_pack_b_f32 writes B (K x N, row
+ * stride ldb; with transb stored N x K) into mrt_sgemm_packed_b_floats(K, N) floats in the layout of the
+ * ISA in use (repack after mrt_select_isa); mrt_sgemm_pb_f32 is mrt_sgemm_f32 on it (identical results). */
+long mrt_sgemm_packed_b_floats(int K, int N);
+void mrt_sgemm_pack_b_f32(const float *B, long ldb, int transb, int K, int N, float *out);
+void mrt_sgemm_pb_f32(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
+                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                      int nthreads);
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads);
 /* y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + eps) * scale + bias over rows of n floats (LayerNormalization
  * over the trailing axes); bias may be NULL; x and y may be the same buffer. */
