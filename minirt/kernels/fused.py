@@ -152,12 +152,17 @@ def fused_gemm(
     return apply_activation(_add_residual(y, z), activation, activation_params)
 
 
-@kernel("FusedMatMul", since=1, domain=DOMAIN, out=True)
-def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params=(), out=None):
-    """activation(MatMul(a, b) + bias + z)."""
+@kernel("FusedMatMul", since=1, domain=DOMAIN, context=True, out=True)
+def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params=(), out=None, ctx=None):
+    """activation(MatMul(a, b) + bias + z).  ``ctx``: the node's context, whose memo keeps a float32
+    product with a 2-D ``b`` (and no ``z``) prepared per shape of ``a``, as MatMul and Gemm do."""
+    memo = None if ctx is None else ctx.memo
+    prepared = linalg.prepared_product(memo, a, b, bias, z)
+    if prepared is not None:
+        return prepared.run(a, out)
     spec = nn.native_act(activation, activation_params)
     if spec is not None:
-        y = linalg.matmul_native(a, b, bias, z, *spec, out=out)
+        y = linalg.matmul_native(a, b, bias, z, *spec, out=out, memo=memo, inputs=(b, bias))
         if y is not None:
             return y
     y = _std("MatMul", 13)(a, b)

@@ -13,7 +13,7 @@ import numpy as np
 
 from minirt import native as _native
 from minirt.kernels import _narrow
-from minirt.kernels.registry import kernel, remember
+from minirt.kernels.registry import is_constant, kernel, remember
 
 # --------------------------------------------------------------------------- native float32 GEMM
 
@@ -39,11 +39,12 @@ class _PreparedProduct:
     themselves: other objects are validated again), the result shape, the operand as the native
     GEMM reads it and the epilogue.  Running it costs the product and the epilogue only."""
 
-    __slots__ = ("b", "c", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "runs", "bpack")
+    __slots__ = ("b", "c", "z", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "runs", "bpack")
 
     def fits(self, a, b, c, z) -> bool:
-        """Whether this is the product for these node inputs (``a`` has the shape it was made for)."""
-        return (self.b is b and self.c is c and z is None and a.dtype == _F32
+        """Whether this is the product for these node inputs (``a`` has the shape it was made for; ``z``
+        None, or the row-broadcast residual this product folded into its bias)."""
+        return (self.b is b and self.c is c and z is self.z and a.dtype == _F32
                 and _native.available)  # (tests turn it off)
 
     def run(self, a, out):
@@ -112,8 +113,7 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         return None
     if bias is not None and (bias.dtype != _F32 or bias.shape != (n,)):
         return None
-    # (a residual folded into the bias below is a per-call value: not kept)
-    keep = memo is not None and inputs is not None and z is None
+    z_in = z  # the node's Z: a row-broadcast one is folded into the bias below (kept with it by identity)
     if b.ndim == 2:
         rows = a.size // k
         out_shape = a.shape[:-1] + (n,)
@@ -145,9 +145,13 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
             z = np.ascontiguousarray(z)
     if bias is not None:
         bias = np.ascontiguousarray(bias)
+    # kept when the node's B / C / Z decide the product: constants (read-only; a computed B may be
+    # refilled in place) and no full-size residual (a per-call value)
+    keep = memo is not None and inputs is not None and z is None and is_constant(*inputs, z_in)
     if b.ndim == 2 and z is None:
         prepared = _PreparedProduct()
         prepared.b, prepared.c = inputs if inputs is not None else (None, None)
+        prepared.z = z_in
         prepared.k, prepared.n, prepared.rows, prepared.y_shape = k, n, rows, out_shape
         prepared.rhs = _as_rhs(b) + (b,)
         prepared.bias, prepared.epilogue = bias, (act, a0, a1)

@@ -34,7 +34,7 @@ from numpy.lib.stride_tricks import as_strided
 from minirt import native as _native
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
-from minirt.kernels.registry import NodeContext, kernel, remember
+from minirt.kernels.registry import NodeContext, is_constant, kernel, remember
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -379,8 +379,9 @@ def _prepared_conv(memo, x, w, b, z) -> _NativeConv | None:
 
 def _remember_conv(memo, x, w, b, plan) -> None:
     """Keep ``plan`` in the node's memo under ``x``'s shape, unless it reads a converted copy of ``w`` or
-    ``b`` (its identity check would then always fail, and a copy would miss in-place changes)."""
-    if plan is not None and plan.w is w and plan.b is b:
+    ``b`` (its identity check would then always fail, and a copy would miss in-place changes) or they
+    are computed values (writeable: refilled in place, its packed weights would be stale)."""
+    if plan is not None and plan.w is w and plan.b is b and is_constant(w, b):
         remember(memo, x.shape, plan)
 
 

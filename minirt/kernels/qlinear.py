@@ -25,7 +25,7 @@ import numpy as np
 
 from minirt import native as _native
 from minirt.kernels import nn, tensor
-from minirt.kernels.registry import kernel, lookup, remember
+from minirt.kernels.registry import is_constant, kernel, lookup, remember
 
 DOMAIN = "com.minirt"
 MS = "com.microsoft"
@@ -186,7 +186,8 @@ def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilation
         return None  # per-channel requantization: the numpy path
     key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, kernel_shape,
            pads, strides, activation, activation_params, post, None if z is None else (z.shape, z.dtype))
-    plan = _QDW_PLANS.get(key)
+    constant = is_constant(w, w_scale, x_scale, x_zero_point, b)  # (else: derived anew, never cached)
+    plan = _QDW_PLANS.get(key) if constant else None
     if plan is None or (plan is not False and plan.w_ref() is not w):
         plan = _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads,
                          strides, activation, activation_params, post)
@@ -194,7 +195,7 @@ def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilation
             import weakref
 
             plan.w_ref = weakref.ref(w, lambda _r, key=key: _QDW_PLANS.pop(key, None))
-        if plan is not False or len(_QDW_PLANS) < 4096:
+        if constant and (plan is not False or len(_QDW_PLANS) < 4096):
             _QDW_PLANS[key] = plan
     if plan is False:
         return None
@@ -304,7 +305,8 @@ def _qconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     prepared.y_dtype = _F32 if y_q is None else _U8
     prepared.y_q = None if y_q is None else getattr(y_q, "arrays", y_q)
     prepared.post = post
-    remember(memo, x.shape, prepared)
+    if is_constant(w, w_scale, x_scale, x_zero_point, b):  # (computed inputs: prepared anew per call)
+        remember(memo, x.shape, prepared)
     return prepared.run(x, z, out)
 
 
@@ -315,6 +317,9 @@ def _qconv_plan_cached(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dil
     key = (id(w), id(w_scale), id(x_scale), id(x_zero_point), id(b), x.shape, auto_pad, dilations, group,
            kernel_shape, pads, strides, activation, activation_params, None if z is None else (z.shape, z.dtype),
            pool)  # post is a per-call argument of the native call, not part of the plan
+    if not is_constant(w, w_scale, x_scale, x_zero_point, b):  # computed inputs: derived anew, never cached
+        return _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
+                           pads, strides, activation, activation_params, pool)
     plan = _QCONV_PLANS.get(key)
     if plan is None or (plan is not False and plan.w_ref() is not w):
         plan = _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape,
@@ -636,17 +641,19 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
     node's NodeContext.memo, where the prepared call (:class:`_PreparedQMatMul`) is kept under
     ``a_shape`` (the shape of the node's input before its flatten)."""
     key = (id(b), id(b_scale), id(a_scale), id(a_zero_point), id(bias), transB, activation, activation_params)
-    plan = _QMATMUL_PLANS.get(key)
+    constant = is_constant(b, b_scale, a_scale, a_zero_point, bias)  # (else: derived anew, never cached)
+    plan = _QMATMUL_PLANS.get(key) if constant else None
     if plan is None or (plan is not False and plan[0]() is not b):
         plan = _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params)
         if plan is False:
-            if len(_QMATMUL_PLANS) < 4096:
+            if constant and len(_QMATMUL_PLANS) < 4096:
                 _QMATMUL_PLANS[key] = False
             return None
         import weakref
 
         plan = (weakref.ref(b, lambda _r, key=key: _QMATMUL_PLANS.pop(key, None)),) + plan
-        _QMATMUL_PLANS[key] = plan
+        if constant:
+            _QMATMUL_PLANS[key] = plan
     if plan is False:
         return None
     _, keep, k, n, packed, ws, static, scale, bias_c, act = plan
@@ -659,7 +666,8 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
         prepared.rows = a.size // k
         prepared.y_shape = a.shape[:-1] + (n,)
         prepared.plan = plan
-        remember(memo, a.shape if a_shape is None else a_shape, prepared)
+        if is_constant(b, b_scale, a_scale, a_zero_point, bias):  # (computed inputs: prepared anew per call)
+            remember(memo, a.shape if a_shape is None else a_shape, prepared)
         return prepared.run(a, out)
     if static is None:
         sc, zp_u8, scale = _dynamic_quant(a, ws)

@@ -62,6 +62,18 @@ class NodeContext:
     memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
 
+def is_constant(*arrays) -> bool:
+    """Whether every one of ``arrays`` (None counts) is read-only, as the model's constants are (the
+    artifact's weights are mapped read-only; DequantizeWeights marks what it materializes).  Only
+    then may a kernel key what it derives from an array (packed weights, a converted bias) on the
+    array's identity: a computed value is writeable, and the memory plan hands a node the same
+    buffer object on every run with new contents in it."""
+    for a in arrays:
+        if a is not None and getattr(getattr(a, "flags", None), "writeable", True):
+            return False
+    return True
+
+
 def remember(memo: dict | None, key, value) -> None:
     """Keep ``value`` in a node's memo (``NodeContext.memo``, or None: nothing kept) under ``key``
     (input shapes); shapes that keep changing start it over rather than grow it."""

@@ -334,9 +334,12 @@ _qpacked: dict = {}
 def _cached_pack(owner, tag, pack):
     """``pack()`` (a packed form of the weight array ``owner``, or None), computed once and
     cached while ``owner`` is alive, under ``(id(owner), tag)``; the cache is emptied when the
-    ISA changes (packed layouts depend on it)."""
+    ISA changes (packed layouts depend on it).  A writeable ``owner`` (a computed value, not one
+    of the model's read-only constants) is packed anew on every call."""
     import weakref
 
+    if getattr(getattr(owner, "flags", None), "writeable", False):
+        return pack()  # a computed array may be refilled in place: its identity says nothing of its values
     key = (id(owner), tag)
     hit = _qpacked.get(key)
     if hit is not None and hit[0]() is owner:

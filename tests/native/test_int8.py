@@ -494,3 +494,30 @@ def test_qmatmul_flatten_axis(axis, every_isa):
     np.testing.assert_allclose(y_np, ref, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="Flatten: axis"):
         qlinear.qmatmul(a, *args, transB=1, flatten_axis=5)
+
+
+def test_writeable_int8_weights_are_not_cached_by_identity(every_isa):
+    """QConv / QMatMul whose weights are a writeable array (a computed value, refilled in place between
+    runs) follow its current values: only read-only arrays (the model's constants) are packed once."""
+    from minirt.kernels.registry import NodeContext
+    from tests.native.conftest import numpy_path
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 16, 6, 6)).astype(np.float32)
+    w = rng.integers(-127, 128, (32, 16, 3, 3), dtype=np.int8)
+    ws = np.full(32, 0.01, np.float32)
+    ctx = NodeContext("qc", "QConv", 1, (np.float32,), 1)
+    a = rng.standard_normal((4, 48)).astype(np.float32)
+    b = rng.integers(-127, 128, (20, 48), dtype=np.int8)
+    bs = np.full(20, 0.02, np.float32)
+    mctx = NodeContext("qm", "QMatMul", 1, (np.float32,), 1)
+    for _ in range(3):
+        got = qlinear.qconv(x, np.float32(0.03), np.uint8(128), w, ws, pads=(1, 1, 1, 1), ctx=ctx)
+        got_m = qlinear.qmatmul(a, np.float32(0.02), np.uint8(120), b, bs, transB=1, ctx=mctx)
+        with numpy_path():
+            want = qlinear.qconv(x, np.float32(0.03), np.uint8(128), w, ws, pads=(1, 1, 1, 1))
+            want_m = qlinear.qmatmul(a, np.float32(0.02), np.uint8(120), b, bs, transB=1)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(got_m, want_m, rtol=1e-5, atol=1e-4)
+        w[...] = rng.integers(-127, 128, w.shape, dtype=np.int8)  # the same objects, new values
+        b[...] = rng.integers(-127, 128, b.shape, dtype=np.int8)

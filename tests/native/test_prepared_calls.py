@@ -19,6 +19,13 @@ def _ctx(op: str) -> NodeContext:
     return NodeContext("node", op, 1, (np.dtype(np.float32),), 17)
 
 
+def _const(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only, as the model's constants are: only those are kept prepared (a writeable weight is
+    a computed value, refilled in place between runs)."""
+    a.flags.writeable = False
+    return a
+
+
 def _conv_ref(x, w, b, pads, group=1):
     return nn.conv(x, w, b, pads=pads, group=group)  # no context: validated and computed afresh
 
@@ -26,8 +33,8 @@ def _conv_ref(x, w, b, pads, group=1):
 @pytest.mark.parametrize("group", [1, 4])
 def test_fused_conv_prepared_call_revalidates_shape_dtype_and_weights(group, threads):
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((4, 4 // group, 3, 3), dtype=np.float32)
-    b = rng.standard_normal(4, dtype=np.float32)
+    w = _const(rng.standard_normal((4, 4 // group, 3, 3), dtype=np.float32))
+    b = _const(rng.standard_normal(4, dtype=np.float32))
     attrs = dict(pads=(1, 1, 1, 1), group=group, activation="Relu")
     ctx = _ctx("FusedConv")
     x1 = rng.standard_normal((1, 4, 8, 8), dtype=np.float32)
@@ -69,8 +76,8 @@ def test_fused_conv_prepared_call_revalidates_shape_dtype_and_weights(group, thr
 def test_conv_prepared_call_depthwise_and_dense():
     rng = np.random.default_rng(1)
     for w_shape, group in (((6, 1, 3, 3), 6), ((5, 6, 1, 1), 1)):
-        w = rng.standard_normal(w_shape, dtype=np.float32)
-        b = rng.standard_normal(w_shape[0], dtype=np.float32)
+        w = _const(rng.standard_normal(w_shape, dtype=np.float32))
+        b = _const(rng.standard_normal(w_shape[0], dtype=np.float32))
         ctx = _ctx("Conv")
         for shape in ((1, 6, 9, 9), (1, 6, 9, 9), (2, 6, 4, 11), (1, 6, 9, 9)):
             x = rng.standard_normal(shape, dtype=np.float32)
@@ -107,9 +114,9 @@ def test_max_pool_prepared_geometry_and_out(threads):
 @pytest.mark.parametrize("pool", [None, ((2, 2), (2, 2))])
 def test_qconv_prepared_call_revalidates(pool, threads):
     rng = np.random.default_rng(3)
-    w = rng.integers(-127, 128, (8, 4, 3, 3), dtype=np.int8)
-    wsc = rng.random(8, dtype=np.float32) * 0.01 + 0.001
-    b = rng.standard_normal(8, dtype=np.float32)
+    w = _const(rng.integers(-127, 128, (8, 4, 3, 3), dtype=np.int8))
+    wsc = _const(rng.random(8, dtype=np.float32) * 0.01 + 0.001)
+    b = _const(rng.standard_normal(8, dtype=np.float32))
     xsc, xzp = np.float32(0.02), np.uint8(128)
     kw = dict(pads=(1, 1, 1, 1), activation="Relu")
     if pool is not None:
@@ -141,9 +148,9 @@ def test_qconv_prepared_call_revalidates(pool, threads):
 
 def test_qmatmul_prepared_call_with_flatten_revalidates():
     rng = np.random.default_rng(4)
-    b = rng.integers(-127, 128, (5, 24), dtype=np.int8)
-    bs = rng.random(5, dtype=np.float32) * 0.01 + 0.001
-    bias = rng.standard_normal(5, dtype=np.float32)
+    b = _const(rng.integers(-127, 128, (5, 24), dtype=np.int8))
+    bs = _const(rng.random(5, dtype=np.float32) * 0.01 + 0.001)
+    bias = _const(rng.standard_normal(5, dtype=np.float32))
     args = (np.float32(0.02), np.uint8(128), b, bs, bias)
     kw = dict(transB=1, activation="Relu", flatten_axis=1)
     ctx = _ctx("QMatMul")
@@ -166,8 +173,8 @@ def test_gemm_prepared_product_small_and_large_rows(rows, activation, threads):
     """Fewer than 4 rows: BLAS's product plus the native epilogue; more: the native GEMM.  Both
     against numpy, with the prepared product on later calls and its inputs checked by identity."""
     rng = np.random.default_rng(5)
-    b = rng.standard_normal((7, 33), dtype=np.float32)  # transB: (N, K)
-    c = rng.standard_normal((1, 7), dtype=np.float32)
+    b = _const(rng.standard_normal((7, 33), dtype=np.float32))  # transB: (N, K)
+    c = _const(rng.standard_normal((1, 7), dtype=np.float32))
     ctx = _ctx("FusedGemm")
     ref_act = {"": lambda v: v, "Relu": lambda v: np.maximum(v, 0), "Sigmoid": lambda v: 1 / (1 + np.exp(-v))}
     for i in range(3):
@@ -201,7 +208,7 @@ def test_gemm_prepared_product_small_and_large_rows(rows, activation, threads):
 
 def test_matmul_prepared_product_and_batched_operands():
     rng = np.random.default_rng(6)
-    b = rng.standard_normal((12, 5), dtype=np.float32)
+    b = _const(rng.standard_normal((12, 5), dtype=np.float32))
     ctx = _ctx("MatMul")
     for shape in ((2, 12), (2, 12), (3, 6, 12), (2, 12)):
         a = rng.standard_normal(shape, dtype=np.float32)

@@ -35,6 +35,7 @@ def test_matmul_and_gemm_pack_a_constant_weight_once_and_repack_after_an_isa_cha
     a = rng.standard_normal((2, 32, 96)).astype(np.float32)
     w = rng.standard_normal((96, 80)).astype(np.float32)
     c = rng.standard_normal(80).astype(np.float32)
+    w.flags.writeable = c.flags.writeable = False  # the model's constants are read-only (only those are packed)
     ctx = NodeContext("mm", "MatMul", 1, (np.float32,), 13)
     want = (a.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)
     first = linalg.matmul(a, w, ctx=ctx)  # prepares the product
@@ -57,6 +58,7 @@ def test_matmul_and_gemm_pack_a_constant_weight_once_and_repack_after_an_isa_cha
     # Gemm (transB weights, bias) takes the same route
     gctx = NodeContext("g", "Gemm", 1, (np.float32,), 13)
     wt = np.ascontiguousarray(w.T)
+    wt.flags.writeable = False
     a2 = a[0]
     want2 = (a2.astype(np.float64) @ w.astype(np.float64) + c).astype(np.float32)
     for _ in range(3):
