@@ -293,8 +293,14 @@ def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n_outputs: int, un
             if dim % n_outputs:
                 raise ValueError(f"Split: dimension {dim} is not divisible into {n_outputs} outputs")
             sizes = [dim // n_outputs] * n_outputs
-    bounds = np.cumsum(sizes)[:-1].tolist()
-    return tuple(np.split(x, bounds, axis=axis))
+    # views of x by basic slicing (numpy.split costs ~10 us of Python per call)
+    index = [slice(None)] * x.ndim
+    parts, start = [], 0
+    for size in sizes:
+        index[axis] = slice(start, start + size)
+        parts.append(x[tuple(index)])
+        start += size
+    return tuple(parts)
 
 
 @kernel("Split", since=1, context=True)
