@@ -1,5 +1,6 @@
 """Products with B packed once (gemm_impl.h FN(sgemm_pb)): identical to the per-call packing GEMM,
-and the MatMul / Gemm kernels use it from a constant weight's second run."""
+and the MatMul / Gemm kernels use it for a constant (read-only) weight, also on 2-3 rows and on one
+row of a small weight, where the per-call GEMM left the product to BLAS."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,12 +39,16 @@ def test_matmul_and_gemm_pack_a_constant_weight_once_and_repack_after_an_isa_cha
     w.flags.writeable = c.flags.writeable = False  # the model's constants are read-only (only those are packed)
     ctx = NodeContext("mm", "MatMul", 1, (np.float32,), 13)
     want = (a.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)
-    first = linalg.matmul(a, w, ctx=ctx)  # prepares the product
+    first = linalg.matmul(a, w, ctx=ctx)  # prepares the product and packs the read-only weight
     prepared = next(iter(ctx.memo.values()))
-    assert prepared.bpack is None
-    second = linalg.matmul(a, w, ctx=ctx)  # the same constant again: packed now
     assert prepared.bpack is not None and prepared.bpack[0] == native.isa
+    second = linalg.matmul(a, w, ctx=ctx)  # the prepared product on the packed weight
     np.testing.assert_array_equal(second, first)
+    # a writeable (computed) weight is never packed nor kept: the same results from the GEMM packing per call
+    wc = w.copy()
+    cctx = NodeContext("mm2", "MatMul", 1, (np.float32,), 13)
+    np.testing.assert_array_equal(linalg.matmul(a, wc, ctx=cctx), first)
+    assert not cctx.memo
     np.testing.assert_allclose(second, want, rtol=1e-4, atol=1e-4)
     # another ISA since: the prepared product repacks for it (the panel width depends on it)
     before = native.isa
@@ -65,3 +70,14 @@ def test_matmul_and_gemm_pack_a_constant_weight_once_and_repack_after_an_isa_cha
         got = linalg.gemm_7(a2, wt, c, transB=1, ctx=gctx)
         np.testing.assert_allclose(got, want2, rtol=1e-4, atol=1e-4)
     assert next(iter(gctx.memo.values())).bpack is not None
+    # 1-3 rows: the packed GEMM (2-3 rows, and one row of a small weight) or BLAS (one row of a large one)
+    for rows, big in ((1, False), (2, False), (3, False), (1, True), (2, True)):
+        kk, nn = (512, 1000) if big else (96, 80)
+        wr = rng.standard_normal((kk, nn)).astype(np.float32)
+        wr.flags.writeable = False
+        rctx = NodeContext("r", "MatMul", 1, (np.float32,), 13)
+        ar = rng.standard_normal((rows, kk)).astype(np.float32)
+        for _ in range(2):
+            np.testing.assert_allclose(linalg.matmul(ar, wr, ctx=rctx), ar.astype(np.float64) @ wr, rtol=1e-4,
+                                       atol=1e-4)
+        assert (next(iter(rctx.memo.values())).bpack is None) == (rows == 1 and big), (rows, big)
