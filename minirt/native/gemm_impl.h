@@ -319,7 +319,7 @@ static MRT_TARGET void FN(sgemm_act_tile)(const FN(sgemm_args) *g, float *c, lon
     case MRT_ACT_SILU:
         FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_SILU, g->a0, g->a1);
         break;
-    case MRT_ACT_GELU: /* (a transformer's feed-forward: 2 ns/element through the generic switch, 0.3 inlined) */
+    case MRT_ACT_GELU: /* (a transformer's feed-forward: 64x128x512 + Gelu 103 -> 94 us inlined) */
         FN(sgemm_act_tile_as)(c, ldc, rows, cols, MRT_ACT_GELU, g->a0, g->a1);
         break;
     case MRT_ACT_GELU_TANH:
