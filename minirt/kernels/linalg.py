@@ -70,12 +70,24 @@ class _PreparedProduct:
         elif rows < _NATIVE_MIN_ROWS:
             y2 = y.reshape(rows, n)
             np.matmul(a2.reshape(rows, k), b, out=y2)
-            if self.bias is not None or self.epilogue[0]:
-                _native.bias_act(y2, self.bias, None, *self.epilogue)
+            _column_epilogue(y2, self.bias, None, *self.epilogue)
         else:
             _native.sgemm_batch(1, rows, n, k, a2, k, 0, rhs, ldb, 0, transb, y, n, rows * n, self.bias, None, n,
                                 rows * n, *self.epilogue)
         return y
+
+
+def _column_epilogue(y2, bias, z, act, a0, a1) -> None:
+    """In place on the C-contiguous (rows, n) product ``y2``: ``act(y2 + bias[n] + z)``, in that order
+    (as the GEMM's epilogue).  The bias per column by numpy, the activation by the native row pass over
+    the whole array (``native.bias_act`` takes a bias per row of planes: with one-value planes it would
+    loop per element)."""
+    if bias is not None:
+        y2 += bias
+    if z is not None:
+        y2 += z.reshape(y2.shape)  # (z has the product's shape, y2 is it as rows x n)
+    if act:
+        _native.bias_act(y2.reshape(1, 1, -1), None, None, act, a0, a1)
 
 
 def _product_buffer(out, shape, a, b, z):
@@ -172,8 +184,7 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
     if b.ndim == 2 and rows < _NATIVE_MIN_ROWS:
         y2 = y.reshape(rows, n)
         np.matmul(a2.reshape(rows, k), b, out=y2)
-        if bias is not None or z is not None or act:
-            _native.bias_act(y2, bias, z, act, a0, a1)
+        _column_epilogue(y2, bias, z, act, a0, a1)
         return y
     bb, transb, ldb = _as_rhs(b)
     _native.sgemm_batch(batch, mm, n, k, a2, k, sa, bb, ldb, sb, transb, y, n, mm * n, bias, z, n, mm * n,

@@ -115,3 +115,19 @@ def test_qconv_one_call(geom, quant, isa, threads):
         with numpy_path():
             ref = qlinear.qconv(x, xs, xz, wq, ws, bias, z, activation=act, **kw)
         _close(got, ref)
+
+
+@pytest.mark.parametrize("shape", [(1, 30), (3, 30), (1, 2, 30), (2, 1, 30)])
+def test_few_rows_with_bias_residual_and_activation(shape, isa):
+    """Products of 1-3 rows (BLAS's product, then bias per column, residual of the product's shape
+    and activation over the whole array) against numpy, with a 3-D ``a`` too."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal(shape, dtype=np.float32)
+    b = rng.standard_normal((30, 1000), dtype=np.float32)  # one row of a large B stays on BLAS
+    bias = rng.standard_normal(1000, dtype=np.float32)
+    z = rng.standard_normal(shape[:-1] + (1000,), dtype=np.float32)
+    for act, ref_act in (("", lambda v: v), ("Relu", lambda v: np.maximum(v, 0))):
+        got = fused.fused_matmul(a, b, bias, z, activation=act)
+        want = ref_act(a.astype(np.float64) @ b + bias + z)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
