@@ -803,6 +803,21 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ct
 }
 #endif
 
+/* Pixel p = oy * ow + ox of a plane of at most 64 output pixels (ow == wd, stride 1) reads input
+ * (oy + dy, ox + dx) for the tap shifted by (dy, dx): bit p of the result is set when that is inside
+ * the h x wd image (rows oy with 0 <= oy + dy < h, columns ox with 0 <= ox + dx < wd).  Shared by the
+ * int8 and float whole-plane im2col (q_im2col_plane64, im2col_plane64_f32 in kernels.c). */
+static inline uint64_t plane64_tap_mask(int h, int wd, int oh, int ow, int dy, int dx) {
+    int xlo = dx < 0 ? -dx : 0, xhi = wd - dx < ow ? wd - dx : ow;
+    int ylo = dy < 0 ? -dy : 0, yhi = h - dy < oh ? h - dy : oh;
+    uint64_t m = 0;
+    if (xlo < xhi && ylo < yhi) {
+        const uint64_t row = (xhi >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << xhi) - 1)) & ~(((uint64_t)1 << xlo) - 1);
+        for (int oy = ylo; oy < yhi; ++oy) m |= row << (oy * ow);
+    }
+    return m;
+}
+
 #ifdef MRT_HAVE_VNNI_BUILD
 /* Whole planes of at most 64 pixels (oh * ow <= 64, stride 1, ow == wd: "same" convolutions on
  * small images such as the digits model's 8x8 and 4x4): an im2col row (channel, ky, kx) is the
@@ -812,17 +827,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ct
  * columns ox with 0 <= ox+dx < wd); the others take the pad value, and masked-off bytes are never
  * read (AVX-512 masked loads do not fault on them). */
 __attribute__((target("avx512f,avx512bw"))) static __mmask64 q_plane64_mask(const q_im2col_args *a, int ky, int kx) {
-    const int ow = a->ow, oh = a->oh;
-    const int dy = ky * a->dh - a->pt, dx = kx * a->dw - a->pl;
-    /* columns ox in [xlo, xhi) and rows oy in [ylo, yhi) read inside the image */
-    int xlo = dx < 0 ? -dx : 0, xhi = a->wd - dx < ow ? a->wd - dx : ow;
-    int ylo = dy < 0 ? -dy : 0, yhi = a->h - dy < oh ? a->h - dy : oh;
-    __mmask64 m = 0;
-    if (xlo < xhi && ylo < yhi) {
-        const __mmask64 row = (xhi >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << xhi) - 1)) & ~(((__mmask64)1 << xlo) - 1);
-        for (int oy = ylo; oy < yhi; ++oy) m |= row << (oy * ow);
-    }
-    return m;
+    return plane64_tap_mask(a->h, a->wd, a->oh, a->ow, ky * a->dh - a->pt, kx * a->dw - a->pl);
 }
 
 __attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *ctx, long begin, long end) {

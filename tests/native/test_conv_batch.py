@@ -29,6 +29,13 @@ GEOMETRIES = [
     (6, 4, 9, 7, 1, 1, (0, 0, 0, 0), 1),    # 1x1: the input is the GEMM operand
     (6, 4, 9, 7, 1, 2, (0, 0, 0, 0), 1),    # strided 1x1 (needs im2col)
     (2, 4, 7, 9, 5, 2, (2, 1, 0, 2), 1),    # 5x5
+    # whole planes of <= 64 pixels with the input's size (AVX-512: one masked load per channel and tap)
+    (4, 6, 8, 8, 5, 1, (2, 2, 2, 2), 1),    # 5x5 same
+    (4, 6, 7, 7, 7, 1, (3, 3, 3, 3), 1),    # 7x7: 49 taps, the most it keeps
+    (2, 4, 8, 8, 9, 1, (4, 4, 4, 4), 1),    # 9x9: 81 taps, the per-row im2col
+    (4, 6, 6, 6, 3, 1, (2, 2, 2, 2), 2),    # dilated, same size
+    (4, 6, 5, 7, 3, 1, (1, 1, 1, 1), 1),    # 35 pixels: a partial last vector
+    (2, 4, 8, 8, 3, 1, (0, 2, 2, 0), 1),    # asymmetric pads, same size
 ]
 ACTS = [("", ()), ("Relu", ()), ("Clip", (0.0, 6.0)), ("LeakyRelu", (0.1,)), ("Sigmoid", ()), ("SiLU", ()),
         ("HardSwish", ())]
