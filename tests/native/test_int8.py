@@ -521,3 +521,26 @@ def test_writeable_int8_weights_are_not_cached_by_identity(every_isa):
         np.testing.assert_allclose(got_m, want_m, rtol=1e-5, atol=1e-4)
         w[...] = rng.integers(-127, 128, w.shape, dtype=np.int8)  # the same objects, new values
         b[...] = rng.integers(-127, 128, b.shape, dtype=np.int8)
+
+
+@pytest.mark.parametrize("n, hw", [(3, 8), (2, 6), (5, 4), (2, 12), (1, 10)])
+def test_qconv_fused_max_pool_batched_with_nan_residual(n, hw, every_isa):
+    """QConv + 2x2/2 MaxPool over small planes, several images per GEMM (the pooled planes placed per
+    image and channel): equal to the numpy path, a NaN in the residual turning its window's maximum NaN."""
+    from tests.native.conftest import numpy_path
+
+    rng = np.random.default_rng(hw)
+    x = rng.standard_normal((n, 4, hw, hw)).astype(np.float32)
+    w = rng.integers(-127, 128, (8, 4, 3, 3), dtype=np.int8)
+    ws = np.full(8, 0.01, np.float32)
+    z = rng.standard_normal((n, 8, hw, hw)).astype(np.float32)
+    z[0, 1, 2, 3] = np.nan
+    z[-1, 7, -1, -1] = np.nan
+    kw = dict(pads=(1, 1, 1, 1), pool_kernel_shape=(2, 2), pool_strides=(2, 2), activation="Relu")
+    got = qlinear.qconv(x, np.float32(0.03), np.uint8(128), w, ws, None, z, **kw)
+    with numpy_path():
+        want = qlinear.qconv(x, np.float32(0.03), np.uint8(128), w, ws, None, z, **kw)
+    assert got.shape == want.shape == (n, 8, hw // 2, hw // 2)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
