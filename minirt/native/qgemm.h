@@ -707,6 +707,9 @@ typedef struct {
     long ld; /* row stride of cols (oh*ow, or more for images side by side) */
     int h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
     uint8_t pad;
+    /* q_im2col_plane64 only: images (0: one) at x + i * img_stride, their columns at cols + i * col_step */
+    int nimg;
+    long img_stride, col_step;
 } q_im2col_args;
 
 /* dst[i] = src[2 i] for i < n (the stride-2 im2col row), reading no byte past src[2 (n - 1)].
@@ -844,28 +847,62 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *c
         masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
         offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
     }
-    int ch = (int)(begin / kk), t = (int)(begin % kk);
-    for (long r = begin; r < end; ++r) {
-        const __mmask64 m = t < KEPT ? masks[t] : q_plane64_mask(a, t / a->kw, t % a->kw);
-        const long off = t < KEPT ? offs[t]
-                                  : (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
-        /* lanes in m address xp[(oy+dy)*wd + ox+dx] = xp[dy*wd + dx + p]: inside the plane */
-        const uint8_t *xp = a->x + (long)ch * a->h * a->wd;
-        __m512i v = _mm512_mask_loadu_epi8(padv, m, xp + off);
-        _mm512_mask_storeu_epi8(a->cols + r * a->ld, all, v);
-        if (++t == kk) {
-            t = 0;
-            ++ch;
+    const int nimg = a->nimg > 0 ? a->nimg : 1;
+    for (int i = 0; i < nimg; ++i) { /* (the masks above serve every image) */
+        const uint8_t *x = a->x + i * a->img_stride;
+        uint8_t *cols = a->cols + i * a->col_step;
+        int ch = (int)(begin / kk), t = (int)(begin % kk);
+        for (long r = begin; r < end; ++r) {
+            const __mmask64 m = t < KEPT ? masks[t] : q_plane64_mask(a, t / a->kw, t % a->kw);
+            const long off = t < KEPT ? offs[t]
+                                      : (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
+            /* lanes in m address xp[(oy+dy)*wd + ox+dx] = xp[dy*wd + dx + p]: inside the plane */
+            const uint8_t *xp = x + (long)ch * a->h * a->wd;
+            __m512i v = _mm512_mask_loadu_epi8(padv, m, xp + off);
+            _mm512_mask_storeu_epi8(cols + r * a->ld, all, v);
+            if (++t == kk) {
+                t = 0;
+                ++ch;
+            }
         }
     }
 }
 #endif
 
+/* Whether q_im2col_plane64 applies to this geometry (on this CPU). */
+static int q_plane64_applies(int h, int wd, int sh, int sw, int oh, int ow) {
+    (void)h;
+#ifdef MRT_HAVE_VNNI_BUILD
+    return q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw();
+#else
+    (void)wd; (void)sh; (void)sw; (void)oh; (void)ow;
+    return 0;
+#endif
+}
+
+/* q_im2col of nimg images at once (x + i * img_stride, columns at cols + i * col_step) when
+ * q_plane64_applies: the tap masks are made once for all of them.  Returns 0 (nothing done) otherwise. */
+static int q_im2col_images(const uint8_t *x, int nimg, long img_stride, uint8_t *cols, long col_step, long ld, int c,
+                           int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
+                           int pad, int nthreads) {
+    if (!q_plane64_applies(h, wd, sh, sw, oh, ow)) return 0;
+#ifdef MRT_HAVE_VNNI_BUILD
+    q_im2col_args a = {x, cols, ld, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad, nimg, img_stride,
+                       col_step};
+    mrt_parallel_for((long)c * kh * kw, (long)nimg * oh * ow, nthreads, q_im2col_plane64, &a);
+    return 1;
+#else
+    (void)x; (void)nimg; (void)img_stride; (void)cols; (void)col_step; (void)ld; (void)c; (void)kh; (void)kw;
+    (void)dh; (void)dw; (void)pt; (void)pl; (void)pad; (void)nthreads;
+    return 0;
+#endif
+}
+
 static void q_im2col(const uint8_t *x, uint8_t *cols, long ld, int c, int h, int wd, int kh, int kw, int sh, int sw,
                      int dh, int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
     q_im2col_args a = {x, cols, ld, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw()) {
+    if (q_plane64_applies(h, wd, sh, sw, oh, ow)) {
         mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_plane64, &a);
         return;
     }
@@ -1301,7 +1338,9 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     const long k4 = q_k4(kg);
     const long i0 = chunk * a->nb;
     const int nb = a->n - i0 < a->nb ? (int)(a->n - i0) : a->nb;
-    const size_t xq_bytes = q_align64(a->x_u8 ? 0 : (size_t)chw);
+    /* the quantized input: one image, or with images side by side (nb > 1 or pooled) the whole chunk */
+    const int side_by_side = !(a->nb == 1 && !a->pkh);
+    const size_t xq_bytes = q_align64(a->x_u8 ? 0 : (size_t)chw * (side_by_side ? a->nb : 1));
     uint8_t *xq = scratch, *cols = scratch + xq_bytes;
     if (a->nb == 1 && !a->pkh) { /* one image per GEMM, straight into y with the whole epilogue fused */
         /* direct (1x1) float input on VNNI with 32-column panels, an image that stays in L2: quantized
@@ -1345,19 +1384,17 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     float *tmp = (float *)(cols + q_align64((size_t)c * kk * a->nb * p));
     uint8_t *tmpq = (uint8_t *)tmp;
     const int q_out = a->yq && !a->res; /* the GEMM requantizes into tmpq: bytes are scattered */
-    for (int j = 0; j < nb; ++j) {
-        const uint8_t *img;
-        if (a->x_u8) {
-            img = (const uint8_t *)a->x + (i0 + j) * chw;
-        } else {
-            mrt_quantize_u8_f32((const float *)a->x + (i0 + j) * chw, xq, chw, a->x_scale, a->x_zero, nt);
-            img = xq;
-        }
-        if (a->direct)
-            for (int ch = 0; ch < c; ++ch) memcpy(cols + ch * ldb + j * p, img + ch * p, p);
-        else
-            q_im2col(img, cols + j * p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
-                     a->oh, a->ow, a->x_zero, nt);
+    /* the chunk's images quantized in one pass (they are consecutive in x) */
+    const uint8_t *imgs = a->x_u8 ? (const uint8_t *)a->x + i0 * chw : xq;
+    if (!a->x_u8) mrt_quantize_u8_f32((const float *)a->x + i0 * chw, xq, nb * chw, a->x_scale, a->x_zero, nt);
+    if (a->direct) {
+        for (int j = 0; j < nb; ++j)
+            for (int ch = 0; ch < c; ++ch) memcpy(cols + ch * ldb + j * p, imgs + j * chw + ch * p, p);
+    } else if (!q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw,
+                                a->pt, a->pl, a->oh, a->ow, a->x_zero, nt)) {
+        for (int j = 0; j < nb; ++j)
+            q_im2col(imgs + j * chw, cols + j * p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
+                     a->pl, a->oh, a->ow, a->x_zero, nt);
     }
     for (int g = 0; g < a->group; ++g) {
         const long r0 = (long)g * mg;
@@ -1449,7 +1486,8 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     a.nb = (int)nb;
     a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
-    size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane);
+    const int side_by_side = !(nb == 1 && !pkh); /* (as in q_conv_chunk) */
+    size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane * (side_by_side ? nb : 1));
     if (a.implicit) {
         bytes += a.geo.planes_bytes + a.geo.weights_bytes + a.geo.table_bytes;
     } else if (nb == 1 && !pkh) {
