@@ -42,7 +42,7 @@ class _PreparedProduct:
     themselves: other objects are validated again), the result shape, the operand as the native
     GEMM reads it and the epilogue.  Running it costs the product and the epilogue only."""
 
-    __slots__ = ("b", "c", "z", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "constant_b", "bpack")
+    __slots__ = ("b", "c", "z", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "pack_b", "bpack")
 
     def fits(self, a, b, c, z) -> bool:
         """Whether this is the product for these node inputs (``a`` has the shape it was made for; ``z``
@@ -55,17 +55,10 @@ class _PreparedProduct:
         y = _product_buffer(out, self.y_shape, a, self.rhs[0], None)
         a2 = np.ascontiguousarray(a)
         rhs, transb, ldb, b = self.rhs
-        # A constant B (read-only: the node's weight) is packed once, as the GEMM would pack it on
-        # every call, for the ISA in use (from the first run: every run gives the same sums).
-        # Packed, the GEMM also beats BLAS on 2-3 rows (1024 x 128: 9.6 against 30-45 us) and on
-        # one row of a small B (128 x 10: 1.2 against 1.7 us); BLAS's gemv keeps one row of a
-        # large B (512 x 1000: 17 against 35 us, bound by reading B).
-        packed_pays = rows > 1 or k * n <= _PACKED_GEMV_MAX
-        bpack = self.bpack
-        if (packed_pays and self.constant_b and (bpack is None or bpack[0] != _native.isa)
-                and _native.has_sgemm_pb()):
-            bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=b)
-        if packed_pays and bpack is not None and bpack[0] == _native.isa:
+        if self.pack_b:  # B packed once (see matmul_native), again after select_isa changed the layout
+            bpack = self.bpack
+            if bpack is None or bpack[0] != _native.isa:
+                bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=b)
             _native.sgemm_pb(a2, rows, n, k, bpack, y, self.bias, *self.epilogue)
         elif rows < _NATIVE_MIN_ROWS:
             y2 = y.reshape(rows, n)
@@ -175,7 +168,13 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         prepared.k, prepared.n, prepared.rows, prepared.y_shape = k, n, rows, out_shape
         prepared.rhs = _as_rhs(b) + (b,)
         prepared.bias, prepared.epilogue = bias, (act, a0, a1)
-        prepared.constant_b, prepared.bpack = keep, None  # (kept: B, C and Z are read-only constants)
+        # A constant B (read-only: the node's weight; kept products only) is packed once, as the GEMM
+        # would pack it on every call, from the first run (every run gives the same sums).  Packed, the
+        # GEMM also beats BLAS on 2-3 rows (1024 x 128: 9.6 against 30-45 us) and on one row of a small
+        # B (128 x 10: 1.2 against 1.7 us); BLAS's gemv keeps one row of a large B (512 x 1000: 17
+        # against 35 us, bound by reading B).
+        prepared.pack_b = keep and (rows > 1 or k * n <= _PACKED_GEMV_MAX) and _native.has_sgemm_pb()
+        prepared.bpack = None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
             remember(memo, a.shape, prepared)
         return prepared.run(a, out)

@@ -568,18 +568,28 @@ static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
     mrt_parallel_for(g->tiles * batch, (long)mc * nc * (K > 0 ? K : 1) / 16, nthreads, FN(sgemm_task), g);
 }
 
-static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
-                      long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
-                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
+/* The GEMMs of FN(sgemm) and FN(sgemm_pb): B (row stride ldb, batch stride sb, transposed with
+ * transb) packed per tile, or bpack (FN(sgemm_pack_b_all), one matrix) when not NULL. */
+static void FN(sgemm_with)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
+                           long sb, int transb, const float *bpack, float *C, long ldc, long sc, const float *bias,
+                           int bias_mode, const float *res, long ldr, long sr, int act, float a0, float a1,
+                           int nthreads) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     FN(sgemm_args) g;
     g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
-    g.bpack = NULL; g.bpack_ld = 0;
+    g.bpack = K > 0 ? bpack : NULL; g.bpack_ld = (N + G_NR - 1) / G_NR * G_NR;
     g.lda = lda; g.ldb = ldb; g.ldc = ldc; g.ldr = ldr;
     g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
     g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
     g.ext_ow = 0; g.ext_wq = 0;
     FN(sgemm_run)(&g, batch, nthreads);
+}
+
+static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
+                      long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
+                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
+    FN(sgemm_with)(batch, M, N, K, A, lda, sa, B, ldb, sb, transb, NULL, C, ldc, sc, bias, bias_mode, res, ldr, sr,
+                   act, a0, a1, nthreads);
 }
 
 /* B of a product with a constant right operand (MatMul / Gemm weights), packed once: for each k
@@ -608,15 +618,8 @@ static void FN(sgemm_pack_b_all)(const float *B, long ldb, int transb, int K, in
 static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
                          const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
                          int nthreads) {
-    if (M <= 0 || N <= 0) return;
-    FN(sgemm_args) g;
-    g.A = A; g.B = NULL; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
-    g.bpack = K > 0 ? bpack : NULL; g.bpack_ld = (N + G_NR - 1) / G_NR * G_NR;
-    g.lda = lda; g.ldb = 0; g.ldc = ldc; g.ldr = ldr;
-    g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
-    g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
-    g.ext_ow = 0; g.ext_wq = 0;
-    FN(sgemm_run)(&g, 1, nthreads);
+    FN(sgemm_with)(1, M, N, K, A, lda, 0, NULL, 0, 0, 0, bpack, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1,
+                   nthreads);
 }
 
 /* Implicit-GEMM convolution of one image and group (see the top of this file):

@@ -278,6 +278,14 @@ static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD
+/* One row of a VNNI tile (q_ukr_vnni, q_ukr_conv_vnni): the 4 activation bytes at src broadcast,
+ * dot the panel vectors b0 / b1 into x0 / x1 (s, a, b0, b1 are the caller's locals). */
+#define Q_VNNI_ROW(src, x0, x1)              \
+    memcpy(&s, (src), 4);                    \
+    a = _mm512_set1_epi32(s);                \
+    x0 = _mm512_dpbusd_epi32(x0, b0, a);     \
+    x1 = _mm512_dpbusd_epi32(x1, b1, a);
+
 __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_args *g, const int8_t *w, int kq,
                                                                         const uint8_t *panel,
                                                                         int32_t acc[Q_MR][Q_NR], int mr,
@@ -301,18 +309,12 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
         panel += Q_NR * 4;
         int32_t s;
         __m512i a;
-#define Q_ROW(p, x0, x1)                      \
-    memcpy(&s, p + 4 * q, 4);                 \
-    a = _mm512_set1_epi32(s);                 \
-    x0 = _mm512_dpbusd_epi32(x0, b0, a);      \
-    x1 = _mm512_dpbusd_epi32(x1, b1, a);
-        Q_ROW(a0, c00, c01)
-        Q_ROW(a1, c10, c11)
-        Q_ROW(a2, c20, c21)
-        Q_ROW(a3, c30, c31)
-        Q_ROW(a4, c40, c41)
-        Q_ROW(a5, c50, c51)
-#undef Q_ROW
+        Q_VNNI_ROW(a0 + 4 * q, c00, c01)
+        Q_VNNI_ROW(a1 + 4 * q, c10, c11)
+        Q_VNNI_ROW(a2 + 4 * q, c20, c21)
+        Q_VNNI_ROW(a3 + 4 * q, c30, c31)
+        Q_VNNI_ROW(a4 + 4 * q, c40, c41)
+        Q_VNNI_ROW(a5 + 4 * q, c50, c51)
     }
     _mm512_storeu_si512(acc[0], c00); _mm512_storeu_si512(acc[0] + 16, c01);
     _mm512_storeu_si512(acc[1], c10); _mm512_storeu_si512(acc[1] + 16, c11);
@@ -707,7 +709,8 @@ typedef struct {
     long ld; /* row stride of cols (oh*ow, or more for images side by side) */
     int h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
     uint8_t pad;
-    /* q_im2col_plane64 only: images (0: one) at x + i * img_stride, their columns at cols + i * col_step */
+    /* q_im2col_plane64 only (the other routes take one image per call): images at x + i * img_stride,
+     * their columns at cols + i * col_step */
     int nimg;
     long img_stride, col_step;
 } q_im2col_args;
@@ -847,7 +850,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *c
         masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
         offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
     }
-    const int nimg = a->nimg > 0 ? a->nimg : 1;
+    const int nimg = a->nimg;
     for (int i = 0; i < nimg; ++i) { /* (the masks above serve every image) */
         const uint8_t *x = a->x + i * a->img_stride;
         uint8_t *cols = a->cols + i * a->col_step;
@@ -869,49 +872,32 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *c
 }
 #endif
 
-/* Whether q_im2col_plane64 applies to this geometry (on this CPU). */
-static int q_plane64_applies(int h, int wd, int sh, int sw, int oh, int ow) {
-    (void)h;
-#ifdef MRT_HAVE_VNNI_BUILD
-    return q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw();
-#else
-    (void)wd; (void)sh; (void)sw; (void)oh; (void)ow;
-    return 0;
-#endif
-}
-
-/* q_im2col of nimg images at once (x + i * img_stride, columns at cols + i * col_step) when
- * q_plane64_applies: the tap masks are made once for all of them.  Returns 0 (nothing done) otherwise. */
-static int q_im2col_images(const uint8_t *x, int nimg, long img_stride, uint8_t *cols, long col_step, long ld, int c,
-                           int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                           int pad, int nthreads) {
-    if (!q_plane64_applies(h, wd, sh, sw, oh, ow)) return 0;
-#ifdef MRT_HAVE_VNNI_BUILD
+/* im2col of nimg images (x + i * img_stride) into columns at cols + i * col_step (row stride ld).
+ * Whole planes of at most 64 pixels take q_im2col_plane64 once for all the images (its tap masks
+ * serve them all); the other routes run image by image. */
+static void q_im2col_images(const uint8_t *x, int nimg, long img_stride, uint8_t *cols, long col_step, long ld, int c,
+                            int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh,
+                            int ow, int pad, int nthreads) {
     q_im2col_args a = {x, cols, ld, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad, nimg, img_stride,
                        col_step};
-    mrt_parallel_for((long)c * kh * kw, (long)nimg * oh * ow, nthreads, q_im2col_plane64, &a);
-    return 1;
-#else
-    (void)x; (void)nimg; (void)img_stride; (void)cols; (void)col_step; (void)ld; (void)c; (void)kh; (void)kw;
-    (void)dh; (void)dw; (void)pt; (void)pl; (void)pad; (void)nthreads;
-    return 0;
+    void (*route)(void *, long, long) = q_im2col_task;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw()) {
+        mrt_parallel_for((long)c * kh * kw, (long)nimg * oh * ow, nthreads, q_im2col_plane64, &a);
+        return;
+    }
+    if (q_use_vnni && sw == 1 && ow <= 63 && q_bw()) route = q_im2col_narrow;
 #endif
+    for (int i = 0; i < nimg; ++i) {
+        a.x = x + i * img_stride;
+        a.cols = cols + i * col_step;
+        mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, route, &a);
+    }
 }
 
 static void q_im2col(const uint8_t *x, uint8_t *cols, long ld, int c, int h, int wd, int kh, int kw, int sh, int sw,
                      int dh, int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
-    q_im2col_args a = {x, cols, ld, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, (uint8_t)pad};
-#ifdef MRT_HAVE_VNNI_BUILD
-    if (q_plane64_applies(h, wd, sh, sw, oh, ow)) {
-        mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_plane64, &a);
-        return;
-    }
-    if (q_use_vnni && sw == 1 && ow <= 63 && q_bw()) {
-        mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_narrow, &a);
-        return;
-    }
-#endif
-    mrt_parallel_for((long)c * kh * kw, (long)oh * ow, nthreads, q_im2col_task, &a);
+    q_im2col_images(x, 1, 0, cols, 0, ld, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pad, nthreads);
 }
 
 void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
@@ -1090,20 +1076,14 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_conv_vnni(const 
             const __m512i b0 = _mm512_loadu_si512(p), b1 = _mm512_loadu_si512(p + 64);
             int32_t s;
             __m512i a;
-#define Q_ROW(r, x0, x1)                  \
-    memcpy(&s, r + q4, 4);                \
-    a = _mm512_set1_epi32(s);             \
-    x0 = _mm512_dpbusd_epi32(x0, b0, a);  \
-    x1 = _mm512_dpbusd_epi32(x1, b1, a);
-            Q_ROW(a0, c00, c01)
-            Q_ROW(a1, c10, c11)
-            Q_ROW(a2, c20, c21)
-            Q_ROW(a3, c30, c31)
-            Q_ROW(a4, c40, c41)
-            Q_ROW(a5, c50, c51)
-            Q_ROW(a6, c60, c61)
-            Q_ROW(a7, c70, c71)
-#undef Q_ROW
+            Q_VNNI_ROW(a0 + q4, c00, c01)
+            Q_VNNI_ROW(a1 + q4, c10, c11)
+            Q_VNNI_ROW(a2 + q4, c20, c21)
+            Q_VNNI_ROW(a3 + q4, c30, c31)
+            Q_VNNI_ROW(a4 + q4, c40, c41)
+            Q_VNNI_ROW(a5 + q4, c50, c51)
+            Q_VNNI_ROW(a6 + q4, c60, c61)
+            Q_VNNI_ROW(a7 + q4, c70, c71)
         }
     }
     _mm512_storeu_si512(acc[0], c00); _mm512_storeu_si512(acc[0] + 16, c01);
@@ -1390,11 +1370,9 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     if (a->direct) {
         for (int j = 0; j < nb; ++j)
             for (int ch = 0; ch < c; ++ch) memcpy(cols + ch * ldb + j * p, imgs + j * chw + ch * p, p);
-    } else if (!q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw,
-                                a->pt, a->pl, a->oh, a->ow, a->x_zero, nt)) {
-        for (int j = 0; j < nb; ++j)
-            q_im2col(imgs + j * chw, cols + j * p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
-                     a->pl, a->oh, a->ow, a->x_zero, nt);
+    } else {
+        q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
+                        a->pl, a->oh, a->ow, a->x_zero, nt);
     }
     for (int g = 0; g < a->group; ++g) {
         const long r0 = (long)g * mg;

@@ -248,6 +248,25 @@ def test_sgemm_matches_numpy(m, k, n, bias_mode, isa, threads):
     np.testing.assert_allclose(c, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
 
+def _qconv_case(rng, c, hw, m, k, s, pb, group, d, n):
+    """Inputs of a prepared-QConv test and the exact integer sums: (h, wd, oh, ow, x, xq, packed weights,
+    x_scale, x_zero, per-row scale, bias, residual, int sums)."""
+    h, wd = hw
+    oh = (h + pb[0] + pb[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (wd + pb[1] + pb[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    x = rng.standard_normal((n, c, h, wd), dtype=np.float32)
+    w = rng.integers(-127, 128, (m, c // group, *k), dtype=np.int8)
+    packed = native.qpack(w.reshape(m, -1))
+    x_scale, x_zero = 0.03, 121
+    scale = (rng.random(m, dtype=np.float32) * 0.01 + 0.001) * np.float32(x_scale)
+    bias = rng.standard_normal(m, dtype=np.float32)
+    res = rng.standard_normal((n, m, oh, ow), dtype=np.float32)
+    xq = np.empty(x.shape, np.uint8)
+    native.quantize_u8(x, xq, x_scale, x_zero)
+    acc = _qconv_int_ref(xq, x_zero, w, k, s, pb, group, (oh, ow), d)
+    return h, wd, oh, ow, x, xq, packed, x_scale, x_zero, scale, bias, res, acc
+
+
 def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     """Exact int32 sums of (xq - x_zero) * w per output (n, m, oh*ow), plain numpy."""
     n, c, h, wd = xq.shape
@@ -290,19 +309,8 @@ def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, d, n, every
     exactly the per-image results (n = 1 calls) and the numpy integer math, for every
     input/output form, residual and activation."""
     rng = np.random.default_rng(11 + n)
-    h, wd = hw
-    oh = (h + pb[0] + pb[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (wd + pb[1] + pb[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
-    x = rng.standard_normal((n, c, h, wd), dtype=np.float32)
-    w = rng.integers(-127, 128, (m, c // group, *k), dtype=np.int8)
-    packed = native.qpack(w.reshape(m, -1))
-    x_scale, x_zero = 0.03, 121
-    scale = (rng.random(m, dtype=np.float32) * 0.01 + 0.001) * np.float32(x_scale)
-    bias = rng.standard_normal(m, dtype=np.float32)
-    res = rng.standard_normal((n, m, oh, ow), dtype=np.float32)
-    xq = np.empty(x.shape, np.uint8)
-    native.quantize_u8(x, xq, x_scale, x_zero)
-    acc = _qconv_int_ref(xq, x_zero, w, k, s, pb, group, (oh, ow), d)
+    h, wd, oh, ow, x, xq, packed, x_scale, x_zero, scale, bias, res, acc = _qconv_case(rng, c, hw, m, k, s, pb, group,
+                                                                                      d, n)
     y_scale, y_zero = 0.02, 40
     for act in (0, 1, 7):  # none, Relu, HardSwish
         prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act)
@@ -358,19 +366,8 @@ def test_qconv_post_affine_and_per_channel_output(c, hw, m, k, s, pb, group, d, 
     the float32 epilogue of the numpy integer sums, exactly (HardSwish: within float rounding),
     and images one at a time give the same values."""
     rng = np.random.default_rng(23 + n)
-    h, wd = hw
-    oh = (h + pb[0] + pb[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
-    ow = (wd + pb[1] + pb[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
-    x = rng.standard_normal((n, c, h, wd), dtype=np.float32)
-    w = rng.integers(-127, 128, (m, c // group, *k), dtype=np.int8)
-    packed = native.qpack(w.reshape(m, -1))
-    x_scale, x_zero = 0.03, 121
-    scale = (rng.random(m, dtype=np.float32) * 0.01 + 0.001) * np.float32(x_scale)
-    bias = rng.standard_normal(m, dtype=np.float32)
-    res = rng.standard_normal((n, m, oh, ow), dtype=np.float32)
-    xq = np.empty(x.shape, np.uint8)
-    native.quantize_u8(x, xq, x_scale, x_zero)
-    acc = _qconv_int_ref(xq, x_zero, w, k, s, pb, group, (oh, ow), d)
+    h, wd, oh, ow, x, xq, packed, x_scale, x_zero, scale, bias, res, acc = _qconv_case(rng, c, hw, m, k, s, pb, group,
+                                                                                      d, n)
     y_scale = rng.uniform(0.01, 0.05, m).astype(np.float32)  # per output channel
     y_zero = rng.integers(0, 256, m).astype(np.int32)
     post_a, post_b = np.float32(-0.75), np.float32(0.375)
