@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import NamedTuple
-
 import numpy as np
 
 from minirt import memplan
 
 
-class Arena(NamedTuple):
+class Arena:
     """One checked-out arena: per step, its view (or None) and the call the run makes.
 
     ``calls[i]`` is the step's kernel with ``out=outs[i]`` already bound (made
     once per arena, so a planned run pays nothing per node for the plan), or
-    the plain call for steps without a buffer."""
+    the plain call for steps without a buffer.  ``span``: the (first, past-the-end)
+    address of its memory.  ``program``: the native program recorded on it
+    (``minirt.native.program``), the reason there is none (a string), or None
+    before a run recorded one."""
 
-    outs: tuple
-    calls: tuple
+    __slots__ = ("outs", "calls", "span", "program")
+
+    def __init__(self, outs: tuple, calls: tuple, span: tuple):
+        self.outs, self.calls, self.span = outs, calls, span
+        self.program = None
 
 
 def check_out(plan, i: int, step, args: list, out: np.ndarray, env: list) -> None:
@@ -121,7 +125,8 @@ class ArenaPlan:
             lo = base + off
             outs[u] = raw[lo:lo + nbytes].view(dtype).reshape(shape)
             calls[u] = functools.partial(self.steps[u].call, out=outs[u])
-        return Arena(tuple(outs), tuple(calls))
+        lo = raw.ctypes.data + base
+        return Arena(tuple(outs), tuple(calls), (lo, lo + self.size))
 
     def checkout(self) -> Arena:
         try:
@@ -134,3 +139,12 @@ class ArenaPlan:
 
     def checkin(self, arena: Arena) -> None:
         self._free.append(arena)
+
+    def program_summary(self) -> str | None:
+        """The native program of an idle arena: ``"N native calls"``, why it has none, or None when
+        no run recorded one yet (or every arena is in use)."""
+        arenas = list(self._free)
+        program = arenas[-1].program if arenas else None
+        if program is None or isinstance(program, str):
+            return program
+        return f"{program.n} native calls"

@@ -34,6 +34,7 @@ from minirt.kernels.registry import NodeContext, lookup
 from minirt.kernels import _limits
 from minirt import native as _native  # threads for the native kernels
 from minirt.native import blas as _blas  # threads for numpy's BLAS
+from minirt.native import program as _program  # planned runs replayed from C (D32)
 
 
 def get_available_providers() -> list[str]:
@@ -316,8 +317,9 @@ class _Plan:
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
 
-    def _execute_planned(self, env: list, outs, record, timings) -> None:
-        """:meth:`execute` with arena buffers (``outs``), result recording and/or timings.
+    def _execute_planned(self, env: list, outs, record, timings, recorder=None) -> None:
+        """:meth:`execute` with arena buffers (``outs``), result recording, timings and/or a
+        native program ``recorder`` (``minirt.native.program.Recorder``).
 
         :meth:`execute` keeps its own copy of the plain loop: it is the hot path
         and must not pay for these branches per node.
@@ -330,6 +332,8 @@ class _Plan:
                 o = outs[i] if outs is not None else None
                 if timings is not None:
                     t0 = clock()
+                if recorder is not None:
+                    recorder.begin()
                 if o is not None:
                     if _MEMPLAN_CHECK:
                         arena.check_out(self, i, step, args, o, env)
@@ -340,6 +344,8 @@ class _Plan:
                     result = step.call(*args)
                 if timings is not None:
                     timings.append((step.node.name, step.op.op_type, clock() - t0))
+                if recorder is not None:
+                    recorder.end(step, args, result)
                 if record is not None and step.accepts_out:
                     record[i] = (result.shape, result.dtype) if type(result) is np.ndarray else None
                 outs_ = step.outs
@@ -357,6 +363,15 @@ class _Plan:
             raise
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
+
+    def record_program(self, env: list, arena: "minirt.arena.Arena") -> "_program.Program | str":
+        """Run every step over ``env`` with ``arena``'s buffers, recording the native calls they make;
+        returns the native program that replays them, or why there is none (D32)."""
+        inputs = {v: env[v] for v in self.graph.inputs}  # (the run frees them after their last reader)
+        with _program.Recorder() as recorder:
+            self._execute_planned(env, arena.outs, None, None, recorder)
+        return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs},
+                              [a for _, a in self.constants], arena.span)
 
     def execute_profiled(self, env: list, arena: "minirt.arena.Arena | None" = None, record: list | None = None
                          ) -> list[tuple[str, str, float]]:
@@ -483,6 +498,7 @@ class Session:
         verify_key: Any = None,  # --- signing / memory guard (reliability issue) ---
         max_tensor_bytes: int | None = None,
         memory_plan: bool | None = None,
+        native_program: bool | None = None,
         **kwargs: Any,
     ):
         # onnxruntime's signature is (path_or_bytes, sess_options=None, providers=None, ...);
@@ -537,7 +553,15 @@ class Session:
         self._mplans: collections.OrderedDict = collections.OrderedDict()
         self._mplans_lock = threading.Lock()
         self._mplan_evictions = 0
+        # (signature, plan) of the most recently used plan, while no other was used or stored since: the
+        # steady state finds its plan there without the lock
+        self._last_mplan = None
         self._mplan_any = any(st.accepts_out for st in self._plan.steps)
+        # --- native programs (D32): a planned run whose nodes are all native calls, replayed from C
+        if native_program is None:  # default on; MINIRT_NATIVE_PROGRAM=0 turns it off
+            native_program = os.environ.get("MINIRT_NATIVE_PROGRAM", "").strip().lower() not in (
+                "0", "false", "no", "off")
+        self.native_program = bool(native_program)
         # Every input a tensor of one fixed shape and dtype (checked by _bind_inputs): then every feed
         # has the same signature and computing it per run is wasted time.
         self._static_inputs = all(
@@ -668,6 +692,10 @@ class Session:
         _native.set_threads(self.threads)
         _blas.set_threads(1 if _native.available else self.threads)
         try:
+            if arena is not None and profile is None and self.native_program and not _MEMPLAN_CHECK:
+                results = self._run_program(env, arena, aplan, out_slots, input_feed)
+                if results is not None:
+                    return results
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if profile is None:
                     self._plan.execute(env, arena, record)
@@ -690,6 +718,25 @@ class Session:
                 overhead_per_node_s=(total - kernel) / max(len(nodes), 1),
             )
         return results
+
+    def _run_program(self, env: list, arena: "arena.Arena", aplan, out_slots, feed) -> list | None:
+        """Run the native program recorded on ``arena`` (D32): the outputs, or None when the nodes
+        must run instead (there is no program for this arena, or this feed is not one it can take).
+        The first run on an arena runs the nodes while it records the program."""
+        program = arena.program
+        if type(program) is _program.Program and program.usable():
+            failed = program.run(env)
+            if failed == -1:
+                return [program.outputs[v].copy() for v in out_slots]  # (the program's buffers, reused)
+            if failed >= 0:
+                raise _kernel_error(self._plan.steps[failed], env, MemoryError(
+                    f"native kernel returned {program.rc[0]} (could not allocate its scratch memory)"))
+            return None  # an input the program cannot take as is
+        if program is None or type(program) is _program.Program:  # not recorded yet, or under another ISA
+            with _limits.limit(self.max_tensor_bytes):
+                arena.program = self._plan.record_program(env, arena)
+            return self._collect(out_slots, env, feed, aplan.copy_outputs)
+        return None
 
     # --- static memory plan (D17) -------------------------------------------------
     _MAX_MEMORY_PLANS = 4  # shape signatures kept (LRU)
@@ -714,9 +761,13 @@ class Session:
             aplan = self._mplans.get(sig, _NOT_RECORDED)
             if aplan is not _NOT_RECORDED:
                 return aplan, None
+        last = self._last_mplan
+        if last is not None and last[0] is sig:  # (the known feed's own signature object: the steady state)
+            return last[1], None  # (already the most recently used)
         with self._mplans_lock:
             if sig in self._mplans:
                 self._mplans.move_to_end(sig)
+                self._last_mplan = (sig, self._mplans[sig])
                 return self._mplans[sig], None
             if self._mplan_evictions >= self._MAX_MEMORY_PLAN_EVICTIONS:
                 return None, None  # shapes change too often for plans to pay: plain allocation
@@ -730,13 +781,15 @@ class Session:
             if sig in self._mplans:
                 return
             self._mplans[sig] = aplan
+            self._last_mplan = None  # (now the most recently used: the shortcut holds only for that one)
             while len(self._mplans) > self._MAX_MEMORY_PLANS:
                 self._mplans.popitem(last=False)
                 self._mplan_evictions += 1
 
     def memory_plans(self) -> list[dict]:
         """The cached memory plans, least recently used first: input shapes, arena bytes, buffers placed,
-        the sum of their sizes, and how many arenas (concurrent runs) were allocated."""
+        the sum of their sizes, how many arenas (concurrent runs) were allocated, and the native program
+        of an idle arena (D32): ``"N native calls"``, why there is none, or None before one was recorded."""
         with self._mplans_lock:
             items = list(self._mplans.items())
         out = []
@@ -746,10 +799,10 @@ class Session:
             else:
                 info = {"inputs": {k: tuple(shape) for k, shape, _ in sorted(sig, key=lambda t: t[0])}}
             if p is None:
-                info.update(arena_bytes=0, buffers=0, buffer_bytes=0, arenas=0)
+                info.update(arena_bytes=0, buffers=0, buffer_bytes=0, arenas=0, native_program=None)
             else:
                 info.update(arena_bytes=p.size, buffers=len(p.buffers), buffer_bytes=sum(b[2] for b in p.buffers),
-                            arenas=p.arenas)
+                            arenas=p.arenas, native_program=p.program_summary())
             out.append(info)
         return out
 

@@ -28,6 +28,7 @@ import functools
 import numpy as np
 
 from minirt.kernels.registry import NodeContext, kernel, lookup
+from minirt import native as _native
 from minirt.kernels import linalg, nn
 
 DOMAIN = "com.minirt"
@@ -136,7 +137,7 @@ def fused_gemm(
     memo = None if ctx is None else ctx.memo
     prepared = linalg.prepared_product(memo, a, b, c, z)
     if prepared is not None:
-        return prepared.run(a, out)
+        return _native.final(prepared.run(a, out))  # (a program may replay it)
     spec = nn.native_act(activation, activation_params)
     if spec is not None and alpha == 1.0 and a.ndim == 2 and b.ndim == 2 and (z is None or z.ndim == 2):
         bias = None
@@ -159,7 +160,7 @@ def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params
     memo = None if ctx is None else ctx.memo
     prepared = linalg.prepared_product(memo, a, b, bias, z)
     if prepared is not None:
-        return prepared.run(a, out)
+        return _native.final(prepared.run(a, out))  # (a program may replay it)
     spec = nn.native_act(activation, activation_params)
     if spec is not None:
         y = linalg.matmul_native(a, b, bias, z, *spec, out=out, memo=memo, inputs=(b, bias))

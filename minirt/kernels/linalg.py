@@ -274,7 +274,7 @@ def gemm_7(a, b, c=None, /, *, alpha=1.0, beta=1.0, transA=0, transB=0, out=None
     memo = None if ctx is None else ctx.memo
     prepared = prepared_product(memo, a, b, c, None)
     if prepared is not None:
-        return prepared.run(a, out)
+        return _native.final(prepared.run(a, out))  # (a program may replay it)
     return _gemm(a, b, c, alpha, beta, transA, transB, exact_c=False, out=out, memo=memo)
 
 
@@ -287,7 +287,7 @@ def matmul(a, b, /, *, out=None, ctx=None):
     memo = None if ctx is None else ctx.memo
     prepared = prepared_product(memo, a, b, None, None)
     if prepared is not None:
-        return prepared.run(a, out)
+        return _native.final(prepared.run(a, out))  # (a program may replay it)
     try:
         if a.dtype == np.float16 and b.dtype == np.float16:
             # No half-precision BLAS in numpy: compute in float32, round once.

@@ -226,7 +226,7 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
     memo = _memo(ctx)
     plan = _prepared_conv(memo, x, w, b, None)
     if plan is not None:
-        return plan.run(x, None, out)
+        return _native.final(plan.run(x, None, out))  # (a program may replay it: one native call, nothing else)
     nd = _check_rank("Conv", x)
     if w.ndim != x.ndim:
         raise ValueError(f"Conv: weight rank {w.ndim} (shape {w.shape}) does not match input rank {x.ndim}")
@@ -448,8 +448,8 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
     the data is not 2-D float32, or the activation has no native epilogue.
     """
     plan = _prepared_conv(memo, x, w, b, z)
-    if plan is not None:
-        return plan.run(x, z, out)
+    if plan is not None:  # (FusedConv returns this result as is: a program may replay the call)
+        return _native.final(plan.run(x, z, out))
     if not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
         return None
     if z is not None and (z.dtype != np.float32 or z.ndim != 4):
@@ -737,7 +737,7 @@ def _max_pool(x, n_out, auto_pad, ceil_mode, dilations, kernel_shape, pads, stor
     if n_out < 2 and native is not None and x.dtype == _F32 and _native.available:
         y = _out_buffer(_free_out(out, x), x.shape[:2] + out_sp)
         _native.maxpool2d_call(native, np.ascontiguousarray(x), y)
-        return y
+        return y if memo is None else _native.final(y)  # (with a memo: the node's own kernel, returned as is)
     in_sp = x.shape[2:]
     xp = _pad_for_windows(x, out_sp, k, s, d, pb, _pad_value_min(x.dtype))
     taps = _tap_slices(k, s, d, out_sp)

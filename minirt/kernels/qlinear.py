@@ -469,7 +469,9 @@ def qconv(
     memo = ctx.memo if ctx is not None else {}
     prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
     if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):
-        return prepared.run(x, z, out)
+        y = prepared.run(x, z, out)
+        # static quantization: one native call, replayable by a program (dynamic scales come from x)
+        return y if prepared.plan.dynamic else _native.final(y)
     if w is None or w_scale is None:
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
@@ -585,7 +587,9 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
     memo = None if ctx is None else ctx.memo
     prepared = memo.get(a.shape) if memo is not None else None  # this node's native call for this input shape
     if prepared is not None and prepared.fits(a, a_scale, a_zero_point, b, b_scale, bias, z):
-        return prepared.run(a, out)
+        y = prepared.run(a, out)
+        # static quantization: one native call, replayable by a program (dynamic scales come from a)
+        return y if prepared.plan[6] is None else _native.final(y)
     if b is None or b_scale is None:
         raise ValueError("QMatMul: inputs B and B_scale are required")
     if b.dtype != np.int8 or b.ndim != 2:

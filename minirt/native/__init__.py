@@ -35,7 +35,7 @@ qgemm_isa = "none"
  ACT_GELU_TANH) = range(10)
 
 _ffi = _lib = None
-_ABI_VERSION = 6
+_ABI_VERSION = 7
 
 
 def _truthy(value: str | None) -> bool:
@@ -119,6 +119,43 @@ def threads() -> int:
     return getattr(_tls, "n", _DEFAULT_THREADS)
 
 
+# --------------------------------------------------------------------------- recording (native programs)
+
+
+class _Recording(threading.local):
+    """This thread's recording of a native program (see ``minirt/native/program.py``).
+
+    ``calls``: while a session records, the list the prepared calls below append each native call
+    they make to (None otherwise: the only cost outside a recording is that one test per call).
+    ``final``: the array the running node's kernel declared its complete result (:func:`final`)."""
+
+    calls = None
+    final = None
+
+
+_recording = _Recording()
+
+
+def _record(entry, args, reads, writes) -> None:
+    """Keep the call ``entry(*args)`` that just ran, for the program being recorded.
+
+    ``reads`` / ``writes``: ``(argument index, array or None)`` of the data the call read and wrote
+    (inputs, residuals, results); every other argument is a constant of a prepared call (geometry,
+    weights, scales), kept alive by ``args`` itself (cffi pointers hold their arrays)."""
+    _recording.calls.append((entry.__name__, args, reads, writes))
+
+
+def final(y):
+    """Declare ``y`` the complete result of the running node and return it.
+
+    A kernel calls this only where its result is exactly what the native calls recorded since the
+    node began wrote, and it returns ``y`` untouched: no numpy work before or after those calls
+    (a program replays the calls alone).  Outside a recording it only returns ``y``."""
+    if _recording.calls is not None:
+        _recording.final = y
+    return y
+
+
 # --------------------------------------------------------------------------- kernels
 
 
@@ -144,8 +181,10 @@ def dwconv2d_prepare(x_shape, w, bias, k, s, d, pb, out, act=0, a0=0.0, a1=0.0) 
 def dwconv2d_call(prep, x, y, residual=None) -> None:
     """Run a prepared depthwise conv (:func:`dwconv2d`) of ``x`` into ``y``."""
     _, weights, geometry = prep
-    _lib.mrt_dwconv2d_f32(_ptr(x), *weights, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *geometry,
-                          threads())
+    args = (_ptr(x), *weights, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *geometry, threads())
+    _lib.mrt_dwconv2d_f32(*args)
+    if _recording.calls is not None:
+        _record(_lib.mrt_dwconv2d_f32, args, ((0, x), (3, residual)), ((4, y),))
 
 
 def maxpool2d(x, y, k, s, d, pb) -> None:
@@ -164,10 +203,12 @@ def maxpool2d_prepare(x_shape, k, s, d, pb, out, separable=False) -> tuple:
 def maxpool2d_call(prep, x, y) -> None:
     """Max pooling of ``x`` into ``y`` (float32, contiguous) with a prepared geometry."""
     separable, geometry = prep
-    if not separable:
-        _lib.mrt_maxpool2d_f32(_ptr(x), _ptr(y), *geometry, threads())
-    elif _lib.mrt_maxpool2d_s1_f32(_ptr(x), _ptr(y), *geometry, threads()) != 0:
+    entry = _lib.mrt_maxpool2d_s1_f32 if separable else _lib.mrt_maxpool2d_f32
+    args = (_ptr(x), _ptr(y), *geometry, threads())
+    if entry(*args):  # (only the separable kernel returns a code: non-zero without scratch memory)
         raise MemoryError("minirt native MaxPool: could not allocate scratch memory")
+    if _recording.calls is not None:
+        _record(entry, args, ((0, x),), ((1, y),))
 
 
 def avgpool2d(x, y, k, s, d, pb, count_box, scale) -> None:
@@ -234,9 +275,12 @@ def conv2d_call(prep, x, y, residual=None) -> None:
     _, entry, head, epilogue, packed_isa = prep
     if packed_isa is not None and packed_isa != isa:
         head = head[:5] + (_ffi.NULL,) + head[6:]
-    rc = entry(_ptr(x), *head, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *epilogue, threads())
-    if rc != 0:
+    args = (_ptr(x), *head, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *epilogue, threads())
+    if entry(*args) != 0:
         raise MemoryError("minirt native conv2d: could not allocate scratch memory")
+    if _recording.calls is not None:
+        j = 1 + len(head)  # (x, *head, residual, y, ...)
+        _record(entry, args, ((0, x), (j, residual)), ((j + 1, y),))
 
 
 def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0) -> None:
@@ -274,8 +318,11 @@ def sgemm_pack_b(b, transb: int, ldb: int, k: int, n: int, owner) -> tuple:
 def sgemm_pb(a, m: int, n: int, k: int, packed, c, bias=None, act=0, a0=0.0, a1=0.0) -> None:
     """c (M, N) = act(a (M, K) @ B + bias[n]) with B from :func:`sgemm_pack_b` (its ``(isa, packed)``,
     made under the ISA in use); ``a`` and ``c`` C-contiguous float32."""
-    _lib.mrt_sgemm_pb_f32(m, n, k, _ptr(a), k, _ptr(packed[1]), _ptr(c), n, _ffi.NULL if bias is None else _ptr(bias),
-                          2, _ffi.NULL, 0, act, a0, a1, threads())
+    args = (m, n, k, _ptr(a), k, _ptr(packed[1]), _ptr(c), n, _ffi.NULL if bias is None else _ptr(bias), 2, _ffi.NULL,
+            0, act, a0, a1, threads())
+    _lib.mrt_sgemm_pb_f32(*args)
+    if _recording.calls is not None:
+        _record(_lib.mrt_sgemm_pb_f32, args, ((3, a),), ((6, c),))
 
 
 def has_sgemm_pb() -> bool:
@@ -291,11 +338,12 @@ def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias
     of matrix 0; leading dimensions and batch strides are in elements (batch
     stride 0 broadcasts).  ``transb``: ``b`` is stored (N, K), row stride ``ldb``.
     """
-    _lib.mrt_sgemm_batch_f32(
-        batch, m, n, k, _ptr(a), lda, sa, _ptr(b), ldb, sb, int(transb), _ptr(c), ldc, sc,
-        _ffi.NULL if bias is None else _ptr(bias), 2, _ffi.NULL if residual is None else _ptr(residual), ldr, sr,
-        act, a0, a1, threads(),
-    )
+    args = (batch, m, n, k, _ptr(a), lda, sa, _ptr(b), ldb, sb, int(transb), _ptr(c), ldc, sc,
+            _ffi.NULL if bias is None else _ptr(bias), 2, _ffi.NULL if residual is None else _ptr(residual), ldr, sr,
+            act, a0, a1, threads())
+    _lib.mrt_sgemm_batch_f32(*args)
+    if _recording.calls is not None:
+        _record(_lib.mrt_sgemm_batch_f32, args, ((4, a), (7, b), (16, residual)), ((11, c),))
 
 
 def _conv_pack_w(w, c, group, k, s, out):
@@ -431,30 +479,31 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
     output channel) ``y`` is uint8: the float result requantized."""
     (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
     # the common float -> float call (fewer arguments to convert)
+    # (``scale`` given: dynamic quantization, derived from this x: recorded as data the call reads)
     if y_q is None and x.itemsize == 4 and post == (1.0, 0.0):
-        rc = _lib.mrt_qconv2d_f32(
-            _ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-            ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual), _ptr(y),
-            act, a0, a1, threads(),
-        )
-        if rc != 0:
+        args = (_ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+                ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual),
+                _ptr(y), act, a0, a1, threads())
+        if _lib.mrt_qconv2d_f32(*args) != 0:
             raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+        if _recording.calls is not None:
+            _record(_lib.mrt_qconv2d_f32, args, ((0, x), (20, scale), (22, residual)), ((23, y),))
         return
     x_u8 = x.itemsize == 1
     if y_q and not hasattr(y_q[0], "__len__"):  # one scale and zero point for every channel
         import numpy as np
 
         y_q = (np.full(m, y_q[0], np.float32), np.full(m, y_q[1], np.int32))
-    rc = _lib.mrt_qconv2d_q(
-        _ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
-        kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
-        _ffi.NULL if residual is None else _ptr(residual), _ffi.NULL if y_q else _ptr(y),
-        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, _ptr(y_q[0]) if y_q else _ffi.NULL,
-        _ffi.from_buffer("int32_t[]", y_q[1]) if y_q else _ffi.NULL,
-        act, a0, a1, post[0], post[1], threads(),
-    )
-    if rc != 0:
+    args = (_ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
+            kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
+            _ffi.NULL if residual is None else _ptr(residual), _ffi.NULL if y_q else _ptr(y),
+            _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, _ptr(y_q[0]) if y_q else _ffi.NULL,
+            _ffi.from_buffer("int32_t[]", y_q[1]) if y_q else _ffi.NULL,
+            act, a0, a1, post[0], post[1], threads())
+    if _lib.mrt_qconv2d_q(*args) != 0:
         raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+    if _recording.calls is not None:
+        _record(_lib.mrt_qconv2d_q, args, ((0, x), (21, scale), (23, residual)), ((25 if y_q else 24, y),))
 
 
 # Largest kh * kw for mrt_qdwconv2d: its integer sums stay exact in float32 (255 * 128 * 514 < 2^24).
@@ -516,26 +565,29 @@ def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_st
     result, without padding, into ``y`` (n, m, (oh - kh) // sh + 1, (ow - kw) // sw + 1)."""
     (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
     x_u8 = x.itemsize == 1
-    rc = _lib.mrt_qconv2d_pool_f32(
-        _ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
-        kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
-        _ffi.NULL if residual is None else _ptr(residual), pool_kernel[0], pool_kernel[1],
-        pool_strides[0], pool_strides[1], _ptr(y), act, a0, a1, threads(),
-    )
+    args = (_ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
+            kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
+            _ffi.NULL if residual is None else _ptr(residual), pool_kernel[0], pool_kernel[1],
+            pool_strides[0], pool_strides[1], _ptr(y), act, a0, a1, threads())
+    rc = _lib.mrt_qconv2d_pool_f32(*args)
     if rc == -2:
         raise ValueError(f"minirt native qconv2d: pooling window {pool_kernel} larger than the output {(oh, ow)}")
     if rc != 0:
         raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+    if _recording.calls is not None:
+        _record(_lib.mrt_qconv2d_pool_f32, args, ((0, x), (21, scale), (23, residual)), ((28, y),))
 
 
 def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, a0=0.0, a1=0.0) -> None:
     """y (rows, n) float32 = act(scale[j] * (quant(a) - x_zero) @ W^T + bias[j]); a (rows, K) float32
     contiguous; ``packed_w`` from :func:`qpack` of the (n, K) int8 weights."""
     rows, k = a.shape
-    rc = _lib.mrt_qmatmul_f32(_ptr(a), rows, k, x_scale, int(x_zero), _ffi.from_buffer("char[]", packed_w), n,
-                              _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ptr(y), act, a0, a1, threads())
-    if rc != 0:
+    args = (_ptr(a), rows, k, x_scale, int(x_zero), _ffi.from_buffer("char[]", packed_w), n, _ptr(scale),
+            _ffi.NULL if bias is None else _ptr(bias), _ptr(y), act, a0, a1, threads())
+    if _lib.mrt_qmatmul_f32(*args) != 0:
         raise MemoryError("minirt native qmatmul: could not allocate its scratch buffer")
+    if _recording.calls is not None:  # (``scale``: the layer's constant, or derived from ``a`` when dynamic)
+        _record(_lib.mrt_qmatmul_f32, args, ((0, a),), ((9, y),))
 
 
 def softmax_rows(x, y, log: bool = False) -> bool:

@@ -21,7 +21,7 @@
 #include <sys/auxv.h>
 #endif
 
-#define MRT_ABI_VERSION 6
+#define MRT_ABI_VERSION 7
 #define MRT_MAX_THREADS 64
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
@@ -988,3 +988,5 @@ int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, i
 #endif
     return maxpool_s1_base(x, y, planes, h, wd, kh, kw, pt, pl, oh, ow, nthreads);
 }
+
+#include "program_impl.h"

@@ -216,4 +216,35 @@ int mrt_convtranspose_tiles_f32(const float *x, int n, int c, int h, int wd, con
 int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
                          int ow, int nthreads);
 
+/* Native programs (program_impl.h): a run of kernel calls recorded once by a session (see
+ * minirt/native/program.py) and replayed by one C call, without Python between the calls.
+ * A call names its entry point by an MRT_CALL_* code and holds that entry point's arguments in
+ * declaration order, one mrt_arg each, in the member of the parameter's type (pointers in p, int
+ * in i, long in l, float in f). */
+typedef union {
+    void *p;
+    long l;
+    int i;
+    float f;
+} mrt_arg;
+typedef struct {
+    int entry; /* MRT_CALL_* */
+    const mrt_arg *args;
+} mrt_call;
+#define MRT_CALL_CONV2D_F32 1
+#define MRT_CALL_CONV2D_PACKED_F32 2
+#define MRT_CALL_DWCONV2D_F32 3
+#define MRT_CALL_MAXPOOL2D_F32 4
+#define MRT_CALL_MAXPOOL2D_S1_F32 5
+#define MRT_CALL_SGEMM_PB_F32 6
+#define MRT_CALL_SGEMM_BATCH_F32 7
+#define MRT_CALL_QCONV2D_F32 8
+#define MRT_CALL_QCONV2D_Q 9
+#define MRT_CALL_QCONV2D_POOL_F32 10
+#define MRT_CALL_QMATMUL_F32 11
+/* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
+ * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
+ * unknown entry code fails with *rc = -100. */
+long mrt_program_run(const mrt_call *calls, long n, int *rc);
+
 #endif

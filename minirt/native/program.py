@@ -1,0 +1,201 @@
+"""Native programs: a fixed-shape run replayed by one C call (docs/decisions.md D32).
+
+With a static memory plan (fixed input shapes), every run of a model makes the same native calls
+on the same buffers: the same prepared arguments, the same arena views, only the input arrays
+differ.  A small model (the demo's digits CNN: five to seven nodes of a few microseconds each)
+spends more time in Python between those calls than in them.  So a session records one run's calls
+(:class:`Recorder`) and, when every node of the run was such a call, replays them from then on with
+``mrt_program_run`` (``program_impl.h``), patching only the input pointers (:class:`Program`).
+
+What makes a replay exact (checked while recording, else the run stays in Python):
+
+* every node declared its result complete (``native.final``: the kernels do so only on the paths
+  where the result is exactly what their native calls wrote, with no numpy work around them) and
+  made at least one call; or it is a reshape-like node whose result is its input's memory, as is;
+* every buffer a call reads is a model input (patched per run), an arena view, a buffer an earlier
+  call wrote, or one of the model's constants; anything else (a numpy copy made on the way, say)
+  refuses the program;
+* no call writes into a model input; buffers written outside the arena are kept by the program
+  (the same ones every run) and the graph outputs are copied out of it;
+* scalars (quantization scales, thread count) are constants of the recorded calls: a kernel whose
+  scalars come from the data (dynamic quantization) never declares its result final.
+
+A program belongs to one arena (its pointers are that arena's), is used by one run at a time (an
+arena is checked out per run) and is discarded when the ISA in use or the thread count changes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minirt import native as _native
+
+# Nodes whose result may be a view of their input (same memory, nothing computed): a program skips them.
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+class Recorder:
+    """Records a run's native calls, node by node (:meth:`begin`, :meth:`end`), on this thread.
+
+    Use as a context manager around the run.  ``steps`` gets, per node, its calls, or None for a
+    view node; ``refused`` is the first reason the run cannot be a program (None while it can)."""
+
+    def __init__(self):
+        self.steps: list = []
+        self.refused: str | None = None
+        self._first = 0
+
+    def __enter__(self):
+        _native._recording.calls = []
+        _native._recording.final = None
+        return self
+
+    def __exit__(self, *exc):
+        _native._recording.calls = None
+        _native._recording.final = None
+        return False
+
+    def begin(self) -> None:
+        self._first = len(_native._recording.calls)
+        _native._recording.final = None
+
+    def end(self, step, args, result) -> None:
+        """After a node ran: keep its calls, or say why it cannot be replayed."""
+        if self.refused is not None:
+            return
+        calls = _native._recording.calls[self._first:]
+        name = f"node {step.node.name!r} ({step.op.op_type})"
+        if step.subgraphs or len(step.outs) != 1:
+            self.refused = f"{name} has subgraphs or several outputs"
+        elif calls and _native._recording.final is result:
+            self.steps.append(calls)
+            return
+        elif not calls and step.op.op_type in VIEW_OPS and _is_view_of(result, args[0] if args else None):
+            self.steps.append(None)
+            return
+        else:
+            self.refused = f"{name} is not one native call with nothing around it"
+        self.steps.append(None)
+
+
+def _is_view_of(result, x) -> bool:
+    """Whether ``result`` is ``x``'s memory as is (both C-contiguous arrays on the same bytes)."""
+    return (type(result) is np.ndarray and type(x) is np.ndarray and result.flags.c_contiguous
+            and x.flags.c_contiguous and result.nbytes == x.nbytes
+            and (result.nbytes == 0 or result.ctypes.data == x.ctypes.data))
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    lo = a.ctypes.data
+    return lo, lo + a.nbytes
+
+
+def _within(span, regions) -> bool:
+    lo, hi = span
+    return any(rlo <= lo and hi <= rhi for rlo, rhi in regions)
+
+
+def _overlaps(span, regions) -> bool:
+    lo, hi = span
+    return any(lo < rhi and rlo < hi for rlo, rhi in regions)
+
+
+class Program:
+    """One arena's recorded run (see the module docstring), built by :func:`build`."""
+
+    __slots__ = ("isa", "threads", "calls", "n", "args", "keep", "patches", "outputs", "step_of_call", "rc")
+
+    def run(self, env: list) -> int:
+        """Run the calls for the inputs bound in ``env`` (its input slots).  Returns -1 when every
+        call succeeded, -2 when this program cannot run these inputs (an input that is not
+        C-contiguous: the caller runs the nodes instead), else the index of the node whose call
+        failed (its code in ``self.rc[0]``)."""
+        ffi = _native._ffi
+        pinned = []  # the cffi views of the inputs, alive until the calls return
+        for j, pos, slot in self.patches:
+            a = env[slot]
+            if not a.flags.c_contiguous:
+                return -2
+            p = ffi.from_buffer("char[]", a)
+            pinned.append(p)
+            self.args[j][pos].p = p
+        failed = _native._lib.mrt_program_run(self.calls, self.n, self.rc)
+        return -1 if failed < 0 else self.step_of_call[failed]
+
+    def usable(self) -> bool:
+        """Whether the native module state it was recorded under still holds."""
+        return _native.available and _native.isa == self.isa and _native.threads() == self.threads
+
+
+def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span) -> "Program | str":
+    """The program of a recorded run, or why there is none.
+
+    ``inputs`` / ``outputs``: the run's graph inputs and outputs, slot -> value; ``constants``: the
+    graph's constant arrays; ``arena_span``: (first, past-the-end) address of the arena's memory."""
+    if recorder.refused is not None:
+        return recorder.refused
+    feeds = {v: _span(a) for v, a in inputs.items() if type(a) is np.ndarray and a.nbytes}  # slot -> span
+    constant_spans = [_span(a) for a in constants if type(a) is np.ndarray and a.nbytes]
+    written = [arena_span]  # memory whose contents the program itself makes
+    keep, patches, flat, step_of_call = [], [], [], []
+    for u, calls in enumerate(recorder.steps):
+        for name, args, reads, writes in calls or ():
+            j = len(flat)
+            for pos, a in reads:
+                if a is None or not a.nbytes:
+                    continue
+                span = _span(a)
+                slot = next((v for v, f in feeds.items() if f[0] == span[0] and span[1] <= f[1]), None)
+                if slot is not None and a.flags.c_contiguous:
+                    patches.append((j, pos, slot))
+                elif _overlaps(span, feeds.values()):
+                    return f"call {name} reads part of a model input"
+                elif not (_within(span, written) or _within(span, constant_spans)):
+                    return f"call {name} reads a buffer made outside the recorded calls"
+            for pos, a in writes:
+                if a is None or not a.nbytes:
+                    continue
+                span = _span(a)
+                if _overlaps(span, feeds.values()) or _overlaps(span, constant_spans):
+                    return f"call {name} writes into a model input or constant"
+                if not _within(span, written):
+                    written.append(span)
+                    keep.append(a)  # a buffer of its own (not in the arena): the same one every run
+            flat.append((name, args))
+            step_of_call.append(u)
+    for v, a in outputs.items():
+        if type(a) is not np.ndarray or (a.nbytes and not _within(_span(a), written)):
+            return f"graph output {v} is not made by the recorded calls"
+    if not flat:
+        return "no native calls"
+    prog = Program()
+    prog.isa, prog.threads = _native.isa, _native.threads()
+    prog.calls, prog.args = _c_calls(flat)
+    prog.n = len(flat)
+    prog.keep = (keep, flat)  # (the recorded arguments hold the cffi pointers, and these their arrays)
+    prog.patches = tuple(patches)
+    prog.outputs = outputs
+    prog.step_of_call = tuple(step_of_call)
+    prog.rc = _native._ffi.new("int *")
+    return prog
+
+
+def _c_calls(flat) -> tuple:
+    """The ``mrt_call`` array of the recorded calls, and the ``mrt_arg`` array of each: every
+    argument stored in the union member of its parameter's C type (as ``program_impl.h`` reads it)."""
+    ffi, lib = _native._ffi, _native._lib
+    calls = ffi.new("mrt_call[]", len(flat))
+    arg_arrays = []
+    for i, (name, args) in enumerate(flat):
+        params = ffi.typeof(getattr(lib, name)).args
+        if len(params) != len(args):  # (a recording bug: the C side would read garbage)
+            raise AssertionError(f"native program: {name} takes {len(params)} arguments, {len(args)} recorded")
+        arr = ffi.new("mrt_arg[]", len(args))
+        for k, (value, ctype) in enumerate(zip(args, params)):
+            setattr(arr[k], "p" if ctype.kind == "pointer" else _MEMBER[ctype.cname], value)
+        calls[i].entry = getattr(lib, "MRT_CALL_" + name[len("mrt_"):].upper())
+        calls[i].args = arr
+        arg_arrays.append(arr)
+    return calls, arg_arrays
+
+
+_MEMBER = {"int": "i", "long": "l", "float": "f"}  # mrt_arg member of each scalar parameter type

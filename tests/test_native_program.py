@@ -1,0 +1,229 @@
+"""Native programs (D32): a planned run whose nodes are all native calls is recorded once and then
+replayed by one C call (minirt/native/program.py, program_impl.h).  A replay must give exactly what
+running the nodes gives, for every new input (the input pointers are patched per run), and must
+never be made from a run it cannot reproduce."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper
+
+import minirt
+from builder.build import build
+from minirt import native
+from minirt.errors import KernelError
+from minirt.native import program
+
+from tests.native.conftest import requires_native
+
+pytestmark = requires_native
+
+ROOT = Path(__file__).resolve().parent.parent
+DIGITS = ROOT / "examples" / "digits"
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return {
+        "float": build(str(DIGITS / "digits_cnn.onnx"), None).data,
+        "int8": build(str(DIGITS / "digits_cnn.onnx"), None, quantize="int8",
+                      calibration=str(DIGITS / "calibration.npz")).data,
+        "int8-dynamic": build(str(DIGITS / "digits_cnn.onnx"), None, quantize="int8-dynamic").data,
+    }
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.load(DIGITS / "heldout.npz")["image"]
+
+
+def _program_of(sess) -> str | None:
+    (plan,) = sess.memory_plans()
+    return plan["native_program"]
+
+
+@pytest.mark.parametrize("kind", ["float", "int8"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch", [1, 5])
+def test_demo_model_runs_as_one_program_with_the_nodes_results(digits, images, kind, threads, batch):
+    sess = minirt.Session(digits[kind], threads=threads)
+    nodes = minirt.Session(digits[kind], threads=threads, native_program=False)
+    for i in range(6):  # run 1 plans memory, run 2 records the program, the rest replay it
+        x = np.ascontiguousarray(images[i * batch:(i + 1) * batch])
+        got = sess.run(None, {"image": x})[0]
+        np.testing.assert_array_equal(got, nodes.run(None, {"image": x})[0])
+    assert re.fullmatch(r"\d+ native calls", _program_of(sess)), _program_of(sess)
+    assert nodes.memory_plans()[0]["native_program"] is None
+
+
+def test_replayed_runs_read_the_current_input_and_return_outputs_the_caller_owns(digits, images):
+    sess = minirt.Session(digits["float"], threads=1)
+    nodes = minirt.Session(digits["float"], threads=1, native_program=False)
+    x = np.ascontiguousarray(images[:1])
+    for _ in range(3):
+        first = sess.run(None, {"image": x})[0]
+    assert _program_of(sess).endswith("native calls")
+    x[...] = images[1:2]  # the same array, new contents
+    second = sess.run(None, {"image": x})[0]
+    np.testing.assert_array_equal(second, nodes.run(None, {"image": x})[0])
+    assert not np.array_equal(first, second)
+    assert not np.shares_memory(first, second)
+    second[...] = 0  # the caller's to change: the next run is unaffected
+    np.testing.assert_array_equal(sess.run(None, {"image": x})[0], nodes.run(None, {"image": x})[0])
+    # an input of the same shape that is not C-contiguous: the nodes run instead, with the same result
+    wide = np.zeros((1, 1, 8, 16), np.float32)
+    wide[..., ::2] = images[2:3]
+    strided = wide[..., ::2]
+    np.testing.assert_array_equal(sess.run(None, {"image": strided})[0],
+                                  nodes.run(None, {"image": np.ascontiguousarray(strided)})[0])
+
+
+def test_isa_and_thread_changes_record_the_program_again(digits, images):
+    sess = minirt.Session(digits["int8"], threads=1)
+    nodes = minirt.Session(digits["int8"], threads=1, native_program=False)
+    x = np.ascontiguousarray(images[:3])
+    before = native.isa
+    try:
+        for isa in ("baseline", before, "baseline"):
+            native.select_isa(isa)
+            for _ in range(3):
+                np.testing.assert_array_equal(sess.run(None, {"image": x})[0], nodes.run(None, {"image": x})[0])
+            assert _program_of(sess).endswith("native calls")
+    finally:
+        native.select_isa(before)
+    sess.threads = nodes.threads = 2
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, {"image": x})[0], nodes.run(None, {"image": x})[0])
+
+
+def test_dynamic_quantization_is_never_replayed(digits, images):
+    """int8-dynamic derives its scales from each input: a recorded call would keep the first ones."""
+    sess = minirt.Session(digits["int8-dynamic"], threads=1)
+    nodes = minirt.Session(digits["int8-dynamic"], threads=1, native_program=False)
+    for i in range(4):
+        x = np.ascontiguousarray(images[i:i + 1]) * (i + 1)  # new ranges, new scales
+        np.testing.assert_array_equal(sess.run(None, {"image": x})[0], nodes.run(None, {"image": x})[0])
+    assert "not one native call" in _program_of(sess)
+
+
+def _conv_model(tail: str) -> onnx.ModelProto:
+    """Conv + Relu -> MaxPool -> Flatten -> Gemm, then ``tail`` ("" or an op applied to the logits)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal((10, 8 * 4 * 4)).astype(np.float32), "g"),
+             numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "gb")]
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["r"]),
+             h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("Flatten", ["p"], ["f"]), h.make_node("Gemm", ["f", "g", "gb"], ["logits"], transB=1)]
+    out = "logits"
+    if tail:
+        nodes.append(h.make_node(tail, ["logits"], ["y"]))
+        out = "y"
+    graph = h.make_graph(nodes, "conv_model", [h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 8, 8])],
+                         [h.make_tensor_value_info(out, TP.FLOAT, [2, 10])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("tail", ["", "Softmax", "Abs"])
+def test_a_node_outside_the_native_calls_keeps_the_run_in_python(tail):
+    """Against onnxruntime on every run; with a node that is not one recorded native call the session
+    says why there is no program."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _conv_model(tail)
+    sess = minirt.Session(build(model, None).data, threads=1)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    summary = _program_of(sess)
+    if tail:
+        assert tail in summary and "not one native call" in summary, summary
+    else:
+        assert summary.endswith("native calls"), summary
+
+
+def test_a_failing_call_names_its_node(digits, images):
+    sess = minirt.Session(digits["float"], threads=1)
+    x = np.ascontiguousarray(images[:1])
+    for _ in range(3):
+        sess.run(None, {"image": x})
+    (arena,) = sess._mplans[sess._STATIC_SIGNATURE if sess._static_inputs else next(iter(sess._mplans))]._free
+    prog = arena.program
+    prog.calls[prog.n - 1].entry = 999  # an entry point the executor does not know: it fails there
+    with pytest.raises(KernelError, match="Gemm"):
+        sess.run(None, {"image": x})
+
+
+# --------------------------------------------------------------------------- what a recording accepts
+
+
+def _recorder_with(calls) -> program.Recorder:
+    rec = program.Recorder()
+    rec.steps = [calls]
+    return rec
+
+
+def _maxpool_call(x, y):
+    """A recorded 2x2 stride-2 max pool of x (1, 1, 4, 4) into y (1, 1, 2, 2), made by native.maxpool2d_call."""
+    with program.Recorder() as rec:
+        native.maxpool2d_call(native.maxpool2d_prepare(x.shape, (2, 2), (2, 2), (1, 1), (0, 0), (2, 2)), x, y)
+        return list(native._recording.calls)
+
+
+def test_build_accepts_inputs_arena_and_earlier_results_and_refuses_anything_else():
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    arena = np.zeros((1, 1, 2, 2), np.float32)
+    span = (arena.ctypes.data, arena.ctypes.data + arena.nbytes)
+    calls = _maxpool_call(x, arena)
+    prog = program.build(_recorder_with(calls), {0: x}, {1: arena}, [], span)
+    assert isinstance(prog, program.Program) and prog.patches == ((0, 0, 0),)
+    # replayed on a new input: the arena holds its pool
+    x2 = -x
+    assert prog.run([x2, None]) == -1
+    np.testing.assert_array_equal(arena, _pool2x2(x2))
+    # a read of an array the recorded calls did not make (a copy of the input, say)
+    refused = program.build(_recorder_with(_maxpool_call(x.copy(), arena)), {0: x}, {1: arena}, [], span)
+    assert refused == "call mrt_maxpool2d_f32 reads a buffer made outside the recorded calls"
+    # a read of a model constant is fine; a write into one, or into an input, is not
+    const = x.copy()
+    const.flags.writeable = False
+    assert isinstance(program.build(_recorder_with(_maxpool_call(const, arena)), {0: x}, {1: arena}, [const], span),
+                      program.Program)
+    for target, constants in ((x, []), (const, [const])):
+        name, args, reads, _ = calls[0]
+        bad = [(name, args, reads, ((1, target),))]  # (classified only, never run)
+        assert "writes into a model input or constant" in program.build(
+            _recorder_with(bad), {0: x}, {1: arena}, constants, span)
+    # an output that no recorded call made
+    assert "graph output" in program.build(_recorder_with(calls), {0: x}, {1: x}, [], span)
+
+
+def _pool2x2(x):
+    n, c, hh, ww = x.shape
+    return x.reshape(n, c, hh // 2, 2, ww // 2, 2).max(axis=(3, 5))
+
+
+def test_the_executor_reads_each_argument_as_its_parameter_type():
+    """program_impl.h passes argument j of each entry point as P(j) / I(j) / L(j) / F(j); the recorder
+    stores it by the parameter's C type (cffi's view of kernels.h).  The two must agree everywhere."""
+    source = (ROOT / "minirt" / "native" / "program_impl.h").read_text()
+    cases = re.findall(r"case (MRT_CALL_\w+):\s*(?:return\s+)?(mrt_\w+)\(([^;]*)\);", source)
+    assert len(cases) == len([n for n in dir(native._lib) if n.startswith("MRT_CALL_")]) >= 11
+    letter = {"int": "I", "long": "L", "float": "F"}
+    for code, fn, arglist in cases:
+        assert code == "MRT_CALL_" + fn[len("mrt_"):].upper()
+        params = native._ffi.typeof(getattr(native._lib, fn)).args
+        got = re.findall(r"([PILF])\((\d+)\)", arglist)
+        assert [int(j) for _, j in got] == list(range(len(params))), fn
+        want = ["P" if p.kind == "pointer" else letter[p.cname] for p in params]
+        assert [m for m, _ in got] == want, fn
