@@ -364,14 +364,15 @@ class _Plan:
         except Exception as exc:
             raise _kernel_error(step, env, exc) from exc
 
-    def record_program(self, env: list, arena: "minirt.arena.Arena") -> "_program.Program | str":
+    def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None) -> "_program.Program | str":
         """Run every step over ``env`` with ``arena``'s buffers, recording the native calls they make;
-        returns the native program that replays them, or why there is none (D32)."""
+        returns the native program that replays them, or why there is none (D32).  ``threads``: the
+        session's setting the calls were made with."""
         inputs = {v: env[v] for v in self.graph.inputs}  # (the run frees them after their last reader)
         with _program.Recorder() as recorder:
             self._execute_planned(env, arena.outs, None, None, recorder)
         return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs},
-                              [a for _, a in self.constants], arena.span)
+                              [a for _, a in self.constants], arena.span, threads)
 
     def execute_profiled(self, env: list, arena: "minirt.arena.Arena | None" = None, record: list | None = None
                          ) -> list[tuple[str, str, float]]:
@@ -684,6 +685,17 @@ class Session:
             aplan, record = self._memory_plan_for(sig)
             if aplan is not None:
                 arena = aplan.checkout()
+                program = arena.program
+                if (type(program) is _program.Program and profile is None and self.native_program
+                        and program.usable(self.threads)):
+                    try:  # (before the thread settings below: the recorded calls carry their thread count)
+                        results = self._replay(program, env, out_slots)
+                    except BaseException:
+                        aplan.checkin(arena)
+                        raise
+                    if results is not None:
+                        aplan.checkin(arena)
+                        return results
         # Threads: native kernels take the count per Python thread.  BLAS (process-wide, cached) is
         # single-threaded when the native kernels run: it then only sees products of 1-3 rows
         # (memory-bound), where OpenBLAS's busy-waiting workers cost far more than they give, and
@@ -692,10 +704,13 @@ class Session:
         _native.set_threads(self.threads)
         _blas.set_threads(1 if _native.available else self.threads)
         try:
-            if arena is not None and profile is None and self.native_program and not _MEMPLAN_CHECK:
-                results = self._run_program(env, arena, aplan, out_slots, input_feed)
-                if results is not None:
-                    return results
+            if (arena is not None and profile is None and self.native_program and not _MEMPLAN_CHECK
+                    and (arena.program is None
+                         or type(arena.program) is _program.Program and not arena.program.usable(self.threads))):
+                # not recorded yet on this arena, or under another ISA / thread count: record it now
+                with _limits.limit(self.max_tensor_bytes):
+                    arena.program = self._plan.record_program(env, arena, self.threads)
+                return self._collect(out_slots, env, input_feed, aplan.copy_outputs)
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if profile is None:
                     self._plan.execute(env, arena, record)
@@ -719,23 +734,15 @@ class Session:
             )
         return results
 
-    def _run_program(self, env: list, arena: "arena.Arena", aplan, out_slots, feed) -> list | None:
-        """Run the native program recorded on ``arena`` (D32): the outputs, or None when the nodes
-        must run instead (there is no program for this arena, or this feed is not one it can take).
-        The first run on an arena runs the nodes while it records the program."""
-        program = arena.program
-        if type(program) is _program.Program and program.usable():
-            failed = program.run(env)
-            if failed == -1:
-                return [program.outputs[v].copy() for v in out_slots]  # (the program's buffers, reused)
-            if failed >= 0:
-                raise _kernel_error(self._plan.steps[failed], env, MemoryError(
-                    f"native kernel returned {program.rc[0]} (could not allocate its scratch memory)"))
-            return None  # an input the program cannot take as is
-        if program is None or type(program) is _program.Program:  # not recorded yet, or under another ISA
-            with _limits.limit(self.max_tensor_bytes):
-                arena.program = self._plan.record_program(env, arena)
-            return self._collect(out_slots, env, feed, aplan.copy_outputs)
+    def _replay(self, program: "_program.Program", env: list, out_slots) -> list | None:
+        """The outputs of ``program`` (recorded on this run's arena, D32) run on the inputs in ``env``,
+        or None when it cannot take these inputs (one is not C-contiguous): the nodes then run."""
+        failed = program.run(env)
+        if failed == -1:
+            return [program.outputs[v].copy() for v in out_slots]  # (the program's buffers, reused)
+        if failed >= 0:
+            raise _kernel_error(self._plan.steps[failed], env, MemoryError(
+                f"native kernel returned {program.rc[0]} (could not allocate its scratch memory)"))
         return None
 
     # --- static memory plan (D17) -------------------------------------------------

@@ -850,12 +850,19 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
  * outputs; at stride 1 it is not, and 25% slower over 160x160). */
 #define MRT_CONV_CV_STRIDED_K 144
 
-/* Does the channel-vector kernel run this geometry (when it gets packed weights)?  Only with whole
- * panels of output channels (a multiple of 32, the widest panel: M = 24 or 16 would waste lanes),
- * then by the rules above.  It depends on the geometry only (not on the batch, the threads or the
- * dilations), so callers can pack once per layer. */
+/* ... Output channels in part-filled panels (M not a multiple of 32, the widest panel) waste lanes,
+ * but on tiny outputs the GEMM's fixed costs (im2col, packing, its column padding) weigh more: at
+ * most this many pixels, measured 8x8-16x16 with M = 8-24, C = 1-16: 0.74-3.0 us against 1.3-4.9
+ * for the GEMM; 32x32 with C = 3 and M = 16 was 12.1 against 10.6. */
+#define MRT_CONV_CV_TINY_PLANE 256
+
+/* Does the channel-vector kernel run this geometry (when it gets packed weights)?  With whole panels
+ * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  It depends
+ * on the geometry only (not on the batch, the threads or the dilations), so callers can pack once
+ * per layer. */
 int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int sh, int sw, int oh, int ow) {
-    if (group < 1 || c % group || m % group || (m / group) % 32 != 0) return 0;
+    if (group < 1 || c % group || m % group) return 0;
+    if ((m / group) % 32 != 0) return kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_TINY_PLANE;
     const long k = (long)c / group * kh * kw;
     if (k >= MRT_CONV_CV_DEEP_K) return 1;
     if (kh * kw == 1) return 0;

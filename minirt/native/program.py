@@ -121,16 +121,18 @@ class Program:
         failed = _native._lib.mrt_program_run(self.calls, self.n, self.rc)
         return -1 if failed < 0 else self.step_of_call[failed]
 
-    def usable(self) -> bool:
-        """Whether the native module state it was recorded under still holds."""
-        return _native.available and _native.isa == self.isa and _native.threads() == self.threads
+    def usable(self, threads) -> bool:
+        """Whether it may run for a session whose thread setting is ``threads``: the native module
+        state and the setting it was recorded under still hold (its calls carry both)."""
+        return self.threads == threads and _native.isa == self.isa and _native.available
 
 
-def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span) -> "Program | str":
+def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span, threads=None) -> "Program | str":
     """The program of a recorded run, or why there is none.
 
     ``inputs`` / ``outputs``: the run's graph inputs and outputs, slot -> value; ``constants``: the
-    graph's constant arrays; ``arena_span``: (first, past-the-end) address of the arena's memory."""
+    graph's constant arrays; ``arena_span``: (first, past-the-end) address of the arena's memory;
+    ``threads``: the session's thread setting during the run."""
     if recorder.refused is not None:
         return recorder.refused
     feeds = {v: _span(a) for v, a in inputs.items() if type(a) is np.ndarray and a.nbytes}  # slot -> span
@@ -168,7 +170,7 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
     if not flat:
         return "no native calls"
     prog = Program()
-    prog.isa, prog.threads = _native.isa, _native.threads()
+    prog.isa, prog.threads = _native.isa, threads
     prog.calls, prog.args = _c_calls(flat)
     prog.n = len(flat)
     prog.keep = (keep, flat)  # (the recorded arguments hold the cffi pointers, and these their arrays)

@@ -4,7 +4,7 @@ Images with a GEMM of their own run the implicit-GEMM convolution with the outpu
 vector lanes when the layer's weights come pre-packed (``native.conv_pack_w``): the Python wrapper
 packs them, once per weight array, for the layers ``mrt_conv2d_uses_packed_w`` picks (output
 channels a multiple of 32, and a sum of depth >= 192, or a kernel larger than 1x1 with a small
-output or a stride).
+output or a stride; other channel counts with a kernel larger than 1x1 on at most 256 pixels).
 Checked here against a float64 numpy convolution written independently of minirt: the geometries
 it picks (padding, strides, dilation, groups, 1x1 direct and strided, rectangular and 5x5 kernels,
 several K blocks, partial pixel tiles, bands of output rows), and, with packing forced, channel
@@ -37,12 +37,17 @@ PICKED = {
     "rect_1x3_deep": (100, 64, 6, 30, (1, 3), (1, 1), (0, 1, 0, 1), (1, 1), 1),
     "bands_deep": (32, 32, 72, 72, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "strided_k144_large": (16, 32, 70, 66, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    # part-filled channel panels on tiny outputs (at most 256 pixels): the demo model's first conv
+    "m16_tiny_c1": (1, 16, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "m8_tiny_odd": (2, 8, 5, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "m24_tiny_groups3": (6, 24, 9, 9, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    "m16_tiny_16x16": (4, 16, 16, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
 }
 # packing forced: channel counts the wrapper would not pack for
 FORCED = {
-    "m24_partial_panel": (20, 24, 9, 9, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
-    "m16_one_vector": (30, 16, 11, 8, (3, 3), (2, 1), (0, 1, 2, 1), (1, 1), 1),
-    "m40_groups_odd": (15, 40, 13, 10, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
+    "m24_partial_panel": (20, 24, 18, 18, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "m16_one_vector": (30, 16, 35, 16, (3, 3), (2, 1), (0, 1, 2, 1), (1, 1), 1),
+    "m40_groups_odd": (15, 40, 20, 14, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
     "m13_1x1_deep": (300, 13, 5, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 }
 ACTS = [("", ()), ("Relu", ()), ("SiLU", ()), ("HardSwish", ()), ("Clip", (-0.5, 0.5)), ("Sigmoid", ())]
