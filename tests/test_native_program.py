@@ -84,6 +84,23 @@ def test_replayed_runs_read_the_current_input_and_return_outputs_the_caller_owns
                                   nodes.run(None, {"image": np.ascontiguousarray(strided)})[0])
 
 
+def test_a_program_keeps_no_input_of_the_run_it_was_recorded_on(digits, images):
+    import gc
+    import weakref
+
+    sess = minirt.Session(digits["int8"], threads=1)
+    x = np.ascontiguousarray(images[:1])
+    for _ in range(3):
+        sess.run(None, {"image": x})
+    assert _program_of(sess).endswith("native calls")
+    gone = weakref.ref(x)
+    del x
+    gc.collect()
+    assert gone() is None
+    np.testing.assert_array_equal(sess.run(None, {"image": images[1:2]})[0],
+                                  minirt.Session(digits["int8"], threads=1).run(None, {"image": images[1:2]})[0])
+
+
 def test_isa_and_thread_changes_record_the_program_again(digits, images):
     sess = minirt.Session(digits["int8"], threads=1)
     nodes = minirt.Session(digits["int8"], threads=1, native_program=False)

@@ -173,7 +173,11 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
     prog.isa, prog.threads = _native.isa, threads
     prog.calls, prog.args = _c_calls(flat)
     prog.n = len(flat)
-    prog.keep = (keep, flat)  # (the recorded arguments hold the cffi pointers, and these their arrays)
+    # The recorded arguments hold the cffi pointers, and these their arrays: kept, except the inputs of
+    # the recorded run (patched on every run; holding them would keep the caller's arrays alive).
+    patched = {(j, pos) for j, pos, _ in patches}
+    prog.keep = (keep, [tuple(None if (j, k) in patched else a for k, a in enumerate(args))
+                        for j, (_, args) in enumerate(flat)])
     prog.patches = tuple(patches)
     prog.outputs = outputs
     prog.step_of_call = tuple(step_of_call)
