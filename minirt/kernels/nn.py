@@ -888,7 +888,7 @@ def global_average_pool(x, /, *, out=None):
         # One pass with vector partial sums (numpy's mean over the trailing axes is several times slower).
         y = _out_buffer(_free_out(out, x), x.shape[:2] + (1,) * nd)
         _native.plane_means(np.ascontiguousarray(x), y)
-        return y
+        return _native.final(y)  # (one native call, returned as is: a program may replay it)
     # np.mean accumulates float16 in float32 and returns the input dtype.
     return np.asarray(x.mean(axis=tuple(range(2, 2 + nd)), keepdims=True), dtype=x.dtype)
 

@@ -639,7 +639,10 @@ def upsample_nearest(x, y, fh: int, fw: int) -> None:
 def plane_means(x, y) -> None:
     """y (P,) = the mean of each of the P planes of x (P, plane); float32, contiguous, plane > 0."""
     planes = y.size
-    _lib.mrt_plane_means_f32(_ptr(x), _ptr(y), planes, x.size // planes if planes else 0, threads())
+    args = (_ptr(x), _ptr(y), planes, x.size // planes if planes else 0, threads())
+    _lib.mrt_plane_means_f32(*args)
+    if _recording.calls is not None:
+        _record(_lib.mrt_plane_means_f32, args, ((0, x),), ((1, y),))
 
 
 def maxpool2d_s1(x, y, k, pb) -> None:

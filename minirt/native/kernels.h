@@ -242,6 +242,7 @@ typedef struct {
 #define MRT_CALL_QCONV2D_Q 9
 #define MRT_CALL_QCONV2D_POOL_F32 10
 #define MRT_CALL_QMATMUL_F32 11
+#define MRT_CALL_PLANE_MEANS_F32 12
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -53,6 +53,9 @@ static int program_call(const mrt_call *call) {
                                     I(25), I(26), I(27), P(28), I(29), F(30), F(31), I(32));
     case MRT_CALL_QMATMUL_F32:
         return mrt_qmatmul_f32(P(0), L(1), I(2), F(3), I(4), P(5), I(6), P(7), P(8), P(9), I(10), F(11), F(12), I(13));
+    case MRT_CALL_PLANE_MEANS_F32:
+        mrt_plane_means_f32(P(0), P(1), L(2), L(3), I(4));
+        return 0;
     default:
         return -100;
     }
