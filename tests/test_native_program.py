@@ -169,6 +169,27 @@ def test_a_node_outside_the_native_calls_keeps_the_run_in_python(tail):
         assert summary.endswith("native calls"), summary
 
 
+def test_global_average_pool_heads_run_as_programs():
+    """Conv -> GlobalAveragePool -> Flatten -> Gemm (a MobileNet-style head) against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal((32, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((10, 32)).astype(np.float32), "g")]
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             h.make_node("Relu", ["c"], ["r"]), h.make_node("GlobalAveragePool", ["r"], ["p"]),
+             h.make_node("Flatten", ["p"], ["f"]), h.make_node("Gemm", ["f", "g"], ["y"], transB=1)]
+    graph = h.make_graph(nodes, "gap_head", [h.make_tensor_value_info("x", TP.FLOAT, [3, 3, 15, 17])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [3, 10])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = minirt.Session(build(model, None).data, threads=2)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(5):
+        x = rng.standard_normal((3, 3, 15, 17)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert _program_of(sess).endswith("native calls"), _program_of(sess)
+
+
 def test_a_failing_call_names_its_node(digits, images):
     sess = minirt.Session(digits["float"], threads=1)
     x = np.ascontiguousarray(images[:1])
