@@ -18,11 +18,10 @@ from minirt.kernels.registry import is_constant, kernel, remember
 # --------------------------------------------------------------------------- native float32 GEMM
 
 # Below this many rows per matrix the product is a matrix-vector one: numpy's
-# BLAS gemv does it without packing anything (our GEMM packs all of b first).
+# BLAS gemv does it without packing anything (our GEMM packs all of b first) ...
 _NATIVE_MIN_ROWS = 4
-# ... unless B is packed once (a constant weight, _PreparedProduct): then 2-3 rows, and one row of a
-# B of at most this many elements, take our GEMM too (see _PreparedProduct.run)
-_PACKED_GEMV_MAX = 1 << 16
+# ... unless B is packed once (a constant weight, _PreparedProduct): then 1-3 rows take our GEMM too
+# (see _PreparedProduct.run).
 _F32 = np.dtype(np.float32)
 
 
@@ -170,10 +169,11 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         prepared.bias, prepared.epilogue = bias, (act, a0, a1)
         # A constant B (read-only: the node's weight; kept products only) is packed once, as the GEMM
         # would pack it on every call, from the first run (every run gives the same sums).  Packed, the
-        # GEMM also beats BLAS on 2-3 rows (1024 x 128: 9.6 against 30-45 us) and on one row of a small
-        # B (128 x 10: 1.2 against 1.7 us); BLAS's gemv keeps one row of a large B (512 x 1000: 17
-        # against 35 us, bound by reading B).
-        prepared.pack_b = keep and (rows > 1 or k * n <= _PACKED_GEMV_MAX) and _native.has_sgemm_pb()
+        # GEMM also beats BLAS on 2-3 rows (1024 x 128: 9.6 against 30-45 us) and one row on a small B
+        # (1024 x 128: 5.0 against 7.9 us); one row of a large B is 20-40% slower than BLAS's gemv
+        # (512 x 1000: 23 against 17-20 us, both bound by reading B) but, a native call, it lets a
+        # classifier head run in a native program (D32: MobileNet-style 1.18x -> 1.07x onnxruntime).
+        prepared.pack_b = keep and _native.has_sgemm_pb()
         prepared.bpack = None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
             remember(memo, a.shape, prepared)

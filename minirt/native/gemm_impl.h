@@ -613,11 +613,77 @@ static void FN(sgemm_pack_b_all)(const float *B, long ldb, int transb, int K, in
     }
 }
 
+/* Panels of B a one-row product reads at once (FN(sgemv_pb_task)). */
+#define G_GEMV_PANELS 8
+
+/* One row of A times B packed by FN(sgemm_pack_b_all), the items [begin, end) of G_GEMV_PANELS
+ * panels each: the same sums in the same order as the GEMM's tiles (each k block summed from zero
+ * and stored through FN(sgemm_store_row), which adds the previous blocks' total and, after the last,
+ * the epilogue), so the results are identical.  With one row a tile makes two chains of multiply-adds
+ * that wait on each other's latency; several panels at once make independent chains, and the row
+ * then streams B at the memory's pace. */
+static MRT_TARGET void FN(sgemv_pb_task)(void *ctx, long begin, long end) {
+    const FN(sgemm_args) *g = (const FN(sgemm_args) *)ctx;
+    const int K = g->K, N = g->N, kc = g->kc;
+    for (long item = begin; item < end; ++item) {
+        const int n0 = (int)item * G_GEMV_PANELS * G_NR;
+        const int panels = (N - n0 + G_NR - 1) / G_NR < G_GEMV_PANELS ? (N - n0 + G_NR - 1) / G_NR : G_GEMV_PANELS;
+        for (int p0 = 0; p0 < K; p0 += kc) {
+            const int kb = K - p0 < kc ? K - p0 : kc;
+            const float *a = g->A + p0;
+            const float *bp = g->bpack + (long)p0 * g->bpack_ld + (long)n0 * kb; /* panel q at + q * G_NR * kb */
+            FN(vf) acc[2 * G_GEMV_PANELS] = {0};
+            if (panels == G_GEMV_PANELS) {
+                for (int k = 0; k < kb; ++k) {
+                    const float s = a[k];
+#pragma GCC unroll 8
+                    for (int q = 0; q < G_GEMV_PANELS; ++q) {
+                        const float *b = bp + (long)q * G_NR * kb + (long)k * G_NR;
+                        acc[2 * q] += FN(vload)(b) * s; /* (as FN(sgemm_ukr_step): the same rounding) */
+                        acc[2 * q + 1] += FN(vload)(b + MRT_VL) * s;
+                    }
+                }
+            } else {
+                for (int k = 0; k < kb; ++k) {
+                    const float s = a[k];
+                    for (int q = 0; q < panels; ++q) {
+                        const float *b = bp + (long)q * G_NR * kb + (long)k * G_NR;
+                        acc[2 * q] += FN(vload)(b) * s;
+                        acc[2 * q + 1] += FN(vload)(b + MRT_VL) * s;
+                    }
+                }
+            }
+            const int last = p0 + kb >= K;
+            for (int q = 0; q < panels; ++q) {
+                const int n = n0 + q * G_NR, nr = N - n < G_NR ? N - n : G_NR;
+                FN(sgemm_store_row)(g, g->C + n, acc[2 * q], acc[2 * q + 1], nr, p0 > 0, last, 0, n);
+            }
+        }
+        if (g->act != MRT_ACT_NONE && !FN(act_in_registers)(g->act)) {
+            const int cols = N - n0 < panels * G_NR ? N - n0 : panels * G_NR;
+            FN(sgemm_act_tile)(g, g->C + n0, 0, 1, cols);
+        }
+    }
+}
+
 /* FN(sgemm) of one matrix with B packed by FN(sgemm_pack_b_all): the same sums in the same order
- * (identical results), without packing B per call. */
+ * (identical results), without packing B per call.  One row of A goes to FN(sgemv_pb_task). */
 static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
                          const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
                          int nthreads) {
+    if (M == 1 && N > 0 && K > 0) {
+        FN(sgemm_args) g;
+        g.A = A; g.B = NULL; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
+        g.bpack = bpack; g.bpack_ld = (N + G_NR - 1) / G_NR * G_NR;
+        g.lda = lda; g.ldb = 0; g.ldc = ldc; g.ldr = ldr; g.sa = g.sb = g.sc = g.sr = 0; g.transb = 0;
+        g.M = 1; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
+        g.ext_ow = 0; g.ext_wq = 0;
+        g.kc = FN(sgemm_kc)(K);
+        const long items = (N + G_GEMV_PANELS * G_NR - 1) / (G_GEMV_PANELS * G_NR);
+        /* (a thread pays from ~0.5M multiply-adds, as in FN(sgemm_run)) */
+        mrt_parallel_for(items, (long)G_GEMV_PANELS * G_NR * K / 16, nthreads, FN(sgemv_pb_task), &g);
+        return;
+    }
     FN(sgemm_with)(1, M, N, K, A, lda, 0, NULL, 0, 0, 0, bpack, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1,
                    nthreads);
 }
