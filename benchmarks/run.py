@@ -152,6 +152,11 @@ def latency(prep: dict, threads: int, seconds: float) -> dict:
         overheads.append(prof["overhead_per_node_s"])
     out["nodes"] = len(prof["nodes"])
     out["overhead_per_node_us"] = statistics.median(overheads) * 1e6
+    # the timed runs: one native program (D32; the per-node overhead above is then not paid) or node by node
+    for _ in range(3):  # (at 2 threads the timed runs were in other processes: plan and record here too)
+        mine.run(None, feed)
+    program = next((p["native_program"] for p in mine.memory_plans()), None)
+    out["native_program"] = bool(program and program.endswith("native calls"))
     out["ratio_median"] = out["minirt"]["median_s"] / out["onnxruntime"]["median_s"]
     out["ratio_p90"] = out["minirt"]["p90_s"] / out["onnxruntime"]["p90_s"]
     return out
@@ -200,6 +205,8 @@ def cold(prep: dict, threads: int, reps: int) -> dict:
 
 
 def fmt_ms(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} µs"
     return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
 
 
@@ -218,7 +225,8 @@ def table(results: list) -> str:
             f"| {fmt_ms(lat['onnxruntime']['median_s'])} | **{lat['ratio_median']:.2f}x** | {lat['ratio_p90']:.2f}x "
             f"| {fmt_ms(c['minirt']['cold_s'])} / {fmt_ms(c['onnxruntime']['cold_s'])} (**{c['cold_ratio']:.2f}x**) "
             f"| {fmt_mb(c['minirt']['peak_rss'])} / {fmt_mb(c['onnxruntime']['peak_rss'])} "
-            f"(**{c['rss_ratio']:.2f}x**) | {lat['overhead_per_node_us']:.1f} ({lat['nodes']}) "
+            f"(**{c['rss_ratio']:.2f}x**) | {lat['overhead_per_node_us']:.1f} ({lat['nodes']})"
+            f"{', program' if lat.get('native_program') else ''} "
             f"| {lat['max_abs_diff']:.2g} |"
         )
     return "\n".join(lines)
@@ -342,7 +350,9 @@ def main() -> int:
         "interleaved at 1 thread; at 2 threads each runtime runs in a process of its own, the two alternating in "
         "4 rounds (in one process onnxruntime's spinning workers take the core ours need). Cold start: process spawn to first result in a fresh `python -c` (import, load, one run). "
         "Peak RSS: the same fresh processes after 4 runs (interpreter and numpy included for both). "
-        "minirt's bytecode is compiled before the cold-start runs, as an install would have it.\n\n"
+        "minirt's bytecode is compiled before the cold-start runs, as an install would have it. "
+        "µs/node: minirt's Python overhead per node when the nodes run one by one; \"program\": the timed runs "
+        "replayed one native program instead, without Python between the nodes (docs/decisions.md D32).\n\n"
         + "\n".join(f"- {k}: {env[k]}" for k in ("machine", "python", "numpy", "minirt", "onnxruntime", "native",
                                                "blas", "load_average", "load_average_end"))
         + f"\n\nModels:\n\n{models_md}\n\n{md}\n\n![ratios](results.png)\n"

@@ -432,6 +432,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result[name].update(timing.summarize(xs))
     overhead, nodes = _profile_overhead(session, feed, args.profile_runs)
     result["minirt"].update(nodes=nodes, overhead_per_node_us=overhead * 1e6)
+    # how the timed runs ran: one native program (D32) or node by node, and why
+    result["minirt"]["native_program"] = next((p["native_program"] for p in session.memory_plans()), None)
     result["minirt"]["peak_rss_bytes"] = rss_minirt if args.compare else timing.peak_rss_bytes()
     result["peak_rss_before_load_bytes"] = rss_before
     result["peak_rss_end_bytes"] = timing.peak_rss_bytes()
@@ -476,6 +478,11 @@ def _print_bench(r: dict) -> None:
               f"cpu-only median {fmt_seconds(r['cpu']['median_s'])}, "
               f"ratio with providers / cpu-only: {m['median_s'] / r['cpu']['median_s']:.2f}x")
     print(f"  per-node Python overhead: {m['overhead_per_node_us']:.1f} us ({m['nodes']} nodes)")
+    program = m.get("native_program")
+    if program and program.endswith("native calls"):
+        print(f"  runs: one native program of {program[:-len(' native calls')]} calls (no Python between the nodes)")
+    elif program:
+        print(f"  runs: node by node ({program})")
     print(f"  native kernels: {r['native']}")
     print(f"  peak RSS: {fmt_bytes(m['peak_rss_bytes'])} with minirt "
           f"({fmt_bytes(r['peak_rss_before_load_bytes'])} before loading the artifact"

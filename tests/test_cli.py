@@ -323,6 +323,9 @@ def test_bench_compare_with_onnxruntime(digits_mrt, capsys):
     assert set(r["max_abs_diff"]) == {"logits"}
     assert r["max_abs_diff"]["logits"] <= 1e-4
     assert r["peak_rss_end_bytes"] >= r["minirt"]["peak_rss_bytes"] > 0
+    if minirt.native.available:  # how the timed runs ran: one native program (D32), or why not
+        program = r["minirt"]["native_program"]
+        assert re.fullmatch(r"\d+ native calls", program) or "node " in program, program
 
     code, stdout, _ = _run_cli(capsys, "bench", digits_mrt, "--runs", "3", "--compare", DIGITS_ONNX)
     assert code == 0
