@@ -109,6 +109,7 @@ typedef struct {
     int store_post; /* 1: q_store_row applies post_a / post_b too (after store_act), q_post_row skips */
     const float *Xf; /* float activations quantized while packed (q_pack_xf, VNNI) instead of X, or NULL */
     float xscale;    /* their scale (zero point x_zero) */
+    int x_by_cols;   /* X holds column n's k4 bytes at X + n * ldx (q_pack_xt) instead of row k at X + k * ldx */
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -138,9 +139,36 @@ static inline void q_interleave4(uint8_t *restrict dst, const uint8_t *r0, const
     }
 }
 
+/* q_pack_x for X stored by columns (g->x_by_cols: a QMatMul's rows of activations): the quad of
+ * column n at k is the 4 bytes at X + n * ldx + k, copied whole.  Each column holds k4 bytes (the
+ * bytes past K meet zero weights); columns past nb read as 0 (never stored), XORed with 0x80 on
+ * SDOT as in q_pack_x. */
+static void q_pack_xt(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
+    const int kq = (kb + 3) / 4, NR = g->nr;
+    const uint32_t flip = g->dot ? 0x80808080u : 0;
+    for (int j0 = 0; j0 < nb; j0 += NR) {
+        uint8_t *panel = out + (long)j0 * kq * 4;
+        const int w = nb - j0 < NR ? nb - j0 : NR;
+        for (int j = 0; j < NR; ++j) {
+            const uint8_t *src = g->X + (long)(n0 + j0 + j) * g->ldx + k0;
+            uint8_t *dst = panel + 4 * j;
+            for (int q = 0; q < kq; ++q, dst += 4 * NR) {
+                uint32_t v = 0;
+                if (j < w) memcpy(&v, src + 4 * q, 4);
+                v ^= flip;
+                memcpy(dst, &v, 4);
+            }
+        }
+    }
+}
+
 /* Pack X[k0:k0+kb, n0:n0+nb] into quad panels; rows past K and columns past
  * N read as 0 (the matching weights are 0 / the columns are not stored). */
 static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
+    if (g->x_by_cols) {
+        q_pack_xt(g, k0, kb, n0, nb, out);
+        return;
+    }
     int kq = (kb + 3) / 4;
     const int NR = g->nr;
     for (int j0 = 0; j0 < nb; j0 += NR) {
@@ -578,12 +606,13 @@ static void q_task(void *ctx, long begin, long end) {
 }
 
 static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
-                         int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
+                         int x_by_cols, int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                          long ldr, int act, float a0, float a1, float post_a, float post_b, uint8_t *Cq, long ldcq,
                          const float *yscale, const int32_t *yzp, const float *Xf, float xscale, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
     g.Xf = Xf; g.xscale = xscale;
+    g.x_by_cols = x_by_cols;
     g.Cq = Cq; g.ldcq = ldcq; g.yscale = yscale; g.yzp = yzp;
     g.post_a = post_a; g.post_b = post_b;
     g.sums = sums;
@@ -628,7 +657,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
 static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                        int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                        long ldr, int act, float a0, float a1, int nthreads) {
-    q_gemm_run_q(M, N, K, sums, W, X, ldx, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f, NULL, 0,
+    q_gemm_run_q(M, N, K, sums, W, X, ldx, 0, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f, NULL, 0,
                  NULL, NULL, NULL, 0.0f, nthreads);
 }
 
@@ -1351,7 +1380,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         }
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p, a->x_zero,
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p, 0, a->x_zero,
                          a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
                          ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
@@ -1376,7 +1405,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     }
     for (int g = 0; g < a->group; ++g) {
         const long r0 = (long)g * mg;
-        q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + (long)g * kg * ldb, ldb, a->x_zero,
+        q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + (long)g * kg * ldb, ldb, 0, a->x_zero,
                      a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
                      a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a, a->res ? 0.0f : a->post_b,
                      q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL, q_out ? a->y_zero + r0 : NULL, NULL,
@@ -1513,36 +1542,32 @@ int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, 
 
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):
  * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
- * of rows; a is quantized straight into the transposed (K, rows) layout, and C^T is transposed
- * into y (rows == 1 writes y directly). */
+ * of rows; a is quantized row by row into rows of k4 bytes (contiguous, vectorized), which the
+ * GEMM reads as its columns (q_pack_xt), and C^T is transposed into y (rows == 1 writes y directly). */
 int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,
                     const float *scale, const float *bias, float *y, int act, float a0, float a1, int nthreads) {
     if (rows <= 0 || n <= 0) return 0;
-    const size_t xq_bytes = ((size_t)K * rows + 63) / 64 * 64;
+    const long k4 = q_k4(K);
+    const size_t xq_bytes = q_align64((size_t)k4 * rows);
     const size_t ct_bytes = rows == 1 ? 0 : sizeof(float) * (size_t)n * rows;
     uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + ct_bytes + 64);
     if (!xq) return -1;
     float *ct = rows == 1 ? y : (float *)(xq + xq_bytes);
-    if (rows == 1) {
-        mrt_quantize_u8_f32(a, xq, K, x_scale, x_zero, nthreads);
-    } else {
-        const float lo = (float)(0 - x_zero), hi = (float)(255 - x_zero), zp = (float)x_zero;
-        for (long r0 = 0; r0 < rows; r0 += 64) { /* blocks of 64 rows: reads and writes stay in cache */
-            long r1 = r0 + 64 < rows ? r0 + 64 : rows;
-            for (int k = 0; k < K; ++k) {
-                uint8_t *dst = xq + (long)k * rows;
-                for (long r = r0; r < r1; ++r) {
-                    float t = a[r * K + k] / x_scale;
-                    t = t > lo ? t : lo; /* NaN -> lo, as in mrt_quantize_u8_f32 */
-                    t = t < hi ? t : hi;
-                    t = (t + 12582912.0f) - 12582912.0f;
-                    dst[r] = (uint8_t)(int)(t + zp);
-                }
-            }
+    if (k4 == K || rows == 1) {
+        mrt_quantize_u8_f32(a, xq, (long)K * rows, x_scale, x_zero, nthreads);
+    } else { /* each row padded to k4 bytes (the pad meets zero weights; written for determinism) */
+        q_quant_args qa = {a, xq, x_scale, (float)(0 - x_zero), (float)(255 - x_zero), (float)x_zero};
+        for (long r = 0; r < rows; ++r) {
+            qa.x = a + r * K;
+            qa.q = xq + r * k4;
+            q_quant_task(&qa, 0, K);
+            memset(xq + r * k4 + K, x_zero, k4 - K);
         }
     }
-    q_gemm_run(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq, rows, x_zero,
-               scale, bias, ct, rows, NULL, 0, act, a0, a1, nthreads);
+    /* one row: the (K, 1) column of the matrix-vector route */
+    q_gemm_run_q(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq,
+                 rows == 1 ? 1 : k4, rows > 1, x_zero, scale, bias, ct, rows, NULL, 0, act, a0, a1, 1.0f, 0.0f, NULL,
+                 0, NULL, NULL, NULL, 0.0f, nthreads);
     if (rows > 1)
         for (long r0 = 0; r0 < rows; r0 += 32)
             for (int j = 0; j < n; ++j)

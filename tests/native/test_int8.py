@@ -139,6 +139,25 @@ def test_qmatmul_one_row_matches_numpy(every_isa):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
 
 
+@pytest.mark.parametrize("rows,k,n", [(2, 1, 1), (3, 5, 10), (33, 37, 70), (360, 512, 64), (17, 515, 33),
+                                      (40, 8, 16), (5, 131, 200)])
+@pytest.mark.parametrize("x_zero", [0, 128, 255])
+def test_qmatmul_rows_exact(rows, k, n, x_zero, every_isa, threads):
+    """QMatMul of several rows (the activations quantized row by row and read by the GEMM as its
+    columns, q_pack_xt) against integer numpy: quantize, (xq - x_zero) @ W^T, exactly.  K not a
+    multiple of 4 exercises the padded rows; values outside the uint8 range saturate."""
+    rng = np.random.default_rng(rows * 1000 + k + n + x_zero)
+    x_scale = np.float32(0.125)  # a power of two: a / x_scale is exact, so the integers are known
+    q_raw = rng.integers(-20, 276, (rows, k))
+    a = ((q_raw - x_zero) * x_scale).astype(np.float32)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    y = np.empty((rows, n), np.float32)
+    native.qmatmul(a, float(x_scale), x_zero, native.qpack(w), n, np.ones(n, np.float32), None, y)
+    xq = np.clip(q_raw, 0, 255)
+    ref = (xq - x_zero) @ w.astype(np.int64).T
+    np.testing.assert_array_equal(y, ref.astype(np.float32))
+
+
 def test_quantize_u8_matches_numpy(isa):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal(1001) * 5).astype(np.float32)
