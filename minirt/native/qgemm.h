@@ -88,6 +88,18 @@ void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed) {
     }
 }
 
+/* How a GEMM's uint8 X (K x N) is stored. */
+enum q_x_layout {
+    Q_X_ROWS,   /* row k at X + k * ldx (q_pack_x packs each block) */
+    Q_X_COLS,   /* column n's k4 bytes at X + n * ldx (q_pack_xt packs each block) */
+    Q_X_PANELS, /* already packed for the whole of N: the panels q_pack_x would make, q_panel_width(N)
+                 * columns each, one after the other (the block at column n0 at X + n0 * k4); the
+                 * columns past N of the last panel hold any bytes (computed, never stored) */
+};
+
+/* The panel width of an N-column GEMM: Q_NR, or 16 for narrow GEMMs on VNNI (q_ukr_vnni16). */
+static inline int q_panel_width(int N) { return q_use_vnni && N <= 16 ? 16 : Q_NR; }
+
 typedef struct {
     const int32_t *sums;
     const int8_t *W;
@@ -109,7 +121,7 @@ typedef struct {
     int store_post; /* 1: q_store_row applies post_a / post_b too (after store_act), q_post_row skips */
     const float *Xf; /* float activations quantized while packed (q_pack_xf, VNNI) instead of X, or NULL */
     float xscale;    /* their scale (zero point x_zero) */
-    int x_by_cols;   /* X holds column n's k4 bytes at X + n * ldx (q_pack_xt) instead of row k at X + k * ldx */
+    int x_layout;    /* how X is stored (q_x_layout) */
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -139,7 +151,7 @@ static inline void q_interleave4(uint8_t *restrict dst, const uint8_t *r0, const
     }
 }
 
-/* q_pack_x for X stored by columns (g->x_by_cols: a QMatMul's rows of activations): the quad of
+/* q_pack_x for X stored by columns (Q_X_COLS: a QMatMul's rows of activations): the quad of
  * column n at k is the 4 bytes at X + n * ldx + k, copied whole.  Each column holds k4 bytes (the
  * bytes past K meet zero weights); columns past nb read as 0 (never stored), XORed with 0x80 on
  * SDOT as in q_pack_x. */
@@ -165,7 +177,7 @@ static void q_pack_xt(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *
 /* Pack X[k0:k0+kb, n0:n0+nb] into quad panels; rows past K and columns past
  * N read as 0 (the matching weights are 0 / the columns are not stored). */
 static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
-    if (g->x_by_cols) {
+    if (g->x_layout == Q_X_COLS) {
         q_pack_xt(g, k0, kb, n0, nb, out);
         return;
     }
@@ -559,15 +571,18 @@ static void q_task(void *ctx, long begin, long end) {
         /* this block's float rows: the output itself, or the staging area (row stride nb) */
         float *cb = g->Cq ? stage : g->C + (long)m0 * g->ldc + n0;
         const long ldb = g->Cq ? nb : g->ldc;
+        const uint8_t *panels = pack;
+        if (g->x_layout == Q_X_PANELS)
+            panels = g->X + (long)n0 * g->k4;
 #ifdef MRT_HAVE_VNNI_BUILD
-        if (g->Xf)
+        else if (g->Xf)
             q_pack_xf(g, n0, nb, pack);
-        else
 #endif
+        else
             q_pack_x(g, 0, (int)g->k4, n0, nb, pack);
         for (int j0 = 0; j0 < nb; j0 += g->nr) {
             int nr = nb - j0 < g->nr ? nb - j0 : g->nr;
-            const uint8_t *panel = pack + (long)j0 * g->k4;
+            const uint8_t *panel = panels + (long)j0 * g->k4;
             for (int i0 = 0; i0 < mb; i0 += Q_MR) {
                 int mr = mb - i0 < Q_MR ? mb - i0 : Q_MR;
                 int m = m0 + i0;
@@ -606,13 +621,13 @@ static void q_task(void *ctx, long begin, long end) {
 }
 
 static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
-                         int x_by_cols, int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
+                         int x_layout, int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                          long ldr, int act, float a0, float a1, float post_a, float post_b, uint8_t *Cq, long ldcq,
                          const float *yscale, const int32_t *yzp, const float *Xf, float xscale, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
     g.Xf = Xf; g.xscale = xscale;
-    g.x_by_cols = x_by_cols;
+    g.x_layout = x_layout;
     g.Cq = Cq; g.ldcq = ldcq; g.yscale = yscale; g.yzp = yzp;
     g.post_a = post_a; g.post_b = post_b;
     g.sums = sums;
@@ -639,7 +654,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
         mc = (M + parts - 1) / parts;
         mc = (mc + Q_MR - 1) / Q_MR * Q_MR;
     }
-    g.nr = q_use_vnni && N <= 16 ? 16 : Q_NR;
+    g.nr = q_panel_width(N);
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni && N == 1 && ldx == 1 && q_bw()) { /* GEMV (q_task): no packing, split over rows */
         g.store_act = g.store_post = 0; /* one value per row: the plain store, then the act / post passes */
@@ -657,7 +672,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
 static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                        int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                        long ldr, int act, float a0, float a1, int nthreads) {
-    q_gemm_run_q(M, N, K, sums, W, X, ldx, 0, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f, NULL, 0,
+    q_gemm_run_q(M, N, K, sums, W, X, ldx, Q_X_ROWS, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f, NULL, 0,
                  NULL, NULL, NULL, 0.0f, nthreads);
 }
 
@@ -901,6 +916,99 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *c
 }
 #endif
 
+#ifdef MRT_HAVE_VNNI_BUILD
+typedef struct {
+    q_im2col_args im;  /* the images' geometry, pad, nimg and img_stride (cols, ld, col_step unused) */
+    uint8_t *panels;   /* group g's panels at panels + g * group_bytes */
+    long group_bytes;  /* k4 * (the GEMM's N rounded up to whole panels) */
+    long k4;           /* bytes per column of a group's K rows (q_k4(cg * kh * kw)) */
+    int cg, nr;        /* input channels per group, panel width (q_panel_width of the GEMM's N) */
+} q_panels_args;
+
+/* q_im2col_plane64's columns written straight in the packed layout of the GEMM (Q_X_PANELS: q_task
+ * then packs nothing): column n = i * npix + pixel of image i, each group's K rows (channel, ky, kx)
+ * in quads.  Items are (group, quad of K rows).  Per image, the quad's four rows are four masked
+ * plane loads (pad where the tap is outside the image, and for rows past the group's K, which meet
+ * zero weights), interleaved into the pixels' 4-byte quads (bytes, then 16-bit pairs, within 128-bit
+ * lanes; then the lanes put in pixel order) in a 256-byte line, which is copied into the panels in
+ * runs of columns that end at panel boundaries. */
+__attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(void *ctx, long begin, long end) {
+    const q_panels_args *pa = (const q_panels_args *)ctx;
+    const q_im2col_args *a = &pa->im;
+    const int kk = a->kh * a->kw, kg = pa->cg * kk, npix = a->oh * a->ow, nr = pa->nr;
+    const long kq = pa->k4 / 4, panel_bytes = (long)nr * pa->k4;
+    const __m512i padv = _mm512_set1_epi8((char)a->pad);
+    enum { KEPT = 49 };
+    __mmask64 masks[KEPT];
+    long offs[KEPT];
+    for (int t = 0; t < kk && t < KEPT; ++t) {
+        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
+        offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
+    }
+    uint8_t line[256] __attribute__((aligned(64)));
+    for (long item = begin; item < end; ++item) {
+        const int grp = (int)(item / kq), q = (int)(item % kq);
+        __mmask64 m[4];
+        long src[4]; /* byte offset of each row's tap-shifted plane in an image */
+        for (int t = 0; t < 4; ++t) {
+            const int r = 4 * q + t, tap = r % kk;
+            if (r >= kg) {
+                m[t] = 0;
+                src[t] = 0;
+                continue;
+            }
+            m[t] = tap < KEPT ? masks[tap] : q_plane64_mask(a, tap / a->kw, tap % a->kw);
+            src[t] = (long)(grp * pa->cg + r / kk) * a->h * a->wd +
+                     (tap < KEPT ? offs[tap]
+                                 : (long)((tap / a->kw) * a->dh - a->pt) * a->wd + (tap % a->kw) * a->dw - a->pl);
+        }
+        uint8_t *dst_q = pa->panels + grp * pa->group_bytes + (long)q * nr * 4;
+        for (int i = 0; i < a->nimg; ++i) {
+            const uint8_t *x = a->x + i * a->img_stride;
+            const __m512i v0 = _mm512_mask_loadu_epi8(padv, m[0], x + src[0]);
+            const __m512i v1 = _mm512_mask_loadu_epi8(padv, m[1], x + src[1]);
+            const __m512i v2 = _mm512_mask_loadu_epi8(padv, m[2], x + src[2]);
+            const __m512i v3 = _mm512_mask_loadu_epi8(padv, m[3], x + src[3]);
+            /* per 128-bit lane L: pixels 16L + 0..3 in q0, + 4..7 in q1, + 8..11 in q2, + 12..15 in q3 */
+            const __m512i ab_lo = _mm512_unpacklo_epi8(v0, v1), ab_hi = _mm512_unpackhi_epi8(v0, v1);
+            const __m512i cd_lo = _mm512_unpacklo_epi8(v2, v3), cd_hi = _mm512_unpackhi_epi8(v2, v3);
+            const __m512i q0 = _mm512_unpacklo_epi16(ab_lo, cd_lo), q1 = _mm512_unpackhi_epi16(ab_lo, cd_lo);
+            const __m512i q2 = _mm512_unpacklo_epi16(ab_hi, cd_hi), q3 = _mm512_unpackhi_epi16(ab_hi, cd_hi);
+            /* 4 x 4 transpose of the lanes: line[64 L .. 64 L + 63] = lane L of q0, q1, q2, q3 */
+            const __m512i t0 = _mm512_shuffle_i64x2(q0, q1, 0x44), t1 = _mm512_shuffle_i64x2(q2, q3, 0x44);
+            const __m512i t2 = _mm512_shuffle_i64x2(q0, q1, 0xee), t3 = _mm512_shuffle_i64x2(q2, q3, 0xee);
+            _mm512_store_si512(line, _mm512_shuffle_i64x2(t0, t1, 0x88));
+            _mm512_store_si512(line + 64, _mm512_shuffle_i64x2(t0, t1, 0xdd));
+            _mm512_store_si512(line + 128, _mm512_shuffle_i64x2(t2, t3, 0x88));
+            _mm512_store_si512(line + 192, _mm512_shuffle_i64x2(t2, t3, 0xdd));
+            long n = (long)i * npix;
+            for (int pix = 0; pix < npix;) { /* runs of columns inside one panel */
+                const int col = (int)(n % nr), len = nr - col < npix - pix ? nr - col : npix - pix;
+                uint8_t *d = dst_q + n / nr * panel_bytes + 4 * col;
+                for (int b = 0; b < 4 * len; b += 64) {
+                    const int left = 4 * len - b;
+                    const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+                    _mm512_mask_storeu_epi8(d + b, mk, _mm512_maskz_loadu_epi8(mk, line + 4 * pix + b));
+                }
+                n += len;
+                pix += len;
+            }
+        }
+    }
+}
+#endif
+
+/* Whether the im2col of these images takes whole planes of at most 64 pixels (q_im2col_plane64, or
+ * q_im2col_panels_task): VNNI with AVX512BW, stride 1, output as wide as the input. */
+static int q_plane64_route(int sh, int sw, int wd, int oh, int ow) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    return q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw();
+#else
+    (void)sh, (void)sw, (void)wd, (void)oh, (void)ow;
+    return 0;
+#endif
+}
+
 /* im2col of nimg images (x + i * img_stride) into columns at cols + i * col_step (row stride ld).
  * Whole planes of at most 64 pixels take q_im2col_plane64 once for all the images (its tap masks
  * serve them all); the other routes run image by image. */
@@ -911,7 +1019,7 @@ static void q_im2col_images(const uint8_t *x, int nimg, long img_stride, uint8_t
                        col_step};
     void (*route)(void *, long, long) = q_im2col_task;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw()) {
+    if (q_plane64_route(sh, sw, wd, oh, ow)) {
         mrt_parallel_for((long)c * kh * kw, (long)nimg * oh * ow, nthreads, q_im2col_plane64, &a);
         return;
     }
@@ -1024,6 +1132,7 @@ typedef struct {
     uint8_t *yq;
     int nb, direct;
     int implicit; /* nb == 1 images without im2col (q_conv_implicit) */
+    int panels;   /* images side by side im2col'ed straight into packed panels (q_im2col_panels_task) */
     q_implicit_geom geo;
     int pkh, pkw, psh, psw, poh, pow; /* fused MaxPool (pkh > 0): y is (n, m, poh, pow), float */
     size_t scratch_bytes;
@@ -1341,6 +1450,14 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
 }
 
 
+/* Scratch bytes of a chunk of images side by side for its GEMM input: the column matrix (c kh kw
+ * rows of nb oh ow bytes), or each group's panels (whole panels of up to Q_NR columns). */
+static size_t q_chunk_cols_bytes(const q_conv_args *a) {
+    const long cols = (long)a->nb * a->oh * a->ow, kk = (long)a->kh * a->kw;
+    if (a->panels) return q_align64((size_t)a->group * q_k4((int)(a->c / a->group * kk)) * ((cols + Q_NR - 1) / Q_NR * Q_NR));
+    return q_align64((size_t)a->c * kk * cols);
+}
+
 static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     const long plane = (long)a->h * a->wd, p = (long)a->oh * a->ow, chw = (long)a->c * plane, mp = (long)a->m * p;
     const int c = a->c, cg = c / a->group, mg = a->m / a->group, kk = a->kh * a->kw, kg = cg * kk;
@@ -1380,7 +1497,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         }
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p, 0, a->x_zero,
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p, Q_X_ROWS, a->x_zero,
                          a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
                          ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
@@ -1390,22 +1507,33 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     }
     /* nb images side by side: columns [j*p, (j+1)*p) of every row are image i0 + j */
     const long ldb = (long)nb * p;
-    float *tmp = (float *)(cols + q_align64((size_t)c * kk * a->nb * p));
+    float *tmp = (float *)(cols + q_chunk_cols_bytes(a));
     uint8_t *tmpq = (uint8_t *)tmp;
     const int q_out = a->yq && !a->res; /* the GEMM requantizes into tmpq: bytes are scattered */
     /* the chunk's images quantized in one pass (they are consecutive in x) */
     const uint8_t *imgs = a->x_u8 ? (const uint8_t *)a->x + i0 * chw : xq;
     if (!a->x_u8) mrt_quantize_u8_f32((const float *)a->x + i0 * chw, xq, nb * chw, a->x_scale, a->x_zero, nt);
+    /* each group's GEMM input: kg rows of ldb bytes, or (panels) its packed panels */
+    const int nr = q_panel_width((int)ldb);
+    const long group_bytes = a->panels ? k4 * ((ldb + nr - 1) / nr * nr) : (long)kg * ldb;
     if (a->direct) {
         for (int j = 0; j < nb; ++j)
             for (int ch = 0; ch < c; ++ch) memcpy(cols + ch * ldb + j * p, imgs + j * chw + ch * p, p);
+    } else if (a->panels) {
+#ifdef MRT_HAVE_VNNI_BUILD
+        q_panels_args pa = {{imgs, NULL, 0, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
+                             a->oh, a->ow, (uint8_t)a->x_zero, nb, chw, 0},
+                            cols, group_bytes, k4, cg, nr};
+        mrt_parallel_for((long)a->group * (k4 / 4), (long)nb * p * 4, nt, q_im2col_panels_task, &pa);
+#endif
     } else {
         q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
                         a->pl, a->oh, a->ow, a->x_zero, nt);
     }
     for (int g = 0; g < a->group; ++g) {
         const long r0 = (long)g * mg;
-        q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + (long)g * kg * ldb, ldb, 0, a->x_zero,
+        q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + g * group_bytes, ldb,
+                     a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero,
                      a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
                      a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a, a->res ? 0.0f : a->post_b,
                      q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL, q_out ? a->y_zero + r0 : NULL, NULL,
@@ -1494,13 +1622,14 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
     const int side_by_side = !(nb == 1 && !pkh); /* (as in q_conv_chunk) */
+    a.panels = side_by_side && !a.direct && q_plane64_route(sh, sw, wd, oh, ow);
     size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane * (side_by_side ? nb : 1));
     if (a.implicit) {
         bytes += a.geo.planes_bytes + a.geo.weights_bytes + a.geo.table_bytes;
     } else if (nb == 1 && !pkh) {
         if (!a.direct) bytes += (size_t)c * kk * p;
     } else { /* side by side (or pooled): the GEMM writes a scratch whose planes are then placed */
-        bytes += q_align64((size_t)c * kk * nb * p) + sizeof(float) * (size_t)(m / group) * nb * p;
+        bytes += q_chunk_cols_bytes(&a) + sizeof(float) * (size_t)(m / group) * nb * p;
     }
     a.scratch_bytes = bytes + 64;
     const long chunks = (n + nb - 1) / nb;
@@ -1566,7 +1695,7 @@ int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero,
     }
     /* one row: the (K, 1) column of the matrix-vector route */
     q_gemm_run_q(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq,
-                 rows == 1 ? 1 : k4, rows > 1, x_zero, scale, bias, ct, rows, NULL, 0, act, a0, a1, 1.0f, 0.0f, NULL,
+                 rows == 1 ? 1 : k4, rows == 1 ? Q_X_ROWS : Q_X_COLS, x_zero, scale, bias, ct, rows, NULL, 0, act, a0, a1, 1.0f, 0.0f, NULL,
                  0, NULL, NULL, NULL, 0.0f, nthreads);
     if (rows > 1)
         for (long r0 = 0; r0 < rows; r0 += 32)

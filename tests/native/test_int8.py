@@ -312,6 +312,13 @@ def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     (16, (5, 5), 12, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # 1x1 direct, p = 25
     (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2, (1, 1)),     # strided, padded, 2 groups
     (4, (1, 1), 10, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)),    # p = 1
+    # planes of <= 64 pixels at stride 1 side by side: on AVX-512 im2col'ed straight into packed panels
+    (8, (6, 6), 6, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),     # 2 groups (K = 36 per group), p = 36
+    (5, (6, 8), 7, (3, 3), (1, 1), (2, 1, 1, 1), 1, (1, 1)),     # K = 45 (a partial quad), oh 7 != h 6, p = 56
+    (3, (7, 7), 9, (3, 3), (1, 1), (2, 2, 2, 2), 1, (2, 2)),     # dilation 2, p = 49: images straddle panels
+    (2, (8, 8), 5, (7, 7), (1, 1), (3, 3, 3, 3), 1, (1, 1)),     # 7x7: 49 taps (all kept masks)
+    (1, (8, 8), 4, (9, 9), (1, 1), (4, 4, 4, 4), 1, (1, 1)),     # 9x9: taps past the kept masks
+    (6, (3, 5), 3, (1, 3), (1, 1), (0, 1, 0, 1), 1, (1, 1)),     # 1x3 window, p = 15 (narrow panels at n <= 1)
     # p >= 256, group 1, kernel > 1x1: one image per GEMM, implicit (planes, no im2col)
     (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # p = 400
     (5, (17, 23), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),  # a partial channel quad and 8-row tile
