@@ -962,7 +962,9 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                      (tap < KEPT ? offs[tap]
                                  : (long)((tap / a->kw) * a->dh - a->pt) * a->wd + (tap % a->kw) * a->dw - a->pl);
         }
-        uint8_t *dst_q = pa->panels + grp * pa->group_bytes + (long)q * nr * 4;
+        /* the next column's panel (quad q's rows in it) and column in that panel, image after image */
+        uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4;
+        int col = 0;
         for (int i = 0; i < a->nimg; ++i) {
             const uint8_t *x = a->x + i * a->img_stride;
             const __m512i v0 = _mm512_mask_loadu_epi8(padv, m[0], x + src[0]);
@@ -981,17 +983,18 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
             _mm512_store_si512(line + 64, _mm512_shuffle_i64x2(t0, t1, 0xdd));
             _mm512_store_si512(line + 128, _mm512_shuffle_i64x2(t2, t3, 0x88));
             _mm512_store_si512(line + 192, _mm512_shuffle_i64x2(t2, t3, 0xdd));
-            long n = (long)i * npix;
             for (int pix = 0; pix < npix;) { /* runs of columns inside one panel */
-                const int col = (int)(n % nr), len = nr - col < npix - pix ? nr - col : npix - pix;
-                uint8_t *d = dst_q + n / nr * panel_bytes + 4 * col;
+                const int len = nr - col < npix - pix ? nr - col : npix - pix;
                 for (int b = 0; b < 4 * len; b += 64) {
                     const int left = 4 * len - b;
                     const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
-                    _mm512_mask_storeu_epi8(d + b, mk, _mm512_maskz_loadu_epi8(mk, line + 4 * pix + b));
+                    _mm512_mask_storeu_epi8(panel + 4 * col + b, mk, _mm512_maskz_loadu_epi8(mk, line + 4 * pix + b));
                 }
-                n += len;
                 pix += len;
+                if ((col += len) == nr) {
+                    col = 0;
+                    panel += panel_bytes;
+                }
             }
         }
     }
@@ -1111,6 +1114,73 @@ static void q_maxpool_plane(const float *x, float *y, int wd, int kh, int kw, in
             yr[ox] = m;
         }
     }
+}
+
+#ifdef MRT_HAVE_VNNI_BUILD
+/* max(m, v) as q_max_nan: v when v > m or v is NaN, else m */
+__attribute__((target("avx512f"))) static inline __m512 q_max_nan16(__m512 m, __m512 v) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), m, v);
+}
+
+/* One 16-lane tap of the 64-float plane z0..z3 (floats 0-15, 16-31, 32-47, 48-63): lane o takes
+ * float idx[o] (in [0, 64); hi: the lanes with idx >= 32). */
+__attribute__((target("avx512f"))) static inline __m512 q_plane_tap(__m512 z0, __m512 z1, __m512 z2, __m512 z3,
+                                                                      __m512i idx, __mmask16 hi) {
+    return _mm512_mask_blend_ps(hi, _mm512_permutex2var_ps(z0, idx, z1), _mm512_permutex2var_ps(z2, idx, z3));
+}
+
+/* 2x2 / stride 2 max pooling of nch x nimg planes of at most 64 floats (oh x ow, plane (r, i) at
+ * x + r * x_row + i * x_step) into planes of at most 16 (poh x pow, at y + r * y_row + i * y_step):
+ * each plane is four registers, and the four taps of the 16 outputs are picked from them by index
+ * vectors made once per call, then folded in q_maxpool_plane's order (the two rows, then the two
+ * columns; NaN wins), so the results are its own. */
+__attribute__((target("avx512f"))) static void q_maxpool2x2_planes64(const float *x, long x_row, long x_step,
+                                                                       float *y, long y_row, long y_step, int nch,
+                                                                       int nimg, int oh, int ow, int poh, int pow) {
+    int32_t tl[16];
+    for (int o = 0; o < 16; ++o) tl[o] = o < poh * pow ? 2 * (o / pow) * ow + 2 * (o % pow) : 0;
+    const __m512i top_left = _mm512_loadu_si512(tl), one = _mm512_set1_epi32(1), row = _mm512_set1_epi32(ow);
+    const __m512i top_right = _mm512_add_epi32(top_left, one), bottom_left = _mm512_add_epi32(top_left, row);
+    const __m512i bottom_right = _mm512_add_epi32(bottom_left, one), half = _mm512_set1_epi32(31);
+    const __mmask16 hi_tl = _mm512_cmpgt_epi32_mask(top_left, half), hi_tr = _mm512_cmpgt_epi32_mask(top_right, half);
+    const __mmask16 hi_bl = _mm512_cmpgt_epi32_mask(bottom_left, half);
+    const __mmask16 hi_br = _mm512_cmpgt_epi32_mask(bottom_right, half);
+    const int npix = oh * ow;
+    const __mmask16 k0 = npix >= 16 ? 0xffff : (__mmask16)((1u << npix) - 1);
+    const __mmask16 k1 = npix >= 32 ? 0xffff : npix <= 16 ? 0 : (__mmask16)((1u << (npix - 16)) - 1);
+    const __mmask16 k2 = npix >= 48 ? 0xffff : npix <= 32 ? 0 : (__mmask16)((1u << (npix - 32)) - 1);
+    const __mmask16 k3 = npix >= 64 ? 0xffff : npix <= 48 ? 0 : (__mmask16)((1u << (npix - 48)) - 1);
+    const __mmask16 out = (__mmask16)((1u << (poh * pow)) - 1);
+    for (int r = 0; r < nch; ++r)
+    for (int i = 0; i < nimg; ++i) {
+        const float *xp = x + r * x_row + i * x_step;
+        /* (floats past the plane are not read: masked loads) */
+        const __m512 z0 = _mm512_maskz_loadu_ps(k0, xp), z1 = _mm512_maskz_loadu_ps(k1, xp + 16);
+        const __m512 z2 = _mm512_maskz_loadu_ps(k2, xp + 32), z3 = _mm512_maskz_loadu_ps(k3, xp + 48);
+        const __m512 left = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_left, hi_tl),
+                                        q_plane_tap(z0, z1, z2, z3, bottom_left, hi_bl));
+        const __m512 right = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_right, hi_tr),
+                                         q_plane_tap(z0, z1, z2, z3, bottom_right, hi_br));
+        _mm512_mask_storeu_ps(y + r * y_row + i * y_step, out, q_max_nan16(left, right));
+    }
+}
+#endif
+
+/* q_maxpool_plane of nch x nimg planes (oh x ow, plane (r, i) at x + r * x_row + i * x_step, pooled
+ * into y + r * y_row + i * y_step); 2x2 / stride 2 pooling of planes of at most 64 floats takes
+ * q_maxpool2x2_planes64 on AVX-512. */
+static void q_maxpool_planes(const float *x, long x_row, long x_step, float *y, long y_row, long y_step, int nch,
+                             int nimg, int oh, int ow, int kh, int kw, int sh, int sw, int poh, int pow) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && kh == 2 && kw == 2 && sh == 2 && sw == 2 && oh * ow <= 64) {
+        q_maxpool2x2_planes64(x, x_row, x_step, y, y_row, y_step, nch, nimg, oh, ow, poh, pow);
+        return;
+    }
+#endif
+    (void)oh;
+    for (int r = 0; r < nch; ++r)
+        for (int i = 0; i < nimg; ++i)
+            q_maxpool_plane(x + r * x_row + i * x_step, y + r * y_row + i * y_step, ow, kh, kw, sh, sw, poh, pow);
 }
 
 /* Geometry of the implicit route of a conv (see q_conv_implicit). */
@@ -1538,21 +1608,22 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
                      a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a, a->res ? 0.0f : a->post_b,
                      q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL, q_out ? a->y_zero + r0 : NULL, NULL,
                      0.0f, nt);
-        for (int j = 0; j < nb; ++j) {
-            if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
-                const long pp = (long)a->poh * a->pow;
-                for (int r = 0; r < mg; ++r) {
-                    float *t = tmp + r * ldb + j * p;
-                    if (a->res) {
+        if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
+            const long pp = (long)a->poh * a->pow;
+            if (a->res) /* as q_store_row: (scale * acc + bias) + res, then the activation */
+                for (int j = 0; j < nb; ++j)
+                    for (int r = 0; r < mg; ++r) {
+                        float *t = tmp + r * ldb + j * p;
                         const float *rr = a->res + (i0 + j) * mp + (r0 + r) * p;
                         for (long k = 0; k < p; ++k) t[k] = t[k] + rr[k];
                         if (a->act) q_act_row(t, p, a->act, a->a0, a->a1);
                     }
-                    q_maxpool_plane(t, a->y + ((i0 + j) * a->m + r0 + r) * pp, a->ow, a->pkh, a->pkw, a->psh,
-                                    a->psw, a->poh, a->pow);
-                }
-                continue;
-            }
+            /* plane (r, j): channel r0 + r of image i0 + j */
+            q_maxpool_planes(tmp, ldb, p, a->y + (i0 * a->m + r0) * pp, pp, a->m * pp, mg, nb, a->oh, a->ow, a->pkh,
+                             a->pkw, a->psh, a->psw, a->poh, a->pow);
+            continue;
+        }
+        for (int j = 0; j < nb; ++j) {
             const long yo = (i0 + j) * mp + r0 * p;
             for (int r = 0; r < mg; ++r) {
                 if (q_out) {

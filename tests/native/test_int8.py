@@ -454,6 +454,11 @@ def _max_pool_ref(y, k, s):
     ((2, 6, 10, 10), (4, 6, 1, 1), (0, 0, 0, 0), ((3, 3), (2, 2))),   # general window, overlapping
     ((5, 4, 6, 6), (8, 4, 3, 3), (0, 0, 0, 0), ((2, 3), (1, 3))),     # rectangular window, stride 1 rows
     ((40, 3, 8, 8), (16, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),   # many images side by side per GEMM
+    # 2x2/2 over planes of <= 64 pixels: on AVX-512 four registers per plane, taps picked by index
+    ((7, 5, 5, 3), (6, 5, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),     # p = 15 (one register), 2 x 1 pooled
+    ((6, 3, 4, 4), (5, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),     # p = 16
+    ((4, 2, 6, 10), (9, 2, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),    # p = 60, rows of 10
+    ((2, 3, 10, 9), (4, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),    # p = 90: the per-plane loop
 ])
 @pytest.mark.parametrize("quant", ["static", "dynamic", "u8-input"])
 def test_qconv_fused_max_pool(xs, ws, pads, pool, quant, every_isa, threads):
