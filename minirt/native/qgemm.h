@@ -28,7 +28,10 @@
  * the exact vpmaddwd route is no faster than float FMA.)
  * Convolutions with a window larger than 1x1 over wide planes skip the
  * im2col matrix and the activation packing: their B panels are read in place
- * from channel-quad planes (q_conv_implicit, 8 x 32 tiles).
+ * from channel-quad planes (q_conv_implicit, 8 x 32 tiles); small images side
+ * by side (planes of at most 64 pixels, VNNI) are im2col'ed straight into the
+ * packed panels (q_im2col_panels_task).  X may also be stored by columns (a
+ * QMatMul's rows of activations: q_pack_xt); see q_x_layout.
  */
 #include <stdint.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -621,9 +624,10 @@ static void q_task(void *ctx, long begin, long end) {
 }
 
 static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
-                         int x_layout, int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
-                         long ldr, int act, float a0, float a1, float post_a, float post_b, uint8_t *Cq, long ldcq,
-                         const float *yscale, const int32_t *yzp, const float *Xf, float xscale, int nthreads) {
+                         int x_layout, int x_zero, const float *scale, const float *bias, float *C, long ldc,
+                         const float *res, long ldr, int act, float a0, float a1, float post_a, float post_b,
+                         uint8_t *Cq, long ldcq, const float *yscale, const int32_t *yzp, const float *Xf, float xscale,
+                         int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
     g.Xf = Xf; g.xscale = xscale;
@@ -672,8 +676,8 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
 static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                        int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                        long ldr, int act, float a0, float a1, int nthreads) {
-    q_gemm_run_q(M, N, K, sums, W, X, ldx, Q_X_ROWS, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f, NULL, 0,
-                 NULL, NULL, NULL, 0.0f, nthreads);
+    q_gemm_run_q(M, N, K, sums, W, X, ldx, Q_X_ROWS, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f,
+                 NULL, 0, NULL, NULL, NULL, 0.0f, nthreads);
 }
 
 void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
@@ -988,7 +992,8 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                 for (int b = 0; b < 4 * len; b += 64) {
                     const int left = 4 * len - b;
                     const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
-                    _mm512_mask_storeu_epi8(panel + 4 * col + b, mk, _mm512_maskz_loadu_epi8(mk, line + 4 * pix + b));
+                    _mm512_mask_storeu_epi8(panel + 4 * col + b, mk,
+                                            _mm512_maskz_loadu_epi8(mk, line + 4 * pix + b));
                 }
                 pix += len;
                 if ((col += len) == nr) {
@@ -1057,7 +1062,8 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  *
  * The batch runs in chunks of nb images, as mrt_conv2d_f32 (D22): planes under
  * Q_CONV_BATCH_COLS columns put a chunk's images side by side in one u8 column matrix
- * (row stride nb*p), one GEMM per group writes scale * acc + bias (+ act, or the u8 output,
+ * (row stride nb*p; on VNNI, planes of at most 64 pixels at stride 1 go straight into the GEMM's
+ * packed panels instead, q_im2col_panels_task), one GEMM per group writes scale * acc + bias (+ act, or the u8 output,
  * without a residual) into a scratch whose rows are scattered into y's (n, m, p) layout, then
  * residual + activation (+ requantization) per scattered row.  Integer sums are exact and the
  * float epilogue is elementwise with the same operation order, so the results are
@@ -1152,17 +1158,17 @@ __attribute__((target("avx512f"))) static void q_maxpool2x2_planes64(const float
     const __mmask16 k3 = npix >= 64 ? 0xffff : npix <= 48 ? 0 : (__mmask16)((1u << (npix - 48)) - 1);
     const __mmask16 out = (__mmask16)((1u << (poh * pow)) - 1);
     for (int r = 0; r < nch; ++r)
-    for (int i = 0; i < nimg; ++i) {
-        const float *xp = x + r * x_row + i * x_step;
-        /* (floats past the plane are not read: masked loads) */
-        const __m512 z0 = _mm512_maskz_loadu_ps(k0, xp), z1 = _mm512_maskz_loadu_ps(k1, xp + 16);
-        const __m512 z2 = _mm512_maskz_loadu_ps(k2, xp + 32), z3 = _mm512_maskz_loadu_ps(k3, xp + 48);
-        const __m512 left = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_left, hi_tl),
-                                        q_plane_tap(z0, z1, z2, z3, bottom_left, hi_bl));
-        const __m512 right = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_right, hi_tr),
-                                         q_plane_tap(z0, z1, z2, z3, bottom_right, hi_br));
-        _mm512_mask_storeu_ps(y + r * y_row + i * y_step, out, q_max_nan16(left, right));
-    }
+        for (int i = 0; i < nimg; ++i) {
+            const float *xp = x + r * x_row + i * x_step;
+            /* (floats past the plane are not read: masked loads) */
+            const __m512 z0 = _mm512_maskz_loadu_ps(k0, xp), z1 = _mm512_maskz_loadu_ps(k1, xp + 16);
+            const __m512 z2 = _mm512_maskz_loadu_ps(k2, xp + 32), z3 = _mm512_maskz_loadu_ps(k3, xp + 48);
+            const __m512 left = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_left, hi_tl),
+                                            q_plane_tap(z0, z1, z2, z3, bottom_left, hi_bl));
+            const __m512 right = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_right, hi_tr),
+                                             q_plane_tap(z0, z1, z2, z3, bottom_right, hi_br));
+            _mm512_mask_storeu_ps(y + r * y_row + i * y_step, out, q_max_nan16(left, right));
+        }
 }
 #endif
 
@@ -1524,7 +1530,8 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
  * rows of nb oh ow bytes), or each group's panels (whole panels of up to Q_NR columns). */
 static size_t q_chunk_cols_bytes(const q_conv_args *a) {
     const long cols = (long)a->nb * a->oh * a->ow, kk = (long)a->kh * a->kw;
-    if (a->panels) return q_align64((size_t)a->group * q_k4((int)(a->c / a->group * kk)) * ((cols + Q_NR - 1) / Q_NR * Q_NR));
+    if (a->panels)
+        return q_align64((size_t)a->group * q_k4((int)(a->c / a->group * kk)) * ((cols + Q_NR - 1) / Q_NR * Q_NR));
     return q_align64((size_t)a->c * kk * cols);
 }
 
@@ -1567,8 +1574,8 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         }
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p, Q_X_ROWS, a->x_zero,
-                         a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p,
+                         Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
                          ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
                          xf ? xf + (long)g * kg * p : NULL, a->x_scale, nt);
@@ -1766,8 +1773,8 @@ int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero,
     }
     /* one row: the (K, 1) column of the matrix-vector route */
     q_gemm_run_q(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq,
-                 rows == 1 ? 1 : k4, rows == 1 ? Q_X_ROWS : Q_X_COLS, x_zero, scale, bias, ct, rows, NULL, 0, act, a0, a1, 1.0f, 0.0f, NULL,
-                 0, NULL, NULL, NULL, 0.0f, nthreads);
+                 rows == 1 ? 1 : k4, rows == 1 ? Q_X_ROWS : Q_X_COLS, x_zero, scale, bias, ct, rows, NULL, 0, act, a0,
+                 a1, 1.0f, 0.0f, NULL, 0, NULL, NULL, NULL, 0.0f, nthreads);
     if (rows > 1)
         for (long r0 = 0; r0 < rows; r0 += 32)
             for (int j = 0; j < n; ++j)
