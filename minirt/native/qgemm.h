@@ -929,17 +929,53 @@ typedef struct {
     int cg, nr;        /* input channels per group, panel width (q_panel_width of the GEMM's N) */
 } q_panels_args;
 
+/* The 4-byte quads of 64 columns from four K rows (64 bytes each, column j at byte j): in column
+ * order, 16 per register.  Bytes, then 16-bit pairs interleave within 128-bit lanes (lane L of q0
+ * holds columns 16L + 0..3, of q1 16L + 4..7, of q2 16L + 8..11, of q3 16L + 12..15), then a 4 x 4
+ * transpose of the lanes puts them in order. */
+__attribute__((target("avx512f,avx512bw"))) static inline void q_quads64(__m512i v0, __m512i v1, __m512i v2,
+                                                                           __m512i v3, __m512i *o0, __m512i *o1,
+                                                                           __m512i *o2, __m512i *o3) {
+    const __m512i ab_lo = _mm512_unpacklo_epi8(v0, v1), ab_hi = _mm512_unpackhi_epi8(v0, v1);
+    const __m512i cd_lo = _mm512_unpacklo_epi8(v2, v3), cd_hi = _mm512_unpackhi_epi8(v2, v3);
+    const __m512i q0 = _mm512_unpacklo_epi16(ab_lo, cd_lo), q1 = _mm512_unpackhi_epi16(ab_lo, cd_lo);
+    const __m512i q2 = _mm512_unpacklo_epi16(ab_hi, cd_hi), q3 = _mm512_unpackhi_epi16(ab_hi, cd_hi);
+    const __m512i t0 = _mm512_shuffle_i64x2(q0, q1, 0x44), t1 = _mm512_shuffle_i64x2(q2, q3, 0x44);
+    const __m512i t2 = _mm512_shuffle_i64x2(q0, q1, 0xee), t3 = _mm512_shuffle_i64x2(q2, q3, 0xee);
+    *o0 = _mm512_shuffle_i64x2(t0, t1, 0x88);
+    *o1 = _mm512_shuffle_i64x2(t0, t1, 0xdd);
+    *o2 = _mm512_shuffle_i64x2(t2, t3, 0x88);
+    *o3 = _mm512_shuffle_i64x2(t2, t3, 0xdd);
+}
+
+/* One K row of `count` images side by side in 64 bytes: image l's tap-shifted plane (load mask m,
+ * at x + l * img_stride) at byte l * npix, the pad elsewhere.  The loads are independent (ORed). */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i q_images_row(const uint8_t *x, long img_stride,
+                                                                                 int count, int npix, __mmask64 m,
+                                                                                 __m512i padv) {
+    if (count == 1) return _mm512_mask_loadu_epi8(padv, m, x);
+    __m512i v = _mm512_setzero_si512();
+    __mmask64 loaded = 0;
+    for (int l = 0; l < count; ++l) {
+        const __mmask64 ml = m << (l * npix); /* (lane j + l npix reads x + l img_stride + j) */
+        v = _mm512_or_si512(v, _mm512_maskz_loadu_epi8(ml, x + l * img_stride - l * npix));
+        loaded |= ml;
+    }
+    return _mm512_mask_blend_epi8(loaded, padv, v);
+}
+
 /* q_im2col_plane64's columns written straight in the packed layout of the GEMM (Q_X_PANELS: q_task
  * then packs nothing): column n = i * npix + pixel of image i, each group's K rows (channel, ky, kx)
- * in quads.  Items are (group, quad of K rows).  Per image, the quad's four rows are four masked
- * plane loads (pad where the tap is outside the image, and for rows past the group's K, which meet
- * zero weights), interleaved into the pixels' 4-byte quads (bytes, then 16-bit pairs, within 128-bit
- * lanes; then the lanes put in pixel order) in a 256-byte line, which is copied into the panels in
- * runs of columns that end at panel boundaries. */
+ * in quads.  Items are (group, quad of K rows).  A quad's four rows are masked plane loads (pad where
+ * the tap is outside the image, and for rows past the group's K, which meet zero weights) turned
+ * into the columns' quads by q_quads64.  When npix divides 64 (planes of 64, 32, 16 ... pixels), the
+ * images of each 64 columns share the four loads (image L's plane at byte L * npix: the masks
+ * shifted there) and the quads are stored whole into the 64 / nr panels they fill; otherwise each
+ * image's quads go through a line buffer, copied in runs of columns that end at panel boundaries. */
 __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(void *ctx, long begin, long end) {
     const q_panels_args *pa = (const q_panels_args *)ctx;
     const q_im2col_args *a = &pa->im;
-    const int kk = a->kh * a->kw, kg = pa->cg * kk, npix = a->oh * a->ow, nr = pa->nr;
+    const int kk = a->kh * a->kw, kg = pa->cg * kk, npix = a->oh * a->ow, nr = pa->nr, nimg = a->nimg;
     const long kq = pa->k4 / 4, panel_bytes = (long)nr * pa->k4;
     const __m512i padv = _mm512_set1_epi8((char)a->pad);
     enum { KEPT = 49 };
@@ -949,6 +985,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
         masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
         offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
     }
+    const int per64 = 64 % npix == 0 ? 64 / npix : 0; /* images per 64 columns, or 0: the line route */
     uint8_t line[256] __attribute__((aligned(64)));
     for (long item = begin; item < end; ++item) {
         const int grp = (int)(item / kq), q = (int)(item % kq);
@@ -966,27 +1003,46 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                      (tap < KEPT ? offs[tap]
                                  : (long)((tap / a->kw) * a->dh - a->pt) * a->wd + (tap % a->kw) * a->dw - a->pl);
         }
-        /* the next column's panel (quad q's rows in it) and column in that panel, image after image */
+        /* quad q's rows in the group's first panel */
         uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4;
-        int col = 0;
-        for (int i = 0; i < a->nimg; ++i) {
+        __m512i o0, o1, o2, o3;
+        if (per64) {
+            for (int i = 0; i < nimg; i += per64, panel += 64 / nr * panel_bytes) {
+                const int count = nimg - i < per64 ? nimg - i : per64; /* (lanes past the last image: pad) */
+                const uint8_t *x = a->x + i * a->img_stride;
+                const long is = a->img_stride;
+                q_quads64(q_images_row(x + src[0], is, count, npix, m[0], padv),
+                          q_images_row(x + src[1], is, count, npix, m[1], padv),
+                          q_images_row(x + src[2], is, count, npix, m[2], padv),
+                          q_images_row(x + src[3], is, count, npix, m[3], padv), &o0, &o1, &o2, &o3);
+                /* the panels holding these columns (the last chunk's may end sooner) */
+                const int panels = (count * npix + nr - 1) / nr;
+                if (nr == Q_NR) {
+                    _mm512_storeu_si512(panel, o0);
+                    _mm512_storeu_si512(panel + 64, o1);
+                    if (panels > 1) {
+                        _mm512_storeu_si512(panel + panel_bytes, o2);
+                        _mm512_storeu_si512(panel + panel_bytes + 64, o3);
+                    }
+                } else { /* 16-column panels */
+                    _mm512_storeu_si512(panel, o0);
+                    if (panels > 1) _mm512_storeu_si512(panel + panel_bytes, o1);
+                    if (panels > 2) _mm512_storeu_si512(panel + 2 * panel_bytes, o2);
+                    if (panels > 3) _mm512_storeu_si512(panel + 3 * panel_bytes, o3);
+                }
+            }
+            continue;
+        }
+        int col = 0; /* the next column in the current panel */
+        for (int i = 0; i < nimg; ++i) {
             const uint8_t *x = a->x + i * a->img_stride;
-            const __m512i v0 = _mm512_mask_loadu_epi8(padv, m[0], x + src[0]);
-            const __m512i v1 = _mm512_mask_loadu_epi8(padv, m[1], x + src[1]);
-            const __m512i v2 = _mm512_mask_loadu_epi8(padv, m[2], x + src[2]);
-            const __m512i v3 = _mm512_mask_loadu_epi8(padv, m[3], x + src[3]);
-            /* per 128-bit lane L: pixels 16L + 0..3 in q0, + 4..7 in q1, + 8..11 in q2, + 12..15 in q3 */
-            const __m512i ab_lo = _mm512_unpacklo_epi8(v0, v1), ab_hi = _mm512_unpackhi_epi8(v0, v1);
-            const __m512i cd_lo = _mm512_unpacklo_epi8(v2, v3), cd_hi = _mm512_unpackhi_epi8(v2, v3);
-            const __m512i q0 = _mm512_unpacklo_epi16(ab_lo, cd_lo), q1 = _mm512_unpackhi_epi16(ab_lo, cd_lo);
-            const __m512i q2 = _mm512_unpacklo_epi16(ab_hi, cd_hi), q3 = _mm512_unpackhi_epi16(ab_hi, cd_hi);
-            /* 4 x 4 transpose of the lanes: line[64 L .. 64 L + 63] = lane L of q0, q1, q2, q3 */
-            const __m512i t0 = _mm512_shuffle_i64x2(q0, q1, 0x44), t1 = _mm512_shuffle_i64x2(q2, q3, 0x44);
-            const __m512i t2 = _mm512_shuffle_i64x2(q0, q1, 0xee), t3 = _mm512_shuffle_i64x2(q2, q3, 0xee);
-            _mm512_store_si512(line, _mm512_shuffle_i64x2(t0, t1, 0x88));
-            _mm512_store_si512(line + 64, _mm512_shuffle_i64x2(t0, t1, 0xdd));
-            _mm512_store_si512(line + 128, _mm512_shuffle_i64x2(t2, t3, 0x88));
-            _mm512_store_si512(line + 192, _mm512_shuffle_i64x2(t2, t3, 0xdd));
+            q_quads64(_mm512_mask_loadu_epi8(padv, m[0], x + src[0]), _mm512_mask_loadu_epi8(padv, m[1], x + src[1]),
+                      _mm512_mask_loadu_epi8(padv, m[2], x + src[2]), _mm512_mask_loadu_epi8(padv, m[3], x + src[3]),
+                      &o0, &o1, &o2, &o3);
+            _mm512_store_si512(line, o0);
+            _mm512_store_si512(line + 64, o1);
+            _mm512_store_si512(line + 128, o2);
+            _mm512_store_si512(line + 192, o3);
             for (int pix = 0; pix < npix;) { /* runs of columns inside one panel */
                 const int len = nr - col < npix - pix ? nr - col : npix - pix;
                 for (int b = 0; b < 4 * len; b += 64) {

@@ -319,6 +319,8 @@ def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     (2, (8, 8), 5, (7, 7), (1, 1), (3, 3, 3, 3), 1, (1, 1)),     # 7x7: 49 taps (all kept masks)
     (1, (8, 8), 4, (9, 9), (1, 1), (4, 4, 4, 4), 1, (1, 1)),     # 9x9: taps past the kept masks
     (6, (3, 5), 3, (1, 3), (1, 1), (0, 1, 0, 1), 1, (1, 1)),     # 1x3 window, p = 15 (narrow panels at n <= 1)
+    (3, (4, 8), 10, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),    # p = 32: two images per 64 columns
+    (5, (2, 2), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),     # p = 4: 16 images per 64 columns, 16-col panels
     # p >= 256, group 1, kernel > 1x1: one image per GEMM, implicit (planes, no im2col)
     (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # p = 400
     (5, (17, 23), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),  # a partial channel quad and 8-row tile
