@@ -125,6 +125,10 @@ typedef struct {
     const float *Xf; /* float activations quantized while packed (q_pack_xf, VNNI) instead of X, or NULL */
     float xscale;    /* their scale (zero point x_zero) */
     int x_layout;    /* how X is stored (q_x_layout) */
+    long img_cols;   /* > 0: C's columns are images of img_cols pixels side by side, stored image-major:
+                      * column n of row m at C + (n / img_cols) * img_stride + m * ldc + n % img_cols
+                      * (only when nothing runs after q_store_row: no activation / post pass, no Cq) */
+    long img_stride;
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -330,6 +334,18 @@ static void q_store_tile(const q_args *g, int32_t acc[Q_MR][Q_NR], float *c, lon
     }
 #endif
     for (int i = 0; i < mr; ++i) q_store_row(g, acc[i], c + i * ldc, nr, m + i, n0);
+}
+
+/* q_store_tile into image-major C (g->img_cols): the tile's columns n .. n + nr - 1 split where an
+ * image ends, each run stored to its image's rows. */
+static void q_store_tile_images(const q_args *g, int32_t (*acc)[Q_NR], int mr, int nr, int m, long n) {
+    for (int j = 0; j < nr;) {
+        const long img = (n + j) / g->img_cols, pix = (n + j) % g->img_cols;
+        const int len = g->img_cols - pix < nr - j ? (int)(g->img_cols - pix) : nr - j;
+        q_store_tile(g, (int32_t (*)[Q_NR])(acc[0] + j), g->C + img * g->img_stride + (long)m * g->ldc + pix, g->ldc,
+                     mr, len, m, 0);
+        j += len;
+    }
 }
 
 static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
@@ -564,7 +580,8 @@ __attribute__((target("avx512f"))) static void q_pack_xf(const q_args *g, int n0
 static void q_task(void *ctx, long begin, long end) {
     const q_args *g = (const q_args *)ctx;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (g->N == 1 && q_use_vnni && g->ldx == 1 && !g->Cq && q_bw()) { /* GEMV: items are blocks of mc rows */
+    if (g->N == 1 && q_use_vnni && g->ldx == 1 && g->x_layout != Q_X_PANELS && !g->Cq && !g->img_cols &&
+        q_bw()) { /* GEMV: items are blocks of mc rows */
         int32_t acc[64];
         for (long item = begin; item < end; ++item) {
             int m0 = (int)item * g->mc, m1 = g->M - m0 < g->mc ? g->M : m0 + g->mc;
@@ -631,9 +648,13 @@ static void q_task(void *ctx, long begin, long end) {
                 else
 #endif
                     q_ukr_base(g, w, kq, panel, acc, mr, 0);
-                q_store_tile(g, acc, cb + (long)(m - m0) * ldb + j0, ldb, mr, nr, m, n0 + j0);
+                if (g->img_cols)
+                    q_store_tile_images(g, acc, mr, nr, m, n0 + j0);
+                else
+                    q_store_tile(g, acc, cb + (long)(m - m0) * ldb + j0, ldb, mr, nr, m, n0 + j0);
             }
         }
+        if (g->img_cols) continue; /* (its store did everything) */
         /* activation over whole rows of the block (still in L2): long vector loops */
         if (g->act && !g->store_act)
             for (int i = 0; i < mb; ++i) q_act_row(cb + (long)i * ldb, nb, g->act, g->a0, g->a1);
@@ -653,11 +674,13 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
                          int x_layout, int x_zero, const float *scale, const float *bias, float *C, long ldc,
                          const float *res, long ldr, int act, float a0, float a1, float post_a, float post_b,
                          uint8_t *Cq, long ldcq, const float *yscale, const int32_t *yzp, const float *Xf, float xscale,
-                         int nthreads) {
+                         long img_cols, long img_stride, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
     g.Xf = Xf; g.xscale = xscale;
     g.x_layout = x_layout;
+    g.img_cols = img_cols;
+    g.img_stride = img_stride;
     g.Cq = Cq; g.ldcq = ldcq; g.yscale = yscale; g.yzp = yzp;
     g.post_a = post_a; g.post_b = post_b;
     g.sums = sums;
@@ -686,7 +709,8 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     }
     g.nr = q_panel_width(N);
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && N == 1 && ldx == 1 && q_bw()) { /* GEMV (q_task): no packing, split over rows */
+    if (q_use_vnni && N == 1 && ldx == 1 && x_layout != Q_X_PANELS && !Cq && !img_cols &&
+        q_bw()) { /* GEMV (q_task): no packing, split over rows */
         g.store_act = g.store_post = 0; /* one value per row: the plain store, then the act / post passes */
         mc = M;
         if (nthreads > 1 && M >= 128) mc = ((M + nthreads - 1) / nthreads + 15) / 16 * 16;
@@ -703,7 +727,7 @@ static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W
                        int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                        long ldr, int act, float a0, float a1, int nthreads) {
     q_gemm_run_q(M, N, K, sums, W, X, ldx, Q_X_ROWS, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f,
-                 NULL, 0, NULL, NULL, NULL, 0.0f, nthreads);
+                 NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, nthreads);
 }
 
 void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
@@ -1660,7 +1684,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
                          Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
                          ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
-                         xf ? xf + (long)g * kg * p : NULL, a->x_scale, nt);
+                         xf ? xf + (long)g * kg * p : NULL, a->x_scale, 0, 0, nt);
         }
         return;
     }
@@ -1689,14 +1713,22 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
                         a->pl, a->oh, a->ow, a->x_zero, nt);
     }
+    /* The GEMM stores straight into y's (n, m, p) planes (image-major C, no scatter) when nothing runs
+     * after its store: float output, no residual or pooling, the activation and the post affine
+     * applied in the store (q_set_store_epilogue's rules), planes of at least 16 pixels (runs of
+     * whole vectors; smaller planes keep the scratch and the copies). */
+    const int post = a->post_a != 1.0f || a->post_b != 0.0f;
+    const int store_to_y = p >= 16 && !a->pkh && !a->yq && !a->res && (a->act == 0 || q_act_in_store(a->act)) &&
+                           (!post || q_use_vnni);
     for (int g = 0; g < a->group; ++g) {
         const long r0 = (long)g * mg;
+        float *c = store_to_y ? a->y + i0 * mp + r0 * p : q_out ? NULL : tmp;
         q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + g * group_bytes, ldb,
-                     a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero,
-                     a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
-                     a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a, a->res ? 0.0f : a->post_b,
-                     q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL, q_out ? a->y_zero + r0 : NULL, NULL,
-                     0.0f, nt);
+                     a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, c,
+                     store_to_y ? p : ldb, NULL, 0, a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a,
+                     a->res ? 0.0f : a->post_b, q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL,
+                     q_out ? a->y_zero + r0 : NULL, NULL, 0.0f, store_to_y ? p : 0, mp, nt);
+        if (store_to_y) continue;
         if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
             const long pp = (long)a->poh * a->pow;
             if (a->res) /* as q_store_row: (scale * acc + bias) + res, then the activation */
@@ -1856,7 +1888,7 @@ int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero,
     /* one row: the (K, 1) column of the matrix-vector route */
     q_gemm_run_q(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq,
                  rows == 1 ? 1 : k4, rows == 1 ? Q_X_ROWS : Q_X_COLS, x_zero, scale, bias, ct, rows, NULL, 0, act, a0,
-                 a1, 1.0f, 0.0f, NULL, 0, NULL, NULL, NULL, 0.0f, nthreads);
+                 a1, 1.0f, 0.0f, NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, nthreads);
     if (rows > 1)
         for (long r0 = 0; r0 < rows; r0 += 32)
             for (int j = 0; j < n; ++j)
