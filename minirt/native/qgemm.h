@@ -28,7 +28,10 @@
  * the exact vpmaddwd route is no faster than float FMA.)
  * Convolutions with a window larger than 1x1 over wide planes skip the
  * im2col matrix and the activation packing: their B panels are read in place
- * from channel-quad planes (q_conv_implicit, 8 x 32 tiles).
+ * from channel-quad planes (q_conv_implicit, 8 x 32 tiles); small images side
+ * by side (planes of at most 64 pixels, VNNI) are im2col'ed straight into the
+ * packed panels (q_im2col_panels_task).  X may also be stored by columns (a
+ * QMatMul's rows of activations: q_pack_xt); see q_x_layout.
  */
 #include <stdint.h>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -88,6 +91,18 @@ void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed) {
     }
 }
 
+/* How a GEMM's uint8 X (K x N) is stored. */
+enum q_x_layout {
+    Q_X_ROWS,   /* row k at X + k * ldx (q_pack_x packs each block) */
+    Q_X_COLS,   /* column n's k4 bytes at X + n * ldx (q_pack_xt packs each block) */
+    Q_X_PANELS, /* already packed for the whole of N: the panels q_pack_x would make, q_panel_width(N)
+                 * columns each, one after the other (the block at column n0 at X + n0 * k4); the
+                 * columns past N of the last panel hold any bytes (computed, never stored) */
+};
+
+/* The panel width of an N-column GEMM: Q_NR, or 16 for narrow GEMMs on VNNI (q_ukr_vnni16). */
+static inline int q_panel_width(int N) { return q_use_vnni && N <= 16 ? 16 : Q_NR; }
+
 typedef struct {
     const int32_t *sums;
     const int8_t *W;
@@ -109,6 +124,11 @@ typedef struct {
     int store_post; /* 1: q_store_row applies post_a / post_b too (after store_act), q_post_row skips */
     const float *Xf; /* float activations quantized while packed (q_pack_xf, VNNI) instead of X, or NULL */
     float xscale;    /* their scale (zero point x_zero) */
+    int x_layout;    /* how X is stored (q_x_layout) */
+    long img_cols;   /* > 0: C's columns are images of img_cols pixels side by side, stored image-major:
+                      * column n of row m at C + (n / img_cols) * img_stride + m * ldc + n % img_cols
+                      * (only when nothing runs after q_store_row: no activation / post pass, no Cq) */
+    long img_stride;
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -138,9 +158,36 @@ static inline void q_interleave4(uint8_t *restrict dst, const uint8_t *r0, const
     }
 }
 
+/* q_pack_x for X stored by columns (Q_X_COLS: a QMatMul's rows of activations): the quad of
+ * column n at k is the 4 bytes at X + n * ldx + k, copied whole.  Each column holds k4 bytes (the
+ * bytes past K meet zero weights); columns past nb read as 0 (never stored), XORed with 0x80 on
+ * SDOT as in q_pack_x. */
+static void q_pack_xt(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
+    const int kq = (kb + 3) / 4, NR = g->nr;
+    const uint32_t flip = g->dot ? 0x80808080u : 0;
+    for (int j0 = 0; j0 < nb; j0 += NR) {
+        uint8_t *panel = out + (long)j0 * kq * 4;
+        const int w = nb - j0 < NR ? nb - j0 : NR;
+        for (int j = 0; j < NR; ++j) {
+            const uint8_t *src = g->X + (long)(n0 + j0 + j) * g->ldx + k0;
+            uint8_t *dst = panel + 4 * j;
+            for (int q = 0; q < kq; ++q, dst += 4 * NR) {
+                uint32_t v = 0;
+                if (j < w) memcpy(&v, src + 4 * q, 4);
+                v ^= flip;
+                memcpy(dst, &v, 4);
+            }
+        }
+    }
+}
+
 /* Pack X[k0:k0+kb, n0:n0+nb] into quad panels; rows past K and columns past
  * N read as 0 (the matching weights are 0 / the columns are not stored). */
 static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
+    if (g->x_layout == Q_X_COLS) {
+        q_pack_xt(g, k0, kb, n0, nb, out);
+        return;
+    }
     int kq = (kb + 3) / 4;
     const int NR = g->nr;
     for (int j0 = 0; j0 < nb; j0 += NR) {
@@ -213,7 +260,7 @@ static void q_set_store_epilogue(q_args *g, int act) {
  * and adds are builtins GCC never contracts into an FMA, so every value is the one the plain C
  * loops give: the results do not depend on which runs.  The activations keep NaN as act_row does (max/min return their second operand then);
  * HardSwish's y / 6 + 1/2 is the FMA GCC makes of act_row's expression on AVX2 + FMA. */
-__attribute__((target("avx512f,fma"))) static void q_store_row_avx512(const int32_t *acc, float *c, int nr, float s,
+__attribute__((target("avx512f,fma"))) static inline void q_store_row_avx512(const int32_t *acc, float *c, int nr, float s,
                                                                         int32_t corr, float b, const float *r,
                                                                         int act, int post, float pa, float pb) {
     const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
@@ -259,6 +306,45 @@ static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, i
         for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b + r[j];
     } else {
         for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b;
+    }
+}
+
+#ifdef MRT_HAVE_VNNI_BUILD
+/* q_store_row_avx512 for the mr rows of a tile, in one call (per-row calls cost about a third of
+ * the store on 32-column tiles). */
+__attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_args *g, int32_t acc[Q_MR][Q_NR],
+                                                                         float *c, long ldc, int mr, int nr, int m,
+                                                                         int n0) {
+    for (int i = 0; i < mr; ++i) {
+        const int mi = m + i;
+        q_store_row_avx512(acc[i], c + i * ldc, nr, g->scale[mi], g->x_zero * g->sums[mi],
+                           g->bias ? g->bias[mi] : 0.0f, g->res ? g->res + (long)mi * g->ldr + n0 : NULL,
+                           g->store_act, g->store_post, g->post_a, g->post_b);
+    }
+}
+#endif
+
+/* q_store_row of the mr rows of a tile: acc row i (output row m + i) to c + i * ldc. */
+static void q_store_tile(const q_args *g, int32_t acc[Q_MR][Q_NR], float *c, long ldc, int mr, int nr, int m,
+                         int n0) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && (nr >= 16 || g->store_act || g->store_post)) { /* (q_store_row's test) */
+        q_store_tile_avx512(g, acc, c, ldc, mr, nr, m, n0);
+        return;
+    }
+#endif
+    for (int i = 0; i < mr; ++i) q_store_row(g, acc[i], c + i * ldc, nr, m + i, n0);
+}
+
+/* q_store_tile into image-major C (g->img_cols): the tile's columns n .. n + nr - 1 split where an
+ * image ends, each run stored to its image's rows. */
+static void q_store_tile_images(const q_args *g, int32_t (*acc)[Q_NR], int mr, int nr, int m, long n) {
+    for (int j = 0; j < nr;) {
+        const long img = (n + j) / g->img_cols, pix = (n + j) % g->img_cols;
+        const int len = g->img_cols - pix < nr - j ? (int)(g->img_cols - pix) : nr - j;
+        q_store_tile(g, (int32_t (*)[Q_NR])(acc[0] + j), g->C + img * g->img_stride + (long)m * g->ldc + pix, g->ldc,
+                     mr, len, m, 0);
+        j += len;
     }
 }
 
@@ -494,7 +580,8 @@ __attribute__((target("avx512f"))) static void q_pack_xf(const q_args *g, int n0
 static void q_task(void *ctx, long begin, long end) {
     const q_args *g = (const q_args *)ctx;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (g->N == 1 && q_use_vnni && g->ldx == 1 && !g->Cq && q_bw()) { /* GEMV: items are blocks of mc rows */
+    if (g->N == 1 && q_use_vnni && g->ldx == 1 && g->x_layout != Q_X_PANELS && !g->Cq && !g->img_cols &&
+        q_bw()) { /* GEMV: items are blocks of mc rows */
         int32_t acc[64];
         for (long item = begin; item < end; ++item) {
             int m0 = (int)item * g->mc, m1 = g->M - m0 < g->mc ? g->M : m0 + g->mc;
@@ -531,15 +618,18 @@ static void q_task(void *ctx, long begin, long end) {
         /* this block's float rows: the output itself, or the staging area (row stride nb) */
         float *cb = g->Cq ? stage : g->C + (long)m0 * g->ldc + n0;
         const long ldb = g->Cq ? nb : g->ldc;
+        const uint8_t *panels = pack;
+        if (g->x_layout == Q_X_PANELS)
+            panels = g->X + (long)n0 * g->k4;
 #ifdef MRT_HAVE_VNNI_BUILD
-        if (g->Xf)
+        else if (g->Xf)
             q_pack_xf(g, n0, nb, pack);
-        else
 #endif
+        else
             q_pack_x(g, 0, (int)g->k4, n0, nb, pack);
         for (int j0 = 0; j0 < nb; j0 += g->nr) {
             int nr = nb - j0 < g->nr ? nb - j0 : g->nr;
-            const uint8_t *panel = pack + (long)j0 * g->k4;
+            const uint8_t *panel = panels + (long)j0 * g->k4;
             for (int i0 = 0; i0 < mb; i0 += Q_MR) {
                 int mr = mb - i0 < Q_MR ? mb - i0 : Q_MR;
                 int m = m0 + i0;
@@ -558,10 +648,13 @@ static void q_task(void *ctx, long begin, long end) {
                 else
 #endif
                     q_ukr_base(g, w, kq, panel, acc, mr, 0);
-                for (int i = 0; i < mr; ++i)
-                    q_store_row(g, acc[i], cb + (long)(m + i - m0) * ldb + j0, nr, m + i, n0 + j0);
+                if (g->img_cols)
+                    q_store_tile_images(g, acc, mr, nr, m, n0 + j0);
+                else
+                    q_store_tile(g, acc, cb + (long)(m - m0) * ldb + j0, ldb, mr, nr, m, n0 + j0);
             }
         }
+        if (g->img_cols) continue; /* (its store did everything) */
         /* activation over whole rows of the block (still in L2): long vector loops */
         if (g->act && !g->store_act)
             for (int i = 0; i < mb; ++i) q_act_row(cb + (long)i * ldb, nb, g->act, g->a0, g->a1);
@@ -578,12 +671,16 @@ static void q_task(void *ctx, long begin, long end) {
 }
 
 static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
-                         int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
-                         long ldr, int act, float a0, float a1, float post_a, float post_b, uint8_t *Cq, long ldcq,
-                         const float *yscale, const int32_t *yzp, const float *Xf, float xscale, int nthreads) {
+                         int x_layout, int x_zero, const float *scale, const float *bias, float *C, long ldc,
+                         const float *res, long ldr, int act, float a0, float a1, float post_a, float post_b,
+                         uint8_t *Cq, long ldcq, const float *yscale, const int32_t *yzp, const float *Xf, float xscale,
+                         long img_cols, long img_stride, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
     g.Xf = Xf; g.xscale = xscale;
+    g.x_layout = x_layout;
+    g.img_cols = img_cols;
+    g.img_stride = img_stride;
     g.Cq = Cq; g.ldcq = ldcq; g.yscale = yscale; g.yzp = yzp;
     g.post_a = post_a; g.post_b = post_b;
     g.sums = sums;
@@ -610,9 +707,10 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
         mc = (M + parts - 1) / parts;
         mc = (mc + Q_MR - 1) / Q_MR * Q_MR;
     }
-    g.nr = q_use_vnni && N <= 16 ? 16 : Q_NR;
+    g.nr = q_panel_width(N);
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && N == 1 && ldx == 1 && q_bw()) { /* GEMV (q_task): no packing, split over rows */
+    if (q_use_vnni && N == 1 && ldx == 1 && x_layout != Q_X_PANELS && !Cq && !img_cols &&
+        q_bw()) { /* GEMV (q_task): no packing, split over rows */
         g.store_act = g.store_post = 0; /* one value per row: the plain store, then the act / post passes */
         mc = M;
         if (nthreads > 1 && M >= 128) mc = ((M + nthreads - 1) / nthreads + 15) / 16 * 16;
@@ -628,8 +726,8 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
 static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
                        int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
                        long ldr, int act, float a0, float a1, int nthreads) {
-    q_gemm_run_q(M, N, K, sums, W, X, ldx, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f, NULL, 0,
-                 NULL, NULL, NULL, 0.0f, nthreads);
+    q_gemm_run_q(M, N, K, sums, W, X, ldx, Q_X_ROWS, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f,
+                 NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, nthreads);
 }
 
 void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
@@ -872,6 +970,159 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *c
 }
 #endif
 
+#ifdef MRT_HAVE_VNNI_BUILD
+typedef struct {
+    q_im2col_args im;  /* the images' geometry, pad, nimg and img_stride (cols, ld, col_step unused) */
+    uint8_t *panels;   /* group g's panels at panels + g * group_bytes */
+    long group_bytes;  /* k4 * (the GEMM's N rounded up to whole panels) */
+    long k4;           /* bytes per column of a group's K rows (q_k4(cg * kh * kw)) */
+    int cg, nr;        /* input channels per group, panel width (q_panel_width of the GEMM's N) */
+} q_panels_args;
+
+/* The 4-byte quads of 64 columns from four K rows (64 bytes each, column j at byte j): in column
+ * order, 16 per register.  Bytes, then 16-bit pairs interleave within 128-bit lanes (lane L of q0
+ * holds columns 16L + 0..3, of q1 16L + 4..7, of q2 16L + 8..11, of q3 16L + 12..15), then a 4 x 4
+ * transpose of the lanes puts them in order. */
+__attribute__((target("avx512f,avx512bw"))) static inline void q_quads64(__m512i v0, __m512i v1, __m512i v2,
+                                                                           __m512i v3, __m512i *o0, __m512i *o1,
+                                                                           __m512i *o2, __m512i *o3) {
+    const __m512i ab_lo = _mm512_unpacklo_epi8(v0, v1), ab_hi = _mm512_unpackhi_epi8(v0, v1);
+    const __m512i cd_lo = _mm512_unpacklo_epi8(v2, v3), cd_hi = _mm512_unpackhi_epi8(v2, v3);
+    const __m512i q0 = _mm512_unpacklo_epi16(ab_lo, cd_lo), q1 = _mm512_unpackhi_epi16(ab_lo, cd_lo);
+    const __m512i q2 = _mm512_unpacklo_epi16(ab_hi, cd_hi), q3 = _mm512_unpackhi_epi16(ab_hi, cd_hi);
+    const __m512i t0 = _mm512_shuffle_i64x2(q0, q1, 0x44), t1 = _mm512_shuffle_i64x2(q2, q3, 0x44);
+    const __m512i t2 = _mm512_shuffle_i64x2(q0, q1, 0xee), t3 = _mm512_shuffle_i64x2(q2, q3, 0xee);
+    *o0 = _mm512_shuffle_i64x2(t0, t1, 0x88);
+    *o1 = _mm512_shuffle_i64x2(t0, t1, 0xdd);
+    *o2 = _mm512_shuffle_i64x2(t2, t3, 0x88);
+    *o3 = _mm512_shuffle_i64x2(t2, t3, 0xdd);
+}
+
+/* One K row of `count` images side by side in 64 bytes: image l's tap-shifted plane (load mask m,
+ * at x + l * img_stride) at byte l * npix, the pad elsewhere.  The loads are independent (ORed). */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i q_images_row(const uint8_t *x, long img_stride,
+                                                                                 int count, int npix, __mmask64 m,
+                                                                                 __m512i padv) {
+    if (count == 1) return _mm512_mask_loadu_epi8(padv, m, x);
+    __m512i v = _mm512_setzero_si512();
+    __mmask64 loaded = 0;
+    for (int l = 0; l < count; ++l) {
+        const __mmask64 ml = m << (l * npix); /* (lane j + l npix reads x + l img_stride + j) */
+        v = _mm512_or_si512(v, _mm512_maskz_loadu_epi8(ml, x + l * img_stride - l * npix));
+        loaded |= ml;
+    }
+    return _mm512_mask_blend_epi8(loaded, padv, v);
+}
+
+/* q_im2col_plane64's columns written straight in the packed layout of the GEMM (Q_X_PANELS: q_task
+ * then packs nothing): column n = i * npix + pixel of image i, each group's K rows (channel, ky, kx)
+ * in quads.  Items are (group, quad of K rows).  A quad's four rows are masked plane loads (pad where
+ * the tap is outside the image, and for rows past the group's K, which meet zero weights) turned
+ * into the columns' quads by q_quads64.  When npix divides 64 (planes of 64, 32, 16 ... pixels), the
+ * images of each 64 columns share the four loads (image L's plane at byte L * npix: the masks
+ * shifted there) and the quads are stored whole into the 64 / nr panels they fill; otherwise each
+ * image's quads go through a line buffer, copied in runs of columns that end at panel boundaries. */
+__attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(void *ctx, long begin, long end) {
+    const q_panels_args *pa = (const q_panels_args *)ctx;
+    const q_im2col_args *a = &pa->im;
+    const int kk = a->kh * a->kw, kg = pa->cg * kk, npix = a->oh * a->ow, nr = pa->nr, nimg = a->nimg;
+    const long kq = pa->k4 / 4, panel_bytes = (long)nr * pa->k4;
+    const __m512i padv = _mm512_set1_epi8((char)a->pad);
+    enum { KEPT = 49 };
+    __mmask64 masks[KEPT];
+    long offs[KEPT];
+    for (int t = 0; t < kk && t < KEPT; ++t) {
+        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
+        offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
+    }
+    const int per64 = 64 % npix == 0 ? 64 / npix : 0; /* images per 64 columns, or 0: the line route */
+    uint8_t line[256] __attribute__((aligned(64)));
+    for (long item = begin; item < end; ++item) {
+        const int grp = (int)(item / kq), q = (int)(item % kq);
+        __mmask64 m[4];
+        long src[4]; /* byte offset of each row's tap-shifted plane in an image */
+        for (int t = 0; t < 4; ++t) {
+            const int r = 4 * q + t, tap = r % kk;
+            if (r >= kg) {
+                m[t] = 0;
+                src[t] = 0;
+                continue;
+            }
+            m[t] = tap < KEPT ? masks[tap] : q_plane64_mask(a, tap / a->kw, tap % a->kw);
+            src[t] = (long)(grp * pa->cg + r / kk) * a->h * a->wd +
+                     (tap < KEPT ? offs[tap]
+                                 : (long)((tap / a->kw) * a->dh - a->pt) * a->wd + (tap % a->kw) * a->dw - a->pl);
+        }
+        /* quad q's rows in the group's first panel */
+        uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4;
+        __m512i o0, o1, o2, o3;
+        if (per64) {
+            for (int i = 0; i < nimg; i += per64, panel += 64 / nr * panel_bytes) {
+                const int count = nimg - i < per64 ? nimg - i : per64; /* (lanes past the last image: pad) */
+                const uint8_t *x = a->x + i * a->img_stride;
+                const long is = a->img_stride;
+                q_quads64(q_images_row(x + src[0], is, count, npix, m[0], padv),
+                          q_images_row(x + src[1], is, count, npix, m[1], padv),
+                          q_images_row(x + src[2], is, count, npix, m[2], padv),
+                          q_images_row(x + src[3], is, count, npix, m[3], padv), &o0, &o1, &o2, &o3);
+                /* the panels holding these columns (the last chunk's may end sooner) */
+                const int panels = (count * npix + nr - 1) / nr;
+                if (nr == Q_NR) {
+                    _mm512_storeu_si512(panel, o0);
+                    _mm512_storeu_si512(panel + 64, o1);
+                    if (panels > 1) {
+                        _mm512_storeu_si512(panel + panel_bytes, o2);
+                        _mm512_storeu_si512(panel + panel_bytes + 64, o3);
+                    }
+                } else { /* 16-column panels */
+                    _mm512_storeu_si512(panel, o0);
+                    if (panels > 1) _mm512_storeu_si512(panel + panel_bytes, o1);
+                    if (panels > 2) _mm512_storeu_si512(panel + 2 * panel_bytes, o2);
+                    if (panels > 3) _mm512_storeu_si512(panel + 3 * panel_bytes, o3);
+                }
+            }
+            continue;
+        }
+        int col = 0; /* the next column in the current panel */
+        for (int i = 0; i < nimg; ++i) {
+            const uint8_t *x = a->x + i * a->img_stride;
+            q_quads64(_mm512_mask_loadu_epi8(padv, m[0], x + src[0]), _mm512_mask_loadu_epi8(padv, m[1], x + src[1]),
+                      _mm512_mask_loadu_epi8(padv, m[2], x + src[2]), _mm512_mask_loadu_epi8(padv, m[3], x + src[3]),
+                      &o0, &o1, &o2, &o3);
+            _mm512_store_si512(line, o0);
+            _mm512_store_si512(line + 64, o1);
+            _mm512_store_si512(line + 128, o2);
+            _mm512_store_si512(line + 192, o3);
+            for (int pix = 0; pix < npix;) { /* runs of columns inside one panel */
+                const int len = nr - col < npix - pix ? nr - col : npix - pix;
+                for (int b = 0; b < 4 * len; b += 64) {
+                    const int left = 4 * len - b;
+                    const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+                    _mm512_mask_storeu_epi8(panel + 4 * col + b, mk,
+                                            _mm512_maskz_loadu_epi8(mk, line + 4 * pix + b));
+                }
+                pix += len;
+                if ((col += len) == nr) {
+                    col = 0;
+                    panel += panel_bytes;
+                }
+            }
+        }
+    }
+}
+#endif
+
+/* Whether the im2col of these images takes whole planes of at most 64 pixels (q_im2col_plane64, or
+ * q_im2col_panels_task): VNNI with AVX512BW, stride 1, output as wide as the input. */
+static int q_plane64_route(int sh, int sw, int wd, int oh, int ow) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    return q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw();
+#else
+    (void)sh, (void)sw, (void)wd, (void)oh, (void)ow;
+    return 0;
+#endif
+}
+
 /* im2col of nimg images (x + i * img_stride) into columns at cols + i * col_step (row stride ld).
  * Whole planes of at most 64 pixels take q_im2col_plane64 once for all the images (its tap masks
  * serve them all); the other routes run image by image. */
@@ -882,7 +1133,7 @@ static void q_im2col_images(const uint8_t *x, int nimg, long img_stride, uint8_t
                        col_step};
     void (*route)(void *, long, long) = q_im2col_task;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && sh == 1 && sw == 1 && ow == wd && (long)oh * ow <= 64 && q_bw()) {
+    if (q_plane64_route(sh, sw, wd, oh, ow)) {
         mrt_parallel_for((long)c * kh * kw, (long)nimg * oh * ow, nthreads, q_im2col_plane64, &a);
         return;
     }
@@ -917,7 +1168,8 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  *
  * The batch runs in chunks of nb images, as mrt_conv2d_f32 (D22): planes under
  * Q_CONV_BATCH_COLS columns put a chunk's images side by side in one u8 column matrix
- * (row stride nb*p), one GEMM per group writes scale * acc + bias (+ act, or the u8 output,
+ * (row stride nb*p; on VNNI, planes of at most 64 pixels at stride 1 go straight into the GEMM's
+ * packed panels instead, q_im2col_panels_task), one GEMM per group writes scale * acc + bias (+ act, or the u8 output,
  * without a residual) into a scratch whose rows are scattered into y's (n, m, p) layout, then
  * residual + activation (+ requantization) per scattered row.  Integer sums are exact and the
  * float epilogue is elementwise with the same operation order, so the results are
@@ -976,6 +1228,73 @@ static void q_maxpool_plane(const float *x, float *y, int wd, int kh, int kw, in
     }
 }
 
+#ifdef MRT_HAVE_VNNI_BUILD
+/* max(m, v) as q_max_nan: v when v > m or v is NaN, else m */
+__attribute__((target("avx512f"))) static inline __m512 q_max_nan16(__m512 m, __m512 v) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), m, v);
+}
+
+/* One 16-lane tap of the 64-float plane z0..z3 (floats 0-15, 16-31, 32-47, 48-63): lane o takes
+ * float idx[o] (in [0, 64); hi: the lanes with idx >= 32). */
+__attribute__((target("avx512f"))) static inline __m512 q_plane_tap(__m512 z0, __m512 z1, __m512 z2, __m512 z3,
+                                                                      __m512i idx, __mmask16 hi) {
+    return _mm512_mask_blend_ps(hi, _mm512_permutex2var_ps(z0, idx, z1), _mm512_permutex2var_ps(z2, idx, z3));
+}
+
+/* 2x2 / stride 2 max pooling of nch x nimg planes of at most 64 floats (oh x ow, plane (r, i) at
+ * x + r * x_row + i * x_step) into planes of at most 16 (poh x pow, at y + r * y_row + i * y_step):
+ * each plane is four registers, and the four taps of the 16 outputs are picked from them by index
+ * vectors made once per call, then folded in q_maxpool_plane's order (the two rows, then the two
+ * columns; NaN wins), so the results are its own. */
+__attribute__((target("avx512f"))) static void q_maxpool2x2_planes64(const float *x, long x_row, long x_step,
+                                                                       float *y, long y_row, long y_step, int nch,
+                                                                       int nimg, int oh, int ow, int poh, int pow) {
+    int32_t tl[16];
+    for (int o = 0; o < 16; ++o) tl[o] = o < poh * pow ? 2 * (o / pow) * ow + 2 * (o % pow) : 0;
+    const __m512i top_left = _mm512_loadu_si512(tl), one = _mm512_set1_epi32(1), row = _mm512_set1_epi32(ow);
+    const __m512i top_right = _mm512_add_epi32(top_left, one), bottom_left = _mm512_add_epi32(top_left, row);
+    const __m512i bottom_right = _mm512_add_epi32(bottom_left, one), half = _mm512_set1_epi32(31);
+    const __mmask16 hi_tl = _mm512_cmpgt_epi32_mask(top_left, half), hi_tr = _mm512_cmpgt_epi32_mask(top_right, half);
+    const __mmask16 hi_bl = _mm512_cmpgt_epi32_mask(bottom_left, half);
+    const __mmask16 hi_br = _mm512_cmpgt_epi32_mask(bottom_right, half);
+    const int npix = oh * ow;
+    const __mmask16 k0 = npix >= 16 ? 0xffff : (__mmask16)((1u << npix) - 1);
+    const __mmask16 k1 = npix >= 32 ? 0xffff : npix <= 16 ? 0 : (__mmask16)((1u << (npix - 16)) - 1);
+    const __mmask16 k2 = npix >= 48 ? 0xffff : npix <= 32 ? 0 : (__mmask16)((1u << (npix - 32)) - 1);
+    const __mmask16 k3 = npix >= 64 ? 0xffff : npix <= 48 ? 0 : (__mmask16)((1u << (npix - 48)) - 1);
+    const __mmask16 out = (__mmask16)((1u << (poh * pow)) - 1);
+    for (int r = 0; r < nch; ++r)
+        for (int i = 0; i < nimg; ++i) {
+            const float *xp = x + r * x_row + i * x_step;
+            /* (floats past the plane are not read: masked loads) */
+            const __m512 z0 = _mm512_maskz_loadu_ps(k0, xp), z1 = _mm512_maskz_loadu_ps(k1, xp + 16);
+            const __m512 z2 = _mm512_maskz_loadu_ps(k2, xp + 32), z3 = _mm512_maskz_loadu_ps(k3, xp + 48);
+            const __m512 left = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_left, hi_tl),
+                                            q_plane_tap(z0, z1, z2, z3, bottom_left, hi_bl));
+            const __m512 right = q_max_nan16(q_plane_tap(z0, z1, z2, z3, top_right, hi_tr),
+                                             q_plane_tap(z0, z1, z2, z3, bottom_right, hi_br));
+            _mm512_mask_storeu_ps(y + r * y_row + i * y_step, out, q_max_nan16(left, right));
+        }
+}
+#endif
+
+/* q_maxpool_plane of nch x nimg planes (oh x ow, plane (r, i) at x + r * x_row + i * x_step, pooled
+ * into y + r * y_row + i * y_step); 2x2 / stride 2 pooling of planes of at most 64 floats takes
+ * q_maxpool2x2_planes64 on AVX-512. */
+static void q_maxpool_planes(const float *x, long x_row, long x_step, float *y, long y_row, long y_step, int nch,
+                             int nimg, int oh, int ow, int kh, int kw, int sh, int sw, int poh, int pow) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && kh == 2 && kw == 2 && sh == 2 && sw == 2 && oh * ow <= 64) {
+        q_maxpool2x2_planes64(x, x_row, x_step, y, y_row, y_step, nch, nimg, oh, ow, poh, pow);
+        return;
+    }
+#endif
+    (void)oh;
+    for (int r = 0; r < nch; ++r)
+        for (int i = 0; i < nimg; ++i)
+            q_maxpool_plane(x + r * x_row + i * x_step, y + r * y_row + i * y_step, ow, kh, kw, sh, sw, poh, pow);
+}
+
 /* Geometry of the implicit route of a conv (see q_conv_implicit). */
 typedef struct {
     int hq, wq, cq4, kk; /* plane rows and columns (the extended grid's row), channel quads, taps */
@@ -995,6 +1314,7 @@ typedef struct {
     uint8_t *yq;
     int nb, direct;
     int implicit; /* nb == 1 images without im2col (q_conv_implicit) */
+    int panels;   /* images side by side im2col'ed straight into packed panels (q_im2col_panels_task) */
     q_implicit_geom geo;
     int pkh, pkw, psh, psw, poh, pow; /* fused MaxPool (pkh > 0): y is (n, m, poh, pow), float */
     size_t scratch_bytes;
@@ -1312,6 +1632,15 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
 }
 
 
+/* Scratch bytes of a chunk of images side by side for its GEMM input: the column matrix (c kh kw
+ * rows of nb oh ow bytes), or each group's panels (whole panels of up to Q_NR columns). */
+static size_t q_chunk_cols_bytes(const q_conv_args *a) {
+    const long cols = (long)a->nb * a->oh * a->ow, kk = (long)a->kh * a->kw;
+    if (a->panels)
+        return q_align64((size_t)a->group * q_k4((int)(a->c / a->group * kk)) * ((cols + Q_NR - 1) / Q_NR * Q_NR));
+    return q_align64((size_t)a->c * kk * cols);
+}
+
 static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     const long plane = (long)a->h * a->wd, p = (long)a->oh * a->ow, chw = (long)a->c * plane, mp = (long)a->m * p;
     const int c = a->c, cg = c / a->group, mg = a->m / a->group, kk = a->kh * a->kw, kg = cg * kk;
@@ -1351,51 +1680,71 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         }
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p, a->x_zero,
-                         a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p,
+                         Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
                          ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
-                         xf ? xf + (long)g * kg * p : NULL, a->x_scale, nt);
+                         xf ? xf + (long)g * kg * p : NULL, a->x_scale, 0, 0, nt);
         }
         return;
     }
     /* nb images side by side: columns [j*p, (j+1)*p) of every row are image i0 + j */
     const long ldb = (long)nb * p;
-    float *tmp = (float *)(cols + q_align64((size_t)c * kk * a->nb * p));
+    float *tmp = (float *)(cols + q_chunk_cols_bytes(a));
     uint8_t *tmpq = (uint8_t *)tmp;
     const int q_out = a->yq && !a->res; /* the GEMM requantizes into tmpq: bytes are scattered */
     /* the chunk's images quantized in one pass (they are consecutive in x) */
     const uint8_t *imgs = a->x_u8 ? (const uint8_t *)a->x + i0 * chw : xq;
     if (!a->x_u8) mrt_quantize_u8_f32((const float *)a->x + i0 * chw, xq, nb * chw, a->x_scale, a->x_zero, nt);
+    /* each group's GEMM input: kg rows of ldb bytes, or (panels) its packed panels */
+    const int nr = q_panel_width((int)ldb);
+    const long group_bytes = a->panels ? k4 * ((ldb + nr - 1) / nr * nr) : (long)kg * ldb;
     if (a->direct) {
         for (int j = 0; j < nb; ++j)
             for (int ch = 0; ch < c; ++ch) memcpy(cols + ch * ldb + j * p, imgs + j * chw + ch * p, p);
+    } else if (a->panels) {
+#ifdef MRT_HAVE_VNNI_BUILD
+        q_panels_args pa = {{imgs, NULL, 0, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
+                             a->oh, a->ow, (uint8_t)a->x_zero, nb, chw, 0},
+                            cols, group_bytes, k4, cg, nr};
+        mrt_parallel_for((long)a->group * (k4 / 4), (long)nb * p * 4, nt, q_im2col_panels_task, &pa);
+#endif
     } else {
         q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
                         a->pl, a->oh, a->ow, a->x_zero, nt);
     }
+    /* The GEMM stores straight into y's (n, m, p) planes (image-major C, no scatter) when nothing runs
+     * after its store: float output, no residual or pooling, the activation and the post affine
+     * applied in the store (q_set_store_epilogue's rules), planes of at least 16 pixels (runs of
+     * whole vectors; smaller planes keep the scratch and the copies). */
+    const int post = a->post_a != 1.0f || a->post_b != 0.0f;
+    const int store_to_y = p >= 16 && !a->pkh && !a->yq && !a->res && (a->act == 0 || q_act_in_store(a->act)) &&
+                           (!post || q_use_vnni);
     for (int g = 0; g < a->group; ++g) {
         const long r0 = (long)g * mg;
-        q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + (long)g * kg * ldb, ldb, a->x_zero,
-                     a->scale + r0, a->bias ? a->bias + r0 : NULL, q_out ? NULL : tmp, ldb, NULL, 0,
-                     a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a, a->res ? 0.0f : a->post_b,
-                     q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL, q_out ? a->y_zero + r0 : NULL, NULL,
-                     0.0f, nt);
-        for (int j = 0; j < nb; ++j) {
-            if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
-                const long pp = (long)a->poh * a->pow;
-                for (int r = 0; r < mg; ++r) {
-                    float *t = tmp + r * ldb + j * p;
-                    if (a->res) {
+        float *c = store_to_y ? a->y + i0 * mp + r0 * p : q_out ? NULL : tmp;
+        q_gemm_run_q(mg, (int)ldb, kg, a->sums + r0, a->W + r0 * k4, cols + g * group_bytes, ldb,
+                     a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, c,
+                     store_to_y ? p : ldb, NULL, 0, a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a,
+                     a->res ? 0.0f : a->post_b, q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL,
+                     q_out ? a->y_zero + r0 : NULL, NULL, 0.0f, store_to_y ? p : 0, mp, nt);
+        if (store_to_y) continue;
+        if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
+            const long pp = (long)a->poh * a->pow;
+            if (a->res) /* as q_store_row: (scale * acc + bias) + res, then the activation */
+                for (int j = 0; j < nb; ++j)
+                    for (int r = 0; r < mg; ++r) {
+                        float *t = tmp + r * ldb + j * p;
                         const float *rr = a->res + (i0 + j) * mp + (r0 + r) * p;
                         for (long k = 0; k < p; ++k) t[k] = t[k] + rr[k];
                         if (a->act) q_act_row(t, p, a->act, a->a0, a->a1);
                     }
-                    q_maxpool_plane(t, a->y + ((i0 + j) * a->m + r0 + r) * pp, a->ow, a->pkh, a->pkw, a->psh,
-                                    a->psw, a->poh, a->pow);
-                }
-                continue;
-            }
+            /* plane (r, j): channel r0 + r of image i0 + j */
+            q_maxpool_planes(tmp, ldb, p, a->y + (i0 * a->m + r0) * pp, pp, a->m * pp, mg, nb, a->oh, a->ow, a->pkh,
+                             a->pkw, a->psh, a->psw, a->poh, a->pow);
+            continue;
+        }
+        for (int j = 0; j < nb; ++j) {
             const long yo = (i0 + j) * mp + r0 * p;
             for (int r = 0; r < mg; ++r) {
                 if (q_out) {
@@ -1465,13 +1814,14 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
     const int side_by_side = !(nb == 1 && !pkh); /* (as in q_conv_chunk) */
+    a.panels = side_by_side && !a.direct && q_plane64_route(sh, sw, wd, oh, ow);
     size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane * (side_by_side ? nb : 1));
     if (a.implicit) {
         bytes += a.geo.planes_bytes + a.geo.weights_bytes + a.geo.table_bytes;
     } else if (nb == 1 && !pkh) {
         if (!a.direct) bytes += (size_t)c * kk * p;
     } else { /* side by side (or pooled): the GEMM writes a scratch whose planes are then placed */
-        bytes += q_align64((size_t)c * kk * nb * p) + sizeof(float) * (size_t)(m / group) * nb * p;
+        bytes += q_chunk_cols_bytes(&a) + sizeof(float) * (size_t)(m / group) * nb * p;
     }
     a.scratch_bytes = bytes + 64;
     const long chunks = (n + nb - 1) / nb;
@@ -1513,36 +1863,32 @@ int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, 
 
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):
  * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
- * of rows; a is quantized straight into the transposed (K, rows) layout, and C^T is transposed
- * into y (rows == 1 writes y directly). */
+ * of rows; a is quantized row by row into rows of k4 bytes (contiguous, vectorized), which the
+ * GEMM reads as its columns (q_pack_xt), and C^T is transposed into y (rows == 1 writes y directly). */
 int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,
                     const float *scale, const float *bias, float *y, int act, float a0, float a1, int nthreads) {
     if (rows <= 0 || n <= 0) return 0;
-    const size_t xq_bytes = ((size_t)K * rows + 63) / 64 * 64;
+    const long k4 = q_k4(K);
+    const size_t xq_bytes = q_align64((size_t)k4 * rows);
     const size_t ct_bytes = rows == 1 ? 0 : sizeof(float) * (size_t)n * rows;
     uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + ct_bytes + 64);
     if (!xq) return -1;
     float *ct = rows == 1 ? y : (float *)(xq + xq_bytes);
-    if (rows == 1) {
-        mrt_quantize_u8_f32(a, xq, K, x_scale, x_zero, nthreads);
-    } else {
-        const float lo = (float)(0 - x_zero), hi = (float)(255 - x_zero), zp = (float)x_zero;
-        for (long r0 = 0; r0 < rows; r0 += 64) { /* blocks of 64 rows: reads and writes stay in cache */
-            long r1 = r0 + 64 < rows ? r0 + 64 : rows;
-            for (int k = 0; k < K; ++k) {
-                uint8_t *dst = xq + (long)k * rows;
-                for (long r = r0; r < r1; ++r) {
-                    float t = a[r * K + k] / x_scale;
-                    t = t > lo ? t : lo; /* NaN -> lo, as in mrt_quantize_u8_f32 */
-                    t = t < hi ? t : hi;
-                    t = (t + 12582912.0f) - 12582912.0f;
-                    dst[r] = (uint8_t)(int)(t + zp);
-                }
-            }
+    if (k4 == K || rows == 1) {
+        mrt_quantize_u8_f32(a, xq, (long)K * rows, x_scale, x_zero, nthreads);
+    } else { /* each row padded to k4 bytes (the pad meets zero weights; written for determinism) */
+        q_quant_args qa = {a, xq, x_scale, (float)(0 - x_zero), (float)(255 - x_zero), (float)x_zero};
+        for (long r = 0; r < rows; ++r) {
+            qa.x = a + r * K;
+            qa.q = xq + r * k4;
+            q_quant_task(&qa, 0, K);
+            memset(xq + r * k4 + K, x_zero, k4 - K);
         }
     }
-    q_gemm_run(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq, rows, x_zero,
-               scale, bias, ct, rows, NULL, 0, act, a0, a1, nthreads);
+    /* one row: the (K, 1) column of the matrix-vector route */
+    q_gemm_run_q(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq,
+                 rows == 1 ? 1 : k4, rows == 1 ? Q_X_ROWS : Q_X_COLS, x_zero, scale, bias, ct, rows, NULL, 0, act, a0,
+                 a1, 1.0f, 0.0f, NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, nthreads);
     if (rows > 1)
         for (long r0 = 0; r0 < rows; r0 += 32)
             for (int j = 0; j < n; ++j)

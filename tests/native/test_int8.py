@@ -139,6 +139,25 @@ def test_qmatmul_one_row_matches_numpy(every_isa):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
 
 
+@pytest.mark.parametrize("rows,k,n", [(2, 1, 1), (3, 5, 10), (33, 37, 70), (360, 512, 64), (17, 515, 33),
+                                      (40, 8, 16), (5, 131, 200)])
+@pytest.mark.parametrize("x_zero", [0, 128, 255])
+def test_qmatmul_rows_exact(rows, k, n, x_zero, every_isa, threads):
+    """QMatMul of several rows (the activations quantized row by row and read by the GEMM as its
+    columns, q_pack_xt) against integer numpy: quantize, (xq - x_zero) @ W^T, exactly.  K not a
+    multiple of 4 exercises the padded rows; values outside the uint8 range saturate."""
+    rng = np.random.default_rng(rows * 1000 + k + n + x_zero)
+    x_scale = np.float32(0.125)  # a power of two: a / x_scale is exact, so the integers are known
+    q_raw = rng.integers(-20, 276, (rows, k))
+    a = ((q_raw - x_zero) * x_scale).astype(np.float32)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    y = np.empty((rows, n), np.float32)
+    native.qmatmul(a, float(x_scale), x_zero, native.qpack(w), n, np.ones(n, np.float32), None, y)
+    xq = np.clip(q_raw, 0, 255)
+    ref = (xq - x_zero) @ w.astype(np.int64).T
+    np.testing.assert_array_equal(y, ref.astype(np.float32))
+
+
 def test_quantize_u8_matches_numpy(isa):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal(1001) * 5).astype(np.float32)
@@ -293,6 +312,15 @@ def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     (16, (5, 5), 12, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # 1x1 direct, p = 25
     (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2, (1, 1)),     # strided, padded, 2 groups
     (4, (1, 1), 10, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)),    # p = 1
+    # planes of <= 64 pixels at stride 1 side by side: on AVX-512 im2col'ed straight into packed panels
+    (8, (6, 6), 6, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),     # 2 groups (K = 36 per group), p = 36
+    (5, (6, 8), 7, (3, 3), (1, 1), (2, 1, 1, 1), 1, (1, 1)),     # K = 45 (a partial quad), oh 7 != h 6, p = 56
+    (3, (7, 7), 9, (3, 3), (1, 1), (2, 2, 2, 2), 1, (2, 2)),     # dilation 2, p = 49: images straddle panels
+    (2, (8, 8), 5, (7, 7), (1, 1), (3, 3, 3, 3), 1, (1, 1)),     # 7x7: 49 taps (all kept masks)
+    (1, (8, 8), 4, (9, 9), (1, 1), (4, 4, 4, 4), 1, (1, 1)),     # 9x9: taps past the kept masks
+    (6, (3, 5), 3, (1, 3), (1, 1), (0, 1, 0, 1), 1, (1, 1)),     # 1x3 window, p = 15 (narrow panels at n <= 1)
+    (3, (4, 8), 10, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),    # p = 32: two images per 64 columns
+    (5, (2, 2), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),     # p = 4: 16 images per 64 columns, 16-col panels
     # p >= 256, group 1, kernel > 1x1: one image per GEMM, implicit (planes, no im2col)
     (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # p = 400
     (5, (17, 23), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),  # a partial channel quad and 8-row tile
@@ -428,6 +456,11 @@ def _max_pool_ref(y, k, s):
     ((2, 6, 10, 10), (4, 6, 1, 1), (0, 0, 0, 0), ((3, 3), (2, 2))),   # general window, overlapping
     ((5, 4, 6, 6), (8, 4, 3, 3), (0, 0, 0, 0), ((2, 3), (1, 3))),     # rectangular window, stride 1 rows
     ((40, 3, 8, 8), (16, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),   # many images side by side per GEMM
+    # 2x2/2 over planes of <= 64 pixels: on AVX-512 four registers per plane, taps picked by index
+    ((7, 5, 5, 3), (6, 5, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),     # p = 15 (one register), 2 x 1 pooled
+    ((6, 3, 4, 4), (5, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),     # p = 16
+    ((4, 2, 6, 10), (9, 2, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),    # p = 60, rows of 10
+    ((2, 3, 10, 9), (4, 3, 3, 3), (1, 1, 1, 1), ((2, 2), (2, 2))),    # p = 90: the per-plane loop
 ])
 @pytest.mark.parametrize("quant", ["static", "dynamic", "u8-input"])
 def test_qconv_fused_max_pool(xs, ws, pads, pool, quant, every_isa, threads):
