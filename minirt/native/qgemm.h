@@ -107,6 +107,7 @@ typedef struct {
     int neon, dot; /* this call's choices (read once from q_use_neon / q_use_dotprod) */
     int store_act;  /* the activation q_store_row applies itself (q_set_store_epilogue), or 0 */
     int store_post; /* 1: q_store_row applies post_a / post_b too (after store_act), q_post_row skips */
+    int store_q;    /* 1: the tile store also requantizes into the u8 output itself (no float stage) */
     const float *Xf; /* float activations quantized while packed (q_pack_xf, VNNI) instead of X, or NULL */
     float xscale;    /* their scale (zero point x_zero) */
 } q_args;
@@ -202,64 +203,123 @@ static int q_act_in_store(int act) {
 /* g->store_act and g->store_post for activation act and g's post_a / post_b: the post affine
  * goes into the store too when nothing runs between them (no activation, or one applied in the
  * store), which saves its pass over the rows (+30% on a 24 -> 96 1x1 conv at 80 x 80). */
-static void q_set_store_epilogue(q_args *g, int act) {
+static void q_set_store_epilogue(q_args *g, int act, int u8_out) {
     g->store_act = q_act_in_store(act);
     g->store_post = q_use_vnni && (act == 0 || g->store_act) && (g->post_a != 1.0f || g->post_b != 0.0f);
+    /* the whole epilogue in the store: the u8 output is requantized from registers (q_store_tile_avx512) */
+    g->store_q = u8_out && q_use_vnni && (act == 0 || g->store_act);
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD
-/* q_store_row's arithmetic 16 columns at a time (masked tail), then act (q_act_in_store), then
- * with post: pa * x + pb (q_post_row's).  The explicitly rounded (round-to-nearest) multiplies
- * and adds are builtins GCC never contracts into an FMA, so every value is the one the plain C
- * loops give: the results do not depend on which runs.  The activations keep NaN as act_row does (max/min return their second operand then);
- * HardSwish's y / 6 + 1/2 is the FMA GCC makes of act_row's expression on AVX2 + FMA. */
-__attribute__((target("avx512f,fma"))) static void q_store_row_avx512(const int32_t *acc, float *c, int nr, float s,
-                                                                        int32_t corr, float b, const float *r,
-                                                                        int act, int post, float pa, float pb) {
-    const __m512 vs = _mm512_set1_ps(s), vb = _mm512_set1_ps(b), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+/* quantize_u8 of 16 floats into 16 int32 lanes in [0, 255] (every operation as in the AVX2 loop
+ * of q_quant_task, so the bytes are the same) */
+__attribute__((target("avx512f"))) static inline __m512i q_quant16(__m512 x, __m512 vs, __m512 vlo, __m512 vhi,
+                                                                     __m512 vzp) {
+    __m512 t = _mm512_div_ps(x, vs);
+    t = _mm512_max_ps(t, vlo); /* NaN -> lo */
+    t = _mm512_min_ps(t, vhi);
+    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtps_epi32(_mm512_add_ps(t, vzp));
+}
+
+
+/* The dequantize store of a tile's rows on AVX-512 (q_store_row's arithmetic 16 columns at a time,
+ * masked tail): rows i < mr of acc (row stride Q_NR), columns j0 .. j0 + n - 1, are output rows
+ * m + i from output column n_out on (float c + i * ldc; the residual at g->res + (m + i) * ldr +
+ * n_out), then g->store_act, then with g->store_post: pa * x + pb (q_post_row's), then with cq
+ * (g->store_q) the requantization of quantize_u8 (q_quant16, per output row's y scale / zero point)
+ * into cq + i * ldcq instead of c.  One call per tile (constants set up once) rather than per row.
+ * The explicitly rounded (round-to-nearest) multiplies and adds are builtins GCC never contracts
+ * into an FMA, so every value is the one the plain C loops give: the results do not depend on
+ * which runs.  The activations keep NaN as act_row does (max/min return their second operand
+ * then); HardSwish's y / 6 + 1/2 is the FMA GCC makes of act_row's expression on AVX2 + FMA. */
+__attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_args *g, const int32_t *acc, int mr,
+                                                                         int j0, int n, int m, long n_out, float *c,
+                                                                         long ldc, uint8_t *cq, long ldcq) {
+    const int act = g->store_act, post = g->store_post;
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
     const __m512 sixth = _mm512_set1_ps(1.0f / 6.0f), half = _mm512_set1_ps(0.5f);
-    const __m512 vpa = _mm512_set1_ps(pa), vpb = _mm512_set1_ps(pb);
-    const __m512i vcorr = _mm512_set1_epi32(corr);
-    for (int j = 0; j < nr; j += 16) {
-        const __mmask16 k = nr - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nr - j)) - 1);
-        __m512 x = _mm512_cvt_roundepi32_ps(_mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, acc + j), vcorr),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        x = _mm512_mul_round_ps(vs, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        x = _mm512_add_round_ps(x, vb, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        if (r) x = _mm512_add_round_ps(x, _mm512_maskz_loadu_ps(k, r + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        if (act == MRT_ACT_RELU) {
-            x = _mm512_max_ps(zero, x); /* x < 0 ? 0 : x */
-        } else if (act == MRT_ACT_HARDSWISH) {
-            __m512 v = _mm512_fmadd_ps(x, sixth, half);
-            v = _mm512_max_ps(zero, v);
-            v = _mm512_min_ps(one, v);
-            x = _mm512_mul_ps(x, v);
+    const __m512 vpa = _mm512_set1_ps(g->post_a), vpb = _mm512_set1_ps(g->post_b);
+    for (int i = 0; i < mr; ++i) {
+        const int row = m + i;
+        const __m512 vs = _mm512_set1_ps(g->scale[row]), vb = _mm512_set1_ps(g->bias ? g->bias[row] : 0.0f);
+        const __m512i vcorr = _mm512_set1_epi32(g->x_zero * g->sums[row]);
+        const float *r = g->res ? g->res + (long)row * g->ldr + n_out : NULL;
+        const int32_t *a = acc + (long)i * Q_NR + j0;
+        __m512 ys = zero, ylo = zero, yhi = zero, yzp = zero;
+        if (cq) {
+            const int yz = g->yzp[row];
+            ys = _mm512_set1_ps(g->yscale[row]);
+            ylo = _mm512_set1_ps((float)(0 - yz));
+            yhi = _mm512_set1_ps((float)(255 - yz));
+            yzp = _mm512_set1_ps((float)yz);
         }
-        if (post)
-            x = _mm512_add_round_ps(_mm512_mul_round_ps(vpa, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vpb,
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm512_mask_storeu_ps(c + j, k, x);
+        for (int j = 0; j < n; j += 16) {
+            const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+            __m512 x = _mm512_cvt_roundepi32_ps(_mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, a + j), vcorr),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            x = _mm512_mul_round_ps(vs, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            x = _mm512_add_round_ps(x, vb, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            if (r)
+                x = _mm512_add_round_ps(x, _mm512_maskz_loadu_ps(k, r + j),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            if (act == MRT_ACT_RELU) {
+                x = _mm512_max_ps(zero, x); /* x < 0 ? 0 : x */
+            } else if (act == MRT_ACT_HARDSWISH) {
+                __m512 v = _mm512_fmadd_ps(x, sixth, half);
+                v = _mm512_max_ps(zero, v);
+                v = _mm512_min_ps(one, v);
+                x = _mm512_mul_ps(x, v);
+            }
+            if (post)
+                x = _mm512_add_round_ps(_mm512_mul_round_ps(vpa, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                        vpb, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            if (cq) { /* lanes in [0, 255]: truncated to their bytes exactly (full vectors through a
+                       * register: vpmovdb's store-to-memory form is several times slower on AMD Zen 4) */
+                const __m512i v = q_quant16(x, ys, ylo, yhi, yzp);
+                if (k == 0xffff)
+                    _mm_storeu_si128((__m128i *)(cq + (long)i * ldcq + j), _mm512_cvtepi32_epi8(v));
+                else
+                    _mm512_mask_cvtepi32_storeu_epi8(cq + (long)i * ldcq + j, k, v);
+            } else
+                _mm512_mask_storeu_ps(c + (long)i * ldc + j, k, x);
+        }
     }
 }
 #endif
 
 /* Dequantize + epilogue for one row of a tile: c[0:nr] from int32 acc. */
 static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, int m, int n0) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni) { /* (every AVX512-VNNI CPU has AVX512F) */
+        q_store_tile_avx512(g, acc, 1, 0, nr, m, n0, c, 0, NULL, 0);
+        return;
+    }
+#endif
     float s = g->scale[m];
     int32_t corr = g->x_zero * g->sums[m];
     float b = g->bias ? g->bias[m] : 0.0f;
     const float *r = g->res ? g->res + (long)m * g->ldr + n0 : NULL;
-#ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && (nr >= 16 || g->store_act || g->store_post)) { /* (every AVX512-VNNI CPU has AVX512F) */
-        q_store_row_avx512(acc, c, nr, s, corr, b, r, g->store_act, g->store_post, g->post_a, g->post_b);
-        return;
-    }
-#endif
     if (r) {
         for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b + r[j];
     } else {
         for (int j = 0; j < nr; ++j) c[j] = s * (float)(acc[j] - corr) + b;
     }
+}
+
+/* q_store_row for rows i < mr of a tile (acc rows of Q_NR int32): columns j0 .. j0 + n - 1 of row i
+ * are output row m + i at column n_out, stored at c + i * ldc; with g->store_q, requantized into
+ * cq + i * ldcq instead (q_store_tile_avx512: only on VNNI, where store_q can be set). */
+static void q_store_tile(const q_args *g, const int32_t *acc, int mr, int j0, int n, int m, long n_out, float *c,
+                         long ldc, uint8_t *cq, long ldcq) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni) {
+        q_store_tile_avx512(g, acc, mr, j0, n, m, n_out, c, ldc, g->store_q ? cq : NULL, ldcq);
+        return;
+    }
+#endif
+    (void)cq, (void)ldcq;
+    for (int i = 0; i < mr; ++i) q_store_row(g, acc + (long)i * Q_NR + j0, c + (long)i * ldc, n, m + i, n_out);
 }
 
 static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
@@ -447,17 +507,6 @@ typedef struct {
 static void q_quant_task(void *ctx, long begin, long end);
 
 #ifdef MRT_HAVE_VNNI_BUILD
-/* quantize_u8 of 16 floats into 16 int32 lanes in [0, 255] (every operation as in the AVX2 loop
- * of q_quant_task, so the bytes are the same) */
-__attribute__((target("avx512f"))) static inline __m512i q_quant16(__m512 x, __m512 vs, __m512 vlo, __m512 vhi,
-                                                                     __m512 vzp) {
-    __m512 t = _mm512_div_ps(x, vs);
-    t = _mm512_max_ps(t, vlo); /* NaN -> lo */
-    t = _mm512_min_ps(t, vhi);
-    t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm512_cvtps_epi32(_mm512_add_ps(t, vzp));
-}
-
 /* q_pack_x from float activations (g->Xf, 32-column panels): each 4 rows x 16 columns are
  * quantized into 16 int32 lanes and shifted into the four bytes of each column's quad (no
  * shuffles), so the quantized matrix is never written out.  Rows past K and columns past nb
@@ -517,10 +566,12 @@ static void q_task(void *ctx, long begin, long end) {
     /* No K blocking: a column block is packed over all of K (k4 * nc bytes),
      * so each 6 x 32 tile is finished in registers in one microkernel call;
      * the panel being used (k4 * 32 bytes) stays in cache over the row loop. */
-    /* with a u8 output, the float rows of a block are staged after the panels and requantized
-     * from there (still in cache): exactly quantize_u8 of the float output */
+    /* with a u8 output, the tile store requantizes it (g->store_q), or else the float rows of a
+     * block are staged after the panels and requantized from there (still in cache): exactly
+     * quantize_u8 of the float output either way */
+    const int staged = g->Cq && !g->store_q;
     const size_t pack_bytes = ((size_t)g->k4 * g->nc + 63) / 64 * 64;
-    uint8_t *pack = (uint8_t *)mrt_pack_buffer(pack_bytes + (g->Cq ? sizeof(float) * (size_t)g->mc * g->nc : 0));
+    uint8_t *pack = (uint8_t *)mrt_pack_buffer(pack_bytes + (staged ? sizeof(float) * (size_t)g->mc * g->nc : 0));
     if (!pack) return;
     float *stage = (float *)(pack + pack_bytes);
     int kq = (int)(g->k4 / 4);
@@ -528,9 +579,11 @@ static void q_task(void *ctx, long begin, long end) {
         int jb = (int)(item % g->nblocks), ib = (int)(item / g->nblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
-        /* this block's float rows: the output itself, or the staging area (row stride nb) */
-        float *cb = g->Cq ? stage : g->C + (long)m0 * g->ldc + n0;
-        const long ldb = g->Cq ? nb : g->ldc;
+        /* this block's float rows: the output itself, or the staging area (row stride nb); unused
+         * when the store requantizes */
+        float *cb = staged ? stage : g->Cq ? NULL : g->C + (long)m0 * g->ldc + n0;
+        const long ldb = staged ? nb : g->ldc;
+        uint8_t *cqb = g->store_q ? g->Cq + (long)m0 * g->ldcq + n0 : NULL;
 #ifdef MRT_HAVE_VNNI_BUILD
         if (g->Xf)
             q_pack_xf(g, n0, nb, pack);
@@ -558,10 +611,11 @@ static void q_task(void *ctx, long begin, long end) {
                 else
 #endif
                     q_ukr_base(g, w, kq, panel, acc, mr, 0);
-                for (int i = 0; i < mr; ++i)
-                    q_store_row(g, acc[i], cb + (long)(m + i - m0) * ldb + j0, nr, m + i, n0 + j0);
+                q_store_tile(g, &acc[0][0], mr, 0, nr, m, n0 + j0, cb ? cb + (long)i0 * ldb + j0 : NULL, ldb,
+                             cqb ? cqb + (long)i0 * g->ldcq + j0 : NULL, g->ldcq);
             }
         }
+        if (g->store_q) continue; /* the store did the whole epilogue */
         /* activation over whole rows of the block (still in L2): long vector loops */
         if (g->act && !g->store_act)
             for (int i = 0; i < mb; ++i) q_act_row(cb + (long)i * ldb, nb, g->act, g->a0, g->a1);
@@ -593,7 +647,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
     g.neon = q_use_neon;
     g.dot = q_use_dotprod;
-    q_set_store_epilogue(&g, act);
+    q_set_store_epilogue(&g, act, Cq != NULL);
     /* SDOT sees x - 128: sum_k w (x - x_zero) = sum_k w (x - 128) - (x_zero - 128) rowsum */
     if (g.dot) g.x_zero = x_zero - 128;
     if (nthreads < 1) nthreads = 1;
@@ -613,7 +667,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.nr = q_use_vnni && N <= 16 ? 16 : Q_NR;
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni && N == 1 && ldx == 1 && q_bw()) { /* GEMV (q_task): no packing, split over rows */
-        g.store_act = g.store_post = 0; /* one value per row: the plain store, then the act / post passes */
+        g.store_act = g.store_post = g.store_q = 0; /* one value per row: the plain store, then the act / post passes */
         mc = M;
         if (nthreads > 1 && M >= 128) mc = ((M + nthreads - 1) / nthreads + 15) / 16 * 16;
         nblocks = 1;
@@ -1179,8 +1233,9 @@ static void q_implicit_task(void *ctx, long begin, long end) {
     q_implicit_args *a = (q_implicit_args *)ctx;
     const long p = (long)a->oh * a->ow, wq = a->wq, ow = a->ow;
     const long len_max = (long)a->rows_per_block * ow;
+    const int staged = a->yq && !a->g.store_q; /* (else the store requantizes into yq itself) */
     float *stage = NULL;
-    if (a->yq && !(stage = (float *)mrt_pack_buffer(sizeof(float) * (size_t)a->mc * len_max))) {
+    if (staged && !(stage = (float *)mrt_pack_buffer(sizeof(float) * (size_t)a->mc * len_max))) {
         __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
         return;
     }
@@ -1189,9 +1244,10 @@ static void q_implicit_task(void *ctx, long begin, long end) {
         const int rows = a->oh - oy0 < a->rows_per_block ? a->oh - oy0 : a->rows_per_block;
         const int m0 = (int)(item % a->mparts) * a->mc, m1 = a->m - m0 < a->mc ? a->m : m0 + a->mc;
         const long col0 = (long)oy0 * wq, ncols = (rows - 1) * wq + ow; /* the last row's dropped columns: not computed */
-        /* output m's float rows of this block start at out + m * out_ld + oy0 * ow */
-        float *out = a->yq ? stage - (long)m0 * len_max - (long)oy0 * ow : a->y;
-        const long out_ld = a->yq ? len_max : p;
+        /* output m's float rows of this block start at out + m * out_ld + oy0 * ow (none when the
+         * store requantizes: pointers into out are then never formed) */
+        float *out = staged ? stage - (long)m0 * len_max - (long)oy0 * ow : a->y;
+        const long out_ld = staged ? len_max : p;
         for (long j0 = 0; j0 < ncols; j0 += Q_NR) {
             /* the tile's kept segments: tile column seg_j[s], seg_len[s] values, at output index seg_o[s] */
             int seg_j[Q_NR + 1], seg_len[Q_NR + 1], nseg = 0;
@@ -1212,12 +1268,13 @@ static void q_implicit_task(void *ctx, long begin, long end) {
                 else
 #endif
                     q_ukr_conv_base(&a->b, w, mr, col0 + j0, acc);
-                for (int i = 0; i < mr; ++i)
-                    for (int sg = 0; sg < nseg; ++sg)
-                        q_store_row(&a->g, acc[i] + seg_j[sg], out + (long)(i0 + i) * out_ld + seg_o[sg], seg_len[sg],
-                                    i0 + i, seg_o[sg]);
+                for (int sg = 0; sg < nseg; ++sg)
+                    q_store_tile(&a->g, &acc[0][0], mr, seg_j[sg], seg_len[sg], i0, seg_o[sg],
+                                 out ? out + (long)i0 * out_ld + seg_o[sg] : NULL, out_ld,
+                                 a->g.store_q ? a->yq + (long)i0 * p + seg_o[sg] : NULL, p);
             }
         }
+        if (a->g.store_q) continue; /* the store did the whole epilogue */
         const long len = (long)rows * ow;
         for (int m = m0; m < m1; ++m) {
             float *t = out + (long)m * out_ld + (long)oy0 * ow;
@@ -1288,7 +1345,8 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     ia.g.sums = a->sums; ia.g.scale = a->scale; ia.g.bias = a->bias; ia.g.x_zero = a->x_zero;
     ia.g.res = res; ia.g.ldr = (long)a->oh * a->ow;
     ia.g.post_a = a->post_a; ia.g.post_b = a->post_b;
-    q_set_store_epilogue(&ia.g, a->act);
+    ia.g.yscale = a->y_scale; ia.g.yzp = a->y_zero; /* (the store's requantization) */
+    q_set_store_epilogue(&ia.g, a->act, yq != NULL);
     ia.y = y; ia.yq = yq;
     ia.m = a->m; ia.oh = a->oh; ia.ow = a->ow; ia.wq = geo->wq;
     ia.act = a->act; ia.a0 = a->a0; ia.a1 = a->a1; ia.y_scale = a->y_scale; ia.y_zero = a->y_zero;
