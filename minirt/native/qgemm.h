@@ -98,7 +98,7 @@ typedef struct {
     int M, N, K, x_zero, act;
     float a0, a1;
     int nc, mc, nblocks;
-    int nr; /* panel width: Q_NR, or 16 for narrow GEMMs on VNNI (N <= 16) */
+    int nr; /* panel width: Q_NR, or 16 for narrow GEMMs on VNNI (N <= 16); see q_panel_width */
     uint8_t *Cq; /* u8 output (requantized: clamp(rint(c / yscale[m]) + yzp[m])) instead of C, or NULL */
     long ldcq;
     const float *yscale; /* per row m (output channel) */
@@ -139,12 +139,17 @@ static inline void q_interleave4(uint8_t *restrict dst, const uint8_t *r0, const
     }
 }
 
-/* Pack X[k0:k0+kb, n0:n0+nb] into quad panels; rows past K and columns past
- * N read as 0 (the matching weights are 0 / the columns are not stored). */
+/* The width of the panel of a block that starts with `left` columns to go: g->nr, but on VNNI a
+ * last panel of at most 16 columns is 16 wide (q_ukr_vnni16), so a block of N = 100 (10 x 10
+ * planes) computes 112 columns instead of 128.  Panel j0 starts at byte j0 * k4 either way. */
+static inline int q_panel_width(const q_args *g, int left) { return q_use_vnni && left <= 16 ? 16 : g->nr; }
+
+/* Pack X[k0:k0+kb, n0:n0+nb] into quad panels ([kq][width][4], q_panel_width); rows past K and
+ * columns past N read as 0 (the matching weights are 0 / the columns are not stored). */
 static void q_pack_x(const q_args *g, int k0, int kb, int n0, int nb, uint8_t *out) {
     int kq = (kb + 3) / 4;
-    const int NR = g->nr;
-    for (int j0 = 0; j0 < nb; j0 += NR) {
+    for (int j0 = 0, NR; j0 < nb; j0 += NR) {
+        NR = q_panel_width(g, nb - j0);
         uint8_t *panel = out + (long)j0 * kq * 4;
         int w = nb - j0 < NR ? nb - j0 : NR;
         for (int q = 0; q < kq; ++q) {
@@ -507,7 +512,7 @@ typedef struct {
 static void q_quant_task(void *ctx, long begin, long end);
 
 #ifdef MRT_HAVE_VNNI_BUILD
-/* q_pack_x from float activations (g->Xf, 32-column panels): each 4 rows x 16 columns are
+/* q_pack_x from float activations (g->Xf; panels as q_panel_width): each 4 rows x 16 columns are
  * quantized into 16 int32 lanes and shifted into the four bytes of each column's quad (no
  * shuffles), so the quantized matrix is never written out.  Rows past K and columns past nb
  * hold x_zero (zero weights / columns never stored). */
@@ -516,10 +521,11 @@ __attribute__((target("avx512f"))) static void q_pack_xf(const q_args *g, int n0
     const __m512 vs = _mm512_set1_ps(g->xscale), vlo = _mm512_set1_ps((float)(0 - g->x_zero)),
                  vhi = _mm512_set1_ps((float)(255 - g->x_zero)), vzp = _mm512_set1_ps((float)g->x_zero);
     const __m512i vpad = _mm512_set1_epi32(g->x_zero);
-    for (int j0 = 0; j0 < nb; j0 += Q_NR) {
+    for (int j0 = 0, width; j0 < nb; j0 += width) {
         uint8_t *dst = out + (long)j0 * kq * 4;
+        width = q_panel_width(g, nb - j0);
         for (int q = 0; q < kq; ++q)
-            for (int h = 0; h < Q_NR; h += 16, dst += 64) {
+            for (int h = 0; h < width; h += 16, dst += 64) {
                 const int left = nb - j0 - h; /* columns of this half inside the block */
                 const __mmask16 k = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
                 __m512i quad = _mm512_setzero_si512();
@@ -587,8 +593,9 @@ static void q_task(void *ctx, long begin, long end) {
         else
 #endif
             q_pack_x(g, 0, (int)g->k4, n0, nb, pack);
-        for (int j0 = 0; j0 < nb; j0 += g->nr) {
-            int nr = nb - j0 < g->nr ? nb - j0 : g->nr;
+        for (int j0 = 0, width; j0 < nb; j0 += width) {
+            width = q_panel_width(g, nb - j0);
+            int nr = nb - j0 < width ? nb - j0 : width;
             const uint8_t *panel = pack + (long)j0 * g->k4;
             for (int i0 = 0; i0 < mb; i0 += Q_MR) {
                 int mr = mb - i0 < Q_MR ? mb - i0 : Q_MR;
@@ -596,7 +603,7 @@ static void q_task(void *ctx, long begin, long end) {
                 int32_t acc[Q_MR][Q_NR] __attribute__((aligned(64)));
                 const int8_t *w = g->W + (long)m * g->k4;
 #ifdef MRT_HAVE_VNNI_BUILD
-                if (q_use_vnni && g->nr == 16)
+                if (q_use_vnni && width == 16)
                     q_ukr_vnni16(g, w, kq, panel, acc, mr);
                 else if (q_use_vnni)
                     q_ukr_vnni(g, w, kq, panel, acc, mr, 0);
