@@ -352,6 +352,8 @@ POST_ROUTE_CASES = [
     (1, (40, 40), 136, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)), # implicit: row blocks and weight-row blocks
     (8, (18, 18), 8, (3, 3), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # implicit, no padding: p = 256
     (16, (20, 20), 24, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)), # 1x1 direct (float input packed from floats)
+    (16, (10, 10), 20, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)), # 1x1, p = 100: a 16-wide last panel (4 columns)
+    (12, (17, 17), 14, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)), # 1x1, p = 289: the second block is 32 + 1 columns
     (8, (20, 20), 12, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),  # 2 groups: im2col GEMM, one image per call
     (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2, (1, 1)),     # small planes side by side
 ]
