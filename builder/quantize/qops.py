@@ -262,7 +262,8 @@ def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
 
 def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
                symmetric: bool = False, per_channel: bool = True, chain: bool | str = False,
-               fuse_pool_flatten: bool = True, fold_affine: bool = True) -> list[tuple[str, str]]:
+               fuse_pool_flatten: bool = True, fold_affine: bool = True,
+               fold_upsample: bool = True) -> list[tuple[str, str]]:
     """Quantize the ``selected`` candidates of ``model`` in place.
 
     ``ranges`` maps activation names to calibrated (lo, hi) (static int8), or
@@ -270,7 +271,9 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     output is folded into the QConv (:func:`fuse_max_pool`) and a Flatten feeding only a
     QMatMul into the QMatMul (:func:`fuse_flatten`).  With ``fold_affine`` the scalar ``Mul`` /
     ``Add`` after a QConv become its ``post_scale`` / ``post_shift``
-    (:func:`fold_scalar_affine`).  With ``chain``
+    (:func:`fold_scalar_affine`).  With ``fold_upsample`` (static only) an ``Add`` of a nearest
+    2x-style ``Resize`` that only a QConv reads becomes the QConv's ``X_up`` input
+    (:func:`fold_upsample_add`).  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
     their input quantization (:func:`chain_int8`; ``chain="depthwise"``: only where the
     producer or a consumer is a depthwise QConv).  Returns (node, reason) for
@@ -333,6 +336,8 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     if fuse_pool_flatten:
         fuse_max_pool(graph)
         fuse_flatten(graph)
+    if fold_upsample and ranges is not None:
+        fold_upsample_add(graph)
     if chain and ranges is not None:
         chain_int8(graph, depthwise_only=chain == "depthwise")
     _drop_unused_initializers(graph)
@@ -450,6 +455,70 @@ def fuse_flatten(graph: ir.Graph) -> int:
         graph.remove(node, safe=True)
         fused += 1
     return fused
+
+
+def _nearest_integer_upsample(node: ir.Node, graph: ir.Graph) -> int | None:
+    """The factor f of a ``Resize`` that repeats each value of a 4-D input f x f times (nearest,
+    asymmetric coordinates, floor rounding, constant scales (1, 1, f, f) for an integer f >= 1, no
+    sizes / axes / antialiasing), else None."""
+    if _key(node) != ("", "Resize") or len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
+        return None
+    if (_attr(node, "mode", "nearest") != "nearest" or _attr(node, "coordinate_transformation_mode") != "asymmetric"
+            or _attr(node, "nearest_mode") != "floor" or int(_attr(node, "antialias", 0))
+            or _attr(node, "axes") is not None):
+        return None
+    ins = list(node.inputs)
+    scales = ins[1] if len(ins) == 2 else ins[2] if len(ins) > 2 else None  # (opset 10: X, scales)
+    if len(ins) > 3 and ins[3] is not None:
+        return None  # sizes given
+    sc = _const(scales, graph)
+    if sc is None or sc.shape != (4,) or sc[0] != 1 or sc[1] != 1 or sc[2] != sc[3]:
+        return None
+    f = float(sc[2])
+    return int(f) if f >= 1 and f == int(f) else None
+
+
+def fold_upsample_add(graph: ir.Graph) -> int:
+    """Fold ``QConv(Add(a, Resize(b)))``, the top-down path of a feature pyramid, into
+    ``QConv(a, ..., X_up=b)`` with ``x_up_factor`` f, when the Resize repeats each value f x f times
+    (:func:`_nearest_integer_upsample`), its output is read by that Add only, the Add's by that QConv
+    only (as X), neither is a graph output, and the QConv quantizes X statically with one uint8
+    scale.  The runtime adds the upsampled values while it quantizes (one pass, no float sum or
+    upsampled tensor written): identical results.  PP-OCR det: the Resize and Add before its last
+    96 -> 24 3x3 conv, ~0.2 ms of int8's ~5.2 (docs/decisions.md D-qepilogue).  Returns the number
+    of folded pairs."""
+    outputs = set(id(v) for v in graph.outputs)
+    folded = 0
+    for node in list(graph):
+        if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) > 7 or len(node.inputs) < 3:
+            continue
+        x = node.inputs[0]
+        xs, xz = _const(node.inputs[1], graph), _const(node.inputs[2], graph)
+        if xs is None or xz is None or xs.size != 1 or xz.dtype != np.uint8:
+            continue
+        add = x.producer() if x is not None else None
+        if add is None or _key(add) != ("", "Add") or len(add.inputs) != 2 or id(x) in outputs:
+            continue
+        if len(list(x.uses())) != 1:
+            continue
+        for i in (0, 1):
+            r = add.inputs[i].producer() if add.inputs[i] is not None else None
+            f = _nearest_integer_upsample(r, graph) if r is not None else None
+            if f is None or id(r.outputs[0]) in outputs or len(list(r.outputs[0].uses())) != 1:
+                continue
+            other = add.inputs[1 - i]
+            if other is None or other.dtype not in (None, ir.DataType.FLOAT):
+                continue
+            ins = list(node.inputs) + [None] * (7 - len(node.inputs))
+            new = ir.Node(DOMAIN, "QConv", [other] + ins[1:] + [r.inputs[0]],
+                          attributes=list(node.attributes.values()) + [ir.AttrInt64("x_up_factor", f)],
+                          name=node.name, num_outputs=1)
+            _replace(graph, node, new)
+            graph.remove(add, safe=True)
+            graph.remove(r, safe=True)
+            folded += 1
+            break
+    return folded
 
 
 def _is_depthwise_qconv(node: ir.Node, graph: ir.Graph) -> bool:

@@ -562,6 +562,18 @@ def quantize_u8(x, q, scale: float, zero_point: int) -> None:
     _lib.mrt_quantize_u8_f32(_ptr(x), _ffi.from_buffer("uint8_t[]", q), x.size, scale, int(zero_point), threads())
 
 
+def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int) -> None:
+    """q (uint8, like x) = quantize_u8 of ``x + nearest-upsampled xu``: x float32 (N, C, H, W), xu
+    float32 (N, C, H / f, W / f) for an integer factor f (the same on both axes); all contiguous."""
+    f = x.shape[2] // xu.shape[2]
+    rc = _lib.mrt_quantize_add_up_u8_f32(_ptr(x), _ptr(xu), x.shape[0] * x.shape[1], x.shape[2], x.shape[3], f,
+                                         _ffi.from_buffer("uint8_t[]", q), scale, int(zero_point), threads())
+    if rc == -1:
+        raise MemoryError("minirt native quantize_add_up_u8: could not allocate its scratch buffer")
+    if rc != 0:
+        raise ValueError(f"quantize_add_up_u8: {x.shape} is not {xu.shape} upsampled by an integer factor")
+
+
 def im2col_u8(x, cols, k, s, d, pb, out, pad: int) -> None:
     """One uint8 image: x (C, H, W) -> cols (C*KH*KW, OH*OW), padding with ``pad``."""
     c, h, wd = x.shape

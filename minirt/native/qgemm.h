@@ -760,6 +760,88 @@ void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp
 }
 
 typedef struct {
+    const float *x, *xu;
+    uint8_t *q;
+    int h, w, f;
+    float scale;
+    int zp, failed;
+} q_quant_add_up_args;
+
+#ifdef MRT_HAVE_VNNI_BUILD
+/* Planes [begin, end) for f == 2 on AVX-512, row by row: 16 values of x plus 8 of xu each taken
+ * twice (vpermps), quantized as q_quant16 does, 16 bytes stored (masked row tails); no sum is
+ * written anywhere. */
+__attribute__((target("avx512f"))) static void q_quant_add_up2_avx512(const q_quant_add_up_args *a, long begin,
+                                                                         long end) {
+    const long w = a->w, plane = (long)a->h * w, plane_u = plane / 4;
+    const __m512 vs = _mm512_set1_ps(a->scale), lo = _mm512_set1_ps((float)-a->zp),
+                 hi = _mm512_set1_ps(255.0f - a->zp), vz = _mm512_set1_ps((float)a->zp);
+    const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (long p = begin; p < end; ++p)
+        for (int i = 0; i < a->h; ++i) {
+            const float *x = a->x + p * plane + (long)i * w, *xu = a->xu + p * plane_u + (long)(i / 2) * (w / 2);
+            uint8_t *q = a->q + p * plane + (long)i * w;
+            long j = 0;
+            for (; j + 16 <= w; j += 16) {
+                const __m512 u = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_loadu_ps(xu + j / 2)));
+                const __m512i v = q_quant16(_mm512_add_ps(_mm512_loadu_ps(x + j), u), vs, lo, hi, vz);
+                _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtepi32_epi8(v)); /* (vpmovdb to memory: slow on Zen 4) */
+            }
+            if (j < w) { /* w even: (w - j) / 2 values of xu */
+                const __mmask16 m = (__mmask16)((1u << (w - j)) - 1), mu = (__mmask16)((1u << ((w - j) / 2)) - 1);
+                const __m512 u = _mm512_permutexvar_ps(pairs, _mm512_maskz_loadu_ps(mu, xu + j / 2));
+                const __m512i v = q_quant16(_mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), u), vs, lo, hi, vz);
+                _mm512_mask_cvtepi32_storeu_epi8(q + j, m, v);
+            }
+        }
+}
+#endif
+
+/* Planes [begin, end): on VNNI with f == 2 from registers (q_quant_add_up2_avx512);
+ * otherwise the sum of each plane and its upsampled xu plane into per-thread scratch (in cache),
+ * then quantized in one q_quant_task pass. */
+static void q_quant_add_up_task(void *ctx, long begin, long end) {
+    q_quant_add_up_args *a = (q_quant_add_up_args *)ctx;
+    const long plane = (long)a->h * a->w, wu = a->w / a->f, plane_u = (long)(a->h / a->f) * wu;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_vnni && a->f == 2) {
+        q_quant_add_up2_avx512(a, begin, end);
+        return;
+    }
+#endif
+    float *sum = (float *)mrt_pack_buffer(sizeof(float) * (size_t)plane);
+    if (!sum) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (long p = begin; p < end; ++p) {
+        const float *x = a->x + p * plane, *xu = a->xu + p * plane_u;
+        for (int i = 0; i < a->h; ++i) {
+            const float *restrict xr = x + (long)i * a->w, *restrict ur = xu + (long)(i / a->f) * wu;
+            float *restrict sr = sum + (long)i * a->w;
+            if (a->f == 2) { /* the FPN's 2x: pairs of columns share one value (vectorizes) */
+                for (long k = 0; k < wu; ++k) {
+                    sr[2 * k] = xr[2 * k] + ur[k];
+                    sr[2 * k + 1] = xr[2 * k + 1] + ur[k];
+                }
+            } else {
+                for (int j = 0; j < a->w; ++j) sr[j] = xr[j] + ur[j / a->f];
+            }
+        }
+        q_quant_args qa = {sum, a->q + p * plane, a->scale, (float)(0 - a->zp), (float)(255 - a->zp), (float)a->zp};
+        q_quant_task(&qa, 0, plane);
+    }
+}
+
+int mrt_quantize_add_up_u8_f32(const float *x, const float *xu, long planes, int h, int w, int f, uint8_t *q,
+                               float scale, int zp, int nthreads) {
+    if (f < 1 || h % f || w % f) return -2;
+    q_quant_add_up_args a = {x, xu, q, h, w, f, scale, zp, 0};
+    mrt_parallel_for(planes, (long)h * w, nthreads, q_quant_add_up_task, &a);
+    return a.failed ? -1 : 0;
+}
+
+typedef struct {
     const uint8_t *x;
     uint8_t *cols;
     long ld; /* row stride of cols (oh*ow, or more for images side by side) */

@@ -1,0 +1,65 @@
+"""fold_upsample_add: an Add of a nearest integer-factor Resize that only a QConv reads becomes the
+QConv's X_up input (a feature pyramid's top-down path), with identical results."""
+import numpy as np
+import onnx
+from onnx import helper as h
+
+from builder.passes import optimize
+from builder.passes import testing as T
+from builder.quantize import QuantizeOptions, _run, quantize
+
+R = np.random.default_rng(7)
+
+
+def _model(mode="nearest", ctm="asymmetric", rounding="floor", extra_use=False) -> onnx.ModelProto:
+    """a (1, 8, 16, 16) + Resize(b (1, 8, 8, 8)) -> 3x3 conv 8 -> 4; extra_use: the Add's output is also an output.
+    The same weights on every call."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        h.make_node("Resize", ["b", "", "scales"], ["b_up"], name="up", mode=mode, coordinate_transformation_mode=ctm,
+                    nearest_mode=rounding),
+        h.make_node("Add", ["a", "b_up"], ["s"], name="add"),
+        h.make_node("Conv", ["s", "w", "bias"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["y"], ["y_r"]),
+        h.make_node("Conv", ["y_r", "w2", "bias2"], ["out"], name="conv_out"),
+    ]
+    inits = [T.tensor("scales", np.array([1.0, 1.0, 2.0, 2.0], np.float32)),
+             T.tensor("w", rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 0.3),
+             T.tensor("bias", rng.standard_normal(4).astype(np.float32) * 0.1),
+             T.tensor("w2", rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.3),
+             T.tensor("bias2", rng.standard_normal(4).astype(np.float32) * 0.1)]
+    outputs = [T.vinfo("out", [1, 4, 16, 16])] + ([T.vinfo("s", [1, 8, 16, 16])] if extra_use else [])
+    return T.make_model(nodes, [T.vinfo("a", [1, 8, 16, 16]), T.vinfo("b", [1, 8, 8, 8])], outputs, inits)
+
+
+def _feeds(n=2):
+    return [{"a": R.standard_normal((1, 8, 16, 16)).astype(np.float32),
+             "b": R.standard_normal((1, 8, 8, 8)).astype(np.float32)} for _ in range(n)]
+
+
+CALIBRATION = _feeds()
+
+
+def _quantized(proto, **options):
+    model = T.load(proto)
+    optimize(model, 2)
+    quantize(model, "int8", CALIBRATION, QuantizeOptions(measure_latency=False, **options))
+    return model
+
+
+def test_resize_and_add_fold_into_the_qconv_exactly():
+    folded = _quantized(_model())
+    ops = [n.op_type for n in folded.graph]
+    assert "Resize" not in ops and "Add" not in ops
+    qconv = next(n for n in folded.graph if n.name == "conv")
+    assert qconv.attributes["x_up_factor"].value == 2 and len(qconv.inputs) == 8
+    plain = _quantized(_model(), fold_upsample_add=False)
+    assert {"Resize", "Add"} <= {n.op_type for n in plain.graph}
+    for feed in _feeds(3):
+        np.testing.assert_array_equal(_run.session(folded).run(None, feed)[0], _run.session(plain).run(None, feed)[0])
+
+
+def test_other_resizes_and_shared_sums_stay():
+    for proto in (_model(mode="linear"), _model(ctm="half_pixel"), _model(rounding="round_prefer_floor"),
+                  _model(extra_use=True)):
+        assert {"Resize", "Add"} <= {n.op_type for n in _quantized(proto).graph}
