@@ -92,7 +92,9 @@ class QuantizeOptions:
     fuse_pool_flatten: bool = True
     # Static int8: an Add of a nearest integer-factor Resize read only by a QConv (a feature pyramid's
     # top-down path) becomes the QConv's X_up input, added while the QConv quantizes its input: one
-    # pass instead of Resize + Add + quantize (PP-OCR det: ~0.2 ms, docs/decisions.md D-qepilogue).
+    # pass instead of Resize + Add + quantize; a channel Concat of such Resizes read only by a QConv
+    # becomes one QuantizeUpsampleConcat writing the QConv's uint8 input (PP-OCR det: ~0.2 and
+    # ~0.12 ms of int8's ~5.2, docs/decisions.md D-qepilogue).
     fold_upsample_add: bool = True
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights

@@ -273,7 +273,8 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     ``Add`` after a QConv become its ``post_scale`` / ``post_shift``
     (:func:`fold_scalar_affine`).  With ``fold_upsample`` (static only) an ``Add`` of a nearest
     2x-style ``Resize`` that only a QConv reads becomes the QConv's ``X_up`` input
-    (:func:`fold_upsample_add`).  With ``chain``
+    (:func:`fold_upsample_add`) and a channel ``Concat`` of such Resizes read only by a QConv a
+    ``QuantizeUpsampleConcat`` writing its uint8 input (:func:`fold_upsample_concat`).  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
     their input quantization (:func:`chain_int8`; ``chain="depthwise"``: only where the
     producer or a consumer is a depthwise QConv).  Returns (node, reason) for
@@ -338,6 +339,7 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
         fuse_flatten(graph)
     if fold_upsample and ranges is not None:
         fold_upsample_add(graph)
+        fold_upsample_concat(graph)
     if chain and ranges is not None:
         chain_int8(graph, depthwise_only=chain == "depthwise")
     _drop_unused_initializers(graph)
@@ -490,13 +492,10 @@ def fold_upsample_add(graph: ir.Graph) -> int:
     outputs = set(id(v) for v in graph.outputs)
     folded = 0
     for node in list(graph):
-        if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) > 7 or len(node.inputs) < 3:
+        if len(node.inputs) > 7 or _static_u8_input(node, graph) is None:
             continue
         x = node.inputs[0]
-        xs, xz = _const(node.inputs[1], graph), _const(node.inputs[2], graph)
-        if xs is None or xz is None or xs.size != 1 or xz.dtype != np.uint8:
-            continue
-        add = x.producer() if x is not None else None
+        add = x.producer()
         if add is None or _key(add) != ("", "Add") or len(add.inputs) != 2 or id(x) in outputs:
             continue
         if len(list(x.uses())) != 1:
@@ -518,6 +517,68 @@ def fold_upsample_add(graph: ir.Graph) -> int:
             graph.remove(r, safe=True)
             folded += 1
             break
+    return folded
+
+
+def _static_u8_input(node: ir.Node, graph: ir.Graph) -> tuple[float, int] | None:
+    """(scale, zero point) of a QConv that quantizes its float X statically with one uint8 pair, else None."""
+    if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) < 3 or node.inputs[0] is None:
+        return None
+    xs, xz = _const(node.inputs[1], graph), _const(node.inputs[2], graph)
+    if xs is None or xz is None or xs.size != 1 or xz.dtype != np.uint8:
+        return None
+    if node.inputs[0].dtype not in (None, ir.DataType.FLOAT):
+        return None
+    return float(xs.reshape(())), int(xz.reshape(()))
+
+
+def fold_upsample_concat(graph: ir.Graph) -> int:
+    """Give a QConv whose X is a ``Concat`` over channels (axis 1) of 4-D tensors, some of them
+    ``Resize`` outputs that repeat each value f x f times (:func:`_nearest_integer_upsample`), a
+    ``com.minirt::QuantizeUpsampleConcat`` of the Resizes' inputs (factors f, 1 for the others) in
+    the QConv's static uint8 input quantization: the QConv then reads uint8 (its chained form).
+    Only when the Concat's output is read by that QConv alone and each Resize's by the Concat
+    alone, none a graph output.  Identical results; no upsampled, concatenated or float copy is
+    written (PP-OCR det's last conv: three Resizes and the Concat, ~0.15 ms of int8's ~5.2).
+    Returns the number of folded Concats."""
+    outputs = set(id(v) for v in graph.outputs)
+    folded = 0
+    for node in list(graph):
+        quant = _static_u8_input(node, graph)
+        if quant is None:
+            continue
+        x = node.inputs[0]
+        cat = x.producer()
+        if cat is None or _key(cat) != ("", "Concat") or int(_attr(cat, "axis", 0)) != 1 or id(x) in outputs:
+            continue
+        if len(list(x.uses())) != 1 or any(v is None or v.dtype not in (None, ir.DataType.FLOAT) for v in cat.inputs):
+            continue
+        sources, factors, resizes = [], [], []
+        for v in cat.inputs:
+            r = v.producer()
+            f = _nearest_integer_upsample(r, graph) if r is not None else None
+            if f is not None and id(v) not in outputs and len(list(v.uses())) == 1:
+                sources.append(r.inputs[0])
+                factors.append(f)
+                resizes.append(r)
+            else:
+                sources.append(v)
+                factors.append(1)
+        if not resizes:
+            continue
+        q = ir.Node(DOMAIN, "QuantizeUpsampleConcat", sources,
+                    attributes=[ir.AttrInt64s("factors", factors), ir.AttrFloat32("scale", quant[0]),
+                                ir.AttrInt64("zero_point", quant[1])],
+                    name=f"{cat.name}_quantized", num_outputs=1)
+        graph.insert_before(cat, q)
+        xq = q.outputs[0]
+        xq.name = f"{x.name}_u8"
+        xq.dtype, xq.shape = ir.DataType.UINT8, x.shape
+        node.replace_input_with(0, xq)
+        graph.remove(cat, safe=True)
+        for r in resizes:
+            graph.remove(r, safe=True)
+        folded += 1
     return folded
 
 

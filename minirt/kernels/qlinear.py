@@ -554,6 +554,43 @@ def requantize_u8(y: np.ndarray, scale, zero_point) -> np.ndarray:
     return t.astype(np.uint8)
 
 
+@kernel("QuantizeUpsampleConcat", since=1, domain=DOMAIN, out=True)
+def quantize_upsample_concat(*inputs, factors=(), scale=1.0, zero_point=0, out=None):
+    """uint8 ``requantize_u8(Concat(axis=1) of the inputs, scale, zero_point)`` where input i is first
+    repeated ``factors[i]`` x ``factors[i]`` times over its two spatial axes (a Resize nearest,
+    asymmetric, floor with scales (1, 1, f, f); 1: as is).  All inputs float32 (N, C_i, H / f_i,
+    W / f_i).  The quantizer makes it from the Resizes and Concat in front of a QConv, in that QConv's
+    static input quantization (the QConv then reads uint8); natively each input is quantized
+    straight into its channels of the result, nothing upsampled or concatenated is written."""
+    factors = tuple(int(f) for f in factors)
+    if not inputs or len(factors) != len(inputs) or min(factors) < 1:
+        raise ValueError(f"QuantizeUpsampleConcat: one factor >= 1 per input, got {list(factors)} for "
+                         f"{len(inputs)} inputs")
+    zp = int(zero_point)
+    if not (float(scale) > 0 and 0 <= zp <= 255):
+        raise ValueError(f"QuantizeUpsampleConcat: scale must be > 0 and zero_point in [0, 255], got {scale}, {zp}")
+    for x in inputs:
+        if x.dtype != np.float32 or x.ndim != 4:
+            raise ValueError(f"QuantizeUpsampleConcat: inputs must be float32 4-D, got {x.dtype} {x.shape}")
+    n, h, w = inputs[0].shape[0], inputs[0].shape[2] * factors[0], inputs[0].shape[3] * factors[0]
+    if any(x.shape[0] != n or x.shape[2] * f != h or x.shape[3] * f != w for x, f in zip(inputs, factors)):
+        raise ValueError("QuantizeUpsampleConcat: the upsampled inputs differ in batch or plane size: "
+                         + ", ".join(f"{x.shape} x{f}" for x, f in zip(inputs, factors)))
+    shape = (n, sum(x.shape[1] for x in inputs), h, w)
+    if not _native.available:
+        parts = [np.repeat(np.repeat(x, f, axis=2), f, axis=3) if f > 1 else x for x, f in zip(inputs, factors)]
+        return requantize_u8(np.concatenate(parts, axis=1), float(scale), zp)
+    y = nn._out_buffer(out, shape, np.uint8)
+    c0 = 0
+    for x, f in zip(inputs, factors):
+        c = x.shape[1]
+        xc = np.ascontiguousarray(x)
+        for i in range(n):  # (one image's channels of y are contiguous)
+            _native.quantize_add_up_u8(None, xc[i:i + 1], y[i:i + 1, c0:c0 + c], float(scale), zp)
+        c0 += c
+    return y
+
+
 # id(w) -> (weakref to w, id(scale), scale kept alive, float32 result): weights materialized once
 _DEQUANTIZED: dict = {}
 

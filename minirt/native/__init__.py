@@ -563,15 +563,19 @@ def quantize_u8(x, q, scale: float, zero_point: int) -> None:
 
 
 def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int) -> None:
-    """q (uint8, like x) = quantize_u8 of ``x + nearest-upsampled xu``: x float32 (N, C, H, W), xu
-    float32 (N, C, H / f, W / f) for an integer factor f (the same on both axes); all contiguous."""
-    f = x.shape[2] // xu.shape[2]
-    rc = _lib.mrt_quantize_add_up_u8_f32(_ptr(x), _ptr(xu), x.shape[0] * x.shape[1], x.shape[2], x.shape[3], f,
-                                         _ffi.from_buffer("uint8_t[]", q), scale, int(zero_point), threads())
+    """q (uint8 (N, C, H, W)) = quantize_u8 of ``x + nearest-upsampled xu``, or of the upsampled xu
+    alone when x is None: x float32 like q, xu float32 (N, C, H / f, W / f) for an integer factor f
+    (the same on both axes); all contiguous."""
+    f = q.shape[2] // xu.shape[2] if xu.shape[2] else 0
+    if x is not None and x.shape != q.shape:
+        raise ValueError(f"quantize_add_up_u8: x {x.shape} and q {q.shape} differ")
+    rc = _lib.mrt_quantize_add_up_u8_f32(_ffi.NULL if x is None else _ptr(x), _ptr(xu), q.shape[0] * q.shape[1],
+                                         q.shape[2], q.shape[3], f, _ffi.from_buffer("uint8_t[]", q), scale,
+                                         int(zero_point), threads())
     if rc == -1:
         raise MemoryError("minirt native quantize_add_up_u8: could not allocate its scratch buffer")
     if rc != 0:
-        raise ValueError(f"quantize_add_up_u8: {x.shape} is not {xu.shape} upsampled by an integer factor")
+        raise ValueError(f"quantize_add_up_u8: {q.shape} is not {xu.shape} upsampled by an integer factor")
 
 
 def im2col_u8(x, cols, k, s, d, pb, out, pad: int) -> None:

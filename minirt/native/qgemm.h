@@ -768,44 +768,49 @@ typedef struct {
 } q_quant_add_up_args;
 
 #ifdef MRT_HAVE_VNNI_BUILD
-/* Planes [begin, end) for f == 2 on AVX-512, row by row: 16 values of x plus 8 of xu each taken
- * twice (vpermps), quantized as q_quant16 does, 16 bytes stored (masked row tails); no sum is
- * written anywhere. */
-__attribute__((target("avx512f"))) static void q_quant_add_up2_avx512(const q_quant_add_up_args *a, long begin,
-                                                                         long end) {
-    const long w = a->w, plane = (long)a->h * w, plane_u = plane / 4;
+/* Planes [begin, end) on AVX-512 for a factor f dividing 16, row by row: 16 values of x (none when
+ * x is NULL) plus 16 / f of xu each taken f times (vpermps), quantized as q_quant16 does, 16 bytes
+ * stored (masked row tails); no sum or upsampled row is written anywhere. */
+__attribute__((target("avx512f"))) static void q_quant_add_up_avx512(const q_quant_add_up_args *a, long begin,
+                                                                        long end) {
+    const int f = a->f;
+    const long w = a->w, plane = (long)a->h * w, wu = w / f, plane_u = (long)(a->h / f) * wu;
     const __m512 vs = _mm512_set1_ps(a->scale), lo = _mm512_set1_ps((float)-a->zp),
                  hi = _mm512_set1_ps(255.0f - a->zp), vz = _mm512_set1_ps((float)a->zp);
-    const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i repeat = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             (unsigned)__builtin_ctz((unsigned)f)); /* lane k reads k / f */
+    const __mmask16 full_u = (__mmask16)((1u << (16 / f)) - 1);
     for (long p = begin; p < end; ++p)
         for (int i = 0; i < a->h; ++i) {
-            const float *x = a->x + p * plane + (long)i * w, *xu = a->xu + p * plane_u + (long)(i / 2) * (w / 2);
+            const float *x = a->x ? a->x + p * plane + (long)i * w : NULL;
+            const float *xu = a->xu + p * plane_u + (long)(i / f) * wu;
             uint8_t *q = a->q + p * plane + (long)i * w;
             long j = 0;
-            for (; j + 16 <= w; j += 16) {
-                const __m512 u = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_loadu_ps(xu + j / 2)));
-                const __m512i v = q_quant16(_mm512_add_ps(_mm512_loadu_ps(x + j), u), vs, lo, hi, vz);
-                _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtepi32_epi8(v)); /* (vpmovdb to memory: slow on Zen 4) */
+            for (; j + 16 <= w; j += 16) { /* whole vectors: 16 / f values of xu */
+                __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(full_u, xu + j / f));
+                if (x) v = _mm512_add_ps(_mm512_loadu_ps(x + j), v);
+                /* (through a register: vpmovdb's store form is slow on AMD Zen 4) */
+                _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtepi32_epi8(q_quant16(v, vs, lo, hi, vz)));
             }
-            if (j < w) { /* w even: (w - j) / 2 values of xu */
-                const __mmask16 m = (__mmask16)((1u << (w - j)) - 1), mu = (__mmask16)((1u << ((w - j) / 2)) - 1);
-                const __m512 u = _mm512_permutexvar_ps(pairs, _mm512_maskz_loadu_ps(mu, xu + j / 2));
-                const __m512i v = q_quant16(_mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), u), vs, lo, hi, vz);
-                _mm512_mask_cvtepi32_storeu_epi8(q + j, m, v);
+            if (j < w) { /* w - j, a multiple of f */
+                const __mmask16 m = (__mmask16)((1u << (w - j)) - 1), mu = (__mmask16)((1u << ((w - j) / f)) - 1);
+                __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(mu, xu + j / f));
+                if (x) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), v);
+                _mm512_mask_cvtepi32_storeu_epi8(q + j, m, q_quant16(v, vs, lo, hi, vz));
             }
         }
 }
 #endif
 
-/* Planes [begin, end): on VNNI with f == 2 from registers (q_quant_add_up2_avx512);
- * otherwise the sum of each plane and its upsampled xu plane into per-thread scratch (in cache),
- * then quantized in one q_quant_task pass. */
+/* Planes [begin, end): on VNNI with f dividing 16 from registers (q_quant_add_up_avx512);
+ * otherwise the sum of each plane (or the upsampled xu plane alone) into per-thread scratch (in
+ * cache), then quantized in one q_quant_task pass. */
 static void q_quant_add_up_task(void *ctx, long begin, long end) {
     q_quant_add_up_args *a = (q_quant_add_up_args *)ctx;
     const long plane = (long)a->h * a->w, wu = a->w / a->f, plane_u = (long)(a->h / a->f) * wu;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && a->f == 2) {
-        q_quant_add_up2_avx512(a, begin, end);
+    if (q_use_vnni && 16 % a->f == 0) {
+        q_quant_add_up_avx512(a, begin, end);
         return;
     }
 #endif
@@ -815,18 +820,13 @@ static void q_quant_add_up_task(void *ctx, long begin, long end) {
         return;
     }
     for (long p = begin; p < end; ++p) {
-        const float *x = a->x + p * plane, *xu = a->xu + p * plane_u;
+        const float *x = a->x ? a->x + p * plane : NULL, *xu = a->xu + p * plane_u;
         for (int i = 0; i < a->h; ++i) {
-            const float *restrict xr = x + (long)i * a->w, *restrict ur = xu + (long)(i / a->f) * wu;
+            const float *restrict ur = xu + (long)(i / a->f) * wu;
             float *restrict sr = sum + (long)i * a->w;
-            if (a->f == 2) { /* the FPN's 2x: pairs of columns share one value (vectorizes) */
-                for (long k = 0; k < wu; ++k) {
-                    sr[2 * k] = xr[2 * k] + ur[k];
-                    sr[2 * k + 1] = xr[2 * k + 1] + ur[k];
-                }
-            } else {
-                for (int j = 0; j < a->w; ++j) sr[j] = xr[j] + ur[j / a->f];
-            }
+            for (int j = 0; j < a->w; ++j) sr[j] = ur[j / a->f];
+            if (x)
+                for (int j = 0; j < a->w; ++j) sr[j] = x[(long)i * a->w + j] + sr[j];
         }
         q_quant_args qa = {sum, a->q + p * plane, a->scale, (float)(0 - a->zp), (float)(255 - a->zp), (float)a->zp};
         q_quant_task(&qa, 0, plane);

@@ -594,3 +594,35 @@ def test_qconv_x_up_is_the_add_of_the_upsampled_input(shape, up, f, every_isa, t
                                       qlinear.qconv(summed, xs, xz, w, w_scale, bias, None, **attrs))
     with pytest.raises(ValueError, match="x_up_factor"):
         qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, **attrs)  # X_up without its factor
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_quantize_upsample_concat_matches_numpy(n, every_isa, threads):
+    """QuantizeUpsampleConcat: each input repeated f x f times (f = 8, 4, 2, 1 as PP-OCR det's last
+    conv, and 3 through the generic path), concatenated over channels and quantized, exactly as
+    numpy (and the numpy path); into the memory plan's buffer when one is given."""
+    rng = np.random.default_rng(n)
+    parts = [rng.standard_normal((n, c, 48 // f, 24 // f)).astype(np.float32) * 5
+             for c, f in ((3, 8), (2, 4), (4, 2), (1, 1), (2, 3))]
+    factors = (8, 4, 2, 1, 3)
+    up = np.concatenate([np.repeat(np.repeat(p, f, axis=2), f, axis=3) for p, f in zip(parts, factors)], axis=1)
+    ref = np.clip(np.rint(up / np.float32(0.04)) + 77, 0, 255).astype(np.uint8)
+    out = np.empty(ref.shape, np.uint8)
+    got = qlinear.quantize_upsample_concat(*parts, factors=factors, scale=0.04, zero_point=77, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got, ref)
+    with numpy_path():
+        np.testing.assert_array_equal(qlinear.quantize_upsample_concat(*parts, factors=factors, scale=0.04,
+                                                                       zero_point=77), ref)
+
+
+def test_quantize_upsample_concat_errors():
+    a, b = np.zeros((1, 2, 4, 4), np.float32), np.zeros((1, 2, 2, 2), np.float32)
+    with pytest.raises(ValueError, match="one factor"):
+        qlinear.quantize_upsample_concat(a, b, factors=(1,), scale=0.1, zero_point=0)
+    with pytest.raises(ValueError, match="plane size"):
+        qlinear.quantize_upsample_concat(a, b, factors=(1, 3), scale=0.1, zero_point=0)
+    with pytest.raises(ValueError, match="scale"):
+        qlinear.quantize_upsample_concat(a, b, factors=(1, 2), scale=0.0, zero_point=0)
+    with pytest.raises(ValueError, match="float32"):
+        qlinear.quantize_upsample_concat(a.astype(np.float64), factors=(1,), scale=0.1, zero_point=0)

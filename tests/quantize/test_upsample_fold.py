@@ -1,5 +1,6 @@
 """fold_upsample_add: an Add of a nearest integer-factor Resize that only a QConv reads becomes the
-QConv's X_up input (a feature pyramid's top-down path), with identical results."""
+QConv's X_up input (a feature pyramid's top-down path), and a channel Concat of such Resizes in front
+of a QConv a QuantizeUpsampleConcat feeding it uint8; identical results either way."""
 import numpy as np
 import onnx
 from onnx import helper as h
@@ -63,3 +64,54 @@ def test_other_resizes_and_shared_sums_stay():
     for proto in (_model(mode="linear"), _model(ctm="half_pixel"), _model(rounding="round_prefer_floor"),
                   _model(extra_use=True)):
         assert {"Resize", "Add"} <= {n.op_type for n in _quantized(proto).graph}
+
+
+def _concat_model(shared=False) -> onnx.ModelProto:
+    """Concat(Resize(a, 4x), Resize(b, 2x), c) over channels -> 3x3 conv; shared: b's Resize also an output."""
+    rng = np.random.default_rng(4)
+    nodes = [
+        h.make_node("Resize", ["a", "", "s4"], ["a_up"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                    nearest_mode="floor"),
+        h.make_node("Resize", ["b", "", "s2"], ["b_up"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                    nearest_mode="floor"),
+        h.make_node("Concat", ["a_up", "b_up", "c"], ["cat"], axis=1),
+        h.make_node("Conv", ["cat", "w", "bias"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["y"], ["y_r"]),
+        h.make_node("Conv", ["y_r", "w2", "bias2"], ["out"], name="conv_out"),
+    ]
+    inits = [T.tensor("s4", np.array([1, 1, 4, 4], np.float32)), T.tensor("s2", np.array([1, 1, 2, 2], np.float32)),
+             T.tensor("w", rng.standard_normal((4, 9, 3, 3)).astype(np.float32) * 0.3),
+             T.tensor("bias", rng.standard_normal(4).astype(np.float32) * 0.1),
+             T.tensor("w2", rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.3),
+             T.tensor("bias2", rng.standard_normal(4).astype(np.float32) * 0.1)]
+    outputs = [T.vinfo("out", [1, 4, 16, 16])] + ([T.vinfo("b_up", [1, 3, 16, 16])] if shared else [])
+    return T.make_model(nodes, [T.vinfo("a", [1, 2, 4, 4]), T.vinfo("b", [1, 3, 8, 8]), T.vinfo("c", [1, 4, 16, 16])],
+                        outputs, inits)
+
+
+CONCAT_FEEDS = [{"a": R.standard_normal((1, 2, 4, 4)).astype(np.float32),
+                 "b": R.standard_normal((1, 3, 8, 8)).astype(np.float32),
+                 "c": R.standard_normal((1, 4, 16, 16)).astype(np.float32)} for _ in range(3)]
+
+
+def _quantized_concat(proto, **options):
+    model = T.load(proto)
+    optimize(model, 2)
+    quantize(model, "int8", CONCAT_FEEDS[:2], QuantizeOptions(measure_latency=False, **options))
+    return model
+
+
+def test_resizes_and_concat_become_one_quantizing_node():
+    folded = _quantized_concat(_concat_model())
+    ops = [n.op_type for n in folded.graph]
+    assert "Resize" not in ops and "Concat" not in ops and "QuantizeUpsampleConcat" in ops
+    q = next(n for n in folded.graph if n.op_type == "QuantizeUpsampleConcat")
+    assert list(q.attributes["factors"].value) == [4, 2, 1]
+    plain = _quantized_concat(_concat_model(), fold_upsample_add=False)
+    assert {"Resize", "Concat"} <= {n.op_type for n in plain.graph}
+    for feed in CONCAT_FEEDS:
+        np.testing.assert_array_equal(_run.session(folded).run(None, feed)[0], _run.session(plain).run(None, feed)[0])
+    # a Resize whose output is read elsewhere too stays, the others fold
+    shared = _quantized_concat(_concat_model(shared=True))
+    q = next(n for n in shared.graph if n.op_type == "QuantizeUpsampleConcat")
+    assert list(q.attributes["factors"].value) == [4, 1, 1] and "Resize" in {n.op_type for n in shared.graph}
