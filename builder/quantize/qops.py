@@ -480,9 +480,17 @@ def _nearest_integer_upsample(node: ir.Node, graph: ir.Graph) -> int | None:
     return int(f) if f >= 1 and f == int(f) else None
 
 
+def _per_channel_shape(v: ir.Value | None) -> bool:
+    """Whether ``v`` is statically a 4-D (N, C, 1, 1) tensor (one value per image and channel, such
+    as a squeeze-and-excitation scale)."""
+    dims = list(v.shape) if v is not None and v.shape is not None else []
+    return len(dims) == 4 and dims[2] == 1 and dims[3] == 1
+
+
 def fold_upsample_add(graph: ir.Graph) -> int:
     """Fold ``QConv(Add(a, Resize(b)))``, the top-down path of a feature pyramid, into
-    ``QConv(a, ..., X_up=b)`` with ``x_up_factor`` f, when the Resize repeats each value f x f times
+    ``QConv(a, ..., X_up=b)`` with ``x_up_factor`` f (and ``a = Mul(x, s)`` with s of shape
+    (N, C, 1, 1), read by that Add only, into ``X = x, X_mul = s``), when the Resize repeats each value f x f times
     (:func:`_nearest_integer_upsample`), its output is read by that Add only, the Add's by that QConv
     only (as X), neither is a graph output, and the QConv quantizes X statically with one uint8
     scale.  The runtime adds the upsampled values while it quantizes (one pass, no float sum or
@@ -508,13 +516,23 @@ def fold_upsample_add(graph: ir.Graph) -> int:
             other = add.inputs[1 - i]
             if other is None or other.dtype not in (None, ir.DataType.FLOAT):
                 continue
+            x_mul = mul = None
+            m = other.producer()
+            if (m is not None and _key(m) == ("", "Mul") and len(m.inputs) == 2 and id(other) not in outputs
+                    and len(list(other.uses())) == 1):
+                scales = [v for v in m.inputs if _per_channel_shape(v)]
+                if len(scales) == 1 and scales[0].dtype in (None, ir.DataType.FLOAT):
+                    x_mul, mul = scales[0], m
+                    other = m.inputs[1] if m.inputs[0] is x_mul else m.inputs[0]
             ins = list(node.inputs) + [None] * (7 - len(node.inputs))
-            new = ir.Node(DOMAIN, "QConv", [other] + ins[1:] + [r.inputs[0]],
+            new = ir.Node(DOMAIN, "QConv", [other] + ins[1:] + [r.inputs[0]] + ([x_mul] if x_mul is not None else []),
                           attributes=list(node.attributes.values()) + [ir.AttrInt64("x_up_factor", f)],
                           name=node.name, num_outputs=1)
             _replace(graph, node, new)
             graph.remove(add, safe=True)
             graph.remove(r, safe=True)
+            if mul is not None:
+                graph.remove(mul, safe=True)
             folded += 1
             break
     return folded

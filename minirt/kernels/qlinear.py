@@ -446,29 +446,38 @@ def _pool_attrs(kernel_shape, strides) -> tuple | None:
     return kernel, strides
 
 
-def _add_upsampled(x, x_up, f, x_scale, x_zero_point):
-    """QConv's input with X_up: ``x + Resize(x_up)`` (nearest, asymmetric, floor, scale f on both
-    spatial axes of a 4-D x_up: each value repeated f x f times; the Add broadcasts as ONNX's).
-    When x has exactly the upsampled shape and this node quantizes statically per tensor to uint8,
-    the sum is quantized by one native pass that never writes it out (uint8 result); else float32."""
-    if x.dtype != np.float32 or x_up.dtype != np.float32:
-        raise ValueError(f"QConv: X and X_up must be float32 to be added, got {x.dtype} and {x_up.dtype}")
+def _add_upsampled(x, x_up, x_mul, f, x_scale, x_zero_point):
+    """QConv's input with X_up: ``x * x_mul + Resize(x_up)`` (x_mul optional; the Resize nearest,
+    asymmetric, floor, scale f on both spatial axes of a 4-D x_up: each value repeated f x f times;
+    Mul and Add broadcast as ONNX's).  When x has exactly the upsampled shape, x_mul is one value per
+    (image, channel) and this node quantizes statically per tensor to uint8, the result is quantized
+    by one native pass that never writes it out (uint8); else float32."""
+    if x.dtype != np.float32 or x_up.dtype != np.float32 or (x_mul is not None and x_mul.dtype != np.float32):
+        raise ValueError(f"QConv: X, X_up and X_mul must be float32, got {x.dtype}, {x_up.dtype} and "
+                         f"{None if x_mul is None else x_mul.dtype}")
     f = int(f)
     if f < 1 or x_up.ndim != 4:
         raise ValueError(f"QConv: X_up needs a 4-D input and x_up_factor >= 1, got {x_up.shape} and {f}")
     up_shape = x_up.shape[:2] + (x_up.shape[2] * f, x_up.shape[3] * f)
-    if (x.shape == up_shape and _native.available and x_scale is not None and x_zero_point is not None
-            and np.size(x_scale) == 1 and np.asarray(x_zero_point).dtype == np.uint8):
+    per_plane = x_mul is None or (x_mul.ndim == 4 and x_mul.shape[2:] == (1, 1) and x_mul.shape[1] == x.shape[1]
+                                  and x_mul.shape[0] in (1, x.shape[0]))
+    if (x.shape == up_shape and per_plane and _native.available and x_scale is not None
+            and x_zero_point is not None and np.size(x_scale) == 1 and np.asarray(x_zero_point).dtype == np.uint8):
         q = np.empty(x.shape, np.uint8)
+        xm = None if x_mul is None else np.ascontiguousarray(np.broadcast_to(x_mul, x.shape[:2] + (1, 1)))
         _native.quantize_add_up_u8(np.ascontiguousarray(x), np.ascontiguousarray(x_up), q,
-                                   float(np.asarray(x_scale).reshape(())), int(np.asarray(x_zero_point).reshape(())))
+                                   float(np.asarray(x_scale).reshape(())), int(np.asarray(x_zero_point).reshape(())),
+                                   xm)
         return q
+    if x_mul is not None:
+        x = x * x_mul
     return x + np.repeat(np.repeat(x_up, f, axis=2), f, axis=3)
 
 
 @kernel("QConv", since=1, domain=DOMAIN, context=True, out=True)
 def qconv(
-    x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, x_up=None, /, *, auto_pad="NOTSET",
+    x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, x_up=None, x_mul=None, /, *,
+    auto_pad="NOTSET",
     dilations=(),
     group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(), output_scale=None,
     output_zero_point=0, pool_kernel_shape=(), pool_strides=(), post_scale=1.0, post_shift=0.0, x_up_factor=0, out=None,
@@ -487,12 +496,15 @@ def qconv(
     input quantization of a depthwise QConv with per-channel scales).
     With ``pool_kernel_shape`` (and ``pool_strides``, default 1) the result is
     ``MaxPool(y, kernel_shape, strides)`` without padding, before any requantization.
-    With ``x_up`` (float32, 4-D) and ``x_up_factor`` f the conv's input is ``x + Resize(x_up)``
-    (nearest, asymmetric, floor, scales (1, 1, f, f)): the quantizer folds an FPN's upsample-and-add
-    into the conv that alone reads it, and the sum is quantized without being written out.
+    With ``x_up`` (float32, 4-D) and ``x_up_factor`` f the conv's input is ``x * x_mul + Resize(x_up)``
+    (``x_mul`` optional, e.g. a squeeze-and-excitation scale per channel; the Resize nearest,
+    asymmetric, floor, scales (1, 1, f, f)): the quantizer folds an FPN's upsample-and-add (and the
+    Mul before it) into the conv that alone reads it, and the sum is quantized without being written.
     """
     if x_up is not None:
-        x = _add_upsampled(x, x_up, x_up_factor, x_scale, x_zero_point)
+        x = _add_upsampled(x, x_up, x_mul, x_up_factor, x_scale, x_zero_point)
+    elif x_mul is not None:
+        raise ValueError("QConv: X_mul needs X_up")
     memo = ctx.memo if ctx is not None else {}
     prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
     if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):

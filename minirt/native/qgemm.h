@@ -760,7 +760,7 @@ void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp
 }
 
 typedef struct {
-    const float *x, *xu;
+    const float *x, *xm, *xu; /* xm: one multiplier of x per plane, or NULL */
     uint8_t *q;
     int h, w, f;
     float scale;
@@ -785,17 +785,27 @@ __attribute__((target("avx512f"))) static void q_quant_add_up_avx512(const q_qua
             const float *x = a->x ? a->x + p * plane + (long)i * w : NULL;
             const float *xu = a->xu + p * plane_u + (long)(i / f) * wu;
             uint8_t *q = a->q + p * plane + (long)i * w;
+            /* x * xm[p]: an explicitly rounded multiply, never contracted with the add into an FMA */
+            const __m512 vm = _mm512_set1_ps(a->xm ? a->xm[p] : 1.0f);
             long j = 0;
             for (; j + 16 <= w; j += 16) { /* whole vectors: 16 / f values of xu */
                 __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(full_u, xu + j / f));
-                if (x) v = _mm512_add_ps(_mm512_loadu_ps(x + j), v);
+                if (x)
+                    v = _mm512_add_ps(a->xm ? _mm512_mul_round_ps(_mm512_loadu_ps(x + j), vm,
+                                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                                            : _mm512_loadu_ps(x + j),
+                                      v);
                 /* (through a register: vpmovdb's store form is slow on AMD Zen 4) */
                 _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtepi32_epi8(q_quant16(v, vs, lo, hi, vz)));
             }
             if (j < w) { /* w - j, a multiple of f */
                 const __mmask16 m = (__mmask16)((1u << (w - j)) - 1), mu = (__mmask16)((1u << ((w - j) / f)) - 1);
                 __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(mu, xu + j / f));
-                if (x) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), v);
+                if (x) {
+                    __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
+                    if (a->xm) xv = _mm512_mul_round_ps(xv, vm, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    v = _mm512_add_ps(xv, v);
+                }
                 _mm512_mask_cvtepi32_storeu_epi8(q + j, m, q_quant16(v, vs, lo, hi, vz));
             }
         }
@@ -824,19 +834,24 @@ static void q_quant_add_up_task(void *ctx, long begin, long end) {
         for (int i = 0; i < a->h; ++i) {
             const float *restrict ur = xu + (long)(i / a->f) * wu;
             float *restrict sr = sum + (long)i * a->w;
-            for (int j = 0; j < a->w; ++j) sr[j] = ur[j / a->f];
-            if (x)
-                for (int j = 0; j < a->w; ++j) sr[j] = x[(long)i * a->w + j] + sr[j];
+            if (x && a->xm) { /* the product stored first: never contracted with the add into an FMA */
+                for (int j = 0; j < a->w; ++j) sr[j] = x[(long)i * a->w + j] * a->xm[p];
+                for (int j = 0; j < a->w; ++j) sr[j] = sr[j] + ur[j / a->f];
+            } else if (x) {
+                for (int j = 0; j < a->w; ++j) sr[j] = x[(long)i * a->w + j] + ur[j / a->f];
+            } else {
+                for (int j = 0; j < a->w; ++j) sr[j] = ur[j / a->f];
+            }
         }
         q_quant_args qa = {sum, a->q + p * plane, a->scale, (float)(0 - a->zp), (float)(255 - a->zp), (float)a->zp};
         q_quant_task(&qa, 0, plane);
     }
 }
 
-int mrt_quantize_add_up_u8_f32(const float *x, const float *xu, long planes, int h, int w, int f, uint8_t *q,
-                               float scale, int zp, int nthreads) {
+int mrt_quantize_add_up_u8_f32(const float *x, const float *xm, const float *xu, long planes, int h, int w, int f,
+                               uint8_t *q, float scale, int zp, int nthreads) {
     if (f < 1 || h % f || w % f) return -2;
-    q_quant_add_up_args a = {x, xu, q, h, w, f, scale, zp, 0};
+    q_quant_add_up_args a = {x, xm, xu, q, h, w, f, scale, zp, 0};
     mrt_parallel_for(planes, (long)h * w, nthreads, q_quant_add_up_task, &a);
     return a.failed ? -1 : 0;
 }

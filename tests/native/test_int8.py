@@ -547,16 +547,19 @@ def test_qconv_fused_max_pool_batched_with_nan_residual(n, hw, every_isa):
 
 @pytest.mark.parametrize("n,c,h,w,f", [(1, 3, 8, 80, 2), (2, 5, 6, 22, 2), (1, 4, 4, 6, 2), (1, 2, 6, 9, 3),
                                        (1, 3, 5, 7, 1)])
-def test_quantize_add_up_u8_matches_numpy(n, c, h, w, f, every_isa, threads):
-    """quantize_u8(x + nearest-upsampled xu) in one pass (QConv's X_up): exactly the numpy sum, repeated
-    values and rint; full vectors, row tails, the generic factor path, several planes."""
+@pytest.mark.parametrize("with_mul", [False, True])
+def test_quantize_add_up_u8_matches_numpy(n, c, h, w, f, with_mul, every_isa, threads):
+    """quantize_u8(x * xm + nearest-upsampled xu) in one pass (QConv's X_up / X_mul): exactly the numpy
+    product, sum, repeated values and rint; full vectors, row tails, the generic factor path, several
+    planes, with and without the per-plane multiplier."""
     rng = np.random.default_rng(n * 100 + w)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32) * 4
     xu = rng.standard_normal((n, c, h // f, w // f)).astype(np.float32) * 4
+    xm = (rng.random((n, c, 1, 1)).astype(np.float32) + 0.5) if with_mul else None
     x[0, 0, 0, :2] = [np.nan, np.inf]  # NaN -> the zero point's low clamp, inf -> 255
     q = np.empty(x.shape, np.uint8)
-    native.quantize_add_up_u8(x, xu, q, 0.05, 120)
-    s = x + np.repeat(np.repeat(xu, f, axis=2), f, axis=3)
+    native.quantize_add_up_u8(x, xu, q, 0.05, 120, xm)
+    s = (x if xm is None else x * xm) + np.repeat(np.repeat(xu, f, axis=2), f, axis=3)
     with np.errstate(invalid="ignore"):
         ref = np.clip(np.rint(s / np.float32(0.05)) + 120, 0, 255)
     ref[np.isnan(ref)] = 0
@@ -571,12 +574,16 @@ def test_quantize_add_up_u8_needs_an_integer_factor():
 
 @pytest.mark.parametrize("shape,up,f", [((1, 8, 16, 20), (1, 8, 8, 10), 2), ((2, 5, 12, 9), (2, 5, 4, 3), 3),
                                         ((1, 4, 1, 20), (1, 4, 4, 5), 4)])  # the last: the Add broadcasts x
-def test_qconv_x_up_is_the_add_of_the_upsampled_input(shape, up, f, every_isa, threads):
-    """QConv(x, ..., X_up, x_up_factor=f) == QConv(x + Resize(X_up, nearest, f)) bit for bit, native
-    (quantized while adding) and numpy; a broadcasting x takes the float sum."""
+@pytest.mark.parametrize("mul", [None, "per_image", "shared", "scalar"])
+def test_qconv_x_up_is_the_add_of_the_upsampled_input(shape, up, f, mul, every_isa, threads):
+    """QConv(x, ..., X_up, X_mul, x_up_factor=f) == QConv(x * X_mul + Resize(X_up, nearest, f)) bit for
+    bit, native (quantized while adding) and numpy; a broadcasting x or X_mul takes the float sum."""
     rng = np.random.default_rng(sum(shape))
     x = rng.standard_normal(shape).astype(np.float32)
     x_up = rng.standard_normal(up).astype(np.float32)
+    x_mul = {None: None, "scalar": np.array([[[[1.5]]]], np.float32),
+             "per_image": rng.random((shape[0], shape[1], 1, 1)).astype(np.float32) + 0.5,
+             "shared": rng.random((1, shape[1], 1, 1)).astype(np.float32) + 0.5}[mul]
     c = shape[1]
     w = rng.integers(-127, 128, (6, c, 3, 3), dtype=np.int8)
     w_scale = (rng.random(6, dtype=np.float32) * 0.01 + 0.001)
@@ -585,15 +592,18 @@ def test_qconv_x_up_is_the_add_of_the_upsampled_input(shape, up, f, every_isa, t
     for a in (w, w_scale, bias, xs, xz):
         a.flags.writeable = False
     attrs = dict(kernel_shape=(3, 3), pads=(1, 1, 1, 1), strides=(1, 1), activation="Relu")
-    summed = x + np.repeat(np.repeat(x_up, f, axis=2), f, axis=3)
+    summed = (x if x_mul is None else x * x_mul) + np.repeat(np.repeat(x_up, f, axis=2), f, axis=3)
     ref = qlinear.qconv(summed, xs, xz, w, w_scale, bias, None, **attrs)
-    got = qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, x_up_factor=f, **attrs)
+    got = qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, x_mul, x_up_factor=f, **attrs)
     np.testing.assert_array_equal(got, ref)
     with numpy_path():
-        np.testing.assert_array_equal(qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, x_up_factor=f, **attrs),
-                                      qlinear.qconv(summed, xs, xz, w, w_scale, bias, None, **attrs))
+        np.testing.assert_array_equal(
+            qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, x_mul, x_up_factor=f, **attrs),
+            qlinear.qconv(summed, xs, xz, w, w_scale, bias, None, **attrs))
     with pytest.raises(ValueError, match="x_up_factor"):
         qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, **attrs)  # X_up without its factor
+    with pytest.raises(ValueError, match="X_mul needs X_up"):
+        qlinear.qconv(x, xs, xz, w, w_scale, bias, None, None, x_up, **attrs)
 
 
 @pytest.mark.parametrize("n", [1, 2])

@@ -12,13 +12,14 @@ from builder.quantize import QuantizeOptions, _run, quantize
 R = np.random.default_rng(7)
 
 
-def _model(mode="nearest", ctm="asymmetric", rounding="floor", extra_use=False) -> onnx.ModelProto:
+def _model(mode="nearest", ctm="asymmetric", rounding="floor", extra_use=False, se=False) -> onnx.ModelProto:
     """a (1, 8, 16, 16) + Resize(b (1, 8, 8, 8)) -> 3x3 conv 8 -> 4; extra_use: the Add's output is also an output.
     The same weights on every call."""
     rng = np.random.default_rng(3)
     nodes = [
         h.make_node("Resize", ["b", "", "scales"], ["b_up"], name="up", mode=mode, coordinate_transformation_mode=ctm,
                     nearest_mode=rounding),
+        *([h.make_node("Mul", ["a_in", "m"], ["a"], name="se_scale")] if se else []),
         h.make_node("Add", ["a", "b_up"], ["s"], name="add"),
         h.make_node("Conv", ["s", "w", "bias"], ["y"], name="conv", pads=[1, 1, 1, 1]),
         h.make_node("Relu", ["y"], ["y_r"]),
@@ -30,7 +31,8 @@ def _model(mode="nearest", ctm="asymmetric", rounding="floor", extra_use=False) 
              T.tensor("w2", rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.3),
              T.tensor("bias2", rng.standard_normal(4).astype(np.float32) * 0.1)]
     outputs = [T.vinfo("out", [1, 4, 16, 16])] + ([T.vinfo("s", [1, 8, 16, 16])] if extra_use else [])
-    return T.make_model(nodes, [T.vinfo("a", [1, 8, 16, 16]), T.vinfo("b", [1, 8, 8, 8])], outputs, inits)
+    inputs = [T.vinfo("a_in", [1, 8, 16, 16]), T.vinfo("m", [1, 8, 1, 1])] if se else [T.vinfo("a", [1, 8, 16, 16])]
+    return T.make_model(nodes, inputs + [T.vinfo("b", [1, 8, 8, 8])], outputs, inits)
 
 
 def _feeds(n=2):
@@ -115,3 +117,22 @@ def test_resizes_and_concat_become_one_quantizing_node():
     shared = _quantized_concat(_concat_model(shared=True))
     q = next(n for n in shared.graph if n.op_type == "QuantizeUpsampleConcat")
     assert list(q.attributes["factors"].value) == [4, 1, 1] and "Resize" in {n.op_type for n in shared.graph}
+
+
+def test_a_per_channel_mul_before_the_add_folds_too():
+    """Add(Mul(x, s), Resize(b)) with s (N, C, 1, 1) (a squeeze-and-excitation scale): X = x, X_mul = s."""
+    feeds = [{"a_in": R.standard_normal((1, 8, 16, 16)).astype(np.float32),
+              "m": R.random((1, 8, 1, 1)).astype(np.float32) + 0.5,
+              "b": R.standard_normal((1, 8, 8, 8)).astype(np.float32)} for _ in range(3)]
+    models = []
+    for fold in (True, False):
+        model = T.load(_model(se=True))
+        optimize(model, 2)
+        quantize(model, "int8", feeds[:2], QuantizeOptions(measure_latency=False, fold_upsample_add=fold))
+        models.append(model)
+    folded, plain = models
+    assert not {"Mul", "Add", "Resize"} & {n.op_type for n in folded.graph}
+    qconv = next(n for n in folded.graph if n.name == "conv")
+    assert [v.name for v in qconv.inputs[7:]] == ["b", "m"] and qconv.inputs[0].name == "a_in"
+    for feed in feeds:
+        np.testing.assert_array_equal(_run.session(folded).run(None, feed)[0], _run.session(plain).run(None, feed)[0])
