@@ -552,13 +552,14 @@ def _static_u8_input(node: ir.Node, graph: ir.Graph) -> tuple[float, int] | None
 
 def fold_upsample_concat(graph: ir.Graph) -> int:
     """Give a QConv whose X is a ``Concat`` over channels (axis 1) of 4-D tensors, some of them
-    ``Resize`` outputs that repeat each value f x f times (:func:`_nearest_integer_upsample`), a
-    ``com.minirt::QuantizeUpsampleConcat`` of the Resizes' inputs (factors f, 1 for the others) in
-    the QConv's static uint8 input quantization: the QConv then reads uint8 (its chained form).
-    Only when the Concat's output is read by that QConv alone and each Resize's by the Concat
-    alone, none a graph output.  Identical results; no upsampled, concatenated or float copy is
-    written (PP-OCR det's last conv: three Resizes and the Concat, ~0.15 ms of int8's ~5.2).
-    Returns the number of folded Concats."""
+    ``Resize`` outputs that repeat each value f x f times (:func:`_nearest_integer_upsample`) and/or
+    ``Mul`` outputs by an (N, C, 1, 1) tensor (a squeeze-and-excitation scale), a
+    ``com.minirt::QuantizeUpsampleConcat`` of the (X, M) pairs before them (factors f, 1 for no
+    Resize; M absent for no Mul) in the QConv's static uint8 input quantization: the QConv then
+    reads uint8 (its chained form).  Only when the Concat's output is read by that QConv alone and
+    each folded Resize's / Mul's by the node after it alone, none a graph output.  Identical
+    results; nothing multiplied, upsampled, concatenated or float is written (PP-OCR det's last
+    conv: four Muls, three Resizes and the Concat).  Returns the number of folded Concats."""
     outputs = set(id(v) for v in graph.outputs)
     folded = 0
     for node in list(graph):
@@ -571,18 +572,27 @@ def fold_upsample_concat(graph: ir.Graph) -> int:
             continue
         if len(list(x.uses())) != 1 or any(v is None or v.dtype not in (None, ir.DataType.FLOAT) for v in cat.inputs):
             continue
-        sources, factors, resizes = [], [], []
+        sources, factors, removed = [], [], []
         for v in cat.inputs:
             r = v.producer()
             f = _nearest_integer_upsample(r, graph) if r is not None else None
             if f is not None and id(v) not in outputs and len(list(v.uses())) == 1:
-                sources.append(r.inputs[0])
-                factors.append(f)
-                resizes.append(r)
+                removed.append(r)
+                v = r.inputs[0]
             else:
-                sources.append(v)
-                factors.append(1)
-        if not resizes:
+                f = 1
+            x, m = v, None
+            mul = v.producer()
+            if (mul is not None and _key(mul) == ("", "Mul") and len(mul.inputs) == 2 and id(v) not in outputs
+                    and len(list(v.uses())) == 1):
+                scales = [u for u in mul.inputs if _per_channel_shape(u)]
+                if len(scales) == 1 and scales[0].dtype in (None, ir.DataType.FLOAT):
+                    m = scales[0]
+                    x = mul.inputs[1] if mul.inputs[0] is m else mul.inputs[0]
+                    removed.append(mul)
+            sources += [x, m]
+            factors.append(f)
+        if not removed:
             continue
         q = ir.Node(DOMAIN, "QuantizeUpsampleConcat", sources,
                     attributes=[ir.AttrInt64s("factors", factors), ir.AttrFloat32("scale", quant[0]),
@@ -594,7 +604,7 @@ def fold_upsample_concat(graph: ir.Graph) -> int:
         xq.dtype, xq.shape = ir.DataType.UINT8, x.shape
         node.replace_input_with(0, xq)
         graph.remove(cat, safe=True)
-        for r in resizes:
+        for r in removed:  # (each Resize before the Mul it reads)
             graph.remove(r, safe=True)
         folded += 1
     return folded

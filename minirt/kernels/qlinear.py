@@ -568,37 +568,50 @@ def requantize_u8(y: np.ndarray, scale, zero_point) -> np.ndarray:
 
 @kernel("QuantizeUpsampleConcat", since=1, domain=DOMAIN, out=True)
 def quantize_upsample_concat(*inputs, factors=(), scale=1.0, zero_point=0, out=None):
-    """uint8 ``requantize_u8(Concat(axis=1) of the inputs, scale, zero_point)`` where input i is first
+    """uint8 ``requantize_u8(Concat(axis=1) of the parts, scale, zero_point)``: inputs are pairs
+    ``X_i, M_i`` and part i is ``X_i * M_i`` (``M_i`` absent: ``X_i``; Mul broadcasting as ONNX's)
     repeated ``factors[i]`` x ``factors[i]`` times over its two spatial axes (a Resize nearest,
-    asymmetric, floor with scales (1, 1, f, f); 1: as is).  All inputs float32 (N, C_i, H / f_i,
-    W / f_i).  The quantizer makes it from the Resizes and Concat in front of a QConv, in that QConv's
-    static input quantization (the QConv then reads uint8); natively each input is quantized
-    straight into its channels of the result, nothing upsampled or concatenated is written."""
+    asymmetric, floor with scales (1, 1, f, f); 1: as is).  ``X_i`` float32 (N, C_i, H / f_i,
+    W / f_i).  The quantizer makes it from the (squeeze-and-excitation) Muls, Resizes and Concat in
+    front of a QConv, in that QConv's static input quantization (the QConv then reads uint8);
+    natively each part is quantized straight into its channels of the result, nothing multiplied,
+    upsampled or concatenated is written."""
     factors = tuple(int(f) for f in factors)
-    if not inputs or len(factors) != len(inputs) or min(factors) < 1:
-        raise ValueError(f"QuantizeUpsampleConcat: one factor >= 1 per input, got {list(factors)} for "
-                         f"{len(inputs)} inputs")
+    if len(inputs) == 2 * len(factors) - 1:
+        inputs = inputs + (None,)  # (an absent last M is not passed)
+    if not factors or len(inputs) != 2 * len(factors) or min(factors) < 1:
+        raise ValueError(f"QuantizeUpsampleConcat: inputs are (X, M) pairs with one factor >= 1 each, got "
+                         f"{list(factors)} for {len(inputs)} inputs")
     zp = int(zero_point)
     if not (float(scale) > 0 and 0 <= zp <= 255):
         raise ValueError(f"QuantizeUpsampleConcat: scale must be > 0 and zero_point in [0, 255], got {scale}, {zp}")
-    for x in inputs:
-        if x.dtype != np.float32 or x.ndim != 4:
-            raise ValueError(f"QuantizeUpsampleConcat: inputs must be float32 4-D, got {x.dtype} {x.shape}")
-    n, h, w = inputs[0].shape[0], inputs[0].shape[2] * factors[0], inputs[0].shape[3] * factors[0]
-    if any(x.shape[0] != n or x.shape[2] * f != h or x.shape[3] * f != w for x, f in zip(inputs, factors)):
-        raise ValueError("QuantizeUpsampleConcat: the upsampled inputs differ in batch or plane size: "
-                         + ", ".join(f"{x.shape} x{f}" for x, f in zip(inputs, factors)))
-    shape = (n, sum(x.shape[1] for x in inputs), h, w)
+    xs, ms = inputs[0::2], inputs[1::2]
+    for x in xs + tuple(m for m in ms if m is not None):
+        if x is None or x.dtype != np.float32 or x.ndim != 4:
+            raise ValueError("QuantizeUpsampleConcat: every X (and M) must be float32 4-D, got "
+                             f"{None if x is None else (x.dtype, x.shape)}")
+    parts = [x if m is None else np.broadcast_shapes(x.shape, m.shape) for x, m in zip(xs, ms)]
+    shapes = [p.shape if isinstance(p, np.ndarray) else p for p in parts]
+    n, h, w = shapes[0][0], shapes[0][2] * factors[0], shapes[0][3] * factors[0]
+    if any(sh[0] != n or sh[2] * f != h or sh[3] * f != w for sh, f in zip(shapes, factors)):
+        raise ValueError("QuantizeUpsampleConcat: the upsampled parts differ in batch or plane size: "
+                         + ", ".join(f"{sh} x{f}" for sh, f in zip(shapes, factors)))
+    shape = (n, sum(sh[1] for sh in shapes), h, w)
     if not _native.available:
-        parts = [np.repeat(np.repeat(x, f, axis=2), f, axis=3) if f > 1 else x for x, f in zip(inputs, factors)]
-        return requantize_u8(np.concatenate(parts, axis=1), float(scale), zp)
+        ups = [x if m is None else x * m for x, m in zip(xs, ms)]
+        ups = [np.repeat(np.repeat(u, f, axis=2), f, axis=3) if f > 1 else u for u, f in zip(ups, factors)]
+        return requantize_u8(np.concatenate(ups, axis=1), float(scale), zp)
     y = nn._out_buffer(out, shape, np.uint8)
     c0 = 0
-    for x, f in zip(inputs, factors):
-        c = x.shape[1]
+    for x, m, f, sh in zip(xs, ms, factors, shapes):
+        c = sh[1]
+        if x.shape != sh or (m is not None and (m.shape[2:] != (1, 1) or m.shape[1] != c)):
+            x, m = x * m, None  # a broadcasting Mul other than one value per (image, channel): done first
         xc = np.ascontiguousarray(x)
+        um = None if m is None else np.ascontiguousarray(np.broadcast_to(m, (n, c, 1, 1)))
         for i in range(n):  # (one image's channels of y are contiguous)
-            _native.quantize_add_up_u8(None, xc[i:i + 1], y[i:i + 1, c0:c0 + c], float(scale), zp)
+            _native.quantize_add_up_u8(None, xc[i:i + 1], y[i:i + 1, c0:c0 + c], float(scale), zp,
+                                       um=None if um is None else um[i:i + 1])
         c0 += c
     return y
 

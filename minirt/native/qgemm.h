@@ -760,7 +760,7 @@ void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp
 }
 
 typedef struct {
-    const float *x, *xm, *xu; /* xm: one multiplier of x per plane, or NULL */
+    const float *x, *xm, *xu, *um; /* xm / um: one multiplier of x / xu per plane, or NULL */
     uint8_t *q;
     int h, w, f;
     float scale;
@@ -785,11 +785,12 @@ __attribute__((target("avx512f"))) static void q_quant_add_up_avx512(const q_qua
             const float *x = a->x ? a->x + p * plane + (long)i * w : NULL;
             const float *xu = a->xu + p * plane_u + (long)(i / f) * wu;
             uint8_t *q = a->q + p * plane + (long)i * w;
-            /* x * xm[p]: an explicitly rounded multiply, never contracted with the add into an FMA */
-            const __m512 vm = _mm512_set1_ps(a->xm ? a->xm[p] : 1.0f);
+            /* x * xm[p], xu * um[p]: explicitly rounded multiplies, never contracted with the add into an FMA */
+            const __m512 vm = _mm512_set1_ps(a->xm ? a->xm[p] : 1.0f), vum = _mm512_set1_ps(a->um ? a->um[p] : 1.0f);
             long j = 0;
             for (; j + 16 <= w; j += 16) { /* whole vectors: 16 / f values of xu */
                 __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(full_u, xu + j / f));
+                if (a->um) v = _mm512_mul_round_ps(v, vum, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 if (x)
                     v = _mm512_add_ps(a->xm ? _mm512_mul_round_ps(_mm512_loadu_ps(x + j), vm,
                                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -801,6 +802,7 @@ __attribute__((target("avx512f"))) static void q_quant_add_up_avx512(const q_qua
             if (j < w) { /* w - j, a multiple of f */
                 const __mmask16 m = (__mmask16)((1u << (w - j)) - 1), mu = (__mmask16)((1u << ((w - j) / f)) - 1);
                 __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(mu, xu + j / f));
+                if (a->um) v = _mm512_mul_round_ps(v, vum, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 if (x) {
                     __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
                     if (a->xm) xv = _mm512_mul_round_ps(xv, vm, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -824,7 +826,7 @@ static void q_quant_add_up_task(void *ctx, long begin, long end) {
         return;
     }
 #endif
-    float *sum = (float *)mrt_pack_buffer(sizeof(float) * (size_t)plane);
+    float *sum = (float *)mrt_pack_buffer(sizeof(float) * ((size_t)plane + a->w)); /* (+ one row for x * xm) */
     if (!sum) {
         __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
         return;
@@ -834,13 +836,15 @@ static void q_quant_add_up_task(void *ctx, long begin, long end) {
         for (int i = 0; i < a->h; ++i) {
             const float *restrict ur = xu + (long)(i / a->f) * wu;
             float *restrict sr = sum + (long)i * a->w;
-            if (x && a->xm) { /* the product stored first: never contracted with the add into an FMA */
-                for (int j = 0; j < a->w; ++j) sr[j] = x[(long)i * a->w + j] * a->xm[p];
-                for (int j = 0; j < a->w; ++j) sr[j] = sr[j] + ur[j / a->f];
+            /* the products are stored before any add: never contracted with it into an FMA */
+            const float um = a->um ? a->um[p] : 1.0f;
+            for (int j = 0; j < a->w; ++j) sr[j] = ur[j / a->f] * um;
+            if (x && a->xm) {
+                float *restrict t = sum + plane; /* the row's x * xm */
+                for (int j = 0; j < a->w; ++j) t[j] = x[(long)i * a->w + j] * a->xm[p];
+                for (int j = 0; j < a->w; ++j) sr[j] = t[j] + sr[j];
             } else if (x) {
-                for (int j = 0; j < a->w; ++j) sr[j] = x[(long)i * a->w + j] + ur[j / a->f];
-            } else {
-                for (int j = 0; j < a->w; ++j) sr[j] = ur[j / a->f];
+                for (int j = 0; j < a->w; ++j) sr[j] = x[(long)i * a->w + j] + sr[j];
             }
         }
         q_quant_args qa = {sum, a->q + p * plane, a->scale, (float)(0 - a->zp), (float)(255 - a->zp), (float)a->zp};
@@ -848,10 +852,10 @@ static void q_quant_add_up_task(void *ctx, long begin, long end) {
     }
 }
 
-int mrt_quantize_add_up_u8_f32(const float *x, const float *xm, const float *xu, long planes, int h, int w, int f,
-                               uint8_t *q, float scale, int zp, int nthreads) {
+int mrt_quantize_add_up_u8_f32(const float *x, const float *xm, const float *xu, const float *um, long planes, int h,
+                               int w, int f, uint8_t *q, float scale, int zp, int nthreads) {
     if (f < 1 || h % f || w % f) return -2;
-    q_quant_add_up_args a = {x, xm, xu, q, h, w, f, scale, zp, 0};
+    q_quant_add_up_args a = {x, xm, xu, um, q, h, w, f, scale, zp, 0};
     mrt_parallel_for(planes, (long)h * w, nthreads, q_quant_add_up_task, &a);
     return a.failed ? -1 : 0;
 }

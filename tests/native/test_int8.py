@@ -613,26 +613,31 @@ def test_quantize_upsample_concat_matches_numpy(n, every_isa, threads):
     numpy (and the numpy path); into the memory plan's buffer when one is given."""
     rng = np.random.default_rng(n)
     parts = [rng.standard_normal((n, c, 48 // f, 24 // f)).astype(np.float32) * 5
-             for c, f in ((3, 8), (2, 4), (4, 2), (1, 1), (2, 3))]
-    factors = (8, 4, 2, 1, 3)
-    up = np.concatenate([np.repeat(np.repeat(p, f, axis=2), f, axis=3) for p, f in zip(parts, factors)], axis=1)
+             for c, f in ((3, 8), (2, 4), (4, 2), (1, 1), (2, 3), (2, 2))]
+    factors = (8, 4, 2, 1, 3, 2)
+    # multipliers: per (image, channel), none, shared by the images, per image and channel, none, scalar
+    muls = [rng.random((n, 3, 1, 1)).astype(np.float32) + 0.5, None, rng.random((1, 4, 1, 1)).astype(np.float32),
+            rng.random((n, 1, 1, 1)).astype(np.float32), None, np.array([[[[0.75]]]], np.float32)]
+    scaled = [p if m is None else p * m for p, m in zip(parts, muls)]
+    up = np.concatenate([np.repeat(np.repeat(p, f, axis=2), f, axis=3) for p, f in zip(scaled, factors)], axis=1)
     ref = np.clip(np.rint(up / np.float32(0.04)) + 77, 0, 255).astype(np.uint8)
     out = np.empty(ref.shape, np.uint8)
-    got = qlinear.quantize_upsample_concat(*parts, factors=factors, scale=0.04, zero_point=77, out=out)
+    inputs = [v for pair in zip(parts, muls) for v in pair]
+    got = qlinear.quantize_upsample_concat(*inputs, factors=factors, scale=0.04, zero_point=77, out=out)
     assert got is out
     np.testing.assert_array_equal(got, ref)
     with numpy_path():
-        np.testing.assert_array_equal(qlinear.quantize_upsample_concat(*parts, factors=factors, scale=0.04,
+        np.testing.assert_array_equal(qlinear.quantize_upsample_concat(*inputs, factors=factors, scale=0.04,
                                                                        zero_point=77), ref)
 
 
 def test_quantize_upsample_concat_errors():
     a, b = np.zeros((1, 2, 4, 4), np.float32), np.zeros((1, 2, 2, 2), np.float32)
-    with pytest.raises(ValueError, match="one factor"):
-        qlinear.quantize_upsample_concat(a, b, factors=(1,), scale=0.1, zero_point=0)
+    with pytest.raises(ValueError, match="pairs"):
+        qlinear.quantize_upsample_concat(a, None, b, None, factors=(1,), scale=0.1, zero_point=0)
     with pytest.raises(ValueError, match="plane size"):
-        qlinear.quantize_upsample_concat(a, b, factors=(1, 3), scale=0.1, zero_point=0)
+        qlinear.quantize_upsample_concat(a, None, b, None, factors=(1, 3), scale=0.1, zero_point=0)
     with pytest.raises(ValueError, match="scale"):
-        qlinear.quantize_upsample_concat(a, b, factors=(1, 2), scale=0.0, zero_point=0)
+        qlinear.quantize_upsample_concat(a, None, b, None, factors=(1, 2), scale=0.0, zero_point=0)
     with pytest.raises(ValueError, match="float32"):
-        qlinear.quantize_upsample_concat(a.astype(np.float64), factors=(1,), scale=0.1, zero_point=0)
+        qlinear.quantize_upsample_concat(a.astype(np.float64), None, factors=(1,), scale=0.1, zero_point=0)

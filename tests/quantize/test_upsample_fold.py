@@ -69,10 +69,11 @@ def test_other_resizes_and_shared_sums_stay():
 
 
 def _concat_model(shared=False) -> onnx.ModelProto:
-    """Concat(Resize(a, 4x), Resize(b, 2x), c) over channels -> 3x3 conv; shared: b's Resize also an output."""
+    """Concat(Resize(a * ma, 4x), Resize(b, 2x), c) over channels -> 3x3 conv; shared: b's Resize also an output."""
     rng = np.random.default_rng(4)
     nodes = [
-        h.make_node("Resize", ["a", "", "s4"], ["a_up"], mode="nearest", coordinate_transformation_mode="asymmetric",
+        h.make_node("Mul", ["a", "ma"], ["a_s"]),
+        h.make_node("Resize", ["a_s", "", "s4"], ["a_up"], mode="nearest", coordinate_transformation_mode="asymmetric",
                     nearest_mode="floor"),
         h.make_node("Resize", ["b", "", "s2"], ["b_up"], mode="nearest", coordinate_transformation_mode="asymmetric",
                     nearest_mode="floor"),
@@ -87,11 +88,12 @@ def _concat_model(shared=False) -> onnx.ModelProto:
              T.tensor("w2", rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.3),
              T.tensor("bias2", rng.standard_normal(4).astype(np.float32) * 0.1)]
     outputs = [T.vinfo("out", [1, 4, 16, 16])] + ([T.vinfo("b_up", [1, 3, 16, 16])] if shared else [])
-    return T.make_model(nodes, [T.vinfo("a", [1, 2, 4, 4]), T.vinfo("b", [1, 3, 8, 8]), T.vinfo("c", [1, 4, 16, 16])],
-                        outputs, inits)
+    return T.make_model(nodes, [T.vinfo("a", [1, 2, 4, 4]), T.vinfo("ma", [1, 2, 1, 1]), T.vinfo("b", [1, 3, 8, 8]),
+                                T.vinfo("c", [1, 4, 16, 16])], outputs, inits)
 
 
 CONCAT_FEEDS = [{"a": R.standard_normal((1, 2, 4, 4)).astype(np.float32),
+                 "ma": R.random((1, 2, 1, 1)).astype(np.float32) + 0.5,
                  "b": R.standard_normal((1, 3, 8, 8)).astype(np.float32),
                  "c": R.standard_normal((1, 4, 16, 16)).astype(np.float32)} for _ in range(3)]
 
@@ -106,9 +108,10 @@ def _quantized_concat(proto, **options):
 def test_resizes_and_concat_become_one_quantizing_node():
     folded = _quantized_concat(_concat_model())
     ops = [n.op_type for n in folded.graph]
-    assert "Resize" not in ops and "Concat" not in ops and "QuantizeUpsampleConcat" in ops
+    assert not {"Resize", "Concat", "Mul"} & set(ops) and "QuantizeUpsampleConcat" in ops
     q = next(n for n in folded.graph if n.op_type == "QuantizeUpsampleConcat")
     assert list(q.attributes["factors"].value) == [4, 2, 1]
+    assert [v.name if v is not None else None for v in q.inputs] == ["a", "ma", "b", None, "c", None]
     plain = _quantized_concat(_concat_model(), fold_upsample_add=False)
     assert {"Resize", "Concat"} <= {n.op_type for n in plain.graph}
     for feed in CONCAT_FEEDS:
