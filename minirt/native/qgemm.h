@@ -773,44 +773,48 @@ typedef struct {
  * stored (masked row tails); no sum or upsampled row is written anywhere. */
 __attribute__((target("avx512f"))) static void q_quant_add_up_avx512(const q_quant_add_up_args *a, long begin,
                                                                         long end) {
+    /* the arguments in locals: the uint8 stores may alias *a, which would reload them every step */
     const int f = a->f;
     const long w = a->w, plane = (long)a->h * w, wu = w / f, plane_u = (long)(a->h / f) * wu;
+    const float *const x0 = a->x, *const xm = a->xm, *const xu0 = a->xu, *const um = a->um;
+    uint8_t *const q0 = a->q;
     const __m512 vs = _mm512_set1_ps(a->scale), lo = _mm512_set1_ps((float)-a->zp),
                  hi = _mm512_set1_ps(255.0f - a->zp), vz = _mm512_set1_ps((float)a->zp);
     const __m512i repeat = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                              (unsigned)__builtin_ctz((unsigned)f)); /* lane k reads k / f */
     const __mmask16 full_u = (__mmask16)((1u << (16 / f)) - 1);
-    for (long p = begin; p < end; ++p)
+    for (long p = begin; p < end; ++p) {
+        /* x * xm[p], xu * um[p]: explicitly rounded multiplies, never contracted with the add into an FMA */
+        const __m512 vm = _mm512_set1_ps(xm ? xm[p] : 1.0f), vum = _mm512_set1_ps(um ? um[p] : 1.0f);
         for (int i = 0; i < a->h; ++i) {
-            const float *x = a->x ? a->x + p * plane + (long)i * w : NULL;
-            const float *xu = a->xu + p * plane_u + (long)(i / f) * wu;
-            uint8_t *q = a->q + p * plane + (long)i * w;
-            /* x * xm[p], xu * um[p]: explicitly rounded multiplies, never contracted with the add into an FMA */
-            const __m512 vm = _mm512_set1_ps(a->xm ? a->xm[p] : 1.0f), vum = _mm512_set1_ps(a->um ? a->um[p] : 1.0f);
+            const float *x = x0 ? x0 + p * plane + (long)i * w : NULL;
+            const float *xu = xu0 + p * plane_u + (long)(i / f) * wu;
+            uint8_t *q = q0 + p * plane + (long)i * w;
             long j = 0;
             for (; j + 16 <= w; j += 16) { /* whole vectors: 16 / f values of xu */
                 __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(full_u, xu + j / f));
-                if (a->um) v = _mm512_mul_round_ps(v, vum, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                if (x)
-                    v = _mm512_add_ps(a->xm ? _mm512_mul_round_ps(_mm512_loadu_ps(x + j), vm,
-                                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                                            : _mm512_loadu_ps(x + j),
-                                      v);
+                if (um) v = _mm512_mul_round_ps(v, vum, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                if (x) {
+                    __m512 xv = _mm512_loadu_ps(x + j);
+                    if (xm) xv = _mm512_mul_round_ps(xv, vm, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    v = _mm512_add_ps(xv, v);
+                }
                 /* (through a register: vpmovdb's store form is slow on AMD Zen 4) */
                 _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtepi32_epi8(q_quant16(v, vs, lo, hi, vz)));
             }
             if (j < w) { /* w - j, a multiple of f */
                 const __mmask16 m = (__mmask16)((1u << (w - j)) - 1), mu = (__mmask16)((1u << ((w - j) / f)) - 1);
                 __m512 v = _mm512_permutexvar_ps(repeat, _mm512_maskz_loadu_ps(mu, xu + j / f));
-                if (a->um) v = _mm512_mul_round_ps(v, vum, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                if (um) v = _mm512_mul_round_ps(v, vum, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 if (x) {
                     __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
-                    if (a->xm) xv = _mm512_mul_round_ps(xv, vm, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    if (xm) xv = _mm512_mul_round_ps(xv, vm, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                     v = _mm512_add_ps(xv, v);
                 }
                 _mm512_mask_cvtepi32_storeu_epi8(q + j, m, q_quant16(v, vs, lo, hi, vz));
             }
         }
+    }
 }
 #endif
 
