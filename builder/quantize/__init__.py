@@ -93,8 +93,9 @@ class QuantizeOptions:
     # Static int8: an Add of a nearest integer-factor Resize read only by a QConv (a feature pyramid's
     # top-down path) becomes the QConv's X_up input, added while the QConv quantizes its input: one
     # pass instead of Resize + Add + quantize; a channel Concat of such Resizes read only by a QConv
-    # becomes one QuantizeUpsampleConcat writing the QConv's uint8 input (PP-OCR det: ~0.2 and
-    # ~0.12 ms of int8's ~5.2, docs/decisions.md D-qepilogue).
+    # becomes one QuantizeUpsampleConcat writing the QConv's uint8 input; a Mul by an (N, C, 1, 1)
+    # scale before either, or read by a QConv alone, is multiplied in the same pass (PP-OCR det
+    # int8/float 0.59 -> 0.55, docs/decisions.md D-qepilogue).
     fold_upsample_add: bool = True
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights

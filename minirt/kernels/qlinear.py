@@ -474,6 +474,23 @@ def _add_upsampled(x, x_up, x_mul, f, x_scale, x_zero_point):
     return x + np.repeat(np.repeat(x_up, f, axis=2), f, axis=3)
 
 
+def _multiplied(x, x_mul, x_scale, x_zero_point):
+    """QConv's input with X_mul alone: ``x * x_mul`` (Mul broadcasting as ONNX's), quantized by one
+    native pass (uint8) when x_mul is one value per (image, channel) of a 4-D x and this node
+    quantizes statically per tensor to uint8; else float32."""
+    if x.dtype != np.float32 or x_mul.dtype != np.float32:
+        raise ValueError(f"QConv: X and X_mul must be float32, got {x.dtype} and {x_mul.dtype}")
+    if (x.ndim == 4 and x_mul.ndim == 4 and x_mul.shape[2:] == (1, 1) and x_mul.shape[1] == x.shape[1]
+            and x_mul.shape[0] in (1, x.shape[0]) and _native.available and x_scale is not None
+            and x_zero_point is not None and np.size(x_scale) == 1 and np.asarray(x_zero_point).dtype == np.uint8):
+        q = np.empty(x.shape, np.uint8)
+        _native.quantize_add_up_u8(None, np.ascontiguousarray(x), q, float(np.asarray(x_scale).reshape(())),
+                                   int(np.asarray(x_zero_point).reshape(())),
+                                   um=np.ascontiguousarray(np.broadcast_to(x_mul, x.shape[:2] + (1, 1))))
+        return q
+    return x * x_mul
+
+
 @kernel("QConv", since=1, domain=DOMAIN, context=True, out=True)
 def qconv(
     x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, x_up=None, x_mul=None, /, *,
@@ -498,13 +515,14 @@ def qconv(
     ``MaxPool(y, kernel_shape, strides)`` without padding, before any requantization.
     With ``x_up`` (float32, 4-D) and ``x_up_factor`` f the conv's input is ``x * x_mul + Resize(x_up)``
     (``x_mul`` optional, e.g. a squeeze-and-excitation scale per channel; the Resize nearest,
-    asymmetric, floor, scales (1, 1, f, f)): the quantizer folds an FPN's upsample-and-add (and the
-    Mul before it) into the conv that alone reads it, and the sum is quantized without being written.
+    asymmetric, floor, scales (1, 1, f, f)); with ``x_mul`` alone it is ``x * x_mul``: the quantizer
+    folds an FPN's upsample-and-add and such Muls into the conv that alone reads them, and the
+    result is quantized without being written.
     """
     if x_up is not None:
         x = _add_upsampled(x, x_up, x_mul, x_up_factor, x_scale, x_zero_point)
     elif x_mul is not None:
-        raise ValueError("QConv: X_mul needs X_up")
+        x = _multiplied(x, x_mul, x_scale, x_zero_point)
     memo = ctx.memo if ctx is not None else {}
     prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
     if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):

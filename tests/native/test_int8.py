@@ -602,8 +602,12 @@ def test_qconv_x_up_is_the_add_of_the_upsampled_input(shape, up, f, mul, every_i
             qlinear.qconv(summed, xs, xz, w, w_scale, bias, None, **attrs))
     with pytest.raises(ValueError, match="x_up_factor"):
         qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, **attrs)  # X_up without its factor
-    with pytest.raises(ValueError, match="X_mul needs X_up"):
-        qlinear.qconv(x, xs, xz, w, w_scale, bias, None, None, x_up, **attrs)
+    if x_mul is not None:  # X_mul alone: x * X_mul, quantized in one pass when per (image, channel)
+        ref = qlinear.qconv(x * x_mul, xs, xz, w, w_scale, bias, None, **attrs)
+        np.testing.assert_array_equal(qlinear.qconv(x, xs, xz, w, w_scale, bias, None, None, x_mul, **attrs), ref)
+        with numpy_path():
+            np.testing.assert_array_equal(qlinear.qconv(x, xs, xz, w, w_scale, bias, None, None, x_mul, **attrs),
+                                          qlinear.qconv(x * x_mul, xs, xz, w, w_scale, bias, None, **attrs))
 
 
 @pytest.mark.parametrize("n", [1, 2])
