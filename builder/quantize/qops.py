@@ -273,8 +273,10 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     ``Add`` after a QConv become its ``post_scale`` / ``post_shift``
     (:func:`fold_scalar_affine`).  With ``fold_upsample`` (static only) an ``Add`` of a nearest
     2x-style ``Resize`` that only a QConv reads becomes the QConv's ``X_up`` input
-    (:func:`fold_upsample_add`) and a channel ``Concat`` of such Resizes read only by a QConv a
-    ``QuantizeUpsampleConcat`` writing its uint8 input (:func:`fold_upsample_concat`).  With ``chain``
+    (:func:`fold_upsample_add`), a channel ``Concat`` of such Resizes read only by a QConv a
+    ``QuantizeUpsampleConcat`` writing its uint8 input (:func:`fold_upsample_concat`) and a ``Mul``
+    by a per-channel scale read only by a QConv its ``X_mul`` (:func:`fold_channel_mul`); a QConv
+    with ``X_up`` / ``X_mul`` is never a chained consumer.  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
     their input quantization (:func:`chain_int8`; ``chain="depthwise"``: only where the
     producer or a consumer is a depthwise QConv).  Returns (node, reason) for
@@ -678,6 +680,9 @@ def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
         params = set()
         for user, idx in uses:
             if user.domain != DOMAIN or user.op_type != "QConv" or idx != 0 or len(user.inputs) < 3:
+                params = None
+                break
+            if any(v is not None for v in user.inputs[7:]):  # X_up / X_mul: X is not the quantized input
                 params = None
                 break
             xs, xz = _const(user.inputs[1], graph), _const(user.inputs[2], graph)

@@ -2,6 +2,7 @@
 QConv's X_up input (a feature pyramid's top-down path), and a channel Concat of such Resizes in front
 of a QConv a QuantizeUpsampleConcat feeding it uint8; identical results either way."""
 import numpy as np
+import pytest
 import onnx
 from onnx import helper as h
 
@@ -141,28 +142,34 @@ def test_a_per_channel_mul_before_the_add_folds_too():
         np.testing.assert_array_equal(_run.session(folded).run(None, feed)[0], _run.session(plain).run(None, feed)[0])
 
 
-def test_a_per_channel_mul_read_by_a_qconv_alone_folds():
-    """QConv(Mul(x, s)) with s (N, C, 1, 1) -> QConv(x, ..., X_mul=s), identical results."""
+@pytest.mark.parametrize("chain", ["depthwise", True])
+def test_a_per_channel_mul_read_by_a_qconv_alone_folds(chain):
+    """QConv(Mul(x, s)) with s (N, C, 1, 1) -> QConv(x, ..., X_mul=s), identical results; x is the
+    output of an int8 conv, which is never chained into X (it is not the quantized input there)."""
     rng = np.random.default_rng(9)
-    nodes = [h.make_node("Mul", ["x", "s"], ["xs"]),
+    nodes = [h.make_node("Conv", ["x_in", "w0"], ["x"], name="conv_in", pads=[1, 1, 1, 1]),
+             h.make_node("Mul", ["x", "s"], ["xs"]),
              h.make_node("Conv", ["xs", "w", "bias"], ["y"], name="conv", pads=[1, 1, 1, 1]),
              h.make_node("Relu", ["y"], ["y_r"]),
              h.make_node("Conv", ["y_r", "w2"], ["out"], name="conv_out")]
-    inits = [T.tensor("w", rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 0.3),
+    inits = [T.tensor("w0", rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.3),
+             T.tensor("w", rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 0.3),
              T.tensor("bias", rng.standard_normal(4).astype(np.float32) * 0.1),
              T.tensor("w2", rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.3)]
-    proto = T.make_model(nodes, [T.vinfo("x", [2, 8, 12, 12]), T.vinfo("s", [2, 8, 1, 1])],
+    proto = T.make_model(nodes, [T.vinfo("x_in", [2, 8, 12, 12]), T.vinfo("s", [2, 8, 1, 1])],
                          [T.vinfo("out", [2, 4, 12, 12])], inits)
-    feeds = [{"x": rng.standard_normal((2, 8, 12, 12)).astype(np.float32),
+    feeds = [{"x_in": rng.standard_normal((2, 8, 12, 12)).astype(np.float32),
               "s": rng.random((2, 8, 1, 1)).astype(np.float32) + 0.5} for _ in range(3)]
     models = []
     for fold in (True, False):
         model = T.load(proto)
         optimize(model, 2)
-        quantize(model, "int8", feeds[:2], QuantizeOptions(measure_latency=False, fold_upsample_add=fold))
+        quantize(model, "int8", feeds[:2], QuantizeOptions(measure_latency=False, fold_upsample_add=fold,
+                                                           chain_int8=chain))
         models.append(model)
     folded, plain = models
     assert "Mul" not in {n.op_type for n in folded.graph} and "Mul" in {n.op_type for n in plain.graph}
+    assert "output_scale" not in next(n for n in folded.graph if n.name == "conv_in").attributes
     qconv = next(n for n in folded.graph if n.name == "conv")
     assert qconv.inputs[0].name == "x" and qconv.inputs[7] is None and qconv.inputs[8].name == "s"
     for feed in feeds:
