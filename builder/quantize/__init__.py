@@ -90,6 +90,13 @@ class QuantizeOptions:
     # a Flatten feeding only a QMatMul its flatten_axis (exact; saves nodes: digits int8 batch 1
     # ~12 us of ~47, docs/decisions.md D25).
     fuse_pool_flatten: bool = True
+    # Static int8: an Add of a nearest integer-factor Resize read only by a QConv (a feature pyramid's
+    # top-down path) becomes the QConv's X_up input, added while the QConv quantizes its input: one
+    # pass instead of Resize + Add + quantize; a channel Concat of such Resizes read only by a QConv
+    # becomes one QuantizeUpsampleConcat writing the QConv's uint8 input; a Mul by an (N, C, 1, 1)
+    # scale before either, or read by a QConv alone, is multiplied in the same pass (PP-OCR det
+    # int8/float 0.59 -> 0.55, docs/decisions.md D-qepilogue).
+    fold_upsample_add: bool = True
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
@@ -388,7 +395,8 @@ def quantize(
             m = float_model.clone()
             chosen = [c for c in selected if c.name in set(names_subset)]
             apply_int8(m, chosen, ranges, opts.reduce_range, opts.symmetric_activations, per_channel=opts.per_channel,
-                       chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine)
+                       chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine,
+                       fold_upsample=opts.fold_upsample_add)
             return m
 
         if budget is not None:
@@ -410,7 +418,8 @@ def quantize(
                                        f"except weight-only ones (value {res['value']:.4g})")
         skipped = apply_int8(model, selected, ranges, opts.reduce_range, opts.symmetric_activations,
                              per_channel=opts.per_channel, chain=opts.chain_int8,
-                             fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine)
+                             fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine,
+                             fold_upsample=opts.fold_upsample_add)
         skipped_names = {n for n, _ in skipped}
         report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
         report.quantized = [c.name for c in selected if not _weights_only(c) and c.name not in skipped_names]

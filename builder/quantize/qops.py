@@ -262,7 +262,8 @@ def _replace(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
 
 def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, reduce_range: bool = False,
                symmetric: bool = False, per_channel: bool = True, chain: bool | str = False,
-               fuse_pool_flatten: bool = True, fold_affine: bool = True) -> list[tuple[str, str]]:
+               fuse_pool_flatten: bool = True, fold_affine: bool = True,
+               fold_upsample: bool = True) -> list[tuple[str, str]]:
     """Quantize the ``selected`` candidates of ``model`` in place.
 
     ``ranges`` maps activation names to calibrated (lo, hi) (static int8), or
@@ -270,7 +271,12 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     output is folded into the QConv (:func:`fuse_max_pool`) and a Flatten feeding only a
     QMatMul into the QMatMul (:func:`fuse_flatten`).  With ``fold_affine`` the scalar ``Mul`` /
     ``Add`` after a QConv become its ``post_scale`` / ``post_shift``
-    (:func:`fold_scalar_affine`).  With ``chain``
+    (:func:`fold_scalar_affine`).  With ``fold_upsample`` (static only) an ``Add`` of a nearest
+    2x-style ``Resize`` that only a QConv reads becomes the QConv's ``X_up`` input
+    (:func:`fold_upsample_add`), a channel ``Concat`` of such Resizes read only by a QConv a
+    ``QuantizeUpsampleConcat`` writing its uint8 input (:func:`fold_upsample_concat`) and a ``Mul``
+    by a per-channel scale read only by a QConv its ``X_mul`` (:func:`fold_channel_mul`); a QConv
+    with ``X_up`` / ``X_mul`` is never a chained consumer.  With ``chain``
     (static only) a QConv whose output only feeds QConvs writes it as uint8 in
     their input quantization (:func:`chain_int8`; ``chain="depthwise"``: only where the
     producer or a consumer is a depthwise QConv).  Returns (node, reason) for
@@ -333,6 +339,10 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
     if fuse_pool_flatten:
         fuse_max_pool(graph)
         fuse_flatten(graph)
+    if fold_upsample and ranges is not None:
+        fold_upsample_add(graph)
+        fold_upsample_concat(graph)
+        fold_channel_mul(graph)
     if chain and ranges is not None:
         chain_int8(graph, depthwise_only=chain == "depthwise")
     _drop_unused_initializers(graph)
@@ -452,6 +462,190 @@ def fuse_flatten(graph: ir.Graph) -> int:
     return fused
 
 
+def _nearest_integer_upsample(node: ir.Node, graph: ir.Graph) -> int | None:
+    """The factor f of a ``Resize`` that repeats each value of a 4-D input f x f times (nearest,
+    asymmetric coordinates, floor rounding, constant scales (1, 1, f, f) for an integer f >= 1, no
+    sizes / axes / antialiasing), else None."""
+    if _key(node) != ("", "Resize") or len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
+        return None
+    if (_attr(node, "mode", "nearest") != "nearest" or _attr(node, "coordinate_transformation_mode") != "asymmetric"
+            or _attr(node, "nearest_mode") != "floor" or int(_attr(node, "antialias", 0))
+            or _attr(node, "axes") is not None):
+        return None
+    ins = list(node.inputs)
+    scales = ins[1] if len(ins) == 2 else ins[2] if len(ins) > 2 else None  # (opset 10: X, scales)
+    if len(ins) > 3 and ins[3] is not None:
+        return None  # sizes given
+    sc = _const(scales, graph)
+    if sc is None or sc.shape != (4,) or sc[0] != 1 or sc[1] != 1 or sc[2] != sc[3]:
+        return None
+    f = float(sc[2])
+    return int(f) if f >= 1 and f == int(f) else None
+
+
+def _per_channel_shape(v: ir.Value | None) -> bool:
+    """Whether ``v`` is statically a 4-D (N, C, 1, 1) tensor (one value per image and channel, such
+    as a squeeze-and-excitation scale)."""
+    dims = list(v.shape) if v is not None and v.shape is not None else []
+    return len(dims) == 4 and dims[2] == 1 and dims[3] == 1
+
+
+def fold_upsample_add(graph: ir.Graph) -> int:
+    """Fold ``QConv(Add(a, Resize(b)))``, the top-down path of a feature pyramid, into
+    ``QConv(a, ..., X_up=b)`` with ``x_up_factor`` f (and ``a = Mul(x, s)`` with s of shape
+    (N, C, 1, 1), read by that Add only, into ``X = x, X_mul = s``), when the Resize repeats each value f x f times
+    (:func:`_nearest_integer_upsample`), its output is read by that Add only, the Add's by that QConv
+    only (as X), neither is a graph output, and the QConv quantizes X statically with one uint8
+    scale.  The runtime adds the upsampled values while it quantizes (one pass, no float sum or
+    upsampled tensor written): identical results.  PP-OCR det: the Resize and Add before its last
+    96 -> 24 3x3 conv, ~0.2 ms of int8's ~5.2 (docs/decisions.md D-qepilogue).  Returns the number
+    of folded pairs."""
+    outputs = set(id(v) for v in graph.outputs)
+    folded = 0
+    for node in list(graph):
+        if len(node.inputs) > 7 or _static_u8_input(node, graph) is None:
+            continue
+        x = node.inputs[0]
+        add = x.producer()
+        if add is None or _key(add) != ("", "Add") or len(add.inputs) != 2 or id(x) in outputs:
+            continue
+        if len(list(x.uses())) != 1:
+            continue
+        for i in (0, 1):
+            r = add.inputs[i].producer() if add.inputs[i] is not None else None
+            f = _nearest_integer_upsample(r, graph) if r is not None else None
+            if f is None or id(r.outputs[0]) in outputs or len(list(r.outputs[0].uses())) != 1:
+                continue
+            other = add.inputs[1 - i]
+            if other is None or other.dtype not in (None, ir.DataType.FLOAT):
+                continue
+            x_mul = mul = None
+            m = other.producer()
+            if (m is not None and _key(m) == ("", "Mul") and len(m.inputs) == 2 and id(other) not in outputs
+                    and len(list(other.uses())) == 1):
+                scales = [v for v in m.inputs if _per_channel_shape(v)]
+                if len(scales) == 1 and scales[0].dtype in (None, ir.DataType.FLOAT):
+                    x_mul, mul = scales[0], m
+                    other = m.inputs[1] if m.inputs[0] is x_mul else m.inputs[0]
+            ins = list(node.inputs) + [None] * (7 - len(node.inputs))
+            new = ir.Node(DOMAIN, "QConv", [other] + ins[1:] + [r.inputs[0]] + ([x_mul] if x_mul is not None else []),
+                          attributes=list(node.attributes.values()) + [ir.AttrInt64("x_up_factor", f)],
+                          name=node.name, num_outputs=1)
+            _replace(graph, node, new)
+            graph.remove(add, safe=True)
+            graph.remove(r, safe=True)
+            if mul is not None:
+                graph.remove(mul, safe=True)
+            folded += 1
+            break
+    return folded
+
+
+def _static_u8_input(node: ir.Node, graph: ir.Graph) -> tuple[float, int] | None:
+    """(scale, zero point) of a QConv that quantizes its float X statically with one uint8 pair, else None."""
+    if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) < 3 or node.inputs[0] is None:
+        return None
+    xs, xz = _const(node.inputs[1], graph), _const(node.inputs[2], graph)
+    if xs is None or xz is None or xs.size != 1 or xz.dtype != np.uint8:
+        return None
+    if node.inputs[0].dtype not in (None, ir.DataType.FLOAT):
+        return None
+    return float(xs.reshape(())), int(xz.reshape(()))
+
+
+def fold_upsample_concat(graph: ir.Graph) -> int:
+    """Give a QConv whose X is a ``Concat`` over channels (axis 1) of 4-D tensors, some of them
+    ``Resize`` outputs that repeat each value f x f times (:func:`_nearest_integer_upsample`) and/or
+    ``Mul`` outputs by an (N, C, 1, 1) tensor (a squeeze-and-excitation scale), a
+    ``com.minirt::QuantizeUpsampleConcat`` of the (X, M) pairs before them (factors f, 1 for no
+    Resize; M absent for no Mul) in the QConv's static uint8 input quantization: the QConv then
+    reads uint8 (its chained form).  Only when the Concat's output is read by that QConv alone and
+    each folded Resize's / Mul's by the node after it alone, none a graph output.  Identical
+    results; nothing multiplied, upsampled, concatenated or float is written (PP-OCR det's last
+    conv: four Muls, three Resizes and the Concat).  Returns the number of folded Concats."""
+    outputs = set(id(v) for v in graph.outputs)
+    folded = 0
+    for node in list(graph):
+        quant = _static_u8_input(node, graph)
+        if quant is None:
+            continue
+        x = node.inputs[0]
+        cat = x.producer()
+        if cat is None or _key(cat) != ("", "Concat") or int(_attr(cat, "axis", 0)) != 1 or id(x) in outputs:
+            continue
+        if len(list(x.uses())) != 1 or any(v is None or v.dtype not in (None, ir.DataType.FLOAT) for v in cat.inputs):
+            continue
+        sources, factors, removed = [], [], []
+        for v in cat.inputs:
+            r = v.producer()
+            f = _nearest_integer_upsample(r, graph) if r is not None else None
+            if f is not None and id(v) not in outputs and len(list(v.uses())) == 1:
+                removed.append(r)
+                v = r.inputs[0]
+            else:
+                f = 1
+            x, m = v, None
+            mul = v.producer()
+            if (mul is not None and _key(mul) == ("", "Mul") and len(mul.inputs) == 2 and id(v) not in outputs
+                    and len(list(v.uses())) == 1):
+                scales = [u for u in mul.inputs if _per_channel_shape(u)]
+                if len(scales) == 1 and scales[0].dtype in (None, ir.DataType.FLOAT):
+                    m = scales[0]
+                    x = mul.inputs[1] if mul.inputs[0] is m else mul.inputs[0]
+                    removed.append(mul)
+            sources += [x, m]
+            factors.append(f)
+        if not removed:
+            continue
+        q = ir.Node(DOMAIN, "QuantizeUpsampleConcat", sources,
+                    attributes=[ir.AttrInt64s("factors", factors), ir.AttrFloat32("scale", quant[0]),
+                                ir.AttrInt64("zero_point", quant[1])],
+                    name=f"{cat.name}_quantized", num_outputs=1)
+        graph.insert_before(cat, q)
+        xq = q.outputs[0]
+        xq.name = f"{x.name}_u8"
+        xq.dtype, xq.shape = ir.DataType.UINT8, x.shape
+        node.replace_input_with(0, xq)
+        graph.remove(cat, safe=True)
+        for r in removed:  # (each Resize before the Mul it reads)
+            graph.remove(r, safe=True)
+        folded += 1
+    return folded
+
+
+def fold_channel_mul(graph: ir.Graph) -> int:
+    """Fold ``QConv(Mul(x, s))`` with s statically (N, C, 1, 1) (a squeeze-and-excitation scale), the
+    Mul's output read by that QConv alone (as X) and no graph output, into ``QConv(x, ..., X_mul=s)``
+    when the QConv quantizes X statically with one uint8 scale: the runtime multiplies while it
+    quantizes, identical results, one float pass and one node less (PP-OCR det's backbone SE blocks).
+    Returns the number of folded Muls."""
+    outputs = set(id(v) for v in graph.outputs)
+    folded = 0
+    for node in list(graph):
+        if len(node.inputs) > 7 or _static_u8_input(node, graph) is None:
+            continue
+        x = node.inputs[0]
+        mul = x.producer()
+        if mul is None or _key(mul) != ("", "Mul") or len(mul.inputs) != 2 or id(x) in outputs:
+            continue
+        if len(list(x.uses())) != 1:
+            continue
+        scales = [v for v in mul.inputs if _per_channel_shape(v)]
+        if len(scales) != 1 or scales[0].dtype not in (None, ir.DataType.FLOAT) or mul.inputs[0] is mul.inputs[1]:
+            continue
+        s_in = scales[0]
+        x_in = mul.inputs[1] if mul.inputs[0] is s_in else mul.inputs[0]
+        if x_in is None or x_in.dtype not in (None, ir.DataType.FLOAT):
+            continue
+        ins = list(node.inputs) + [None] * (7 - len(node.inputs))
+        new = ir.Node(DOMAIN, "QConv", [x_in] + ins[1:] + [None, s_in], attributes=list(node.attributes.values()),
+                      name=node.name, num_outputs=1)
+        _replace(graph, node, new)
+        graph.remove(mul, safe=True)
+        folded += 1
+    return folded
+
+
 def _is_depthwise_qconv(node: ir.Node, graph: ir.Graph) -> bool:
     """A QConv with group == C == M (one input channel per group, constant weight)."""
     if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) < 4:
@@ -486,6 +680,9 @@ def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
         params = set()
         for user, idx in uses:
             if user.domain != DOMAIN or user.op_type != "QConv" or idx != 0 or len(user.inputs) < 3:
+                params = None
+                break
+            if any(v is not None for v in user.inputs[7:]):  # X_up / X_mul: X is not the quantized input
                 params = None
                 break
             xs, xz = _const(user.inputs[1], graph), _const(user.inputs[2], graph)

@@ -235,6 +235,7 @@ INDEX = {
     ('com.minirt', 'LayerNormalization'): ('fused',),
     ('com.minirt', 'QConv'): ('qlinear',),
     ('com.minirt', 'QMatMul'): ('qlinear',),
+    ('com.minirt', 'QuantizeUpsampleConcat'): ('qlinear',),
     ('com.minirt', 'ScaledDotProductAttention'): ('fused',),
 }
 

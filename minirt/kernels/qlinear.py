@@ -446,11 +446,59 @@ def _pool_attrs(kernel_shape, strides) -> tuple | None:
     return kernel, strides
 
 
+def _add_upsampled(x, x_up, x_mul, f, x_scale, x_zero_point):
+    """QConv's input with X_up: ``x * x_mul + Resize(x_up)`` (x_mul optional; the Resize nearest,
+    asymmetric, floor, scale f on both spatial axes of a 4-D x_up: each value repeated f x f times;
+    Mul and Add broadcast as ONNX's).  When x has exactly the upsampled shape, x_mul is one value per
+    (image, channel) and this node quantizes statically per tensor to uint8, the result is quantized
+    by one native pass that never writes it out (uint8); else float32."""
+    if x.dtype != np.float32 or x_up.dtype != np.float32 or (x_mul is not None and x_mul.dtype != np.float32):
+        raise ValueError(f"QConv: X, X_up and X_mul must be float32, got {x.dtype}, {x_up.dtype} and "
+                         f"{None if x_mul is None else x_mul.dtype}")
+    f = int(f)
+    if f < 1 or x_up.ndim != 4:
+        raise ValueError(f"QConv: X_up needs a 4-D input and x_up_factor >= 1, got {x_up.shape} and {f}")
+    up_shape = x_up.shape[:2] + (x_up.shape[2] * f, x_up.shape[3] * f)
+    per_plane = x_mul is None or (x_mul.ndim == 4 and x_mul.shape[2:] == (1, 1) and x_mul.shape[1] == x.shape[1]
+                                  and x_mul.shape[0] in (1, x.shape[0]))
+    if (x.shape == up_shape and per_plane and _native.available and x_scale is not None
+            and x_zero_point is not None and np.size(x_scale) == 1 and np.asarray(x_zero_point).dtype == np.uint8):
+        q = np.empty(x.shape, np.uint8)
+        xm = None if x_mul is None else np.ascontiguousarray(np.broadcast_to(x_mul, x.shape[:2] + (1, 1)))
+        _native.quantize_add_up_u8(np.ascontiguousarray(x), np.ascontiguousarray(x_up), q,
+                                   float(np.asarray(x_scale).reshape(())), int(np.asarray(x_zero_point).reshape(())),
+                                   xm)
+        return q
+    if x_mul is not None:
+        x = x * x_mul
+    return x + np.repeat(np.repeat(x_up, f, axis=2), f, axis=3)
+
+
+def _multiplied(x, x_mul, x_scale, x_zero_point):
+    """QConv's input with X_mul alone: ``x * x_mul`` (Mul broadcasting as ONNX's), quantized by one
+    native pass (uint8) when x_mul is one value per (image, channel) of a 4-D x and this node
+    quantizes statically per tensor to uint8; else float32."""
+    if x.dtype != np.float32 or x_mul.dtype != np.float32:
+        raise ValueError(f"QConv: X and X_mul must be float32, got {x.dtype} and {x_mul.dtype}")
+    if (x.ndim == 4 and x_mul.ndim == 4 and x_mul.shape[2:] == (1, 1) and x_mul.shape[1] == x.shape[1]
+            and x_mul.shape[0] in (1, x.shape[0]) and _native.available and x_scale is not None
+            and x_zero_point is not None and np.size(x_scale) == 1 and np.asarray(x_zero_point).dtype == np.uint8):
+        q = np.empty(x.shape, np.uint8)
+        _native.quantize_add_up_u8(None, np.ascontiguousarray(x), q, float(np.asarray(x_scale).reshape(())),
+                                   int(np.asarray(x_zero_point).reshape(())),
+                                   um=np.ascontiguousarray(np.broadcast_to(x_mul, x.shape[:2] + (1, 1))))
+        return q
+    return x * x_mul
+
+
 @kernel("QConv", since=1, domain=DOMAIN, context=True, out=True)
 def qconv(
-    x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, /, *, auto_pad="NOTSET", dilations=(),
+    x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, z=None, x_up=None, x_mul=None, /, *,
+    auto_pad="NOTSET",
+    dilations=(),
     group=1, kernel_shape=(), pads=(), strides=(), activation="", activation_params=(), output_scale=None,
-    output_zero_point=0, pool_kernel_shape=(), pool_strides=(), post_scale=1.0, post_shift=0.0, out=None, ctx=None,
+    output_zero_point=0, pool_kernel_shape=(), pool_strides=(), post_scale=1.0, post_shift=0.0, x_up_factor=0, out=None,
+    ctx=None,
 ):
     """activation(Conv(quant(x), int8 w * w_scale[m]) + b + z); float in, float out.
 
@@ -465,7 +513,16 @@ def qconv(
     input quantization of a depthwise QConv with per-channel scales).
     With ``pool_kernel_shape`` (and ``pool_strides``, default 1) the result is
     ``MaxPool(y, kernel_shape, strides)`` without padding, before any requantization.
+    With ``x_up`` (float32, 4-D) and ``x_up_factor`` f the conv's input is ``x * x_mul + Resize(x_up)``
+    (``x_mul`` optional, e.g. a squeeze-and-excitation scale per channel; the Resize nearest,
+    asymmetric, floor, scales (1, 1, f, f)); with ``x_mul`` alone it is ``x * x_mul``: the quantizer
+    folds an FPN's upsample-and-add and such Muls into the conv that alone reads them, and the
+    result is quantized without being written.
     """
+    if x_up is not None:
+        x = _add_upsampled(x, x_up, x_mul, x_up_factor, x_scale, x_zero_point)
+    elif x_mul is not None:
+        x = _multiplied(x, x_mul, x_scale, x_zero_point)
     memo = ctx.memo if ctx is not None else {}
     prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
     if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):
@@ -527,6 +584,56 @@ def requantize_u8(y: np.ndarray, scale, zero_point) -> np.ndarray:
     np.rint(t, out=t)
     t += zp
     return t.astype(np.uint8)
+
+
+@kernel("QuantizeUpsampleConcat", since=1, domain=DOMAIN, out=True)
+def quantize_upsample_concat(*inputs, factors=(), scale=1.0, zero_point=0, out=None):
+    """uint8 ``requantize_u8(Concat(axis=1) of the parts, scale, zero_point)``: inputs are pairs
+    ``X_i, M_i`` and part i is ``X_i * M_i`` (``M_i`` absent: ``X_i``; Mul broadcasting as ONNX's)
+    repeated ``factors[i]`` x ``factors[i]`` times over its two spatial axes (a Resize nearest,
+    asymmetric, floor with scales (1, 1, f, f); 1: as is).  ``X_i`` float32 (N, C_i, H / f_i,
+    W / f_i).  The quantizer makes it from the (squeeze-and-excitation) Muls, Resizes and Concat in
+    front of a QConv, in that QConv's static input quantization (the QConv then reads uint8);
+    natively each part is quantized straight into its channels of the result, nothing multiplied,
+    upsampled or concatenated is written."""
+    factors = tuple(int(f) for f in factors)
+    if len(inputs) == 2 * len(factors) - 1:
+        inputs = inputs + (None,)  # (an absent last M is not passed)
+    if not factors or len(inputs) != 2 * len(factors) or min(factors) < 1:
+        raise ValueError(f"QuantizeUpsampleConcat: inputs are (X, M) pairs with one factor >= 1 each, got "
+                         f"{list(factors)} for {len(inputs)} inputs")
+    zp = int(zero_point)
+    if not (float(scale) > 0 and 0 <= zp <= 255):
+        raise ValueError(f"QuantizeUpsampleConcat: scale must be > 0 and zero_point in [0, 255], got {scale}, {zp}")
+    xs, ms = inputs[0::2], inputs[1::2]
+    for x in xs + tuple(m for m in ms if m is not None):
+        if x is None or x.dtype != np.float32 or x.ndim != 4:
+            raise ValueError("QuantizeUpsampleConcat: every X (and M) must be float32 4-D, got "
+                             f"{None if x is None else (x.dtype, x.shape)}")
+    parts = [x if m is None else np.broadcast_shapes(x.shape, m.shape) for x, m in zip(xs, ms)]
+    shapes = [p.shape if isinstance(p, np.ndarray) else p for p in parts]
+    n, h, w = shapes[0][0], shapes[0][2] * factors[0], shapes[0][3] * factors[0]
+    if any(sh[0] != n or sh[2] * f != h or sh[3] * f != w for sh, f in zip(shapes, factors)):
+        raise ValueError("QuantizeUpsampleConcat: the upsampled parts differ in batch or plane size: "
+                         + ", ".join(f"{sh} x{f}" for sh, f in zip(shapes, factors)))
+    shape = (n, sum(sh[1] for sh in shapes), h, w)
+    if not _native.available:
+        ups = [x if m is None else x * m for x, m in zip(xs, ms)]
+        ups = [np.repeat(np.repeat(u, f, axis=2), f, axis=3) if f > 1 else u for u, f in zip(ups, factors)]
+        return requantize_u8(np.concatenate(ups, axis=1), float(scale), zp)
+    y = nn._out_buffer(out, shape, np.uint8)
+    c0 = 0
+    for x, m, f, sh in zip(xs, ms, factors, shapes):
+        c = sh[1]
+        if x.shape != sh or (m is not None and (m.shape[2:] != (1, 1) or m.shape[1] != c)):
+            x, m = x * m, None  # a broadcasting Mul other than one value per (image, channel): done first
+        xc = np.ascontiguousarray(x)
+        um = None if m is None else np.ascontiguousarray(np.broadcast_to(m, (n, c, 1, 1)))
+        for i in range(n):  # (one image's channels of y are contiguous)
+            _native.quantize_add_up_u8(None, xc[i:i + 1], y[i:i + 1, c0:c0 + c], float(scale), zp,
+                                       um=None if um is None else um[i:i + 1])
+        c0 += c
+    return y
 
 
 # id(w) -> (weakref to w, id(scale), scale kept alive, float32 result): weights materialized once

@@ -614,6 +614,27 @@ def quantize_u8(x, q, scale: float, zero_point: int) -> None:
     _lib.mrt_quantize_u8_f32(_ptr(x), _ffi.from_buffer("uint8_t[]", q), x.size, scale, int(zero_point), threads())
 
 
+def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int, xm=None, um=None) -> None:
+    """q (uint8 (N, C, H, W)) = quantize_u8 of ``x * xm + nearest-upsampled (xu * um)`` (xm, um:
+    float32, one multiplier per (image, channel), or None), or of the upsampled xu * um alone when x
+    is None: x float32 like q, xu float32 (N, C, H / f, W / f) for an integer factor f (the same on
+    both axes); all contiguous."""
+    for m in (xm, um):
+        if m is not None and m.size != q.shape[0] * q.shape[1]:
+            raise ValueError(f"quantize_add_up_u8: {m.size} multipliers for {q.shape[0] * q.shape[1]} planes")
+    f = q.shape[2] // xu.shape[2] if xu.shape[2] else 0
+    if x is not None and x.shape != q.shape:
+        raise ValueError(f"quantize_add_up_u8: x {x.shape} and q {q.shape} differ")
+    rc = _lib.mrt_quantize_add_up_u8_f32(_ffi.NULL if x is None else _ptr(x), _ffi.NULL if xm is None else _ptr(xm),
+                                         _ptr(xu), _ffi.NULL if um is None else _ptr(um), q.shape[0] * q.shape[1],
+                                         q.shape[2], q.shape[3], f, _ffi.from_buffer("uint8_t[]", q), scale,
+                                         int(zero_point), threads())
+    if rc == -1:
+        raise MemoryError("minirt native quantize_add_up_u8: could not allocate its scratch buffer")
+    if rc != 0:
+        raise ValueError(f"quantize_add_up_u8: {q.shape} is not {xu.shape} upsampled by an integer factor")
+
+
 def im2col_u8(x, cols, k, s, d, pb, out, pad: int) -> None:
     """One uint8 image: x (C, H, W) -> cols (C*KH*KW, OH*OW), padding with ``pad``."""
     c, h, wd = x.shape

@@ -166,6 +166,12 @@ void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, fl
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */
 void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads);
+/* The same of x + nearest-upsampled xu: planes of h x w floats in x, of (h / f) x (w / f) in xu (h, w
+ * multiples of f >= 1); q[p][i][j] = quantize(x[p][i][j] * xm[p] + xu[p][i / f][j / f] * um[p]) (xm,
+ * um NULL: no multiplier; products rounded to float before the add), or of the upsampled xu * um
+ * alone when x is NULL.  Returns -1 when its per-thread scratch cannot be allocated. */
+int mrt_quantize_add_up_u8_f32(const float *x, const float *xm, const float *xu, const float *um, long planes, int h,
+                               int w, int f, uint8_t *q, float scale, int zp, int nthreads);
 /* im2col of one uint8 image, padding with `pad` (the zero point). */
 void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                    int dw, int pt, int pl, int oh, int ow, int pad, int nthreads);

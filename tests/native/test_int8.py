@@ -380,6 +380,8 @@ POST_ROUTE_CASES = [
     (1, (40, 40), 136, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)), # implicit: row blocks and weight-row blocks
     (8, (18, 18), 8, (3, 3), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # implicit, no padding: p = 256
     (16, (20, 20), 24, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)), # 1x1 direct (float input packed from floats)
+    (16, (10, 10), 20, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)), # 1x1, p = 100: a 16-wide last panel (4 columns)
+    (12, (17, 17), 14, (1, 1), (1, 1), (0, 0, 0, 0), 1, (1, 1)), # 1x1, p = 289: the second block is 32 + 1 columns
     (8, (20, 20), 12, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),  # 2 groups: im2col GEMM, one image per call
     (8, (9, 9), 6, (3, 3), (2, 2), (1, 0, 1, 2), 2, (1, 1)),     # small planes side by side
 ]
@@ -574,3 +576,105 @@ def test_qconv_fused_max_pool_batched_with_nan_residual(n, hw, every_isa):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     assert np.isnan(got).any()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n,c,h,w,f", [(1, 3, 8, 80, 2), (2, 5, 6, 22, 2), (1, 4, 4, 6, 2), (1, 2, 6, 9, 3),
+                                       (1, 3, 5, 7, 1)])
+@pytest.mark.parametrize("with_mul", [False, True])
+def test_quantize_add_up_u8_matches_numpy(n, c, h, w, f, with_mul, every_isa, threads):
+    """quantize_u8(x * xm + nearest-upsampled xu) in one pass (QConv's X_up / X_mul): exactly the numpy
+    product, sum, repeated values and rint; full vectors, row tails, the generic factor path, several
+    planes, with and without the per-plane multiplier."""
+    rng = np.random.default_rng(n * 100 + w)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32) * 4
+    xu = rng.standard_normal((n, c, h // f, w // f)).astype(np.float32) * 4
+    xm = (rng.random((n, c, 1, 1)).astype(np.float32) + 0.5) if with_mul else None
+    x[0, 0, 0, :2] = [np.nan, np.inf]  # NaN -> the zero point's low clamp, inf -> 255
+    q = np.empty(x.shape, np.uint8)
+    native.quantize_add_up_u8(x, xu, q, 0.05, 120, xm)
+    s = (x if xm is None else x * xm) + np.repeat(np.repeat(xu, f, axis=2), f, axis=3)
+    with np.errstate(invalid="ignore"):
+        ref = np.clip(np.rint(s / np.float32(0.05)) + 120, 0, 255)
+    ref[np.isnan(ref)] = 0
+    np.testing.assert_array_equal(q, ref.astype(np.uint8))
+
+
+def test_quantize_add_up_u8_needs_an_integer_factor():
+    x, xu = np.zeros((1, 2, 4, 5), np.float32), np.zeros((1, 2, 2, 2), np.float32)  # 5 columns from 2
+    with pytest.raises(ValueError, match="integer factor"):
+        native.quantize_add_up_u8(x, xu, np.empty(x.shape, np.uint8), 0.05, 120)
+
+
+@pytest.mark.parametrize("shape,up,f", [((1, 8, 16, 20), (1, 8, 8, 10), 2), ((2, 5, 12, 9), (2, 5, 4, 3), 3),
+                                        ((1, 4, 1, 20), (1, 4, 4, 5), 4)])  # the last: the Add broadcasts x
+@pytest.mark.parametrize("mul", [None, "per_image", "shared", "scalar"])
+def test_qconv_x_up_is_the_add_of_the_upsampled_input(shape, up, f, mul, every_isa, threads):
+    """QConv(x, ..., X_up, X_mul, x_up_factor=f) == QConv(x * X_mul + Resize(X_up, nearest, f)) bit for
+    bit, native (quantized while adding) and numpy; a broadcasting x or X_mul takes the float sum."""
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    x_up = rng.standard_normal(up).astype(np.float32)
+    x_mul = {None: None, "scalar": np.array([[[[1.5]]]], np.float32),
+             "per_image": rng.random((shape[0], shape[1], 1, 1)).astype(np.float32) + 0.5,
+             "shared": rng.random((1, shape[1], 1, 1)).astype(np.float32) + 0.5}[mul]
+    c = shape[1]
+    w = rng.integers(-127, 128, (6, c, 3, 3), dtype=np.int8)
+    w_scale = (rng.random(6, dtype=np.float32) * 0.01 + 0.001)
+    bias = rng.standard_normal(6).astype(np.float32)
+    xs, xz = np.array(0.03, np.float32), np.array(118, np.uint8)
+    for a in (w, w_scale, bias, xs, xz):
+        a.flags.writeable = False
+    attrs = dict(kernel_shape=(3, 3), pads=(1, 1, 1, 1), strides=(1, 1), activation="Relu")
+    summed = (x if x_mul is None else x * x_mul) + np.repeat(np.repeat(x_up, f, axis=2), f, axis=3)
+    ref = qlinear.qconv(summed, xs, xz, w, w_scale, bias, None, **attrs)
+    got = qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, x_mul, x_up_factor=f, **attrs)
+    np.testing.assert_array_equal(got, ref)
+    with numpy_path():
+        np.testing.assert_array_equal(
+            qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, x_mul, x_up_factor=f, **attrs),
+            qlinear.qconv(summed, xs, xz, w, w_scale, bias, None, **attrs))
+    with pytest.raises(ValueError, match="x_up_factor"):
+        qlinear.qconv(x, xs, xz, w, w_scale, bias, None, x_up, **attrs)  # X_up without its factor
+    if x_mul is not None:  # X_mul alone: x * X_mul, quantized in one pass when per (image, channel)
+        ref = qlinear.qconv(x * x_mul, xs, xz, w, w_scale, bias, None, **attrs)
+        np.testing.assert_array_equal(qlinear.qconv(x, xs, xz, w, w_scale, bias, None, None, x_mul, **attrs), ref)
+        with numpy_path():
+            np.testing.assert_array_equal(qlinear.qconv(x, xs, xz, w, w_scale, bias, None, None, x_mul, **attrs),
+                                          qlinear.qconv(x * x_mul, xs, xz, w, w_scale, bias, None, **attrs))
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_quantize_upsample_concat_matches_numpy(n, every_isa, threads):
+    """QuantizeUpsampleConcat: each input repeated f x f times (f = 8, 4, 2, 1 as PP-OCR det's last
+    conv, and 3 through the generic path), concatenated over channels and quantized, exactly as
+    numpy (and the numpy path); into the memory plan's buffer when one is given."""
+    rng = np.random.default_rng(n)
+    parts = [rng.standard_normal((n, c, 48 // f, 24 // f)).astype(np.float32) * 5
+             for c, f in ((3, 8), (2, 4), (4, 2), (1, 1), (2, 3), (2, 2))]
+    factors = (8, 4, 2, 1, 3, 2)
+    # multipliers: per (image, channel), none, shared by the images, per image and channel, none, scalar
+    muls = [rng.random((n, 3, 1, 1)).astype(np.float32) + 0.5, None, rng.random((1, 4, 1, 1)).astype(np.float32),
+            rng.random((n, 1, 1, 1)).astype(np.float32), None, np.array([[[[0.75]]]], np.float32)]
+    scaled = [p if m is None else p * m for p, m in zip(parts, muls)]
+    up = np.concatenate([np.repeat(np.repeat(p, f, axis=2), f, axis=3) for p, f in zip(scaled, factors)], axis=1)
+    ref = np.clip(np.rint(up / np.float32(0.04)) + 77, 0, 255).astype(np.uint8)
+    out = np.empty(ref.shape, np.uint8)
+    inputs = [v for pair in zip(parts, muls) for v in pair]
+    got = qlinear.quantize_upsample_concat(*inputs, factors=factors, scale=0.04, zero_point=77, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got, ref)
+    with numpy_path():
+        np.testing.assert_array_equal(qlinear.quantize_upsample_concat(*inputs, factors=factors, scale=0.04,
+                                                                       zero_point=77), ref)
+
+
+def test_quantize_upsample_concat_errors():
+    a, b = np.zeros((1, 2, 4, 4), np.float32), np.zeros((1, 2, 2, 2), np.float32)
+    with pytest.raises(ValueError, match="pairs"):
+        qlinear.quantize_upsample_concat(a, None, b, None, factors=(1,), scale=0.1, zero_point=0)
+    with pytest.raises(ValueError, match="plane size"):
+        qlinear.quantize_upsample_concat(a, None, b, None, factors=(1, 3), scale=0.1, zero_point=0)
+    with pytest.raises(ValueError, match="scale"):
+        qlinear.quantize_upsample_concat(a, None, b, None, factors=(1, 2), scale=0.0, zero_point=0)
+    with pytest.raises(ValueError, match="float32"):
+        qlinear.quantize_upsample_concat(a.astype(np.float64), None, factors=(1,), scale=0.1, zero_point=0)
