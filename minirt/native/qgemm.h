@@ -1036,28 +1036,37 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
         offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
     }
     const int per64 = 64 % npix == 0 ? 64 / npix : 0; /* images per 64 columns, or 0: the line route */
+    const long chunk_step = 64 / nr * panel_bytes;     /* bytes from the panels of 64 columns to the next */
     uint8_t line[256] __attribute__((aligned(64)));
+    /* the item's (group, quad) and its first row's (channel, tap), advanced without divisions (one
+     * integer division costs about as much as a quad's loads and shuffles on a small image) */
+    int grp = (int)(begin / kq), q = (int)(begin % kq), ch0 = 4 * q / kk, tap0 = 4 * q % kk;
     for (long item = begin; item < end; ++item) {
-        const int grp = (int)(item / kq), q = (int)(item % kq);
         __mmask64 m[4];
         long src[4]; /* byte offset of each row's tap-shifted plane in an image */
-        for (int t = 0; t < 4; ++t) {
-            const int r = 4 * q + t, tap = r % kk;
-            if (r >= kg) {
+        for (int t = 0, ch = ch0, tap = tap0; t < 4; ++t) { /* row 4 q + t is (channel ch, tap) */
+            if (4 * q + t >= kg) {
                 m[t] = 0;
                 src[t] = 0;
                 continue;
             }
             m[t] = tap < KEPT ? masks[tap] : q_plane64_mask(a, tap / a->kw, tap % a->kw);
-            src[t] = (long)(grp * pa->cg + r / kk) * a->h * a->wd +
+            src[t] = (long)(grp * pa->cg + ch) * a->h * a->wd +
                      (tap < KEPT ? offs[tap]
                                  : (long)((tap / a->kw) * a->dh - a->pt) * a->wd + (tap % a->kw) * a->dw - a->pl);
+            if (++tap == kk) tap = 0, ++ch;
         }
         /* quad q's rows in the group's first panel */
         uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4;
+        if (++q == kq) {
+            q = ch0 = tap0 = 0;
+            ++grp;
+        } else {
+            for (tap0 += 4; tap0 >= kk; tap0 -= kk) ++ch0;
+        }
         __m512i o0, o1, o2, o3;
         if (per64) {
-            for (int i = 0; i < nimg; i += per64, panel += 64 / nr * panel_bytes) {
+            for (int i = 0; i < nimg; i += per64, panel += chunk_step) {
                 const int count = nimg - i < per64 ? nimg - i : per64; /* (lanes past the last image: pad) */
                 const uint8_t *x = a->x + i * a->img_stride;
                 const long is = a->img_stride;
@@ -1066,19 +1075,19 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                           q_images_row(x + src[2], is, count, npix, m[2], padv),
                           q_images_row(x + src[3], is, count, npix, m[3], padv), &o0, &o1, &o2, &o3);
                 /* the panels holding these columns (the last chunk's may end sooner) */
-                const int panels = (count * npix + nr - 1) / nr;
+                const int ncols = count * npix;
                 if (nr == Q_NR) {
                     _mm512_storeu_si512(panel, o0);
                     _mm512_storeu_si512(panel + 64, o1);
-                    if (panels > 1) {
+                    if (ncols > Q_NR) {
                         _mm512_storeu_si512(panel + panel_bytes, o2);
                         _mm512_storeu_si512(panel + panel_bytes + 64, o3);
                     }
                 } else { /* 16-column panels */
                     _mm512_storeu_si512(panel, o0);
-                    if (panels > 1) _mm512_storeu_si512(panel + panel_bytes, o1);
-                    if (panels > 2) _mm512_storeu_si512(panel + 2 * panel_bytes, o2);
-                    if (panels > 3) _mm512_storeu_si512(panel + 3 * panel_bytes, o3);
+                    if (ncols > 16) _mm512_storeu_si512(panel + panel_bytes, o1);
+                    if (ncols > 32) _mm512_storeu_si512(panel + 2 * panel_bytes, o2);
+                    if (ncols > 48) _mm512_storeu_si512(panel + 3 * panel_bytes, o3);
                 }
             }
             continue;
@@ -1108,6 +1117,52 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                 }
             }
         }
+    }
+}
+#endif
+
+#ifdef MRT_HAVE_VNNI_BUILD
+#define Q_PANEL16_TAPS 49 /* q_im2col_panel16_task keeps the masks and offsets of up to 7 x 7 taps */
+
+/* q_im2col_panels_task for one image of at most 16 pixels (its 16-column panel is the whole GEMM
+ * input, e.g. a small CNN's last conv at batch 1): each K row is one masked load of the image's
+ * tap-shifted plane (q_im2col_plane64's), four rows are interleaved into the panel's 16 quads with
+ * 128-bit unpacks (q_quads64 would transpose 64 columns to keep 16), and the rows' (channel, tap)
+ * advance without divisions: the per-quad cost on a 32-channel 4 x 4 image was half the GEMM's.
+ * Items are (group, quad of K rows), as in q_im2col_panels_task; needs kh * kw <= Q_PANEL16_TAPS. */
+__attribute__((target("avx512f,avx512bw"))) static void q_im2col_panel16_task(void *ctx, long begin, long end) {
+    const q_panels_args *pa = (const q_panels_args *)ctx;
+    const q_im2col_args *a = &pa->im;
+    const int kk = a->kh * a->kw, kg = pa->cg * kk;
+    const long kq = pa->k4 / 4, plane = (long)a->h * a->wd;
+    const __m512i padv = _mm512_set1_epi8((char)a->pad);
+    __mmask64 masks[Q_PANEL16_TAPS];
+    long offs[Q_PANEL16_TAPS];
+    for (int t = 0; t < kk; ++t) {
+        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
+        offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
+    }
+    /* the item's group and quad, and its first row's channel (in the group) and tap */
+    int grp = (int)(begin / kq), q = (int)(begin % kq), ch = 4 * q / kk, tap = 4 * q % kk;
+    for (long item = begin; item < end; ++item) {
+        const uint8_t *x = a->x + (long)grp * pa->cg * plane;
+        __m128i v[4];
+        for (int t = 0; t < 4; ++t) {
+            if (4 * q + t >= kg) { /* rows past the group's K: pad (they meet zero weights) */
+                v[t] = _mm512_castsi512_si128(padv);
+                continue;
+            }
+            v[t] = _mm512_castsi512_si128(_mm512_mask_loadu_epi8(padv, masks[tap], x + ch * plane + offs[tap]));
+            if (++tap == kk) tap = 0, ++ch;
+        }
+        const __m128i lo01 = _mm_unpacklo_epi8(v[0], v[1]), hi01 = _mm_unpackhi_epi8(v[0], v[1]);
+        const __m128i lo23 = _mm_unpacklo_epi8(v[2], v[3]), hi23 = _mm_unpackhi_epi8(v[2], v[3]);
+        uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * 16 * 4; /* columns j at 4 j */
+        _mm_storeu_si128((__m128i *)panel, _mm_unpacklo_epi16(lo01, lo23));
+        _mm_storeu_si128((__m128i *)(panel + 16), _mm_unpackhi_epi16(lo01, lo23));
+        _mm_storeu_si128((__m128i *)(panel + 32), _mm_unpacklo_epi16(hi01, hi23));
+        _mm_storeu_si128((__m128i *)(panel + 48), _mm_unpackhi_epi16(hi01, hi23));
+        if (++q == kq) q = ch = tap = 0, ++grp;
     }
 }
 #endif
@@ -1314,7 +1369,7 @@ typedef struct {
     uint8_t *yq;
     int nb, direct;
     int implicit; /* nb == 1 images without im2col (q_conv_implicit) */
-    int panels;   /* images side by side im2col'ed straight into packed panels (q_im2col_panels_task) */
+    int panels;   /* the im2col goes straight into packed panels (q_im2col_panels_task): planes of <= 64 pixels */
     q_implicit_geom geo;
     int pkh, pkw, psh, psw, poh, pow; /* fused MaxPool (pkh > 0): y is (n, m, poh, pow), float */
     size_t scratch_bytes;
@@ -1673,15 +1728,27 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
             return;
         }
         const uint8_t *src = img;
-        if (!a->direct) {
+        long group_bytes = (long)kg * p; /* each group's GEMM input: kg rows of p bytes, or its panels */
+        if (a->panels) { /* small plane: im2col'ed straight into the packed panels (nothing left to pack) */
+#ifdef MRT_HAVE_VNNI_BUILD
+            const int nr = q_panel_width((int)p);
+            group_bytes = k4 * ((p + nr - 1) / nr * nr);
+            q_panels_args pa = {{img, NULL, 0, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
+                                 a->oh, a->ow, (uint8_t)a->x_zero, 1, chw, 0},
+                                cols, group_bytes, k4, cg, nr};
+            mrt_parallel_for((long)a->group * (k4 / 4), p * 4, nt,
+                             p <= 16 && kk <= Q_PANEL16_TAPS ? q_im2col_panel16_task : q_im2col_panels_task, &pa);
+#endif
+            src = cols;
+        } else if (!a->direct) {
             q_im2col(img, cols, p, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl, a->oh,
                      a->ow, a->x_zero, nt);
             src = cols;
         }
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p,
-                         Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + g * group_bytes : NULL, p,
+                         a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
                          ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
                          xf ? xf + (long)g * kg * p : NULL, a->x_scale, 0, 0, nt);
@@ -1814,12 +1881,12 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
     const int side_by_side = !(nb == 1 && !pkh); /* (as in q_conv_chunk) */
-    a.panels = side_by_side && !a.direct && q_plane64_route(sh, sw, wd, oh, ow);
+    a.panels = !a.direct && !a.implicit && q_plane64_route(sh, sw, wd, oh, ow);
     size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane * (side_by_side ? nb : 1));
     if (a.implicit) {
         bytes += a.geo.planes_bytes + a.geo.weights_bytes + a.geo.table_bytes;
     } else if (nb == 1 && !pkh) {
-        if (!a.direct) bytes += (size_t)c * kk * p;
+        if (!a.direct) bytes += a.panels ? q_chunk_cols_bytes(&a) : (size_t)c * kk * p;
     } else { /* side by side (or pooled): the GEMM writes a scratch whose planes are then placed */
         bytes += q_chunk_cols_bytes(&a) + sizeof(float) * (size_t)(m / group) * nb * p;
     }
