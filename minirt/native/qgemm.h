@@ -1122,46 +1122,62 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
 #endif
 
 #ifdef MRT_HAVE_VNNI_BUILD
-#define Q_PANEL16_TAPS 49 /* q_im2col_panel16_task keeps the masks and offsets of up to 7 x 7 taps */
+#define Q_PANEL1_TAPS 49 /* q_im2col_panels1_task keeps the masks and offsets of up to 7 x 7 taps */
 
-/* q_im2col_panels_task for one image of at most 16 pixels (its 16-column panel is the whole GEMM
- * input, e.g. a small CNN's last conv at batch 1): each K row is one masked load of the image's
- * tap-shifted plane (q_im2col_plane64's), four rows are interleaved into the panel's 16 quads with
- * 128-bit unpacks (q_quads64 would transpose 64 columns to keep 16), and the rows' (channel, tap)
- * advance without divisions: the per-quad cost on a 32-channel 4 x 4 image was half the GEMM's.
- * Items are (group, quad of K rows), as in q_im2col_panels_task; needs kh * kw <= Q_PANEL16_TAPS. */
-__attribute__((target("avx512f,avx512bw"))) static void q_im2col_panel16_task(void *ctx, long begin, long end) {
+/* q_im2col_panels_task for one image (a batch-1 conv of a plane of at most 64 pixels, e.g. a small
+ * CNN at batch 1): each K row is one masked load of the image's tap-shifted plane
+ * (q_im2col_plane64's) and the rows' (channel, tap) advance without divisions (the general task's
+ * per-quad index arithmetic cost about half the GEMM on a 32-channel 4 x 4 image); four rows make
+ * the quads of the image's columns: planes of at most 16 pixels (one 16-column panel) with 128-bit
+ * unpacks, larger ones with q_quads64, whose 16-column blocks are stored into the panels that
+ * exist.  Items are (group, quad of K rows), as in q_im2col_panels_task; needs kh * kw <=
+ * Q_PANEL1_TAPS and nimg == 1. */
+__attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels1_task(void *ctx, long begin, long end) {
     const q_panels_args *pa = (const q_panels_args *)ctx;
     const q_im2col_args *a = &pa->im;
-    const int kk = a->kh * a->kw, kg = pa->cg * kk;
-    const long kq = pa->k4 / 4, plane = (long)a->h * a->wd;
+    const int kk = a->kh * a->kw, kg = pa->cg * kk, npix = a->oh * a->ow, nr = pa->nr;
+    const long kq = pa->k4 / 4, plane = (long)a->h * a->wd, panel_bytes = (long)nr * pa->k4;
     const __m512i padv = _mm512_set1_epi8((char)a->pad);
-    __mmask64 masks[Q_PANEL16_TAPS];
-    long offs[Q_PANEL16_TAPS];
+    __mmask64 masks[Q_PANEL1_TAPS];
+    long offs[Q_PANEL1_TAPS];
     for (int t = 0; t < kk; ++t) {
         masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
         offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
     }
+    /* q_quads64's block b (columns 16 b .. 16 b + 15) goes to block_off[b] from quad q's bytes in
+     * the first panel; blocks past the last panel are not stored (nblocks) */
+    long block_off[4];
+    int nblocks = 0;
+    for (int b = 0; b < 4 && 16 * b / nr * nr < npix; ++b, ++nblocks)
+        block_off[b] = 16 * b / nr * panel_bytes + 16 * b % nr * 4;
     /* the item's group and quad, and its first row's channel (in the group) and tap */
     int grp = (int)(begin / kq), q = (int)(begin % kq), ch = 4 * q / kk, tap = 4 * q % kk;
     for (long item = begin; item < end; ++item) {
         const uint8_t *x = a->x + (long)grp * pa->cg * plane;
-        __m128i v[4];
+        __m512i v[4];
         for (int t = 0; t < 4; ++t) {
             if (4 * q + t >= kg) { /* rows past the group's K: pad (they meet zero weights) */
-                v[t] = _mm512_castsi512_si128(padv);
+                v[t] = padv;
                 continue;
             }
-            v[t] = _mm512_castsi512_si128(_mm512_mask_loadu_epi8(padv, masks[tap], x + ch * plane + offs[tap]));
+            v[t] = _mm512_mask_loadu_epi8(padv, masks[tap], x + ch * plane + offs[tap]);
             if (++tap == kk) tap = 0, ++ch;
         }
-        const __m128i lo01 = _mm_unpacklo_epi8(v[0], v[1]), hi01 = _mm_unpackhi_epi8(v[0], v[1]);
-        const __m128i lo23 = _mm_unpacklo_epi8(v[2], v[3]), hi23 = _mm_unpackhi_epi8(v[2], v[3]);
-        uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * 16 * 4; /* columns j at 4 j */
-        _mm_storeu_si128((__m128i *)panel, _mm_unpacklo_epi16(lo01, lo23));
-        _mm_storeu_si128((__m128i *)(panel + 16), _mm_unpackhi_epi16(lo01, lo23));
-        _mm_storeu_si128((__m128i *)(panel + 32), _mm_unpacklo_epi16(hi01, hi23));
-        _mm_storeu_si128((__m128i *)(panel + 48), _mm_unpackhi_epi16(hi01, hi23));
+        uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4; /* quad q in the first panel */
+        if (npix <= 16) { /* nr == 16: the panel's 16 quads from the low 16 bytes of the rows */
+            const __m128i r0 = _mm512_castsi512_si128(v[0]), r1 = _mm512_castsi512_si128(v[1]);
+            const __m128i r2 = _mm512_castsi512_si128(v[2]), r3 = _mm512_castsi512_si128(v[3]);
+            const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
+            const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
+            _mm_storeu_si128((__m128i *)panel, _mm_unpacklo_epi16(lo01, lo23));
+            _mm_storeu_si128((__m128i *)(panel + 16), _mm_unpackhi_epi16(lo01, lo23));
+            _mm_storeu_si128((__m128i *)(panel + 32), _mm_unpacklo_epi16(hi01, hi23));
+            _mm_storeu_si128((__m128i *)(panel + 48), _mm_unpackhi_epi16(hi01, hi23));
+        } else {
+            __m512i o[4];
+            q_quads64(v[0], v[1], v[2], v[3], &o[0], &o[1], &o[2], &o[3]);
+            for (int b = 0; b < nblocks; ++b) _mm512_storeu_si512(panel + block_off[b], o[b]);
+        }
         if (++q == kq) q = ch = tap = 0, ++grp;
     }
 }
@@ -1737,7 +1753,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
                                  a->oh, a->ow, (uint8_t)a->x_zero, 1, chw, 0},
                                 cols, group_bytes, k4, cg, nr};
             mrt_parallel_for((long)a->group * (k4 / 4), p * 4, nt,
-                             p <= 16 && kk <= Q_PANEL16_TAPS ? q_im2col_panel16_task : q_im2col_panels_task, &pa);
+                             kk <= Q_PANEL1_TAPS ? q_im2col_panels1_task : q_im2col_panels_task, &pa);
 #endif
             src = cols;
         } else if (!a->direct) {
@@ -1774,7 +1790,8 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         q_panels_args pa = {{imgs, NULL, 0, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
                              a->oh, a->ow, (uint8_t)a->x_zero, nb, chw, 0},
                             cols, group_bytes, k4, cg, nr};
-        mrt_parallel_for((long)a->group * (k4 / 4), (long)nb * p * 4, nt, q_im2col_panels_task, &pa);
+        mrt_parallel_for((long)a->group * (k4 / 4), (long)nb * p * 4, nt,
+                         nb == 1 && kk <= Q_PANEL1_TAPS ? q_im2col_panels1_task : q_im2col_panels_task, &pa);
 #endif
     } else {
         q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
