@@ -372,10 +372,12 @@ static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *
     x0 = _mm512_dpbusd_epi32(x0, b0, a);     \
     x1 = _mm512_dpbusd_epi32(x1, b1, a);
 
-__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_args *g, const int8_t *w, int kq,
-                                                                        const uint8_t *panel,
-                                                                        int32_t acc[Q_MR][Q_NR], int mr,
-                                                                        int accumulate) {
+/* rows (2, 4 or 6, at least mr): the tile rows computed, a constant in each of q_ukr_vnni's three
+ * copies, so a partial tile (e.g. the last 2 rows of 32) skips the unused rows' broadcasts and dot
+ * products (rows from mr to rows alias row 0: computed, never stored; acc rows past rows untouched) */
+__attribute__((target("avx512f,avx512vnni"), always_inline)) static inline void
+q_ukr_vnni_rows(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
+                int accumulate, const int rows) {
     const long k4 = g->k4;
     const int8_t *a0 = w, *a1 = mr > 1 ? w + k4 : w, *a2 = mr > 2 ? w + 2 * k4 : w;
     const int8_t *a3 = mr > 3 ? w + 3 * k4 : w, *a4 = mr > 4 ? w + 4 * k4 : w, *a5 = mr > 5 ? w + 5 * k4 : w;
@@ -383,10 +385,15 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
     if (accumulate) {
         c00 = _mm512_loadu_si512(acc[0]); c01 = _mm512_loadu_si512(acc[0] + 16);
         c10 = _mm512_loadu_si512(acc[1]); c11 = _mm512_loadu_si512(acc[1] + 16);
-        c20 = _mm512_loadu_si512(acc[2]); c21 = _mm512_loadu_si512(acc[2] + 16);
-        c30 = _mm512_loadu_si512(acc[3]); c31 = _mm512_loadu_si512(acc[3] + 16);
-        c40 = _mm512_loadu_si512(acc[4]); c41 = _mm512_loadu_si512(acc[4] + 16);
-        c50 = _mm512_loadu_si512(acc[5]); c51 = _mm512_loadu_si512(acc[5] + 16);
+        c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm512_setzero_si512();
+        if (rows > 2) {
+            c20 = _mm512_loadu_si512(acc[2]); c21 = _mm512_loadu_si512(acc[2] + 16);
+            c30 = _mm512_loadu_si512(acc[3]); c31 = _mm512_loadu_si512(acc[3] + 16);
+        }
+        if (rows > 4) {
+            c40 = _mm512_loadu_si512(acc[4]); c41 = _mm512_loadu_si512(acc[4] + 16);
+            c50 = _mm512_loadu_si512(acc[5]); c51 = _mm512_loadu_si512(acc[5] + 16);
+        }
     } else {
         c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm512_setzero_si512();
     }
@@ -397,24 +404,44 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
         __m512i a;
         Q_VNNI_ROW(a0 + 4 * q, c00, c01)
         Q_VNNI_ROW(a1 + 4 * q, c10, c11)
-        Q_VNNI_ROW(a2 + 4 * q, c20, c21)
-        Q_VNNI_ROW(a3 + 4 * q, c30, c31)
-        Q_VNNI_ROW(a4 + 4 * q, c40, c41)
-        Q_VNNI_ROW(a5 + 4 * q, c50, c51)
+        if (rows > 2) {
+            Q_VNNI_ROW(a2 + 4 * q, c20, c21)
+            Q_VNNI_ROW(a3 + 4 * q, c30, c31)
+        }
+        if (rows > 4) {
+            Q_VNNI_ROW(a4 + 4 * q, c40, c41)
+            Q_VNNI_ROW(a5 + 4 * q, c50, c51)
+        }
     }
     _mm512_storeu_si512(acc[0], c00); _mm512_storeu_si512(acc[0] + 16, c01);
     _mm512_storeu_si512(acc[1], c10); _mm512_storeu_si512(acc[1] + 16, c11);
-    _mm512_storeu_si512(acc[2], c20); _mm512_storeu_si512(acc[2] + 16, c21);
-    _mm512_storeu_si512(acc[3], c30); _mm512_storeu_si512(acc[3] + 16, c31);
-    _mm512_storeu_si512(acc[4], c40); _mm512_storeu_si512(acc[4] + 16, c41);
-    _mm512_storeu_si512(acc[5], c50); _mm512_storeu_si512(acc[5] + 16, c51);
+    if (rows > 2) {
+        _mm512_storeu_si512(acc[2], c20); _mm512_storeu_si512(acc[2] + 16, c21);
+        _mm512_storeu_si512(acc[3], c30); _mm512_storeu_si512(acc[3] + 16, c31);
+    }
+    if (rows > 4) {
+        _mm512_storeu_si512(acc[4], c40); _mm512_storeu_si512(acc[4] + 16, c41);
+        _mm512_storeu_si512(acc[5], c50); _mm512_storeu_si512(acc[5] + 16, c51);
+    }
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_args *g, const int8_t *w, int kq,
+                                                                        const uint8_t *panel,
+                                                                        int32_t acc[Q_MR][Q_NR], int mr,
+                                                                        int accumulate) {
+    if (mr > 4)
+        q_ukr_vnni_rows(g, w, kq, panel, acc, mr, accumulate, 6);
+    else if (mr > 2)
+        q_ukr_vnni_rows(g, w, kq, panel, acc, mr, accumulate, 4);
+    else
+        q_ukr_vnni_rows(g, w, kq, panel, acc, mr, accumulate, 2);
 }
 
 /* The same for 16-column panels ([k/4][16][4]): narrow GEMMs (N <= 16, e.g. the last convs of a
  * small batch-1 model) would leave half of each 32-column tile empty. acc[i][0:16] only. */
-__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni16(const q_args *g, const int8_t *w, int kq,
-                                                                          const uint8_t *panel,
-                                                                          int32_t acc[Q_MR][Q_NR], int mr) {
+__attribute__((target("avx512f,avx512vnni"), always_inline)) static inline void
+q_ukr_vnni16_rows(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
+                  const int rows) { /* (rows as in q_ukr_vnni_rows) */
     const long k4 = g->k4;
     const int8_t *a0 = w, *a1 = mr > 1 ? w + k4 : w, *a2 = mr > 2 ? w + 2 * k4 : w;
     const int8_t *a3 = mr > 3 ? w + 3 * k4 : w, *a4 = mr > 4 ? w + 4 * k4 : w, *a5 = mr > 5 ? w + 5 * k4 : w;
@@ -426,11 +453,25 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni16(const q_a
 #define Q_ROW(p, x)           \
     memcpy(&s, p + 4 * q, 4); \
     x = _mm512_dpbusd_epi32(x, b0, _mm512_set1_epi32(s));
-        Q_ROW(a0, c0) Q_ROW(a1, c1) Q_ROW(a2, c2) Q_ROW(a3, c3) Q_ROW(a4, c4) Q_ROW(a5, c5)
+        Q_ROW(a0, c0) Q_ROW(a1, c1)
+        if (rows > 2) { Q_ROW(a2, c2) Q_ROW(a3, c3) }
+        if (rows > 4) { Q_ROW(a4, c4) Q_ROW(a5, c5) }
 #undef Q_ROW
     }
-    _mm512_storeu_si512(acc[0], c0); _mm512_storeu_si512(acc[1], c1); _mm512_storeu_si512(acc[2], c2);
-    _mm512_storeu_si512(acc[3], c3); _mm512_storeu_si512(acc[4], c4); _mm512_storeu_si512(acc[5], c5);
+    _mm512_storeu_si512(acc[0], c0); _mm512_storeu_si512(acc[1], c1);
+    if (rows > 2) { _mm512_storeu_si512(acc[2], c2); _mm512_storeu_si512(acc[3], c3); }
+    if (rows > 4) { _mm512_storeu_si512(acc[4], c4); _mm512_storeu_si512(acc[5], c5); }
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni16(const q_args *g, const int8_t *w, int kq,
+                                                                          const uint8_t *panel,
+                                                                          int32_t acc[Q_MR][Q_NR], int mr) {
+    if (mr > 4)
+        q_ukr_vnni16_rows(g, w, kq, panel, acc, mr, 6);
+    else if (mr > 2)
+        q_ukr_vnni16_rows(g, w, kq, panel, acc, mr, 4);
+    else
+        q_ukr_vnni16_rows(g, w, kq, panel, acc, mr, 2);
 }
 
 /* N == 1 (a matrix-vector product, e.g. a batch-1 QMatMul): out[m] = sum_k W[m, k] * x[k] for rows
