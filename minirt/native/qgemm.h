@@ -637,7 +637,10 @@ static void q_task(void *ctx, long begin, long end) {
                 else
                     for (int m = m0; m < m1; ++m) q_act_row(g->C + (long)m * g->ldc, 1, g->act, g->a0, g->a1);
             }
-            for (int m = m0; m < m1; ++m) q_post_row(g, g->C + (long)m * g->ldc, 1);
+            if (g->ldc == 1)
+                q_post_row(g, g->C + m0, m1 - m0);
+            else
+                for (int m = m0; m < m1; ++m) q_post_row(g, g->C + (long)m * g->ldc, 1);
         }
         return;
     }
