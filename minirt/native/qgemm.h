@@ -958,12 +958,13 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ct
 static inline uint64_t plane64_tap_mask(int h, int wd, int oh, int ow, int dy, int dx) {
     int xlo = dx < 0 ? -dx : 0, xhi = wd - dx < ow ? wd - dx : ow;
     int ylo = dy < 0 ? -dy : 0, yhi = h - dy < oh ? h - dy : oh;
-    uint64_t m = 0;
-    if (xlo < xhi && ylo < yhi) {
-        const uint64_t row = (xhi >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << xhi) - 1)) & ~(((uint64_t)1 << xlo) - 1);
-        for (int oy = ylo; oy < yhi; ++oy) m |= row << (oy * ow);
-    }
-    return m;
+    if (xlo >= xhi || ylo >= yhi) return 0;
+    const uint64_t row = (xhi >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << xhi) - 1)) & ~(((uint64_t)1 << xlo) - 1);
+    /* bit oy * ow for each row oy in [ylo, yhi) (every ow-th bit by doubling, then the rows' range) */
+    uint64_t starts = 1;
+    for (int sh = ow; sh < 64; sh *= 2) starts |= starts << sh;
+    starts &= (yhi * ow >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << (yhi * ow)) - 1)) & ~(((uint64_t)1 << (ylo * ow)) - 1);
+    return row * starts; /* row << (oy * ow) for each start: disjoint bits (row < 2^ow), no carries */
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD
@@ -1184,28 +1185,29 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels1_task(vo
     const __m512i padv = _mm512_set1_epi8((char)a->pad);
     __mmask64 masks[Q_PANEL1_TAPS];
     long offs[Q_PANEL1_TAPS];
-    for (int t = 0; t < kk; ++t) {
-        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
-        offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
-    }
+    for (int ky = 0, t = 0; ky < a->kh; ++ky)
+        for (int kx = 0; kx < a->kw; ++kx, ++t) {
+            masks[t] = q_plane64_mask(a, ky, kx);
+            offs[t] = (long)(ky * a->dh - a->pt) * a->wd + kx * a->dw - a->pl;
+        }
     /* q_quads64's block b (columns 16 b .. 16 b + 15) goes to block_off[b] from quad q's bytes in
      * the first panel; blocks past the last panel are not stored (nblocks) */
     long block_off[4];
     int nblocks = 0;
     for (int b = 0; b < 4 && 16 * b / nr * nr < npix; ++b, ++nblocks)
         block_off[b] = 16 * b / nr * panel_bytes + 16 * b % nr * 4;
-    /* the item's group and quad, and its first row's channel (in the group) and tap */
-    int grp = (int)(begin / kq), q = (int)(begin % kq), ch = 4 * q / kk, tap = 4 * q % kk;
+    /* the item's group and quad, and its first row's tap and channel plane */
+    int grp = (int)(begin / kq), q = (int)(begin % kq), tap = 4 * q % kk;
+    const uint8_t *chp = a->x + ((long)grp * pa->cg + 4 * q / kk) * plane;
     for (long item = begin; item < end; ++item) {
-        const uint8_t *x = a->x + (long)grp * pa->cg * plane;
         __m512i v[4];
         for (int t = 0; t < 4; ++t) {
             if (4 * q + t >= kg) { /* rows past the group's K: pad (they meet zero weights) */
                 v[t] = padv;
                 continue;
             }
-            v[t] = _mm512_mask_loadu_epi8(padv, masks[tap], x + ch * plane + offs[tap]);
-            if (++tap == kk) tap = 0, ++ch;
+            v[t] = _mm512_mask_loadu_epi8(padv, masks[tap], chp + offs[tap]);
+            if (++tap == kk) tap = 0, chp += plane;
         }
         uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4; /* quad q in the first panel */
         if (npix <= 16) { /* nr == 16: the panel's 16 quads from the low 16 bytes of the rows */
@@ -1222,7 +1224,10 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels1_task(vo
             q_quads64(v[0], v[1], v[2], v[3], &o[0], &o[1], &o[2], &o[3]);
             for (int b = 0; b < nblocks; ++b) _mm512_storeu_si512(panel + block_off[b], o[b]);
         }
-        if (++q == kq) q = ch = tap = 0, ++grp;
+        if (++q == kq) { /* the next group's first channel */
+            q = tap = 0;
+            chp = a->x + (long)++grp * pa->cg * plane;
+        }
     }
 }
 #endif
