@@ -28,9 +28,10 @@
  * the exact vpmaddwd route is no faster than float FMA.)
  * Convolutions with a window larger than 1x1 over wide planes skip the
  * im2col matrix and the activation packing: their B panels are read in place
- * from channel-quad planes (q_conv_implicit, 8 x 32 tiles); small images side
- * by side (planes of at most 64 pixels, VNNI) are im2col'ed straight into the
- * packed panels (q_im2col_panels_task).  X may also be stored by columns (a
+ * from channel-quad planes (q_conv_implicit, 8 x 32 tiles); small images
+ * (planes of at most 64 pixels, VNNI), side by side or one at a time, are
+ * im2col'ed straight into the packed panels (q_im2col_panels_task,
+ * q_im2col_panels1_task).  X may also be stored by columns (a
  * QMatMul's rows of activations: q_pack_xt); see q_x_layout.
  */
 #include <stdint.h>
@@ -1289,9 +1290,10 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  * The batch runs in chunks of nb images, as mrt_conv2d_f32 (D22): planes under
  * Q_CONV_BATCH_COLS columns put a chunk's images side by side in one u8 column matrix
  * (row stride nb*p; on VNNI, planes of at most 64 pixels at stride 1 go straight into the GEMM's
- * packed panels instead, q_im2col_panels_task), one GEMM per group writes scale * acc + bias (+ act, or the u8 output,
- * without a residual) into a scratch whose rows are scattered into y's (n, m, p) layout, then
- * residual + activation (+ requantization) per scattered row.  Integer sums are exact and the
+ * packed panels instead, q_im2col_panels_task, as do a single image's: q_im2col_panels1_task),
+ * one GEMM per group writes scale * acc + bias (+ act, or the u8 output, without a residual) into
+ * a scratch whose rows are scattered into y's (n, m, p) layout, then residual + activation
+ * (+ requantization) per scattered row.  Integer sums are exact and the
  * float epilogue is elementwise with the same operation order, so the results are
  * bit-identical to one GEMM per image.  With at least as many chunks as threads, threads take
  * whole chunks (single-threaded inside); otherwise (batch 1) chunks run in turn, threaded inside. */
@@ -1813,8 +1815,8 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
             q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + g * group_bytes : NULL, p,
-                         a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
-                         ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
+                         a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL,
+                         yi ? yi + r0 * p : NULL, p, ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
                          xf ? xf + (long)g * kg * p : NULL, a->x_scale, 0, 0, nt);
         }
