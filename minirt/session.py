@@ -387,6 +387,51 @@ class _Plan:
 
 _NOT_RECORDED = object()  # no memory plan recorded yet for a signature (None: recorded, nothing to place)
 
+
+class _ReplayShortcut:
+    """``Session.run`` in the steady state of a model that runs as a native program (D32): for feeds
+    with the layout of the last one (the names, numpy arrays of the same dtypes and shapes, as
+    ``Session._bind_known_feed`` checks it) and all outputs, the program of a checked-out arena of
+    ``aplan`` runs straight on the feed's arrays.  Its ``run`` returns None whenever anything
+    differs (another layout, an arena without a usable program, a setting changed, an input that
+    is not C-contiguous): the session then takes its general path, which also reports any error.
+    It saves the general path's bookkeeping, about 1 us of the demo model's 6-10 us."""
+
+    __slots__ = ("session", "layout", "aplan", "outputs")
+
+    def __init__(self, session: "Session", layout: tuple, aplan):
+        self.session = session
+        self.layout = layout  # ((name, slot, dtype, shape), ...)
+        self.aplan = aplan
+        self.outputs = session._artifact.main_graph.outputs
+
+    def run(self, feed: dict) -> list | None:
+        layout = self.layout
+        if len(feed) != len(layout):
+            return None
+        env = {}  # slot -> array: all that Program.run reads
+        for name, slot, dtype, shape in layout:
+            arr = feed.get(name)
+            if type(arr) is not np.ndarray or arr.shape != shape or arr.dtype != dtype:
+                return None
+            env[slot] = arr
+        session = self.session
+        aplan = self.aplan
+        arena = aplan.checkout()
+        try:
+            program = arena.program
+            if (type(program) is not _program.Program or not session.native_program or not session.memory_plan
+                    or not program.usable(session.threads)):
+                return None
+            if program.run(env) != -1:
+                return None  # (the general path runs the nodes, or raises the failure naming its node)
+            outputs = program.outputs
+            if len(self.outputs) == 1:  # (the common case, without a comprehension's frame: ~0.2 us)
+                return [outputs[self.outputs[0]].copy()]
+            return [outputs[v].copy() for v in self.outputs]
+        finally:
+            aplan.checkin(arena)
+
 # MINIRT_MEMPLAN_CHECK=1 (tests): before each kernel call with an arena buffer, assert that the buffer
 # overlaps none of the step's inputs nor any other live value (an independent check of the plan at run time).
 _MEMPLAN_CHECK = os.environ.get("MINIRT_MEMPLAN_CHECK", "").strip() not in ("", "0")
@@ -574,6 +619,8 @@ class Session:
         # ((name, slot, dtype, shape) per array, its memory-plan signature), or None.  A feed with the same
         # layout passes the same checks, so _bind_known_feed binds it without repeating them.
         self._known_feed = None
+        # The steady state of a model run as a native program (D32): see _ReplayShortcut.
+        self._shortcut = None
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -646,6 +693,11 @@ class Session:
     # --- running ---------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None) -> list[np.ndarray]:
         """Run the model; returns one array per requested output (all outputs for None)."""
+        shortcut = self._shortcut
+        if shortcut is not None and output_names is None and type(input_feed) is dict:
+            results = shortcut.run(input_feed)
+            if results is not None:
+                return results
         return self._run(output_names, input_feed, profile=None)
 
     def run_profiled(self, input_feed: Mapping[str, Any]) -> tuple[list[np.ndarray], dict]:
@@ -662,7 +714,7 @@ class Session:
         return outputs, profile
 
     def _run(self, output_names, input_feed, profile: dict | None) -> list[np.ndarray]:
-        t_start = time.perf_counter()
+        t_start = time.perf_counter() if profile is not None else 0.0
         if type(input_feed) is not dict and not isinstance(input_feed, Mapping):  # (the ABC check costs more)
             raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         if output_names is None:
@@ -695,6 +747,9 @@ class Session:
                         raise
                     if results is not None:
                         aplan.checkin(arena)
+                        known = self._known_feed
+                        if output_names is None and known is not None and known[1] is sig:
+                            self._shortcut = _ReplayShortcut(self, known[0], aplan)
                         return results
         # Threads: native kernels take the count per Python thread.  BLAS (process-wide, cached) is
         # single-threaded when the native kernels run: it then only sees products of 1-3 rows

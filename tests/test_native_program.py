@@ -101,6 +101,38 @@ def test_a_program_keeps_no_input_of_the_run_it_was_recorded_on(digits, images):
                                   minirt.Session(digits["int8"], threads=1).run(None, {"image": images[1:2]})[0])
 
 
+def test_the_steady_state_shortcut_steps_aside_for_anything_else(digits, images):
+    """Session.run's shortcut for a replayed program (_ReplayShortcut) takes only the last feed layout
+    with all outputs and the settings it was made under; anything else takes the general path, with
+    the same results and the same errors."""
+    sess = minirt.Session(digits["int8"], threads=1)
+    nodes = minirt.Session(digits["int8"], threads=1, native_program=False)
+    x1, x5 = np.ascontiguousarray(images[:1]), np.ascontiguousarray(images[1:6])
+
+    def same(feed, names=None):
+        np.testing.assert_array_equal(sess.run(names, feed)[0], nodes.run(names, feed)[0])
+
+    for _ in range(3):
+        same({"image": x1})
+    assert sess._shortcut is not None
+    same({"image": x5})  # another shape: its own plan and program; then back
+    same({"image": x1})
+    same({"image": x1}, ["logits"])  # outputs by name: the general path
+    same({"image": np.asfortranarray(x5)})  # not C-contiguous: the nodes run
+    sess.native_program = False  # settings changed after the shortcut was made
+    same({"image": x1})
+    sess.native_program, sess.threads = True, 2
+    nodes.threads = 2
+    for _ in range(3):
+        same({"image": x1})
+    sess.memory_plan = False
+    same({"image": x1})
+    with pytest.raises(minirt.InvalidArgument, match="dtype"):
+        sess.run(None, {"image": x1.astype(np.float64)})
+    with pytest.raises(minirt.InvalidArgument, match="unknown input name"):
+        sess.run(None, {"image": x1, "extra": x1})
+
+
 def test_isa_and_thread_changes_record_the_program_again(digits, images):
     sess = minirt.Session(digits["int8"], threads=1)
     nodes = minirt.Session(digits["int8"], threads=1, native_program=False)

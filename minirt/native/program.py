@@ -29,6 +29,10 @@ import numpy as np
 
 from minirt import native as _native
 
+# The two cffi entry points a replay calls (looked up once: a replay of a small model is a few us).
+_from_buffer = _native._ffi.from_buffer if _native._ffi is not None else None
+_program_run = getattr(_native._lib, "mrt_program_run", None)
+
 # Nodes whose result may be a view of their input (same memory, nothing computed): a program skips them.
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
@@ -102,23 +106,23 @@ def _overlaps(span, regions) -> bool:
 class Program:
     """One arena's recorded run (see the module docstring), built by :func:`build`."""
 
-    __slots__ = ("isa", "threads", "calls", "n", "args", "keep", "patches", "outputs", "step_of_call", "rc")
+    __slots__ = ("isa", "threads", "calls", "n", "args", "keep", "patches", "targets", "outputs", "step_of_call",
+                 "rc")
 
-    def run(self, env: list) -> int:
-        """Run the calls for the inputs bound in ``env`` (its input slots).  Returns -1 when every
-        call succeeded, -2 when this program cannot run these inputs (an input that is not
-        C-contiguous: the caller runs the nodes instead), else the index of the node whose call
-        failed (its code in ``self.rc[0]``)."""
-        ffi = _native._ffi
+    def run(self, env) -> int:
+        """Run the calls for the inputs in ``env`` (indexed by input slot: the session's slots, or a
+        dict).  Returns -1 when every call succeeded, -2 when this program cannot run these inputs
+        (one is not C-contiguous: the caller runs the nodes instead), else the index of the node
+        whose call failed (its code in ``self.rc[0]``)."""
         pinned = []  # the cffi views of the inputs, alive until the calls return
-        for j, pos, slot in self.patches:
-            a = env[slot]
-            if not a.flags.c_contiguous:
+        for target, slot in self.targets:
+            try:
+                p = _from_buffer("char[]", env[slot])
+            except ValueError:  # (cffi takes C-contiguous buffers only)
                 return -2
-            p = ffi.from_buffer("char[]", a)
             pinned.append(p)
-            self.args[j][pos].p = p
-        failed = _native._lib.mrt_program_run(self.calls, self.n, self.rc)
+            target.p = p
+        failed = _program_run(self.calls, self.n, self.rc)
         return -1 if failed < 0 else self.step_of_call[failed]
 
     def usable(self, threads) -> bool:
@@ -179,6 +183,7 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
     prog.keep = (keep, [tuple(None if (j, k) in patched else a for k, a in enumerate(args))
                         for j, (_, args) in enumerate(flat)])
     prog.patches = tuple(patches)
+    prog.targets = tuple((prog.args[j] + pos, slot) for j, pos, slot in patches)  # (mrt_arg *, input slot)
     prog.outputs = outputs
     prog.step_of_call = tuple(step_of_call)
     prog.rc = _native._ffi.new("int *")
