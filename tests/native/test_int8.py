@@ -325,8 +325,8 @@ def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     (24, (4, 4), 10, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),   # 2 groups of K = 108, p = 16
     (7, (3, 4), 5, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),     # K = 63 (a partial quad), p = 12
     (2, (4, 4), 3, (9, 9), (1, 1), (4, 4, 4, 4), 1, (1, 1)),     # 81 taps: the general panels route
-    (1024, (4, 4), 4, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),  # 2 threads split the quads inside a group
-    (128, (8, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # ... p = 64, 32-column panels
+    (1000, (4, 4), 4, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),  # 2 threads split the quads in a group, mid-channel
+    (130, (8, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # ... p = 64, 32-column panels
     (40, (5, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),    # p = 40: a partly filled second panel
     # p >= 256, group 1, kernel > 1x1: one image per GEMM, implicit (planes, no im2col)
     (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # p = 400
