@@ -28,9 +28,10 @@
  * the exact vpmaddwd route is no faster than float FMA.)
  * Convolutions with a window larger than 1x1 over wide planes skip the
  * im2col matrix and the activation packing: their B panels are read in place
- * from channel-quad planes (q_conv_implicit, 8 x 32 tiles); small images side
- * by side (planes of at most 64 pixels, VNNI) are im2col'ed straight into the
- * packed panels (q_im2col_panels_task).  X may also be stored by columns (a
+ * from channel-quad planes (q_conv_implicit, 8 x 32 tiles); small images
+ * (planes of at most 64 pixels, VNNI), side by side or one at a time, are
+ * im2col'ed straight into the packed panels (q_im2col_panels_task,
+ * q_im2col_panels1_task).  X may also be stored by columns (a
  * QMatMul's rows of activations: q_pack_xt); see q_x_layout.
  */
 #include <stdint.h>
@@ -413,10 +414,12 @@ static void q_ukr_base(const q_args *g, const int8_t *w, int kq, const uint8_t *
     x0 = _mm512_dpbusd_epi32(x0, b0, a);     \
     x1 = _mm512_dpbusd_epi32(x1, b1, a);
 
-__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_args *g, const int8_t *w, int kq,
-                                                                        const uint8_t *panel,
-                                                                        int32_t acc[Q_MR][Q_NR], int mr,
-                                                                        int accumulate) {
+/* rows (2, 4 or 6, at least mr): the tile rows computed, a constant in each of q_ukr_vnni's three
+ * copies, so a partial tile (e.g. the last 2 rows of 32) skips the unused rows' broadcasts and dot
+ * products (rows from mr to rows alias row 0: computed, never stored; acc rows past rows untouched) */
+__attribute__((target("avx512f,avx512vnni"), always_inline)) static inline void
+q_ukr_vnni_rows(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
+                int accumulate, const int rows) {
     const long k4 = g->k4;
     const int8_t *a0 = w, *a1 = mr > 1 ? w + k4 : w, *a2 = mr > 2 ? w + 2 * k4 : w;
     const int8_t *a3 = mr > 3 ? w + 3 * k4 : w, *a4 = mr > 4 ? w + 4 * k4 : w, *a5 = mr > 5 ? w + 5 * k4 : w;
@@ -424,10 +427,15 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
     if (accumulate) {
         c00 = _mm512_loadu_si512(acc[0]); c01 = _mm512_loadu_si512(acc[0] + 16);
         c10 = _mm512_loadu_si512(acc[1]); c11 = _mm512_loadu_si512(acc[1] + 16);
-        c20 = _mm512_loadu_si512(acc[2]); c21 = _mm512_loadu_si512(acc[2] + 16);
-        c30 = _mm512_loadu_si512(acc[3]); c31 = _mm512_loadu_si512(acc[3] + 16);
-        c40 = _mm512_loadu_si512(acc[4]); c41 = _mm512_loadu_si512(acc[4] + 16);
-        c50 = _mm512_loadu_si512(acc[5]); c51 = _mm512_loadu_si512(acc[5] + 16);
+        c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm512_setzero_si512();
+        if (rows > 2) {
+            c20 = _mm512_loadu_si512(acc[2]); c21 = _mm512_loadu_si512(acc[2] + 16);
+            c30 = _mm512_loadu_si512(acc[3]); c31 = _mm512_loadu_si512(acc[3] + 16);
+        }
+        if (rows > 4) {
+            c40 = _mm512_loadu_si512(acc[4]); c41 = _mm512_loadu_si512(acc[4] + 16);
+            c50 = _mm512_loadu_si512(acc[5]); c51 = _mm512_loadu_si512(acc[5] + 16);
+        }
     } else {
         c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm512_setzero_si512();
     }
@@ -438,24 +446,44 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_arg
         __m512i a;
         Q_VNNI_ROW(a0 + 4 * q, c00, c01)
         Q_VNNI_ROW(a1 + 4 * q, c10, c11)
-        Q_VNNI_ROW(a2 + 4 * q, c20, c21)
-        Q_VNNI_ROW(a3 + 4 * q, c30, c31)
-        Q_VNNI_ROW(a4 + 4 * q, c40, c41)
-        Q_VNNI_ROW(a5 + 4 * q, c50, c51)
+        if (rows > 2) {
+            Q_VNNI_ROW(a2 + 4 * q, c20, c21)
+            Q_VNNI_ROW(a3 + 4 * q, c30, c31)
+        }
+        if (rows > 4) {
+            Q_VNNI_ROW(a4 + 4 * q, c40, c41)
+            Q_VNNI_ROW(a5 + 4 * q, c50, c51)
+        }
     }
     _mm512_storeu_si512(acc[0], c00); _mm512_storeu_si512(acc[0] + 16, c01);
     _mm512_storeu_si512(acc[1], c10); _mm512_storeu_si512(acc[1] + 16, c11);
-    _mm512_storeu_si512(acc[2], c20); _mm512_storeu_si512(acc[2] + 16, c21);
-    _mm512_storeu_si512(acc[3], c30); _mm512_storeu_si512(acc[3] + 16, c31);
-    _mm512_storeu_si512(acc[4], c40); _mm512_storeu_si512(acc[4] + 16, c41);
-    _mm512_storeu_si512(acc[5], c50); _mm512_storeu_si512(acc[5] + 16, c51);
+    if (rows > 2) {
+        _mm512_storeu_si512(acc[2], c20); _mm512_storeu_si512(acc[2] + 16, c21);
+        _mm512_storeu_si512(acc[3], c30); _mm512_storeu_si512(acc[3] + 16, c31);
+    }
+    if (rows > 4) {
+        _mm512_storeu_si512(acc[4], c40); _mm512_storeu_si512(acc[4] + 16, c41);
+        _mm512_storeu_si512(acc[5], c50); _mm512_storeu_si512(acc[5] + 16, c51);
+    }
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni(const q_args *g, const int8_t *w, int kq,
+                                                                        const uint8_t *panel,
+                                                                        int32_t acc[Q_MR][Q_NR], int mr,
+                                                                        int accumulate) {
+    if (mr > 4)
+        q_ukr_vnni_rows(g, w, kq, panel, acc, mr, accumulate, 6);
+    else if (mr > 2)
+        q_ukr_vnni_rows(g, w, kq, panel, acc, mr, accumulate, 4);
+    else
+        q_ukr_vnni_rows(g, w, kq, panel, acc, mr, accumulate, 2);
 }
 
 /* The same for 16-column panels ([k/4][16][4]): narrow GEMMs (N <= 16, e.g. the last convs of a
  * small batch-1 model) would leave half of each 32-column tile empty. acc[i][0:16] only. */
-__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni16(const q_args *g, const int8_t *w, int kq,
-                                                                          const uint8_t *panel,
-                                                                          int32_t acc[Q_MR][Q_NR], int mr) {
+__attribute__((target("avx512f,avx512vnni"), always_inline)) static inline void
+q_ukr_vnni16_rows(const q_args *g, const int8_t *w, int kq, const uint8_t *panel, int32_t acc[Q_MR][Q_NR], int mr,
+                  const int rows) { /* (rows as in q_ukr_vnni_rows) */
     const long k4 = g->k4;
     const int8_t *a0 = w, *a1 = mr > 1 ? w + k4 : w, *a2 = mr > 2 ? w + 2 * k4 : w;
     const int8_t *a3 = mr > 3 ? w + 3 * k4 : w, *a4 = mr > 4 ? w + 4 * k4 : w, *a5 = mr > 5 ? w + 5 * k4 : w;
@@ -467,11 +495,25 @@ __attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni16(const q_a
 #define Q_ROW(p, x)           \
     memcpy(&s, p + 4 * q, 4); \
     x = _mm512_dpbusd_epi32(x, b0, _mm512_set1_epi32(s));
-        Q_ROW(a0, c0) Q_ROW(a1, c1) Q_ROW(a2, c2) Q_ROW(a3, c3) Q_ROW(a4, c4) Q_ROW(a5, c5)
+        Q_ROW(a0, c0) Q_ROW(a1, c1)
+        if (rows > 2) { Q_ROW(a2, c2) Q_ROW(a3, c3) }
+        if (rows > 4) { Q_ROW(a4, c4) Q_ROW(a5, c5) }
 #undef Q_ROW
     }
-    _mm512_storeu_si512(acc[0], c0); _mm512_storeu_si512(acc[1], c1); _mm512_storeu_si512(acc[2], c2);
-    _mm512_storeu_si512(acc[3], c3); _mm512_storeu_si512(acc[4], c4); _mm512_storeu_si512(acc[5], c5);
+    _mm512_storeu_si512(acc[0], c0); _mm512_storeu_si512(acc[1], c1);
+    if (rows > 2) { _mm512_storeu_si512(acc[2], c2); _mm512_storeu_si512(acc[3], c3); }
+    if (rows > 4) { _mm512_storeu_si512(acc[4], c4); _mm512_storeu_si512(acc[5], c5); }
+}
+
+__attribute__((target("avx512f,avx512vnni"))) static void q_ukr_vnni16(const q_args *g, const int8_t *w, int kq,
+                                                                          const uint8_t *panel,
+                                                                          int32_t acc[Q_MR][Q_NR], int mr) {
+    if (mr > 4)
+        q_ukr_vnni16_rows(g, w, kq, panel, acc, mr, 6);
+    else if (mr > 2)
+        q_ukr_vnni16_rows(g, w, kq, panel, acc, mr, 4);
+    else
+        q_ukr_vnni16_rows(g, w, kq, panel, acc, mr, 2);
 }
 
 /* N == 1 (a matrix-vector product, e.g. a batch-1 QMatMul): out[m] = sum_k W[m, k] * x[k] for rows
@@ -627,7 +669,10 @@ static void q_task(void *ctx, long begin, long end) {
                 else
                     for (int m = m0; m < m1; ++m) q_act_row(g->C + (long)m * g->ldc, 1, g->act, g->a0, g->a1);
             }
-            for (int m = m0; m < m1; ++m) q_post_row(g, g->C + (long)m * g->ldc, 1);
+            if (g->ldc == 1)
+                q_post_row(g, g->C + m0, m1 - m0);
+            else
+                for (int m = m0; m < m1; ++m) q_post_row(g, g->C + (long)m * g->ldc, 1);
         }
         return;
     }
@@ -1052,12 +1097,13 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_narrow(void *ct
 static inline uint64_t plane64_tap_mask(int h, int wd, int oh, int ow, int dy, int dx) {
     int xlo = dx < 0 ? -dx : 0, xhi = wd - dx < ow ? wd - dx : ow;
     int ylo = dy < 0 ? -dy : 0, yhi = h - dy < oh ? h - dy : oh;
-    uint64_t m = 0;
-    if (xlo < xhi && ylo < yhi) {
-        const uint64_t row = (xhi >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << xhi) - 1)) & ~(((uint64_t)1 << xlo) - 1);
-        for (int oy = ylo; oy < yhi; ++oy) m |= row << (oy * ow);
-    }
-    return m;
+    if (xlo >= xhi || ylo >= yhi) return 0;
+    const uint64_t row = (xhi >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << xhi) - 1)) & ~(((uint64_t)1 << xlo) - 1);
+    /* bit oy * ow for each row oy in [ylo, yhi) (every ow-th bit by doubling, then the rows' range) */
+    uint64_t starts = 1;
+    for (int sh = ow; sh < 64; sh *= 2) starts |= starts << sh;
+    starts &= (yhi * ow >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << (yhi * ow)) - 1)) & ~(((uint64_t)1 << (ylo * ow)) - 1);
+    return row * starts; /* row << (oy * ow) for each start: disjoint bits (row < 2^ow), no carries */
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD
@@ -1174,28 +1220,37 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
         offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
     }
     const int per64 = 64 % npix == 0 ? 64 / npix : 0; /* images per 64 columns, or 0: the line route */
+    const long chunk_step = 64 / nr * panel_bytes;     /* bytes from the panels of 64 columns to the next */
     uint8_t line[256] __attribute__((aligned(64)));
+    /* the item's (group, quad) and its first row's (channel, tap), advanced without divisions (one
+     * integer division costs about as much as a quad's loads and shuffles on a small image) */
+    int grp = (int)(begin / kq), q = (int)(begin % kq), ch0 = 4 * q / kk, tap0 = 4 * q % kk;
     for (long item = begin; item < end; ++item) {
-        const int grp = (int)(item / kq), q = (int)(item % kq);
         __mmask64 m[4];
         long src[4]; /* byte offset of each row's tap-shifted plane in an image */
-        for (int t = 0; t < 4; ++t) {
-            const int r = 4 * q + t, tap = r % kk;
-            if (r >= kg) {
+        for (int t = 0, ch = ch0, tap = tap0; t < 4; ++t) { /* row 4 q + t is (channel ch, tap) */
+            if (4 * q + t >= kg) {
                 m[t] = 0;
                 src[t] = 0;
                 continue;
             }
             m[t] = tap < KEPT ? masks[tap] : q_plane64_mask(a, tap / a->kw, tap % a->kw);
-            src[t] = (long)(grp * pa->cg + r / kk) * a->h * a->wd +
+            src[t] = (long)(grp * pa->cg + ch) * a->h * a->wd +
                      (tap < KEPT ? offs[tap]
                                  : (long)((tap / a->kw) * a->dh - a->pt) * a->wd + (tap % a->kw) * a->dw - a->pl);
+            if (++tap == kk) tap = 0, ++ch;
         }
         /* quad q's rows in the group's first panel */
         uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4;
+        if (++q == kq) {
+            q = ch0 = tap0 = 0;
+            ++grp;
+        } else {
+            for (tap0 += 4; tap0 >= kk; tap0 -= kk) ++ch0;
+        }
         __m512i o0, o1, o2, o3;
         if (per64) {
-            for (int i = 0; i < nimg; i += per64, panel += 64 / nr * panel_bytes) {
+            for (int i = 0; i < nimg; i += per64, panel += chunk_step) {
                 const int count = nimg - i < per64 ? nimg - i : per64; /* (lanes past the last image: pad) */
                 const uint8_t *x = a->x + i * a->img_stride;
                 const long is = a->img_stride;
@@ -1204,19 +1259,19 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                           q_images_row(x + src[2], is, count, npix, m[2], padv),
                           q_images_row(x + src[3], is, count, npix, m[3], padv), &o0, &o1, &o2, &o3);
                 /* the panels holding these columns (the last chunk's may end sooner) */
-                const int panels = (count * npix + nr - 1) / nr;
+                const int ncols = count * npix;
                 if (nr == Q_NR) {
                     _mm512_storeu_si512(panel, o0);
                     _mm512_storeu_si512(panel + 64, o1);
-                    if (panels > 1) {
+                    if (ncols > Q_NR) {
                         _mm512_storeu_si512(panel + panel_bytes, o2);
                         _mm512_storeu_si512(panel + panel_bytes + 64, o3);
                     }
                 } else { /* 16-column panels */
                     _mm512_storeu_si512(panel, o0);
-                    if (panels > 1) _mm512_storeu_si512(panel + panel_bytes, o1);
-                    if (panels > 2) _mm512_storeu_si512(panel + 2 * panel_bytes, o2);
-                    if (panels > 3) _mm512_storeu_si512(panel + 3 * panel_bytes, o3);
+                    if (ncols > 16) _mm512_storeu_si512(panel + panel_bytes, o1);
+                    if (ncols > 32) _mm512_storeu_si512(panel + 2 * panel_bytes, o2);
+                    if (ncols > 48) _mm512_storeu_si512(panel + 3 * panel_bytes, o3);
                 }
             }
             continue;
@@ -1245,6 +1300,72 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                     panel += panel_bytes;
                 }
             }
+        }
+    }
+}
+#endif
+
+#ifdef MRT_HAVE_VNNI_BUILD
+#define Q_PANEL1_TAPS 49 /* q_im2col_panels1_task keeps the masks and offsets of up to 7 x 7 taps */
+
+/* q_im2col_panels_task for one image (a batch-1 conv of a plane of at most 64 pixels, e.g. a small
+ * CNN at batch 1): each K row is one masked load of the image's tap-shifted plane
+ * (q_im2col_plane64's) and the rows' (channel, tap) advance without divisions (the general task's
+ * per-quad index arithmetic cost about half the GEMM on a 32-channel 4 x 4 image); four rows make
+ * the quads of the image's columns: planes of at most 16 pixels (one 16-column panel) with 128-bit
+ * unpacks, larger ones with q_quads64, whose 16-column blocks are stored into the panels that
+ * exist.  Items are (group, quad of K rows), as in q_im2col_panels_task; needs kh * kw <=
+ * Q_PANEL1_TAPS and nimg == 1. */
+__attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels1_task(void *ctx, long begin, long end) {
+    const q_panels_args *pa = (const q_panels_args *)ctx;
+    const q_im2col_args *a = &pa->im;
+    const int kk = a->kh * a->kw, kg = pa->cg * kk, npix = a->oh * a->ow, nr = pa->nr;
+    const long kq = pa->k4 / 4, plane = (long)a->h * a->wd, panel_bytes = (long)nr * pa->k4;
+    const __m512i padv = _mm512_set1_epi8((char)a->pad);
+    __mmask64 masks[Q_PANEL1_TAPS];
+    long offs[Q_PANEL1_TAPS];
+    for (int ky = 0, t = 0; ky < a->kh; ++ky)
+        for (int kx = 0; kx < a->kw; ++kx, ++t) {
+            masks[t] = q_plane64_mask(a, ky, kx);
+            offs[t] = (long)(ky * a->dh - a->pt) * a->wd + kx * a->dw - a->pl;
+        }
+    /* q_quads64's block b (columns 16 b .. 16 b + 15) goes to block_off[b] from quad q's bytes in
+     * the first panel; blocks past the last panel are not stored (nblocks) */
+    long block_off[4];
+    int nblocks = 0;
+    for (int b = 0; b < 4 && 16 * b / nr * nr < npix; ++b, ++nblocks)
+        block_off[b] = 16 * b / nr * panel_bytes + 16 * b % nr * 4;
+    /* the item's group and quad, and its first row's tap and channel plane */
+    int grp = (int)(begin / kq), q = (int)(begin % kq), tap = 4 * q % kk;
+    const uint8_t *chp = a->x + ((long)grp * pa->cg + 4 * q / kk) * plane;
+    for (long item = begin; item < end; ++item) {
+        __m512i v[4];
+        for (int t = 0; t < 4; ++t) {
+            if (4 * q + t >= kg) { /* rows past the group's K: pad (they meet zero weights) */
+                v[t] = padv;
+                continue;
+            }
+            v[t] = _mm512_mask_loadu_epi8(padv, masks[tap], chp + offs[tap]);
+            if (++tap == kk) tap = 0, chp += plane;
+        }
+        uint8_t *panel = pa->panels + grp * pa->group_bytes + (long)q * nr * 4; /* quad q in the first panel */
+        if (npix <= 16) { /* nr == 16: the panel's 16 quads from the low 16 bytes of the rows */
+            const __m128i r0 = _mm512_castsi512_si128(v[0]), r1 = _mm512_castsi512_si128(v[1]);
+            const __m128i r2 = _mm512_castsi512_si128(v[2]), r3 = _mm512_castsi512_si128(v[3]);
+            const __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
+            const __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
+            _mm_storeu_si128((__m128i *)panel, _mm_unpacklo_epi16(lo01, lo23));
+            _mm_storeu_si128((__m128i *)(panel + 16), _mm_unpackhi_epi16(lo01, lo23));
+            _mm_storeu_si128((__m128i *)(panel + 32), _mm_unpacklo_epi16(hi01, hi23));
+            _mm_storeu_si128((__m128i *)(panel + 48), _mm_unpackhi_epi16(hi01, hi23));
+        } else {
+            __m512i o[4];
+            q_quads64(v[0], v[1], v[2], v[3], &o[0], &o[1], &o[2], &o[3]);
+            for (int b = 0; b < nblocks; ++b) _mm512_storeu_si512(panel + block_off[b], o[b]);
+        }
+        if (++q == kq) { /* the next group's first channel */
+            q = tap = 0;
+            chp = a->x + (long)++grp * pa->cg * plane;
         }
     }
 }
@@ -1307,9 +1428,10 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  * The batch runs in chunks of nb images, as mrt_conv2d_f32 (D22): planes under
  * Q_CONV_BATCH_COLS columns put a chunk's images side by side in one u8 column matrix
  * (row stride nb*p; on VNNI, planes of at most 64 pixels at stride 1 go straight into the GEMM's
- * packed panels instead, q_im2col_panels_task), one GEMM per group writes scale * acc + bias (+ act, or the u8 output,
- * without a residual) into a scratch whose rows are scattered into y's (n, m, p) layout, then
- * residual + activation (+ requantization) per scattered row.  Integer sums are exact and the
+ * packed panels instead, q_im2col_panels_task, as do a single image's: q_im2col_panels1_task),
+ * one GEMM per group writes scale * acc + bias (+ act, or the u8 output, without a residual) into
+ * a scratch whose rows are scattered into y's (n, m, p) layout, then residual + activation
+ * (+ requantization) per scattered row.  Integer sums are exact and the
  * float epilogue is elementwise with the same operation order, so the results are
  * bit-identical to one GEMM per image.  With at least as many chunks as threads, threads take
  * whole chunks (single-threaded inside); otherwise (batch 1) chunks run in turn, threaded inside. */
@@ -1452,7 +1574,7 @@ typedef struct {
     uint8_t *yq;
     int nb, direct;
     int implicit; /* nb == 1 images without im2col (q_conv_implicit) */
-    int panels;   /* images side by side im2col'ed straight into packed panels (q_im2col_panels_task) */
+    int panels;   /* the im2col goes straight into packed panels (q_im2col_panels_task): planes of <= 64 pixels */
     q_implicit_geom geo;
     int pkh, pkw, psh, psw, poh, pow; /* fused MaxPool (pkh > 0): y is (n, m, poh, pow), float */
     size_t scratch_bytes;
@@ -1817,16 +1939,28 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
             return;
         }
         const uint8_t *src = img;
-        if (!a->direct) {
+        long group_bytes = (long)kg * p; /* each group's GEMM input: kg rows of p bytes, or its panels */
+        if (a->panels) { /* small plane: im2col'ed straight into the packed panels (nothing left to pack) */
+#ifdef MRT_HAVE_VNNI_BUILD
+            const int nr = q_panel_width((int)p);
+            group_bytes = k4 * ((p + nr - 1) / nr * nr);
+            q_panels_args pa = {{img, NULL, 0, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
+                                 a->oh, a->ow, (uint8_t)a->x_zero, 1, chw, 0},
+                                cols, group_bytes, k4, cg, nr};
+            mrt_parallel_for((long)a->group * (k4 / 4), p * 4, nt,
+                             kk <= Q_PANEL1_TAPS ? q_im2col_panels1_task : q_im2col_panels_task, &pa);
+#endif
+            src = cols;
+        } else if (!a->direct) {
             q_im2col(img, cols, p, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl, a->oh,
                      a->ow, a->x_zero, nt);
             src = cols;
         }
         for (int g = 0; g < a->group; ++g) {
             long r0 = (long)g * mg;
-            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + (long)g * kg * p : NULL, p,
-                         Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, yi ? yi + r0 * p : NULL, p,
-                         ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
+            q_gemm_run_q(mg, (int)p, kg, a->sums + r0, a->W + r0 * k4, src ? src + g * group_bytes : NULL, p,
+                         a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL,
+                         yi ? yi + r0 * p : NULL, p, ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
                          xf ? xf + (long)g * kg * p : NULL, a->x_scale, 0, 0, nt);
         }
@@ -1851,7 +1985,8 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         q_panels_args pa = {{imgs, NULL, 0, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt, a->pl,
                              a->oh, a->ow, (uint8_t)a->x_zero, nb, chw, 0},
                             cols, group_bytes, k4, cg, nr};
-        mrt_parallel_for((long)a->group * (k4 / 4), (long)nb * p * 4, nt, q_im2col_panels_task, &pa);
+        mrt_parallel_for((long)a->group * (k4 / 4), (long)nb * p * 4, nt,
+                         nb == 1 && kk <= Q_PANEL1_TAPS ? q_im2col_panels1_task : q_im2col_panels_task, &pa);
 #endif
     } else {
         q_im2col_images(imgs, nb, chw, cols, p, ldb, c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh, a->dw, a->pt,
@@ -1958,12 +2093,12 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
     const int side_by_side = !(nb == 1 && !pkh); /* (as in q_conv_chunk) */
-    a.panels = side_by_side && !a.direct && q_plane64_route(sh, sw, wd, oh, ow);
+    a.panels = !a.direct && !a.implicit && q_plane64_route(sh, sw, wd, oh, ow);
     size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane * (side_by_side ? nb : 1));
     if (a.implicit) {
         bytes += a.geo.planes_bytes + a.geo.weights_bytes + a.geo.table_bytes;
     } else if (nb == 1 && !pkh) {
-        if (!a.direct) bytes += (size_t)c * kk * p;
+        if (!a.direct) bytes += a.panels ? q_chunk_cols_bytes(&a) : (size_t)c * kk * p;
     } else { /* side by side (or pooled): the GEMM writes a scratch whose planes are then placed */
         bytes += q_chunk_cols_bytes(&a) + sizeof(float) * (size_t)(m / group) * nb * p;
     }

@@ -321,6 +321,13 @@ def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     (6, (3, 5), 3, (1, 3), (1, 1), (0, 1, 0, 1), 1, (1, 1)),     # 1x3 window, p = 15 (narrow panels at n <= 1)
     (3, (4, 8), 10, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),    # p = 32: two images per 64 columns
     (5, (2, 2), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),     # p = 4: 16 images per 64 columns, 16-col panels
+    # one image (n = 1) of <= 64 pixels: its panels from q_im2col_panels1_task (all the cases above, and:)
+    (24, (4, 4), 10, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),   # 2 groups of K = 108, p = 16
+    (7, (3, 4), 5, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),     # K = 63 (a partial quad), p = 12
+    (2, (4, 4), 3, (9, 9), (1, 1), (4, 4, 4, 4), 1, (1, 1)),     # 81 taps: the general panels route
+    (1000, (4, 4), 4, (3, 3), (1, 1), (1, 1, 1, 1), 2, (1, 1)),  # 2 threads split the quads in a group, mid-channel
+    (130, (8, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # ... p = 64, 32-column panels
+    (40, (5, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),    # p = 40: a partly filled second panel
     # p >= 256, group 1, kernel > 1x1: one image per GEMM, implicit (planes, no im2col)
     (4, (20, 20), 8, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),   # p = 400
     (5, (17, 23), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)),  # a partial channel quad and 8-row tile
