@@ -494,6 +494,21 @@ void mrt_sgemm_pb_f32(int M, int N, int K, const float *A, long lda, const float
     impl->sgemm_pb(M, N, K, A, lda, bpack, C, ldc, bias, bias_mode, res, ldr, act, a0, a1, nthreads);
 }
 
+void mrt_sgemv_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, int transb, float *C,
+                   long ldc, const float *bias, int act, float a0, float a1, int nthreads) {
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (impl_isa == MRT_ISA_AVX512) {
+        sgemv_avx512(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
+        return;
+    }
+    if (impl_isa == MRT_ISA_AVX2) {
+        sgemv_avx2(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
+        return;
+    }
+#endif
+    sgemv_base(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
+}
+
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads) {
 #ifdef MRT_HAVE_AVX2_BUILD
     if (impl_isa == MRT_ISA_AVX512) {
