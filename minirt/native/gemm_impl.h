@@ -416,9 +416,16 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_arg
             }
             int seg = ow - ox < n0 + nb - j ? ow - ox : n0 + nb - j;
             int col = oy * ow + ox;
+            /* A row's last partial vector may be stored whole when the next output row's segment in
+             * this block (which starts right after it in C and is written next, by this thread)
+             * covers the spilled lanes: one vector store instead of a partial one.  The spilled lanes
+             * hold this row's dropped columns, overwritten by that segment. */
+            const int next = j + seg + (wq - ow) < n0 + nb ? n0 + nb - (j + seg + (wq - ow)) : 0;
+            const int spill_ok = ox + seg == ow && g->res != g->C ? (next < ow ? next : ow) : 0; /* (res may be C) */
             const float *v = src + (j - n0);
             for (int t = 0; t < seg; t += MRT_VL) {
                 int n = seg - t < MRT_VL ? seg - t : MRT_VL;
+                if (n < MRT_VL && MRT_VL - n <= spill_ok) n = MRT_VL;
                 FN(vf) x = FN(vload)(v + t); /* lanes past seg: the next columns (or slack), dropped */
                 if (g->bias_mode == 1) x += g->bias[m];
                 if (rrow) x += FN(vload_n)(rrow + col + t, n);
