@@ -606,8 +606,10 @@ typedef float conv_v4fu __attribute__((vector_size(16), aligned(4)));
 typedef int conv_v4i __attribute__((vector_size(16)));
 #if defined(__clang__)
 #define CONV_EVEN_LANES(lo, hi) __builtin_shufflevector(lo, hi, 0, 2, 4, 6)
+#define CONV_ODD_LANES(lo, hi) __builtin_shufflevector(lo, hi, 1, 3, 5, 7)
 #else
 #define CONV_EVEN_LANES(lo, hi) __builtin_shuffle(lo, hi, (conv_v4i){0, 2, 4, 6})
+#define CONV_ODD_LANES(lo, hi) __builtin_shuffle(lo, hi, (conv_v4i){1, 3, 5, 7})
 #endif
 static void gather_stride2(float *restrict dst, const float *restrict src, int n) {
     float *const end = dst + n;
@@ -627,7 +629,23 @@ static void gather_stride2(float *restrict dst, const float *restrict src, int n
     }
     for (; dst < end; ++dst, src += 2) *dst = *src;
 }
+
+/* even[k] = src[2 k], odd[k] = src[2 k + 1], k < n (reads src[0 .. 2 n - 1]): both column phases of
+ * a stride-2 row in one pass over it (half the loads of two gather_stride2 calls). */
+static void split_stride2(float *restrict even, float *restrict odd, const float *restrict src, int n) {
+    int k = 0;
+    for (; k + 4 <= n; k += 4, src += 8) {
+        const conv_v4f a = *(const conv_v4fu *)src, b = *(const conv_v4fu *)(src + 4);
+        *(conv_v4fu *)(even + k) = CONV_EVEN_LANES(a, b);
+        *(conv_v4fu *)(odd + k) = CONV_ODD_LANES(a, b);
+    }
+    for (; k < n; ++k, src += 2) {
+        even[k] = src[0];
+        odd[k] = src[1];
+    }
+}
 #undef CONV_EVEN_LANES
+#undef CONV_ODD_LANES
 
 typedef struct {
     const mrt_conv_args *a;
@@ -636,22 +654,81 @@ typedef struct {
     int oy0, rows;
 } conv_planes_args;
 
-/* Items: (channel, phase row, phase column); phases no tap reads are skipped. */
+/* Plane columns [*jlo, *jhi) of column phase px come from inside the input row: 0 <= j * sw + px - pl < wd. */
+static void conv_plane_cols(const mrt_conv_args *a, int px, int *jlo, int *jhi) {
+    const int sw = a->sw, wq = a->wq, lead = a->pl - px, tail = a->wd + a->pl - px;
+    int lo = lead <= 0 ? 0 : (lead + sw - 1) / sw, hi = tail <= 0 ? 0 : (tail + sw - 1) / sw;
+    if (lo > wq) lo = wq;
+    if (hi > wq) hi = wq;
+    *jlo = lo;
+    *jhi = hi < lo ? lo : hi;
+}
+
+/* Both column phases of phase row py of channel ch (stride 2 across): each input row split into
+ * its even and odd columns in one pass (split_stride2), the phase planes' margins zeroed.  Phase
+ * px reads input column q = 2 j + px - pl, i.e. the even columns (q = 2 k) for one phase and the
+ * odd ones (q = 2 k + 1) for the other, each with its own shift between k and j. */
+static void conv_planes_pair(const conv_planes_args *pa, int ch, int py, float *dst0) {
+    const mrt_conv_args *a = pa->a;
+    const int wq = a->wq;
+    const long plane = (long)a->hq * wq;
+    const float *xc = pa->x + (long)ch * a->h * a->wd;
+    int jlo[2], jhi[2], shift[2]; /* shift: k - j, for the even (index 0) and odd (1) columns */
+    float *dst[2];                /* row 0 of the band in the planes of the even and odd columns */
+    for (int px = 0; px < 2; ++px) {
+        const int q0 = px - a->pl;                /* input column of plane column 0 */
+        const int odd = q0 & 1;                   /* (two's complement: also for negative q0) */
+        conv_plane_cols(a, px, &jlo[odd], &jhi[odd]);
+        shift[odd] = (q0 - odd) / 2;              /* exact: q0 - odd is even */
+        dst[odd] = dst0 + px * plane;
+    }
+    /* k = j + shift: the columns both phases have inside the input, split together; the others alone */
+    const int ke0 = jlo[0] + shift[0], ke1 = jhi[0] + shift[0], ko0 = jlo[1] + shift[1], ko1 = jhi[1] + shift[1];
+    const int k0 = ke0 > ko0 ? ke0 : ko0;
+    int k1 = ke1 < ko1 ? ke1 : ko1;
+    if (k1 < k0) k1 = k0;
+    for (int i = pa->oy0; i < pa->oy0 + pa->rows; ++i) {
+        const long r = (long)(i - pa->oy0) * wq;
+        float *de = dst[0] + r, *dod = dst[1] + r;
+        const int iy = i * a->sh + py - a->pt;
+        if (iy < 0 || iy >= a->h) {
+            memset(de, 0, sizeof(float) * wq);
+            memset(dod, 0, sizeof(float) * wq);
+            continue;
+        }
+        const float *src = xc + (long)iy * a->wd;
+        memset(de, 0, sizeof(float) * jlo[0]);
+        memset(de + jhi[0], 0, sizeof(float) * (wq - jhi[0]));
+        memset(dod, 0, sizeof(float) * jlo[1]);
+        memset(dod + jhi[1], 0, sizeof(float) * (wq - jhi[1]));
+        for (int k = ke0; k < k0 && k < ke1; ++k) de[k - shift[0]] = src[2L * k];
+        for (int k = k1 > ke0 ? k1 : ke0; k < ke1; ++k) de[k - shift[0]] = src[2L * k];
+        for (int k = ko0; k < k0 && k < ko1; ++k) dod[k - shift[1]] = src[2L * k + 1];
+        for (int k = k1 > ko0 ? k1 : ko0; k < ko1; ++k) dod[k - shift[1]] = src[2L * k + 1];
+        split_stride2(de + (k0 - shift[0]), dod + (k0 - shift[1]), src + 2L * k0, k1 - k0);
+    }
+}
+
+/* Items: (channel, phase row, phase column); phases no tap reads are skipped.  With stride 2
+ * across and both column phases read, the item of phase column 0 builds both (conv_planes_pair)
+ * and that of phase column 1 has nothing left to do. */
 static void conv_planes_task(void *ctx, long begin, long end) {
     const conv_planes_args *pa = (const conv_planes_args *)ctx;
     const mrt_conv_args *a = pa->a;
     const int sh = a->sh, sw = a->sw, wq = a->wq;
+    const int pair = sw == 2 && conv_phase_used(a->kw, a->dw, 2, 0) && conv_phase_used(a->kw, a->dw, 2, 1);
     for (long item = begin; item < end; ++item) {
         const int ch = (int)(item / (sh * sw)), py = (int)(item / sw % sh), px = (int)(item % sw);
         if (!conv_phase_used(a->kh, a->dh, sh, py) || !conv_phase_used(a->kw, a->dw, sw, px)) continue;
+        if (pair) {
+            if (px == 0) conv_planes_pair(pa, ch, py, pa->planes + item * a->hq * wq);
+            continue;
+        }
         const float *xc = pa->x + (long)ch * a->h * a->wd;
         float *dst = pa->planes + item * a->hq * wq;
-        /* plane columns [jlo, jhi) come from inside x: 0 <= j * sw + px - pl < wd */
-        const int lead = a->pl - px, tail = a->wd + a->pl - px;
-        int jlo = lead <= 0 ? 0 : (lead + sw - 1) / sw, jhi = tail <= 0 ? 0 : (tail + sw - 1) / sw;
-        if (jlo > wq) jlo = wq;
-        if (jhi > wq) jhi = wq;
-        if (jhi < jlo) jhi = jlo;
+        const int lead = a->pl - px;
+        int jlo, jhi;
+        conv_plane_cols(a, px, &jlo, &jhi);
         for (int i = pa->oy0; i < pa->oy0 + pa->rows; ++i, dst += wq) {
             const int iy = i * sh + py - a->pt;
             if (iy < 0 || iy >= a->h) {
