@@ -632,8 +632,8 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
 /* Implicit-GEMM convolution of one image and group (see the top of this file):
  *   C[m, oy * ext_ow + ox] = act(sum_k A[m, k] B[brow[k] + oy * ext_wq + ox] + bias[m] + res[m, ...])
  * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats.  b_in_place:
- * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (better
- * for 1x1 kernels, whose K rows are far apart). */
+ * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (packing is
+ * better for 1x1 kernels of many K rows, far apart: the caller decides, mrt_conv_band). */
 static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int b_in_place,
                            int ext_ow, int ext_wq, float *C, long ldc, const float *bias, const float *res, int act,
                            float a0, float a1, int nthreads) {

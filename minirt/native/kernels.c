@@ -578,6 +578,8 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * band would then have fewer than MRT_CONV_BAND_COLS output columns (GEMM too narrow). */
 #define MRT_CONV_BAND_BYTES (512L * 1024)
 #define MRT_CONV_BAND_COLS 2048
+/* A direct 1x1 conv reads B (the image) in place up to this depth (see mrt_conv_band). */
+#define MRT_CONV_IN_PLACE_K 128
 
 typedef struct {
     const mrt_impl *I;
@@ -780,6 +782,12 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
                                     rx / a->sw;
         }
     for (int k = kk; k < K; ++k) brow[k] = brow[k - kk] + phases * plane;
+    /* B read in place (whole panels straight from the rows of B) rather than packed: always from
+     * planes (the taps of a kernel are shifted views of the same rows, in cache); for a direct 1x1
+     * kernel when its K rows are few (packing them cost 2-8 % of the 1x1 layers of K 32-128) and
+     * their stride is not a multiple of 2 KB (the panel's rows would then share a few L1 sets:
+     * 16->96 @160x160 was 20 % slower in place) */
+    const int b_in_place = !a->direct || (K <= MRT_CONV_IN_PLACE_K && plane * (long)sizeof(float) % 2048 != 0);
     for (int g = 0; g < a->group; ++g) {
         const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
         const float *bg = planes + (long)g * cg * phases * plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
@@ -787,7 +795,7 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
             a->I->conv_cv(mg, rows, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), bg, brow, a->ow, a->wq,
                           a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
         else
-            a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, bg, brow, !a->direct, a->ow, a->wq, a->y + out, p,
+            a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, bg, brow, b_in_place, a->ow, a->wq, a->y + out, p,
                              bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
     }
 }
