@@ -914,9 +914,9 @@ static void FN(conv_cv)(int M, int rows, int K, const float *wp, const float *B,
  * streamed from where it is, and threads split the output columns (numpy's BLAS gemv ran on one
  * thread, D28).  Every output is summed whole by one work item, so the result does not depend on
  * the thread count.  B stored N x K (transb: Gemm's transB weights): each output is the dot
- * product of two contiguous rows, G_GEMV_DOTS columns at a time (that many streams of B), two
- * accumulators per column (k even / odd vectors: two FMA chains), lanes added at the end.  B
- * stored K x N: every k adds A[m, k] times G_GEMV_VECS vectors of row k of B to the outputs.
+ * product of two contiguous rows, G_GEMV_DOTS columns at a time (that many streams of B and FMA
+ * chains), lanes added at the end.  B stored K x N: every k adds A[m, k] times G_GEMV_VECS vectors
+ * of row k of B to the outputs.
  */
 #define G_GEMV_DOTS 8 /* transb: output columns per work item (a multiple of 4) */
 #define G_GEMV_VECS 8 /* not transb: vectors of output columns per work item */
