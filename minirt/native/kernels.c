@@ -699,6 +699,12 @@ static void conv_planes_pair(const conv_planes_args *pa, int ch, int py, float *
             continue;
         }
         const float *src = xc + (long)iy * a->wd;
+        /* a stem (an image of a few channels: the model's input, usually cold in DRAM, unlike the
+         * output of the previous layer): the next input row this pair reads, sh rows on, fetched
+         * while this one is split (YOLO's 3->16 @320 stem 0.38 -> 0.33 ms in the model; layers of 16+
+         * channels got 5 % slower with it) */
+        if (a->c <= 4 && iy + a->sh < a->h)
+            for (long q = 0; q < a->wd; q += 16) __builtin_prefetch(src + (long)a->sh * a->wd + q);
         memset(de, 0, sizeof(float) * jlo[0]);
         memset(de + jhi[0], 0, sizeof(float) * (wq - jhi[0]));
         memset(dod, 0, sizeof(float) * jlo[1]);
