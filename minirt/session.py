@@ -752,10 +752,11 @@ class Session:
                             self._shortcut = _ReplayShortcut(self, known[0], aplan)
                         return results
         # Threads: native kernels take the count per Python thread.  BLAS (process-wide, cached) is
-        # single-threaded when the native kernels run: it then only sees products of 1-3 rows
-        # (memory-bound), where OpenBLAS's busy-waiting workers cost far more than they give, and
-        # stall every kernel after them on a loaded machine (D28).  Without the native kernels BLAS
-        # is the only parallelism: it follows `threads` (None: its own default).
+        # single-threaded when the native kernels run: they do every float product (1-3-row ones
+        # on the native gemv, D-cnn-gap), BLAS only numpy's leftovers (Einsum, other dtypes), and
+        # OpenBLAS's busy-waiting workers stall every kernel after them on a loaded machine (D28).
+        # Without the native kernels BLAS is the only parallelism: it follows `threads` (None: its
+        # own default).
         _native.set_threads(self.threads)
         _blas.set_threads(1 if _native.available else self.threads)
         try:

@@ -17,8 +17,8 @@ from minirt.kernels.registry import is_constant, kernel, remember
 
 # --------------------------------------------------------------------------- native float32 GEMM
 
-# Below this many rows per matrix the product is a matrix-vector one: numpy's
-# BLAS gemv does it without packing anything (our GEMM packs all of b first) ...
+# Below this many rows per matrix the product is a matrix-vector one: the native gemv
+# (native.sgemv) reads b in place without packing it (our GEMM packs all of b first).
 _NATIVE_MIN_ROWS = 4
 # ... unless B is packed once (a constant weight, _PreparedProduct): then 1-3 rows take our GEMM too
 # (see _PreparedProduct.run).
@@ -60,13 +60,28 @@ class _PreparedProduct:
                 bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=b)
             _native.sgemm_pb(a2, rows, n, k, bpack, y, self.bias, *self.epilogue)
         elif rows < _NATIVE_MIN_ROWS:
-            y2 = y.reshape(rows, n)
-            np.matmul(a2.reshape(rows, k), b, out=y2)
-            _column_epilogue(y2, self.bias, None, *self.epilogue)
+            _small_rows_product(a2, rows, k, n, self.rhs, y, self.bias, None, self.epilogue)
         else:
             _native.sgemm_batch(1, rows, n, k, a2, k, 0, rhs, ldb, 0, transb, y, n, rows * n, self.bias, None, n,
                                 rows * n, *self.epilogue)
         return y
+
+
+def _small_rows_product(a2, rows, k, n, rhs, y, bias, z, epilogue) -> None:
+    """y (rows x n, C-contiguous) = act(a2 @ b + bias[n] + z) for fewer than _NATIVE_MIN_ROWS rows (a
+    matrix-vector product, bound by reading b): the native gemv reads ``b`` in place, threads over the
+    columns, with bias and activation fused when there is no residual ``z``; numpy's (single-threaded,
+    D28) BLAS gemv in modules without it.  ``rhs``: ``_as_rhs(b) + (b,)``."""
+    bb, transb, ldb, b = rhs
+    y2 = y.reshape(rows, n)
+    if _native.has_sgemv():
+        if z is None:
+            _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2, bias, *epilogue)
+            return
+        _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2)
+    else:
+        np.matmul(a2.reshape(rows, k), b, out=y2)
+    _column_epilogue(y2, bias, z, *epilogue)
 
 
 def _column_epilogue(y2, bias, z, act, a0, a1) -> None:
@@ -105,9 +120,9 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
     ``a`` (..., M, K); ``b`` (K, N) or (..., K, N) with batch dimensions that
     broadcast (numpy.matmul rules) and may be a transposed view; ``bias`` (N,)
     or None; ``z`` exactly the output's shape or None.  Runs on the session's
-    thread pool (BLAS is not involved), except a 2-D ``b`` with fewer than
-    ``_NATIVE_MIN_ROWS`` rows in ``a``: BLAS's matrix-vector product, then the
-    same epilogue (bias, residual, activation) in one native pass.  ``out``: a
+    thread pool (BLAS is not involved); a 2-D ``b`` with fewer than
+    ``_NATIVE_MIN_ROWS`` rows in ``a`` takes the matrix-vector product
+    (:func:`_small_rows_product`), with the same epilogue.  ``out``: a
     buffer for the result, used when it has exactly its shape and dtype, is
     C-contiguous and overlaps no input.
 
@@ -169,10 +184,11 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         prepared.bias, prepared.epilogue = bias, (act, a0, a1)
         # A constant B (read-only: the node's weight; kept products only) is packed once, as the GEMM
         # would pack it on every call, from the first run (every run gives the same sums).  Packed, the
-        # GEMM also beats BLAS on 2-3 rows (1024 x 128: 9.6 against 30-45 us) and one row on a small B
-        # (1024 x 128: 5.0 against 7.9 us); one row of a large B is 20-40% slower than BLAS's gemv
-        # (512 x 1000: 23 against 17-20 us, both bound by reading B) but, a native call, it lets a
-        # classifier head run in a native program (D32: MobileNet-style 1.18x -> 1.07x onnxruntime).
+        # GEMM also beats BLAS on 2-3 rows (1024 x 128: 9.6 against 30-45 us), and one row takes its
+        # several-panels gemv (FN(sgemv_pb_task); 1024 x 128: 5.0 against 7.9 us; 512 x 1000: 20-23
+        # against 17-20 for BLAS and ~24 for the in-place native.sgemv, all bound by reading B), which
+        # gives the GEMM's bits and is a recorded native call: a classifier head runs in a native
+        # program (D32: MobileNet-style 1.18x -> 1.07x onnxruntime).
         prepared.pack_b = keep and _native.has_sgemm_pb()
         prepared.bpack = None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
@@ -181,9 +197,7 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
     y = _product_buffer(out, out_shape, a, b, z)
     a2 = np.ascontiguousarray(a)
     if b.ndim == 2 and rows < _NATIVE_MIN_ROWS:
-        y2 = y.reshape(rows, n)
-        np.matmul(a2.reshape(rows, k), b, out=y2)
-        _column_epilogue(y2, bias, z, act, a0, a1)
+        _small_rows_product(a2, rows, k, n, _as_rhs(b) + (b,), y, bias, z, (act, a0, a1))
         return y
     bb, transb, ldb = _as_rhs(b)
     _native.sgemm_batch(batch, mm, n, k, a2, k, sa, bb, ldb, sb, transb, y, n, mm * n, bias, z, n, mm * n,

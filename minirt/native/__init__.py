@@ -325,6 +325,19 @@ def sgemm_pb(a, m: int, n: int, k: int, packed, c, bias=None, act=0, a0=0.0, a1=
         _record(_lib.mrt_sgemm_pb_f32, args, ((3, a),), ((6, c),))
 
 
+def sgemv(a, m: int, n: int, k: int, b, ldb: int, transb: int, c, bias=None, act=0, a0=0.0, a1=0.0) -> None:
+    """c (M, N) = act(a (M, K) @ B + bias[n]) for a few rows, B read in place (not packed): ``b`` K x N with
+    rows of ``ldb`` floats, or with ``transb`` stored N x K; threads split the columns.  ``a`` and ``c``
+    C-contiguous float32."""
+    _lib.mrt_sgemv_f32(m, n, k, _ptr(a), k, _ptr(b), ldb, int(transb), _ptr(c), n,
+                       _ffi.NULL if bias is None else _ptr(bias), act, a0, a1, threads())
+
+
+def has_sgemv() -> bool:
+    """True when the loaded module has the matrix-vector product (not in older modules)."""
+    return _lib is not None and hasattr(_lib, "mrt_sgemv_f32")
+
+
 def has_sgemm_pb() -> bool:
     """True when the loaded module has the packed-B product (not in older modules)."""
     return hasattr(_lib, "mrt_sgemm_pb_f32")

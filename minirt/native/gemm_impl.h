@@ -416,9 +416,16 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_arg
             }
             int seg = ow - ox < n0 + nb - j ? ow - ox : n0 + nb - j;
             int col = oy * ow + ox;
+            /* A row's last partial vector may be stored whole when the next output row's segment in
+             * this block (which starts right after it in C and is written next, by this thread)
+             * covers the spilled lanes: one vector store instead of a partial one.  The spilled lanes
+             * hold this row's dropped columns, overwritten by that segment. */
+            const int next = j + seg + (wq - ow) < n0 + nb ? n0 + nb - (j + seg + (wq - ow)) : 0;
+            const int spill_ok = ox + seg == ow && g->res != g->C ? (next < ow ? next : ow) : 0; /* (res may be C) */
             const float *v = src + (j - n0);
             for (int t = 0; t < seg; t += MRT_VL) {
                 int n = seg - t < MRT_VL ? seg - t : MRT_VL;
+                if (n < MRT_VL && MRT_VL - n <= spill_ok) n = MRT_VL;
                 FN(vf) x = FN(vload)(v + t); /* lanes past seg: the next columns (or slack), dropped */
                 if (g->bias_mode == 1) x += g->bias[m];
                 if (rrow) x += FN(vload_n)(rrow + col + t, n);
@@ -691,8 +698,8 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
 /* Implicit-GEMM convolution of one image and group (see the top of this file):
  *   C[m, oy * ext_ow + ox] = act(sum_k A[m, k] B[brow[k] + oy * ext_wq + ox] + bias[m] + res[m, ...])
  * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats.  b_in_place:
- * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (better
- * for 1x1 kernels, whose K rows are far apart). */
+ * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (packing is
+ * better for 1x1 kernels of many K rows, far apart: the caller decides, mrt_conv_band). */
 static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int b_in_place,
                            int ext_ow, int ext_wq, float *C, long ldc, const float *bias, const float *res, int act,
                            float a0, float a1, int nthreads) {
@@ -964,6 +971,139 @@ static void FN(conv_cv)(int M, int rows, int K, const float *wp, const float *B,
 
 #undef G_CV_NP
 #undef G_CV_CHUNK
+
+/* ------------------------------------------------------------------ matrix-vector products
+ *
+ * FN(sgemv): C[m, n] = act(sum_k A[m, k] B[k, n] + bias[n]) for a few rows of A (a classifier at
+ * batch 1: 1 x 512 times 512 x 1000).  Such a product reads every element of B once per row of A,
+ * so it is bound by reading B: nothing is packed (packing would read B and write it again), B is
+ * streamed from where it is, and threads split the output columns (numpy's BLAS gemv ran on one
+ * thread, D28).  Every output is summed whole by one work item, so the result does not depend on
+ * the thread count.  B stored N x K (transb: Gemm's transB weights): each output is the dot
+ * product of two contiguous rows, G_GEMV_DOTS columns at a time (that many streams of B and FMA
+ * chains), lanes added at the end.  B stored K x N: every k adds A[m, k] times G_GEMV_VECS vectors
+ * of row k of B to the outputs.
+ */
+#define G_GEMV_DOTS 8 /* transb: output columns per work item (a multiple of 4) */
+#define G_GEMV_VECS 8 /* not transb: vectors of output columns per work item */
+
+typedef struct {
+    const float *A, *B, *bias;
+    float *C;
+    long lda, ldb, ldc;
+    int M, N, K, act;
+    float a0, a1;
+} FN(sgemv_args);
+
+/* c[0:n] = act(s[0:n] + bias[0:n]) (n <= MRT_VL; bias may be NULL), through one vector. */
+static inline MRT_TARGET G_INLINE void FN(sgemv_store)(const FN(sgemv_args) *g, float *c, FN(vf) s,
+                                                        const float *bias, int n) {
+    if (bias) s += FN(vload_n)(bias, n);
+    FN(vstore_n)(c, FN(vact)(s, g->act, g->a0, g->a1), n);
+}
+
+/* The 4 sums of 4 vectors' lanes: each vector's lanes added in 4-float pieces, then the 4 x 4
+ * transposed and added (a chain of scalar adds per vector cost as much as the products). */
+static inline MRT_TARGET G_INLINE FN(v4f) FN(lane_sums4)(const FN(vf) *v) {
+    FN(v4f) part[4];
+    for (int j = 0; j < 4; ++j) {
+        float lanes[MRT_VL];
+        FN(vstore)(lanes, v[j]);
+        part[j] = *(const FN(v4fu) *)lanes;
+        for (int l = 4; l < MRT_VL; l += 4) part[j] += *(const FN(v4fu) *)(lanes + l);
+    }
+    const FN(v4f) lo01 = G_SHUF4(part[0], part[1], 0, 4, 1, 5), hi01 = G_SHUF4(part[0], part[1], 2, 6, 3, 7);
+    const FN(v4f) lo23 = G_SHUF4(part[2], part[3], 0, 4, 1, 5), hi23 = G_SHUF4(part[2], part[3], 2, 6, 3, 7);
+    return G_SHUF4(lo01, lo23, 0, 1, 4, 5) + G_SHUF4(lo01, lo23, 2, 3, 6, 7) + G_SHUF4(hi01, hi23, 0, 1, 4, 5) +
+           G_SHUF4(hi01, hi23, 2, 3, 6, 7);
+}
+
+/* transb: items are blocks of G_GEMV_DOTS output columns (rows of the stored B). */
+static MRT_TARGET void FN(sgemv_dot_task)(void *ctx, long begin, long end) {
+    const FN(sgemv_args) *g = (const FN(sgemv_args) *)ctx;
+    const int K = g->K, kv = K / MRT_VL * MRT_VL;
+    for (long item = begin; item < end; ++item) {
+        const int n0 = (int)item * G_GEMV_DOTS;
+        const int nc = g->N - n0 < G_GEMV_DOTS ? g->N - n0 : G_GEMV_DOTS;
+        const float *b[G_GEMV_DOTS];
+        for (int j = 0; j < G_GEMV_DOTS; ++j) b[j] = g->B + (long)(n0 + (j < nc ? j : 0)) * g->ldb;
+        for (int m = 0; m < g->M; ++m) {
+            const float *a = g->A + (long)m * g->lda;
+            FN(vf) acc[G_GEMV_DOTS];
+#pragma GCC unroll 8
+            for (int j = 0; j < G_GEMV_DOTS; ++j) acc[j] = (FN(vf)){0};
+            for (int k = 0; k < kv; k += MRT_VL) {
+                const FN(vf) av = FN(vload)(a + k);
+#pragma GCC unroll 8
+                for (int j = 0; j < G_GEMV_DOTS; ++j) acc[j] += av * FN(vload)(b[j] + k);
+            }
+            if (kv < K) { /* the last K % MRT_VL: zero lanes past the end on both sides */
+                const FN(vf) av = FN(vload_n)(a + kv, K - kv);
+#pragma GCC unroll 8
+                for (int j = 0; j < G_GEMV_DOTS; ++j) acc[j] += av * FN(vload_n)(b[j] + kv, K - kv);
+            }
+            float sums[G_GEMV_DOTS];
+            for (int q = 0; q < G_GEMV_DOTS; q += 4) *(FN(v4fu) *)(sums + q) = FN(lane_sums4)(acc + q);
+            for (int j0 = 0; j0 < nc; j0 += MRT_VL) { /* (one store with 16 lanes, two with 4) */
+                const int n = nc - j0 < MRT_VL ? nc - j0 : MRT_VL;
+                FN(sgemv_store)(g, g->C + (long)m * g->ldc + n0 + j0, FN(vload_n)(sums + j0, n),
+                                g->bias ? g->bias + n0 + j0 : NULL, n);
+            }
+        }
+    }
+}
+
+/* not transb: items are blocks of G_GEMV_VECS vectors of output columns.  A last block with fewer
+ * whole vectors computes its first vector again in the missing ones' place (never stored), so the
+ * accumulators stay in registers; the last N % MRT_VL columns take a one-vector pass. */
+static MRT_TARGET void FN(sgemv_axpy_task)(void *ctx, long begin, long end) {
+    const FN(sgemv_args) *g = (const FN(sgemv_args) *)ctx;
+    enum { W = G_GEMV_VECS * MRT_VL };
+    for (long item = begin; item < end; ++item) {
+        const int n0 = (int)item * W;
+        const int nc = g->N - n0 < W ? g->N - n0 : W;
+        const int whole = nc / MRT_VL, rest = nc % MRT_VL;
+        long col[G_GEMV_VECS];
+        for (int v = 0; v < G_GEMV_VECS; ++v) col[v] = n0 + (v < whole ? v : 0) * MRT_VL;
+        for (int m = 0; m < g->M; ++m) {
+            const float *a = g->A + (long)m * g->lda;
+            float *c = g->C + (long)m * g->ldc;
+            if (whole) {
+                FN(vf) acc[G_GEMV_VECS];
+#pragma GCC unroll 8
+                for (int v = 0; v < G_GEMV_VECS; ++v) acc[v] = (FN(vf)){0};
+                for (int k = 0; k < g->K; ++k) {
+                    const float *brow = g->B + (long)k * g->ldb;
+                    const float s = a[k];
+#pragma GCC unroll 8
+                    for (int v = 0; v < G_GEMV_VECS; ++v) acc[v] += s * FN(vload)(brow + col[v]);
+                }
+#pragma GCC unroll 8
+                for (int v = 0; v < G_GEMV_VECS; ++v)
+                    if (v < whole) FN(sgemv_store)(g, c + col[v], acc[v], g->bias ? g->bias + col[v] : NULL, MRT_VL);
+            }
+            if (rest) { /* partial vectors never read past column N */
+                const long c0 = n0 + (long)whole * MRT_VL;
+                FN(vf) acc = {0};
+                for (int k = 0; k < g->K; ++k) acc += a[k] * FN(vload_n)(g->B + (long)k * g->ldb + c0, rest);
+                FN(sgemv_store)(g, c + c0, acc, g->bias ? g->bias + c0 : NULL, rest);
+            }
+        }
+    }
+}
+
+static void FN(sgemv)(int M, int N, int K, const float *A, long lda, const float *B, long ldb, int transb, float *C,
+                      long ldc, const float *bias, int act, float a0, float a1, int nthreads) {
+    if (M <= 0 || N <= 0) return;
+    FN(sgemv_args) g = {A, B, bias, C, lda, ldb, ldc, M, N, K, act, a0, a1};
+    const long cols = transb ? G_GEMV_DOTS : G_GEMV_VECS * MRT_VL;
+    mrt_parallel_for((N + cols - 1) / cols, cols * M * (long)K, nthreads,
+                     transb ? FN(sgemv_dot_task) : FN(sgemv_axpy_task), &g);
+}
+
+#undef G_GEMV_DOTS
+#undef G_GEMV_VECS
+
 
 #undef G_MR
 #undef G_NR

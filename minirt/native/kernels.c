@@ -494,6 +494,21 @@ void mrt_sgemm_pb_f32(int M, int N, int K, const float *A, long lda, const float
     impl->sgemm_pb(M, N, K, A, lda, bpack, C, ldc, bias, bias_mode, res, ldr, act, a0, a1, nthreads);
 }
 
+void mrt_sgemv_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, int transb, float *C,
+                   long ldc, const float *bias, int act, float a0, float a1, int nthreads) {
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (impl_isa == MRT_ISA_AVX512) {
+        sgemv_avx512(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
+        return;
+    }
+    if (impl_isa == MRT_ISA_AVX2) {
+        sgemv_avx2(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
+        return;
+    }
+#endif
+    sgemv_base(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
+}
+
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads) {
 #ifdef MRT_HAVE_AVX2_BUILD
     if (impl_isa == MRT_ISA_AVX512) {
@@ -563,6 +578,8 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * band would then have fewer than MRT_CONV_BAND_COLS output columns (GEMM too narrow). */
 #define MRT_CONV_BAND_BYTES (512L * 1024)
 #define MRT_CONV_BAND_COLS 2048
+/* A direct 1x1 conv reads B (the image) in place up to this depth (see mrt_conv_band). */
+#define MRT_CONV_IN_PLACE_K 128
 
 typedef struct {
     const mrt_impl *I;
@@ -591,8 +608,10 @@ typedef float conv_v4fu __attribute__((vector_size(16), aligned(4)));
 typedef int conv_v4i __attribute__((vector_size(16)));
 #if defined(__clang__)
 #define CONV_EVEN_LANES(lo, hi) __builtin_shufflevector(lo, hi, 0, 2, 4, 6)
+#define CONV_ODD_LANES(lo, hi) __builtin_shufflevector(lo, hi, 1, 3, 5, 7)
 #else
 #define CONV_EVEN_LANES(lo, hi) __builtin_shuffle(lo, hi, (conv_v4i){0, 2, 4, 6})
+#define CONV_ODD_LANES(lo, hi) __builtin_shuffle(lo, hi, (conv_v4i){1, 3, 5, 7})
 #endif
 static void gather_stride2(float *restrict dst, const float *restrict src, int n) {
     float *const end = dst + n;
@@ -612,7 +631,23 @@ static void gather_stride2(float *restrict dst, const float *restrict src, int n
     }
     for (; dst < end; ++dst, src += 2) *dst = *src;
 }
+
+/* even[k] = src[2 k], odd[k] = src[2 k + 1], k < n (reads src[0 .. 2 n - 1]): both column phases of
+ * a stride-2 row in one pass over it (half the loads of two gather_stride2 calls). */
+static void split_stride2(float *restrict even, float *restrict odd, const float *restrict src, int n) {
+    int k = 0;
+    for (; k + 4 <= n; k += 4, src += 8) {
+        const conv_v4f a = *(const conv_v4fu *)src, b = *(const conv_v4fu *)(src + 4);
+        *(conv_v4fu *)(even + k) = CONV_EVEN_LANES(a, b);
+        *(conv_v4fu *)(odd + k) = CONV_ODD_LANES(a, b);
+    }
+    for (; k < n; ++k, src += 2) {
+        even[k] = src[0];
+        odd[k] = src[1];
+    }
+}
 #undef CONV_EVEN_LANES
+#undef CONV_ODD_LANES
 
 typedef struct {
     const mrt_conv_args *a;
@@ -621,22 +656,87 @@ typedef struct {
     int oy0, rows;
 } conv_planes_args;
 
-/* Items: (channel, phase row, phase column); phases no tap reads are skipped. */
+/* Plane columns [*jlo, *jhi) of column phase px come from inside the input row: 0 <= j * sw + px - pl < wd. */
+static void conv_plane_cols(const mrt_conv_args *a, int px, int *jlo, int *jhi) {
+    const int sw = a->sw, wq = a->wq, lead = a->pl - px, tail = a->wd + a->pl - px;
+    int lo = lead <= 0 ? 0 : (lead + sw - 1) / sw, hi = tail <= 0 ? 0 : (tail + sw - 1) / sw;
+    if (lo > wq) lo = wq;
+    if (hi > wq) hi = wq;
+    *jlo = lo;
+    *jhi = hi < lo ? lo : hi;
+}
+
+/* Both column phases of phase row py of channel ch (stride 2 across): each input row split into
+ * its even and odd columns in one pass (split_stride2), the phase planes' margins zeroed.  Phase
+ * px reads input column q = 2 j + px - pl, i.e. the even columns (q = 2 k) for one phase and the
+ * odd ones (q = 2 k + 1) for the other, each with its own shift between k and j. */
+static void conv_planes_pair(const conv_planes_args *pa, int ch, int py, float *dst0) {
+    const mrt_conv_args *a = pa->a;
+    const int wq = a->wq;
+    const long plane = (long)a->hq * wq;
+    const float *xc = pa->x + (long)ch * a->h * a->wd;
+    int jlo[2], jhi[2], shift[2]; /* shift: k - j, for the even (index 0) and odd (1) columns */
+    float *dst[2];                /* row 0 of the band in the planes of the even and odd columns */
+    for (int px = 0; px < 2; ++px) {
+        const int q0 = px - a->pl;                /* input column of plane column 0 */
+        const int odd = q0 & 1;                   /* (two's complement: also for negative q0) */
+        conv_plane_cols(a, px, &jlo[odd], &jhi[odd]);
+        shift[odd] = (q0 - odd) / 2;              /* exact: q0 - odd is even */
+        dst[odd] = dst0 + px * plane;
+    }
+    /* k = j + shift: the columns both phases have inside the input, split together; the others alone */
+    const int ke0 = jlo[0] + shift[0], ke1 = jhi[0] + shift[0], ko0 = jlo[1] + shift[1], ko1 = jhi[1] + shift[1];
+    const int k0 = ke0 > ko0 ? ke0 : ko0;
+    int k1 = ke1 < ko1 ? ke1 : ko1;
+    if (k1 < k0) k1 = k0;
+    for (int i = pa->oy0; i < pa->oy0 + pa->rows; ++i) {
+        const long r = (long)(i - pa->oy0) * wq;
+        float *de = dst[0] + r, *dod = dst[1] + r;
+        const int iy = i * a->sh + py - a->pt;
+        if (iy < 0 || iy >= a->h) {
+            memset(de, 0, sizeof(float) * wq);
+            memset(dod, 0, sizeof(float) * wq);
+            continue;
+        }
+        const float *src = xc + (long)iy * a->wd;
+        /* a stem (an image of a few channels: the model's input, usually cold in DRAM, unlike the
+         * output of the previous layer): the next input row this pair reads, sh rows on, fetched
+         * while this one is split (YOLO's 3->16 @320 stem 0.38 -> 0.33 ms in the model; layers of 16+
+         * channels got 5 % slower with it) */
+        if (a->c <= 4 && iy + a->sh < a->h)
+            for (long q = 0; q < a->wd; q += 16) __builtin_prefetch(src + (long)a->sh * a->wd + q);
+        memset(de, 0, sizeof(float) * jlo[0]);
+        memset(de + jhi[0], 0, sizeof(float) * (wq - jhi[0]));
+        memset(dod, 0, sizeof(float) * jlo[1]);
+        memset(dod + jhi[1], 0, sizeof(float) * (wq - jhi[1]));
+        for (int k = ke0; k < k0 && k < ke1; ++k) de[k - shift[0]] = src[2L * k];
+        for (int k = k1 > ke0 ? k1 : ke0; k < ke1; ++k) de[k - shift[0]] = src[2L * k];
+        for (int k = ko0; k < k0 && k < ko1; ++k) dod[k - shift[1]] = src[2L * k + 1];
+        for (int k = k1 > ko0 ? k1 : ko0; k < ko1; ++k) dod[k - shift[1]] = src[2L * k + 1];
+        split_stride2(de + (k0 - shift[0]), dod + (k0 - shift[1]), src + 2L * k0, k1 - k0);
+    }
+}
+
+/* Items: (channel, phase row, phase column); phases no tap reads are skipped.  With stride 2
+ * across and both column phases read, the item of phase column 0 builds both (conv_planes_pair)
+ * and that of phase column 1 has nothing left to do. */
 static void conv_planes_task(void *ctx, long begin, long end) {
     const conv_planes_args *pa = (const conv_planes_args *)ctx;
     const mrt_conv_args *a = pa->a;
     const int sh = a->sh, sw = a->sw, wq = a->wq;
+    const int pair = sw == 2 && conv_phase_used(a->kw, a->dw, 2, 0) && conv_phase_used(a->kw, a->dw, 2, 1);
     for (long item = begin; item < end; ++item) {
         const int ch = (int)(item / (sh * sw)), py = (int)(item / sw % sh), px = (int)(item % sw);
         if (!conv_phase_used(a->kh, a->dh, sh, py) || !conv_phase_used(a->kw, a->dw, sw, px)) continue;
+        if (pair) {
+            if (px == 0) conv_planes_pair(pa, ch, py, pa->planes + item * a->hq * wq);
+            continue;
+        }
         const float *xc = pa->x + (long)ch * a->h * a->wd;
         float *dst = pa->planes + item * a->hq * wq;
-        /* plane columns [jlo, jhi) come from inside x: 0 <= j * sw + px - pl < wd */
-        const int lead = a->pl - px, tail = a->wd + a->pl - px;
-        int jlo = lead <= 0 ? 0 : (lead + sw - 1) / sw, jhi = tail <= 0 ? 0 : (tail + sw - 1) / sw;
-        if (jlo > wq) jlo = wq;
-        if (jhi > wq) jhi = wq;
-        if (jhi < jlo) jhi = jlo;
+        const int lead = a->pl - px;
+        int jlo, jhi;
+        conv_plane_cols(a, px, &jlo, &jhi);
         for (int i = pa->oy0; i < pa->oy0 + pa->rows; ++i, dst += wq) {
             const int iy = i * sh + py - a->pt;
             if (iy < 0 || iy >= a->h) {
@@ -688,6 +788,12 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
                                     rx / a->sw;
         }
     for (int k = kk; k < K; ++k) brow[k] = brow[k - kk] + phases * plane;
+    /* B read in place (whole panels straight from the rows of B) rather than packed: always from
+     * planes (the taps of a kernel are shifted views of the same rows, in cache); for a direct 1x1
+     * kernel when its K rows are few (packing them cost 2-8 % of the 1x1 layers of K 32-128) and
+     * their stride is not a multiple of 2 KB (the panel's rows would then share a few L1 sets:
+     * 16->96 @160x160 was 20 % slower in place) */
+    const int b_in_place = !a->direct || (K <= MRT_CONV_IN_PLACE_K && plane * (long)sizeof(float) % 2048 != 0);
     for (int g = 0; g < a->group; ++g) {
         const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
         const float *bg = planes + (long)g * cg * phases * plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
@@ -695,7 +801,7 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
             a->I->conv_cv(mg, rows, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), bg, brow, a->ow, a->wq,
                           a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
         else
-            a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, bg, brow, !a->direct, a->ow, a->wq, a->y + out, p,
+            a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, bg, brow, b_in_place, a->ow, a->wq, a->y + out, p,
                              bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
     }
 }

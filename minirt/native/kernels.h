@@ -158,6 +158,11 @@ void mrt_sgemm_pack_b_f32(const float *B, long ldb, int transb, int K, int N, fl
 void mrt_sgemm_pb_f32(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
                       const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
                       int nthreads);
+/* Matrix-vector product for a few rows of A (M small), B read in place (not packed), threads over
+ * the output columns: C[m, n] = act(sum_k A[m, k] B[k, n] + bias[n]) with B K x N (row stride ldb)
+ * or, with transb, stored N x K (B[k, n] = B_stored[n * ldb + k]); bias may be NULL. */
+void mrt_sgemv_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, int transb, float *C,
+                   long ldc, const float *bias, int act, float a0, float a1, int nthreads);
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads);
 /* y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + eps) * scale + bias over rows of n floats (LayerNormalization
  * over the trailing axes); bias may be NULL; x and y may be the same buffer. */

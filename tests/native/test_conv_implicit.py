@@ -45,6 +45,16 @@ GEOMETRIES = {
     "1x1": (32, 40, 17, 17, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     "1x1_odd_groups": (15, 21, 13, 29, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 3),
     "1x1_stride2": (12, 20, 18, 52, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    # direct 1x1: B (the image) read in place up to K = 128 unless its rows are 2 KB multiples apart
+    "1x1_k128_in_place": (128, 10, 9, 23, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "1x1_k160_packed": (160, 12, 11, 30, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "1x1_rows_2kb_apart_packed": (20, 9, 16, 32, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    # stride 2 across with both column phases read: one pass splits each row into both phase planes
+    # (even and odd input columns with their own shifts; left pads 0-3, odd and even widths)
+    "s2_pair_left_pad2_odd_w": (5, 7, 19, 61, (3, 3), (2, 2), (1, 2, 0, 1), (1, 1), 1),
+    "s2_pair_kernel2_no_pad": (4, 6, 16, 67, (2, 2), (2, 2), (0, 0, 1, 1), (1, 1), 1),
+    "s2_pair_kernel4_pad3": (3, 5, 22, 73, (4, 4), (2, 2), (1, 3, 2, 0), (1, 1), 1),
+    "s2_pair_bands_wide": (8, 16, 150, 203, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
 }
 ACTS = [("", ()), ("Relu", ()), ("SiLU", ()), ("HardSwish", ()), ("Clip", (-0.5, 0.5)), ("Sigmoid", ())]
 
