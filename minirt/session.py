@@ -592,6 +592,7 @@ class Session:
         self._required = [a.name for a in self._inputs]
         self._output_slot = {graph.values[v].name: v for v in graph.outputs}
         self._produced = {v for n in graph.nodes for v in n.outputs if v >= 0}
+        self._all_outputs = frozenset(graph.outputs)
         # --- static memory plan (D17): input signature -> arena.ArenaPlan (None: nothing to place), LRU
         if memory_plan is None:  # default on; MINIRT_MEMORY_PLAN=0 turns it off
             memory_plan = os.environ.get("MINIRT_MEMORY_PLAN", "").strip().lower() not in ("0", "false", "no", "off")
@@ -766,7 +767,9 @@ class Session:
                 # not recorded yet on this arena, or under another ISA / thread count: record it now
                 with _limits.limit(self.max_tensor_bytes):
                     arena.program = self._plan.record_program(env, arena, self.threads)
-                return self._collect(out_slots, env, input_feed, aplan.copy_outputs)
+                # every output copied: those the memory plan would not copy (made outside the arena)
+                # are buffers the program keeps and writes on every replay
+                return self._collect(out_slots, env, input_feed, self._all_outputs)
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if profile is None:
                     self._plan.execute(env, arena, record)

@@ -133,6 +133,35 @@ def test_the_steady_state_shortcut_steps_aside_for_anything_else(digits, images)
         sess.run(None, {"image": x1, "extra": x1})
 
 
+def test_outputs_of_the_recording_run_are_the_callers_too():
+    """An output computed straight from the input (no arena buffer behind it, so the memory plan would
+    not copy it) is a buffer the program keeps and writes on every replay: the run that recorded the
+    program must hand out a copy, or the next run changes the caller's array."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), n) for n in ("w1", "w2")]
+    inits.append(numpy_helper.from_array(rng.standard_normal((5, 4, 3, 3)).astype(np.float32), "w3"))
+    nodes = [h.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             h.make_node("Conv", ["x", "w2"], ["hidden"], pads=[1, 1, 1, 1]),
+             h.make_node("Conv", ["hidden", "w3"], ["b"], pads=[1, 1, 1, 1])]
+    graph = h.make_graph(nodes, "two_outputs", [h.make_tensor_value_info("x", TP.FLOAT, [1, 3, 6, 6])],
+                         [h.make_tensor_value_info("a", TP.FLOAT, [1, 4, 6, 6]),
+                          h.make_tensor_value_info("b", TP.FLOAT, [1, 5, 6, 6])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = minirt.Session(build(model, None).data, threads=1)
+    results = []
+    for _ in range(5):
+        x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+        got = sess.run(None, {"x": x})
+        results.append((x, [r.copy() for r in got], got))
+    assert _program_of(sess).endswith("native calls"), _program_of(sess)
+    ref = minirt.Session(build(model, None).data, threads=1, memory_plan=False)
+    for x, snapshot, handed_out in results:
+        for want, kept, got in zip(ref.run(None, {"x": x}), snapshot, handed_out):
+            np.testing.assert_array_equal(kept, want)
+            np.testing.assert_array_equal(got, want)  # (unchanged by the runs after it)
+
+
 def test_isa_and_thread_changes_record_the_program_again(digits, images):
     sess = minirt.Session(digits["int8"], threads=1)
     nodes = minirt.Session(digits["int8"], threads=1, native_program=False)
