@@ -527,8 +527,9 @@ def qconv(
     prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
     if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):
         y = prepared.run(x, z, out)
-        # static quantization: one native call, replayable by a program (dynamic scales come from x)
-        return y if prepared.plan.dynamic else _native.final(y)
+        # static quantization, nothing computed before the call: one native call, replayable by a
+        # program (dynamic scales come from x; X_up / X_mul are a pass of their own above)
+        return y if prepared.plan.dynamic or x_up is not None or x_mul is not None else _native.final(y)
     if w is None or w_scale is None:
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:
