@@ -632,13 +632,14 @@ class _QConvTransposePlan:
         self.activation = (activation, activation_params)
         self.y_q = y_q
         self.y_q_rows = None if y_q is None else (np.repeat(y_q.arrays[0], kk), np.repeat(y_q.arrays[1], kk))
+        self.native_available = _native.available  # (tests turn the native module off: a new plan then)
         self.native = self.act is not None and _native.available and _native.has_qconvtranspose()
         self.packed = _native.qpack(self.w_rows, owner=w, tag="convt") if self.native else None
 
     def fits(self, x_scale, x_zero_point, w, w_scale, b, attrs) -> bool:
         c = self.consts
         return (c[0] is x_scale and c[1] is x_zero_point and c[2] is w and c[3] is w_scale and c[4] is b
-                and self.attrs == attrs)
+                and self.attrs == attrs and self.native_available == _native.available)
 
     def run(self, x, out):
         if x.ndim != 4 or x.shape[1] != self.c:

@@ -704,10 +704,11 @@ def _conv_transpose_tiles_ref(x_u8, x_zero, w, scale, bias):
 
 
 # (N, C, M, H, W, kernel): det's two 2x2 layers (24 -> 24 at 80x80: several bands; 24 -> 1), odd sizes,
-# C not a multiple of 4, a 3x3 tile (the general placement), M*kh*kw not a multiple of the 6-row tile
+# C not a multiple of 4, a 3x3 tile (the general placement), M*kh*kw not a multiple of the 6-row tile,
+# one-pixel images (a one-column GEMM)
 @pytest.mark.parametrize("n,c,m,h,wd,k", [(1, 24, 24, 80, 80, (2, 2)), (2, 24, 1, 33, 40, (2, 2)),
                                          (2, 5, 3, 7, 9, (2, 2)), (1, 3, 2, 5, 6, (3, 3)), (2, 37, 5, 11, 17, (2, 2)),
-                                         (1, 2, 3, 4, 5, (1, 3))])
+                                         (1, 2, 3, 4, 5, (1, 3)), (2, 9, 4, 1, 1, (2, 2))])
 def test_qconv_transpose_exact(n, c, m, h, wd, k, every_isa, threads):
     rng = np.random.default_rng(n * 100 + c + m + h)
     x = rng.integers(0, 256, (n, c, h, wd), dtype=np.uint8)
