@@ -99,6 +99,13 @@ class QuantizeOptions:
     fold_upsample_add: bool = True
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
+    # Static int8: a ConvTranspose with stride == kernel (no overlapping taps: the 2x2 / stride-2
+    # upsampling of detection heads) computes in int8 (com.minirt::QConvTranspose, chained in uint8
+    # with the int8 layers around it), a final one too when quantize_final_conv_transpose;
+    # otherwise (and in int8-dynamic) its weight is stored int8 and it computes in float
+    # (docs/decisions.md D-qconvt).
+    int8_conv_transpose: bool = True
+    quantize_final_conv_transpose: bool = True
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
     eval: Any = None  # held-out data for the report (default: the calibration data)
     calibration_spec: Any = None  # preprocessing spec for image folders
@@ -367,13 +374,22 @@ def quantize(
         for c in candidates:
             if _excluded(c, opts.exclude):
                 report.kept_float.append({"node": c.name, "reason": "excluded by option"})
+            elif c.kind == "convt" and (mode != "int8" or not opts.int8_conv_transpose
+                                        or (c.final and not opts.quantize_final_conv_transpose)):
+                why = ("int8 ConvTranspose needs static int8" if mode != "int8" else
+                       "int8_conv_transpose is off" if not opts.int8_conv_transpose else
+                       "final layer (feeds a model output); quantize_final_conv_transpose to quantize it")
+                if opts.weight_only:  # as any other ConvTranspose: int8 storage, float compute
+                    selected.append(dataclasses.replace(c, weight_only=True))
+                else:
+                    report.kept_float.append({"node": c.name, "reason": why})
             elif c.depthwise and not opts.quantize_depthwise and c.input not in large_planes:
                 float_for_speed(c, "depthwise convolution: float is faster than int8 here (quantize_depthwise to "
                                    "quantize it)")
             elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < opts.int8_min_reduction:
                 float_for_speed(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 "
                                    "(int8_min_reduction)")
-            elif c.final and not opts.quantize_final:
+            elif c.final and not opts.quantize_final and c.kind != "convt":
                 report.kept_float.append({"node": c.name, "reason": "final layer (feeds a model output); "
                                                                    "quantize_final to quantize it"})
             else:

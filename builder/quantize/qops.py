@@ -5,6 +5,8 @@ whose weight is a constant float32 initializer.  Quantizing it replaces the
 node by one quantized node with the same float input and output:
 
     Conv, FusedConv          -> QConv(x, x_scale, x_zp, W int8, W_scale, B, Z)
+    ConvTranspose, FusedConvTranspose with stride == kernel (static int8 only)
+                             -> QConvTranspose(x, x_scale, x_zp, W int8, W_scale, B)
     Gemm, FusedGemm          -> QMatMul(a, a_scale, a_zp, B int8, B_scale, C, Z)  transB kept,
                                 alpha folded into B_scale, beta into a constant C
     MatMul, FusedMatMul      -> QMatMul(a, a_scale, a_zp, B int8, B_scale, bias, Z)
@@ -16,7 +18,7 @@ them out (the kernel quantizes x at run time).  No Quantize/Dequantize nodes sit
 between layers, so the rest of the graph (pooling, resize, softmax,
 layer norm, ...) stays in float, untouched.
 
-*Weight-only* nodes (ConvTranspose or FusedConvTranspose, LSTM/GRU/RNN weights, and convolutions
+*Weight-only* nodes (other ConvTransposes, LSTM/GRU/RNN weights, and convolutions
 kept float because float is faster there: depthwise, small pointwise) get their
 weight stored int8 behind a ``com.minirt::DequantizeWeights``: 4x smaller,
 computed in float32; the runtime dequantizes each weight once (first run) and
@@ -44,6 +46,9 @@ WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), (DOMAIN, "FusedConvTranspos
                    ("", "GRU"): ((1, 2), 1), ("", "RNN"): ((1, 2), 1)}
 
 
+CONV_TRANSPOSE_OPS = {("", "ConvTranspose"), (DOMAIN, "FusedConvTranspose")}
+
+
 def _key(node: ir.Node) -> tuple[str, str]:
     return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
 
@@ -61,11 +66,33 @@ def _attr(node: ir.Node, name: str, default=None):
     return default if a is None else a.value
 
 
+def _tile_conv_transpose(node: ir.Node, graph: ir.Graph) -> bool:
+    """Whether ``node`` is a 2-D ConvTranspose / FusedConvTranspose with a constant float32 weight
+    and stride == kernel, one group, no padding, dilation 1, no output_padding / output_shape (every
+    input pixel its own output tile): the form QConvTranspose computes in int8."""
+    if _key(node) not in CONV_TRANSPOSE_OPS or len(node.inputs) < 2 or node.inputs[0] is None:
+        return False
+    w = _const(node.inputs[1], graph)
+    if w is None or w.dtype != np.float32 or w.ndim != 4:
+        return False
+    k = [int(v) for v in w.shape[2:]]
+    kernel = [int(v) for v in _attr(node, "kernel_shape", ()) or ()]
+    strides = [int(v) for v in _attr(node, "strides", ()) or ()] or [1, 1]
+    return ((not kernel or kernel == k) and strides == k and int(_attr(node, "group", 1)) == 1
+            and not any(int(v) for v in _attr(node, "pads", ()) or ())
+            and all(int(v) == 1 for v in _attr(node, "dilations", ()) or ())
+            and not any(int(v) for v in _attr(node, "output_padding", ()) or ())
+            and not _attr(node, "output_shape", ()) and _attr(node, "auto_pad", "NOTSET") in ("NOTSET", "VALID")
+            and node.inputs[0].dtype in (None, ir.DataType.FLOAT))
+
+
 @dataclasses.dataclass
 class Candidate:
     name: str  # node name
     op_type: str
-    kind: str  # "conv", "matmul" or "weight-only"
+    # "conv", "matmul", "convt" (a ConvTranspose of _tile_conv_transpose's form: int8 in static mode,
+    # weight-only otherwise) or "weight-only"
+    kind: str
     input: str  # the activation input quantized (empty for weight-only)
     weight: str
     final: bool = False
@@ -128,9 +155,17 @@ def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Can
             kind = "conv"
         elif key in GEMM_OPS or key in MATMUL_OPS:
             kind = "matmul"
+        elif _tile_conv_transpose(node, graph):
+            kind = "convt"
         elif key in WEIGHT_ONLY_OPS and weight_only:
             kind = "weight-only"
         if kind is None:
+            continue
+        if kind == "convt":
+            w = node.inputs[1]
+            found.append(Candidate(node.name, node.op_type, "convt", node.inputs[0].name, w.name,
+                                   weight_elements=int(w.const_value.size)))
+            ids[id(node)] = None
             continue
         if kind == "weight-only":
             idx, _axis = WEIGHT_ONLY_OPS[key]
@@ -310,7 +345,13 @@ def apply_int8(model: ir.Model, selected: list[Candidate], ranges: dict | None, 
             xs = xz = None
         key = _key(node)
         ins = list(node.inputs) + [None] * (4 - len(node.inputs))
-        if cand.kind == "conv":
+        if cand.kind == "convt":
+            if ranges is None:
+                raise ValueError(f"{cand.name}: QConvTranspose needs a static input scale (int8 mode)")
+            wq, ws = b.weight(node.inputs[1], 1)  # W is (C, M, kH, kW): one scale per output channel M
+            new = ir.Node(DOMAIN, "QConvTranspose", [x, xs, xz, wq, ws, ins[2]], attributes=copy_attrs(node),
+                          name=node.name, num_outputs=1)
+        elif cand.kind == "conv":
             wq, ws = b.weight(node.inputs[1], 0)
             new = ir.Node(DOMAIN, "QConv", [x, xs, xz, wq, ws, ins[2], ins[3]], attributes=copy_attrs(node),
                           name=node.name, num_outputs=1)
@@ -654,9 +695,22 @@ def _is_depthwise_qconv(node: ir.Node, graph: ir.Graph) -> bool:
     return w is not None and w.ndim == 4 and w.shape[1] == 1 and int(_attr(node, "group", 1)) == w.shape[0] > 1
 
 
+# Ops with QConv's chained form: inputs (X, X_scale, X_zero_point, ...), X may be uint8, and the
+# output_scale / output_zero_point attributes make the output uint8.
+CHAINED_OPS = ("QConv", "QConvTranspose")
+
+
+def _uint8_friendly(node: ir.Node, graph: ir.Graph) -> bool:
+    """A producer that gains from writing uint8: a depthwise QConv (its int8 kernel is fast on uint8
+    in and out) or a QConvTranspose (its output has kH*kW times its input's pixels: uint8 writes a
+    quarter of the bytes).  Into a QConvTranspose from a GEMM QConv the uint8 stage costs what it saves
+    (PP-OCR det, docs/decisions.md D-qconvt), so as a consumer only a depthwise QConv counts."""
+    return _is_depthwise_qconv(node, graph) or (node.domain == DOMAIN and node.op_type == "QConvTranspose")
+
+
 def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
-    """Chain int8 layers: a QConv whose output is not a graph output and is used only as the
-    input X of QConvs that all quantize it with the same static ``X_scale`` and uint8
+    """Chain int8 layers: a QConv (or QConvTranspose) whose output is not a graph output and is used only as the
+    input X of QConvs (or QConvTransposes) that all quantize it with the same static ``X_scale`` and uint8
     ``X_zero_point`` gets ``output_scale`` / ``output_zero_point`` = those (lists of one per
     channel for a depthwise consumer's per-channel quantization), and its output becomes uint8
     (``quantize_u8`` of the float result, done in the conv's epilogue), so the consumers skip
@@ -664,12 +718,13 @@ def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
     to the unchained graph.  With ``depthwise_only`` only where the producer or a consumer is a
     depthwise QConv: the native int8 depthwise kernel is fast on uint8 in and out, while between
     two GEMM convs the uint8 output stage costs about what the consumer's quantize pass saves
-    (digits batch 1: 10 % slower chained, docs/decisions.md D-qdw).  Returns the number of
+    (digits batch 1: 10 % slower chained, docs/decisions.md D-qdw); a QConvTranspose producer counts as
+    depthwise there (:func:`_uint8_friendly`).  Returns the number of
     chained QConvs."""
     outputs = set(id(v) for v in graph.outputs)
     chained = 0
     for node in list(graph):
-        if node.domain != DOMAIN or node.op_type != "QConv" or "output_scale" in node.attributes:
+        if node.domain != DOMAIN or node.op_type not in CHAINED_OPS or "output_scale" in node.attributes:
             continue
         if "pool_kernel_shape" in node.attributes:  # the native pooled path writes float only
             continue
@@ -679,7 +734,7 @@ def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
             continue
         params = set()
         for user, idx in uses:
-            if user.domain != DOMAIN or user.op_type != "QConv" or idx != 0 or len(user.inputs) < 3:
+            if user.domain != DOMAIN or user.op_type not in CHAINED_OPS or idx != 0 or len(user.inputs) < 3:
                 params = None
                 break
             if any(v is not None for v in user.inputs[7:]):  # X_up / X_mul: X is not the quantized input
@@ -692,7 +747,7 @@ def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
             params.add((tuple(float(v) for v in xs.reshape(-1)), tuple(int(v) for v in xz.reshape(-1))))
         if not params or len(params) != 1:
             continue
-        if depthwise_only and not (_is_depthwise_qconv(node, graph)
+        if depthwise_only and not (_uint8_friendly(node, graph)
                                    or any(_is_depthwise_qconv(user, graph) for user, _ in uses)):
             continue
         sc, zp = params.pop()

@@ -234,6 +234,7 @@ INDEX = {
     ('com.minirt', 'FusedMatMul'): ('fused',),
     ('com.minirt', 'LayerNormalization'): ('fused',),
     ('com.minirt', 'QConv'): ('qlinear',),
+    ('com.minirt', 'QConvTranspose'): ('qlinear',),
     ('com.minirt', 'QMatMul'): ('qlinear',),
     ('com.minirt', 'QuantizeUpsampleConcat'): ('qlinear',),
     ('com.minirt', 'ScaledDotProductAttention'): ('fused',),

@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from minirt import native as _native
-from minirt.kernels import nn, tensor
+from minirt.kernels import fused, nn, tensor
 from minirt.kernels.registry import is_constant, kernel, lookup, remember
 
 DOMAIN = "com.minirt"
@@ -585,6 +585,117 @@ def requantize_u8(y: np.ndarray, scale, zero_point) -> np.ndarray:
     np.rint(t, out=t)
     t += zp
     return t.astype(np.uint8)
+
+
+class _QConvTransposePlan:
+    """What QConvTranspose derives from its constant inputs and attributes, made once per node and
+    kept while they are the same objects: the validated geometry, the per-GEMM-row scales, bias and
+    requantization, and the packed (M*kh*kw, C) weights."""
+
+    def __init__(self, x_scale, x_zero_point, w, w_scale, b, attrs, y_q):
+        self.consts = (x_scale, x_zero_point, w, w_scale, b)
+        self.attrs = attrs
+        (kernel_shape, strides, pads, dilations, group, output_padding, output_shape, auto_pad, activation,
+         activation_params) = attrs
+        if w is None or w_scale is None:
+            raise ValueError("QConvTranspose: inputs W and W_scale are required")
+        if w.dtype != np.int8 or w.ndim != 4:
+            raise ValueError(f"QConvTranspose: W must be 4-D int8 (C, M, kH, kW), got {w.dtype} {w.shape}")
+        if x_scale is None or np.asarray(x_scale).size != 1 or x_zero_point is None \
+                or np.asarray(x_zero_point).dtype != np.uint8 or np.asarray(x_zero_point).size != 1:
+            raise ValueError("QConvTranspose: a scalar X_scale and a uint8 scalar X_zero_point are required "
+                             "(static quantization)")
+        c, m = w.shape[:2]
+        k = tuple(int(v) for v in w.shape[2:])
+        if (int(group) != 1 or (kernel_shape and tuple(kernel_shape) != k) or tuple(strides or (1, 1)) != k
+                or any(int(v) for v in (pads or ())) or any(int(v) != 1 for v in (dilations or ()))
+                or any(int(v) for v in (output_padding or ())) or output_shape
+                or auto_pad not in ("NOTSET", "VALID")):
+            raise ValueError(
+                f"QConvTranspose: only stride == kernel (every input pixel its own output tile) is supported: "
+                f"kernel {list(k)}, strides {list(strides)}, group 1, no pads, dilations 1, output_padding 0, no "
+                f"output_shape (got group={group}, pads={list(pads)}, dilations={list(dilations)}, "
+                f"output_padding={list(output_padding)}, output_shape={list(output_shape)}, auto_pad={auto_pad!r})")
+        ws = np.asarray(w_scale, dtype=np.float32).reshape(-1)
+        if ws.size not in (1, m):
+            raise ValueError(f"QConvTranspose: W_scale has {ws.size} values for {m} output channels")
+        if b is not None and np.shape(b) != (m,):
+            raise ValueError(f"QConvTranspose: B shape {np.shape(b)} must be ({m},)")
+        self.c, self.m, self.k = c, m, k
+        kk = k[0] * k[1]
+        self.x_scale = np.float32(np.asarray(x_scale).reshape(()))
+        self.x_zero = int(np.asarray(x_zero_point).reshape(()))
+        # GEMM row (mi*kh + t)*kw + u computes output channel mi's tap (t, u): W[:, mi, t, u]
+        self.w_rows = np.ascontiguousarray(w.reshape(c, m * kk).T)
+        self.scale_rows = np.repeat((self.x_scale * np.broadcast_to(ws, (m,))).astype(np.float32), kk)
+        self.bias_rows = None if b is None else np.repeat(np.asarray(b, dtype=np.float32), kk)
+        self.act = nn.native_act(activation, activation_params)
+        self.activation = (activation, activation_params)
+        self.y_q = y_q
+        self.y_q_rows = None if y_q is None else (np.repeat(y_q.arrays[0], kk), np.repeat(y_q.arrays[1], kk))
+        self.native_available = _native.available  # (tests turn the native module off: a new plan then)
+        self.native = self.act is not None and _native.available and _native.has_qconvtranspose()
+        self.packed = _native.qpack(self.w_rows, owner=w, tag="convt") if self.native else None
+
+    def fits(self, x_scale, x_zero_point, w, w_scale, b, attrs) -> bool:
+        c = self.consts
+        return (c[0] is x_scale and c[1] is x_zero_point and c[2] is w and c[3] is w_scale and c[4] is b
+                and self.attrs == attrs and self.native_available == _native.available)
+
+    def run(self, x, out):
+        if x.ndim != 4 or x.shape[1] != self.c:
+            raise ValueError(f"QConvTranspose: input shape {x.shape} does not match W {self.consts[2].shape} "
+                             f"(need (N, {self.c}, H, W))")
+        if x.dtype == np.uint8:
+            xq = np.ascontiguousarray(x)
+        elif x.dtype == np.float32 and self.native:
+            xq = np.empty(x.shape, np.uint8)
+            _native.quantize_u8(np.ascontiguousarray(x), xq, float(self.x_scale), self.x_zero)
+        elif x.dtype == np.float32:
+            xq = requantize_u8(x, float(self.x_scale), self.x_zero)
+        else:
+            raise ValueError(f"QConvTranspose: X must be float32 or uint8, got {x.dtype}")
+        n, _, h, wd = x.shape
+        (kh, kw), m = self.k, self.m
+        shape = (n, m, h * kh, wd * kw)
+        if self.native:
+            y = nn._out_buffer(nn._free_out(out, x), shape, np.float32 if self.y_q is None else np.uint8)
+            _native.qconvtranspose_tiles(xq, self.x_zero, self.packed, m, self.k, self.scale_rows, self.bias_rows, y,
+                                         self.y_q_rows, *self.act)
+            return y
+        # numpy: the exact integer sums, then the native epilogue's arithmetic (scale, bias, activation)
+        acc = np.matmul(self.w_rows.astype(np.int32), xq.reshape(n, self.c, h * wd).astype(np.int32) - self.x_zero)
+        y = acc.astype(np.float32) * self.scale_rows[:, None]
+        if self.bias_rows is not None:
+            y += self.bias_rows[:, None]
+        y = y.reshape(n, m, kh, kw, h, wd).transpose(0, 1, 4, 2, 5, 3).reshape(shape)
+        y = fused.apply_activation(np.ascontiguousarray(y), *self.activation)
+        return y if self.y_q is None else requantize_u8(y, *self.y_q)
+
+
+@kernel("QConvTranspose", since=1, domain=DOMAIN, context=True, out=True)
+def qconv_transpose(
+    x, x_scale=None, x_zero_point=None, w=None, w_scale=None, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1,
+    kernel_shape=(), output_padding=(), output_shape=(), pads=(), strides=(), activation="", activation_params=(),
+    output_scale=None, output_zero_point=0, out=None, ctx=None,
+):
+    """activation(ConvTranspose(dq(quant(x)), int8 w * w_scale[m]) + b) for stride == kernel (no
+    overlapping taps, the 2x2 / stride-2 upsampling of detection heads), exact integer sums.
+
+    ``x`` float32 (quantized with the static ``x_scale`` / uint8 ``x_zero_point``) or uint8 (already
+    quantized with them: the chained form, as QConv's); ``w`` int8 in ConvTranspose's (C, M, kH, kW)
+    layout, ``w_scale`` per output channel.  With ``output_scale`` the result is uint8, requantized as
+    QConv's.  Natively (``mrt_qconvtranspose_tiles``) the int8 GEMM of the (M*kH*kW, C) weight rows
+    runs per band of input rows and the band's taps are placed while in cache."""
+    attrs = (tuple(kernel_shape), tuple(strides), tuple(pads), tuple(dilations), int(group), tuple(output_padding),
+             tuple(output_shape), auto_pad, activation, tuple(activation_params))
+    memo = ctx.memo if ctx is not None else {}
+    plan = memo.get("plan")
+    if plan is None or not plan.fits(x_scale, x_zero_point, w, w_scale, b, attrs):
+        m = w.shape[1] if w is not None and w.ndim == 4 else 0
+        y_q = None if output_scale is None else _requant_attrs(output_scale, output_zero_point, m)
+        plan = memo["plan"] = _QConvTransposePlan(x_scale, x_zero_point, w, w_scale, b, attrs, y_q)
+    return plan.run(x, out)
 
 
 @kernel("QuantizeUpsampleConcat", since=1, domain=DOMAIN, out=True)

@@ -519,6 +519,32 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
         _record(_lib.mrt_qconv2d_q, args, ((0, x), (21, scale), (23, residual)), ((25 if y_q else 24, y),))
 
 
+
+def has_qconvtranspose() -> bool:
+    """True when the loaded module has the int8 stride == kernel ConvTranspose (not in older modules)."""
+    return _lib is not None and hasattr(_lib, "mrt_qconvtranspose_tiles")
+
+
+def qconvtranspose_tiles(x, x_zero: int, packed_w, m: int, k, scale, bias, y, y_q=None, act=0, a0=0.0,
+                         a1=0.0) -> None:
+    """int8 ConvTranspose with stride == kernel ``k`` = (kh, kw), no padding, one group:
+    y (N, M, H*kh, W*kw) from x (N, C, H, W) uint8 (zero point ``x_zero``), both contiguous.
+
+    ``packed_w`` from :func:`qpack` of the (M*kh*kw, C) int8 weights (row (m*kh + t)*kw + u is
+    W[:, m, t, u]); ``scale`` (float32, x_scale * w_scale per GEMM row), ``bias`` (float32 or None)
+    per GEMM row; with ``y_q = (y_scale, y_zero)`` (float32 / int32 per GEMM row) ``y`` is uint8, the
+    float result requantized (as :func:`qconv2d_call`'s)."""
+    n, c, h, wd = x.shape
+    rc = _lib.mrt_qconvtranspose_tiles(
+        _ffi.from_buffer("uint8_t[]", x), int(x_zero), n, c, h, wd, _ffi.from_buffer("char[]", packed_w), m, k[0],
+        k[1], _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if y_q else _ptr(y),
+        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, _ptr(y_q[0]) if y_q else _ffi.NULL,
+        _ffi.from_buffer("int32_t[]", y_q[1]) if y_q else _ffi.NULL, act, a0, a1, threads())
+    if rc == -1:
+        raise MemoryError("minirt native QConvTranspose: could not allocate scratch memory")
+    if rc != 0:
+        raise ValueError("minirt native QConvTranspose: invalid arguments")
+
 # Largest kh * kw for mrt_qdwconv2d: its integer sums stay exact in float32 (255 * 128 * 514 < 2^24).
 QDW_MAX_TAPS = 514
 

@@ -205,6 +205,14 @@ int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, f
                          const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
                          int pl, int oh, int ow, const float *scale, const float *bias, const float *res, int pkh,
                          int pkw, int psh, int psw, float *y, int act, float a0, float a1, int nthreads);
+/* ConvTranspose with stride == kernel (kh x kw), no padding, one group, int8: y (n, m, h*kh, wd*kw) float
+ * (or yq uint8: requantized as mrt_qconv2d_q's per GEMM row) from x (n, c, h, wd) uint8 with zero point
+ * x_zero, packed_w from mrt_qgemm_pack_w of the (m*kh*kw, c) int8 weights (row (mi*kh + t)*kw + u =
+ * W[:, mi, t, u]); scale, bias, y_scale, y_zero per GEMM row (bias may be NULL).  Returns 0, -1 without
+ * scratch memory, -2 for bad arguments (exactly one of y and yq must be given). */
+int mrt_qconvtranspose_tiles(const uint8_t *x, int x_zero, int n, int c, int h, int wd, const void *packed_w, int m,
+                             int kh, int kw, const float *scale, const float *bias, float *y, uint8_t *yq,
+                             const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, int nthreads);
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float (rows, K),
  * W the (n, K) int8 weights packed by mrt_qgemm_pack_w.  Returns 0, or -1 without scratch memory. */
 int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,

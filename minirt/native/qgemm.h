@@ -2174,3 +2174,134 @@ int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero,
                 for (long r = r0; r < rows && r < r0 + 32; ++r) y[r * n + j] = ct[(long)j * rows + r];
     return 0;
 }
+
+/* ---------------------------------------------------------------- int8 ConvTranspose, stride == kernel */
+
+/* ConvTranspose with stride == kernel (kh x kw), no padding, one group: every input pixel owns its
+ * own kh x kw output tile, so the output is the int8 GEMM of the (M*kh*kw, C) weights (row
+ * (mi*kh + t)*kw + u holds W[:, mi, t, u]) with the uint8 input, its rows placed as interleaved
+ * taps (layout_impl.h's convt_tiles does the same in float).  One task per band of input rows: the
+ * GEMM of the band into thread-local scratch (float, or requantized to uint8), then the band is
+ * placed into the output while it is still in cache, so the output is written once. */
+typedef struct {
+    const uint8_t *x;
+    const int32_t *sums;
+    const int8_t *W;
+    const float *scale, *bias, *yscale; /* per GEMM row (M*kh*kw) */
+    const int32_t *yzp;
+    float *y;    /* float output, or NULL */
+    uint8_t *yq; /* uint8 output (requantized with yscale / yzp), or NULL */
+    int c, h, wd, m, kh, kw, band, x_zero, act;
+    float a0, a1;
+    long bands_per_image;
+    int failed;
+} q_convt_args;
+
+/* dst[2 j] = a[j], dst[2 j + 1] = b[j] for j < n: two tap rows interleaved (kw == 2), 16 bytes /
+ * 4 floats of each at a time with SSE2 unpacks (a scalar loop elsewhere). */
+static void q_interleave2_u8(uint8_t *restrict dst, const uint8_t *restrict a, const uint8_t *restrict b, long n) {
+    long j = 0;
+#if defined(__SSE2__)
+    for (; j + 16 <= n; j += 16) {
+        const __m128i va = _mm_loadu_si128((const __m128i *)(a + j)), vb = _mm_loadu_si128((const __m128i *)(b + j));
+        _mm_storeu_si128((__m128i *)(dst + 2 * j), _mm_unpacklo_epi8(va, vb));
+        _mm_storeu_si128((__m128i *)(dst + 2 * j + 16), _mm_unpackhi_epi8(va, vb));
+    }
+#endif
+    for (; j < n; ++j) {
+        dst[2 * j] = a[j];
+        dst[2 * j + 1] = b[j];
+    }
+}
+
+static void q_interleave2_f32(float *restrict dst, const float *restrict a, const float *restrict b, long n) {
+    long j = 0;
+#if defined(__SSE2__)
+    for (; j + 4 <= n; j += 4) {
+        const __m128 va = _mm_loadu_ps(a + j), vb = _mm_loadu_ps(b + j);
+        _mm_storeu_ps(dst + 2 * j, _mm_unpacklo_ps(va, vb));
+        _mm_storeu_ps(dst + 2 * j + 4, _mm_unpackhi_ps(va, vb));
+    }
+#endif
+    for (; j < n; ++j) {
+        dst[2 * j] = a[j];
+        dst[2 * j + 1] = b[j];
+    }
+}
+
+/* Place the band's GEMM rows (elements of es bytes: 4 float, 1 uint8): row (mi*kh + t)*kw + u of
+ * cols (row stride ldc), element i*wd + j, is output (mi, (r0 + i)*kh + t, j*kw + u) of an image y of
+ * m planes of (h*kh) x (wd*kw). */
+static void q_convt_place(const uint8_t *cols, long ldc, uint8_t *y, int es, int m, int kh, int kw, int r0, int rows,
+                          int h, int wd) {
+    const long ow = (long)wd * kw, oplane = (long)h * kh * ow;
+    for (int mi = 0; mi < m; ++mi)
+        for (int t = 0; t < kh; ++t) {
+            const uint8_t *tap = cols + (long)(mi * kh + t) * kw * ldc * es;
+            for (int i = 0; i < rows; ++i) {
+                uint8_t *row = y + (mi * oplane + ((long)(r0 + i) * kh + t) * ow) * es;
+                const uint8_t *s0 = tap + (long)i * wd * es;
+                if (kw == 2 && es == 1)
+                    q_interleave2_u8(row, s0, s0 + ldc, wd);
+                else if (kw == 2)
+                    q_interleave2_f32((float *)row, (const float *)s0, (const float *)(s0 + ldc * es), wd);
+                else
+                    for (int u = 0; u < kw; ++u)
+                        for (int j = 0; j < wd; ++j)
+                            memcpy(row + ((long)j * kw + u) * es, s0 + ((long)u * ldc + j) * es, (size_t)es);
+            }
+        }
+}
+
+static void q_convt_task(void *ctx, long begin, long end) {
+    q_convt_args *a = (q_convt_args *)ctx;
+    const long plane = (long)a->h * a->wd;
+    const int rows_out = a->m * a->kh * a->kw;
+    const size_t elem = a->yq ? 1 : sizeof(float);
+    uint8_t *cols = (uint8_t *)mrt_scratch_buffer(elem * (size_t)rows_out * a->band * a->wd);
+    if (!cols) {
+        __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (long u = begin; u < end; ++u) {
+        const long img = u / a->bands_per_image;
+        const int r0 = (int)(u % a->bands_per_image) * a->band;
+        const int rows = a->h - r0 < a->band ? a->h - r0 : a->band;
+        const long ldc = (long)rows * a->wd;
+        /* X = the band's input rows: row k (input channel k) at x + k * plane */
+        const uint8_t *xb = a->x + img * a->c * plane + (long)r0 * a->wd;
+        q_gemm_run_q(rows_out, (int)ldc, a->c, a->sums, a->W, xb, plane, Q_X_ROWS, a->x_zero, a->scale, a->bias,
+                     a->yq ? NULL : (float *)cols, ldc, NULL, 0, a->act, a->a0, a->a1, 1.0f, 0.0f,
+                     a->yq ? cols : NULL, ldc, a->yscale, a->yzp, NULL, 0.0f, 0, 0, 1);
+        const long out_image = (long)a->m * plane * a->kh * a->kw;
+        q_convt_place(cols, ldc, a->yq ? a->yq + img * out_image : (uint8_t *)(a->y + img * out_image), (int)elem,
+                      a->m, a->kh, a->kw, r0, rows, a->h, a->wd);
+    }
+}
+
+/* GEMM rows per band: about this many output values (the band's GEMM output stays in L2) */
+#define Q_CONVT_BAND_VALUES 65536
+
+int mrt_qconvtranspose_tiles(const uint8_t *x, int x_zero, int n, int c, int h, int wd, const void *packed_w, int m,
+                             int kh, int kw, const float *scale, const float *bias, float *y, uint8_t *yq,
+                             const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, int nthreads) {
+    if (n <= 0 || m <= 0 || h <= 0 || wd <= 0) return 0;
+    if (kh < 1 || kw < 1 || c < 1 || (y == NULL) == (yq == NULL)) return -2;
+    const int rows_out = m * kh * kw;
+    const long row_values = (long)rows_out * wd;
+    long band = Q_CONVT_BAND_VALUES / row_values;
+    if (band < 1) band = 1;
+    if (band > h) band = h;
+    q_convt_args a;
+    a.x = x;
+    a.sums = (const int32_t *)packed_w;
+    a.W = (const int8_t *)packed_w + (long)rows_out * 4;
+    a.scale = scale; a.bias = bias; a.yscale = y_scale; a.yzp = y_zero;
+    a.y = y; a.yq = yq;
+    a.c = c; a.h = h; a.wd = wd; a.m = m; a.kh = kh; a.kw = kw; a.band = (int)band; a.x_zero = x_zero;
+    a.act = act; a.a0 = a0; a.a1 = a1;
+    a.bands_per_image = (h + band - 1) / band;
+    a.failed = 0;
+    mrt_parallel_for((long)n * a.bands_per_image, row_values * band * c / 32, nthreads, q_convt_task, &a);
+    return a.failed ? -1 : 0;
+}

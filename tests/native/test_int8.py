@@ -685,3 +685,82 @@ def test_quantize_upsample_concat_errors():
         qlinear.quantize_upsample_concat(a, None, b, None, factors=(1, 2), scale=0.0, zero_point=0)
     with pytest.raises(ValueError, match="float32"):
         qlinear.quantize_upsample_concat(a.astype(np.float64), None, factors=(1,), scale=0.1, zero_point=0)
+
+
+def _conv_transpose_tiles_ref(x_u8, x_zero, w, scale, bias):
+    """Independent reference of QConvTranspose (stride == kernel): each tap (t, u) of output channel m
+    is the exact integer sum over input channels of W[c, m, t, u] * (x - x_zero) at output
+    (kh * i + t, kw * j + u); then scale[m] * sum + bias[m] in float32 (the kernel's order)."""
+    n, c, h, wd = x_u8.shape
+    m, kh, kw = w.shape[1:]
+    xi = x_u8.astype(np.int64) - x_zero
+    acc = np.zeros((n, m, h * kh, wd * kw), np.int64)
+    for t in range(kh):
+        for u in range(kw):
+            acc[:, :, t::kh, u::kw] = np.einsum("nchw,cm->nmhw", xi, w[:, :, t, u].astype(np.int64))
+    assert np.abs(acc).max() < 2 ** 24  # exact in float32
+    y = acc.astype(np.float32) * scale.reshape(1, -1, 1, 1)
+    return y if bias is None else y + bias.reshape(1, -1, 1, 1)
+
+
+# (N, C, M, H, W, kernel): det's two 2x2 layers (24 -> 24 at 80x80: several bands; 24 -> 1), odd sizes,
+# C not a multiple of 4, a 3x3 tile (the general placement), M*kh*kw not a multiple of the 6-row tile,
+# one-pixel images (a one-column GEMM)
+@pytest.mark.parametrize("n,c,m,h,wd,k", [(1, 24, 24, 80, 80, (2, 2)), (2, 24, 1, 33, 40, (2, 2)),
+                                         (2, 5, 3, 7, 9, (2, 2)), (1, 3, 2, 5, 6, (3, 3)), (2, 37, 5, 11, 17, (2, 2)),
+                                         (1, 2, 3, 4, 5, (1, 3)), (2, 9, 4, 1, 1, (2, 2))])
+def test_qconv_transpose_exact(n, c, m, h, wd, k, every_isa, threads):
+    rng = np.random.default_rng(n * 100 + c + m + h)
+    x = rng.integers(0, 256, (n, c, h, wd), dtype=np.uint8)
+    x[:, :, 0, :3] = 255
+    w = rng.integers(-128, 128, (c, m) + k, dtype=np.int8)
+    w[0, 0] = -128
+    w_scale = rng.uniform(0.005, 0.02, m).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    xs, xz = np.float32(0.05), np.uint8(7)
+    attrs = dict(kernel_shape=k, strides=k)
+    scale = xs * w_scale
+    # exact integer sums (unit scale, no bias)
+    ones = np.ones(m, np.float32) / xs
+    np.testing.assert_array_equal(qlinear.qconv_transpose(x, xs, xz, w, ones, None, **attrs),
+                                  _conv_transpose_tiles_ref(x, 7, w, xs * ones, None))
+    ref = _conv_transpose_tiles_ref(x, 7, w, scale, bias)
+    np.testing.assert_array_equal(qlinear.qconv_transpose(x, xs, xz, w, w_scale, bias, **attrs), ref)
+    relu = qlinear.qconv_transpose(x, xs, xz, w, w_scale, bias, activation="Relu", **attrs)
+    np.testing.assert_array_equal(relu, np.maximum(ref, 0))
+    sig = qlinear.qconv_transpose(x, xs, xz, w, w_scale, bias, activation="Sigmoid", **attrs)
+    np.testing.assert_allclose(sig, 1 / (1 + np.exp(-ref.astype(np.float64))), rtol=1e-6, atol=1e-6)
+    # uint8 output: the float result requantized (the chained form)
+    q = qlinear.qconv_transpose(x, xs, xz, w, w_scale, bias, activation="Relu", output_scale=0.03,
+                                output_zero_point=11, **attrs)
+    assert q.dtype == np.uint8
+    np.testing.assert_array_equal(q, qlinear.requantize_u8(np.maximum(ref, 0), 0.03, 11))
+    # a float input is quantized with X_scale / X_zero_point first
+    xf = (x.astype(np.float32) - 7) * xs + rng.uniform(-0.01, 0.01, x.shape).astype(np.float32)
+    np.testing.assert_array_equal(qlinear.qconv_transpose(xf, xs, xz, w, w_scale, bias, **attrs),
+                                  qlinear.qconv_transpose(qlinear.requantize_u8(xf, xs, 7), xs, xz, w, w_scale, bias,
+                                                          **attrs))
+    with numpy_path():
+        np.testing.assert_array_equal(qlinear.qconv_transpose(x, xs, xz, w, w_scale, bias, **attrs), ref)
+        np.testing.assert_array_equal(
+            qlinear.qconv_transpose(x, xs, xz, w, w_scale, bias, activation="Relu", output_scale=0.03,
+                                    output_zero_point=11, **attrs), q)
+
+
+def test_qconv_transpose_writes_the_planned_buffer_and_rejects_other_geometries():
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (1, 4, 6, 6), dtype=np.uint8)
+    w = rng.integers(-127, 128, (4, 3, 2, 2), dtype=np.int8)
+    ws, xs, xz = np.full(3, 0.01, np.float32), np.float32(0.1), np.uint8(3)
+    out = np.empty((1, 3, 12, 12), np.float32)
+    assert qlinear.qconv_transpose(x, xs, xz, w, ws, None, strides=(2, 2), out=out) is out
+    for bad in (dict(strides=(1, 1)), dict(strides=(2, 2), pads=(1, 1, 1, 1)), dict(strides=(2, 2), group=2),
+                dict(strides=(2, 2), output_padding=(1, 1)), dict(strides=(2, 2), dilations=(2, 2))):
+        with pytest.raises(ValueError, match="stride == kernel"):
+            qlinear.qconv_transpose(x, xs, xz, w, ws, None, **bad)
+    with pytest.raises(ValueError, match="X_zero_point"):
+        qlinear.qconv_transpose(x, xs, None, w, ws, None, strides=(2, 2))
+    with pytest.raises(ValueError, match="int8"):
+        qlinear.qconv_transpose(x, xs, xz, w.astype(np.float32), ws, None, strides=(2, 2))
+    with pytest.raises(ValueError, match="input shape"):
+        qlinear.qconv_transpose(x[:, :3], xs, xz, w, ws, None, strides=(2, 2))
