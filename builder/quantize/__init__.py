@@ -101,11 +101,12 @@ class QuantizeOptions:
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
     # Static int8: a ConvTranspose with stride == kernel (no overlapping taps: the 2x2 / stride-2
     # upsampling of detection heads) computes in int8 (com.minirt::QConvTranspose, chained in uint8
-    # with the int8 layers around it), a final one too when quantize_final_conv_transpose;
+    # with the int8 layers around it); a final one (feeding a model output) only when asked with
+    # quantize_final_conv_transpose, as the final layers of the other kinds (quantize_final);
     # otherwise (and in int8-dynamic) its weight is stored int8 and it computes in float
     # (docs/decisions.md D-qconvt).
     int8_conv_transpose: bool = True
-    quantize_final_conv_transpose: bool = True
+    quantize_final_conv_transpose: bool = False
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
     eval: Any = None  # held-out data for the report (default: the calibration data)
     calibration_spec: Any = None  # preprocessing spec for image folders

@@ -53,7 +53,7 @@ def _quantized(proto, mode="int8", **options):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_int8_conv_transposes_match_onnxruntime(isa, threads):
     proto = _head()
-    model, report = _quantized(proto)
+    model, report = _quantized(proto, quantize_final_conv_transpose=True)  # (the final one too: asked)
     convt = [n for n in model.graph if n.op_type == "QConvTranspose"]
     assert [n.name for n in convt] == ["up1", "up2"] and {"up1", "up2"} <= set(report.quantized)
     # up1 writes uint8 in up2's input quantization; up2 (the final layer) writes the float output
@@ -78,9 +78,10 @@ def test_int8_conv_transposes_match_onnxruntime(isa, threads):
 
 
 def test_conv_transposes_kept_float_when_not_int8():
-    # off, int8-dynamic, the final one by option: weights stored int8, computed float (FusedConvTranspose)
+    # off, int8-dynamic, the final one by default (as quantize_final): weights stored int8, computed float
+    # (FusedConvTranspose)
     for options, mode, float_ones in (({"int8_conv_transpose": False}, "int8", 2), ({}, "int8-dynamic", 2),
-                                      ({"quantize_final_conv_transpose": False}, "int8", 1)):
+                                      ({}, "int8", 1)):
         model, report = _quantized(_head(), mode, **options)
         ops = T.ops(model)
         assert ops["com.minirt::FusedConvTranspose"] == float_ones and ops["com.minirt::QConvTranspose"] == 2 - float_ones
