@@ -538,9 +538,11 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
  *     no partial vectors at the end of narrow rows, no per-plane or per-row
  *     set-up; the stride is only the step between the input pixels read.
  *     Output pixels go to a second buffer [pixel][lane].
- *  3. The activation runs over that buffer (it commutes with the transpose)
- *     unless there is a residual, which must come first; the buffer is then
- *     transposed into the MRT_VL output planes.
+ *  3. Relu / Clip are applied to the accumulators before they are stored
+ *     (cb_clamp); other activations run over that buffer (they commute with
+ *     the transpose); with a residual, which must come first, the activation
+ *     runs after it, on the planes.  The buffer is then transposed into the
+ *     MRT_VL output planes.
  *
  * A last block of fewer than MRT_VL channels reads its last channel again
  * in the missing lanes and stores only the real ones.  The sums are taken in
@@ -591,44 +593,15 @@ static DW_INLINE MRT_TARGET void FN(dw_transpose)(FN(vf) *v) {
 }
 
 /* v[j] = lane j of rows[0..MRT_VL)[q..q + MRT_VL): the transpose of the
- * block.  With `chunks`, its 128-bit stages are done by the loads instead of
- * shuffles: v[4g + i] is assembled from the 4-float chunks g of rows i,
- * 4 + i, 8 + i and 12 + i (one per 128-bit block), which leaves the 4x4
- * transposes within blocks (dw_zip_lanes).  Measured: 9-11 % faster on
- * 56x56 layers (rows filled one at a time), 3-5 % slower on 14x14 ones (the
- * whole plane at once, rows not 64-byte aligned: four times the loads). */
-static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows, long q, FN(vf) *v,
-                                                        const int chunks) {
-#if MRT_VL > 4
-    if (!chunks) {
-#pragma GCC unroll 16
-        for (int l = 0; l < MRT_VL; ++l) v[l] = FN(vload)(rows[l] + q);
-        FN(dw_transpose)(v);
-        return;
-    }
-    typedef float chunk __attribute__((vector_size(16), aligned(4)));
-#pragma GCC unroll 4
-    for (int g = 0; g < MRT_VL / 4; ++g)
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-            const float *c0 = rows[i] + q + 4 * g, *c1 = rows[4 + i] + q + 4 * g;
-#if MRT_VL == 8
-            v[4 * g + i] = __builtin_shufflevector(*(const chunk *)c0, *(const chunk *)c1, 0, 1, 2, 3, 4, 5, 6, 7);
-#else
-            const float *c2 = rows[8 + i] + q + 4 * g, *c3 = rows[12 + i] + q + 4 * g;
-            typedef float half __attribute__((vector_size(32)));
-            const half lo = __builtin_shufflevector(*(const chunk *)c0, *(const chunk *)c1, 0, 1, 2, 3, 4, 5, 6, 7);
-            const half hi = __builtin_shufflevector(*(const chunk *)c2, *(const chunk *)c3, 0, 1, 2, 3, 4, 5, 6, 7);
-            v[4 * g + i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-#endif
-        }
-    FN(dw_zip_lanes)(v);
-#else
-    (void)chunks;
+ * block (whole-vector loads, then the shuffle stages of dw_transpose).
+ * Loads of 4-float chunks doing the 128-bit stages instead were faster when
+ * rows were transposed one at a time (D-dw), but with stride-2 rows in pairs
+ * and the other changes of D-dw-s2 whole vectors are 6-20 % faster on every
+ * ring-of-rows layer measured, at 16 and 8 lanes (docs/decisions.md). */
+static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows, long q, FN(vf) *v) {
 #pragma GCC unroll 16
     for (int l = 0; l < MRT_VL; ++l) v[l] = FN(vload)(rows[l] + q);
     FN(dw_transpose)(v);
-#endif
 }
 
 /* Input rows [iy0, iy1) of the planes xl[0..MRT_VL) into the band: lane l of
@@ -637,7 +610,7 @@ static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows
  * are contiguous in each plane, so they go MRT_VL at a time whatever the
  * width, the last group moved back to end at the last pixel. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int wd, long wp, int iy0, int iy1,
-                                                      float *dst, const int chunks) {
+                                                      float *dst) {
     const long p0 = (long)iy0 * wd, p1 = (long)iy1 * wd;
     if (p1 - p0 < MRT_VL) { /* fewer pixels than lanes */
         for (long p = p0; p < p1; ++p) {
@@ -651,7 +624,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int
     for (long p = p0; p < p1; p += MRT_VL) {
         const long q = p + MRT_VL <= p1 ? p : p1 - MRT_VL;
         FN(vf) v[MRT_VL];
-        FN(dw_load_transposed)(xl, q, v, chunks);
+        FN(dw_load_transposed)(xl, q, v);
         if (q != p) { /* the last group, moved back: its own place (the one division per call) */
             ix = q % wd;
             d = dst + ((q / wd - iy0) * wp + ix) * MRT_VL;
@@ -834,7 +807,7 @@ static MRT_TARGET void FN(dw_cb_rows)(const FN(dw_args) *a, const float *band, i
  * dst (the slot of row r): zeros for rows of vertical padding, the
  * transposed input otherwise. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const float *const *xl, int r, int count,
-                                                 float *dst, const int chunks) {
+                                                 float *dst) {
     const long rs = a->cb_wp * MRT_VL;
     const FN(vf) zero = {0};
     for (int i = 0; i < count; ++i)
@@ -843,7 +816,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const floa
                 FN(vstore)(dst + i * rs + j, zero);
     const int iy0 = r - a->pt > 0 ? r - a->pt : 0, iy1 = r + count - a->pt < a->h ? r + count - a->pt : a->h;
     if (iy0 < iy1)
-        FN(dw_cb_fill_rows)(xl, a->wd, a->cb_wp, iy0, iy1, dst + (iy0 + a->pt - r) * rs + (long)a->pl * MRT_VL, chunks);
+        FN(dw_cb_fill_rows)(xl, a->wd, a->cb_wp, iy0, iy1, dst + (iy0 + a->pt - r) * rs + (long)a->pl * MRT_VL);
 }
 
 /* Output rows [oy0, oy1) of the block from out (their pixels, from row oy0):
@@ -901,7 +874,7 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
     const long rs = a->cb_wp * MRT_VL;
     const int r0 = oy0 * a->sh; /* the first padded input row */
     if (!a->cb_ring) {
-        FN(dw_cb_fill)(a, xl, r0, (oy1 - 1) * a->sh + (kh - 1) * a->dh + 1 - r0, band, 0);
+        FN(dw_cb_fill)(a, xl, r0, (oy1 - 1) * a->sh + (kh - 1) * a->dh + 1 - r0, band);
         FN(dw_cb_rows)(a, band, r0, oy0, oy1, wv, bv, out, in);
         FN(dw_cb_finish)(a, out, oy0, oy1, yl, zl, nch);
         return;
@@ -911,7 +884,7 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
     for (int oy = oy0; oy < oy1; ++oy) {
         if (next < oy * a->sh) next = oy * a->sh; /* rows between the windows (stride > kernel; step 1) are not read */
         for (const int last = oy * a->sh + (kh - 1) * a->dh; next <= last; next += step)
-            FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 1);
+            FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs);
         FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out, in);
         FN(dw_cb_finish)(a, out, oy, oy + 1, yl, zl, nch);
     }
