@@ -127,6 +127,7 @@ typedef struct {
     int cb_span;    /* rows of that band */
     int cb_ring;    /* the band is a ring of rows refilled as output rows advance (see dw_cb_item) */
     int cb_ring_rows; /* rows transposed together into the ring (sh when the windows overlap or touch, else 1) */
+    int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
     int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass */
     /* int8 (FN(qdwconv2d), plane path only); scale == NULL for the float conv */
     const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
@@ -593,12 +594,34 @@ static DW_INLINE MRT_TARGET void FN(dw_transpose)(FN(vf) *v) {
 }
 
 /* v[j] = lane j of rows[0..MRT_VL)[q..q + MRT_VL): the transpose of the
- * block (whole-vector loads, then the shuffle stages of dw_transpose).
- * Loads of 4-float chunks doing the 128-bit stages instead were faster when
- * rows were transposed one at a time (D-dw), but with stride-2 rows in pairs
- * and the other changes of D-dw-s2 whole vectors are 6-20 % faster on every
- * ring-of-rows layer measured, at 16 and 8 lanes (docs/decisions.md). */
-static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows, long q, FN(vf) *v) {
+ * block.  Whole-vector loads, then the shuffle stages of dw_transpose; or,
+ * with `chunks` (16 lanes only, see cb_chunks), the 128-bit stages are done
+ * by the loads instead: v[4g + i] is assembled from the 4-float chunks g of
+ * rows i, 4 + i, 8 + i and 12 + i (one per 128-bit block), which leaves the
+ * 4x4 transposes within blocks (dw_zip_lanes). */
+static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows, long q, FN(vf) *v,
+                                                        const int chunks) {
+#if MRT_VL == 16
+    if (chunks) {
+        typedef float chunk __attribute__((vector_size(16), aligned(4)));
+        typedef float half __attribute__((vector_size(32)));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                const long at = q + 4 * g;
+                const half lo = __builtin_shufflevector(*(const chunk *)(rows[i] + at), *(const chunk *)(rows[4 + i] + at),
+                                                        0, 1, 2, 3, 4, 5, 6, 7);
+                const half hi = __builtin_shufflevector(*(const chunk *)(rows[8 + i] + at),
+                                                        *(const chunk *)(rows[12 + i] + at), 0, 1, 2, 3, 4, 5, 6, 7);
+                v[4 * g + i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            }
+        FN(dw_zip_lanes)(v);
+        return;
+    }
+#else
+    (void)chunks;
+#endif
 #pragma GCC unroll 16
     for (int l = 0; l < MRT_VL; ++l) v[l] = FN(vload)(rows[l] + q);
     FN(dw_transpose)(v);
@@ -610,7 +633,7 @@ static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows
  * are contiguous in each plane, so they go MRT_VL at a time whatever the
  * width, the last group moved back to end at the last pixel. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int wd, long wp, int iy0, int iy1,
-                                                      float *dst) {
+                                                      float *dst, const int chunks) {
     const long p0 = (long)iy0 * wd, p1 = (long)iy1 * wd;
     if (p1 - p0 < MRT_VL) { /* fewer pixels than lanes */
         for (long p = p0; p < p1; ++p) {
@@ -624,7 +647,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int
     for (long p = p0; p < p1; p += MRT_VL) {
         const long q = p + MRT_VL <= p1 ? p : p1 - MRT_VL;
         FN(vf) v[MRT_VL];
-        FN(dw_load_transposed)(xl, q, v);
+        FN(dw_load_transposed)(xl, q, v, chunks);
         if (q != p) { /* the last group, moved back: its own place (the one division per call) */
             ix = q % wd;
             d = dst + ((q / wd - iy0) * wp + ix) * MRT_VL;
@@ -743,8 +766,8 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_rows_fixed)(const FN(dw_args) *a, cons
                                                       int oy_b, const FN(vf) *wv, FN(vf) bv, float *out, const int K,
                                                       const int S, const int CLAMP) {
     const long rs = a->cb_wp * MRT_VL;
-    FN(vf) lo, hi;
-    FN(dw_cb_clamp_bounds)(a, &lo, &hi);
+    FN(vf) lo = {0}, hi = {0};
+    if (CLAMP) FN(dw_cb_clamp_bounds)(a, &lo, &hi);
     int slot = (oy_a * S - r0) % a->cb_span;
     for (int oy = oy_a; oy < oy_b; ++oy, slot = FN(dw_cb_next_slot)(a, slot)) {
         const float *in[7]; /* K <= 7; no dilation: consecutive slots */
@@ -807,7 +830,7 @@ static MRT_TARGET void FN(dw_cb_rows)(const FN(dw_args) *a, const float *band, i
  * dst (the slot of row r): zeros for rows of vertical padding, the
  * transposed input otherwise. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const float *const *xl, int r, int count,
-                                                 float *dst) {
+                                                 float *dst, const int chunks) {
     const long rs = a->cb_wp * MRT_VL;
     const FN(vf) zero = {0};
     for (int i = 0; i < count; ++i)
@@ -816,7 +839,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const floa
                 FN(vstore)(dst + i * rs + j, zero);
     const int iy0 = r - a->pt > 0 ? r - a->pt : 0, iy1 = r + count - a->pt < a->h ? r + count - a->pt : a->h;
     if (iy0 < iy1)
-        FN(dw_cb_fill_rows)(xl, a->wd, a->cb_wp, iy0, iy1, dst + (iy0 + a->pt - r) * rs + (long)a->pl * MRT_VL);
+        FN(dw_cb_fill_rows)(xl, a->wd, a->cb_wp, iy0, iy1, dst + (iy0 + a->pt - r) * rs + (long)a->pl * MRT_VL, chunks);
 }
 
 /* Output rows [oy0, oy1) of the block from out (their pixels, from row oy0):
@@ -874,7 +897,7 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
     const long rs = a->cb_wp * MRT_VL;
     const int r0 = oy0 * a->sh; /* the first padded input row */
     if (!a->cb_ring) {
-        FN(dw_cb_fill)(a, xl, r0, (oy1 - 1) * a->sh + (kh - 1) * a->dh + 1 - r0, band);
+        FN(dw_cb_fill)(a, xl, r0, (oy1 - 1) * a->sh + (kh - 1) * a->dh + 1 - r0, band, 0);
         FN(dw_cb_rows)(a, band, r0, oy0, oy1, wv, bv, out, in);
         FN(dw_cb_finish)(a, out, oy0, oy1, yl, zl, nch);
         return;
@@ -884,7 +907,10 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
     for (int oy = oy0; oy < oy1; ++oy) {
         if (next < oy * a->sh) next = oy * a->sh; /* rows between the windows (stride > kernel; step 1) are not read */
         for (const int last = oy * a->sh + (kh - 1) * a->dh; next <= last; next += step)
-            FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs);
+            if (a->cb_chunks)
+                FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 1);
+            else
+                FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 0);
         FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out, in);
         FN(dw_cb_finish)(a, out, oy, oy + 1, yl, zl, nch);
     }
@@ -984,6 +1010,11 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.nbands = (int)((oh + band - 1) / band);
     const int span = (kh - 1) * dh + 1; /* padded rows one output row reads */
     a.cb_ring_rows = a.cb_ring && sh <= span ? sh : 1;
+    /* 16 lanes: whole-vector loads from rows of a multiple of 16 pixels (every group of a row starts where
+     * the row does, modulo 64 bytes), chunks otherwise (whole vectors that straddle cache lines measured
+     * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
+     * plane path's rows and 8 lanes always take whole vectors. */
+    a.cb_chunks = MRT_VL == 16 && a.cb_ring && wd % MRT_VL != 0;
     /* a ring holds the rows of the current window and those filled ahead of it with the window's last row */
     a.cb_span = a.cb_ring ? (span + a.cb_ring_rows - 1) / a.cb_ring_rows * a.cb_ring_rows
                           : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
