@@ -126,6 +126,9 @@ typedef struct {
     long cb_wp;     /* pixels per row of the channel-blocked band (input and padding) */
     int cb_span;    /* rows of that band */
     int cb_ring;    /* the band is a ring of rows refilled as output rows advance (see dw_cb_item) */
+    int cb_ring_rows; /* rows transposed together into the ring (sh when the windows overlap or touch, else 1) */
+    int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
+    int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass */
     /* int8 (FN(qdwconv2d), plane path only); scale == NULL for the float conv */
     const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
     const float *xs, *xz;     /* per channel input scale and zero point (integer valued) */
@@ -536,9 +539,11 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
  *     no partial vectors at the end of narrow rows, no per-plane or per-row
  *     set-up; the stride is only the step between the input pixels read.
  *     Output pixels go to a second buffer [pixel][lane].
- *  3. The activation runs over that buffer (it commutes with the transpose)
- *     unless there is a residual, which must come first; the buffer is then
- *     transposed into the MRT_VL output planes.
+ *  3. Relu / Clip are applied to the accumulators before they are stored
+ *     (cb_clamp); other activations run over that buffer (they commute with
+ *     the transpose); with a residual, which must come first, the activation
+ *     runs after it, on the planes.  The buffer is then transposed into the
+ *     MRT_VL output planes.
  *
  * A last block of fewer than MRT_VL channels reads its last channel again
  * in the missing lanes and stores only the real ones.  The sums are taken in
@@ -589,44 +594,37 @@ static DW_INLINE MRT_TARGET void FN(dw_transpose)(FN(vf) *v) {
 }
 
 /* v[j] = lane j of rows[0..MRT_VL)[q..q + MRT_VL): the transpose of the
- * block.  With `chunks`, its 128-bit stages are done by the loads instead of
- * shuffles: v[4g + i] is assembled from the 4-float chunks g of rows i,
- * 4 + i, 8 + i and 12 + i (one per 128-bit block), which leaves the 4x4
- * transposes within blocks (dw_zip_lanes).  Measured: 9-11 % faster on
- * 56x56 layers (rows filled one at a time), 3-5 % slower on 14x14 ones (the
- * whole plane at once, rows not 64-byte aligned: four times the loads). */
+ * block.  Whole-vector loads, then the shuffle stages of dw_transpose; or,
+ * with `chunks` (16 lanes only, see cb_chunks), the 128-bit stages are done
+ * by the loads instead: v[4g + i] is assembled from the 4-float chunks g of
+ * rows i, 4 + i, 8 + i and 12 + i (one per 128-bit block), which leaves the
+ * 4x4 transposes within blocks (dw_zip_lanes). */
 static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows, long q, FN(vf) *v,
                                                         const int chunks) {
-#if MRT_VL > 4
-    if (!chunks) {
-#pragma GCC unroll 16
-        for (int l = 0; l < MRT_VL; ++l) v[l] = FN(vload)(rows[l] + q);
-        FN(dw_transpose)(v);
+#if MRT_VL == 16
+    if (chunks) {
+        typedef float chunk __attribute__((vector_size(16), aligned(4)));
+        typedef float half __attribute__((vector_size(32)));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                const long at = q + 4 * g;
+                const half lo = __builtin_shufflevector(*(const chunk *)(rows[i] + at), *(const chunk *)(rows[4 + i] + at),
+                                                        0, 1, 2, 3, 4, 5, 6, 7);
+                const half hi = __builtin_shufflevector(*(const chunk *)(rows[8 + i] + at),
+                                                        *(const chunk *)(rows[12 + i] + at), 0, 1, 2, 3, 4, 5, 6, 7);
+                v[4 * g + i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            }
+        FN(dw_zip_lanes)(v);
         return;
     }
-    typedef float chunk __attribute__((vector_size(16), aligned(4)));
-#pragma GCC unroll 4
-    for (int g = 0; g < MRT_VL / 4; ++g)
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-            const chunk c0 = *(const chunk *)(rows[i] + q + 4 * g), c1 = *(const chunk *)(rows[4 + i] + q + 4 * g);
-#if MRT_VL == 8
-            v[4 * g + i] = __builtin_shufflevector(c0, c1, 0, 1, 2, 3, 4, 5, 6, 7);
-#else
-            const chunk c2 = *(const chunk *)(rows[8 + i] + q + 4 * g), c3 = *(const chunk *)(rows[12 + i] + q + 4 * g);
-            typedef float half __attribute__((vector_size(32)));
-            const half lo = __builtin_shufflevector(c0, c1, 0, 1, 2, 3, 4, 5, 6, 7);
-            const half hi = __builtin_shufflevector(c2, c3, 0, 1, 2, 3, 4, 5, 6, 7);
-            v[4 * g + i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-#endif
-        }
-    FN(dw_zip_lanes)(v);
 #else
     (void)chunks;
+#endif
 #pragma GCC unroll 16
     for (int l = 0; l < MRT_VL; ++l) v[l] = FN(vload)(rows[l] + q);
     FN(dw_transpose)(v);
-#endif
 }
 
 /* Input rows [iy0, iy1) of the planes xl[0..MRT_VL) into the band: lane l of
@@ -644,12 +642,16 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill_rows)(const float *const *xl, int
         }
         return;
     }
+    long ix = 0; /* the column of pixel p; d: its place in the band (both carried from group to group) */
+    float *d = dst;
     for (long p = p0; p < p1; p += MRT_VL) {
         const long q = p + MRT_VL <= p1 ? p : p1 - MRT_VL;
         FN(vf) v[MRT_VL];
         FN(dw_load_transposed)(xl, q, v, chunks);
-        long ix = q % wd;
-        float *d = dst + ((q / wd - iy0) * wp + ix) * MRT_VL;
+        if (q != p) { /* the last group, moved back: its own place (the one division per call) */
+            ix = q % wd;
+            d = dst + ((q / wd - iy0) * wp + ix) * MRT_VL;
+        }
 #pragma GCC unroll 16
         for (int j = 0; j < MRT_VL; ++j) {
             FN(vstore)(d, v[j]);
@@ -685,11 +687,28 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_store)(const float *out, long p0, long
     }
 }
 
+/* Relu or Clip on accumulators, the formulas of act_row and vact_cheap (so
+ * NaN and the bounds give the same floats): v < lo ? lo : v, then
+ * v > hi ? hi : v (Relu: lo = 0, hi = +inf). */
+static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_clamp)(FN(vf) v, FN(vf) lo, FN(vf) hi) {
+    v = FN(vsel)(v < lo, lo, v);
+    return FN(vsel)(v > hi, hi, v);
+}
+
+/* The bounds of dw_cb_clamp for a->act. */
+static inline MRT_TARGET void FN(dw_cb_clamp_bounds)(const FN(dw_args) *a, FN(vf) *lo, FN(vf) *hi) {
+    const FN(vf) zero = {0};
+    *lo = zero + (a->act == MRT_ACT_CLIP ? a->a0 : 0.0f);
+    *hi = zero + (a->act == MRT_ACT_CLIP ? a->a1 : __builtin_inff());
+}
+
 /* RB output pixels ox.. of one row from the band rows in[ky] of its kernel
- * rows: constant K x K kernel, stride S, no dilation.  Each kernel row loads
- * its (RB - 1) * S + K input pixels once for all RB outputs. */
-static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const FN(vf) *wv, FN(vf) bv, float *out,
-                                                  int ox, const int K, const int S, const int RB) {
+ * rows: constant K x K kernel, stride S, no dilation, clamped to [lo, hi]
+ * when CLAMP.  Each kernel row loads its (RB - 1) * S + K input pixels once
+ * for all RB outputs. */
+static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
+                                                  FN(vf) hi, float *out, int ox, const int K, const int S,
+                                                  const int RB, const int CLAMP) {
     FN(vf) acc[DW_CB_RB];
 #pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) acc[r] = bv;
@@ -705,20 +724,21 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const 
             for (int r = 0; r < RB; ++r) acc[r] += wv[ky * K + kx] * v[r * S + kx];
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < RB; ++r) FN(vstore)(out + (long)(ox + r) * MRT_VL, acc[r]);
+    for (int r = 0; r < RB; ++r) FN(vstore)(out + (long)(ox + r) * MRT_VL, CLAMP ? FN(dw_cb_clamp)(acc[r], lo, hi) : acc[r]);
 }
 
 /* One output row into out[ox * MRT_VL]: unrolled K x K kernel, stride S.
  * Rows of at least DW_CB_RB pixels go DW_CB_RB at a time, the last group
  * moved back to end at ow (recomputing a few pixels). */
-static DW_INLINE MRT_TARGET void FN(dw_cb_row_fixed)(const float *const *in, const FN(vf) *wv, FN(vf) bv, float *out,
-                                                     int ow, const int K, const int S) {
+static DW_INLINE MRT_TARGET void FN(dw_cb_row_fixed)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
+                                                     FN(vf) hi, float *out, int ow, const int K, const int S,
+                                                     const int CLAMP) {
     if (ow < DW_CB_RB) {
-        for (int ox = 0; ox < ow; ++ox) FN(dw_cb_pixels)(in, wv, bv, out, ox, K, S, 1);
+        for (int ox = 0; ox < ow; ++ox) FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 1, CLAMP);
         return;
     }
     for (int ox = 0; ox < ow; ox += DW_CB_RB)
-        FN(dw_cb_pixels)(in, wv, bv, out, ox + DW_CB_RB <= ow ? ox : ow - DW_CB_RB, K, S, DW_CB_RB);
+        FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox + DW_CB_RB <= ow ? ox : ow - DW_CB_RB, K, S, DW_CB_RB, CLAMP);
 }
 
 /* in[ky] = the band row of kernel row ky of an output row whose top row is
@@ -740,19 +760,21 @@ static inline MRT_TARGET int FN(dw_cb_next_slot)(const FN(dw_args) *a, int slot)
 }
 
 /* Output rows [oy_a, oy_b) into out (row oy at (oy - oy_a) * ow vectors),
- * unrolled K x K kernel and stride S; the weights stay in registers across
- * the rows. */
+ * unrolled K x K kernel and stride S, clamped when CLAMP (a->cb_clamp); the
+ * weights stay in registers across the rows. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_rows_fixed)(const FN(dw_args) *a, const float *band, int r0, int oy_a,
                                                       int oy_b, const FN(vf) *wv, FN(vf) bv, float *out, const int K,
-                                                      const int S) {
+                                                      const int S, const int CLAMP) {
     const long rs = a->cb_wp * MRT_VL;
+    FN(vf) lo = {0}, hi = {0};
+    if (CLAMP) FN(dw_cb_clamp_bounds)(a, &lo, &hi);
     int slot = (oy_a * S - r0) % a->cb_span;
     for (int oy = oy_a; oy < oy_b; ++oy, slot = FN(dw_cb_next_slot)(a, slot)) {
         const float *in[7]; /* K <= 7; no dilation: consecutive slots */
 #pragma GCC unroll 8
         for (int ky = 0; ky < K; ++ky)
             in[ky] = band + (long)(slot + ky < a->cb_span ? slot + ky : slot + ky - a->cb_span) * rs;
-        FN(dw_cb_row_fixed)(in, wv, bv, out + (long)(oy - oy_a) * a->ow * MRT_VL, a->ow, K, S);
+        FN(dw_cb_row_fixed)(in, wv, bv, lo, hi, out + (long)(oy - oy_a) * a->ow * MRT_VL, a->ow, K, S, CLAMP);
     }
 }
 
@@ -761,6 +783,8 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_rows_fixed)(const FN(dw_args) *a, cons
 static MRT_TARGET void FN(dw_cb_rows_generic)(const FN(dw_args) *a, const float *band, int r0, int oy_a, int oy_b,
                                               const FN(vf) *wv, FN(vf) bv, float *out, const float **in) {
     const int kh = a->kh, kw = a->kw, ow = a->ow;
+    FN(vf) lo, hi;
+    FN(dw_cb_clamp_bounds)(a, &lo, &hi);
     int slot = (oy_a * a->sh - r0) % a->cb_span;
     for (int oy = oy_a; oy < oy_b; ++oy, slot = FN(dw_cb_next_slot)(a, slot)) {
         FN(dw_cb_kernel_rows)(a, band, slot, in);
@@ -771,7 +795,7 @@ static MRT_TARGET void FN(dw_cb_rows_generic)(const FN(dw_args) *a, const float 
                 const float *row = in[ky] + (long)ox * a->sw * MRT_VL;
                 for (int kx = 0; kx < kw; ++kx) acc += wv[ky * kw + kx] * FN(vload)(row + (long)kx * a->dw * MRT_VL);
             }
-            FN(vstore)(o + (long)ox * MRT_VL, acc);
+            FN(vstore)(o + (long)ox * MRT_VL, a->cb_clamp ? FN(dw_cb_clamp)(acc, lo, hi) : acc);
         }
     }
 }
@@ -785,13 +809,20 @@ static MRT_TARGET void FN(dw_cb_rows)(const FN(dw_args) *a, const float *band, i
     }
     FN(vf) wk[49]; /* a local copy: stores to out cannot alias it, so the weights stay in registers */
     for (int t = 0; t < a->kh * a->kw; ++t) wk[t] = wv[t];
-    switch (a->kh * 10 + a->sh) {
-    case 31: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1); break;
-    case 32: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2); break;
-    case 51: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1); break;
-    case 52: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2); break;
-    case 71: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1); break;
-    default: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2); break;
+    /* kernel, stride, clamp */
+    switch ((a->kh * 10 + a->sh) * 2 + (a->cb_clamp != 0)) {
+    case 62: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 0); break;
+    case 63: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 1); break;
+    case 64: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 0); break;
+    case 65: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 1); break;
+    case 102: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 0); break;
+    case 103: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 1); break;
+    case 104: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 0); break;
+    case 105: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 1); break;
+    case 142: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 0); break;
+    case 143: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 1); break;
+    case 144: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 0); break;
+    default: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 1); break;
     }
 }
 
@@ -816,7 +847,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const floa
 static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *out, int oy0, int oy1,
                                                    float *const *yl, const float *const *zl, int nch) {
     const long p0 = (long)oy0 * a->ow, len = (long)(oy1 - oy0) * a->ow;
-    if (a->act && !a->z) FN(act_row)(out, len * MRT_VL, a->act, a->a0, a->a1);
+    if (a->act && !a->z && !a->cb_clamp) FN(act_row)(out, len * MRT_VL, a->act, a->a0, a->a1);
     FN(dw_cb_store)(out, p0, p0 + len, yl, nch);
     if (a->z)
         for (int l = 0; l < nch; ++l) FN(dw_residual_act)(a, yl[l] + p0, zl[l] + p0, len);
@@ -830,10 +861,14 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *o
  * rows of the item are transposed into the band first, then every output
  * row is computed into out and all are stored together (small planes: the
  * transposes and stores see as many pixels at once as possible).  With
- * cb_ring, the band is a ring of kh rows (slot = row % cb_span), each input
- * row is transposed once just before the first output row that needs it, and
- * each output row is stored as soon as it is computed, so the band and out
- * stay in L1 however large the plane. */
+ * cb_ring, the band is a ring of cb_span rows (slot = (row - r0) % cb_span),
+ * each input row is transposed once just before the first output row that
+ * needs it, and each output row is stored as soon as it is computed, so the
+ * band and out stay in L1 however large the plane.  With stride 2 the rows
+ * are transposed in pairs (cb_ring_rows; cb_span a multiple of it, so a pair
+ * has consecutive slots): the two rows are contiguous in the planes, so a
+ * 56-pixel row pair is 7 groups of MRT_VL pixels where two single rows were
+ * 8 (the last group of each moved back), and there is one fill per output row. */
 static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band, float *out, FN(vf) *wv,
                                       const float **in) {
     const int c = a->c, kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
@@ -867,11 +902,15 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
         FN(dw_cb_finish)(a, out, oy0, oy1, yl, zl, nch);
         return;
     }
-    int next = r0; /* the next padded row to transpose */
+    const int step = a->cb_ring_rows;
+    int next = r0; /* the next padded row to transpose (r0 + a multiple of step) */
     for (int oy = oy0; oy < oy1; ++oy) {
-        if (next < oy * a->sh) next = oy * a->sh; /* rows between the windows (stride > kernel) are not read */
-        for (const int last = oy * a->sh + (kh - 1) * a->dh; next <= last; ++next)
-            FN(dw_cb_fill)(a, xl, next, 1, band + (long)((next - r0) % a->cb_span) * rs, 1);
+        if (next < oy * a->sh) next = oy * a->sh; /* rows between the windows (stride > kernel; step 1) are not read */
+        for (const int last = oy * a->sh + (kh - 1) * a->dh; next <= last; next += step)
+            if (a->cb_chunks)
+                FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 1);
+            else
+                FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 0);
         FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out, in);
         FN(dw_cb_finish)(a, out, oy, oy + 1, yl, zl, nch);
     }
@@ -931,6 +970,7 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     /* int8 stays on the plane path: the channel-blocked fill, bias and epilogue are float only
      * (and on VNNI hosts most int8 layers take qdwconv_vnni.h anyway; docs/decisions.md, D-qdw) */
     a.blocked = !a.scale && FN(dw_use_blocked)(oh, ow);
+    a.cb_clamp = a.blocked && !a.z && (a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP);
     long items, band; /* work items (threads split them) and output rows per item */
     if (a.blocked) {
         /* a band row: the input at column pl and every pixel the last output reads */
@@ -968,7 +1008,16 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     }
     a.band_rows = (int)band;
     a.nbands = (int)((oh + band - 1) / band);
-    a.cb_span = a.cb_ring ? (kh - 1) * dh + 1 : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
+    const int span = (kh - 1) * dh + 1; /* padded rows one output row reads */
+    a.cb_ring_rows = a.cb_ring && sh <= span ? sh : 1;
+    /* 16 lanes: whole-vector loads from rows of a multiple of 16 pixels (every group of a row starts where
+     * the row does, modulo 64 bytes), chunks otherwise (whole vectors that straddle cache lines measured
+     * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
+     * plane path's rows and 8 lanes always take whole vectors. */
+    a.cb_chunks = MRT_VL == 16 && a.cb_ring && wd % MRT_VL != 0;
+    /* a ring holds the rows of the current window and those filled ahead of it with the window's last row */
+    a.cb_span = a.cb_ring ? (span + a.cb_ring_rows - 1) / a.cb_ring_rows * a.cb_ring_rows
+                          : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
     const long work = band * ow * kh * kw * (a.blocked ? MRT_VL : 1);
     mrt_parallel_for(items * a.nbands, work, nthreads, a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
 }

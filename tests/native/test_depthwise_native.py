@@ -249,3 +249,39 @@ def test_depthwise_through_fused_conv(act, every_isa, threads):
         y = nn._conv2d_native(x, wt, b, res, (8, 9), (5, 5), (2, 2), (1, 1), (2, 2), 6, code, a0, a1)
         ref = fn(base + (0 if res is None else res))
         np.testing.assert_allclose(y, ref, rtol=RTOL, atol=1e-4)
+
+
+# MobileNet's stride-2 layers (spatial sizes as in the model, fewer channels, partial blocks) and the
+# other kernels of the channel-blocked path: Relu / Clip are applied to its accumulators (dw_cb_clamp)
+STRIDE2_AND_BLOCKED = [
+    (2, 19, 112, 112, 3, 2, (1, 1, 1, 1), 1),  # ring of rows, batch 2, partial block
+    (1, 32, 56, 56, 3, 2, (1, 1, 1, 1), 1),
+    (1, 20, 28, 28, 3, 2, (1, 1, 1, 1), 1),  # bands of rows
+    (2, 17, 14, 14, 3, 2, (1, 1, 1, 1), 1),  # whole planes (7x7 outputs)
+    (1, 18, 29, 31, 3, 2, (0, 1, 1, 0), 1),  # odd sizes, asymmetric pads
+    (1, 17, 36, 36, 5, 2, (2, 2, 2, 2), 1),
+    (1, 18, 9, 9, 3, 1, (2, 2, 2, 2), 2),  # generic kernel (dilated)
+    (1, 18, 8, 8, 3, 3, (1, 1, 1, 1), 1),  # generic kernel (stride 3)
+]
+
+
+@pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED, ids=[str(c) for c in STRIDE2_AND_BLOCKED])
+def test_depthwise_relu_clip_equal_the_unfused_conv_then_the_activation(case, every_isa, threads):
+    """Fused Relu / Clip give exactly max / clip of the unfused conv (the same sums), NaN kept, and
+    match the float64 reference."""
+    x, wt, b = _inputs(case, seed=4)
+    x *= 3.0  # reach both bounds of the clip
+    x[-1, -1, 5, 6] = np.nan
+    _, _, _, _, k, s, pads, d = case
+    plain = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(x, wt, b, plain, (k, k), (s, s), (d, d), pads[:2])
+    finite = ~np.isnan(plain)
+    assert (~finite).any() and finite.any()
+    ref = reference_depthwise(x, wt, b, (s, s), pads, (d, d))
+    np.testing.assert_allclose(plain[finite], ref[finite], rtol=RTOL, atol=ATOL)
+    for code, a0, a1, fn in ((1, 0.0, 0.0, lambda v: np.maximum(v, np.float32(0))),
+                             (2, 0.0, 6.0, lambda v: np.clip(v, np.float32(0), np.float32(6))),
+                             (2, -1.5, 0.5, lambda v: np.clip(v, np.float32(-1.5), np.float32(0.5)))):
+        y = np.full(_out_shape(case), np.nan, np.float32)
+        native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], code, a0, a1)
+        np.testing.assert_array_equal(y, fn(plain))  # NaN where plain has NaN (assert_array_equal: NaN == NaN)
