@@ -180,6 +180,38 @@ def test_isa_and_thread_changes_record_the_program_again(digits, images):
         np.testing.assert_array_equal(sess.run(None, {"image": x})[0], nodes.run(None, {"image": x})[0])
 
 
+def test_fp16_weights_materialized_once_run_as_a_program(images):
+    """fp16 artifacts keep their weights in half precision and materialize them in float32 once
+    (DequantizeWeights, read-only, the same array every run): those nodes are constants of the program."""
+    data = build(str(DIGITS / "digits_cnn.onnx"), None, quantize="fp16").data
+    sess = minirt.Session(data, threads=1)
+    nodes = minirt.Session(data, threads=1, native_program=False)
+    for i in range(5):
+        x = np.ascontiguousarray(images[i:i + 1])
+        np.testing.assert_array_equal(sess.run(None, {"image": x})[0], nodes.run(None, {"image": x})[0])
+    assert _program_of(sess).endswith("native calls"), _program_of(sess)
+
+
+def test_a_constant_node_must_give_a_read_only_array():
+    """A node that makes no call may be a constant of the program only with a read-only result (one
+    that nothing can refill between runs); otherwise the run stays node by node."""
+
+    class Step:
+        subgraphs, outs = (), (0,)
+        node = type("Node", (), {"name": "n"})()
+        op = type("Op", (), {"op_type": "DequantizeWeights"})()
+
+    for writeable in (False, True):
+        y = np.ones(4, np.float32)
+        y.flags.writeable = writeable
+        with program.Recorder() as rec:
+            rec.begin()
+            native.constant_result(y)
+            rec.end(Step(), (), y)
+        assert (rec.refused is None) == (not writeable), rec.refused
+        assert rec.constants == ([] if writeable else [y])
+
+
 def test_dynamic_quantization_is_never_replayed(digits, images):
     """int8-dynamic derives its scales from each input: a recorded call would keep the first ones."""
     sess = minirt.Session(digits["int8-dynamic"], threads=1)

@@ -127,10 +127,12 @@ class _Recording(threading.local):
 
     ``calls``: while a session records, the list the prepared calls below append each native call
     they make to (None otherwise: the only cost outside a recording is that one test per call).
-    ``final``: the array the running node's kernel declared its complete result (:func:`final`)."""
+    ``final``: the array the running node's kernel declared its complete result (:func:`final`);
+    ``constant``: the one it declared a constant (:func:`constant_result`)."""
 
     calls = None
     final = None
+    constant = None
 
 
 _recording = _Recording()
@@ -153,6 +155,15 @@ def final(y):
     (a program replays the calls alone).  Outside a recording it only returns ``y``."""
     if _recording.calls is not None:
         _recording.final = y
+    return y
+
+
+def constant_result(y):
+    """Declare ``y`` the running node's result and a constant, and return it: the same read-only array
+    on every run (a weight materialized once), which a program needs no call to make and reads as it
+    reads the model's constants.  Outside a recording it only returns ``y``."""
+    if _recording.calls is not None:
+        _recording.constant = y
     return y
 
 

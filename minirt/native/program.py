@@ -41,26 +41,28 @@ class Recorder:
     """Records a run's native calls, node by node (:meth:`begin`, :meth:`end`), on this thread.
 
     Use as a context manager around the run.  ``steps`` gets, per node, its calls, or None for a
-    view node; ``refused`` is the first reason the run cannot be a program (None while it can)."""
+    view node or a constant one (its result in ``constants``: ``native.constant_result``);
+    ``refused`` is the first reason the run cannot be a program (None while it can)."""
 
     def __init__(self):
         self.steps: list = []
+        self.constants: list = []
         self.refused: str | None = None
         self._first = 0
 
     def __enter__(self):
         _native._recording.calls = []
-        _native._recording.final = None
+        _native._recording.final = _native._recording.constant = None
         return self
 
     def __exit__(self, *exc):
         _native._recording.calls = None
-        _native._recording.final = None
+        _native._recording.final = _native._recording.constant = None
         return False
 
     def begin(self) -> None:
         self._first = len(_native._recording.calls)
-        _native._recording.final = None
+        _native._recording.final = _native._recording.constant = None
 
     def end(self, step, args, result) -> None:
         """After a node ran: keep its calls, or say why it cannot be replayed."""
@@ -74,6 +76,11 @@ class Recorder:
             self.steps.append(calls)
             return
         elif not calls and step.op.op_type in VIEW_OPS and _is_view_of(result, args[0] if args else None):
+            self.steps.append(None)
+            return
+        elif (not calls and _native._recording.constant is result and type(result) is np.ndarray
+              and not result.flags.writeable):
+            self.constants.append(result)
             self.steps.append(None)
             return
         else:
@@ -140,7 +147,7 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
     if recorder.refused is not None:
         return recorder.refused
     feeds = {v: _span(a) for v, a in inputs.items() if type(a) is np.ndarray and a.nbytes}  # slot -> span
-    constant_spans = [_span(a) for a in constants if type(a) is np.ndarray and a.nbytes]
+    constant_spans = [_span(a) for a in list(constants) + recorder.constants if type(a) is np.ndarray and a.nbytes]
     written = [arena_span]  # memory whose contents the program itself makes
     keep, patches, flat, step_of_call = [], [], [], []
     for u, calls in enumerate(recorder.steps):
