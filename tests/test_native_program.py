@@ -283,6 +283,54 @@ def test_global_average_pool_heads_run_as_programs():
     assert _program_of(sess).endswith("native calls"), _program_of(sess)
 
 
+def _yolo_block() -> onnx.ModelProto:
+    """A YOLOv8-style block: conv, Split into two channel halves, a bottleneck with a residual Add, the
+    halves Concat'ed, a nearest 2x Resize, Sub / Mul / Div of same-shape maps, a last 1x1 conv."""
+    rng = np.random.default_rng(4)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+
+    inits = [w("w1", 8, 3, 3, 3), w("w2", 4, 4, 3, 3), w("w3", 4, 4, 3, 3), w("w4", 6, 12, 1, 1), w("w5", 6, 6, 1, 1),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+             numpy_helper.from_array(np.array([4, 4], np.int64), "halves")]
+    nodes = [h.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
+             h.make_node("Split", ["r1", "halves"], ["s0", "s1"], axis=1),
+             h.make_node("Conv", ["s1", "w2"], ["b1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["b1"], ["b1r"]),
+             h.make_node("Conv", ["b1r", "w3"], ["b2"], pads=[1, 1, 1, 1]), h.make_node("Add", ["s1", "b2"], ["res"]),
+             h.make_node("Concat", ["s0", "s1", "res"], ["cat"], axis=1),
+             h.make_node("Conv", ["cat", "w4"], ["c4"]),
+             h.make_node("Resize", ["c4", "", "scales"], ["up"], mode="nearest"),
+             h.make_node("Sub", ["up", "up"], ["z"]), h.make_node("Mul", ["up", "up"], ["sq"]),
+             h.make_node("Add", ["sq", "z"], ["sq2"]), h.make_node("Div", ["sq2", "up"], ["q"]),
+             h.make_node("Conv", ["q", "w5"], ["y"])]  # (a graph output has no arena buffer: Div is not last)
+    graph = h.make_graph(nodes, "yolo_block", [h.make_tensor_value_info("x", TP.FLOAT, [1, 3, 10, 14])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [1, 6, 20, 28])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_split_concat_add_resize_run_as_a_program(threads):
+    """Split (channel parts of the input: views), Concat (one native row copy per input), same-shape
+    Add / Sub / Mul / Div (one native pass) and nearest Resize are recorded too: the block runs as a
+    program, bit for bit as node by node, and matches onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _yolo_block()
+    data = build(model, None).data
+    sess = minirt.Session(data, threads=threads)
+    nodes = minirt.Session(data, threads=threads, native_program=False)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        x = rng.standard_normal((1, 3, 10, 14)).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, nodes.run(None, {"x": x})[0])
+        np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert _program_of(sess).endswith("native calls"), _program_of(sess)
+
+
 def test_a_failing_call_names_its_node(digits, images):
     sess = minirt.Session(digits["float"], threads=1)
     x = np.ascontiguousarray(images[:1])

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.kernels.registry import kernel
 
 # --------------------------------------------------------------------------- helpers
@@ -105,6 +106,17 @@ def _fits_out(out, x: np.ndarray, shape: tuple) -> bool:
     )
 
 
+def _same_shape_f32(a, b, out) -> bool:
+    """Whether ``a op b`` into ``out`` is one native pass (mrt_binary_f32): float32 C-contiguous arrays of
+    one shape."""
+    return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == _F32 and a.shape == b.shape
+            and a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous and _native.available
+            and _native.has_element_kernels())
+
+
+_F32 = np.dtype(np.float32)
+
+
 def _binary_out(out, a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a op b`` may be written into ``out``: exactly its shape and (float) dtype.
 
@@ -136,6 +148,8 @@ def _make_binary(op: str, fn, out_bool: bool = False):
     Add/Sub/Mul/Div at since 7 take an ``out`` buffer (float results only)."""
     ufunc = _BINARY_UFUNC.get(op)
 
+    native_op = _native.BINARY_OPS.get(op)
+
     if ufunc is None:
         def modern(a, b):
             _check_same_dtype(op, a, b)
@@ -145,6 +159,12 @@ def _make_binary(op: str, fn, out_bool: bool = False):
         def modern(a, b, *, out=None):
             _check_same_dtype(op, a, b)
             if out is not None and _binary_out(out, a, b):
+                if _same_shape_f32(a, b, out):
+                    # one native pass (the same IEEE operation as the ufunc); only the session passes
+                    # ``out`` (the memory plan's buffer), so this is the node's own call: a program may
+                    # replay it
+                    _native.binary(native_op, a, b, out)
+                    return _native.final(out)
                 ufunc(a, b, out=out)
                 return out
             return _as_array(fn(a, b), a.dtype)

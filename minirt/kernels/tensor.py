@@ -264,16 +264,45 @@ def _concat(inputs, axis: int, out=None) -> np.ndarray:
         raise ValueError(f"Concat: {exc}") from None
 
 
+def _concat_native(inputs, axis: int, out) -> np.ndarray | None:
+    """Concat of float32 C-contiguous arrays into ``out`` (the memory plan's buffer: C-contiguous,
+    exactly the result, overlapping no input) with one native row copy per input, or None.  Each input
+    is rows of prod(shape[axis:]) values (one row per index of the axes before ``axis``), placed side
+    by side in the result's rows."""
+    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous or not _native.has_element_kernels():
+        return None
+    arrays = [x for x in inputs if x is not None]
+    if not arrays or any(type(x) is not np.ndarray or x.dtype != np.float32 or x.ndim != out.ndim
+                         or not x.flags.c_contiguous for x in arrays):
+        return None
+    ax = axis + out.ndim if axis < 0 else axis
+    if not 0 <= ax < out.ndim or sum(x.shape[ax] for x in arrays) != out.shape[ax] or any(
+            x.shape[:ax] + x.shape[ax + 1:] != out.shape[:ax] + out.shape[ax + 1:] for x in arrays):
+        return None  # (the numpy path raises the error)
+    if any(np.may_share_memory(x, out) for x in arrays):
+        return None
+    rows = math.prod(out.shape[:ax])
+    dst_ld = math.prod(out.shape[ax:])
+    offset = 0
+    for x in arrays:
+        cols = math.prod(x.shape[ax:])
+        _native.copy_rows(x, out, offset, rows, cols, cols, dst_ld)
+        offset += cols
+    return out
+
+
 @kernel("Concat", since=1, out=True)
 def concat_1(*inputs, axis: int = 1, out=None):
-    return _concat(inputs, axis, out)
+    y = _concat_native(inputs, axis, out) if _native.available else None
+    return _concat(inputs, axis, out) if y is None else _native.final(y)  # (a program may replay it)
 
 
 @kernel("Concat", since=4, out=True)
 def concat(*inputs, axis: int | None = None, out=None):
     if axis is None:
         raise ValueError("Concat: the 'axis' attribute is required")
-    return _concat(inputs, axis, out)
+    y = _concat_native(inputs, axis, out) if _native.available else None
+    return _concat(inputs, axis, out) if y is None else _native.final(y)  # (a program may replay it)
 
 
 def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n_outputs: int, uneven: bool) -> tuple:
@@ -1098,7 +1127,8 @@ def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, **kw) -> np
         if plan is not None:
             out_shape, fh, fw = plan
             check_alloc(out_shape, x.dtype, "Resize output")
-            return _repeat(x, out_shape, fh, fw)
+            # (every caller returns it as is: with its one native pass (float32), a program may replay it)
+            return _native.final(_repeat(x, out_shape, fh, fw))
     out_shape, full_scales, roi_pairs = _resolve_resize_inputs(x, roi, scales, sizes, axes, policy, kw["coord_mode"])
     y = _resize(x, out_shape, full_scales, roi=roi_pairs, **kw)
     if key is not None:

@@ -704,7 +704,35 @@ def upsample_nearest(x, y, fh: int, fw: int) -> None:
     """y (..., H*fh, W*fw) = x (..., H, W) with every pixel repeated fh x fw times; both contiguous float32."""
     h, wd = x.shape[-2:]
     planes = x.size // (h * wd) if h * wd else 0
-    _lib.mrt_upsample_nearest_f32(_ptr(x), _ptr(y), planes, h, wd, fh, fw, threads())
+    args = (_ptr(x), _ptr(y), planes, h, wd, fh, fw, threads())
+    _lib.mrt_upsample_nearest_f32(*args)
+    if _recording.calls is not None:
+        _record(_lib.mrt_upsample_nearest_f32, args, ((0, x),), ((1, y),))
+
+
+def has_element_kernels() -> bool:
+    """True when the loaded module has the row copy and same-shape binary kernels (not older ones)."""
+    return _lib is not None and hasattr(_lib, "mrt_binary_f32")
+
+
+def copy_rows(src, y, offset: int, rows: int, cols: int, src_ld: int, dst_ld: int) -> None:
+    """y.flat[offset + r * dst_ld + c] = src.flat[r * src_ld + c] for r < rows, c < cols; ``src`` and
+    ``y`` C-contiguous float32 arrays (the copy stays inside them: the caller's check)."""
+    args = (_ptr(src), src_ld, _ptr(y) + offset, dst_ld, rows, cols, threads())
+    _lib.mrt_copy_rows_f32(*args)
+    if _recording.calls is not None:
+        _record(_lib.mrt_copy_rows_f32, args, ((0, src),), ((2, y),))
+
+
+BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}  # mrt_binary_f32's op codes (MRT_BINARY_*)
+
+
+def binary(op: int, a, b, y) -> None:
+    """y = a op b elementwise (``BINARY_OPS``), all float32, C-contiguous, of one shape (y may be a or b)."""
+    args = (op, _ptr(a), _ptr(b), _ptr(y), y.size, threads())
+    _lib.mrt_binary_f32(*args)
+    if _recording.calls is not None:
+        _record(_lib.mrt_binary_f32, args, ((1, a), (2, b)), ((3, y),))
 
 
 def plane_means(x, y) -> None:

@@ -1074,6 +1074,62 @@ void mrt_upsample_nearest_f32(const float *x, float *y, long planes, int h, int 
     upsample_nearest_base(x, y, planes, h, wd, fh, fw, nthreads);
 }
 
+/* mrt_copy_rows_f32: rows split over the threads (a copy is bound by memory: threads pay from
+ * ~128 KB, MRT_MIN_WORK_PER_THREAD counting one unit per 4 floats). */
+typedef struct {
+    const float *src;
+    float *dst;
+    long src_ld, dst_ld, cols;
+} copy_rows_args;
+
+static void copy_rows_task(void *ctx, long begin, long end) {
+    const copy_rows_args *a = (const copy_rows_args *)ctx;
+    for (long r = begin; r < end; ++r) memcpy(a->dst + r * a->dst_ld, a->src + r * a->src_ld, sizeof(float) * a->cols);
+}
+
+void mrt_copy_rows_f32(const float *src, long src_ld, float *dst, long dst_ld, long rows, long cols, int nthreads) {
+    if (rows <= 0 || cols <= 0) return;
+    copy_rows_args a = {src, dst, src_ld, dst_ld, cols};
+    mrt_parallel_for(rows, cols / 4, nthreads, copy_rows_task, &a);
+}
+
+/* mrt_binary_f32: chunks of 4096 values over the threads; plain loops the compiler vectorizes
+ * (each value's operation is the IEEE one numpy's ufunc computes: identical results). */
+typedef struct {
+    int op;
+    const float *a, *b;
+    float *y;
+    long n;
+} binary_args;
+
+#define MRT_BINARY_CHUNK 4096L
+
+static void binary_task(void *ctx, long begin, long end) {
+    const binary_args *t = (const binary_args *)ctx;
+    const long i0 = begin * MRT_BINARY_CHUNK, i1 = end * MRT_BINARY_CHUNK < t->n ? end * MRT_BINARY_CHUNK : t->n;
+    const float *a = t->a, *b = t->b;
+    float *y = t->y;
+    switch (t->op) {
+    case MRT_BINARY_ADD:
+        for (long i = i0; i < i1; ++i) y[i] = a[i] + b[i];
+        break;
+    case MRT_BINARY_SUB:
+        for (long i = i0; i < i1; ++i) y[i] = a[i] - b[i];
+        break;
+    case MRT_BINARY_MUL:
+        for (long i = i0; i < i1; ++i) y[i] = a[i] * b[i];
+        break;
+    default:
+        for (long i = i0; i < i1; ++i) y[i] = a[i] / b[i];
+    }
+}
+
+void mrt_binary_f32(int op, const float *a, const float *b, float *y, long n, int nthreads) {
+    if (n <= 0) return;
+    binary_args t = {op, a, b, y, n};
+    mrt_parallel_for((n + MRT_BINARY_CHUNK - 1) / MRT_BINARY_CHUNK, MRT_BINARY_CHUNK / 4, nthreads, binary_task, &t);
+}
+
 void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int nthreads) {
 #ifdef MRT_HAVE_AVX2_BUILD
     if (layout_avx2()) {

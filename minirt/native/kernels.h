@@ -224,6 +224,15 @@ int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero,
 void mrt_upsample_nearest_f32(const float *x, float *y, long planes, int h, int wd, int fh, int fw, int nthreads);
 /* y[p] = mean of plane p of x (planes, plane). */
 void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int nthreads);
+/* dst[r * dst_ld + c] = src[r * src_ld + c] for r < rows, c < cols (float32; Concat of C-contiguous
+ * inputs: one call per input, its rows of prod(shape[axis:]) values placed side by side). */
+void mrt_copy_rows_f32(const float *src, long src_ld, float *dst, long dst_ld, long rows, long cols, int nthreads);
+/* y[i] = a[i] op b[i] for i < n (float32, same shape; y may be a or b): op 0 add, 1 sub, 2 mul, 3 div. */
+#define MRT_BINARY_ADD 0
+#define MRT_BINARY_SUB 1
+#define MRT_BINARY_MUL 2
+#define MRT_BINARY_DIV 3
+void mrt_binary_f32(int op, const float *a, const float *b, float *y, long n, int nthreads);
 /* ConvTranspose with stride == kernel, no padding, dilation 1, one group: x (n, c, h, wd),
  * wt (m*kh*kw, c) the weight (c, m, kh, kw) transposed, bias (m*kh*kw) per GEMM row or NULL,
  * y (n, m, h*kh, wd*kw) = act(conv_transpose(x) + bias).  Returns 0, or -1 without scratch memory. */
@@ -262,6 +271,9 @@ typedef struct {
 #define MRT_CALL_QCONV2D_POOL_F32 10
 #define MRT_CALL_QMATMUL_F32 11
 #define MRT_CALL_PLANE_MEANS_F32 12
+#define MRT_CALL_COPY_ROWS_F32 13
+#define MRT_CALL_BINARY_F32 14
+#define MRT_CALL_UPSAMPLE_NEAREST_F32 15
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -35,6 +35,9 @@ _program_run = getattr(_native._lib, "mrt_program_run", None)
 
 # Nodes whose result may be a view of their input (same memory, nothing computed): a program skips them.
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+# ... and nodes whose several results may be views of parts of their input (Split along an axis whose
+# parts are contiguous, e.g. channels of one image).
+PART_VIEW_OPS = frozenset({"Split"})
 
 
 class Recorder:
@@ -70,8 +73,13 @@ class Recorder:
             return
         calls = _native._recording.calls[self._first:]
         name = f"node {step.node.name!r} ({step.op.op_type})"
+        x = args[0] if args else None
+        if (len(step.outs) > 1 and not calls and step.op.op_type in PART_VIEW_OPS and type(result) is tuple
+                and all(_is_part_of(r, x) for r in result)):
+            self.steps.append(None)
+            return
         if step.subgraphs or len(step.outs) != 1:
-            self.refused = f"{name} has subgraphs or several outputs"
+            self.refused = f"{name} has subgraphs or several outputs that are not parts of its input"
         elif calls and _native._recording.final is result:
             self.steps.append(calls)
             return
@@ -93,6 +101,17 @@ def _is_view_of(result, x) -> bool:
     return (type(result) is np.ndarray and type(x) is np.ndarray and result.flags.c_contiguous
             and x.flags.c_contiguous and result.nbytes == x.nbytes
             and (result.nbytes == 0 or result.ctypes.data == x.ctypes.data))
+
+
+def _is_part_of(part, x) -> bool:
+    """Whether ``part`` is a C-contiguous view of bytes inside ``x``'s memory (x C-contiguous)."""
+    if type(part) is not np.ndarray or type(x) is not np.ndarray or not (part.flags.c_contiguous
+                                                                          and x.flags.c_contiguous):
+        return False
+    if part.nbytes == 0:
+        return True
+    lo, hi = _span(x)
+    return lo <= part.ctypes.data and part.ctypes.data + part.nbytes <= hi
 
 
 def _span(a: np.ndarray) -> tuple[int, int]:

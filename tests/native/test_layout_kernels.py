@@ -186,3 +186,51 @@ def test_max_pool_stride1_nan_and_auto_pad(every_isa):
         with numpy_path():
             ref = nn.max_pool_10(x, kernel_shape=(3, 3), pads=(1, 1, 1, 1), strides=(1, 1), **kw)
         assert np.array_equal(y, ref, equal_nan=True)
+
+
+# --------------------------------------------------------------------------- Concat and same-shape binary ops
+# (mrt_copy_rows_f32 and mrt_binary_f32: the native passes of Concat / Add / Sub / Mul / Div into the memory
+# plan's buffer, D32), against numpy
+
+
+@pytest.mark.parametrize("shapes,axis", [([(1, 2, 3, 4), (1, 5, 3, 4), (1, 1, 3, 4)], 1),
+                                         ([(3, 2, 5), (3, 2, 1), (3, 2, 7)], -1),
+                                         ([(2, 3), (4, 3)], 0),
+                                         ([(2, 4, 3, 3), (2, 4, 3, 3)], 1),  # batch 2: rows per image
+                                         ([(1, 8, 2, 9), (1, 8, 5, 9)], 2),
+                                         ([(2, 0, 3), (2, 4, 3)], 1)])  # an empty input
+def test_concat_native_rows(every_isa, threads, shapes, axis):
+    xs = [_rand(s, seed=i) for i, s in enumerate(shapes)]
+    ref = np.concatenate(xs, axis=axis)
+    out = np.full(ref.shape, np.nan, np.float32)
+    y = tensor.concat(*xs, axis=axis, out=out)
+    assert y is out and np.array_equal(y, ref)
+    # not taken (the numpy path, same result): a non-contiguous input, no out buffer, float64
+    xs2 = [np.asfortranarray(xs[0])] + xs[1:]
+    assert np.array_equal(tensor.concat(*xs2, axis=axis, out=np.empty_like(ref)), ref)
+    assert np.array_equal(tensor.concat(*xs, axis=axis), ref)
+    x64 = [x.astype(np.float64) for x in xs]
+    assert np.array_equal(tensor.concat(*x64, axis=axis, out=np.empty(ref.shape)), ref.astype(np.float64))
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("shape", [(1, 7), (2, 3, 33, 65), (3 * 4096 + 5,)])  # several 4096-value chunks
+def test_binary_native_same_shape(every_isa, threads, op, shape):
+    from minirt.kernels.registry import lookup
+
+    fn = lookup("", op, 17).fn
+    ufunc = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op]
+    a, b = _rand(shape, 1), _rand(shape, 2)
+    a.flat[:4] = [np.nan, np.inf, -np.inf, 0.0]
+    b.flat[:4] = [1.0, np.inf, 2.0, 0.0]
+    with np.errstate(all="ignore"):
+        ref = ufunc(a, b)
+        out = np.full(shape, 7.0, np.float32)
+        y = fn(a, b, out=out)
+        assert y is out
+        np.testing.assert_array_equal(y, ref)  # (the same IEEE operation: equal bits, NaN where numpy's)
+        inplace = a.copy()
+        np.testing.assert_array_equal(fn(inplace, b, out=inplace), ref)  # out may be an input
+        # broadcasting: the numpy ufunc, as before
+        np.testing.assert_array_equal(fn(a, b.reshape(-1)[:1].reshape((1,) * len(shape)), out=np.empty_like(a)),
+                                      ufunc(a, b.reshape(-1)[0]))
