@@ -432,6 +432,7 @@ class _ReplayShortcut:
         finally:
             aplan.checkin(arena)
 
+
 # MINIRT_MEMPLAN_CHECK=1 (tests): before each kernel call with an arena buffer, assert that the buffer
 # overlaps none of the step's inputs nor any other live value (an independent check of the plan at run time).
 _MEMPLAN_CHECK = os.environ.get("MINIRT_MEMPLAN_CHECK", "").strip() not in ("", "0")
