@@ -625,16 +625,16 @@ def fold_upsample_concat(graph: ir.Graph) -> int:
                 v = r.inputs[0]
             else:
                 f = 1
-            x, m = v, None
+            src, m = v, None
             mul = v.producer()
             if (mul is not None and _key(mul) == ("", "Mul") and len(mul.inputs) == 2 and id(v) not in outputs
                     and len(list(v.uses())) == 1):
                 scales = [u for u in mul.inputs if _per_channel_shape(u)]
                 if len(scales) == 1 and scales[0].dtype in (None, ir.DataType.FLOAT):
                     m = scales[0]
-                    x = mul.inputs[1] if mul.inputs[0] is m else mul.inputs[0]
+                    src = mul.inputs[1] if mul.inputs[0] is m else mul.inputs[0]
                     removed.append(mul)
-            sources += [x, m]
+            sources += [src, m]
             factors.append(f)
         if not removed:
             continue

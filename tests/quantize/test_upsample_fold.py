@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import onnx
 from onnx import helper as h
+import onnx_ir as ir
 
 from builder.passes import optimize
 from builder.passes import testing as T
@@ -113,6 +114,8 @@ def test_resizes_and_concat_become_one_quantizing_node():
     q = next(n for n in folded.graph if n.op_type == "QuantizeUpsampleConcat")
     assert list(q.attributes["factors"].value) == [4, 2, 1]
     assert [v.name if v is not None else None for v in q.inputs] == ["a", "ma", "b", None, "c", None]
+    # its uint8 output is the Concat's value: its shape (9 channels of 16 x 16), not its last input's
+    assert list(q.outputs[0].shape) == [1, 9, 16, 16] and q.outputs[0].dtype == ir.DataType.UINT8
     plain = _quantized_concat(_concat_model(), fold_upsample_add=False)
     assert {"Resize", "Concat"} <= {n.op_type for n in plain.graph}
     for feed in CONCAT_FEEDS:
