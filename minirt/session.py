@@ -425,10 +425,7 @@ class _ReplayShortcut:
                 return None
             if program.run(env) != -1:
                 return None  # (the general path runs the nodes, or raises the failure naming its node)
-            outputs = program.outputs
-            if len(self.outputs) == 1:  # (the common case, without a comprehension's frame: ~0.2 us)
-                return [outputs[self.outputs[0]].copy()]
-            return [outputs[v].copy() for v in self.outputs]
+            return program.results(self.outputs)
         finally:
             aplan.checkin(arena)
 
@@ -799,7 +796,7 @@ class Session:
         or None when it cannot take these inputs (one is not C-contiguous): the nodes then run."""
         failed = program.run(env)
         if failed == -1:
-            return [program.outputs[v].copy() for v in out_slots]  # (the program's buffers, reused)
+            return program.results(out_slots)
         if failed >= 0:
             raise _kernel_error(self._plan.steps[failed], env, MemoryError(
                 f"native kernel returned {program.rc[0]} (could not allocate its scratch memory)"))

@@ -546,11 +546,8 @@ def fold_upsample_add(graph: ir.Graph) -> int:
     for node in list(graph):
         if len(node.inputs) > 7 or _static_u8_input(node, graph) is None:
             continue
-        x = node.inputs[0]
-        add = x.producer()
-        if add is None or _key(add) != ("", "Add") or len(add.inputs) != 2 or id(x) in outputs:
-            continue
-        if len(list(x.uses())) != 1:
+        add = _sole_producer(node, "Add", outputs)
+        if add is None or len(add.inputs) != 2:
             continue
         for i in (0, 1):
             r = add.inputs[i].producer() if add.inputs[i] is not None else None
@@ -582,6 +579,16 @@ def fold_upsample_add(graph: ir.Graph) -> int:
     return folded
 
 
+def _sole_producer(node: ir.Node, op_type: str, outputs: set) -> ir.Node | None:
+    """The standard ``op_type`` node making ``node``'s X when X is read by ``node`` alone and is no graph
+    output (``outputs``: the ids of the graph's outputs), else None: what a fold into ``node`` may remove."""
+    x = node.inputs[0]
+    producer = x.producer()
+    if producer is None or _key(producer) != ("", op_type) or id(x) in outputs or len(list(x.uses())) != 1:
+        return None
+    return producer
+
+
 def _static_u8_input(node: ir.Node, graph: ir.Graph) -> tuple[float, int] | None:
     """(scale, zero point) of a QConv that quantizes its float X statically with one uint8 pair, else None."""
     if node.domain != DOMAIN or node.op_type != "QConv" or len(node.inputs) < 3 or node.inputs[0] is None:
@@ -611,10 +618,10 @@ def fold_upsample_concat(graph: ir.Graph) -> int:
         if quant is None:
             continue
         x = node.inputs[0]
-        cat = x.producer()
-        if cat is None or _key(cat) != ("", "Concat") or int(_attr(cat, "axis", 0)) != 1 or id(x) in outputs:
+        cat = _sole_producer(node, "Concat", outputs)
+        if cat is None or int(_attr(cat, "axis", 0)) != 1:
             continue
-        if len(list(x.uses())) != 1 or any(v is None or v.dtype not in (None, ir.DataType.FLOAT) for v in cat.inputs):
+        if any(v is None or v.dtype not in (None, ir.DataType.FLOAT) for v in cat.inputs):
             continue
         sources, factors, removed = [], [], []
         for v in cat.inputs:
@@ -665,11 +672,8 @@ def fold_channel_mul(graph: ir.Graph) -> int:
     for node in list(graph):
         if len(node.inputs) > 7 or _static_u8_input(node, graph) is None:
             continue
-        x = node.inputs[0]
-        mul = x.producer()
-        if mul is None or _key(mul) != ("", "Mul") or len(mul.inputs) != 2 or id(x) in outputs:
-            continue
-        if len(list(x.uses())) != 1:
+        mul = _sole_producer(node, "Mul", outputs)
+        if mul is None or len(mul.inputs) != 2:
             continue
         scales = [v for v in mul.inputs if _per_channel_shape(v)]
         if len(scales) != 1 or scales[0].dtype not in (None, ir.DataType.FLOAT) or mul.inputs[0] is mul.inputs[1]:

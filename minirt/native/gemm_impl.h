@@ -640,6 +640,8 @@ static MRT_TARGET void FN(sgemv_pb_task)(void *ctx, long begin, long end) {
             const float *a = g->A + p0;
             const float *bp = g->bpack + (long)p0 * g->bpack_ld + (long)n0 * kb; /* panel q at + q * G_NR * kb */
             FN(vf) acc[2 * G_GEMV_PANELS] = {0};
+            /* whole groups with a constant panel count (the loop unrolled, acc kept in registers);
+             * the last, partial group with a variable one */
             if (panels == G_GEMV_PANELS) {
                 for (int k = 0; k < kb; ++k) {
                     const float s = a[k];

@@ -1118,29 +1118,43 @@ __attribute__((target("avx512f,avx512bw"))) static __mmask64 q_plane64_mask(cons
     return plane64_tap_mask(a->h, a->wd, a->oh, a->ow, ky * a->dh - a->pt, kx * a->dw - a->pl);
 }
 
+/* Where tap (ky, kx)'s shifted plane starts, in elements from the plane's start (lanes outside the
+ * plane are masked off by q_plane64_mask). */
+static inline long q_plane64_offset(const q_im2col_args *a, int ky, int kx) {
+    return (long)(ky * a->dh - a->pt) * a->wd + kx * a->dw - a->pl;
+}
+
+/* The plane64 im2col tasks keep the mask and offset of up to this many taps (7 x 7), computed once
+ * per call by q_plane64_taps: the same for every channel and image. */
+#define Q_PLANE64_KEPT_TAPS 49
+
+/* masks[t], offs[t] of taps t = ky * kw + kx < min(kh * kw, Q_PLANE64_KEPT_TAPS). */
+__attribute__((target("avx512f,avx512bw"))) static void q_plane64_taps(const q_im2col_args *a, __mmask64 *masks,
+                                                                         long *offs) {
+    for (int t = 0; t < a->kh * a->kw && t < Q_PLANE64_KEPT_TAPS; ++t) {
+        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
+        offs[t] = q_plane64_offset(a, t / a->kw, t % a->kw);
+    }
+}
+
 __attribute__((target("avx512f,avx512bw"))) static void q_im2col_plane64(void *ctx, long begin, long end) {
     const q_im2col_args *a = (const q_im2col_args *)ctx;
     const int kk = a->kh * a->kw;
     const __m512i padv = _mm512_set1_epi8((char)a->pad);
     const int npix = a->oh * a->ow;
     const __mmask64 all = npix >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << npix) - 1);
-    /* the load mask and offset of each tap, the same for every channel (up to 7x7 kept) */
-    enum { KEPT = 49 };
-    __mmask64 masks[KEPT];
-    long offs[KEPT];
-    for (int t = 0; t < kk && t < KEPT; ++t) {
-        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
-        offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
-    }
+    /* the load mask and offset of each tap, the same for every channel */
+    __mmask64 masks[Q_PLANE64_KEPT_TAPS];
+    long offs[Q_PLANE64_KEPT_TAPS];
+    q_plane64_taps(a, masks, offs);
     const int nimg = a->nimg;
     for (int i = 0; i < nimg; ++i) { /* (the masks above serve every image) */
         const uint8_t *x = a->x + i * a->img_stride;
         uint8_t *cols = a->cols + i * a->col_step;
         int ch = (int)(begin / kk), t = (int)(begin % kk);
         for (long r = begin; r < end; ++r) {
-            const __mmask64 m = t < KEPT ? masks[t] : q_plane64_mask(a, t / a->kw, t % a->kw);
-            const long off = t < KEPT ? offs[t]
-                                      : (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
+            const __mmask64 m = t < Q_PLANE64_KEPT_TAPS ? masks[t] : q_plane64_mask(a, t / a->kw, t % a->kw);
+            const long off = t < Q_PLANE64_KEPT_TAPS ? offs[t] : q_plane64_offset(a, t / a->kw, t % a->kw);
             /* lanes in m address xp[(oy+dy)*wd + ox+dx] = xp[dy*wd + dx + p]: inside the plane */
             const uint8_t *xp = x + (long)ch * a->h * a->wd;
             __m512i v = _mm512_mask_loadu_epi8(padv, m, xp + off);
@@ -1212,13 +1226,9 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
     const int kk = a->kh * a->kw, kg = pa->cg * kk, npix = a->oh * a->ow, nr = pa->nr, nimg = a->nimg;
     const long kq = pa->k4 / 4, panel_bytes = (long)nr * pa->k4;
     const __m512i padv = _mm512_set1_epi8((char)a->pad);
-    enum { KEPT = 49 };
-    __mmask64 masks[KEPT];
-    long offs[KEPT];
-    for (int t = 0; t < kk && t < KEPT; ++t) {
-        masks[t] = q_plane64_mask(a, t / a->kw, t % a->kw);
-        offs[t] = (long)((t / a->kw) * a->dh - a->pt) * a->wd + (t % a->kw) * a->dw - a->pl;
-    }
+    __mmask64 masks[Q_PLANE64_KEPT_TAPS];
+    long offs[Q_PLANE64_KEPT_TAPS];
+    q_plane64_taps(a, masks, offs);
     const int per64 = 64 % npix == 0 ? 64 / npix : 0; /* images per 64 columns, or 0: the line route */
     const long chunk_step = 64 / nr * panel_bytes;     /* bytes from the panels of 64 columns to the next */
     uint8_t line[256] __attribute__((aligned(64)));
@@ -1234,10 +1244,9 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
                 src[t] = 0;
                 continue;
             }
-            m[t] = tap < KEPT ? masks[tap] : q_plane64_mask(a, tap / a->kw, tap % a->kw);
+            m[t] = tap < Q_PLANE64_KEPT_TAPS ? masks[tap] : q_plane64_mask(a, tap / a->kw, tap % a->kw);
             src[t] = (long)(grp * pa->cg + ch) * a->h * a->wd +
-                     (tap < KEPT ? offs[tap]
-                                 : (long)((tap / a->kw) * a->dh - a->pt) * a->wd + (tap % a->kw) * a->dw - a->pl);
+                     (tap < Q_PLANE64_KEPT_TAPS ? offs[tap] : q_plane64_offset(a, tap / a->kw, tap % a->kw));
             if (++tap == kk) tap = 0, ++ch;
         }
         /* quad q's rows in the group's first panel */
@@ -1306,7 +1315,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels_task(voi
 #endif
 
 #ifdef MRT_HAVE_VNNI_BUILD
-#define Q_PANEL1_TAPS 49 /* q_im2col_panels1_task keeps the masks and offsets of up to 7 x 7 taps */
+#define Q_PANEL1_TAPS Q_PLANE64_KEPT_TAPS /* q_im2col_panels1_task keeps every tap's mask and offset */
 
 /* q_im2col_panels_task for one image (a batch-1 conv of a plane of at most 64 pixels, e.g. a small
  * CNN at batch 1): each K row is one masked load of the image's tap-shifted plane
@@ -1324,11 +1333,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_im2col_panels1_task(vo
     const __m512i padv = _mm512_set1_epi8((char)a->pad);
     __mmask64 masks[Q_PANEL1_TAPS];
     long offs[Q_PANEL1_TAPS];
-    for (int ky = 0, t = 0; ky < a->kh; ++ky)
-        for (int kx = 0; kx < a->kw; ++kx, ++t) {
-            masks[t] = q_plane64_mask(a, ky, kx);
-            offs[t] = (long)(ky * a->dh - a->pt) * a->wd + kx * a->dw - a->pl;
-        }
+    q_plane64_taps(a, masks, offs);
     /* q_quads64's block b (columns 16 b .. 16 b + 15) goes to block_off[b] from quad q's bytes in
      * the first panel; blocks past the last panel are not stored (nblocks) */
     long block_off[4];
