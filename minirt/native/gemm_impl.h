@@ -544,30 +544,89 @@ static int FN(sgemm_kc)(int K) {
     return kc > 0 ? kc : 1;
 }
 
+/* The longest a thread works when `parts` threads claim the items of a grid of nblocks x mblocks
+ * tiles (panels_per x rows_per units of work each, the last column and row of tiles smaller) the
+ * way mrt_parallel_for hands them out: chunks of items, in item order, each to the thread that is
+ * free first.  `pack` is the work of packing a tile's B (once per tile, whatever its rows). */
+static long FN(sgemm_makespan)(int panels, int rowtiles, int panels_per, int rows_per, int parts, long pack) {
+    const int nblocks = (panels + panels_per - 1) / panels_per, mblocks = (rowtiles + rows_per - 1) / rows_per;
+    const long n = (long)nblocks * mblocks, chunks = mrt_chunks(n, parts);
+    long load[MRT_MAX_THREADS] = {0};
+    for (long c = 0; c < chunks; ++c) {
+        long w = 0;
+        for (long t = mrt_chunk_begin(n, chunks, c); t < mrt_chunk_begin(n, chunks, c + 1); ++t) {
+            const int jb = (int)(t % nblocks), ib = (int)(t / nblocks);
+            const int np = panels - jb * panels_per < panels_per ? panels - jb * panels_per : panels_per;
+            const int nr = rowtiles - ib * rows_per < rows_per ? rowtiles - ib * rows_per : rows_per;
+            w += (long)np * nr + np * pack;
+        }
+        int best = 0;
+        for (int p = 1; p < parts; ++p)
+            if (load[p] < load[best]) best = p;
+        load[best] += w;
+    }
+    long most = 0;
+    for (int p = 0; p < parts; ++p)
+        if (load[p] > most) most = load[p];
+    return most;
+}
+
+#define G_SEEN 32 /* geometries whose blocking FN(sgemm_run) remembers, per thread */
+
 /* Choose the blocking of g (M, N, K set) for `batch` matrices and run it on up to nthreads threads. */
 static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
     const int M = g->M, N = g->N, K = g->K;
     if (nthreads < 1) nthreads = 1;
-    /* Threads per matrix: a batch of at least `nthreads` matrices is split
-     * by matrix alone. */
-    int per_mat = (nthreads + batch - 1) / batch;
-    /* Column blocks of at most G_NC (a multiple of NR); with several threads
-     * and few columns, make them smaller so every thread gets one, and split
-     * the rows when the columns alone cannot feed the threads. */
-    int nc = G_NC;
-    if (per_mat > 1) {
-        int per = (N + per_mat - 1) / per_mat;
-        per = (per + G_NR - 1) / G_NR * G_NR;
-        if (per < nc) nc = per < G_NR ? G_NR : per;
+    if (nthreads > MRT_MAX_THREADS) nthreads = MRT_MAX_THREADS;
+    /* Threads per matrix: a batch of at least `nthreads` matrices is split by matrix alone, in
+     * column blocks of G_NC (a multiple of G_NR) and whole matrices of rows. */
+    const int per_mat = (nthreads + batch - 1) / batch;
+    int nc = G_NC, mc = M > 0 ? M : 1;
+    if (per_mat > 1 && M > 0 && N > 0) {
+        /* the choice below takes about a microsecond (measured 1.5% of MobileNet at 2 threads);
+         * a model's layers ask for the same few geometries every run, so it is remembered */
+        static __thread struct { int M, N, parts, pack, nc, mc; } seen[G_SEEN];
+        static __thread int seen_next;
+        const int pack_key = g->bpack ? 0 : 1;
+        int hit = -1;
+        for (int i = 0; i < G_SEEN; ++i)
+            if (seen[i].M == M && seen[i].N == N && seen[i].parts == per_mat && seen[i].pack == pack_key) hit = i;
+        if (hit >= 0) {
+            nc = seen[hit].nc;
+            mc = seen[hit].mc;
+        } else {
+            /* Several threads on one matrix: the grid of (column block, row block) tiles, in whole
+             * panels of G_NR columns and microkernel tiles of G_MR rows, whose claimed chunks keep
+             * the busiest thread shortest (an uneven split cost 64 -> 128 channels over 28 x 28
+             * pixels 1.5x instead of 1.9x of its 1-thread time: blocks of 256, 256, 256 and 16
+             * columns).  Packing a block of B costs about one row tile per panel; blocks of more
+             * than G_NC columns are never made. */
+            const int panels = (N + G_NR - 1) / G_NR, rowtiles = (M + G_MR - 1) / G_MR;
+            const long pack = g->bpack ? 0 : 1;
+            const int min_blocks = (N + G_NC - 1) / G_NC;
+            long best = -1;
+            /* (a few dozen candidates at 2 threads; at most 8 x 8) */
+            const int spread = per_mat < 4 ? 2 * per_mat : 8;
+            for (int nbk = min_blocks; nbk <= panels && nbk < min_blocks + spread; ++nbk) {
+                const int panels_per = (panels + nbk - 1) / nbk;
+                for (int mbk = 1; mbk <= rowtiles && mbk <= spread; ++mbk) {
+                    const int rows_per = (rowtiles + mbk - 1) / mbk;
+                    const long span = FN(sgemm_makespan)(panels, rowtiles, panels_per, rows_per, per_mat, pack);
+                    if (best < 0 || span < best) {
+                        best = span;
+                        nc = panels_per * G_NR;
+                        mc = rows_per * G_MR;
+                    }
+                }
+            }
+            const int slot = seen_next++ % G_SEEN;
+            seen[slot].M = M; seen[slot].N = N; seen[slot].parts = per_mat; seen[slot].pack = pack_key;
+            seen[slot].nc = nc; seen[slot].mc = mc;
+        }
+        if (mc > M) mc = M;
     }
-    int nblocks = (N + nc - 1) / nc;
-    int mc = M;
-    if (per_mat > 1 && nblocks < per_mat && M >= 2 * G_MR) {
-        int parts = (per_mat + nblocks - 1) / nblocks;
-        mc = (M + parts - 1) / parts;
-        mc = (mc + G_MR - 1) / G_MR * G_MR;
-    }
-    int mblocks = (M + mc - 1) / mc;
+    const int nblocks = (N + nc - 1) / nc;
+    const int mblocks = (M + mc - 1) / mc;
     g->kc = FN(sgemm_kc)(K);
     g->nc = nc; g->mc = mc; g->nblocks = nblocks;
     g->tiles = (long)nblocks * mblocks;
@@ -689,8 +748,10 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
         g.ext_ow = 0; g.ext_wq = 0;
         g.kc = FN(sgemm_kc)(K);
         const long items = (N + G_GEMV_PANELS * G_NR - 1) / (G_GEMV_PANELS * G_NR);
-        /* (a thread pays from ~0.5M multiply-adds, as in FN(sgemm_run)) */
-        mrt_parallel_for(items, (long)G_GEMV_PANELS * G_NR * K / 16, nthreads, FN(sgemv_pb_task), &g);
+        /* Each multiply-add streams one float of B from memory (a GEMM's reuse it from registers):
+         * counted as 4 GEMM units, so a 512 x 1000 classifier (2 MB of B, 20 us) takes 2 threads
+         * (20 -> 11 us).  (A thread pays from ~0.5M GEMM multiply-adds, as in FN(sgemm_run).) */
+        mrt_parallel_for(items, (long)G_GEMV_PANELS * G_NR * K / 4, nthreads, FN(sgemv_pb_task), &g);
         return;
     }
     FN(sgemm_with)(1, M, N, K, A, lda, 0, NULL, 0, 0, 0, bpack, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1,
@@ -1111,5 +1172,6 @@ static void FN(sgemv)(int M, int N, int K, const float *A, long lda, const float
 #undef G_NR
 #undef G_KC
 #undef G_NC
+#undef G_SEEN
 #undef G_INLINE
 #undef G_SHUF4

@@ -131,3 +131,35 @@ def test_few_rows_with_bias_residual_and_activation(shape, isa):
         want = ref_act(a.astype(np.float64) @ b + bias + z)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+# Geometries whose split over threads is uneven unless chosen with care (sgemm_run's blocking
+# search, mrt_parallel_for's chunks): 392 panels of 32 columns, 25 panels (784 columns), 7
+# panels with 32 rows, a tall thin product, a one-row product streaming a 512 x 1000 B.
+@pytest.mark.parametrize("m,k,n", [(32, 16, 12544), (128, 64, 784), (256, 128, 196), (1000, 24, 40), (1, 512, 1000)])
+def test_sgemm_result_does_not_depend_on_threads(m, k, n, isa):
+    """Every thread count (and a repeated call, which reuses the remembered blocking) gives the
+    same bits, and they match numpy's product (float64 reference, float32 tolerance)."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64) + bias
+    packed = native.sgemm_pack_b(b, 0, n, k, n, b)
+    before = native.threads()
+    results = {}
+    try:
+        for t in (1, 2, 3, 4, 2):
+            native.set_threads(t)
+            c = np.empty((m, n), np.float32)
+            native.sgemm(a, b, c, bias=bias, bias_mode=2)
+            c_pb = np.empty((m, n), np.float32)
+            native.sgemm_pb(a, m, n, k, packed, c_pb, bias=bias)
+            results.setdefault("sgemm", []).append(c)
+            results.setdefault("sgemm_pb", []).append(c_pb)
+    finally:
+        native.set_threads(before)
+    for name, outs in results.items():
+        np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max(), err_msg=name)
+        for t, c in zip((2, 3, 4, 2), outs[1:]):
+            assert np.array_equal(c, outs[0]), f"{name} with {t} threads differs from 1 thread"
