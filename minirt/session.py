@@ -538,7 +538,8 @@ class Session:
     :param memory_plan: reuse intermediate buffers through a static memory plan (default on, D17, D27): the
         first run with a given set of input shapes records every value's shape and lifetime, later runs with
         the same shapes write the results of out-capable kernels (conv, GEMM, elementwise, concat, int8 conv)
-        into one preallocated arena at planned offsets (verified not to overlap while live).  Up to 4 shape
+        into one preallocated arena at planned offsets (verified not to overlap while live); with fixed input
+        shapes the first run already writes into an arena planned from the declared shapes.  Up to 4 shape
         signatures are kept (LRU); outputs returned never alias the arena.  On by default because a process
         that runs one model otherwise maps and faults in fresh pages for its big intermediates on every run
         (PP-OCR det: 16.7 -> 10.1 ms); it costs ~1 us per planned node on tiny models.  ``False`` turns it
