@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import operator
 import os
 import threading
@@ -869,12 +870,15 @@ class Session:
         its cold start; D-cold-start).  A kernel uses a buffer only when it fits its result exactly
         (the ``out=`` contract, minirt.kernels.registry), so a declared shape that is wrong costs that
         node a fresh array, never a wrong result; and the run records the real shapes, which replace
-        the declared plan unless they are the same."""
+        the declared plan unless they are the same.  The declared shapes come from the file, not from
+        arrays a kernel made: a plan whose arena the memory guard would refuse to a tensor
+        (``max_tensor_bytes``) is not made (the run then allocates and records as before)."""
         results = self._plan.declared_results()
-        if results is None:
+        if results is None or any(
+                r is not None and math.prod(r[0]) * r[1].itemsize > self.max_tensor_bytes for r in results):
             return None
         aplan = arena.ArenaPlan(self._plan, results)
-        return aplan if aplan.placed else None
+        return aplan if aplan.placed and aplan.size <= self.max_tensor_bytes else None
 
     def _store_memory_plan(self, sig: frozenset, record: list, declared: "arena.ArenaPlan | None" = None) -> None:
         """Keep the memory plan of ``record`` (the run's results) for ``sig``: ``declared`` (the plan that

@@ -369,3 +369,25 @@ def test_symbolic_shapes_record_before_planning(checked, monkeypatch):
     feed = {a.name: np.ones([d if isinstance(d, int) else 2 for d in a.shape], np.float32) for a in sess.get_inputs()}
     sess.run(None, feed)
     assert len(made) == 1 and sess.memory_plans()[0]["arenas"] == 0  # made after the run, no arena used yet
+
+
+def test_declared_shapes_beyond_the_memory_guard_are_not_planned(checked, monkeypatch):
+    """The declared shapes come from the file: one that declares a result of 2^64 bytes (a hostile or
+    broken artifact) must not make the first run allocate that arena; it allocates and records."""
+    data = _fixed_shape_model()
+    feed = {"x": np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    want = minirt.Session(data, memory_plan=False).run(None, feed)
+    real = session_mod._Plan.declared_results
+
+    def huge(plan):
+        results = real(plan)
+        i = next(i for i, r in enumerate(results) if r is not None)
+        results[i] = ((2**31, 2**31), np.dtype(np.float32))
+        return results
+
+    monkeypatch.setattr(session_mod._Plan, "declared_results", huge)
+    made = _plans_made(monkeypatch)
+    sess = minirt.Session(data, memory_plan=True)
+    assert _same(sess.run(None, feed), want)
+    assert len(made) == 1 and sess.memory_plans()[0]["arenas"] == 0  # only the recorded plan, made after the run
+    assert _same(sess.run(None, feed), want)
