@@ -51,7 +51,9 @@ def check_out(plan, i: int, step, args: list, out: np.ndarray, env: list) -> Non
 class ArenaPlan:
     """The static memory plan of a main graph for one input signature (D17).
 
-    Built from one recorded run: every ``accepts_out`` step whose result is a
+    Built from one recorded run (or, for the first run of fixed input shapes,
+    from the shapes the graph declares: ``Session._declared_memory_plan``):
+    every ``accepts_out`` step whose result is a
     non-empty array and not a graph output gets a buffer in one arena, live
     from that step through the last read of any value that may alias it
     (conservatively: the outputs of every other step may alias everything it
@@ -62,9 +64,11 @@ class ArenaPlan:
     concurrent runs never share one.
     """
 
-    __slots__ = ("buffers", "offsets", "size", "placed", "copy_outputs", "steps", "_lock", "_free", "arenas")
+    __slots__ = ("results", "buffers", "offsets", "size", "placed", "copy_outputs", "steps", "_lock", "_free",
+                 "arenas")
 
     def __init__(self, plan, record: list):
+        self.results = record  # per step, (shape, dtype) of its result or None: what the plan was made from
         steps = plan.steps
         n = len(steps)
         outputs = set(plan.graph.outputs)

@@ -24,25 +24,18 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def _overlap_in_time(a: Buffer, b: Buffer) -> bool:
-    return a[0] <= b[1] and b[0] <= a[1]
-
-
 def plan(buffers: Sequence[Buffer], alignment: int = 64) -> tuple[list[int], int]:
     """Offsets (one per buffer, in input order) and the arena size in bytes."""
     order = sorted(range(len(buffers)), key=lambda i: (-buffers[i][2], buffers[i][0], i))
+    sizes = [_align(max(int(b[2]), 1), alignment) for b in buffers]  # (aligned once, not per pair)
     offsets = [0] * len(buffers)
-    placed: list[int] = []
+    placed: list[tuple] = []  # (first step, last step, offset, end offset) of each placed buffer
     arena = 0
     for i in order:
-        first, last, size = buffers[i]
-        size = _align(max(int(size), 1), alignment)
-        # intervals [offset, offset + size) of placed buffers live at the same time, by offset
-        busy = sorted(
-            (offsets[j], offsets[j] + _align(max(int(buffers[j][2]), 1), alignment))
-            for j in placed
-            if _overlap_in_time(buffers[i], buffers[j])
-        )
+        first, last, _ = buffers[i]
+        size = sizes[i]
+        # intervals [offset, end) of placed buffers live at the same time, by offset
+        busy = sorted((lo, hi) for f, l, lo, hi in placed if f <= last and first <= l)
         best, best_gap, cursor = None, None, 0
         for lo, hi in busy:
             gap = lo - cursor
@@ -51,7 +44,7 @@ def plan(buffers: Sequence[Buffer], alignment: int = 64) -> tuple[list[int], int
             cursor = max(cursor, hi)
         offset = best if best is not None else cursor
         offsets[i] = offset
-        placed.append(i)
+        placed.append((first, last, offset, offset + size))
         arena = max(arena, offset + size)
     return offsets, arena
 

@@ -36,6 +36,11 @@ def test_reuse_across_lifetimes():
     assert arena == 2 * 1024
 
 
+def _live_together(a, b) -> bool:
+    """Whether buffers ``a`` and ``b`` ((first step, last step, nbytes), inclusive) are live at one step."""
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 @pytest.mark.parametrize("seed", range(50))
 def test_verifier_catches_overlaps(seed):
     rng = random.Random(1000 + seed)
@@ -43,7 +48,7 @@ def test_verifier_catches_overlaps(seed):
     offsets, arena = memplan.plan(bufs)
     # move one buffer onto another one that is live at the same time
     pairs = [(i, j) for i in range(len(bufs)) for j in range(len(bufs))
-             if i != j and memplan._overlap_in_time(bufs[i], bufs[j])]
+             if i != j and _live_together(bufs[i], bufs[j])]
     if not pairs:
         pytest.skip("no buffers live together in this draw")
     i, j = rng.choice(pairs)
@@ -260,3 +265,129 @@ def test_int8_demo_model_planned_runs_are_bit_identical(checked):
     planned = _compare(data, feeds, checked)
     ops = {s.op.op_type for s in planned._plan.steps if s.accepts_out}
     assert "QConv" in ops
+
+
+# --------------------------------------------------------------------------- the first run of fixed input shapes
+
+def _fixed_shape_model() -> bytes:
+    """Conv -> Relu -> Add(skip) -> Conv -> Mul on a fixed 1x3x16x16 input: every result's shape is declared."""
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from builder import build_bytes
+
+    rng = np.random.default_rng(7)
+    w1 = nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = nh.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w2")
+    s = nh.from_array(rng.standard_normal((1, 8, 1, 1)).astype(np.float32), "s")
+    nodes = [
+        h.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["c1"], ["r1"]),
+        h.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        h.make_node("Add", ["c2", "r1"], ["a"]),
+        h.make_node("Mul", ["a", "s"], ["y"]),
+    ]
+    graph = h.make_graph(nodes, "fixed", [h.make_tensor_value_info("x", TP.FLOAT, [1, 3, 16, 16])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [1, 8, 16, 16])], [w1, w2, s])
+    return build_bytes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def _plans_made(monkeypatch) -> list:
+    """The record of every ArenaPlan the session makes (a list that fills as they are made)."""
+    from minirt import arena as arena_mod
+
+    made = []
+    real = arena_mod.ArenaPlan
+
+    class Counting(real):
+        __slots__ = ()
+
+        def __init__(self, plan, record):
+            made.append(list(record))
+            super().__init__(plan, record)
+
+    monkeypatch.setattr(arena_mod, "ArenaPlan", Counting)
+    return made
+
+
+def test_first_run_of_fixed_shapes_writes_into_the_declared_plan(checked, monkeypatch):
+    """A model whose input shapes are fixed runs its first run in an arena planned from the shapes
+    the graph declares (no fresh allocation per result: D-cold-start); the run confirms them, so
+    that plan stays, and every run gives the unplanned session's bits."""
+    data = _fixed_shape_model()
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    want = minirt.Session(data, memory_plan=False).run(None, feed)
+    made = _plans_made(monkeypatch)
+    sess = minirt.Session(data, memory_plan=True)
+    assert _same(sess.run(None, feed), want)
+    assert len(made) == 1 and any(made[0])  # the declared plan, made before the run
+    (info,) = sess.memory_plans()
+    assert info["buffers"] and info["arenas"] == 1  # its arena was used by that first run
+    for _ in range(3):  # (then: the native program is recorded on it and replayed)
+        assert _same(sess.run(None, feed), want)
+    assert len(made) == 1 and sess.memory_plans()[0]["arenas"] == 1
+
+
+def test_wrong_declared_shapes_cost_speed_not_results(checked, monkeypatch):
+    """Declared shapes or dtypes that are wrong (a builder bug) give those nodes buffers that do not fit:
+    the kernels then allocate (the out= contract), the results are still right, and the plan the
+    session keeps is made from the shapes the run recorded."""
+    data = _fixed_shape_model()
+    feed = {"x": np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    want = minirt.Session(data, memory_plan=False).run(None, feed)
+    real = session_mod._Plan.declared_results
+
+    def wrong(plan):
+        results = real(plan)
+        placed = [i for i, r in enumerate(results) if r is not None]
+        shape, dtype = results[placed[0]]
+        results[placed[0]] = ((shape[0], shape[1] * 2) + tuple(shape[2:]), dtype)  # too big
+        shape, dtype = results[placed[-1]]
+        results[placed[-1]] = (shape, np.dtype(np.float64))  # the right size in bytes for half as many
+        return results
+
+    monkeypatch.setattr(session_mod._Plan, "declared_results", wrong)
+    made = _plans_made(monkeypatch)
+    sess = minirt.Session(data, memory_plan=True)
+    assert _same(sess.run(None, feed), want)
+    assert len(made) == 2 and made[1] != made[0]  # the declared plan, then the one of the real shapes
+    assert sess._mplans[sess._STATIC_SIGNATURE].results == made[1]
+    for _ in range(3):
+        assert _same(sess.run(None, feed), want)
+    assert len(made) == 2
+
+
+def test_symbolic_shapes_record_before_planning(checked, monkeypatch):
+    """Input shapes that are not fixed: no declared plan, the first run records (as before)."""
+    from tests.fuzz.seeds import conv_model
+
+    from builder import build_bytes
+
+    made = _plans_made(monkeypatch)
+    sess = minirt.Session(build_bytes(conv_model()), memory_plan=True)
+    feed = {a.name: np.ones([d if isinstance(d, int) else 2 for d in a.shape], np.float32) for a in sess.get_inputs()}
+    sess.run(None, feed)
+    assert len(made) == 1 and sess.memory_plans()[0]["arenas"] == 0  # made after the run, no arena used yet
+
+
+def test_declared_shapes_beyond_the_memory_guard_are_not_planned(checked, monkeypatch):
+    """The declared shapes come from the file: one that declares a result of 2^64 bytes (a hostile or
+    broken artifact) must not make the first run allocate that arena; it allocates and records."""
+    data = _fixed_shape_model()
+    feed = {"x": np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    want = minirt.Session(data, memory_plan=False).run(None, feed)
+    real = session_mod._Plan.declared_results
+
+    def huge(plan):
+        results = real(plan)
+        i = next(i for i, r in enumerate(results) if r is not None)
+        results[i] = ((2**31, 2**31), np.dtype(np.float32))
+        return results
+
+    monkeypatch.setattr(session_mod._Plan, "declared_results", huge)
+    made = _plans_made(monkeypatch)
+    sess = minirt.Session(data, memory_plan=True)
+    assert _same(sess.run(None, feed), want)
+    assert len(made) == 1 and sess.memory_plans()[0]["arenas"] == 0  # only the recorded plan, made after the run
+    assert _same(sess.run(None, feed), want)

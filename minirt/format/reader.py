@@ -2,24 +2,28 @@
 
 :func:`load` maps a file (or takes bytes), checks the header, the section
 table and each section's CRC-32, then decodes the sections into plain
-dataclasses.  Every count, offset, length and index is bounds-checked before
+immutable records.  Every count, offset, length and index is bounds-checked before
 it is used, and every failure is a :class:`minirt.FormatError` naming the
 section and byte offset, so a damaged or hostile file can never surface as an
 ``IndexError`` or ``struct.error`` from deep inside.
 
 Weights are never copied: :meth:`Artifact.tensor` returns a read-only
 ``np.frombuffer`` view into the mapped file.
-"""
-from __future__ import annotations
 
-import dataclasses
+The records are named tuples, not frozen dataclasses: defining a dataclass
+generates and compiles its methods (~0.5 ms a class), which every
+``import minirt`` paid on its cold start (docs/decisions.md D-cold-start).
+Nor does this module use ``from __future__ import annotations``: typing.NamedTuple
+compiles every string annotation of its fields at import (~0.15 ms here).
+"""
+
 import json
 import math
 import mmap
 import os
 import struct
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,7 +31,6 @@ from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import ChecksumError, FormatError, UnsupportedType, VersionError
 from minirt.format import schema as S
 
-_U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
@@ -39,8 +42,7 @@ _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
 
 
-@dataclasses.dataclass(frozen=True)
-class Section:
+class Section(NamedTuple):
     kind: int
     flags: int
     offset: int
@@ -52,8 +54,7 @@ class Section:
         return S.SECTION_NAMES.get(self.kind, f"unknown({self.kind})")
 
 
-@dataclasses.dataclass(frozen=True)
-class ValueInfo:
+class ValueInfo(NamedTuple):
     """A value of a graph: name, ONNX dtype code (0 = unknown) and shape.
 
     ``shape`` is ``None`` when the rank is unknown; otherwise a tuple whose
@@ -67,14 +68,12 @@ class ValueInfo:
     kind: int = S.VALUE_TENSOR  # schema.VALUE_*: tensor, sequence, optional, optional sequence
 
 
-@dataclasses.dataclass(frozen=True)
-class Attribute:
+class Attribute(NamedTuple):
     kind: int  # schema.ATTR_*
     value: Any  # int, float, bytes, tuple, or tensor/graph index (or tuple of them)
 
 
-@dataclasses.dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     name: str
     op_index: int
     inputs: tuple  # value indices; -1 marks an absent optional input
@@ -82,8 +81,7 @@ class Node:
     attributes: dict  # name -> Attribute
 
 
-@dataclasses.dataclass(frozen=True)
-class Graph:
+class Graph(NamedTuple):
     name: str
     values: tuple  # ValueInfo
     inputs: tuple  # value indices
@@ -93,23 +91,20 @@ class Graph:
     nodes: tuple  # Node, in an order where every input is produced before use
 
 
-@dataclasses.dataclass(frozen=True)
-class Operator:
+class Operator(NamedTuple):
     domain: str
     op_type: str
     opset: int
 
 
-@dataclasses.dataclass(frozen=True)
-class TensorRecord:
+class TensorRecord(NamedTuple):
     dtype: int
     dims: tuple
     offset: int  # relative to the tensor-data section
     nbytes: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Partition:
+class Partition(NamedTuple):
     """Nodes [first_node, first_node + node_count) of ``graph`` delegated to ``provider``.
 
     Those nodes remain the partition's CPU version.  ``inputs``/``outputs``
@@ -130,25 +125,43 @@ class Partition:
     golden_outputs: tuple
 
 
-@dataclasses.dataclass
 class Artifact:
     """A decoded, verified .mrt file.  Keeps the underlying buffer alive."""
 
-    format_version: int
-    sections: tuple
-    metadata: dict
-    opsets: dict  # domain -> version
-    operators: tuple
-    graphs: tuple
-    tensors: tuple
-    _data: memoryview  # the tensor-data section
-    _buffer: Any  # mmap or bytes kept alive for the zero-copy views
-    size: int
-    partitions: tuple = ()
-    _blobs: tuple = ()  # memoryviews of the provider_blob sections, in section-table order
-    # (algorithm, public key) from a well-formed signature section, else None.
-    # Informational unless load() was given verify_key (then it is verified).
-    signer: tuple | None = None
+    __slots__ = ("format_version", "sections", "metadata", "opsets", "operators", "graphs", "tensors",
+                 "_data", "_buffer", "size", "partitions", "_blobs", "signer")
+
+    def __init__(
+        self,
+        format_version: int,
+        sections: tuple,
+        metadata: dict,
+        opsets: dict,  # domain -> version
+        operators: tuple,
+        graphs: tuple,
+        tensors: tuple,
+        _data: memoryview,  # the tensor-data section
+        _buffer: Any,  # mmap or bytes kept alive for the zero-copy views
+        size: int,
+        partitions: tuple = (),
+        _blobs: tuple = (),  # memoryviews of the provider_blob sections, in section-table order
+        # (algorithm, public key) from a well-formed signature section, else None.
+        # Informational unless load() was given verify_key (then it is verified).
+        signer: tuple | None = None,
+    ):
+        self.format_version = format_version
+        self.sections = sections
+        self.metadata = metadata
+        self.opsets = opsets
+        self.operators = operators
+        self.graphs = graphs
+        self.tensors = tensors
+        self._data = _data
+        self._buffer = _buffer
+        self.size = size
+        self.partitions = partitions
+        self._blobs = _blobs
+        self.signer = signer
 
     def provider_blob(self, index: int) -> memoryview:
         """The payload of provider blob ``index`` (zero-copy view of the file)."""
@@ -186,33 +199,60 @@ class _Cursor:
     def fail(self, what: str) -> FormatError:
         return FormatError(f"malformed {self.section} section at byte {self.pos}: {what}")
 
-    def _take(self, st: struct.Struct):
-        if self.pos + st.size > self.end:
-            raise self.fail(f"needs {st.size} more bytes but the section ends at {self.end} (truncated?)")
-        (value,) = st.unpack_from(self.buf, self.pos)
-        self.pos += st.size
-        return value
+    # The fixed-size reads below each repeat the same four lines rather than call one shared helper:
+    # a graph section is thousands of reads, and the extra call per read was a fifth of its decoding
+    # (PP-OCR det: 2.25 -> 1.74 ms, best of 30; docs/decisions.md D-cold-start).
+    def _truncated(self, size: int) -> FormatError:
+        return self.fail(f"needs {size} more bytes but the section ends at {self.end} (truncated?)")
 
     def u8(self) -> int:
-        return self._take(_U8)
+        pos = self.pos
+        if pos + 1 > self.end:
+            raise self._truncated(1)
+        self.pos = pos + 1
+        return self.buf[pos]  # (a memoryview of bytes: item access gives the int)
 
     def u32(self) -> int:
-        return self._take(_U32)
+        pos = self.pos
+        if pos + 4 > self.end:
+            raise self._truncated(4)
+        self.pos = pos + 4
+        return _U32.unpack_from(self.buf, pos)[0]
 
     def i32(self) -> int:
-        return self._take(_I32)
+        pos = self.pos
+        if pos + 4 > self.end:
+            raise self._truncated(4)
+        self.pos = pos + 4
+        return _I32.unpack_from(self.buf, pos)[0]
 
     def i64(self) -> int:
-        return self._take(_I64)
+        pos = self.pos
+        if pos + 8 > self.end:
+            raise self._truncated(8)
+        self.pos = pos + 8
+        return _I64.unpack_from(self.buf, pos)[0]
 
     def u64(self) -> int:
-        return self._take(_U64)
+        pos = self.pos
+        if pos + 8 > self.end:
+            raise self._truncated(8)
+        self.pos = pos + 8
+        return _U64.unpack_from(self.buf, pos)[0]
 
     def f32(self) -> float:
-        return self._take(_F32)
+        pos = self.pos
+        if pos + 4 > self.end:
+            raise self._truncated(4)
+        self.pos = pos + 4
+        return _F32.unpack_from(self.buf, pos)[0]
 
     def f64(self) -> float:
-        return self._take(_F64)
+        pos = self.pos
+        if pos + 8 > self.end:
+            raise self._truncated(8)
+        self.pos = pos + 8
+        return _F64.unpack_from(self.buf, pos)[0]
 
     def count(self, min_item_size: int, what: str) -> int:
         """A u32 element count, refused if the remaining bytes cannot hold that many items."""

@@ -39,7 +39,6 @@ a view of one of its inputs.  The session's memory plan (D17) relies on that.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 from typing import Callable, Iterable
@@ -47,19 +46,29 @@ from typing import Callable, Iterable
 KernelFn = Callable[..., object]
 
 
-@dataclasses.dataclass(frozen=True)
 class NodeContext:
-    """What a ``context=True`` kernel learns about the node it runs."""
+    """What a ``context=True`` kernel learns about the node it runs.
 
-    name: str
-    op_type: str
-    n_outputs: int
-    output_dtypes: tuple  # numpy dtypes (or None where unknown), one per output
-    opset: int
-    # Per node, for the kernel's own use: values it derives from its attributes (and input shapes),
-    # kept across runs so that a hot kernel does not re-derive them per call.  Never input values:
-    # the same node runs on many inputs, from several threads (a dict's item get/set is atomic).
-    memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    A plain class, not a dataclass: defining a dataclass compiles generated methods, which
+    ``import minirt`` would pay on every cold start (docs/decisions.md D-cold-start).  Treat the
+    fields as read-only; only ``memo`` changes."""
+
+    __slots__ = ("name", "op_type", "n_outputs", "output_dtypes", "opset", "memo")
+
+    def __init__(self, name: str, op_type: str, n_outputs: int, output_dtypes: tuple, opset: int):
+        self.name = name
+        self.op_type = op_type
+        self.n_outputs = n_outputs
+        self.output_dtypes = output_dtypes  # numpy dtypes (or None where unknown), one per output
+        self.opset = opset
+        # Per node, for the kernel's own use: values it derives from its attributes (and input shapes),
+        # kept across runs so that a hot kernel does not re-derive them per call.  Never input values:
+        # the same node runs on many inputs, from several threads (a dict's item get/set is atomic).
+        self.memo: dict = {}
+
+    def __repr__(self) -> str:
+        return (f"NodeContext(name={self.name!r}, op_type={self.op_type!r}, n_outputs={self.n_outputs}, "
+                f"output_dtypes={self.output_dtypes!r}, opset={self.opset})")
 
 
 def is_constant(*arrays) -> bool:

@@ -155,3 +155,31 @@ def test_session_threads_set_native_and_blas(dw_artifact, monkeypatch):
 def test_native_kernels_are_built_where_a_compiler_exists():
     """With a compiler the install builds the extension: a compile error must not pass as the numpy fallback."""
     assert native.available, f"native kernels unavailable although a C compiler exists: {native.reason}"
+
+
+BLAS_PROBE_CHILD = textwrap.dedent(
+    """
+    import json, os
+    import numpy
+    from minirt.native import blas
+    before = blas._mapped_libraries()
+    blas.set_threads(1)
+    print(json.dumps({"before": before, "after": blas._mapped_libraries(), "status": blas.status,
+                      "threads": blas.get_threads()}))
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps (Linux)")
+def test_blas_probe_finds_the_library_numpy_loaded_and_loads_none():
+    """The probe tries the wheel's libraries with RTLD_NOLOAD first (no /proc read): it must still
+    bind the OpenBLAS numpy loaded, found in /proc/self/maps, and never map a second library."""
+    proc = subprocess.run([sys.executable, "-c", BLAS_PROBE_CHILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(r["after"]) == sorted(r["before"])
+    if not r["status"].startswith("OpenBLAS"):
+        pytest.skip(f"no OpenBLAS behind this numpy: {r['status']}")
+    bound = r["status"].split(" via ", 1)[1].split(" (", 1)[0]
+    assert bound in {os.path.basename(p) for p in r["before"]}
+    assert r["threads"] == 1
