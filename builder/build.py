@@ -31,7 +31,9 @@ from builder.passes import format_report
 from builder.passes import optimize as optimize_graph
 from builder.quantize import QuantizeOptions
 from builder.quantize import quantize as quantize_model
+from builder.prepack import add_packed_weights
 from builder.writer import ArtifactWriter, write_atomic
+from minirt.format.packed_weights import PANEL_WIDTHS
 from minirt.kernels.registry import lookup
 from minirt.tools.timing import fmt_bytes
 from targets.profiles import get_target
@@ -270,6 +272,7 @@ def build(
     progress: Callable[[str], None] | None = None,
     sign_key: str | os.PathLike | bytes | None = None,
     providers: Sequence[str] | str | None = None,
+    weight_pack: int | None = None,
 ) -> BuildReport:
     """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
 
@@ -277,6 +280,11 @@ def build(
     ``out_path=None`` the artifact is only kept in memory: see :func:`build_bytes`.
     Returns a :class:`BuildReport`; the artifact bytes are in ``report.data``
     (not part of ``as_dict()``).
+
+    ``weight_pack``: store the native kernels' packed weights for panels of this many output
+    channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: none), so that a runtime with
+    that layout packs nothing on the first run (builder/prepack.py); None: the target's default
+    (``weight_pack`` of targets/profiles.py: 8 on the Raspberry Pi targets, else 0).
     """
     say = progress or (lambda msg: None)
     if opt_level not in OPT_LEVELS:
@@ -289,6 +297,10 @@ def build(
         raise BuildError(str(exc)) from None
     if providers is not None:
         profile = dataclasses.replace(profile, providers=_parse_providers(providers))
+    if weight_pack is None:
+        weight_pack = profile.build_defaults()["weight_pack"]
+    if weight_pack and weight_pack not in PANEL_WIDTHS:
+        raise BuildError(f"weight_pack must be 0 (off) or a panel width in {PANEL_WIDTHS}, got {weight_pack!r}")
     if quantize == "auto":
         quantize = _auto_quantize(profile, calibration, say)
     shapes = parse_input_shapes(input_shapes)
@@ -370,6 +382,7 @@ def build(
         "accuracy_budget": accuracy_budget,
         "disabled_passes": list(disabled_passes),
         "signed": sign_key is not None,
+        "weight_pack": weight_pack,
     }
     _metadata(writer, info, options, profile)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).
@@ -378,6 +391,9 @@ def build(
     if qreport is not None:
         writer.set_metadata("build.quantization", qreport.as_dict())
     lower_model(model_ir, writer)
+    if weight_pack:
+        say(f"packing weights for panels of {weight_pack}")
+        add_packed_weights(writer, weight_pack)
     if plan is not None:
         apply_plan(plan, writer)  # provider blobs, golden tensors, partition records, build.partitions
     data = writer.to_bytes(sign_key=seed)

@@ -147,6 +147,9 @@ class ArtifactWriter:
         self.graphs: list[GraphRecord] = []
         self.provider_blobs: list[bytes] = []
         self.partitions: list[PartitionRecord] = []
+        # (kind, tensor index, panel width, tag, packed float32 array): the optional packed_weights
+        # section (builder/prepack.py; layout in minirt/format/packed_weights.py)
+        self.packed_weights: list[tuple] = []
 
     # --- content ---------------------------------------------------------------
     def set_metadata(self, key: str, value: object) -> None:
@@ -369,6 +372,10 @@ class ArtifactWriter:
         # Tensor data goes last so that appending provider blobs or metadata in
         # a later version never moves the (large, mapped) weights.
         sections.append((S.SECTION_TENSOR_DATA, 0, tensor_data))
+        if self.packed_weights:
+            from minirt.format import packed_weights
+
+            sections.append((S.SECTION_PACKED_WEIGHTS, S.SECTION_FLAG_OPTIONAL, packed_weights.encode(self.packed_weights)))
         if sign_key is not None:
             sections.append(_signature_section(sections, sign_key))
         return layout_sections(sections)

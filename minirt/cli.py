@@ -215,6 +215,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         target=args.target,
         opt_level=args.opt_level,
         providers=args.providers,
+        weight_pack=args.weight_pack,
         disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
         quantize=args.quantize,
@@ -648,6 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30 (default generic)")
     p.add_argument("--providers", default=None, metavar="LIST",
                    help="override the target's provider priority, e.g. tflite,cpu (names: coreml, nnapi, tflite, cpu)")
+    p.add_argument("--weight-pack", type=int, default=None, choices=(0, 8, 16, 32), metavar="N",
+                   help="store conv / MatMul / Gemm weights packed for the native kernels' panels of N output "
+                        "channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: off), so the first "
+                        "run does not pack them (default: the --target's, 8 on rpi3/rpi4/rpi5, else 0)")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3),
                    help="optimisation level: 0 none, 1 cleanup/folding/CSE, 2 + fusions (default), 3 + pattern recognition")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",

@@ -137,6 +137,27 @@ class BoundSubgraph:
         return [env[v] for v in plan.graph.outputs]
 
 
+def _seed_packed_weights(artifact: reader.Artifact, initializers, constants) -> None:
+    """Hand the native kernels the builder's packed weights (``--weight-pack``; the packed_weights
+    section) for this graph's constant arrays ``constants``, so the first run packs nothing.
+
+    Only entries in the layout of the kernels in use are seeded: the panel width the loaded module
+    reports and the K blocking of this runtime (minirt/format/packed_weights.py); the others (another
+    ISA, numpy kernels) are ignored and the kernels pack lazily as without them.  A later
+    ``native.select_isa`` empties the cache, with the same fallback."""
+    width = _native.packed_panel_width()
+    if not width:
+        return
+    from minirt.format.packed_weights import PACK_SGEMM_B, sgemm_kc
+
+    array_of = {t: constants[i][1] for i, (_v, t) in enumerate(initializers)}
+    for entry in artifact.packed_weights:
+        owner = array_of.get(entry.tensor)
+        if owner is None or entry.nr != width or entry.kind == PACK_SGEMM_B and entry.kc != sgemm_kc(entry.tag[2]):
+            continue
+        _native.seed_pack(owner, entry.tag, entry.data)
+
+
 class _Plan:
     """A graph compiled into steps over integer slots (slot = value index)."""
 
@@ -154,6 +175,8 @@ class _Plan:
         self._env_template = [None] * (self.n_slots + 1)  # (+ the None slot)
         for v, arr in self.constants:
             self._env_template[v] = arr
+        if artifact.packed_weights:
+            _seed_packed_weights(artifact, graph.initializers, self.constants)
         # Captured values resolve by name against the enclosing graph, which
         # the builder guarantees defines (or itself captures) each of them.
         self.capture_map: tuple = ()

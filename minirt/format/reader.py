@@ -129,7 +129,7 @@ class Artifact:
     """A decoded, verified .mrt file.  Keeps the underlying buffer alive."""
 
     __slots__ = ("format_version", "sections", "metadata", "opsets", "operators", "graphs", "tensors",
-                 "_data", "_buffer", "size", "partitions", "_blobs", "signer")
+                 "_data", "_buffer", "size", "partitions", "_blobs", "signer", "packed_weights")
 
     def __init__(
         self,
@@ -148,6 +148,8 @@ class Artifact:
         # (algorithm, public key) from a well-formed signature section, else None.
         # Informational unless load() was given verify_key (then it is verified).
         signer: tuple | None = None,
+        # minirt.format.packed_weights.PackedWeight entries of the packed_weights section (or ()).
+        packed_weights: tuple = (),
     ):
         self.format_version = format_version
         self.sections = sections
@@ -162,6 +164,7 @@ class Artifact:
         self.partitions = partitions
         self._blobs = _blobs
         self.signer = signer
+        self.packed_weights = packed_weights
 
     def provider_blob(self, index: int) -> memoryview:
         """The payload of provider blob ``index`` (zero-copy view of the file)."""
@@ -730,6 +733,12 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key:
         if S.SECTION_PARTITIONS in by_kind
         else ()
     )
+    packed = ()
+    if S.SECTION_PACKED_WEIGHTS in by_kind:
+        from minirt.format import packed_weights as _packed  # only files built with --weight-pack
+
+        sec = by_kind[S.SECTION_PACKED_WEIGHTS]
+        packed = _packed.decode(view[sec.offset : sec.offset + sec.length], tensors)
     return Artifact(
         format_version=version,
         sections=tuple(sections),
@@ -744,6 +753,7 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key:
         partitions=partitions,
         _blobs=blobs,
         signer=_signer(view, by_kind.get(S.SECTION_SIGNATURE)),
+        packed_weights=packed,
     )
 
 

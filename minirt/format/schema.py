@@ -51,6 +51,7 @@ SECTION_TENSOR_DATA = 5
 SECTION_PROVIDER_BLOB = 6
 SECTION_PARTITIONS = 7  # optional: a runtime that ignores it runs everything on the CPU
 SECTION_SIGNATURE = 8  # optional, last: Ed25519 signature over every other section (docs/format.md)
+SECTION_PACKED_WEIGHTS = 9  # optional: weights pre-packed for the native kernels (minirt/format/packed_weights.py)
 
 SECTION_NAMES = {
     SECTION_METADATA: "metadata",
@@ -61,6 +62,7 @@ SECTION_NAMES = {
     SECTION_PROVIDER_BLOB: "provider_blob",
     SECTION_PARTITIONS: "partitions",
     SECTION_SIGNATURE: "signature",
+    SECTION_PACKED_WEIGHTS: "packed_weights",
 }
 # Sections every version-1 file has exactly once.
 REQUIRED_SECTIONS = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_TENSOR_DATA)

@@ -53,11 +53,13 @@ class _PreparedProduct:
         rows, k, n = self.rows, self.k, self.n
         y = _product_buffer(out, self.y_shape, a, self.rhs[0], None)
         a2 = np.ascontiguousarray(a)
-        rhs, transb, ldb, b = self.rhs
+        rhs, transb, ldb, _ = self.rhs
         if self.pack_b:  # B packed once (see matmul_native), again after select_isa changed the layout
             bpack = self.bpack
             if bpack is None or bpack[0] != _native.isa:
-                bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=b)
+                # (cached under the node's own B, the model's weight array: the builder's packed
+                # weights are seeded under it at load, minirt/session.py)
+                bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=self.b)
             _native.sgemm_pb(a2, rows, n, k, bpack, y, self.bias, *self.epilogue)
         elif rows < _NATIVE_MIN_ROWS:
             _small_rows_product(a2, rows, k, n, self.rhs, y, self.bias, None, self.epilogue)

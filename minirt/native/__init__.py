@@ -408,8 +408,6 @@ def _cached_pack(owner, tag, pack):
     cached while ``owner`` is alive, under ``(id(owner), tag)``; the cache is emptied when the
     ISA changes (packed layouts depend on it).  A writeable ``owner`` (a computed value, not one
     of the model's read-only constants) is packed anew on every call."""
-    import weakref
-
     if getattr(getattr(owner, "flags", None), "writeable", False):
         return pack()  # a computed array may be refilled in place: its identity says nothing of its values
     key = (id(owner), tag)
@@ -417,12 +415,40 @@ def _cached_pack(owner, tag, pack):
     if hit is not None and hit[0]() is owner:
         return hit[1]
     packed = pack()
+    _keep_pack(owner, key, packed)
+    return packed
+
+
+def _keep_pack(owner, key, packed) -> None:
+    """Cache ``packed`` under ``key`` while ``owner`` lives (an owner that cannot be weakly referenced
+    is not cached)."""
+    import weakref
+
     try:
         ref = weakref.ref(owner, lambda _r, key=key: _qpacked.pop(key, None))
-    except TypeError:  # not weak-referenceable: do not cache
-        return packed
+    except TypeError:
+        return
     _qpacked[key] = (ref, packed)
-    return packed
+
+
+def packed_panel_width() -> int:
+    """The panel width (G_NR: output channels / columns per panel) of the float kernels' packed
+    weights under the ISA in use, as the loaded module reports it (the floats of a 1 x 1 packed
+    weight are one panel); 0 without native kernels or with a module predating packed weights."""
+    if _lib is None or not hasattr(_lib, "mrt_conv2d_packed_f32") or not hasattr(_lib, "mrt_sgemm_packed_b_floats"):
+        return 0
+    conv, product = int(_lib.mrt_conv2d_packed_w_floats(1, 1, 1)), int(_lib.mrt_sgemm_packed_b_floats(1, 1))
+    return conv if conv == product else 0
+
+
+def seed_pack(owner, tag, packed) -> None:
+    """Make ``packed`` the cached packed form of the read-only weight array ``owner`` under ``tag``
+    (the key :func:`conv2d_prepare` / :func:`sgemm_pack_b` look up), as if the first run had packed
+    it: the builder's packed weights (minirt/format/packed_weights.py), seeded by the session at load.
+    The caller has checked that ``packed`` is in the layout of the ISA in use (:func:`packed_panel_width`);
+    ``select_isa`` empties the cache, and the kernels then pack lazily again."""
+    if not getattr(getattr(owner, "flags", None), "writeable", True):
+        _keep_pack(owner, (id(owner), tag), packed)
 
 
 # --------------------------------------------------------------------------- int8

@@ -1,0 +1,95 @@
+"""Store weights packed for the target's native kernels (``--weight-pack N``; docs/decisions.md D-prepack).
+
+The native float kernels read a conv's weights on the channel-vector path, and a MatMul / Gemm's
+constant right operand, in panels of ``N`` output channels / columns (``N`` = G_NR, 2 x the vector
+width: 8 on the Raspberry Pi's NEON).  Without this the runtime packs them on each layer's first run;
+with it the builder stores the packed forms in the optional packed_weights section and a runtime
+whose kernels use panels of ``N`` seeds its cache with views of them at load (minirt/session.py),
+so the first run packs nothing.  Packing is numpy (minirt/format/packed_weights.py): it needs no
+native library and packs for any panel width.
+
+Which convs to pack is the geometry rule of ``mrt_conv2d_uses_packed_w``, copied in
+``packed_weights.conv_uses_packed_w`` (tested against the C); a layer the rule leaves on the GEMM path
+would store a pack nothing reads.  A node whose shapes are not fixed in the file is skipped: the
+runtime packs it as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from builder.writer import ArtifactWriter
+from minirt.format import packed_weights as P
+
+_CONV_OPS = {("", "Conv"), ("com.minirt", "FusedConv")}
+_MATMUL_OPS = {("", "MatMul"), ("com.minirt", "FusedMatMul")}
+_GEMM_OPS = {("", "Gemm"), ("com.minirt", "FusedGemm")}
+
+
+def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:
+    """Pack, for panel width ``nr``, every weight of ``writer``'s graphs the native kernels read packed
+    (float convs on the channel-vector path, constant 2-D float B of MatMul / Gemm) into
+    ``writer.packed_weights``; returns the number of entries."""
+    if nr not in P.PANEL_WIDTHS:
+        raise ValueError(f"weight pack panel width must be one of {P.PANEL_WIDTHS} (0: off), got {nr}")
+    seen = set()
+    for graph in writer.graphs:
+        tensor_of = dict(graph.initializers)  # value index -> tensor index
+        for _name, op_index, inputs, outputs, attributes in graph.nodes:
+            domain, op_type, _opset = writer.operators[op_index]
+            attrs = {name: value for name, _kind, value in attributes}
+            found = None
+            if (domain, op_type) in _CONV_OPS:
+                found = _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs)
+            elif (domain, op_type) in _MATMUL_OPS | _GEMM_OPS:
+                found = _product_entry(writer, tensor_of, inputs, attrs, gemm=(domain, op_type) in _GEMM_OPS)
+            if found is None or found in seen:
+                continue
+            seen.add(found)
+            kind, tensor, tag = found
+            w = writer.tensors[tensor]
+            packed = P.pack_conv_w(w, tag[1], nr) if kind == P.PACK_CONV_F32 else P.pack_sgemm_b(w, tag[0], nr)
+            writer.packed_weights.append((kind, tensor, nr, tag, packed))
+    return len(writer.packed_weights)
+
+
+def _float_weight(writer: ArtifactWriter, tensor_of: dict, inputs: tuple, i: int, rank: int) -> int | None:
+    """The tensor index of input ``i`` when it is a float32 constant of ``rank`` dimensions, else None."""
+    t = tensor_of.get(inputs[i]) if len(inputs) > i and inputs[i] >= 0 else None
+    if t is None:
+        return None
+    w = writer.tensors[t]
+    return t if w.dtype == np.float32 and w.ndim == rank and w.size else None
+
+
+def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs):
+    """(kind, tensor, tag) of a 2-D float conv that takes the packed path, or None."""
+    t = _float_weight(writer, tensor_of, inputs, 1, 4)
+    if t is None or not outputs or outputs[0] < 0:
+        return None
+    m, cg, kh, kw = writer.tensors[t].shape
+    group = int(attrs.get("group", 1))
+    c = cg * group
+    y_shape = graph.values[outputs[0]][2]
+    if y_shape is None or len(y_shape) != 4 or not all(isinstance(d, int) and d > 0 for d in y_shape[2:]):
+        return None
+    oh, ow = y_shape[2:]
+    sh, sw = (tuple(attrs.get("strides") or (1, 1)) + (1, 1))[:2]
+    if group == c and cg == 1 and m == c and kh * kw > 1:
+        return None  # depthwise: its own kernel, unpacked weights
+    if not P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, oh, ow):
+        return None
+    return P.PACK_CONV_F32, t, (c, group, kh, kw, int(sh), int(sw), oh, ow)
+
+
+def _product_entry(writer, tensor_of, inputs, attrs, gemm: bool):
+    """(kind, tensor, tag) of a MatMul / Gemm whose B the runtime packs (a 2-D float32 constant, with a
+    constant bias when it has one; Gemm: transA = 0, alpha = 1), or None."""
+    if gemm and (attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0):
+        return None
+    t = _float_weight(writer, tensor_of, inputs, 1, 2)
+    if t is None or len(inputs) > 2 and inputs[2] >= 0 and inputs[2] not in tensor_of:
+        return None  # (a computed bias: the runtime does not keep the product prepared)
+    transb = int(attrs.get("transB", 0)) if gemm else 0
+    rows, cols = writer.tensors[t].shape
+    k, n = (cols, rows) if transb else (rows, cols)
+    return P.PACK_SGEMM_B, t, (transb, k, n)
