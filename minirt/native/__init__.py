@@ -446,9 +446,19 @@ def seed_pack(owner, tag, packed) -> None:
     (the key :func:`conv2d_prepare` / :func:`sgemm_pack_b` look up), as if the first run had packed
     it: the builder's packed weights (minirt/format/packed_weights.py), seeded by the session at load.
     The caller has checked that ``packed`` is in the layout of the ISA in use (:func:`packed_panel_width`);
-    ``select_isa`` empties the cache, and the kernels then pack lazily again."""
-    if not getattr(getattr(owner, "flags", None), "writeable", True):
-        _keep_pack(owner, (id(owner), tag), packed)
+    ``select_isa`` empties the cache, and the kernels then pack lazily again.
+
+    The kernels read packed panels with aligned vector loads: ``packed`` is used in place when it
+    starts on a 64-byte boundary (a memory-mapped file: the section and its entries are aligned),
+    else copied to memory that does (an artifact loaded from ``bytes``, whose data Python places
+    at no particular alignment): a copy, still no packing."""
+    if getattr(getattr(owner, "flags", None), "writeable", True):
+        return
+    if packed.ctypes.data % 64:
+        aligned = _aligned_floats(packed.size)
+        aligned[:] = packed
+        packed = aligned
+    _keep_pack(owner, (id(owner), tag), packed)
 
 
 # --------------------------------------------------------------------------- int8

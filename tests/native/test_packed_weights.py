@@ -1,0 +1,192 @@
+"""Weights packed by the builder (``--weight-pack``; minirt/format/packed_weights.py, builder/prepack.py,
+docs/decisions.md D-prepack): the numpy packers give the native packers' bytes at every ISA level, the
+builder's copy of the packed-path rule agrees with ``mrt_conv2d_uses_packed_w``, and a session seeds
+the packs of its kernels' layout so that the first run packs nothing, with bit-identical results;
+another layout, or another ISA selected later, falls back to packing lazily."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import minirt
+from builder import build_bytes
+from minirt import native
+from minirt.format import packed_weights as P
+from tests.native.conftest import requires_native
+
+
+@pytest.mark.parametrize("m, cg, group, kh, kw", [(32, 8, 1, 3, 3), (64, 16, 1, 1, 1), (24, 3, 1, 3, 3), (70, 5, 1, 2, 3),
+                                                  (64, 4, 2, 3, 3), (48, 6, 3, 1, 1), (1, 1, 1, 1, 1), (33, 7, 1, 5, 5)])
+def test_numpy_conv_packer_gives_the_native_bytes(m, cg, group, kh, kw, every_isa):
+    w = np.random.default_rng(m * 7 + cg).standard_normal((m, cg, kh, kw)).astype(np.float32)
+    want = native.conv_pack_w(w, group)  # (w writeable: packed now, not from a cache)
+    nr = native.packed_panel_width()
+    assert nr == {"avx512": 32, "avx2": 16}.get(every_isa, 8)
+    got = P.pack_conv_w(w, group, nr)
+    assert got.size == P.conv_packed_floats(m, group, cg * kh * kw, nr)
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("k, n", [(1, 1), (3, 17), (64, 32), (300, 70), (320, 8), (321, 33), (600, 33), (1000, 129),
+                                  (257, 300), (1152, 5)])
+@pytest.mark.parametrize("transb", [0, 1])
+def test_numpy_product_packer_gives_the_native_bytes(k, n, transb, every_isa):
+    b = np.random.default_rng(k + n).standard_normal((n, k) if transb else (k, n)).astype(np.float32)
+    _isa, want = native.sgemm_pack_b(b, transb, k if transb else n, k, n, owner=b)
+    got = P.pack_sgemm_b(b, transb, native.packed_panel_width())
+    assert got.size == P.sgemm_packed_floats(k, n, native.packed_panel_width())
+    assert got.tobytes() == want.tobytes()
+
+
+@requires_native
+def test_packed_path_rule_agrees_with_the_native_one():
+    lib = native._lib
+    grid = itertools.product((1, 3, 16, 64, 96, 256), (8, 24, 32, 64, 96), (1, 2, 4), ((1, 1), (3, 3), (1, 3), (5, 5)),
+                             ((1, 1), (2, 2), (1, 2)), ((1, 1), (8, 8), (16, 16), (20, 20), (32, 32), (33, 31), (80, 80)))
+    checked = 0
+    for c, m, group, (kh, kw), (sh, sw), (oh, ow) in grid:
+        args = (c, m, group, kh, kw, sh, sw, oh, ow)
+        assert P.conv_uses_packed_w(*args) == bool(lib.mrt_conv2d_uses_packed_w(*args)), args
+        checked += 1
+    assert checked > 5000
+
+
+def test_k_blocks_follow_the_native_rule():
+    assert [P.sgemm_kc(k) for k in (1, 256, 320, 321, 512, 513, 1000)] == [1, 256, 320, 161, 256, 171, 250]
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def _conv_model():
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def conv(x, y, m, c, k, group=1, stride=1, pad=0):
+        name = f"w{len(inits)}"
+        inits.append(nh.from_array((rng.standard_normal((m, c // group, k, k)) / k).astype(np.float32), name))
+        inits.append(nh.from_array(rng.standard_normal(m).astype(np.float32), name + "b"))
+        nodes.append(h.make_node("Conv", [x, name, name + "b"], [y], group=group, strides=[stride, stride],
+                                 pads=[pad] * 4))
+        nodes.append(h.make_node("Relu", [y], [y + "r"]))
+        return y + "r"
+
+    t = conv("x", "a", 32, 3, 3, pad=1)            # 16x16, M 32, K 27: small plane -> packed
+    t = conv(t, "b", 64, 32, 3, stride=2, pad=1)   # 8x8, K 288 -> packed
+    t = conv(t, "c", 64, 64, 3, group=2, pad=1)    # two groups of 32 channels -> packed
+    t = conv(t, "d", 24, 64, 3, pad=1)             # 24 channels, tiny plane -> packed
+    t = conv(t, "e", 16, 24, 1)                    # 1x1, K 24 -> the GEMM, not packed
+    graph = h.make_graph(nodes, "convs", [h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 16, 16])],
+                         [h.make_tensor_value_info(t, TP.FLOAT, [2, 16, 8, 8])], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
+
+
+def _product_model():
+    rng = np.random.default_rng(1)
+    w1 = rng.standard_normal((700, 70)).astype(np.float32) / 10   # K 700: three k blocks
+    w2 = rng.standard_normal((70, 700)).astype(np.float32) / 10   # Gemm transB: stored N x K
+    w3 = rng.standard_normal((140, 33)).astype(np.float32) / 10
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["a"]),
+             h.make_node("Gemm", ["x", "w2", "c2"], ["b"], transB=1),
+             h.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+             h.make_node("Relu", ["ab"], ["abr"]),
+             h.make_node("Gemm", ["abr", "w3"], ["y"])]
+    inits = [nh.from_array(w1, "w1"), nh.from_array(w2, "w2"), nh.from_array(w3, "w3"),
+             nh.from_array(rng.standard_normal(70).astype(np.float32), "c2")]
+    graph = h.make_graph(nodes, "products", [h.make_tensor_value_info("x", TP.FLOAT, [5, 700])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [5, 33])], inits)
+    feed = {"x": rng.standard_normal((5, 700)).astype(np.float32)}
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), feed
+
+
+@pytest.fixture
+def packs_made(monkeypatch):
+    """The tags of the packs the native kernels make (not found in their cache), while the test runs."""
+    made = []
+    cached_pack = native._cached_pack
+
+    def counting(owner, tag, pack):
+        def packing():
+            packed = pack()
+            if packed is not None:  # (None: a conv that does not take the packed path)
+                made.append(tag)
+            return packed
+        return cached_pack(owner, tag, packing)
+
+    monkeypatch.setattr(native, "_cached_pack", counting)
+    return made
+
+
+@pytest.mark.parametrize("model, kinds, entries", [(_conv_model, {"conv_f32"}, 4), (_product_model, {"sgemm_b"}, 3)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_session_seeds_the_packs_of_its_layout(model, kinds, entries, threads, every_isa, packs_made):
+    onnx_model, feed = model()
+    plain = build_bytes(onnx_model)
+    packed = build_bytes(onnx_model, weight_pack=native.packed_panel_width())
+    other = build_bytes(onnx_model, weight_pack=8 if native.packed_panel_width() != 8 else 16)
+    assert len(minirt.Session(packed).artifact.packed_weights) == entries
+
+    want = minirt.Session(plain, threads=threads).run(None, feed)
+    assert {tag[0] for tag in packs_made} == kinds and len(packs_made) == entries  # the builder packed them all
+    packs_made.clear()
+    session = minirt.Session(packed, threads=threads)
+    for _ in range(2):
+        got = session.run(None, feed)
+        assert packs_made == []  # seeded: nothing packed on the first run
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    # another layout: ignored, packed lazily, same results
+    got = minirt.Session(other, threads=threads).run(None, feed)
+    assert len(packs_made) == entries
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("model, repacked", [(_conv_model, 0), (_product_model, 3)])
+def test_another_isa_selected_after_load_falls_back(model, repacked, packs_made):
+    """The seeded packs are dropped with the cache: products pack B anew for the new ISA; a conv
+    prepared on the old one runs without packed weights (native.conv2d_call)."""
+    if native.packed_panel_width() == 8:
+        pytest.skip("needs an ISA with wider panels than the baseline's (AVX2 / AVX-512)")
+    onnx_model, feed = model()
+    session = minirt.Session(build_bytes(onnx_model, weight_pack=native.packed_panel_width()), threads=1)
+    want = session.run(None, feed)
+    assert packs_made == []
+    before = native.isa
+    try:
+        native.select_isa("baseline")
+        got = session.run(None, feed)
+        assert len(packs_made) == repacked and all(tag[0] == "sgemm_b" for tag in packs_made)
+    finally:
+        native.select_isa(before)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-3)  # (another ISA: other roundings)
+
+
+def test_a_mapped_file_is_seeded_in_place(tmp_path):
+    onnx_model, _feed = _product_model()
+    path = tmp_path / "m.mrt"
+    path.write_bytes(build_bytes(onnx_model, weight_pack=native.packed_panel_width() or 8))
+    session = minirt.Session(str(path))
+    if not native.packed_panel_width():
+        pytest.skip(f"native kernels not available: {native.reason}")
+    for entry in session.artifact.packed_weights:
+        assert entry.data.ctypes.data % 64 == 0
+        cached = [packed for (_ref, packed) in native._qpacked.values() if packed is entry.data]
+        assert len(cached) == 1  # the view of the file itself, no copy
+
+
+def test_numpy_kernels_ignore_the_packs(monkeypatch):
+    onnx_model, feed = _product_model()
+    packed = build_bytes(onnx_model, weight_pack=8)
+    want = minirt.Session(build_bytes(onnx_model)).run(None, feed)
+    monkeypatch.setattr(native, "available", False)
+    monkeypatch.setattr(native, "packed_panel_width", lambda: 0)
+    got = minirt.Session(packed).run(None, feed)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
