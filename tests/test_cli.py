@@ -137,6 +137,23 @@ def test_build_disable_pass(tiny_onnx, tmp_path, capsys):
     assert code == 2 and "no_such_pass" in stderr and not (tmp_path / "u.mrt").exists()
 
 
+def test_build_weight_pack(tmp_path, capsys):
+    """--weight-pack N stores packed weights for panels of N; the Pi targets default to 8, 0 turns it off."""
+    def packs(*options):
+        out = tmp_path / "d.mrt"
+        code, _, _ = _run_cli(capsys, "build", DIGITS_ONNX, "-o", out, "-q", "--input-shape", "image=1x1x8x8", *options)
+        assert code == 0
+        art = minirt.Session(str(out)).artifact
+        return {e.nr for e in art.packed_weights}, art.metadata["build.options"]["weight_pack"]
+
+    assert packs() == (set(), 0)
+    assert packs("--weight-pack", "32") == ({32}, 32)
+    assert packs("--target", "rpi4") == ({8}, 8)
+    assert packs("--target", "rpi4", "--weight-pack", "0") == (set(), 0)
+    code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "e.mrt", "--weight-pack", "12")
+    assert code == 2 and "--weight-pack" in stderr
+
+
 def test_build_missing_model_is_a_clean_error(tmp_path, capsys):
     missing = tmp_path / "nowhere" / "missing.onnx"
     code, stdout, stderr = _run_cli(capsys, "build", missing, "-q")

@@ -113,14 +113,16 @@ def test_onnx_file_is_not_mrt():
 
 
 def _with_blob() -> bytes:
-    """A file holding every section kind, including a provider blob and a partition."""
+    """A file holding every section kind, including a provider blob, a partition and packed weights."""
     from builder.writer import PartitionRecord
+    from minirt.format import packed_weights as P
 
     w = minimal_writer()
     blob = w.add_blob(b"provider payload " * 5)
     g = w.graphs[0]
     node = g.nodes[0]
     w.partitions.append(PartitionRecord("test", 0, 0, 1, [v for v in node[2] if v >= 0], [node[3][0]], blob))
+    w.packed_weights.append((P.PACK_SGEMM_B, 0, 8, (0, 2, 3), P.pack_sgemm_b(w.tensors[0], 0, 8)))
     return w.to_bytes(sign_key=bytes(32))  # signed: the signature section is a section kind too
 
 

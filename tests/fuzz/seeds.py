@@ -16,14 +16,14 @@ import numpy as np
 from minirt.format import schema as S
 
 
-def _build(model) -> bytes:
+def _build(model, **options) -> bytes:
     """Build with the real builder, then pin the build timestamp so seeds are reproducible."""
     import re
 
     from builder import build_bytes
     from tests.fuzz.mutator import assemble, split
 
-    entries = split(build_bytes(model))
+    entries = split(build_bytes(model, **options))
     for e in entries:
         if e.kind == S.SECTION_METADATA:
             e.payload = re.sub(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", b"2000-01-01T00:00:00Z", e.payload)
@@ -261,6 +261,8 @@ def seed_artifacts() -> tuple:
     return (
         ("mlp", _build(mlp_model())),
         ("conv", _build(conv_model())),
+        # a packed_weights section (kind 9): the conv's and the Gemm's weights in panels of 8
+        ("packed", _build(conv_model(), input_shapes={"img": [1, 3, 6, 6]}, weight_pack=8)),
         ("attrs", _build(attrs_model())),
         ("if", _build(if_model())),
         ("grammar", grammar_artifact()),
