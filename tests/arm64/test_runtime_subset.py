@@ -97,6 +97,41 @@ def test_case_with_numpy_kernels_only(artifacts, manifest, name, numpy_kernels_o
     _check(artifacts, manifest, name)
 
 
+def test_builder_packed_weights_are_seeded(artifacts, manifest, monkeypatch):
+    """The Pi targets store weights packed for panels of 8 (NEON's layout; docs/decisions.md D-prepack):
+    on arm64 the session seeds them and the first run packs nothing; where the kernels use another
+    layout (x86 hosts with AVX2 / AVX-512) they are ignored and packed lazily.  Same bits either way."""
+    if not native.available:
+        pytest.skip(f"native kernels not available: {native.reason}")
+    if os.environ.get("MINIRT_EXPECT_NATIVE") == "1" and platform.machine() in ("aarch64", "arm64"):
+        assert native.packed_panel_width() == 8, native.describe()
+    case, feeds, _expected, _labels = _load(artifacts, manifest, "digits_rpi4")
+    path = str(artifacts / case["artifact"])
+    entries = minirt.Session(path).artifact.packed_weights
+    assert len(entries) == 5 and {e.nr for e in entries} == {8}
+    made = []
+    cached_pack = native._cached_pack
+
+    def counting(owner, tag, pack):
+        def packing():
+            packed = pack()
+            if packed is not None:
+                made.append(tag)
+            return packed
+        return cached_pack(owner, tag, packing)
+
+    monkeypatch.setattr(native, "_cached_pack", counting)
+    with monkeypatch.context() as m:
+        m.setattr(native, "seed_pack", lambda owner, tag, packed: None)  # a session that ignores the packs
+        want = minirt.Session(path).run(None, feeds)
+    assert len(made) == len(entries)  # the runtime packs exactly what the builder stored
+    made.clear()
+    got = minirt.Session(path).run(None, feeds)
+    assert len(made) == (0 if native.packed_panel_width() == 8 else len(entries))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_artifacts_record_their_target(artifacts, manifest):
     for name in ("digits_rpi3", "digits_rpi4", "digits_rpi5"):
         sess = minirt.Session(str(artifacts / manifest["cases"][name]["artifact"]))
