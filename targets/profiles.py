@@ -32,7 +32,9 @@ class TargetProfile:
     # (None: keep float32); "int8" needs calibration data, and without it the
     # builder falls back to "int8-dynamic".
     default_quantize: str | None = None
-    weight_pack: int = 0  # output-channel panel width of pre-packed GEMM/Conv weights (0: not packed)
+    # output-channel panel width of the GEMM/Conv weights the builder stores pre-packed (builder/prepack.py;
+    # 0: not packed); the NEON kernels use panels of 8
+    weight_pack: int = 0
 
     def has(self, feature: str) -> bool:
         """Whether every device of this target has ``feature`` (e.g. "dotprod")."""
