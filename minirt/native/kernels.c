@@ -621,6 +621,8 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * rows each), small enough to stay in L2 between their copy and the GEMM that reads them
  * (MRT_CONV_BAND_BYTES); with several threads and one image, the threads take whole bands
  * (planes and GEMM single-threaded, no fork-join inside a band).
+ * The channel-vector kernel (packed weights) builds no planes for strided layers: it reads the
+ * image in place and copies only windows around its borders (conv_in_place, below).
  */
 
 /* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
