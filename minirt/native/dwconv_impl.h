@@ -598,29 +598,23 @@ static DW_INLINE MRT_TARGET void FN(dw_transpose)(FN(vf) *v) {
  * with `chunks` (16 lanes only, see cb_chunks), the 128-bit stages are done
  * by the loads instead: v[4g + i] is assembled from the 4-float chunks g of
  * rows i, 4 + i, 8 + i and 12 + i (one per 128-bit block), which leaves the
- * 4x4 transposes within blocks (dw_zip_lanes).  Each chunk is a 128-bit
- * broadcast load merged under a mask into its block: no shuffle uop (an
- * insert or a 2-source shuffle of chunks is one, and the shuffle ports are
- * what the transposes are bound by), so the fill has half the shuffles of
- * the whole-vector transpose for four times the loads (docs/decisions.md,
- * D-dw-threads). */
-#if MRT_VL == 16 && defined(__x86_64__)
-#include <immintrin.h>
-#endif
+ * 4x4 transposes within blocks (dw_zip_lanes). */
 static DW_INLINE MRT_TARGET void FN(dw_load_transposed)(const float *const *rows, long q, FN(vf) *v,
                                                         const int chunks) {
-#if MRT_VL == 16 && defined(__x86_64__)
+#if MRT_VL == 16
     if (chunks) {
+        typedef float chunk __attribute__((vector_size(16), aligned(4)));
+        typedef float half __attribute__((vector_size(32)));
 #pragma GCC unroll 4
         for (int g = 0; g < 4; ++g)
 #pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
                 const long at = q + 4 * g;
-                __m512 t = _mm512_broadcast_f32x4(_mm_loadu_ps(rows[i] + at));
-                t = _mm512_mask_broadcast_f32x4(t, 0x00F0, _mm_loadu_ps(rows[4 + i] + at));
-                t = _mm512_mask_broadcast_f32x4(t, 0x0F00, _mm_loadu_ps(rows[8 + i] + at));
-                t = _mm512_mask_broadcast_f32x4(t, 0xF000, _mm_loadu_ps(rows[12 + i] + at));
-                v[4 * g + i] = (FN(vf))t;
+                const half lo = __builtin_shufflevector(*(const chunk *)(rows[i] + at), *(const chunk *)(rows[4 + i] + at),
+                                                        0, 1, 2, 3, 4, 5, 6, 7);
+                const half hi = __builtin_shufflevector(*(const chunk *)(rows[8 + i] + at),
+                                                        *(const chunk *)(rows[12 + i] + at), 0, 1, 2, 3, 4, 5, 6, 7);
+                v[4 * g + i] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
             }
         FN(dw_zip_lanes)(v);
         return;
@@ -1016,12 +1010,11 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.nbands = (int)((oh + band - 1) / band);
     const int span = (kh - 1) * dh + 1; /* padded rows one output row reads */
     a.cb_ring_rows = a.cb_ring && sh <= span ? sh : 1;
-    /* 16 lanes: the ring's rows are filled with chunk loads (the shuffles halved), whatever their width:
-     * 16@112 s1 and 32@112 s2 5-8 % faster than whole vectors, rows of 56 or 28 pixels 1 % faster than
-     * D-dw-s2's chunk inserts.  Whole small planes keep whole vectors (chunks 3-7 % slower on 128@28 s2,
-     * 256@14, 512@7, docs/decisions.md, D-dw-threads).  The plane path's rows and 8 lanes always take
-     * whole vectors. */
-    a.cb_chunks = MRT_VL == 16 && a.cb_ring;
+    /* 16 lanes: whole-vector loads from rows of a multiple of 16 pixels (every group of a row starts where
+     * the row does, modulo 64 bytes), chunks otherwise (whole vectors that straddle cache lines measured
+     * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
+     * plane path's rows and 8 lanes always take whole vectors. */
+    a.cb_chunks = MRT_VL == 16 && a.cb_ring && wd % MRT_VL != 0;
     /* a ring holds the rows of the current window and those filled ahead of it with the window's last row */
     a.cb_span = a.cb_ring ? (span + a.cb_ring_rows - 1) / a.cb_ring_rows * a.cb_ring_rows
                           : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
