@@ -128,6 +128,7 @@ typedef struct {
     int cb_ring;    /* the band is a ring of rows refilled as output rows advance (see dw_cb_item) */
     int cb_ring_rows; /* rows transposed together into the ring (sh when the windows overlap or touch, else 1) */
     int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
+    int cb_out_rows; /* ring: output rows transposed into the planes together (their pixels are contiguous there) */
     int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass */
     /* int8 (FN(qdwconv2d), plane path only); scale == NULL for the float conv */
     const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
@@ -872,7 +873,9 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *o
  * are transposed in pairs (cb_ring_rows; cb_span a multiple of it, so a pair
  * has consecutive slots): the two rows are contiguous in the planes, so a
  * 56-pixel row pair is 7 groups of MRT_VL pixels where two single rows were
- * 8 (the last group of each moved back), and there is one fill per output row. */
+ * 8 (the last group of each moved back), and there is one fill per output row.
+ * For the same reason the output rows go into the planes cb_out_rows at a
+ * time (two 56-pixel rows, four of 28). */
 static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band, float *out, FN(vf) *wv,
                                       const float **in) {
     const int c = a->c, kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
@@ -915,8 +918,9 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
                 FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 1);
             else
                 FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 0);
-        FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out, in);
-        FN(dw_cb_finish)(a, out, oy, oy + 1, yl, zl, nch);
+        const int held = (oy - oy0) % a->cb_out_rows; /* output rows computed before this one, not yet stored */
+        FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out + (long)held * ow * MRT_VL, in);
+        if (held + 1 == a->cb_out_rows || oy + 1 == oy1) FN(dw_cb_finish)(a, out, oy - held, oy + 1, yl, zl, nch);
     }
 }
 
@@ -924,7 +928,7 @@ static MRT_TARGET void FN(dw_cb_task)(void *ctx, long begin, long end) {
     const FN(dw_args) *a = (const FN(dw_args) *)ctx;
     const long rs = a->cb_wp * MRT_VL;
     const long band_floats = (long)a->cb_span * rs;
-    const long out_floats = (long)(a->cb_ring ? 1 : a->band_rows) * a->ow * MRT_VL;
+    const long out_floats = (long)(a->cb_ring ? a->cb_out_rows : a->band_rows) * a->ow * MRT_VL;
     const long kk = (long)a->kh * a->kw;
     /* band, output pixels, weight vectors (each a multiple of MRT_VL floats: all stay vector-aligned), row pointers */
     float *band = (float *)mrt_pack_buffer(sizeof(float) * (size_t)(band_floats + out_floats + kk * MRT_VL) +
@@ -1019,6 +1023,10 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
      * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
      * plane path's rows and 8 lanes always take whole vectors. */
     a.cb_chunks = MRT_VL == 16 && a.cb_ring && wd % MRT_VL != 0;
+    /* ring: output rows stored together, the fewest whose pixels are whole groups of MRT_VL (the transposes
+     * out then move no group back) while they stay within 128 pixels (out stays small in L1) */
+    a.cb_out_rows = 1;
+    while (a.cb_ring && (long)a.cb_out_rows * ow % MRT_VL != 0 && (long)(a.cb_out_rows + 1) * ow <= 128) ++a.cb_out_rows;
     /* a ring holds the rows of the current window and those filled ahead of it with the window's last row */
     a.cb_span = a.cb_ring ? (span + a.cb_ring_rows - 1) / a.cb_ring_rows * a.cb_ring_rows
                           : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);

@@ -115,6 +115,8 @@ CASES = [
     (1, 17, 36, 36, 5, 1, (2, 2, 2, 2), 1),  # ring, 5x5
     (1, 17, 30, 34, 3, 1, (2, 2, 2, 2), 2),  # ring, dilated
     (1, 17, 40, 48, 3, 3, (1, 1, 1, 1), 1),  # ring, stride 3
+    (1, 17, 54, 56, 3, 2, (1, 1, 1, 1), 1),  # ring, 28-pixel rows stored 4 at a time (AVX-512), 27 rows
+    (2, 18, 33, 56, 3, 1, (1, 1, 1, 1), 1),  # ring, 56-pixel rows stored in pairs (AVX-512), 33 rows, batch 2
     (1, 16, 64, 64, 3, 1, (1, 1, 1, 1), 1),  # 16 KB planes: AVX-512 keeps the plane path (L1 set aliasing)
 ]
 
