@@ -126,7 +126,8 @@ typedef struct {
     long cb_wp;     /* pixels per row of the channel-blocked band (input and padding) */
     int cb_span;    /* rows of that band */
     int cb_ring;    /* the band is a ring of rows refilled as output rows advance (see dw_cb_item) */
-    int cb_ring_rows; /* rows transposed together into the ring (sh when the windows overlap or touch, else 1) */
+    int cb_ring_rows; /* rows transposed together into the ring (a multiple of sh when the windows overlap or
+                       * touch, else 1) */
     int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
     int cb_out_rows; /* ring: output rows transposed into the planes together (their pixels are contiguous there) */
     int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass */
@@ -1017,7 +1018,11 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.band_rows = (int)band;
     a.nbands = (int)((oh + band - 1) / band);
     const int span = (kh - 1) * dh + 1; /* padded rows one output row reads */
+    /* ring rows transposed together: a multiple of the stride, the fewest whose pixels are whole groups of
+     * MRT_VL while they stay within 128 pixels (one 56-pixel row was 4 groups for 3.5, two are 7) */
     a.cb_ring_rows = a.cb_ring && sh <= span ? sh : 1;
+    if (a.cb_ring && sh <= span)
+        while ((long)a.cb_ring_rows * wd % MRT_VL != 0 && (long)(a.cb_ring_rows + sh) * wd <= 128) a.cb_ring_rows += sh;
     /* 16 lanes: whole-vector loads from rows of a multiple of 16 pixels (every group of a row starts where
      * the row does, modulo 64 bytes), chunks otherwise (whole vectors that straddle cache lines measured
      * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
@@ -1027,9 +1032,19 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
      * out then move no group back) while they stay within 128 pixels (out stays small in L1) */
     a.cb_out_rows = 1;
     while (a.cb_ring && (long)a.cb_out_rows * ow % MRT_VL != 0 && (long)(a.cb_out_rows + 1) * ow <= 128) ++a.cb_out_rows;
-    /* a ring holds the rows of the current window and those filled ahead of it with the window's last row */
-    a.cb_span = a.cb_ring ? (span + a.cb_ring_rows - 1) / a.cb_ring_rows * a.cb_ring_rows
-                          : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
+    /* a ring holds the rows of the current window and those filled ahead of it with the window's last row:
+     * groups of cb_ring_rows rows start at the band's first row and take consecutive slots (so the ring is a
+     * multiple of a group), windows start every sh rows, at offset u in their group; from there to the end
+     * of the group of the window's last row is in use */
+    const int step = a.cb_ring_rows;
+    a.cb_span = (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
+    if (a.cb_ring) {
+        a.cb_span = step;
+        for (int u = 0; u < step; u += sh) {
+            const int in_use = (u + span + step - 1) / step * step - u;
+            if (in_use > a.cb_span) a.cb_span = (in_use + step - 1) / step * step;
+        }
+    }
     const long work = band * ow * kh * kw * (a.blocked ? MRT_VL : 1);
     mrt_parallel_for(items * a.nbands, work, nthreads, a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
 }
