@@ -869,14 +869,15 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *o
  * transposes and stores see as many pixels at once as possible).  With
  * cb_ring, the band is a ring of cb_span rows (slot = (row - r0) % cb_span),
  * each input row is transposed once just before the first output row that
- * needs it, and each output row is stored as soon as it is computed, so the
- * band and out stay in L1 however large the plane.  With stride 2 the rows
- * are transposed in pairs (cb_ring_rows; cb_span a multiple of it, so a pair
- * has consecutive slots): the two rows are contiguous in the planes, so a
- * 56-pixel row pair is 7 groups of MRT_VL pixels where two single rows were
- * 8 (the last group of each moved back), and there is one fill per output row.
- * For the same reason the output rows go into the planes cb_out_rows at a
- * time (two 56-pixel rows, four of 28). */
+ * needs it, and the output rows are stored a few at a time as they are
+ * computed, so the band and out stay in L1 however large the plane.  Input
+ * rows are transposed in groups (cb_ring_rows, a multiple of the stride;
+ * cb_span a multiple of it, so a group has consecutive slots): the rows of a
+ * group are contiguous in the planes, so two 56-pixel rows are 7 groups of
+ * MRT_VL pixels where two single rows were 8 (the last group of each moved
+ * back), and with stride 2 there is one fill per output row.  For the same
+ * reason the output rows go into the planes cb_out_rows at a time (two
+ * 56-pixel rows, four of 28). */
 static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band, float *out, FN(vf) *wv,
                                       const float **in) {
     const int c = a->c, kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
