@@ -970,6 +970,20 @@ static int FN(dw_use_blocked)(int oh, int ow) {
 #endif
 }
 
+/* Rows of a ring (dw_cb_item) filled `step` rows at a time for windows of `span` rows every `sh` rows.
+ * It holds the rows of the current window and those filled ahead of it with the window's last row:
+ * groups of step rows start at the band's first row and take consecutive slots (so the ring is a
+ * multiple of step), windows start at offsets u = 0, sh, ... in their group, and from there to the end
+ * of the group of the window's last row is in use. */
+static int FN(dw_cb_ring_span)(int step, int sh, int span) {
+    int rows = step;
+    for (int u = 0; u < step; u += sh) {
+        const int in_use = (u + span + step - 1) / step * step - u;
+        if (in_use > rows) rows = (in_use + step - 1) / step * step;
+    }
+    return rows;
+}
+
 /* Geometry (fixed, ps, bands) of a filled-in FN(dw_args) for n images, and the run. */
 static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     FN(dw_args) a = *ap;
@@ -1020,10 +1034,13 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.nbands = (int)((oh + band - 1) / band);
     const int span = (kh - 1) * dh + 1; /* padded rows one output row reads */
     /* ring rows transposed together: a multiple of the stride, the fewest whose pixels are whole groups of
-     * MRT_VL while they stay within 128 pixels (one 56-pixel row was 4 groups for 3.5, two are 7) */
+     * MRT_VL while they stay within 128 pixels and the ring within DW_CB_FLOATS (one 56-pixel row was 4
+     * groups for 3.5, two are 7) */
     a.cb_ring_rows = a.cb_ring && sh <= span ? sh : 1;
     if (a.cb_ring && sh <= span)
-        while ((long)a.cb_ring_rows * wd % MRT_VL != 0 && (long)(a.cb_ring_rows + sh) * wd <= 128) a.cb_ring_rows += sh;
+        while ((long)a.cb_ring_rows * wd % MRT_VL != 0 && (long)(a.cb_ring_rows + sh) * wd <= 128 &&
+               (long)FN(dw_cb_ring_span)(a.cb_ring_rows + sh, sh, span) * a.cb_wp * MRT_VL <= DW_CB_FLOATS)
+            a.cb_ring_rows += sh;
     /* 16 lanes: whole-vector loads from rows of a multiple of 16 pixels (every group of a row starts where
      * the row does, modulo 64 bytes), chunks otherwise (whole vectors that straddle cache lines measured
      * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
@@ -1033,19 +1050,8 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
      * out then move no group back) while they stay within 128 pixels (out stays small in L1) */
     a.cb_out_rows = 1;
     while (a.cb_ring && (long)a.cb_out_rows * ow % MRT_VL != 0 && (long)(a.cb_out_rows + 1) * ow <= 128) ++a.cb_out_rows;
-    /* a ring holds the rows of the current window and those filled ahead of it with the window's last row:
-     * groups of cb_ring_rows rows start at the band's first row and take consecutive slots (so the ring is a
-     * multiple of a group), windows start every sh rows, at offset u in their group; from there to the end
-     * of the group of the window's last row is in use */
-    const int step = a.cb_ring_rows;
-    a.cb_span = (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
-    if (a.cb_ring) {
-        a.cb_span = step;
-        for (int u = 0; u < step; u += sh) {
-            const int in_use = (u + span + step - 1) / step * step - u;
-            if (in_use > a.cb_span) a.cb_span = (in_use + step - 1) / step * step;
-        }
-    }
+    a.cb_span = a.cb_ring ? FN(dw_cb_ring_span)(a.cb_ring_rows, sh, span)
+                          : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
     const long work = band * ow * kh * kw * (a.blocked ? MRT_VL : 1);
     mrt_parallel_for(items * a.nbands, work, nthreads, a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
 }
