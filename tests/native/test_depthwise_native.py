@@ -119,6 +119,7 @@ CASES = [
     (2, 18, 33, 56, 3, 1, (1, 1, 1, 1), 1),  # ring, 56-pixel rows stored in pairs (AVX-512), 33 rows, batch 2
     (1, 17, 60, 31, 3, 2, (1, 1, 1, 1), 1),  # ring, stride 2, input rows transposed 4 at a time (AVX-512)
     (1, 17, 30, 28, 7, 1, (3, 3, 3, 3), 1),  # ring, 7x7, 28-pixel rows transposed 4 at a time (AVX-512)
+    (1, 17, 30, 60, 7, 1, (3, 3, 3, 3), 1),  # ring, 7x7, 60-pixel rows one at a time (two would overflow the ring)
     (1, 16, 64, 64, 3, 1, (1, 1, 1, 1), 1),  # 16 KB planes: AVX-512 keeps the plane path (L1 set aliasing)
 ]
 
