@@ -126,8 +126,10 @@ typedef struct {
     long cb_wp;     /* pixels per row of the channel-blocked band (input and padding) */
     int cb_span;    /* rows of that band */
     int cb_ring;    /* the band is a ring of rows refilled as output rows advance (see dw_cb_item) */
-    int cb_ring_rows; /* rows transposed together into the ring (sh when the windows overlap or touch, else 1) */
+    int cb_ring_rows; /* rows transposed together into the ring (a multiple of sh when the windows overlap or
+                       * touch, else 1) */
     int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
+    int cb_out_rows; /* ring: output rows transposed into the planes together (their pixels are contiguous there) */
     int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass */
     /* int8 (FN(qdwconv2d), plane path only); scale == NULL for the float conv */
     const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
@@ -728,17 +730,21 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const 
 }
 
 /* One output row into out[ox * MRT_VL]: unrolled K x K kernel, stride S.
- * Rows of at least DW_CB_RB pixels go DW_CB_RB at a time, the last group
- * moved back to end at ow (recomputing a few pixels). */
+ * DW_CB_RB pixels at a time, then a last block of the 1-3 pixels left.
+ * (Moving a last whole block back to end at ow instead recomputed up to 3
+ * pixels of 4: 14 % of the multiply-adds of 14-pixel rows, 12 % of 7-pixel
+ * rows, where the FMAs bound the layer; docs/decisions.md, D-dw-threads.) */
 static DW_INLINE MRT_TARGET void FN(dw_cb_row_fixed)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
                                                      FN(vf) hi, float *out, int ow, const int K, const int S,
                                                      const int CLAMP) {
-    if (ow < DW_CB_RB) {
-        for (int ox = 0; ox < ow; ++ox) FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 1, CLAMP);
-        return;
+    int ox = 0;
+    for (; ox + DW_CB_RB <= ow; ox += DW_CB_RB) FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, DW_CB_RB, CLAMP);
+    switch (ow - ox) { /* DW_CB_RB is 4 */
+    case 3: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 3, CLAMP); break;
+    case 2: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 2, CLAMP); break;
+    case 1: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 1, CLAMP); break;
+    default: break;
     }
-    for (int ox = 0; ox < ow; ox += DW_CB_RB)
-        FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox + DW_CB_RB <= ow ? ox : ow - DW_CB_RB, K, S, DW_CB_RB, CLAMP);
 }
 
 /* in[ky] = the band row of kernel row ky of an output row whose top row is
@@ -863,12 +869,15 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *o
  * transposes and stores see as many pixels at once as possible).  With
  * cb_ring, the band is a ring of cb_span rows (slot = (row - r0) % cb_span),
  * each input row is transposed once just before the first output row that
- * needs it, and each output row is stored as soon as it is computed, so the
- * band and out stay in L1 however large the plane.  With stride 2 the rows
- * are transposed in pairs (cb_ring_rows; cb_span a multiple of it, so a pair
- * has consecutive slots): the two rows are contiguous in the planes, so a
- * 56-pixel row pair is 7 groups of MRT_VL pixels where two single rows were
- * 8 (the last group of each moved back), and there is one fill per output row. */
+ * needs it, and the output rows are stored a few at a time as they are
+ * computed, so the band and out stay in L1 however large the plane.  Input
+ * rows are transposed in groups (cb_ring_rows, a multiple of the stride;
+ * cb_span a multiple of it, so a group has consecutive slots): the rows of a
+ * group are contiguous in the planes, so two 56-pixel rows are 7 groups of
+ * MRT_VL pixels where two single rows were 8 (the last group of each moved
+ * back), and with stride 2 there is one fill per output row.  For the same
+ * reason the output rows go into the planes cb_out_rows at a time (two
+ * 56-pixel rows, four of 28). */
 static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band, float *out, FN(vf) *wv,
                                       const float **in) {
     const int c = a->c, kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
@@ -911,8 +920,9 @@ static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band,
                 FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 1);
             else
                 FN(dw_cb_fill)(a, xl, next, step, band + (long)((next - r0) % a->cb_span) * rs, 0);
-        FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out, in);
-        FN(dw_cb_finish)(a, out, oy, oy + 1, yl, zl, nch);
+        const int held = (oy - oy0) % a->cb_out_rows; /* output rows computed before this one, not yet stored */
+        FN(dw_cb_rows)(a, band, r0, oy, oy + 1, wv, bv, out + (long)held * ow * MRT_VL, in);
+        if (held + 1 == a->cb_out_rows || oy + 1 == oy1) FN(dw_cb_finish)(a, out, oy - held, oy + 1, yl, zl, nch);
     }
 }
 
@@ -920,7 +930,7 @@ static MRT_TARGET void FN(dw_cb_task)(void *ctx, long begin, long end) {
     const FN(dw_args) *a = (const FN(dw_args) *)ctx;
     const long rs = a->cb_wp * MRT_VL;
     const long band_floats = (long)a->cb_span * rs;
-    const long out_floats = (long)(a->cb_ring ? 1 : a->band_rows) * a->ow * MRT_VL;
+    const long out_floats = (long)(a->cb_ring ? a->cb_out_rows : a->band_rows) * a->ow * MRT_VL;
     const long kk = (long)a->kh * a->kw;
     /* band, output pixels, weight vectors (each a multiple of MRT_VL floats: all stay vector-aligned), row pointers */
     float *band = (float *)mrt_pack_buffer(sizeof(float) * (size_t)(band_floats + out_floats + kk * MRT_VL) +
@@ -958,6 +968,20 @@ static int FN(dw_use_blocked)(int oh, int ow) {
 #else
     return pixels <= 8 * 8;
 #endif
+}
+
+/* Rows of a ring (dw_cb_item) filled `step` rows at a time for windows of `span` rows every `sh` rows.
+ * It holds the rows of the current window and those filled ahead of it with the window's last row:
+ * groups of step rows start at the band's first row and take consecutive slots (so the ring is a
+ * multiple of step), windows start at offsets u = 0, sh, ... in their group, and from there to the end
+ * of the group of the window's last row is in use. */
+static int FN(dw_cb_ring_span)(int step, int sh, int span) {
+    int rows = step;
+    for (int u = 0; u < step; u += sh) {
+        const int in_use = (u + span + step - 1) / step * step - u;
+        if (in_use > rows) rows = (in_use + step - 1) / step * step;
+    }
+    return rows;
 }
 
 /* Geometry (fixed, ps, bands) of a filled-in FN(dw_args) for n images, and the run. */
@@ -1009,14 +1033,24 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.band_rows = (int)band;
     a.nbands = (int)((oh + band - 1) / band);
     const int span = (kh - 1) * dh + 1; /* padded rows one output row reads */
+    /* ring rows transposed together: a multiple of the stride, the fewest whose pixels are whole groups of
+     * MRT_VL while they stay within 128 pixels and the ring within DW_CB_FLOATS (one 56-pixel row was 4
+     * groups for 3.5, two are 7) */
     a.cb_ring_rows = a.cb_ring && sh <= span ? sh : 1;
+    if (a.cb_ring && sh <= span)
+        while ((long)a.cb_ring_rows * wd % MRT_VL != 0 && (long)(a.cb_ring_rows + sh) * wd <= 128 &&
+               (long)FN(dw_cb_ring_span)(a.cb_ring_rows + sh, sh, span) * a.cb_wp * MRT_VL <= DW_CB_FLOATS)
+            a.cb_ring_rows += sh;
     /* 16 lanes: whole-vector loads from rows of a multiple of 16 pixels (every group of a row starts where
      * the row does, modulo 64 bytes), chunks otherwise (whole vectors that straddle cache lines measured
      * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
      * plane path's rows and 8 lanes always take whole vectors. */
     a.cb_chunks = MRT_VL == 16 && a.cb_ring && wd % MRT_VL != 0;
-    /* a ring holds the rows of the current window and those filled ahead of it with the window's last row */
-    a.cb_span = a.cb_ring ? (span + a.cb_ring_rows - 1) / a.cb_ring_rows * a.cb_ring_rows
+    /* ring: output rows stored together, the fewest whose pixels are whole groups of MRT_VL (the transposes
+     * out then move no group back) while they stay within 128 pixels (out stays small in L1) */
+    a.cb_out_rows = 1;
+    while (a.cb_ring && (long)a.cb_out_rows * ow % MRT_VL != 0 && (long)(a.cb_out_rows + 1) * ow <= 128) ++a.cb_out_rows;
+    a.cb_span = a.cb_ring ? FN(dw_cb_ring_span)(a.cb_ring_rows, sh, span)
                           : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
     const long work = band * ow * kh * kw * (a.blocked ? MRT_VL : 1);
     mrt_parallel_for(items * a.nbands, work, nthreads, a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);

@@ -780,23 +780,29 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
 
 /* ------------------------------------------------------------------ channel-vector convolution
  *
- * FN(conv_cv): the implicit-GEMM convolution of FN(sgemm_conv) (same planes, same B row table
- * brow, same output) with the vector lanes over output channels instead of output columns.  A
- * tile is G_CV_NP output pixels x G_NR output channels: every multiply-add broadcasts one plane
- * element (input value of one pixel and tap) against a vector of weights.  Why: with pixels as
- * lanes, a small output wastes lanes (a 10 x 10 output is an extended grid of 9 x 12 + 10 = 118
- * columns, computed as 4 panels of 32 = 128 for 100 outputs); with channels as lanes no column is
- * dropped or padded (the channel counts are multiples of G_NR or close), the pixels of a tile are
- * any G_CV_NP consecutive outputs (pixel p = oy * ow + ox reads its planes at oy * wq + ox), and
- * the weights are one contiguous stream.
+ * FN(conv_cv): an implicit-GEMM convolution with the vector lanes over output channels instead of
+ * output columns.  A tile is G_CV_NP output pixels x G_NR output channels: every multiply-add
+ * broadcasts one input element (input value of one pixel and tap) against a vector of weights.
+ * Why: with pixels as lanes, a small output wastes lanes (a 10 x 10 output is an extended grid of
+ * 9 x 12 + 10 = 118 columns, computed as 4 panels of 32 = 128 for 100 outputs); with channels as
+ * lanes no column is dropped or padded (the channel counts are multiples of G_NR or close), the
+ * pixels of a tile are any G_CV_NP consecutive pixels of a rectangle, and the weights are one
+ * contiguous stream.
+ *
+ * The output is given as rectangles of pixels (mrt_cv_region, kernels.c), each with its own
+ * implicit B: pixel (r, j) of a region reads row k of B at B + brow[k] + r * in_row + j * in_col
+ * and is written at out + r * out_row + j of each channel's row of C.  kernels.c passes the stride-
+ * phase planes of FN(sgemm_conv) as one region (in_row = the plane width, in_col = 1), or the image
+ * itself for the pixels whose taps are all inside it (in_row = stride * width, in_col = stride)
+ * plus small zero-padded windows of the input for the border pixels (D-conv-inplace).
  *
  * The weights come pre-packed once per weight array (FN(conv_cv_pack_w)): per group, panels of
  * G_NR output channels, each K rows of G_NR contiguous floats (channels past the group's count
  * zero).  Every output is the same float sum as in FN(sgemm_conv) / FN(sgemm): K cut into the
  * blocks of FN(sgemm_kc), each summed from zero in k order (one multiply-add per k) and added to
  * the previous blocks' total, then + bias, + residual, activation; so results do not depend on
- * which path or how many threads computed them.  The tile is transposed into C's channel rows
- * (consecutive pixels are consecutive floats of a row) after the epilogue.
+ * which path, which region or how many threads computed them.  The tile is transposed into C's
+ * channel rows after the epilogue.
  */
 
 /* pixels per tile: 12 x 2 accumulators of AVX-512's 32 registers (+ 2 weight vectors and a
@@ -810,14 +816,17 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
 
 typedef struct {
     const float *wp;   /* the group's packed weights: panels of K x G_NR floats */
-    const float *B;    /* the group's planes; row k of the implicit B at B + brow[k] */
-    const long *brow;
-    float *C;          /* output rows of ldc floats: channel m, pixel p at C[m * ldc + p] */
+    const mrt_cv_region *regions;
+    int nregions;
+    /* items of region r: first_item[r] .. first_item[r + 1], (channel panel, run of chunk_tiles[r]
+     * pixel tiles) with chunks[r] runs per panel */
+    long first_item[MRT_CV_MAX_REGIONS + 1];
+    int chunks[MRT_CV_MAX_REGIONS], chunk_tiles[MRT_CV_MAX_REGIONS];
+    float *C;          /* output rows of ldc floats: channel m, position o at C[m * ldc + o] */
     const float *bias, *res; /* bias[m] or NULL; residual laid out as C, or NULL */
     long ldc;
-    int M, K, kc, npix, ow, wq, act;
+    int M, K, kc, act;
     float a0, a1;
-    int chunks, chunk_tiles; /* work items per channel panel, of chunk_tiles pixel tiles each */
 } FN(conv_cv_args);
 
 /* Pack w (group * mg rows of K floats) into the panels described above; out holds
@@ -833,39 +842,50 @@ static void FN(conv_cv_pack_w)(const float *w, int group, int mg, int K, float *
                     out[j] = q0 + j < mg ? w[((long)g * mg + q0 + j) * K + k] : 0.0f;
 }
 
-/* C[m0 + j][p0 + i] = t[i * G_NR + j] (j < nch, i < np): the pixel-major tile into C's channel
+/* C[m0 + j][pos[i]] = t[i * G_NR + j] (j < nch, i < np): the pixel-major tile into C's channel
  * rows, in 4 x 4 blocks transposed in registers (a float at a time cost 6-14% of a layer of depth
- * 288-128), the edges a float at a time. */
+ * 288-128) when the block's 4 pixels are consecutive in C (within one output row of the region),
+ * the other blocks and the edges a float at a time. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_transpose_out)(const FN(conv_cv_args) *g, const float *t, int m0,
-                                                                  int nch, int p0, int np) {
+                                                                  int nch, const long *pos, int np) {
     const long ldc = g->ldc;
     const int nch4 = nch & ~3, np4 = np & ~3;
     for (int j = 0; j < nch4; j += 4) {
-        float *c = g->C + (long)(m0 + j) * ldc + p0;
+        float *c = g->C + (long)(m0 + j) * ldc;
         for (int i = 0; i < np4; i += 4) {
             const float *ti = t + i * G_NR + j;
+            if (pos[i + 3] - pos[i] != 3) {
+                for (int r = 0; r < 4; ++r)
+                    for (int e = 0; e < 4; ++e) c[r * ldc + pos[i + e]] = ti[e * G_NR + r];
+                continue;
+            }
+            float *ci = c + pos[i];
             const FN(v4f) a = *(const FN(v4fu) *)ti, b = *(const FN(v4fu) *)(ti + G_NR);
             const FN(v4f) d = *(const FN(v4fu) *)(ti + 2 * G_NR), e = *(const FN(v4fu) *)(ti + 3 * G_NR);
             const FN(v4f) ab01 = G_SHUF4(a, b, 0, 4, 1, 5), ab23 = G_SHUF4(a, b, 2, 6, 3, 7);
             const FN(v4f) de01 = G_SHUF4(d, e, 0, 4, 1, 5), de23 = G_SHUF4(d, e, 2, 6, 3, 7);
-            *(FN(v4fu) *)(c + i) = G_SHUF4(ab01, de01, 0, 1, 4, 5);
-            *(FN(v4fu) *)(c + ldc + i) = G_SHUF4(ab01, de01, 2, 3, 6, 7);
-            *(FN(v4fu) *)(c + 2 * ldc + i) = G_SHUF4(ab23, de23, 0, 1, 4, 5);
-            *(FN(v4fu) *)(c + 3 * ldc + i) = G_SHUF4(ab23, de23, 2, 3, 6, 7);
+            *(FN(v4fu) *)ci = G_SHUF4(ab01, de01, 0, 1, 4, 5);
+            *(FN(v4fu) *)(ci + ldc) = G_SHUF4(ab01, de01, 2, 3, 6, 7);
+            *(FN(v4fu) *)(ci + 2 * ldc) = G_SHUF4(ab23, de23, 0, 1, 4, 5);
+            *(FN(v4fu) *)(ci + 3 * ldc) = G_SHUF4(ab23, de23, 2, 3, 6, 7);
         }
         for (int r = 0; r < 4; ++r)
-            for (int i = np4; i < np; ++i) c[r * ldc + i] = t[i * G_NR + j + r];
+            for (int i = np4; i < np; ++i) c[r * ldc + pos[i]] = t[i * G_NR + j + r];
     }
     for (int j = nch4; j < nch; ++j) {
-        float *crow = g->C + (long)(m0 + j) * ldc + p0;
-        for (int i = 0; i < np; ++i) crow[i] = t[i * G_NR + j];
+        float *crow = g->C + (long)(m0 + j) * ldc;
+        for (int i = 0; i < np; ++i) crow[pos[i]] = t[i * G_NR + j];
     }
 }
 
-/* The epilogue of one tile, t[i * G_NR + j] = sum for pixel p0 + i, channel m0 + j (i < np,
- * j < nch): + bias, + residual, activation `act` (a constant when inlined), then transposed into C. */
-static inline MRT_TARGET G_INLINE void FN(conv_cv_store_as)(const FN(conv_cv_args) *g, float *t, int m0, int nch,
-                                                             int p0, int np, const int act) {
+/* The epilogue of one tile, t[i * G_NR + j] = sum for pixel p0 + i of region r, channel m0 + j
+ * (i < np, j < nch): + bias, + residual, activation `act` (a constant when inlined), then
+ * transposed into C. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_store_as)(const FN(conv_cv_args) *g, const mrt_cv_region *r,
+                                                             float *t, int m0, int nch, int p0, int np,
+                                                             const int act) {
+    long pos[G_CV_NP]; /* the pixels' positions in a channel's row of C */
+    for (int i = 0; i < np; ++i) pos[i] = r->out + (long)((p0 + i) / r->cols) * r->out_row + (p0 + i) % r->cols;
     FN(vf) bias[2] = {{0}, {0}};
     if (g->bias) {
         bias[0] = FN(vload_n)(g->bias + m0, nch < MRT_VL ? nch : MRT_VL);
@@ -875,12 +895,12 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_store_as)(const FN(conv_cv_arg
     for (int i = 0; i < np; ++i) {
         float *ti = t + i * G_NR;
         if (g->res) { /* the residual of pixel p0 + i, one float per channel row */
-            float r[G_NR] = {0};
-            for (int j = 0; j < nch; ++j) r[j] = g->res[(long)(m0 + j) * g->ldc + p0 + i];
+            float res[G_NR] = {0};
+            for (int j = 0; j < nch; ++j) res[j] = g->res[(long)(m0 + j) * g->ldc + pos[i]];
             for (int v = 0; v < vecs; ++v) {
                 FN(vf) x = FN(vload)(ti + v * MRT_VL);
                 if (g->bias) x += bias[v];
-                FN(vstore)(ti + v * MRT_VL, FN(vact)(x + FN(vload)(r + v * MRT_VL), act, g->a0, g->a1));
+                FN(vstore)(ti + v * MRT_VL, FN(vact)(x + FN(vload)(res + v * MRT_VL), act, g->a0, g->a1));
             }
         } else {
             for (int v = 0; v < vecs; ++v) {
@@ -890,51 +910,52 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_store_as)(const FN(conv_cv_arg
             }
         }
     }
-    FN(conv_cv_transpose_out)(g, t, m0, nch, p0, np);
+    FN(conv_cv_transpose_out)(g, t, m0, nch, pos, np);
 }
 
 /* FN(conv_cv_store_as) with the activation's switch resolved outside its loops. */
-static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, float *t, int m0, int nch, int p0, int np) {
+static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv_region *r, float *t, int m0,
+                                         int nch, int p0, int np) {
     switch (g->act) {
     case MRT_ACT_NONE:
-        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_NONE);
+        FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_NONE);
         break;
     case MRT_ACT_RELU:
-        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_RELU);
+        FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_RELU);
         break;
     case MRT_ACT_SILU:
-        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_SILU);
+        FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_SILU);
         break;
     case MRT_ACT_HARDSWISH:
-        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, MRT_ACT_HARDSWISH);
+        FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_HARDSWISH);
         break;
     default:
-        FN(conv_cv_store_as)(g, t, m0, nch, p0, np, g->act);
+        FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, g->act);
     }
 }
 
-/* One K block (k0 .. k0 + kb) of one tile: pixels p0 .. p0 + np, channels of the panel wp (2
- * vectors when `two`, else 1), computed for `npc` pixels (a constant: G_CV_NP, or fewer for the
- * last tile of a row of tiles, np <= npc).  The block's sums go to t (pixel-major, G_NR floats per
- * pixel): stored for the first block, added to the total for the next ones (FN(sgemm_task)'s
- * order).  The loops over i are unrolled, so the accumulators and the pixels' plane offsets stay
- * in registers. */
-static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const FN(conv_cv_args) *g, const float *wp, int k0,
-                                                               int kb, int p0, int np, float *t, const int npc,
+/* One K block (k0 .. k0 + kb) of one tile: pixels p0 .. p0 + np of region r, channels of the
+ * panel wp (2 vectors when `two`, else 1), computed for `npc` pixels (a constant: G_CV_NP, or
+ * fewer for the last tile of a run, np <= npc).  The block's sums go to t (pixel-major, G_NR
+ * floats per pixel): stored for the first block, added to the total for the next ones
+ * (FN(sgemm_task)'s order).  The loops over i are unrolled, so the accumulators and the pixels'
+ * input offsets stay in registers. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
+                                                               int p0, int np, float *t, const int npc,
                                                                const int two) {
     long off[G_CV_NP];
 #pragma GCC unroll 12
     for (int i = 0; i < npc; ++i) {
         const int p = p0 + (i < np ? i : 0); /* pixels past np repeat pixel p0 (computed, never stored) */
-        off[i] = (long)(p / g->ow) * g->wq + p % g->ow;
+        off[i] = (long)(p / r->cols) * r->in_row + (long)(p % r->cols) * r->in_col;
     }
     const float *w = wp + (long)k0 * G_NR;
-    const long *brow = g->brow + k0;
+    const long *brow = r->brow + k0;
     FN(vf) acc0[G_CV_NP], acc1[G_CV_NP];
 #pragma GCC unroll 12
     for (int i = 0; i < npc; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
     for (int k = 0; k < kb; ++k, w += G_NR) {
-        const float *row = g->B + brow[k];
+        const float *row = r->B + brow[k];
         const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
 #pragma GCC unroll 12
         for (int i = 0; i < npc; ++i) {
@@ -957,91 +978,102 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const FN(conv_cv_a
 
 /* FN(conv_cv_block_body) for `two` (a constant), with the tile's pixel count rounded up to one of
  * three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4 pixels. */
-static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const FN(conv_cv_args) *g, const float *wp, int k0,
+static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
                                                                 int kb, int p0, int np, float *t, const int two) {
     if (np > G_CV_NP * 2 / 3)
-        FN(conv_cv_block_body)(g, wp, k0, kb, p0, np, t, G_CV_NP, two);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two);
     else if (np > G_CV_NP / 3)
-        FN(conv_cv_block_body)(g, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two);
     else
-        FN(conv_cv_block_body)(g, wp, k0, kb, p0, np, t, G_CV_NP / 3, two);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP / 3, two);
 }
 
-static MRT_TARGET void FN(conv_cv_block)(const FN(conv_cv_args) *g, const float *wp, int k0, int kb, int p0, int np,
+static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0, int np,
                                          float *t) {
-    FN(conv_cv_block_sized)(g, wp, k0, kb, p0, np, t, 1);
+    FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, 1);
 }
 
 /* A panel of at most one vector of channels (16 on AVX-512): half the multiply-adds. */
-static MRT_TARGET void FN(conv_cv_block_narrow)(const FN(conv_cv_args) *g, const float *wp, int k0, int kb, int p0,
+static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0,
                                                 int np, float *t) {
-    FN(conv_cv_block_sized)(g, wp, k0, kb, p0, np, t, 0);
+    FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, 0);
 }
 
-/* Items: (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles), panel-major.  Within
- * an item the K blocks are the outer loop, so a block of the panel's weights (kc x G_NR floats,
- * <= 40 KB) stays in L1 for all the run's tiles; the run's totals wait in `totals`. */
+/* Items: per region, (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles),
+ * panel-major.  Within an item the K blocks are the outer loop, so a block of the panel's weights
+ * (kc x G_NR floats, <= 40 KB) stays in L1 for all the run's tiles; the run's totals wait in
+ * `totals`. */
 static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
     const FN(conv_cv_args) *g = (const FN(conv_cv_args) *)ctx;
     float totals[G_CV_CHUNK * G_CV_NP * G_NR];
+    int ri = 0;
     for (long item = begin; item < end; ++item) {
-        const int q = (int)(item / g->chunks), chunk = (int)(item % g->chunks);
+        while (item >= g->first_item[ri + 1]) ++ri;
+        const mrt_cv_region *r = &g->regions[ri];
+        const long local = item - g->first_item[ri];
+        const int q = (int)(local / g->chunks[ri]), chunk = (int)(local % g->chunks[ri]);
         const int m0 = q * G_NR, nch = g->M - m0 < G_NR ? g->M - m0 : G_NR;
         const float *wp = g->wp + (long)q * g->K * G_NR;
-        const int pbeg = chunk * g->chunk_tiles * G_CV_NP;
-        const int pend = g->npix - pbeg < g->chunk_tiles * G_CV_NP ? g->npix : pbeg + g->chunk_tiles * G_CV_NP;
+        const int npix = r->rows * r->cols, run = g->chunk_tiles[ri] * G_CV_NP, pbeg = chunk * run;
+        const int pend = npix - pbeg < run ? npix : pbeg + run;
         for (int k0 = 0; k0 < g->K; k0 += g->kc) {
             const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
             for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP) {
                 const int np = pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
                 float *t = totals + (long)(p0 - pbeg) * G_NR;
                 if (nch > MRT_VL)
-                    FN(conv_cv_block)(g, wp, k0, kb, p0, np, t);
+                    FN(conv_cv_block)(r, wp, k0, kb, p0, np, t);
                 else
-                    FN(conv_cv_block_narrow)(g, wp, k0, kb, p0, np, t);
+                    FN(conv_cv_block_narrow)(r, wp, k0, kb, p0, np, t);
             }
         }
         for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
-            FN(conv_cv_store)(g, totals + (long)(p0 - pbeg) * G_NR, m0, nch, p0,
+            FN(conv_cv_store)(g, r, totals + (long)(p0 - pbeg) * G_NR, m0, nch, p0,
                               pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP);
     }
 }
 
-/* FN(sgemm_conv) (same arguments and result) on the weights packed by FN(conv_cv_pack_w) (wp: this
- * group's panels) instead of A. */
-static void FN(conv_cv)(int M, int rows, int K, const float *wp, const float *B, const long *brow, int ext_ow,
-                        int ext_wq, float *C, long ldc, const float *bias, const float *res, int act, float a0,
-                        float a1, int nthreads) {
-    if (M <= 0 || rows <= 0 || K <= 0) return;
+/* act(conv + bias + res) of M output channels (C and res rows of ldc floats) over the pixels of
+ * the `nregions` regions (at most MRT_CV_MAX_REGIONS, none empty), one job for them all, on the
+ * weights packed by FN(conv_cv_pack_w) (wp: this group's panels). */
+static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regions, int nregions, float *C, long ldc,
+                        const float *bias, const float *res, int act, float a0, float a1, int nthreads) {
+    if (M <= 0 || K <= 0 || nregions <= 0) return;
     FN(conv_cv_args) g;
-    g.wp = wp; g.B = B; g.brow = brow; g.C = C; g.bias = bias; g.res = res; g.ldc = ldc;
-    g.M = M; g.K = K; g.kc = FN(sgemm_kc)(K); g.npix = rows * ext_ow; g.ow = ext_ow; g.wq = ext_wq;
-    g.act = act; g.a0 = a0; g.a1 = a1;
-    /* runs of tiles: as few as G_CV_CHUNK allows, evened out; with threads, the run count (from
-     * that up) whose (panel, run) items keep the busiest thread shortest when claimed as
-     * mrt_parallel_for does (FN(sgemm_makespan) on the grid of runs x panels, in this item order):
-     * 32 -> 32 channels over 40 x 40 pixels made 9 items of one panel, 5 for one thread and 4
-     * for the other (1.65x its 1-thread speed at 2 threads) */
+    g.wp = wp; g.regions = regions; g.nregions = nregions; g.C = C; g.bias = bias; g.res = res; g.ldc = ldc;
+    g.M = M; g.K = K; g.kc = FN(sgemm_kc)(K); g.act = act; g.a0 = a0; g.a1 = a1;
+    /* runs of tiles per region: as few as G_CV_CHUNK allows, evened out; with threads, for the
+     * first region (the largest: the border regions after it are a few small items), the run
+     * count (from that up) whose (panel, run) items keep the busiest thread shortest when claimed
+     * as mrt_parallel_for does (FN(sgemm_makespan) on the grid of runs x panels, in this item
+     * order): 32 -> 32 channels over 40 x 40 pixels made 9 items of one panel, 5 for one thread
+     * and 4 for the other (1.65x its 1-thread speed at 2 threads) */
     const long panels = (M + G_NR - 1) / G_NR;
-    const int tiles = (g.npix + G_CV_NP - 1) / G_CV_NP;
-    int chunks = (tiles + G_CV_CHUNK - 1) / G_CV_CHUNK;
-    if (nthreads > 1) {
-        const int parts = nthreads < MRT_MAX_THREADS ? nthreads : MRT_MAX_THREADS;
-        const int first = chunks, spread = parts < 4 ? 2 * parts : 8;
-        long best = -1;
-        for (int c = first; c <= tiles && c <= first + spread; ++c) {
-            const int run = (tiles + c - 1) / c;
-            const long span = FN(sgemm_makespan)(tiles, (int)panels, run, 1, parts, 0);
-            if (best < 0 || span < best) {
-                best = span;
-                chunks = c;
+    long items = 0, max_tiles = 1;
+    for (int ri = 0; ri < nregions; ++ri) {
+        const int tiles = (regions[ri].rows * regions[ri].cols + G_CV_NP - 1) / G_CV_NP;
+        int chunks = (tiles + G_CV_CHUNK - 1) / G_CV_CHUNK;
+        if (nthreads > 1 && ri == 0) {
+            const int parts = nthreads < MRT_MAX_THREADS ? nthreads : MRT_MAX_THREADS;
+            const int first = chunks, spread = parts < 4 ? 2 * parts : 8;
+            long best = -1;
+            for (int c = first; c <= tiles && c <= first + spread; ++c) {
+                const int run = (tiles + c - 1) / c;
+                const long span = FN(sgemm_makespan)(tiles, (int)panels, run, 1, parts, 0);
+                if (best < 0 || span < best) {
+                    best = span;
+                    chunks = c;
+                }
             }
         }
+        g.chunk_tiles[ri] = (tiles + chunks - 1) / chunks;
+        g.chunks[ri] = (tiles + g.chunk_tiles[ri] - 1) / g.chunk_tiles[ri];
+        if (g.chunk_tiles[ri] > max_tiles) max_tiles = g.chunk_tiles[ri];
+        g.first_item[ri] = items;
+        items += panels * g.chunks[ri];
     }
-    g.chunk_tiles = (tiles + chunks - 1) / chunks;
-    g.chunks = (tiles + g.chunk_tiles - 1) / g.chunk_tiles;
-    mrt_parallel_for(panels * g.chunks, (long)g.chunk_tiles * G_CV_NP * G_NR * K / 16, nthreads, FN(conv_cv_task),
-                     &g);
+    g.first_item[nregions] = items;
+    mrt_parallel_for(items, max_tiles * G_CV_NP * G_NR * K / 16, nthreads, FN(conv_cv_task), &g);
 }
 
 #undef G_CV_NP

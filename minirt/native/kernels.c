@@ -263,6 +263,18 @@ static __thread size_t tls_scratch_cap;
 
 static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &tls_scratch_cap, bytes); }
 
+/* A rectangle of output pixels of the channel-vector convolution (gemm_impl.h, FN(conv_cv)):
+ * rows x cols pixels; pixel (r, j) reads row k of its implicit B at B + brow[k] + r * in_row +
+ * j * in_col, and is written at out + r * out_row + j of each output channel's row. */
+typedef struct {
+    const float *B;
+    const long *brow;
+    int rows, cols;
+    long in_row, in_col, out, out_row;
+} mrt_cv_region;
+/* regions of one FN(conv_cv) call at most: a convolution's inside and its four borders */
+#define MRT_CV_MAX_REGIONS 5
+
 /* ------------------------------------------------------------------ kernel bodies */
 
 #define FN_PASTE(a, b) a##b
@@ -333,8 +345,8 @@ typedef struct {
     void (*qdwconv2d)(const mrt_qdw_params *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
                       int);
     /* the channel-vector implicit convolution (gemm_impl.h, FN(conv_cv)) and its weight packing */
-    void (*conv_cv)(int, int, int, const float *, const float *, const long *, int, int, float *, long,
-                    const float *, const float *, int, float, float, int);
+    void (*conv_cv)(int, int, const float *, const mrt_cv_region *, int, float *, long, const float *, const float *,
+                    int, float, float, int);
     void (*conv_cv_pack_w)(const float *, int, int, int, float *);
     long (*conv_cv_packed_floats)(int, int, int);
     /* products with B packed once (gemm_impl.h, FN(sgemm_pb)) and that packing */
@@ -609,6 +621,8 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * rows each), small enough to stay in L2 between their copy and the GEMM that reads them
  * (MRT_CONV_BAND_BYTES); with several threads and one image, the threads take whole bands
  * (planes and GEMM single-threaded, no fork-join inside a band).
+ * The channel-vector kernel (packed weights) builds no planes for strided layers: it reads the
+ * image in place and copies only windows around its borders (conv_in_place, below).
  */
 
 /* Target GEMM width (columns) when batching small planes: one column block of the GEMM. */
@@ -631,6 +645,7 @@ typedef struct {
     int nb, direct; /* images per GEMM; direct: 1x1, stride 1, no padding */
     int implicit, band, hq, wq; /* implicit mode: output rows per band, its phase planes (hq x wq floats) */
     const float *packed_w; /* implicit mode on the channel-vector kernel: its packed weights (else NULL) */
+    int in_place; /* implicit mode, channel-vector kernel, not direct: conv_in_place instead of planes */
     size_t scratch_bytes;
     int failed;
 } mrt_conv_args;
@@ -838,12 +853,195 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
     for (int g = 0; g < a->group; ++g) {
         const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
         const float *bg = planes + (long)g * cg * phases * plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
-        if (a->packed_w)
-            a->I->conv_cv(mg, rows, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), bg, brow, a->ow, a->wq,
-                          a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
-        else
+        if (a->packed_w) {
+            const mrt_cv_region planes_region = {bg, brow, rows, a->ow, a->wq, 1, 0, a->ow};
+            a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), &planes_region, 1, a->y + out, p,
+                          bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+        } else
             a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, bg, brow, b_in_place, a->ow, a->wq, a->y + out, p,
                              bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+    }
+}
+
+/* ------------------------------------------------------------------ channel-vector convolution read in place
+ *
+ * With packed weights (FN(conv_cv)) and a kernel that needs planes (not direct), the image is read
+ * where it is instead (D-conv-inplace): the output pixels whose taps all fall inside the image
+ * ("inside": a rectangle of output rows and columns) read it in place, pixel (oy, ox) at
+ * x[ch][oy * sh - pt + ky * dh][ox * sw - pl + kx * dw] (row stride sh * wd, column stride sw);
+ * the others (the "borders": output rows above and below the inside, then output columns left
+ * and right of it) read small copies of the input they cover, zero-padded ("windows").  Only the
+ * windows are copied (a row or column of taps around the image, against the whole image for the
+ * planes), and the inside and the borders run as one FN(conv_cv) job.  Every output keeps the
+ * planes' sum (same taps, same k order and K blocks): the results are bit-identical. */
+
+/* Output positions [*lo, *hi) along one axis (input length n, kernel k, stride s, dilation d,
+ * leading pad, on outputs) whose taps all fall inside the input: o * s - pad >= 0 and
+ * o * s - pad + (k - 1) * d <= n - 1.  Empty (lo == hi) when no output's taps do. */
+static void conv_inside_range(int n, int k, int s, int d, int pad, int on, int *lo, int *hi) {
+    int first = (pad + s - 1) / s;
+    if (first > on) first = on;
+    const int last = n - 1 + pad - (k - 1) * d; /* o * s <= last */
+    int end = last < 0 ? 0 : last / s + 1;
+    if (end > on) end = on;
+    *lo = first;
+    *hi = end < first ? first : end;
+}
+
+/* A rectangle of output pixels [oy0, oy1) x [ox0, ox1) and the input window its taps cover:
+ * hw x ww input positions from (iy0, ix0) (the window of the inside is the image itself). */
+typedef struct {
+    int oy0, oy1, ox0, ox1;
+    int iy0, ix0, hw, ww;
+} conv_rect;
+
+/* The inside (first, when not empty) and the non-empty borders of the output of a: returns their
+ * count (at most MRT_CV_MAX_REGIONS); *window_floats: the floats of all the borders' windows. */
+static int conv_in_place_rects(const mrt_conv_args *a, conv_rect *rects, long *window_floats) {
+    int y0, y1, x0, x1;
+    conv_inside_range(a->h, a->kh, a->sh, a->dh, a->pt, a->oh, &y0, &y1);
+    conv_inside_range(a->wd, a->kw, a->sw, a->dw, a->pl, a->ow, &x0, &x1);
+    if (x1 == x0) y1 = y0; /* no inside column: every row is a border row */
+    const conv_rect all[MRT_CV_MAX_REGIONS] = {
+        {y0, y1, x0, x1},      /* inside */
+        {0, y0, 0, a->ow},     /* top rows */
+        {y1, a->oh, 0, a->ow}, /* bottom rows */
+        {y0, y1, 0, x0},       /* left columns */
+        {y0, y1, x1, a->ow},   /* right columns */
+    };
+    int n = 0;
+    *window_floats = 0;
+    for (int i = 0; i < MRT_CV_MAX_REGIONS; ++i) {
+        if (all[i].oy1 <= all[i].oy0 || all[i].ox1 <= all[i].ox0) continue;
+        conv_rect r = all[i];
+        r.iy0 = r.oy0 * a->sh - a->pt;
+        r.ix0 = r.ox0 * a->sw - a->pl;
+        r.hw = (r.oy1 - r.oy0 - 1) * a->sh + (a->kh - 1) * a->dh + 1;
+        r.ww = (r.ox1 - r.ox0 - 1) * a->sw + (a->kw - 1) * a->dw + 1;
+        if (i > 0) *window_floats += (long)a->c * r.hw * r.ww;
+        rects[n++] = r;
+    }
+    return n;
+}
+
+/* Windows at most this wide are copied a float at a time (three library calls per row of a
+ * 3-wide border column cost more than the copy). */
+#define CONV_WINDOW_NARROW 16
+
+/* Does the input window of r lie inside the image (read in place, no window copied)? */
+static int conv_rect_inside(const mrt_conv_args *a, const conv_rect *r) {
+    return r->iy0 >= 0 && r->ix0 >= 0 && r->iy0 + r->hw <= a->h && r->ix0 + r->ww <= a->wd;
+}
+
+/* dst[ch][i][j] = x[ch][r->iy0 + i][r->ix0 + j] for every channel of the image x, 0 outside it. */
+static void conv_window(const mrt_conv_args *a, const float *x, const conv_rect *r, float *dst) {
+    int jlo = -r->ix0, jhi = a->wd - r->ix0; /* window columns inside the image */
+    if (jlo < 0) jlo = 0;
+    if (jhi > r->ww) jhi = r->ww;
+    if (jhi < jlo) jhi = jlo;
+    for (int ch = 0; ch < a->c; ++ch)
+        for (int i = 0; i < r->hw; ++i, dst += r->ww) {
+            const int iy = r->iy0 + i;
+            if (iy < 0 || iy >= a->h) {
+                memset(dst, 0, sizeof(float) * r->ww);
+                continue;
+            }
+            const float *src = x + ((long)ch * a->h + iy) * a->wd + r->ix0;
+            if (r->ww <= CONV_WINDOW_NARROW) { /* a border column's few floats: no library calls */
+                for (int j = 0; j < r->ww; ++j) dst[j] = j >= jlo && j < jhi ? src[j] : 0.0f;
+                continue;
+            }
+            memset(dst, 0, sizeof(float) * jlo);
+            memcpy(dst + jlo, src + jlo, sizeof(float) * (jhi - jlo));
+            memset(dst + jhi, 0, sizeof(float) * (r->ww - jhi));
+        }
+}
+
+/* brow[k] for row k = (channel of the group, ky, kx) of the implicit B over channels of `plane`
+ * floats and rows of `width` floats. */
+static void conv_tap_table(const mrt_conv_args *a, int K, long plane, long width, long *brow) {
+    const int kk = a->kh * a->kw;
+    for (int ky = 0; ky < a->kh; ++ky)
+        for (int kx = 0; kx < a->kw; ++kx) brow[ky * a->kw + kx] = (long)ky * a->dh * width + (long)kx * a->dw;
+    for (int k = kk; k < K; ++k) brow[k] = brow[k - kk] + plane;
+}
+
+/* Scratch floats of conv_in_place: a tap table per region, then the borders' windows. */
+static long conv_in_place_floats(const mrt_conv_args *a) {
+    conv_rect rects[MRT_CV_MAX_REGIONS];
+    long window_floats;
+    conv_in_place_rects(a, rects, &window_floats);
+    return MRT_CV_MAX_REGIONS * conv_table_floats((long)a->c / a->group * a->kh * a->kw) + window_floats;
+}
+
+/* When reading in place pays, measured in YOLO (docs/decisions.md, D-conv-inplace): strided
+ * kernels only (their planes are a phase split, twice the work of a copy; at stride 1 the planes
+ * are a memcpy per row and cost as much as the borders' windows: 32 -> 32 @40x40 was 2% slower in
+ * place), with at most 1 / MRT_CONV_IN_PLACE_BORDER of the output pixels in the borders (their
+ * part-filled pixel tiles and windows: 128 -> 256 / 2 @10x10, 19% border, gained nothing). */
+#define MRT_CONV_IN_PLACE_BORDER 8
+/* test hook (mrt_conv2d_in_place_mode): -1 by the rule above, 0 never, 1 always */
+static int conv_in_place_mode = -1;
+
+int mrt_conv2d_in_place_mode(int mode) {
+    const int before = conv_in_place_mode;
+    conv_in_place_mode = mode < 0 ? -1 : mode > 0;
+    return before;
+}
+
+/* Whether the implicit conv of a on the channel-vector kernel (not direct) reads in place. */
+static int conv_in_place_pays(const mrt_conv_args *a) {
+    if (conv_in_place_mode >= 0) return conv_in_place_mode;
+    if (a->sh == 1 && a->sw == 1) return 0;
+    conv_rect rects[MRT_CV_MAX_REGIONS];
+    long window_floats, border = 0;
+    const int n = conv_in_place_rects(a, rects, &window_floats);
+    for (int i = 0; i < n; ++i)
+        if (!conv_rect_inside(a, &rects[i])) border += (long)(rects[i].oy1 - rects[i].oy0) * (rects[i].ox1 - rects[i].ox0);
+    return border * MRT_CONV_IN_PLACE_BORDER <= (long)a->oh * a->ow;
+}
+
+/* Image img of a, read in place (see above), on nt threads. */
+static void conv_in_place(const mrt_conv_args *a, long img, float *scratch, int nt) {
+    const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
+    const int cg = a->c / a->group, mg = a->m / a->group, K = cg * a->kh * a->kw;
+    const float *x = a->x + img * (long)a->c * a->h * a->wd;
+    conv_rect rects[MRT_CV_MAX_REGIONS];
+    long window_floats;
+    const int n = conv_in_place_rects(a, rects, &window_floats);
+    mrt_cv_region regions[MRT_CV_MAX_REGIONS];
+    long plane[MRT_CV_MAX_REGIONS]; /* floats per channel of each region's input */
+    float *windows = scratch + MRT_CV_MAX_REGIONS * conv_table_floats(K);
+    for (int i = 0; i < n; ++i) {
+        const conv_rect *r = &rects[i];
+        long *brow = (long *)(scratch + i * conv_table_floats(K));
+        const int inside = conv_rect_inside(a, r);
+        const float *B;
+        long width;
+        if (inside) { /* the image itself (the inside region, or a border that needs no padding) */
+            B = x + (long)r->iy0 * a->wd + r->ix0;
+            width = a->wd;
+            plane[i] = (long)a->h * a->wd;
+        } else {
+            conv_window(a, x, r, windows);
+            B = windows;
+            width = r->ww;
+            plane[i] = (long)r->hw * r->ww;
+            windows += (long)a->c * plane[i];
+        }
+        conv_tap_table(a, K, plane[i], width, brow);
+        regions[i] = (mrt_cv_region){B, brow, r->oy1 - r->oy0, r->ox1 - r->ox0, (long)a->sh * width, a->sw,
+                                     (long)r->oy0 * a->ow + r->ox0, a->ow};
+    }
+    for (int g = 0; g < a->group; ++g) {
+        mrt_cv_region group_regions[MRT_CV_MAX_REGIONS];
+        for (int i = 0; i < n; ++i) {
+            group_regions[i] = regions[i];
+            group_regions[i].B += (long)g * cg * plane[i];
+        }
+        const long out = img * mp + (long)g * mg * p;
+        a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), group_regions, n, a->y + out, p,
+                      a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
     }
 }
 
@@ -934,6 +1132,10 @@ static void mrt_conv_chunk(mrt_conv_args *a, long chunk, float *scratch, int nt)
     const long K = (long)cg * kk;
     const long i0 = chunk * a->nb;
     const int nb = a->n - i0 < a->nb ? (int)(a->n - i0) : a->nb;
+    if (a->in_place) {
+        conv_in_place(a, i0, scratch, nt);
+        return;
+    }
     if (a->implicit) {
         mrt_conv_implicit(a, i0, scratch, nt);
         return;
@@ -1060,8 +1262,9 @@ int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const flo
     /* the channel-vector kernel drops no column: implicit whatever the waste */
     a.packed_w = nb == 1 ? packed_w : NULL;
     a.implicit = nb == 1 && (a.direct || a.packed_w || (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq);
+    a.in_place = a.implicit && a.packed_w && !a.direct && conv_in_place_pays(&a);
     a.band = oh;
-    if (a.implicit && !a.direct) {
+    if (a.implicit && !a.direct && !a.in_place) {
         /* bands: planes within MRT_CONV_BAND_BYTES but >= MRT_CONV_BAND_COLS columns each, then
          * evened out, and at least one per thread when the image is large enough */
         const long row_bytes = (long)c * sh * sw * a.wq * (long)sizeof(float);
@@ -1076,7 +1279,9 @@ int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const flo
     }
     a.hq = a.band + reach;
     size_t floats = 0;
-    if (a.implicit) {
+    if (a.in_place) {
+        floats = (size_t)conv_in_place_floats(&a);
+    } else if (a.implicit) {
         floats = (size_t)conv_table_floats((long)(c / group) * kk);
         if (!a.direct) floats += (size_t)c * sh * sw * a.hq * a.wq;
     } else {

@@ -113,10 +113,15 @@ int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, 
 /* mrt_conv2d_f32 with the weights also pre-packed (packed_w, from mrt_conv2d_pack_w under the same
  * ISA, mrt_conv2d_packed_w_floats(m, group, c/group*kh*kw) floats; NULL: none) for the
  * channel-vector kernel, which images with a GEMM of their own then take (output channels as vector
- * lanes: no output column computed and dropped; the same sums as the GEMM's, bit for bit).  It pays
+ * lanes: no output column computed and dropped; the same sums as the GEMM's, bit for bit; strided
+ * layers read the input in place, without planes, see mrt_conv2d_in_place_mode).  It pays
  * where mrt_conv2d_uses_packed_w says so (depends on the geometry alone, not on the batch or the
  * threads): pack for those layers. */
 int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int sh, int sw, int oh, int ow);
+/* Test hook: whether mrt_conv2d_packed_f32 reads the input in place on the channel-vector kernel
+ * (kernels larger than 1x1 or strided; the output's borders from small padded windows) instead of
+ * building planes: -1 (the default) where that pays, 0 never, 1 always.  Returns the previous mode. */
+int mrt_conv2d_in_place_mode(int mode);
 long mrt_conv2d_packed_w_floats(int m, int group, int k);
 void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w);
 int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const float *w, const float *packed_w, int m,

@@ -115,6 +115,11 @@ CASES = [
     (1, 17, 36, 36, 5, 1, (2, 2, 2, 2), 1),  # ring, 5x5
     (1, 17, 30, 34, 3, 1, (2, 2, 2, 2), 2),  # ring, dilated
     (1, 17, 40, 48, 3, 3, (1, 1, 1, 1), 1),  # ring, stride 3
+    (1, 17, 54, 56, 3, 2, (1, 1, 1, 1), 1),  # ring, 28-pixel rows stored 4 at a time (AVX-512), 27 rows
+    (2, 18, 33, 56, 3, 1, (1, 1, 1, 1), 1),  # ring, 56-pixel rows stored in pairs (AVX-512), 33 rows, batch 2
+    (1, 17, 60, 31, 3, 2, (1, 1, 1, 1), 1),  # ring, stride 2, input rows transposed 4 at a time (AVX-512)
+    (1, 17, 30, 28, 7, 1, (3, 3, 3, 3), 1),  # ring, 7x7, 28-pixel rows transposed 4 at a time (AVX-512)
+    (1, 17, 30, 60, 7, 1, (3, 3, 3, 3), 1),  # ring, 7x7, 60-pixel rows one at a time (two would overflow the ring)
     (1, 16, 64, 64, 3, 1, (1, 1, 1, 1), 1),  # 16 KB planes: AVX-512 keeps the plane path (L1 set aliasing)
 ]
 
@@ -285,3 +290,26 @@ def test_depthwise_relu_clip_equal_the_unfused_conv_then_the_activation(case, ev
         y = np.full(_out_shape(case), np.nan, np.float32)
         native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], code, a0, a1)
         np.testing.assert_array_equal(y, fn(plain))  # NaN where plain has NaN (assert_array_equal: NaN == NaN)
+
+
+@pytest.mark.parametrize("case", [
+    (1, 19, 112, 112, 3, 2, (1, 1, 1, 1), 1),  # ring of rows, rows a multiple of 16 pixels
+    (1, 17, 56, 56, 3, 1, (1, 1, 1, 1), 1),  # ring, rows of 56 pixels
+    (1, 33, 28, 29, 3, 2, (0, 1, 1, 0), 1),  # bands of rows, odd width
+], ids=["ring112", "ring56", "bands"])
+def test_depthwise_misaligned_input(case, every_isa, threads):
+    """Planes that start at any float offset (the channel-blocked fill reads 4-float chunks and whole
+    vectors unaligned) give the same floats as an aligned copy, and match the reference."""
+    x, wt, b = _inputs(case, seed=6)
+    _, _, _, _, k, s, pads, d = case
+    aligned = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(x, wt, b, aligned, (k, k), (s, s), (d, d), pads[:2], 2, 0.0, 6.0)
+    np.testing.assert_allclose(aligned, np.clip(reference_depthwise(x, wt, b, (s, s), pads, (d, d)), 0, 6),
+                               rtol=RTOL, atol=ATOL)
+    for shift in (1, 3):
+        buf = np.empty(x.size + shift, np.float32)
+        shifted = buf[shift:].reshape(x.shape)
+        shifted[...] = x
+        y = np.full(_out_shape(case), np.nan, np.float32)
+        native.dwconv2d(shifted, wt, b, y, (k, k), (s, s), (d, d), pads[:2], 2, 0.0, 6.0)
+        np.testing.assert_array_equal(y, aligned)
