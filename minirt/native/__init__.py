@@ -434,8 +434,9 @@ def _keep_pack(owner, key, packed) -> None:
 def packed_panel_width() -> int:
     """The panel width (G_NR: output channels / columns per panel) of the float kernels' packed
     weights under the ISA in use, as the loaded module reports it (the floats of a 1 x 1 packed
-    weight are one panel); 0 without native kernels or with a module predating packed weights."""
-    if _lib is None or not hasattr(_lib, "mrt_conv2d_packed_f32") or not hasattr(_lib, "mrt_sgemm_packed_b_floats"):
+    weight are one panel); 0 without native kernels (or switched off) or with a module predating
+    packed weights."""
+    if not available or _lib is None or not hasattr(_lib, "mrt_conv2d_packed_f32") or not hasattr(_lib, "mrt_sgemm_packed_b_floats"):
         return 0
     conv, product = int(_lib.mrt_conv2d_packed_w_floats(1, 1, 1)), int(_lib.mrt_sgemm_packed_b_floats(1, 1))
     return conv if conv == product else 0
