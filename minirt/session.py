@@ -150,10 +150,11 @@ def _seed_packed_weights(artifact: reader.Artifact, initializers, constants) -> 
         return
     from minirt.format.packed_weights import PACK_SGEMM_B, sgemm_kc
 
-    array_of = {t: constants[i][1] for i, (_v, t) in enumerate(initializers)}
+    array_of = {t: arr for (_v, t), (_v2, arr) in zip(initializers, constants)}  # tensor index -> its array
     for entry in artifact.packed_weights:
-        owner = array_of.get(entry.tensor)
-        if owner is None or entry.nr != width or entry.kind == PACK_SGEMM_B and entry.kc != sgemm_kc(entry.tag[2]):
+        owner = array_of.get(entry.tensor)  # (None: a tensor of another graph)
+        k = entry.tag[2] if entry.kind == PACK_SGEMM_B else 0  # (tag: "sgemm_b", transb, K, N)
+        if owner is None or entry.nr != width or entry.kind == PACK_SGEMM_B and entry.kc != sgemm_kc(k):
             continue
         _native.seed_pack(owner, entry.tag, entry.data)
 
