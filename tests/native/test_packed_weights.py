@@ -17,6 +17,7 @@ import minirt
 from builder import build_bytes
 from minirt import native
 from minirt.format import packed_weights as P
+from minirt.format import schema as S
 from tests.native.conftest import requires_native
 
 
@@ -190,3 +191,27 @@ def test_numpy_kernels_ignore_the_packs(monkeypatch):
     got = minirt.Session(packed).run(None, feed)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_an_entry_with_other_k_blocks_is_ignored(packs_made):
+    """A product packed with another K blocking than this runtime's (a file from a runtime whose rule
+    differs) is not this runtime's layout: ignored, packed lazily, same results as without packs."""
+    from tests.format.util import replace_section, section
+
+    if not native.packed_panel_width():
+        pytest.skip(f"native kernels not available: {native.reason}")
+    onnx_model, feed = _product_model()
+    data = build_bytes(onnx_model, weight_pack=native.packed_panel_width())
+    off, length = section(data, S.SECTION_PACKED_WEIGHTS)
+    payload = bytearray(data[off:off + length])
+    fields = list(P.ENTRY.unpack_from(payload, P.HEADER.size))
+    assert fields[0] == P.PACK_SGEMM_B and fields[3] == P.sgemm_kc(700)
+    fields[3] -= 1
+    P.ENTRY.pack_into(payload, P.HEADER.size, *fields)
+    changed = replace_section(data, S.SECTION_PACKED_WEIGHTS, bytes(payload))
+    want = minirt.Session(build_bytes(onnx_model)).run(None, feed)
+    packs_made.clear()
+    got = minirt.Session(changed).run(None, feed)
+    assert len(packs_made) == 1  # the other two entries were seeded
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
