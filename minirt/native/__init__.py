@@ -35,7 +35,7 @@ qgemm_isa = "none"
  ACT_GELU_TANH) = range(10)
 
 _ffi = _lib = None
-_ABI_VERSION = 7
+_ABI_VERSION = 8
 
 
 def _truthy(value: str | None) -> bool:
@@ -117,6 +117,12 @@ def set_threads(n: int | None) -> None:
 
 def threads() -> int:
     return getattr(_tls, "n", _DEFAULT_THREADS)
+
+
+def pool_solo_episodes() -> int:
+    """How often the thread pool's oversubscription guard ran jobs on the calling thread alone for
+    a while, because awake workers kept missing them (no free core; kernels.c explains the rule)."""
+    return int(_lib.mrt_pool_solo_episodes()) if available else 0
 
 
 # --------------------------------------------------------------------------- recording (native programs)

@@ -1,0 +1,78 @@
+"""The native thread pool under oversubscription: more threads than CPUs must cost no more than one thread.
+
+Runs in a child process pinned to one CPU (affinity is per process and inherited by the pool's
+workers, which start on the first parallel job), so the test process keeps its own CPUs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import builder
+from minirt import native
+
+pytestmark = [
+    pytest.mark.skipif(not native.available, reason="native kernels not available"),
+    pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)"),
+]
+
+PINNED_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    import numpy as np
+    import minirt
+    from minirt import native
+    x = {"x": np.random.default_rng(1).standard_normal((1, 16, 48, 48)).astype(np.float32)}
+    (expected,) = minirt.Session(sys.argv[1], threads=1).run(None, x)
+    sess = minirt.Session(sys.argv[1], threads=2)
+    same = True
+    for _ in range(int(sys.argv[2])):
+        (y,) = sess.run(None, x)
+        same = same and np.array_equal(y, expected)
+    print(json.dumps({"episodes": native.pool_solo_episodes(), "same": bool(same)}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def conv_stack(tmp_path_factory):
+    """Three 3x3 convs, 16 -> 32 -> 32 -> 32 channels on 48 x 48: each one parallel job of ~0.1-0.3 ms."""
+    rng = np.random.default_rng(0)
+    inits, nodes, c, prev = [], [], 16, "x"
+    for i in range(3):
+        w = nh.from_array((rng.standard_normal((32, c, 3, 3)) * 0.1).astype(np.float32), f"w{i}")
+        inits.append(w)
+        out = "y" if i == 2 else f"c{i}"
+        nodes.append(h.make_node("Conv", [prev, f"w{i}"], [out], pads=[1, 1, 1, 1]))
+        c, prev = 32, out
+    model = h.make_model(
+        h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [1, 16, 48, 48])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [1, 32, 48, 48])], inits),
+        opset_imports=[h.make_opsetid("", 17)],
+    )
+    path = tmp_path_factory.mktemp("pool") / "convs.mrt"
+    builder.build(model, path)
+    return str(path)
+
+
+def test_two_threads_on_one_cpu_fall_back_to_the_caller(conv_stack):
+    """Pinned to one CPU with threads=2, the worker can only run when the caller does not: it misses
+    every job while awake, so the pool's oversubscription guard must take over (the caller runs the
+    jobs alone for a while), and the results must stay bit-identical to one thread's."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MINIRT_DISABLE_NATIVE", "MINIRT_NATIVE_ISA")}
+    proc = subprocess.run([sys.executable, "-c", PINNED_CHILD, conv_stack, "60"], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["same"], "threads=2 on one CPU changed the result"
+    assert r["episodes"] >= 1, "the worker kept every job although it could not run beside the caller"
+
