@@ -9,7 +9,9 @@ hands each ``accepts_out`` kernel a view into a checked-out arena.
 from __future__ import annotations
 
 import functools
+import math
 import threading
+
 import numpy as np
 
 from minirt import memplan
@@ -38,14 +40,23 @@ def check_out(plan, i: int, step, args: list, out: np.ndarray, env: list) -> Non
     for v, x in enumerate(env):
         if plan.last_use.get(v, -1) < i and v not in outputs:
             continue  # never read again (an unused result the plan no longer keeps)
-        if isinstance(x, np.ndarray) and x is not out and np.may_share_memory(x, out):
+        if isinstance(x, np.ndarray) and x is not out and np.may_share_memory(x, out) and not _placed_input(
+                step, args, x, out):
             raise AssertionError(
                 f"memory plan: the arena buffer of node {step.node.name!r} overlaps live value "
                 f"{v} {x.dtype}{list(x.shape)}"
             )
     for x in args:
-        if isinstance(x, np.ndarray) and np.may_share_memory(x, out):
+        if isinstance(x, np.ndarray) and np.may_share_memory(x, out) and not _placed_input(step, args, x, out):
             raise AssertionError(f"memory plan: the arena buffer of node {step.node.name!r} overlaps an input")
+
+
+def _placed_input(step, args: list, x: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``x`` is an input of Concat ``step`` that its buffer ``out`` holds (Concat in place): one of
+    its arguments, a C-contiguous piece of the C-contiguous ``out``."""
+    lo, hi = out.ctypes.data, out.ctypes.data + out.nbytes
+    return (step.op.op_type == "Concat" and any(x is a for a in args) and x.flags.c_contiguous
+            and out.flags.c_contiguous and lo <= x.ctypes.data and x.ctypes.data + x.nbytes <= hi)
 
 
 class ArenaPlan:
@@ -62,10 +73,17 @@ class ArenaPlan:
     :func:`memplan.plan`, checked by :func:`memplan.verify` when built.
     Arenas are checked out per run from a free list (atomic pop / append), so
     concurrent runs never share one.
+
+    Concat in place: an input of a Concat whose pieces are contiguous in its
+    result (every axis before the concat axis of size 1) that is some step's
+    own arena buffer is placed inside the Concat's buffer, at its piece
+    (:func:`_concat_inner_buffers`): its producer writes its result where the
+    Concat would have copied it, and the Concat copies only the other inputs.
+    The Concat's buffer then lives from the first such producer on.
     """
 
-    __slots__ = ("results", "buffers", "offsets", "size", "placed", "copy_outputs", "steps", "_lock", "_free",
-                 "arenas")
+    __slots__ = ("results", "buffers", "offsets", "size", "placed", "inner", "copy_outputs", "steps", "_lock",
+                 "_free", "arenas")
 
     def __init__(self, plan, record: list):
         self.results = record  # per step, (shape, dtype) of its result or None: what the plan was made from
@@ -110,9 +128,23 @@ class ArenaPlan:
             for b in r:
                 if last > buffers[b][1]:
                     buffers[b][1] = last
-        self.buffers = [tuple(b) for b in buffers]
-        self.offsets, self.size = memplan.plan(self.buffers)
-        memplan.verify(self.buffers, self.offsets, self.size)  # cheap, and only when a plan is made
+        # buffers placed inside a Concat's buffer: b -> (host buffer, byte offset); each host then
+        # spans the lifetimes of its inner buffers, which memplan does not place on their own
+        inner = _concat_inner_buffers(steps, placed, roots)
+        for b, (host, _) in inner.items():
+            buffers[host][0] = min(buffers[host][0], buffers[b][0])
+            buffers[host][1] = max(buffers[host][1], buffers[b][1])
+        own = [b for b in range(len(buffers)) if b not in inner]
+        self.buffers = [tuple(buffers[b]) for b in own]
+        own_offsets, self.size = memplan.plan(self.buffers)
+        memplan.verify(self.buffers, own_offsets, self.size)  # cheap, and only when a plan is made
+        offsets = [0] * len(buffers)
+        for b, off in zip(own, own_offsets):
+            offsets[b] = off
+        for b, (host, off) in inner.items():
+            offsets[b] = offsets[host] + off
+        self.offsets = offsets  # per placed buffer (inner ones inside their host's)
+        self.inner = inner
         self.placed = tuple(placed)
         self.copy_outputs = frozenset(copy_outputs)
         self.steps = steps
@@ -125,8 +157,9 @@ class ArenaPlan:
         base = (-raw.ctypes.data) % 64
         outs = [None] * len(self.steps)
         calls = [step.call for step in self.steps]
-        for (u, shape, dtype), off, (_, _, nbytes) in zip(self.placed, self.offsets, self.buffers):
+        for (u, shape, dtype), off in zip(self.placed, self.offsets):
             lo = base + off
+            nbytes = math.prod(shape) * dtype.itemsize
             outs[u] = raw[lo:lo + nbytes].view(dtype).reshape(shape)
             calls[u] = functools.partial(self.steps[u].call, out=outs[u])
         lo = raw.ctypes.data + base
@@ -152,3 +185,88 @@ class ArenaPlan:
         if program is None or isinstance(program, str):
             return program
         return f"{program.n} native calls"
+
+
+def _concat_inner_buffers(steps, placed, roots) -> dict:
+    """Buffers to place inside a Concat's buffer (see :class:`ArenaPlan`): buffer -> (host buffer, byte
+    offset of its piece).
+
+    For each Concat step with a buffer whose result has only 1s before the concat axis (so each input is
+    one contiguous piece of it), a buffer goes inside when it is an earlier step's own result (not a
+    view, not a graph input or constant), not already inside or host of another buffer, and either one
+    input of the Concat (appearing once) or split, by one Split along the same axis, into parts that are
+    consecutive inputs of the Concat in order (YOLO's C2f: Concat(Split(a), ...)).  Pieces are located
+    from the front (up to the first input whose size is unknown here) and from the back; other inputs
+    stay copies.  Whatever this decides, the result is the same: the Concat kernel copies every input
+    that is not exactly at its piece."""
+    buffer_of = {}  # slot -> buffer index, for values that are a step's own buffer
+    step_buffer = {}  # step -> its buffer index
+    for b, (u, _, _) in enumerate(placed):
+        step_buffer[u] = b
+        v0 = steps[u].outs[0]
+        if roots.get(v0) == frozenset((b,)):
+            buffer_of[v0] = b
+    split_of = {}  # first output slot of a Split step -> that step
+    for step in steps:
+        if step.op.op_type == "Split" and step.outs and step.outs[0] >= 0:
+            split_of[step.outs[0]] = step
+    inner: dict = {}
+    hosts: set = set()
+    for u, step in enumerate(steps):
+        host = step_buffer.get(u)
+        if step.op.op_type != "Concat" or host is None or host in inner:
+            continue
+        _, shape, dtype = placed[host]
+        ax = _axis_of(step, len(shape), 1)
+        if ax is None or any(d != 1 for d in shape[:ax]):
+            continue
+        piece = math.prod(shape[ax + 1:]) * dtype.itemsize  # bytes per index along the axis
+
+        def fits(b) -> bool:
+            if b is None or b == host or b in inner or b in hosts or placed[b][0] >= u:
+                return False
+            _, b_shape, b_dtype = placed[b]
+            return (b_dtype == dtype and len(b_shape) == len(shape) and b_shape[:ax] == shape[:ax]
+                    and b_shape[ax + 1:] == shape[ax + 1:])
+
+        # the inputs as units: (buffer or None when it cannot go inside, inputs it covers)
+        units, i, ins = [], 0, step.ins
+        while i < len(ins):
+            v = ins[i]
+            split = split_of.get(v)
+            if split is not None and _axis_of(split, len(shape), 0) == ax and \
+                    tuple(ins[i:i + len(split.outs)]) == tuple(split.outs) and split.ins:
+                b = buffer_of.get(split.ins[0])
+                units.append((b if fits(b) else None, len(split.outs)))
+                i += len(split.outs)
+                continue
+            b = buffer_of.get(v)
+            units.append((b if fits(b) and ins.count(v) == 1 else None, 1))
+            i += 1
+        found, offset, front = [], 0, 0
+        for b, _ in units:  # from the front, while every size is known
+            if b is None:
+                break
+            found.append((b, offset))
+            offset += placed[b][1][ax] * piece
+            front += 1
+        end = math.prod(shape) * dtype.itemsize
+        for b, _ in reversed(units[front:]):  # from the back, likewise
+            if b is None:
+                break
+            end -= placed[b][1][ax] * piece
+            found.append((b, end))
+        if found and offset <= end:
+            for b, off in found:
+                inner[b] = (host, off)
+            hosts.add(host)
+    return inner
+
+
+def _axis_of(step, rank: int, default: int) -> int | None:
+    """The step's ``axis`` attribute (``default`` when absent), in [0, rank), or None."""
+    axis = step.call.keywords.get("axis", default) if isinstance(step.call, functools.partial) else default
+    if not isinstance(axis, int):
+        return None
+    axis = axis + rank if axis < 0 else axis
+    return axis if 0 <= axis < rank else None

@@ -256,12 +256,30 @@ def _concat(inputs, axis: int, out=None) -> np.ndarray:
         ):
             shape = list(arrays[0].shape)
             shape[ax] = sum(x.shape[ax] for x in arrays)
-            if tuple(shape) == out.shape and not any(np.may_share_memory(x, out) for x in arrays):
-                # (a mismatch in the other dimensions still raises numpy's ValueError below)
-                return np.concatenate(arrays, axis=ax, out=out)
+            if tuple(shape) == out.shape and all(
+                    x.shape[:ax] + x.shape[ax + 1:] == out.shape[:ax] + out.shape[ax + 1:] for x in arrays):
+                pieces = _concat_pieces(arrays, ax, out)
+                in_place = [x.ctypes.data == p.ctypes.data and x.flags.c_contiguous and p.flags.c_contiguous
+                            for x, p in zip(arrays, pieces)]
+                if not any(not here and np.may_share_memory(x, out) for x, here in zip(arrays, in_place)):
+                    for x, piece, here in zip(arrays, pieces, in_place):
+                        if not here:  # (an input the memory plan put at its piece is there already)
+                            np.copyto(piece, x)
+                    return out
         return np.concatenate(arrays, axis=ax)
     except ValueError as exc:
         raise ValueError(f"Concat: {exc}") from None
+
+
+def _concat_pieces(arrays, ax: int, out) -> list:
+    """The views of ``out`` that each of ``arrays`` fills, one after the other along axis ``ax``."""
+    pieces, start = [], 0
+    for x in arrays:
+        index = [slice(None)] * out.ndim
+        index[ax] = slice(start, start + x.shape[ax])
+        pieces.append(out[tuple(index)])
+        start += x.shape[ax]
+    return pieces
 
 
 def _concat_native(inputs, axis: int, out) -> np.ndarray | None:
@@ -279,15 +297,21 @@ def _concat_native(inputs, axis: int, out) -> np.ndarray | None:
     if not 0 <= ax < out.ndim or sum(x.shape[ax] for x in arrays) != out.shape[ax] or any(
             x.shape[:ax] + x.shape[ax + 1:] != out.shape[:ax] + out.shape[ax + 1:] for x in arrays):
         return None  # (the numpy path raises the error)
-    if any(np.may_share_memory(x, out) for x in arrays):
-        return None
     rows = math.prod(out.shape[:ax])
     dst_ld = math.prod(out.shape[ax:])
-    offset = 0
+    base = out.ctypes.data
+    copies, offset = [], 0
     for x in arrays:
         cols = math.prod(x.shape[ax:])
-        _native.copy_rows(x, out, offset, rows, cols, cols, dst_ld)
+        # an input the memory plan placed at its piece (one row: the axes before `ax` are all 1) is
+        # there already (the arena's Concat in place); any other overlap goes the numpy way
+        if not (rows == 1 and x.ctypes.data == base + offset * 4):
+            if np.may_share_memory(x, out):
+                return None
+            copies.append((x, offset, cols))
         offset += cols
+    for x, offset, cols in copies:
+        _native.copy_rows(x, out, offset, rows, cols, cols, dst_ld)
     return out
 
 
@@ -1018,8 +1042,9 @@ def _repeat_factors(in_shape: tuple, out_shape: tuple, scales: tuple, coord_mode
     return None if factors == [1, 1] else (factors[0], factors[1])
 
 
-def _repeat(x: np.ndarray, out_shape: tuple, fh: int, fw: int) -> np.ndarray:
-    """``x`` with every pixel of its last two axes repeated fh x fw times (a fresh array).
+def _repeat(x: np.ndarray, out_shape: tuple, fh: int, fw: int, out=None) -> np.ndarray:
+    """``x`` with every pixel of its last two axes repeated fh x fw times: a fresh array, or ``out`` (the
+    memory plan's buffer) on the native float32 path when it fits exactly and overlaps ``x`` nowhere.
 
     The caller has checked ``out_shape`` against the allocation limit.
 
@@ -1029,7 +1054,11 @@ def _repeat(x: np.ndarray, out_shape: tuple, fh: int, fw: int) -> np.ndarray:
     ``np.repeat``, and rows by one broadcast copy.
     """
     if x.dtype == np.float32 and _native.available and _native.has_layout_kernels():
-        y = np.empty(out_shape, dtype=np.float32)
+        if (out is not None and out.shape == out_shape and out.dtype == np.float32 and out.flags.c_contiguous
+                and not np.may_share_memory(x, out)):
+            y = out
+        else:
+            y = np.empty(out_shape, dtype=np.float32)
         _native.upsample_nearest(np.ascontiguousarray(x), y, fh, fw)
         return y
     h, w = x.shape[-2:]
@@ -1117,8 +1146,9 @@ def _plan_key_part(value):
     return tuple(np.asarray(value).reshape(-1).tolist())
 
 
-def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, **kw) -> np.ndarray:
-    """Resolve roi/scales/sizes (optionally restricted to ``axes``) and resize."""
+def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, out=None, **kw) -> np.ndarray:
+    """Resolve roi/scales/sizes (optionally restricted to ``axes``) and resize (into ``out`` on the
+    repeat path's native pass, see :func:`_repeat`)."""
     key = None
     if kw["mode"] == "nearest" and not kw.get("antialias") and kw["coord_mode"] != "tf_crop_and_resize":
         key = (x.shape, x.dtype.str, _plan_key_part(scales), _plan_key_part(sizes),
@@ -1128,7 +1158,7 @@ def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, **kw) -> np
             out_shape, fh, fw = plan
             check_alloc(out_shape, x.dtype, "Resize output")
             # (every caller returns it as is: with its one native pass (float32), a program may replay it)
-            return _native.final(_repeat(x, out_shape, fh, fw))
+            return _native.final(_repeat(x, out_shape, fh, fw, out))
     out_shape, full_scales, roi_pairs = _resolve_resize_inputs(x, roi, scales, sizes, axes, policy, kw["coord_mode"])
     y = _resize(x, out_shape, full_scales, roi=roi_pairs, **kw)
     if key is not None:
@@ -1191,46 +1221,46 @@ def resize_10(x, scales, *, mode: str = "nearest"):
                    coord_mode="asymmetric", nearest_mode="simple")
 
 
-@kernel("Resize", since=11)
+@kernel("Resize", since=11, out=True)
 def resize_11(x, roi=None, scales=None, sizes=None, /, *, coordinate_transformation_mode: str = "half_pixel",
               cubic_coeff_a: float = -0.75, exclude_outside: int = 0, extrapolation_value: float = 0.0,
-              mode: str = "nearest", nearest_mode: str = "round_prefer_floor"):
+              mode: str = "nearest", nearest_mode: str = "round_prefer_floor", out=None):
     if coordinate_transformation_mode == "half_pixel_symmetric":
         raise ValueError("Resize: half_pixel_symmetric needs opset 19")
     return _resize_from_inputs(
-        x, roi, scales, sizes, axes=None, policy="stretch", mode=mode,
+        x, roi, scales, sizes, axes=None, policy="stretch", out=out, mode=mode,
         coord_mode=coordinate_transformation_mode, nearest_mode=nearest_mode, cubic_a=cubic_coeff_a,
         exclude_outside=exclude_outside, extrapolation_value=extrapolation_value)
 
 
 def _resize_18(x, roi, scales, sizes, antialias, axes, coordinate_transformation_mode, cubic_coeff_a,
-               exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode, nearest_mode):
+               exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode, nearest_mode, out=None):
     return _resize_from_inputs(
-        x, roi, scales, sizes, axes=axes, policy=keep_aspect_ratio_policy, mode=mode,
+        x, roi, scales, sizes, axes=axes, policy=keep_aspect_ratio_policy, out=out, mode=mode,
         coord_mode=coordinate_transformation_mode, nearest_mode=nearest_mode, cubic_a=cubic_coeff_a,
         exclude_outside=exclude_outside, extrapolation_value=extrapolation_value, antialias=antialias)
 
 
-@kernel("Resize", since=18)
+@kernel("Resize", since=18, out=True)
 def resize_18(x, roi=None, scales=None, sizes=None, /, *, antialias: int = 0, axes: tuple | None = None,
               coordinate_transformation_mode: str = "half_pixel", cubic_coeff_a: float = -0.75,
               exclude_outside: int = 0, extrapolation_value: float = 0.0,
               keep_aspect_ratio_policy: str = "stretch", mode: str = "nearest",
-              nearest_mode: str = "round_prefer_floor"):
+              nearest_mode: str = "round_prefer_floor", out=None):
     if coordinate_transformation_mode == "half_pixel_symmetric":
         raise ValueError("Resize: half_pixel_symmetric needs opset 19")
     return _resize_18(x, roi, scales, sizes, antialias, axes, coordinate_transformation_mode, cubic_coeff_a,
-                      exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode, nearest_mode)
+                      exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode, nearest_mode, out)
 
 
-@kernel("Resize", since=19)
+@kernel("Resize", since=19, out=True)
 def resize_19(x, roi=None, scales=None, sizes=None, /, *, antialias: int = 0, axes: tuple | None = None,
               coordinate_transformation_mode: str = "half_pixel", cubic_coeff_a: float = -0.75,
               exclude_outside: int = 0, extrapolation_value: float = 0.0,
               keep_aspect_ratio_policy: str = "stretch", mode: str = "nearest",
-              nearest_mode: str = "round_prefer_floor"):
+              nearest_mode: str = "round_prefer_floor", out=None):
     return _resize_18(x, roi, scales, sizes, antialias, axes, coordinate_transformation_mode, cubic_coeff_a,
-                      exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode, nearest_mode)
+                      exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode, nearest_mode, out)
 
 
 def _upsample(x: np.ndarray, scales: list[float], mode: str) -> np.ndarray:

@@ -38,6 +38,9 @@ VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 # ... and nodes whose several results may be views of parts of their input (Split along an axis whose
 # parts are contiguous, e.g. channels of one image).
 PART_VIEW_OPS = frozenset({"Split"})
+# ... and nodes whose result may need no call at all: a Concat whose inputs the memory plan placed in
+# its result (minirt/arena.py) and whose kernel declared it final after copying none of them.
+IN_PLACE_OPS = frozenset({"Concat"})
 
 
 class Recorder:
@@ -82,6 +85,9 @@ class Recorder:
             self.refused = f"{name} has subgraphs or several outputs that are not parts of its input"
         elif calls and _native._recording.final is result:
             self.steps.append(calls)
+            return
+        elif not calls and step.op.op_type in IN_PLACE_OPS and _native._recording.final is result:
+            self.steps.append(None)  # every input was at its place in the result already
             return
         elif not calls and step.op.op_type in VIEW_OPS and _is_view_of(result, args[0] if args else None):
             self.steps.append(None)
