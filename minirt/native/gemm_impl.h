@@ -938,11 +938,16 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
  * panel wp (2 vectors when `two`, else 1), computed for `npc` pixels (a constant: G_CV_NP, or
  * fewer for the last tile of a run, np <= npc).  The block's sums go to t (pixel-major, G_NR
  * floats per pixel): stored for the first block, added to the total for the next ones
- * (FN(sgemm_task)'s order).  The loops over i are unrolled, so the accumulators and the pixels'
- * input offsets stay in registers. */
+ * (FN(sgemm_task)'s order).  The loops over i are unrolled, so the accumulators stay in
+ * registers.  `step` (a constant) says how the pixels find their input:
+ *   0: pixel i at its own offset off[i] (in registers, or spilled: 12 of them and the loop's
+ *      pointers are more than x86-64's 15 general registers);
+ *   1 or 2: the tile's npc pixels lie in one row of the region (or the region's rows follow each
+ *      other in its input) with in_col == step, so pixel i reads the tap's row at i * step: a
+ *      fixed displacement from one pointer per k (FN(conv_cv_tile_step) decides). */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
                                                                int p0, int np, float *t, const int npc,
-                                                               const int two) {
+                                                               const int two, const int step) {
     long off[G_CV_NP];
 #pragma GCC unroll 12
     for (int i = 0; i < npc; ++i) {
@@ -951,15 +956,16 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
     }
     const float *w = wp + (long)k0 * G_NR;
     const long *brow = r->brow + k0;
+    const float *B = step ? r->B + off[0] : r->B;
     FN(vf) acc0[G_CV_NP], acc1[G_CV_NP];
 #pragma GCC unroll 12
     for (int i = 0; i < npc; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
     for (int k = 0; k < kb; ++k, w += G_NR) {
-        const float *row = r->B + brow[k];
+        const float *row = B + brow[k];
         const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
 #pragma GCC unroll 12
         for (int i = 0; i < npc; ++i) {
-            const float s = row[off[i]];
+            const float s = step ? row[i * step] : row[off[i]];
             acc0[i] += w0 * s;
             if (two) acc1[i] += w1 * s;
         }
@@ -976,27 +982,55 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
     }
 }
 
-/* FN(conv_cv_block_body) for `two` (a constant), with the tile's pixel count rounded up to one of
- * three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4 pixels. */
+/* FN(conv_cv_block_body) for `two` and `step` (constants), with the tile's pixel count rounded up
+ * to one of three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4
+ * pixels. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
-                                                                int kb, int p0, int np, float *t, const int two) {
+                                                                int kb, int p0, int np, float *t, const int two,
+                                                                const int step) {
     if (np > G_CV_NP * 2 / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two, step);
     else if (np > G_CV_NP / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two, step);
     else
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP / 3, two);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP / 3, two, step);
+}
+
+/* The `step` of FN(conv_cv_block_body) for the tile p0 .. p0 + np of region r: 1 or 2 when its
+ * pixels are in one input row at that column step (or the region's rows are contiguous there) and
+ * np is one of the three tile sizes (no repeated pixel past np: those would read past the tile),
+ * else 0. */
+static inline int FN(conv_cv_tile_step)(const mrt_cv_region *r, int p0, int np) {
+    if (np != G_CV_NP && np != G_CV_NP * 2 / 3 && np != G_CV_NP / 3) return 0;
+    if (r->in_col != 1 && r->in_col != 2) return 0;
+    if (p0 % r->cols + np > r->cols && r->in_row != (long)r->cols * r->in_col) return 0;
+    return (int)r->in_col;
+}
+
+/* One K block of a tile (FN(conv_cv_block_body)) on a panel of two vectors of channels (`two`) or
+ * at most one (16 on AVX-512: half the multiply-adds), with its step resolved. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_block_as)(const mrt_cv_region *r, const float *wp, int k0, int kb,
+                                                             int p0, int np, float *t, const int two) {
+    switch (FN(conv_cv_tile_step)(r, p0, np)) {
+    case 1:
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 1);
+        break;
+    case 2:
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 2);
+        break;
+    default:
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 0);
+    }
 }
 
 static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0, int np,
                                          float *t) {
-    FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, 1);
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 1);
 }
 
-/* A panel of at most one vector of channels (16 on AVX-512): half the multiply-adds. */
 static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0,
                                                 int np, float *t) {
-    FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, 0);
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 0);
 }
 
 /* Items: per region, (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles),
