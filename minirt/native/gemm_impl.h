@@ -878,14 +878,105 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_transpose_out)(const FN(conv_c
     }
 }
 
+#if MRT_VL == 16
+/* 8- and 4-float pieces of a 16-float vector, for stores of 12 floats */
+typedef float FN(v8fu) __attribute__((vector_size(32), aligned(4)));
+typedef float FN(v8f) __attribute__((vector_size(32)));
+#if defined(__clang__)
+#define G_SHUF16(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define G_SHUF16(a, b, ...) __builtin_shuffle(a, b, (FN(vi)){__VA_ARGS__})
+#endif
+
+/* ch[c] lanes 0..11 = px[i] lane c for i < 12 (lanes 12..15 of ch[c] repeat other values): 12 pixel
+ * vectors of 16 channels into 16 channel rows of 12 pixels, in 48 two-vector shuffles (pairs
+ * interleaved, then 4 x 4 blocks within each 128-bit lane, then the 128-bit lanes gathered). */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_transpose12)(const FN(vf) *px, FN(vf) *ch) {
+    FN(vf) lo[6], hi[6], u[3][4];
+    for (int a = 0; a < 6; ++a) { /* lo: px[2a], px[2a + 1] lanes 4q, 4q + 1 interleaved; hi: 4q + 2, 4q + 3 */
+        lo[a] = G_SHUF16(px[2 * a], px[2 * a + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+        hi[a] = G_SHUF16(px[2 * a], px[2 * a + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+    }
+    for (int b = 0; b < 3; ++b) { /* u[b][j], 128-bit lane q: channel 4q + j of pixels 4b .. 4b + 3 */
+        u[b][0] = G_SHUF16(lo[2 * b], lo[2 * b + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+        u[b][1] = G_SHUF16(lo[2 * b], lo[2 * b + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        u[b][2] = G_SHUF16(hi[2 * b], hi[2 * b + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+        u[b][3] = G_SHUF16(hi[2 * b], hi[2 * b + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    }
+    for (int j = 0; j < 4; ++j) { /* channel 4q + j: lane q of u[0][j], u[1][j], u[2][j] */
+        const FN(vf) q01 = G_SHUF16(u[0][j], u[1][j], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        const FN(vf) q23 = G_SHUF16(u[0][j], u[1][j], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        ch[j] = G_SHUF16(q01, u[2][j], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 16, 17, 18, 19);
+        ch[4 + j] = G_SHUF16(q01, u[2][j], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 20, 21, 22, 23);
+        ch[8 + j] = G_SHUF16(q23, u[2][j], 0, 1, 2, 3, 8, 9, 10, 11, 24, 25, 26, 27, 24, 25, 26, 27);
+        ch[12 + j] = G_SHUF16(q23, u[2][j], 4, 5, 6, 7, 12, 13, 14, 15, 28, 29, 30, 31, 28, 29, 30, 31);
+    }
+}
+#undef G_SHUF16
+
+/* The epilogue of a whole tile (G_CV_NP = 12 pixels) whose pixels are consecutive in C (from
+ * position pos0 of each channel row), 16 channels at a time: + bias and the activation on the
+ * pixel vectors (no residual: 12 vectors), the tile transposed in registers
+ * (FN(conv_cv_transpose12)), + residual and the activation on the channel rows when there is a
+ * residual (it is laid out as C), and 12 floats stored per channel row.  The same operations on
+ * every output as FN(conv_cv_store_as): (sum + bias) + residual, then the activation. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_store_rows)(const FN(conv_cv_args) *g, const float *t, int m0,
+                                                              int nch, long pos0, const int act) {
+    for (int c0 = 0; c0 < nch; c0 += MRT_VL) {
+        const int nc = nch - c0 < MRT_VL ? nch - c0 : MRT_VL;
+        FN(vf) px[G_CV_NP], ch[MRT_VL];
+        const FN(vf) bias = g->bias ? FN(vload_n)(g->bias + m0 + c0, nc) : (FN(vf)){0};
+        for (int i = 0; i < G_CV_NP; ++i) {
+            px[i] = FN(vload)(t + i * G_NR + c0);
+            if (!g->res) {
+                if (g->bias) px[i] += bias;
+                px[i] = FN(vact)(px[i], act, g->a0, g->a1);
+            }
+        }
+        FN(conv_cv_transpose12)(px, ch);
+        for (int c = 0; c < nc; ++c) {
+            const long row = (long)(m0 + c0 + c) * g->ldc + pos0;
+            FN(vf) x = ch[c];
+            if (g->res) {
+                const float *res = g->res + row;
+                FN(vf) rv;
+                /* 16 floats from res stay inside the residual (the next channel row, or this one's end) */
+                if (m0 + c0 + c + 1 < g->M || pos0 + MRT_VL <= g->ldc)
+                    rv = FN(vload)(res);
+                else
+                    rv = FN(vload_n)(res, G_CV_NP);
+                if (g->bias) x += g->bias[m0 + c0 + c];
+                x = FN(vact)(x + rv, act, g->a0, g->a1);
+            }
+            float *out = g->C + row;
+            *(FN(v8fu) *)out = (FN(v8f)){x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]};
+            *(FN(v4fu) *)(out + 8) = (FN(v4f)){x[8], x[9], x[10], x[11]};
+        }
+    }
+}
+#endif
+
 /* The epilogue of one tile, t[i * G_NR + j] = sum for pixel p0 + i of region r, channel m0 + j
  * (i < np, j < nch): + bias, + residual, activation `act` (a constant when inlined), then
  * transposed into C. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_store_as)(const FN(conv_cv_args) *g, const mrt_cv_region *r,
                                                              float *t, int m0, int nch, int p0, int np,
                                                              const int act) {
-    long pos[G_CV_NP]; /* the pixels' positions in a channel's row of C */
-    for (int i = 0; i < np; ++i) pos[i] = r->out + (long)((p0 + i) / r->cols) * r->out_row + (p0 + i) % r->cols;
+    long pos[G_CV_NP]; /* the pixels' positions in a channel's row of C (one division, then steps) */
+    int row = p0 / r->cols, col = p0 % r->cols;
+    for (int i = 0; i < np; ++i) {
+        pos[i] = r->out + (long)row * r->out_row + col;
+        if (++col == r->cols) {
+            col = 0;
+            ++row;
+        }
+    }
+#if MRT_VL == 16
+    if (np == G_CV_NP && pos[np - 1] - pos[0] == np - 1) {
+        FN(conv_cv_store_rows)(g, t, m0, nch, pos[0], act);
+        return;
+    }
+#endif
     FN(vf) bias[2] = {{0}, {0}};
     if (g->bias) {
         bias[0] = FN(vload_n)(g->bias + m0, nch < MRT_VL ? nch : MRT_VL);
@@ -922,6 +1013,9 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
         break;
     case MRT_ACT_RELU:
         FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_RELU);
+        break;
+    case MRT_ACT_CLIP: /* Relu6 */
+        FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_CLIP);
         break;
     case MRT_ACT_SILU:
         FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_SILU);
