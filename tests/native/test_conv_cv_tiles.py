@@ -28,6 +28,8 @@ import pytest
 
 from minirt import native
 from tests.native.test_conv_channel_vector import _check, _conv, _inputs
+from tests.native.test_conv_implicit import _reference_conv
+from tests.native.test_native_kernels import _np_act
 
 pytestmark = pytest.mark.skipif(not native.available or not hasattr(native._lib, "mrt_conv2d_packed_f32"),
                                 reason="native channel-vector conv not available")
@@ -116,3 +118,23 @@ def test_stride1_planes_match_reference(name, packed, nthreads, every_isa, monke
         _check(PLANES[name], 1, "SiLU", (), residual=list(PLANES).index(name) % 2 == 0, seed=200)
     finally:
         native._lib.mrt_conv2d_in_place_mode(before)
+
+
+@pytest.mark.parametrize("act", ["SiLU", "Sigmoid"])
+def test_exp_epilogue_clamps_and_nan(act, every_isa, monkeypatch):
+    """Sums far past exp's clamps (|x| > 88) and a NaN input: FN(vexp_group)'s clamps (one max / min
+    each on x86) keep a NaN a NaN and give the reference's limits; the GEMM path gives the same bits."""
+    geom = TILES["rows_of_20"]
+    x, w, b, _ = _inputs(geom, 1, False, seed=5)
+    x *= 60.0  # sums of several hundred either way
+    x[0, 3, 7, 11] = np.nan  # the 3x3 window around it: NaN in every output channel
+    conv = _reference_conv(x.astype(np.float64), w, b, geom[5], geom[6], geom[7], geom[8])
+    expected = _np_act(conv, act, ())
+    results = []
+    for pack in (native.conv_pack_w, lambda w, group: None):
+        monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out, pack=pack: pack(w, group))
+        native._qpacked.clear()
+        results.append(_conv(geom, x, w, b, None, act, ()))
+    assert np.isnan(results[0]).sum() == np.isnan(expected).sum() == 64 * 9
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=5e-5)
+    np.testing.assert_array_equal(results[1], results[0])
