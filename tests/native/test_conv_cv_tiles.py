@@ -17,9 +17,10 @@ residual whose last channel row ends within 16 floats of a tile, every epilogue,
 1 and 2 threads, every ISA; against the float64 numpy reference of test_conv_implicit, and bit for bit
 against the GEMM path (the same sums in the same order, whatever the threads).
 
-The stride-1 phase planes copy each input row with its zero margins without library calls
-(kernels.c, copy_row_padded): margins of up to 4 floats in vectors, wider margins and rows of fewer
-than 4 floats one float at a time; both are checked on the GEMM path (weights not packed) too.
+The phase planes write each row's zero margins without library calls when they are at most 4 floats
+(kernels.c, plane_row_margins; stride 1 copies the row in vectors too, copy_row_padded), wider
+margins and rows of fewer than 4 floats as before; stride 1, 2 (both column phases split together,
+or one alone) and 3, also on the GEMM path (weights not packed).
 """
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def test_tile_routes_equal_gemm_path(name, act, every_isa, monkeypatch):
         np.testing.assert_array_equal(got, results[0])
 
 
-# stride-1 planes: margins of 1-4 floats (vectors), wider margins and narrow rows (one float at a time)
+# phase planes: margins of 1-4 floats (vector stores), wider margins and narrow rows
 PLANES = {
     "margins_1": (8, 32, 9, 13, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "margins_4_and_2": (8, 32, 9, 13, (5, 5), (1, 1), (2, 4, 2, 2), (1, 1), 1),
@@ -104,13 +105,18 @@ PLANES = {
     "row_of_3": (8, 32, 9, 3, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "row_of_4": (8, 32, 9, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "dilated_wide_pads": (8, 32, 12, 17, (3, 3), (1, 1), (2, 3, 2, 3), (2, 3), 1),
+    # stride-2 phase planes: both column phases split together, one phase alone, stride 3
+    "s2_pair_margins_1": (8, 32, 20, 20, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    "s2_pair_margin_5": (8, 32, 20, 21, (3, 3), (2, 2), (1, 9, 1, 0), (1, 1), 1),
+    "s2_one_phase_1x1_padded": (8, 32, 15, 22, (1, 1), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    "s3_columns": (8, 32, 12, 31, (3, 3), (1, 3), (1, 1, 1, 1), (1, 1), 1),
 }
 
 
 @pytest.mark.parametrize("name", list(PLANES))
 @pytest.mark.parametrize("packed", [True, False], ids=["channel_vector", "gemm"])
 @pytest.mark.parametrize("nthreads", [1, 2], indirect=True)
-def test_stride1_planes_match_reference(name, packed, nthreads, every_isa, monkeypatch):
+def test_phase_planes_match_reference(name, packed, nthreads, every_isa, monkeypatch):
     monkeypatch.setattr(native, "_conv_pack_w",
                         lambda w, c, group, k, s, out: native.conv_pack_w(w, group) if packed else None)
     before = native._lib.mrt_conv2d_in_place_mode(0)  # the planes, not the in-place windows
