@@ -968,7 +968,7 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_store_rows)(const FN(conv_cv_a
             px[i] = FN(vload)(t + i * G_NR + c0);
             if (!g->res && g->bias) px[i] += bias;
         }
-        if (!g->res) /* 12 vectors: two groups of 6 (more spill registers) */
+        if (!g->res) /* in two groups of 6 vectors (12 side by side run out of registers) */
             for (int i = 0; i < G_CV_NP; i += G_CV_NP / 2) FN(vact_group)(px + i, G_CV_NP / 2, act, g->a0, g->a1);
         FN(conv_cv_transpose12)(px, ch);
         if (g->res) {
