@@ -847,8 +847,13 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
  * broadcast); 6 x 2 of the 16 of SSE2/AVX2 (NEON keeps 6: not measured on arm64) */
 #if MRT_VL == 16
 #define G_CV_NP 12
+/* pixels of a run's last tile when one pixel would be left after it (49 = 3 x 12 + 13 instead of
+ * 4 x 12 + 1 computed as 4): 26 accumulators + 2 weight vectors + a broadcast, 29 of the 32 registers;
+ * SSE2/AVX2 have no room for it (G_CV_NP) */
+#define G_CV_NP_TAIL 13
 #else
 #define G_CV_NP 6
+#define G_CV_NP_TAIL 6
 #endif
 #define G_CV_CHUNK 16 /* at most this many pixel tiles per work item (their totals: 24 KB on AVX-512) */
 
@@ -1081,8 +1086,8 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
                                                                int p0, int np, float *t, const int npc,
                                                                const int two, const int step) {
-    long off[G_CV_NP];
-#pragma GCC unroll 12
+    long off[G_CV_NP_TAIL];
+#pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
         const int p = p0 + (i < np ? i : 0); /* pixels past np repeat pixel p0 (computed, never stored) */
         off[i] = (long)(p / r->cols) * r->in_row + (long)(p % r->cols) * r->in_col;
@@ -1090,20 +1095,20 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
     const float *w = wp + (long)k0 * G_NR;
     const long *brow = r->brow + k0;
     const float *B = step ? r->B + off[0] : r->B;
-    FN(vf) acc0[G_CV_NP], acc1[G_CV_NP];
-#pragma GCC unroll 12
+    FN(vf) acc0[G_CV_NP_TAIL], acc1[G_CV_NP_TAIL];
+#pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
     for (int k = 0; k < kb; ++k, w += G_NR) {
         const float *row = B + brow[k];
         const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
-#pragma GCC unroll 12
+#pragma GCC unroll 16
         for (int i = 0; i < npc; ++i) {
             const float s = step ? row[i * step] : row[off[i]];
             acc0[i] += w0 * s;
             if (two) acc1[i] += w1 * s;
         }
     }
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
         float *ti = t + i * G_NR;
         if (k0 > 0) {
@@ -1121,6 +1126,11 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
                                                                 int kb, int p0, int np, float *t, const int two,
                                                                 const int step) {
+#if G_CV_NP_TAIL > G_CV_NP
+    if (np > G_CV_NP)
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP_TAIL, two, step);
+    else
+#endif
     if (np > G_CV_NP * 2 / 3)
         FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two, step);
     else if (np > G_CV_NP / 3)
@@ -1134,7 +1144,7 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_regi
  * np is one of the three tile sizes (no repeated pixel past np: those would read past the tile),
  * else 0. */
 static inline int FN(conv_cv_tile_step)(const mrt_cv_region *r, int p0, int np) {
-    if (np != G_CV_NP && np != G_CV_NP * 2 / 3 && np != G_CV_NP / 3) return 0;
+    if (np != G_CV_NP_TAIL && np != G_CV_NP && np != G_CV_NP * 2 / 3 && np != G_CV_NP / 3) return 0;
     if (r->in_col != 1 && r->in_col != 2) return 0;
     if (p0 % r->cols + np > r->cols && r->in_row != (long)r->cols * r->in_col) return 0;
     return (int)r->in_col;
@@ -1185,8 +1195,10 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
         const int pend = npix - pbeg < run ? npix : pbeg + run;
         for (int k0 = 0; k0 < g->K; k0 += g->kc) {
             const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-            for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP) {
-                const int np = pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
+            for (int p0 = pbeg, np; p0 < pend; p0 += np) {
+                /* tiles of G_CV_NP pixels, the last one of the run fewer, or G_CV_NP_TAIL (the one
+                 * pixel after it included; the epilogue below takes them as tiles of G_CV_NP) */
+                np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
                 float *t = totals + (long)(p0 - pbeg) * G_NR;
                 if (nch > MRT_VL)
                     FN(conv_cv_block)(r, wp, k0, kb, p0, np, t);
@@ -1244,6 +1256,7 @@ static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regi
 }
 
 #undef G_CV_NP
+#undef G_CV_NP_TAIL
 #undef G_CV_CHUNK
 
 /* ------------------------------------------------------------------ matrix-vector products

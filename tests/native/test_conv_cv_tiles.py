@@ -4,15 +4,17 @@ A tile of G_CV_NP output pixels (12 on AVX-512, 6 elsewhere) takes one of three 
 
 - in: its pixels' inputs from an offset each (any tile), or, when the tile is whole (12, 8 or 4
   pixels on AVX-512) and its pixels lie in one input row at column step 1 or 2 (or the region's
-  rows follow each other, as in a direct 1x1 conv), at fixed displacements from one pointer;
+  rows follow each other, as in a direct 1x1 conv), at fixed displacements from one pointer; a
+  run of tiles that would end with a single pixel ends with a tile of 13 instead (AVX-512: 49
+  pixels are 12 + 12 + 12 + 13);
 - out (AVX-512): a whole tile whose pixels are consecutive in the output is transposed in
   registers and stored 12 floats per channel row, the residual added on those rows (read 16 floats
   at a time where that stays inside the residual, else 12); the other tiles take the 4 x 4 path;
 - the exp-based epilogues (SiLU, Sigmoid) run on groups of vectors (FN(vexp_group)).
 
 The geometries below put tiles on every route: output widths that are and are not multiples of the
-tile sizes (rows of 4, 8, 12, 20 and 24 pixels; 7 x 7 and 14 x 14 direct 1x1 convs; a 1-pixel last
-tile), stride 1 (planes) and stride 2 (read in place), channel panels of 32, 16 and 8 channels, a
+tile sizes (rows of 4, 5, 7, 8, 12, 20 and 24 pixels; 7 x 7 and 14 x 14 direct 1x1 convs; runs ending
+with 13 pixels), stride 1 (planes) and stride 2 (read in place), channel panels of 32, 16 and 8 channels, a
 residual whose last channel row ends within 16 floats of a tile, every epilogue, batch 1 and 2,
 1 and 2 threads, every ISA; against the float64 numpy reference of test_conv_implicit, and bit for bit
 against the GEMM path (the same sums in the same order, whatever the threads).
@@ -44,7 +46,9 @@ TILES = {
     "rows_of_4": (24, 32, 7, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "rows_of_5": (40, 32, 11, 5, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "direct_1x1_14x14": (256, 64, 14, 14, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
-    "direct_1x1_7x7_last_tile_1px": (300, 64, 7, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "direct_1x1_7x7_tail_tile_13": (300, 64, 7, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "rows_of_7_tail_tile_13": (64, 32, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "s2_inside_5x5_tail_tile_13": (16, 32, 11, 11, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
     "direct_1x1_m48_panel_16": (200, 48, 6, 10, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     "direct_1x1_m40_panel_8": (200, 40, 6, 10, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     "s2_in_place_rows_of_24": (16, 32, 48, 48, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
@@ -73,7 +77,7 @@ def test_tile_routes_match_reference(name, residual, nthreads, every_isa, monkey
         _check(TILES[name], 1 + (i + j) % 2, act, params, residual=residual, seed=100 + 7 * i + j)
 
 
-@pytest.mark.parametrize("name", ["rows_of_20", "direct_1x1_7x7_last_tile_1px", "direct_1x1_m40_panel_8",
+@pytest.mark.parametrize("name", ["rows_of_20", "direct_1x1_7x7_tail_tile_13", "direct_1x1_m40_panel_8",
                                   "s2_in_place_rows_of_24"])
 @pytest.mark.parametrize("act", ["SiLU", "Clip"])
 def test_tile_routes_equal_gemm_path(name, act, every_isa, monkeypatch):
