@@ -36,6 +36,9 @@
  * ext_ow columns per output row).
  */
 
+#if MRT_VL >= 8 /* the x86-64 AVX2 and AVX-512 levels (arm64 has MRT_VL 4): a few intrinsics, see FN(vexp_group) */
+#include <immintrin.h>
+#endif
 typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));
 /* 4-float vectors (every ISA has them) and their two-input shuffle, for small transposes */
 typedef float FN(v4f) __attribute__((vector_size(16)));
@@ -87,26 +90,48 @@ static inline MRT_TARGET FN(vf) FN(vsel)(FN(vi) lt, FN(vf) a, FN(vf) b) {
     return (FN(vf))(((FN(vi))a & lt) | ((FN(vi))b & ~lt));
 }
 
-/* exp(x) on a vector, the same algorithm as expf_approx (kernels_impl.h). */
-static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
+/* x[j] = exp(x[j]) for j < n (a constant), the same algorithm as expf_approx (kernels_impl.h), each
+ * step on all n vectors before the next: the steps of one vector depend on each other (~20 in a
+ * row), so n independent vectors side by side keep the FP pipes busy (6 vectors: 2.1 against 2.8 ns
+ * per vector one at a time, AVX-512).  Every vector gets the same operations whatever n. */
+static inline MRT_TARGET G_INLINE void FN(vexp_group)(FN(vf) *x, const int n) {
     FN(vf) z = {0};
     FN(vf) lo = z - 87.0f, hi = z + 88.0f;
-    x = FN(vsel)(x < lo, lo, x);
-    x = FN(vsel)(x > hi, hi, x);
-    FN(vf) t = x * 1.44269504088896341f;
-    FN(vf) n = (t + 12582912.0f) - 12582912.0f;
-    FN(vf) r = x - n * 0.693145751953125f;
-    r = r - n * 1.42860682030941723e-06f;
-    FN(vf) p = z + 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    FN(vi) bits = (__builtin_convertvector(n, FN(vi)) + 127) << 23;
-    return p * (FN(vf))bits;
+    FN(vf) m[n], r[n], p[n];
+    /* x = x < lo ? lo : x, then x > hi ? hi : x (a NaN stays NaN): on x86 one max / min each, whose
+     * result is their second operand when either is NaN (so the same floats as the selects, in one
+     * instruction instead of a compare and two masked logic operations) */
+#if MRT_VL == 16
+    for (int j = 0; j < n; ++j) x[j] = (FN(vf))_mm512_min_ps((__m512)hi, _mm512_max_ps((__m512)lo, (__m512)x[j]));
+#elif MRT_VL == 8
+    for (int j = 0; j < n; ++j) x[j] = (FN(vf))_mm256_min_ps((__m256)hi, _mm256_max_ps((__m256)lo, (__m256)x[j]));
+#else
+    for (int j = 0; j < n; ++j) x[j] = FN(vsel)(x[j] < lo, lo, x[j]);
+    for (int j = 0; j < n; ++j) x[j] = FN(vsel)(x[j] > hi, hi, x[j]);
+#endif
+    for (int j = 0; j < n; ++j) {
+        FN(vf) t = x[j] * 1.44269504088896341f;
+        m[j] = (t + 12582912.0f) - 12582912.0f;
+    }
+    for (int j = 0; j < n; ++j) r[j] = x[j] - m[j] * 0.693145751953125f;
+    for (int j = 0; j < n; ++j) r[j] = r[j] - m[j] * 1.42860682030941723e-06f;
+    for (int j = 0; j < n; ++j) p[j] = (z + 1.0f / 5040.0f) * r[j] + 1.0f / 720.0f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f / 120.0f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f / 24.0f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f / 6.0f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 0.5f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f;
+    for (int j = 0; j < n; ++j) {
+        FN(vi) bits = (__builtin_convertvector(m[j], FN(vi)) + 127) << 23;
+        x[j] = p[j] * (FN(vf))bits;
+    }
+}
+
+/* exp(x) on one vector (FN(vexp_group)). */
+static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
+    FN(vexp_group)(&x, 1);
+    return x;
 }
 
 /* Activations cheap enough (a few compares and multiplies) to run on the accumulators as a
@@ -180,6 +205,19 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, f
     default:
         return v;
     }
+}
+
+/* v[j] = FN(vact)(v[j]) for j < n (a constant): the exp-based Sigmoid and SiLU with their
+ * exponentials side by side (FN(vexp_group)), the same operations as FN(vact) on every vector. */
+static inline MRT_TARGET G_INLINE void FN(vact_group)(FN(vf) *v, const int n, int act, float a0, float a1) {
+    if (act != MRT_ACT_SIGMOID && act != MRT_ACT_SILU) {
+        for (int j = 0; j < n; ++j) v[j] = FN(vact)(v[j], act, a0, a1);
+        return;
+    }
+    FN(vf) one = (FN(vf)){0} + 1.0f, e[n];
+    for (int j = 0; j < n; ++j) e[j] = -v[j];
+    FN(vexp_group)(e, n);
+    for (int j = 0; j < n; ++j) v[j] = (act == MRT_ACT_SILU ? v[j] : one) / (one + e[j]);
 }
 
 /* Pack B[0:kb, 0:nb] into panels of G_NR columns.  Row k starts at
@@ -809,8 +847,13 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
  * broadcast); 6 x 2 of the 16 of SSE2/AVX2 (NEON keeps 6: not measured on arm64) */
 #if MRT_VL == 16
 #define G_CV_NP 12
+/* pixels of a run's last tile when one pixel would be left after it (49 = 3 x 12 + 13 instead of
+ * 4 x 12 + 1 computed as 4): 26 accumulators + 2 weight vectors + a broadcast, 29 of the 32 registers;
+ * SSE2/AVX2 have no room for it (G_CV_NP) */
+#define G_CV_NP_TAIL 13
 #else
 #define G_CV_NP 6
+#define G_CV_NP_TAIL 6
 #endif
 #define G_CV_CHUNK 16 /* at most this many pixel tiles per work item (their totals: 24 KB on AVX-512) */
 
@@ -878,14 +921,106 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_transpose_out)(const FN(conv_c
     }
 }
 
+#if MRT_VL == 16
+/* 8- and 4-float pieces of a 16-float vector, for stores of 12 floats */
+typedef float FN(v8fu) __attribute__((vector_size(32), aligned(4)));
+typedef float FN(v8f) __attribute__((vector_size(32)));
+#if defined(__clang__)
+#define G_SHUF16(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define G_SHUF16(a, b, ...) __builtin_shuffle(a, b, (FN(vi)){__VA_ARGS__})
+#endif
+
+/* ch[c] lanes 0..11 = px[i] lane c for i < 12 (lanes 12..15 of ch[c] repeat other values): 12 pixel
+ * vectors of 16 channels into 16 channel rows of 12 pixels, in 48 two-vector shuffles (pairs
+ * interleaved, then 4 x 4 blocks within each 128-bit lane, then the 128-bit lanes gathered). */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_transpose12)(const FN(vf) *px, FN(vf) *ch) {
+    FN(vf) lo[6], hi[6], u[3][4];
+    for (int a = 0; a < 6; ++a) { /* lo: px[2a], px[2a + 1] lanes 4q, 4q + 1 interleaved; hi: 4q + 2, 4q + 3 */
+        lo[a] = G_SHUF16(px[2 * a], px[2 * a + 1], 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+        hi[a] = G_SHUF16(px[2 * a], px[2 * a + 1], 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+    }
+    for (int b = 0; b < 3; ++b) { /* u[b][j], 128-bit lane q: channel 4q + j of pixels 4b .. 4b + 3 */
+        u[b][0] = G_SHUF16(lo[2 * b], lo[2 * b + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+        u[b][1] = G_SHUF16(lo[2 * b], lo[2 * b + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        u[b][2] = G_SHUF16(hi[2 * b], hi[2 * b + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+        u[b][3] = G_SHUF16(hi[2 * b], hi[2 * b + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    }
+    for (int j = 0; j < 4; ++j) { /* channel 4q + j: lane q of u[0][j], u[1][j], u[2][j] */
+        const FN(vf) q01 = G_SHUF16(u[0][j], u[1][j], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        const FN(vf) q23 = G_SHUF16(u[0][j], u[1][j], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        ch[j] = G_SHUF16(q01, u[2][j], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 16, 17, 18, 19);
+        ch[4 + j] = G_SHUF16(q01, u[2][j], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 20, 21, 22, 23);
+        ch[8 + j] = G_SHUF16(q23, u[2][j], 0, 1, 2, 3, 8, 9, 10, 11, 24, 25, 26, 27, 24, 25, 26, 27);
+        ch[12 + j] = G_SHUF16(q23, u[2][j], 4, 5, 6, 7, 12, 13, 14, 15, 28, 29, 30, 31, 28, 29, 30, 31);
+    }
+}
+#undef G_SHUF16
+
+/* The epilogue of a whole tile (G_CV_NP = 12 pixels) whose pixels are consecutive in C (from
+ * position pos0 of each channel row), 16 channels at a time: + bias and the activation on the
+ * pixel vectors (no residual: 12 vectors), the tile transposed in registers
+ * (FN(conv_cv_transpose12)), + residual and the activation on the channel rows when there is a
+ * residual (it is laid out as C), and 12 floats stored per channel row.  The same operations on
+ * every output as FN(conv_cv_store_as): (sum + bias) + residual, then the activation. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_store_rows)(const FN(conv_cv_args) *g, const float *t, int m0,
+                                                              int nch, long pos0, const int act) {
+    for (int c0 = 0; c0 < nch; c0 += MRT_VL) {
+        const int nc = nch - c0 < MRT_VL ? nch - c0 : MRT_VL;
+        FN(vf) px[G_CV_NP], ch[MRT_VL];
+        const FN(vf) bias = g->bias ? FN(vload_n)(g->bias + m0 + c0, nc) : (FN(vf)){0};
+        for (int i = 0; i < G_CV_NP; ++i) {
+            px[i] = FN(vload)(t + i * G_NR + c0);
+            if (!g->res && g->bias) px[i] += bias;
+        }
+        if (!g->res) /* in two groups of 6 vectors (12 side by side run out of registers) */
+            for (int i = 0; i < G_CV_NP; i += G_CV_NP / 2) FN(vact_group)(px + i, G_CV_NP / 2, act, g->a0, g->a1);
+        FN(conv_cv_transpose12)(px, ch);
+        if (g->res) {
+            for (int c = 0; c < nc; ++c) {
+                const float *res = g->res + (long)(m0 + c0 + c) * g->ldc + pos0;
+                FN(vf) rv;
+                /* 16 floats from res stay inside the residual (the next channel row, or this one's end) */
+                if (m0 + c0 + c + 1 < g->M || pos0 + MRT_VL <= g->ldc)
+                    rv = FN(vload)(res);
+                else
+                    rv = FN(vload_n)(res, G_CV_NP);
+                if (g->bias) ch[c] += g->bias[m0 + c0 + c];
+                ch[c] += rv;
+            }
+            for (int c = 0; c < MRT_VL; c += MRT_VL / 4) FN(vact_group)(ch + c, MRT_VL / 4, act, g->a0, g->a1);
+        }
+        for (int c = 0; c < nc; ++c) {
+            float *out = g->C + (long)(m0 + c0 + c) * g->ldc + pos0;
+            const FN(vf) x = ch[c];
+            *(FN(v8fu) *)out = (FN(v8f)){x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]};
+            *(FN(v4fu) *)(out + 8) = (FN(v4f)){x[8], x[9], x[10], x[11]};
+        }
+    }
+}
+#endif
+
 /* The epilogue of one tile, t[i * G_NR + j] = sum for pixel p0 + i of region r, channel m0 + j
  * (i < np, j < nch): + bias, + residual, activation `act` (a constant when inlined), then
  * transposed into C. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_store_as)(const FN(conv_cv_args) *g, const mrt_cv_region *r,
                                                              float *t, int m0, int nch, int p0, int np,
                                                              const int act) {
-    long pos[G_CV_NP]; /* the pixels' positions in a channel's row of C */
-    for (int i = 0; i < np; ++i) pos[i] = r->out + (long)((p0 + i) / r->cols) * r->out_row + (p0 + i) % r->cols;
+    long pos[G_CV_NP]; /* the pixels' positions in a channel's row of C (one division, then steps) */
+    int row = p0 / r->cols, col = p0 % r->cols;
+    for (int i = 0; i < np; ++i) {
+        pos[i] = r->out + (long)row * r->out_row + col;
+        if (++col == r->cols) {
+            col = 0;
+            ++row;
+        }
+    }
+#if MRT_VL == 16
+    if (np == G_CV_NP && pos[np - 1] - pos[0] == np - 1) {
+        FN(conv_cv_store_rows)(g, t, m0, nch, pos[0], act);
+        return;
+    }
+#endif
     FN(vf) bias[2] = {{0}, {0}};
     if (g->bias) {
         bias[0] = FN(vload_n)(g->bias + m0, nch < MRT_VL ? nch : MRT_VL);
@@ -923,6 +1058,9 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
     case MRT_ACT_RELU:
         FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_RELU);
         break;
+    case MRT_ACT_CLIP: /* Relu6 */
+        FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_CLIP);
+        break;
     case MRT_ACT_SILU:
         FN(conv_cv_store_as)(g, r, t, m0, nch, p0, np, MRT_ACT_SILU);
         break;
@@ -938,33 +1076,39 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
  * panel wp (2 vectors when `two`, else 1), computed for `npc` pixels (a constant: G_CV_NP, or
  * fewer for the last tile of a run, np <= npc).  The block's sums go to t (pixel-major, G_NR
  * floats per pixel): stored for the first block, added to the total for the next ones
- * (FN(sgemm_task)'s order).  The loops over i are unrolled, so the accumulators and the pixels'
- * input offsets stay in registers. */
+ * (FN(sgemm_task)'s order).  The loops over i are unrolled, so the accumulators stay in
+ * registers.  `step` (a constant) says how the pixels find their input:
+ *   0: pixel i at its own offset off[i] (in registers, or spilled: 12 of them and the loop's
+ *      pointers are more than x86-64's 15 general registers);
+ *   1 or 2: the tile's npc pixels lie in one row of the region (or the region's rows follow each
+ *      other in its input) with in_col == step, so pixel i reads the tap's row at i * step: a
+ *      fixed displacement from one pointer per k (FN(conv_cv_tile_step) decides). */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
                                                                int p0, int np, float *t, const int npc,
-                                                               const int two) {
-    long off[G_CV_NP];
-#pragma GCC unroll 12
+                                                               const int two, const int step) {
+    long off[G_CV_NP_TAIL];
+#pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
         const int p = p0 + (i < np ? i : 0); /* pixels past np repeat pixel p0 (computed, never stored) */
         off[i] = (long)(p / r->cols) * r->in_row + (long)(p % r->cols) * r->in_col;
     }
     const float *w = wp + (long)k0 * G_NR;
     const long *brow = r->brow + k0;
-    FN(vf) acc0[G_CV_NP], acc1[G_CV_NP];
-#pragma GCC unroll 12
+    const float *B = step ? r->B + off[0] : r->B;
+    FN(vf) acc0[G_CV_NP_TAIL], acc1[G_CV_NP_TAIL];
+#pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
     for (int k = 0; k < kb; ++k, w += G_NR) {
-        const float *row = r->B + brow[k];
+        const float *row = B + brow[k];
         const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
-#pragma GCC unroll 12
+#pragma GCC unroll 16
         for (int i = 0; i < npc; ++i) {
-            const float s = row[off[i]];
+            const float s = step ? row[i * step] : row[off[i]];
             acc0[i] += w0 * s;
             if (two) acc1[i] += w1 * s;
         }
     }
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
         float *ti = t + i * G_NR;
         if (k0 > 0) {
@@ -976,27 +1120,60 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
     }
 }
 
-/* FN(conv_cv_block_body) for `two` (a constant), with the tile's pixel count rounded up to one of
- * three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4 pixels. */
+/* FN(conv_cv_block_body) for `two` and `step` (constants), with the tile's pixel count rounded up
+ * to one of three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4
+ * pixels. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
-                                                                int kb, int p0, int np, float *t, const int two) {
-    if (np > G_CV_NP * 2 / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two);
-    else if (np > G_CV_NP / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two);
+                                                                int kb, int p0, int np, float *t, const int two,
+                                                                const int step) {
+#if G_CV_NP_TAIL > G_CV_NP
+    if (np > G_CV_NP)
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP_TAIL, two, step);
     else
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP / 3, two);
+#endif
+    if (np > G_CV_NP * 2 / 3)
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two, step);
+    else if (np > G_CV_NP / 3)
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two, step);
+    else
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP / 3, two, step);
+}
+
+/* The `step` of FN(conv_cv_block_body) for the tile p0 .. p0 + np of region r: 1 or 2 when its
+ * pixels are in one input row at that column step (or the region's rows are contiguous there) and
+ * np is one of the three tile sizes (no repeated pixel past np: those would read past the tile),
+ * else 0. */
+static inline int FN(conv_cv_tile_step)(const mrt_cv_region *r, int p0, int np) {
+    if (np != G_CV_NP_TAIL && np != G_CV_NP && np != G_CV_NP * 2 / 3 && np != G_CV_NP / 3) return 0;
+    if (r->in_col != 1 && r->in_col != 2) return 0;
+    if (p0 % r->cols + np > r->cols && r->in_row != (long)r->cols * r->in_col) return 0;
+    return (int)r->in_col;
+}
+
+/* One K block of a tile (FN(conv_cv_block_body)) on a panel of two vectors of channels (`two`) or
+ * at most one (16 on AVX-512: half the multiply-adds), with its step resolved. */
+static inline MRT_TARGET G_INLINE void FN(conv_cv_block_as)(const mrt_cv_region *r, const float *wp, int k0, int kb,
+                                                             int p0, int np, float *t, const int two) {
+    switch (FN(conv_cv_tile_step)(r, p0, np)) {
+    case 1:
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 1);
+        break;
+    case 2:
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 2);
+        break;
+    default:
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 0);
+    }
 }
 
 static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0, int np,
                                          float *t) {
-    FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, 1);
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 1);
 }
 
-/* A panel of at most one vector of channels (16 on AVX-512): half the multiply-adds. */
 static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0,
                                                 int np, float *t) {
-    FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, 0);
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 0);
 }
 
 /* Items: per region, (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles),
@@ -1018,8 +1195,10 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
         const int pend = npix - pbeg < run ? npix : pbeg + run;
         for (int k0 = 0; k0 < g->K; k0 += g->kc) {
             const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-            for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP) {
-                const int np = pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
+            for (int p0 = pbeg, np; p0 < pend; p0 += np) {
+                /* tiles of G_CV_NP pixels, the last one of the run fewer, or G_CV_NP_TAIL (the one
+                 * pixel after it included; the epilogue below takes them as tiles of G_CV_NP) */
+                np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
                 float *t = totals + (long)(p0 - pbeg) * G_NR;
                 if (nch > MRT_VL)
                     FN(conv_cv_block)(r, wp, k0, kb, p0, np, t);
@@ -1077,6 +1256,7 @@ static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regi
 }
 
 #undef G_CV_NP
+#undef G_CV_NP_TAIL
 #undef G_CV_CHUNK
 
 /* ------------------------------------------------------------------ matrix-vector products
