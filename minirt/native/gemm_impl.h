@@ -48,6 +48,7 @@ typedef int FN(v4i) __attribute__((vector_size(16)));
 #endif
 typedef float FN(vfu) __attribute__((vector_size(MRT_VL * 4), aligned(4)));
 typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
+typedef unsigned FN(vu) __attribute__((vector_size(MRT_VL * 4)));
 
 /* rows per microkernel tile: 8 x 2 accumulators fit AVX-512's 32 registers (and 8 divides
  * most channel counts), 6 x 2 the 16 of SSE2/AVX2 (NEON, with 32, keeps 6: not measured on
@@ -87,14 +88,41 @@ static inline MRT_TARGET FN(vf) FN(vsel)(FN(vi) lt, FN(vf) a, FN(vf) b) {
     return (FN(vf))(((FN(vi))a & lt) | ((FN(vi))b & ~lt));
 }
 
+/* v < lo ? lo : v and v > hi ? hi : v (NaN v stays v).  On x86 one max / min instruction, whose
+ * definition is exactly that (MAXPS(a, b) = a > b ? a : b, MINPS(a, b) = a < b ? a : b, the
+ * second operand when either is NaN), so the results are the same bits as the select; GCC makes
+ * FN(vsel) a compare and three masked logic operations instead (the clamps were a third of SiLU's
+ * cost: 0.18 -> 0.13 ns per value).  Elsewhere the select. */
+static inline MRT_TARGET G_INLINE FN(vf) FN(vclamp_lo)(FN(vf) v, FN(vf) lo) {
+#if defined(__x86_64__) && MRT_VL == 16
+    return (FN(vf))_mm512_max_ps((__m512)lo, (__m512)v);
+#elif defined(__x86_64__) && MRT_VL == 8
+    return (FN(vf))_mm256_max_ps((__m256)lo, (__m256)v);
+#elif defined(__x86_64__) && MRT_VL == 4
+    return (FN(vf))_mm_max_ps((__m128)lo, (__m128)v);
+#else
+    return FN(vsel)(v < lo, lo, v);
+#endif
+}
+static inline MRT_TARGET G_INLINE FN(vf) FN(vclamp_hi)(FN(vf) v, FN(vf) hi) {
+#if defined(__x86_64__) && MRT_VL == 16
+    return (FN(vf))_mm512_min_ps((__m512)hi, (__m512)v);
+#elif defined(__x86_64__) && MRT_VL == 8
+    return (FN(vf))_mm256_min_ps((__m256)hi, (__m256)v);
+#elif defined(__x86_64__) && MRT_VL == 4
+    return (FN(vf))_mm_min_ps((__m128)hi, (__m128)v);
+#else
+    return FN(vsel)(v > hi, hi, v);
+#endif
+}
+
 /* exp(x) on a vector, the same algorithm as expf_approx (kernels_impl.h). */
 static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     FN(vf) z = {0};
-    FN(vf) lo = z - 87.0f, hi = z + 88.0f;
-    x = FN(vsel)(x < lo, lo, x);
-    x = FN(vsel)(x > hi, hi, x);
+    x = FN(vclamp_hi)(FN(vclamp_lo)(x, z - 87.0f), z + 88.0f);
     FN(vf) t = x * 1.44269504088896341f;
-    FN(vf) n = (t + 12582912.0f) - 12582912.0f;
+    FN(vf) tn = t + 12582912.0f; /* n = round(t) in its low mantissa bits (1.5 * 2^23: a unit per ulp) */
+    FN(vf) n = tn - 12582912.0f;
     FN(vf) r = x - n * 0.693145751953125f;
     r = r - n * 1.42860682030941723e-06f;
     FN(vf) p = z + 1.0f / 5040.0f;
@@ -105,7 +133,9 @@ static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    FN(vi) bits = (__builtin_convertvector(n, FN(vi)) + 127) << 23;
+    /* 2^n = (n + 127) << 23: the low 9 bits of n, shifted out of tn's bits (n + 2^22 in its
+     * mantissa), plus the exponent bias; the same bits as converting n (one operation less) */
+    FN(vu) bits = ((FN(vu))tn << 23) + (127u << 23);
     return p * (FN(vf))bits;
 }
 
@@ -121,25 +151,15 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact_cheap)(FN(vf) v, int act, float
     FN(vf) z = {0}, one = z + 1.0f;
     switch (act) {
     case MRT_ACT_RELU:
-        return FN(vsel)(v < z, z, v);
-    case MRT_ACT_CLIP: {
-        FN(vf) lo = z + a0, hi = z + a1;
-        v = FN(vsel)(v < lo, lo, v);
-        return FN(vsel)(v > hi, hi, v);
-    }
+        return FN(vclamp_lo)(v, z);
+    case MRT_ACT_CLIP:
+        return FN(vclamp_hi)(FN(vclamp_lo)(v, z + a0), z + a1);
     case MRT_ACT_LEAKY:
         return FN(vsel)(v < z, v * a0, v);
-    case MRT_ACT_HARDSIGMOID: {
-        FN(vf) h = v * a0 + a1;
-        h = FN(vsel)(h < z, z, h);
-        return FN(vsel)(h > one, one, h);
-    }
-    case MRT_ACT_HARDSWISH: {
-        FN(vf) h = v * (1.0f / 6.0f) + 0.5f;
-        h = FN(vsel)(h < z, z, h);
-        h = FN(vsel)(h > one, one, h);
-        return v * h;
-    }
+    case MRT_ACT_HARDSIGMOID:
+        return FN(vclamp_hi)(FN(vclamp_lo)(v * a0 + a1, z), one);
+    case MRT_ACT_HARDSWISH:
+        return v * FN(vclamp_hi)(FN(vclamp_lo)(v * (1.0f / 6.0f) + 0.5f, z), one);
     default:
         return v;
     }

@@ -20,6 +20,9 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#if defined(__x86_64__)
+#include <immintrin.h> /* max / min in the GEMM epilogue (gemm_impl.h), compiled per ISA level */
+#endif
 
 #define MRT_ABI_VERSION 7
 #define MRT_MAX_THREADS 64
