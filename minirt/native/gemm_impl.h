@@ -244,23 +244,34 @@ static MRT_TARGET void FN(sgemm_pack_bt)(const float *restrict b, long ldb, int 
     }
 }
 
-/* p[0:n] as a vector, lanes n.. zero (n <= MRT_VL): partial loads never read past p + n. */
+/* p[0:n] as a vector, lanes n.. zero (n <= MRT_VL): partial loads never read past p + n (on
+ * AVX-512 a masked load, which does not touch the masked-off lanes' memory). */
 static inline MRT_TARGET G_INLINE FN(vf) FN(vload_n)(const float *p, int n) {
     if (n == MRT_VL) return FN(vload)(p);
+#if defined(__x86_64__) && MRT_VL == 16
+    return (FN(vf))_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+#else
     float t[MRT_VL] = {0};
     for (int j = 0; j < n; ++j) t[j] = p[j];
     return FN(vload)(t);
+#endif
 }
 
-/* c[0:n] = v[0:n] (n <= MRT_VL) */
+/* c[0:n] = v[0:n] (n <= MRT_VL; on AVX-512 one masked store: through a temporary and a loop of
+ * scalar stores, the partial vectors at the edges of the extended grid's rows cost as much as a
+ * third of a stem's epilogue) */
 static inline MRT_TARGET G_INLINE void FN(vstore_n)(float *p, FN(vf) v, int n) {
     if (n == MRT_VL) {
         FN(vstore)(p, v);
         return;
     }
+#if defined(__x86_64__) && MRT_VL == 16
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+#else
     float t[MRT_VL];
     FN(vstore)(t, v);
     for (int j = 0; j < n; ++j) p[j] = t[j];
+#endif
 }
 
 /* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus
@@ -423,13 +434,15 @@ static MRT_TARGET void FN(sgemm_ukr_narrow)(const FN(sgemm_args) *g, int kb, con
 static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_args) *g, const float *cb, long ldcb,
                                                                int m0, int mb, int n0, int nb, const int act) {
     const int wq = g->ext_wq, ow = g->ext_ow;
+    const int oy0 = n0 / wq, ox0 = n0 % wq; /* where the block starts in the grid (one division) */
     for (int i = 0; i < mb; ++i) {
         const int m = m0 + i;
         const float *src = cb + i * ldcb;
         float *crow = g->C + (long)m * g->ldc;
         const float *rrow = g->res ? g->res + (long)m * g->ldr : NULL;
-        for (int j = n0; j < n0 + nb;) {
-            int oy = j / wq, ox = j % wq;
+        /* the block's segments of existing columns, walked from (oy0, ox0): extended column j is
+         * (oy, ox), output column col = oy * ow + ox */
+        for (int j = n0, oy = oy0, ox = ox0; j < n0 + nb; ++oy, ox = 0) {
             if (ox >= ow) { /* past the row's last output: on to the next row */
                 j += wq - ox;
                 continue;
@@ -452,7 +465,7 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_arg
                 x = FN(vact)(x, act, g->a0, g->a1);
                 FN(vstore_n)(crow + col + t, x, n);
             }
-            j += seg;
+            j += seg + (wq - ow); /* the row's dropped columns (past the block's end: the loop ends) */
         }
     }
 }
