@@ -518,8 +518,9 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
         for (int p0 = 0; p0 < g->K; p0 += g->kc) {
             int kb = g->K - p0 < g->kc ? g->K - p0 : g->kc;
             int last = p0 + kb >= g->K;
-            /* implicit convolution: whole panels read B in place, only a partial last one is packed */
-            const int packed_from = g->b_in_place ? nb / G_NR * G_NR : 0;
+            /* implicit convolution: whole panels read B in place, and a last panel of exactly one
+             * vector (the one-vector microkernel reads no further); only a partial last one is packed */
+            const int packed_from = !g->b_in_place ? 0 : nb % G_NR == MRT_VL ? nb : nb / G_NR * G_NR;
             /* B packed once (a constant weight): the panels of this block at their place in it */
             const float *bpanels = g->bpack ? g->bpack + (long)p0 * g->bpack_ld + (long)n0 * kb : NULL;
             if (!bpanels) {
@@ -791,11 +792,32 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
                    nthreads);
 }
 
+/* Exp-based activations (SiLU, Sigmoid, ...) of an output larger than this go through the
+ * scratch block (FN(sgemm_ext_store)) instead of FN(sgemm_act_tile) on C: C's lines are then not
+ * in cache when a tile is stored, and writing each of them once, activated, beat writing the sums
+ * and rewriting them (32 -> 32 channels over 80 x 80 pixels, SiLU, 800 KB: -7.5 %; 16 -> 32 over
+ * 160 x 160: -21 %; outputs of 400 KB over 40 x 40 pixels were 2-3 % slower through the block). */
+#define G_CONV_ACT_SCRATCH_BYTES (512L * 1024)
+/* Depth up to which an extended grid whose rows end in a part-filled panel still runs as one GEMM
+ * per output row (below): the rows' last panels take the one-vector microkernel, whose
+ * broadcasts per multiply-add cost more as K grows (3 -> 16 stems, K = 27, 112 x 112 outputs:
+ * -20 %; 16 -> 16 3x3 over 80 x 80, K = 144: +2 %). */
+#define G_CONV_ROW_GEMM_MAX_K 64
+
 /* Implicit-GEMM convolution of one image and group (see the top of this file):
  *   C[m, oy * ext_ow + ox] = act(sum_k A[m, k] B[brow[k] + oy * ext_wq + ox] + bias[m] + res[m, ...])
  * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats.  b_in_place:
  * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (packing is
- * better for 1x1 kernels of many K rows, far apart: the caller decides, mrt_conv_band). */
+ * better for 1x1 kernels of many K rows, far apart: the caller decides, mrt_conv_band).
+ * Three ways, the same sums (same K blocks, same k order) whichever runs:
+ *   - one GEMM per output row (a batch: B, C and res advance by a row each) when the row's
+ *     columns rounded up to whole vectors are no more than the extended grid's and its panels are
+ *     whole or K is small (G_CONV_ROW_GEMM_MAX_K): every tile is stored straight into C with its
+ *     fused epilogue, with no scratch block and no copy (a 3 -> 16 stem over 112 x 112 outputs:
+ *     113 extended columns per row, 112 computed this way; -20 % with Clip);
+ *   - the extended grid through the scratch block (dropped columns);
+ *   - no dropped columns (1x1 / stride 1): C written directly, or through the scratch block for
+ *     an exp-based activation of a large output (G_CONV_ACT_SCRATCH_BYTES). */
 static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int b_in_place,
                            int ext_ow, int ext_wq, float *C, long ldc, const float *bias, const float *res, int act,
                            float a0, float a1, int nthreads) {
@@ -805,10 +827,28 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
     g.bpack = NULL; g.bpack_ld = 0;
     g.lda = K; g.ldb = 0; g.ldc = ldc; g.ldr = ldc;
     g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
-    g.M = M; g.N = (rows - 1) * ext_wq + ext_ow; g.K = K; g.bias_mode = bias ? 1 : 0;
+    g.M = M; g.K = K; g.bias_mode = bias ? 1 : 0;
     g.act = act; g.a0 = a0; g.a1 = a1;
-    g.ext_ow = ext_ow; g.ext_wq = ext_wq > ext_ow ? ext_wq : 0; /* no dropped columns: C is written directly */
-    FN(sgemm_run)(&g, 1, nthreads);
+    const int exp_act = act != MRT_ACT_NONE && !FN(act_in_registers)(act);
+    const int row_gemms = ext_wq > ext_ow && (ext_ow + MRT_VL - 1) / MRT_VL * MRT_VL <= ext_wq &&
+                          (ext_ow % G_NR == 0 || K <= G_CONV_ROW_GEMM_MAX_K);
+    int batch = 1;
+    if (row_gemms) {
+        batch = rows;
+        g.N = ext_ow;
+        g.sb = ext_wq; g.sc = ext_ow; g.sr = ext_ow;
+    } else {
+        g.N = (rows - 1) * ext_wq + ext_ow;
+    }
+    /* the scratch block: an extended grid of ext_wq columns per row, or one row of all N columns */
+    g.ext_ow = g.ext_wq = 0;
+    if (!row_gemms && ext_wq > ext_ow) {
+        g.ext_ow = ext_ow;
+        g.ext_wq = ext_wq;
+    } else if (exp_act && (long)M * rows * ext_ow * (long)sizeof(float) > G_CONV_ACT_SCRATCH_BYTES) {
+        g.ext_ow = g.ext_wq = g.N;
+    }
+    FN(sgemm_run)(&g, batch, nthreads);
 }
 
 /* ------------------------------------------------------------------ channel-vector convolution
