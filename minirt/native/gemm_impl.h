@@ -116,7 +116,11 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vclamp_hi)(FN(vf) v, FN(vf) hi) {
 #endif
 }
 
-/* exp(x) on a vector, the same algorithm as expf_approx (kernels_impl.h). */
+/* exp(x) on a vector: expf_approx's reduction (kernels_impl.h: x = n ln2 + r, |r| <= ln2 / 2, the
+ * clamps), exp(r) by a degree-6 polynomial fitted for relative error on that interval (2e-9,
+ * against 5e-9 for expf_approx's degree-7 Taylor polynomial: one multiply-add less, SiLU 0.126 ->
+ * 0.114 ns per value; largest error measured over [-87, 88] 0.74 ulp for exp, 0.66 with degree
+ * 7, and the same 1.46 ulp for SiLU). */
 static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     FN(vf) z = {0};
     x = FN(vclamp_hi)(FN(vclamp_lo)(x, z - 87.0f), z + 88.0f);
@@ -125,12 +129,11 @@ static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     FN(vf) n = tn - 12582912.0f;
     FN(vf) r = x - n * 0.693145751953125f;
     r = r - n * 1.42860682030941723e-06f;
-    FN(vf) p = z + 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
+    FN(vf) p = z + 0.00138368458f;
+    p = p * r + 0.00837481581f;
+    p = p * r + 0.0416682251f;
+    p = p * r + 0.166664198f;
+    p = p * r + 0.499999911f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     /* 2^n = (n + 127) << 23: the low 9 bits of n, shifted out of tn's bits (n + 2^22 in its
