@@ -36,7 +36,7 @@
  * ext_ow columns per output row).
  */
 
-#if MRT_VL >= 8 /* the x86-64 AVX2 and AVX-512 levels (arm64 has MRT_VL 4): a few intrinsics, see FN(vexp_group) */
+#if defined(__x86_64__) /* a few intrinsics: FN(vclamp_lo) / FN(vclamp_hi), FN(conv_cv_transpose12) */
 #include <immintrin.h>
 #endif
 typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));
@@ -51,6 +51,7 @@ typedef int FN(v4i) __attribute__((vector_size(16)));
 #endif
 typedef float FN(vfu) __attribute__((vector_size(MRT_VL * 4), aligned(4)));
 typedef int FN(vi) __attribute__((vector_size(MRT_VL * 4)));
+typedef unsigned FN(vu) __attribute__((vector_size(MRT_VL * 4)));
 
 /* rows per microkernel tile: 8 x 2 accumulators fit AVX-512's 32 registers (and 8 divides
  * most channel counts), 6 x 2 the 16 of SSE2/AVX2 (NEON, with 32, keeps 6: not measured on
@@ -90,40 +91,65 @@ static inline MRT_TARGET FN(vf) FN(vsel)(FN(vi) lt, FN(vf) a, FN(vf) b) {
     return (FN(vf))(((FN(vi))a & lt) | ((FN(vi))b & ~lt));
 }
 
-/* x[j] = exp(x[j]) for j < n (a constant), the same algorithm as expf_approx (kernels_impl.h), each
- * step on all n vectors before the next: the steps of one vector depend on each other (~20 in a
- * row), so n independent vectors side by side keep the FP pipes busy (6 vectors: 2.1 against 2.8 ns
- * per vector one at a time, AVX-512).  Every vector gets the same operations whatever n. */
+/* v < lo ? lo : v and v > hi ? hi : v (NaN v stays v).  On x86 one max / min instruction, whose
+ * definition is exactly that (MAXPS(a, b) = a > b ? a : b, MINPS(a, b) = a < b ? a : b, the
+ * second operand when either is NaN), so the results are the same bits as the select; GCC makes
+ * FN(vsel) a compare and three masked logic operations instead (the clamps were a third of SiLU's
+ * cost: 0.18 -> 0.13 ns per value).  Elsewhere the select. */
+static inline MRT_TARGET G_INLINE FN(vf) FN(vclamp_lo)(FN(vf) v, FN(vf) lo) {
+#if defined(__x86_64__) && MRT_VL == 16
+    return (FN(vf))_mm512_max_ps((__m512)lo, (__m512)v);
+#elif defined(__x86_64__) && MRT_VL == 8
+    return (FN(vf))_mm256_max_ps((__m256)lo, (__m256)v);
+#elif defined(__x86_64__) && MRT_VL == 4
+    return (FN(vf))_mm_max_ps((__m128)lo, (__m128)v);
+#else
+    return FN(vsel)(v < lo, lo, v);
+#endif
+}
+static inline MRT_TARGET G_INLINE FN(vf) FN(vclamp_hi)(FN(vf) v, FN(vf) hi) {
+#if defined(__x86_64__) && MRT_VL == 16
+    return (FN(vf))_mm512_min_ps((__m512)hi, (__m512)v);
+#elif defined(__x86_64__) && MRT_VL == 8
+    return (FN(vf))_mm256_min_ps((__m256)hi, (__m256)v);
+#elif defined(__x86_64__) && MRT_VL == 4
+    return (FN(vf))_mm_min_ps((__m128)hi, (__m128)v);
+#else
+    return FN(vsel)(v > hi, hi, v);
+#endif
+}
+
+/* x[j] = exp(x[j]) for j < n (a constant): expf_approx's reduction (kernels_impl.h: x = n ln2 + r,
+ * |r| <= ln2 / 2, the clamps), exp(r) by a degree-6 polynomial fitted for relative error on that
+ * interval (2e-9, against 5e-9 for expf_approx's degree-7 Taylor polynomial: one multiply-add less,
+ * SiLU 0.126 -> 0.114 ns per value; largest relative error measured over [-87, 88], in units of
+ * 2^-23: 0.74 for exp, 0.66 with degree 7, and the same 1.46 for SiLU).  Each step runs on all n
+ * vectors before the next: the steps of one vector depend on each other (~20 in a row), so n
+ * independent vectors side by side keep the FP pipes busy (6 vectors: 2.1 against 2.8 ns per vector
+ * one at a time, AVX-512).  Every vector gets the same operations whatever n. */
 static inline MRT_TARGET G_INLINE void FN(vexp_group)(FN(vf) *x, const int n) {
     FN(vf) z = {0};
-    FN(vf) lo = z - 87.0f, hi = z + 88.0f;
-    FN(vf) m[n], r[n], p[n];
-    /* x = x < lo ? lo : x, then x > hi ? hi : x (a NaN stays NaN): on x86 one max / min each, whose
-     * result is their second operand when either is NaN (so the same floats as the selects, in one
-     * instruction instead of a compare and two masked logic operations) */
-#if MRT_VL == 16
-    for (int j = 0; j < n; ++j) x[j] = (FN(vf))_mm512_min_ps((__m512)hi, _mm512_max_ps((__m512)lo, (__m512)x[j]));
-#elif MRT_VL == 8
-    for (int j = 0; j < n; ++j) x[j] = (FN(vf))_mm256_min_ps((__m256)hi, _mm256_max_ps((__m256)lo, (__m256)x[j]));
-#else
-    for (int j = 0; j < n; ++j) x[j] = FN(vsel)(x[j] < lo, lo, x[j]);
-    for (int j = 0; j < n; ++j) x[j] = FN(vsel)(x[j] > hi, hi, x[j]);
-#endif
+    FN(vf) tn[n], r[n], p[n];
+    for (int j = 0; j < n; ++j) x[j] = FN(vclamp_hi)(FN(vclamp_lo)(x[j], z - 87.0f), z + 88.0f);
     for (int j = 0; j < n; ++j) {
         FN(vf) t = x[j] * 1.44269504088896341f;
-        m[j] = (t + 12582912.0f) - 12582912.0f;
+        tn[j] = t + 12582912.0f; /* n = round(t) in its low mantissa bits (1.5 * 2^23: a unit per ulp) */
     }
-    for (int j = 0; j < n; ++j) r[j] = x[j] - m[j] * 0.693145751953125f;
-    for (int j = 0; j < n; ++j) r[j] = r[j] - m[j] * 1.42860682030941723e-06f;
-    for (int j = 0; j < n; ++j) p[j] = (z + 1.0f / 5040.0f) * r[j] + 1.0f / 720.0f;
-    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f / 120.0f;
-    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f / 24.0f;
-    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f / 6.0f;
-    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 0.5f;
-    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f;
-    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f;
     for (int j = 0; j < n; ++j) {
-        FN(vi) bits = (__builtin_convertvector(m[j], FN(vi)) + 127) << 23;
+        FN(vf) m = tn[j] - 12582912.0f;
+        r[j] = x[j] - m * 0.693145751953125f;
+        r[j] = r[j] - m * 1.42860682030941723e-06f;
+    }
+    for (int j = 0; j < n; ++j) p[j] = (z + 0.00138368458f) * r[j] + 0.00837481581f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 0.0416682251f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 0.166664198f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 0.499999911f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * r[j] + 1.0f;
+    /* 2^n = (n + 127) << 23: the low 9 bits of n, shifted out of tn's bits (n + 2^22 in its
+     * mantissa), plus the exponent bias; the same bits as converting n (one operation less) */
+    for (int j = 0; j < n; ++j) {
+        FN(vu) bits = ((FN(vu))tn[j] << 23) + (127u << 23);
         x[j] = p[j] * (FN(vf))bits;
     }
 }
@@ -146,25 +172,15 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact_cheap)(FN(vf) v, int act, float
     FN(vf) z = {0}, one = z + 1.0f;
     switch (act) {
     case MRT_ACT_RELU:
-        return FN(vsel)(v < z, z, v);
-    case MRT_ACT_CLIP: {
-        FN(vf) lo = z + a0, hi = z + a1;
-        v = FN(vsel)(v < lo, lo, v);
-        return FN(vsel)(v > hi, hi, v);
-    }
+        return FN(vclamp_lo)(v, z);
+    case MRT_ACT_CLIP:
+        return FN(vclamp_hi)(FN(vclamp_lo)(v, z + a0), z + a1);
     case MRT_ACT_LEAKY:
         return FN(vsel)(v < z, v * a0, v);
-    case MRT_ACT_HARDSIGMOID: {
-        FN(vf) h = v * a0 + a1;
-        h = FN(vsel)(h < z, z, h);
-        return FN(vsel)(h > one, one, h);
-    }
-    case MRT_ACT_HARDSWISH: {
-        FN(vf) h = v * (1.0f / 6.0f) + 0.5f;
-        h = FN(vsel)(h < z, z, h);
-        h = FN(vsel)(h > one, one, h);
-        return v * h;
-    }
+    case MRT_ACT_HARDSIGMOID:
+        return FN(vclamp_hi)(FN(vclamp_lo)(v * a0 + a1, z), one);
+    case MRT_ACT_HARDSWISH:
+        return v * FN(vclamp_hi)(FN(vclamp_lo)(v * (1.0f / 6.0f) + 0.5f, z), one);
     default:
         return v;
     }
@@ -262,23 +278,34 @@ static MRT_TARGET void FN(sgemm_pack_bt)(const float *restrict b, long ldb, int 
     }
 }
 
-/* p[0:n] as a vector, lanes n.. zero (n <= MRT_VL): partial loads never read past p + n. */
+/* p[0:n] as a vector, lanes n.. zero (n <= MRT_VL): partial loads never read past p + n (on
+ * AVX-512 a masked load, which does not touch the masked-off lanes' memory). */
 static inline MRT_TARGET G_INLINE FN(vf) FN(vload_n)(const float *p, int n) {
     if (n == MRT_VL) return FN(vload)(p);
+#if defined(__x86_64__) && MRT_VL == 16
+    return (FN(vf))_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+#else
     float t[MRT_VL] = {0};
     for (int j = 0; j < n; ++j) t[j] = p[j];
     return FN(vload)(t);
+#endif
 }
 
-/* c[0:n] = v[0:n] (n <= MRT_VL) */
+/* c[0:n] = v[0:n] (n <= MRT_VL; on AVX-512 one masked store instead of a temporary and a loop of
+ * scalar stores: the extended grid's copy-out stores a partial vector at the edges of many output
+ * rows; with its division-free walk, a 3 -> 16 stride-2 stem over 112 x 112 outputs -4 %) */
 static inline MRT_TARGET G_INLINE void FN(vstore_n)(float *p, FN(vf) v, int n) {
     if (n == MRT_VL) {
         FN(vstore)(p, v);
         return;
     }
+#if defined(__x86_64__) && MRT_VL == 16
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+#else
     float t[MRT_VL];
     FN(vstore)(t, v);
     for (int j = 0; j < n; ++j) p[j] = t[j];
+#endif
 }
 
 /* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus
@@ -441,13 +468,15 @@ static MRT_TARGET void FN(sgemm_ukr_narrow)(const FN(sgemm_args) *g, int kb, con
 static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_args) *g, const float *cb, long ldcb,
                                                                int m0, int mb, int n0, int nb, const int act) {
     const int wq = g->ext_wq, ow = g->ext_ow;
+    const int oy0 = n0 / wq, ox0 = n0 % wq; /* where the block starts in the grid (one division) */
     for (int i = 0; i < mb; ++i) {
         const int m = m0 + i;
         const float *src = cb + i * ldcb;
         float *crow = g->C + (long)m * g->ldc;
         const float *rrow = g->res ? g->res + (long)m * g->ldr : NULL;
-        for (int j = n0; j < n0 + nb;) {
-            int oy = j / wq, ox = j % wq;
+        /* the block's segments of existing columns, walked from (oy0, ox0): extended column j is
+         * (oy, ox), output column col = oy * ow + ox */
+        for (int j = n0, oy = oy0, ox = ox0; j < n0 + nb; ++oy, ox = 0) {
             if (ox >= ow) { /* past the row's last output: on to the next row */
                 j += wq - ox;
                 continue;
@@ -470,7 +499,7 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_ext_store_as)(const FN(sgemm_arg
                 x = FN(vact)(x, act, g->a0, g->a1);
                 FN(vstore_n)(crow + col + t, x, n);
             }
-            j += seg;
+            j += seg + (wq - ow); /* the row's dropped columns (past the block's end: the loop ends) */
         }
     }
 }
@@ -523,8 +552,9 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
         for (int p0 = 0; p0 < g->K; p0 += g->kc) {
             int kb = g->K - p0 < g->kc ? g->K - p0 : g->kc;
             int last = p0 + kb >= g->K;
-            /* implicit convolution: whole panels read B in place, only a partial last one is packed */
-            const int packed_from = g->b_in_place ? nb / G_NR * G_NR : 0;
+            /* implicit convolution: whole panels read B in place, and a last panel of exactly one
+             * vector (the one-vector microkernel reads no further); only a partial last one is packed */
+            const int packed_from = !g->b_in_place ? 0 : nb % G_NR == MRT_VL ? nb : nb / G_NR * G_NR;
             /* B packed once (a constant weight): the panels of this block at their place in it */
             const float *bpanels = g->bpack ? g->bpack + (long)p0 * g->bpack_ld + (long)n0 * kb : NULL;
             if (!bpanels) {
@@ -796,11 +826,33 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
                    nthreads);
 }
 
+/* Exp-based activations (SiLU, Sigmoid, ...) of an output larger than this go through the
+ * scratch block (FN(sgemm_ext_store)) instead of FN(sgemm_act_tile) on C, measured: 1x1 32 -> 32
+ * channels over 80 x 80 pixels with SiLU (800 KB) -7.5 %, 16 -> 32 over 160 x 160 -21 %, but
+ * outputs of 400 KB (64 channels over 40 x 40) 2-3 % slower.  Presumably C's lines are not in
+ * cache when a large output's tile is stored, and writing each once, activated, beats writing the
+ * sums and rewriting them. */
+#define G_CONV_ACT_SCRATCH_BYTES (512L * 1024)
+/* Depth up to which an extended grid whose rows end in a part-filled panel still runs as one GEMM
+ * per output row (below): the rows' last panels take the one-vector microkernel, whose
+ * broadcasts per multiply-add cost more as K grows (3 -> 16 stems, K = 27, 112 x 112 outputs:
+ * -20 %; 16 -> 16 3x3 over 80 x 80, K = 144: +2 %). */
+#define G_CONV_ROW_GEMM_MAX_K 64
+
 /* Implicit-GEMM convolution of one image and group (see the top of this file):
  *   C[m, oy * ext_ow + ox] = act(sum_k A[m, k] B[brow[k] + oy * ext_wq + ox] + bias[m] + res[m, ...])
  * for ox < ext_ow, oy < rows; A row stride lda = K; C and res rows of ldc floats.  b_in_place:
  * read B in place (rows of a 3 x 3 kernel overlap, in cache) rather than packing it (packing is
- * better for 1x1 kernels of many K rows, far apart: the caller decides, mrt_conv_band). */
+ * better for 1x1 kernels of many K rows, far apart: the caller decides, mrt_conv_band).
+ * Three ways, the same sums (same K blocks, same k order) whichever runs:
+ *   - one GEMM per output row (a batch: B, C and res advance by a row each) when the row's
+ *     columns rounded up to whole vectors are no more than the extended grid's and its panels are
+ *     whole or K is small (G_CONV_ROW_GEMM_MAX_K): every tile is stored straight into C with its
+ *     fused epilogue, with no scratch block and no copy (a 3 -> 16 stem over 112 x 112 outputs:
+ *     113 extended columns per row, 112 computed this way; -20 % with Clip);
+ *   - the extended grid through the scratch block (dropped columns);
+ *   - no dropped columns (1x1 / stride 1): C written directly, or through the scratch block for
+ *     an exp-based activation of a large output (G_CONV_ACT_SCRATCH_BYTES). */
 static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int b_in_place,
                            int ext_ow, int ext_wq, float *C, long ldc, const float *bias, const float *res, int act,
                            float a0, float a1, int nthreads) {
@@ -810,10 +862,28 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
     g.bpack = NULL; g.bpack_ld = 0;
     g.lda = K; g.ldb = 0; g.ldc = ldc; g.ldr = ldc;
     g.sa = 0; g.sb = 0; g.sc = 0; g.sr = 0; g.transb = 0;
-    g.M = M; g.N = (rows - 1) * ext_wq + ext_ow; g.K = K; g.bias_mode = bias ? 1 : 0;
+    g.M = M; g.K = K; g.bias_mode = bias ? 1 : 0;
     g.act = act; g.a0 = a0; g.a1 = a1;
-    g.ext_ow = ext_ow; g.ext_wq = ext_wq > ext_ow ? ext_wq : 0; /* no dropped columns: C is written directly */
-    FN(sgemm_run)(&g, 1, nthreads);
+    const int exp_act = act != MRT_ACT_NONE && !FN(act_in_registers)(act);
+    const int row_gemms = ext_wq > ext_ow && (ext_ow + MRT_VL - 1) / MRT_VL * MRT_VL <= ext_wq &&
+                          (ext_ow % G_NR == 0 || K <= G_CONV_ROW_GEMM_MAX_K);
+    int batch = 1;
+    if (row_gemms) {
+        batch = rows;
+        g.N = ext_ow;
+        g.sb = ext_wq; g.sc = ext_ow; g.sr = ext_ow;
+    } else {
+        g.N = (rows - 1) * ext_wq + ext_ow;
+    }
+    /* the scratch block: an extended grid of ext_wq columns per row, or one row of all N columns */
+    g.ext_ow = g.ext_wq = 0;
+    if (!row_gemms && ext_wq > ext_ow) {
+        g.ext_ow = ext_ow;
+        g.ext_wq = ext_wq;
+    } else if (exp_act && (long)M * rows * ext_ow * (long)sizeof(float) > G_CONV_ACT_SCRATCH_BYTES) {
+        g.ext_ow = g.ext_wq = g.N;
+    }
+    FN(sgemm_run)(&g, batch, nthreads);
 }
 
 /* ------------------------------------------------------------------ channel-vector convolution

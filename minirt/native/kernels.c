@@ -22,6 +22,9 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#if defined(__x86_64__)
+#include <immintrin.h> /* max / min in the GEMM epilogue (gemm_impl.h), compiled per ISA level */
+#endif
 
 #define MRT_ABI_VERSION 8
 #define MRT_MAX_THREADS 64
@@ -763,8 +766,31 @@ static void gather_stride2(float *restrict dst, const float *restrict src, int n
 
 /* even[k] = src[2 k], odd[k] = src[2 k + 1], k < n (reads src[0 .. 2 n - 1]): both column phases of
  * a stride-2 row in one pass over it (half the loads of two gather_stride2 calls). */
+#ifdef MRT_HAVE_AVX2_BUILD
+/* split_stride2's whole 16-float steps on AVX-512 (two loads, two two-source permutes, two stores
+ * per 16 outputs of each phase, against 4 of each per 4 outputs): returns how many were split. */
+__attribute__((target("avx512f"))) static int split_stride2_avx512(float *restrict even, float *restrict odd,
+                                                                   const float *restrict src, int n) {
+    const __m512i even_lanes = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd_lanes = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    int k = 0;
+    for (; k + 16 <= n; k += 16, src += 32) {
+        const __m512 a = _mm512_loadu_ps(src), b = _mm512_loadu_ps(src + 16);
+        _mm512_storeu_ps(even + k, _mm512_permutex2var_ps(a, even_lanes, b));
+        _mm512_storeu_ps(odd + k, _mm512_permutex2var_ps(a, odd_lanes, b));
+    }
+    return k;
+}
+#endif
+
 static void split_stride2(float *restrict even, float *restrict odd, const float *restrict src, int n) {
     int k = 0;
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (impl_isa == MRT_ISA_AVX512) {
+        k = split_stride2_avx512(even, odd, src, n);
+        src += 2L * k;
+    }
+#endif
     for (; k + 4 <= n; k += 4, src += 8) {
         const conv_v4f a = *(const conv_v4fu *)src, b = *(const conv_v4fu *)(src + 4);
         *(conv_v4fu *)(even + k) = CONV_EVEN_LANES(a, b);

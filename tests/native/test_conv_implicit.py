@@ -115,3 +115,57 @@ def test_implicit_conv_matches_reference(name, batch, nthreads, every_isa):
 @pytest.mark.parametrize("name", ["odd_channels", "stem_stride2", "1x1_odd_groups"])
 def test_implicit_conv_residual_and_activation(name, act, params, every_isa):
     _run(name, 1, act, params, residual=True, seed=42)
+
+
+# The ways FN(sgemm_conv) stores (gemm_impl.h): one GEMM per output row (stored straight into the
+# output) when the row's columns, rounded up to whole vectors, are no more than the extended grid's
+# and its panels are whole or the sum is shallow; the exp-based activations of a large output (over
+# 512 KB) through the scratch block.  Geometries per ISA level: ow = 112 (AVX-512: three panels and
+# one of a single vector, read in place), 47 (a part-filled last panel, packed), 64 at K = 144 (whole
+# panels, deep), a 1x1 and a stem row-GEMM conv with outputs of 655 KB and 532 KB.
+STORE_PATHS = {
+    "row_gemms_stem_one_vector_panel": (3, 16, 30, 224, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    "row_gemms_partial_panel": (5, 9, 12, 47, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "row_gemms_whole_panels_deep": (16, 8, 20, 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "exp_act_scratch_1x1_large": (8, 40, 64, 64, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "exp_act_scratch_row_gemms": (3, 16, 130, 256, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+}
+GEOMETRIES.update(STORE_PATHS)  # (after the parametrizations above: for _run only)
+
+
+@pytest.mark.parametrize("act,params", ACTS, ids=[a or "none" for a, _ in ACTS])
+@pytest.mark.parametrize("name", list(STORE_PATHS))
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_store_paths_match_reference(name, act, params, nthreads, every_isa):
+    before = native.threads()
+    native.set_threads(nthreads)
+    try:
+        _run(name, 1, act, params, residual=nthreads == 2, seed=60)
+    finally:
+        native.set_threads(before)
+
+
+@pytest.mark.parametrize("name", list(STORE_PATHS))
+def test_store_paths_equal_channel_vector_sums(name, every_isa, monkeypatch):
+    """Every store path sums as the other paths do (K blocks, k order): bit-identical to the
+    channel-vector kernel (weights packed for it) and to itself at 1 and 2 threads."""
+    c, m, h, wd, k, s, pads, d, group = GEOMETRIES[name]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, c, h, wd), dtype=np.float32)
+    w = (rng.standard_normal((m, c // group) + k) / np.sqrt(c // group * k[0] * k[1])).astype(np.float32)
+    b = rng.standard_normal(m, dtype=np.float32)
+    attrs = dict(group=group, pads=pads, strides=s, dilations=d)
+    z = nn.conv_fused_native(x, w, b, None, **attrs)  # a residual of the output's shape
+    before = native.threads()
+    results = []
+    try:
+        for pack in (lambda w, group: None, native.conv_pack_w):
+            monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out, pack=pack: pack(w, group))
+            for threads in (1, 2):
+                native.set_threads(threads)
+                native._qpacked.clear()
+                results.append(nn.conv_fused_native(x, w, b, z, activation="SiLU", **attrs))
+    finally:
+        native.set_threads(before)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
