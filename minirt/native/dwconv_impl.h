@@ -46,6 +46,10 @@
  * last rows) are the lanes copied one by one.
  */
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h> /* dw_cb_clamp */
+#endif
+
 /* Lane indices.  DW_EVEN_LANES / DW_ODD_LANES pick the even / odd floats of
  * two vectors lo:hi (indices into their 2*MRT_VL lanes) the way one in-lane
  * shuffle (vshufps) does: within each 128-bit block, so the output columns
@@ -130,7 +134,9 @@ typedef struct {
                        * touch, else 1) */
     int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
     int cb_out_rows; /* ring: output rows transposed into the planes together (their pixels are contiguous there) */
-    int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass */
+    int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass
+                     * (channel-blocked and direct stride-2 paths) */
+    int direct_s2;  /* the direct stride-2 path (dw_s2_*) */
     /* int8 (FN(qdwconv2d), plane path only); scale == NULL for the float conv */
     const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
     const float *xs, *xz;     /* per channel input scale and zero point (integer valued) */
@@ -691,10 +697,22 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_store)(const float *out, long p0, long
 
 /* Relu or Clip on accumulators, the formulas of act_row and vact_cheap (so
  * NaN and the bounds give the same floats): v < lo ? lo : v, then
- * v > hi ? hi : v (Relu: lo = 0, hi = +inf). */
+ * v > hi ? hi : v (Relu: lo = 0, hi = +inf).  On x86 that is maxps(lo, v)
+ * then minps(hi, v), which return their second operand v unless the first
+ * compares greater / less (so for NaN, and for equal zeros of either sign):
+ * one instruction each where GCC makes a compare and two masked moves of
+ * the select (~10 % of a direct stride-2 layer, D-dw-s2-direct). */
 static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_clamp)(FN(vf) v, FN(vf) lo, FN(vf) hi) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && MRT_VL == 16
+    return (FN(vf))_mm512_min_ps((__m512)hi, _mm512_max_ps((__m512)lo, (__m512)v));
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && MRT_VL == 8
+    return (FN(vf))_mm256_min_ps((__m256)hi, _mm256_max_ps((__m256)lo, (__m256)v));
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && MRT_VL == 4
+    return (FN(vf))_mm_min_ps((__m128)hi, _mm_max_ps((__m128)lo, (__m128)v));
+#else
     v = FN(vsel)(v < lo, lo, v);
     return FN(vsel)(v > hi, hi, v);
+#endif
 }
 
 /* The bounds of dw_cb_clamp for a->act. */
@@ -947,6 +965,243 @@ static MRT_TARGET void FN(dw_cb_task)(void *ctx, long begin, long end) {
     for (long p = begin; p < end; ++p) FN(dw_cb_item)(a, p, band, out, wv, in);
 }
 
+/* ------------------------------------------------------------------ direct stride-2 path
+ *
+ * Stride 2, a 3x3 or 5x5 kernel padded by k / 2 columns on the left, float
+ * (dw_use_direct_s2 says where it measured faster): vectors run along the
+ * output columns of one plane as on the plane path, but the taps are read
+ * straight from x, with no band copy and no transposes.  For output columns
+ * ox..ox + MRT_VL - 1 the two vectors of an input row at column c0 = 2 * ox
+ * are split into their even and odd floats (dw_even / dw_odd: one in-lane
+ * shuffle each, output columns in their permuted order until dw_unperm at
+ * the store); the tap of column offset d = kx - k / 2 (lane of column i reads
+ * column c0 + d + 2 * i) is then the even floats (d = 0), the odd ones
+ * (d = 1), or one of them moved by one column with the column that enters
+ * broadcast from a single float (d = -1, -2: the column before; d = 2: the
+ * one after; one two-source permute).  Per input row and vector: 2 loads, 2
+ * shuffles, 1 broadcast and 1 permute (3x3), and the FMAs of every output row
+ * of the block that uses the row.
+ *
+ * A block is DW_S2_R output rows x 2 vectors of columns: its 8 sums of 9
+ * FMAs each are independent chains, enough to hide the FMA latency (one
+ * vector x 4 rows measured 16 cycles per output vector in a loop, 2 x 4
+ * 8.5).  A row of ow >= MRT_VL outputs is covered by vectors in pairs, the
+ * last moved back to end at ow (56 columns: 0-31 and 32-55 as 32 + 40);
+ * narrower rows are one vector each and store whole vectors into the rows
+ * after them (dw_store).
+ *
+ * Borders: rows of vertical padding read a row of zeros (per-thread
+ * scratch); the first vector of a row takes the columns before it from
+ * zeros; only a vector whose reads pass the end of its row (dw_s2_reach)
+ * zeroes the columns >= wd, and then never reads past the end of x.  Sums
+ * are taken in the plane path's order (bias, taps by row then column), so
+ * every path gives the same floats.
+ */
+
+/* DW_S2_BEHIND / DW_S2_AHEAD: on vectors whose lanes hold output columns in the order of dw_even, the
+ * lanes of a:b (b a broadcast) for the output column before / after each lane's, b where that column is
+ * outside the vector (column 0 / MRT_VL - 1). */
+#if MRT_VL == 4
+#define DW_S2_BEHIND 4, 0, 1, 2
+#define DW_S2_AHEAD 1, 2, 3, 4
+#elif MRT_VL == 8
+#define DW_S2_BEHIND 8, 0, 5, 2, 1, 4, 3, 6
+#define DW_S2_AHEAD 1, 4, 3, 6, 5, 2, 7, 8
+#else
+#define DW_S2_BEHIND 16, 0, 13, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14
+#define DW_S2_AHEAD 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14, 13, 2, 15, 16
+#endif
+/* Output rows per block of the direct stride-2 path. */
+#define DW_S2_R 4
+
+/* One past the last input column that the taps of output columns ox.. read (2 * ox + 2 * MRT_VL, and
+ * one more for 5x5, whose last lane reads d = 2). */
+static inline long FN(dw_s2_reach)(int ox, int k) { return 2L * ox + 2 * MRT_VL + (k / 2 >= 2); }
+
+/* row[c0 .. c0 + MRT_VL) as a vector with the columns >= wd zero, reading nothing past end. */
+static inline MRT_TARGET FN(vf) FN(dw_s2_load_edge)(const float *row, long c0, int wd, const float *end) {
+    const FN(vf) zero = {0};
+    const long n = wd - c0;
+    if (n <= 0) return zero;
+    if (n >= MRT_VL) return FN(vload)(row + c0);
+    if ((uintptr_t)(row + c0 + MRT_VL) <= (uintptr_t)end) return FN(dw_first)(FN(vload)(row + c0), (int)n);
+    return FN(vload_n)(row + c0, (int)n);
+}
+
+/* t[kx] (kx < K), the taps of one input row for output columns ox.. (c0 = 2 * ox), in dw_even's lane
+ * order: the lane of column i holds row[c0 + kx - K / 2 + 2 * i].  before: where columns c0 - 2 and
+ * c0 - 1 are read from (before[-2], before[-1]: row + c0, or zeros for the first vector of a row).
+ * RIGHT: the reads may pass wd (dw_s2_reach), so those columns are zeroed. */
+static DW_INLINE MRT_TARGET void FN(dw_s2_taps)(const float *row, long c0, const float *before, int wd,
+                                                const float *end, FN(vf) *t, const int K, const int RIGHT) {
+    const FN(vf) zero = {0};
+    const FN(vf) lo = RIGHT ? FN(dw_s2_load_edge)(row, c0, wd, end) : FN(vload)(row + c0);
+    const FN(vf) hi = RIGHT ? FN(dw_s2_load_edge)(row, c0 + MRT_VL, wd, end) : FN(vload)(row + c0 + MRT_VL);
+    const FN(vf) even = FN(dw_even)(lo, hi), odd = FN(dw_odd)(lo, hi);
+#pragma GCC unroll 8
+    for (int kx = 0; kx < K; ++kx) {
+        const int d = kx - K / 2; /* -2 .. 2 */
+        const FN(vf) half = (d & 1) ? odd : even;
+        /* (s - zero: a broadcast; zero + s is not folded, -0 + 0 being +0) */
+        if (d >= 0 && d <= 1) {
+            t[kx] = half;
+        } else if (d < 0) {
+            t[kx] = DW_SHUFFLE2(half, before[d] - zero, DW_S2_BEHIND);
+        } else {
+            const long c = c0 + d + 2 * (MRT_VL - 1);
+            t[kx] = DW_SHUFFLE2(half, (RIGHT && c >= wd ? 0.0f : row[c]) - zero, DW_S2_AHEAD);
+        }
+    }
+}
+
+/* Output columns ox[c].. (c < NC, NC <= 2) of R output rows y[r * ow + ...] from the input rows
+ * rows[0 .. 2 * (R - 1) + K) (rows[j]: the row of kernel row j - 2 * r of output row r), unrolled for
+ * constant K, R, NC, CLAMP (Relu / Clip on the accumulators, dw_cb_clamp) and RIGHT (the last vector's
+ * reads may pass the row's end); zeros: 2 floats of zeros, the columns before the first vector of a row;
+ * rows_left: rows from y to the end of the work item. */
+static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const float *const *rows, const float *zeros,
+                                                   const FN(vf) *wv, FN(vf) bv, FN(vf) lo, FN(vf) hi, float *y,
+                                                   const int *ox, int rows_left, const int K, const int R, const int NC,
+                                                   const int CLAMP, const int RIGHT) {
+    FN(vf) acc[2][DW_S2_R]; /* NC <= 2, R <= DW_S2_R */
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[c][r] = bv;
+#pragma GCC unroll 16
+    for (int j = 0; j < 2 * (R - 1) + K; ++j) {
+#pragma GCC unroll 2
+        for (int c = 0; c < NC; ++c) {
+            const long c0 = 2L * ox[c];
+            FN(vf) t[5]; /* K <= 5 */
+            FN(dw_s2_taps)(rows[j], c0, ox[c] ? rows[j] + c0 : zeros + 2, a->wd, a->x_end, t, K,
+                           RIGHT && c == NC - 1);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const int ky = j - 2 * r;
+                if (ky < 0 || ky >= K) continue;
+#pragma GCC unroll 8
+                for (int kx = 0; kx < K; ++kx) acc[c][r] += wv[ky * K + kx] * t[kx];
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+            FN(vstore)(y + (long)r * a->ow + ox[c], FN(dw_unperm)(CLAMP ? FN(dw_cb_clamp)(acc[c][r], lo, hi) : acc[c][r]));
+}
+
+/* R whole output rows (see dw_s2_vectors): vectors of MRT_VL columns in pairs, the last moved back to
+ * end at ow. */
+static DW_INLINE MRT_TARGET void FN(dw_s2_block)(const FN(dw_args) *a, const float *const *rows, const float *zeros,
+                                                 const FN(vf) *wv, FN(vf) bv, FN(vf) lo, FN(vf) hi, float *y,
+                                                 int rows_left, const int K, const int R, const int CLAMP) {
+    const int ow = a->ow, wd = a->wd;
+    for (int ox0 = 0; ox0 < ow; ox0 += 2 * MRT_VL) {
+        int ox[2];
+        ox[0] = (ox0 + MRT_VL > ow && ow >= MRT_VL) ? ow - MRT_VL : ox0;
+        ox[1] = ox0 + 2 * MRT_VL > ow ? ow - MRT_VL : ox0 + MRT_VL; /* when ox0 + MRT_VL < ow */
+        const int pair = ox0 + MRT_VL < ow;
+        const int right = FN(dw_s2_reach)(ox[pair], K) > wd;
+        if (pair && right)
+            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 2, CLAMP, 1);
+        else if (pair)
+            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 2, CLAMP, 0);
+        else if (right)
+            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 1, CLAMP, 1);
+        else
+            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 1, CLAMP, 0);
+    }
+}
+
+/* dw_s2_block for constant K, R and CLAMP, each its own function: inlined into one, the 48 unrolled
+ * variants of dw_s2_vectors kept the loaded rows on the stack (GCC's register allocation over the whole
+ * function), 1.5x the time. */
+#define DW_S2_BLOCK_FN(K, R, CLAMP)                                                                           \
+    static __attribute__((noinline)) MRT_TARGET void FN(dw_s2_block_##K##_##R##_##CLAMP)(                         \
+        const FN(dw_args) *a, const float *const *rows, const float *zeros, const FN(vf) *wv, FN(vf) bv,           \
+        FN(vf) lo, FN(vf) hi, float *y, int rows_left) {                                                       \
+        FN(dw_s2_block)(a, rows, zeros, wv, bv, lo, hi, y, rows_left, K, R, CLAMP);                            \
+    }
+#define DW_S2_BLOCK_FNS(K, CLAMP) DW_S2_BLOCK_FN(K, 4, CLAMP) DW_S2_BLOCK_FN(K, 2, CLAMP) DW_S2_BLOCK_FN(K, 1, CLAMP)
+DW_S2_BLOCK_FNS(3, 0)
+DW_S2_BLOCK_FNS(3, 1)
+DW_S2_BLOCK_FNS(5, 0)
+DW_S2_BLOCK_FNS(5, 1)
+#undef DW_S2_BLOCK_FNS
+#undef DW_S2_BLOCK_FN
+
+/* Output rows [oy0, oy1) of plane xp into yp (output row oy0), DW_S2_R rows at a time, then 2 and 1. */
+#define DW_S2_ROWS_FN(K, CLAMP)                                                                               \
+    static MRT_TARGET void FN(dw_s2_rows_##K##_##CLAMP)(const FN(dw_args) *a, const float *xp, const float *zero_row, \
+                                                       const FN(vf) *wv, FN(vf) bv, float *yp, int oy0, int oy1) { \
+        FN(vf) lo = {0}, hi = {0};                                                                              \
+        if (CLAMP) FN(dw_cb_clamp_bounds)(a, &lo, &hi);                                                         \
+        const float *rows[2 * (DW_S2_R - 1) + 5];                                                               \
+        for (int oy = oy0; oy < oy1;) {                                                                         \
+            const int R = oy1 - oy >= DW_S2_R ? DW_S2_R : oy1 - oy >= 2 ? 2 : 1;                                \
+            for (int j = 0; j < 2 * (R - 1) + K; ++j) {                                                         \
+                const int iy = 2 * oy - a->pt + j;                                                              \
+                rows[j] = iy >= 0 && iy < a->h ? xp + (long)iy * a->wd : zero_row;                              \
+            }                                                                                                   \
+            float *y = yp + (long)(oy - oy0) * a->ow;                                                           \
+            if (R == DW_S2_R)                                                                                   \
+                FN(dw_s2_block_##K##_4_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y, oy1 - oy);                \
+            else if (R == 2)                                                                                    \
+                FN(dw_s2_block_##K##_2_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y, oy1 - oy);                \
+            else                                                                                                \
+                FN(dw_s2_block_##K##_1_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y, oy1 - oy);                \
+            oy += R;                                                                                            \
+        }                                                                                                       \
+    }
+DW_S2_ROWS_FN(3, 0)
+DW_S2_ROWS_FN(3, 1)
+DW_S2_ROWS_FN(5, 0)
+DW_S2_ROWS_FN(5, 1)
+#undef DW_S2_ROWS_FN
+
+/* Work item p (output rows of one plane, as on the plane path) of the direct stride-2 path. */
+static MRT_TARGET void FN(dw_s2_item)(const FN(dw_args) *a, long p, const float *zero_row) {
+    const int kh = a->kh, oh = a->oh, ow = a->ow;
+    const long plane = p / a->nbands;
+    const int ch = (int)(plane % a->c);
+    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const int oy1 = oy0 + a->band_rows < oh ? oy0 + a->band_rows : oh;
+    const float *xp = a->x + plane * a->h * a->wd;
+    const long first = plane * oh * ow + (long)oy0 * ow; /* output row oy0 */
+    float *yp = a->y + first;
+    const FN(vf) zero = {0};
+    FN(vf) wv[25]; /* kh * kh <= 25 */
+    for (int i = 0; i < kh * kh; ++i) wv[i] = zero + a->w[(long)ch * kh * kh + i];
+    const FN(vf) bv = zero + (a->bias ? a->bias[ch] : 0.0f);
+    switch (kh * 2 + (a->cb_clamp != 0)) { /* kernel, clamp */
+    case 6: FN(dw_s2_rows_3_0)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
+    case 7: FN(dw_s2_rows_3_1)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
+    case 10: FN(dw_s2_rows_5_0)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
+    default: FN(dw_s2_rows_5_1)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
+    }
+    const long len = (long)(oy1 - oy0) * ow;
+    if (a->z)
+        FN(dw_residual_act)(a, yp, a->z + first, len);
+    else if (a->act && !a->cb_clamp)
+        FN(act_row)(yp, len, a->act, a->a0, a->a1);
+}
+
+/* Floats of the row of zeros: the reads of a row stay below column max(wd, dw_s2_reach(ow - 1)). */
+static long FN(dw_s2_zero_floats)(const FN(dw_args) *a) {
+    return (a->wd > 2L * a->ow ? a->wd : 2L * a->ow) + 3L * MRT_VL;
+}
+
+static MRT_TARGET void FN(dw_s2_task)(void *ctx, long begin, long end) {
+    const FN(dw_args) *a = (const FN(dw_args) *)ctx;
+    const long n = FN(dw_s2_zero_floats)(a);
+    float *zero_row = (float *)mrt_pack_buffer(sizeof(float) * (size_t)n);
+    if (!zero_row) return;
+    memset(zero_row, 0, sizeof(float) * (size_t)n);
+    for (long p = begin; p < end; ++p) FN(dw_s2_item)(a, p, zero_row);
+}
+
 /* The channel-blocked path for an output plane of oh x ow?  Measured per
  * layer on this x86 host at each vector width (docs/decisions.md, D-dw):
  * with 16 lanes it is faster than the plane path for every MobileNet and
@@ -968,6 +1223,19 @@ static int FN(dw_use_blocked)(int oh, int ow) {
 #else
     return pixels <= 8 * 8;
 #endif
+}
+
+/* The direct stride-2 path for this geometry (float)?  Measured per layer on this x86 host against the
+ * channel-blocked and plane paths (docs/decisions.md, D-dw-s2-direct): 3x3 is faster from one whole
+ * vector of output columns per row (16 lanes: MobileNet's 32@112 and 64@56 0.64x and 0.70x, PP-OCR
+ * det's 32@160 0.65x, 48@80 0.78x, 96@40 0.9x; 8 lanes: 0.55-0.8x from 14 columns), not below (whole
+ * vectors on half-empty rows); 5x5 only against the plane path (16@64: 0.53x), the channel-blocked one
+ * being as fast or faster (its 25 weights and 8 sums do not fit the registers here).  Not with 4 lanes
+ * (SSE2 was 0.75x from 14 columns, but NEON, which compiles the same code, was not measured). */
+static int FN(dw_use_direct_s2)(int kh, int kw, int sh, int sw, int dh, int dw, int pl, int oh, int ow) {
+    if (MRT_VL < 8 || ow < MRT_VL) return 0;
+    if (!(kh == kw && sh == 2 && sw == 2 && dh == 1 && dw == 1 && pl == kh / 2)) return 0;
+    return kh == 3 || (kh == 5 && !FN(dw_use_blocked)(oh, ow));
 }
 
 /* Rows of a ring (dw_cb_item) filled `step` rows at a time for windows of `span` rows every `sh` rows.
@@ -993,10 +1261,14 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.fixed = kh == kw && (kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
     /* int8 stays on the plane path: the channel-blocked fill, bias and epilogue are float only
      * (and on VNNI hosts most int8 layers take qdwconv_vnni.h anyway; docs/decisions.md, D-qdw) */
-    a.blocked = !a.scale && FN(dw_use_blocked)(oh, ow);
-    a.cb_clamp = a.blocked && !a.z && (a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP);
+    a.direct_s2 = !a.scale && FN(dw_use_direct_s2)(kh, kw, sh, sw, dh, dw, pl, oh, ow);
+    a.blocked = !a.scale && !a.direct_s2 && FN(dw_use_blocked)(oh, ow);
+    a.cb_clamp = (a.blocked || a.direct_s2) && !a.z && (a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP);
     long items, band; /* work items (threads split them) and output rows per item */
-    if (a.blocked) {
+    if (a.direct_s2) {
+        items = planes;
+        band = oh;
+    } else if (a.blocked) {
         /* a band row: the input at column pl and every pixel the last output reads */
         long wp = (long)(ow - 1) * sw + (long)(kw - 1) * dw + 1;
         if (wp < (long)pl + wd) wp = (long)pl + wd;
@@ -1022,7 +1294,7 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
         band = ((long)DW_BAND_FLOATS / ps - (long)(kh - 1) * dh) / sh;
         items = planes;
     }
-    if (!a.blocked && band < DW_R) band = DW_R;
+    if (!a.blocked && !a.direct_s2 && band < DW_R) band = DW_R;
     if (band > oh) band = oh;
     /* with few items, enough bands for every thread (the result does not depend on the split) */
     if (nthreads > 1 && items < 4L * nthreads) {
@@ -1053,7 +1325,8 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.cb_span = a.cb_ring ? FN(dw_cb_ring_span)(a.cb_ring_rows, sh, span)
                           : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
     const long work = band * ow * kh * kw * (a.blocked ? MRT_VL : 1);
-    mrt_parallel_for(items * a.nbands, work, nthreads, a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
+    mrt_parallel_for(items * a.nbands, work, nthreads,
+                     a.direct_s2 ? FN(dw_s2_task) : a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
 }
 
 static void FN(dwconv2d)(const float *x, const float *w, const float *bias, const float *z, float *y, int n, int c,
@@ -1092,6 +1365,9 @@ static void FN(qdwconv2d)(const mrt_qdw_params *q, int n, int c, int h, int wd, 
 #undef DW_ZIP2_HI
 #undef DW_ZIP4_LO
 #undef DW_ZIP4_HI
+#undef DW_S2_BEHIND
+#undef DW_S2_AHEAD
+#undef DW_S2_R
 #undef DW_SHUFFLE2
 #undef DW_R
 #undef DW_BAND_FLOATS

@@ -366,7 +366,7 @@ typedef struct {
 static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float *bias, const float *z, float *y,
                                      int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
                                      int pt, int pl, int oh, int ow, int act, float a0, float a1, int nthreads) {
-    if (kh * kw >= 25 || dw_use_blocked_avx512(oh, ow))
+    if (kh * kw >= 25 || dw_use_blocked_avx512(oh, ow) || dw_use_direct_s2_avx512(kh, kw, sh, sw, dh, dw, pl, oh, ow))
         dwconv2d_avx512(x, w, bias, z, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
     else
         dwconv2d_avx2(x, w, bias, z, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
