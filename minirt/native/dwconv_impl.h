@@ -38,6 +38,10 @@
  * epilogue then runs over the item's rows (FN(dw_q_epilogue)).  It runs the plane
  * path only (FN(dw_run)): the channel-blocked path below is float only.
  *
+ * Two other layouts follow the plane path: channel blocks (dw_cb_*, a vector
+ * per pixel of MRT_VL channels) and, for 3x3 stride 2 with 8 or 16 lanes,
+ * the direct stride-2 path (dw_s2_*, planes read in place); dw_run picks.
+ *
  * Column vectors: a row of ow >= MRT_VL outputs is covered by whole vectors,
  * the last one moved back to end at ow (it recomputes a few columns rather
  * than storing a partial vector).  A row narrower than a vector is stored
@@ -967,56 +971,44 @@ static MRT_TARGET void FN(dw_cb_task)(void *ctx, long begin, long end) {
 
 /* ------------------------------------------------------------------ direct stride-2 path
  *
- * Stride 2, a 3x3 or 5x5 kernel padded by k / 2 columns on the left, float
- * (dw_use_direct_s2 says where it measured faster): vectors run along the
- * output columns of one plane as on the plane path, but the taps are read
- * straight from x, with no band copy and no transposes.  For output columns
- * ox..ox + MRT_VL - 1 the two vectors of an input row at column c0 = 2 * ox
- * are split into their even and odd floats (dw_even / dw_odd: one in-lane
- * shuffle each, output columns in their permuted order until dw_unperm at
- * the store); the tap of column offset d = kx - k / 2 (lane of column i reads
- * column c0 + d + 2 * i) is then the even floats (d = 0), the odd ones
- * (d = 1), or one of them moved by one column with the column that enters
- * broadcast from a single float (d = -1, -2: the column before; d = 2: the
- * one after; one two-source permute).  Per input row and vector: 2 loads, 2
- * shuffles, 1 broadcast and 1 permute (3x3), and the FMAs of every output row
- * of the block that uses the row.
+ * 3x3, stride 2, no dilation, padded by one column on the left, float, 8 or
+ * 16 lanes (dw_use_direct_s2 says where it measured faster): vectors run
+ * along the output columns of one plane as on the plane path, but the taps
+ * are read straight from x, with no band copy and no transposes.  For output
+ * columns ox..ox + MRT_VL - 1 the two vectors of an input row at column
+ * c0 = 2 * ox are split into their even and odd floats (dw_even / dw_odd: one
+ * in-lane shuffle each; the output columns stay in their permuted order until
+ * dw_unperm at the store).  Output column ox + i reads input columns
+ * c0 - 1 + 2i, c0 + 2i and c0 + 1 + 2i: the odd floats moved up by one
+ * column with column c0 - 1 broadcast into the first (one two-source
+ * permute), the even floats, the odd floats.  Per input row and vector: 2
+ * loads, 2 shuffles, 1 broadcast and 1 permute, and the FMAs of every output
+ * row of the block that uses the row.
  *
  * A block is DW_S2_R output rows x 2 vectors of columns: its 8 sums of 9
  * FMAs each are independent chains, enough to hide the FMA latency (one
  * vector x 4 rows measured 16 cycles per output vector in a loop, 2 x 4
- * 8.5).  A row of ow >= MRT_VL outputs is covered by vectors in pairs, the
- * last moved back to end at ow (56 columns: 0-31 and 32-55 as 32 + 40);
- * narrower rows are one vector each and store whole vectors into the rows
- * after them (dw_store).
+ * 8.5).  A row (ow >= MRT_VL) is covered by vectors in pairs, the last moved
+ * back to end at ow (56 columns: 0-31, then 32-47 and 40-55), so every
+ * store is a whole vector within its row.
  *
  * Borders: rows of vertical padding read a row of zeros (per-thread
- * scratch); the first vector of a row takes the columns before it from
- * zeros; only a vector whose reads pass the end of its row (dw_s2_reach)
- * zeroes the columns >= wd, and then never reads past the end of x.  Sums
- * are taken in the plane path's order (bias, taps by row then column), so
- * every path gives the same floats.
+ * scratch); the first vector of a row takes column -1 from zeros; only a
+ * vector whose reads pass the end of its row (RIGHT) zeroes the columns
+ * >= wd, and then never reads past the end of x.  Sums are taken in the
+ * plane path's order (bias, taps by row then column), so every path gives
+ * the same floats.
  */
-
-/* DW_S2_BEHIND / DW_S2_AHEAD: on vectors whose lanes hold output columns in the order of dw_even, the
- * lanes of a:b (b a broadcast) for the output column before / after each lane's, b where that column is
- * outside the vector (column 0 / MRT_VL - 1). */
-#if MRT_VL == 4
-#define DW_S2_BEHIND 4, 0, 1, 2
-#define DW_S2_AHEAD 1, 2, 3, 4
-#elif MRT_VL == 8
+#if MRT_VL >= 8
+/* On vectors whose lanes hold output columns in the order of dw_even, the lanes of a:b (b a broadcast)
+ * for the output column before each lane's, b for column 0. */
+#if MRT_VL == 8
 #define DW_S2_BEHIND 8, 0, 5, 2, 1, 4, 3, 6
-#define DW_S2_AHEAD 1, 4, 3, 6, 5, 2, 7, 8
 #else
 #define DW_S2_BEHIND 16, 0, 13, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14
-#define DW_S2_AHEAD 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14, 13, 2, 15, 16
 #endif
-/* Output rows per block of the direct stride-2 path. */
+/* Output rows per block of the direct stride-2 path (a plane's last 1-3 rows go one at a time). */
 #define DW_S2_R 4
-
-/* One past the last input column that the taps of output columns ox.. read (2 * ox + 2 * MRT_VL, and
- * one more for 5x5, whose last lane reads d = 2). */
-static inline long FN(dw_s2_reach)(int ox, int k) { return 2L * ox + 2 * MRT_VL + (k / 2 >= 2); }
 
 /* row[c0 .. c0 + MRT_VL) as a vector with the columns >= wd zero, reading nothing past end. */
 static inline MRT_TARGET FN(vf) FN(dw_s2_load_edge)(const float *row, long c0, int wd, const float *end) {
@@ -1028,60 +1020,48 @@ static inline MRT_TARGET FN(vf) FN(dw_s2_load_edge)(const float *row, long c0, i
     return FN(vload_n)(row + c0, (int)n);
 }
 
-/* t[kx] (kx < K), the taps of one input row for output columns ox.. (c0 = 2 * ox), in dw_even's lane
- * order: the lane of column i holds row[c0 + kx - K / 2 + 2 * i].  before: where columns c0 - 2 and
- * c0 - 1 are read from (before[-2], before[-1]: row + c0, or zeros for the first vector of a row).
- * RIGHT: the reads may pass wd (dw_s2_reach), so those columns are zeroed. */
+/* t[kx], the taps of one input row for output columns ox.. (c0 = 2 * ox), in dw_even's lane order:
+ * the lane of column i holds row[c0 + kx - 1 + 2 * i].  before: where column c0 - 1 is read from
+ * (before[-1]: row + c0, or zeros for the first vector of a row).  RIGHT: the reads (columns
+ * c0 .. c0 + 2 * MRT_VL) may pass wd, so those columns are zeroed. */
 static DW_INLINE MRT_TARGET void FN(dw_s2_taps)(const float *row, long c0, const float *before, int wd,
-                                                const float *end, FN(vf) *t, const int K, const int RIGHT) {
+                                                const float *end, FN(vf) *t, const int RIGHT) {
     const FN(vf) zero = {0};
     const FN(vf) lo = RIGHT ? FN(dw_s2_load_edge)(row, c0, wd, end) : FN(vload)(row + c0);
     const FN(vf) hi = RIGHT ? FN(dw_s2_load_edge)(row, c0 + MRT_VL, wd, end) : FN(vload)(row + c0 + MRT_VL);
-    const FN(vf) even = FN(dw_even)(lo, hi), odd = FN(dw_odd)(lo, hi);
-#pragma GCC unroll 8
-    for (int kx = 0; kx < K; ++kx) {
-        const int d = kx - K / 2; /* -2 .. 2 */
-        const FN(vf) half = (d & 1) ? odd : even;
-        /* (s - zero: a broadcast; zero + s is not folded, -0 + 0 being +0) */
-        if (d >= 0 && d <= 1) {
-            t[kx] = half;
-        } else if (d < 0) {
-            t[kx] = DW_SHUFFLE2(half, before[d] - zero, DW_S2_BEHIND);
-        } else {
-            const long c = c0 + d + 2 * (MRT_VL - 1);
-            t[kx] = DW_SHUFFLE2(half, (RIGHT && c >= wd ? 0.0f : row[c]) - zero, DW_S2_AHEAD);
-        }
-    }
+    const FN(vf) odd = FN(dw_odd)(lo, hi);
+    /* (s - zero: a broadcast; zero + s is not folded, -0 + 0 being +0) */
+    t[0] = DW_SHUFFLE2(odd, before[-1] - zero, DW_S2_BEHIND);
+    t[1] = FN(dw_even)(lo, hi);
+    t[2] = odd;
 }
 
 /* Output columns ox[c].. (c < NC, NC <= 2) of R output rows y[r * ow + ...] from the input rows
- * rows[0 .. 2 * (R - 1) + K) (rows[j]: the row of kernel row j - 2 * r of output row r), unrolled for
- * constant K, R, NC, CLAMP (Relu / Clip on the accumulators, dw_cb_clamp) and RIGHT (the last vector's
- * reads may pass the row's end); zeros: 2 floats of zeros, the columns before the first vector of a row;
- * rows_left: rows from y to the end of the work item. */
+ * rows[0 .. 2 * R + 1) (rows[j]: the row of kernel row j - 2 * r of output row r), unrolled for
+ * constant R, NC, CLAMP (Relu / Clip on the accumulators, dw_cb_clamp) and RIGHT (the last vector's
+ * reads may pass the row's end); zeros: 2 floats of zeros, column -1 for the first vector of a row. */
 static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const float *const *rows, const float *zeros,
                                                    const FN(vf) *wv, FN(vf) bv, FN(vf) lo, FN(vf) hi, float *y,
-                                                   const int *ox, int rows_left, const int K, const int R, const int NC,
-                                                   const int CLAMP, const int RIGHT) {
+                                                   const int *ox, const int R, const int NC, const int CLAMP,
+                                                   const int RIGHT) {
     FN(vf) acc[2][DW_S2_R]; /* NC <= 2, R <= DW_S2_R */
 #pragma GCC unroll 2
     for (int c = 0; c < NC; ++c)
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[c][r] = bv;
 #pragma GCC unroll 16
-    for (int j = 0; j < 2 * (R - 1) + K; ++j) {
+    for (int j = 0; j < 2 * R + 1; ++j) {
 #pragma GCC unroll 2
         for (int c = 0; c < NC; ++c) {
             const long c0 = 2L * ox[c];
-            FN(vf) t[5]; /* K <= 5 */
-            FN(dw_s2_taps)(rows[j], c0, ox[c] ? rows[j] + c0 : zeros + 2, a->wd, a->x_end, t, K,
-                           RIGHT && c == NC - 1);
+            FN(vf) t[3];
+            FN(dw_s2_taps)(rows[j], c0, ox[c] ? rows[j] + c0 : zeros + 1, a->wd, a->x_end, t, RIGHT && c == NC - 1);
 #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
                 const int ky = j - 2 * r;
-                if (ky < 0 || ky >= K) continue;
-#pragma GCC unroll 8
-                for (int kx = 0; kx < K; ++kx) acc[c][r] += wv[ky * K + kx] * t[kx];
+                if (ky < 0 || ky >= 3) continue;
+#pragma GCC unroll 4
+                for (int kx = 0; kx < 3; ++kx) acc[c][r] += wv[ky * 3 + kx] * t[kx];
             }
         }
     }
@@ -1092,78 +1072,60 @@ static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const f
             FN(vstore)(y + (long)r * a->ow + ox[c], FN(dw_unperm)(CLAMP ? FN(dw_cb_clamp)(acc[c][r], lo, hi) : acc[c][r]));
 }
 
-/* R whole output rows (see dw_s2_vectors): vectors of MRT_VL columns in pairs, the last moved back to
- * end at ow. */
-static DW_INLINE MRT_TARGET void FN(dw_s2_block)(const FN(dw_args) *a, const float *const *rows, const float *zeros,
-                                                 const FN(vf) *wv, FN(vf) bv, FN(vf) lo, FN(vf) hi, float *y,
-                                                 int rows_left, const int K, const int R, const int CLAMP) {
-    const int ow = a->ow, wd = a->wd;
-    for (int ox0 = 0; ox0 < ow; ox0 += 2 * MRT_VL) {
-        int ox[2];
-        ox[0] = (ox0 + MRT_VL > ow && ow >= MRT_VL) ? ow - MRT_VL : ox0;
-        ox[1] = ox0 + 2 * MRT_VL > ow ? ow - MRT_VL : ox0 + MRT_VL; /* when ox0 + MRT_VL < ow */
-        const int pair = ox0 + MRT_VL < ow;
-        const int right = FN(dw_s2_reach)(ox[pair], K) > wd;
-        if (pair && right)
-            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 2, CLAMP, 1);
-        else if (pair)
-            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 2, CLAMP, 0);
-        else if (right)
-            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 1, CLAMP, 1);
-        else
-            FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, rows_left, K, R, 1, CLAMP, 0);
-    }
-}
-
-/* dw_s2_block for constant K, R and CLAMP, each its own function: inlined into one, the 48 unrolled
- * variants of dw_s2_vectors kept the loaded rows on the stack (GCC's register allocation over the whole
- * function), 1.5x the time. */
-#define DW_S2_BLOCK_FN(K, R, CLAMP)                                                                           \
-    static __attribute__((noinline)) MRT_TARGET void FN(dw_s2_block_##K##_##R##_##CLAMP)(                         \
+/* dw_s2_vectors over R whole output rows, for constant R and CLAMP, each its own function: inlined
+ * into one, the unrolled variants kept the loaded rows on the stack (GCC's register allocation over
+ * the whole function; 32@112 1.5x the time). */
+#define DW_S2_BLOCK_FN(R, CLAMP)                                                                              \
+    static __attribute__((noinline)) MRT_TARGET void FN(dw_s2_block_##R##_##CLAMP)(                            \
         const FN(dw_args) *a, const float *const *rows, const float *zeros, const FN(vf) *wv, FN(vf) bv,           \
-        FN(vf) lo, FN(vf) hi, float *y, int rows_left) {                                                       \
-        FN(dw_s2_block)(a, rows, zeros, wv, bv, lo, hi, y, rows_left, K, R, CLAMP);                            \
+        FN(vf) lo, FN(vf) hi, float *y) {                                                                      \
+        const int ow = a->ow;                                                                                   \
+        for (int ox0 = 0; ox0 < ow; ox0 += 2 * MRT_VL) {                                                        \
+            int ox[2]; /* vectors of MRT_VL columns in pairs, the last moved back to end at ow */              \
+            ox[0] = ox0 + MRT_VL > ow ? ow - MRT_VL : ox0;                                                      \
+            ox[1] = ox0 + 2 * MRT_VL > ow ? ow - MRT_VL : ox0 + MRT_VL; /* when ox0 + MRT_VL < ow */           \
+            const int pair = ox0 + MRT_VL < ow, right = 2L * ox[pair] + 2 * MRT_VL > a->wd;                     \
+            if (pair && right)                                                                                  \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, CLAMP, 1);                       \
+            else if (pair)                                                                                      \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, CLAMP, 0);                       \
+            else if (right)                                                                                     \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, CLAMP, 1);                       \
+            else                                                                                                \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, CLAMP, 0);                       \
+        }                                                                                                       \
     }
-#define DW_S2_BLOCK_FNS(K, CLAMP) DW_S2_BLOCK_FN(K, 4, CLAMP) DW_S2_BLOCK_FN(K, 2, CLAMP) DW_S2_BLOCK_FN(K, 1, CLAMP)
-DW_S2_BLOCK_FNS(3, 0)
-DW_S2_BLOCK_FNS(3, 1)
-DW_S2_BLOCK_FNS(5, 0)
-DW_S2_BLOCK_FNS(5, 1)
-#undef DW_S2_BLOCK_FNS
-#undef DW_S2_BLOCK_FN
-
-/* Output rows [oy0, oy1) of plane xp into yp (output row oy0), DW_S2_R rows at a time, then 2 and 1. */
-#define DW_S2_ROWS_FN(K, CLAMP)                                                                               \
-    static MRT_TARGET void FN(dw_s2_rows_##K##_##CLAMP)(const FN(dw_args) *a, const float *xp, const float *zero_row, \
-                                                       const FN(vf) *wv, FN(vf) bv, float *yp, int oy0, int oy1) { \
+/* Output rows [oy0, oy1) of plane xp into yp (output row oy0), DW_S2_R rows at a time, then one. */
+#define DW_S2_ROWS_FN(CLAMP)                                                                                  \
+    DW_S2_BLOCK_FN(4, CLAMP)                                                                                  \
+    DW_S2_BLOCK_FN(1, CLAMP)                                                                                  \
+    static MRT_TARGET void FN(dw_s2_rows_##CLAMP)(const FN(dw_args) *a, const float *xp, const float *zero_row,    \
+                                                 const FN(vf) *wv, FN(vf) bv, float *yp, int oy0, int oy1) {    \
         FN(vf) lo = {0}, hi = {0};                                                                              \
         if (CLAMP) FN(dw_cb_clamp_bounds)(a, &lo, &hi);                                                         \
-        const float *rows[2 * (DW_S2_R - 1) + 5];                                                               \
+        const float *rows[2 * DW_S2_R + 1];                                                                     \
         for (int oy = oy0; oy < oy1;) {                                                                         \
-            const int R = oy1 - oy >= DW_S2_R ? DW_S2_R : oy1 - oy >= 2 ? 2 : 1;                                \
-            for (int j = 0; j < 2 * (R - 1) + K; ++j) {                                                         \
+            const int R = oy1 - oy >= DW_S2_R ? DW_S2_R : 1;                                                    \
+            for (int j = 0; j < 2 * R + 1; ++j) {                                                               \
                 const int iy = 2 * oy - a->pt + j;                                                              \
                 rows[j] = iy >= 0 && iy < a->h ? xp + (long)iy * a->wd : zero_row;                              \
             }                                                                                                   \
             float *y = yp + (long)(oy - oy0) * a->ow;                                                           \
             if (R == DW_S2_R)                                                                                   \
-                FN(dw_s2_block_##K##_4_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y, oy1 - oy);                \
-            else if (R == 2)                                                                                    \
-                FN(dw_s2_block_##K##_2_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y, oy1 - oy);                \
+                FN(dw_s2_block_4_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
             else                                                                                                \
-                FN(dw_s2_block_##K##_1_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y, oy1 - oy);                \
+                FN(dw_s2_block_1_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
             oy += R;                                                                                            \
         }                                                                                                       \
     }
-DW_S2_ROWS_FN(3, 0)
-DW_S2_ROWS_FN(3, 1)
-DW_S2_ROWS_FN(5, 0)
-DW_S2_ROWS_FN(5, 1)
+DW_S2_ROWS_FN(0)
+DW_S2_ROWS_FN(1)
 #undef DW_S2_ROWS_FN
+#undef DW_S2_BLOCK_FN
 
 /* Work item p (output rows of one plane, as on the plane path) of the direct stride-2 path. */
 static MRT_TARGET void FN(dw_s2_item)(const FN(dw_args) *a, long p, const float *zero_row) {
-    const int kh = a->kh, oh = a->oh, ow = a->ow;
+    const int oh = a->oh, ow = a->ow;
     const long plane = p / a->nbands;
     const int ch = (int)(plane % a->c);
     const int oy0 = (int)(p % a->nbands) * a->band_rows;
@@ -1172,15 +1134,13 @@ static MRT_TARGET void FN(dw_s2_item)(const FN(dw_args) *a, long p, const float 
     const long first = plane * oh * ow + (long)oy0 * ow; /* output row oy0 */
     float *yp = a->y + first;
     const FN(vf) zero = {0};
-    FN(vf) wv[25]; /* kh * kh <= 25 */
-    for (int i = 0; i < kh * kh; ++i) wv[i] = zero + a->w[(long)ch * kh * kh + i];
+    FN(vf) wv[9];
+    for (int i = 0; i < 9; ++i) wv[i] = zero + a->w[(long)ch * 9 + i];
     const FN(vf) bv = zero + (a->bias ? a->bias[ch] : 0.0f);
-    switch (kh * 2 + (a->cb_clamp != 0)) { /* kernel, clamp */
-    case 6: FN(dw_s2_rows_3_0)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
-    case 7: FN(dw_s2_rows_3_1)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
-    case 10: FN(dw_s2_rows_5_0)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
-    default: FN(dw_s2_rows_5_1)(a, xp, zero_row, wv, bv, yp, oy0, oy1); break;
-    }
+    if (a->cb_clamp)
+        FN(dw_s2_rows_1)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
+    else
+        FN(dw_s2_rows_0)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
     const long len = (long)(oy1 - oy0) * ow;
     if (a->z)
         FN(dw_residual_act)(a, yp, a->z + first, len);
@@ -1188,19 +1148,18 @@ static MRT_TARGET void FN(dw_s2_item)(const FN(dw_args) *a, long p, const float 
         FN(act_row)(yp, len, a->act, a->a0, a->a1);
 }
 
-/* Floats of the row of zeros: the reads of a row stay below column max(wd, dw_s2_reach(ow - 1)). */
-static long FN(dw_s2_zero_floats)(const FN(dw_args) *a) {
-    return (a->wd > 2L * a->ow ? a->wd : 2L * a->ow) + 3L * MRT_VL;
-}
-
 static MRT_TARGET void FN(dw_s2_task)(void *ctx, long begin, long end) {
     const FN(dw_args) *a = (const FN(dw_args) *)ctx;
-    const long n = FN(dw_s2_zero_floats)(a);
+    /* the row of zeros: a row's reads stay below column max(wd, 2 * ow) + MRT_VL (the last vector's) */
+    const long n = (a->wd > 2L * a->ow ? a->wd : 2L * a->ow) + 2L * MRT_VL;
     float *zero_row = (float *)mrt_pack_buffer(sizeof(float) * (size_t)n);
     if (!zero_row) return;
     memset(zero_row, 0, sizeof(float) * (size_t)n);
     for (long p = begin; p < end; ++p) FN(dw_s2_item)(a, p, zero_row);
 }
+#undef DW_S2_BEHIND
+#undef DW_S2_R
+#endif /* MRT_VL >= 8 */
 
 /* The channel-blocked path for an output plane of oh x ow?  Measured per
  * layer on this x86 host at each vector width (docs/decisions.md, D-dw):
@@ -1226,16 +1185,14 @@ static int FN(dw_use_blocked)(int oh, int ow) {
 }
 
 /* The direct stride-2 path for this geometry (float)?  Measured per layer on this x86 host against the
- * channel-blocked and plane paths (docs/decisions.md, D-dw-s2-direct): 3x3 is faster from one whole
- * vector of output columns per row (16 lanes: MobileNet's 32@112 and 64@56 0.64x and 0.70x, PP-OCR
- * det's 32@160 0.65x, 48@80 0.78x, 96@40 0.9x; 8 lanes: 0.55-0.8x from 14 columns), not below (whole
- * vectors on half-empty rows); 5x5 only against the plane path (16@64: 0.53x), the channel-blocked one
- * being as fast or faster (its 25 weights and 8 sums do not fit the registers here).  Not with 4 lanes
- * (SSE2 was 0.75x from 14 columns, but NEON, which compiles the same code, was not measured). */
-static int FN(dw_use_direct_s2)(int kh, int kw, int sh, int sw, int dh, int dw, int pl, int oh, int ow) {
-    if (MRT_VL < 8 || ow < MRT_VL) return 0;
-    if (!(kh == kw && sh == 2 && sw == 2 && dh == 1 && dw == 1 && pl == kh / 2)) return 0;
-    return kh == 3 || (kh == 5 && !FN(dw_use_blocked)(oh, ow));
+ * channel-blocked and plane paths (docs/decisions.md, D-dw-s2-direct): faster from one whole vector of
+ * output columns per row (16 lanes: MobileNet's 32@112 and 64@56 0.64x and 0.70x, PP-OCR det's
+ * 32@160 0.65x, 48@80 0.78x, 96@40 0.9x; 8 lanes: 0.55-0.9x from 14 columns), not below (whole vectors
+ * on half-empty rows).  Not with 4 lanes (SSE2 was 0.75x from 14 columns, but NEON, which compiles the
+ * same code, was not measured); 5x5 was as fast as the channel blocks or slower (25 weights and 8 sums
+ * do not fit the registers). */
+static int FN(dw_use_direct_s2)(int kh, int kw, int sh, int sw, int dh, int dw, int pl, int ow) {
+    return MRT_VL >= 8 && ow >= MRT_VL && kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && pl == 1;
 }
 
 /* Rows of a ring (dw_cb_item) filled `step` rows at a time for windows of `span` rows every `sh` rows.
@@ -1261,7 +1218,7 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.fixed = kh == kw && (kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
     /* int8 stays on the plane path: the channel-blocked fill, bias and epilogue are float only
      * (and on VNNI hosts most int8 layers take qdwconv_vnni.h anyway; docs/decisions.md, D-qdw) */
-    a.direct_s2 = !a.scale && FN(dw_use_direct_s2)(kh, kw, sh, sw, dh, dw, pl, oh, ow);
+    a.direct_s2 = !a.scale && FN(dw_use_direct_s2)(kh, kw, sh, sw, dh, dw, pl, ow);
     a.blocked = !a.scale && !a.direct_s2 && FN(dw_use_blocked)(oh, ow);
     a.cb_clamp = (a.blocked || a.direct_s2) && !a.z && (a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP);
     long items, band; /* work items (threads split them) and output rows per item */
@@ -1325,8 +1282,13 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.cb_span = a.cb_ring ? FN(dw_cb_ring_span)(a.cb_ring_rows, sh, span)
                           : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
     const long work = band * ow * kh * kw * (a.blocked ? MRT_VL : 1);
-    mrt_parallel_for(items * a.nbands, work, nthreads,
-                     a.direct_s2 ? FN(dw_s2_task) : a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
+#if MRT_VL >= 8
+    if (a.direct_s2) {
+        mrt_parallel_for(items * a.nbands, work, nthreads, FN(dw_s2_task), &a);
+        return;
+    }
+#endif
+    mrt_parallel_for(items * a.nbands, work, nthreads, a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
 }
 
 static void FN(dwconv2d)(const float *x, const float *w, const float *bias, const float *z, float *y, int n, int c,
@@ -1365,9 +1327,6 @@ static void FN(qdwconv2d)(const mrt_qdw_params *q, int n, int c, int h, int wd, 
 #undef DW_ZIP2_HI
 #undef DW_ZIP4_LO
 #undef DW_ZIP4_HI
-#undef DW_S2_BEHIND
-#undef DW_S2_AHEAD
-#undef DW_S2_R
 #undef DW_SHUFFLE2
 #undef DW_R
 #undef DW_BAND_FLOATS
