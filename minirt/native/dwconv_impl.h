@@ -138,8 +138,9 @@ typedef struct {
                        * touch, else 1) */
     int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
     int cb_out_rows; /* ring: output rows transposed into the planes together (their pixels are contiguous there) */
-    int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass
-                     * (channel-blocked and direct stride-2 paths) */
+    int cb_act;     /* the activation applied to the accumulators, no act_row pass (without a residual; see
+                     * dw_cb_act; channel-blocked and direct stride-2 paths): DW_ACT_CLAMP (Relu / Clip),
+                     * DW_ACT_HARDSWISH (kernels up to 5x5), else 0 */
     int direct_s2;  /* the direct stride-2 path (dw_s2_*) */
     /* int8 (FN(qdwconv2d), plane path only); scale == NULL for the float conv */
     const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
@@ -552,7 +553,7 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
  *     set-up; the stride is only the step between the input pixels read.
  *     Output pixels go to a second buffer [pixel][lane].
  *  3. Relu / Clip are applied to the accumulators before they are stored
- *     (cb_clamp); other activations run over that buffer (they commute with
+ *     and HardSwish on it (cb_act); other activations run over that buffer (they commute with
  *     the transpose); with a residual, which must come first, the activation
  *     runs after it, on the planes.  The buffer is then transposed into the
  *     MRT_VL output planes.
@@ -563,6 +564,9 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
  * give the same floats.
  */
 
+/* Activations on the accumulators (FN(dw_args).cb_act). */
+#define DW_ACT_CLAMP 1
+#define DW_ACT_HARDSWISH 2
 /* Output pixels per register block of dw_cb_pixels. */
 #define DW_CB_RB 4
 /* Floats of channel-blocked input and output rows per work item (they stay in L1). */
@@ -719,20 +723,29 @@ static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_clamp)(FN(vf) v, FN(vf) lo, FN(vf) h
 #endif
 }
 
-/* The bounds of dw_cb_clamp for a->act. */
+/* The bounds of dw_cb_clamp for a->act (HardSwish: those of its factor). */
 static inline MRT_TARGET void FN(dw_cb_clamp_bounds)(const FN(dw_args) *a, FN(vf) *lo, FN(vf) *hi) {
     const FN(vf) zero = {0};
     *lo = zero + (a->act == MRT_ACT_CLIP ? a->a0 : 0.0f);
-    *hi = zero + (a->act == MRT_ACT_CLIP ? a->a1 : __builtin_inff());
+    *hi = zero + (a->act == MRT_ACT_CLIP ? a->a1 : a->act == MRT_ACT_HARDSWISH ? 1.0f : __builtin_inff());
+}
+
+/* The activation on accumulators (a->cb_act, constant here): DW_ACT_CLAMP v clamped to [lo, hi];
+ * DW_ACT_HARDSWISH v * h with h = v / 6 + 0.5 clamped to [lo, hi] = [0, 1], the formula of act_row and
+ * vact_cheap (the act_row pass it replaces cost 35-40 % of PP-OCR det's 3x3 stride-1 layers). */
+static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_act)(FN(vf) v, FN(vf) lo, FN(vf) hi, const int ACT) {
+    if (ACT == DW_ACT_CLAMP) return FN(dw_cb_clamp)(v, lo, hi);
+    if (ACT == DW_ACT_HARDSWISH) return v * FN(dw_cb_clamp)(v * (1.0f / 6.0f) + 0.5f, lo, hi);
+    return v;
 }
 
 /* RB output pixels ox.. of one row from the band rows in[ky] of its kernel
- * rows: constant K x K kernel, stride S, no dilation, clamped to [lo, hi]
- * when CLAMP.  Each kernel row loads its (RB - 1) * S + K input pixels once
+ * rows: constant K x K kernel, stride S, no dilation, activation ACT
+ * (dw_cb_act).  Each kernel row loads its (RB - 1) * S + K input pixels once
  * for all RB outputs. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
                                                   FN(vf) hi, float *out, int ox, const int K, const int S,
-                                                  const int RB, const int CLAMP) {
+                                                  const int RB, const int ACT) {
     FN(vf) acc[DW_CB_RB];
 #pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) acc[r] = bv;
@@ -748,7 +761,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const 
             for (int r = 0; r < RB; ++r) acc[r] += wv[ky * K + kx] * v[r * S + kx];
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < RB; ++r) FN(vstore)(out + (long)(ox + r) * MRT_VL, CLAMP ? FN(dw_cb_clamp)(acc[r], lo, hi) : acc[r]);
+    for (int r = 0; r < RB; ++r) FN(vstore)(out + (long)(ox + r) * MRT_VL, FN(dw_cb_act)(acc[r], lo, hi, ACT));
 }
 
 /* One output row into out[ox * MRT_VL]: unrolled K x K kernel, stride S.
@@ -758,13 +771,13 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const 
  * rows, where the FMAs bound the layer; docs/decisions.md, D-dw-threads.) */
 static DW_INLINE MRT_TARGET void FN(dw_cb_row_fixed)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
                                                      FN(vf) hi, float *out, int ow, const int K, const int S,
-                                                     const int CLAMP) {
+                                                     const int ACT) {
     int ox = 0;
-    for (; ox + DW_CB_RB <= ow; ox += DW_CB_RB) FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, DW_CB_RB, CLAMP);
+    for (; ox + DW_CB_RB <= ow; ox += DW_CB_RB) FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, DW_CB_RB, ACT);
     switch (ow - ox) { /* DW_CB_RB is 4 */
-    case 3: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 3, CLAMP); break;
-    case 2: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 2, CLAMP); break;
-    case 1: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 1, CLAMP); break;
+    case 3: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 3, ACT); break;
+    case 2: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 2, ACT); break;
+    case 1: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 1, ACT); break;
     default: break;
     }
 }
@@ -788,21 +801,21 @@ static inline MRT_TARGET int FN(dw_cb_next_slot)(const FN(dw_args) *a, int slot)
 }
 
 /* Output rows [oy_a, oy_b) into out (row oy at (oy - oy_a) * ow vectors),
- * unrolled K x K kernel and stride S, clamped when CLAMP (a->cb_clamp); the
+ * unrolled K x K kernel and stride S, activation ACT (a->cb_act); the
  * weights stay in registers across the rows. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_rows_fixed)(const FN(dw_args) *a, const float *band, int r0, int oy_a,
                                                       int oy_b, const FN(vf) *wv, FN(vf) bv, float *out, const int K,
-                                                      const int S, const int CLAMP) {
+                                                      const int S, const int ACT) {
     const long rs = a->cb_wp * MRT_VL;
     FN(vf) lo = {0}, hi = {0};
-    if (CLAMP) FN(dw_cb_clamp_bounds)(a, &lo, &hi);
+    if (ACT) FN(dw_cb_clamp_bounds)(a, &lo, &hi);
     int slot = (oy_a * S - r0) % a->cb_span;
     for (int oy = oy_a; oy < oy_b; ++oy, slot = FN(dw_cb_next_slot)(a, slot)) {
         const float *in[7]; /* K <= 7; no dilation: consecutive slots */
 #pragma GCC unroll 8
         for (int ky = 0; ky < K; ++ky)
             in[ky] = band + (long)(slot + ky < a->cb_span ? slot + ky : slot + ky - a->cb_span) * rs;
-        FN(dw_cb_row_fixed)(in, wv, bv, lo, hi, out + (long)(oy - oy_a) * a->ow * MRT_VL, a->ow, K, S, CLAMP);
+        FN(dw_cb_row_fixed)(in, wv, bv, lo, hi, out + (long)(oy - oy_a) * a->ow * MRT_VL, a->ow, K, S, ACT);
     }
 }
 
@@ -823,7 +836,9 @@ static MRT_TARGET void FN(dw_cb_rows_generic)(const FN(dw_args) *a, const float 
                 const float *row = in[ky] + (long)ox * a->sw * MRT_VL;
                 for (int kx = 0; kx < kw; ++kx) acc += wv[ky * kw + kx] * FN(vload)(row + (long)kx * a->dw * MRT_VL);
             }
-            FN(vstore)(o + (long)ox * MRT_VL, a->cb_clamp ? FN(dw_cb_clamp)(acc, lo, hi) : acc);
+            FN(vstore)(o + (long)ox * MRT_VL, a->cb_act == DW_ACT_CLAMP      ? FN(dw_cb_act)(acc, lo, hi, DW_ACT_CLAMP)
+                                              : a->cb_act == DW_ACT_HARDSWISH ? FN(dw_cb_act)(acc, lo, hi, DW_ACT_HARDSWISH)
+                                                                              : acc);
         }
     }
 }
@@ -837,20 +852,24 @@ static MRT_TARGET void FN(dw_cb_rows)(const FN(dw_args) *a, const float *band, i
     }
     FN(vf) wk[49]; /* a local copy: stores to out cannot alias it, so the weights stay in registers */
     for (int t = 0; t < a->kh * a->kw; ++t) wk[t] = wv[t];
-    /* kernel, stride, clamp */
-    switch ((a->kh * 10 + a->sh) * 2 + (a->cb_clamp != 0)) {
-    case 62: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 0); break;
-    case 63: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 1); break;
-    case 64: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 0); break;
-    case 65: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 1); break;
-    case 102: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 0); break;
-    case 103: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 1); break;
-    case 104: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 0); break;
-    case 105: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 1); break;
-    case 142: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 0); break;
-    case 143: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 1); break;
-    case 144: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 0); break;
-    default: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 1); break;
+    /* kernel, stride, activation (HardSwish up to 5x5) */
+    switch ((a->kh * 10 + a->sh) * 3 + a->cb_act) {
+    case 93: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 0); break;
+    case 94: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, DW_ACT_CLAMP); break;
+    case 95: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, DW_ACT_HARDSWISH); break;
+    case 96: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 0); break;
+    case 97: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, DW_ACT_CLAMP); break;
+    case 98: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, DW_ACT_HARDSWISH); break;
+    case 153: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 0); break;
+    case 154: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, DW_ACT_CLAMP); break;
+    case 155: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, DW_ACT_HARDSWISH); break;
+    case 156: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 0); break;
+    case 157: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, DW_ACT_CLAMP); break;
+    case 158: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, DW_ACT_HARDSWISH); break;
+    case 213: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 0); break;
+    case 214: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, DW_ACT_CLAMP); break;
+    case 216: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 0); break;
+    default: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, DW_ACT_CLAMP); break;
     }
 }
 
@@ -875,7 +894,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const floa
 static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *out, int oy0, int oy1,
                                                    float *const *yl, const float *const *zl, int nch) {
     const long p0 = (long)oy0 * a->ow, len = (long)(oy1 - oy0) * a->ow;
-    if (a->act && !a->z && !a->cb_clamp) FN(act_row)(out, len * MRT_VL, a->act, a->a0, a->a1);
+    if (a->act && !a->z && !a->cb_act) FN(act_row)(out, len * MRT_VL, a->act, a->a0, a->a1);
     FN(dw_cb_store)(out, p0, p0 + len, yl, nch);
     if (a->z)
         for (int l = 0; l < nch; ++l) FN(dw_residual_act)(a, yl[l] + p0, zl[l] + p0, len);
@@ -1038,11 +1057,11 @@ static DW_INLINE MRT_TARGET void FN(dw_s2_taps)(const float *row, long c0, const
 
 /* Output columns ox[c].. (c < NC, NC <= 2) of R output rows y[r * ow + ...] from the input rows
  * rows[0 .. 2 * R + 1) (rows[j]: the row of kernel row j - 2 * r of output row r), unrolled for
- * constant R, NC, CLAMP (Relu / Clip on the accumulators, dw_cb_clamp) and RIGHT (the last vector's
+ * constant R, NC, ACT (the activation on the accumulators, dw_cb_act) and RIGHT (the last vector's
  * reads may pass the row's end); zeros: 2 floats of zeros, column -1 for the first vector of a row. */
 static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const float *const *rows, const float *zeros,
                                                    const FN(vf) *wv, FN(vf) bv, FN(vf) lo, FN(vf) hi, float *y,
-                                                   const int *ox, const int R, const int NC, const int CLAMP,
+                                                   const int *ox, const int R, const int NC, const int ACT,
                                                    const int RIGHT) {
     FN(vf) acc[2][DW_S2_R]; /* NC <= 2, R <= DW_S2_R */
 #pragma GCC unroll 2
@@ -1069,14 +1088,14 @@ static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const f
     for (int c = 0; c < NC; ++c)
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
-            FN(vstore)(y + (long)r * a->ow + ox[c], FN(dw_unperm)(CLAMP ? FN(dw_cb_clamp)(acc[c][r], lo, hi) : acc[c][r]));
+            FN(vstore)(y + (long)r * a->ow + ox[c], FN(dw_unperm)(FN(dw_cb_act)(acc[c][r], lo, hi, ACT)));
 }
 
-/* dw_s2_vectors over R whole output rows, for constant R and CLAMP, each its own function: inlined
+/* dw_s2_vectors over R whole output rows, for constant R and ACT, each its own function: inlined
  * into one, the unrolled variants kept the loaded rows on the stack (GCC's register allocation over
  * the whole function; 32@112 1.5x the time). */
-#define DW_S2_BLOCK_FN(R, CLAMP)                                                                              \
-    static __attribute__((noinline)) MRT_TARGET void FN(dw_s2_block_##R##_##CLAMP)(                            \
+#define DW_S2_BLOCK_FN(R, ACT)                                                                              \
+    static __attribute__((noinline)) MRT_TARGET void FN(dw_s2_block_##R##_##ACT)(                            \
         const FN(dw_args) *a, const float *const *rows, const float *zeros, const FN(vf) *wv, FN(vf) bv,           \
         FN(vf) lo, FN(vf) hi, float *y) {                                                                      \
         const int ow = a->ow;                                                                                   \
@@ -1086,23 +1105,23 @@ static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const f
             ox[1] = ox0 + 2 * MRT_VL > ow ? ow - MRT_VL : ox0 + MRT_VL; /* when ox0 + MRT_VL < ow */           \
             const int pair = ox0 + MRT_VL < ow, right = 2L * ox[pair] + 2 * MRT_VL > a->wd;                     \
             if (pair && right)                                                                                  \
-                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, CLAMP, 1);                       \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, ACT, 1);                       \
             else if (pair)                                                                                      \
-                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, CLAMP, 0);                       \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, ACT, 0);                       \
             else if (right)                                                                                     \
-                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, CLAMP, 1);                       \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, ACT, 1);                       \
             else                                                                                                \
-                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, CLAMP, 0);                       \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, ACT, 0);                       \
         }                                                                                                       \
     }
 /* Output rows [oy0, oy1) of plane xp into yp (output row oy0), DW_S2_R rows at a time, then one. */
-#define DW_S2_ROWS_FN(CLAMP)                                                                                  \
-    DW_S2_BLOCK_FN(4, CLAMP)                                                                                  \
-    DW_S2_BLOCK_FN(1, CLAMP)                                                                                  \
-    static MRT_TARGET void FN(dw_s2_rows_##CLAMP)(const FN(dw_args) *a, const float *xp, const float *zero_row,    \
+#define DW_S2_ROWS_FN(ACT)                                                                                  \
+    DW_S2_BLOCK_FN(4, ACT)                                                                                  \
+    DW_S2_BLOCK_FN(1, ACT)                                                                                  \
+    static MRT_TARGET void FN(dw_s2_rows_##ACT)(const FN(dw_args) *a, const float *xp, const float *zero_row,    \
                                                  const FN(vf) *wv, FN(vf) bv, float *yp, int oy0, int oy1) {    \
         FN(vf) lo = {0}, hi = {0};                                                                              \
-        if (CLAMP) FN(dw_cb_clamp_bounds)(a, &lo, &hi);                                                         \
+        if (ACT) FN(dw_cb_clamp_bounds)(a, &lo, &hi);                                                         \
         const float *rows[2 * DW_S2_R + 1];                                                                     \
         for (int oy = oy0; oy < oy1;) {                                                                         \
             const int R = oy1 - oy >= DW_S2_R ? DW_S2_R : 1;                                                    \
@@ -1112,14 +1131,15 @@ static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const f
             }                                                                                                   \
             float *y = yp + (long)(oy - oy0) * a->ow;                                                           \
             if (R == DW_S2_R)                                                                                   \
-                FN(dw_s2_block_4_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
+                FN(dw_s2_block_4_##ACT)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
             else                                                                                                \
-                FN(dw_s2_block_1_##CLAMP)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
+                FN(dw_s2_block_1_##ACT)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
             oy += R;                                                                                            \
         }                                                                                                       \
     }
 DW_S2_ROWS_FN(0)
 DW_S2_ROWS_FN(1)
+DW_S2_ROWS_FN(2)
 #undef DW_S2_ROWS_FN
 #undef DW_S2_BLOCK_FN
 
@@ -1137,14 +1157,16 @@ static MRT_TARGET void FN(dw_s2_item)(const FN(dw_args) *a, long p, const float 
     FN(vf) wv[9];
     for (int i = 0; i < 9; ++i) wv[i] = zero + a->w[(long)ch * 9 + i];
     const FN(vf) bv = zero + (a->bias ? a->bias[ch] : 0.0f);
-    if (a->cb_clamp)
+    if (a->cb_act == DW_ACT_CLAMP)
         FN(dw_s2_rows_1)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
+    else if (a->cb_act == DW_ACT_HARDSWISH)
+        FN(dw_s2_rows_2)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
     else
         FN(dw_s2_rows_0)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
     const long len = (long)(oy1 - oy0) * ow;
     if (a->z)
         FN(dw_residual_act)(a, yp, a->z + first, len);
-    else if (a->act && !a->cb_clamp)
+    else if (a->act && !a->cb_act)
         FN(act_row)(yp, len, a->act, a->a0, a->a1);
 }
 
@@ -1220,7 +1242,10 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
      * (and on VNNI hosts most int8 layers take qdwconv_vnni.h anyway; docs/decisions.md, D-qdw) */
     a.direct_s2 = !a.scale && FN(dw_use_direct_s2)(kh, kw, sh, sw, dh, dw, pl, ow);
     a.blocked = !a.scale && !a.direct_s2 && FN(dw_use_blocked)(oh, ow);
-    a.cb_clamp = (a.blocked || a.direct_s2) && !a.z && (a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP);
+    a.cb_act = (!a.blocked && !a.direct_s2) || a.z                   ? 0
+               : a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP       ? DW_ACT_CLAMP
+               : a.act == MRT_ACT_HARDSWISH && kh <= 5                ? DW_ACT_HARDSWISH
+                                                                      : 0;
     long items, band; /* work items (threads split them) and output rows per item */
     if (a.direct_s2) {
         items = planes;
@@ -1332,5 +1357,7 @@ static void FN(qdwconv2d)(const mrt_qdw_params *q, int n, int c, int h, int wd, 
 #undef DW_BAND_FLOATS
 #undef DW_EXACT_TAPS
 #undef DW_CB_RB
+#undef DW_ACT_CLAMP
+#undef DW_ACT_HARDSWISH
 #undef DW_CB_FLOATS
 #undef DW_INLINE

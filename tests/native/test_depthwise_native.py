@@ -412,3 +412,24 @@ def test_depthwise_direct_path_reads_only_the_input(case, at_end, every_isa):
     y = np.full(_out_shape(case), np.nan, np.float32)
     native.dwconv2d(guarded, wt, b, y, (k, k), (s, s), (d, d), pads[:2])
     np.testing.assert_allclose(y, reference_depthwise(x, wt, b, (s, s), pads, (d, d)), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED + DIRECT[:4] + [
+    (1, 17, 56, 56, 3, 1, (1, 1, 1, 1), 1),  # ring of rows, stride 1
+    (1, 17, 20, 20, 5, 1, (2, 2, 2, 2), 1),  # 5x5, whole planes
+    (1, 17, 15, 15, 7, 1, (3, 3, 3, 3), 1),  # 7x7: HardSwish after the rows (act_row)
+], ids=[str(c) for c in STRIDE2_AND_BLOCKED + DIRECT[:4]] + ["ring s1", "5x5", "7x7"])
+def test_depthwise_hardswish_on_the_accumulators(case, every_isa, threads):
+    """Fused HardSwish (on the accumulators of the channel-blocked and direct paths up to 5x5) is
+    v * clip(v / 6 + 0.5, 0, 1) of the unfused conv, NaN kept."""
+    x, wt, b = _inputs(case, seed=12)
+    x *= 3.0  # both ends of the clip
+    x[-1, -1, 3, 2] = np.nan
+    _, _, _, _, k, s, pads, d = case
+    plain = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(x, wt, b, plain, (k, k), (s, s), (d, d), pads[:2])
+    y = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], 7)
+    ref = plain * np.clip(plain / np.float32(6) + np.float32(0.5), 0, 1)
+    assert np.isnan(ref).any()
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)  # NaN where ref has NaN
