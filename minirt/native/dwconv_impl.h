@@ -552,9 +552,10 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
  *     no partial vectors at the end of narrow rows, no per-plane or per-row
  *     set-up; the stride is only the step between the input pixels read.
  *     Output pixels go to a second buffer [pixel][lane].
- *  3. Relu / Clip are applied to the accumulators before they are stored
- *     and HardSwish on it (cb_act); other activations run over that buffer (they commute with
- *     the transpose); with a residual, which must come first, the activation
+ *  3. Relu / Clip, and HardSwish up to 5x5, are applied to the accumulators
+ *     before they are stored (cb_act); other activations run over that
+ *     buffer (they commute with the transpose); with a residual, which must
+ *     come first, the activation
  *     runs after it, on the planes.  The buffer is then transposed into the
  *     MRT_VL output planes.
  *
