@@ -271,7 +271,11 @@ STRIDE2_AND_BLOCKED = [
 ]
 
 
-@pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED, ids=[str(c) for c in STRIDE2_AND_BLOCKED])
+# planes of 16 KB keep the plane path at the AVX-512 and AVX2 levels (their activation: dw_act_rows)
+PLANE_PATH = [(1, 16, 64, 64, 3, 1, (1, 1, 1, 1), 1), (1, 16, 128, 128, 3, 2, (0, 0, 1, 1), 1)]
+
+
+@pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED + PLANE_PATH, ids=[str(c) for c in STRIDE2_AND_BLOCKED + PLANE_PATH])
 def test_depthwise_relu_clip_equal_the_unfused_conv_then_the_activation(case, every_isa, threads):
     """Fused Relu / Clip give exactly max / clip of the unfused conv (the same sums), NaN kept, and
     match the float64 reference."""
@@ -417,11 +421,11 @@ def test_depthwise_direct_path_reads_only_the_input(case, at_end, every_isa):
 @pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED + DIRECT[:4] + [
     (1, 17, 56, 56, 3, 1, (1, 1, 1, 1), 1),  # ring of rows, stride 1
     (1, 17, 20, 20, 5, 1, (2, 2, 2, 2), 1),  # 5x5, whole planes
-    (1, 17, 15, 15, 7, 1, (3, 3, 3, 3), 1),  # 7x7: HardSwish after the rows (act_row)
-], ids=[str(c) for c in STRIDE2_AND_BLOCKED + DIRECT[:4]] + ["ring s1", "5x5", "7x7"])
+    (1, 17, 15, 15, 7, 1, (3, 3, 3, 3), 1),  # 7x7: HardSwish after the rows (dw_act_rows)
+] + PLANE_PATH, ids=[str(c) for c in STRIDE2_AND_BLOCKED + DIRECT[:4]] + ["ring s1", "5x5", "7x7", "planes", "planes s2"])
 def test_depthwise_hardswish_on_the_accumulators(case, every_isa, threads):
-    """Fused HardSwish (on the accumulators of the channel-blocked and direct paths up to 5x5) is
-    v * clip(v / 6 + 0.5, 0, 1) of the unfused conv, NaN kept."""
+    """Fused HardSwish (on the accumulators of the channel-blocked and direct paths up to 5x5, in vectors
+    over the stored rows elsewhere) is v * clip(v / 6 + 0.5, 0, 1) of the unfused conv, NaN kept."""
     x, wt, b = _inputs(case, seed=12)
     x *= 3.0  # both ends of the clip
     x[-1, -1, 3, 2] = np.nan
