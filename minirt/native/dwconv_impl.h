@@ -38,6 +38,10 @@
  * epilogue then runs over the item's rows (FN(dw_q_epilogue)).  It runs the plane
  * path only (FN(dw_run)): the channel-blocked path below is float only.
  *
+ * Two other layouts follow the plane path: channel blocks (dw_cb_*, a vector
+ * per pixel of MRT_VL channels) and, for 3x3 stride 2 with 8 or 16 lanes,
+ * the direct stride-2 path (dw_s2_*, planes read in place); dw_run picks.
+ *
  * Column vectors: a row of ow >= MRT_VL outputs is covered by whole vectors,
  * the last one moved back to end at ow (it recomputes a few columns rather
  * than storing a partial vector).  A row narrower than a vector is stored
@@ -45,6 +49,10 @@
  * (rows go in order); only where the spill would leave the work item (its
  * last rows) are the lanes copied one by one.
  */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h> /* dw_cb_clamp */
+#endif
 
 /* Lane indices.  DW_EVEN_LANES / DW_ODD_LANES pick the even / odd floats of
  * two vectors lo:hi (indices into their 2*MRT_VL lanes) the way one in-lane
@@ -130,7 +138,10 @@ typedef struct {
                        * touch, else 1) */
     int cb_chunks;  /* ring fills load 4-float chunks (dw_load_transposed): 16 lanes, rows not whole vectors */
     int cb_out_rows; /* ring: output rows transposed into the planes together (their pixels are contiguous there) */
-    int cb_clamp;   /* Relu / Clip without a residual: applied to the accumulators (dw_cb_clamp), no act_row pass */
+    int cb_act;     /* the activation applied to the accumulators, no act_row pass (without a residual; see
+                     * dw_cb_act; channel-blocked and direct stride-2 paths): DW_ACT_CLAMP (Relu / Clip),
+                     * DW_ACT_HARDSWISH (kernels up to 5x5), else 0 */
+    int direct_s2;  /* the direct stride-2 path (dw_s2_*) */
     /* int8 (FN(qdwconv2d), plane path only); scale == NULL for the float conv */
     const uint8_t *xq;        /* uint8 input (x == NULL), or NULL: x is float, quantized while copied */
     const float *xs, *xz;     /* per channel input scale and zero point (integer valued) */
@@ -451,13 +462,15 @@ static MRT_TARGET void FN(dw_q_epilogue)(const FN(dw_args) *a, int ch, float *re
     }
 }
 
+static inline MRT_TARGET void FN(dw_act_rows)(float *y, long n, int act, float a0, float a1);
+
 /* y[i] = act(y[i] + z[i]) for i < len: the residual and activation of n
  * stored outputs (still in L1). */
 static MRT_TARGET void FN(dw_residual_act)(const FN(dw_args) *a, float *y, const float *z, long len) {
     long i = 0;
     for (; i + MRT_VL <= len; i += MRT_VL) FN(vstore)(y + i, FN(vload)(y + i) + FN(vload)(z + i));
     for (; i < len; ++i) y[i] += z[i];
-    if (a->act) FN(act_row)(y, len, a->act, a->a0, a->a1);
+    if (a->act) FN(dw_act_rows)(y, len, a->act, a->a0, a->a1);
 }
 
 /* Output rows [oy0, oy1) of work item p, from its band; int8 with a uint8 output computes them
@@ -493,7 +506,7 @@ static MRT_TARGET void FN(dw_item)(const FN(dw_args) *a, long p, const float *ba
     else if (a->z)
         FN(dw_residual_act)(a, yp, a->z + first, len);
     else if (a->act)
-        FN(act_row)(yp, len, a->act, a->a0, a->a1);
+        FN(dw_act_rows)(yp, len, a->act, a->a0, a->a1);
 }
 
 /* Fill the band of work item p (its input rows) into band. */
@@ -541,9 +554,10 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
  *     no partial vectors at the end of narrow rows, no per-plane or per-row
  *     set-up; the stride is only the step between the input pixels read.
  *     Output pixels go to a second buffer [pixel][lane].
- *  3. Relu / Clip are applied to the accumulators before they are stored
- *     (cb_clamp); other activations run over that buffer (they commute with
- *     the transpose); with a residual, which must come first, the activation
+ *  3. Relu / Clip, and HardSwish up to 5x5, are applied to the accumulators
+ *     before they are stored (cb_act); other activations run over that
+ *     buffer (they commute with the transpose); with a residual, which must
+ *     come first, the activation
  *     runs after it, on the planes.  The buffer is then transposed into the
  *     MRT_VL output planes.
  *
@@ -553,6 +567,9 @@ static MRT_TARGET void FN(dw_task)(void *ctx, long begin, long end) {
  * give the same floats.
  */
 
+/* Activations on the accumulators (FN(dw_args).cb_act). */
+#define DW_ACT_CLAMP 1
+#define DW_ACT_HARDSWISH 2
 /* Output pixels per register block of dw_cb_pixels. */
 #define DW_CB_RB 4
 /* Floats of channel-blocked input and output rows per work item (they stay in L1). */
@@ -691,26 +708,64 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_store)(const float *out, long p0, long
 
 /* Relu or Clip on accumulators, the formulas of act_row and vact_cheap (so
  * NaN and the bounds give the same floats): v < lo ? lo : v, then
- * v > hi ? hi : v (Relu: lo = 0, hi = +inf). */
+ * v > hi ? hi : v (Relu: lo = 0, hi = +inf).  On x86 that is maxps(lo, v)
+ * then minps(hi, v), which return their second operand v unless the first
+ * compares greater / less (so for NaN, and for equal zeros of either sign):
+ * one instruction each where GCC makes a compare and two masked moves of
+ * the select (~10 % of a direct stride-2 layer, D-dw-s2-direct). */
 static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_clamp)(FN(vf) v, FN(vf) lo, FN(vf) hi) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && MRT_VL == 16
+    return (FN(vf))_mm512_min_ps((__m512)hi, _mm512_max_ps((__m512)lo, (__m512)v));
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && MRT_VL == 8
+    return (FN(vf))_mm256_min_ps((__m256)hi, _mm256_max_ps((__m256)lo, (__m256)v));
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && MRT_VL == 4
+    return (FN(vf))_mm_min_ps((__m128)hi, _mm_max_ps((__m128)lo, (__m128)v));
+#else
     v = FN(vsel)(v < lo, lo, v);
     return FN(vsel)(v > hi, hi, v);
+#endif
 }
 
-/* The bounds of dw_cb_clamp for a->act. */
+/* The bounds of dw_cb_clamp for a->act (HardSwish: those of its factor). */
 static inline MRT_TARGET void FN(dw_cb_clamp_bounds)(const FN(dw_args) *a, FN(vf) *lo, FN(vf) *hi) {
     const FN(vf) zero = {0};
     *lo = zero + (a->act == MRT_ACT_CLIP ? a->a0 : 0.0f);
-    *hi = zero + (a->act == MRT_ACT_CLIP ? a->a1 : __builtin_inff());
+    *hi = zero + (a->act == MRT_ACT_CLIP ? a->a1 : a->act == MRT_ACT_HARDSWISH ? 1.0f : __builtin_inff());
+}
+
+/* The activation on accumulators (a->cb_act, constant here): DW_ACT_CLAMP v clamped to [lo, hi];
+ * DW_ACT_HARDSWISH v * h with h = v / 6 + 0.5 clamped to [lo, hi] = [0, 1], the formula of act_row and
+ * vact_cheap (the act_row pass it replaces cost 35-40 % of PP-OCR det's 3x3 stride-1 layers). */
+static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_act)(FN(vf) v, FN(vf) lo, FN(vf) hi, const int ACT) {
+    if (ACT == DW_ACT_CLAMP) return FN(dw_cb_clamp)(v, lo, hi);
+    if (ACT == DW_ACT_HARDSWISH) return v * FN(dw_cb_clamp)(v * (1.0f / 6.0f) + 0.5f, lo, hi);
+    return v;
+}
+
+/* act_row(y, n, ...) over stored outputs: Relu / Clip / HardSwish as whole vectors of dw_cb_act (the
+ * same formulas; act_row's loop took 52 us of PP-OCR det's 16@160 plane-path layer, 105 us without an
+ * activation), the last n % MRT_VL floats and other activations by act_row. */
+static inline MRT_TARGET void FN(dw_act_rows)(float *y, long n, int act, float a0, float a1) {
+    const FN(vf) zero = {0};
+    long i = 0;
+    if (act == MRT_ACT_HARDSWISH) {
+        for (; i + MRT_VL <= n; i += MRT_VL)
+            FN(vstore)(y + i, FN(dw_cb_act)(FN(vload)(y + i), zero, zero + 1.0f, DW_ACT_HARDSWISH));
+    } else if (act == MRT_ACT_RELU || act == MRT_ACT_CLIP) {
+        const FN(vf) lo = zero + (act == MRT_ACT_CLIP ? a0 : 0.0f);
+        const FN(vf) hi = zero + (act == MRT_ACT_CLIP ? a1 : __builtin_inff());
+        for (; i + MRT_VL <= n; i += MRT_VL) FN(vstore)(y + i, FN(dw_cb_clamp)(FN(vload)(y + i), lo, hi));
+    }
+    if (i < n) FN(act_row)(y + i, n - i, act, a0, a1);
 }
 
 /* RB output pixels ox.. of one row from the band rows in[ky] of its kernel
- * rows: constant K x K kernel, stride S, no dilation, clamped to [lo, hi]
- * when CLAMP.  Each kernel row loads its (RB - 1) * S + K input pixels once
+ * rows: constant K x K kernel, stride S, no dilation, activation ACT
+ * (dw_cb_act).  Each kernel row loads its (RB - 1) * S + K input pixels once
  * for all RB outputs. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
                                                   FN(vf) hi, float *out, int ox, const int K, const int S,
-                                                  const int RB, const int CLAMP) {
+                                                  const int RB, const int ACT) {
     FN(vf) acc[DW_CB_RB];
 #pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) acc[r] = bv;
@@ -726,7 +781,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const 
             for (int r = 0; r < RB; ++r) acc[r] += wv[ky * K + kx] * v[r * S + kx];
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < RB; ++r) FN(vstore)(out + (long)(ox + r) * MRT_VL, CLAMP ? FN(dw_cb_clamp)(acc[r], lo, hi) : acc[r]);
+    for (int r = 0; r < RB; ++r) FN(vstore)(out + (long)(ox + r) * MRT_VL, FN(dw_cb_act)(acc[r], lo, hi, ACT));
 }
 
 /* One output row into out[ox * MRT_VL]: unrolled K x K kernel, stride S.
@@ -736,13 +791,13 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const 
  * rows, where the FMAs bound the layer; docs/decisions.md, D-dw-threads.) */
 static DW_INLINE MRT_TARGET void FN(dw_cb_row_fixed)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
                                                      FN(vf) hi, float *out, int ow, const int K, const int S,
-                                                     const int CLAMP) {
+                                                     const int ACT) {
     int ox = 0;
-    for (; ox + DW_CB_RB <= ow; ox += DW_CB_RB) FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, DW_CB_RB, CLAMP);
+    for (; ox + DW_CB_RB <= ow; ox += DW_CB_RB) FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, DW_CB_RB, ACT);
     switch (ow - ox) { /* DW_CB_RB is 4 */
-    case 3: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 3, CLAMP); break;
-    case 2: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 2, CLAMP); break;
-    case 1: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 1, CLAMP); break;
+    case 3: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 3, ACT); break;
+    case 2: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 2, ACT); break;
+    case 1: FN(dw_cb_pixels)(in, wv, bv, lo, hi, out, ox, K, S, 1, ACT); break;
     default: break;
     }
 }
@@ -766,21 +821,21 @@ static inline MRT_TARGET int FN(dw_cb_next_slot)(const FN(dw_args) *a, int slot)
 }
 
 /* Output rows [oy_a, oy_b) into out (row oy at (oy - oy_a) * ow vectors),
- * unrolled K x K kernel and stride S, clamped when CLAMP (a->cb_clamp); the
+ * unrolled K x K kernel and stride S, activation ACT (a->cb_act); the
  * weights stay in registers across the rows. */
 static DW_INLINE MRT_TARGET void FN(dw_cb_rows_fixed)(const FN(dw_args) *a, const float *band, int r0, int oy_a,
                                                       int oy_b, const FN(vf) *wv, FN(vf) bv, float *out, const int K,
-                                                      const int S, const int CLAMP) {
+                                                      const int S, const int ACT) {
     const long rs = a->cb_wp * MRT_VL;
     FN(vf) lo = {0}, hi = {0};
-    if (CLAMP) FN(dw_cb_clamp_bounds)(a, &lo, &hi);
+    if (ACT) FN(dw_cb_clamp_bounds)(a, &lo, &hi);
     int slot = (oy_a * S - r0) % a->cb_span;
     for (int oy = oy_a; oy < oy_b; ++oy, slot = FN(dw_cb_next_slot)(a, slot)) {
         const float *in[7]; /* K <= 7; no dilation: consecutive slots */
 #pragma GCC unroll 8
         for (int ky = 0; ky < K; ++ky)
             in[ky] = band + (long)(slot + ky < a->cb_span ? slot + ky : slot + ky - a->cb_span) * rs;
-        FN(dw_cb_row_fixed)(in, wv, bv, lo, hi, out + (long)(oy - oy_a) * a->ow * MRT_VL, a->ow, K, S, CLAMP);
+        FN(dw_cb_row_fixed)(in, wv, bv, lo, hi, out + (long)(oy - oy_a) * a->ow * MRT_VL, a->ow, K, S, ACT);
     }
 }
 
@@ -801,7 +856,9 @@ static MRT_TARGET void FN(dw_cb_rows_generic)(const FN(dw_args) *a, const float 
                 const float *row = in[ky] + (long)ox * a->sw * MRT_VL;
                 for (int kx = 0; kx < kw; ++kx) acc += wv[ky * kw + kx] * FN(vload)(row + (long)kx * a->dw * MRT_VL);
             }
-            FN(vstore)(o + (long)ox * MRT_VL, a->cb_clamp ? FN(dw_cb_clamp)(acc, lo, hi) : acc);
+            FN(vstore)(o + (long)ox * MRT_VL, a->cb_act == DW_ACT_CLAMP      ? FN(dw_cb_act)(acc, lo, hi, DW_ACT_CLAMP)
+                                              : a->cb_act == DW_ACT_HARDSWISH ? FN(dw_cb_act)(acc, lo, hi, DW_ACT_HARDSWISH)
+                                                                              : acc);
         }
     }
 }
@@ -815,20 +872,24 @@ static MRT_TARGET void FN(dw_cb_rows)(const FN(dw_args) *a, const float *band, i
     }
     FN(vf) wk[49]; /* a local copy: stores to out cannot alias it, so the weights stay in registers */
     for (int t = 0; t < a->kh * a->kw; ++t) wk[t] = wv[t];
-    /* kernel, stride, clamp */
-    switch ((a->kh * 10 + a->sh) * 2 + (a->cb_clamp != 0)) {
-    case 62: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 0); break;
-    case 63: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 1); break;
-    case 64: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 0); break;
-    case 65: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 1); break;
-    case 102: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 0); break;
-    case 103: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 1); break;
-    case 104: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 0); break;
-    case 105: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 1); break;
-    case 142: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 0); break;
-    case 143: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 1); break;
-    case 144: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 0); break;
-    default: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 1); break;
+    /* kernel, stride, activation (HardSwish up to 5x5) */
+    switch ((a->kh * 10 + a->sh) * 3 + a->cb_act) {
+    case 93: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, 0); break;
+    case 94: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, DW_ACT_CLAMP); break;
+    case 95: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 1, DW_ACT_HARDSWISH); break;
+    case 96: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, 0); break;
+    case 97: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, DW_ACT_CLAMP); break;
+    case 98: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 3, 2, DW_ACT_HARDSWISH); break;
+    case 153: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, 0); break;
+    case 154: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, DW_ACT_CLAMP); break;
+    case 155: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 1, DW_ACT_HARDSWISH); break;
+    case 156: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, 0); break;
+    case 157: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, DW_ACT_CLAMP); break;
+    case 158: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 5, 2, DW_ACT_HARDSWISH); break;
+    case 213: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, 0); break;
+    case 214: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 1, DW_ACT_CLAMP); break;
+    case 216: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, 0); break;
+    default: FN(dw_cb_rows_fixed)(a, band, r0, oy_a, oy_b, wk, bv, out, 7, 2, DW_ACT_CLAMP); break;
     }
 }
 
@@ -853,7 +914,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_fill)(const FN(dw_args) *a, const floa
 static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *out, int oy0, int oy1,
                                                    float *const *yl, const float *const *zl, int nch) {
     const long p0 = (long)oy0 * a->ow, len = (long)(oy1 - oy0) * a->ow;
-    if (a->act && !a->z && !a->cb_clamp) FN(act_row)(out, len * MRT_VL, a->act, a->a0, a->a1);
+    if (a->act && !a->z && !a->cb_act) FN(dw_act_rows)(out, len * MRT_VL, a->act, a->a0, a->a1);
     FN(dw_cb_store)(out, p0, p0 + len, yl, nch);
     if (a->z)
         for (int l = 0; l < nch; ++l) FN(dw_residual_act)(a, yl[l] + p0, zl[l] + p0, len);
@@ -947,6 +1008,201 @@ static MRT_TARGET void FN(dw_cb_task)(void *ctx, long begin, long end) {
     for (long p = begin; p < end; ++p) FN(dw_cb_item)(a, p, band, out, wv, in);
 }
 
+/* ------------------------------------------------------------------ direct stride-2 path
+ *
+ * 3x3, stride 2, no dilation, padded by one column on the left, float, 8 or
+ * 16 lanes (dw_use_direct_s2 says where it measured faster): vectors run
+ * along the output columns of one plane as on the plane path, but the taps
+ * are read straight from x, with no band copy and no transposes.  For output
+ * columns ox..ox + MRT_VL - 1 the two vectors of an input row at column
+ * c0 = 2 * ox are split into their even and odd floats (dw_even / dw_odd: one
+ * in-lane shuffle each; the output columns stay in their permuted order until
+ * dw_unperm at the store).  Output column ox + i reads input columns
+ * c0 - 1 + 2i, c0 + 2i and c0 + 1 + 2i: the odd floats moved up by one
+ * column with column c0 - 1 broadcast into the first (one two-source
+ * permute), the even floats, the odd floats.  Per input row and vector: 2
+ * loads, 2 shuffles, 1 broadcast and 1 permute, and the FMAs of every output
+ * row of the block that uses the row.
+ *
+ * A block is DW_S2_R output rows x 2 vectors of columns: its 8 sums of 9
+ * FMAs each are independent chains, enough to hide the FMA latency (one
+ * vector x 4 rows measured 16 cycles per output vector in a loop, 2 x 4
+ * 8.5).  A row (ow >= MRT_VL) is covered by vectors in pairs, the last moved
+ * back to end at ow (56 columns: 0-31, then 32-47 and 40-55), so every
+ * store is a whole vector within its row.
+ *
+ * Borders: rows of vertical padding read a row of zeros (per-thread
+ * scratch); the first vector of a row takes column -1 from zeros; only a
+ * vector whose reads pass the end of its row (RIGHT) zeroes the columns
+ * >= wd, and then never reads past the end of x.  Sums are taken in the
+ * plane path's order (bias, taps by row then column), so every path gives
+ * the same floats.
+ */
+#if MRT_VL >= 8
+/* On vectors whose lanes hold output columns in the order of dw_even, the lanes of a:b (b a broadcast)
+ * for the output column before each lane's, b for column 0. */
+#if MRT_VL == 8
+#define DW_S2_BEHIND 8, 0, 5, 2, 1, 4, 3, 6
+#else
+#define DW_S2_BEHIND 16, 0, 13, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 12, 11, 14
+#endif
+/* Output rows per block of the direct stride-2 path (a plane's last 1-3 rows go one at a time). */
+#define DW_S2_R 4
+
+/* row[c0 .. c0 + MRT_VL) as a vector with the columns >= wd zero, reading nothing past end. */
+static inline MRT_TARGET FN(vf) FN(dw_s2_load_edge)(const float *row, long c0, int wd, const float *end) {
+    const FN(vf) zero = {0};
+    const long n = wd - c0;
+    if (n <= 0) return zero;
+    if (n >= MRT_VL) return FN(vload)(row + c0);
+    if ((uintptr_t)(row + c0 + MRT_VL) <= (uintptr_t)end) return FN(dw_first)(FN(vload)(row + c0), (int)n);
+    return FN(vload_n)(row + c0, (int)n);
+}
+
+/* t[kx], the taps of one input row for output columns ox.. (c0 = 2 * ox), in dw_even's lane order:
+ * the lane of column i holds row[c0 + kx - 1 + 2 * i].  before: where column c0 - 1 is read from
+ * (before[-1]: row + c0, or zeros for the first vector of a row).  RIGHT: the reads (columns
+ * c0 .. c0 + 2 * MRT_VL) may pass wd, so those columns are zeroed. */
+static DW_INLINE MRT_TARGET void FN(dw_s2_taps)(const float *row, long c0, const float *before, int wd,
+                                                const float *end, FN(vf) *t, const int RIGHT) {
+    const FN(vf) zero = {0};
+    const FN(vf) lo = RIGHT ? FN(dw_s2_load_edge)(row, c0, wd, end) : FN(vload)(row + c0);
+    const FN(vf) hi = RIGHT ? FN(dw_s2_load_edge)(row, c0 + MRT_VL, wd, end) : FN(vload)(row + c0 + MRT_VL);
+    const FN(vf) odd = FN(dw_odd)(lo, hi);
+    /* (s - zero: a broadcast; zero + s is not folded, -0 + 0 being +0) */
+    t[0] = DW_SHUFFLE2(odd, before[-1] - zero, DW_S2_BEHIND);
+    t[1] = FN(dw_even)(lo, hi);
+    t[2] = odd;
+}
+
+/* Output columns ox[c].. (c < NC, NC <= 2) of R output rows y[r * ow + ...] from the input rows
+ * rows[0 .. 2 * R + 1) (rows[j]: the row of kernel row j - 2 * r of output row r), unrolled for
+ * constant R, NC, ACT (the activation on the accumulators, dw_cb_act) and RIGHT (the last vector's
+ * reads may pass the row's end); zeros: 2 floats of zeros, column -1 for the first vector of a row. */
+static DW_INLINE MRT_TARGET void FN(dw_s2_vectors)(const FN(dw_args) *a, const float *const *rows, const float *zeros,
+                                                   const FN(vf) *wv, FN(vf) bv, FN(vf) lo, FN(vf) hi, float *y,
+                                                   const int *ox, const int R, const int NC, const int ACT,
+                                                   const int RIGHT) {
+    FN(vf) acc[2][DW_S2_R]; /* NC <= 2, R <= DW_S2_R */
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[c][r] = bv;
+#pragma GCC unroll 16
+    for (int j = 0; j < 2 * R + 1; ++j) {
+#pragma GCC unroll 2
+        for (int c = 0; c < NC; ++c) {
+            const long c0 = 2L * ox[c];
+            FN(vf) t[3];
+            FN(dw_s2_taps)(rows[j], c0, ox[c] ? rows[j] + c0 : zeros + 1, a->wd, a->x_end, t, RIGHT && c == NC - 1);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+                const int ky = j - 2 * r;
+                if (ky < 0 || ky >= 3) continue;
+#pragma GCC unroll 4
+                for (int kx = 0; kx < 3; ++kx) acc[c][r] += wv[ky * 3 + kx] * t[kx];
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < NC; ++c)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r)
+            FN(vstore)(y + (long)r * a->ow + ox[c], FN(dw_unperm)(FN(dw_cb_act)(acc[c][r], lo, hi, ACT)));
+}
+
+/* dw_s2_vectors over R whole output rows, for constant R and ACT, each its own function: inlined
+ * into one, the unrolled variants kept the loaded rows on the stack (GCC's register allocation over
+ * the whole function; 32@112 1.5x the time). */
+#define DW_S2_BLOCK_FN(R, ACT)                                                                              \
+    static __attribute__((noinline)) MRT_TARGET void FN(dw_s2_block_##R##_##ACT)(                            \
+        const FN(dw_args) *a, const float *const *rows, const float *zeros, const FN(vf) *wv, FN(vf) bv,           \
+        FN(vf) lo, FN(vf) hi, float *y) {                                                                      \
+        const int ow = a->ow;                                                                                   \
+        for (int ox0 = 0; ox0 < ow; ox0 += 2 * MRT_VL) {                                                        \
+            int ox[2]; /* vectors of MRT_VL columns in pairs, the last moved back to end at ow */              \
+            ox[0] = ox0 + MRT_VL > ow ? ow - MRT_VL : ox0;                                                      \
+            ox[1] = ox0 + 2 * MRT_VL > ow ? ow - MRT_VL : ox0 + MRT_VL; /* when ox0 + MRT_VL < ow */           \
+            const int pair = ox0 + MRT_VL < ow, right = 2L * ox[pair] + 2 * MRT_VL > a->wd;                     \
+            if (pair && right)                                                                                  \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, ACT, 1);                       \
+            else if (pair)                                                                                      \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 2, ACT, 0);                       \
+            else if (right)                                                                                     \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, ACT, 1);                       \
+            else                                                                                                \
+                FN(dw_s2_vectors)(a, rows, zeros, wv, bv, lo, hi, y, ox, R, 1, ACT, 0);                       \
+        }                                                                                                       \
+    }
+/* Output rows [oy0, oy1) of plane xp into yp (output row oy0), DW_S2_R rows at a time, then one. */
+#define DW_S2_ROWS_FN(ACT)                                                                                  \
+    DW_S2_BLOCK_FN(4, ACT)                                                                                  \
+    DW_S2_BLOCK_FN(1, ACT)                                                                                  \
+    static MRT_TARGET void FN(dw_s2_rows_##ACT)(const FN(dw_args) *a, const float *xp, const float *zero_row,    \
+                                                 const FN(vf) *wv, FN(vf) bv, float *yp, int oy0, int oy1) {    \
+        FN(vf) lo = {0}, hi = {0};                                                                              \
+        if (ACT) FN(dw_cb_clamp_bounds)(a, &lo, &hi);                                                         \
+        const float *rows[2 * DW_S2_R + 1];                                                                     \
+        for (int oy = oy0; oy < oy1;) {                                                                         \
+            const int R = oy1 - oy >= DW_S2_R ? DW_S2_R : 1;                                                    \
+            for (int j = 0; j < 2 * R + 1; ++j) {                                                               \
+                const int iy = 2 * oy - a->pt + j;                                                              \
+                rows[j] = iy >= 0 && iy < a->h ? xp + (long)iy * a->wd : zero_row;                              \
+            }                                                                                                   \
+            float *y = yp + (long)(oy - oy0) * a->ow;                                                           \
+            if (R == DW_S2_R)                                                                                   \
+                FN(dw_s2_block_4_##ACT)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
+            else                                                                                                \
+                FN(dw_s2_block_1_##ACT)(a, rows, zero_row, wv, bv, lo, hi, y);                                \
+            oy += R;                                                                                            \
+        }                                                                                                       \
+    }
+DW_S2_ROWS_FN(0)
+DW_S2_ROWS_FN(1)
+DW_S2_ROWS_FN(2)
+#undef DW_S2_ROWS_FN
+#undef DW_S2_BLOCK_FN
+
+/* Work item p (output rows of one plane, as on the plane path) of the direct stride-2 path. */
+static MRT_TARGET void FN(dw_s2_item)(const FN(dw_args) *a, long p, const float *zero_row) {
+    const int oh = a->oh, ow = a->ow;
+    const long plane = p / a->nbands;
+    const int ch = (int)(plane % a->c);
+    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const int oy1 = oy0 + a->band_rows < oh ? oy0 + a->band_rows : oh;
+    const float *xp = a->x + plane * a->h * a->wd;
+    const long first = plane * oh * ow + (long)oy0 * ow; /* output row oy0 */
+    float *yp = a->y + first;
+    const FN(vf) zero = {0};
+    FN(vf) wv[9];
+    for (int i = 0; i < 9; ++i) wv[i] = zero + a->w[(long)ch * 9 + i];
+    const FN(vf) bv = zero + (a->bias ? a->bias[ch] : 0.0f);
+    if (a->cb_act == DW_ACT_CLAMP)
+        FN(dw_s2_rows_1)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
+    else if (a->cb_act == DW_ACT_HARDSWISH)
+        FN(dw_s2_rows_2)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
+    else
+        FN(dw_s2_rows_0)(a, xp, zero_row, wv, bv, yp, oy0, oy1);
+    const long len = (long)(oy1 - oy0) * ow;
+    if (a->z)
+        FN(dw_residual_act)(a, yp, a->z + first, len);
+    else if (a->act && !a->cb_act)
+        FN(dw_act_rows)(yp, len, a->act, a->a0, a->a1);
+}
+
+static MRT_TARGET void FN(dw_s2_task)(void *ctx, long begin, long end) {
+    const FN(dw_args) *a = (const FN(dw_args) *)ctx;
+    /* the row of zeros: a row's reads stay below column max(wd, 2 * ow) + MRT_VL (the last vector's) */
+    const long n = (a->wd > 2L * a->ow ? a->wd : 2L * a->ow) + 2L * MRT_VL;
+    float *zero_row = (float *)mrt_pack_buffer(sizeof(float) * (size_t)n);
+    if (!zero_row) return;
+    memset(zero_row, 0, sizeof(float) * (size_t)n);
+    for (long p = begin; p < end; ++p) FN(dw_s2_item)(a, p, zero_row);
+}
+#undef DW_S2_BEHIND
+#undef DW_S2_R
+#endif /* MRT_VL >= 8 */
+
 /* The channel-blocked path for an output plane of oh x ow?  Measured per
  * layer on this x86 host at each vector width (docs/decisions.md, D-dw):
  * with 16 lanes it is faster than the plane path for every MobileNet and
@@ -968,6 +1224,17 @@ static int FN(dw_use_blocked)(int oh, int ow) {
 #else
     return pixels <= 8 * 8;
 #endif
+}
+
+/* The direct stride-2 path for this geometry (float)?  Measured per layer on this x86 host against the
+ * channel-blocked and plane paths (docs/decisions.md, D-dw-s2-direct): faster from one whole vector of
+ * output columns per row (16 lanes: MobileNet's 32@112 and 64@56 0.64x and 0.70x, PP-OCR det's
+ * 32@160 0.65x, 48@80 0.78x, 96@40 0.9x; 8 lanes: 0.55-0.9x from 14 columns), not below (whole vectors
+ * on half-empty rows).  Not with 4 lanes (SSE2 was 0.75x from 14 columns, but NEON, which compiles the
+ * same code, was not measured); 5x5 was as fast as the channel blocks or slower (25 weights and 8 sums
+ * do not fit the registers). */
+static int FN(dw_use_direct_s2)(int kh, int kw, int sh, int sw, int dh, int dw, int pl, int ow) {
+    return MRT_VL >= 8 && ow >= MRT_VL && kh == 3 && kw == 3 && sh == 2 && sw == 2 && dh == 1 && dw == 1 && pl == 1;
 }
 
 /* Rows of a ring (dw_cb_item) filled `step` rows at a time for windows of `span` rows every `sh` rows.
@@ -993,10 +1260,17 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.fixed = kh == kw && (kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
     /* int8 stays on the plane path: the channel-blocked fill, bias and epilogue are float only
      * (and on VNNI hosts most int8 layers take qdwconv_vnni.h anyway; docs/decisions.md, D-qdw) */
-    a.blocked = !a.scale && FN(dw_use_blocked)(oh, ow);
-    a.cb_clamp = a.blocked && !a.z && (a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP);
+    a.direct_s2 = !a.scale && FN(dw_use_direct_s2)(kh, kw, sh, sw, dh, dw, pl, ow);
+    a.blocked = !a.scale && !a.direct_s2 && FN(dw_use_blocked)(oh, ow);
+    a.cb_act = (!a.blocked && !a.direct_s2) || a.z                   ? 0
+               : a.act == MRT_ACT_RELU || a.act == MRT_ACT_CLIP       ? DW_ACT_CLAMP
+               : a.act == MRT_ACT_HARDSWISH && kh <= 5                ? DW_ACT_HARDSWISH
+                                                                      : 0;
     long items, band; /* work items (threads split them) and output rows per item */
-    if (a.blocked) {
+    if (a.direct_s2) {
+        items = planes;
+        band = oh;
+    } else if (a.blocked) {
         /* a band row: the input at column pl and every pixel the last output reads */
         long wp = (long)(ow - 1) * sw + (long)(kw - 1) * dw + 1;
         if (wp < (long)pl + wd) wp = (long)pl + wd;
@@ -1022,7 +1296,7 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
         band = ((long)DW_BAND_FLOATS / ps - (long)(kh - 1) * dh) / sh;
         items = planes;
     }
-    if (!a.blocked && band < DW_R) band = DW_R;
+    if (!a.blocked && !a.direct_s2 && band < DW_R) band = DW_R;
     if (band > oh) band = oh;
     /* with few items, enough bands for every thread (the result does not depend on the split) */
     if (nthreads > 1 && items < 4L * nthreads) {
@@ -1053,6 +1327,12 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     a.cb_span = a.cb_ring ? FN(dw_cb_ring_span)(a.cb_ring_rows, sh, span)
                           : (int)((band - 1) * sh + (long)(kh - 1) * dh + 1);
     const long work = band * ow * kh * kw * (a.blocked ? MRT_VL : 1);
+#if MRT_VL >= 8
+    if (a.direct_s2) {
+        mrt_parallel_for(items * a.nbands, work, nthreads, FN(dw_s2_task), &a);
+        return;
+    }
+#endif
     mrt_parallel_for(items * a.nbands, work, nthreads, a.blocked ? FN(dw_cb_task) : FN(dw_task), &a);
 }
 
@@ -1097,5 +1377,7 @@ static void FN(qdwconv2d)(const mrt_qdw_params *q, int n, int c, int h, int wd, 
 #undef DW_BAND_FLOATS
 #undef DW_EXACT_TAPS
 #undef DW_CB_RB
+#undef DW_ACT_CLAMP
+#undef DW_ACT_HARDSWISH
 #undef DW_CB_FLOATS
 #undef DW_INLINE

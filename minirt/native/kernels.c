@@ -434,15 +434,16 @@ typedef struct {
 
 #ifdef MRT_HAVE_AVX2_BUILD
 /* Depthwise at the AVX-512 level: 16 lanes pay on the channel-blocked path
- * (every tap one FMA over 16 channels) and for kernels of 5x5 and up; 3x3
- * layers on the plane path (outputs in planes whose 16-channel blocks would
- * alias in L1, see dw_use_blocked) are bound by copies and per-row costs,
- * and with rows narrower than 16 columns waste half a vector, so they keep
- * the AVX2 code (docs/decisions.md, D-dw). */
+ * (every tap one FMA over 16 channels), on the direct stride-2 path (rows
+ * of 16 output columns and more, dw_use_direct_s2) and for kernels of 5x5
+ * and up; 3x3 layers on the plane path (outputs in planes whose 16-channel
+ * blocks would alias in L1, see dw_use_blocked) are bound by copies and
+ * per-row costs, and with rows narrower than 16 columns waste half a
+ * vector, so they keep the AVX2 code (docs/decisions.md, D-dw). */
 static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float *bias, const float *z, float *y,
                                      int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
                                      int pt, int pl, int oh, int ow, int act, float a0, float a1, int nthreads) {
-    if (kh * kw >= 25 || dw_use_blocked_avx512(oh, ow))
+    if (kh * kw >= 25 || dw_use_blocked_avx512(oh, ow) || dw_use_direct_s2_avx512(kh, kw, sh, sw, dh, dw, pl, ow))
         dwconv2d_avx512(x, w, bias, z, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
     else
         dwconv2d_avx2(x, w, bias, z, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);

@@ -1,10 +1,11 @@
 """The native depthwise convolution (minirt/native/dwconv_impl.h) against a direct numpy reference.
 
-The kernel has two layouts, chosen by output plane size and vector width
-(dw_use_blocked): planes (row bands, stride 2 de-interleaved in registers,
-rows narrower than a vector) and channel blocks (a vector per pixel of 16, 8
-or 4 channels; all input rows at once for small planes, a ring of rows for
-large ones, bands of rows for tall narrow ones; a partial last block).  Each
+The kernel has three layouts, chosen by geometry and vector width
+(dw_use_direct_s2, dw_use_blocked): planes (row bands, stride 2 de-interleaved
+in registers, rows narrower than a vector), channel blocks (a vector per pixel
+of 16, 8 or 4 channels; all input rows at once for small planes, a ring of
+rows for large ones, bands of rows for tall narrow ones; a partial last block)
+and, for 3x3 stride 2 at 8 and 16 lanes, planes read in place (DIRECT below).  Each
 has an unrolled path (3x3, 5x5, 7x7; stride 1 or 2; no dilation) and a generic
 one (everything else), bands of rows split over threads when there are few
 planes or blocks, fused activations and a fused residual.  Every case runs on
@@ -270,7 +271,11 @@ STRIDE2_AND_BLOCKED = [
 ]
 
 
-@pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED, ids=[str(c) for c in STRIDE2_AND_BLOCKED])
+# planes of 16 KB keep the plane path at the AVX-512 and AVX2 levels (their activation: dw_act_rows)
+PLANE_PATH = [(1, 16, 64, 64, 3, 1, (1, 1, 1, 1), 1), (1, 16, 128, 128, 3, 2, (0, 0, 1, 1), 1)]
+
+
+@pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED + PLANE_PATH, ids=[str(c) for c in STRIDE2_AND_BLOCKED + PLANE_PATH])
 def test_depthwise_relu_clip_equal_the_unfused_conv_then_the_activation(case, every_isa, threads):
     """Fused Relu / Clip give exactly max / clip of the unfused conv (the same sums), NaN kept, and
     match the float64 reference."""
@@ -313,3 +318,122 @@ def test_depthwise_misaligned_input(case, every_isa, threads):
         y = np.full(_out_shape(case), np.nan, np.float32)
         native.dwconv2d(shifted, wt, b, y, (k, k), (s, s), (d, d), pads[:2], 2, 0.0, 6.0)
         np.testing.assert_array_equal(y, aligned)
+
+
+# The direct stride-2 path (dw_use_direct_s2: 3x3, stride 2, one column of left padding, from one vector
+# of output columns per row: 16 at the AVX-512 level, 8 at AVX2), which reads x in place: rows of
+# vertical padding, the first and last vectors of a row, pairs of vectors that overlap, reads that pass
+# the end of a row or reach the end of x.
+DIRECT = [
+    (1, 3, 112, 112, 3, 2, (1, 1, 1, 1), 1),  # 56 columns: vectors 0-31, then 32-47 and 40-55
+    (2, 3, 57, 57, 3, 2, (1, 1, 1, 1), 1),  # odd width: the last vector's reads pass the row's end; batch 2
+    (1, 2, 40, 33, 3, 2, (1, 1, 1, 1), 1),  # 17 columns: two overlapping vectors
+    (1, 2, 15, 31, 3, 2, (1, 1, 1, 1), 1),  # 16 columns: one vector whose last tap is the right pad
+    (1, 2, 30, 40, 3, 2, (0, 1, 2, 1), 1),  # no top pad, two rows of bottom pad
+    (1, 2, 23, 35, 3, 2, (2, 1, 0, 0), 1),  # two rows of top pad, none at the bottom or right
+    (1, 2, 36, 37, 3, 2, (1, 1, 1, 1), 1),  # 19 columns, the last one's right tap is the right pad
+    (3, 2, 17, 64, 3, 2, (1, 1, 0, 0), 1),  # 32 columns: one pair, rows aligned; batch 3, no bottom pad
+]
+
+
+@pytest.mark.parametrize("act", [a for a in ACTIVATIONS if a[0] in ("none", "relu", "clip", "hardswish")],
+                         ids=lambda a: a[0])
+@pytest.mark.parametrize("case", DIRECT, ids=[str(c) for c in DIRECT])
+def test_depthwise_direct_path_matches_reference(case, act, every_isa, threads):
+    """Every output written and right, with Relu / Clip on the accumulators, another activation after the
+    rows, and a residual."""
+    _, code, a0, a1, fn = act
+    x, wt, b = _inputs(case, seed=8)
+    x *= 3.0  # reach the clamps
+    _, _, _, _, k, s, pads, d = case
+    ref = reference_depthwise(x, wt, b, (s, s), pads, (d, d))
+    z = np.random.default_rng(9).standard_normal(ref.shape, dtype=np.float32)
+    for res in (None, z):
+        y = np.full(ref.shape, np.nan, np.float32)
+        native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], code, a0, a1, residual=res)
+        np.testing.assert_allclose(y, fn(ref + (0 if res is None else res)), rtol=RTOL, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", DIRECT + [(1, 1, 300, 90, 3, 2, (1, 1, 1, 1), 1)],
+                         ids=[str(c) for c in DIRECT] + ["one plane in bands"])
+def test_depthwise_direct_path_same_floats_at_any_thread_count(case, every_isa):
+    """Threads split planes (or bands of rows of few planes); every output is the same float sum."""
+    x, wt, b = _inputs(case, seed=10)
+    x[0, -1, 3, 4] = np.nan  # stays in its own outputs
+    _, _, _, _, k, s, pads, d = case
+    before = native.threads()
+    results = []
+    try:
+        for t in (1, 2, 3, 4):
+            native.set_threads(t)
+            y = np.full(_out_shape(case), np.nan, np.float32)
+            native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], 2, 0.0, 6.0)
+            results.append(y)
+    finally:
+        native.set_threads(before)
+    for y in results[1:]:
+        np.testing.assert_array_equal(y, results[0])
+    finite = np.isfinite(results[0])
+    ref = np.clip(reference_depthwise(x, wt, b, (s, s), pads, (d, d)), 0, 6)
+    np.testing.assert_allclose(results[0][finite], ref[finite], rtol=RTOL, atol=ATOL)
+
+
+def _next_to_a_guard_page(shape, at_end):
+    """A float32 array that ends (at_end) or starts exactly at an inaccessible page: a read past its
+    end or before its start faults.  None where mprotect is not available."""
+    import ctypes
+    import mmap
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mprotect = libc.mprotect
+    except (OSError, AttributeError):
+        return None
+    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    nbytes = int(np.prod(shape)) * 4
+    span = -(-nbytes // page) * page
+    buf = mmap.mmap(-1, span + 2 * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    for guard in (base, base + page + span):
+        if mprotect(guard, page, 0) != 0:
+            return None
+    offset = page + (span - nbytes if at_end else 0)
+    arr = np.frombuffer(buf, np.float32, count=int(np.prod(shape)), offset=offset).reshape(shape)
+    return arr
+
+
+@pytest.mark.parametrize("at_end", [True, False], ids=["ends at a guard page", "starts at a guard page"])
+@pytest.mark.parametrize("case", [DIRECT[1], DIRECT[3], DIRECT[6]], ids=["odd width", "16 columns", "19 columns"])
+def test_depthwise_direct_path_reads_only_the_input(case, at_end, every_isa):
+    """The last vectors of the last rows of the last plane do not read past x (nor the first before it)."""
+    x, wt, b = _inputs(case, seed=11)
+    guarded = _next_to_a_guard_page(x.shape, at_end)
+    if guarded is None:
+        pytest.skip("no mprotect")
+    guarded[...] = x
+    _, _, _, _, k, s, pads, d = case
+    y = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(guarded, wt, b, y, (k, k), (s, s), (d, d), pads[:2])
+    np.testing.assert_allclose(y, reference_depthwise(x, wt, b, (s, s), pads, (d, d)), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", STRIDE2_AND_BLOCKED + DIRECT[:4] + [
+    (1, 17, 56, 56, 3, 1, (1, 1, 1, 1), 1),  # ring of rows, stride 1
+    (1, 17, 20, 20, 5, 1, (2, 2, 2, 2), 1),  # 5x5, whole planes
+    (1, 17, 15, 15, 7, 1, (3, 3, 3, 3), 1),  # 7x7: HardSwish after the rows (dw_act_rows)
+] + PLANE_PATH, ids=[str(c) for c in STRIDE2_AND_BLOCKED + DIRECT[:4]] + ["ring s1", "5x5", "7x7", "planes", "planes s2"])
+def test_depthwise_hardswish_on_the_accumulators(case, every_isa, threads):
+    """Fused HardSwish (on the accumulators of the channel-blocked and direct paths up to 5x5, in vectors
+    over the stored rows elsewhere) is v * clip(v / 6 + 0.5, 0, 1) of the unfused conv, NaN kept."""
+    x, wt, b = _inputs(case, seed=12)
+    x *= 3.0  # both ends of the clip
+    x[-1, -1, 3, 2] = np.nan
+    _, _, _, _, k, s, pads, d = case
+    plain = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(x, wt, b, plain, (k, k), (s, s), (d, d), pads[:2])
+    y = np.full(_out_shape(case), np.nan, np.float32)
+    native.dwconv2d(x, wt, b, y, (k, k), (s, s), (d, d), pads[:2], 7)
+    ref = plain * np.clip(plain / np.float32(6) + np.float32(0.5), 0, 1)
+    assert np.isnan(ref).any()
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)  # NaN where ref has NaN
