@@ -91,10 +91,7 @@ if timed_s > 0:
         t0 = time.perf_counter()
         sess.run(None, feed)
         times.append(time.perf_counter() - t0)
-# times the pool's oversubscription guard ran minirt's jobs on one thread (kernels.c): 2-thread
-# figures taken while it did are 1-thread figures of a busy machine
-solo = sys.modules["minirt.native"].pool_solo_episodes() if runtime == "minirt" else 0
-print(json.dumps({"t_first": t_first, "peak_rss": rss, "times": times, "solo": solo}))
+print(json.dumps({"t_first": t_first, "peak_rss": rss, "times": times}))
 """
 
 
@@ -146,9 +143,7 @@ def latency(prep: dict, threads: int, seconds: float) -> dict:
         samples = timing.sample_interleaved(fns, runs, warmup=3)
     else:  # worker threads of the two runtimes must not share this process (see latency_in_own_processes)
         samples = latency_in_own_processes(prep, threads, seconds)
-    solo = samples.pop("pool_solo_episodes", 0)
     out = {k: timing.summarize(v) for k, v in samples.items()}
-    out["pool_solo_episodes"] = solo
     a, b = mine.run(None, feed), theirs.run(None, feed)
     out["max_abs_diff"] = max(float(np.max(np.abs(x.astype(np.float64) - y))) for x, y in zip(a, b))
     overheads = []
@@ -177,7 +172,7 @@ def fresh_process(runtime: str, prep: dict, threads: int, timed_s: float = 0.0) 
     if proc.returncode != 0:
         raise RuntimeError(f"{runtime} child failed:\n{proc.stderr}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"cold_s": r["t_first"] - t_spawn, "peak_rss": r["peak_rss"], "times": r["times"], "solo": r["solo"]}
+    return {"cold_s": r["t_first"] - t_spawn, "peak_rss": r["peak_rss"], "times": r["times"]}
 
 
 def latency_in_own_processes(prep: dict, threads: int, seconds: float, rounds: int = 4) -> dict:
@@ -187,12 +182,10 @@ def latency_in_own_processes(prep: dict, threads: int, seconds: float, rounds: i
     spinning for milliseconds after a call and take the core our worker needs; measured: MobileNet at
     2 threads 1.7 ms alone, 3.2 ms beside a spinning onnxruntime session), which no deployment sees.
     Alternating short blocks keeps the comparison side by side in time."""
-    samples: dict = {"minirt": [], "onnxruntime": [], "pool_solo_episodes": 0}
+    samples: dict = {"minirt": [], "onnxruntime": []}
     for i in range(rounds):
         for rt in (("minirt", "onnxruntime") if i % 2 == 0 else ("onnxruntime", "minirt")):
-            r = fresh_process(rt, prep, threads, seconds / (2 * rounds))
-            samples[rt].extend(r["times"])
-            samples["pool_solo_episodes"] += r["solo"]
+            samples[rt].extend(fresh_process(rt, prep, threads, seconds / (2 * rounds))["times"])
     return samples
 
 
@@ -233,8 +226,7 @@ def table(results: list) -> str:
             f"| {fmt_ms(c['minirt']['cold_s'])} / {fmt_ms(c['onnxruntime']['cold_s'])} (**{c['cold_ratio']:.2f}x**) "
             f"| {fmt_mb(c['minirt']['peak_rss'])} / {fmt_mb(c['onnxruntime']['peak_rss'])} "
             f"(**{c['rss_ratio']:.2f}x**) | {lat['overhead_per_node_us']:.1f} ({lat['nodes']})"
-            f"{', program' if lat.get('native_program') else ''}"
-            f"{f', pool solo {solo}x' if (solo := lat.get('pool_solo_episodes')) else ''} "
+            f"{', program' if lat.get('native_program') else ''} "
             f"| {lat['max_abs_diff']:.2g} |"
         )
     return "\n".join(lines)
@@ -360,10 +352,7 @@ def main() -> int:
         "Peak RSS: the same fresh processes after 4 runs (interpreter and numpy included for both). "
         "minirt's bytecode is compiled before the cold-start runs, as an install would have it. "
         "µs/node: minirt's Python overhead per node when the nodes run one by one; \"program\": the timed runs "
-        "replayed one native program instead, without Python between the nodes (docs/decisions.md D32); "
-        "\"pool solo Nx\": N times during the timed 2-thread runs, the thread pool found no free core for its worker "
-        "and ran the jobs on the calling thread alone for a while (docs/decisions.md D34): those runs measured a busy "
-        "machine.\n\n"
+        "replayed one native program instead, without Python between the nodes (docs/decisions.md D32).\n\n"
         + "\n".join(f"- {k}: {env[k]}" for k in ("machine", "python", "numpy", "minirt", "onnxruntime", "native",
                                                "blas", "load_average", "load_average_end"))
         + f"\n\nModels:\n\n{models_md}\n\n{md}\n\n![ratios](results.png)\n"

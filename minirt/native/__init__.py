@@ -119,12 +119,6 @@ def threads() -> int:
     return getattr(_tls, "n", _DEFAULT_THREADS)
 
 
-def pool_solo_episodes() -> int:
-    """How often the thread pool's oversubscription guard ran jobs on the calling thread alone for
-    a while, because awake workers kept missing them (no free core; kernels.c explains the rule)."""
-    return int(_lib.mrt_pool_solo_episodes()) if available else 0
-
-
 # --------------------------------------------------------------------------- recording (native programs)
 
 

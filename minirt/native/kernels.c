@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #if defined(__aarch64__) && defined(__linux__)
@@ -71,33 +70,8 @@ static long pool_n, pool_chunks;
 static long pool_next;  /* next unclaimed chunk (atomic) */
 static int pool_parts;  /* participants wanted, caller included */
 static int pool_active; /* workers inside the job (atomic) */
-static int pool_sleepers;     /* workers starting, asleep or about to sleep on pool_wake (atomic) */
+static int pool_sleepers;     /* workers asleep or about to sleep on pool_wake (atomic) */
 static int pool_caller_waits; /* the caller sleeps or is about to sleep on pool_done (atomic) */
-static unsigned long pool_joined_gen; /* the open generation of the last job a worker joined (atomic) */
-
-/* Oversubscription guard.  When the machine has no core free for our workers (other processes,
- * or more threads than CPUs), a worker that is awake (spinning, not asleep) still misses job after
- * job: the caller claims every chunk before the worker gets a time slice, and the worker's spinning
- * only takes CPU time from the caller and the other processes.  Measured on this 2-core host with
- * other tenants busy: MobileNet at 2 threads 2.0-6.0 ms, against 1.9 ms for onnxruntime and ~1.6 ms
- * for our own 1-thread run.  So after MRT_SOLO_MISSES jobs in a row that an awake worker missed,
- * jobs run on the caller alone for MRT_SOLO_NS (the workers spin out and sleep), then the pool
- * tries its workers again.  A worker that was asleep at the open is not evidence (its wake-up takes
- * longer than a short job: the first job of a run after a pause), nor is a job it joined late.  On
- * an idle machine an awake worker joins within a microsecond, before the caller's first chunk
- * ends, so a miss needs it descheduled for a whole job, MRT_SOLO_MISSES times in a row.  The
- * results are the same either way (every kernel's sums are independent of the thread count). */
-#define MRT_SOLO_MISSES 4
-#define MRT_SOLO_NS 5000000L
-static int pool_missed;          /* jobs in a row an awake worker missed (under pool_dispatch) */
-static long pool_solo_until;     /* monotonic ns: jobs before it run on the caller alone (0: none) */
-static long pool_solo_episodes;  /* times the guard went solo (for tests and `minirt info`) */
-
-static long mrt_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
-}
 
 /* Spin this many pause iterations (tens of microseconds) for the next job or
  * for joined workers to finish before sleeping on a condition variable: the
@@ -109,8 +83,8 @@ static long mrt_now_ns(void) {
  * idle machine it returns at once (nothing else wants the CPU), but when another thread waits for
  * this CPU (another process, or our own caller when there are more threads than free cores) the
  * spinner lets it run instead of burning its time slice.  Measured (MobileNet, 2 threads, the
- * process pinned to one CPU): 2.34 ms with pauses only, 1.82 with a yield every 8th, against
- * 1.59 ms at 1 thread. */
+ * process pinned to one CPU, docs/decisions.md D34): 2.16 ms with pauses only, 1.45 ms with a
+ * yield every 8th step, 1.44 ms at 1 thread; unchanged on an idle machine. */
 #define MRT_SPIN_YIELD 8
 
 static inline void mrt_pause(void) {
@@ -159,7 +133,6 @@ static void pool_leave(void) {
 static void *pool_worker(void *arg) {
     int id = (int)(intptr_t)arg;
     unsigned long seen = pool_start_gen[id];
-    __atomic_sub_fetch(&pool_sleepers, 1, __ATOMIC_SEQ_CST); /* started (see pool_ensure) */
     for (;;) {
         unsigned long gen = __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE);
         for (int i = 0; i < MRT_SPIN && (gen == seen || !(gen & 1)); ++i) {
@@ -184,7 +157,6 @@ static void *pool_worker(void *arg) {
             pool_leave();
             continue;
         }
-        __atomic_store_n(&pool_joined_gen, gen, __ATOMIC_RELAXED);
         pool_run_items(pool_fn, pool_ctx, pool_n, pool_chunks);
         pool_leave();
     }
@@ -201,15 +173,11 @@ static int pool_ensure(int want) {
         pthread_attr_t attr;
         /* the worker's first job is one that opens after this (a job is never open here) */
         pool_start_gen[id] = __atomic_load_n(&pool_generation, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&pool_sleepers, 1, __ATOMIC_SEQ_CST); /* not awake until it runs */
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         int rc = pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)id);
         pthread_attr_destroy(&attr);
-        if (rc != 0) {
-            __atomic_sub_fetch(&pool_sleepers, 1, __ATOMIC_SEQ_CST);
-            break;
-        }
+        if (rc != 0) break;
         pool_workers = id;
     }
     int have = pool_workers + 1;
@@ -227,8 +195,6 @@ static void pool_atfork_child(void) {
     pool_active = 0;
     pool_sleepers = 0;
     pool_caller_waits = 0;
-    pool_missed = 0;
-    pool_solo_until = 0;
     if (pool_generation & 1) pool_generation++; /* forked in the middle of a job: it is not ours */
 }
 
@@ -249,14 +215,6 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
         fn(ctx, 0, n);
         return;
     }
-    if (pool_solo_until) { /* the oversubscription guard (above) */
-        if (mrt_now_ns() < pool_solo_until) {
-            pthread_mutex_unlock(&pool_dispatch);
-            fn(ctx, 0, n);
-            return;
-        }
-        pool_solo_until = 0;
-    }
     pthread_once(&pool_once, pool_init);
     parts = pool_ensure(parts);
     if (parts <= 1) {
@@ -274,8 +232,7 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     __atomic_store_n(&pool_parts, parts, __ATOMIC_RELAXED);
     const unsigned long open = __atomic_load_n(&pool_generation, __ATOMIC_RELAXED) + 1;
     __atomic_store_n(&pool_generation, open, __ATOMIC_SEQ_CST);
-    const int all_awake = __atomic_load_n(&pool_sleepers, __ATOMIC_SEQ_CST) == 0;
-    if (!all_awake) {
+    if (__atomic_load_n(&pool_sleepers, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&pool_lock);
         pthread_cond_broadcast(&pool_wake);
         pthread_mutex_unlock(&pool_lock);
@@ -293,22 +250,9 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
         __atomic_store_n(&pool_caller_waits, 0, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&pool_lock);
     }
-    if (__atomic_load_n(&pool_joined_gen, __ATOMIC_RELAXED) == open) {
-        pool_missed = 0;
-    } else if (all_awake && ++pool_missed >= MRT_SOLO_MISSES) {
-        pool_missed = 0;
-        pool_solo_until = mrt_now_ns() + MRT_SOLO_NS;
-        pool_solo_episodes++;
-    }
     pthread_mutex_unlock(&pool_dispatch);
 }
 
-long mrt_pool_solo_episodes(void) {
-    pthread_mutex_lock(&pool_dispatch);
-    long episodes = pool_solo_episodes;
-    pthread_mutex_unlock(&pool_dispatch);
-    return episodes;
-}
 
 /* Grow a per-thread scratch buffer to at least ``bytes`` (64-byte aligned);
  * it is kept for the life of the thread (no allocation in the steady state).

@@ -49,8 +49,6 @@ unsigned mrt_cpu_features(void);
 int mrt_select_isa(int isa);
 int mrt_current_isa(void);
 int mrt_max_threads(void);
-/* times the thread pool ran jobs on the caller alone because its workers kept missing them */
-long mrt_pool_solo_episodes(void);
 
 /* Depthwise 2-D convolution: x (n, c, h, w), w (c, kh, kw), bias (c) or NULL,
  * residual (n, c, oh, ow) or NULL, y (n, c, oh, ow) = act(conv + bias +

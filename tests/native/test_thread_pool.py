@@ -1,7 +1,9 @@
-"""The native thread pool under oversubscription: more threads than CPUs must cost no more than one thread.
+"""The native thread pool oversubscribed: more threads than CPUs.
 
 Runs in a child process pinned to one CPU (affinity is per process and inherited by the pool's
-workers, which start on the first parallel job), so the test process keeps its own CPUs."""
+workers, which start on the first parallel job), so the test process keeps its own CPUs.  How fast
+it is there is a benchmark's question (docs/decisions.md D34); this checks that every run finishes
+with the one-thread result while the worker and the caller share the CPU."""
 from __future__ import annotations
 
 import json
@@ -38,7 +40,7 @@ PINNED_CHILD = textwrap.dedent(
     for _ in range(int(sys.argv[2])):
         (y,) = sess.run(None, x)
         same = same and np.array_equal(y, expected)
-    print(json.dumps({"episodes": native.pool_solo_episodes(), "same": bool(same)}))
+    print(json.dumps({"cpus": len(os.sched_getaffinity(0)), "same": bool(same)}))
     """
 )
 
@@ -64,15 +66,14 @@ def conv_stack(tmp_path_factory):
     return str(path)
 
 
-def test_two_threads_on_one_cpu_fall_back_to_the_caller(conv_stack):
-    """Pinned to one CPU with threads=2, the worker can only run when the caller does not: it misses
-    every job while awake, so the pool's oversubscription guard must take over (the caller runs the
-    jobs alone for a while), and the results must stay bit-identical to one thread's."""
+def test_two_threads_on_one_cpu_give_the_one_thread_result(conv_stack):
+    """Pinned to one CPU with threads=2, the worker runs only when the caller gives the CPU up (the
+    pool's spin-waits yield): jobs the worker joins late, or never, still complete, and the results
+    are bit-identical to one thread's."""
     env = {k: v for k, v in os.environ.items() if k not in ("MINIRT_DISABLE_NATIVE", "MINIRT_NATIVE_ISA")}
     proc = subprocess.run([sys.executable, "-c", PINNED_CHILD, conv_stack, "60"], capture_output=True, text=True,
                           timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["cpus"] == 1
     assert r["same"], "threads=2 on one CPU changed the result"
-    assert r["episodes"] >= 1, "the worker kept every job although it could not run beside the caller"
-
