@@ -305,7 +305,7 @@ def _concat_native(inputs, axis: int, out) -> np.ndarray | None:
         cols = math.prod(x.shape[ax:])
         # an input the memory plan placed at its piece (one row: the axes before `ax` are all 1) is
         # there already (the arena's Concat in place); any other overlap goes the numpy way
-        if not (rows == 1 and x.ctypes.data == base + offset * 4):
+        if not (rows == 1 and x.ctypes.data == base + offset * out.itemsize):
             if np.may_share_memory(x, out):
                 return None
             copies.append((x, offset, cols))

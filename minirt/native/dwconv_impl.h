@@ -50,10 +50,6 @@
  * last rows) are the lanes copied one by one.
  */
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h> /* dw_cb_clamp */
-#endif
-
 /* Lane indices.  DW_EVEN_LANES / DW_ODD_LANES pick the even / odd floats of
  * two vectors lo:hi (indices into their 2*MRT_VL lanes) the way one in-lane
  * shuffle (vshufps) does: within each 128-bit block, so the output columns

@@ -36,9 +36,6 @@
  * ext_ow columns per output row).
  */
 
-#if defined(__x86_64__) /* a few intrinsics: FN(vclamp_lo) / FN(vclamp_hi), FN(conv_cv_transpose12) */
-#include <immintrin.h>
-#endif
 typedef float FN(vf) __attribute__((vector_size(MRT_VL * 4)));
 /* 4-float vectors (every ISA has them) and their two-input shuffle, for small transposes */
 typedef float FN(v4f) __attribute__((vector_size(16)));

@@ -22,7 +22,9 @@
 #include <sys/auxv.h>
 #endif
 #if defined(__x86_64__)
-#include <immintrin.h> /* max / min in the GEMM epilogue (gemm_impl.h), compiled per ISA level */
+/* for the *_impl.h files included below (each compiled per ISA level): max / min in the GEMM epilogue,
+ * FN(conv_cv_transpose12), AVX-512 masked loads / stores (gemm_impl.h), dw_cb_clamp (dwconv_impl.h) */
+#include <immintrin.h>
 #endif
 
 #define MRT_ABI_VERSION 8
@@ -252,7 +254,6 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     }
     pthread_mutex_unlock(&pool_dispatch);
 }
-
 
 /* Grow a per-thread scratch buffer to at least ``bytes`` (64-byte aligned);
  * it is kept for the life of the thread (no allocation in the steady state).
