@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes._ir import static_shape
+from builder.ir_helpers import static_shape
 
 _ELEMENTWISE_1 = {
     "Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "LeakyRelu", "PRelu", "Clip", "Neg", "Abs", "Sqrt",
@@ -33,7 +33,7 @@ _REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "R
 _NORM = {"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization"}
 
 
-_shape = static_shape  # one definition: builder.passes._ir.static_shape
+_shape = static_shape  # one definition: builder.passes.irh.static_shape
 
 
 def _numel(value) -> int:

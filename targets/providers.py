@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from minirt.dtypes import ONNX_TO_NUMPY
 
 # provider name -> "module:Class" (imported on first use)
@@ -186,7 +186,7 @@ class SupportContext:
     @staticmethod
     def static_shape(value: ir.Value | None) -> tuple | None:
         """The shape when every dim is a known int, else None."""
-        return _ir.static_shape(value)
+        return irh.static_shape(value)
 
     @staticmethod
     def rank(value: ir.Value | None) -> int | None:

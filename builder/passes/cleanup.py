@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 Rule = Callable[[ir.Node, ir.Model], "ir.Value | bool | None"]
@@ -44,7 +44,7 @@ def _dropout(node, model):
     if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
         return None
     if len(node.inputs) > 2 and node.inputs[2] is not None:
-        training = _ir.const_array(node.inputs[2])
+        training = irh.const_array(node.inputs[2])
         if training is None or bool(training.reshape(-1)[0]):
             return None  # training mode (or unknown): not the identity
     return node.inputs[0]
@@ -52,7 +52,7 @@ def _dropout(node, model):
 
 def _cast(node, model):
     x = node.inputs[0]
-    to = _ir.attr(node, "to")
+    to = irh.attr(node, "to")
     if x is None or x.dtype is None or to is None:
         return None
     return x if int(x.dtype.value) == int(to) else None
@@ -68,7 +68,7 @@ def _cast_like(node, model):
 def _reshape_target(node) -> np.ndarray | None:
     if len(node.inputs) < 2:
         return None
-    s = _ir.const_array(node.inputs[1])
+    s = irh.const_array(node.inputs[1])
     return None if s is None else s.astype(np.int64).reshape(-1)
 
 
@@ -97,15 +97,15 @@ def _reshape(node, model):
     target = _reshape_target(node)
     if x is None or target is None:
         return None
-    allowzero = _ir.attr(node, "allowzero", 0)
-    shape = _ir.static_shape(x)
+    allowzero = irh.attr(node, "allowzero", 0)
+    shape = irh.static_shape(x)
     if shape is not None and _resolve_reshape(shape, target, allowzero) == shape:
         return x
     # Reshape of a pure reshaping op: read the op's input directly.
     producer = x.producer()
     if (
         producer is not None
-        and _ir.is_onnx(producer, "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+        and irh.is_onnx(producer, "Reshape", "Flatten", "Squeeze", "Unsqueeze")
         and producer.inputs[0] is not None
         and (allowzero or not (target == 0).any())
     ):
@@ -116,15 +116,15 @@ def _reshape(node, model):
 
 def _same_shape_as_input(node, model):
     x, y = node.inputs[0], node.outputs[0]
-    sx, sy = _ir.static_shape(x), _ir.static_shape(y)
+    sx, sy = irh.static_shape(x), irh.static_shape(y)
     return x if sx is not None and sx == sy else None
 
 
 def _perm(node) -> list | None:
-    p = _ir.attr(node, "perm")
+    p = irh.attr(node, "perm")
     if p is not None:
         return [int(i) for i in p]
-    r = _ir.rank(node.inputs[0])
+    r = irh.rank(node.inputs[0])
     return None if r is None else list(range(r))[::-1]
 
 
@@ -135,7 +135,7 @@ def _transpose(node, model):
     if perm == sorted(perm):
         return node.inputs[0]
     producer = node.inputs[0].producer()
-    if producer is not None and _ir.is_onnx(producer, "Transpose") and producer.inputs[0] is not None:
+    if producer is not None and irh.is_onnx(producer, "Transpose") and producer.inputs[0] is not None:
         inner = _perm(producer)
         if inner is None or len(inner) != len(perm):
             return None
@@ -154,10 +154,10 @@ def _neutral_operand(node, neutral: float, sides: tuple) -> ir.Value | None:
         return None
     for side in sides:
         c, x = node.inputs[side], node.inputs[1 - side]
-        arr = _ir.const_array(c)
+        arr = irh.const_array(c)
         if arr is None or arr.dtype.kind not in "fiu" or not np.all(arr == neutral):
             continue
-        rx = _ir.rank(x)
+        rx = irh.rank(x)
         if rx is None or arr.ndim > rx or any(d != 1 for d in arr.shape):
             continue
         if x.dtype is not None and c.dtype is not None and x.dtype != c.dtype:
@@ -184,9 +184,9 @@ def _sub(node, model):
 
 def _pad(node, model):
     if len(node.inputs) >= 2 and node.inputs[1] is not None:
-        pads = _ir.const_array(node.inputs[1])
+        pads = irh.const_array(node.inputs[1])
     else:
-        pads = _ir.attr(node, "pads")
+        pads = irh.attr(node, "pads")
         pads = None if pads is None else np.asarray(pads)
     if pads is None or np.any(pads != 0):
         return None
@@ -227,8 +227,8 @@ class Cleanup(Pass):
 
     def run(self, model: ir.Model) -> bool:
         changed = False
-        for graph in list(_ir.graphs(model)):
-            for node in _ir.live_nodes(graph):
+        for graph in list(irh.graphs(model)):
+            for node in irh.live_nodes(graph):
                 if node.domain not in ("", "ai.onnx"):
                     continue
                 for rule in _BY_OP.get(node.op_type, ()):
@@ -239,7 +239,7 @@ class Cleanup(Pass):
                         changed = True
                         continue
                     out = node.outputs[0]
-                    if result is out or not _ir.replace_value(out, result):
+                    if result is out or not irh.replace_value(out, result):
                         continue
                     # Keep the removed node's output dtype/shape knowledge on the survivor.
                     if result.shape is None and out.shape is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels.registry import NodeContext, lookup
@@ -85,7 +85,7 @@ def attribute_kwargs(node: ir.Node) -> dict:
 
 def run_kernel(model: ir.Model, node: ir.Node, inputs: list) -> tuple:
     """Run ``node`` on numpy ``inputs`` with minirt's kernel; returns a tuple of outputs."""
-    opset = _ir.opset_of(model, node)
+    opset = irh.opset_of(model, node)
     entry = lookup(node.domain, node.op_type, opset)
     if entry is None:
         raise LookupError(f"no kernel for {node.domain or 'ai.onnx'}::{node.op_type} at opset {opset}")
@@ -103,7 +103,7 @@ def _expected_bytes(node: ir.Node, inputs: list) -> int | None:
     """Size of the result, when it can be known without running the node."""
     total = 0
     for v in node.outputs:
-        shape, dtype = _ir.static_shape(v), _ir.numpy_dtype(v)
+        shape, dtype = irh.static_shape(v), irh.numpy_dtype(v)
         if shape is None or dtype is None or dtype == object:
             break
         total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -134,8 +134,8 @@ def _shape_op_dims(node: ir.Node) -> list | None:
     if dims is None:
         return None
     r = len(dims)
-    start = _ir.attr(node, "start", 0)
-    end = _ir.attr(node, "end", r)
+    start = irh.attr(node, "start", 0)
+    end = irh.attr(node, "end", r)
     start = min(max(start + r if start < 0 else start, 0), r)
     end = min(max(end + r if end < 0 else end, 0), r)
     return dims[start:end]
@@ -146,7 +146,7 @@ def promote_initializer_inputs(model: ir.Model) -> bool:
     if model.ir_version is None or model.ir_version >= 4:
         return False
     changed = False
-    for graph in _ir.graphs(model):
+    for graph in irh.graphs(model):
         keep = [v for v in graph.inputs if not (v.name in graph.initializers and graph.initializers[v.name] is v)]
         if len(keep) != len(graph.inputs):
             graph.inputs[:] = keep
@@ -162,11 +162,11 @@ class ConstantFolding(Pass):
     def run(self, model: ir.Model) -> bool:
         self._model = model
         changed = promote_initializer_inputs(model)
-        for graph in list(_ir.graphs(model)):
-            for node in _ir.live_nodes(graph):
-                if _ir.is_onnx(node, "Constant"):
+        for graph in list(irh.graphs(model)):
+            for node in irh.live_nodes(graph):
+                if irh.is_onnx(node, "Constant"):
                     changed |= self._lift_constant(graph, node)
-                elif _ir.is_onnx(node, "Shape", "Size"):
+                elif irh.is_onnx(node, "Shape", "Size"):
                     changed |= self._fold_shape(graph, node)
                 else:
                     changed |= self._fold(model, graph, node)
@@ -182,15 +182,15 @@ class ConstantFolding(Pass):
                 continue
             if arr.dtype == object or arr.dtype.kind not in "fiub":
                 return False
-            expected = _ir.numpy_dtype(v)
+            expected = irh.numpy_dtype(v)
             if expected is not None and arr.dtype != expected:
                 arr = arr.astype(expected)
             news.append(arr)
         for v, arr in zip(outs, news):
             if arr is None:
                 continue
-            init = _ir.new_initializer(graph, arr, (v.name or "folded") + "_const")
-            if not _ir.replace_value(v, init):
+            init = irh.new_initializer(graph, arr, (v.name or "folded") + "_const")
+            if not irh.replace_value(v, init):
                 return False
         for v in outs:
             if v.uses() or v.is_graph_output():
@@ -200,7 +200,7 @@ class ConstantFolding(Pass):
 
     def _lift_constant(self, graph: ir.Graph, node: ir.Node) -> bool:
         out = node.outputs[0]
-        tensor = _ir.const_tensor(out)
+        tensor = irh.const_tensor(out)
         if tensor is None:
             return False
         try:
@@ -215,7 +215,7 @@ class ConstantFolding(Pass):
         if node.op_type == "Size":
             dims = _shape_dims(node.inputs[0])
             if dims is None or None in dims:
-                return self._fold(self._model, graph, node) if _ir.is_const(node.inputs[0]) else False
+                return self._fold(self._model, graph, node) if irh.is_const(node.inputs[0]) else False
             return self._replace_with_arrays(graph, node, [np.array(int(np.prod(dims)), dtype=np.int64)])
         dims = _shape_op_dims(node)
         if dims is None:
@@ -231,7 +231,7 @@ class ConstantFolding(Pass):
         return changed
 
     def _fold(self, model: ir.Model, graph: ir.Graph, node: ir.Node) -> bool:
-        if node.op_type in _NEVER_FOLD or _ir.has_subgraph(node) or not node.inputs:
+        if node.op_type in _NEVER_FOLD or irh.has_subgraph(node) or not node.inputs:
             return False
         if not any(v.uses() or v.is_graph_output() for v in node.outputs):
             return False  # dead: DCE's job
@@ -244,7 +244,7 @@ class ConstantFolding(Pass):
             if v is None:
                 inputs.append(None)
                 continue
-            arr = _ir.const_array(v)
+            arr = irh.const_array(v)
             if arr is None:
                 return False
             inputs.append(arr)
@@ -272,9 +272,9 @@ def _pick(consumer: ir.Node, shape_value: ir.Value, dims: list) -> np.ndarray | 
         return None
     r = len(dims)
     if consumer.op_type == "Gather":
-        if _ir.attr(consumer, "axis", 0) != 0:
+        if irh.attr(consumer, "axis", 0) != 0:
             return None
-        idx = _ir.const_array(consumer.inputs[1])
+        idx = irh.const_array(consumer.inputs[1])
         if idx is None:
             return None
         flat = [int(i) + r if int(i) < 0 else int(i) for i in idx.reshape(-1)]
@@ -282,7 +282,7 @@ def _pick(consumer: ir.Node, shape_value: ir.Value, dims: list) -> np.ndarray | 
             return None
         return np.array([dims[i] for i in flat], dtype=np.int64).reshape(idx.shape)
     if consumer.op_type == "Slice" and len(consumer.inputs) >= 3:
-        arrs = [_ir.const_array(v) if v is not None else None for v in consumer.inputs[1:]]
+        arrs = [irh.const_array(v) if v is not None else None for v in consumer.inputs[1:]]
         if arrs[0] is None or arrs[1] is None or any(a is None for a, v in zip(arrs[2:], consumer.inputs[3:]) if v is not None):
             return None
         axes = arrs[2] if len(arrs) > 2 and arrs[2] is not None else np.array([0])

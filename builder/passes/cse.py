@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 _NONDETERMINISTIC = frozenset(
@@ -42,7 +42,7 @@ def _attr_key(a: ir.Attr):
 
 def node_key(node: ir.Node):
     """A hashable key equal for nodes that compute the same outputs, or None."""
-    if node.op_type in _NONDETERMINISTIC or _ir.has_subgraph(node):
+    if node.op_type in _NONDETERMINISTIC or irh.has_subgraph(node):
         return None
     try:
         attrs = tuple(sorted(_attr_key(a) for a in node.attributes.values()))
@@ -67,7 +67,7 @@ class CommonSubexpressionElimination(Pass):
 
     def run(self, model: ir.Model) -> bool:
         changed = False
-        for graph in list(_ir.graphs(model)):
+        for graph in list(irh.graphs(model)):
             seen: dict = {}
             for node in list(graph):
                 key = node_key(node)
@@ -78,12 +78,12 @@ class CommonSubexpressionElimination(Pass):
                     seen[key] = node
                     continue
                 pairs = list(zip(node.outputs, first.outputs))
-                if not all(_ir.can_replace(old, new) for old, new in pairs):
+                if not all(irh.can_replace(old, new) for old, new in pairs):
                     continue
                 if sum(old.is_graph_output() for old, _ in pairs) and any(new.is_graph_output() for _, new in pairs):
                     continue
                 for old, new in pairs:
-                    _ir.replace_value(old, new)
+                    irh.replace_value(old, new)
                 graph.remove(node, safe=True)
                 changed = True
         return changed

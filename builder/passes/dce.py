@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 
@@ -38,7 +38,7 @@ def eliminate_dead_code(graph: ir.Graph) -> bool:
     # Reverse topological order: a consumer dies before its producer is looked at.
     for node in reversed(list(graph)):
         if _is_dead(node):
-            if _ir.has_subgraph(node):
+            if irh.has_subgraph(node):
                 _detach_subgraphs(node)
             graph.remove(node, safe=True)
             changed = True
@@ -57,6 +57,6 @@ class DeadCodeElimination(Pass):
 
     def run(self, model: ir.Model) -> bool:
         changed = False
-        for graph in list(_ir.graphs(model)):
+        for graph in list(irh.graphs(model)):
             changed |= eliminate_dead_code(graph)
         return changed

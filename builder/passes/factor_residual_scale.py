@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 _FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE)
@@ -32,32 +32,32 @@ class FactorResidualScale(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in _ir.live_nodes(graph):
-            if _ir.is_onnx(node, "Add") and len(node.inputs) == 2:
+        for node in irh.live_nodes(graph):
+            if irh.is_onnx(node, "Add") and len(node.inputs) == 2:
                 changed |= self._try(graph, node)
         return changed
 
     def _try(self, graph: ir.Graph, add: ir.Node) -> bool:
         for scaled in add.inputs:
             mul = scaled.producer() if scaled is not None else None
-            if mul is None or mul.graph is not graph or not _ir.is_onnx(mul, "Mul") or len(mul.inputs) != 2:
+            if mul is None or mul.graph is not graph or not irh.is_onnx(mul, "Mul") or len(mul.inputs) != 2:
                 continue
-            x = _ir.other_input(add, scaled)
-            gate = _ir.other_input(mul, x)
-            if x is None or gate is None or x is gate or _ir.single_use(scaled) is not add:
+            x = irh.other_input(add, scaled)
+            gate = irh.other_input(mul, x)
+            if x is None or gate is None or x is gate or irh.single_use(scaled) is not add:
                 continue
             if x.dtype not in _FLOAT_TYPES or gate.dtype != x.dtype:
                 continue
-            one = _ir.new_initializer(graph, np.ones((), dtype=_ir.numpy_dtype(x)), "one")
-            gate_plus_one = ir.Node("", "Add", [gate, one], name=_ir.unique_name(graph, (mul.name or "gate") + "_plus_one"))
+            one = irh.new_initializer(graph, np.ones((), dtype=irh.numpy_dtype(x)), "one")
+            gate_plus_one = ir.Node("", "Add", [gate, one], name=irh.unique_name(graph, (mul.name or "gate") + "_plus_one"))
             gate_plus_one.outputs[0].type = gate.type
             gate_plus_one.outputs[0].shape = gate.shape
             factored = ir.Node("", "Mul", [x, gate_plus_one.outputs[0]], name=add.name)
-            _ir.copy_type(factored.outputs[0], add.outputs[0])
-            if not _ir.can_replace(add.outputs[0], factored.outputs[0]):
+            irh.copy_type(factored.outputs[0], add.outputs[0])
+            if not irh.can_replace(add.outputs[0], factored.outputs[0]):
                 continue
             graph.insert_before(add, [gate_plus_one, factored])
-            _ir.replace_value(add.outputs[0], factored.outputs[0])
+            irh.replace_value(add.outputs[0], factored.outputs[0])
             graph.remove([add, mul], safe=True)
             return True
         return False

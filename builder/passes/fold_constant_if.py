@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 
@@ -37,14 +37,14 @@ class FoldConstantIf(Pass):
 
     def run(self, model: ir.Model) -> bool:
         changed = False
-        for graph in list(_ir.graphs(model)):
-            for node in _ir.live_nodes(graph):
-                if not _ir.is_onnx(node, "If") or not node.inputs:
+        for graph in list(irh.graphs(model)):
+            for node in irh.live_nodes(graph):
+                if not irh.is_onnx(node, "If") or not node.inputs:
                     continue
-                cond = _ir.const_array(node.inputs[0])
+                cond = irh.const_array(node.inputs[0])
                 if cond is None or cond.size != 1:
                     continue
-                branch = _ir.attr(node, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+                branch = irh.attr(node, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
                 if branch is None or len(branch.outputs) != len(node.outputs):
                     self.refuse("fold_if", node, "branch outputs do not match the If outputs")
                     continue
@@ -53,7 +53,7 @@ class FoldConstantIf(Pass):
         return changed
 
     def _inline(self, graph: ir.Graph, node: ir.Node, branch: ir.Graph) -> None:
-        taken = set(_ir._names(graph))
+        taken = set(irh._names(graph))
         # Detach the branch's outputs first: an initializer that is also a branch
         # output still belongs to the branch until it is no longer listed there.
         outs = list(branch.outputs)
@@ -62,7 +62,7 @@ class FoldConstantIf(Pass):
         for name, init in list(branch.initializers.items()):
             branch.initializers.pop(name)
             if init.name in taken or init.name in graph.initializers:
-                init.name = _ir.unique_name(graph, init.name)
+                init.name = irh.unique_name(graph, init.name)
             graph.register_initializer(init)
             taken.add(init.name)
         nodes = list(branch)
@@ -70,10 +70,10 @@ class FoldConstantIf(Pass):
             branch.remove(n, safe=False)
         for n in nodes:
             if n.name and n.name in taken:
-                n.name = _ir.unique_name(graph, n.name)
+                n.name = irh.unique_name(graph, n.name)
             for v in n.outputs:
                 if v.name and v.name in taken:
-                    v.name = _ir.unique_name(graph, v.name)
+                    v.name = irh.unique_name(graph, v.name)
                 if v.name:
                     taken.add(v.name)
         graph.meta.pop("_minirt_names", None)
@@ -81,8 +81,8 @@ class FoldConstantIf(Pass):
             graph.insert_before(node, nodes)
         used = set()
         for old, new in zip(node.outputs, outs):
-            if id(new) in used or not _ir.can_replace(old, new):
-                ident = ir.Node("", "Identity", [new], name=_ir.unique_name(graph, (node.name or "If") + "_out"))
+            if id(new) in used or not irh.can_replace(old, new):
+                ident = ir.Node("", "Identity", [new], name=irh.unique_name(graph, (node.name or "If") + "_out"))
                 ident.outputs[0].type = old.type or new.type
                 ident.outputs[0].shape = old.shape or new.shape
                 graph.insert_before(node, ident)
@@ -92,7 +92,7 @@ class FoldConstantIf(Pass):
                 new.type = old.type
             if new.shape is None and old.shape is not None:
                 new.shape = old.shape
-            _ir.replace_value(old, new)
+            irh.replace_value(old, new)
         graph.remove(node, safe=True)
 
 

@@ -32,12 +32,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 # (domain, op_type) of the layers a map folds into; domain "" is ONNX
-_CONV_READERS = {("", "Conv"), (_ir.MINIRT_DOMAIN, "FusedConv")}
-_GEMM_READERS = {("", "Gemm"), (_ir.MINIRT_DOMAIN, "FusedGemm")}
+_CONV_READERS = {("", "Conv"), (irh.MINIRT_DOMAIN, "FusedConv")}
+_GEMM_READERS = {("", "Gemm"), (irh.MINIRT_DOMAIN, "FusedGemm")}
 
 
 def _kind(node: ir.Node) -> tuple[str, str]:
@@ -48,11 +48,11 @@ def _kind(node: ir.Node) -> tuple[str, str]:
 def _scalar_operand(node: ir.Node, data: ir.Value) -> float | None:
     """The constant float scalar that ``node`` (a two-input Mul / Add) combines with ``data``, or None
     when the other operand is not one, or has a rank that would broadcast ``data`` to a larger rank."""
-    other = _ir.other_input(node, data)
-    arr = _ir.const_array(other)
+    other = irh.other_input(node, data)
+    arr = irh.const_array(other)
     if arr is None or arr.size != 1 or arr.dtype.kind != "f":
         return None
-    data_rank = _ir.rank(data)
+    data_rank = irh.rank(data)
     if arr.ndim > (data_rank if data_rank is not None else 1):
         return None
     return float(arr.reshape(-1)[0])
@@ -66,8 +66,8 @@ class FoldInputAffine(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in _ir.live_nodes(graph):
-            if node.graph is not graph or not _ir.is_onnx(node, "Mul", "Add") or len(node.inputs) != 2:
+        for node in irh.live_nodes(graph):
+            if node.graph is not graph or not irh.is_onnx(node, "Mul", "Add") or len(node.inputs) != 2:
                 continue
             changed |= self._try(graph, node)
         return changed
@@ -81,8 +81,8 @@ class FoldInputAffine(Pass):
             if head.op_type == "Add":
                 return self._fold(graph, [head], data, 1.0, scale_or_shift)
             chain, scale, shift = [head], scale_or_shift, 0.0
-            add = _ir.single_use(head.outputs[0])
-            if add is not None and _ir.is_onnx(add, "Add") and len(add.inputs) == 2:
+            add = irh.single_use(head.outputs[0])
+            if add is not None and irh.is_onnx(add, "Add") and len(add.inputs) == 2:
                 t = _scalar_operand(add, head.outputs[0])
                 if t is not None:
                     chain, shift = [head, add], t
@@ -111,7 +111,7 @@ class FoldInputAffine(Pass):
             plans.append((reader, plan))
         for reader, (weight, bias, attr_updates) in plans:
             self._emit(graph, reader, data, weight, bias, attr_updates)
-        _ir.remove_nodes(graph, list(reversed(chain)))
+        irh.remove_nodes(graph, list(reversed(chain)))
         return True
 
     def _plan(self, reader: ir.Node, result: ir.Value, scale: float, shift: float):
@@ -122,48 +122,48 @@ class FoldInputAffine(Pass):
             return f"{reader.op_type} is not a pointwise Conv or Gemm"
         if reader.inputs[0] is not result or any(v is result for v in reader.inputs[1:]):
             return "the map is not only the layer's data input"
-        w = _ir.const_array(reader.inputs[1]) if len(reader.inputs) > 1 else None
+        w = irh.const_array(reader.inputs[1]) if len(reader.inputs) > 1 else None
         if w is None or w.dtype.kind != "f":
             return "the weight is not a float constant"
         b_value = reader.inputs[2] if len(reader.inputs) > 2 else None
-        b = None if b_value is None else _ir.const_array(b_value)
+        b = None if b_value is None else irh.const_array(b_value)
         if b_value is not None and b is None:
             return "the bias is not a constant"
         w64 = w.astype(np.float64)
         if kind in _CONV_READERS:
             if w.ndim < 3 or any(k != 1 for k in w.shape[2:]):
                 return f"kernel {list(w.shape[2:])} is not 1x1 (a padded window would read zeros, not the shift)"
-            if any(int(p) != 0 for p in (_ir.attr(reader, "pads", None) or ())):
+            if any(int(p) != 0 for p in (irh.attr(reader, "pads", None) or ())):
                 return "the conv pads its input"
             per_output = w64.reshape(w.shape[0], -1).sum(axis=1)  # over the group's input channels and taps
             base = np.zeros(w.shape[0]) if b is None else b.astype(np.float64).reshape(-1)
             return (w64 * scale).astype(w.dtype), (base + shift * per_output).astype(w.dtype), {}
-        alpha = float(_ir.attr(reader, "alpha", 1.0))
-        beta = float(_ir.attr(reader, "beta", 1.0))
+        alpha = float(irh.attr(reader, "alpha", 1.0))
+        beta = float(irh.attr(reader, "beta", 1.0))
         if w.ndim != 2:
             return "the Gemm weight is not a matrix"
-        per_column = w64.sum(axis=1) if _ir.attr(reader, "transB", 0) else w64.sum(axis=0)
+        per_column = w64.sum(axis=1) if irh.attr(reader, "transB", 0) else w64.sum(axis=0)
         base = np.zeros(per_column.shape) if b is None else beta * b.astype(np.float64)
         return (w64 * scale).astype(w.dtype), (base + alpha * shift * per_column).astype(w.dtype), {"beta": 1.0}
 
     def _emit(self, graph, reader, data, weight, bias, attr_updates) -> None:
         hint = reader.inputs[1].name or "w"
-        wv = _ir.new_initializer(graph, weight, hint + "_affine")
-        bv = _ir.new_initializer(graph, bias, hint + "_affine_bias")
+        wv = irh.new_initializer(graph, weight, hint + "_affine")
+        bv = irh.new_initializer(graph, bias, hint + "_affine_bias")
         inputs = [data, wv, bv] + list(reader.inputs[3:])
         folded = ir.Node(
             reader.domain,
             reader.op_type,
             inputs,
-            attributes=_ir.copy_attrs(reader, drop=attr_updates)
+            attributes=irh.copy_attrs(reader, drop=attr_updates)
             + [ir.AttrFloat32(k, v) for k, v in attr_updates.items()],
             version=reader.version,
             name=reader.name,
             num_outputs=len(reader.outputs),
         )
         for new, old in zip(folded.outputs, reader.outputs):
-            _ir.copy_type(new, old)
+            irh.copy_type(new, old)
         graph.insert_before(reader, folded)
         for new, old in zip(folded.outputs, reader.outputs):
-            _ir.replace_value(old, new)
+            irh.replace_value(old, new)
         graph.remove([reader], safe=True)

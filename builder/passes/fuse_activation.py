@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 _FUSED = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul", "ConvTranspose": "FusedConvTranspose"}
@@ -42,41 +42,41 @@ _SIMPLE = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "HardSwish": "H
 
 def _base(node: ir.Node):
     """(kind, core inputs, z, activation) of a fusable producer, else None."""
-    if _ir.is_onnx(node, *_FUSED):
+    if irh.is_onnx(node, *_FUSED):
         core = list(node.inputs[:3]) + [None] * (3 - min(len(node.inputs), 3))
         return node.op_type, core, None, ""
-    if node.domain == _ir.MINIRT_DOMAIN and node.op_type in _KIND:
+    if node.domain == irh.MINIRT_DOMAIN and node.op_type in _KIND:
         core = list(node.inputs[:3]) + [None] * (3 - min(len(node.inputs), 3))
         z = node.inputs[3] if len(node.inputs) > 3 else None
-        return _KIND[node.op_type], core, z, _ir.attr(node, "activation", "")
+        return _KIND[node.op_type], core, z, irh.attr(node, "activation", "")
     return None
 
 
 def activation_of(model: ir.Model, node: ir.Node):
     """(name, params) when ``node`` is a fusable activation; (None, reason) when it is one we refuse; None otherwise."""
-    if node.domain == _ir.MINIRT_DOMAIN and node.op_type == "Activation":
-        return _ir.attr(node, "activation", ""), tuple(_ir.attr(node, "activation_params", ()) or ())
+    if node.domain == irh.MINIRT_DOMAIN and node.op_type == "Activation":
+        return irh.attr(node, "activation", ""), tuple(irh.attr(node, "activation_params", ()) or ())
     if node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type
     if op in _SIMPLE:
         return _SIMPLE[op], ()
     if op == "LeakyRelu":
-        return "LeakyRelu", (float(_ir.attr(node, "alpha", 0.01)),)
+        return "LeakyRelu", (float(irh.attr(node, "alpha", 0.01)),)
     if op == "HardSigmoid":
-        return "HardSigmoid", (float(_ir.attr(node, "alpha", 0.2)), float(_ir.attr(node, "beta", 0.5)))
+        return "HardSigmoid", (float(irh.attr(node, "alpha", 0.2)), float(irh.attr(node, "beta", 0.5)))
     if op == "Gelu":
-        return ("GeluTanh" if _ir.attr(node, "approximate", "none") == "tanh" else "Gelu"), ()
+        return ("GeluTanh" if irh.attr(node, "approximate", "none") == "tanh" else "Gelu"), ()
     if op == "Clip":
-        if _ir.opset_of(model, node) < 11:
-            return "Clip", (float(_ir.attr(node, "min", -_FLT_MAX)), float(_ir.attr(node, "max", _FLT_MAX)))
+        if irh.opset_of(model, node) < 11:
+            return "Clip", (float(irh.attr(node, "min", -_FLT_MAX)), float(irh.attr(node, "max", _FLT_MAX)))
         bounds = []
         for i, default in ((1, -_FLT_MAX), (2, _FLT_MAX)):
             v = node.inputs[i] if len(node.inputs) > i else None
             if v is None:
                 bounds.append(default)
                 continue
-            s = _ir.scalar(v)
+            s = irh.scalar(v)
             if s is None:
                 return None, "Clip bounds are not build-time constants"
             bounds.append(s)
@@ -92,7 +92,7 @@ class FuseActivation(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in _ir.live_nodes(graph):
+        for node in irh.live_nodes(graph):
             base = _base(node)
             if base is None:
                 continue
@@ -115,7 +115,7 @@ class FuseActivation(Pass):
             return False
         user, index = uses[0]
         # Residual add
-        if ((_ir.is_onnx(user, "Add") or (_ir.is_onnx(user, "Sum") and len(user.inputs) == 2)) and z is None and not act
+        if ((irh.is_onnx(user, "Add") or (irh.is_onnx(user, "Sum") and len(user.inputs) == 2)) and z is None and not act
                 and kind not in _NO_RESIDUAL):
             other = user.inputs[1 - index]
             if other is None:
@@ -135,9 +135,9 @@ class FuseActivation(Pass):
         return True
 
     def _emit(self, model, graph, node, user, kind, core, z, act, params) -> None:
-        _ir.ensure_minirt_opset(model)
+        irh.ensure_minirt_opset(model)
         drop = ("activation", "activation_params")
-        attrs = _ir.copy_attrs(node, drop=drop) + [ir.AttrString("activation", act)]
+        attrs = irh.copy_attrs(node, drop=drop) + [ir.AttrString("activation", act)]
         if params:
             attrs.append(ir.AttrFloat32s("activation_params", [float(np.float32(p)) for p in params]))
         inputs = list(core)
@@ -145,10 +145,10 @@ class FuseActivation(Pass):
             inputs.append(z)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        fused = ir.Node(_ir.MINIRT_DOMAIN, _FUSED[kind], inputs, attributes=attrs, name=node.name)
+        fused = ir.Node(irh.MINIRT_DOMAIN, _FUSED[kind], inputs, attributes=attrs, name=node.name)
         out = user.outputs[0]
         fused.outputs[0].type = out.type
         fused.outputs[0].shape = out.shape
         graph.insert_before(user, fused)
-        _ir.replace_value(out, fused.outputs[0])
+        irh.replace_value(out, fused.outputs[0])
         graph.remove([user, node], safe=True)

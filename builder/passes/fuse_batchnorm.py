@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 _PRODUCERS = ("Conv", "ConvTranspose", "Gemm")
@@ -34,9 +34,9 @@ def _channels(node: ir.Node, w: np.ndarray) -> int | None:
     if node.op_type == "Conv":
         return w.shape[0]
     if node.op_type == "ConvTranspose":
-        return w.shape[1] * int(_ir.attr(node, "group", 1))
+        return w.shape[1] * int(irh.attr(node, "group", 1))
     if node.op_type == "Gemm":
-        return w.shape[0] if _ir.attr(node, "transB", 0) else w.shape[1]
+        return w.shape[0] if irh.attr(node, "transB", 0) else w.shape[1]
     return None
 
 
@@ -77,13 +77,13 @@ def _scaled(node: ir.Node, w: np.ndarray, k: np.ndarray) -> np.ndarray:
     if node.op_type == "Conv":
         return w64 * k.reshape((-1,) + (1,) * (w.ndim - 1))
     if node.op_type == "ConvTranspose":
-        g = int(_ir.attr(node, "group", 1))
+        g = int(irh.attr(node, "group", 1))
         cin, mg = w.shape[0], w.shape[1]
         w5 = w64.reshape((g, cin // g, mg) + w.shape[2:])
         k5 = k.reshape((g, 1, mg) + (1,) * (w.ndim - 2))
         return (w5 * k5).reshape(w.shape)
     # Gemm
-    if _ir.attr(node, "transB", 0):
+    if irh.attr(node, "transB", 0):
         return w64 * k[:, None]
     return w64 * k[None, :]
 
@@ -96,8 +96,8 @@ class FuseBatchNorm(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in _ir.live_nodes(graph):
-            if not _ir.is_onnx(node, "BatchNormalization", "Mul", "Div", "Add", "Sub"):
+        for node in irh.live_nodes(graph):
+            if not irh.is_onnx(node, "BatchNormalization", "Mul", "Div", "Add", "Sub"):
                 continue
             changed |= self._try(model, graph, node)
         return changed
@@ -116,16 +116,16 @@ class FuseBatchNorm(Pass):
             if y is None or len(node.inputs) < 2:
                 continue
             producer = y.producer()
-            if producer is None or not _ir.is_onnx(producer, *_PRODUCERS) or producer.graph is not graph:
+            if producer is None or not irh.is_onnx(producer, *_PRODUCERS) or producer.graph is not graph:
                 continue
-            if op != "BatchNormalization" and not _ir.is_const(node.inputs[1 - side]):
+            if op != "BatchNormalization" and not irh.is_const(node.inputs[1 - side]):
                 continue
             pattern = f"{producer.op_type}+{op}"
-            if _ir.single_use(y) is not node:
+            if irh.single_use(y) is not node:
                 if op == "BatchNormalization":
                     self.refuse(pattern, node, f"{producer.op_type} output is also read elsewhere")
                 continue
-            w = _ir.const_array(producer.inputs[1])
+            w = irh.const_array(producer.inputs[1])
             if w is None:
                 self.refuse(pattern, node, f"{producer.op_type} weight {producer.inputs[1].name!r} is not a constant")
                 continue
@@ -135,17 +135,17 @@ class FuseBatchNorm(Pass):
             b_val = producer.inputs[2] if len(producer.inputs) > 2 else None
             b = None
             if b_val is not None:
-                b = _ir.const_array(b_val)
+                b = irh.const_array(b_val)
                 if b is None:
                     self.refuse(pattern, node, f"{producer.op_type} bias is not a constant")
                     continue
-            if producer.op_type == "Gemm" and _ir.attr(producer, "transA", 0) not in (0, 1):
+            if producer.op_type == "Gemm" and irh.attr(producer, "transA", 0) not in (0, 1):
                 continue
             m = _channels(producer, w)
             if op == "BatchNormalization":
                 k, shift, why = self._bn(node, m)
             else:
-                c = _ir.const_array(node.inputs[1 - side])
+                c = irh.const_array(node.inputs[1 - side])
                 vec = None if c is None or c.dtype.kind != "f" else _per_channel(producer, c, m, _out_rank(producer, w))
                 if vec is None:
                     continue  # a broadcasting operand, not a per-channel affine: not this pattern
@@ -165,19 +165,19 @@ class FuseBatchNorm(Pass):
         return False
 
     def _bn(self, node: ir.Node, m: int):
-        if _ir.attr(node, "training_mode", 0):
+        if irh.attr(node, "training_mode", 0):
             return None, None, "BatchNormalization is in training mode"
-        if _ir.attr(node, "spatial", 1) != 1:
+        if irh.attr(node, "spatial", 1) != 1:
             return None, None, "BatchNormalization with spatial=0"
         if any(v.uses() or v.is_graph_output() for v in node.outputs[1:]):
             return None, None, "BatchNormalization's running statistics outputs are read"
-        params = [_ir.const_array(v) for v in node.inputs[1:5]]
+        params = [irh.const_array(v) for v in node.inputs[1:5]]
         if any(p is None for p in params):
             return None, None, "BatchNormalization scale/bias/mean/var are not all constants"
         s, t, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
         if not all(p.size in (1, m) for p in (s, t, mean, var)):
             return None, None, f"BatchNormalization parameters do not have {m} channels"
-        eps = float(_ir.attr(node, "epsilon", 1e-5))
+        eps = float(irh.attr(node, "epsilon", 1e-5))
         k = s / np.sqrt(var + eps)
         return np.broadcast_to(k, (m,)), np.broadcast_to(t - mean * k, (m,)), None
 
@@ -185,7 +185,7 @@ class FuseBatchNorm(Pass):
         m = k.shape[0]
         new_w = _scaled(producer, w, k).astype(w.dtype)
         if producer.op_type == "Gemm":
-            beta = float(_ir.attr(producer, "beta", 1.0))
+            beta = float(irh.attr(producer, "beta", 1.0))
             if b is None:
                 base = np.zeros(m)
             else:
@@ -202,18 +202,18 @@ class FuseBatchNorm(Pass):
         return self._emit(graph, producer, node, new_w, new_b, {})
 
     def _emit(self, graph, producer, node, new_w, new_b, attr_updates) -> None:
-        wv = _ir.new_initializer(graph, new_w, (producer.inputs[1].name or "w") + "_fused")
-        bv = _ir.new_initializer(graph, new_b, (producer.inputs[1].name or "w") + "_fused_bias")
+        wv = irh.new_initializer(graph, new_w, (producer.inputs[1].name or "w") + "_fused")
+        bv = irh.new_initializer(graph, new_b, (producer.inputs[1].name or "w") + "_fused_bias")
         fused = ir.Node(
             producer.domain,
             producer.op_type,
             [producer.inputs[0], wv, bv],
-            attributes=_ir.copy_attrs(producer, drop=attr_updates) + [ir.AttrFloat32(k, v) for k, v in attr_updates.items()],
+            attributes=irh.copy_attrs(producer, drop=attr_updates) + [ir.AttrFloat32(k, v) for k, v in attr_updates.items()],
             version=producer.version,
             name=producer.name,
         )
         fused.outputs[0].type = node.outputs[0].type
         fused.outputs[0].shape = node.outputs[0].shape
         graph.insert_before(node, fused)
-        _ir.replace_value(node.outputs[0], fused.outputs[0])
+        irh.replace_value(node.outputs[0], fused.outputs[0])
         graph.remove([node, producer], safe=True)

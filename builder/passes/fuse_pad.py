@@ -17,26 +17,26 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 
 def _pad_amounts(model: ir.Model, pad: ir.Node):
     """(pads as a list, or None; refusal reason or None)."""
-    mode = _ir.attr(pad, "mode", "constant")
+    mode = irh.attr(pad, "mode", "constant")
     if isinstance(mode, bytes):
         mode = mode.decode()
     if mode != "constant":
         return None, f"Pad mode {mode!r} is not zero padding"
-    if _ir.opset_of(model, pad) < 11:
-        pads = _ir.attr(pad, "pads")
-        value = float(_ir.attr(pad, "value", 0.0))
+    if irh.opset_of(model, pad) < 11:
+        pads = irh.attr(pad, "pads")
+        value = float(irh.attr(pad, "value", 0.0))
     else:
-        pads = _ir.const_array(pad.inputs[1]) if len(pad.inputs) > 1 and pad.inputs[1] is not None else None
+        pads = irh.const_array(pad.inputs[1]) if len(pad.inputs) > 1 and pad.inputs[1] is not None else None
         if pads is None:
             return None, "Pad amounts are not build-time constants"
         v = pad.inputs[2] if len(pad.inputs) > 2 else None
-        value = 0.0 if v is None else _ir.scalar(v)
+        value = 0.0 if v is None else irh.scalar(v)
         if len(pad.inputs) > 3 and pad.inputs[3] is not None:
             return None, "Pad with an axes input"
     if value is None or value != 0.0:
@@ -59,14 +59,14 @@ class FusePad(Pass):
         changed = False
         graph = model.graph
         for pad in list(graph):
-            if pad.graph is not graph or not _ir.is_onnx(pad, "Pad"):
+            if pad.graph is not graph or not irh.is_onnx(pad, "Pad"):
                 continue
-            reader = _ir.single_use(pad.outputs[0])
+            reader = irh.single_use(pad.outputs[0])
             if reader is None or reader.inputs[0] is not pad.outputs[0]:
                 continue
-            is_conv = _ir.is_onnx(reader, "Conv") or (reader.domain == _ir.MINIRT_DOMAIN and reader.op_type == "FusedConv")
-            is_avg = _ir.is_onnx(reader, "AveragePool")
-            if _ir.is_onnx(reader, "MaxPool"):
+            is_conv = irh.is_onnx(reader, "Conv") or (reader.domain == irh.MINIRT_DOMAIN and reader.op_type == "FusedConv")
+            is_avg = irh.is_onnx(reader, "AveragePool")
+            if irh.is_onnx(reader, "MaxPool"):
                 self.refuse("Pad+MaxPool", reader, "MaxPool pads with -inf, the Pad with 0")
                 continue
             if not (is_conv or is_avg):
@@ -76,16 +76,16 @@ class FusePad(Pass):
             if why:
                 self.refuse(pattern, pad, why)
                 continue
-            auto_pad = _ir.attr(reader, "auto_pad", "NOTSET")
+            auto_pad = irh.attr(reader, "auto_pad", "NOTSET")
             if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) != "NOTSET":
                 self.refuse(pattern, reader, f"{reader.op_type} uses auto_pad={auto_pad}")
                 continue
             r = len(amounts) // 2
             nd = r - 2
-            own = list(_ir.attr(reader, "pads", None) or [0] * (2 * nd))
+            own = list(irh.attr(reader, "pads", None) or [0] * (2 * nd))
             if len(own) != 2 * nd:
                 continue
-            if is_avg and any(own) and not _ir.attr(reader, "count_include_pad", 0):
+            if is_avg and any(own) and not irh.attr(reader, "count_include_pad", 0):
                 self.refuse(pattern, reader, "AveragePool excludes its own padding from the count")
                 continue
             new_pads = [own[i] + amounts[2 + i] for i in range(nd)] + [own[nd + i] + amounts[r + 2 + i] for i in range(nd)]

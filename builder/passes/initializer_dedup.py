@@ -11,7 +11,7 @@ import hashlib
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 
@@ -31,7 +31,7 @@ class InitializerDeduplication(Pass):
 
     def run(self, model: ir.Model) -> bool:
         changed = False
-        for graph in list(_ir.graphs(model)):
+        for graph in list(irh.graphs(model)):
             inputs = set(map(id, graph.inputs))
             seen: dict = {}
             for name, value in list(graph.initializers.items()):

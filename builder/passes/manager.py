@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from minirt.tools.reports import format_report  # noqa: F401  (re-exported: the builder prints it)
 
 
@@ -67,11 +67,11 @@ class Pass(ir.passes.InPlacePass):
         self.refusals.append(Refusal(pattern, name, reason))
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        _ir.forget_names(model)
+        irh.forget_names(model)
         try:
             modified = bool(self.run(model))
         finally:
-            _ir.forget_names(model)
+            irh.forget_names(model)
         return ir.passes.PassResult(model, modified)
 
     def run(self, model: ir.Model) -> bool:  # pragma: no cover - abstract
@@ -142,21 +142,21 @@ class PassManager:
         rows = {p.name: PassRow(p.name) for p in self.passes}
         report.passes = list(rows.values())
         start = time.perf_counter()
-        report.nodes_before = _ir.count_nodes(model)
+        report.nodes_before = irh.count_nodes(model)
         report.converged = False
         for iteration in range(self.max_iterations):
             report.iterations = iteration + 1
             any_change = False
             for p in self.passes:
                 row = rows[p.name]
-                before = _ir.count_nodes(model)
+                before = irh.count_nodes(model)
                 if row.runs == 0:
                     row.nodes_before = before
                 p.refusals = []
                 t0 = time.perf_counter()
                 result = p(model)
                 row.seconds += time.perf_counter() - t0
-                after = _ir.count_nodes(model)
+                after = irh.count_nodes(model)
                 row.runs += 1
                 row.nodes_after = after
                 row.nodes_removed += before - after
@@ -169,7 +169,7 @@ class PassManager:
             if not any_change:
                 report.converged = True
                 break
-        report.nodes_after = _ir.count_nodes(model)
+        report.nodes_after = irh.count_nodes(model)
         report.seconds = time.perf_counter() - start
         return report
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 
@@ -28,19 +28,19 @@ class MatMulAddToGemm(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in _ir.live_nodes(graph):
-            if not _ir.is_onnx(node, "MatMul"):
+        for node in irh.live_nodes(graph):
+            if not irh.is_onnx(node, "MatMul"):
                 continue
             y = node.outputs[0]
-            user = _ir.single_use(y)
-            if user is None or not _ir.is_onnx(user, "Add"):
+            user = irh.single_use(y)
+            if user is None or not irh.is_onnx(user, "Add"):
                 continue
             a, b = node.inputs
             c = user.inputs[1] if user.inputs[0] is y else user.inputs[0]
-            carr = _ir.const_array(c)
+            carr = irh.const_array(c)
             if carr is None:
                 continue
-            if _ir.rank(a) != 2 or _ir.rank(b) != 2:
+            if irh.rank(a) != 2 or irh.rank(b) != 2:
                 self.refuse("MatMul+Add", user, "MatMul operands are not known to be 2-D")
                 continue
             bshape, ashape = b.shape, a.shape
@@ -52,7 +52,7 @@ class MatMulAddToGemm(Pass):
             if not ok:
                 self.refuse("MatMul+Add", user, f"bias shape {carr.shape} is not a Gemm bias for a {m}x{n} result")
                 continue
-            if _ir.opset_of(model, node) < 7:
+            if irh.opset_of(model, node) < 7:
                 continue
             if a.dtype is not None and a.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
                 continue
@@ -61,7 +61,7 @@ class MatMulAddToGemm(Pass):
             gemm.outputs[0].type = out.type
             gemm.outputs[0].shape = out.shape
             graph.insert_before(user, gemm)
-            _ir.replace_value(out, gemm.outputs[0])
+            irh.replace_value(out, gemm.outputs[0])
             graph.remove([user, node], safe=True)
             changed = True
         return changed

@@ -22,7 +22,7 @@ import math
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 
@@ -34,18 +34,18 @@ def _producer(v: ir.Value | None, *ops: str) -> ir.Node | None:
     if v is None:
         return None
     p = v.producer()
-    return p if p is not None and _ir.is_onnx(p, *ops) else None
+    return p if p is not None and irh.is_onnx(p, *ops) else None
 
 
 def _only_reader(v: ir.Value) -> ir.Node | None:
-    return _ir.single_use(v)
+    return irh.single_use(v)
 
 
 def _clip_bounds(model: ir.Model, node: ir.Node):
-    if _ir.opset_of(model, node) < 11:
-        return _ir.attr(node, "min"), _ir.attr(node, "max")
-    lo = _ir.scalar(node.inputs[1]) if len(node.inputs) > 1 else None
-    hi = _ir.scalar(node.inputs[2]) if len(node.inputs) > 2 else None
+    if irh.opset_of(model, node) < 11:
+        return irh.attr(node, "min"), irh.attr(node, "max")
+    lo = irh.scalar(node.inputs[1]) if len(node.inputs) > 1 else None
+    hi = irh.scalar(node.inputs[2]) if len(node.inputs) > 2 else None
     return lo, hi
 
 
@@ -57,13 +57,13 @@ class RecogniseActivations(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in _ir.live_nodes(graph):
+        for node in irh.live_nodes(graph):
             match = None
-            if _ir.is_onnx(node, "Clip"):
+            if irh.is_onnx(node, "Clip"):
                 match = self._hard_swish_clip(model, node)
-            elif _ir.is_onnx(node, "HardSigmoid", "Sigmoid"):
+            elif irh.is_onnx(node, "HardSigmoid", "Sigmoid"):
                 match = self._gate(node)
-            elif _ir.is_onnx(node, "Erf"):
+            elif irh.is_onnx(node, "Erf"):
                 match = self._gelu(node)
             if match is not None:
                 x, act, root, nodes = match
@@ -75,13 +75,13 @@ class RecogniseActivations(Pass):
     def _gate(self, node):
         x = node.inputs[0]
         if node.op_type == "HardSigmoid":
-            if not (_close(_ir.attr(node, "alpha", 0.2), 1 / 6) and _close(_ir.attr(node, "beta", 0.5), 0.5)):
+            if not (_close(irh.attr(node, "alpha", 0.2), 1 / 6) and _close(irh.attr(node, "beta", 0.5), 0.5)):
                 return None
             act = "HardSwish"
         else:
             act = "SiLU"
         mul = _only_reader(node.outputs[0])
-        if mul is None or not _ir.is_onnx(mul, "Mul") or _ir.other_input(mul, node.outputs[0]) is not x:
+        if mul is None or not irh.is_onnx(mul, "Mul") or irh.other_input(mul, node.outputs[0]) is not x:
             return None
         return x, act, mul, [node, mul]
 
@@ -94,29 +94,29 @@ class RecogniseActivations(Pass):
             return None
         x = None
         for side in (0, 1):
-            if _close(_ir.scalar(add.inputs[1 - side]), 3.0):
+            if _close(irh.scalar(add.inputs[1 - side]), 3.0):
                 x = add.inputs[side]
         if x is None:
             return None
         r = _only_reader(clip.outputs[0])
         if r is None:
             return None
-        if _ir.is_onnx(r, "Mul") and _ir.other_input(r, clip.outputs[0]) is x:
+        if irh.is_onnx(r, "Mul") and irh.other_input(r, clip.outputs[0]) is x:
             # x * clip, then / 6 or * 1/6
             post = _only_reader(r.outputs[0])
             if post is None:
                 return None
-            c = _ir.other_input(post, r.outputs[0])
-            if _ir.is_onnx(post, "Div") and post.inputs[0] is r.outputs[0] and _close(_ir.scalar(c), 6.0):
+            c = irh.other_input(post, r.outputs[0])
+            if irh.is_onnx(post, "Div") and post.inputs[0] is r.outputs[0] and _close(irh.scalar(c), 6.0):
                 return x, "HardSwish", post, [add, clip, r, post]
-            if _ir.is_onnx(post, "Mul") and _close(_ir.scalar(c), 1 / 6):
+            if irh.is_onnx(post, "Mul") and _close(irh.scalar(c), 1 / 6):
                 return x, "HardSwish", post, [add, clip, r, post]
             return None
-        if (_ir.is_onnx(r, "Div") and r.inputs[0] is clip.outputs[0] and _close(_ir.scalar(r.inputs[1]), 6.0)) or (
-            _ir.is_onnx(r, "Mul") and _close(_ir.scalar(_ir.other_input(r, clip.outputs[0])), 1 / 6)
+        if (irh.is_onnx(r, "Div") and r.inputs[0] is clip.outputs[0] and _close(irh.scalar(r.inputs[1]), 6.0)) or (
+            irh.is_onnx(r, "Mul") and _close(irh.scalar(irh.other_input(r, clip.outputs[0])), 1 / 6)
         ):
             mul = _only_reader(r.outputs[0])
-            if mul is not None and _ir.is_onnx(mul, "Mul") and _ir.other_input(mul, r.outputs[0]) is x:
+            if mul is not None and irh.is_onnx(mul, "Mul") and irh.other_input(mul, r.outputs[0]) is x:
                 return x, "HardSwish", mul, [add, clip, r, mul]
         return None
 
@@ -124,7 +124,7 @@ class RecogniseActivations(Pass):
         pre = _producer(erf.inputs[0], "Div", "Mul")
         if pre is None or _only_reader(pre.outputs[0]) is not erf:
             return None
-        c = _ir.scalar(pre.inputs[1])
+        c = irh.scalar(pre.inputs[1])
         if pre.op_type == "Div":
             if not _close(c, math.sqrt(2)):
                 return None
@@ -132,42 +132,42 @@ class RecogniseActivations(Pass):
         else:
             x = None
             for side in (0, 1):
-                if _close(_ir.scalar(pre.inputs[1 - side]), 1 / math.sqrt(2)):
+                if _close(irh.scalar(pre.inputs[1 - side]), 1 / math.sqrt(2)):
                     x = pre.inputs[side]
             if x is None:
                 return None
         add = _only_reader(erf.outputs[0])
-        if add is None or not _ir.is_onnx(add, "Add") or not _close(_ir.scalar(_ir.other_input(add, erf.outputs[0])), 1.0):
+        if add is None or not irh.is_onnx(add, "Add") or not _close(irh.scalar(irh.other_input(add, erf.outputs[0])), 1.0):
             return None
         m1 = _only_reader(add.outputs[0])
-        if m1 is None or not _ir.is_onnx(m1, "Mul"):
+        if m1 is None or not irh.is_onnx(m1, "Mul"):
             return None
-        o = _ir.other_input(m1, add.outputs[0])
+        o = irh.other_input(m1, add.outputs[0])
         nodes = [pre, erf, add, m1]
         if o is x:  # (x * t) * 0.5
             m2 = _only_reader(m1.outputs[0])
-            if m2 is not None and _ir.is_onnx(m2, "Mul") and _close(_ir.scalar(_ir.other_input(m2, m1.outputs[0])), 0.5):
+            if m2 is not None and irh.is_onnx(m2, "Mul") and _close(irh.scalar(irh.other_input(m2, m1.outputs[0])), 0.5):
                 return x, "Gelu", m2, nodes + [m2]
             return None
-        if _close(_ir.scalar(o), 0.5):  # (t * 0.5) * x
+        if _close(irh.scalar(o), 0.5):  # (t * 0.5) * x
             m2 = _only_reader(m1.outputs[0])
-            if m2 is not None and _ir.is_onnx(m2, "Mul") and _ir.other_input(m2, m1.outputs[0]) is x:
+            if m2 is not None and irh.is_onnx(m2, "Mul") and irh.other_input(m2, m1.outputs[0]) is x:
                 return x, "Gelu", m2, nodes + [m2]
             return None
         half = _producer(o, "Mul")  # (x * 0.5) * t
         if half is not None and _only_reader(o) is m1:
-            hx = _ir.other_input(half, x)
-            if hx is not None and _close(_ir.scalar(hx), 0.5):
+            hx = irh.other_input(half, x)
+            if hx is not None and _close(irh.scalar(hx), 0.5):
                 return x, "Gelu", m1, nodes + [half]
         return None
 
     def _emit(self, model, graph, x, act, root, nodes) -> None:
-        _ir.ensure_minirt_opset(model)
-        new = ir.Node(_ir.MINIRT_DOMAIN, "Activation", [x], attributes=[ir.AttrString("activation", act)],
+        irh.ensure_minirt_opset(model)
+        new = ir.Node(irh.MINIRT_DOMAIN, "Activation", [x], attributes=[ir.AttrString("activation", act)],
                       name=root.name)
         out = root.outputs[0]
         new.outputs[0].type = out.type
         new.outputs[0].shape = out.shape
         graph.insert_before(root, new)
-        _ir.replace_value(out, new.outputs[0])
+        irh.replace_value(out, new.outputs[0])
         graph.remove(nodes, safe=True)

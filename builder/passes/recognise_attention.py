@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Neg", "Softmax", "Identity", "Cast", "Erf",
@@ -38,23 +38,23 @@ def _rank(v: ir.Value | None, depth: int = 16) -> int | None:
     """The rank of ``v`` from its shape or, failing that, from its producer."""
     if v is None:
         return None
-    r = _ir.rank(v)
+    r = irh.rank(v)
     if r is not None or depth == 0:
         return r
-    if _ir.is_const(v):
-        arr = _ir.const_array(v)
+    if irh.is_const(v):
+        arr = irh.const_array(v)
         return None if arr is None else arr.ndim
     p = v.producer()
     if p is None or p.domain not in ("", "ai.onnx"):
         return None
     op = p.op_type
     if op == "Transpose":
-        perm = _ir.attr(p, "perm")
+        perm = irh.attr(p, "perm")
         return len(perm) if perm is not None else _rank(p.inputs[0], depth - 1)
     if op in ("Squeeze", "Unsqueeze"):
-        axes = _ir.attr(p, "axes")
+        axes = irh.attr(p, "axes")
         if axes is None and len(p.inputs) > 1 and p.inputs[1] is not None:
-            arr = _ir.const_array(p.inputs[1])
+            arr = irh.const_array(p.inputs[1])
             axes = None if arr is None else arr.reshape(-1).tolist()
         if axes is None:
             return None
@@ -85,7 +85,7 @@ def _single_reader(v: ir.Value) -> ir.Node | None:
 
 
 def _scalar_const(v: ir.Value | None) -> float | None:
-    arr = _ir.const_array(v)
+    arr = irh.const_array(v)
     if arr is None or arr.size != 1 or arr.dtype.kind != "f":
         return None
     return float(arr.reshape(-1)[0])
@@ -94,12 +94,12 @@ def _scalar_const(v: ir.Value | None) -> float | None:
 def _strip_scale(v: ir.Value, consumer: ir.Node):
     """(value, factor, node) when ``v`` = Mul(w, c) read only by ``consumer``; else (v, 1.0, None)."""
     p = v.producer()
-    if p is None or not _ir.is_onnx(p, "Mul") or _single_reader(v) is not consumer or len(p.inputs) != 2:
+    if p is None or not irh.is_onnx(p, "Mul") or _single_reader(v) is not consumer or len(p.inputs) != 2:
         return v, 1.0, None
     for side in (0, 1):
         c = _scalar_const(p.inputs[1 - side])
-        arr = _ir.const_array(p.inputs[1 - side])
-        if c is not None and arr.ndim <= 1 and not _ir.is_const(p.inputs[side]):
+        arr = irh.const_array(p.inputs[1 - side])
+        if c is not None and arr.ndim <= 1 and not irh.is_const(p.inputs[side]):
             return p.inputs[side], c, p
     return v, 1.0, None
 
@@ -112,8 +112,8 @@ class RecogniseAttention(Pass):
     def run(self, model: ir.Model) -> bool:
         changed = False
         graph = model.graph
-        for node in _ir.live_nodes(graph):
-            if _ir.is_onnx(node, "Softmax"):
+        for node in irh.live_nodes(graph):
+            if irh.is_onnx(node, "Softmax"):
                 match = self._match(model, node)
                 if match is not None:
                     self._emit(model, graph, *match)
@@ -121,8 +121,8 @@ class RecogniseAttention(Pass):
         return changed
 
     def _match(self, model, softmax):
-        opset = _ir.opset_of(model, softmax)
-        axis = int(_ir.attr(softmax, "axis", -1 if opset >= 13 else 1))
+        opset = irh.opset_of(model, softmax)
+        axis = int(irh.attr(softmax, "axis", -1 if opset >= 13 else 1))
         s = softmax.inputs[0]
         if axis != -1:
             r = _rank(s)
@@ -130,7 +130,7 @@ class RecogniseAttention(Pass):
                 return None
         p = softmax.outputs[0]
         mm2 = _single_reader(p)
-        if mm2 is None or not _ir.is_onnx(mm2, "MatMul") or mm2.inputs[0] is not p:
+        if mm2 is None or not irh.is_onnx(mm2, "MatMul") or mm2.inputs[0] is not p:
             return None
         v = mm2.inputs[1]
         nodes = [softmax, mm2]
@@ -138,12 +138,12 @@ class RecogniseAttention(Pass):
         mask = None
         cur, consumer = s, softmax
         prod = cur.producer()
-        if prod is not None and _ir.is_onnx(prod, "Add") and _single_reader(cur) is consumer:
+        if prod is not None and irh.is_onnx(prod, "Add") and _single_reader(cur) is consumer:
             found = False
             for side in (0, 1):
                 t = prod.inputs[side]
                 tp = t.producer() if t is not None else None
-                if tp is not None and _ir.is_onnx(tp, "MatMul", "Mul", "Div") and _single_reader(t) is prod:
+                if tp is not None and irh.is_onnx(tp, "MatMul", "Mul", "Div") and _single_reader(t) is prod:
                     if tp.op_type == "MatMul" or _scalar_const(tp.inputs[1]) is not None or (
                             tp.op_type == "Mul" and _scalar_const(tp.inputs[0]) is not None):
                         mask = prod.inputs[1 - side]
@@ -154,10 +154,10 @@ class RecogniseAttention(Pass):
             if not found:
                 return None
         prod = cur.producer()
-        if prod is not None and _ir.is_onnx(prod, "Mul", "Div") and _single_reader(cur) is consumer:
+        if prod is not None and irh.is_onnx(prod, "Mul", "Div") and _single_reader(cur) is consumer:
             if prod.op_type == "Div":
                 c = _scalar_const(prod.inputs[1])
-                if c is None or c == 0.0 or _ir.const_array(prod.inputs[1]).ndim > 1:
+                if c is None or c == 0.0 or irh.const_array(prod.inputs[1]).ndim > 1:
                     return None
                 scale /= c
                 cur = prod.inputs[0]
@@ -170,7 +170,7 @@ class RecogniseAttention(Pass):
             nodes.append(prod)
             consumer = prod
         mm1 = cur.producer()
-        if mm1 is None or not _ir.is_onnx(mm1, "MatMul") or _single_reader(cur) is not consumer:
+        if mm1 is None or not irh.is_onnx(mm1, "MatMul") or _single_reader(cur) is not consumer:
             return None
         nodes.append(mm1)
         q, a, qn = _strip_scale(mm1.inputs[0], mm1)
@@ -179,8 +179,8 @@ class RecogniseAttention(Pass):
         nodes += [n for n in (qn, kn) if n is not None]
         k, transpose_k = kt, 0
         tp = kt.producer()
-        if tp is not None and _ir.is_onnx(tp, "Transpose") and _single_reader(kt) is (kn or mm1):
-            perm = _ir.attr(tp, "perm")
+        if tp is not None and irh.is_onnx(tp, "Transpose") and _single_reader(kt) is (kn or mm1):
+            perm = irh.attr(tp, "perm")
             if perm is not None and len(perm) >= 2 and list(perm) == list(range(len(perm) - 2)) + [len(perm) - 1, len(perm) - 2]:
                 k, transpose_k = tp.inputs[0], 1
                 nodes.append(tp)
@@ -190,14 +190,14 @@ class RecogniseAttention(Pass):
         return q, k, v, mask, scale, transpose_k, mm2, nodes
 
     def _emit(self, model, graph, q, k, v, mask, scale, transpose_k, root, nodes) -> None:
-        _ir.ensure_minirt_opset(model)
+        irh.ensure_minirt_opset(model)
         inputs = [q, k, v] + ([mask] if mask is not None else [])
-        new = ir.Node(_ir.MINIRT_DOMAIN, "ScaledDotProductAttention", inputs,
+        new = ir.Node(irh.MINIRT_DOMAIN, "ScaledDotProductAttention", inputs,
                       attributes=[ir.AttrFloat32("scale", float(scale)), ir.AttrInt64("transpose_k", transpose_k)],
                       name=root.name)
         out = root.outputs[0]
         new.outputs[0].type = out.type
         new.outputs[0].shape = out.shape
         graph.insert_before(root, new)
-        _ir.replace_value(out, new.outputs[0])
+        irh.replace_value(out, new.outputs[0])
         graph.remove(nodes, safe=True)

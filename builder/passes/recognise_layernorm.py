@@ -41,7 +41,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 _RESTORE = ("Unsqueeze", "Reshape", "Expand")
@@ -61,7 +61,7 @@ def _readers(v: ir.Value) -> list:
 
 def _reader(v: ir.Value, *ops: str, pred=None) -> ir.Node | None:
     for n in _readers(v):
-        if _ir.is_onnx(n, *ops) and (pred is None or pred(n)):
+        if irh.is_onnx(n, *ops) and (pred is None or pred(n)):
             return n
     return None
 
@@ -81,20 +81,20 @@ def _dims_equal(a, b) -> bool:
 
 def _axes_of(model: ir.Model, node: ir.Node) -> list | None:
     """The reduction axes as given (None: not a usable reduction)."""
-    if node.op_type == "ReduceMean" and _ir.opset_of(model, node) < 18 or (
-            node.op_type == "ReduceSum" and _ir.opset_of(model, node) < 13):
-        axes = _ir.attr(node, "axes")
+    if node.op_type == "ReduceMean" and irh.opset_of(model, node) < 18 or (
+            node.op_type == "ReduceSum" and irh.opset_of(model, node) < 13):
+        axes = irh.attr(node, "axes")
     else:
         axes = None
         if len(node.inputs) > 1 and node.inputs[1] is not None:
-            arr = _ir.const_array(node.inputs[1])
+            arr = irh.const_array(node.inputs[1])
             if arr is None:
                 return None
             axes = arr.reshape(-1).tolist()
-        if not axes and _ir.attr(node, "noop_with_empty_axes", 0):
+        if not axes and irh.attr(node, "noop_with_empty_axes", 0):
             return None
     if axes is None or len(axes) == 0:
-        r = _ir.rank(node.inputs[0])
+        r = irh.rank(node.inputs[0])
         return None if r is None else list(range(r))
     return [int(a) for a in axes]
 
@@ -130,9 +130,9 @@ class RecogniseLayerNorm(Pass):
 
     def run(self, model: ir.Model) -> bool:
         changed = False
-        for graph in list(_ir.graphs(model)):
-            for node in _ir.live_nodes(graph):
-                if not _ir.is_onnx(node, "ReduceMean", "ReduceSum"):
+        for graph in list(irh.graphs(model)):
+            for node in irh.live_nodes(graph):
+                if not irh.is_onnx(node, "ReduceMean", "ReduceSum"):
                     continue
                 try:
                     match = self._match(model, node)
@@ -146,17 +146,17 @@ class RecogniseLayerNorm(Pass):
     # ------------------------------------------------------------------ means
     def _mean(self, model, node):
         """(x, axes as given, keepdims, mean value, nodes) for a mean node, else None."""
-        if not _ir.is_onnx(node, "ReduceMean", "ReduceSum") or not node.inputs or node.inputs[0] is None:
+        if not irh.is_onnx(node, "ReduceMean", "ReduceSum") or not node.inputs or node.inputs[0] is None:
             return None
         x = node.inputs[0]
         axes = _axes_of(model, node)
         if axes is None:
             return None
-        keep = int(_ir.attr(node, "keepdims", 1))
+        keep = int(irh.attr(node, "keepdims", 1))
         if node.op_type == "ReduceMean":
             return x, axes, keep, node.outputs[0], [node]
         shape = x.shape
-        r = _ir.rank(x)
+        r = irh.rank(x)
         if shape is None:
             return None
         try:
@@ -168,9 +168,9 @@ class RecogniseLayerNorm(Pass):
         n = float(np.prod(dims))
         s = node.outputs[0]
         for post in _readers(s):
-            if _ir.is_onnx(post, "Mul") and _close(_ir.scalar(_ir.other_input(post, s)), 1.0 / n):
+            if irh.is_onnx(post, "Mul") and _close(irh.scalar(irh.other_input(post, s)), 1.0 / n):
                 return x, axes, keep, post.outputs[0], [node, post]
-            if _ir.is_onnx(post, "Div") and post.inputs[0] is s and _close(_ir.scalar(post.inputs[1]), n):
+            if irh.is_onnx(post, "Div") and post.inputs[0] is s and _close(irh.scalar(post.inputs[1]), n):
                 return x, axes, keep, post.outputs[0], [node, post]
         return None
 
@@ -178,16 +178,16 @@ class RecogniseLayerNorm(Pass):
         """Whether ``node`` (reading ``v``) only re-inserts the reduced ``axes`` of ``x``."""
         if node.inputs[0] is not v:
             return False
-        rx = _ir.rank(x)
+        rx = irh.rank(x)
         if node.op_type == "Unsqueeze":
             if len(node.inputs) > 1 and node.inputs[1] is not None:
-                a = _ir.const_array(node.inputs[1])
+                a = irh.const_array(node.inputs[1])
                 a = None if a is None else a.reshape(-1).tolist()
             else:
-                a = _ir.attr(node, "axes")
+                a = irh.attr(node, "axes")
             if a is None or rx is None:
                 return False
-            return _norm_axes([int(i) for i in a], rx) == axes and _ir.rank(v) == rx - len(axes)
+            return _norm_axes([int(i) for i in a], rx) == axes and irh.rank(v) == rx - len(axes)
         out = node.outputs[0]
         if rx is None or out.shape is None or len(out.shape) != rx:
             return False
@@ -209,10 +209,10 @@ class RecogniseLayerNorm(Pass):
         """Follow the chain of restoring nodes from ``v``; return the restored value."""
         while True:
             rs = _readers(v)
-            if len(rs) != 1 or not _ir.is_onnx(rs[0], *_RESTORE) or v.is_graph_output():
+            if len(rs) != 1 or not irh.is_onnx(rs[0], *_RESTORE) or v.is_graph_output():
                 return v
             if not self._restore_ok(rs[0], v, x, axes):
-                if _ir.rank(x) is None:
+                if irh.rank(x) is None:
                     raise _Refuse(f"{rs[0].op_type} after a keepdims=0 reduction cannot be verified (rank of the input unknown)")
                 return v
             nodes.append(rs[0])
@@ -226,7 +226,7 @@ class RecogniseLayerNorm(Pass):
         x, axes_given, keep, m, nodes = mean
         if x.dtype is not None and x.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE):
             return None
-        rx = _ir.rank(x)
+        rx = irh.rank(x)
         axes = _norm_axes(axes_given, rx)
         nodes = list(nodes)
         # centre: Sub(x, K(m))
@@ -252,11 +252,11 @@ class RecogniseLayerNorm(Pass):
             sq = _reader(v, "Sqrt")
             if sq is not None:
                 after = _reader(sq.outputs[0], "Add")
-                if after is not None and _ir.is_const(_ir.other_input(after, sq.outputs[0])):
+                if after is not None and irh.is_const(irh.other_input(after, sq.outputs[0])):
                     raise _Refuse("epsilon added after the Sqrt (std + eps is not a layer norm)")
                 raise _Refuse("no epsilon: Sqrt(variance) without an Add of a constant")
             return None
-        eps = _ir.const_array(_ir.other_input(add, v))
+        eps = irh.const_array(irh.other_input(add, v))
         if eps is None or eps.size != 1:
             raise _Refuse("epsilon is not a one-element constant")
         if eps.ndim > 1 and (rx is None or eps.ndim > rx):
@@ -270,23 +270,23 @@ class RecogniseLayerNorm(Pass):
         step = rs[0]
         inv = None
         n = None
-        if _ir.is_onnx(step, "Pow") and step.inputs[0] is v and _close(_ir.scalar(step.inputs[1]), -0.5):
+        if irh.is_onnx(step, "Pow") and step.inputs[0] is v and _close(irh.scalar(step.inputs[1]), -0.5):
             match.nodes.append(step)
             inv = step.outputs[0]
-        elif _ir.is_onnx(step, "Sqrt"):
+        elif irh.is_onnx(step, "Sqrt"):
             match.nodes.append(step)
             std = self._skip_restore(step.outputs[0], x, axes, match.nodes)
             rs = _readers(std)
             if len(rs) != 1:
                 return None
             step = rs[0]
-            if _ir.is_onnx(step, "Add") and _ir.is_const(_ir.other_input(step, std)):
+            if irh.is_onnx(step, "Add") and irh.is_const(irh.other_input(step, std)):
                 raise _Refuse("epsilon added after the Sqrt (std + eps is not a layer norm)")
-            if _ir.is_onnx(step, "Div") and step.inputs[0] is xc and step.inputs[1] is std:
+            if irh.is_onnx(step, "Div") and step.inputs[0] is xc and step.inputs[1] is std:
                 match.nodes.append(step)
                 n = step.outputs[0]
-            elif _ir.is_onnx(step, "Reciprocal") or (
-                    _ir.is_onnx(step, "Div") and step.inputs[1] is std and _close(_ir.scalar(step.inputs[0]), 1.0)):
+            elif irh.is_onnx(step, "Reciprocal") or (
+                    irh.is_onnx(step, "Div") and step.inputs[1] is std and _close(irh.scalar(step.inputs[0]), 1.0)):
                 match.nodes.append(step)
                 inv = step.outputs[0]
             else:
@@ -296,36 +296,36 @@ class RecogniseLayerNorm(Pass):
         if n is None:
             inv = self._skip_restore(inv, x, axes, match.nodes)
             rs = _readers(inv)
-            if len(rs) != 1 or not _ir.is_onnx(rs[0], "Mul"):
+            if len(rs) != 1 or not irh.is_onnx(rs[0], "Mul"):
                 return None
             mul = rs[0]
-            o = _ir.other_input(mul, inv)
+            o = irh.other_input(mul, inv)
             if o is xc:
                 match.nodes.append(mul)
                 n = mul.outputs[0]
             else:  # xc * (inv * gamma)
-                g = _ir.const_array(o)
+                g = irh.const_array(o)
                 if g is None:
                     raise _Refuse("gamma is not a constant (inv * gamma)")
                 match.gamma = self._affine(g, x, axes, "gamma")
                 match.nodes.append(mul)
                 r2 = _readers(mul.outputs[0])
-                if len(r2) != 1 or not _ir.is_onnx(r2[0], "Mul") or _ir.other_input(r2[0], mul.outputs[0]) is not xc:
+                if len(r2) != 1 or not irh.is_onnx(r2[0], "Mul") or irh.other_input(r2[0], mul.outputs[0]) is not xc:
                     return None
                 match.nodes.append(r2[0])
                 n = r2[0].outputs[0]
         y = n
         if match.gamma is None:
             rs = _readers(y)
-            if len(rs) == 1 and _ir.is_onnx(rs[0], "Mul") and not y.is_graph_output():
-                g = _ir.const_array(_ir.other_input(rs[0], y))
+            if len(rs) == 1 and irh.is_onnx(rs[0], "Mul") and not y.is_graph_output():
+                g = irh.const_array(irh.other_input(rs[0], y))
                 if g is not None:
                     match.gamma = self._affine(g, x, axes, "gamma")
                     match.nodes.append(rs[0])
                     y = rs[0].outputs[0]
         rs = _readers(y)
-        if len(rs) == 1 and _ir.is_onnx(rs[0], "Add") and not y.is_graph_output():
-            b = _ir.const_array(_ir.other_input(rs[0], y))
+        if len(rs) == 1 and irh.is_onnx(rs[0], "Add") and not y.is_graph_output():
+            b = irh.const_array(irh.other_input(rs[0], y))
             if b is not None:
                 match.beta = self._affine(b, x, axes, "beta")
                 match.nodes.append(rs[0])
@@ -336,13 +336,13 @@ class RecogniseLayerNorm(Pass):
     def _find_centre(self, m, x, axes):
         """The Sub(x, K(m)) node and the restoring chain between m and it."""
         for r in _readers(m):
-            if _ir.is_onnx(r, "Sub") and r.inputs[0] is x and r.inputs[1] is m:
+            if irh.is_onnx(r, "Sub") and r.inputs[0] is x and r.inputs[1] is m:
                 return r, []
         for r in _readers(m):
             chain = []
             v = m
             node = r
-            while _ir.is_onnx(node, *_RESTORE) and node.inputs[0] is v and len(chain) < 3:
+            while irh.is_onnx(node, *_RESTORE) and node.inputs[0] is v and len(chain) < 3:
                 chain.append(node)
                 v = node.outputs[0]
                 nxt = _readers(v)
@@ -350,16 +350,16 @@ class RecogniseLayerNorm(Pass):
                     break
                 node = nxt[0]
             else:
-                if _ir.is_onnx(node, "Sub") and node.inputs[0] is x and node.inputs[1] is v and chain:
+                if irh.is_onnx(node, "Sub") and node.inputs[0] is x and node.inputs[1] is v and chain:
                     if all(self._restore_ok(c, c.inputs[0], x, axes) for c in chain if axes is not None):
                         return node, chain
         return None, []
 
     def _square_of(self, v):
         for r in _readers(v):
-            if _ir.is_onnx(r, "Mul") and r.inputs[0] is v and r.inputs[1] is v:
+            if irh.is_onnx(r, "Mul") and r.inputs[0] is v and r.inputs[1] is v:
                 return r
-            if _ir.is_onnx(r, "Pow") and r.inputs[0] is v and _close(_ir.scalar(r.inputs[1]), 2.0):
+            if irh.is_onnx(r, "Pow") and r.inputs[0] is v and _close(irh.scalar(r.inputs[1]), 2.0):
                 return r
         return None
 
@@ -375,7 +375,7 @@ class RecogniseLayerNorm(Pass):
         return None
 
     def _variance(self, model, x, m, xc, axes):
-        rank = _ir.rank(x)
+        rank = irh.rank(x)
         sq = self._square_of(xc)
         if sq is not None:  # (a) mean((x - m)^2)
             got = self._mean_reader(model, sq.outputs[0], axes, rank)
@@ -398,9 +398,9 @@ class RecogniseLayerNorm(Pass):
         rs = _readers(var)
         if len(rs) == 1 and not var.is_graph_output():
             clamp = rs[0]
-            if _ir.is_onnx(clamp, "Relu") or (
-                    _ir.is_onnx(clamp, "Max") and len(clamp.inputs) == 2 and _close(_ir.scalar(_ir.other_input(clamp, var)), 0.0)
-                    and _ir.const_array(_ir.other_input(clamp, var)).ndim <= 1):
+            if irh.is_onnx(clamp, "Relu") or (
+                    irh.is_onnx(clamp, "Max") and len(clamp.inputs) == 2 and _close(irh.scalar(irh.other_input(clamp, var)), 0.0)
+                    and irh.const_array(irh.other_input(clamp, var)).ndim <= 1):
                 nodes.append(clamp)
                 var = clamp.outputs[0]
         return var, nodes
@@ -408,7 +408,7 @@ class RecogniseLayerNorm(Pass):
     def _affine(self, arr: np.ndarray, x: ir.Value, axes: tuple, what: str) -> np.ndarray:
         """gamma/beta as an array over the normalised axes; _Refuse when it is not per-element of them."""
         k = len(axes)
-        rx = _ir.rank(x)
+        rx = irh.rank(x)
         if rx is not None and arr.ndim > rx:
             raise _Refuse(f"{what} of shape {arr.shape} has a higher rank than the input")
         if rx is None and arr.ndim > k and any(d != 1 for d in arr.shape[: arr.ndim - k]):
@@ -420,8 +420,8 @@ class RecogniseLayerNorm(Pass):
             raise _Refuse(f"{what} of shape {arr.shape} may raise the rank (input rank unknown)")
         if core.ndim > k:
             raise _Refuse(f"{what} of shape {arr.shape} varies along non-normalised axes")
-        if x.dtype is not None and core.dtype != _ir.numpy_dtype(x):
-            raise _Refuse(f"{what} has dtype {core.dtype}, the input {_ir.numpy_dtype(x)}")
+        if x.dtype is not None and core.dtype != irh.numpy_dtype(x):
+            raise _Refuse(f"{what} has dtype {core.dtype}, the input {irh.numpy_dtype(x)}")
         norm = None
         if x.shape is not None:
             dims = [x.shape[a] for a in axes]
@@ -450,7 +450,7 @@ class RecogniseLayerNorm(Pass):
                     return False
         x = match.x
         k = len(match.axes)
-        standard = _ir.opset_of(model, root) >= 17
+        standard = irh.opset_of(model, root) >= 17
         gamma = match.gamma
         if gamma is None:
             norm = None
@@ -459,27 +459,27 @@ class RecogniseLayerNorm(Pass):
                 if all(isinstance(d, int) and d >= 0 for d in dims):
                     norm = tuple(dims)
             if norm is not None:
-                gamma = np.ones(norm, dtype=_ir.numpy_dtype(x) or np.float32)
+                gamma = np.ones(norm, dtype=irh.numpy_dtype(x) or np.float32)
             elif standard:
                 standard = False  # the minirt op takes an absent scale
         inputs = [x]
         if gamma is not None:
-            inputs.append(_ir.new_initializer(graph, gamma, (root.name or "ln") + "_scale"))
+            inputs.append(irh.new_initializer(graph, gamma, (root.name or "ln") + "_scale"))
         elif match.beta is not None:
             inputs.append(None)
         if match.beta is not None:
-            inputs.append(_ir.new_initializer(graph, match.beta, (root.name or "ln") + "_bias"))
+            inputs.append(irh.new_initializer(graph, match.beta, (root.name or "ln") + "_bias"))
         attrs = [ir.AttrInt64("axis", -k), ir.AttrFloat32("epsilon", match.eps)]
         if standard:
             new = ir.Node("", "LayerNormalization", inputs, attributes=attrs, name=root.name)
         else:
-            _ir.ensure_minirt_opset(model)
-            new = ir.Node(_ir.MINIRT_DOMAIN, "LayerNormalization", inputs, attributes=attrs, name=root.name)
+            irh.ensure_minirt_opset(model)
+            new = ir.Node(irh.MINIRT_DOMAIN, "LayerNormalization", inputs, attributes=attrs, name=root.name)
         new.outputs[0].type = out.type if out.type is not None else x.type
         new.outputs[0].shape = out.shape if out.shape is not None else x.shape
         graph.insert_before(root, new)
-        if not _ir.replace_value(out, new.outputs[0]):
+        if not irh.replace_value(out, new.outputs[0]):
             graph.remove(new, safe=True)
             return False
-        _ir.remove_nodes(graph, reversed(match.nodes))
+        irh.remove_nodes(graph, reversed(match.nodes))
         return True

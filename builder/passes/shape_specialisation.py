@@ -20,7 +20,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from builder.passes import _ir
+from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
 
@@ -38,7 +38,7 @@ def apply_input_shapes(model: ir.Model, shapes: dict) -> bool:
             for axis, (old, new) in enumerate(zip(value.shape, shape)):
                 if isinstance(old, int) and old >= 0 and old != new:
                     raise ValueError(f"input {name!r}: dimension {axis} is fixed to {old} in the model, got {new}")
-        if _ir.static_shape(value) != shape:
+        if irh.static_shape(value) != shape:
             value.shape = ir.Shape(shape)
             changed = True
     return changed
@@ -54,13 +54,13 @@ class ShapeSpecialisation(Pass):
         if not shapes or model.meta.get("_minirt_specialised"):
             return False
         model.meta["_minirt_specialised"] = True
-        if any(n.domain not in ("", "ai.onnx") for g in _ir.graphs(model) for n in g):
+        if any(n.domain not in ("", "ai.onnx") for g in irh.graphs(model) for n in g):
             self.refuse("shape inference", "<model>", "the graph already holds non-ONNX ops; shapes not re-inferred")
             changed = apply_input_shapes(model, shapes)
             return changed
         changed = apply_input_shapes(model, shapes)
         saved = {}
-        for graph in _ir.graphs(model):
+        for graph in irh.graphs(model):
             for node in graph:
                 for v in node.outputs:
                     saved[id(v)] = (v, v.shape)

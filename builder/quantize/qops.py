@@ -34,7 +34,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes._ir import copy_attrs
+from builder.ir_helpers import copy_attrs
 from builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
 
 DOMAIN = "com.minirt"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from builder.passes._ir import static_shape
+from builder.ir_helpers import static_shape
 
 
-_static = static_shape  # one definition: builder.passes._ir.static_shape
+_static = static_shape  # one definition: builder.passes.irh.static_shape
 
 
 def _broadcast(*shapes):

@@ -1,4 +1,7 @@
-"""Small helpers over onnx-ir shared by the passes (private to ``builder.passes``).
+"""Small helpers over onnx-ir shared by the passes, the quantizer and the target lowerings.
+
+A public leaf module: it imports nothing from ``builder`` or ``targets``, so every
+part of the desktop side can import it without an import circle.
 
 Invariants every pass relies on:
 
