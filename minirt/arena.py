@@ -1,7 +1,7 @@
 """The session's arena: one static memory plan per input signature (docs/decisions.md D17).
 
 A :class:`ArenaPlan` is built from one recorded run of a compiled plan
-(``minirt.session._Plan``: its steps, their reads and outputs, and each
+(``minirt.plan.Plan``: its steps, their reads and outputs, and each
 value's last reader); it places every buffer with :func:`minirt.memplan.plan`
 and checks the placement with :func:`minirt.memplan.verify`.  The session
 hands each ``accepts_out`` kernel a view into a checked-out arena.

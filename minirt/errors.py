@@ -3,7 +3,8 @@
 Every error the runtime raises on purpose derives from :class:`Error`, so a
 caller can catch one class and know that nothing escaped from deep inside a
 kernel unexplained.  Messages name what was wrong, where, and what was
-expected.
+expected.  The helpers at the end format the errors of a failed node (used by
+the plan's run loops, minirt/plan.py).
 """
 from __future__ import annotations
 
@@ -47,3 +48,40 @@ class KernelError(Error):
 
 class ResourceError(KernelError):
     """A kernel would allocate a tensor larger than the session's ``max_tensor_bytes``."""
+
+
+# --- formatting the error of a failed node ------------------------------------------------------
+# ``step`` is a step of a compiled plan (minirt.plan): its ``node`` (name, attributes), ``op``
+# (domain, op_type, opset) and ``ins`` (input slots, -1 for an absent optional input).
+
+
+def with_node(step, exc: KernelError) -> KernelError:
+    """A kernel's own minirt error (e.g. ResourceError), prefixed with the node that raised it."""
+    if step is None or str(exc).startswith("node "):
+        return exc
+    op = step.op
+    return type(exc)(f"node {step.node.name!r} ({op.domain or 'ai.onnx'}::{op.op_type}): {exc}")
+
+
+def kernel_error(step, env: list, exc: Exception) -> KernelError:
+    """A KernelError for an exception ``exc`` a kernel raised: the node, its op and opset, the dtype and
+    shape of each input (read from the run's slots ``env``) and its attribute names."""
+    import numpy as np  # (here, not at import: this module needs nothing else, and this is the error path)
+
+    if step is None:
+        return KernelError(f"execution failed before the first node: {exc}")
+    node, op = step.node, step.op
+    described = []
+    for v in step.ins:
+        if v < 0:
+            described.append("<absent>")
+            continue
+        x = env[v]
+        if isinstance(x, np.ndarray):
+            described.append(f"{x.dtype}{list(x.shape)}")
+        else:
+            described.append(type(x).__name__)
+    return KernelError(
+        f"node {node.name!r} ({op.domain or 'ai.onnx'}::{op.op_type}, opset {op.opset}) failed on inputs "
+        f"({', '.join(described)}) with attributes {sorted(node.attributes)}: {type(exc).__name__}: {exc}"
+    )

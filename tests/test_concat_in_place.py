@@ -13,7 +13,7 @@ from onnx import numpy_helper as nh
 import builder
 import minirt
 from minirt import arena, native
-from minirt import session as session_mod
+from minirt import plan as plan_mod
 from minirt.kernels import tensor
 
 ort = pytest.importorskip("onnxruntime")
@@ -21,7 +21,7 @@ ort = pytest.importorskip("onnxruntime")
 
 @pytest.fixture
 def checked(monkeypatch):
-    monkeypatch.setattr(session_mod, "_MEMPLAN_CHECK", True)
+    monkeypatch.setattr(plan_mod, "MEMPLAN_CHECK", True)
 
 
 def _model(batch: int, axis: int = 1):

@@ -71,6 +71,7 @@ import threading
 import numpy as np
 
 import minirt
+from minirt import plan as plan_mod
 from minirt import session as session_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,7 +88,7 @@ def checked(monkeypatch):
         return real(buffers, offsets, arena)
 
     monkeypatch.setattr(memplan, "verify", verify)
-    monkeypatch.setattr(session_mod, "_MEMPLAN_CHECK", True)
+    monkeypatch.setattr(plan_mod, "MEMPLAN_CHECK", True)
     return calls
 
 
@@ -336,7 +337,7 @@ def test_wrong_declared_shapes_cost_speed_not_results(checked, monkeypatch):
     data = _fixed_shape_model()
     feed = {"x": np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     want = minirt.Session(data, memory_plan=False).run(None, feed)
-    real = session_mod._Plan.declared_results
+    real = plan_mod.Plan.declared_results
 
     def wrong(plan):
         results = real(plan)
@@ -347,7 +348,7 @@ def test_wrong_declared_shapes_cost_speed_not_results(checked, monkeypatch):
         results[placed[-1]] = (shape, np.dtype(np.float64))  # the right size in bytes for half as many
         return results
 
-    monkeypatch.setattr(session_mod._Plan, "declared_results", wrong)
+    monkeypatch.setattr(plan_mod.Plan, "declared_results", wrong)
     made = _plans_made(monkeypatch)
     sess = minirt.Session(data, memory_plan=True)
     assert _same(sess.run(None, feed), want)
@@ -377,7 +378,7 @@ def test_declared_shapes_beyond_the_memory_guard_are_not_planned(checked, monkey
     data = _fixed_shape_model()
     feed = {"x": np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     want = minirt.Session(data, memory_plan=False).run(None, feed)
-    real = session_mod._Plan.declared_results
+    real = plan_mod.Plan.declared_results
 
     def huge(plan):
         results = real(plan)
@@ -385,7 +386,7 @@ def test_declared_shapes_beyond_the_memory_guard_are_not_planned(checked, monkey
         results[i] = ((2**31, 2**31), np.dtype(np.float32))
         return results
 
-    monkeypatch.setattr(session_mod._Plan, "declared_results", huge)
+    monkeypatch.setattr(plan_mod.Plan, "declared_results", huge)
     made = _plans_made(monkeypatch)
     sess = minirt.Session(data, memory_plan=True)
     assert _same(sess.run(None, feed), want)

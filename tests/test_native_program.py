@@ -102,7 +102,7 @@ def test_a_program_keeps_no_input_of_the_run_it_was_recorded_on(digits, images):
 
 
 def test_the_steady_state_shortcut_steps_aside_for_anything_else(digits, images):
-    """Session.run's shortcut for a replayed program (_ReplayShortcut) takes only the last feed layout
+    """Session.run's shortcut for a replayed program (minirt.plan.ReplayShortcut) takes only the last feed layout
     with all outputs and the settings it was made under; anything else takes the general path, with
     the same results and the same errors."""
     sess = minirt.Session(digits["int8"], threads=1)
