@@ -1,4 +1,4 @@
-"""Store weights packed for the target's native kernels (``--weight-pack N``; docs/decisions.md D-prepack).
+"""Store weights packed for the target's native kernels (``--weight-pack N``; docs/decisions.md D61).
 
 The native float kernels read a conv's weights on the channel-vector path, and a MatMul / Gemm's
 constant right operand, in panels of ``N`` output channels / columns (``N`` = G_NR, 2 x the vector

@@ -355,7 +355,7 @@ class Session:
                         return results
         # Threads: native kernels take the count per Python thread.  BLAS (process-wide, cached) is
         # single-threaded when the native kernels run: they do every float product (1-3-row ones
-        # on the native gemv, D-cnn-gap), BLAS only numpy's leftovers (Einsum, other dtypes), and
+        # on the native gemv, D54), BLAS only numpy's leftovers (Einsum, other dtypes), and
         # OpenBLAS's busy-waiting workers stall every kernel after them on a loaded machine (D28).
         # Without the native kernels BLAS is the only parallelism: it follows `threads` (None: its
         # own default).
@@ -441,7 +441,7 @@ class Session:
 
         That first run then writes into one arena instead of a fresh allocation per result: in a new
         process every fresh page is a page fault (PP-OCR det: ~4,900 fewer on its first run, ~7 ms of
-        its cold start; D-cold-start).  A kernel uses a buffer only when it fits its result exactly
+        its cold start; D57).  A kernel uses a buffer only when it fits its result exactly
         (the ``out=`` contract, minirt.kernels.registry), so a declared shape that is wrong costs that
         node a fresh array, never a wrong result; and the run records the real shapes, which replace
         the declared plan unless they are the same.  The declared shapes come from the file, not from

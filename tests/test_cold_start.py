@@ -1,4 +1,4 @@
-"""Cold start (docs/decisions.md D-cold-start): what ``import minirt`` pays for in a fresh process.
+"""Cold start (docs/decisions.md D57): what ``import minirt`` pays for in a fresh process.
 
 A fresh interpreter imports numpy first (every user of minirt does), then minirt; the modules minirt
 adds are what its import costs.  Those that only some paths need stay out of it."""

@@ -314,7 +314,7 @@ def _plans_made(monkeypatch) -> list:
 
 def test_first_run_of_fixed_shapes_writes_into_the_declared_plan(checked, monkeypatch):
     """A model whose input shapes are fixed runs its first run in an arena planned from the shapes
-    the graph declares (no fresh allocation per result: D-cold-start); the run confirms them, so
+    the graph declares (no fresh allocation per result: D57); the run confirms them, so
     that plan stays, and every run gives the unplanned session's bits."""
     data = _fixed_shape_model()
     feed = {"x": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}

@@ -56,7 +56,7 @@ SLOW = os.environ.get("MINIRT_SLOW_TESTS") == "1"
 LARGE = 1.0  # outputs whose max |value| exceeds this are checked by relative difference
 
 # model -> (atol, rtol, reason), measured differences in brackets.  Bounds are
-# ~10x the largest difference seen (docs/decisions.md, "D-realmodels").
+# ~10x the largest difference seen (docs/decisions.md, "D43").
 TOLERANCES = {
     "ppocr_det": (2e-4, 1e-5, "DB probability map: a sigmoid after ~100 convolutions and two transposed "
                               "convolutions, float32 summation order differs (im2col+BLAS vs MLAS) and the "

@@ -1,4 +1,4 @@
-"""The session's steady-state shortcuts (D-dispatch): a feed with the layout of the last accepted one
+"""The session's steady-state shortcuts (D49): a feed with the layout of the last accepted one
 is bound without repeating the checks, kernels run prepared native calls.  Every check must still
 happen when anything changes, results must equal those of the first (validating) run, and outputs
 must never alias the caller's arrays or the memory plan."""

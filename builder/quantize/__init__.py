@@ -54,7 +54,7 @@ class QuantizeOptions:
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
     quantize_final: bool = False  # also quantize the layers that feed the model's outputs
     # Depthwise convolutions stay float by default (weights stored int8): since the float
-    # depthwise kernel's channel blocks (D-dw), int8 depthwise (D-qdw: uint8 in and out when
+    # depthwise kernel's channel blocks (D44), int8 depthwise (D46: uint8 in and out when
     # chained) no longer pays as a whole: PP-OCR det int8/float 0.654-0.661x with it, 0.631-0.639x
     # without (D29); without VNNI (arm64, AVX2) its portable path was slower still.  True: int8,
     # inputs quantized per channel (one scale for the tensor instead: det's max abs error vs float
@@ -82,7 +82,7 @@ class QuantizeOptions:
     # quantization (output_scale/output_zero_point, per channel for a depthwise consumer;
     # identical results).  "depthwise" (default): only into and out of depthwise QConvs, whose
     # native kernel is fast on uint8 in and out; between GEMM convs chaining measured slower
-    # (D20; digits batch 1 10 %: docs/decisions.md D-qdw).  True: everywhere; False: nowhere.
+    # (D20; digits batch 1 10 %: docs/decisions.md D46).  True: everywhere; False: nowhere.
     chain_int8: bool | str = "depthwise"
     # Scalar Mul / Add after a QConv folded into its post_scale / post_shift (qops.py).
     fold_affine: bool = True
@@ -95,7 +95,7 @@ class QuantizeOptions:
     # pass instead of Resize + Add + quantize; a channel Concat of such Resizes read only by a QConv
     # becomes one QuantizeUpsampleConcat writing the QConv's uint8 input; a Mul by an (N, C, 1, 1)
     # scale before either, or read by a QConv alone, is multiplied in the same pass (PP-OCR det
-    # int8/float 0.59 -> 0.55, docs/decisions.md D-qepilogue).
+    # int8/float 0.59 -> 0.55, docs/decisions.md D52).
     fold_upsample_add: bool = True
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
@@ -104,7 +104,7 @@ class QuantizeOptions:
     # with the int8 layers around it); a final one (feeding a model output) only when asked with
     # quantize_final_conv_transpose, as the final layers of the other kinds (quantize_final);
     # otherwise (and in int8-dynamic) its weight is stored int8 and it computes in float
-    # (docs/decisions.md D-qconvt).
+    # (docs/decisions.md D55).
     int8_conv_transpose: bool = True
     quantize_final_conv_transpose: bool = False
     accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget

@@ -539,7 +539,7 @@ def fold_upsample_add(graph: ir.Graph) -> int:
     only (as X), neither is a graph output, and the QConv quantizes X statically with one uint8
     scale.  The runtime adds the upsampled values while it quantizes (one pass, no float sum or
     upsampled tensor written): identical results.  PP-OCR det: the Resize and Add before its last
-    96 -> 24 3x3 conv, ~0.2 ms of int8's ~5.2 (docs/decisions.md D-qepilogue).  Returns the number
+    96 -> 24 3x3 conv, ~0.2 ms of int8's ~5.2 (docs/decisions.md D52).  Returns the number
     of folded pairs."""
     outputs = set(id(v) for v in graph.outputs)
     folded = 0
@@ -708,7 +708,7 @@ def _uint8_friendly(node: ir.Node, graph: ir.Graph) -> bool:
     """A producer that gains from writing uint8: a depthwise QConv (its int8 kernel is fast on uint8
     in and out) or a QConvTranspose (its output has kH*kW times its input's pixels: uint8 writes a
     quarter of the bytes).  Into a QConvTranspose from a GEMM QConv the uint8 stage costs what it saves
-    (PP-OCR det, docs/decisions.md D-qconvt), so as a consumer only a depthwise QConv counts."""
+    (PP-OCR det, docs/decisions.md D55), so as a consumer only a depthwise QConv counts."""
     return _is_depthwise_qconv(node, graph) or (node.domain == DOMAIN and node.op_type == "QConvTranspose")
 
 
@@ -722,7 +722,7 @@ def chain_int8(graph: ir.Graph, depthwise_only: bool = False) -> int:
     to the unchained graph.  With ``depthwise_only`` only where the producer or a consumer is a
     depthwise QConv: the native int8 depthwise kernel is fast on uint8 in and out, while between
     two GEMM convs the uint8 output stage costs about what the consumer's quantize pass saves
-    (digits batch 1: 10 % slower chained, docs/decisions.md D-qdw); a QConvTranspose producer counts as
+    (digits batch 1: 10 % slower chained, docs/decisions.md D46); a QConvTranspose producer counts as
     depthwise there (:func:`_uint8_friendly`).  Returns the number of
     chained QConvs."""
     outputs = set(id(v) for v in graph.outputs)

@@ -12,7 +12,7 @@ Weights are never copied: :meth:`Artifact.tensor` returns a read-only
 
 The records are named tuples, not frozen dataclasses: defining a dataclass
 generates and compiles its methods (~0.5 ms a class), which every
-``import minirt`` paid on its cold start (docs/decisions.md D-cold-start).
+``import minirt`` paid on its cold start (docs/decisions.md D57).
 Nor does this module use ``from __future__ import annotations``: typing.NamedTuple
 compiles every string annotation of its fields at import (~0.15 ms here).
 """
@@ -204,7 +204,7 @@ class _Cursor:
 
     # The fixed-size reads below each repeat the same four lines rather than call one shared helper:
     # a graph section is thousands of reads, and the extra call per read was a fifth of its decoding
-    # (PP-OCR det: 2.25 -> 1.74 ms, best of 30; docs/decisions.md D-cold-start).
+    # (PP-OCR det: 2.25 -> 1.74 ms, best of 30; docs/decisions.md D57).
     def _truncated(self, size: int) -> FormatError:
         return self.fail(f"needs {size} more bytes but the section ends at {self.end} (truncated?)")
 

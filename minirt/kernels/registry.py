@@ -50,7 +50,7 @@ class NodeContext:
     """What a ``context=True`` kernel learns about the node it runs.
 
     A plain class, not a dataclass: defining a dataclass compiles generated methods, which
-    ``import minirt`` would pay on every cold start (docs/decisions.md D-cold-start).  Treat the
+    ``import minirt`` would pay on every cold start (docs/decisions.md D57).  Treat the
     fields as read-only; only ``memo`` changes."""
 
     __slots__ = ("name", "op_type", "n_outputs", "output_dtypes", "opset", "memo")

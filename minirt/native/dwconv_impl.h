@@ -708,7 +708,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_store)(const float *out, long p0, long
  * then minps(hi, v), which return their second operand v unless the first
  * compares greater / less (so for NaN, and for equal zeros of either sign):
  * one instruction each where GCC makes a compare and two masked moves of
- * the select (~10 % of a direct stride-2 layer, D-dw-s2-direct). */
+ * the select (~10 % of a direct stride-2 layer, D60). */
 static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_clamp)(FN(vf) v, FN(vf) lo, FN(vf) hi) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && MRT_VL == 16
     return (FN(vf))_mm512_min_ps((__m512)hi, _mm512_max_ps((__m512)lo, (__m512)v));
@@ -784,7 +784,7 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_pixels)(const float *const *in, const 
  * DW_CB_RB pixels at a time, then a last block of the 1-3 pixels left.
  * (Moving a last whole block back to end at ow instead recomputed up to 3
  * pixels of 4: 14 % of the multiply-adds of 14-pixel rows, 12 % of 7-pixel
- * rows, where the FMAs bound the layer; docs/decisions.md, D-dw-threads.) */
+ * rows, where the FMAs bound the layer; docs/decisions.md, D59.) */
 static DW_INLINE MRT_TARGET void FN(dw_cb_row_fixed)(const float *const *in, const FN(vf) *wv, FN(vf) bv, FN(vf) lo,
                                                      FN(vf) hi, float *out, int ow, const int K, const int S,
                                                      const int ACT) {
@@ -1200,7 +1200,7 @@ static MRT_TARGET void FN(dw_s2_task)(void *ctx, long begin, long end) {
 #endif /* MRT_VL >= 8 */
 
 /* The channel-blocked path for an output plane of oh x ow?  Measured per
- * layer on this x86 host at each vector width (docs/decisions.md, D-dw):
+ * layer on this x86 host at each vector width (docs/decisions.md, D44):
  * with 16 lanes it is faster than the plane path for every MobileNet and
  * PP-OCR shape, except when the output planes of a block start at the same
  * offset in a 4 KB page (128x128, 160x160: 16 stores to one L1 set, which
@@ -1223,7 +1223,7 @@ static int FN(dw_use_blocked)(int oh, int ow) {
 }
 
 /* The direct stride-2 path for this geometry (float)?  Measured per layer on this x86 host against the
- * channel-blocked and plane paths (docs/decisions.md, D-dw-s2-direct): faster from one whole vector of
+ * channel-blocked and plane paths (docs/decisions.md, D60): faster from one whole vector of
  * output columns per row (16 lanes: MobileNet's 32@112 and 64@56 0.64x and 0.70x, PP-OCR det's
  * 32@160 0.65x, 48@80 0.78x, 96@40 0.9x; 8 lanes: 0.55-0.9x from 14 columns), not below (whole vectors
  * on half-empty rows).  Not with 4 lanes (SSE2 was 0.75x from 14 columns, but NEON, which compiles the
@@ -1255,7 +1255,7 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
     const long planes = (long)n * c;
     a.fixed = kh == kw && (kh == 3 || kh == 5 || kh == 7) && sh == sw && (sh == 1 || sh == 2) && dh == 1 && dw == 1;
     /* int8 stays on the plane path: the channel-blocked fill, bias and epilogue are float only
-     * (and on VNNI hosts most int8 layers take qdwconv_vnni.h anyway; docs/decisions.md, D-qdw) */
+     * (and on VNNI hosts most int8 layers take qdwconv_vnni.h anyway; docs/decisions.md, D46) */
     a.direct_s2 = !a.scale && FN(dw_use_direct_s2)(kh, kw, sh, sw, dh, dw, pl, ow);
     a.blocked = !a.scale && !a.direct_s2 && FN(dw_use_blocked)(oh, ow);
     a.cb_act = (!a.blocked && !a.direct_s2) || a.z                   ? 0
@@ -1313,7 +1313,7 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
             a.cb_ring_rows += sh;
     /* 16 lanes: whole-vector loads from rows of a multiple of 16 pixels (every group of a row starts where
      * the row does, modulo 64 bytes), chunks otherwise (whole vectors that straddle cache lines measured
-     * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D-dw-s2).  The
+     * 2-5 % slower there, 9-14 % faster on rows of 80-160 pixels; docs/decisions.md, D56).  The
      * plane path's rows and 8 lanes always take whole vectors. */
     a.cb_chunks = MRT_VL == 16 && a.cb_ring && wd % MRT_VL != 0;
     /* ring: output rows stored together, the fewest whose pixels are whole groups of MRT_VL (the transposes

@@ -899,7 +899,7 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
  * and is written at out + r * out_row + j of each channel's row of C.  kernels.c passes the stride-
  * phase planes of FN(sgemm_conv) as one region (in_row = the plane width, in_col = 1), or the image
  * itself for the pixels whose taps are all inside it (in_row = stride * width, in_col = stride)
- * plus small zero-padded windows of the input for the border pixels (D-conv-inplace).
+ * plus small zero-padded windows of the input for the border pixels (D58).
  *
  * The weights come pre-packed once per weight array (FN(conv_cv_pack_w)): per group, panels of
  * G_NR output channels, each K rows of G_NR contiguous floats (channels past the group's count

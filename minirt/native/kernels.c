@@ -384,7 +384,7 @@ typedef struct {
  * and up; 3x3 layers on the plane path (outputs in planes whose 16-channel
  * blocks would alias in L1, see dw_use_blocked) are bound by copies and
  * per-row costs, and with rows narrower than 16 columns waste half a
- * vector, so they keep the AVX2 code (docs/decisions.md, D-dw). */
+ * vector, so they keep the AVX2 code (docs/decisions.md, D44). */
 static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float *bias, const float *z, float *y,
                                      int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
                                      int pt, int pl, int oh, int ow, int act, float a0, float a1, int nthreads) {
@@ -940,7 +940,7 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
 /* ------------------------------------------------------------------ channel-vector convolution read in place
  *
  * With packed weights (FN(conv_cv)) and a kernel that needs planes (not direct), the image is read
- * where it is instead (D-conv-inplace): the output pixels whose taps all fall inside the image
+ * where it is instead (D58): the output pixels whose taps all fall inside the image
  * ("inside": a rectangle of output rows and columns) read it in place, pixel (oy, ox) at
  * x[ch][oy * sh - pt + ky * dh][ox * sw - pl + kx * dw] (row stride sh * wd, column stride sw);
  * the others (the "borders": output rows above and below the inside, then output columns left
@@ -1048,7 +1048,7 @@ static long conv_in_place_floats(const mrt_conv_args *a) {
     return MRT_CV_MAX_REGIONS * conv_table_floats((long)a->c / a->group * a->kh * a->kw) + window_floats;
 }
 
-/* When reading in place pays, measured in YOLO (docs/decisions.md, D-conv-inplace): strided
+/* When reading in place pays, measured in YOLO (docs/decisions.md, D58): strided
  * kernels only (their planes are a phase split, twice the work of a copy; at stride 1 the planes
  * are a memcpy per row and cost as much as the borders' windows: 32 -> 32 @40x40 was 2% slower in
  * place), with at most 1 / MRT_CONV_IN_PLACE_BORDER of the output pixels in the borders (their
@@ -1262,7 +1262,7 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
     for (long ch = begin; ch < end; ++ch) mrt_conv_chunk(a, ch, scratch, 1);
 }
 
-/* When the channel-vector kernel (FN(conv_cv)) pays, measured (docs/decisions.md, D-conv-small):
+/* When the channel-vector kernel (FN(conv_cv)) pays, measured (docs/decisions.md, D50):
  * from this depth K = c/group*kh*kw whatever the kernel (the weights read as one contiguous stream;
  * below, its transposing epilogue costs more than that saves) ... */
 #define MRT_CONV_CV_DEEP_K 192

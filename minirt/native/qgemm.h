@@ -1591,7 +1591,7 @@ static inline size_t q_align64(size_t b) { return (b + 63) / 64 * 64; }
 /* ---------------------------------------------------------------- implicit int8 convolution */
 
 /* One image whose output plane is wide (q_qconv2d's nb == 1 route), group 1, not on SDOT, runs
- * without an im2col matrix and without packing activations (the float conv's D-implicit-conv,
+ * without an im2col matrix and without packing activations (the float conv's D45,
  * in the VNNI layout):
  *   - The quantized image is written once, padded with x_zero and split by stride phase, in
  *     channel quads: planes[cq][phase][hq][wq][4] holds channels 4cq .. 4cq+3 of a plane

@@ -98,7 +98,7 @@ def test_case_with_numpy_kernels_only(artifacts, manifest, name, numpy_kernels_o
 
 
 def test_builder_packed_weights_are_seeded(artifacts, manifest, monkeypatch):
-    """The Pi targets store weights packed for panels of 8 (NEON's layout; docs/decisions.md D-prepack):
+    """The Pi targets store weights packed for panels of 8 (NEON's layout; docs/decisions.md D61):
     on arm64 the session seeds them and the first run packs nothing; where the kernels use another
     layout (x86 hosts with AVX2 / AVX-512) they are ignored and packed lazily.  Same bits either way."""
     if not native.available:

@@ -1,4 +1,4 @@
-"""The channel-vector float convolution (gemm_impl.h, FN(conv_cv); docs/decisions.md, D-conv-small).
+"""The channel-vector float convolution (gemm_impl.h, FN(conv_cv); docs/decisions.md, D50).
 
 Images with a GEMM of their own run the implicit-GEMM convolution with the output channels as
 vector lanes when the layer's weights come pre-packed (``native.conv_pack_w``): the Python wrapper

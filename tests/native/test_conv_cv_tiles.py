@@ -1,4 +1,4 @@
-"""Pixel tiles of the channel-vector convolution (gemm_impl.h, FN(conv_cv); docs/decisions.md, D-conv-tiles).
+"""Pixel tiles of the channel-vector convolution (gemm_impl.h, FN(conv_cv); docs/decisions.md, D62).
 
 A tile of G_CV_NP output pixels (12 on AVX-512, 6 elsewhere) takes one of three routes in and out:
 

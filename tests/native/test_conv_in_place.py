@@ -1,5 +1,5 @@
 """The channel-vector convolution reading its input in place (kernels.c, conv_in_place;
-docs/decisions.md, D-conv-inplace).
+docs/decisions.md, D58).
 
 With packed weights and a kernel that needs padding, strides or dilations, the output pixels whose
 taps all fall inside the image read it where it is (row stride sh * width, column stride sw), and the

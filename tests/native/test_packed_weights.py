@@ -1,5 +1,5 @@
 """Weights packed by the builder (``--weight-pack``; minirt/format/packed_weights.py, builder/prepack.py,
-docs/decisions.md D-prepack): the numpy packers give the native packers' bytes at every ISA level, the
+docs/decisions.md D61): the numpy packers give the native packers' bytes at every ISA level, the
 builder's copy of the packed-path rule agrees with ``mrt_conv2d_uses_packed_w``, and a session seeds
 the packs of its kernels' layout so that the first run packs nothing, with bit-identical results;
 another layout, or another ISA selected later, falls back to packing lazily."""

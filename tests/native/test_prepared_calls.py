@@ -1,4 +1,4 @@
-"""Native calls prepared per node and input shape (D-dispatch): FusedConv / Conv, MaxPool, QConv,
+"""Native calls prepared per node and input shape (D49): FusedConv / Conv, MaxPool, QConv,
 QMatMul, Gemm / FusedGemm keep their validated arguments in the node's memo.  The prepared path must
 give what the first (validating) call gives, and a new input shape, dtype or weight object must be
 validated again: results equal a fresh call without a memo, bad input still raises."""

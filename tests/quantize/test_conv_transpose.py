@@ -1,4 +1,4 @@
-"""int8 ConvTranspose (D-qconvt): a ConvTranspose with stride == kernel becomes a QConvTranspose
+"""int8 ConvTranspose (D55): a ConvTranspose with stride == kernel becomes a QConvTranspose
 (uint8 between two of them), computed with exact integer sums; against onnxruntime's float model."""
 import numpy as np
 import onnxruntime as ort

@@ -192,7 +192,7 @@ def test_ppocr_det_int8_and_fp16_sizes():
     feeds = [{"x": rng.standard_normal((1, 3, 64, 96)).astype(np.float32)} for _ in range(2)]
     model = optimized(path)
     report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=True, **NO_TIMING))
-    # with quantize_depthwise, depthwise convolutions are int8 too (D-qdw): per-channel input scales,
+    # with quantize_depthwise, depthwise convolutions are int8 too (D46): per-channel input scales,
     # chained in uint8 with their neighbours; the learnable affine Mul / Add after each QConv folded
     assert report.size_ratio <= 0.30
     assert len(report.quantized) > 40
@@ -206,7 +206,7 @@ def test_ppocr_det_int8_and_fp16_sizes():
     assert sum("post_scale" in n.attributes for n in qconvs) >= 15
     dequant = [n for n in model.graph if n.op_type == "DequantizeWeights"]
     assert dequant and all(n.inputs[0].dtype == ir.DataType.INT8 for n in dequant)  # small convs
-    # the head's first 2x2 / stride-2 ConvTranspose in int8 (D-qconvt); the second, the final layer,
+    # the head's first 2x2 / stride-2 ConvTranspose in int8 (D55); the second, the final layer,
     # stays float unless asked (quantize_final_conv_transpose)
     convt = [n for n in model.graph if n.op_type == "QConvTranspose"]
     assert len(convt) == 1
@@ -225,7 +225,7 @@ def test_ppocr_det_int8_and_fp16_sizes():
     assert sum("post_scale" in n.attributes for n in model.graph if n.op_type == "QConv") >= 10
     y_default = _run.session(model).run(None, feeds[0])[0]
     assert np.abs(y_default - y).max() < 0.5
-    # the defaults before D-qdw: depthwise float, nothing chained, Mul / Add nodes
+    # the defaults before D46: depthwise float, nothing chained, Mul / Add nodes
     model = optimized(path)
     report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=False, chain_int8=False,
                                                             fold_affine=False, **NO_TIMING))
