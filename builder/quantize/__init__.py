@@ -228,6 +228,7 @@ _ALIASES = {
     "fuse_pool_flatten": ("quant_fuse_max_pool", "quant_fuse_flatten"),
     "fold_upsample_add": ("quant_fold_upsample_add", "quant_fold_upsample_concat", "quant_fold_channel_mul"),
     "chain_int8": ("quant_chain_int8",),
+    "fp16_bias_correction": ("fp16_bias_correction",),
 }
 
 
@@ -326,7 +327,7 @@ def quantize(
     t_start = time.perf_counter()
     data = _load_data(model, mode, calibration, opts, report)
     if mode == "fp16":
-        budget = _quantize_fp16(model, data, opts, budget, report, say)
+        budget = _quantize_fp16(model, data, opts, disabled, budget, report, say)
     else:
         _quantize_int8(model, mode, data, opts, profile, disabled, budget, report, say)
     _measure(model, mode, data, opts, budget, report)
@@ -337,32 +338,31 @@ def quantize(
 # --- fp16 --------------------------------------------------------------------------------------------
 
 
-def _fp16_converter(data: _Data, opts: QuantizeOptions, say: Callable[[str], None]):
-    """(the fp16 candidate weights, ``convert(model, subset)``): bias correction (fed with the mean layer
-    inputs measured once on the float model) then conversion of ``subset`` (None: every candidate)."""
+def _fp16_converter(data: _Data, opts: QuantizeOptions, disabled: Sequence[str], say: Callable[[str], None]):
+    """(the fp16 candidate weights, ``convert(model, subset)``): the fp16 passes (bias correction, fed with
+    the mean layer inputs measured once on the float model, then conversion) over ``subset`` (None:
+    every candidate); ``convert`` returns the passes' :class:`builder.quantize.passes.Rewrite`."""
     all16 = fp16_candidates(data.float_model, opts.fp16_min_elements)
     means = {}
-    if opts.fp16_bias_correction:
+    if "fp16_bias_correction" not in disabled:  # (the option fp16_bias_correction=False disables it too)
         stats_feeds = data.calib or data.evals
         if stats_feeds:
             say(f"fp16 bias correction: mean layer inputs on {len(stats_feeds)} feed(s)")
             means = mean_inputs(data.float_model, all16, stats_feeds)
 
-    def convert(m: ir.Model, subset) -> dict:
-        subset = set(all16 if subset is None else subset)
-        fixed = correct_biases(m, subset, means) if means else 0
-        out = convert_to_fp16(m, opts.fp16_min_elements, only=subset)
-        out["bias_corrected"] = fixed
-        return out
+    def convert(m: ir.Model, subset) -> quant_passes.Rewrite:
+        context = QuantContext(fp16_only=set(all16 if subset is None else subset), fp16_means=means,
+                               fp16_min_elements=opts.fp16_min_elements)
+        return quant_passes.rewrite(m, "fp16", context, disabled)
 
     return all16, convert
 
 
-def _quantize_fp16(model: ir.Model, data: _Data, opts: QuantizeOptions, budget: Budget | None,
-                   report: QuantizationReport, say: Callable[[str], None]) -> Budget | None:
+def _quantize_fp16(model: ir.Model, data: _Data, opts: QuantizeOptions, disabled: Sequence[str],
+                   budget: Budget | None, report: QuantizationReport, say: Callable[[str], None]) -> Budget | None:
     """fp16 weights, fitted to ``budget`` or to the default fp16 budget; returns the budget applied."""
     t0 = time.perf_counter()
-    all16, convert = _fp16_converter(data, opts, say)
+    all16, convert = _fp16_converter(data, opts, disabled, say)
     default = budget is None and opts.fp16_budget is not None
     if default:
         budget = parse_budget(opts.fp16_budget)
@@ -375,7 +375,8 @@ def _quantize_fp16(model: ir.Model, data: _Data, opts: QuantizeOptions, budget: 
         if data.ref is None:
             raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
         only = _fit_fp16_budget(data, opts, budget, default, all16, convert, report, say)
-    report.fp16 = convert(model, only)
+    done = convert(model, only)
+    report.fp16, report.passes = done.fp16, done.report.as_dict()
     report.timings["convert"] = time.perf_counter() - t0
     return budget
 
@@ -540,8 +541,9 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
 
     if budget is not None:
         selected = _fit_int8_budget(selected, data, budget, rewrite, report, say)
-    passes, skipped = rewrite(model, selected)
-    report.passes = passes.as_dict()
+    done = rewrite(model, selected)
+    report.passes = done.report.as_dict()
+    skipped = done.skipped
     skipped_names = {n for n, _ in skipped}
     report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
     report.quantized = [c.name for c in selected if not c.computes_float and c.name not in skipped_names]

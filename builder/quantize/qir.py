@@ -79,6 +79,11 @@ class QuantContext:
     symmetric: bool = False
     per_channel: bool = True
     chain: bool | str = "depthwise"
+    # fp16: the initializers to convert (None: every one large enough), the float model's mean layer
+    # inputs for the bias correction ({}: none), and the size below which a tensor stays float32
+    fp16_only: set | None = None
+    fp16_means: dict = dataclasses.field(default_factory=dict)
+    fp16_min_elements: int = 1024
     # Pass fields read by the optimizer's passes; the quantizer's ignore them.
     input_shapes: dict = dataclasses.field(default_factory=dict)
     opt_level: int = 2
