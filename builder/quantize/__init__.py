@@ -105,7 +105,8 @@ class QuantizeOptions:
     fp16_budget: Any = "max-abs<=0.005"
     fp16_max_ratio: float = 0.55  # ... but the default budget never takes the artifact beyond this x float
     # fp16: fold each Conv/Gemm weight's float16 rounding error times its mean input patch (measured on the
-    # calibration data, else the eval data) into the layer's float32 bias (bias_correction.py).
+    # calibration data, else the eval data) into the layer's float32 bias (pass fp16_bias_correction; False
+    # disables it).
     fp16_bias_correction: bool = True
     measure_latency: bool = True
     latency_runs: int = 5
