@@ -29,8 +29,10 @@ from builder.lower import lower_model
 from builder.partition import apply_plan, format_partition_report, plan_partitions
 from builder.passes import format_report
 from builder.passes import optimize as optimize_graph
+from builder.passes import pass_names as optimizer_pass_names
 from builder.quantize import QuantizeOptions
 from builder.quantize import quantize as quantize_model
+from builder.quantize.passes import pass_names as quantizer_pass_names
 from builder.prepack import add_packed_weights
 from builder.writer import ArtifactWriter, write_atomic
 from minirt.format.packed_weights import PANEL_WIDTHS
@@ -242,6 +244,16 @@ def _optimizer_metadata(report: dict) -> dict:
     return {**report, "passes": rows}
 
 
+def _split_disabled(disabled: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``--disable-pass`` names -> (the optimizer's, the quantizer's); a clear error for unknown names."""
+    optimizer, quantizer = optimizer_pass_names(), quantizer_pass_names()
+    unknown = sorted(set(disabled) - set(optimizer) - set(quantizer))
+    if unknown:
+        raise BuildError(f"--disable-pass: unknown pass name(s) {unknown}; known passes: optimizer {optimizer}, "
+                         f"quantizer {quantizer}")
+    return [n for n in disabled if n in optimizer], [n for n in disabled if n in quantizer]
+
+
 def _auto_quantize(profile, calibration: Any, say: Callable[[str], None]) -> str | None:
     """``--quantize auto``: the target profile's default quantization (None: float32); its "int8"
     becomes "int8-dynamic" when there is no calibration data to fix the activation ranges."""
@@ -304,6 +316,7 @@ def build(
     if quantize == "auto":
         quantize = _auto_quantize(profile, calibration, say)
     shapes = parse_input_shapes(input_shapes)
+    optimizer_disabled, quantizer_disabled = _split_disabled(disabled_passes)
     seed = None
     if sign_key is not None:  # read the key first: a bad key file fails before the slow build
         from minirt.tools.keys import load_signing_key
@@ -330,7 +343,7 @@ def build(
     t0 = time.perf_counter()
     say("optimizing graph")
     try:
-        opt_report = optimize_graph(model_ir, opt_level, disabled=list(disabled_passes), input_shapes=shapes)
+        opt_report = optimize_graph(model_ir, opt_level, disabled=optimizer_disabled, input_shapes=shapes)
     except ValueError as exc:  # unknown pass name, input shape that contradicts the model
         raise BuildError(str(exc)) from None
     timings["optimize"] = time.perf_counter() - t0
@@ -350,10 +363,10 @@ def build(
                 accuracy_budget=accuracy_budget,
                 eval=eval_data,
                 quantize_final=quantize_final,
-                # arm64 devices: the int8 depthwise kernel has only its portable path there (D30)
-                **({"int8_depthwise_min_plane": 0} if profile.has("neon") else {}),
+                disabled_passes=quantizer_disabled,
             ),
             progress=say,
+            target=profile,  # its int8 speed rules (which layers stay float because float is faster there)
         )
         timings["quantize"] = time.perf_counter() - t0
 
@@ -389,7 +402,10 @@ def build(
     writer.set_metadata("target.profile", profile.as_metadata())
     writer.set_metadata("build.optimizer", _optimizer_metadata(opt_report.as_dict()))
     if qreport is not None:
-        writer.set_metadata("build.quantization", qreport.as_dict())
+        stored = qreport.as_dict()
+        if stored.get("passes"):
+            stored["passes"] = _optimizer_metadata(stored["passes"])
+        writer.set_metadata("build.quantization", stored)
     lower_model(model_ir, writer)
     if weight_pack:
         say(f"packing weights for panels of {weight_pack}")

@@ -354,6 +354,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     optimizer = info["metadata"].get("build.optimizer")
     if isinstance(optimizer, dict) and optimizer.get("passes") is not None:
         print(format_optimizer_report(optimizer))
+    quantizer = (info["metadata"].get("build.quantization") or {}).get("passes")
+    if isinstance(quantizer, dict) and quantizer.get("passes") is not None:
+        print(format_optimizer_report(quantizer))
     return 0
 
 
@@ -656,7 +659,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3),
                    help="optimisation level: 0 none, 1 cleanup/folding/CSE, 2 + fusions (default), 3 + pattern recognition")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
-                   help="skip one optimizer pass by name (repeatable; for debugging)")
+                   help="skip one optimizer or quantizer pass by name (repeatable; for debugging; the build "
+                        "report lists them)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                    help="fix an input's shape; repeatable")
     p.add_argument("--quantize", choices=["fp16", "int8-dynamic", "int8", "auto"], default=None,

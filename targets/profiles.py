@@ -35,6 +35,24 @@ class TargetProfile:
     # output-channel panel width of the GEMM/Conv weights the builder stores pre-packed (builder/prepack.py;
     # 0: not packed); the NEON kernels use panels of 8
     weight_pack: int = 0
+    # --- int8 speed rules: which layers the quantizer keeps float because float is faster on this CPU ---
+    # (builder/quantize/__init__.py reads them; layers kept float for speed still store their weights int8
+    # when they have at least weight_only_min_elements, behind a DequantizeWeights.)
+    # Depthwise convolutions compute in int8.  Off everywhere: since the float depthwise kernel's channel
+    # blocks (D44), int8 depthwise no longer pays as a whole (PP-OCR det int8/float 0.654-0.661x with it,
+    # 0.631-0.639x without, D29); without VNNI (arm64, AVX2) its portable path is slower still.
+    int8_depthwise: bool = False
+    # ... except, in static int8, depthwise convs whose input plane has at least this many pixels (0: none):
+    # on 160 x 160 planes the x86 VNNI int8 kernel, chained in uint8 with the pointwise QConvs around it,
+    # beats float (PP-OCR det int8/float 0.613-0.619x -> 0.588-0.591x; no gain on 80 x 80, D30).  0 on
+    # arm64 targets: there the int8 depthwise kernel has only its portable path.
+    int8_depthwise_min_plane: int = 160 * 160
+    # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input costs
+    # about what int8 saves (12 channels no faster in int8; 16 pay since the implicit int8 conv, D30).
+    int8_min_reduction: int = 16
+    # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
+    # the dequantize node costs more than the few bytes it saves.
+    weight_only_min_elements: int = 1024
 
     def has(self, feature: str) -> bool:
         """Whether every device of this target has ``feature`` (e.g. "dotprod")."""
@@ -44,6 +62,12 @@ class TargetProfile:
         """What the builder derives from the target when the user does not say."""
         return {"quantize": self.default_quantize, "kernel_isas": list(self.kernel_isas),
                 "weight_pack": self.weight_pack}
+
+    def int8_speed_rules(self) -> dict:
+        """The int8 speed thresholds of this device (what the quantizer reads; see the fields)."""
+        return {"int8_depthwise": self.int8_depthwise, "int8_depthwise_min_plane": self.int8_depthwise_min_plane,
+                "int8_min_reduction": self.int8_min_reduction,
+                "weight_only_min_elements": self.weight_only_min_elements}
 
     def as_metadata(self) -> dict:
         """The profile as JSON-able data, recorded in artifacts as ``target.profile``."""
@@ -65,17 +89,21 @@ _PROFILES = {
         # on the A76 static int8 with SDOT is the fast path.
         TargetProfile("rpi3", "Raspberry Pi 3 (Cortex-A53, arm64)", ("cpu",), ("neon",), "linux",
                       arch="arm64", cpu="Cortex-A53 (BCM2837)", cores=4, simd_bits=128, llc_kb=512,
-                      kernel_isas=("neon",), default_quantize="int8-dynamic", weight_pack=8),
+                      kernel_isas=("neon",), default_quantize="int8-dynamic", weight_pack=8, int8_depthwise_min_plane=0),
         TargetProfile("rpi4", "Raspberry Pi 4 (Cortex-A72, arm64)", ("cpu",), ("neon",), "linux",
                       arch="arm64", cpu="Cortex-A72 (BCM2711)", cores=4, simd_bits=128, llc_kb=1024,
-                      kernel_isas=("neon",), default_quantize="int8-dynamic", weight_pack=8),
+                      kernel_isas=("neon",), default_quantize="int8-dynamic", weight_pack=8, int8_depthwise_min_plane=0),
         TargetProfile("rpi5", "Raspberry Pi 5 (Cortex-A76, arm64)", ("cpu",), ("neon", "dotprod", "fp16"), "linux",
                       arch="arm64", cpu="Cortex-A76 (BCM2712)", cores=4, simd_bits=128, llc_kb=2048,
-                      kernel_isas=("neon-dotprod", "neon"), default_quantize="int8", weight_pack=8),
-        TargetProfile("macos", "Mac with Apple silicon", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "macos"),
-        TargetProfile("ios", "iPhone / iPad", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "ios"),
+                      kernel_isas=("neon-dotprod", "neon"), default_quantize="int8", weight_pack=8,
+                      int8_depthwise_min_plane=0),
+        TargetProfile("macos", "Mac with Apple silicon", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "macos",
+                      int8_depthwise_min_plane=0),
+        TargetProfile("ios", "iPhone / iPad", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "ios",
+                      int8_depthwise_min_plane=0),
         *(
-            TargetProfile(f"android-api{level}", f"Android API level {level} (arm64)", ("nnapi", "cpu"), ("neon",), "android")
+            TargetProfile(f"android-api{level}", f"Android API level {level} (arm64)", ("nnapi", "cpu"), ("neon",), "android",
+                          int8_depthwise_min_plane=0)
             for level in range(27, 35)
         ),
     )

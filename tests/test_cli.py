@@ -459,6 +459,20 @@ def test_build_quantize_int8_with_calibration(tmp_path, capsys):
     assert json.loads(stdout)["metadata"]["build.quantization"]["mode"] == "int8"
 
 
+def test_build_quantize_disable_pass_and_inspect_show_the_quantizer_passes(tmp_path, capsys):
+    out = tmp_path / "q.mrt"
+    code, stdout, _ = _run_cli(
+        capsys, "build", DIGITS_ONNX, "-o", out, "--quantize", "int8", "--calibration",
+        DIGITS_ONNX.parent / "calibration.npz", "--json", "--disable-pass", "quant_fuse_flatten",
+    )
+    assert code == 0
+    passes = json.loads(stdout)["quantization"]["passes"]
+    assert passes["disabled"] == ["quant_fuse_flatten"] and "quant_fuse_max_pool" in passes["pipeline"]
+    code, stdout, _ = _run_cli(capsys, "inspect", out)
+    assert code == 0 and "quantizer (int8) passes" in stdout and "quant_fuse_max_pool" in stdout
+    assert "disabled: quant_fuse_flatten" in stdout
+
+
 def test_build_quantize_rejects_unknown_mode(capsys, tmp_path):
     code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "q.mrt", "--quantize", "int3")
     assert code == 2 and "int3" in stderr

@@ -11,6 +11,9 @@ beside it (``test_<name>.py``)::
               matmul_to_gemm, fuse_pad, fuse_activation
     level 3   level 2 + recognise_layernorm, recognise_attention
 
+The quantizer's rewrites (``quant_layers``, ``quant_fold_affine``, ..., ``fp16_weights``) are passes
+too, run by the same manager after this pipeline: see ``builder/quantize/passes``.
+
 Fused ops belong to minirt's own domain ``com.minirt`` (docs/fused_ops.md,
 kernels in minirt/kernels/fused.py).
 """

@@ -108,6 +108,8 @@ class OptimizationReport:
     converged: bool = True
     seconds: float = 0.0
     passes: list = dataclasses.field(default_factory=list)  # [PassRow]
+    # what ran: "optimizer", or "quantizer (MODE)" for the quantizer's rewrite passes (builder/quantize/passes)
+    stage: str = "optimizer"
 
     @property
     def refused(self) -> list:
@@ -115,6 +117,7 @@ class OptimizationReport:
 
     def as_dict(self) -> dict:
         return {
+            "stage": self.stage,
             "opt_level": self.opt_level,
             "pipeline": list(self.pipeline),
             "disabled": list(self.disabled),

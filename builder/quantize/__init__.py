@@ -12,9 +12,15 @@ Modes:
                   weight bytes; kernels compute in float32).
 ``int8``          static: Conv/Gemm/MatMul layers become ``com.minirt::QConv`` /
                   ``QMatMul`` with per-channel symmetric int8 weights and a
-                  per-tensor calibrated activation scale (qops.py).
+                  per-tensor calibrated activation scale.
 ``int8-dynamic``  the same ops without activation scales: inputs are quantized at
                   run time (for MatMul/Gemm/LSTM-heavy models; no calibration).
+
+Which layers are candidates is candidates.py; which of them are quantized is
+decided here (the user's options, and the target profile's int8 speed rules:
+targets/profiles.py); the graph rewrites are passes (builder/quantize/passes:
+``quant_layers`` and the folds after it), run by the builder's pass manager,
+listed in the build report and switched off with ``--disable-pass``.
 
 Every mode measures the quantized model against the float one with minirt
 itself (report.py), on ``options.eval`` or the calibration data, and times
@@ -35,10 +41,13 @@ from builder.errors import BuildError
 from builder.quantize import _run
 from builder.quantize.bias_correction import correct_biases, mean_inputs
 from builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds
-from builder.quantize.qops import Candidate, apply_int8, find_candidates
+from builder.quantize import passes as quant_passes
+from builder.quantize.candidates import find_candidates
+from builder.quantize.qir import Candidate, QuantContext
 from builder.quantize.report import QuantizationReport, compare
 from builder.quantize.sensitivity import Budget, fit_budget, parse_budget
 from builder.quantize.weights import convert_to_fp16, fp16_candidates
+from targets.profiles import TargetProfile, get_target
 
 MODES = ("fp16", "int8-dynamic", "int8")
 
@@ -53,50 +62,29 @@ class QuantizeOptions:
     symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
     quantize_final: bool = False  # also quantize the layers that feed the model's outputs
-    # Depthwise convolutions stay float by default (weights stored int8): since the float
-    # depthwise kernel's channel blocks (D44), int8 depthwise (D46: uint8 in and out when
-    # chained) no longer pays as a whole: PP-OCR det int8/float 0.654-0.661x with it, 0.631-0.639x
-    # without (D29); without VNNI (arm64, AVX2) its portable path was slower still.  True: int8,
-    # inputs quantized per channel (one scale for the tensor instead: det's max abs error vs float
-    # 0.70 -> 0.99).
-    quantize_depthwise: bool = False
-    # ... except, in static int8, depthwise convs whose input plane has at least this many pixels
-    # (0: none): on 160 x 160 planes the VNNI int8 kernel, chained in uint8 with the pointwise
-    # QConvs around it, is faster than float (PP-OCR det int8/float 0.613-0.619x -> 0.588-0.591x;
-    # on 80 x 80 no further gain, more error: docs/decisions.md D30).  The plane is the input's
-    # static shape, else the first calibration feed's.  Builds for arm64 targets pass 0: there the
-    # int8 depthwise kernel has only its portable path.
-    int8_depthwise_min_plane: int = 160 * 160
+    # The int8 speed rules (which layers stay float because float is faster: depthwise convs, except
+    # on large planes in static int8; pointwise convs over few channels; the weights-only threshold of
+    # the layers they keep float) describe the device: fields of the target profile
+    # (targets/profiles.py: int8_depthwise, int8_depthwise_min_plane, int8_min_reduction,
+    # weight_only_min_elements), passed to quantize() as ``target``.
+    # Depthwise convs quantized in static int8 take their input scales per channel (one scale for the
+    # tensor instead: PP-OCR det's max abs error vs float 0.70 -> 0.99).
     depthwise_per_channel_inputs: bool = True
-    # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input
-    # costs about what int8 saves (1x1 convs over 12 channels no faster in int8; larger windows
-    # win in int8 even with few channels, since float needs an im2col too).  16 channels pay since
-    # the implicit int8 conv: PP-OCR det's 16 -> 32 at 160 x 160 0.88x of float, and in uint8 into
-    # an int8 depthwise conv (D30).
-    int8_min_reduction: int = 16
-    # Convolutions kept float for speed (the two rules above) still store their weights int8
-    # (weights-only: com.minirt::DequantizeWeights, materialized in float32 once by the runtime).
+    # Convolutions kept float for speed still store their weights int8 (weights-only:
+    # com.minirt::DequantizeWeights, materialized in float32 once by the runtime).
     weight_only_float_convs: bool = True
-    weight_only_min_elements: int = 1024  # ... when their weight has at least this many elements
-    # Chained int8 (static only): a QConv feeding only QConvs writes uint8 in their input
-    # quantization (output_scale/output_zero_point, per channel for a depthwise consumer;
-    # identical results).  "depthwise" (default): only into and out of depthwise QConvs, whose
-    # native kernel is fast on uint8 in and out; between GEMM convs chaining measured slower
-    # (D20; digits batch 1 10 %: docs/decisions.md D46).  True: everywhere; False: nowhere.
+    # The graph rewrites after quantization are passes (builder/quantize/passes/: quant_layers,
+    # quant_fold_affine, quant_fuse_max_pool, ...), switched off by name like the optimizer's.
+    disabled_passes: Sequence[str] = ()
+    # Chained int8 (static only, pass quant_chain_int8): a QConv feeding only QConvs writes uint8 in
+    # their input quantization.  "depthwise" (default): only into and out of depthwise QConvs (between
+    # GEMM convs chaining measured slower: docs/decisions.md D20, D46).  True: everywhere; False:
+    # nowhere (the same as disabling quant_chain_int8).
     chain_int8: bool | str = "depthwise"
-    # Scalar Mul / Add after a QConv folded into its post_scale / post_shift (qops.py).
-    fold_affine: bool = True
-    # A MaxPool reading only a QConv's output becomes the QConv's pool_kernel_shape / pool_strides,
-    # a Flatten feeding only a QMatMul its flatten_axis (exact; saves nodes: digits int8 batch 1
-    # ~12 us of ~47, docs/decisions.md D25).
-    fuse_pool_flatten: bool = True
-    # Static int8: an Add of a nearest integer-factor Resize read only by a QConv (a feature pyramid's
-    # top-down path) becomes the QConv's X_up input, added while the QConv quantizes its input: one
-    # pass instead of Resize + Add + quantize; a channel Concat of such Resizes read only by a QConv
-    # becomes one QuantizeUpsampleConcat writing the QConv's uint8 input; a Mul by an (N, C, 1, 1)
-    # scale before either, or read by a QConv alone, is multiplied in the same pass (PP-OCR det
-    # int8/float 0.59 -> 0.55, docs/decisions.md D52).
-    fold_upsample_add: bool = True
+    # Aliases kept for the Python API: False disables the passes named (see _ALIASES).
+    fold_affine: bool = True  # quant_fold_affine
+    fuse_pool_flatten: bool = True  # quant_fuse_max_pool, quant_fuse_flatten
+    fold_upsample_add: bool = True  # quant_fold_upsample_add, quant_fold_upsample_concat, quant_fold_channel_mul
     exclude: Sequence[str] = ()  # node names or op types kept float
     weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
     # Static int8: a ConvTranspose with stride == kernel (no overlapping taps: the 2x2 / stride-2
@@ -117,7 +105,8 @@ class QuantizeOptions:
     fp16_budget: Any = "max-abs<=0.005"
     fp16_max_ratio: float = 0.55  # ... but the default budget never takes the artifact beyond this x float
     # fp16: fold each Conv/Gemm weight's float16 rounding error times its mean input patch (measured on the
-    # calibration data, else the eval data) into the layer's float32 bias (bias_correction.py).
+    # calibration data, else the eval data) into the layer's float32 bias (pass fp16_bias_correction; False
+    # disables it).
     fp16_bias_correction: bool = True
     measure_latency: bool = True
     latency_runs: int = 5
@@ -129,6 +118,7 @@ class QuantizeOptions:
         if isinstance(self.accuracy_budget, Budget):
             d["accuracy_budget"] = self.accuracy_budget.spec
         d["exclude"] = list(self.exclude)
+        d["disabled_passes"] = list(self.disabled_passes)
         return d
 
     def non_default(self) -> dict:
@@ -229,34 +219,65 @@ def _native_int8() -> bool:
     return bool(native.available and hasattr(native, "qgemm"))
 
 
-def _weights_only(c: Candidate) -> bool:
-    return c.kind == "weight-only" or c.weight_only
-
-
 def _excluded(c: Candidate, exclude: Sequence[str]) -> bool:
     return c.name in exclude or c.op_type in exclude
 
 
-def quantize(
-    model: ir.Model,
-    mode: str,
-    calibration: Any = None,
-    options: QuantizeOptions | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> QuantizationReport:
-    """Quantize ``model`` (optimized onnx-ir, main graph) in place; returns the report."""
-    say = progress or (lambda msg: None)
-    opts = options or QuantizeOptions()
-    if mode not in MODES:
-        raise BuildError(f"--quantize must be one of {list(MODES)}, got {mode!r}")
-    if opts.method not in METHODS:
-        raise BuildError(f"--calibration-method must be one of {list(METHODS)}, got {opts.method!r}")
-    budget = parse_budget(opts.accuracy_budget)
-    report = QuantizationReport(mode=mode, method=opts.method if mode == "int8" else None, options=opts.non_default())
-    t_start = time.perf_counter()
-    names = _input_names(model)
+# QuantizeOptions booleans kept for the Python API: False disables these passes.
+_ALIASES = {
+    "fold_affine": ("quant_fold_affine",),
+    "fuse_pool_flatten": ("quant_fuse_max_pool", "quant_fuse_flatten"),
+    "fold_upsample_add": ("quant_fold_upsample_add", "quant_fold_upsample_concat", "quant_fold_channel_mul"),
+    "chain_int8": ("quant_chain_int8",),
+    "fp16_bias_correction": ("fp16_bias_correction",),
+}
 
+
+def _disabled_passes(opts: QuantizeOptions) -> list[str]:
+    """The quantizer pass names switched off: ``opts.disabled_passes`` plus the aliases set to False."""
+    names = list(opts.disabled_passes)
+    unknown = sorted(set(names) - set(quant_passes.pass_names()))
+    if unknown:
+        raise BuildError(f"unknown quantizer pass name(s) {unknown} for --disable-pass; "
+                         f"known quantizer passes: {quant_passes.pass_names()}")
+    for option, passes in _ALIASES.items():
+        if getattr(opts, option) is False:
+            names += [p for p in passes if p not in names]
+    return names
+
+
+def _profile(target: TargetProfile | str | None) -> TargetProfile:
+    if isinstance(target, TargetProfile):
+        return target
+    try:
+        return get_target(target or "generic")
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
+
+
+@dataclasses.dataclass
+class _Data:
+    """The data a quantization measures on, and the float model's answers on it."""
+
+    calib: Feeds
+    evals: Feeds
+    labels: Any
+    float_model: ir.Model  # the model before quantization (a clone: ``model`` is rewritten in place)
+    float_bytes: bytes
+    ref: dict | None  # the float model's outputs on ``evals`` (None: no data)
+
+    def evaluate(self, candidate: ir.Model) -> dict:
+        """Accuracy of ``candidate`` against the float model on the eval data ({} without data)."""
+        if self.ref is None:
+            return {}
+        return compare(self.ref, _run.run_all(_run.session(candidate), self.evals), self.labels)
+
+
+def _load_data(model: ir.Model, mode: str, calibration: Any, opts: QuantizeOptions,
+               report: QuantizationReport) -> _Data:
+    """Calibration and eval feeds (checked against the model's input shapes) and the float reference."""
     t0 = time.perf_counter()
+    names = _input_names(model)
     calib = load_feeds(calibration, names, opts.calibration_spec)
     if opts.max_feeds is not None:
         calib = Feeds(calib[: opts.max_feeds], calib.labels[: opts.max_feeds])
@@ -272,206 +293,303 @@ def quantize(
     if opts.eval is not None:
         _check_feed_shapes(model, evals, "--eval")
     report.calibration_feeds, report.eval_feeds = len(calib), len(evals)
-    labels = evals.all_labels()
     report.timings["load_data"] = time.perf_counter() - t0
 
     float_model = model.clone()
     float_bytes = _run.artifact_bytes(float_model)
     report.float_bytes = len(float_bytes)
-    ref = None
-    if evals:
-        ref = _run.run_all(_run.minirt.Session(float_bytes, verify_checksums=False), evals)
+    ref = _run.run_all(_run.minirt.Session(float_bytes, verify_checksums=False), evals) if evals else None
+    return _Data(calib, evals, evals.all_labels(), float_model, float_bytes, ref)
 
-    def evaluate(candidate_model: ir.Model) -> dict:
-        return compare(ref, _run.run_all(_run.session(candidate_model), evals), labels) if ref is not None else {}
 
+def quantize(
+    model: ir.Model,
+    mode: str,
+    calibration: Any = None,
+    options: QuantizeOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+    target: TargetProfile | str | None = None,
+) -> QuantizationReport:
+    """Quantize ``model`` (optimized onnx-ir, main graph) in place; returns the report.
+
+    ``target``: the device's profile (or its name; default "generic"), whose int8 speed rules decide
+    which layers stay float because float is faster there.
+    """
+    say = progress or (lambda msg: None)
+    opts = options or QuantizeOptions()
+    if mode not in MODES:
+        raise BuildError(f"--quantize must be one of {list(MODES)}, got {mode!r}")
+    if opts.method not in METHODS:
+        raise BuildError(f"--calibration-method must be one of {list(METHODS)}, got {opts.method!r}")
+    profile = _profile(target)
+    disabled = _disabled_passes(opts)
+    budget = parse_budget(opts.accuracy_budget)
+    report = QuantizationReport(mode=mode, method=opts.method if mode == "int8" else None, options=opts.non_default())
+    t_start = time.perf_counter()
+    data = _load_data(model, mode, calibration, opts, report)
     if mode == "fp16":
-        t0 = time.perf_counter()
-        only = None
-        default = budget is None and opts.fp16_budget is not None
-        all16 = fp16_candidates(float_model, opts.fp16_min_elements)
-        means = {}
-        if opts.fp16_bias_correction:
-            stats_feeds = calib or evals
-            if stats_feeds:
-                say(f"fp16 bias correction: mean layer inputs on {len(stats_feeds)} feed(s)")
-                means = mean_inputs(float_model, all16, stats_feeds)
-
-        def convert(m: ir.Model, subset) -> dict:
-            subset = set(all16 if subset is None else subset)
-            fixed = correct_biases(m, subset, means) if means else 0
-            out = convert_to_fp16(m, opts.fp16_min_elements, only=subset)
-            out["bias_corrected"] = fixed
-            return out
-        if default:
-            budget = parse_budget(opts.fp16_budget)
-            if ref is None:
-                budget = None
-                report.warnings.append(f"fp16: no data to measure on, the default budget {opts.fp16_budget} was "
-                                       "not applied (pass --calibration or --eval)")
-        if budget is not None:
-            if ref is None:
-                raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
-            names16 = all16
-            # Fit on every feed at hand (eval + calibration) for label-free budgets: the few eval feeds
-            # alone overfit the per-weight selection (docs/decisions.md D23).
-            fit_evals, fit_ref, fit_labels = evals, ref, labels
-            if budget.metric in ("max-abs", "mean-abs", "cosine") and opts.eval is not None and calib:
-                fit_evals = Feeds(list(evals) + list(calib))
-                fit_ref = _run.run_all(_run.minirt.Session(float_bytes, verify_checksums=False), fit_evals)
-                fit_labels = None
-
-            def with_fp16(subset):
-                m = float_model.clone()
-                convert(m, subset)
-                return compare(fit_ref, _run.run_all(_run.session(m), fit_evals), fit_labels)
-
-            cost = max_cost = None
-            if default:
-                sizes = {n: float_model.graph.initializers[n].const_value.size for n in names16}
-                full = float_model.clone()
-                convert(full, None)
-                # The cap is on the whole artifact, whose metadata will hold this fit's report: a
-                # sensitivity entry per candidate weight (its name and two scores) and its name in the
-                # quantized list; room for that is kept out of what returning weights to float may spend.
-                report_room = 2048 + sum(2 * len(n) + 96 for n in names16)
-                max_cost = opts.fp16_max_ratio * report.float_bytes - len(_run.artifact_bytes(full)) - report_room
-
-                def cost(name):  # bytes a weight adds when it stays float32 (2 per element, plus its scale)
-                    return 2.0 * sizes[name]
-
-            res = fit_budget(budget, names16, with_fp16, say, cost=cost, max_cost=max_cost)
-            res.pop("accuracy", None)
-            only = set(res["quantized"])
-            which = f"the default fp16 budget {budget.spec}" if default else "the accuracy budget"
-            for r in res["reverted"]:
-                report.kept_float.append({"node": r["node"], "reason": f"kept float32 by {which}: {r['why']}"})
-            report.budget = res
-            if default:
-                report.budget["default"] = True
-            if not res["met"]:
-                report.warnings.append(f"{which} {budget.spec} not met (value {res['value']:.4g})"
-                                       + (f"; {len(res['capped'])} sensitive weight(s) stay float16 to keep the "
-                                          f"artifact <= {opts.fp16_max_ratio}x float" if res.get("capped") else ""))
-        report.fp16 = convert(model, only)
-        report.timings["convert"] = time.perf_counter() - t0
+        budget = _quantize_fp16(model, data, opts, disabled, budget, report, say)
     else:
-        candidates, refused = find_candidates(model, weight_only=opts.weight_only)
-        report.kept_float += [{"node": n, "reason": r} for n, r in refused]
-        selected = []
-        stored = "; weights stored int8 (weights-only)" if opts.weight_only_float_convs else ""
-
-        def float_for_speed(c: Candidate, reason: str) -> None:
-            if opts.weight_only_float_convs and c.weight_elements >= opts.weight_only_min_elements:
-                report.kept_float.append({"node": c.name, "reason": reason + stored})
-                selected.append(dataclasses.replace(c, weight_only=True))
-            else:
-                report.kept_float.append({"node": c.name, "reason": reason})
-
-        large_planes = set()  # inputs of the depthwise candidates quantized for their plane size
-        if mode == "int8" and not opts.quantize_depthwise and opts.int8_depthwise_min_plane > 0:
-            planes = input_planes(float_model, [c for c in candidates if c.depthwise], calib)
-            large_planes = {name for name, plane in planes.items() if plane >= opts.int8_depthwise_min_plane}
-        for c in candidates:
-            if _excluded(c, opts.exclude):
-                report.kept_float.append({"node": c.name, "reason": "excluded by option"})
-            elif c.kind == "convt" and (mode != "int8" or not opts.int8_conv_transpose
-                                        or (c.final and not opts.quantize_final_conv_transpose)):
-                why = ("int8 ConvTranspose needs static int8" if mode != "int8" else
-                       "int8_conv_transpose is off" if not opts.int8_conv_transpose else
-                       "final layer (feeds a model output); quantize_final_conv_transpose to quantize it")
-                if opts.weight_only:  # as any other ConvTranspose: int8 storage, float compute
-                    selected.append(dataclasses.replace(c, weight_only=True))
-                else:
-                    report.kept_float.append({"node": c.name, "reason": why})
-            elif c.depthwise and not opts.quantize_depthwise and c.input not in large_planes:
-                float_for_speed(c, "depthwise convolution: float is faster than int8 here (quantize_depthwise to "
-                                   "quantize it)")
-            elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < opts.int8_min_reduction:
-                float_for_speed(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 "
-                                   "(int8_min_reduction)")
-            elif c.final and not opts.quantize_final and c.kind != "convt":
-                report.kept_float.append({"node": c.name, "reason": "final layer (feeds a model output); "
-                                                                   "quantize_final to quantize it"})
-            else:
-                selected.append(c)
-        if not opts.per_channel:
-            report.warnings.append("per-tensor weight scales requested: accuracy is usually lower")
-        ranges = None
-        if mode == "int8":
-            t0 = time.perf_counter()
-            computed = [c for c in selected if not _weights_only(c)]
-            say(f"calibrating {len(computed)} layers on {len(calib)} feed(s) ({opts.method})")
-            ranges = collect_ranges(float_model, [c.input for c in computed if c.input], calib, opts.method,
-                                    opts.percentile, signed=opts.symmetric_activations,
-                                    channel_names=[c.input for c in computed
-                                                   if c.depthwise and opts.depthwise_per_channel_inputs])
-            report.timings["calibrate"] = time.perf_counter() - t0
-
-        def build_with(names_subset) -> ir.Model:
-            m = float_model.clone()
-            chosen = [c for c in selected if c.name in set(names_subset)]
-            apply_int8(m, chosen, ranges, opts.reduce_range, opts.symmetric_activations, per_channel=opts.per_channel,
-                       chain=opts.chain_int8, fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine,
-                       fold_upsample=opts.fold_upsample_add)
-            return m
-
-        if budget is not None:
-            if ref is None:
-                raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
-            t0 = time.perf_counter()
-            tunable = [c.name for c in selected if not _weights_only(c)]
-            fixed = [c.name for c in selected if _weights_only(c)]
-            res = fit_budget(budget, tunable, lambda subset: evaluate(build_with(list(subset) + fixed)), say)
-            keep = set(res["quantized"]) | set(fixed)
-            for r in res["reverted"]:
-                report.kept_float.append({"node": r["node"], "reason": f"accuracy budget: {r['why']}"})
-            selected = [c for c in selected if c.name in keep]
-            res.pop("accuracy", None)
-            report.budget = res
-            report.timings["budget"] = time.perf_counter() - t0
-            if not res["met"]:
-                report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
-                                       f"except weight-only ones (value {res['value']:.4g})")
-        skipped = apply_int8(model, selected, ranges, opts.reduce_range, opts.symmetric_activations,
-                             per_channel=opts.per_channel, chain=opts.chain_int8,
-                             fuse_pool_flatten=opts.fuse_pool_flatten, fold_affine=opts.fold_affine,
-                             fold_upsample=opts.fold_upsample_add)
-        skipped_names = {n for n, _ in skipped}
-        report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
-        report.quantized = [c.name for c in selected if not _weights_only(c) and c.name not in skipped_names]
-        report.weight_only = [c.name for c in selected if _weights_only(c)]
-
-    quant_bytes = _run.artifact_bytes(model)
-    report.quant_bytes = len(quant_bytes)
-    if ref is not None:
-        t0 = time.perf_counter()
-        qsess = _run.minirt.Session(quant_bytes, verify_checksums=False)
-        report.accuracy = compare(ref, _run.run_all(qsess, evals), labels)
-        report.timings["evaluate"] = time.perf_counter() - t0
-        if budget is not None and not report.budget:
-            report.budget = {"spec": budget.spec, "met": budget.met(report.accuracy),
-                             "value": budget.value(report.accuracy), "reverted": []}
-        if opts.measure_latency:
-            t0 = time.perf_counter()
-            feed = evals[0]
-            fsess = _run.minirt.Session(float_bytes, verify_checksums=False)
-            lat = _run.median_latency({"float": fsess, "quant": qsess}, feed, runs=opts.latency_runs)
-            report.latency = {"float_ms": lat["float"] * 1e3, "quant_ms": lat["quant"] * 1e3,
-                              "ratio": lat["quant"] / lat["float"] if lat["float"] else float("nan"),
-                              "on": "the first evaluation feed", "runs": opts.latency_runs}
-            ratio = report.latency["ratio"]
-            if mode != "fp16" and ratio >= 0.95:
-                report.warnings.append(
-                    f"the {mode} model is {'slower than' if ratio > 1.05 else 'no faster than'} the float one on "
-                    f"this machine ({ratio:.2f}x float latency: {report.latency['quant_ms']:.2f} ms vs "
-                    f"{report.latency['float_ms']:.2f} ms); it is smaller, not faster"
-                    + ("" if _native_int8() else " (no native int8 GEMM in this minirt build: int8 layers "
-                                                 "compute in float32 BLAS)")
-                )
-            report.timings["latency"] = time.perf_counter() - t0
+        _quantize_int8(model, mode, data, opts, profile, disabled, budget, report, say)
+    _measure(model, mode, data, opts, budget, report)
     report.timings["total"] = time.perf_counter() - t_start
     return report
+
+
+# --- fp16 --------------------------------------------------------------------------------------------
+
+
+def _fp16_converter(data: _Data, opts: QuantizeOptions, disabled: Sequence[str], say: Callable[[str], None]):
+    """(the fp16 candidate weights, ``convert(model, subset)``): the fp16 passes (bias correction, fed with
+    the mean layer inputs measured once on the float model, then conversion) over ``subset`` (None:
+    every candidate); ``convert`` returns the passes' :class:`builder.quantize.passes.Rewrite`."""
+    all16 = fp16_candidates(data.float_model, opts.fp16_min_elements)
+    means = {}
+    if "fp16_bias_correction" not in disabled:  # (the option fp16_bias_correction=False disables it too)
+        stats_feeds = data.calib or data.evals
+        if stats_feeds:
+            say(f"fp16 bias correction: mean layer inputs on {len(stats_feeds)} feed(s)")
+            means = mean_inputs(data.float_model, all16, stats_feeds)
+
+    def convert(m: ir.Model, subset) -> quant_passes.Rewrite:
+        context = QuantContext(fp16_only=set(all16 if subset is None else subset), fp16_means=means,
+                               fp16_min_elements=opts.fp16_min_elements)
+        return quant_passes.rewrite(m, "fp16", context, disabled)
+
+    return all16, convert
+
+
+def _quantize_fp16(model: ir.Model, data: _Data, opts: QuantizeOptions, disabled: Sequence[str],
+                   budget: Budget | None, report: QuantizationReport, say: Callable[[str], None]) -> Budget | None:
+    """fp16 weights, fitted to ``budget`` or to the default fp16 budget; returns the budget applied."""
+    t0 = time.perf_counter()
+    all16, convert = _fp16_converter(data, opts, disabled, say)
+    default = budget is None and opts.fp16_budget is not None
+    if default:
+        budget = parse_budget(opts.fp16_budget)
+        if data.ref is None:
+            budget = None
+            report.warnings.append(f"fp16: no data to measure on, the default budget {opts.fp16_budget} was "
+                                   "not applied (pass --calibration or --eval)")
+    only = None
+    if budget is not None:
+        if data.ref is None:
+            raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
+        only = _fit_fp16_budget(data, opts, budget, default, all16, convert, report, say)
+    done = convert(model, only)
+    report.fp16, report.passes = done.fp16, done.report.as_dict()
+    report.timings["convert"] = time.perf_counter() - t0
+    return budget
+
+
+def _fit_fp16_budget(data: _Data, opts: QuantizeOptions, budget: Budget, default: bool, all16: list, convert,
+                     report: QuantizationReport, say: Callable[[str], None]) -> set:
+    """The fp16 weights that may stay float16 within ``budget`` (the others return to float32); with the
+    ``default`` budget, capped so the artifact stays within ``opts.fp16_max_ratio`` of float."""
+    # Fit on every feed at hand (eval + calibration) for label-free budgets: the few eval feeds
+    # alone overfit the per-weight selection (docs/decisions.md D23).
+    fit_evals, fit_ref, fit_labels = data.evals, data.ref, data.labels
+    if budget.metric in ("max-abs", "mean-abs", "cosine") and opts.eval is not None and data.calib:
+        fit_evals = Feeds(list(data.evals) + list(data.calib))
+        fit_ref = _run.run_all(_run.minirt.Session(data.float_bytes, verify_checksums=False), fit_evals)
+        fit_labels = None
+
+    def with_fp16(subset):
+        m = data.float_model.clone()
+        convert(m, subset)
+        return compare(fit_ref, _run.run_all(_run.session(m), fit_evals), fit_labels)
+
+    cost = max_cost = None
+    if default:
+        sizes = {n: data.float_model.graph.initializers[n].const_value.size for n in all16}
+        full = data.float_model.clone()
+        convert(full, None)
+        # The cap is on the whole artifact, whose metadata will hold this fit's report: a
+        # sensitivity entry per candidate weight (its name and two scores) and its name in the
+        # quantized list; room for that is kept out of what returning weights to float may spend.
+        report_room = 2048 + sum(2 * len(n) + 96 for n in all16)
+        max_cost = opts.fp16_max_ratio * report.float_bytes - len(_run.artifact_bytes(full)) - report_room
+
+        def cost(name):  # bytes a weight adds when it stays float32 (2 per element, plus its scale)
+            return 2.0 * sizes[name]
+
+    res = fit_budget(budget, all16, with_fp16, say, cost=cost, max_cost=max_cost)
+    res.pop("accuracy", None)
+    which = f"the default fp16 budget {budget.spec}" if default else "the accuracy budget"
+    for r in res["reverted"]:
+        report.kept_float.append({"node": r["node"], "reason": f"kept float32 by {which}: {r['why']}"})
+    report.budget = res
+    if default:
+        report.budget["default"] = True
+    if not res["met"]:
+        report.warnings.append(f"{which} {budget.spec} not met (value {res['value']:.4g})"
+                               + (f"; {len(res['capped'])} sensitive weight(s) stay float16 to keep the "
+                                  f"artifact <= {opts.fp16_max_ratio}x float" if res.get("capped") else ""))
+    return set(res["quantized"])
+
+
+# --- int8 --------------------------------------------------------------------------------------------
+
+
+def _select(candidates: Sequence[Candidate], mode: str, data: _Data, opts: QuantizeOptions, profile: TargetProfile,
+            report: QuantizationReport) -> list[Candidate]:
+    """The candidates to rewrite (computed in int8, or weights-only), with the reason for each kept float:
+    the user's exclusions and final layers, and the target's int8 speed rules."""
+    selected = []
+    stored = "; weights stored int8 (weights-only)" if opts.weight_only_float_convs else ""
+
+    def float_for_speed(c: Candidate, reason: str) -> None:
+        if opts.weight_only_float_convs and c.weight_elements >= profile.weight_only_min_elements:
+            report.kept_float.append({"node": c.name, "reason": reason + stored})
+            selected.append(dataclasses.replace(c, weight_only=True))
+        else:
+            report.kept_float.append({"node": c.name, "reason": reason})
+
+    large_planes = set()  # inputs of the depthwise candidates quantized for their plane size
+    if mode == "int8" and not profile.int8_depthwise and profile.int8_depthwise_min_plane > 0:
+        planes = input_planes(data.float_model, [c for c in candidates if c.depthwise], data.calib)
+        large_planes = {name for name, plane in planes.items() if plane >= profile.int8_depthwise_min_plane}
+    for c in candidates:
+        if _excluded(c, opts.exclude):
+            report.kept_float.append({"node": c.name, "reason": "excluded by option"})
+        elif c.kind == "convt" and (mode != "int8" or not opts.int8_conv_transpose
+                                    or (c.final and not opts.quantize_final_conv_transpose)):
+            if opts.weight_only:  # as any other ConvTranspose: int8 storage, float compute
+                selected.append(dataclasses.replace(c, weight_only=True))
+            else:
+                report.kept_float.append({"node": c.name, "reason": _convt_float_reason(mode, opts)})
+        elif c.depthwise and not profile.int8_depthwise and c.input not in large_planes:
+            float_for_speed(c, f"depthwise convolution: float is faster than int8 on {profile.name} "
+                               "(int8_depthwise of the target profile)")
+        elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < profile.int8_min_reduction:
+            float_for_speed(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 on "
+                               f"{profile.name} (int8_min_reduction of the target profile)")
+        elif c.final and not opts.quantize_final and c.kind != "convt":
+            report.kept_float.append({"node": c.name, "reason": "final layer (feeds a model output); "
+                                                               "quantize_final to quantize it"})
+        else:
+            selected.append(c)
+    return selected
+
+
+def _convt_float_reason(mode: str, opts: QuantizeOptions) -> str:
+    if mode != "int8":
+        return "int8 ConvTranspose needs static int8"
+    if not opts.int8_conv_transpose:
+        return "int8_conv_transpose is off"
+    return "final layer (feeds a model output); quantize_final_conv_transpose to quantize it"
+
+
+def _calibrate(selected: Sequence[Candidate], data: _Data, opts: QuantizeOptions, report: QuantizationReport,
+               say: Callable[[str], None]) -> dict:
+    """Calibrated input ranges of the layers computed in int8 (per channel too for depthwise inputs)."""
+    t0 = time.perf_counter()
+    computed = [c for c in selected if not c.computes_float]
+    say(f"calibrating {len(computed)} layers on {len(data.calib)} feed(s) ({opts.method})")
+    ranges = collect_ranges(data.float_model, [c.input for c in computed if c.input], data.calib, opts.method,
+                            opts.percentile, signed=opts.symmetric_activations,
+                            channel_names=[c.input for c in computed
+                                           if c.depthwise and opts.depthwise_per_channel_inputs])
+    report.timings["calibrate"] = time.perf_counter() - t0
+    return ranges
+
+
+def _fit_int8_budget(selected: list[Candidate], data: _Data, budget: Budget, rewrite, report: QuantizationReport,
+                     say: Callable[[str], None]) -> list[Candidate]:
+    """``selected`` minus the most sensitive computed layers, returned to float until ``budget`` holds
+    (weights-only layers always stay); ``rewrite(model, candidates)`` quantizes a model clone."""
+    if data.ref is None:
+        raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
+    t0 = time.perf_counter()
+    tunable = [c.name for c in selected if not c.computes_float]
+    fixed = [c.name for c in selected if c.computes_float]
+
+    def evaluate(subset) -> dict:
+        names = set(subset) | set(fixed)
+        m = data.float_model.clone()
+        rewrite(m, [c for c in selected if c.name in names])
+        return data.evaluate(m)
+
+    res = fit_budget(budget, tunable, evaluate, say)
+    keep = set(res["quantized"]) | set(fixed)
+    for r in res["reverted"]:
+        report.kept_float.append({"node": r["node"], "reason": f"accuracy budget: {r['why']}"})
+    res.pop("accuracy", None)
+    report.budget = res
+    report.timings["budget"] = time.perf_counter() - t0
+    if not res["met"]:
+        report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
+                               f"except weight-only ones (value {res['value']:.4g})")
+    return [c for c in selected if c.name in keep]
+
+
+def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOptions, profile: TargetProfile,
+                   disabled: Sequence[str], budget: Budget | None, report: QuantizationReport,
+                   say: Callable[[str], None]) -> None:
+    """Static or dynamic int8: choose the layers, calibrate (static), fit the budget, run the rewrite passes."""
+    candidates, refused = find_candidates(model, weight_only=opts.weight_only)
+    report.kept_float += [{"node": n, "reason": r} for n, r in refused]
+    selected = _select(candidates, mode, data, opts, profile, report)
+    if not opts.per_channel:
+        report.warnings.append("per-tensor weight scales requested: accuracy is usually lower")
+    ranges = _calibrate(selected, data, opts, report, say) if mode == "int8" else None
+
+    def rewrite(m: ir.Model, chosen: Sequence[Candidate]):
+        context = QuantContext(selected=list(chosen), ranges=ranges, reduce_range=opts.reduce_range,
+                               symmetric=opts.symmetric_activations, per_channel=opts.per_channel,
+                               chain=opts.chain_int8)
+        return quant_passes.rewrite(m, mode, context, disabled)
+
+    if budget is not None:
+        selected = _fit_int8_budget(selected, data, budget, rewrite, report, say)
+    done = rewrite(model, selected)
+    report.passes = done.report.as_dict()
+    skipped = done.skipped
+    skipped_names = {n for n, _ in skipped}
+    report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
+    report.quantized = [c.name for c in selected if not c.computes_float and c.name not in skipped_names]
+    report.weight_only = [c.name for c in selected if c.computes_float and c.name not in skipped_names]
+
+
+# --- measurement -------------------------------------------------------------------------------------
+
+
+def _measure(model: ir.Model, mode: str, data: _Data, opts: QuantizeOptions, budget: Budget | None,
+             report: QuantizationReport) -> None:
+    """The quantized artifact's size, its accuracy against float on the eval data, the budget's verdict
+    when no fit gave one, and the latency of both models on one feed (a warning when int8 does not pay)."""
+    quant_bytes = _run.artifact_bytes(model)
+    report.quant_bytes = len(quant_bytes)
+    if data.ref is None:
+        return
+    t0 = time.perf_counter()
+    qsess = _run.minirt.Session(quant_bytes, verify_checksums=False)
+    report.accuracy = compare(data.ref, _run.run_all(qsess, data.evals), data.labels)
+    report.timings["evaluate"] = time.perf_counter() - t0
+    if budget is not None and not report.budget:
+        report.budget = {"spec": budget.spec, "met": budget.met(report.accuracy),
+                         "value": budget.value(report.accuracy), "reverted": []}
+    if opts.measure_latency:
+        _measure_latency(mode, data, qsess, opts, report)
+
+
+def _measure_latency(mode: str, data: _Data, qsess, opts: QuantizeOptions, report: QuantizationReport) -> None:
+    t0 = time.perf_counter()
+    fsess = _run.minirt.Session(data.float_bytes, verify_checksums=False)
+    lat = _run.median_latency({"float": fsess, "quant": qsess}, data.evals[0], runs=opts.latency_runs)
+    report.latency = {"float_ms": lat["float"] * 1e3, "quant_ms": lat["quant"] * 1e3,
+                      "ratio": lat["quant"] / lat["float"] if lat["float"] else float("nan"),
+                      "on": "the first evaluation feed", "runs": opts.latency_runs}
+    ratio = report.latency["ratio"]
+    if mode != "fp16" and ratio >= 0.95:
+        report.warnings.append(
+            f"the {mode} model is {'slower than' if ratio > 1.05 else 'no faster than'} the float one on "
+            f"this machine ({ratio:.2f}x float latency: {report.latency['quant_ms']:.2f} ms vs "
+            f"{report.latency['float_ms']:.2f} ms); it is smaller, not faster"
+            + ("" if _native_int8() else " (no native int8 GEMM in this minirt build: int8 layers "
+                                         "compute in float32 BLAS)")
+        )
+    report.timings["latency"] = time.perf_counter() - t0
 
 
 def demo_rows(float_artifact: Any, quant_artifact: Any, images: np.ndarray, labels: np.ndarray, runs: int = 20,

@@ -16,19 +16,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from builder import ir_helpers as irh
 from builder.quantize import _run
 from builder.quantize.weights import _fp16_exponent
 
 _CONV = {("", "Conv"), ("com.minirt", "FusedConv")}
 _GEMM = {("", "Gemm"), ("com.minirt", "FusedGemm")}
-
-
-def _attr(node: ir.Node, name: str, default):
-    a = node.attributes.get(name)
-    if a is None:
-        return default
-    v = a.value
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def _consumers(model: ir.Model, names) -> list[tuple[str, ir.Node]]:
@@ -43,9 +36,9 @@ def _consumers(model: ir.Model, names) -> list[tuple[str, ir.Node]]:
             if i != 1 or not node.inputs or node.inputs[0] is None:
                 continue
             if key in _CONV and value.const_value is not None and len(value.shape) == 4 \
-                    and _attr(node, "auto_pad", "NOTSET") == "NOTSET":
+                    and irh.attr(node, "auto_pad", "NOTSET") == "NOTSET":
                 out.append((name, node))
-            elif key in _GEMM and len(value.shape) == 2 and not _attr(node, "transA", 0):
+            elif key in _GEMM and len(value.shape) == 2 and not irh.attr(node, "transA", 0):
                 out.append((name, node))
     return out
 
@@ -53,9 +46,9 @@ def _consumers(model: ir.Model, names) -> list[tuple[str, ir.Node]]:
 def _conv_patch_sum(x: np.ndarray, node: ir.Node, kshape) -> tuple[np.ndarray, int]:
     """Sum over batch and output positions of the im2col columns of ``x`` ([C, kh, kw]), and their count."""
     kh, kw = kshape
-    s = list(_attr(node, "strides", (1, 1)))
-    d = list(_attr(node, "dilations", (1, 1)))
-    p = list(_attr(node, "pads", (0, 0, 0, 0)))
+    s = list(irh.attr(node, "strides", (1, 1)))
+    d = list(irh.attr(node, "dilations", (1, 1)))
+    p = list(irh.attr(node, "pads", (0, 0, 0, 0)))
     n, c, h, w = x.shape
     xp = np.pad(x.astype(np.float64, copy=False), ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
     ho = (h + p[0] + p[2] - d[0] * (kh - 1) - 1) // s[0] + 1
@@ -117,7 +110,7 @@ def correct_biases(model: ir.Model, names, means: dict) -> int:
         w = graph.initializers[wname].const_value.numpy().astype(np.float32)
         dw = (_fp16_roundtrip(w) - w).astype(np.float64)
         if (node.domain or "", node.op_type) in _CONV:
-            group = int(_attr(node, "group", 1))
+            group = int(irh.attr(node, "group", 1))
             o = w.shape[0]
             if mean.shape[0] != w.shape[1] * group or o % group:
                 continue
@@ -126,12 +119,12 @@ def correct_biases(model: ir.Model, names, means: dict) -> int:
             delta = (dw * m).sum(axis=(1, 2, 3))
             scale, bias_index = 1.0, 2
         else:
-            trans_b = int(_attr(node, "transB", 0))
+            trans_b = int(irh.attr(node, "transB", 0))
             b = dw.T if trans_b else dw  # [K, N]
             if mean.shape[0] != b.shape[0]:
                 continue
             delta = mean @ b
-            alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
+            alpha, beta = float(irh.attr(node, "alpha", 1.0)), float(irh.attr(node, "beta", 1.0))
             if beta == 0.0:
                 continue
             scale, bias_index = alpha / beta, 2

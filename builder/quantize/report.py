@@ -11,6 +11,8 @@ import dataclasses
 
 import numpy as np
 
+from minirt.tools.reports import format_report
+
 
 def looks_like_scores(y: np.ndarray) -> bool:
     return y.dtype.kind == "f" and y.ndim == 2 and y.shape[1] >= 2
@@ -83,6 +85,8 @@ class QuantizationReport:
     latency: dict = dataclasses.field(default_factory=dict)
     warnings: list = dataclasses.field(default_factory=list)
     timings: dict = dataclasses.field(default_factory=dict)
+    # the rewrite passes' report (builder/quantize/passes; int8 modes): rows as the optimizer's
+    passes: dict = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -117,4 +121,6 @@ class QuantizationReport:
             lines.append(f"  latency: quantized {lt['quant_ms']:.2f} ms vs float {lt['float_ms']:.2f} ms "
                          f"({lt['ratio']:.2f}x) on {lt['on']}")
         lines += [f"  warning: {w}" for w in self.warnings]
+        if self.passes:
+            lines.append(format_report(self.passes))
         return "\n".join(lines)

@@ -10,8 +10,11 @@ from typing import Mapping
 
 def format_report(d: Mapping) -> str:
     """Text table of a report (also works on the dict kept in artifact metadata)."""
+    # Reports stored before the quantizer's passes had one have no "stage": the optimizer's.
+    stage = d.get("stage", "optimizer")
+    title = f"optimizer (opt-level {d['opt_level']})" if stage == "optimizer" else f"{stage} passes"
     lines = [
-        f"optimizer (opt-level {d['opt_level']}): nodes {d['nodes_before']} -> {d['nodes_after']} "
+        f"{title}: nodes {d['nodes_before']} -> {d['nodes_after']} "
         f"in {d['iterations']} sweep(s), {d['seconds'] * 1000:.0f} ms"
         + ("" if d.get("converged", True) else " (stopped before a fixed point)")
     ]

@@ -1,5 +1,7 @@
 """The int8 depthwise rule (D30): static int8 quantizes depthwise convs over large input planes,
 keeps the others float (weights stored int8), and arm64 targets keep every one float."""
+import dataclasses
+
 import numpy as np
 import onnx
 from onnx import helper as h
@@ -8,6 +10,7 @@ from builder.build import build
 from builder.passes import optimize
 from builder.passes import testing as T
 from builder.quantize import QuantizeOptions, _run, quantize
+from targets.profiles import get_target
 
 R = np.random.default_rng(5)
 
@@ -50,8 +53,8 @@ def test_large_planes_from_the_static_shape_or_the_first_calibration_feed():
         model = T.load(_model(40, dynamic))
         optimize(model, 2)
         float_model = model.clone()
-        report = quantize(model, "int8", _feeds(40), QuantizeOptions(int8_depthwise_min_plane=1000,
-                                                                      measure_latency=False))
+        report = quantize(model, "int8", _feeds(40), QuantizeOptions(measure_latency=False),
+                          target=dataclasses.replace(get_target("generic"), int8_depthwise_min_plane=1000))
         assert _float_depthwise(report.kept_float) == {"dw_small"}, dynamic
         qconvs = {n.name for n in model.graph if n.op_type == "QConv"}
         assert "dw_large" in qconvs and "dw_small" not in qconvs
@@ -59,15 +62,15 @@ def test_large_planes_from_the_static_shape_or_the_first_calibration_feed():
         y_ref = _run.session(float_model).run(None, x)[0]
         y = _run.session(model).run(None, x)[0]
         assert np.abs(y - y_ref).max() <= 0.05 * np.abs(y_ref).max()
-        # int8-dynamic and the option at 0: every depthwise conv float
-        for mode, opts in (("int8-dynamic", {}), ("int8", {"int8_depthwise_min_plane": 0})):
+        # int8-dynamic and the threshold at 0 (an arm64 profile): every depthwise conv float
+        for mode, target in (("int8-dynamic", "generic"), ("int8", "rpi5")):
             m = float_model.clone()
-            report = quantize(m, mode, _feeds(40), QuantizeOptions(measure_latency=False, **opts))
-            assert _float_depthwise(report.kept_float) == {"dw_large", "dw_small"}, (mode, opts)
+            report = quantize(m, mode, _feeds(40), QuantizeOptions(measure_latency=False), target=target)
+            assert _float_depthwise(report.kept_float) == {"dw_large", "dw_small"}, (mode, target)
 
 
 def test_default_threshold_160_by_160_and_arm64_targets_keep_depthwise_float():
-    assert QuantizeOptions().int8_depthwise_min_plane == 160 * 160
+    assert get_target("generic").int8_depthwise_min_plane == 160 * 160
     model = _model(160)
     report = build(model, None, quantize="int8", calibration=_feeds(160, 1))
     assert _float_depthwise(report.quantization["kept_float"]) == {"dw_small"}  # 80 x 80 is below it

@@ -1,5 +1,6 @@
 """End to end: quantize the digits demo model (and PP-OCR det) and run the artifacts with minirt."""
 import contextlib
+import dataclasses
 import os
 
 import numpy as np
@@ -9,9 +10,15 @@ import pytest
 import minirt
 from builder.errors import BuildError
 from builder.quantize import QuantizeOptions, _run, demo_rows, quantize
+from targets.profiles import get_target
 from tests.quantize.conftest import DIGITS, ROOT, optimized
 
 NO_TIMING = dict(measure_latency=False)
+
+
+def _generic(**rules):
+    """The generic target profile with other int8 speed rules (targets/profiles.py)."""
+    return dataclasses.replace(get_target("generic"), **rules)
 
 
 def _accuracy(model, images, labels):
@@ -191,8 +198,8 @@ def test_ppocr_det_int8_and_fp16_sizes():
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.standard_normal((1, 3, 64, 96)).astype(np.float32)} for _ in range(2)]
     model = optimized(path)
-    report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=True, **NO_TIMING))
-    # with quantize_depthwise, depthwise convolutions are int8 too (D46): per-channel input scales,
+    report = quantize(model, "int8", feeds, QuantizeOptions(**NO_TIMING), target=_generic(int8_depthwise=True))
+    # with int8_depthwise (a target profile field), depthwise convolutions are int8 too (D46): per-channel input scales,
     # chained in uint8 with their neighbours; the learnable affine Mul / Add after each QConv folded
     assert report.size_ratio <= 0.30
     assert len(report.quantized) > 40
@@ -227,8 +234,7 @@ def test_ppocr_det_int8_and_fp16_sizes():
     assert np.abs(y_default - y).max() < 0.5
     # the defaults before D46: depthwise float, nothing chained, Mul / Add nodes
     model = optimized(path)
-    report = quantize(model, "int8", feeds, QuantizeOptions(quantize_depthwise=False, chain_int8=False,
-                                                            fold_affine=False, **NO_TIMING))
+    report = quantize(model, "int8", feeds, QuantizeOptions(chain_int8=False, fold_affine=False, **NO_TIMING))
     depthwise = [k for k in report.kept_float if "depthwise" in k["reason"]]
     assert depthwise and any("weights stored int8" in k["reason"] for k in depthwise)
     assert {k["node"] for k in depthwise if "weights stored int8" in k["reason"]} <= set(report.weight_only)
@@ -252,7 +258,7 @@ def test_ppocr_det_int8_and_fp16_sizes():
 
 def test_weights_only_small_convs_and_min_elements(digits, calib):
     """Kept-float convs with few weights keep float32 weights (int8 would save almost nothing)."""
-    report = quantize(digits, "int8", calib, QuantizeOptions(int8_min_reduction=10_000, **NO_TIMING))
+    report = quantize(digits, "int8", calib, QuantizeOptions(**NO_TIMING), target=_generic(int8_min_reduction=10_000))
     # every pointwise conv... the digits convs are 3x3, so nothing is kept float for speed
     assert not any("pointwise" in k["reason"] for k in report.kept_float)
     report = quantize(optimized(DIGITS), "int8", calib, QuantizeOptions(exclude=["QConv"], **NO_TIMING))

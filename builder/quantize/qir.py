@@ -1,0 +1,285 @@
+"""Quantized-IR helpers shared by the quantizer's candidate search and its rewrite passes.
+
+A leaf module: it imports only ``builder.ir_helpers``, onnx-ir, numpy and the
+quantization arithmetic of ``builder.quantize.weights`` (itself a leaf), so
+``builder.quantize``, ``builder.quantize.candidates`` and every pass under
+``builder.quantize.passes`` can import it without an import circle.
+
+What lives here: the op tables of the quantizable layers, :class:`Candidate`
+(a layer the quantizer may rewrite), :class:`QuantContext` (what the rewrite
+passes are told: the chosen candidates and the calibrated ranges),
+:class:`Builder` (new initializers, one quantized copy per weight and one
+scale pair per activation), and the small graph edits the folds share
+(:func:`replace_node`, :func:`absorb`, :func:`sole_producer`, ...).
+
+Invariants the passes rely on: a replaced node's outputs keep their names
+(graph outputs included), new nodes are inserted before the node they replace
+(the graph stays topologically sorted), and the old value is renamed
+``<name>__replaced`` so a name is never held twice.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from builder import ir_helpers as irh
+from builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
+
+DOMAIN = irh.MINIRT_DOMAIN
+CONV_OPS = {("", "Conv"), (DOMAIN, "FusedConv")}
+GEMM_OPS = {("", "Gemm"), (DOMAIN, "FusedGemm")}
+MATMUL_OPS = {("", "MatMul"), (DOMAIN, "FusedMatMul")}
+CONV_TRANSPOSE_OPS = {("", "ConvTranspose"), (DOMAIN, "FusedConvTranspose")}
+# op -> (weight input indices, per-channel axis of the weight)
+WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), (DOMAIN, "FusedConvTranspose"): ((1,), 1), ("", "LSTM"): ((1, 2), 1),
+                   ("", "GRU"): ((1, 2), 1), ("", "RNN"): ((1, 2), 1)}
+# Ops with QConv's chained form: inputs (X, X_scale, X_zero_point, ...), X may be uint8, and the
+# output_scale / output_zero_point attributes make the output uint8.
+CHAINED_OPS = ("QConv", "QConvTranspose")
+
+
+@dataclasses.dataclass
+class Candidate:
+    name: str  # node name
+    op_type: str
+    # "conv", "matmul", "convt" (a ConvTranspose of stride == kernel: int8 in static mode,
+    # weight-only otherwise) or "weight-only"
+    kind: str
+    input: str  # the activation input quantized (empty for weight-only)
+    weight: str
+    final: bool = False
+    weight_elements: int = 0
+    depthwise: bool = False  # group == C == M: its input may be quantized per channel
+    reduction: int = 0  # multiply-adds per output value (Conv: C/group*KH*KW; MatMul/Gemm: K)
+    window: int = 1  # Conv: KH*KW (1 for a pointwise conv, which needs no im2col in float either)
+    plane: int = 0  # Conv: input pixels per channel (H*W) when the input shape is static, else 0
+    weight_only: bool = False  # a conv computed in float with int8-stored weights (set by the quantizer)
+
+    @property
+    def computes_float(self) -> bool:
+        """Whether the layer keeps float compute (its weight is only stored int8)."""
+        return self.kind == "weight-only" or self.weight_only
+
+
+@dataclasses.dataclass
+class QuantContext:
+    """What the quantizer's rewrite passes read (the pass manager hands it to each pass).
+
+    ``ranges`` maps activation names to calibrated (lo, hi), and ``("channel", name)`` to per-channel
+    arrays (static int8), or is None (int8-dynamic: the folds that need a static input scale have
+    nothing to match).  ``chain``: True, False or "depthwise" (only into and out of depthwise QConvs).
+    """
+
+    selected: Sequence[Candidate] = ()
+    ranges: dict | None = None
+    reduce_range: bool = False
+    symmetric: bool = False
+    per_channel: bool = True
+    chain: bool | str = "depthwise"
+    # fp16: the initializers to convert (None: every one large enough), the float model's mean layer
+    # inputs for the bias correction ({}: none), and the size below which a tensor stays float32
+    fp16_only: set | None = None
+    fp16_means: dict = dataclasses.field(default_factory=dict)
+    fp16_min_elements: int = 1024
+    # Pass fields read by the optimizer's passes; the quantizer's ignore them.
+    input_shapes: dict = dataclasses.field(default_factory=dict)
+    opt_level: int = 2
+
+
+def key(node: ir.Node) -> tuple[str, str]:
+    """(domain, op_type) with the ONNX domain spelled ""."""
+    return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
+
+
+def const(value: ir.Value | None, graph: ir.Graph) -> np.ndarray | None:
+    """The array of ``value`` when it is an initializer of ``graph`` that is not a graph input, else None."""
+    if value is None or value.const_value is None or value in graph.inputs:
+        return None
+    if value.name not in graph.initializers:
+        return None
+    return value.const_value.numpy()
+
+
+def is_minirt(node: ir.Node | None, op_type: str) -> bool:
+    return node is not None and node.domain == DOMAIN and node.op_type == op_type
+
+
+class Builder:
+    """Shared new initializers (one quantized copy per weight, one scale pair per activation)."""
+
+    def __init__(self, model: ir.Model, reduce_range: bool, symmetric: bool, per_channel: bool = True):
+        self.model = model
+        self.per_channel = per_channel
+        self.graph = model.graph
+        self.reduce_range = reduce_range
+        self.symmetric = symmetric
+        self.cache: dict = {}
+
+    def init(self, array: np.ndarray, name: str) -> ir.Value:
+        base, i = name, 0
+        while name in self.graph.initializers:
+            i += 1
+            name = f"{base}_{i}"
+        arr = np.asarray(array)
+        v = ir.Value(name=name, shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                     const_value=ir.tensor(arr, name=name))
+        self.graph.register_initializer(v)
+        return v
+
+    def weight(self, w: ir.Value, axis: int, alpha: float = 1.0) -> tuple[ir.Value, ir.Value]:
+        k = ("w", w.name, axis, alpha)
+        if k not in self.cache:
+            arr = w.const_value.numpy()
+            if self.per_channel:
+                q, s = quantize_per_channel(arr, axis, self.reduce_range)
+            else:  # one scale for the tensor, stored per channel so the kernels see one layout
+                q, s1 = quantize_per_channel(arr.reshape(1, -1), 0, self.reduce_range)
+                q, s = q.reshape(arr.shape), np.repeat(s1, arr.shape[axis])
+            self.cache[k] = (self.init(q, f"{w.name}_int8"), self.init((s * np.float32(alpha)).astype(np.float32),
+                                                                        f"{w.name}_scale"))
+        return self.cache[k]
+
+    def act(self, x: ir.Value, rng: tuple, per_channel: bool = False) -> tuple[ir.Value, ir.Value]:
+        k = ("x", x.name, per_channel)
+        if k not in self.cache:
+            if per_channel:
+                scale, zp = activation_params_per_channel(rng[0], rng[1], self.symmetric)
+            else:
+                scale, zp = activation_params(rng[0], rng[1], self.symmetric)
+            self.cache[k] = (self.init(np.array(scale, np.float32), f"{x.name}_qscale"),
+                             self.init(zp, f"{x.name}_qzp"))
+        return self.cache[k]
+
+    def dequantized(self, w: ir.Value, axis: int) -> ir.Value:
+        """``com.minirt::DequantizeWeights(W int8, W_scale)``: the float32 weight, materialized once by the
+        runtime; one node per (weight, axis), inserted first in the graph."""
+        k = ("dq", w.name, axis)
+        if k not in self.cache:
+            wq, ws = self.weight(w, axis)
+            dq = ir.Node(DOMAIN, "DequantizeWeights", [wq, ws], attributes=[ir.AttrInt64("axis", axis)],
+                         name=f"{w.name}_dequantize", num_outputs=1)
+            out = dq.outputs[0]
+            out.name = f"{w.name}_dq"
+            out.dtype, out.shape = ir.DataType.FLOAT, ir.Shape(wq.shape)
+            self.graph.insert_before(next(iter(self.graph)), dq)
+            self.cache[k] = out
+        return self.cache[k]
+
+
+def qconvs_without(graph: ir.Graph, *attributes: str) -> list:
+    """The graph's QConv nodes that carry none of ``attributes`` (a list taken now: the callers
+    rewrite the graph as they go)."""
+    return [n for n in graph if is_minirt(n, "QConv") and not any(a in n.attributes for a in attributes)]
+
+
+def output_ids(graph: ir.Graph) -> set:
+    return set(id(v) for v in graph.outputs)
+
+
+def absorb(graph: ir.Graph, y: ir.Value, consumer: ir.Node) -> None:
+    """``y`` takes over the output of ``consumer`` (a node folded into y's producer): its name, shape
+    and every use (graph outputs included); ``consumer`` is removed."""
+    out = consumer.outputs[0]
+    name = out.name
+    y.shape = out.shape
+    out.replace_all_uses_with(y, replace_graph_outputs=True)
+    graph.remove(consumer, safe=True)
+    out.name = f"{name}__replaced"
+    y.name = name
+
+
+def replace_node(graph: ir.Graph, old: ir.Node, new: ir.Node) -> None:
+    """Put ``new`` where ``old`` is: its outputs take the old outputs' names, types and uses."""
+    graph.insert_before(old, new)
+    for o_old, o_new in zip(old.outputs, new.outputs):
+        name = o_old.name
+        o_new.dtype, o_new.shape = o_old.dtype, o_old.shape
+        o_old.replace_all_uses_with(o_new, replace_graph_outputs=True)
+        o_old.name = f"{name}__replaced"
+        o_new.name = name
+    graph.remove(old, safe=True)
+
+
+def sole_producer(node: ir.Node, op_type: str, outputs: set) -> ir.Node | None:
+    """The standard ``op_type`` node making ``node``'s X when X is read by ``node`` alone and is no graph
+    output (``outputs``: the ids of the graph's outputs), else None: what a fold into ``node`` may remove."""
+    x = node.inputs[0]
+    producer = x.producer()
+    if producer is None or key(producer) != ("", op_type) or id(x) in outputs or len(list(x.uses())) != 1:
+        return None
+    return producer
+
+
+def static_u8_input(node: ir.Node, graph: ir.Graph) -> tuple[float, int] | None:
+    """(scale, zero point) of a QConv that quantizes its float X statically with one uint8 pair, else None."""
+    if not is_minirt(node, "QConv") or len(node.inputs) < 3 or node.inputs[0] is None:
+        return None
+    xs, xz = const(node.inputs[1], graph), const(node.inputs[2], graph)
+    if xs is None or xz is None or xs.size != 1 or xz.dtype != np.uint8:
+        return None
+    if node.inputs[0].dtype not in (None, ir.DataType.FLOAT):
+        return None
+    return float(xs.reshape(())), int(xz.reshape(()))
+
+
+def per_channel_shape(v: ir.Value | None) -> bool:
+    """Whether ``v`` is statically a 4-D (N, C, 1, 1) tensor (one value per image and channel, such
+    as a squeeze-and-excitation scale)."""
+    dims = list(v.shape) if v is not None and v.shape is not None else []
+    return len(dims) == 4 and dims[2] == 1 and dims[3] == 1
+
+
+def channel_mul_parts(value: ir.Value, outputs: set) -> tuple[ir.Node, ir.Value, ir.Value] | None:
+    """(Mul, x, s) when ``value`` is ``Mul(x, s)`` with s statically (N, C, 1, 1) float, the Mul's output
+    read once and no graph output, else None: a per-channel scale a QConv's quantize pass can apply."""
+    m = value.producer()
+    if (m is None or key(m) != ("", "Mul") or len(m.inputs) != 2 or id(value) in outputs
+            or len(list(value.uses())) != 1):
+        return None
+    scales = [v for v in m.inputs if per_channel_shape(v)]
+    if len(scales) != 1 or scales[0].dtype not in (None, ir.DataType.FLOAT):
+        return None
+    s = scales[0]
+    return m, (m.inputs[1] if m.inputs[0] is s else m.inputs[0]), s
+
+
+def nearest_integer_upsample(node: ir.Node, graph: ir.Graph) -> int | None:
+    """The factor f of a ``Resize`` that repeats each value of a 4-D input f x f times (nearest,
+    asymmetric coordinates, floor rounding, constant scales (1, 1, f, f) for an integer f >= 1, no
+    sizes / axes / antialiasing), else None."""
+    if key(node) != ("", "Resize") or len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
+        return None
+    attr = irh.attr
+    if (attr(node, "mode", "nearest") != "nearest" or attr(node, "coordinate_transformation_mode") != "asymmetric"
+            or attr(node, "nearest_mode") != "floor" or int(attr(node, "antialias", 0))
+            or attr(node, "axes") is not None):
+        return None
+    ins = list(node.inputs)
+    scales = ins[1] if len(ins) == 2 else ins[2] if len(ins) > 2 else None  # (opset 10: X, scales)
+    if len(ins) > 3 and ins[3] is not None:
+        return None  # sizes given
+    sc = const(scales, graph)
+    if sc is None or sc.shape != (4,) or sc[0] != 1 or sc[1] != 1 or sc[2] != sc[3]:
+        return None
+    f = float(sc[2])
+    return int(f) if f >= 1 and f == int(f) else None
+
+
+def is_depthwise_qconv(node: ir.Node, graph: ir.Graph) -> bool:
+    """A QConv with group == C == M (one input channel per group, constant weight)."""
+    if not is_minirt(node, "QConv") or len(node.inputs) < 4:
+        return False
+    w = const(node.inputs[3], graph)
+    return w is not None and w.ndim == 4 and w.shape[1] == 1 and int(irh.attr(node, "group", 1)) == w.shape[0] > 1
+
+
+def drop_unused_initializers(graph: ir.Graph) -> None:
+    """Remove initializers nothing reads any more (the float weights the quantized copies replaced)."""
+    graph_inputs = set(id(v) for v in graph.inputs)
+    graph_outputs = output_ids(graph)
+    for name, v in list(graph.initializers.items()):
+        if not v.uses() and id(v) not in graph_inputs and id(v) not in graph_outputs:
+            graph.initializers.pop(name)
