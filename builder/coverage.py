@@ -33,7 +33,7 @@ _ORDER = list(_TYPE_NAMES.values())
 def _coreml_ops() -> set:
     from targets.coreml.rules import RULES
 
-    return set(RULES)
+    return RULES.ops()
 
 
 def _nnapi_ops() -> set:
