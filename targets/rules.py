@@ -217,18 +217,22 @@ class RuleSpec(ProviderSpec):
         return self.rules.refusal(node, ctx, self.precheck)
 
     def support_key(self, node, ctx) -> tuple:
+        """The memo key of :meth:`supports` (with ``cache_support``): one answer per context and node."""
         return (id(ctx), id(node))
 
     def supports(self, node, ctx) -> tuple[bool, str]:
         if not self.cache_support:
-            why = self.refusal(node, ctx)
-            return (False, why) if why else (True, "")
+            return _verdict(self.refusal(node, ctx))
         cache = self.__dict__.setdefault("_support_cache", {})
         key = self.support_key(node, ctx)
         if key not in cache:
-            why = self.refusal(node, ctx)
-            cache[key] = (False, why) if why else (True, "")
+            cache[key] = _verdict(self.refusal(node, ctx))
         return cache[key]
+
+
+def _verdict(why: str | None) -> tuple[bool, str]:
+    # None is "supported"; any string, even an empty one, is a refusal.
+    return (True, "") if why is None else (False, why)
 
 
 # --- node plumbing the rules of every provider share ------------------------------------
