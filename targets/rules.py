@@ -217,14 +217,17 @@ class RuleSpec(ProviderSpec):
         return self.rules.refusal(node, ctx, self.precheck)
 
     def support_key(self, node, ctx) -> tuple:
-        """The memo key of :meth:`supports` (with ``cache_support``): one answer per context and node."""
-        return (id(ctx), id(node))
+        """The memo key of :meth:`supports` (with ``cache_support``) within one context: the node."""
+        return (id(node),)
 
     def supports(self, node, ctx) -> tuple[bool, str]:
         if not self.cache_support:
             return _verdict(self.refusal(node, ctx))
-        cache = self.__dict__.setdefault("_support_cache", {})
-        key = self.support_key(node, ctx)
+        # The memo lives on the context, so it dies with it: keyed by id() on a long-lived
+        # spec, a later build's context and nodes could reuse the ids and hit stale answers.
+        # Node ids are stable while the context (and so its model) lives.
+        cache = ctx.__dict__.setdefault("_rule_support", {})
+        key = (type(self).__name__, *self.support_key(node, ctx))
         if key not in cache:
             cache[key] = _verdict(self.refusal(node, ctx))
         return cache[key]

@@ -53,7 +53,7 @@ class NNAPISpec(RuleSpec):
         return int(self._fixed_level) if self._fixed_level else api_level_of(ctx)
 
     def support_key(self, node, ctx) -> tuple:
-        return (id(ctx), id(node), self.level(ctx))
+        return (id(node), self.level(ctx))
 
     def refusal(self, node, ctx) -> str | None:
         # The rules refuse while emitting (the conditions sit next to the operations
