@@ -33,20 +33,13 @@ _ORDER = list(_TYPE_NAMES.values())
 def _coreml_ops() -> set:
     from targets.coreml.rules import RULES
 
-    return set(RULES)
+    return RULES.ops()
 
 
 def _nnapi_ops() -> set:
-    """NNAPI lowers ONNX ops through ``Lowerer.op_<Type>`` and ours through ``minirt_<Type>``."""
-    from targets.nnapi.lower import Lowerer
+    from targets.nnapi.rules import RULES
 
-    ops = set()
-    for attr in dir(Lowerer):
-        if attr.startswith("op_"):
-            ops.add(("", attr[3:]))
-        elif attr.startswith("minirt_"):
-            ops.add(("com.minirt", attr[7:]))
-    return ops
+    return RULES.ops()
 
 
 # provider -> the (domain, op_type) pairs its lowering rules take.  TFLite runs

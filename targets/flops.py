@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.ir_helpers import static_shape
+from builder.ir_helpers import attr, static_shape
 
 _ELEMENTWISE_1 = {
     "Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "LeakyRelu", "PRelu", "Clip", "Neg", "Abs", "Sqrt",
@@ -33,17 +33,12 @@ _REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "R
 _NORM = {"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization"}
 
 
-_shape = static_shape  # one definition: builder.passes.irh.static_shape
+_shape = static_shape  # one definition: builder.ir_helpers.static_shape
 
 
 def _numel(value) -> int:
     s = _shape(value)
     return 0 if s is None else int(np.prod(s, dtype=np.int64))
-
-
-def _attr(node, name, default=None):
-    a = node.attributes.get(name)
-    return default if a is None else a.value
 
 
 def _epilogue(node: ir.Node, out_elems: int) -> float:
@@ -53,7 +48,7 @@ def _epilogue(node: ir.Node, out_elems: int) -> float:
         extra += sum(1 for v in inputs[2:4] if v is not None)
     elif node.op_type in ("FusedGemm", "FusedMatMul", "Gemm"):
         extra += sum(1 for v in inputs[2:4] if v is not None)
-    act = _attr(node, "activation", "") or ""
+    act = attr(node, "activation", "") or ""
     if act:
         extra += 4 if act not in ("Relu", "Clip", "LeakyRelu") else 1
     return float(extra * out_elems)
@@ -84,11 +79,11 @@ def node_flops(node: ir.Node, ctx=None) -> float:
         if a is None or out_elems == 0:
             return 0.0
         k = a[-1]
-        if op in ("Gemm", "FusedGemm") and _attr(node, "transA", 0):
+        if op in ("Gemm", "FusedGemm") and attr(node, "transA", 0):
             k = a[0]
         return float(2 * out_elems * k) + _epilogue(node, out_elems)
     if op in ("MaxPool", "AveragePool", "LpPool"):
-        k = _attr(node, "kernel_shape", None)
+        k = attr(node, "kernel_shape", None)
         return float(out_elems * (int(np.prod(k)) if k else 1))
     if op in ("GlobalAveragePool", "GlobalMaxPool"):
         return float(_numel(ins[0]))
@@ -106,7 +101,7 @@ def node_flops(node: ir.Node, ctx=None) -> float:
         q, k = _shape(ins[0]), _shape(ins[1])
         if q is None or k is None:
             return 0.0
-        n_kv = k[-2] if _attr(node, "transpose_k", 1) else k[-1]
+        n_kv = k[-2] if attr(node, "transpose_k", 1) else k[-1]
         return float(4 * int(np.prod(q, dtype=np.int64)) * n_kv + 5 * int(np.prod(q[:-1], dtype=np.int64)) * n_kv)
     return 0.0
 

@@ -166,10 +166,7 @@ class SupportContext:
             v = self.model.opset_imports.get("ai.onnx")
         return int(v) if v is not None else 1
 
-    @staticmethod
-    def attr(node: ir.Node, name: str, default=None):
-        a = node.attributes.get(name)
-        return default if a is None else a.value
+    attr = staticmethod(irh.attr)  # one definition: builder.ir_helpers.attr
 
     @staticmethod
     def is_onnx(node: ir.Node) -> bool:

@@ -1,7 +1,13 @@
-"""The runtime needs numpy and nothing else: loading and running an artifact imports no builder/ONNX code."""
+"""The runtime needs numpy and nothing else: loading and running an artifact imports no builder/ONNX code.
+
+Also the layering of the desktop side: ``targets/`` (the provider lowerings)
+imports only the public modules of ``builder/``, never a private one.
+"""
 from __future__ import annotations
 
+import ast
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +20,8 @@ from onnx import numpy_helper as nh
 
 import builder
 
-FORBIDDEN = ("onnx", "onnxruntime", "coremltools", "onnx_ir", "builder", "torch", "tflite_runtime")
+FORBIDDEN = ("onnx", "onnxruntime", "coremltools", "onnx_ir", "builder", "targets", "torch", "tflite_runtime")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = textwrap.dedent(
     """
@@ -101,3 +108,30 @@ def test_only_numpy_and_stdlib_overall(child_report):
     tops = {m.split(".")[0] for m in child_report["new_modules"]}
     other = {t for t in tops if t not in stdlib and t not in ("minirt", "numpy") and not t.startswith("_")}
     assert not other, f"modules that are neither stdlib, numpy nor minirt: {sorted(other)}"
+
+
+def _builder_imports(path: str):
+    """(line, module) of every import of a ``builder`` module in the file at ``path``."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+            for alias in node.names:  # ``from builder import _private`` names a module too
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def test_targets_import_no_private_builder_module():
+    offences = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "targets")):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            for line, module in _builder_imports(path):
+                parts = module.split(".")
+                if parts[0] == "builder" and any(p.startswith("_") for p in parts[1:]):
+                    offences.append(f"{os.path.relpath(path, ROOT)}:{line} imports {module}")
+    assert not offences, "targets/ imports private builder modules:\n" + "\n".join(offences)

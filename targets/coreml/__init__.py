@@ -1,7 +1,8 @@
 """Core ML provider spec: which nodes Core ML takes and how a partition becomes an ML Program.
 
-Support = a lowering rule exists for the op (``targets/coreml/rules.py``) and
-its conditions hold, plus generic conditions checked here: every tensor the
+Support = a lowering rule exists for the op (``targets/coreml/rules.py``, a
+``targets.rules.RuleSet``) and its check passes, plus :meth:`CoreMLSpec.precheck`,
+the generic conditions checked first: every tensor the
 node reads at run time or produces is float32/float16 with a static shape of
 rank 1..5 (Core ML ML Programs have fixed-shape inputs here; build with
 ``--input-shape`` to fix symbolic dimensions), and the target's Core ML is
@@ -17,14 +18,17 @@ import importlib.util
 
 import numpy as np
 
-from targets.providers import LoweringError, PartitionIR, ProviderSpec, SupportContext
+from targets.coreml.rules import RULES
+from targets.providers import LoweringError, PartitionIR, SupportContext
+from targets.rules import RuleSpec, used_outputs
 
 _FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
 MAX_RANK = 5
 
 
-class CoreMLSpec(ProviderSpec):
+class CoreMLSpec(RuleSpec):
     name = "coreml"
+    rules = RULES
     # A Core ML call costs roughly 0.1-0.3 ms of dispatch; at ~1 TFLOP/s that is
     # worth a few hundred MFLOPs on the ANE, but the CPU baseline (numpy) is far
     # slower, so a conservative figure keeps only clearly profitable islands off the CPU.
@@ -40,28 +44,19 @@ class CoreMLSpec(ProviderSpec):
             return False, f"target {ctx.profile.name} has Core ML spec {info.get('spec_version')}; ML Programs need 7 (macOS 13 / iOS 16)"
         return True, ""
 
-    def supports(self, node, ctx: SupportContext) -> tuple[bool, str]:
-        from targets.coreml.rules import get_rule
-
-        rule = get_rule(node)
-        if rule is None:
-            dom = "" if node.domain in ("", "ai.onnx") else f"{node.domain}::"
-            return False, f"{dom}{node.op_type} has no Core ML lowering rule"
+    def precheck(self, node, ctx: SupportContext) -> str | None:
+        """Every run-time tensor the node reads or produces: float, static shape, rank 1..5."""
         for v in node.inputs:
             if v is None or ctx.const(v) is not None:
                 continue
-            ok, why = _tensor_ok(v, ctx, "input")
-            if not ok:
-                return False, f"{node.op_type}: {why}"
-        for v in node.outputs:
-            if not v.name or not (v.uses() or v.is_graph_output()):
-                continue
-            ok, why = _tensor_ok(v, ctx, "output")
-            if not ok:
-                return False, f"{node.op_type}: {why}"
-        if rule.check is not None:
-            return rule.check(node, ctx)
-        return True, ""
+            why = _tensor_refusal(v, ctx, "input")
+            if why:
+                return f"{node.op_type}: {why}"
+        for v in used_outputs(node):
+            why = _tensor_refusal(v, ctx, "output")
+            if why:
+                return f"{node.op_type}: {why}"
+        return None
 
     def lower(self, partition: PartitionIR, ctx: SupportContext) -> tuple[bytes, dict]:
         from targets.coreml.lower import BLOB_FORMAT, build_program, convert, import_coremltools, package_bytes
@@ -90,22 +85,22 @@ class CoreMLSpec(ProviderSpec):
         return blob, options
 
 
-def _tensor_ok(v, ctx: SupportContext, what: str) -> tuple[bool, str]:
+def _tensor_refusal(v, ctx: SupportContext, what: str) -> str | None:
     dt = ctx.dtype(v)
     if dt is None:
-        return False, f"{what} {v.name!r} has an unknown element type"
+        return f"{what} {v.name!r} has an unknown element type"
     if np.dtype(dt) not in _FLOAT:
-        return False, f"{what} {v.name!r} is {np.dtype(dt).name}; Core ML partitions compute on float tensors only"
+        return f"{what} {v.name!r} is {np.dtype(dt).name}; Core ML partitions compute on float tensors only"
     shape = ctx.shape(v)
     if shape is None:
-        return False, f"{what} {v.name!r} has an unknown rank"
+        return f"{what} {v.name!r} has an unknown rank"
     if any(d is None for d in shape):
-        return False, f"{what} {v.name!r} has a dynamic shape {_fmt(v)} (build with --input-shape to fix it)"
+        return f"{what} {v.name!r} has a dynamic shape {_fmt(v)} (build with --input-shape to fix it)"
     if len(shape) > MAX_RANK:
-        return False, f"{what} {v.name!r} has rank {len(shape)} > {MAX_RANK}, beyond Core ML's limit"
+        return f"{what} {v.name!r} has rank {len(shape)} > {MAX_RANK}, beyond Core ML's limit"
     if len(shape) == 0:
-        return False, f"{what} {v.name!r} is a scalar (rank 0); Core ML partitions take tensors"
-    return True, ""
+        return f"{what} {v.name!r} is a scalar (rank 0); Core ML partitions take tensors"
+    return None
 
 
 def _fmt(v) -> str:

@@ -27,8 +27,9 @@ import zipfile
 
 import numpy as np
 
-from targets.coreml.rules import get_rule
+from targets.coreml.rules import RULES
 from targets.providers import LoweringError
+from targets.rules import Emitter
 
 BLOB_FORMAT = "mlpackage-zip"
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)
@@ -46,11 +47,11 @@ def import_coremltools():
     return ct
 
 
-class LowerEnv:
+class LowerEnv(Emitter):
     """Value bindings while building one MIL function (see targets/coreml/rules.py)."""
 
     def __init__(self, ctx, mb):
-        self.ctx = ctx
+        super().__init__(ctx)
         self.mb = mb
         self.vars: dict[int, object] = {}
         self._names: set[str] = set()
@@ -106,11 +107,7 @@ def build_program(part, ctx, opset_version):
         env = LowerEnv(ctx, mb)
         for i, v in enumerate(part.inputs):
             env.set(v, func.inputs[f"in_{i}"])
-        for node in part.nodes:
-            r = get_rule(node)
-            if r is None:
-                raise LoweringError(f"no Core ML rule for {node.op_type}")
-            r.lower(node, env)
+        RULES.emit_all(part.nodes, env)
         outs = []
         for i, v in enumerate(part.outputs):
             var = env.vars.get(id(v))

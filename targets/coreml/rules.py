@@ -1,12 +1,13 @@
 """Core ML lowering rules: one function per ONNX (or com.minirt) op -> MIL ops.
 
-Each rule is registered in :data:`RULES` with :func:`rule` and has two parts:
+Each rule is registered in the rule set :data:`RULES` (``targets/rules.py``)
+with ``@RULES.rule(op, ..., check=...)`` and has two parts:
 
-* ``check(node, ctx) -> (bool, reason)``: op-specific support conditions
+* ``check(node, ctx) -> None | reason``: op-specific support conditions
   (attributes, constant weights, ranks); the generic conditions (float
-  tensors, static shapes, rank <= 5) are checked by ``CoreMLSpec.supports``;
-* ``lower(node, env)``: emits MIL ops with ``coremltools``' builder (``mb``)
-  and binds the node's outputs in ``env``.
+  tensors, static shapes, rank <= 5) are ``CoreMLSpec.precheck``;
+* the decorated function ``(node, env)``: emits MIL ops with
+  ``coremltools``' builder (``mb``) and binds the node's outputs in ``env``.
 
 ``env`` (:class:`targets.coreml.lower.LowerEnv`) gives ``env.get(value)``
 (a MIL Var, or a numpy array for a constant), ``env.set(value, var)``,
@@ -22,41 +23,12 @@ conv_transpose weights ``[C_in, C_out/groups, *K]`` (ONNX's layouts);
 """
 from __future__ import annotations
 
-import math
-from typing import Callable
-
 import numpy as np
 
-RULES: dict[tuple[str, str], "Rule"] = {}
-MINIRT = "com.minirt"
+from builder.ir_helpers import attr
+from targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr, used_outputs
 
-
-class Rule:
-    def __init__(self, domain: str, op_type: str, check: Callable | None, lower: Callable):
-        self.domain, self.op_type, self.check, self.lower = domain, op_type, check, lower
-
-
-def rule(*op_types: str, domain: str = "", check: Callable | None = None):
-    def deco(fn):
-        for op in op_types:
-            RULES[(domain, op)] = Rule(domain, op, check, fn)
-        return fn
-
-    return deco
-
-
-def get_rule(node) -> Rule | None:
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    return RULES.get((domain, node.op_type))
-
-
-def _attr(node, name, default=None):
-    a = node.attributes.get(name)
-    return default if a is None else a.value
-
-
-def _ok():
-    return True, ""
+RULES = RuleSet("Core ML")
 
 
 # --- activations (shared by fused ops and Activation) ------------------------------
@@ -65,12 +37,10 @@ ACTIVATIONS = {"", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid"
 
 
 def _check_activation(node, ctx):
-    act = _attr(node, "activation", "") or ""
-    if isinstance(act, bytes):
-        act = act.decode()
+    act, _ = fused_activation(node)
     if act not in ACTIVATIONS:
-        return False, f"activation {act!r} has no Core ML lowering"
-    return _ok()
+        return f"activation {act!r} has no Core ML lowering"
+    return None
 
 
 def apply_activation(mb, x, act: str, params, name: str):
@@ -112,16 +82,15 @@ def apply_activation(mb, x, act: str, params, name: str):
 
 def _finish(node, env, y):
     """Residual/activation epilogue of fused ops, then bind output 0."""
-    act = _attr(node, "activation", "") or ""
-    params = _attr(node, "activation_params", ()) or ()
+    act, params = fused_activation(node)
     y = apply_activation(env.mb, y, act, params, env.n(node, "act")) if act else y
     env.set(node.outputs[0], y, rename=True)
 
 
 def _add_residual(node, env, y, z_index: int):
-    inputs = list(node.inputs)
-    if len(inputs) > z_index and inputs[z_index] is not None:
-        y = env.mb.add(x=y, y=env.get(inputs[z_index]), name=env.n(node, "residual"))
+    z = input_at(node, z_index)
+    if z is not None:
+        y = env.mb.add(x=y, y=env.get(z), name=env.n(node, "residual"))
     return y
 
 
@@ -130,24 +99,15 @@ def _add_residual(node, env, y, z_index: int):
 
 def _mil_pads(node, spatial: int, in_shape, w_shape, strides, dilations, transpose=False):
     """(pad_type, pad list) in MIL order for an ONNX conv/pool node."""
-    auto_pad = _attr(node, "auto_pad", "NOTSET") or "NOTSET"
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
+    auto_pad = str_attr(node, "auto_pad", "NOTSET") or "NOTSET"
     if auto_pad == "VALID":
         return "valid", [0] * (2 * spatial)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         if transpose:
             raise ValueError("ConvTranspose with auto_pad SAME is not lowered")
-        pads = []
-        for i in range(spatial):
-            size = in_shape[2 + i]
-            k = (w_shape[i] - 1) * dilations[i] + 1
-            out = -(-size // strides[i])
-            total = max(0, (out - 1) * strides[i] + k - size)
-            small, big = total // 2, total - total // 2
-            pads += [small, big] if auto_pad == "SAME_UPPER" else [big, small]
-        return "custom", pads
-    onnx_pads = list(_attr(node, "pads", None) or [0] * (2 * spatial))
+        begins, ends = same_pads(in_shape[2:], w_shape, strides, dilations, upper=auto_pad == "SAME_UPPER")
+        return "custom", [p for pair in zip(begins, ends) for p in pair]
+    onnx_pads = list(attr(node, "pads", None) or [0] * (2 * spatial))
     pads = []
     for i in range(spatial):
         pads += [int(onnx_pads[i]), int(onnx_pads[i + spatial])]
@@ -158,14 +118,14 @@ def _check_conv(node, ctx):
     inputs = list(node.inputs)
     w = ctx.const(inputs[1]) if len(inputs) > 1 else None
     if w is None:
-        return False, f"{node.op_type} weights are not constant (Core ML needs constant conv weights)"
+        return f"{node.op_type} weights are not constant (Core ML needs constant conv weights)"
     if w.ndim not in (3, 4, 5):
-        return False, f"{node.op_type} with {w.ndim - 2} spatial dims is not supported by Core ML"
+        return f"{node.op_type} with {w.ndim - 2} spatial dims is not supported by Core ML"
     if len(inputs) > 2 and inputs[2] is not None and ctx.const(inputs[2]) is None:
-        return False, f"{node.op_type} bias is not constant"
+        return f"{node.op_type} bias is not constant"
     if node.op_type == "FusedConv":
         return _check_activation(node, ctx)
-    return _ok()
+    return None
 
 
 def _conv_kwargs(node, env, transpose: bool = False) -> tuple[dict, list]:
@@ -174,9 +134,9 @@ def _conv_kwargs(node, env, transpose: bool = False) -> tuple[dict, list]:
     inputs = list(node.inputs)
     w = env.const(inputs[1]).astype(np.float32)
     spatial = w.ndim - 2
-    strides = [int(s) for s in (_attr(node, "strides", None) or [1] * spatial)]
-    dilations = [int(d) for d in (_attr(node, "dilations", None) or [1] * spatial)]
-    groups = int(_attr(node, "group", 1) or 1)
+    strides = [int(s) for s in (attr(node, "strides", None) or [1] * spatial)]
+    dilations = [int(d) for d in (attr(node, "dilations", None) or [1] * spatial)]
+    groups = int(attr(node, "group", 1) or 1)
     pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), w.shape[2:], strides, dilations,
                               transpose=transpose)
     kwargs = dict(x=env.get(inputs[0]), weight=w, strides=strides, dilations=dilations, groups=groups,
@@ -188,8 +148,8 @@ def _conv_kwargs(node, env, transpose: bool = False) -> tuple[dict, list]:
     return kwargs, pad
 
 
-@rule("Conv", check=_check_conv)
-@rule("FusedConv", domain=MINIRT, check=_check_conv)
+@RULES.rule("Conv", check=_check_conv)
+@RULES.rule("FusedConv", domain=MINIRT, check=_check_conv)
 def lower_conv(node, env):
     y = env.mb.conv(name=env.n(node, "conv"), **_conv_kwargs(node, env)[0])
     y = _add_residual(node, env, y, 3)
@@ -197,32 +157,32 @@ def lower_conv(node, env):
 
 
 def _check_conv_transpose(node, ctx):
-    ok, why = _check_conv(node, ctx)
-    if not ok:
-        return ok, why
-    out_pad = [int(p) for p in (_attr(node, "output_padding", None) or ())]
+    why = _check_conv(node, ctx)
+    if why:
+        return why
+    out_pad = [int(p) for p in (attr(node, "output_padding", None) or ())]
     if any(out_pad):
         # Lowered as less end padding (ONNX keeps output_padding more rows/cols of the full result).
         w = ctx.const(node.inputs[1])
         spatial = w.ndim - 2
-        pads = list(_attr(node, "pads", None) or [0] * (2 * spatial))
+        pads = list(attr(node, "pads", None) or [0] * (2 * spatial))
         if any(pads[spatial + i] < out_pad[i] for i in range(spatial)):
-            return False, "ConvTranspose output_padding larger than the end padding is not lowered to Core ML"
-    auto_pad = _attr(node, "auto_pad", "NOTSET") or "NOTSET"
+            return "ConvTranspose output_padding larger than the end padding is not lowered to Core ML"
+    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
     if auto_pad not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
-        return False, f"ConvTranspose auto_pad {auto_pad!r} is not lowered to Core ML"
-    if _attr(node, "output_shape", None):
-        return False, "ConvTranspose output_shape attribute is not lowered to Core ML"
+        return f"ConvTranspose auto_pad {auto_pad!r} is not lowered to Core ML"
+    if attr(node, "output_shape", None):
+        return "ConvTranspose output_shape attribute is not lowered to Core ML"
     if node.op_type == "FusedConvTranspose":
         return _check_activation(node, ctx)
-    return _ok()
+    return None
 
 
-@rule("ConvTranspose", check=_check_conv_transpose)
-@rule("FusedConvTranspose", domain=MINIRT, check=_check_conv_transpose)
+@RULES.rule("ConvTranspose", check=_check_conv_transpose)
+@RULES.rule("FusedConvTranspose", domain=MINIRT, check=_check_conv_transpose)
 def lower_conv_transpose(node, env):
     kwargs, pad = _conv_kwargs(node, env, transpose=True)
-    out_pad = [int(p) for p in (_attr(node, "output_padding", None) or ())]
+    out_pad = [int(p) for p in (attr(node, "output_padding", None) or ())]
     if any(out_pad):
         pad = [p - (out_pad[i // 2] if i % 2 else 0) for i, p in enumerate(pad)]
         kwargs["pad"], kwargs["pad_type"] = pad, "custom"
@@ -234,38 +194,38 @@ def lower_conv_transpose(node, env):
 
 
 def _check_pool(node, ctx):
-    if len([o for o in node.outputs if o.name and (o.uses() or o.is_graph_output())]) > 1:
-        return False, "MaxPool's indices output is not supported by Core ML"
-    if any(int(d) != 1 for d in (_attr(node, "dilations", None) or ())):
-        return False, f"{node.op_type} with dilations is not supported by Core ML"
-    if int(_attr(node, "storage_order", 0) or 0) != 0:
-        return False, "MaxPool storage_order=1 is not supported by Core ML"
-    k = _attr(node, "kernel_shape", None)
+    if len(used_outputs(node)) > 1:
+        return "MaxPool's indices output is not supported by Core ML"
+    if any(int(d) != 1 for d in (attr(node, "dilations", None) or ())):
+        return f"{node.op_type} with dilations is not supported by Core ML"
+    if int(attr(node, "storage_order", 0) or 0) != 0:
+        return "MaxPool storage_order=1 is not supported by Core ML"
+    k = attr(node, "kernel_shape", None)
     if not k or len(k) not in (1, 2, 3):
-        return False, f"{node.op_type} kernel rank {len(k) if k else 0} is not supported by Core ML"
-    return _ok()
+        return f"{node.op_type} kernel rank {len(k) if k else 0} is not supported by Core ML"
+    return None
 
 
-@rule("MaxPool", "AveragePool", check=_check_pool)
+@RULES.rule("MaxPool", "AveragePool", check=_check_pool)
 def lower_pool(node, env):
     mb = env.mb
     inputs = list(node.inputs)
-    k = [int(v) for v in _attr(node, "kernel_shape")]
+    k = [int(v) for v in attr(node, "kernel_shape")]
     spatial = len(k)
-    strides = [int(s) for s in (_attr(node, "strides", None) or [1] * spatial)]
+    strides = [int(s) for s in (attr(node, "strides", None) or [1] * spatial)]
     pad_type, pad = _mil_pads(node, spatial, env.shape(inputs[0]), k, strides, [1] * spatial)
     kwargs = dict(x=env.get(inputs[0]), kernel_sizes=k, strides=strides, pad_type=pad_type,
-                  ceil_mode=bool(_attr(node, "ceil_mode", 0)), name=env.n(node, "pool"))
+                  ceil_mode=bool(attr(node, "ceil_mode", 0)), name=env.n(node, "pool"))
     if pad_type == "custom":
         kwargs["pad"] = pad
     if node.op_type == "MaxPool":
         y = mb.max_pool(**kwargs)
     else:
-        y = mb.avg_pool(exclude_padding_from_average=not bool(_attr(node, "count_include_pad", 0)), **kwargs)
+        y = mb.avg_pool(exclude_padding_from_average=not bool(attr(node, "count_include_pad", 0)), **kwargs)
     env.set(node.outputs[0], y, rename=True)
 
 
-@rule("GlobalAveragePool", "GlobalMaxPool")
+@RULES.rule("GlobalAveragePool", "GlobalMaxPool")
 def lower_global_pool(node, env):
     x = node.inputs[0]
     axes = list(range(2, len(env.shape(x))))
@@ -279,26 +239,26 @@ def lower_global_pool(node, env):
 def _check_gemm(node, ctx):
     inputs = list(node.inputs)
     if ctx.rank(inputs[0]) != 2:
-        return False, "Gemm input A must be 2-D"
+        return "Gemm input A must be 2-D"
     if len(inputs) > 2 and inputs[2] is not None and ctx.const(inputs[2]) is None:
-        return False, "Gemm C is not constant"
+        return "Gemm C is not constant"
     if node.op_type == "FusedGemm":
         return _check_activation(node, ctx)
-    return _ok()
+    return None
 
 
-@rule("Gemm", check=_check_gemm)
-@rule("FusedGemm", domain=MINIRT, check=_check_gemm)
+@RULES.rule("Gemm", check=_check_gemm)
+@RULES.rule("FusedGemm", domain=MINIRT, check=_check_gemm)
 def lower_gemm(node, env):
     mb = env.mb
     inputs = list(node.inputs)
-    alpha = float(_attr(node, "alpha", 1.0))
-    beta = float(_attr(node, "beta", 1.0))
+    alpha = float(attr(node, "alpha", 1.0))
+    beta = float(attr(node, "beta", 1.0))
     a = env.get(inputs[0])
-    if int(_attr(node, "transA", 0) or 0):
+    if int(attr(node, "transA", 0) or 0):
         a = mb.transpose(x=a, perm=[1, 0], name=env.n(node, "ta"))
     b_const = env.const(inputs[1])
-    trans_b = bool(int(_attr(node, "transB", 0) or 0))
+    trans_b = bool(int(attr(node, "transB", 0) or 0))
     out_shape = env.shape(node.outputs[0])
     bias = None
     if len(inputs) > 2 and inputs[2] is not None:
@@ -333,14 +293,14 @@ def _check_matmul(node, ctx):
     inputs = list(node.inputs)
     ra, rb = ctx.rank(inputs[0]), ctx.rank(inputs[1])
     if ra is None or rb is None or ra < 1 or rb < 1:
-        return False, "MatMul operand ranks unknown"
+        return "MatMul operand ranks unknown"
     if node.op_type == "FusedMatMul":
         return _check_activation(node, ctx)
-    return _ok()
+    return None
 
 
-@rule("MatMul", check=_check_matmul)
-@rule("FusedMatMul", domain=MINIRT, check=_check_matmul)
+@RULES.rule("MatMul", check=_check_matmul)
+@RULES.rule("FusedMatMul", domain=MINIRT, check=_check_matmul)
 def lower_matmul(node, env):
     mb = env.mb
     inputs = list(node.inputs)
@@ -368,13 +328,13 @@ _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "real_div", "Max": "
 
 def _check_binary(node, ctx):
     if len([v for v in node.inputs if v is not None]) != 2:
-        return False, f"{node.op_type} with {len(node.inputs)} inputs is not lowered (2 only)"
+        return f"{node.op_type} with {len(node.inputs)} inputs is not lowered (2 only)"
     if node.op_type == "Pow" and ctx.const(node.inputs[1]) is None:
-        return False, "Pow with a non-constant exponent is not lowered to Core ML"
-    return _ok()
+        return "Pow with a non-constant exponent is not lowered to Core ML"
+    return None
 
 
-@rule(*_BINARY, check=_check_binary)
+@RULES.rule(*_BINARY, check=_check_binary)
 def lower_binary(node, env):
     a, b = node.inputs[0], node.inputs[1]
     fn = getattr(env.mb, _BINARY[node.op_type])
@@ -394,31 +354,31 @@ _UNARY = {
 }
 
 
-@rule(*_UNARY)
+@RULES.rule(*_UNARY)
 def lower_unary(node, env):
     fn = getattr(env.mb, _UNARY[node.op_type])
     env.set(node.outputs[0], fn(x=env.get(node.inputs[0]), name=env.n(node, "un")), rename=True)
 
 
-@rule("Neg")
+@RULES.rule("Neg")
 def lower_neg(node, env):
     env.set(node.outputs[0], env.mb.mul(x=env.get(node.inputs[0]), y=np.float32(-1), name=env.n(node, "neg")), rename=True)
 
 
-@rule("LeakyRelu")
+@RULES.rule("LeakyRelu")
 def lower_leaky(node, env):
     x = env.get(node.inputs[0])
-    env.set(node.outputs[0], env.mb.leaky_relu(x=x, alpha=float(_attr(node, "alpha", 0.01)), name=env.n(node, "lrelu")), rename=True)
+    env.set(node.outputs[0], env.mb.leaky_relu(x=x, alpha=float(attr(node, "alpha", 0.01)), name=env.n(node, "lrelu")), rename=True)
 
 
-@rule("HardSigmoid")
+@RULES.rule("HardSigmoid")
 def lower_hardsigmoid(node, env):
     x = env.get(node.inputs[0])
-    y = env.mb.sigmoid_hard(x=x, alpha=float(_attr(node, "alpha", 0.2)), beta=float(_attr(node, "beta", 0.5)), name=env.n(node, "hsig"))
+    y = env.mb.sigmoid_hard(x=x, alpha=float(attr(node, "alpha", 0.2)), beta=float(attr(node, "beta", 0.5)), name=env.n(node, "hsig"))
     env.set(node.outputs[0], y, rename=True)
 
 
-@rule("HardSwish")
+@RULES.rule("HardSwish")
 def lower_hardswish(node, env):
     env.set(node.outputs[0], apply_activation(env.mb, env.get(node.inputs[0]), "HardSwish", (), env.n(node, "hswish")), rename=True)
 
@@ -427,15 +387,15 @@ def _check_clip(node, ctx):
     inputs = list(node.inputs)
     for v in inputs[1:]:
         if v is not None and ctx.const(v) is None:
-            return False, "Clip bounds are not constant"
-    return _ok()
+            return "Clip bounds are not constant"
+    return None
 
 
-@rule("Clip", check=_check_clip)
+@RULES.rule("Clip", check=_check_clip)
 def lower_clip(node, env):
     inputs = list(node.inputs)
-    lo = _attr(node, "min", None)
-    hi = _attr(node, "max", None)
+    lo = attr(node, "min", None)
+    hi = attr(node, "max", None)
     if len(inputs) > 1 and inputs[1] is not None:
         lo = float(env.const(inputs[1]).reshape(-1)[0])
     if len(inputs) > 2 and inputs[2] is not None:
@@ -444,28 +404,27 @@ def lower_clip(node, env):
     env.set(node.outputs[0], apply_activation(env.mb, env.get(inputs[0]), "Clip", params, env.n(node, "clip")), rename=True)
 
 
-@rule("Activation", domain=MINIRT, check=_check_activation)
+@RULES.rule("Activation", domain=MINIRT, check=_check_activation)
 def lower_activation(node, env):
-    y = apply_activation(env.mb, env.get(node.inputs[0]), _attr(node, "activation", ""),
-                         _attr(node, "activation_params", ()), env.n(node, "act"))
+    y = apply_activation(env.mb, env.get(node.inputs[0]), attr(node, "activation", ""),
+                         attr(node, "activation_params", ()), env.n(node, "act"))
     env.set(node.outputs[0], y, rename=True)
 
 
-@rule("Gelu")
+@RULES.rule("Gelu")
 def lower_gelu(node, env):
-    approx = _attr(node, "approximate", "none")
-    approx = approx.decode() if isinstance(approx, bytes) else approx
+    approx = str_attr(node, "approximate", "none")
     act = "GeluTanh" if approx == "tanh" else "Gelu"
     env.set(node.outputs[0], apply_activation(env.mb, env.get(node.inputs[0]), act, (), env.n(node, "gelu")), rename=True)
 
 
 def _check_prelu(node, ctx):
     if ctx.const(node.inputs[1]) is None:
-        return False, "PRelu slope is not constant"
-    return _ok()
+        return "PRelu slope is not constant"
+    return None
 
 
-@rule("PRelu", check=_check_prelu)
+@RULES.rule("PRelu", check=_check_prelu)
 def lower_prelu(node, env):
     mb = env.mb
     x = env.get(node.inputs[0])
@@ -476,20 +435,20 @@ def lower_prelu(node, env):
 
 
 def _check_bn(node, ctx):
-    if int(_attr(node, "training_mode", 0) or 0):
-        return False, "BatchNormalization in training mode is not supported by Core ML"
+    if int(attr(node, "training_mode", 0) or 0):
+        return "BatchNormalization in training mode is not supported by Core ML"
     if any(ctx.const(v) is None for v in list(node.inputs)[1:5]):
-        return False, "BatchNormalization parameters are not constant"
+        return "BatchNormalization parameters are not constant"
     if ctx.rank(node.inputs[0]) not in (3, 4, 5):
-        return False, "BatchNormalization input must be rank 3-5 for Core ML"
-    return _ok()
+        return "BatchNormalization input must be rank 3-5 for Core ML"
+    return None
 
 
-@rule("BatchNormalization", check=_check_bn)
+@RULES.rule("BatchNormalization", check=_check_bn)
 def lower_bn(node, env):
     scale, bias, mean, var = (env.const(v).astype(np.float32) for v in list(node.inputs)[1:5])
     y = env.mb.batch_norm(x=env.get(node.inputs[0]), mean=mean, variance=var, gamma=scale, beta=bias,
-                          epsilon=float(_attr(node, "epsilon", 1e-5)), name=env.n(node, "bn"))
+                          epsilon=float(attr(node, "epsilon", 1e-5)), name=env.n(node, "bn"))
     env.set(node.outputs[0], y, rename=True)
 
 
@@ -498,41 +457,41 @@ def lower_bn(node, env):
 
 def _check_softmax(node, ctx):
     rank = ctx.rank(node.inputs[0])
-    axis = int(_attr(node, "axis", -1 if ctx.opset(node) >= 13 else 1))
+    axis = int(attr(node, "axis", -1 if ctx.opset(node) >= 13 else 1))
     if axis < 0:
         axis += rank
     if ctx.opset(node) < 13 and axis != rank - 1:
-        return False, f"{node.op_type} (opset < 13) over flattened axes {axis}.. is not lowered to Core ML"
-    return _ok()
+        return f"{node.op_type} (opset < 13) over flattened axes {axis}.. is not lowered to Core ML"
+    return None
 
 
-@rule("Softmax", check=_check_softmax)
+@RULES.rule("Softmax", check=_check_softmax)
 def lower_softmax(node, env):
     rank = len(env.shape(node.inputs[0]))
-    axis = int(_attr(node, "axis", -1 if env.ctx.opset(node) >= 13 else 1))
+    axis = int(attr(node, "axis", -1 if env.ctx.opset(node) >= 13 else 1))
     axis = axis + rank if axis < 0 else axis
     env.set(node.outputs[0], env.mb.softmax(x=env.get(node.inputs[0]), axis=axis, name=env.n(node, "softmax")), rename=True)
 
 
 def _check_layernorm(node, ctx):
-    if any(o.name and (o.uses() or o.is_graph_output()) for o in list(node.outputs)[1:]):
-        return False, "LayerNormalization mean/inv-std outputs are not supported by Core ML"
+    if any(o in used_outputs(node) for o in list(node.outputs)[1:]):
+        return "LayerNormalization mean/inv-std outputs are not supported by Core ML"
     for v in list(node.inputs)[1:]:
         if v is not None and ctx.const(v) is None:
-            return False, "LayerNormalization scale/bias are not constant"
-    return _ok()
+            return "LayerNormalization scale/bias are not constant"
+    return None
 
 
-@rule("LayerNormalization", check=_check_layernorm)
-@rule("LayerNormalization", domain=MINIRT, check=_check_layernorm)
+@RULES.rule("LayerNormalization", check=_check_layernorm)
+@RULES.rule("LayerNormalization", domain=MINIRT, check=_check_layernorm)
 def lower_layernorm(node, env):
     inputs = list(node.inputs)
     shape = env.shape(inputs[0])
-    axis = int(_attr(node, "axis", -1))
+    axis = int(attr(node, "axis", -1))
     axis = axis + len(shape) if axis < 0 else axis
     axes = list(range(axis, len(shape)))
     norm_shape = tuple(shape[axis:])
-    kwargs = dict(x=env.get(inputs[0]), axes=axes, epsilon=float(_attr(node, "epsilon", 1e-5)), name=env.n(node, "ln"))
+    kwargs = dict(x=env.get(inputs[0]), axes=axes, epsilon=float(attr(node, "epsilon", 1e-5)), name=env.n(node, "ln"))
     if len(inputs) > 1 and inputs[1] is not None:
         kwargs["gamma"] = np.broadcast_to(env.const(inputs[1]).astype(np.float32), norm_shape).copy()
     if len(inputs) > 2 and inputs[2] is not None:
@@ -549,7 +508,7 @@ def _reduce_axes(node, ctx_or_env, rank):
         axes = ctx_or_env.const(inputs[1])
         axes = None if axes is None else [int(a) for a in axes.reshape(-1)]
     else:
-        axes = _attr(node, "axes", None)
+        axes = attr(node, "axes", None)
         axes = None if axes is None else [int(a) for a in axes]
     if axes is None or len(axes) == 0:
         return list(range(rank))
@@ -559,28 +518,28 @@ def _reduce_axes(node, ctx_or_env, rank):
 def _check_reduce(node, ctx):
     inputs = list(node.inputs)
     if len(inputs) > 1 and inputs[1] is not None and ctx.const(inputs[1]) is None:
-        return False, f"{node.op_type} axes are not constant"
-    if int(_attr(node, "noop_with_empty_axes", 0) or 0):
-        return False, f"{node.op_type} noop_with_empty_axes=1 is not lowered"
-    return _ok()
+        return f"{node.op_type} axes are not constant"
+    if int(attr(node, "noop_with_empty_axes", 0) or 0):
+        return f"{node.op_type} noop_with_empty_axes=1 is not lowered"
+    return None
 
 
-@rule(*_REDUCE, check=_check_reduce)
+@RULES.rule(*_REDUCE, check=_check_reduce)
 def lower_reduce(node, env):
     rank = len(env.shape(node.inputs[0]))
     axes = _reduce_axes(node, env, rank)
     fn = getattr(env.mb, _REDUCE[node.op_type])
-    y = fn(x=env.get(node.inputs[0]), axes=axes, keep_dims=bool(_attr(node, "keepdims", 1)), name=env.n(node, "reduce"))
+    y = fn(x=env.get(node.inputs[0]), axes=axes, keep_dims=bool(attr(node, "keepdims", 1)), name=env.n(node, "reduce"))
     env.set(node.outputs[0], y, rename=True)
 
 
 # --- tensor shuffles -----------------------------------------------------------------------
 
 
-@rule("Concat")
+@RULES.rule("Concat")
 def lower_concat(node, env):
     rank = len(env.shape(node.outputs[0]))
-    axis = int(_attr(node, "axis"))
+    axis = int(attr(node, "axis"))
     axis = axis + rank if axis < 0 else axis
     values = [env.get(v) for v in node.inputs if v is not None]
     if len(values) == 1:
@@ -591,34 +550,34 @@ def lower_concat(node, env):
 
 def _check_reshape_like(node, ctx):
     if ctx.static_shape(node.outputs[0]) is None:
-        return False, f"{node.op_type} output shape is not static"
-    return _ok()
+        return f"{node.op_type} output shape is not static"
+    return None
 
 
-@rule("Reshape", "Flatten", "Squeeze", "Unsqueeze", check=_check_reshape_like)
+@RULES.rule("Reshape", "Flatten", "Squeeze", "Unsqueeze", check=_check_reshape_like)
 def lower_reshape(node, env):
     shape = list(env.shape(node.outputs[0]))
     y = env.mb.reshape(x=env.get(node.inputs[0]), shape=np.array(shape, np.int32), name=env.n(node, "reshape"))
     env.set(node.outputs[0], y, rename=True)
 
 
-@rule("Transpose")
+@RULES.rule("Transpose")
 def lower_transpose(node, env):
     rank = len(env.shape(node.inputs[0]))
-    perm = _attr(node, "perm", None)
+    perm = attr(node, "perm", None)
     perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
     env.set(node.outputs[0], env.mb.transpose(x=env.get(node.inputs[0]), perm=perm, name=env.n(node, "transpose")), rename=True)
 
 
 def _check_slice(node, ctx):
     if any(v is not None and ctx.const(v) is None for v in list(node.inputs)[1:]):
-        return False, "Slice starts/ends/axes/steps are not constant"
+        return "Slice starts/ends/axes/steps are not constant"
     if ctx.opset(node) < 10:
-        return False, "Slice (opset < 10) is not lowered"
-    return _ok()
+        return "Slice (opset < 10) is not lowered"
+    return None
 
 
-@rule("Slice", check=_check_slice)
+@RULES.rule("Slice", check=_check_slice)
 def lower_slice(node, env):
     inputs = list(node.inputs) + [None] * 5
     shape = env.shape(inputs[0])
@@ -643,16 +602,16 @@ def lower_slice(node, env):
 def _check_split(node, ctx):
     inputs = list(node.inputs)
     if len(inputs) > 1 and inputs[1] is not None and ctx.const(inputs[1]) is None:
-        return False, "Split sizes are not constant"
+        return "Split sizes are not constant"
     if any(ctx.static_shape(o) is None for o in node.outputs):
-        return False, "Split output shapes are not static"
-    return _ok()
+        return "Split output shapes are not static"
+    return None
 
 
-@rule("Split", check=_check_split)
+@RULES.rule("Split", check=_check_split)
 def lower_split(node, env):
     rank = len(env.shape(node.inputs[0]))
-    axis = int(_attr(node, "axis", 0))
+    axis = int(attr(node, "axis", 0))
     axis = axis + rank if axis < 0 else axis
     sizes = [env.shape(o)[axis] for o in node.outputs]
     outs = env.mb.split(x=env.get(node.inputs[0]), split_sizes=np.array(sizes, np.int32), axis=axis, name=env.n(node, "split"))
@@ -665,41 +624,38 @@ def lower_split(node, env):
 
 
 def _resize_mode(node):
-    def s(name, default):
-        v = _attr(node, name, default)
-        return v.decode() if isinstance(v, bytes) else v
-
-    return s("mode", "nearest"), s("coordinate_transformation_mode", "half_pixel"), s("nearest_mode", "round_prefer_floor")
+    return (str_attr(node, "mode", "nearest"), str_attr(node, "coordinate_transformation_mode", "half_pixel"),
+            str_attr(node, "nearest_mode", "round_prefer_floor"))
 
 
 def _check_resize(node, ctx):
     mode, ctm, nearest = _resize_mode(node)
     x, y = ctx.static_shape(node.inputs[0]), ctx.static_shape(node.outputs[0])
     if x is None or y is None or len(x) != 4:
-        return False, "Resize needs static 4-D input/output shapes for Core ML"
+        return "Resize needs static 4-D input/output shapes for Core ML"
     if x[:2] != y[:2]:
-        return False, "Resize of the batch/channel axes is not supported by Core ML"
-    if _attr(node, "antialias", 0):
-        return False, "Resize antialias is not supported by Core ML"
+        return "Resize of the batch/channel axes is not supported by Core ML"
+    if attr(node, "antialias", 0):
+        return "Resize antialias is not supported by Core ML"
     sh, sw = y[2] / x[2], y[3] / x[3]
     if mode == "nearest":
         if ctm != "asymmetric" or nearest not in ("floor", "round_prefer_floor", "round_prefer_ceil"):
-            return False, f"Resize nearest with coordinate_transformation_mode {ctm!r}/nearest_mode {nearest!r} is not lowered to Core ML"
+            return f"Resize nearest with coordinate_transformation_mode {ctm!r}/nearest_mode {nearest!r} is not lowered to Core ML"
         if not (sh.is_integer() and sw.is_integer()):
-            return False, "Resize nearest with fractional scales is not lowered to Core ML"
+            return "Resize nearest with fractional scales is not lowered to Core ML"
         if nearest != "floor" and not (nearest == "round_prefer_floor" and sh <= 2 and sw <= 2):
-            return False, f"Resize nearest_mode {nearest!r} with scales {sh:g}x{sw:g} differs from Core ML's floor sampling"
-        return _ok()
+            return f"Resize nearest_mode {nearest!r} with scales {sh:g}x{sw:g} differs from Core ML's floor sampling"
+        return None
     if mode == "linear":
         if ctm in ("half_pixel", "pytorch_half_pixel", "align_corners"):
             if ctm == "pytorch_half_pixel" and (y[2] == 1 or y[3] == 1):
-                return False, "Resize pytorch_half_pixel to size 1 is not lowered"
-            return _ok()
-        return False, f"Resize linear with coordinate_transformation_mode {ctm!r} is not supported by Core ML"
-    return False, f"Resize mode {mode!r} is not supported by Core ML"
+                return "Resize pytorch_half_pixel to size 1 is not lowered"
+            return None
+        return f"Resize linear with coordinate_transformation_mode {ctm!r} is not supported by Core ML"
+    return f"Resize mode {mode!r} is not supported by Core ML"
 
 
-@rule("Resize", "Upsample", check=_check_resize)
+@RULES.rule("Resize", "Upsample", check=_check_resize)
 def lower_resize(node, env):
     mode, ctm, _ = _resize_mode(node)
     x, y = env.shape(node.inputs[0]), env.shape(node.outputs[0])

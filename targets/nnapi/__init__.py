@@ -13,14 +13,10 @@ import re
 from targets.nnapi import oplevels
 from targets.nnapi.lower import Unsupported, lower_nodes, node_support
 from targets.nnapi.model import NNModel
+from targets.nnapi.rules import RULES
+from targets.rules import RuleSpec
 
-try:  # the partitioner's interface; absent in a checkout that predates it
-    from targets.providers import LoweringError, ProviderSpec
-except ImportError:  # pragma: no cover
-    ProviderSpec = object  # type: ignore[misc,assignment]
-
-    class LoweringError(Exception):  # type: ignore[no-redef]
-        pass
+from targets.providers import LoweringError
 
 DEFAULT_API_LEVEL = 29
 
@@ -43,21 +39,27 @@ def api_level_of(ctx) -> int:
     return DEFAULT_API_LEVEL
 
 
-class NNAPISpec(ProviderSpec):
+class NNAPISpec(RuleSpec):
+    """The rules of ``targets.nnapi.rules``; support = a trial lowering of the node at the API level."""
+
     name = "nnapi"
+    rules = RULES
+    cache_support = True  # a refusal costs a trial lowering
 
     def __init__(self, api_level: int | None = None):
         self._fixed_level = api_level
-        self._cache: dict = {}
 
     def level(self, ctx) -> int:
         return int(self._fixed_level) if self._fixed_level else api_level_of(ctx)
 
-    def supports(self, node, ctx) -> tuple[bool, str]:
-        key = (id(ctx), id(node), self.level(ctx))
-        if key not in self._cache:
-            self._cache[key] = node_support(node, ctx, self.level(ctx))
-        return self._cache[key]
+    def support_key(self, node, ctx) -> tuple:
+        return (id(node), self.level(ctx))
+
+    def refusal(self, node, ctx) -> str | None:
+        # The rules refuse while emitting (the conditions sit next to the operations
+        # they guard), so the node is lowered alone; that also covers the rule lookup.
+        ok, why = node_support(node, ctx, self.level(ctx))
+        return None if ok else why
 
     def lower_model(self, partition, ctx) -> NNModel:
         try:
@@ -77,4 +79,4 @@ class NNAPISpec(ProviderSpec):
         return model.to_bytes(), options
 
 
-__all__ = ["NNAPISpec", "NNModel", "Unsupported", "api_level_of", "lower_nodes", "node_support", "oplevels"]
+__all__ = ["NNAPISpec", "NNModel", "RULES", "Unsupported", "api_level_of", "lower_nodes", "node_support", "oplevels"]

@@ -16,15 +16,10 @@ from __future__ import annotations
 
 from minirt.providers import _program
 from targets.nnapi.lower import Unsupported, lower_nodes, node_support
+from targets.nnapi.rules import RULES
+from targets.providers import LoweringError
+from targets.rules import RuleSpec
 from targets.tflite.translate import TranslationError, to_tflite
-
-try:
-    from targets.providers import LoweringError, ProviderSpec
-except ImportError:  # pragma: no cover
-    ProviderSpec = object  # type: ignore[misc,assignment]
-
-    class LoweringError(Exception):  # type: ignore[no-redef]
-        pass
 
 MAGIC = b"MRTTFLIT"
 # the newest NNAPI level: every operation this lowering knows, all of which translate
@@ -38,20 +33,19 @@ def tflite_blob(model) -> bytes:
     return _program.pack(MAGIC, 1, header, to_tflite(model))
 
 
-class TFLiteSpec(ProviderSpec):
+class TFLiteSpec(RuleSpec):
+    """The NNAPI rules (ONNX -> NNAPI at :data:`LEVEL`), then the translation's rules (NNAPI -> TFLite)."""
+
     name = "tflite"
+    rules = RULES
+    cache_support = True  # a refusal costs a trial lowering
     # XNNPACK on the same CPU: a call costs little, but the NCHW<->NHWC copies still count
     dispatch_cost = 5.0e4
 
-    def __init__(self):
-        self._cache: dict = {}
-
-    def supports(self, node, ctx) -> tuple[bool, str]:
-        key = (id(ctx), id(node))
-        if key not in self._cache:
-            ok, why = node_support(node, ctx, LEVEL)
-            self._cache[key] = (ok, why.replace(f" (target API {LEVEL})", "") if not ok else why)
-        return self._cache[key]
+    def refusal(self, node, ctx) -> str | None:
+        ok, why = node_support(node, ctx, LEVEL)
+        # no API level applies to TFLite: drop NNAPI's "(target API 34)" from the reason
+        return None if ok else why.replace(f" (target API {LEVEL})", "")
 
     def lower(self, partition, ctx) -> tuple[bytes, dict]:
         try:

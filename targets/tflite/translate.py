@@ -1,4 +1,4 @@
-"""NNAPI model description -> TFLite flatbuffer, operation for operation.
+"""NNAPI model description -> TFLite flatbuffer, operation for operation, by the rules of :data:`RULES`.
 
 NNAPI's operations mirror TFLite's builtin operators, so each NNAPI
 operation becomes one TFLite operator (plus a PAD / PADV2 in front of a
@@ -15,14 +15,39 @@ TensorType.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from targets.nnapi import oplevels as C
+from targets.rules import Emitter, RuleSet
 from targets.tflite.flatbuf import String, Table, Vector, finish, float_vector, int_vector
 
 
 class TranslationError(Exception):
     """An NNAPI operation that has no TFLite equivalent in this translator."""
+
+
+class Operation(NamedTuple):
+    """One NNAPI operation of the model, as the rules see it: the "node" of this lowering."""
+
+    code: int
+    inputs: list  # operand indices
+    outputs: list
+
+    @property
+    def op_type(self) -> str:
+        return C.OPERATION_NAMES.get(self.code, str(self.code))
+
+
+# The translation's rule set: NNAPI operations (one domain, keyed by operation name) -> TFLite
+# operators.  A rule is ``(op: Operation, tr: _Translator)``; it refuses by raising TranslationError.
+RULES = RuleSet("TFLite", missing="NNAPI operation {op} has no TFLite translation", error=TranslationError,
+                key=lambda op: ("", op.op_type))
+
+
+def _names(codes) -> tuple:
+    return tuple(C.OPERATION_NAMES[c] for c in codes)
 
 
 # TFLite BuiltinOperator codes
@@ -69,8 +94,11 @@ def _padding(in_hw, kernel, strides, dil, pads, out_hw):
     return None
 
 
-class _Translator:
+class _Translator(Emitter):
+    """The TFLite model under construction (tensors, buffers, opcodes, operators) from NNModel ``model``."""
+
     def __init__(self, model):
+        super().__init__(model)
         self.m = model
         self.buffers = [Table()]  # buffer 0: the empty buffer
         self.tensors = []
@@ -159,8 +187,7 @@ class _Translator:
             return i
 
         self._new_tensor = tracking
-        for code, ins, outs in m.operations:
-            self.operation(code, ins, outs)
+        RULES.emit_all([Operation(code, list(ins), list(outs)) for code, ins, outs in m.operations], self)
         inputs = [self.tensor(i) for i in m.inputs]
         outputs = [self.tensor(o) for o in m.outputs]
         sub = (Table().ref(0, Vector("ref", self.tensors)).ref(1, int_vector(inputs)).ref(2, int_vector(outputs))
@@ -169,115 +196,201 @@ class _Translator:
                  .ref(3, String("minirt NNAPI translation")).ref(4, Vector("ref", self.buffers)))
         return finish(model, b"TFL3")
 
-    def operation(self, code, ins, outs) -> None:
-        T = self.tensor
-        o = self.m.operands
-        if code in _BINARY:
-            tcode, otype = _BINARY[code]
-            self.emit(tcode, [T(ins[0]), T(ins[1])], [T(outs[0])], otype,
-                      Table().scalar(0, "i8", self.scalar(ins[2])))
-        elif code in _SIMPLE:
-            self.emit(_SIMPLE[code], [T(i) for i in ins], [T(outs[0])])
-        elif code in (C.CONV_2D, C.DEPTHWISE_CONV_2D):
-            x = T(ins[0])
-            left, right, top, bottom, sw, sh = (self.scalar(i) for i in ins[3:9])
-            k = 9
-            mult = None
-            if code == C.DEPTHWISE_CONV_2D:
-                mult = self.scalar(ins[9])
-                k = 10
-            fuse = self.scalar(ins[k])
-            dw = dh = 1
-            if len(ins) > k + 1:
-                if self.scalar(ins[k + 1]):
-                    raise TranslationError("NCHW layout flag")
-                dw, dh = self.scalar(ins[k + 2]), self.scalar(ins[k + 3])
-            fd = o[ins[1]].dims
-            in_dims, out_dims = o[ins[0]].dims, o[outs[0]].dims
-            pad = _padding(in_dims[1:3], fd[1:3], (sh, sw), (dh, dw), (left, right, top, bottom), out_dims[1:3])
-            if pad is None:
-                x = self.pad_input(x, [[0, 0], [top, bottom], [left, right], [0, 0]], 0.0)
-                pad = VALID
-            opts = Table().scalar(0, "i8", pad).scalar(1, "i32", sw).scalar(2, "i32", sh)
-            if code == C.CONV_2D:
-                opts.scalar(3, "i8", fuse).scalar(4, "i32", dw, 1).scalar(5, "i32", dh, 1)
-                self.emit(T_CONV_2D, [x, T(ins[1]), T(ins[2])], [T(outs[0])], O_CONV2D, opts)
-            else:
-                opts.scalar(3, "i32", mult).scalar(4, "i8", fuse).scalar(5, "i32", dw, 1).scalar(6, "i32", dh, 1)
-                self.emit(T_DEPTHWISE_CONV_2D, [x, T(ins[1]), T(ins[2])], [T(outs[0])], O_DEPTHWISE, opts)
-        elif code in (C.AVERAGE_POOL_2D, C.MAX_POOL_2D):
-            x = T(ins[0])
-            left, right, top, bottom, sw, sh, fw, fh, fuse = (self.scalar(i) for i in ins[1:10])
-            in_dims, out_dims = o[ins[0]].dims, o[outs[0]].dims
-            pad = _padding(in_dims[1:3], (fh, fw), (sh, sw), (1, 1), (left, right, top, bottom), out_dims[1:3])
-            if pad is None:
-                if code == C.AVERAGE_POOL_2D:
-                    raise TranslationError("average pool with padding that is not SAME")
-                x = self.pad_input(x, [[0, 0], [top, bottom], [left, right], [0, 0]], -3.4028234663852886e38)
-                pad = VALID
-            opts = (Table().scalar(0, "i8", pad).scalar(1, "i32", sw).scalar(2, "i32", sh).scalar(3, "i32", fw)
-                    .scalar(4, "i32", fh).scalar(5, "i8", fuse))
-            self.emit(T_AVERAGE_POOL_2D if code == C.AVERAGE_POOL_2D else T_MAX_POOL_2D, [x], [T(outs[0])],
-                      O_POOL2D, opts)
-        elif code == C.FULLY_CONNECTED:
-            self.emit(T_FULLY_CONNECTED, [T(ins[0]), T(ins[1]), T(ins[2])], [T(outs[0])], O_FC,
-                      Table().scalar(0, "i8", self.scalar(ins[3])))
-        elif code == C.CONCATENATION:
-            self.emit(T_CONCATENATION, [T(i) for i in ins[:-1]], [T(outs[0])], O_CONCAT,
-                      Table().scalar(0, "i32", self.scalar(ins[-1])))
-        elif code == C.RESHAPE:
-            shape = [int(s) for s in o[outs[0]].dims]
-            self.emit(T_RESHAPE, [T(ins[0]), T(ins[1])], [T(outs[0])], O_RESHAPE, Table().ref(0, int_vector(shape)))
-        elif code == C.TRANSPOSE:
-            self.emit(T_TRANSPOSE, [T(ins[0]), T(ins[1])], [T(outs[0])], O_TRANSPOSE, Table())
-        elif code == C.SOFTMAX:
-            if len(ins) > 2 and self.scalar(ins[2]) not in (-1, len(o[ins[0]].dims) - 1):
-                raise TranslationError("softmax over an axis other than the last")
-            self.emit(T_SOFTMAX, [T(ins[0])], [T(outs[0])], O_SOFTMAX, Table().scalar(0, "f32", self.scalar(ins[1])))
-        elif code == C.MEAN:
-            self.emit(T_MEAN, [T(ins[0]), T(ins[1])], [T(outs[0])], O_REDUCER,
-                      Table().scalar(0, "bool", int(bool(self.scalar(ins[2])))))
-        elif code == C.PAD:
-            self.emit(T_PAD, [T(ins[0]), T(ins[1])], [T(outs[0])], O_PAD, Table())
-        elif code == C.PAD_V2:
-            v = self.const_tensor(np.array([self.scalar(ins[2])], np.float32))
-            self.emit(T_PADV2, [T(ins[0]), T(ins[1]), v], [T(outs[0])], O_PADV2, Table())
-        elif code == C.MIRROR_PAD:
-            self.emit(T_MIRROR_PAD, [T(ins[0]), T(ins[1])], [T(outs[0])], O_MIRROR_PAD,
-                      Table().scalar(0, "i8", self.scalar(ins[2])))
-        elif code in (C.RESIZE_BILINEAR, C.RESIZE_NEAREST_NEIGHBOR):
-            w, h = self.scalar(ins[1]), self.scalar(ins[2])
-            if len(ins) > 3 and self.scalar(ins[3]):
-                raise TranslationError("NCHW layout flag")
-            align = bool(self.scalar(ins[4])) if len(ins) > 4 else False
-            half = bool(self.scalar(ins[5])) if len(ins) > 5 else False
-            size = self.const_tensor(np.array([h, w], np.int32))
-            if code == C.RESIZE_BILINEAR:
-                opts = Table().scalar(2, "bool", int(align)).scalar(3, "bool", int(half))
-                self.emit(T_RESIZE_BILINEAR, [T(ins[0]), size], [T(outs[0])], O_RESIZE_BILINEAR, opts)
-            else:
-                opts = Table().scalar(0, "bool", int(align)).scalar(1, "bool", int(half))
-                self.emit(T_RESIZE_NEAREST_NEIGHBOR, [T(ins[0]), size], [T(outs[0])], O_RESIZE_NEAREST, opts)
-        elif code == C.TRANSPOSE_CONV_2D:
-            left, right, top, bottom, sw, sh, fuse = (self.scalar(i) for i in ins[3:10])
-            if any((left, right, top, bottom)):
-                raise TranslationError("transposed convolution with padding")
-            out_shape = self.const_tensor(np.array(o[outs[0]].dims, np.int32))
-            opts = Table().scalar(0, "i8", VALID).scalar(1, "i32", sw).scalar(2, "i32", sh).scalar(3, "i8", fuse)
-            self.emit(T_TRANSPOSE_CONV, [out_shape, T(ins[1]), T(ins[0]), T(ins[2])], [T(outs[0])],
-                      O_TRANSPOSE_CONV, opts)
-        elif code == C.BATCH_MATMUL:
-            opts = Table().scalar(0, "bool", int(bool(self.scalar(ins[2])))).scalar(1, "bool",
-                                                                                     int(bool(self.scalar(ins[3]))))
-            self.emit(T_BATCH_MATMUL, [T(ins[0]), T(ins[1])], [T(outs[0])], O_BATCH_MATMUL, opts)
-        elif code in (C.DEPTH_TO_SPACE, C.SPACE_TO_DEPTH):
-            opts = Table().scalar(0, "i32", self.scalar(ins[1]))
-            if code == C.DEPTH_TO_SPACE:
-                self.emit(T_DEPTH_TO_SPACE, [T(ins[0])], [T(outs[0])], O_DEPTH_TO_SPACE, opts)
-            else:
-                self.emit(T_SPACE_TO_DEPTH, [T(ins[0])], [T(outs[0])], O_SPACE_TO_DEPTH, opts)
-        else:
-            raise TranslationError(f"NNAPI operation {C.OPERATION_NAMES.get(code, code)} has no TFLite translation")
+
+# --- the rules: one per NNAPI operation family ----------------------------------------
+
+
+@RULES.rule(*_names(_BINARY))
+def _binary(op, tr) -> None:
+    code, ins, outs = op
+    T = tr.tensor
+    tcode, otype = _BINARY[code]
+    tr.emit(tcode, [T(ins[0]), T(ins[1])], [T(outs[0])], otype,
+            Table().scalar(0, "i8", tr.scalar(ins[2])))
+
+
+@RULES.rule(*_names(_SIMPLE))
+def _simple(op, tr) -> None:
+    code, ins, outs = op
+    T = tr.tensor
+    tr.emit(_SIMPLE[code], [T(i) for i in ins], [T(outs[0])])
+
+
+@RULES.rule(*_names((C.CONV_2D, C.DEPTHWISE_CONV_2D)))
+def _conv(op, tr) -> None:
+    code, ins, outs = op
+    T = tr.tensor
+    o = tr.m.operands
+    x = T(ins[0])
+    left, right, top, bottom, sw, sh = (tr.scalar(i) for i in ins[3:9])
+    k = 9
+    mult = None
+    if code == C.DEPTHWISE_CONV_2D:
+        mult = tr.scalar(ins[9])
+        k = 10
+    fuse = tr.scalar(ins[k])
+    dw = dh = 1
+    if len(ins) > k + 1:
+        if tr.scalar(ins[k + 1]):
+            raise TranslationError("NCHW layout flag")
+        dw, dh = tr.scalar(ins[k + 2]), tr.scalar(ins[k + 3])
+    fd = o[ins[1]].dims
+    in_dims, out_dims = o[ins[0]].dims, o[outs[0]].dims
+    pad = _padding(in_dims[1:3], fd[1:3], (sh, sw), (dh, dw), (left, right, top, bottom), out_dims[1:3])
+    if pad is None:
+        x = tr.pad_input(x, [[0, 0], [top, bottom], [left, right], [0, 0]], 0.0)
+        pad = VALID
+    opts = Table().scalar(0, "i8", pad).scalar(1, "i32", sw).scalar(2, "i32", sh)
+    if code == C.CONV_2D:
+        opts.scalar(3, "i8", fuse).scalar(4, "i32", dw, 1).scalar(5, "i32", dh, 1)
+        tr.emit(T_CONV_2D, [x, T(ins[1]), T(ins[2])], [T(outs[0])], O_CONV2D, opts)
+    else:
+        opts.scalar(3, "i32", mult).scalar(4, "i8", fuse).scalar(5, "i32", dw, 1).scalar(6, "i32", dh, 1)
+        tr.emit(T_DEPTHWISE_CONV_2D, [x, T(ins[1]), T(ins[2])], [T(outs[0])], O_DEPTHWISE, opts)
+
+
+@RULES.rule(*_names((C.AVERAGE_POOL_2D, C.MAX_POOL_2D)))
+def _pool(op, tr) -> None:
+    code, ins, outs = op
+    T = tr.tensor
+    o = tr.m.operands
+    x = T(ins[0])
+    left, right, top, bottom, sw, sh, fw, fh, fuse = (tr.scalar(i) for i in ins[1:10])
+    in_dims, out_dims = o[ins[0]].dims, o[outs[0]].dims
+    pad = _padding(in_dims[1:3], (fh, fw), (sh, sw), (1, 1), (left, right, top, bottom), out_dims[1:3])
+    if pad is None:
+        if code == C.AVERAGE_POOL_2D:
+            raise TranslationError("average pool with padding that is not SAME")
+        x = tr.pad_input(x, [[0, 0], [top, bottom], [left, right], [0, 0]], -3.4028234663852886e38)
+        pad = VALID
+    opts = (Table().scalar(0, "i8", pad).scalar(1, "i32", sw).scalar(2, "i32", sh).scalar(3, "i32", fw)
+            .scalar(4, "i32", fh).scalar(5, "i8", fuse))
+    tr.emit(T_AVERAGE_POOL_2D if code == C.AVERAGE_POOL_2D else T_MAX_POOL_2D, [x], [T(outs[0])],
+            O_POOL2D, opts)
+
+
+@RULES.rule(*_names((C.FULLY_CONNECTED,)))
+def _fully_connected(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_FULLY_CONNECTED, [T(ins[0]), T(ins[1]), T(ins[2])], [T(outs[0])], O_FC,
+            Table().scalar(0, "i8", tr.scalar(ins[3])))
+
+
+@RULES.rule(*_names((C.CONCATENATION,)))
+def _concatenation(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_CONCATENATION, [T(i) for i in ins[:-1]], [T(outs[0])], O_CONCAT,
+            Table().scalar(0, "i32", tr.scalar(ins[-1])))
+
+
+@RULES.rule(*_names((C.RESHAPE,)))
+def _reshape(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    o = tr.m.operands
+    shape = [int(s) for s in o[outs[0]].dims]
+    tr.emit(T_RESHAPE, [T(ins[0]), T(ins[1])], [T(outs[0])], O_RESHAPE, Table().ref(0, int_vector(shape)))
+
+
+@RULES.rule(*_names((C.TRANSPOSE,)))
+def _transpose(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_TRANSPOSE, [T(ins[0]), T(ins[1])], [T(outs[0])], O_TRANSPOSE, Table())
+
+
+@RULES.rule(*_names((C.SOFTMAX,)))
+def _softmax(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    o = tr.m.operands
+    if len(ins) > 2 and tr.scalar(ins[2]) not in (-1, len(o[ins[0]].dims) - 1):
+        raise TranslationError("softmax over an axis other than the last")
+    tr.emit(T_SOFTMAX, [T(ins[0])], [T(outs[0])], O_SOFTMAX, Table().scalar(0, "f32", tr.scalar(ins[1])))
+
+
+@RULES.rule(*_names((C.MEAN,)))
+def _mean(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_MEAN, [T(ins[0]), T(ins[1])], [T(outs[0])], O_REDUCER,
+            Table().scalar(0, "bool", int(bool(tr.scalar(ins[2])))))
+
+
+@RULES.rule(*_names((C.PAD,)))
+def _pad(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_PAD, [T(ins[0]), T(ins[1])], [T(outs[0])], O_PAD, Table())
+
+
+@RULES.rule(*_names((C.PAD_V2,)))
+def _pad_v2(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    v = tr.const_tensor(np.array([tr.scalar(ins[2])], np.float32))
+    tr.emit(T_PADV2, [T(ins[0]), T(ins[1]), v], [T(outs[0])], O_PADV2, Table())
+
+
+@RULES.rule(*_names((C.MIRROR_PAD,)))
+def _mirror_pad(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_MIRROR_PAD, [T(ins[0]), T(ins[1])], [T(outs[0])], O_MIRROR_PAD,
+            Table().scalar(0, "i8", tr.scalar(ins[2])))
+
+
+@RULES.rule(*_names((C.RESIZE_BILINEAR, C.RESIZE_NEAREST_NEIGHBOR)))
+def _resize(op, tr) -> None:
+    code, ins, outs = op
+    T = tr.tensor
+    w, h = tr.scalar(ins[1]), tr.scalar(ins[2])
+    if len(ins) > 3 and tr.scalar(ins[3]):
+        raise TranslationError("NCHW layout flag")
+    align = bool(tr.scalar(ins[4])) if len(ins) > 4 else False
+    half = bool(tr.scalar(ins[5])) if len(ins) > 5 else False
+    size = tr.const_tensor(np.array([h, w], np.int32))
+    if code == C.RESIZE_BILINEAR:
+        opts = Table().scalar(2, "bool", int(align)).scalar(3, "bool", int(half))
+        tr.emit(T_RESIZE_BILINEAR, [T(ins[0]), size], [T(outs[0])], O_RESIZE_BILINEAR, opts)
+    else:
+        opts = Table().scalar(0, "bool", int(align)).scalar(1, "bool", int(half))
+        tr.emit(T_RESIZE_NEAREST_NEIGHBOR, [T(ins[0]), size], [T(outs[0])], O_RESIZE_NEAREST, opts)
+
+
+@RULES.rule(*_names((C.TRANSPOSE_CONV_2D,)))
+def _transpose_conv(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    o = tr.m.operands
+    left, right, top, bottom, sw, sh, fuse = (tr.scalar(i) for i in ins[3:10])
+    if any((left, right, top, bottom)):
+        raise TranslationError("transposed convolution with padding")
+    out_shape = tr.const_tensor(np.array(o[outs[0]].dims, np.int32))
+    opts = Table().scalar(0, "i8", VALID).scalar(1, "i32", sw).scalar(2, "i32", sh).scalar(3, "i8", fuse)
+    tr.emit(T_TRANSPOSE_CONV, [out_shape, T(ins[1]), T(ins[0]), T(ins[2])], [T(outs[0])],
+            O_TRANSPOSE_CONV, opts)
+
+
+@RULES.rule(*_names((C.BATCH_MATMUL,)))
+def _batch_matmul(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    opts = Table().scalar(0, "bool", int(bool(tr.scalar(ins[2])))).scalar(1, "bool", int(bool(tr.scalar(ins[3]))))
+    tr.emit(T_BATCH_MATMUL, [T(ins[0]), T(ins[1])], [T(outs[0])], O_BATCH_MATMUL, opts)
+
+
+@RULES.rule(*_names((C.DEPTH_TO_SPACE, C.SPACE_TO_DEPTH)))
+def _depth_space(op, tr) -> None:
+    code, ins, outs = op
+    T = tr.tensor
+    opts = Table().scalar(0, "i32", tr.scalar(ins[1]))
+    if code == C.DEPTH_TO_SPACE:
+        tr.emit(T_DEPTH_TO_SPACE, [T(ins[0])], [T(outs[0])], O_DEPTH_TO_SPACE, opts)
+    else:
+        tr.emit(T_SPACE_TO_DEPTH, [T(ins[0])], [T(outs[0])], O_SPACE_TO_DEPTH, opts)
 
 
 def to_tflite(model) -> bytes:

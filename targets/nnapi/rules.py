@@ -1,0 +1,760 @@
+"""NNAPI lowering rules: ONNX (and com.minirt) ops -> NNAPI operations, one rule per op family.
+
+The rules form the :class:`targets.rules.RuleSet` :data:`RULES`; each emits
+into a :class:`targets.nnapi.emitter.Lowerer` (``low``: operands, layouts,
+activations, API-level checks) and binds the node's outputs.  A rule refuses by
+raising :class:`Unsupported` with the reason, possibly half-way through: the
+support question is answered by a trial lowering of the node alone
+(``targets.nnapi.lower.node_support``), so the conditions live where the
+operation is emitted.  Conventions (layouts, fused activations): the
+docstring of ``targets/nnapi/lower.py`` and docs/nnapi.md.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from builder.ir_helpers import attr
+from targets.nnapi import oplevels as C
+from targets.nnapi.emitter import TO_NHWC, Unsupported, fuse_code
+from targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr
+
+RULES = RuleSet("NNAPI", missing="{op} has no NNAPI lowering", error=Unsupported)
+
+
+# --- convolution ---------------------------------------------------------------------
+def _conv_pads(node, in_hw, kernel, strides, dilations):
+    """(top, left, bottom, right) of a 2-D conv / pool node, auto_pad resolved."""
+    auto_pad = str_attr(node, "auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", "", None):
+        pads = list(attr(node, "pads", [0, 0, 0, 0]))
+        return pads[0], pads[1], pads[2], pads[3]
+    if auto_pad == "VALID":
+        return 0, 0, 0, 0
+    begins, ends = same_pads(in_hw, kernel, strides, dilations, upper=auto_pad == "SAME_UPPER")
+    return begins[0], begins[1], ends[0], ends[1]
+
+
+def _conv(low, node, act="", params=(), z=None) -> None:
+    X, W = node.inputs[0], node.inputs[1]
+    B = node.inputs[2] if len(node.inputs) > 2 else None
+    xs = low.shape(X)
+    if len(xs) != 4:
+        raise Unsupported(f"{node.op_type} on a rank-{len(xs)} input (NNAPI has 2-D convolution only)")
+    w = low.const_array(W, "the convolution weight").astype(np.float32)
+    if w.ndim != 4:
+        raise Unsupported("convolution weight is not 4-D")
+    group = int(attr(node, "group", 1))
+    m_out, cin_g, kh, kw = w.shape
+    strides = list(attr(node, "strides", [1, 1]))
+    dil = list(attr(node, "dilations", [1, 1]))
+    top, left, bottom, right = _conv_pads(node, xs[2:], (kh, kw), strides, dil)
+    bias = np.zeros(m_out, np.float32) if B is None else low.const_array(B, "the convolution bias").astype(
+        np.float32).reshape(-1)
+    fuse = C.FUSED_NONE
+    post_scale = None
+    if z is None:
+        f = fuse_code(act, params)
+        if f is not None:
+            fuse, act = f, ""
+        elif act == "HardSigmoid":
+            alpha, beta = (list(params) + [0.2, 0.5])[:2]
+            w = w * np.float32(6.0 * alpha)
+            bias = bias * np.float32(6.0 * alpha) + np.float32(6.0 * beta)
+            fuse, act, post_scale = C.FUSED_RELU6, "", 1.0 / 6.0
+    x = low.float_input(X)
+    if group == 1:
+        filt = w.transpose(0, 2, 3, 1)
+        code = C.CONV_2D
+    elif group == xs[1] and cin_g == 1:
+        filt = w.transpose(1, 2, 3, 0)
+        code = C.DEPTHWISE_CONV_2D
+    else:
+        raise Unsupported(f"grouped convolution (group={group}, {cin_g} channels per group) has no NNAPI form "
+                          "that TFLite can check")
+    Y = node.outputs[0]
+    out_dims = low.idims(low.shape(Y))
+    last = act in ("", None) and z is None and post_scale is None
+    y = low.out_tensor(Y) if last else low.tmp(out_dims)
+    ins = [x, low.m.const(np.ascontiguousarray(filt)), low.m.const(bias)]
+    ins += [low.m.i32(left), low.m.i32(right), low.m.i32(top), low.m.i32(bottom),
+            low.m.i32(strides[1]), low.m.i32(strides[0])]
+    if code == C.DEPTHWISE_CONV_2D:
+        ins.append(low.m.i32(m_out // xs[1]))
+    ins.append(low.m.i32(fuse))
+    if dil != [1, 1]:
+        low.need("conv_dilation", "a dilated convolution")
+        ins += [low.m.boolean(False), low.m.i32(dil[1]), low.m.i32(dil[0])]
+    low.emit(code, ins, [y])
+    if post_scale is not None:
+        o = low.out_tensor(Y) if act in ("", None) else low.tmp(out_dims)
+        low.emit(C.MUL, [y, low.scalar_const(post_scale, 4), low.m.i32(C.FUSED_NONE)], [o])
+        y = o
+    _finish(low, Y, y, act, params, z)
+
+
+def _finish(low, Y, y: int, act, params, z=None) -> None:
+    """y (+ z) then the activation, into Y's operand."""
+    rank = len(low.shape(Y))
+    if z is not None:
+        f = fuse_code(act, params)
+        zz = low.broadcast_operand(z, rank)
+        if f is not None:
+            o = low.out_tensor(Y)
+            low.emit(C.ADD, [y, zz, low.m.i32(f)], [o])
+            low.bind(Y, o)
+            return
+        t = low.tmp(low.dims_of(y))
+        low.emit(C.ADD, [y, zz, low.m.i32(C.FUSED_NONE)], [t])
+        y = t
+    if act in ("", None):
+        low.bind(Y, y)
+        return
+    low.bind(Y, low.activation(y, act, params, low.out_tensor(Y)))
+
+
+@RULES.rule("Conv")
+@RULES.rule("FusedConv", domain=MINIRT)
+def lower_conv(node, low):
+    # plain Conv has neither activation attributes nor a 4th input: ("", []) and None
+    _conv(low, node, *fused_activation(node), input_at(node, 3))
+
+
+@RULES.rule("ConvTranspose")
+@RULES.rule("FusedConvTranspose", domain=MINIRT)
+def lower_conv_transpose(node, low):
+    _conv_transpose(low, node, *fused_activation(node))
+
+
+def _conv_transpose(low, node, act="", params=()):
+    X, W = node.inputs[0], node.inputs[1]
+    B = node.inputs[2] if len(node.inputs) > 2 else None
+    xs = low.shape(X)
+    if len(xs) != 4:
+        raise Unsupported("ConvTranspose on a non-4-D input")
+    if int(attr(node, "group", 1)) != 1:
+        raise Unsupported("grouped ConvTranspose")
+    if list(attr(node, "dilations", [1, 1])) != [1, 1]:
+        raise Unsupported("dilated ConvTranspose")
+    if any(attr(node, "output_padding", [0, 0]) or []):
+        raise Unsupported("ConvTranspose with output_padding")
+    if attr(node, "auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
+        raise Unsupported("ConvTranspose with SAME auto_pad")
+    if any(attr(node, "pads", [0, 0, 0, 0]) or []):
+        raise Unsupported("ConvTranspose with padding (only VALID maps onto TFLite's TRANSPOSE_CONV)")
+    w = low.const_array(W, "the ConvTranspose weight").astype(np.float32)  # [Cin, Cout, kh, kw]
+    strides = list(attr(node, "strides", [1, 1]))
+    Y = node.outputs[0]
+    ys = low.shape(Y)
+    if ys[2] != (xs[2] - 1) * strides[0] + w.shape[2] or ys[3] != (xs[3] - 1) * strides[1] + w.shape[3]:
+        raise Unsupported("ConvTranspose output shape is not the VALID one")
+    bias = np.zeros(w.shape[1], np.float32) if B is None else low.const_array(B, "the bias").astype(np.float32)
+    filt = np.ascontiguousarray(w.transpose(1, 2, 3, 0))  # [Cout, kh, kw, Cin]
+    fuse = fuse_code(act, params)  # Relu/Relu6/Relu1 ride on the op; others follow it
+    direct = fuse is not None
+    y = low.out_tensor(Y) if direct else low.tmp(low.idims(ys))
+    ins = [low.float_input(X), low.m.const(filt), low.m.const(bias.reshape(-1)),
+           low.m.i32(0), low.m.i32(0), low.m.i32(0), low.m.i32(0),
+           low.m.i32(strides[1]), low.m.i32(strides[0]), low.m.i32(fuse if direct else C.FUSED_NONE),
+           low.m.boolean(False)]
+    low.emit(C.TRANSPOSE_CONV_2D, ins, [y])
+    if direct:
+        low.bind(Y, y)
+    else:
+        _finish(low, Y, y, act, params)
+
+
+# --- fully connected -------------------------------------------------------------
+def _fc(low, Y, a_op: int, a_shape, w: np.ndarray, bias: np.ndarray, act, params, z):
+    """FULLY_CONNECTED of a rank-2 operand with weights [N, K]."""
+    ys = low.shape(Y)
+    fuse = C.FUSED_NONE
+    f = fuse_code(act, params)
+    if z is None and f is not None:
+        fuse, act = f, ""
+    direct = z is None and act in ("", None) and len(ys) == 2
+    out2 = (a_shape[0], w.shape[0])
+    y = low.out_tensor(Y) if direct else low.tmp(out2)
+    low.emit(C.FULLY_CONNECTED, [a_op, low.m.const(np.ascontiguousarray(w, np.float32)),
+                                  low.m.const(np.ascontiguousarray(bias, np.float32)), low.m.i32(fuse)], [y])
+    if len(ys) != 2:
+        y = low.from_nchw(low.reshape(y, ys), ys)
+    if direct:
+        low.bind(Y, y)
+    else:
+        _finish(low, Y, y, act, params, z)
+
+
+def _gemm(low, node, act="", params=(), z=None):
+    A, Bv = node.inputs[0], node.inputs[1]
+    Cv = node.inputs[2] if len(node.inputs) > 2 else None
+    if int(attr(node, "transA", 0)):
+        raise Unsupported("Gemm with transA=1")
+    b = low.const_array(Bv, "Gemm's B").astype(np.float32)
+    alpha, beta = float(attr(node, "alpha", 1.0)), float(attr(node, "beta", 1.0))
+    w = b if int(attr(node, "transB", 0)) else b.T
+    w = w * np.float32(alpha)
+    n = w.shape[0]
+    if Cv is None:
+        bias = np.zeros(n, np.float32)
+    else:
+        c = low.const_array(Cv, "Gemm's C").astype(np.float32) * np.float32(beta)
+        if c.size == 1:
+            bias = np.full(n, c.reshape(-1)[0], np.float32)
+        elif c.shape[-1] == n and c.size == n:
+            bias = c.reshape(n)
+        else:
+            raise Unsupported("Gemm's C does not broadcast along rows (NNAPI's bias is one row)")
+    a_shape = low.shape(A)
+    if id(A) in low.lazy_flat:  # flatten of NHWC data: permute the weight columns to (H, W, C) order
+        src = low.lazy_flat[id(A)]
+        n_, c_, h_, w_ = low.shape(src)
+        w = np.ascontiguousarray(w.reshape(n, c_, h_, w_).transpose(0, 2, 3, 1).reshape(n, -1))
+        a_op = low.reshape(low.inp(src), a_shape)
+    else:
+        a_op = low.float_input(A)
+    _fc(low, node.outputs[0], a_op, a_shape, w, bias, act, params, z)
+
+
+@RULES.rule("Gemm")
+@RULES.rule("FusedGemm", domain=MINIRT)
+def lower_gemm(node, low):
+    _gemm(low, node, *fused_activation(node), input_at(node, 3))
+
+
+def _matmul(low, node, act="", params=(), bias_v=None, z=None):
+    A, Bv = node.inputs[0], node.inputs[1]
+    a_shape, b_shape = low.shape(A), low.shape(Bv)
+    Y = node.outputs[0]
+    bconst = low.ctx.const(Bv)
+    if bconst is not None and len(b_shape) == 2 and len(a_shape) >= 2:
+        w = np.asarray(bconst, np.float32).T
+        bias = np.zeros(w.shape[0], np.float32)
+        if bias_v is not None:
+            bias = low.const_array(bias_v, "FusedMatMul's bias").astype(np.float32)
+            if bias.size == 1:
+                bias = np.full(w.shape[0], bias.reshape(-1)[0], np.float32)
+            elif bias.size != w.shape[0]:
+                raise Unsupported("MatMul bias is not one row")
+            bias = bias.reshape(-1)
+        a = low.nchw(A) if len(a_shape) == 4 else low.float_input(A)
+        rows = int(np.prod(a_shape[:-1]))
+        a2 = low.reshape(a, (rows, a_shape[-1]))
+        _fc(low, Y, a2, (rows, a_shape[-1]), w, bias, act, params, z)
+        return
+    if bias_v is not None:
+        raise Unsupported("batched FusedMatMul with a bias")
+    if len(a_shape) < 2 or len(b_shape) < 2 or len(a_shape) != len(b_shape):
+        raise Unsupported("MatMul with broadcast batch dimensions")
+    if a_shape[:-2] != b_shape[:-2]:
+        raise Unsupported("MatMul with broadcast batch dimensions")
+    ys = low.shape(Y)
+    a = low.nchw(A) if len(a_shape) == 4 else low.float_input(A)
+    b = low.nchw(Bv) if len(b_shape) == 4 else low.float_input(Bv)
+    y = low.tmp(ys)
+    low.emit(C.BATCH_MATMUL, [a, b, low.m.boolean(False), low.m.boolean(False)], [y])
+    y = low.from_nchw(y, ys)
+    _finish(low, Y, y, act, params, z)
+
+
+@RULES.rule("MatMul")
+@RULES.rule("FusedMatMul", domain=MINIRT)
+def lower_matmul(node, low):
+    _matmul(low, node, *fused_activation(node), input_at(node, 2), input_at(node, 3))
+
+
+# --- pooling ---------------------------------------------------------------------------
+def _pool(low, node, code):
+    X = node.inputs[0]
+    xs = low.shape(X)
+    if len(xs) != 4:
+        raise Unsupported(f"{node.op_type} on a rank-{len(xs)} input (NNAPI pools 2-D)")
+    if len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].name:
+        raise Unsupported("MaxPool with an Indices output")
+    kernel = list(attr(node, "kernel_shape"))
+    strides = list(attr(node, "strides", [1, 1]))
+    if list(attr(node, "dilations", [1, 1]) or [1, 1]) != [1, 1]:
+        raise Unsupported("dilated pooling")
+    top, left, bottom, right = _conv_pads(node, xs[2:], kernel, strides, [1, 1])
+    Y = node.outputs[0]
+    ys = low.shape(Y)
+    # ceil_mode (and any rounding) : grow the end padding until the floor formula gives ONNX's size
+    pads_end = [bottom, right]
+    for i, (b, k, s) in enumerate(zip((top, left), kernel, strides)):
+        while (xs[2 + i] + b + pads_end[i] - k) // s + 1 < ys[2 + i]:
+            pads_end[i] += 1
+    bottom, right = pads_end
+    if code == C.AVERAGE_POOL_2D and any((top, left, bottom, right)):
+        if int(attr(node, "count_include_pad", 0)):
+            raise Unsupported("AveragePool with count_include_pad=1 and padding (NNAPI excludes padding)")
+        if not _same_padding(xs[2:], kernel, strides, (top, left, bottom, right)):
+            raise Unsupported("AveragePool padding that is not TFLite's SAME (cannot be checked on TFLite)")
+    y = low.out_tensor(Y)
+    ins = [low.float_input(X), low.m.i32(left), low.m.i32(right), low.m.i32(top), low.m.i32(bottom),
+           low.m.i32(strides[1]), low.m.i32(strides[0]), low.m.i32(kernel[1]), low.m.i32(kernel[0]),
+           low.m.i32(C.FUSED_NONE)]
+    low.emit(code, ins, [y])
+    low.bind(Y, y)
+
+
+@RULES.rule("MaxPool", "AveragePool")
+def lower_pool(node, low):
+    _pool(low, node, C.MAX_POOL_2D if node.op_type == "MaxPool" else C.AVERAGE_POOL_2D)
+
+
+def _global_pool(low, node, code):
+    X = node.inputs[0]
+    xs = low.shape(X)
+    if len(xs) != 4:
+        raise Unsupported(f"{node.op_type} on a rank-{len(xs)} input")
+    Y = node.outputs[0]
+    y = low.out_tensor(Y)
+    ins = [low.float_input(X)] + [low.m.i32(0)] * 4 + [low.m.i32(1), low.m.i32(1), low.m.i32(xs[3]),
+                                                         low.m.i32(xs[2]), low.m.i32(C.FUSED_NONE)]
+    low.emit(code, ins, [y])
+    low.bind(Y, y)
+
+
+@RULES.rule("GlobalAveragePool", "GlobalMaxPool")
+def lower_global_pool(node, low):
+    _global_pool(low, node, C.AVERAGE_POOL_2D if node.op_type == "GlobalAveragePool" else C.MAX_POOL_2D)
+
+
+@RULES.rule("ReduceMean")
+def lower_reduce_mean(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    axes = attr(node, "axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
+        axes = low.const_array(node.inputs[1], "ReduceMean's axes").reshape(-1).tolist()
+    if axes is None or len(axes) == 0:
+        if int(attr(node, "noop_with_empty_axes", 0)):
+            raise Unsupported("ReduceMean with noop_with_empty_axes")
+        axes = list(range(len(xs)))
+    keep = int(attr(node, "keepdims", 1))
+    axes = sorted(a % len(xs) for a in axes)
+    if not keep and len(xs) == 4:
+        x = low.nchw(X)
+        iax = axes
+    else:
+        x = low.float_input(X)
+        iax = sorted(low.axis_map(a, len(xs)) for a in axes)
+    ys = low.shape(Y)
+    y = low.out_tensor(Y) if (keep or len(ys) != 4) else low.tmp(ys)
+    low.emit(C.MEAN, [x, low.m.const(np.array(iax, np.int32)), low.m.i32(keep)], [y])
+    if not keep and len(ys) == 4:
+        y = low.from_nchw(y, ys)
+    low.bind(Y, y)
+
+
+# --- elementwise -------------------------------------------------------------------------
+def _binary(low, node, code):
+    A, B = node.inputs[0], node.inputs[1]
+    Y = node.outputs[0]
+    r = len(low.shape(Y))
+    for v in (A, B):
+        if low.tensor_type(v) != C.TENSOR_FLOAT32:
+            raise Unsupported(f"{node.op_type} on {low.ctx.dtype(v)} (NNAPI lowering: float32)")
+    if code == C.SUB and low.level < C.MIN_API_LEVEL[C.SUB] and low.ctx.const(B) is not None:
+        code, b = C.ADD, _neg_const(low, B, r, lambda c: -c)
+    elif code == C.DIV and low.level < C.MIN_API_LEVEL[C.DIV] and low.ctx.const(B) is not None:
+        code, b = C.MUL, _neg_const(low, B, r, lambda c: 1.0 / c)
+    else:
+        b = low.broadcast_operand(B, r)
+    a = low.broadcast_operand(A, r)
+    y = low.out_tensor(Y)
+    ins = [a, b] + ([low.m.i32(C.FUSED_NONE)] if code in (C.ADD, C.SUB, C.MUL, C.DIV) else [])
+    low.emit(code, ins, [y])
+    low.bind(Y, y)
+
+
+def _neg_const(low, v, rank, fn):
+    a = np.asarray(low.ctx.const(v), np.float32)
+    a = fn(a).astype(np.float32).reshape((1,) * (rank - a.ndim) + a.shape)
+    if rank == 4:
+        a = a.transpose(TO_NHWC)
+    return low.m.const(np.ascontiguousarray(a))
+
+
+_BINARY = {"Add": C.ADD, "Sub": C.SUB, "Mul": C.MUL, "Div": C.DIV, "Max": C.MAXIMUM, "Min": C.MINIMUM}
+
+
+@RULES.rule(*_BINARY)
+def lower_binary(node, low):
+    if node.op_type in ("Max", "Min") and len(node.inputs) != 2:  # variadic in ONNX
+        raise Unsupported(f"{node.op_type} of more than two inputs")
+    _binary(low, node, _BINARY[node.op_type])
+
+
+@RULES.rule("PRelu")
+def lower_prelu(node, low):
+    X, S, Y = node.inputs[0], node.inputs[1], node.outputs[0]
+    r = len(low.shape(Y))
+    y = low.out_tensor(Y)
+    low.emit(C.PRELU, [low.float_input(X), low.broadcast_operand(S, r)], [y])
+    low.bind(Y, y)
+
+
+def _unary(low, node, code):
+    X, Y = node.inputs[0], node.outputs[0]
+    y = low.out_tensor(Y)
+    low.emit(code, [low.float_input(X)], [y])
+    low.bind(Y, y)
+
+
+_UNARY = {"Relu": C.RELU, "Sigmoid": C.LOGISTIC, "Tanh": C.TANH, "Abs": C.ABS, "Exp": C.EXP, "Log": C.LOG,
+          "Neg": C.NEG, "Sqrt": C.SQRT, "Floor": C.FLOOR}
+
+
+@RULES.rule(*_UNARY)
+def lower_unary(node, low):
+    _unary(low, node, _UNARY[node.op_type])
+
+
+def _act_node(low, node, act, params):
+    X, Y = node.inputs[0], node.outputs[0]
+    low.bind(Y, low.activation(low.float_input(X), act, params, low.out_tensor(Y)))
+
+
+@RULES.rule("HardSwish")
+def lower_hard_swish(node, low):
+    _act_node(low, node, "HardSwish", [])
+
+
+@RULES.rule("HardSigmoid")
+def lower_hard_sigmoid(node, low):
+    _act_node(low, node, "HardSigmoid", [float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5))])
+
+
+@RULES.rule("LeakyRelu")
+def lower_leaky_relu(node, low):
+    _act_node(low, node, "LeakyRelu", [float(attr(node, "alpha", 0.01))])
+
+
+@RULES.rule("Clip")
+def lower_clip(node, low):
+    lo, hi = attr(node, "min", -math.inf), attr(node, "max", math.inf)
+    if input_at(node, 1) is not None:
+        lo = float(low.const_array(node.inputs[1], "Clip's min").reshape(-1)[0])
+    if input_at(node, 2) is not None:
+        hi = float(low.const_array(node.inputs[2], "Clip's max").reshape(-1)[0])
+    _act_node(low, node, "Clip", [lo, hi])
+
+
+@RULES.rule("Activation", domain=MINIRT)
+def lower_activation(node, low):
+    _act_node(low, node, *fused_activation(node))
+
+
+@RULES.rule("Elu")
+def lower_elu(node, low):
+    raise Unsupported("Elu (TFLite's ELU has no alpha; NNAPI's needs API 30)")
+
+
+@RULES.rule("Identity")
+def lower_identity(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    low.tensor_type(X)
+    low.bind(Y, low.inp(X))
+
+
+@RULES.rule("Dropout")
+def lower_dropout(node, low):
+    if len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].name:
+        raise Unsupported("Dropout with a mask output")
+    for v in node.inputs[1:]:
+        if v is not None and low.ctx.const(v) is None:
+            raise Unsupported("Dropout with a run-time ratio / training_mode")
+    if len(node.inputs) > 2 and node.inputs[2] is not None and bool(np.asarray(low.ctx.const(node.inputs[2]))):
+        raise Unsupported("Dropout in training mode")
+    lower_identity(node, low)
+
+
+@RULES.rule("BatchNormalization")
+def lower_batch_normalization(node, low):
+    if len([o for o in node.outputs if o is not None and o.name]) > 1 or int(attr(node, "training_mode", 0)):
+        raise Unsupported("BatchNormalization in training mode")
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    g, b, mean, var = (low.const_array(v, "BatchNormalization's parameters").astype(np.float64)
+                       for v in node.inputs[1:5])
+    eps = float(attr(node, "epsilon", 1e-5))
+    scale = g / np.sqrt(var + eps)
+    shift = b - mean * scale
+    if len(xs) == 4:
+        shape = (scale.size,)
+    else:
+        shape = (scale.size,) + (1,) * (len(xs) - 2)
+    t = low.tmp(low.idims(xs))
+    x = low.float_input(X)
+    low.emit(C.MUL, [x, low.m.const(scale.astype(np.float32).reshape(shape)), low.m.i32(0)], [t])
+    y = low.out_tensor(Y)
+    low.emit(C.ADD, [t, low.m.const(shift.astype(np.float32).reshape(shape)), low.m.i32(0)], [y])
+    low.bind(Y, y)
+
+
+# --- softmax -------------------------------------------------------------------------------
+@RULES.rule("Softmax")
+def lower_softmax(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    r = len(xs)
+    opset = low.ctx.opset(node)
+    axis = int(attr(node, "axis", -1 if opset >= 13 else 1)) % r
+    if opset < 13 and int(np.prod(xs[axis + 1:], dtype=np.int64)) != 1 and axis != r - 1:
+        raise Unsupported(f"Softmax (opset {opset}) over the flattened axes {axis}..{r - 1}")
+    if opset < 13 and axis != r - 1:
+        # softmax over [axis:] where the trailing dims are 1 == softmax over axis alone
+        pass
+    iaxis = low.axis_map(axis, r)
+    if iaxis != r - 1:
+        raise Unsupported("Softmax over an axis other than the last (channels for 4-D)")
+    if r not in (2, 4):
+        low.need("rank_1_3_softmax", f"Softmax on a rank-{r} tensor")
+    y = low.out_tensor(Y)
+    low.emit(C.SOFTMAX, [low.float_input(X), low.m.f32(1.0)], [y])
+    low.bind(Y, y)
+
+
+# --- shape manipulation ----------------------------------------------------------------------
+def _reshape_to(low, X, Y) -> None:
+    xs, ys = low.shape(X), low.shape(Y)
+    if low.tensor_type(X) != C.TENSOR_FLOAT32:
+        raise Unsupported("reshape of a non-float32 tensor")
+    if len(xs) == 4 and not low.trivial(xs) and ys == (xs[0], xs[1] * xs[2] * xs[3]) and id(X) in low.vals:
+        low.lazy_flat[id(Y)] = X
+        return
+    x = low.nchw(X) if len(xs) == 4 else low.inp(X)
+    if len(ys) == 4:
+        if low.trivial(ys):
+            y = low.reshape(x, low.idims(ys))
+        else:
+            y = low.transpose(low.reshape(x, ys), TO_NHWC)
+    else:
+        y = low.reshape(x, ys)
+    low.bind(Y, y)
+
+
+@RULES.rule("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def lower_reshape(node, low):
+    _reshape_to(low, node.inputs[0], node.outputs[0])
+
+
+@RULES.rule("Transpose")
+def lower_transpose(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    r = len(xs)
+    perm = list(attr(node, "perm", list(range(r))[::-1]))
+    p_in = TO_NHWC if r == 4 else tuple(range(r))
+    p_out = TO_NHWC if r == 4 else tuple(range(r))
+    inv_in = [p_in.index(i) for i in range(r)]
+    q = [inv_in[perm[p_out[k]]] for k in range(r)]
+    low.bind(Y, low.transpose(low.float_input(X), q))
+
+
+@RULES.rule("Concat")
+def lower_concat(node, low):
+    Y = node.outputs[0]
+    ys = low.shape(Y)
+    axis = int(attr(node, "axis")) % len(ys)
+    ins = [v for v in node.inputs if v is not None and int(np.prod(low.shape(v))) > 0]
+    ops = [low.float_input(v) for v in ins]
+    y = low.out_tensor(Y)
+    low.emit(C.CONCATENATION, ops + [low.m.i32(low.axis_map(axis, len(ys)))], [y])
+    low.bind(Y, y)
+
+
+@RULES.rule("Pad")
+def lower_pad(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    r = len(xs)
+    mode = str_attr(node, "mode", "constant")
+    if low.ctx.opset(node) < 11:
+        pads = list(attr(node, "pads"))
+        value = float(attr(node, "value", 0.0))
+    else:
+        pads = low.const_array(node.inputs[1], "Pad's pads").reshape(-1).tolist()
+        value = 0.0
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            value = float(low.const_array(node.inputs[2], "Pad's value").reshape(-1)[0])
+        if len(node.inputs) > 3 and node.inputs[3] is not None:
+            axes = [a % r for a in low.const_array(node.inputs[3], "Pad's axes").reshape(-1).tolist()]
+            full = [0] * (2 * r)
+            for i, a in enumerate(axes):
+                full[a], full[a + r] = pads[i], pads[i + len(axes)]
+            pads = full
+    if any(p < 0 for p in pads):
+        raise Unsupported("Pad with negative pads (cropping)")
+    order = TO_NHWC if r == 4 else tuple(range(r))
+    paddings = np.array([[pads[a], pads[a + r]] for a in order], np.int32)
+    y = low.out_tensor(Y)
+    x = low.float_input(X)
+    if mode == "constant":
+        if value == 0.0:
+            low.emit(C.PAD, [x, low.m.const(paddings)], [y])
+        else:
+            low.emit(C.PAD_V2, [x, low.m.const(paddings), low.m.f32(value)], [y])
+    elif mode == "reflect":
+        low.emit(C.MIRROR_PAD, [x, low.m.const(paddings), low.m.i32(0)], [y])
+    else:
+        raise Unsupported(f"Pad mode {mode!r}")
+    low.bind(Y, y)
+
+
+@RULES.rule("Resize")
+def lower_resize(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    xs, ys = low.shape(X), low.shape(Y)
+    if len(xs) != 4 or xs[:2] != ys[:2]:
+        raise Unsupported("Resize other than of the two spatial axes of a 4-D tensor")
+    mode = str_attr(node, "mode", "nearest")
+    ctm = str_attr(node, "coordinate_transformation_mode", "half_pixel")
+    nmode = str_attr(node, "nearest_mode", "round_prefer_floor")
+    if low.ctx.opset(node) < 11:
+        ctm = "asymmetric"
+        nmode = "floor"
+    if int(attr(node, "antialias", 0)):
+        raise Unsupported("Resize with antialias")
+    for v in node.inputs[1:]:
+        if v is not None and v.name and low.ctx.const(v) is None:
+            raise Unsupported("Resize with run-time roi / scales / sizes")
+    scales_v = node.inputs[2] if low.ctx.opset(node) >= 11 and len(node.inputs) > 2 else (
+        node.inputs[1] if len(node.inputs) > 1 else None)
+    if scales_v is not None and scales_v.name and low.ctx.const(scales_v) is not None:
+        sc = np.asarray(low.ctx.const(scales_v), np.float64).reshape(-1)
+        if sc.size == 4 and any(abs(sc[i] - ys[i] / xs[i]) > 1e-6 * max(1.0, sc[i]) for i in (2, 3)):
+            raise Unsupported("Resize whose scales differ from output/input size (NNAPI and TFLite map "
+                              "coordinates with the size ratio)")
+    if ctm == "align_corners" and (ys[2] == 1 or ys[3] == 1):
+        raise Unsupported("align_corners Resize to a size of 1")
+    if attr(node, "axes") is not None:
+        raise Unsupported("Resize with axes")
+    if mode == "linear":
+        flags = {"asymmetric": (False, False), "align_corners": (True, False), "half_pixel": (False, True)}
+        if ctm == "pytorch_half_pixel" and ys[2] > 1 and ys[3] > 1:
+            ctm = "half_pixel"
+        if ctm not in flags:
+            raise Unsupported(f"linear Resize with coordinate_transformation_mode {ctm!r}")
+        code = C.RESIZE_BILINEAR
+    elif mode == "nearest":
+        flags = {("asymmetric", "floor"): (False, False), ("half_pixel", "round_prefer_ceil"): (False, True),
+                 ("tf_half_pixel_for_nn", "floor"): (False, True),
+                 ("align_corners", "round_prefer_ceil"): (True, False)}
+        if (ctm, nmode) not in flags:
+            raise Unsupported(f"nearest Resize with {ctm!r}/{nmode!r}")
+        flags = {ctm: flags[(ctm, nmode)]}
+        code = C.RESIZE_NEAREST_NEIGHBOR
+    else:
+        raise Unsupported(f"Resize mode {mode!r}")
+    align, half = flags[ctm]
+    y = low.out_tensor(Y)
+    ins = [low.float_input(X), low.m.i32(ys[3]), low.m.i32(ys[2])]
+    if align or half:
+        low.need("resize_corner_modes", "Resize with align_corners / half_pixel coordinates")
+        ins += [low.m.boolean(False), low.m.boolean(align), low.m.boolean(half)]
+    elif code == C.RESIZE_NEAREST_NEIGHBOR:
+        ins.append(low.m.boolean(False))
+    low.emit(code, ins, [y])
+    low.bind(Y, y)
+
+
+@RULES.rule("Upsample")
+def lower_upsample(node, low):
+    raise Unsupported("Upsample (deprecated): export with Resize")
+
+
+@RULES.rule("DepthToSpace")
+@RULES.rule("SpaceToDepth")
+def lower_depth_space(node, low):
+    if str_attr(node, "mode", "DCR") != "DCR":
+        raise Unsupported(f"{node.op_type} in CRD mode (NNAPI's is DCR)")
+    X, Y = node.inputs[0], node.outputs[0]
+    y = low.out_tensor(Y)
+    code = C.DEPTH_TO_SPACE if node.op_type == "DepthToSpace" else C.SPACE_TO_DEPTH
+    low.emit(code, [low.float_input(X), low.m.i32(int(attr(node, "blocksize")))], [y])
+    low.bind(Y, y)
+
+
+# --- quantization -------------------------------------------------------------------------------
+@RULES.rule("QuantizeLinear")
+def lower_quantize_linear(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    scale, zp = low.qparams(node)
+    if scale.size != 1:
+        raise Unsupported("per-axis QuantizeLinear (NNAPI quantizes per tensor)")
+    ydt = np.dtype(low.ctx.dtype(Y))
+    if ydt == np.uint8:
+        t = C.TENSOR_QUANT8_ASYMM
+    elif ydt == np.int8:
+        t = C.TENSOR_QUANT8_ASYMM_SIGNED
+        if low.level < 30:
+            raise Unsupported("int8 (signed) quantization needs Android API 30")
+    else:
+        raise Unsupported(f"QuantizeLinear to {ydt}")
+    z = 0 if zp is None else int(zp.reshape(-1)[0])
+    y = low.out_tensor(Y, t, scale=float(scale.reshape(-1)[0]), zero_point=z)
+    low.emit(C.QUANTIZE, [low.float_input(X)], [y])
+    low.m.need(C.OPERAND_API_LEVEL[t])
+    low.bind(Y, y)
+
+
+@RULES.rule("DequantizeLinear")
+def lower_dequantize_linear(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    scale, zp = low.qparams(node)
+    xdt = np.dtype(low.ctx.dtype(X))
+    xs = low.shape(X)
+    z = 0 if zp is None else int(np.asarray(zp).reshape(-1)[0])
+    c = low.ctx.const(X)
+    if scale.size != 1:
+        if c is None or xdt != np.int8 or (zp is not None and np.any(zp != 0)):
+            raise Unsupported("per-axis DequantizeLinear other than of a constant symmetric int8 tensor")
+        axis = int(attr(node, "axis", 1)) % len(xs)
+        a = np.asarray(c, np.int8)
+        if len(xs) == 4:
+            a = a.transpose(TO_NHWC)
+        x = low.m.const(np.ascontiguousarray(a), C.TENSOR_QUANT8_SYMM_PER_CHANNEL,
+                         channel_dim=low.axis_map(axis, len(xs)), channel_scales=scale.reshape(-1).tolist())
+        if low.level < 29:
+            raise Unsupported("per-channel quantized constants need Android API 29")
+        low.m.need(29)
+    else:
+        s = float(scale.reshape(-1)[0])
+        if xdt == np.uint8:
+            t = C.TENSOR_QUANT8_ASYMM
+        elif xdt == np.int8:
+            t = C.TENSOR_QUANT8_ASYMM_SIGNED
+            if low.level < 30:
+                raise Unsupported("int8 (signed) quantization needs Android API 30")
+            low.m.need(30)
+        else:
+            raise Unsupported(f"DequantizeLinear of {xdt}")
+        if id(X) in low.vals:
+            o = low.m.operands[low.vals[id(X)]]
+            if o.type != t or abs(o.scale - s) > 1e-12 * max(1.0, s) or o.zero_point != z:
+                raise Unsupported("DequantizeLinear parameters differ from the tensor's quantization")
+            x = low.vals[id(X)]
+        elif c is not None:
+            a = np.asarray(c)
+            if a.ndim == 4:
+                a = a.transpose(TO_NHWC)
+            x = low.m.const(np.ascontiguousarray(a.reshape(low.idims(xs))), t, scale=s, zero_point=z)
+        else:
+            x = low.add_model_input(X, t, scale=s, zero_point=z)
+    y = low.out_tensor(Y)
+    low.emit(C.DEQUANTIZE, [x], [y])
+    low.bind(Y, y)
+
+
+def _same_padding(in_hw, kernel, strides, pads) -> bool:
+    """Whether explicit pads (top, left, bottom, right) equal TFLite's SAME padding."""
+    top, left, bottom, right = pads
+    for i, (b, e) in enumerate(((top, bottom), (left, right))):
+        out = -(-in_hw[i] // strides[i])
+        total = max((out - 1) * strides[i] + kernel[i] - in_hw[i], 0)
+        if (b, e) != (total // 2, total - total // 2):
+            return False
+    return True
