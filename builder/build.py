@@ -306,7 +306,7 @@ def build(
     shapes = parse_input_shapes(input_shapes)
     seed = None
     if sign_key is not None:  # read the key first: a bad key file fails before the slow build
-        from minirt.tools.keys import load_signing_key
+        from minirt.format.keys import load_signing_key
 
         try:
             seed = load_signing_key(sign_key)

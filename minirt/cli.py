@@ -37,9 +37,8 @@ import numpy as np
 import minirt
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.errors import Error
-from minirt.format import reader
+from minirt.format import keys, reader
 from minirt.tools import inputs as tool_inputs
-from minirt.tools import keys
 from minirt.tools import timing
 from minirt.tools.reports import format_report as format_optimizer_report
 from minirt.tools.timing import fmt_bytes, fmt_seconds
