@@ -27,8 +27,10 @@ from typing import Callable
 
 import numpy as np
 
+from minirt import vocabulary as V
+
 RULES: dict[tuple[str, str], "Rule"] = {}
-MINIRT = "com.minirt"
+MINIRT = V.MINIRT_DOMAIN
 
 
 class Rule:
@@ -61,7 +63,9 @@ def _ok():
 
 # --- activations (shared by fused ops and Activation) ------------------------------
 
-ACTIVATIONS = {"", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "SiLU", "Gelu", "GeluTanh"}
+# Core ML lowers every fused activation of the vocabulary (apply_activation has a branch for each;
+# tests/test_vocabulary.py checks that each one lowers).
+ACTIVATIONS = frozenset(V.ACTIVATIONS)
 
 
 def _check_activation(node, ctx):
@@ -595,7 +599,7 @@ def _check_reshape_like(node, ctx):
     return _ok()
 
 
-@rule("Reshape", "Flatten", "Squeeze", "Unsqueeze", check=_check_reshape_like)
+@rule(*sorted(V.RESHAPES), check=_check_reshape_like)
 def lower_reshape(node, env):
     shape = list(env.shape(node.outputs[0]))
     y = env.mb.reshape(x=env.get(node.inputs[0]), shape=np.array(shape, np.int32), name=env.n(node, "reshape"))
