@@ -17,7 +17,7 @@ import sys
 import onnx
 
 from minirt.kernels.registry import registered
-from minirt.vocabulary import MINIRT_DOMAIN
+from minirt.vocabulary import CPU, MINIRT_DOMAIN
 
 # onnx type strings -> the short names used in the table
 _TYPE_NAMES = {
@@ -115,7 +115,7 @@ def render_operator_table() -> str:
                   "|---|---|---|---|"]
         for op in ops:
             sinces = sorted(by_op[(domain, op)])
-            provs = ["cpu"] + [p for p in sorted(providers) if (domain, op) in providers[p]]
+            provs = [CPU] + [p for p in sorted(providers) if (domain, op) in providers[p]]
             lines.append(
                 f"| {op} | {', '.join(map(str, sinces))} | {_schema_types(domain, op)} | {', '.join(provs)} |"
             )

@@ -318,6 +318,12 @@ def test_target_profiles_name_only_table_providers():
         assert set(prof.provider_info) <= set(V.ACCELERATORS), name
 
 
+def test_graph_render_colours_every_table_provider():
+    from minirt.tools import graph_render
+
+    assert set(graph_render.COLOURS) == set(V.PROVIDERS)
+
+
 def test_cli_and_format_doc_name_the_table_providers():
     from minirt import cli
 
