@@ -38,6 +38,7 @@ from builder.writer import ArtifactWriter, write_atomic
 from minirt.format.packed_weights import PANEL_WIDTHS
 from minirt.kernels.registry import lookup
 from minirt.tools.timing import fmt_bytes
+from minirt.vocabulary import ACCELERATORS, CPU
 from targets.profiles import get_target
 
 PRODUCER_NAME = "minirt-builder"
@@ -117,7 +118,7 @@ def parse_input_shapes(specs: Mapping[str, Any] | list[str] | None) -> dict[str,
     return out
 
 
-_BUILD_PROVIDERS = ("coreml", "nnapi", "tflite", "cpu")
+_BUILD_PROVIDERS = (*ACCELERATORS, CPU)  # the provider table's names (minirt/vocabulary.py), the CPU last
 
 
 def _parse_providers(providers: Sequence[str] | str) -> tuple:
@@ -126,8 +127,8 @@ def _parse_providers(providers: Sequence[str] | str) -> tuple:
     unknown = [p for p in names if p not in _BUILD_PROVIDERS]
     if unknown or not names:
         raise BuildError(f"--providers {names}: expected names from {list(_BUILD_PROVIDERS)}, e.g. tflite,cpu")
-    ordered = [p for p in dict.fromkeys(names) if p != "cpu"]
-    return (*ordered, "cpu")
+    ordered = [p for p in dict.fromkeys(names) if p != CPU]
+    return (*ordered, CPU)
 
 
 def _normalise(model: ir.Model) -> None:
@@ -319,7 +320,7 @@ def build(
     optimizer_disabled, quantizer_disabled = _split_disabled(disabled_passes)
     seed = None
     if sign_key is not None:  # read the key first: a bad key file fails before the slow build
-        from minirt.tools.keys import load_signing_key
+        from minirt.format.keys import load_signing_key
 
         try:
             seed = load_signing_key(sign_key)
@@ -375,9 +376,9 @@ def build(
     timings["check"] = time.perf_counter() - t0
 
     plan = None
-    if any(p != "cpu" for p in profile.providers):
+    if any(p != CPU for p in profile.providers):
         t0 = time.perf_counter()
-        say("partitioning for providers " + ", ".join(p for p in profile.providers if p != "cpu"))
+        say("partitioning for providers " + ", ".join(p for p in profile.providers if p != CPU))
         plan = plan_partitions(model_ir, profile, {"input_shapes": shapes})  # reorders model_ir.graph
         timings["partition"] = time.perf_counter() - t0
 

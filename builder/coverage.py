@@ -17,6 +17,7 @@ import sys
 import onnx
 
 from minirt.kernels.registry import registered
+from minirt.vocabulary import CPU, MINIRT_DOMAIN
 
 # onnx type strings -> the short names used in the table
 _TYPE_NAMES = {
@@ -42,7 +43,8 @@ def _nnapi_ops() -> set:
     return RULES.ops()
 
 
-# provider -> the (domain, op_type) pairs its lowering rules take.  TFLite runs
+# provider -> the (domain, op_type) pairs its lowering rules take, for every accelerator of the
+# provider table (minirt/vocabulary.py; tests/test_vocabulary.py checks the keys).  TFLite runs
 # the NNAPI lowering translated op for op, so it takes the same set.
 _PROVIDER_OPS = {"coreml": _coreml_ops, "nnapi": _nnapi_ops, "tflite": _nnapi_ops}
 
@@ -51,7 +53,7 @@ def _schema_types(domain: str, op_type: str) -> str:
     try:
         schema = onnx.defs.get_schema(op_type, domain=domain)  # the newest version onnx knows
     except Exception:  # noqa: BLE001 - our own domain, or an op onnx no longer knows
-        return "see docs/fused_ops.md" if domain == "com.minirt" else "-"
+        return "see docs/fused_ops.md" if domain == MINIRT_DOMAIN else "-"
     input_params = {p.type_str for p in schema.inputs}
     allowed: set[str] = set()
     for tc in schema.type_constraints:
@@ -106,7 +108,7 @@ def render_operator_table() -> str:
                   "|---|---|---|---|"]
         for op in ops:
             sinces = sorted(by_op[(domain, op)])
-            provs = ["cpu"] + [p for p in sorted(providers) if (domain, op) in providers[p]]
+            provs = [CPU] + [p for p in sorted(providers) if (domain, op) in providers[p]]
             lines.append(
                 f"| {op} | {', '.join(map(str, sinces))} | {_schema_types(domain, op)} | {', '.join(provs)} |"
             )

@@ -20,9 +20,10 @@ from typing import Iterator
 import numpy as np
 import onnx_ir as ir
 
+from minirt import vocabulary
 from minirt.dtypes import ONNX_TO_NUMPY
 
-MINIRT_DOMAIN = "com.minirt"
+MINIRT_DOMAIN = vocabulary.MINIRT_DOMAIN
 MINIRT_OPSET = 1
 
 

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from minirt import vocabulary
 from targets.providers import (
     PartitionIR,
     ProviderNotOffered,
@@ -59,7 +60,7 @@ from targets.providers import (
 
 log = logging.getLogger("minirt.builder")
 
-CPU = "cpu"
+CPU = vocabulary.CPU  # the provider table's CPU (minirt/vocabulary.py)
 
 
 @dataclasses.dataclass
@@ -501,7 +502,7 @@ def _golden(model_ir: ir.Model, plan: PartitionPlan, options: dict) -> None:
     rec.outputs.extend(rec.value(name) for name in extra)
     feeds = reference_inputs(model_ir, options.get("input_shapes"), int(options.get("seed", 0)))
     plan.golden_input = {k: tuple(a.shape) for k, a in feeds.items()}
-    sess = minirt.Session(writer.to_bytes(), providers=["cpu"])
+    sess = minirt.Session(writer.to_bytes(), providers=[CPU])
     names = graph_outputs + extra
     results = dict(zip(names, sess.run(names, feeds)))
     values = {**feeds, **results}

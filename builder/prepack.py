@@ -19,10 +19,17 @@ import numpy as np
 
 from builder.writer import ArtifactWriter
 from minirt.format import packed_weights as P
+from minirt.vocabulary import FUSED_FORMS, MINIRT_DOMAIN
 
-_CONV_OPS = {("", "Conv"), ("com.minirt", "FusedConv")}
-_MATMUL_OPS = {("", "MatMul"), ("com.minirt", "FusedMatMul")}
-_GEMM_OPS = {("", "Gemm"), ("com.minirt", "FusedGemm")}
+
+def _with_fused_form(op_type: str) -> frozenset:
+    """The (domain, op_type) keys of a standard op and its com.minirt fused form."""
+    return frozenset({("", op_type), (MINIRT_DOMAIN, FUSED_FORMS[op_type])})
+
+
+_CONV_OPS = _with_fused_form("Conv")
+_MATMUL_OPS = _with_fused_form("MatMul")
+_GEMM_OPS = _with_fused_form("Gemm")
 
 
 def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:

@@ -37,13 +37,14 @@ import numpy as np
 import minirt
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.errors import Error
-from minirt.format import reader
+from minirt.format import keys, reader
 from minirt.tools import inputs as tool_inputs
-from minirt.tools import keys
 from minirt.tools import timing
 from minirt.tools.reports import format_report as format_optimizer_report
 from minirt.tools.timing import fmt_bytes, fmt_seconds
+from minirt.vocabulary import ACCELERATORS, CPU
 
+_PROVIDER_NAMES = ", ".join((*ACCELERATORS, CPU))  # the provider table (minirt/vocabulary.py), the CPU last
 DIGITS_DIR = Path(__file__).resolve().parents[1] / "examples" / "digits"
 _TEXT_VALUE_WIDTH = 72  # metadata values longer than this are abbreviated in text mode
 
@@ -325,7 +326,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         from minirt.tools.graph_render import render
 
         try:
-            render(minirt.Session(args.artifact, providers=["cpu"]).artifact, args.graph)
+            render(minirt.Session(args.artifact, providers=[CPU]).artifact, args.graph)
         except (ValueError, OSError) as exc:
             raise CommandError(str(exc)) from None
         print(f"graph written to {args.graph}", file=sys.stderr)
@@ -416,10 +417,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     fns = {"minirt": lambda: session.run(None, feed)}
     result["minirt"]["providers"] = session.get_providers()
     result["minirt"]["partitions"] = session.get_partitions()
-    if any(p["runs_on"] != "cpu" for p in session.get_partitions()):
+    if any(p["runs_on"] != CPU for p in session.get_partitions()):
         # An accelerator runs part of the model: time the CPU-only session alongside.
-        cpu_session = minirt.Session(args.artifact, threads=args.threads, providers=["cpu"])
-        result["cpu"] = {"providers": ["cpu"]}
+        cpu_session = minirt.Session(args.artifact, threads=args.threads, providers=[CPU])
+        result["cpu"] = {"providers": [CPU]}  # "cpu": the key of the CPU-only figures in the JSON
         fns["cpu"] = lambda: cpu_session.run(None, feed)
     ort_session = ort_feed = None
     if args.compare:
@@ -477,7 +478,7 @@ def _print_bench(r: dict) -> None:
     ]
     print(_table(rows, header=header, align="lrr"))
     if "cpu" in r:
-        delegated = [p for p in m["partitions"] if p["runs_on"] != "cpu"]
+        delegated = [p for p in m["partitions"] if p["runs_on"] != CPU]
         print(f"  providers {', '.join(m['providers'])}: {len(delegated)} partition(s) delegated; "
               f"cpu-only median {fmt_seconds(r['cpu']['median_s'])}, "
               f"ratio with providers / cpu-only: {m['median_s'] / r['cpu']['median_s']:.2f}x")
@@ -651,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="OUT.mrt", help="output path (default: MODEL with a .mrt suffix)")
     p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30 (default generic)")
     p.add_argument("--providers", default=None, metavar="LIST",
-                   help="override the target's provider priority, e.g. tflite,cpu (names: coreml, nnapi, tflite, cpu)")
+                   help=f"override the target's provider priority, e.g. tflite,cpu (names: {_PROVIDER_NAMES})")
     p.add_argument("--weight-pack", type=int, default=None, choices=(0, 8, 16, 32), metavar="N",
                    help="store conv / MatMul / Gemm weights packed for the native kernels' panels of N output "
                         "channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: off), so the first "

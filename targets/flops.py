@@ -22,15 +22,17 @@ import numpy as np
 import onnx_ir as ir
 
 from builder.ir_helpers import attr, static_shape
+from minirt import vocabulary as V
 
-_ELEMENTWISE_1 = {
-    "Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "LeakyRelu", "PRelu", "Clip", "Neg", "Abs", "Sqrt",
-    "Pow", "Where", "Equal", "Less", "Greater", "Not", "And", "Or", "Cast", "Floor", "Ceil", "Round",
-    "Reciprocal", "Sign", "Mod", "BatchNormalization", "InstanceNormalization", "HardSigmoid",
-}
-_ELEMENTWISE_4 = {"Sigmoid", "Tanh", "Exp", "Log", "Erf", "HardSwish", "Gelu", "Elu", "Selu", "Softplus", "Mish", "Activation"}
-_REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1", "ReduceSumSquare"}
-_NORM = {"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization"}
+# The op families are the vocabulary's (minirt/vocabulary.py); the costs are this module's.
+# A few FLOPs per element: the transcendental elementwise ops and com.minirt's Activation.
+_ELEMENTWISE_4 = frozenset({"Sigmoid", "Tanh", "Exp", "Log", "Erf", "HardSwish", "Gelu", "Elu", "Selu", "Softplus",
+                            "Mish"}) | {"Activation"}
+# Statistics over an axis: ~5 FLOPs per element.  The per-channel ones (BatchNormalization and
+# InstanceNormalization, an affine map at inference) count as elementwise.
+_NORM = V.SOFTMAX | (V.NORMALIZATION - {"BatchNormalization", "InstanceNormalization"})
+_ELEMENTWISE_1 = (V.ELEMENTWISE - _ELEMENTWISE_4) | (V.NORMALIZATION - _NORM)
+_REDUCE = V.REDUCE
 
 
 _shape = static_shape  # one definition: builder.ir_helpers.static_shape
@@ -82,10 +84,10 @@ def node_flops(node: ir.Node, ctx=None) -> float:
         if op in ("Gemm", "FusedGemm") and attr(node, "transA", 0):
             k = a[0]
         return float(2 * out_elems * k) + _epilogue(node, out_elems)
-    if op in ("MaxPool", "AveragePool", "LpPool"):
+    if op in V.POOL:
         k = attr(node, "kernel_shape", None)
         return float(out_elems * (int(np.prod(k)) if k else 1))
-    if op in ("GlobalAveragePool", "GlobalMaxPool"):
+    if op in V.GLOBAL_POOL:
         return float(_numel(ins[0]))
     if op in _REDUCE:
         return float(_numel(ins[0]))

@@ -68,13 +68,10 @@ import onnx_ir as ir
 
 from builder import ir_helpers as irh
 from minirt.dtypes import ONNX_TO_NUMPY
+from minirt.vocabulary import PROVIDERS
 
-# provider name -> "module:Class" (imported on first use)
-SPEC_CLASSES: dict[str, str] = {
-    "coreml": "targets.coreml:CoreMLSpec",
-    "nnapi": "targets.nnapi:NNAPISpec",
-    "tflite": "targets.tflite:TFLiteSpec",
-}
+# provider name -> "module:Class" (imported on first use), from the provider table (minirt/vocabulary.py)
+SPEC_CLASSES: dict[str, str] = {p.name: p.spec for p in PROVIDERS.values() if p.spec is not None}
 
 
 class ProviderNotOffered(Exception):

@@ -18,7 +18,7 @@ from builder.writer import layout_sections, sign_artifact
 from minirt.format import ed25519
 from minirt.format import schema as S
 from minirt.format.signature import fingerprint
-from minirt.tools import keys
+from minirt.format import keys
 from tests.format.util import fix_section_crcs, minimal_writer, section_entries, split
 
 # --- RFC 8032 section 7.1 test vectors (public test data) -------------------------------------

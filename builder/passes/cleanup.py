@@ -32,6 +32,7 @@ import onnx_ir as ir
 
 from builder import ir_helpers as irh
 from builder.passes.manager import Pass
+from minirt.vocabulary import RESHAPES
 
 Rule = Callable[[ir.Node, ir.Model], "ir.Value | bool | None"]
 
@@ -105,7 +106,7 @@ def _reshape(node, model):
     producer = x.producer()
     if (
         producer is not None
-        and irh.is_onnx(producer, "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+        and irh.is_onnx(producer, *RESHAPES)
         and producer.inputs[0] is not None
         and (allowzero or not (target == 0).any())
     ):

@@ -31,10 +31,9 @@ from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels.registry import NodeContext, lookup
+from minirt.vocabulary import RANDOM
 
-_NEVER_FOLD = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Constant"}
-)
+_NEVER_FOLD = RANDOM | {"Constant"}  # a draw must stay a draw; a Constant is already folded
 
 
 def _keeps_weights_narrow(node: ir.Node) -> bool:

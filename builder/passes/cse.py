@@ -16,10 +16,9 @@ import onnx_ir as ir
 
 from builder import ir_helpers as irh
 from builder.passes.manager import Pass
+from minirt.vocabulary import RANDOM
 
-_NONDETERMINISTIC = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
-)
+_NONDETERMINISTIC = RANDOM  # two draws are two different values
 
 
 def _tensor_key(t) -> tuple:

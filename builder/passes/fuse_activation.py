@@ -32,11 +32,15 @@ import onnx_ir as ir
 
 from builder import ir_helpers as irh
 from builder.passes.manager import Pass
+from minirt.vocabulary import FUSABLE_ACTIVATION_OPS, FUSED_FORMS
 
-_FUSED = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul", "ConvTranspose": "FusedConvTranspose"}
+_FUSED = dict(FUSED_FORMS)  # standard op -> its com.minirt fused form
 _NO_RESIDUAL = {"ConvTranspose"}  # fused kinds without a residual input
 _KIND = {v: k for k, v in _FUSED.items()}
 _FLT_MAX = 3.4028234663852886e38
+# The FUSABLE_ACTIVATION_OPS that are their activation with no parameter (the others read theirs
+# from attributes or inputs below); tests/test_vocabulary.py checks activation_of takes each of
+# FUSABLE_ACTIVATION_OPS and nothing else.
 _SIMPLE = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "HardSwish": "HardSwish"}
 
 
@@ -56,7 +60,7 @@ def activation_of(model: ir.Model, node: ir.Node):
     """(name, params) when ``node`` is a fusable activation; (None, reason) when it is one we refuse; None otherwise."""
     if node.domain == irh.MINIRT_DOMAIN and node.op_type == "Activation":
         return irh.attr(node, "activation", ""), tuple(irh.attr(node, "activation_params", ()) or ())
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in ("", "ai.onnx") or node.op_type not in FUSABLE_ACTIVATION_OPS:
         return None
     op = node.op_type
     if op in _SIMPLE:

@@ -30,8 +30,10 @@ import onnx_ir as ir
 from builder import ir_helpers as irh
 from builder.passes.manager import Pass
 
-_ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Neg", "Softmax", "Identity", "Cast", "Erf",
-                "Where", "Pow", "Sqrt", "Exp", "Clip"}
+# Ops whose result has the broadcast rank of their inputs: a subset of the vocabulary's ELEMENTWISE
+# plus Softmax and Identity (tests/test_vocabulary.py checks the subset relation).
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Neg", "Softmax", "Identity", "Cast",
+                          "Erf", "Where", "Pow", "Sqrt", "Exp", "Clip"})
 
 
 def _rank(v: ir.Value | None, depth: int = 16) -> int | None:

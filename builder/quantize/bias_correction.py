@@ -19,9 +19,11 @@ import onnx_ir as ir
 from builder import ir_helpers as irh
 from builder.quantize import _run
 from builder.quantize.weights import _fp16_exponent
+from minirt.vocabulary import FUSED_FORMS, MINIRT_DOMAIN
 
-_CONV = {("", "Conv"), ("com.minirt", "FusedConv")}
-_GEMM = {("", "Gemm"), ("com.minirt", "FusedGemm")}
+# a standard op and its com.minirt fused form (minirt/vocabulary.py)
+_CONV = {("", "Conv"), (MINIRT_DOMAIN, FUSED_FORMS["Conv"])}
+_GEMM = {("", "Gemm"), (MINIRT_DOMAIN, FUSED_FORMS["Gemm"])}
 
 
 def _consumers(model: ir.Model, names) -> list[tuple[str, ir.Node]]:

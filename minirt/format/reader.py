@@ -656,7 +656,7 @@ def load(
     """
     expected_key = None
     if verify_key is not None:
-        from minirt.tools.keys import load_public_key  # only sessions that verify pay for the import
+        from minirt.format.keys import load_public_key  # only sessions that verify pay for the import
 
         expected_key = load_public_key(verify_key)
     if isinstance(source, (bytes, bytearray, memoryview)):

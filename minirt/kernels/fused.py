@@ -7,7 +7,8 @@ so the math lives in one place: a fused node computes exactly what the
 unfused nodes would, minus the intermediate values and per-node overhead.
 
 Activations are named by the ``activation`` string attribute with their
-parameters in ``activation_params`` (floats)::
+parameters in ``activation_params`` (floats); the names and parameter counts
+are the vocabulary's (``minirt.vocabulary.ACTIVATIONS``)::
 
     ""            identity                 ()
     "Relu"        max(x, 0)                ()
@@ -29,9 +30,10 @@ import numpy as np
 
 from minirt.kernels.registry import NodeContext, kernel, lookup
 from minirt import native as _native
+from minirt import vocabulary
 from minirt.kernels import linalg, nn
 
-DOMAIN = "com.minirt"
+DOMAIN = vocabulary.MINIRT_DOMAIN
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,20 +56,23 @@ def _clip(x, lo, hi):
     return _std("Clip")(x, np.asarray(lo, dtype=x.dtype), np.asarray(hi, dtype=x.dtype))
 
 
-# name -> (number of params, fn(x, *params))
-ACTIVATIONS = {
-    "": (0, lambda x: x),
-    "Relu": (0, lambda x: _std("Relu")(x)),
-    "LeakyRelu": (1, lambda x, a: _std("LeakyRelu")(x, alpha=a)),
-    "Clip": (2, _clip),
-    "Sigmoid": (0, lambda x: _std("Sigmoid")(x)),
-    "Tanh": (0, lambda x: _std("Tanh")(x)),
-    "HardSigmoid": (2, lambda x, a, b: _std("HardSigmoid")(x, alpha=a, beta=b)),
-    "HardSwish": (0, _hard_swish),
-    "SiLU": (0, _silu),
-    "Gelu": (0, lambda x: _std("Gelu")(x, approximate="none")),
-    "GeluTanh": (0, lambda x: _std("Gelu")(x, approximate="tanh")),
+# name -> fn(x, *params): one for every activation of the vocabulary, no other (a missing one fails
+# the import below; tests/test_vocabulary.py checks both directions and the parameter counts).
+_FUNCTIONS = {
+    "": lambda x: x,
+    "Relu": lambda x: _std("Relu")(x),
+    "LeakyRelu": lambda x, a: _std("LeakyRelu")(x, alpha=a),
+    "Clip": _clip,
+    "Sigmoid": lambda x: _std("Sigmoid")(x),
+    "Tanh": lambda x: _std("Tanh")(x),
+    "HardSigmoid": lambda x, a, b: _std("HardSigmoid")(x, alpha=a, beta=b),
+    "HardSwish": _hard_swish,
+    "SiLU": _silu,
+    "Gelu": lambda x: _std("Gelu")(x, approximate="none"),
+    "GeluTanh": lambda x: _std("Gelu")(x, approximate="tanh"),
 }
+# name -> (number of params, fn(x, *params)), in the vocabulary's order
+ACTIVATIONS = {name: (a.params, _FUNCTIONS[name]) for name, a in vocabulary.ACTIVATIONS.items()}
 
 
 def apply_activation(y: np.ndarray, activation: str, params) -> np.ndarray:

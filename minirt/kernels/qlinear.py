@@ -26,8 +26,8 @@ import numpy as np
 from minirt import native as _native
 from minirt.kernels import fused, nn, tensor
 from minirt.kernels.registry import is_constant, kernel, lookup, remember
+from minirt.vocabulary import MINIRT_DOMAIN as DOMAIN
 
-DOMAIN = "com.minirt"
 MS = "com.microsoft"
 
 

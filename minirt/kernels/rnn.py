@@ -15,9 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from minirt.kernels.registry import kernel
+from minirt.vocabulary import RNN_ACTIVATIONS
 
-# name -> (function of (x, alpha, beta), default alpha, default beta, uses alpha, uses beta)
-_ACTIVATIONS = {
+# lower-case name -> (function of (x, alpha, beta), default alpha, default beta); a default of None:
+# the activation takes no such parameter.  Keys: the vocabulary's RNN_ACTIVATIONS, lower-cased (the
+# attribute is matched case-insensitively); tests/test_vocabulary.py checks they agree.
+_FUNCTIONS = {
     "relu": (lambda x, a, b: np.maximum(x, 0), None, None),
     "tanh": (lambda x, a, b: np.tanh(x), None, None),
     "sigmoid": (lambda x, a, b: 1.0 / (1.0 + np.exp(-x)), None, None),
@@ -30,6 +33,7 @@ _ACTIVATIONS = {
     "softsign": (lambda x, a, b: x / (1 + np.abs(x)), None, None),
     "softplus": (lambda x, a, b: np.log1p(np.exp(x)), None, None),
 }
+_ACTIVATIONS = {name.lower(): _FUNCTIONS[name.lower()] for name in sorted(RNN_ACTIVATIONS)}
 
 
 def _activations(names, alphas, betas, defaults, n_dirs):

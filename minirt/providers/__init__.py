@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from minirt.vocabulary import CPU, PROVIDERS
 
 
 def log_info(message: str, *args: Any) -> None:
@@ -29,20 +30,12 @@ def log_info(message: str, *args: Any) -> None:
 
     logging.getLogger("minirt").info(message, *args)
 
-CPU = "cpu"
-
-# provider name -> "module:Class", imported on first use.
-_PROVIDER_CLASSES: dict[str, str] = {
-    "coreml": "minirt.providers.coreml:CoreMLProvider",
-    "nnapi": "minirt.providers.nnapi:NNAPIProvider",
-    "tflite": "minirt.providers.tflite:TFLiteProvider",
-}
-# onnxruntime spellings, so ``providers=["CPUExecutionProvider"]`` keeps working.
-_ALIASES = {
-    "cpuexecutionprovider": CPU,
-    "coremlexecutionprovider": "coreml",
-    "nnapiexecutionprovider": "nnapi",
-}
+# ``CPU`` (re-exported here for the session) and every name below come from the provider table in
+# minirt/vocabulary.py.
+# provider name -> "module:Class", imported on first use (the CPU has none: the session runs it).
+_PROVIDER_CLASSES: dict[str, str] = {p.name: p.runtime for p in PROVIDERS.values() if p.runtime is not None}
+# onnxruntime spellings, any case, so ``providers=["CPUExecutionProvider"]`` keeps working.
+_ALIASES: dict[str, str] = {p.ort_name.lower(): p.name for p in PROVIDERS.values() if p.ort_name is not None}
 _instances: dict[str, Any] = {}
 # Providers registered at run time (tests, plug-ins): name -> instance.
 _registered: dict[str, Any] = {}

@@ -10,7 +10,11 @@ from __future__ import annotations
 import html
 import os
 
-COLOURS = {"cpu": "#d9d9d9", "coreml": "#7fb3ff", "nnapi": "#8fd18f", "tflite": "#ffb870"}
+from minirt.vocabulary import CPU
+
+# one colour per provider of the table (minirt/vocabulary.py; tests/test_vocabulary.py checks the keys);
+# a provider registered at run time takes one of _EXTRA
+COLOURS = {CPU: "#d9d9d9", "coreml": "#7fb3ff", "nnapi": "#8fd18f", "tflite": "#ffb870"}
 _EXTRA = ["#c9a0ff", "#ff9aa8", "#ffe680"]
 BOX_W, BOX_H, GAP_X, GAP_Y = 150, 30, 20, 34
 
@@ -22,7 +26,7 @@ def _layout(art):
         for v in node.outputs:
             if v >= 0:
                 producer[v] = i
-    provider = ["cpu"] * len(graph.nodes)
+    provider = [CPU] * len(graph.nodes)
     for p in art.partitions:
         if p.graph == 0:
             for i in range(p.first_node, p.first_node + p.node_count):
@@ -48,10 +52,15 @@ def _layout(art):
     return graph, provider, pos, edges, size
 
 
+_ASSIGNED: dict[str, str] = {}  # providers outside the table, coloured on first sight (COLOURS stays the table's)
+
+
 def _colour(name, seen):
-    if name not in COLOURS:
-        COLOURS[name] = _EXTRA[len(seen) % len(_EXTRA)]
-    return COLOURS[name]
+    if name in COLOURS:
+        return COLOURS[name]
+    if name not in _ASSIGNED:
+        _ASSIGNED[name] = _EXTRA[len(seen) % len(_EXTRA)]
+    return _ASSIGNED[name]
 
 
 def render(art, out_path: str) -> str:

@@ -17,7 +17,7 @@ def verify(path, rtol: float = 1e-2, providers=None) -> dict:
     """Report per partition and provider how far the provider is from the golden outputs."""
     import minirt
 
-    cpu_sess = minirt.Session(path, providers=["cpu"])
+    cpu_sess = minirt.Session(path, providers=[providers_mod.CPU])
     art = cpu_sess.artifact
     names = providers if providers is not None else sorted({p.provider for p in art.partitions})
     report = {"partitions": [], "providers": {n: providers_mod.availability(n) for n in set(p.provider for p in art.partitions)}}

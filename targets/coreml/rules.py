@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from builder.ir_helpers import attr
+from minirt import vocabulary as V
 from targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr, used_outputs
 
 RULES = RuleSet("Core ML")
@@ -33,7 +34,9 @@ RULES = RuleSet("Core ML")
 
 # --- activations (shared by fused ops and Activation) ------------------------------
 
-ACTIVATIONS = {"", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "SiLU", "Gelu", "GeluTanh"}
+# Core ML lowers every fused activation of the vocabulary (apply_activation has a branch for each;
+# tests/test_vocabulary.py checks that each one lowers).
+ACTIVATIONS = frozenset(V.ACTIVATIONS)
 
 
 def _check_activation(node, ctx):
@@ -554,7 +557,7 @@ def _check_reshape_like(node, ctx):
     return None
 
 
-@RULES.rule("Reshape", "Flatten", "Squeeze", "Unsqueeze", check=_check_reshape_like)
+@RULES.rule(*sorted(V.RESHAPES), check=_check_reshape_like)
 def lower_reshape(node, env):
     shape = list(env.shape(node.outputs[0]))
     y = env.mb.reshape(x=env.get(node.inputs[0]), shape=np.array(shape, np.int32), name=env.n(node, "reshape"))

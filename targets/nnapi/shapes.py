@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from builder.ir_helpers import static_shape
+from minirt import vocabulary as V
 
 
 _static = static_shape  # one definition: builder.passes.irh.static_shape
@@ -37,10 +38,12 @@ def _reshape(in_shape, target, allowzero=0):
     return tuple(out)
 
 
+# Ops whose output has the input's shape, of those the NNAPI lowering handles: a subset of the
+# vocabulary's one-input families (tests/test_vocabulary.py checks the relation).
 _SAME_SHAPE = {"Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip", "Softmax", "LogSoftmax",
                "Activation", "Identity", "Dropout", "Abs", "Exp", "Log", "Neg", "Sqrt", "Floor", "Elu", "Erf",
                "QuantizeLinear", "DequantizeLinear", "BatchNormalization", "PRelu", "Reciprocal"}
-_BINARY = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"}
+_BINARY = V.BINARY_MATH - {"Mod"}  # broadcast shapes; NNAPI has no Mod
 
 
 def infer(node, in_shapes, const) -> list:
@@ -77,7 +80,7 @@ def infer(node, in_shapes, const) -> list:
         m = x[1] if ta and ta.value else x[0]
         n = in_shapes[1][0] if tb and tb.value else in_shapes[1][1]
         return [(m, n)]
-    if op in ("GlobalAveragePool", "GlobalMaxPool") and x is not None:
+    if op in V.GLOBAL_POOL and x is not None:
         return [tuple(x[:2]) + (1,) * (len(x) - 2)]
     return [None for _ in node.outputs]
 

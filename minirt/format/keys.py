@@ -10,6 +10,10 @@ File formats (both are text, one line, so they survive copy/paste and email):
 
 Only the public key is needed to verify, so a device that is compromised
 cannot sign artifacts.
+
+It lives in ``minirt/format`` beside the signature section because the reader
+loads ``verify_key`` with it: the runtime's format package imports nothing
+from the command-line tools (``minirt/tools``).
 """
 from __future__ import annotations
 
