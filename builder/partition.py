@@ -50,13 +50,11 @@ import numpy as np
 import onnx_ir as ir
 
 from minirt import vocabulary
-from targets.providers import (
-    PartitionIR,
-    ProviderNotOffered,
-    ProviderSpec,
-    SupportContext,
-    get_spec,
-)
+# A module reference, not names: ``targets.providers`` imports ``builder.ir_helpers``, which runs
+# this package's ``__init__`` (build -> partition); when a target module is imported first,
+# ``targets.providers`` is still half-initialised here, and only a module reference survives that
+# circle (its attributes are read at call time).
+from targets import providers as target_providers
 
 log = logging.getLogger("minirt.builder")
 
@@ -67,7 +65,7 @@ CPU = vocabulary.CPU  # the provider table's CPU (minirt/vocabulary.py)
 class PlannedPartition:
     index: int
     provider: str
-    ir: PartitionIR
+    ir: target_providers.PartitionIR
     flops: float
     flops_share: float
     boundary_cost: float
@@ -316,7 +314,7 @@ def plan_partitions(model_ir: ir.Model, profile: Any, options: dict | None = Non
     """
     options = dict(options or {})
     t0 = time.perf_counter()
-    ctx = SupportContext(model_ir, profile, options)
+    ctx = target_providers.SupportContext(model_ir, profile, options)
     provider_names = [p for p in profile.providers if p != CPU]
     g = _Graph(model_ir.graph)
     n = len(g.nodes)
@@ -324,18 +322,18 @@ def plan_partitions(model_ir: ir.Model, profile: Any, options: dict | None = Non
     reasons: dict[int, list[str]] = {i: [] for i in range(n)}
     group_of: list = [None] * n
     group_provider: dict[int, str] = {}
-    specs: dict[str, ProviderSpec] = {}
+    specs: dict[str, target_providers.ProviderSpec] = {}
     notes: list[str] = []
     next_group = 0
     tried: list[str] = []
 
     for pname in provider_names:
         try:
-            spec = get_spec(pname)
+            spec = target_providers.get_spec(pname)
             ok, why = spec.builder_available(ctx)
             if not ok:
-                raise ProviderNotOffered(why)
-        except ProviderNotOffered as exc:
+                raise target_providers.ProviderNotOffered(why)
+        except target_providers.ProviderNotOffered as exc:
             notes.append(f"{pname} not offered by this builder: {exc}")
             for i in range(n):
                 if group_of[i] is None:
@@ -368,7 +366,7 @@ def plan_partitions(model_ir: ir.Model, profile: Any, options: dict | None = Non
             if group_of[i] is not None and group_of[i] >= first_new:
                 members.setdefault(group_of[i], []).append(i)
         for gid, idxs in sorted(members.items(), key=lambda kv: kv[1][0]):
-            part = PartitionIR.from_nodes(pname, [g.nodes[i] for i in sorted(idxs)])
+            part = target_providers.PartitionIR.from_nodes(pname, [g.nodes[i] for i in sorted(idxs)])
             pf = sum(flops[i] for i in idxs)
             boundary = sum(spec.boundary_cost(v, ctx) for v in part.inputs + part.outputs)
             keep, why = (False, f"{pname} partition has no run-time input") if not part.inputs else spec.keep_partition(
@@ -402,7 +400,7 @@ def plan_partitions(model_ir: ir.Model, profile: Any, options: dict | None = Non
     for gid, idxs in runs:
         pname = group_provider[gid]
         spec = specs[pname]
-        part = PartitionIR.from_nodes(pname, [g.nodes[i] for i in idxs], index=len(planned))
+        part = target_providers.PartitionIR.from_nodes(pname, [g.nodes[i] for i in idxs], index=len(planned))
         if not part.inputs:
             for i in idxs:
                 group_of[i] = None

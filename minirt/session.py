@@ -235,7 +235,7 @@ class Session:
         for index, part in enumerate(self._artifact.partitions):
             if part.graph != graph_index:
                 continue
-            record = {"partition": index, "provider": part.provider, "nodes": part.node_count, "runs_on": "cpu"}
+            record = {"partition": index, "provider": part.provider, "nodes": part.node_count, "runs_on": providers_mod.CPU}
             if part.provider not in self._providers:
                 record["reason"] = f"provider {part.provider!r} not in the session's providers {self._providers}"
             else:
@@ -255,7 +255,7 @@ class Session:
                         delegated[part.first_node] = (part, call)
                         record["runs_on"] = part.provider
                         record["reason"] = "delegated"
-            if record["runs_on"] == "cpu":
+            if record["runs_on"] == providers_mod.CPU:
                 providers_mod.log_info(
                     "minirt: partition %d (%d nodes) runs on the CPU: %s", index, part.node_count, record["reason"]
                 )

@@ -27,14 +27,16 @@ import onnx_ir as ir
 
 from builder import ir_helpers as irh
 from builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
+from minirt.vocabulary import FUSED_FORMS
 
 DOMAIN = irh.MINIRT_DOMAIN
-CONV_OPS = {("", "Conv"), (DOMAIN, "FusedConv")}
-GEMM_OPS = {("", "Gemm"), (DOMAIN, "FusedGemm")}
-MATMUL_OPS = {("", "MatMul"), (DOMAIN, "FusedMatMul")}
-CONV_TRANSPOSE_OPS = {("", "ConvTranspose"), (DOMAIN, "FusedConvTranspose")}
+# (domain, op_type) of each quantizable layer: the ONNX op and its fused form (minirt/vocabulary.py).
+CONV_OPS = {("", "Conv"), (DOMAIN, FUSED_FORMS["Conv"])}
+GEMM_OPS = {("", "Gemm"), (DOMAIN, FUSED_FORMS["Gemm"])}
+MATMUL_OPS = {("", "MatMul"), (DOMAIN, FUSED_FORMS["MatMul"])}
+CONV_TRANSPOSE_OPS = {("", "ConvTranspose"), (DOMAIN, FUSED_FORMS["ConvTranspose"])}
 # op -> (weight input indices, per-channel axis of the weight)
-WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), (DOMAIN, "FusedConvTranspose"): ((1,), 1), ("", "LSTM"): ((1, 2), 1),
+WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), (DOMAIN, FUSED_FORMS["ConvTranspose"]): ((1,), 1), ("", "LSTM"): ((1, 2), 1),
                    ("", "GRU"): ((1, 2), 1), ("", "RNN"): ((1, 2), 1)}
 # Ops with QConv's chained form: inputs (X, X_scale, X_zero_point, ...), X may be uint8, and the
 # output_scale / output_zero_point attributes make the output uint8.

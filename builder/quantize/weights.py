@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from minirt.vocabulary import MINIRT_DOMAIN
+
 FP16_MAX = float(np.finfo(np.float16).max)
 
 
@@ -117,7 +119,7 @@ def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dic
             rescaled += 1
         # com.minirt::DequantizeWeights, not a Cast: the runtime converts each weight once and
         # reuses the float32 copy, where a Cast would run on every call.
-        cast = ir.Node("com.minirt", "DequantizeWeights", inputs, name=f"{name}_to_fp32", num_outputs=1)
+        cast = ir.Node(MINIRT_DOMAIN, "DequantizeWeights", inputs, name=f"{name}_to_fp32", num_outputs=1)
         out = cast.outputs[0]
         out.name = f"{name}_fp32"
         out.dtype = ir.DataType.FLOAT
@@ -133,7 +135,7 @@ def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dic
         bytes_before += arr.nbytes
         bytes_after += arr.size * 2
     if converted:
-        model.opset_imports.setdefault("com.minirt", 1)
+        model.opset_imports.setdefault(MINIRT_DOMAIN, 1)
     return {"initializers": converted, "kept_float32_out_of_range": kept_range, "bytes_before": bytes_before,
             "bytes_after": bytes_after, "rescaled": rescaled}
 
