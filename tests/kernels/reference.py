@@ -4,6 +4,12 @@ Kernel tests build a one-node ONNX model with the same inputs and attributes
 they pass to the minirt kernel, run it through onnxruntime (or, where
 onnxruntime lacks the op/dtype, the onnx package's reference evaluator) and
 compare.  The reference never shares code with the kernel under test.
+
+onnxruntime is not exact for u8 x s8 integer products on x86-64 CPUs without VNNI (AVX2, AVX-512F/BW): its
+kernels add pairs of products with vpmaddubsw, which saturates at int16 (255*127 + 255*127 -> 32767).  Its
+cure, the session config "session.x64quantprecision", is a level-2 graph rewrite of constant s8 weights, so it
+does nothing in the unoptimized one-node sessions here: a test whose pair sums can pass the int16 range uses
+``engine="onnx-reference"`` (tests/quantize/conftest.py has the optimized, exact onnxruntime session).
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Quantization kernels through builder -> Session, compared with onnxruntime."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -69,3 +71,37 @@ def test_conv_integer():
     w = RNG.integers(0, 255, (2, 2, 2, 2)).astype(np.uint8)
     compare_node("ConvInteger", [x, w, np.array(12, np.uint8), np.array(100, np.uint8)], {"strides": [2, 2]}, opset=10,
                  rtol=0, atol=0)
+
+
+def _saturating_u8_s8(k):
+    """u8 activations at 255 times s8 weights at 127 / -128: adjacent pairs of products sum past the int16 range
+    (255*127*2 = 64770, 255*-128*2 = -65280), where onnxruntime's unoptimized kernels on x86-64 without VNNI
+    saturate (tests/kernels/reference.py), so the reference is the onnx evaluator."""
+    a = np.full((3, k), 255, np.uint8)
+    a[1, ::3] = 0  # not every pair saturates: the exact sums are not all multiples of one product
+    b = np.stack([np.full(k, 127), np.full(k, -128), np.where(np.arange(k) % 2, 127, -128), np.ones(k)], 1)
+    return a, b.astype(np.int8)
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_integer_products_do_not_saturate(native_on):
+    """MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv with u8 x s8 pair sums past int16 are exact
+    (int32 accumulation, as the ONNX spec says) on the native kernels and on the numpy path."""
+    from tests.native.conftest import numpy_path
+
+    a, b = _saturating_u8_s8(8)
+    x = np.full((1, 2, 3, 3), 255, np.uint8)
+    x[0, 1, 1, :] = 7
+    w = np.stack([np.full((2, 2, 2), 127, np.int8), np.full((2, 2, 2), -128, np.int8)])
+    u8_0, s8_0 = np.array(0, np.uint8), np.array(0, np.int8)
+    with contextlib.nullcontext() if native_on else numpy_path():
+        compare_node("MatMulInteger", [a, b, u8_0, s8_0], opset=10, rtol=0, atol=0, engine="onnx-reference")
+        # rint(exact * 0.5 * 0.0009) + 128 stays inside uint8 (|exact| <= 261120); saturated sums land ~half as far
+        compare_node("QLinearMatMul", [a, np.array(0.5, np.float32), u8_0, b, np.array(0.0009, np.float32), s8_0,
+                                       np.array(1.0, np.float32), np.array(128, np.uint8)],
+                     opset=10, rtol=0, atol=0, engine="onnx-reference")
+        compare_node("ConvInteger", [x, w, u8_0, s8_0], opset=10, rtol=0, atol=0, engine="onnx-reference")
+        # the 3x3 image, 2x2x2 kernels: |sums| <= 8*255*128 = 261120, * 0.5 * 0.0009 inside uint8 around 128
+        compare_node("QLinearConv", [x, np.array(0.5, np.float32), u8_0, w, np.array([0.0009, 0.0009], np.float32),
+                                     np.array([0, 0], np.int8), np.array(1.0, np.float32), np.array(128, np.uint8)],
+                     opset=10, rtol=0, atol=0, engine="onnx-reference")
