@@ -35,33 +35,18 @@ from builder.passes.fold_constant_if import FoldConstantIf
 from builder.passes.fuse_batchnorm import FuseBatchNorm
 from builder.passes.initializer_dedup import InitializerDeduplication
 from builder.passes.manager import OptimizationReport, OptimizeContext, Pass, PassManager, format_report
+from builder.passes.fuse_pad import FusePad
 from builder.passes.matmul_to_gemm import MatMulAddToGemm
+from builder.passes.recognise_attention import RecogniseAttention
+from builder.passes.recognise_layernorm import RecogniseLayerNorm
 from builder.passes.recognise_activations import RecogniseActivations
 from builder.passes.shape_specialisation import ShapeSpecialisation
 
 _LEVEL1 = [ShapeSpecialisation, ConstantFolding, FoldConstantIf, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
            DeadCodeElimination]
-_LEVEL2 = [RecogniseActivations, FuseBatchNorm, FoldInputAffine, FactorResidualScale, MatMulAddToGemm, FuseActivation]
-_LEVEL3: list = []
-
-try:  # optional passes land one file at a time
-    from builder.passes.fuse_pad import FusePad
-
-    _LEVEL2.insert(5, FusePad)
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from builder.passes.recognise_layernorm import RecogniseLayerNorm
-
-    _LEVEL3.append(RecogniseLayerNorm)
-except ImportError:  # pragma: no cover
-    pass
-try:
-    from builder.passes.recognise_attention import RecogniseAttention
-
-    _LEVEL3.append(RecogniseAttention)
-except ImportError:  # pragma: no cover
-    pass
+_LEVEL2 = [RecogniseActivations, FuseBatchNorm, FoldInputAffine, FactorResidualScale, MatMulAddToGemm, FusePad,
+           FuseActivation]
+_LEVEL3 = [RecogniseLayerNorm, RecogniseAttention]
 
 
 def pipeline(opt_level: int) -> list:
