@@ -72,17 +72,14 @@ class _PreparedProduct:
 def _small_rows_product(a2, rows, k, n, rhs, y, bias, z, epilogue) -> None:
     """y (rows x n, C-contiguous) = act(a2 @ b + bias[n] + z) for fewer than _NATIVE_MIN_ROWS rows (a
     matrix-vector product, bound by reading b): the native gemv reads ``b`` in place, threads over the
-    columns, with bias and activation fused when there is no residual ``z``; numpy's (single-threaded,
-    D28) BLAS gemv in modules without it.  ``rhs``: ``_as_rhs(b) + (b,)``."""
-    bb, transb, ldb, b = rhs
+    columns, with bias and activation fused when there is no residual ``z``.  ``rhs``:
+    ``_as_rhs(b) + (b,)``."""
+    bb, transb, ldb, _ = rhs
     y2 = y.reshape(rows, n)
-    if _native.has_sgemv():
-        if z is None:
-            _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2, bias, *epilogue)
-            return
-        _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2)
-    else:
-        np.matmul(a2.reshape(rows, k), b, out=y2)
+    if z is None:
+        _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2, bias, *epilogue)
+        return
+    _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2)
     _column_epilogue(y2, bias, z, *epilogue)
 
 
@@ -191,7 +188,7 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         # against 17-20 for BLAS and ~24 for the in-place native.sgemv, all bound by reading B), which
         # gives the GEMM's bits and is a recorded native call: a classifier head runs in a native
         # program (D32: MobileNet-style 1.18x -> 1.07x onnxruntime).
-        prepared.pack_b = keep and _native.has_sgemm_pb()
+        prepared.pack_b = keep
         prepared.bpack = None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
             remember(memo, a.shape, prepared)

@@ -180,7 +180,7 @@ def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilation
     depthwise kernel, or None when it does not apply (dynamic quantization, no native module,
     more taps than float32 sums exactly): exact integer sums, the fused epilogue
     ``post[0] * act(scale * acc + b + z) + post[1]``, float or uint8 (``y_q``) output."""
-    if not _native.has_qdwconv2d() or x_scale is None or x_zero_point is None:
+    if not _native.available or x_scale is None or x_zero_point is None:
         return None
     if y_q is not None and not isinstance(y_q[0], float):
         return None  # per-channel requantization: the numpy path
@@ -415,7 +415,7 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     plan.pool = pool
     if pool is not None:
         pooled = _pooled_size(out, *pool)
-        if pooled is None or not _native.has_qconv2d_pool():
+        if pooled is None:
             return False  # the numpy path (which raises MaxPool's error for a window that does not fit)
         plan.out_shape = (n, m) + pooled
     # x_scale, x_zero_point, w_scale and b stay alive with the plan, so their ids in the key stay theirs
@@ -634,7 +634,7 @@ class _QConvTransposePlan:
         self.y_q = y_q
         self.y_q_rows = None if y_q is None else (np.repeat(y_q.arrays[0], kk), np.repeat(y_q.arrays[1], kk))
         self.native_available = _native.available  # (tests turn the native module off: a new plan then)
-        self.native = self.act is not None and _native.available and _native.has_qconvtranspose()
+        self.native = self.act is not None and _native.available
         self.packed = _native.qpack(self.w_rows, owner=w, tag="convt") if self.native else None
 
     def fits(self, x_scale, x_zero_point, w, w_scale, b, attrs) -> bool:
