@@ -421,9 +421,8 @@ def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0
                                             "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
     epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0},
                     bias)
-    packed = None
-    if _lib.mrt_conv2d_uses_packed_w(geometry):
-        packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(s), tuple(out)), lambda: conv_pack_w(w, group))
+    packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(s), tuple(out)),
+                          lambda: _conv_pack_w(w, c, group, k, s, out))
     return geometry, _ptr(w), _opt(packed), epilogue, None if packed is None else isa
 
 
@@ -436,6 +435,13 @@ def conv2d_call(prep, x, y, residual=None) -> None:
     if _call(_lib.mrt_conv2d_f32, (geometry, w, packed, epilogue, _ptr(x), _opt(residual), _ptr(y), threads()),
              x, residual, y) != 0:
         raise MemoryError("minirt native conv2d: could not allocate scratch memory")
+
+
+def _conv_pack_w(w, c, group, k, s, out):
+    """``w`` packed for the channel-vector conv kernel, or None when that does not pay for this layer."""
+    if not _lib.mrt_conv2d_uses_packed_w(_geometry(1, c, 0, 0, k, s, out=out, m=w.shape[0], group=group)):
+        return None
+    return conv_pack_w(w, group)
 
 
 def conv_pack_w(w, group):

@@ -103,10 +103,17 @@ def force_packing(monkeypatch):
 def test_picked_geometries_take_the_channel_vector_kernel():
     for name, geom in PICKED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert native._lib.mrt_conv2d_uses_packed_w(c, m, group, *k, *s, *_output_size(geom)), name
+        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)), name
     for name, geom in FORCED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert not native._lib.mrt_conv2d_uses_packed_w(c, m, group, *k, *s, *_output_size(geom)), name
+        assert not _uses_packed_w(c, m, group, k, s, _output_size(geom)), name
+
+
+def _uses_packed_w(c, m, group, k, s, out) -> bool:
+    """mrt_conv2d_uses_packed_w for this geometry (it reads the channels, kernel, strides and output size)."""
+    geometry = native._ffi.new("mrt_conv_geometry *", {"c": c, "m": m, "group": group, "kh": k[0], "kw": k[1],
+                                                       "sh": s[0], "sw": s[1], "oh": out[0], "ow": out[1]})
+    return bool(native._lib.mrt_conv2d_uses_packed_w(geometry))
 
 
 @pytest.mark.parametrize("name", list(PICKED))
