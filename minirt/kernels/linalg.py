@@ -41,7 +41,7 @@ class _PreparedProduct:
     themselves: other objects are validated again), the result shape, the operand as the native
     GEMM reads it and the epilogue.  Running it costs the product and the epilogue only."""
 
-    __slots__ = ("b", "c", "z", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "pack_b", "bpack")
+    __slots__ = ("b", "c", "z", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "pack_b", "bpack", "native")
 
     def fits(self, a, b, c, z) -> bool:
         """Whether this is the product for these node inputs (``a`` has the shape it was made for; ``z``
@@ -60,7 +60,7 @@ class _PreparedProduct:
                 # (cached under the node's own B, the model's weight array: the builder's packed
                 # weights are seeded under it at load, minirt/session.py)
                 bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=self.b)
-            _native.sgemm_pb(a2, rows, n, k, bpack, y, self.bias, *self.epilogue)
+            _native.sgemm_pb_call(self.native, a2, bpack, y)
         elif rows < _NATIVE_MIN_ROWS:
             _small_rows_product(a2, rows, k, n, self.rhs, y, self.bias, None, self.epilogue)
         else:
@@ -190,6 +190,8 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         # program (D32: MobileNet-style 1.18x -> 1.07x onnxruntime).
         prepared.pack_b = keep
         prepared.bpack = None
+        # (the packed product's native structs, made once: a kept product runs many times)
+        prepared.native = _native.sgemm_pb_prepare(rows, n, k, bias, act, a0, a1) if keep else None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
             remember(memo, a.shape, prepared)
         return prepared.run(a, out)

@@ -491,9 +491,22 @@ def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias
     of matrix 0; leading dimensions and batch strides are in elements (batch
     stride 0 broadcasts).  ``transb``: ``b`` is stored (N, K), row stride ``ldb``.
     """
-    shape = _gemm_shape(batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, int(transb), 2)
-    _call(_lib.mrt_sgemm_f32, (shape, _epilogue(bias, act, a0, a1), _ptr(a), _ptr(b), _ptr(c), _opt(residual),
-                               threads()), a, b, residual, c)
+    # (called per run by the products that are not kept prepared: one key, one lookup for both structs)
+    key = ("sgemm", batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, transb, None if bias is None else id(bias),
+           act, a0, a1)
+    shape, epilogue = _shared.get(key) or _share_product(key, bias)
+    _call(_lib.mrt_sgemm_f32, (shape, epilogue, _ptr(a), _ptr(b), _ptr(c), _opt(residual), threads()),
+          a, b, residual, c)
+
+
+def _share_product(key: tuple, bias) -> tuple:
+    """The (shape, epilogue) structs of :func:`sgemm_batch`'s ``key``, made and shared."""
+    batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, transb, _, act, a0, a1 = key[1:]
+    if len(_shared) >= _SHARED_MAX:
+        _shared.clear()
+    pair = _shared[key] = (_gemm_shape(batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, int(transb), 2),
+                           _epilogue(bias, act, a0, a1))
+    return pair
 
 
 def sgemm_pack_b(b, transb: int, ldb: int, k: int, n: int, owner) -> tuple:
@@ -512,8 +525,21 @@ def sgemm_pack_b(b, transb: int, ldb: int, k: int, n: int, owner) -> tuple:
 def sgemm_pb(a, m: int, n: int, k: int, packed, c, bias=None, act=0, a0=0.0, a1=0.0) -> None:
     """c (M, N) = act(a (M, K) @ B + bias[n]) with B from :func:`sgemm_pack_b` (its ``(isa, packed)``,
     made under the ISA in use); ``a`` and ``c`` C-contiguous float32."""
-    _call(_lib.mrt_sgemm_pb_f32, (_gemm_shape(1, m, n, k, k, 0, n), _epilogue(bias, act, a0, a1), _ptr(a),
-                                  _ptr(packed[1]), _ptr(c), _ffi.NULL, threads()), a, None, c)
+    sgemm_pb_call(sgemm_pb_prepare(m, n, k, bias, act, a0, a1), a, packed, c)
+
+
+def sgemm_pb_prepare(m: int, n: int, k: int, bias=None, act=0, a0=0.0, a1=0.0) -> tuple:
+    """The constant arguments of :func:`sgemm_pb_call` for one product shape: its shape and epilogue
+    structs, made once (they keep ``bias`` alive)."""
+    shape = _new("mrt_gemm_shape *", {"batch": 1, "M": m, "N": n, "K": k, "lda": k, "ldc": n, "bias_mode": 2})
+    return shape, _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0}, bias)
+
+
+def sgemm_pb_call(prep, a, packed, c) -> None:
+    """Run a prepared :func:`sgemm_pb` of ``a`` into ``c`` with ``packed`` from :func:`sgemm_pack_b`."""
+    shape, epilogue = prep
+    _call(_lib.mrt_sgemm_pb_f32, (shape, epilogue, _ptr(a), _ptr(packed[1]), _ptr(c), _ffi.NULL, threads()),
+          a, None, c)
 
 
 def sgemv(a, m: int, n: int, k: int, b, ldb: int, transb: int, c, bias=None, act=0, a0=0.0, a1=0.0) -> None:
@@ -815,14 +841,26 @@ def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, 
     """y (rows, n) float32 = act(scale[j] * (quant(a) - x_zero) @ W^T + bias[j]); a (rows, K) float32
     contiguous; ``packed_w`` from :func:`qpack` of the (n, K) int8 weights."""
     rows, k = a.shape
-    key = ("q matmul", x_scale, int(x_zero), id(packed_w), id(scale))
-    quant = _shared.get(key) or _share(key, "mrt_quant *", {"x_scale": x_scale, "x_zero": int(x_zero),
-                                                           "packed_w": _char(packed_w), "scale": _ptr(scale)},
-                                       packed_w, scale)
-    # (``scale``, in the quantization struct: the layer's constant, or derived from ``a`` when dynamic,
-    # and the kernel then does not declare its result final)
-    if _call(_lib.mrt_qmatmul_f32, (_gemm_shape(1, rows, n, k, k, 0, n), quant, _epilogue(bias, act, a0, a1),
-                                    _ptr(a), _ptr(y), threads()), a, y) != 0:
+    qmatmul_call(qmatmul_prepare(rows, k, x_scale, x_zero, packed_w, n, scale, bias, act, a0, a1), a, y)
+
+
+def qmatmul_prepare(rows: int, k: int, x_scale: float, x_zero: int, packed_w, n, scale, bias, act=0, a0=0.0,
+                    a1=0.0) -> tuple:
+    """The constant arguments of :func:`qmatmul_call` for one layer and number of rows: its shape,
+    quantization and epilogue structs, made once (they keep the arrays alive).  ``scale`` is part of
+    them: the layer's constant, or derived from the input when dynamic (made per call then, and the
+    kernel does not declare its result final)."""
+    shape = _new("mrt_gemm_shape *", {"batch": 1, "M": rows, "N": n, "K": k, "lda": k, "ldc": n})
+    quant = _new("mrt_quant *", {"x_scale": x_scale, "x_zero": int(x_zero), "packed_w": _char(packed_w),
+                                 "scale": _ptr(scale)}, packed_w, scale)
+    epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0}, bias)
+    return shape, quant, epilogue
+
+
+def qmatmul_call(prep, a, y) -> None:
+    """Run a prepared :func:`qmatmul` of ``a`` (rows, K) into ``y`` (rows, n)."""
+    shape, quant, epilogue = prep
+    if _call(_lib.mrt_qmatmul_f32, (shape, quant, epilogue, _ptr(a), _ptr(y), threads()), a, y) != 0:
         raise MemoryError("minirt native qmatmul: could not allocate its scratch buffer")
 
 

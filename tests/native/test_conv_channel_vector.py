@@ -171,7 +171,7 @@ def test_prepared_call_after_an_isa_change_ignores_stale_packing():
         for first, then in (("best", "baseline"), ("baseline", "best")):
             native.select_isa(first)
             prep = native.conv2d_prepare(x.shape, w, group, k, s, d, pads[:2], out, b)
-            assert prep[0][2] is not None  # packed for `first`
+            assert prep[-1] == native.isa  # packed for `first` (the ISA its packing was made under)
             native.select_isa(then)
             y = np.empty((1, m) + out, dtype=np.float32)
             native.conv2d_call(prep, x, y)
