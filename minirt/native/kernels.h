@@ -1,6 +1,6 @@
 /* minirt native kernels: the C interface seen by cffi (minirt/native/build_native.py).
  *
- * Everything here is float32, NCHW, contiguous.  Every kernel takes the
+ * Tensors are NCHW and contiguous, float32 unless a kernel says uint8 / int8.  Every kernel takes the
  * number of threads to use (<= 1: run on the calling thread); work is split
  * over a small pthread pool owned by this library (see kernels.c).
  *
@@ -298,9 +298,9 @@ int mrt_maxpool2d_s1_f32(const mrt_conv_geometry *g, const float *x, float *y, i
  * in i, long in l, float in f): the struct pointers of its prepared call, the data pointers, the
  * thread count.
  *
- * The record/replay contract (also in docs/runtime.md, "Native programs"; checked in one place,
- * minirt/native/__init__.py: _run_recorded and the recorder of minirt/native/program.py).  A kernel
- * is recordable when, on the path taken:
+ * The record/replay contract (also in docs/runtime.md, "Native programs: the record/replay
+ * contract"; checked in one place: _call and RECORDABLE in minirt/native/__init__.py, then the
+ * recorder of minirt/native/program.py).  A kernel is recordable when, on the path taken:
  *   1. all of its work is done by native calls made through the recording wrappers of
  *      minirt/native/__init__.py, each listed below with an MRT_CALL_* code: no numpy work before or
  *      after them (a replay runs the calls alone);
