@@ -156,7 +156,8 @@ def threads() -> int:
 # The record/replay contract (written in kernels.h above mrt_arg, and in docs/runtime.md, "Native
 # programs"), checked here and in Recorder.end (minirt/native/program.py), nowhere else:
 #
-# * every native call goes through _call (below), which keeps it while a session records;
+# * every call that computes a node's values goes through _call (below), which keeps it while a
+#   session records (packing weights once and the size queries are not part of any run's values);
 # * the entry points a program can replay are the keys of RECORDABLE, each with the argument
 #   positions of the data it reads and of the data it writes; every other argument is a constant of
 #   the prepared call (parameter structs, weights, scalars, the thread count), the same on every run;
