@@ -113,8 +113,7 @@ def _same_shape_f32(a, b, out) -> bool:
     """Whether ``a op b`` into ``out`` is one native pass (mrt_binary_f32): float32 C-contiguous arrays of
     one shape."""
     return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == _F32 and a.shape == b.shape
-            and a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous and _native.available
-            and _native.has_element_kernels())
+            and a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous and _native.available)
 
 
 def _binary_out(out, a: np.ndarray, b: np.ndarray) -> bool:

@@ -41,7 +41,7 @@ class _PreparedProduct:
     themselves: other objects are validated again), the result shape, the operand as the native
     GEMM reads it and the epilogue.  Running it costs the product and the epilogue only."""
 
-    __slots__ = ("b", "c", "z", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "pack_b", "bpack")
+    __slots__ = ("b", "c", "z", "k", "n", "rows", "y_shape", "rhs", "bias", "epilogue", "pack_b", "bpack", "native")
 
     def fits(self, a, b, c, z) -> bool:
         """Whether this is the product for these node inputs (``a`` has the shape it was made for; ``z``
@@ -60,7 +60,7 @@ class _PreparedProduct:
                 # (cached under the node's own B, the model's weight array: the builder's packed
                 # weights are seeded under it at load, minirt/session.py)
                 bpack = self.bpack = _native.sgemm_pack_b(rhs, transb, ldb, k, n, owner=self.b)
-            _native.sgemm_pb(a2, rows, n, k, bpack, y, self.bias, *self.epilogue)
+            _native.sgemm_pb_call(self.native, a2, bpack, y)
         elif rows < _NATIVE_MIN_ROWS:
             _small_rows_product(a2, rows, k, n, self.rhs, y, self.bias, None, self.epilogue)
         else:
@@ -72,17 +72,14 @@ class _PreparedProduct:
 def _small_rows_product(a2, rows, k, n, rhs, y, bias, z, epilogue) -> None:
     """y (rows x n, C-contiguous) = act(a2 @ b + bias[n] + z) for fewer than _NATIVE_MIN_ROWS rows (a
     matrix-vector product, bound by reading b): the native gemv reads ``b`` in place, threads over the
-    columns, with bias and activation fused when there is no residual ``z``; numpy's (single-threaded,
-    D28) BLAS gemv in modules without it.  ``rhs``: ``_as_rhs(b) + (b,)``."""
-    bb, transb, ldb, b = rhs
+    columns, with bias and activation fused when there is no residual ``z``.  ``rhs``:
+    ``_as_rhs(b) + (b,)``."""
+    bb, transb, ldb, _ = rhs
     y2 = y.reshape(rows, n)
-    if _native.has_sgemv():
-        if z is None:
-            _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2, bias, *epilogue)
-            return
-        _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2)
-    else:
-        np.matmul(a2.reshape(rows, k), b, out=y2)
+    if z is None:
+        _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2, bias, *epilogue)
+        return
+    _native.sgemv(a2, rows, n, k, bb, ldb, transb, y2)
     _column_epilogue(y2, bias, z, *epilogue)
 
 
@@ -191,8 +188,10 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         # against 17-20 for BLAS and ~24 for the in-place native.sgemv, all bound by reading B), which
         # gives the GEMM's bits and is a recorded native call: a classifier head runs in a native
         # program (D32: MobileNet-style 1.18x -> 1.07x onnxruntime).
-        prepared.pack_b = keep and _native.has_sgemm_pb()
+        prepared.pack_b = keep
         prepared.bpack = None
+        # (the packed product's native structs, made once: a kept product runs many times)
+        prepared.native = _native.sgemm_pb_prepare(rows, n, k, bias, act, a0, a1) if keep else None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
             remember(memo, a.shape, prepared)
         return prepared.run(a, out)

@@ -35,6 +35,7 @@ from minirt import native as _native
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
 from minirt.kernels.registry import NodeContext, is_constant, kernel, remember
+from minirt.vocabulary import ACTIVATIONS
 
 _AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -254,7 +255,7 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
                  group=group, pads=pads, strides=strides)
         return y.astype(x.dtype)
     if nd == 2 and x.dtype == np.float32 and _native.available:
-        return _conv2d_native(x, w, b, None, out_sp, k, s, d, pb, group, _native.ACT_NONE, 0.0, 0.0,
+        return _conv2d_native(x, w, b, None, out_sp, k, s, d, pb, group, _ACT_NONE, 0.0, 0.0,
                               dst=_free_out(out, x), memo=memo)
     xp = _pad_for_windows(x, out_sp, k, s, d, pb, 0)
     p = math.prod(out_sp)
@@ -287,20 +288,12 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
 
 # --------------------------------------------------------------------------- native conv paths
 
-# Fused-activation names (com.minirt convention, see kernels/fused.py) that the
-# native epilogue computes: name -> (native code, number of parameters).
-_NATIVE_ACTIVATIONS = {
-    "": (_native.ACT_NONE, 0),
-    "Relu": (_native.ACT_RELU, 0),
-    "Clip": (_native.ACT_CLIP, 2),
-    "LeakyRelu": (_native.ACT_LEAKY, 1),
-    "Sigmoid": (_native.ACT_SIGMOID, 0),
-    "SiLU": (_native.ACT_SILU, 0),
-    "HardSigmoid": (_native.ACT_HARDSIGMOID, 2),
-    "HardSwish": (_native.ACT_HARDSWISH, 0),
-    "Gelu": (_native.ACT_GELU, 0),
-    "GeluTanh": (_native.ACT_GELU_TANH, 0),
-}
+# Fused-activation names (com.minirt convention, see kernels/fused.py) that the native epilogue
+# computes: name -> (native code, number of parameters), from the vocabulary and the compiled module
+# (empty without native kernels: the native paths are not taken then).
+_NATIVE_ACTIVATIONS = {name: (code, ACTIVATIONS[name].params) for name, code in _native.ACTIVATION_CODES.items()}
+# The native code of "no activation" (0 without native kernels, where it is never passed to C).
+_ACT_NONE = _native.ACTIVATION_CODES.get("", 0)
 
 
 def _free_out(out, *inputs):
@@ -345,9 +338,8 @@ class _NativeConv:
         return y
 
 
-def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _NativeConv | None:
-    """The native convolution act(conv(x, w) + b + z) (shapes already validated), or None when the
-    loaded module predates ``mrt_conv2d_f32`` and the conv is not depthwise."""
+def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _NativeConv:
+    """The native convolution act(conv(x, w) + b + z) (shapes already validated)."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     wc = np.ascontiguousarray(w)
@@ -361,12 +353,10 @@ def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _N
         plan.y_shape = (n, c) + tuple(out)
         plan.call = _native.dwconv2d_call
         plan.args = _native.dwconv2d_prepare(x.shape, wc, bc, k, s, d, pb, out, act, a0, a1)
-    elif _native.has_conv2d():
+    else:
         plan.y_shape = (n, m) + tuple(out)
         plan.call = _native.conv2d_call
         plan.args = _native.conv2d_prepare(x.shape, wc, group, k, s, d, pb, out, bc, act, a0, a1)
-    else:
-        return None
     return plan
 
 
@@ -395,43 +385,12 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None, m
     small images, a native im2col, and our GEMM writes y with bias + residual +
     activation fused.  The whole batch is one native call (``mrt_conv2d_f32``:
     threads over images or bands of output rows, small planes of several images
-    in one GEMM); a module built before that entry point gets the per-image,
-    per-group Python loop below.  ``memo``: the node's memo, where the prepared call is kept
+    in one GEMM).  ``memo``: the node's memo, where the prepared call is kept
     (see :class:`_NativeConv`).
     """
     plan = _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1)
-    if plan is not None:
-        _remember_conv(memo, x, w, b, plan)
-        return plan.run(x, z, dst)
-    n, c, h, wd = x.shape
-    m, cg = w.shape[:2]
-    kk = k[0] * k[1]
-    p = out[0] * out[1]
-    x = np.ascontiguousarray(x)
-    if b is not None:
-        b = np.ascontiguousarray(b, dtype=np.float32)
-    if z is not None:
-        z = np.ascontiguousarray(z, dtype=np.float32)
-    # modules built before mrt_conv2d_f32: one im2col and one GEMM call per image and group
-    if kk == 1 and s == (1, 1) and pb == (0, 0) and tuple(out) == (h, wd):
-        cols = x.reshape(n, group, cg, p)  # 1x1: the input is the GEMM operand, no copy
-    else:
-        cols = np.empty((n, c * kk, p), dtype=np.float32)
-        for i in range(n):
-            _native.im2col(x[i], cols[i], k, s, d, pb, out)
-        cols = cols.reshape(n, group, cg * kk, p)
-    # Our GEMM (packed-B, AVX2/AVX-512 microkernel, threads from our pool)
-    # writes y directly with bias + residual + activation in the same pass.
-    mg = m // group
-    y = _out_buffer(dst, (n, m) + tuple(out))
-    wg = np.ascontiguousarray(w).reshape(group, mg, cg * kk)
-    yv = y.reshape(n, group, mg, p)
-    zv = None if z is None else z.reshape(n, group, mg, p)
-    for i in range(n):
-        for g in range(group):
-            _native.sgemm(wg[g], cols[i, g], yv[i, g], None if b is None else b[g * mg:(g + 1) * mg], 1,
-                          None if zv is None else zv[i, g], act, a0, a1)
-    return y
+    _remember_conv(memo, x, w, b, plan)
+    return plan.run(x, z, dst)
 
 
 def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_params=(), auto_pad="NOTSET",
@@ -570,10 +529,10 @@ def _conv_transpose_tiles(x, w, b, act=None, dst=None):
     kk, p = kh * kw, hh * ww
     x = np.ascontiguousarray(x)
     wt = np.ascontiguousarray(w.reshape(c, m * kk).T)
-    if _native.available and _native.has_layout_kernels():
+    if _native.available:
         y = _out_buffer(_free_out(dst, x), (n, m, hh * kh, ww * kw))
         bias_rows = None if b is None else np.ascontiguousarray(np.repeat(b.astype(np.float32), kk))
-        _native.convtranspose_tiles(x, wt, m, (kh, kw), bias_rows, y, *(act or (_native.ACT_NONE, 0.0, 0.0)))
+        _native.convtranspose_tiles(x, wt, m, (kh, kw), bias_rows, y, *(act or (_ACT_NONE, 0.0, 0.0)))
         return y, act is not None
     cols = np.matmul(wt, x.reshape(n, c, p))
     if b is not None:
@@ -717,7 +676,7 @@ def _max_pool_geometry(x_shape, auto_pad, ceil_mode, dilations, kernel_shape, pa
     native = None
     if nd == 2 and _native.available:
         # separable (rows, then columns): SPPF's 5x5 stride-1 pools on small planes
-        separable = s == (1, 1) and d == (1, 1) and _native.has_layout_kernels()
+        separable = s == (1, 1) and d == (1, 1)
         native = _native.maxpool2d_prepare(x_shape, k, s, d, pb, out, separable)
     return nd, k, s, d, tuple(out), pb, pe, native
 
@@ -884,7 +843,7 @@ def average_pool_19(
 @kernel("GlobalAveragePool", since=1, out=True)
 def global_average_pool(x, /, *, out=None):
     nd = _check_rank("GlobalAveragePool", x)
-    if x.dtype == np.float32 and x.size and _native.available and _native.has_layout_kernels():
+    if x.dtype == np.float32 and x.size and _native.available:
         # One pass with vector partial sums (numpy's mean over the trailing axes is several times slower).
         y = _out_buffer(_free_out(out, x), x.shape[:2] + (1,) * nd)
         _native.plane_means(np.ascontiguousarray(x), y)
@@ -1122,8 +1081,8 @@ def _softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
         return x.copy()
     if axis == x.ndim - 1 and x.dtype == np.float32 and _native.available:
         y = np.empty_like(x)
-        if _native.softmax_rows(np.ascontiguousarray(x), y, log):
-            return y
+        _native.softmax_rows(np.ascontiguousarray(x), y, log)
+        return y
     cdt = _compute_dtype(x.dtype)
     xc = x.astype(cdt, copy=False)
     # Subtracting the max keeps exp() finite; the result is invariant to it.

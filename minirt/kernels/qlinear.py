@@ -180,7 +180,7 @@ def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilation
     depthwise kernel, or None when it does not apply (dynamic quantization, no native module,
     more taps than float32 sums exactly): exact integer sums, the fused epilogue
     ``post[0] * act(scale * acc + b + z) + post[1]``, float or uint8 (``y_q``) output."""
-    if not _native.has_qdwconv2d() or x_scale is None or x_zero_point is None:
+    if not _native.available or x_scale is None or x_zero_point is None:
         return None
     if y_q is not None and not isinstance(y_q[0], float):
         return None  # per-channel requantization: the numpy path
@@ -415,7 +415,7 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
     plan.pool = pool
     if pool is not None:
         pooled = _pooled_size(out, *pool)
-        if pooled is None or not _native.has_qconv2d_pool():
+        if pooled is None:
             return False  # the numpy path (which raises MaxPool's error for a window that does not fit)
         plan.out_shape = (n, m) + pooled
     # x_scale, x_zero_point, w_scale and b stay alive with the plan, so their ids in the key stay theirs
@@ -634,7 +634,7 @@ class _QConvTransposePlan:
         self.y_q = y_q
         self.y_q_rows = None if y_q is None else (np.repeat(y_q.arrays[0], kk), np.repeat(y_q.arrays[1], kk))
         self.native_available = _native.available  # (tests turn the native module off: a new plan then)
-        self.native = self.act is not None and _native.available and _native.has_qconvtranspose()
+        self.native = self.act is not None and _native.available
         self.packed = _native.qpack(self.w_rows, owner=w, tag="convt") if self.native else None
 
     def fits(self, x_scale, x_zero_point, w, w_scale, b, attrs) -> bool:
@@ -837,7 +837,7 @@ class _PreparedQMatMul:
     its input before any flatten) and no residual: the constant inputs it was validated for (the
     arrays themselves), the result's shape and rows, and the layer's plan (``_qmatmul_plan``)."""
 
-    __slots__ = ("b", "b_scale", "a_scale", "a_zero_point", "bias", "rows", "y_shape", "plan")
+    __slots__ = ("b", "b_scale", "a_scale", "a_zero_point", "bias", "rows", "y_shape", "plan", "native")
 
     def fits(self, a, a_scale, a_zero_point, b, b_scale, bias, z) -> bool:
         """Whether this is the call for these inputs (``a`` has the input shape it was made for)."""
@@ -847,14 +847,17 @@ class _PreparedQMatMul:
 
     def run(self, a, out):
         _, _, k, n, packed, ws, static, scale, bias_c, act = self.plan
-        if static is None:
-            sc, zp_u8, scale = _dynamic_quant(a, ws)
-        else:
-            sc, zp_u8 = static
         y = _result_buffer(out, self.y_shape, _F32, a, None)
         # (a C-contiguous input flattened is the same memory: reshape it to the GEMM's rows directly)
-        _native.qmatmul(np.ascontiguousarray(a).reshape(self.rows, k), sc, zp_u8, packed, n, scale, bias_c,
-                        y.reshape(self.rows, n), *act)
+        a2, y2 = np.ascontiguousarray(a).reshape(self.rows, k), y.reshape(self.rows, n)
+        if static is None:
+            sc, zp_u8, scale = _dynamic_quant(a, ws)
+            _native.qmatmul(a2, sc, zp_u8, packed, n, scale, bias_c, y2, *act)
+        else:  # (the native structs made on the first run, then reused)
+            if self.native is None:
+                self.native = _native.qmatmul_prepare(self.rows, k, static[0], static[1], packed, n, scale, bias_c,
+                                                      *act)
+            _native.qmatmul_call(self.native, a2, y2)
         return y
 
 
@@ -889,6 +892,7 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
         prepared.rows = a.size // k
         prepared.y_shape = a.shape[:-1] + (n,)
         prepared.plan = plan
+        prepared.native = None
         if is_constant(b, b_scale, a_scale, a_zero_point, bias):  # (computed inputs: prepared anew per call)
             remember(memo, a.shape if a_shape is None else a_shape, prepared)
         return prepared.run(a, out)

@@ -287,7 +287,7 @@ def _concat_native(inputs, axis: int, out) -> np.ndarray | None:
     exactly the result, overlapping no input) with one native row copy per input, or None.  Each input
     is rows of prod(shape[axis:]) values (one row per index of the axes before ``axis``), placed side
     by side in the result's rows."""
-    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous or not _native.has_element_kernels():
+    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous or not _native.available:
         return None
     arrays = [x for x in inputs if x is not None]
     if not arrays or any(type(x) is not np.ndarray or x.dtype != np.float32 or x.ndim != out.ndim
@@ -1053,7 +1053,7 @@ def _repeat(x: np.ndarray, out_shape: tuple, fh: int, fw: int, out=None) -> np.n
     one integer multiply (a 4-byte value v becomes the 8-byte pair (v, v)) or
     ``np.repeat``, and rows by one broadcast copy.
     """
-    if x.dtype == np.float32 and _native.available and _native.has_layout_kernels():
+    if x.dtype == np.float32 and _native.available:
         if (out is not None and out.shape == out_shape and out.dtype == np.float32 and out.flags.c_contiguous
                 and not np.may_share_memory(x, out)):
             y = out

@@ -14,6 +14,14 @@ Public state:
                ``"dotprod"``, ``"neon"`` (aarch64) or ``"baseline"`` (override with
                ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
 ``qgemm_isa``  The int8 GEMM microkernel in use: ``"vnni"``, ``"dotprod"`` or ``"portable"``.
+``ACTIVATION_CODES``  Fused-activation name (``minirt.vocabulary.ACTIVATIONS``) -> the code of the
+               native epilogue computing it, read from the compiled module (empty without it).
+
+The interface is declared once, in ``kernels.h`` (which cffi reads): its parameter structs
+(``mrt_conv_geometry``, ``mrt_gemm_shape``, ``mrt_epilogue``, ``mrt_quant``), its activation enum and
+its ABI version.  Nothing here repeats a signature or a constant: the wrappers build the structs
+(once per prepared call, in the ``*_prepare`` functions, or from a small cache keyed by their
+values), the codes come from the module, the expected ABI version from the header beside it.
 
 The wrappers below take numpy arrays that the caller has already validated
 (dtype float32, C-contiguous, shapes consistent): they are the thin layer
@@ -23,23 +31,35 @@ API.  Threads come from :func:`threads` (set per session by ``Session``).
 from __future__ import annotations
 
 import os
+import re
 import threading
+import weakref
 
 available = False
 reason = ""
 features: dict = {}
 isa = "none"
 qgemm_isa = "none"
-
-(ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_SILU, ACT_HARDSIGMOID, ACT_HARDSWISH, ACT_GELU,
- ACT_GELU_TANH) = range(10)
+ACTIVATION_CODES: dict[str, int] = {}
+BINARY_OPS: dict[str, int] = {}  # ONNX op -> mrt_binary_f32's op code (MRT_BINARY_*), from the module
 
 _ffi = _lib = None
-_ABI_VERSION = 8
+_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.h")
 
 
 def _truthy(value: str | None) -> bool:
     return bool(value) and value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def header_abi_version(path: str = _HEADER) -> int | None:
+    """The ``MRT_ABI_VERSION`` that ``kernels.h`` declares (the interface this Python code is written
+    against), or None when the header cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = re.search(r"^#define MRT_ABI_VERSION (\d+)", f.read(), re.M)
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
 
 
 def _load() -> None:
@@ -58,14 +78,27 @@ def _load() -> None:
     except Exception as exc:  # noqa: BLE001 - a broken binary must never break the runtime
         reason = f"extension failed to load: {type(exc).__name__}: {exc}"
         return
-    if lib.mrt_abi_version() != _ABI_VERSION:
-        reason = f"extension ABI {lib.mrt_abi_version()} != expected {_ABI_VERSION} (stale build; reinstall minirt)"
+    expected = header_abi_version()
+    if expected is None:
+        reason = f"cannot read the ABI version from {_HEADER} (incomplete install; reinstall minirt)"
+        return
+    if lib.mrt_abi_version() != expected:
+        reason = f"extension ABI {lib.mrt_abi_version()} != expected {expected} (stale build; reinstall minirt)"
+        return
+    from minirt.vocabulary import ACTIVATIONS
+
+    try:
+        codes = {a.name: int(getattr(lib, a.native)) for a in ACTIVATIONS.values() if a.native is not None}
+    except AttributeError as exc:  # (tests/native/test_abi.py keeps the two in step)
+        reason = f"extension lacks an activation of minirt.vocabulary: {exc}"
         return
     bits = lib.mrt_cpu_features()
     features = {
         name: bool(bits & getattr(lib, "MRT_FEAT_" + name.upper()))
         for name in ("avx2", "fma", "avx512f", "avx512vnni", "neon", "asimddp")
     }
+    ACTIVATION_CODES.update(codes)
+    BINARY_OPS.update({op: getattr(lib, "MRT_BINARY_" + op.upper()) for op in ("Add", "Sub", "Mul", "Div")})
     _ffi, _lib = ffi, lib
     available = True
     wanted = (os.environ.get("MINIRT_NATIVE_ISA") or "best").strip().lower()
@@ -83,14 +116,13 @@ def select_isa(name: str = "best") -> str:
     if _lib is None:
         return isa
     codes = {"best": _lib.MRT_ISA_BEST, "avx512": _lib.MRT_ISA_AVX512, "avx2": _lib.MRT_ISA_AVX2,
-             "neon": getattr(_lib, "MRT_ISA_NEON", 3), "dotprod": getattr(_lib, "MRT_ISA_DOTPROD", 4),
-             "baseline": _lib.MRT_ISA_BASELINE}
+             "neon": _lib.MRT_ISA_NEON, "dotprod": _lib.MRT_ISA_DOTPROD, "baseline": _lib.MRT_ISA_BASELINE}
     code = codes.get(name)
     if code is None:
         raise ValueError(f"unknown ISA {name!r}; expected one of {', '.join(codes)}")
     chosen = _lib.mrt_select_isa(code)
-    isa = {_lib.MRT_ISA_AVX512: "avx512", _lib.MRT_ISA_AVX2: "avx2", codes["neon"]: "neon",
-           codes["dotprod"]: "dotprod"}.get(chosen, "baseline")
+    isa = {_lib.MRT_ISA_AVX512: "avx512", _lib.MRT_ISA_AVX2: "avx2", _lib.MRT_ISA_NEON: "neon",
+           _lib.MRT_ISA_DOTPROD: "dotprod"}.get(chosen, "baseline")
     qgemm_isa = {1: "vnni", 2: "dotprod"}.get(_lib.mrt_qgemm_isa(), "portable")
     _qpacked.clear()  # the packed weight format may depend on the ISA
     return isa
@@ -121,12 +153,41 @@ def threads() -> int:
 
 # --------------------------------------------------------------------------- recording (native programs)
 
+# The record/replay contract (written in kernels.h above mrt_arg, and in docs/runtime.md, "Native
+# programs"), checked here and in Recorder.end (minirt/native/program.py), nowhere else:
+#
+# * every call that computes a node's values goes through _call (below), which keeps it while a
+#   session records (packing weights once and the size queries are not part of any run's values);
+# * the entry points a program can replay are the keys of RECORDABLE, each with the argument
+#   positions of the data it reads and of the data it writes; every other argument is a constant of
+#   the prepared call (parameter structs, weights, scalars, the thread count), the same on every run;
+# * a call to any other entry point makes the running node unreplayable (its numbers would be
+#   missing from a replay), whatever the kernel declares;
+# * a kernel declares its result with final() (what its calls wrote, returned untouched) or
+#   constant_result() (a read-only array needing no call); Recorder.end accepts a node only then.
+RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "mrt_conv2d_f32": ((4, 5), (6,)),  # (g, w, packed_w, e, x, res, y, nthreads)
+    "mrt_dwconv2d_f32": ((3, 4), (5,)),  # (g, w, e, x, res, y, nthreads)
+    "mrt_maxpool2d_f32": ((1,), (2,)),  # (g, x, y, nthreads)
+    "mrt_maxpool2d_s1_f32": ((1,), (2,)),  # (g, x, y, nthreads)
+    "mrt_sgemm_f32": ((2, 3, 5), (4,)),  # (s, e, A, B, C, res, nthreads)
+    "mrt_sgemm_pb_f32": ((2, 5), (4,)),  # (s, e, A, bpack, C, res, nthreads)
+    "mrt_qconv2d": ((3, 4), (5,)),  # (g, q, e, x, res, y, nthreads)
+    "mrt_qconv2d_pool_f32": ((4, 5), (6,)),  # (g, pool, q, e, x, res, y, nthreads)
+    "mrt_qmatmul_f32": ((3,), (4,)),  # (s, q, e, a, y, nthreads)
+    "mrt_plane_means_f32": ((0,), (1,)),  # (x, y, planes, plane, nthreads)
+    "mrt_copy_rows_f32": ((0,), (2,)),  # (src, src_ld, dst, dst_ld, rows, cols, nthreads)
+    "mrt_binary_f32": ((1, 2), (3,)),  # (op, a, b, y, n, nthreads)
+    "mrt_upsample_nearest_f32": ((0,), (1,)),  # (x, y, planes, h, w, fh, fw, nthreads)
+}
+
 
 class _Recording(threading.local):
     """This thread's recording of a native program (see ``minirt/native/program.py``).
 
-    ``calls``: while a session records, the list the prepared calls below append each native call
-    they make to (None otherwise: the only cost outside a recording is that one test per call).
+    ``calls``: while a session records, the list :func:`_call` appends each native call to, as
+    ``(entry name, args, reads, writes)`` (args None: a call a program cannot replay); None
+    otherwise (the only cost outside a recording is that one test per call).
     ``final``: the array the running node's kernel declared its complete result (:func:`final`);
     ``constant``: the one it declared a constant (:func:`constant_result`)."""
 
@@ -138,13 +199,29 @@ class _Recording(threading.local):
 _recording = _Recording()
 
 
-def _record(entry, args, reads, writes) -> None:
-    """Keep the call ``entry(*args)`` that just ran, for the program being recorded.
+def _call(entry, args, *data):
+    """``entry(*args)``, returning its result; while a session records, also the call, for the program.
 
-    ``reads`` / ``writes``: ``(argument index, array or None)`` of the data the call read and wrote
-    (inputs, residuals, results); every other argument is a constant of a prepared call (geometry,
-    weights, scales), kept alive by ``args`` itself (cffi pointers hold their arrays)."""
-    _recording.calls.append((entry.__name__, args, reads, writes))
+    ``data``: for a RECORDABLE entry point, the arrays (or None for NULL) at its data positions, its
+    reads then its writes, in the order RECORDABLE lists them; nothing for the others."""
+    rc = entry(*args)
+    if _recording.calls is not None:
+        _record(entry.__name__, args, data)
+    return rc
+
+
+def _record(name: str, args: tuple, data: tuple) -> None:
+    """Keep the call that just ran (see RECORDABLE): its arguments, which hold the cffi pointers to
+    the prepared call's structs and weights (kept alive with them), and its reads and writes as
+    ``(argument position, array or None)``."""
+    positions = RECORDABLE.get(name)
+    if positions is None:
+        _recording.calls.append((name, None, (), ()))  # (Recorder.end refuses the node)
+        return
+    reads, writes = positions
+    if len(data) != len(reads) + len(writes):  # (a wrapper bug: the recorder would misplace the data)
+        raise AssertionError(f"native call {name}: {len(data)} data arrays for positions {positions}")
+    _recording.calls.append((name, args, tuple(zip(reads, data)), tuple(zip(writes, data[len(reads):]))))
 
 
 def final(y):
@@ -167,7 +244,37 @@ def constant_result(y):
     return y
 
 
-# --------------------------------------------------------------------------- kernels
+# --------------------------------------------------------------------------- parameter structs
+
+_INT_MAX = 2**31 - 1
+
+# struct -> the arrays its pointer fields point into, alive as long as the struct (cffi keeps
+# nothing alive through a pointer stored in a struct field).
+_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _new(ctype: str, fields: dict, *owners):
+    """A new ``ctype`` struct (cffi checks every value against its field's type: an out-of-range size
+    raises OverflowError, as a positional argument did) keeping ``owners`` alive."""
+    struct = _ffi.new(ctype, fields)
+    if owners:
+        _owners[struct] = owners
+    return struct
+
+
+# (kind, values...) -> struct, for the wrappers called without a prepared call: a struct is made
+# once per distinct set of values, then read-only (safe to share between threads and recordings).
+# An array's identity stands for its address: the struct keeps the array alive, so no other
+# array can take that identity while the entry exists.  Emptied when it grows past _SHARED_MAX.
+_shared: dict = {}
+_SHARED_MAX = 4096
+
+
+def _share(key: tuple, ctype: str, fields: dict, *owners):
+    if len(_shared) >= _SHARED_MAX:
+        _shared.clear()
+    struct = _shared[key] = _new(ctype, fields, *owners)
+    return struct
 
 
 def _ptr(a):
@@ -176,26 +283,79 @@ def _ptr(a):
     return _ffi.from_buffer("float[]", a)
 
 
+def _opt(a):
+    """``a``'s float pointer, or NULL for None."""
+    return _ffi.NULL if a is None else _ffi.from_buffer("float[]", a)
+
+
+_GEOMETRY_FIELDS = ("n", "c", "h", "w", "m", "group", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "oh", "ow")
+
+
+def _geometry(n, c, h, w, k=(1, 1), s=(1, 1), d=(1, 1), pb=(0, 0), out=(0, 0), m=0, group=1):
+    """The (shared) ``mrt_conv_geometry`` of a window operation over (n, c, h, w)."""
+    key = ("g", n, c, h, w, m, group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1])
+    return _shared.get(key) or _share(key, "mrt_conv_geometry *", dict(zip(_GEOMETRY_FIELDS, key[1:])))
+
+
+def _planes_geometry(x_shape, k, s, d, pb, out):
+    """The geometry of a pooling over the N * C planes of ``x_shape``; the kernels count the planes
+    in an int: checked here."""
+    n, c, h, wd = x_shape
+    if n * c > _INT_MAX:
+        raise OverflowError(f"minirt native pooling: {n} x {c} planes do not fit a C int")
+    return _geometry(n, c, h, wd, k, s, d, pb, out)
+
+
+_GEMM_FIELDS = ("batch", "M", "N", "K", "lda", "ldb", "ldc", "ldr", "sa", "sb", "sc", "sr", "transb", "bias_mode")
+
+
+def _gemm_shape(batch, m, n, k, lda, ldb, ldc, ldr=0, sa=0, sb=0, sc=0, sr=0, transb=0, bias_mode=2):
+    """The (shared) ``mrt_gemm_shape`` of ``batch`` products (see kernels.h)."""
+    key = ("s", batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, transb, bias_mode)
+    return _shared.get(key) or _share(key, "mrt_gemm_shape *", dict(zip(_GEMM_FIELDS, key[1:])))
+
+
+def _epilogue(bias, act, a0, a1, post=(1.0, 0.0)):
+    """The (shared) ``mrt_epilogue``: ``post[0] * act(... + bias) + post[1]``; ``bias`` float32 or None."""
+    key = ("e", None if bias is None else id(bias), act, a0, a1, post)
+    return _shared.get(key) or _share(key, "mrt_epilogue *", {
+        "bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": post[0], "post_b": post[1]}, bias)
+
+
+def _char(a):
+    """A byte pointer to ``a`` (uint8 / int8 data, packed weights)."""
+    return _ffi.from_buffer("char[]", a)
+
+
+def _u8(a):
+    return _ffi.from_buffer("uint8_t[]", a)
+
+
+# --------------------------------------------------------------------------- float kernels
+
+
 def dwconv2d(x, w, bias, y, k, s, d, pb, act=0, a0=0.0, a1=0.0, residual=None) -> None:
     """y (N, C, OH, OW) = act(depthwise conv(x, w) + bias[c] + residual); residual has y's shape."""
     dwconv2d_call(dwconv2d_prepare(x.shape, w, bias, k, s, d, pb, y.shape[2:], act, a0, a1), x, y, residual)
 
 
 def dwconv2d_prepare(x_shape, w, bias, k, s, d, pb, out, act=0, a0=0.0, a1=0.0) -> tuple:
-    """The constant arguments of :func:`dwconv2d_call` for one layer and input shape: the cffi
-    pointers to ``w`` / ``bias`` (float32, contiguous) made once; the tuple keeps them alive."""
+    """The constant arguments of :func:`dwconv2d_call` for one layer and input shape: its geometry
+    and epilogue structs and the pointer to ``w`` (float32, contiguous), made once."""
     n, c, h, wd = x_shape
-    return ((w, bias), (_ptr(w), _ffi.NULL if bias is None else _ptr(bias)),
-            (n, c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], act, a0, a1))
+    geometry = _new("mrt_conv_geometry *", {"n": n, "c": c, "h": h, "w": wd, "m": c, "group": c, "kh": k[0],
+                                            "kw": k[1], "sh": s[0], "sw": s[1], "dh": d[0], "dw": d[1],
+                                            "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
+    epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0},
+                    bias)
+    return geometry, _ptr(w), epilogue
 
 
 def dwconv2d_call(prep, x, y, residual=None) -> None:
     """Run a prepared depthwise conv (:func:`dwconv2d`) of ``x`` into ``y``."""
-    _, weights, geometry = prep
-    args = (_ptr(x), *weights, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *geometry, threads())
-    _lib.mrt_dwconv2d_f32(*args)
-    if _recording.calls is not None:
-        _record(_lib.mrt_dwconv2d_f32, args, ((0, x), (3, residual)), ((4, y),))
+    geometry, w, epilogue = prep
+    _call(_lib.mrt_dwconv2d_f32, (geometry, w, epilogue, _ptr(x), _opt(residual), _ptr(y), threads()),
+          x, residual, y)
 
 
 def maxpool2d(x, y, k, s, d, pb) -> None:
@@ -206,50 +366,41 @@ def maxpool2d_prepare(x_shape, k, s, d, pb, out, separable=False) -> tuple:
     """The constant arguments of :func:`maxpool2d_call` for one input shape.  ``separable``: the
     stride-1, dilation-1 kernel (:func:`maxpool2d_s1`; ``s`` and ``d`` are then ignored)."""
     n, c, h, wd = x_shape
-    if separable:
-        return True, (n * c, h, wd, k[0], k[1], pb[0], pb[1], out[0], out[1])
-    return False, (n * c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1])
+    if n * c > _INT_MAX:
+        raise OverflowError(f"minirt native MaxPool: {n} x {c} planes do not fit a C int")
+    geometry = _new("mrt_conv_geometry *", {"n": n, "c": c, "h": h, "w": wd, "kh": k[0], "kw": k[1], "sh": s[0],
+                                            "sw": s[1], "dh": d[0], "dw": d[1], "pt": pb[0], "pl": pb[1],
+                                            "oh": out[0], "ow": out[1]})
+    return _lib.mrt_maxpool2d_s1_f32 if separable else _lib.mrt_maxpool2d_f32, geometry
 
 
 def maxpool2d_call(prep, x, y) -> None:
     """Max pooling of ``x`` into ``y`` (float32, contiguous) with a prepared geometry."""
-    separable, geometry = prep
-    entry = _lib.mrt_maxpool2d_s1_f32 if separable else _lib.mrt_maxpool2d_f32
-    args = (_ptr(x), _ptr(y), *geometry, threads())
-    if entry(*args):  # (only the separable kernel returns a code: non-zero without scratch memory)
+    entry, geometry = prep
+    # (only the separable kernel returns a code: non-zero without scratch memory)
+    if _call(entry, (geometry, _ptr(x), _ptr(y), threads()), x, y):
         raise MemoryError("minirt native MaxPool: could not allocate scratch memory")
-    if _recording.calls is not None:
-        _record(entry, args, ((0, x),), ((1, y),))
 
 
 def avgpool2d(x, y, k, s, d, pb, count_box, scale) -> None:
-    n, c, h, wd = x.shape
-    oh, ow = y.shape[2:]
     (h0, h1), (w0, w1) = count_box
-    _lib.mrt_avgpool2d_f32(_ptr(x), _ptr(y), n * c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], oh, ow,
-                           h0, h1, w0, w1, scale, threads())
+    key = ("box", h0, h1, w0, w1)
+    box = _shared.get(key) or _share(key, "int[4]", [h0, h1, w0, w1])
+    _call(_lib.mrt_avgpool2d_f32, (_planes_geometry(x.shape, k, s, d, pb, y.shape[2:]), box, scale, _ptr(x), _ptr(y),
+                                   threads()))
 
 
 def bias_act(y, bias, residual=None, act=0, a0=0.0, a1=0.0) -> None:
     """In place: y (N, C, ...) = act(y + bias[c] + residual)."""
     n, c = y.shape[:2]
     plane = y.size // (n * c) if n * c else 0
-    _lib.mrt_bias_act_f32(
-        _ptr(y), _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if residual is None else _ptr(residual), n, c,
-        plane, act, a0, a1, threads(),
-    )
+    _call(_lib.mrt_bias_act_f32, (_epilogue(bias, act, a0, a1), _ptr(y), _opt(residual), n, c, plane, threads()))
 
 
 def im2col(x, cols, k, s, d, pb, out) -> None:
     """One image: x (C, H, W) -> cols (C*KH*KW, OH*OW)."""
     c, h, wd = x.shape
-    _lib.mrt_im2col_f32(_ptr(x), _ptr(cols), c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0],
-                        out[1], threads())
-
-
-def has_conv2d() -> bool:
-    """True when the loaded module has the whole-batch float conv (not in modules built before it)."""
-    return _lib is not None and hasattr(_lib, "mrt_conv2d_f32")
+    _call(_lib.mrt_im2col_f32, (_geometry(1, c, h, wd, k, s, d, pb, out), _ptr(x), _ptr(cols), threads()))
 
 
 def conv2d(x, w, group, k, s, d, pb, out, y, bias=None, residual=None, act=0, a0=0.0, a1=0.0) -> None:
@@ -258,40 +409,62 @@ def conv2d(x, w, group, k, s, d, pb, out, y, bias=None, residual=None, act=0, a0
 
 
 def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0, a1=0.0) -> tuple:
-    """The constant arguments of :func:`conv2d_call` for one layer and input shape: the cffi
-    pointers to ``w`` / ``bias`` (float32, contiguous) made once; the tuple keeps them alive.
+    """The constant arguments of :func:`conv2d_call` for one layer and input shape: its geometry and
+    epilogue structs and the pointers to ``w`` (float32, contiguous) and its packed form, made once.
 
     Layers where the channel-vector kernel pays (small outputs, deep sums; ``mrt_conv2d_uses_packed_w``)
     also get ``w`` packed for it, once per weight array and geometry (cached while ``w`` lives), in
     the layout of the ISA in use (see :func:`conv2d_call`).
     """
     n, c, h, wd = x_shape
-    bias_ptr = _ffi.NULL if bias is None else _ptr(bias)
-    if not hasattr(_lib, "mrt_conv2d_packed_f32"):  # a module built before the packed entry point
-        return ((w, bias), _lib.mrt_conv2d_f32,
-                (n, c, h, wd, _ptr(w), w.shape[0], group, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0],
-                 out[1], bias_ptr),
-                (act, a0, a1), None)
+    geometry = _new("mrt_conv_geometry *", {"n": n, "c": c, "h": h, "w": wd, "m": w.shape[0], "group": group,
+                                            "kh": k[0], "kw": k[1], "sh": s[0], "sw": s[1], "dh": d[0], "dw": d[1],
+                                            "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
+    epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0},
+                    bias)
     packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(s), tuple(out)),
                           lambda: _conv_pack_w(w, c, group, k, s, out))
-    return ((w, bias, packed), _lib.mrt_conv2d_packed_f32,
-            (n, c, h, wd, _ptr(w), _ffi.NULL if packed is None else _ptr(packed), w.shape[0], group, k[0], k[1], s[0],
-             s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], bias_ptr),
-            (act, a0, a1), None if packed is None else isa)
+    return geometry, _ptr(w), _opt(packed), epilogue, None if packed is None else isa
 
 
 def conv2d_call(prep, x, y, residual=None) -> None:
     """Run a prepared convolution (:func:`conv2d`) of ``x`` into ``y``.  Weights packed under another
     ISA than the one in use (``select_isa`` since) are not passed: their layout depends on it."""
-    _, entry, head, epilogue, packed_isa = prep
+    geometry, w, packed, epilogue, packed_isa = prep
     if packed_isa is not None and packed_isa != isa:
-        head = head[:5] + (_ffi.NULL,) + head[6:]
-    args = (_ptr(x), *head, _ffi.NULL if residual is None else _ptr(residual), _ptr(y), *epilogue, threads())
-    if entry(*args) != 0:
+        packed = _ffi.NULL
+    if _call(_lib.mrt_conv2d_f32, (geometry, w, packed, epilogue, _ptr(x), _opt(residual), _ptr(y), threads()),
+             x, residual, y) != 0:
         raise MemoryError("minirt native conv2d: could not allocate scratch memory")
-    if _recording.calls is not None:
-        j = 1 + len(head)  # (x, *head, residual, y, ...)
-        _record(entry, args, ((0, x), (j, residual)), ((j + 1, y),))
+
+
+def _conv_pack_w(w, c, group, k, s, out):
+    """``w`` packed for the channel-vector conv kernel, or None when that does not pay for this layer."""
+    if not _lib.mrt_conv2d_uses_packed_w(_geometry(1, c, 0, 0, k, s, out=out, m=w.shape[0], group=group)):
+        return None
+    return conv_pack_w(w, group)
+
+
+def conv_pack_w(w, group):
+    """The (m, c/group, kh, kw) float32 weights ``w`` packed for ``mrt_conv2d_f32`` (current ISA)."""
+    m, kdepth = w.shape[0], w[0].size
+    packed = _aligned_floats(int(_lib.mrt_conv2d_packed_w_floats(m, group, kdepth)))
+    _lib.mrt_conv2d_pack_w(_ptr(w), m, group, kdepth, _ptr(packed))
+    return packed
+
+
+def convtranspose_tiles(x, wt, m, k, bias_rows, y, act=0, a0=0.0, a1=0.0) -> None:
+    """y (N, M, H*kh, W*kw) = act(ConvTranspose(x) + bias) for stride == kernel (taps never overlap).
+
+    ``wt`` (M*kh*kw, C): the (C, M, kh, kw) weight transposed; ``bias_rows`` (M*kh*kw,) or None."""
+    n, c, h, wd = x.shape
+    geometry = _geometry(n, c, h, wd, k, k, (1, 1), (0, 0), (h * k[0], wd * k[1]), m)
+    if _call(_lib.mrt_convtranspose_tiles_f32, (geometry, _ptr(wt), _epilogue(bias_rows, act, a0, a1), _ptr(x),
+                                                _ptr(y), threads())) != 0:
+        raise MemoryError("minirt native ConvTranspose: could not allocate scratch memory")
+
+
+# --------------------------------------------------------------------------- float products
 
 
 def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0) -> None:
@@ -305,12 +478,36 @@ def sgemm(a, b, c, bias=None, bias_mode=1, residual=None, act=0, a0=0.0, a1=0.0)
     m, k = a.shape
     n = b.shape[1]
     it = 4
-    _lib.mrt_sgemm_f32(
-        m, n, k, _ptr(a), a.strides[0] // it, _ptr(b), b.strides[0] // it, _ptr(c), c.strides[0] // it,
-        _ffi.NULL if bias is None else _ptr(bias), bias_mode,
-        _ffi.NULL if residual is None else _ptr(residual), 0 if residual is None else residual.strides[0] // it,
-        act, a0, a1, threads(),
-    )
+    shape = _gemm_shape(1, m, n, k, a.strides[0] // it, b.strides[0] // it, c.strides[0] // it,
+                        0 if residual is None else residual.strides[0] // it, bias_mode=bias_mode)
+    _call(_lib.mrt_sgemm_f32, (shape, _epilogue(bias, act, a0, a1), _ptr(a), _ptr(b), _ptr(c), _opt(residual),
+                               threads()), a, b, residual, c)
+
+
+def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias=None, residual=None, ldr=0, sr=0,
+                act=0, a0=0.0, a1=0.0) -> None:
+    """``batch`` GEMMs ``c_i (M, N) = act(a_i @ b_i + bias[n] + residual_i)`` (bias per column).
+
+    ``a``, ``b``, ``c``, ``residual``: float32 arrays whose first element is that
+    of matrix 0; leading dimensions and batch strides are in elements (batch
+    stride 0 broadcasts).  ``transb``: ``b`` is stored (N, K), row stride ``ldb``.
+    """
+    # (called per run by the products that are not kept prepared: one key, one lookup for both structs)
+    key = ("sgemm", batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, transb, None if bias is None else id(bias),
+           act, a0, a1)
+    shape, epilogue = _shared.get(key) or _share_product(key, bias)
+    _call(_lib.mrt_sgemm_f32, (shape, epilogue, _ptr(a), _ptr(b), _ptr(c), _opt(residual), threads()),
+          a, b, residual, c)
+
+
+def _share_product(key: tuple, bias) -> tuple:
+    """The (shape, epilogue) structs of :func:`sgemm_batch`'s ``key``, made and shared."""
+    batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, transb, _, act, a0, a1 = key[1:]
+    if len(_shared) >= _SHARED_MAX:
+        _shared.clear()
+    pair = _shared[key] = (_gemm_shape(batch, m, n, k, lda, ldb, ldc, ldr, sa, sb, sc, sr, int(transb), 2),
+                           _epilogue(bias, act, a0, a1))
+    return pair
 
 
 def sgemm_pack_b(b, transb: int, ldb: int, k: int, n: int, owner) -> tuple:
@@ -329,63 +526,29 @@ def sgemm_pack_b(b, transb: int, ldb: int, k: int, n: int, owner) -> tuple:
 def sgemm_pb(a, m: int, n: int, k: int, packed, c, bias=None, act=0, a0=0.0, a1=0.0) -> None:
     """c (M, N) = act(a (M, K) @ B + bias[n]) with B from :func:`sgemm_pack_b` (its ``(isa, packed)``,
     made under the ISA in use); ``a`` and ``c`` C-contiguous float32."""
-    args = (m, n, k, _ptr(a), k, _ptr(packed[1]), _ptr(c), n, _ffi.NULL if bias is None else _ptr(bias), 2, _ffi.NULL,
-            0, act, a0, a1, threads())
-    _lib.mrt_sgemm_pb_f32(*args)
-    if _recording.calls is not None:
-        _record(_lib.mrt_sgemm_pb_f32, args, ((3, a),), ((6, c),))
+    sgemm_pb_call(sgemm_pb_prepare(m, n, k, bias, act, a0, a1), a, packed, c)
+
+
+def sgemm_pb_prepare(m: int, n: int, k: int, bias=None, act=0, a0=0.0, a1=0.0) -> tuple:
+    """The constant arguments of :func:`sgemm_pb_call` for one product shape: its shape and epilogue
+    structs, made once (they keep ``bias`` alive)."""
+    shape = _new("mrt_gemm_shape *", {"batch": 1, "M": m, "N": n, "K": k, "lda": k, "ldc": n, "bias_mode": 2})
+    return shape, _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0}, bias)
+
+
+def sgemm_pb_call(prep, a, packed, c) -> None:
+    """Run a prepared :func:`sgemm_pb` of ``a`` into ``c`` with ``packed`` from :func:`sgemm_pack_b`."""
+    shape, epilogue = prep
+    _call(_lib.mrt_sgemm_pb_f32, (shape, epilogue, _ptr(a), _ptr(packed[1]), _ptr(c), _ffi.NULL, threads()),
+          a, None, c)
 
 
 def sgemv(a, m: int, n: int, k: int, b, ldb: int, transb: int, c, bias=None, act=0, a0=0.0, a1=0.0) -> None:
     """c (M, N) = act(a (M, K) @ B + bias[n]) for a few rows, B read in place (not packed): ``b`` K x N with
     rows of ``ldb`` floats, or with ``transb`` stored N x K; threads split the columns.  ``a`` and ``c``
     C-contiguous float32."""
-    _lib.mrt_sgemv_f32(m, n, k, _ptr(a), k, _ptr(b), ldb, int(transb), _ptr(c), n,
-                       _ffi.NULL if bias is None else _ptr(bias), act, a0, a1, threads())
-
-
-def has_sgemv() -> bool:
-    """True when the loaded module has the matrix-vector product (not in older modules)."""
-    return _lib is not None and hasattr(_lib, "mrt_sgemv_f32")
-
-
-def has_sgemm_pb() -> bool:
-    """True when the loaded module has the packed-B product (not in older modules)."""
-    return hasattr(_lib, "mrt_sgemm_pb_f32")
-
-
-def sgemm_batch(batch, m, n, k, a, lda, sa, b, ldb, sb, transb, c, ldc, sc, bias=None, residual=None, ldr=0, sr=0,
-                act=0, a0=0.0, a1=0.0) -> None:
-    """``batch`` GEMMs ``c_i (M, N) = act(a_i @ b_i + bias[n] + residual_i)`` (bias per column).
-
-    ``a``, ``b``, ``c``, ``residual``: float32 arrays whose first element is that
-    of matrix 0; leading dimensions and batch strides are in elements (batch
-    stride 0 broadcasts).  ``transb``: ``b`` is stored (N, K), row stride ``ldb``.
-    """
-    args = (batch, m, n, k, _ptr(a), lda, sa, _ptr(b), ldb, sb, int(transb), _ptr(c), ldc, sc,
-            _ffi.NULL if bias is None else _ptr(bias), 2, _ffi.NULL if residual is None else _ptr(residual), ldr, sr,
-            act, a0, a1, threads())
-    _lib.mrt_sgemm_batch_f32(*args)
-    if _recording.calls is not None:
-        _record(_lib.mrt_sgemm_batch_f32, args, ((4, a), (7, b), (16, residual)), ((11, c),))
-
-
-def _conv_pack_w(w, c, group, k, s, out):
-    """``w`` packed for the channel-vector conv kernel, or None when that does not pay for this layer."""
-    m = w.shape[0]
-    if not _lib.mrt_conv2d_uses_packed_w(c, m, group, k[0], k[1], s[0], s[1], out[0], out[1]):
-        return None
-    return conv_pack_w(w, group)
-
-
-def conv_pack_w(w, group):
-    """The (m, c/group, kh, kw) float32 weights ``w`` packed for ``mrt_conv2d_packed_f32`` (current ISA)."""
-    import numpy as np
-
-    m, kdepth = w.shape[0], w[0].size
-    packed = _aligned_floats(int(_lib.mrt_conv2d_packed_w_floats(m, group, kdepth)))
-    _lib.mrt_conv2d_pack_w(_ptr(w), m, group, kdepth, _ptr(packed))
-    return packed
+    _call(_lib.mrt_sgemv_f32, (_gemm_shape(1, m, n, k, k, ldb, n, transb=int(transb)), _epilogue(bias, act, a0, a1),
+                               _ptr(a), _ptr(b), _ptr(c), threads()))
 
 
 def _aligned_floats(count: int):
@@ -434,9 +597,8 @@ def _keep_pack(owner, key, packed) -> None:
 def packed_panel_width() -> int:
     """The panel width (G_NR: output channels / columns per panel) of the float kernels' packed
     weights under the ISA in use, as the loaded module reports it (the floats of a 1 x 1 packed
-    weight are one panel); 0 without native kernels (or switched off) or with a module predating
-    packed weights."""
-    if not available or _lib is None or not hasattr(_lib, "mrt_conv2d_packed_f32") or not hasattr(_lib, "mrt_sgemm_packed_b_floats"):
+    weight are one panel); 0 without native kernels (or switched off)."""
+    if not available or _lib is None:
         return 0
     conv, product = int(_lib.mrt_conv2d_packed_w_floats(1, 1, 1)), int(_lib.mrt_sgemm_packed_b_floats(1, 1))
     return conv if conv == product else 0
@@ -483,8 +645,27 @@ def _qpack_now(w):
     raw = np.empty(size + 64, dtype=np.uint8)
     off = (-raw.ctypes.data) % 64
     packed = raw[off:off + size]
-    _lib.mrt_qgemm_pack_w(_ffi.from_buffer("int8_t[]", wc), m, k, _ffi.from_buffer("char[]", packed))
+    _lib.mrt_qgemm_pack_w(_ffi.from_buffer("int8_t[]", wc), m, k, _char(packed))
     return packed
+
+
+def _y_q_arrays(y_q, m: int):
+    """``(y_scales, y_zeros)`` float32 / int32 arrays of one value per output channel from ``y_q``: a
+    float and an int for every channel, or such arrays already."""
+    if hasattr(y_q[0], "__len__"):
+        return y_q
+    import numpy as np
+
+    return np.full(m, y_q[0], np.float32), np.full(m, y_q[1], np.int32)
+
+
+def _y_q_key(y_q):
+    """What identifies ``y_q`` (None, scalars, or arrays, by identity) in a prepared call's variants."""
+    if y_q is None:
+        return None
+    if hasattr(y_q[0], "__len__"):
+        return id(y_q[0]), id(y_q[1])
+    return float(y_q[0]), int(y_q[1])
 
 
 def qgemm(packed_w, m, k, x, x_zero, scale, c, bias=None, residual=None, act=0, a0=0.0, a1=0.0) -> None:
@@ -495,12 +676,44 @@ def qgemm(packed_w, m, k, x, x_zero, scale, c, bias=None, residual=None, act=0, 
     * w_scale[m]); ``bias`` (M,) or None; ``residual`` like ``c`` or None.
     """
     n = x.shape[1]
-    _lib.mrt_qgemm_u8s8_f32(
-        m, n, k, _ffi.from_buffer("char[]", packed_w), _ffi.from_buffer("uint8_t[]", x), x.strides[0], int(x_zero),
-        _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ptr(c), c.strides[0] // 4,
-        _ffi.NULL if residual is None else _ptr(residual), 0 if residual is None else residual.strides[0] // 4,
-        act, a0, a1, threads(),
-    )
+    shape = _gemm_shape(1, m, n, k, 0, x.strides[0], c.strides[0] // 4,
+                        0 if residual is None else residual.strides[0] // 4)
+    key = ("q gemm", int(x_zero), id(packed_w), id(scale))
+    quant = _shared.get(key) or _share(key, "mrt_quant *", {"x_zero": int(x_zero), "packed_w": _char(packed_w),
+                                                           "scale": _ptr(scale)}, packed_w, scale)
+    _call(_lib.mrt_qgemm_u8s8_f32, (shape, quant, _epilogue(bias, act, a0, a1), _u8(x), _opt(residual), _ptr(c),
+                                    threads()))
+
+
+class _QConvPrepared:
+    """The constant arguments of :func:`qconv2d_call` / :func:`qconv2d_pool_call` for one layer and
+    input shape: the geometry, and the quantization and epilogue structs per variant of the per-call
+    arguments (input dtype, static input quantization, requantization, post map), each made once."""
+
+    __slots__ = ("geometry", "m", "packed_w", "scale", "bias", "act", "a0", "a1", "variants", "__weakref__")
+
+    def variant(self, x_u8: bool, x_scale, x_zero, y_q, post, scale=None) -> tuple:
+        """``(mrt_quant, mrt_epilogue)`` for these per-call arguments; ``scale`` (dynamic quantization:
+        the per-row scales derived from this input) makes them anew, never kept."""
+        key = (x_u8, x_scale, x_zero, _y_q_key(y_q), post)
+        if scale is None:
+            hit = self.variants.get(key)
+            if hit is not None:
+                return hit
+        y_arrays = None if y_q is None else _y_q_arrays(y_q, self.m)
+        quant = _new("mrt_quant *", {
+            "x_u8": int(x_u8), "x_scale": x_scale, "x_zero": int(x_zero), "packed_w": _char(self.packed_w),
+            "scale": _ptr(self.scale if scale is None else scale), "y_u8": int(y_q is not None),
+            "y_scales": _ffi.NULL if y_arrays is None else _ptr(y_arrays[0]),
+            "y_zeros": _ffi.NULL if y_arrays is None else _ffi.from_buffer("int32_t[]", y_arrays[1])},
+            self.packed_w, self.scale, scale, y_arrays)
+        epilogue = _new("mrt_epilogue *", {"bias": _opt(self.bias), "act": self.act, "a0": self.a0, "a1": self.a1,
+                                           "post_a": post[0], "post_b": post[1]}, self.bias)
+        if scale is None:
+            if len(self.variants) >= 16:  # (a node has one; a plan shared by a few nodes, a few)
+                self.variants.clear()
+            self.variants[key] = (quant, epilogue)
+        return quant, epilogue
 
 
 def qconv2d(x, x_scale: float, x_zero: int, packed_w, m, group, k, s, d, pb, y, scale, bias=None, residual=None,
@@ -511,24 +724,22 @@ def qconv2d(x, x_scale: float, x_zero: int, packed_w, m, group, k, s, d, pb, y, 
     quantized with (x_scale, x_zero) (uint8) inside; ``scale`` (M,) = x_scale *
     w_scale[m]; ``bias`` (M,) or None; ``residual`` like ``y`` or None.
     """
-    n, c, h, wd = x.shape
-    oh, ow = y.shape[2:]
-    rc = _lib.mrt_qconv2d_f32(
-        _ptr(x), n, c, h, wd, x_scale, int(x_zero), _ffi.from_buffer("char[]", packed_w), m, group, k[0], k[1], s[0],
-        s[1], d[0], d[1], pb[0], pb[1], oh, ow, _ptr(scale), _ffi.NULL if bias is None else _ptr(bias),
-        _ffi.NULL if residual is None else _ptr(residual), _ptr(y), act, a0, a1, threads(),
-    )
-    if rc != 0:
-        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+    prep = qconv2d_prepare(x.shape, packed_w, m, group, k, s, d, pb, y.shape[2:], scale, bias, act, a0, a1)
+    qconv2d_call(prep, x, x_scale, int(x_zero), y, residual)
 
 
 def qconv2d_prepare(x_shape, packed_w, m, group, k, s, d, pb, out, scale, bias, act=0, a0=0.0, a1=0.0):
-    """The constant arguments of :func:`qconv2d_call` for one layer and input shape (cffi
-    pointers made once; the tuple keeps the arrays they point into alive)."""
+    """The constant arguments of :func:`qconv2d_call` for one layer and input shape (a
+    :class:`_QConvPrepared`; it keeps the arrays its structs point into alive)."""
     n, c, h, wd = x_shape
-    keep = (packed_w, scale, bias)
-    return (keep, n, c, h, wd, _ffi.from_buffer("char[]", packed_w), m, group, k[0], k[1], s[0], s[1], d[0], d[1],
-            pb[0], pb[1], out[0], out[1], _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), act, a0, a1)
+    prep = _QConvPrepared()
+    prep.geometry = _new("mrt_conv_geometry *", {"n": n, "c": c, "h": h, "w": wd, "m": m, "group": group,
+                                                 "kh": k[0], "kw": k[1], "sh": s[0], "sw": s[1], "dh": d[0],
+                                                 "dw": d[1], "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
+    prep.m, prep.packed_w, prep.scale, prep.bias = m, packed_w, scale, bias
+    prep.act, prep.a0, prep.a1 = act, a0, a1
+    prep.variants = {}
+    return prep
 
 
 def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=None, y_q=None,
@@ -538,39 +749,28 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
     ``x_zero``); ``post = (a, b)``: the result is ``a * act(...) + b``; with
     ``y_q = (y_scale, y_zero)`` (a float and an int, or float32 and int32 arrays of one value per
     output channel) ``y`` is uint8: the float result requantized."""
-    (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
-    # the common float -> float call (fewer arguments to convert)
-    # (``scale`` given: dynamic quantization, derived from this x: recorded as data the call reads)
-    if y_q is None and x.itemsize == 4 and post == (1.0, 0.0):
-        args = (_ptr(x), n, c, h, wd, x_scale, x_zero, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                ps if scale is None else _ptr(scale), pbias, _ffi.NULL if residual is None else _ptr(residual),
-                _ptr(y), act, a0, a1, threads())
-        if _lib.mrt_qconv2d_f32(*args) != 0:
-            raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
-        if _recording.calls is not None:
-            _record(_lib.mrt_qconv2d_f32, args, ((0, x), (20, scale), (22, residual)), ((23, y),))
-        return
     x_u8 = x.itemsize == 1
-    if y_q and not hasattr(y_q[0], "__len__"):  # one scale and zero point for every channel
-        import numpy as np
-
-        y_q = (np.full(m, y_q[0], np.float32), np.full(m, y_q[1], np.int32))
-    args = (_ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
-            kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
-            _ffi.NULL if residual is None else _ptr(residual), _ffi.NULL if y_q else _ptr(y),
-            _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, _ptr(y_q[0]) if y_q else _ffi.NULL,
-            _ffi.from_buffer("int32_t[]", y_q[1]) if y_q else _ffi.NULL,
-            act, a0, a1, post[0], post[1], threads())
-    if _lib.mrt_qconv2d_q(*args) != 0:
+    quant, epilogue = prep.variant(x_u8, x_scale, x_zero, y_q, post, scale)
+    args = (prep.geometry, quant, epilogue, _char(x) if x_u8 else _ptr(x), _opt(residual),
+            _char(y) if y_q else _ptr(y), threads())
+    if _call(_lib.mrt_qconv2d, args, x, residual, y) != 0:
         raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
-    if _recording.calls is not None:
-        _record(_lib.mrt_qconv2d_q, args, ((0, x), (21, scale), (23, residual)), ((25 if y_q else 24, y),))
 
 
-
-def has_qconvtranspose() -> bool:
-    """True when the loaded module has the int8 stride == kernel ConvTranspose (not in older modules)."""
-    return _lib is not None and hasattr(_lib, "mrt_qconvtranspose_tiles")
+def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_strides, y, residual=None,
+                      scale=None) -> None:
+    """Run a prepared int8 convolution (see :func:`qconv2d_call`; float output) and max-pool its
+    result, without padding, into ``y`` (n, m, (oh - kh) // sh + 1, (ow - kw) // sw + 1)."""
+    x_u8 = x.itemsize == 1
+    quant, epilogue = prep.variant(x_u8, x_scale, x_zero, None, (1.0, 0.0), scale)
+    pool = _geometry(0, 0, 0, 0, pool_kernel, pool_strides)
+    args = (prep.geometry, pool, quant, epilogue, _char(x) if x_u8 else _ptr(x), _opt(residual), _ptr(y), threads())
+    rc = _call(_lib.mrt_qconv2d_pool_f32, args, x, residual, y)
+    if rc == -2:
+        raise ValueError(f"minirt native qconv2d: pooling window {pool_kernel} larger than the output "
+                         f"{(prep.geometry.oh, prep.geometry.ow)}")
+    if rc != 0:
+        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
 
 
 def qconvtranspose_tiles(x, x_zero: int, packed_w, m: int, k, scale, bias, y, y_q=None, act=0, a0=0.0,
@@ -583,23 +783,22 @@ def qconvtranspose_tiles(x, x_zero: int, packed_w, m: int, k, scale, bias, y, y_
     per GEMM row; with ``y_q = (y_scale, y_zero)`` (float32 / int32 per GEMM row) ``y`` is uint8, the
     float result requantized (as :func:`qconv2d_call`'s)."""
     n, c, h, wd = x.shape
-    rc = _lib.mrt_qconvtranspose_tiles(
-        _ffi.from_buffer("uint8_t[]", x), int(x_zero), n, c, h, wd, _ffi.from_buffer("char[]", packed_w), m, k[0],
-        k[1], _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ffi.NULL if y_q else _ptr(y),
-        _ffi.from_buffer("uint8_t[]", y) if y_q else _ffi.NULL, _ptr(y_q[0]) if y_q else _ffi.NULL,
-        _ffi.from_buffer("int32_t[]", y_q[1]) if y_q else _ffi.NULL, act, a0, a1, threads())
+    geometry = _geometry(n, c, h, wd, k, k, (1, 1), (0, 0), (h * k[0], wd * k[1]), m)
+    key = ("q convt", int(x_zero), id(packed_w), id(scale), None if y_q is None else (id(y_q[0]), id(y_q[1])))
+    quant = _shared.get(key) or _share(key, "mrt_quant *", {
+        "x_u8": 1, "x_zero": int(x_zero), "packed_w": _char(packed_w), "scale": _ptr(scale),
+        "y_u8": int(y_q is not None), "y_scales": _ffi.NULL if y_q is None else _ptr(y_q[0]),
+        "y_zeros": _ffi.NULL if y_q is None else _ffi.from_buffer("int32_t[]", y_q[1])}, packed_w, scale, y_q)
+    rc = _call(_lib.mrt_qconvtranspose_tiles, (geometry, quant, _epilogue(bias, act, a0, a1), _u8(x),
+                                               _u8(y) if y_q else _ptr(y), threads()))
     if rc == -1:
         raise MemoryError("minirt native QConvTranspose: could not allocate scratch memory")
     if rc != 0:
         raise ValueError("minirt native QConvTranspose: invalid arguments")
 
+
 # Largest kh * kw for mrt_qdwconv2d: its integer sums stay exact in float32 (255 * 128 * 514 < 2^24).
 QDW_MAX_TAPS = 514
-
-
-def has_qdwconv2d() -> bool:
-    """True when the loaded module has the int8 depthwise conv (not in older modules)."""
-    return _lib is not None and hasattr(_lib, "mrt_qdwconv2d")
 
 
 def qdwconv2d_prepare(x_shape, k, s, d, pb, out, x_scale, x_zero, w, scale, bias, act=0, a0=0.0, a1=0.0,
@@ -608,97 +807,67 @@ def qdwconv2d_prepare(x_shape, k, s, d, pb, out, x_scale, x_zero, w, scale, bias
 
     ``x_scale`` / ``x_zero`` float32 (C,) (the zero points integer valued), ``w`` float32
     (C, KH, KW) holding the int8 weights, ``scale`` float32 (C,) = x_scale * w_scale,
-    ``bias`` float32 (C,) or None; ``post = (a, b)``: y = a * act(...) + b.  The returned
-    tuple keeps the arrays alive."""
+    ``bias`` float32 (C,) or None; ``post = (a, b)``: y = a * act(...) + b.  The structs keep the
+    arrays alive; the quantization struct is made per variant (input dtype, output requantization)."""
     n, c, h, wd = x_shape
-    params = _ffi.new("mrt_qdw_params *")
-    params.x_scale, params.x_zero = _ptr(x_scale), _ptr(x_zero)
-    params.w, params.scale = _ptr(w), _ptr(scale)
-    params.bias = _ffi.NULL if bias is None else _ptr(bias)
-    params.act, params.a0, params.a1 = act, a0, a1
-    params.post_a, params.post_b = post
-    keep = (x_scale, x_zero, w, scale, bias)
-    return (keep, params, n, c, h, wd, k[0], k[1], s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1])
+    geometry = _new("mrt_conv_geometry *", {"n": n, "c": c, "h": h, "w": wd, "m": c, "group": c, "kh": k[0],
+                                            "kw": k[1], "sh": s[0], "sw": s[1], "dh": d[0], "dw": d[1],
+                                            "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
+    epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": post[0],
+                                       "post_b": post[1]}, bias)
+    return geometry, epilogue, (x_scale, x_zero, w, scale), {}
 
 
 def qdwconv2d_call(prep, x, y, residual=None, y_q=None) -> None:
     """Run a prepared int8 depthwise conv: ``x`` float32 or uint8 (already quantized with the
     prepared zero points), ``y`` float32, or uint8 with ``y_q = (y_scale, y_zero)``;
     ``residual`` float32 like the output or None (added before the activation)."""
-    (_, template, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow) = prep
-    params = _ffi.new("mrt_qdw_params *", template[0])  # per call: sessions may run on several threads
-    if x.itemsize == 1:
-        params.xq = _ffi.from_buffer("uint8_t[]", x)
-    else:
-        params.x = _ptr(x)
-    if y_q is None:
-        params.y = _ptr(y)
-    else:
-        params.yq = _ffi.from_buffer("uint8_t[]", y)
-        params.y_scale, params.y_zero = float(y_q[0]), int(y_q[1])
-    if residual is not None:
-        params.res = _ptr(residual)
-    _lib.mrt_qdwconv2d(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, threads())
-
-
-def has_qconv2d_pool() -> bool:
-    """True when the loaded module has the int8 conv with a fused MaxPool (not in older modules)."""
-    return _lib is not None and hasattr(_lib, "mrt_qconv2d_pool_f32")
-
-
-def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_strides, y, residual=None,
-                      scale=None) -> None:
-    """Run a prepared int8 convolution (see :func:`qconv2d_call`; float output) and max-pool its
-    result, without padding, into ``y`` (n, m, (oh - kh) // sh + 1, (ow - kw) // sw + 1)."""
-    (_, n, c, h, wd, pw, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps, pbias, act, a0, a1) = prep
+    geometry, epilogue, (x_scale, x_zero, w, scale), variants = prep
     x_u8 = x.itemsize == 1
-    args = (_ffi.from_buffer("char[]", x) if x_u8 else _ptr(x), int(x_u8), n, c, h, wd, x_scale, x_zero, pw, m, group,
-            kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ps if scale is None else _ptr(scale), pbias,
-            _ffi.NULL if residual is None else _ptr(residual), pool_kernel[0], pool_kernel[1],
-            pool_strides[0], pool_strides[1], _ptr(y), act, a0, a1, threads())
-    rc = _lib.mrt_qconv2d_pool_f32(*args)
-    if rc == -2:
-        raise ValueError(f"minirt native qconv2d: pooling window {pool_kernel} larger than the output {(oh, ow)}")
-    if rc != 0:
-        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
-    if _recording.calls is not None:
-        _record(_lib.mrt_qconv2d_pool_f32, args, ((0, x), (21, scale), (23, residual)), ((28, y),))
+    key = (x_u8, None if y_q is None else (float(y_q[0]), int(y_q[1])))
+    quant = variants.get(key)
+    if quant is None:
+        quant = _new("mrt_quant *", {
+            "x_u8": int(x_u8), "x_scales": _ptr(x_scale), "x_zeros": _ptr(x_zero), "w": _ptr(w),
+            "scale": _ptr(scale), "y_u8": int(y_q is not None), "y_scale": 0.0 if y_q is None else key[1][0],
+            "y_zero": 0 if y_q is None else key[1][1]}, x_scale, x_zero, w, scale)
+        if len(variants) >= 16:
+            variants.clear()
+        variants[key] = quant
+    _call(_lib.mrt_qdwconv2d, (geometry, quant, epilogue, _char(x) if x_u8 else _ptr(x), _opt(residual),
+                               _char(y) if y_q else _ptr(y), threads()))
 
 
 def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, a0=0.0, a1=0.0) -> None:
     """y (rows, n) float32 = act(scale[j] * (quant(a) - x_zero) @ W^T + bias[j]); a (rows, K) float32
     contiguous; ``packed_w`` from :func:`qpack` of the (n, K) int8 weights."""
     rows, k = a.shape
-    args = (_ptr(a), rows, k, x_scale, int(x_zero), _ffi.from_buffer("char[]", packed_w), n, _ptr(scale),
-            _ffi.NULL if bias is None else _ptr(bias), _ptr(y), act, a0, a1, threads())
-    if _lib.mrt_qmatmul_f32(*args) != 0:
+    qmatmul_call(qmatmul_prepare(rows, k, x_scale, x_zero, packed_w, n, scale, bias, act, a0, a1), a, y)
+
+
+def qmatmul_prepare(rows: int, k: int, x_scale: float, x_zero: int, packed_w, n, scale, bias, act=0, a0=0.0,
+                    a1=0.0) -> tuple:
+    """The constant arguments of :func:`qmatmul_call` for one layer and number of rows: its shape,
+    quantization and epilogue structs, made once (they keep the arrays alive).  ``scale`` is part of
+    them: the layer's constant, or derived from the input when dynamic (made per call then, and the
+    kernel does not declare its result final)."""
+    shape = _new("mrt_gemm_shape *", {"batch": 1, "M": rows, "N": n, "K": k, "lda": k, "ldc": n})
+    quant = _new("mrt_quant *", {"x_scale": x_scale, "x_zero": int(x_zero), "packed_w": _char(packed_w),
+                                 "scale": _ptr(scale)}, packed_w, scale)
+    epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0}, bias)
+    return shape, quant, epilogue
+
+
+def qmatmul_call(prep, a, y) -> None:
+    """Run a prepared :func:`qmatmul` of ``a`` (rows, K) into ``y`` (rows, n)."""
+    shape, quant, epilogue = prep
+    if _call(_lib.mrt_qmatmul_f32, (shape, quant, epilogue, _ptr(a), _ptr(y), threads()), a, y) != 0:
         raise MemoryError("minirt native qmatmul: could not allocate its scratch buffer")
-    if _recording.calls is not None:  # (``scale``: the layer's constant, or derived from ``a`` when dynamic)
-        _record(_lib.mrt_qmatmul_f32, args, ((0, a),), ((9, y),))
-
-
-def softmax_rows(x, y, log: bool = False) -> bool:
-    """y = Softmax (or LogSoftmax) of x over its last axis; both float32, C-contiguous, same shape.
-
-    Returns False (nothing written) when the loaded module predates this entry point."""
-    if not hasattr(_lib, "mrt_softmax_f32"):
-        return False
-    n = x.shape[-1]
-    _lib.mrt_softmax_f32(_ptr(x), _ptr(y), x.size // n, n, int(log), threads())
-    return True
-
-
-def layernorm_rows(x, scale, bias, y, eps: float) -> None:
-    """y = LayerNormalization of x over rows of ``scale.size`` floats (the trailing axes): all float32 and
-    C-contiguous, ``scale`` / ``bias`` (or None) of the row's size, ``y`` like ``x``."""
-    n = scale.size
-    _lib.mrt_layernorm_f32(_ptr(x), _ptr(scale), _ffi.NULL if bias is None else _ptr(bias), _ptr(y), x.size // n, n,
-                           float(eps), threads())
 
 
 def quantize_u8(x, q, scale: float, zero_point: int) -> None:
     """q (uint8, same size) = clamp(rint(x / scale) + zero_point, 0, 255); both contiguous."""
-    _lib.mrt_quantize_u8_f32(_ptr(x), _ffi.from_buffer("uint8_t[]", q), x.size, scale, int(zero_point), threads())
+    _call(_lib.mrt_quantize_u8_f32, (_ptr(x), _u8(q), x.size, scale, int(zero_point), threads()))
 
 
 def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int, xm=None, um=None) -> None:
@@ -712,10 +881,12 @@ def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int, xm=None, um=None
     f = q.shape[2] // xu.shape[2] if xu.shape[2] else 0
     if x is not None and x.shape != q.shape:
         raise ValueError(f"quantize_add_up_u8: x {x.shape} and q {q.shape} differ")
-    rc = _lib.mrt_quantize_add_up_u8_f32(_ffi.NULL if x is None else _ptr(x), _ffi.NULL if xm is None else _ptr(xm),
-                                         _ptr(xu), _ffi.NULL if um is None else _ptr(um), q.shape[0] * q.shape[1],
-                                         q.shape[2], q.shape[3], f, _ffi.from_buffer("uint8_t[]", q), scale,
-                                         int(zero_point), threads())
+    n, c, h, wd = q.shape
+    geometry = _geometry(n, c, xu.shape[2], xu.shape[3], (f, f), (f, f), (1, 1), (0, 0), (h, wd))
+    key = ("q out", scale, int(zero_point))
+    quant = _shared.get(key) or _share(key, "mrt_quant *", {"y_u8": 1, "y_scale": scale, "y_zero": int(zero_point)})
+    rc = _call(_lib.mrt_quantize_add_up_u8_f32, (geometry, quant, _opt(x), _opt(xm), _ptr(xu), _opt(um), _u8(q),
+                                                 threads()))
     if rc == -1:
         raise MemoryError("minirt native quantize_add_up_u8: could not allocate its scratch buffer")
     if rc != 0:
@@ -725,77 +896,58 @@ def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int, xm=None, um=None
 def im2col_u8(x, cols, k, s, d, pb, out, pad: int) -> None:
     """One uint8 image: x (C, H, W) -> cols (C*KH*KW, OH*OW), padding with ``pad``."""
     c, h, wd = x.shape
-    _lib.mrt_im2col_u8(_ffi.from_buffer("uint8_t[]", x), _ffi.from_buffer("uint8_t[]", cols), c, h, wd, k[0], k[1],
-                       s[0], s[1], d[0], d[1], pb[0], pb[1], out[0], out[1], int(pad), threads())
+    _call(_lib.mrt_im2col_u8, (_geometry(1, c, h, wd, k, s, d, pb, out), _u8(x), _u8(cols), int(pad), threads()))
+
+
+# --------------------------------------------------------------------------- row kernels
+
+
+def softmax_rows(x, y, log: bool = False) -> None:
+    """y = Softmax (or LogSoftmax) of x over its last axis; both float32, C-contiguous, same shape."""
+    n = x.shape[-1]
+    _call(_lib.mrt_softmax_f32, (_ptr(x), _ptr(y), x.size // n, n, int(log), threads()))
+
+
+def layernorm_rows(x, scale, bias, y, eps: float) -> None:
+    """y = LayerNormalization of x over rows of ``scale.size`` floats (the trailing axes): all float32 and
+    C-contiguous, ``scale`` / ``bias`` (or None) of the row's size, ``y`` like ``x``."""
+    n = scale.size
+    _call(_lib.mrt_layernorm_f32, (_ptr(x), _ptr(scale), _opt(bias), _ptr(y), x.size // n, n, float(eps),
+                                   threads()))
 
 
 # --------------------------------------------------------------------------- data movement (layout_impl.h)
-
-
-def has_layout_kernels() -> bool:
-    """True when the loaded module has the upsampling / plane-mean / ConvTranspose-tile kernels."""
-    return _lib is not None and hasattr(_lib, "mrt_convtranspose_tiles_f32")
 
 
 def upsample_nearest(x, y, fh: int, fw: int) -> None:
     """y (..., H*fh, W*fw) = x (..., H, W) with every pixel repeated fh x fw times; both contiguous float32."""
     h, wd = x.shape[-2:]
     planes = x.size // (h * wd) if h * wd else 0
-    args = (_ptr(x), _ptr(y), planes, h, wd, fh, fw, threads())
-    _lib.mrt_upsample_nearest_f32(*args)
-    if _recording.calls is not None:
-        _record(_lib.mrt_upsample_nearest_f32, args, ((0, x),), ((1, y),))
-
-
-def has_element_kernels() -> bool:
-    """True when the loaded module has the row copy and same-shape binary kernels (not older ones)."""
-    return _lib is not None and hasattr(_lib, "mrt_binary_f32")
+    _call(_lib.mrt_upsample_nearest_f32, (_ptr(x), _ptr(y), planes, h, wd, fh, fw, threads()), x, y)
 
 
 def copy_rows(src, y, offset: int, rows: int, cols: int, src_ld: int, dst_ld: int) -> None:
     """y.flat[offset + r * dst_ld + c] = src.flat[r * src_ld + c] for r < rows, c < cols; ``src`` and
     ``y`` C-contiguous float32 arrays (the copy stays inside them: the caller's check)."""
-    args = (_ptr(src), src_ld, _ptr(y) + offset, dst_ld, rows, cols, threads())
-    _lib.mrt_copy_rows_f32(*args)
-    if _recording.calls is not None:
-        _record(_lib.mrt_copy_rows_f32, args, ((0, src),), ((2, y),))
+    _call(_lib.mrt_copy_rows_f32, (_ptr(src), src_ld, _ptr(y) + offset, dst_ld, rows, cols, threads()), src, y)
 
 
-BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}  # mrt_binary_f32's op codes (MRT_BINARY_*)
 
 
 def binary(op: int, a, b, y) -> None:
     """y = a op b elementwise (``BINARY_OPS``), all float32, C-contiguous, of one shape (y may be a or b)."""
-    args = (op, _ptr(a), _ptr(b), _ptr(y), y.size, threads())
-    _lib.mrt_binary_f32(*args)
-    if _recording.calls is not None:
-        _record(_lib.mrt_binary_f32, args, ((1, a), (2, b)), ((3, y),))
+    _call(_lib.mrt_binary_f32, (op, _ptr(a), _ptr(b), _ptr(y), y.size, threads()), a, b, y)
 
 
 def plane_means(x, y) -> None:
     """y (P,) = the mean of each of the P planes of x (P, plane); float32, contiguous, plane > 0."""
     planes = y.size
-    args = (_ptr(x), _ptr(y), planes, x.size // planes if planes else 0, threads())
-    _lib.mrt_plane_means_f32(*args)
-    if _recording.calls is not None:
-        _record(_lib.mrt_plane_means_f32, args, ((0, x),), ((1, y),))
+    _call(_lib.mrt_plane_means_f32, (_ptr(x), _ptr(y), planes, x.size // planes if planes else 0, threads()), x, y)
 
 
 def maxpool2d_s1(x, y, k, pb) -> None:
     """Max pooling, stride 1 and dilation 1, separable: x (N, C, H, W) -> y (N, C, OH, OW); top/left pads ``pb``."""
     maxpool2d_call(maxpool2d_prepare(x.shape, k, (1, 1), (1, 1), pb, y.shape[2:], separable=True), x, y)
-
-
-def convtranspose_tiles(x, wt, m, k, bias_rows, y, act=0, a0=0.0, a1=0.0) -> None:
-    """y (N, M, H*kh, W*kw) = act(ConvTranspose(x) + bias) for stride == kernel (taps never overlap).
-
-    ``wt`` (M*kh*kw, C): the (C, M, kh, kw) weight transposed; ``bias_rows`` (M*kh*kw,) or None."""
-    n, c, h, wd = x.shape
-    rc = _lib.mrt_convtranspose_tiles_f32(
-        _ptr(x), n, c, h, wd, _ptr(wt), m, k[0], k[1], _ffi.NULL if bias_rows is None else _ptr(bias_rows), _ptr(y),
-        act, a0, a1, threads())
-    if rc != 0:
-        raise MemoryError("minirt native ConvTranspose: could not allocate scratch memory")
 
 
 _load()

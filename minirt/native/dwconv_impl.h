@@ -1344,7 +1344,7 @@ static void FN(dwconv2d)(const float *x, const float *w, const float *bias, cons
 }
 
 /* int8 depthwise conv (see the top of this file and mrt_qdwconv2d in kernels.h). */
-static void FN(qdwconv2d)(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+static void FN(qdwconv2d)(const q_dw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                           int dw, int pt, int pl, int oh, int ow, int nthreads) {
     if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
     FN(dw_args) a = {0};

@@ -27,7 +27,6 @@
 #include <immintrin.h>
 #endif
 
-#define MRT_ABI_VERSION 8
 #define MRT_MAX_THREADS 64
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
@@ -296,6 +295,28 @@ typedef struct {
 /* regions of one FN(conv_cv) call at most: a convolution's inside and its four borders */
 #define MRT_CV_MAX_REGIONS 5
 
+/* The int8 depthwise conv's arguments inside the library (mrt_qdwconv2d gathers them from its
+ * mrt_conv_geometry / mrt_quant / mrt_epilogue): the input, the per-channel quantization, the
+ * weights as floats, the epilogue and the output in one place for the kernels of every ISA. */
+typedef struct {
+    const float *x;
+    const uint8_t *xq;
+    const float *x_scale, *x_zero; /* per channel; x_zero integer valued in [0, 255] */
+    const float *w, *scale, *bias, *res;
+    float *y;
+    uint8_t *yq;
+    float y_scale;
+    int y_zero;
+    int act;
+    float a0, a1, post_a, post_b;
+} q_dw_params;
+
+/* The one-product float GEMM with positional arguments, for the kernels that run GEMMs of their own
+ * (layout_impl.h); defined with the entry points below. */
+static void sgemm_one(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
+                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                      int nthreads);
+
 /* ------------------------------------------------------------------ kernel bodies */
 
 #define FN_PASTE(a, b) a##b
@@ -363,7 +384,7 @@ typedef struct {
                   const float *, int, const float *, long, long, int, float, float, int);
     void (*sgemm_conv)(int, int, int, const float *, const float *, const long *, int, int, int, float *, long,
                        const float *, const float *, int, float, float, int);
-    void (*qdwconv2d)(const mrt_qdw_params *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
+    void (*qdwconv2d)(const q_dw_params *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
                       int);
     /* the channel-vector implicit convolution (gemm_impl.h, FN(conv_cv)) and its weight packing */
     void (*conv_cv)(int, int, const float *, const mrt_cv_region *, int, float *, long, const float *, const float *,
@@ -395,7 +416,7 @@ static void dwconv2d_avx512_dispatch(const float *x, const float *w, const float
 }
 /* The int8 depthwise conv (the same code on integer values) runs the plane path only (dw_run), so
  * it keeps the plane path's choice: 16 lanes for 5x5 and up. */
-static void qdwconv2d_avx512_dispatch(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh,
+static void qdwconv2d_avx512_dispatch(const q_dw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh,
                                       int sw, int dh, int dw, int pt, int pl, int oh, int ow, int nthreads) {
     if (kh * kw >= 25)
         qdwconv2d_avx512(q, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
@@ -509,52 +530,73 @@ int mrt_max_threads(void) { return MRT_MAX_THREADS; }
 
 /* ------------------------------------------------------------------ entry points */
 
-void mrt_qdwconv2d(const mrt_qdw_params *params, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
-                   int dw, int pt, int pl, int oh, int ow, int nthreads) {
-    if (oh <= 0 || ow <= 0 || n <= 0 || c <= 0) return;
+void mrt_qdwconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
+                   const float *res, void *y, int nthreads) {
+    if (g->oh <= 0 || g->ow <= 0 || g->n <= 0 || g->c <= 0) return;
+    q_dw_params p = {0};
+    if (q->x_u8) p.xq = (const uint8_t *)x;
+    else p.x = (const float *)x;
+    p.x_scale = q->x_scales; p.x_zero = q->x_zeros; p.w = q->w; p.scale = q->scale;
+    p.bias = e->bias; p.res = res;
+    if (q->y_u8) {
+        p.yq = (uint8_t *)y;
+        p.y_scale = q->y_scale; p.y_zero = q->y_zero;
+    } else {
+        p.y = (float *)y;
+    }
+    p.act = e->act; p.a0 = e->a0; p.a1 = e->a1; p.post_a = e->post_a; p.post_b = e->post_b;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_dw_vnni(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads)) return;
+    if (q_dw_vnni(&p, g->n, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow,
+                  nthreads))
+        return;
 #endif
-    impl->qdwconv2d(params, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
+    impl->qdwconv2d(&p, g->n, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow,
+                    nthreads);
 }
 
-void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, const float *residual, float *y, int n, int c,
-                      int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                      int act, float a0, float a1, int nthreads) {
-    impl->dwconv2d(x, w, bias, residual, y, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, act, a0, a1, nthreads);
+void mrt_dwconv2d_f32(const mrt_conv_geometry *g, const float *w, const mrt_epilogue *e, const float *x,
+                      const float *res, float *y, int nthreads) {
+    impl->dwconv2d(x, w, e->bias, res, y, g->n, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt,
+                   g->pl, g->oh, g->ow, e->act, e->a0, e->a1, nthreads);
 }
 
-void mrt_maxpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
-                       int pt, int pl, int oh, int ow, int nthreads) {
-    impl->pool2d(1, x, y, nc, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, 0, 0, 0, 0, 0.0f, nthreads);
+/* The n * c planes of a pooling geometry, for the kernels taking an int count of planes: 0 when the
+ * product does not fit (the caller validated the sizes; this keeps a wrong one from wrapping around). */
+static int pool_planes(const mrt_conv_geometry *g) {
+    const long nc = (long)g->n * g->c;
+    return nc < 0 || nc > 0x7fffffffL ? 0 : (int)nc;
 }
 
-void mrt_avgpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
-                       int pt, int pl, int oh, int ow, int ch0, int ch1, int cw0, int cw1, float scale, int nthreads) {
-    impl->pool2d(0, x, y, nc, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ch0, ch1, cw0, cw1, scale, nthreads);
+void mrt_maxpool2d_f32(const mrt_conv_geometry *g, const float *x, float *y, int nthreads) {
+    impl->pool2d(1, x, y, pool_planes(g), g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh,
+                 g->ow, 0, 0, 0, 0, 0.0f, nthreads);
 }
 
-void mrt_bias_act_f32(float *y, const float *bias, const float *residual, int n, int c, long plane, int act, float a0,
-                      float a1, int nthreads) {
-    impl->bias_act(y, bias, residual, n, c, plane, act, a0, a1, nthreads);
+void mrt_avgpool2d_f32(const mrt_conv_geometry *g, const int *count_box, float scale, const float *x, float *y,
+                       int nthreads) {
+    impl->pool2d(0, x, y, pool_planes(g), g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh,
+                 g->ow, count_box[0], count_box[1], count_box[2], count_box[3], scale, nthreads);
 }
 
-void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
-                    int pt, int pl, int oh, int ow, int nthreads) {
-    impl->im2col(x, cols, (long)oh * ow, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, nthreads);
+void mrt_bias_act_f32(const mrt_epilogue *e, float *y, const float *res, int n, int c, long plane, int nthreads) {
+    impl->bias_act(y, e->bias, res, n, c, plane, e->act, e->a0, e->a1, nthreads);
 }
 
-void mrt_sgemm_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
-                   const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
-                   int nthreads) {
+void mrt_im2col_f32(const mrt_conv_geometry *g, const float *x, float *cols, int nthreads) {
+    impl->im2col(x, cols, (long)g->oh * g->ow, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt,
+                 g->pl, g->oh, g->ow, nthreads);
+}
+
+static void sgemm_one(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
+                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
+                      int nthreads) {
     impl->sgemm(1, M, N, K, A, lda, 0, B, ldb, 0, 0, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1, nthreads);
 }
 
-void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
-                         long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
-                         const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
-    impl->sgemm(batch, M, N, K, A, lda, sa, B, ldb, sb, transb, C, ldc, sc, bias, bias_mode, res, ldr, sr, act, a0, a1,
-                nthreads);
+void mrt_sgemm_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *A, const float *B, float *C,
+                   const float *res, int nthreads) {
+    impl->sgemm(s->batch, s->M, s->N, s->K, A, s->lda, s->sa, B, s->ldb, s->sb, s->transb, C, s->ldc, s->sc, e->bias,
+                s->bias_mode, res, s->ldr, s->sr, e->act, e->a0, e->a1, nthreads);
 }
 
 long mrt_sgemm_packed_b_floats(int K, int N) { return impl->sgemm_packed_b_floats(K, N); }
@@ -563,14 +605,18 @@ void mrt_sgemm_pack_b_f32(const float *B, long ldb, int transb, int K, int N, fl
     impl->sgemm_pack_b_all(B, ldb, transb, K, N, out);
 }
 
-void mrt_sgemm_pb_f32(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
-                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
-                      int nthreads) {
-    impl->sgemm_pb(M, N, K, A, lda, bpack, C, ldc, bias, bias_mode, res, ldr, act, a0, a1, nthreads);
+void mrt_sgemm_pb_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *A, const float *bpack, float *C,
+                      const float *res, int nthreads) {
+    impl->sgemm_pb(s->M, s->N, s->K, A, s->lda, bpack, C, s->ldc, e->bias, s->bias_mode, res, s->ldr, e->act, e->a0,
+                   e->a1, nthreads);
 }
 
-void mrt_sgemv_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, int transb, float *C,
-                   long ldc, const float *bias, int act, float a0, float a1, int nthreads) {
+void mrt_sgemv_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *A, const float *B, float *C,
+                   int nthreads) {
+    const int M = s->M, N = s->N, K = s->K, transb = s->transb, act = e->act;
+    const long lda = s->lda, ldb = s->ldb, ldc = s->ldc;
+    const float *bias = e->bias;
+    const float a0 = e->a0, a1 = e->a1;
 #ifdef MRT_HAVE_AVX2_BUILD
     if (impl_isa == MRT_ISA_AVX512) {
         sgemv_avx512(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
@@ -1283,7 +1329,9 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
  * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  It depends
  * on the geometry only (not on the batch, the threads or the dilations), so callers can pack once
  * per layer. */
-int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int sh, int sw, int oh, int ow) {
+int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
+    const int c = g->c, m = g->m, group = g->group, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, oh = g->oh,
+              ow = g->ow;
     if (group < 1 || c % group || m % group) return 0;
     if ((m / group) % 32 != 0) return kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_TINY_PLANE;
     const long k = (long)c / group * kh * kw;
@@ -1302,16 +1350,13 @@ void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w)
     impl->conv_cv_pack_w(w, group, m / group, k, packed_w);
 }
 
-int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, int m, int group, int kh, int kw,
-                   int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *bias, const float *res,
-                   float *y, int act, float a0, float a1, int nthreads) {
-    return mrt_conv2d_packed_f32(x, n, c, h, wd, w, NULL, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, bias, res,
-                                 y, act, a0, a1, nthreads);
-}
-
-int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const float *w, const float *packed_w, int m,
-                          int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                          const float *bias, const float *res, float *y, int act, float a0, float a1, int nthreads) {
+int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *packed_w, const mrt_epilogue *e,
+                   const float *x, const float *res, float *y, int nthreads) {
+    const int n = g->n, c = g->c, h = g->h, wd = g->w, m = g->m, group = g->group, kh = g->kh, kw = g->kw,
+              sh = g->sh, sw = g->sw, dh = g->dh, dw = g->dw, pt = g->pt, pl = g->pl, oh = g->oh, ow = g->ow;
+    const float *bias = e->bias;
+    const int act = e->act;
+    const float a0 = e->a0, a1 = e->a1;
     if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
     if (group < 1 || c % group || m % group) return -1;
     if (nthreads < 1) nthreads = 1;
@@ -1460,22 +1505,26 @@ void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int 
     plane_means_base(x, y, planes, plane, nthreads);
 }
 
-int mrt_convtranspose_tiles_f32(const float *x, int n, int c, int h, int wd, const float *wt, int m, int kh, int kw,
-                                const float *bias, float *y, int act, float a0, float a1, int nthreads) {
-    if (n <= 0 || m <= 0 || h <= 0 || wd <= 0) return 0;
+int mrt_convtranspose_tiles_f32(const mrt_conv_geometry *g, const float *wt, const mrt_epilogue *e, const float *x,
+                                float *y, int nthreads) {
+    if (g->n <= 0 || g->m <= 0 || g->h <= 0 || g->w <= 0) return 0;
 #ifdef MRT_HAVE_AVX2_BUILD
-    if (layout_avx2()) return convt_tiles_avx2(x, n, c, h, wd, wt, m, kh, kw, bias, y, act, a0, a1, nthreads);
+    if (layout_avx2())
+        return convt_tiles_avx2(x, g->n, g->c, g->h, g->w, wt, g->m, g->kh, g->kw, e->bias, y, e->act, e->a0, e->a1,
+                                nthreads);
 #endif
-    return convt_tiles_base(x, n, c, h, wd, wt, m, kh, kw, bias, y, act, a0, a1, nthreads);
+    return convt_tiles_base(x, g->n, g->c, g->h, g->w, wt, g->m, g->kh, g->kw, e->bias, y, e->act, e->a0, e->a1,
+                            nthreads);
 }
 
-int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
-                         int ow, int nthreads) {
-    if (planes <= 0 || oh <= 0 || ow <= 0) return 0;
+int mrt_maxpool2d_s1_f32(const mrt_conv_geometry *g, const float *x, float *y, int nthreads) {
+    const long planes = (long)g->n * g->c;
+    if (planes <= 0 || g->oh <= 0 || g->ow <= 0) return 0;
 #ifdef MRT_HAVE_AVX2_BUILD
-    if (layout_avx2()) return maxpool_s1_avx2(x, y, planes, h, wd, kh, kw, pt, pl, oh, ow, nthreads);
+    if (layout_avx2())
+        return maxpool_s1_avx2(x, y, planes, g->h, g->w, g->kh, g->kw, g->pt, g->pl, g->oh, g->ow, nthreads);
 #endif
-    return maxpool_s1_base(x, y, planes, h, wd, kh, kw, pt, pl, oh, ow, nthreads);
+    return maxpool_s1_base(x, y, planes, g->h, g->w, g->kh, g->kw, g->pt, g->pl, g->oh, g->ow, nthreads);
 }
 
 #include "program_impl.h"

@@ -1,6 +1,6 @@
 /* minirt native kernels: the C interface seen by cffi (minirt/native/build_native.py).
  *
- * Everything here is float32, NCHW, contiguous.  Every kernel takes the
+ * Tensors are NCHW and contiguous, float32 unless a kernel says uint8 / int8.  Every kernel takes the
  * number of threads to use (<= 1: run on the calling thread); work is split
  * over a small pthread pool owned by this library (see kernels.c).
  *
@@ -30,17 +30,98 @@
 #define MRT_ISA_NEON 3    /* aarch64: NEON (the float kernels are the baseline code, which is NEON there) */
 #define MRT_ISA_DOTPROD 4 /* aarch64 + ARMv8.2 dot product (HWCAP_ASIMDDP): NEON + SDOT int8 GEMM */
 
-/* Activations of the fused epilogues (parameters a0, a1). */
-#define MRT_ACT_NONE 0
-#define MRT_ACT_RELU 1
-#define MRT_ACT_CLIP 2        /* min(max(x, a0), a1) */
-#define MRT_ACT_LEAKY 3       /* x >= 0 ? x : a0 * x */
-#define MRT_ACT_SIGMOID 4
-#define MRT_ACT_SILU 5        /* x * sigmoid(x) */
-#define MRT_ACT_HARDSIGMOID 6 /* max(0, min(1, a0 * x + a1)) */
-#define MRT_ACT_HARDSWISH 7   /* x * hardsigmoid(x, 1/6, 1/2) */
-#define MRT_ACT_GELU 8        /* 0.5 x (1 + erf(x / sqrt 2)) */
-#define MRT_ACT_GELU_TANH 9   /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+/* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
+ * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
+#define MRT_ABI_VERSION 9
+
+/* ------------------------------------------------------------------ parameter structs
+ *
+ * The kernels take their parameters grouped by concept, one struct per concept shared by every
+ * kernel that needs it (no entry point takes more than 8 parameters):
+ *
+ *   mrt_conv_geometry  the window of a convolution, pooling, im2col or tile operation over NCHW
+ *   mrt_gemm_shape     the sizes and strides of a (batched) matrix product
+ *   mrt_epilogue       what the output stage applies: bias, activation, affine post map
+ *   mrt_quant          the int8 side: input / output quantization, int8 weights
+ *
+ * A struct holds what stays the same over the runs of one prepared call (Python builds it once, in
+ * the *_prepare functions of minirt/native/__init__.py); the buffers a run reads and writes (input,
+ * residual, output) are parameters of their own.  Every size is validated by the caller (cffi
+ * refuses a value that does not fit the field's type). */
+
+/* Activations of the fused epilogues (parameters a0, a1); the names are listed once more, by name
+ * only, in minirt/vocabulary.py (ACTIVATIONS[...].native), which reads the values from here. */
+typedef enum {
+    MRT_ACT_NONE = 0,
+    MRT_ACT_RELU = 1,
+    MRT_ACT_CLIP = 2,        /* min(max(x, a0), a1) */
+    MRT_ACT_LEAKY = 3,       /* x >= 0 ? x : a0 * x */
+    MRT_ACT_SIGMOID = 4,
+    MRT_ACT_SILU = 5,        /* x * sigmoid(x) */
+    MRT_ACT_HARDSIGMOID = 6, /* max(0, min(1, a0 * x + a1)) */
+    MRT_ACT_HARDSWISH = 7,   /* x * hardsigmoid(x, 1/6, 1/2) */
+    MRT_ACT_GELU = 8,        /* 0.5 x (1 + erf(x / sqrt 2)) */
+    MRT_ACT_GELU_TANH = 9    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+} mrt_act;
+
+/* A 2-D window operation over NCHW: input (n, c, h, w), output (n, m, oh, ow).  Padding is
+ * implicit: pt / pl are the top / left pads, the bottom / right ones follow from oh / ow.
+ * Pooling and im2col read n, c, h, w, the window and oh, ow (n * c planes); m and group are the
+ * convolutions'.  The nearest upsampling and the stride == kernel tiles use kh x kw as the tile
+ * (factor) and sh = kh, sw = kw. */
+typedef struct {
+    int n, c, h, w;
+    int m, group;
+    int kh, kw; /* window */
+    int sh, sw; /* strides */
+    int dh, dw; /* dilations */
+    int pt, pl; /* top / left pads */
+    int oh, ow; /* output size */
+} mrt_conv_geometry;
+
+/* batch products, all row-major: matrix i is C_i (M x N) = A_i (M x K) B_i (K x N) with
+ * A_i = A + i * sa, B_i = B + i * sb, C_i = C + i * sc, res_i = res + i * sr (batch strides in
+ * elements, 0 to broadcast); ld* the row strides in elements.  transb: B is stored transposed,
+ * (N x K) with row stride ldb, i.e. B[k, n] = B_stored[n * ldb + k].  bias_mode 1: the epilogue's
+ * bias is per row (bias[m], conv channels), 2: per column (bias[n], MatMul / Gemm). */
+typedef struct {
+    int batch, M, N, K;
+    long lda, ldb, ldc, ldr;
+    long sa, sb, sc, sr;
+    int transb;
+    int bias_mode;
+} mrt_gemm_shape;
+
+/* The output stage: y = post_a * act(acc + bias + residual) + post_b.  bias may be NULL (where it
+ * is indexed: the kernel's comment; per output channel for the convolutions); post_a / post_b are
+ * read by the int8 convolutions only (1 and 0: no post map). */
+typedef struct {
+    const float *bias;
+    mrt_act act;
+    float a0, a1;
+    float post_a, post_b;
+} mrt_epilogue;
+
+/* The int8 side of a kernel.  Input: float (quantized inside with x_scale / x_zero, or per channel
+ * with x_scales / x_zeros) or, with x_u8, uint8 already quantized with that zero point.  Weights:
+ * packed_w (mrt_qgemm_pack_w) for the GEMM-based kernels, w (the int8 values held as floats) for the
+ * depthwise one; scale per output channel = x_scale * w_scale.  Output: float or, with y_u8, uint8
+ * clamp(rint(y / y_scale) + y_zero, 0, 255), per tensor (y_scale, y_zero) or per output channel
+ * (y_scales, y_zeros) as each kernel says. */
+typedef struct {
+    int x_u8;
+    float x_scale;
+    int x_zero;
+    const float *x_scales, *x_zeros; /* per channel; x_zeros integer valued in [0, 255] */
+    const void *packed_w;
+    const float *w;
+    const float *scale;
+    int y_u8;
+    float y_scale;
+    int y_zero;
+    const float *y_scales;
+    const int32_t *y_zeros;
+} mrt_quant;
 
 int mrt_abi_version(void);
 unsigned mrt_cpu_features(void);
@@ -50,178 +131,138 @@ int mrt_select_isa(int isa);
 int mrt_current_isa(void);
 int mrt_max_threads(void);
 
-/* Depthwise 2-D convolution: x (n, c, h, w), w (c, kh, kw), bias (c) or NULL,
- * residual (n, c, oh, ow) or NULL, y (n, c, oh, ow) = act(conv + bias +
- * residual).  Padding is implicit (zeros): pt/pl are the top/left pads, the
- * bottom/right ones follow from oh/ow. */
-void mrt_dwconv2d_f32(const float *x, const float *w, const float *bias, const float *residual, float *y, int n, int c,
-                      int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                      int act, float a0, float a1, int nthreads);
+/* Depthwise 2-D convolution (g->m == g->c == g->group): x (n, c, h, w), w (c, kh, kw), e->bias (c) or
+ * NULL, res (n, c, oh, ow) or NULL, y (n, c, oh, ow) = act(conv + bias + res). */
+void mrt_dwconv2d_f32(const mrt_conv_geometry *g, const float *w, const mrt_epilogue *e, const float *x,
+                      const float *res, float *y, int nthreads);
 
 /* int8 depthwise 2-D convolution (QConv with group == c): per channel ch,
- *   acc = sum over the taps of (xq - x_zero[ch]) * w[ch, ky, kx]   (exact integers; padding is xq == x_zero)
+ *   acc = sum over the taps of (xq - x_zeros[ch]) * q->w[ch, ky, kx]   (exact integers; padding is xq == x_zero)
  *   y   = post_a * act(scale[ch] * acc + bias[ch] + res) + post_b
- * with xq the uint8 input (xq != NULL) or quantize_u8(x / x_scale[ch] + x_zero[ch]) of the float
- * input x; w holds the int8 weights as floats (c, kh, kw); bias and res may be NULL.  The output is
- * the float y, or with yq != NULL the uint8 clamp(rint(y / y_scale) + y_zero, 0, 255).
- * kh * kw <= 514 (integer sums exact in float32). */
-typedef struct {
-    const float *x;
-    const uint8_t *xq;
-    const float *x_scale, *x_zero; /* per channel; x_zero integer valued in [0, 255] */
-    const float *w, *scale, *bias, *res;
-    float *y;
-    uint8_t *yq;
-    float y_scale;
-    int y_zero;
-    int act;
-    float a0, a1, post_a, post_b;
-} mrt_qdw_params;
-void mrt_qdwconv2d(const mrt_qdw_params *params, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
-                   int dw, int pt, int pl, int oh, int ow, int nthreads);
+ * with xq the uint8 input (q->x_u8) or quantize_u8(x / x_scales[ch] + x_zeros[ch]) of the float input;
+ * res may be NULL.  The output y is float or, with q->y_u8, uint8 requantized per tensor (q->y_scale,
+ * q->y_zero).  kh * kw <= 514 (integer sums exact in float32). */
+void mrt_qdwconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
+                   const float *res, void *y, int nthreads);
 
-/* Max pooling over planes x (nc, h, w) -> y (nc, oh, ow); taps outside the
- * input are ignored (as if padded with -inf).  NaN propagates. */
-void mrt_maxpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
-                       int pt, int pl, int oh, int ow, int nthreads);
+/* Max pooling over the n * c planes of x (h, w) -> y (oh, ow); taps outside the input are ignored
+ * (as if padded with -inf).  NaN propagates. */
+void mrt_maxpool2d_f32(const mrt_conv_geometry *g, const float *x, float *y, int nthreads);
 
-/* Average pooling: sum of the taps inside the input, divided by the number
- * of taps inside the counting box [ch0, ch1) x [cw0, cw1) (input coordinates),
- * or multiplied by `scale` when scale > 0. */
-void mrt_avgpool2d_f32(const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
-                       int pt, int pl, int oh, int ow, int ch0, int ch1, int cw0, int cw1, float scale, int nthreads);
+/* Average pooling: sum of the taps inside the input, divided by the number of taps inside the
+ * counting box [count_box[0], count_box[1]) x [count_box[2], count_box[3]) (input coordinates:
+ * rows, then columns), or multiplied by `scale` when scale > 0. */
+void mrt_avgpool2d_f32(const mrt_conv_geometry *g, const int *count_box, float scale, const float *x, float *y,
+                       int nthreads);
 
-/* Fused epilogue, in place: y (n, c, plane) = act(y + bias[c] + residual).
- * bias and residual (same shape as y) may be NULL. */
-void mrt_bias_act_f32(float *y, const float *bias, const float *residual, int n, int c, long plane, int act, float a0,
-                      float a1, int nthreads);
+/* Fused epilogue, in place: y (n, c, plane) = act(y + e->bias[c] + res).  bias and res (same shape as
+ * y) may be NULL; e->post_* unused. */
+void mrt_bias_act_f32(const mrt_epilogue *e, float *y, const float *res, int n, int c, long plane, int nthreads);
 
-/* im2col of one image: x (c, h, w) -> cols (c*kh*kw, oh*ow), zeros for padding. */
-void mrt_im2col_f32(const float *x, float *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh, int dw,
-                    int pt, int pl, int oh, int ow, int nthreads);
+/* im2col of one image: x (c, h, w) -> cols (c*kh*kw, oh*ow), zeros for padding (g->n unused). */
+void mrt_im2col_f32(const mrt_conv_geometry *g, const float *x, float *cols, int nthreads);
 
 /* A whole float32 convolution (NCHW, any batch): y (n, m, oh, ow) = act(conv(x, w) + bias[m] + res),
- * w (m, c/group, kh, kw), bias and res (same shape as y) may be NULL.  The GEMM of mrt_sgemm_f32
+ * w (m, c/group, kh, kw), e->bias and res (same shape as y) may be NULL.  The GEMM of mrt_sgemm_f32
  * with the epilogue fused; images with wide enough output rows as an implicit GEMM (B read from
  * padded, stride-phase-split planes of the input, built band by band, no im2col matrix), small
  * images through im2col in per-thread scratch with the columns of several in one GEMM; threads
- * over images, bands of output rows, or the GEMM.  Returns 0, or -1 without scratch memory. */
-int mrt_conv2d_f32(const float *x, int n, int c, int h, int wd, const float *w, int m, int group, int kh, int kw,
-                   int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *bias, const float *res,
-                   float *y, int act, float a0, float a1, int nthreads);
-
-/* mrt_conv2d_f32 with the weights also pre-packed (packed_w, from mrt_conv2d_pack_w under the same
- * ISA, mrt_conv2d_packed_w_floats(m, group, c/group*kh*kw) floats; NULL: none) for the
- * channel-vector kernel, which images with a GEMM of their own then take (output channels as vector
- * lanes: no output column computed and dropped; the same sums as the GEMM's, bit for bit; strided
- * layers read the input in place, without planes, see mrt_conv2d_in_place_mode).  It pays
- * where mrt_conv2d_uses_packed_w says so (depends on the geometry alone, not on the batch or the
+ * over images, bands of output rows, or the GEMM.  Returns 0, or -1 without scratch memory.
+ *
+ * packed_w: the weights also pre-packed (from mrt_conv2d_pack_w under the same ISA,
+ * mrt_conv2d_packed_w_floats(m, group, c/group*kh*kw) floats), or NULL, for the channel-vector
+ * kernel, which images with a GEMM of their own then take (output channels as vector lanes: no
+ * output column computed and dropped; the same sums as the GEMM's, bit for bit; strided layers read
+ * the input in place, without planes, see mrt_conv2d_in_place_mode).  It pays where
+ * mrt_conv2d_uses_packed_w says so (depends on the geometry alone, not on the batch or the
  * threads): pack for those layers. */
-int mrt_conv2d_uses_packed_w(int c, int m, int group, int kh, int kw, int sh, int sw, int oh, int ow);
-/* Test hook: whether mrt_conv2d_packed_f32 reads the input in place on the channel-vector kernel
+int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *packed_w, const mrt_epilogue *e,
+                   const float *x, const float *res, float *y, int nthreads);
+int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g);
+/* Test hook: whether mrt_conv2d_f32 reads the input in place on the channel-vector kernel
  * (kernels larger than 1x1 or strided; the output's borders from small padded windows) instead of
  * building planes: -1 (the default) where that pays, 0 never, 1 always.  Returns the previous mode. */
 int mrt_conv2d_in_place_mode(int mode);
 long mrt_conv2d_packed_w_floats(int m, int group, int k);
 void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w);
-int mrt_conv2d_packed_f32(const float *x, int n, int c, int h, int wd, const float *w, const float *packed_w, int m,
-                          int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                          const float *bias, const float *res, float *y, int act, float a0, float a1, int nthreads);
 
-/* float32 GEMM with fused epilogue, all row-major:
+/* float32 GEMM with fused epilogue (s->batch products, see mrt_gemm_shape):
  *   C[m, n] = act(sum_k A[m, k] B[k, n] + bias + res[m, n])
- * bias_mode 1: bias[m] (per row, conv channels), 2: bias[n] (per column,
- * MatMul/Gemm), ignored when bias is NULL; res may be NULL. */
-void mrt_sgemm_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
-                   const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
-                   int nthreads);
+ * bias (e->bias, per s->bias_mode) and res (row stride s->ldr) may be NULL. */
+void mrt_sgemm_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *A, const float *B, float *C,
+                   const float *res, int nthreads);
 
-/* Batched form: matrix i uses A + i*sa, B + i*sb, C + i*sc, res + i*sr
- * (strides in elements, 0 to broadcast).  transb: B is stored transposed,
- * (N x K) with row stride ldb, i.e. B[k, n] = B_stored[n * ldb + k]. */
-void mrt_sgemm_batch_f32(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
-                         long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
-                         const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads);
-
-/* int8 GEMM: u8 activations X (K x N, row stride ldx, zero point x_zero)
- * times s8 symmetric weights W (M x K, packed once by mrt_qgemm_pack_w into
- * mrt_qgemm_packed_size(M, K) bytes, 64-byte aligned), float output:
- *   C[m, n] = act(scale[m] * sum_k W[m, k] (X[k, n] - x_zero) + bias[m] + res[m, n])
- * Exact int32 accumulation.  bias and res may be NULL. */
+/* int8 GEMM: u8 activations X (K x N, row stride s->ldb, zero point q->x_zero) times s8 symmetric
+ * weights W (M x K, q->packed_w: packed once by mrt_qgemm_pack_w into mrt_qgemm_packed_size(M, K)
+ * bytes, 64-byte aligned), float output (row stride s->ldc):
+ *   C[m, n] = act(q->scale[m] * sum_k W[m, k] (X[k, n] - x_zero) + e->bias[m] + res[m, n])
+ * Exact int32 accumulation.  bias and res (row stride s->ldr) may be NULL; one product (s->batch,
+ * the batch strides, transb and bias_mode unused). */
 long mrt_qgemm_packed_size(int M, int K);
 void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed);
-void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
-                        const float *scale, const float *bias, float *C, long ldc, const float *res, long ldr, int act,
-                        float a0, float a1, int nthreads);
-/* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
-/* Softmax (log = 0) or LogSoftmax (log = 1) of each of `rows` contiguous rows of n floats; y may be x. */
+void mrt_qgemm_u8s8_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const uint8_t *X,
+                        const float *res, float *C, int nthreads);
 /* A product with a constant right operand, B packed once: mrt_sgemm_pack_b_f32 writes B (K x N, row
  * stride ldb; with transb stored N x K) into mrt_sgemm_packed_b_floats(K, N) floats in the layout of the
- * ISA in use (repack after mrt_select_isa); mrt_sgemm_pb_f32 is mrt_sgemm_f32 on it (identical results). */
+ * ISA in use (repack after mrt_select_isa); mrt_sgemm_pb_f32 is mrt_sgemm_f32 on it (one product:
+ * s->batch and the batch strides unused, s->ldb and s->transb too; identical results). */
 long mrt_sgemm_packed_b_floats(int K, int N);
 void mrt_sgemm_pack_b_f32(const float *B, long ldb, int transb, int K, int N, float *out);
-void mrt_sgemm_pb_f32(int M, int N, int K, const float *A, long lda, const float *bpack, float *C, long ldc,
-                      const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
-                      int nthreads);
+void mrt_sgemm_pb_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *A, const float *bpack, float *C,
+                      const float *res, int nthreads);
 /* Matrix-vector product for a few rows of A (M small), B read in place (not packed), threads over
- * the output columns: C[m, n] = act(sum_k A[m, k] B[k, n] + bias[n]) with B K x N (row stride ldb)
- * or, with transb, stored N x K (B[k, n] = B_stored[n * ldb + k]); bias may be NULL. */
-void mrt_sgemv_f32(int M, int N, int K, const float *A, long lda, const float *B, long ldb, int transb, float *C,
-                   long ldc, const float *bias, int act, float a0, float a1, int nthreads);
+ * the output columns: C[m, n] = act(sum_k A[m, k] B[k, n] + e->bias[n]) with B K x N (row stride
+ * s->ldb) or, with s->transb, stored N x K; bias may be NULL; no residual, one product. */
+void mrt_sgemv_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *A, const float *B, float *C,
+                   int nthreads);
+/* Softmax (log = 0) or LogSoftmax (log = 1) of each of `rows` contiguous rows of n floats; y may be x. */
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads);
 /* y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + eps) * scale + bias over rows of n floats (LayerNormalization
  * over the trailing axes); bias may be NULL; x and y may be the same buffer. */
 void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
                        int nthreads);
+/* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */
 void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads);
-/* The same of x + nearest-upsampled xu: planes of h x w floats in x, of (h / f) x (w / f) in xu (h, w
- * multiples of f >= 1); q[p][i][j] = quantize(x[p][i][j] * xm[p] + xu[p][i / f][j / f] * um[p]) (xm,
- * um NULL: no multiplier; products rounded to float before the add), or of the upsampled xu * um
- * alone when x is NULL.  Returns -1 when its per-thread scratch cannot be allocated. */
-int mrt_quantize_add_up_u8_f32(const float *x, const float *xm, const float *xu, const float *um, long planes, int h,
-                               int w, int f, uint8_t *q, float scale, int zp, int nthreads);
+/* The same of x + nearest-upsampled xu, into out: the n * c planes of g->oh x g->ow floats in x, of
+ * (oh / f) x (ow / f) in xu, f = g->sh (oh, ow multiples of f >= 1);
+ * out[p][i][j] = quantize(x[p][i][j] * xm[p] + xu[p][i / f][j / f] * um[p]) (xm, um NULL: no
+ * multiplier; products rounded to float before the add), or of the upsampled xu * um alone when x is
+ * NULL; quantized with q->y_scale, q->y_zero.  Returns -1 when its per-thread scratch cannot be
+ * allocated, -2 for sizes that are not multiples of f. */
+int mrt_quantize_add_up_u8_f32(const mrt_conv_geometry *g, const mrt_quant *q, const float *x, const float *xm,
+                               const float *xu, const float *um, uint8_t *out, int nthreads);
 /* im2col of one uint8 image, padding with `pad` (the zero point). */
-void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
-                   int dw, int pt, int pl, int oh, int ow, int pad, int nthreads);
+void mrt_im2col_u8(const mrt_conv_geometry *g, const uint8_t *x, uint8_t *cols, int pad, int nthreads);
 
-/* A whole int8 convolution with float input and output (NCHW): quantizes x with
- * (x_scale, x_zero) into per-thread scratch, im2col (u8), and the int8 GEMM per group;
- * packed_w from mrt_qgemm_pack_w of the (m, c/group*kh*kw) weights.  Returns 0, or -1
- * when the scratch could not be allocated. */
-int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,
-                    int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                    const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
+/* A whole int8 convolution (NCHW): x float (quantized with q->x_scale, q->x_zero into per-thread
+ * scratch) or uint8 (q->x_u8), im2col (u8), and the int8 GEMM per group; q->packed_w from
+ * mrt_qgemm_pack_w of the (m, c/group*kh*kw) weights, q->scale per output channel.
+ * y = post_a * act(...) + post_b, float or, with q->y_u8, uint8 requantized per output channel
+ * o: clamp(rint(y / y_scales[o]) + y_zeros[o], 0, 255) (see qgemm.h).  Returns 0, or -1 when the
+ * scratch could not be allocated. */
+int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
+                const float *res, void *y, int nthreads);
+/* mrt_qconv2d with a float output max-pooled in the output stage (q->y_u8 and e->post_* unused):
+ * y (n, m, poh, pow) = MaxPool of the (n, m, oh, ow) conv result over (pool->kh, pool->kw) windows
+ * at strides (pool->sh, pool->sw), no padding, NaN propagating: poh = (oh - kh) / sh + 1, pow
+ * likewise (the rest of *pool unused).  Returns 0, -1 without scratch memory, -2 for a window that
+ * does not fit. */
+int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *pool, const mrt_quant *q,
+                         const mrt_epilogue *e, const void *x, const float *res, float *y, int nthreads);
+/* ConvTranspose with stride == kernel (g->kh x g->kw), no padding, one group, int8: y (n, m, h*kh, w*kw)
+ * float (or, with q->y_u8, uint8: requantized as mrt_qconv2d's per GEMM row) from x (n, c, h, w) uint8
+ * with zero point q->x_zero, q->packed_w from mrt_qgemm_pack_w of the (m*kh*kw, c) int8 weights (row
+ * (mi*kh + t)*kw + u = W[:, mi, t, u]); q->scale, e->bias, q->y_scales, q->y_zeros per GEMM row (bias
+ * may be NULL).  Returns 0, -1 without scratch memory, -2 for bad arguments. */
+int mrt_qconvtranspose_tiles(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const uint8_t *x,
+                             void *y, int nthreads);
+/* y (rows = s->M, n = s->N) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float
+ * (rows, K = s->K) quantized with q->x_scale, q->x_zero, W the (n, K) int8 weights packed by
+ * mrt_qgemm_pack_w (q->packed_w).  Returns 0, or -1 without scratch memory. */
+int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const float *a, float *y,
                     int nthreads);
-/* The same with x uint8 when x_u8 (no quantization; x_scale unused), y = post_a * act(...) + post_b
- * and, when yq is not NULL, a uint8 output yq = clamp(rint(y / y_scale[o]) + y_zero[o], 0, 255) per
- * output channel o instead of the float y (see qgemm.h). */
-int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                  const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
-                  int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
-                  const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, float post_a, float post_b,
-                  int nthreads);
-/* mrt_qconv2d_q with a float output max-pooled in the output stage: y (n, m, poh, pow) = MaxPool of
- * the (n, m, oh, ow) conv result over (pkh, pkw) windows at strides (psh, psw), no padding, NaN
- * propagating: poh = (oh - pkh) / psh + 1, pow likewise.  Returns 0, -1 without scratch memory,
- * -2 for a window that does not fit. */
-int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                         const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
-                         int pl, int oh, int ow, const float *scale, const float *bias, const float *res, int pkh,
-                         int pkw, int psh, int psw, float *y, int act, float a0, float a1, int nthreads);
-/* ConvTranspose with stride == kernel (kh x kw), no padding, one group, int8: y (n, m, h*kh, wd*kw) float
- * (or yq uint8: requantized as mrt_qconv2d_q's per GEMM row) from x (n, c, h, wd) uint8 with zero point
- * x_zero, packed_w from mrt_qgemm_pack_w of the (m*kh*kw, c) int8 weights (row (mi*kh + t)*kw + u =
- * W[:, mi, t, u]); scale, bias, y_scale, y_zero per GEMM row (bias may be NULL).  Returns 0, -1 without
- * scratch memory, -2 for bad arguments (exactly one of y and yq must be given). */
-int mrt_qconvtranspose_tiles(const uint8_t *x, int x_zero, int n, int c, int h, int wd, const void *packed_w, int m,
-                             int kh, int kw, const float *scale, const float *bias, float *y, uint8_t *yq,
-                             const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, int nthreads);
-/* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float (rows, K),
- * W the (n, K) int8 weights packed by mrt_qgemm_pack_w.  Returns 0, or -1 without scratch memory. */
-int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,
-                    const float *scale, const float *bias, float *y, int act, float a0, float a1, int nthreads);
 
 /* Data-movement kernels (layout_impl.h). */
 /* Nearest upsampling of planes x (planes, h, wd) by integer factors: y (planes, h*fh, wd*fw),
@@ -238,22 +279,40 @@ void mrt_copy_rows_f32(const float *src, long src_ld, float *dst, long dst_ld, l
 #define MRT_BINARY_MUL 2
 #define MRT_BINARY_DIV 3
 void mrt_binary_f32(int op, const float *a, const float *b, float *y, long n, int nthreads);
-/* ConvTranspose with stride == kernel, no padding, dilation 1, one group: x (n, c, h, wd),
- * wt (m*kh*kw, c) the weight (c, m, kh, kw) transposed, bias (m*kh*kw) per GEMM row or NULL,
- * y (n, m, h*kh, wd*kw) = act(conv_transpose(x) + bias).  Returns 0, or -1 without scratch memory. */
-int mrt_convtranspose_tiles_f32(const float *x, int n, int c, int h, int wd, const float *wt, int m, int kh, int kw,
-                                const float *bias, float *y, int act, float a0, float a1, int nthreads);
-/* Max pooling with stride 1 and dilation 1 over planes x (planes, h, wd) -> y (planes, oh, ow),
- * top/left pads pt/pl (taps outside the input ignored), separable: rows, then columns.
+/* ConvTranspose with stride == kernel (g->kh x g->kw), no padding, dilation 1, one group: x (n, c, h, w),
+ * wt (m*kh*kw, c) the weight (c, m, kh, kw) transposed, e->bias (m*kh*kw) per GEMM row or NULL,
+ * y (n, m, h*kh, w*kw) = act(conv_transpose(x) + bias).  Returns 0, or -1 without scratch memory. */
+int mrt_convtranspose_tiles_f32(const mrt_conv_geometry *g, const float *wt, const mrt_epilogue *e, const float *x,
+                                float *y, int nthreads);
+/* Max pooling with stride 1 and dilation 1 (g->sh, sw, dh, dw unused) over the n * c planes of x (h, w)
+ * -> y (oh, ow), top/left pads pt/pl (taps outside the input ignored), separable: rows, then columns.
  * NaN propagates.  Returns 0, or -1 without scratch memory. */
-int mrt_maxpool2d_s1_f32(const float *x, float *y, long planes, int h, int wd, int kh, int kw, int pt, int pl, int oh,
-                         int ow, int nthreads);
+int mrt_maxpool2d_s1_f32(const mrt_conv_geometry *g, const float *x, float *y, int nthreads);
 
-/* Native programs (program_impl.h): a run of kernel calls recorded once by a session (see
+/* ------------------------------------------------------------------ native programs
+ *
+ * A native program (program_impl.h) is a run of kernel calls recorded once by a session (see
  * minirt/native/program.py) and replayed by one C call, without Python between the calls.
  * A call names its entry point by an MRT_CALL_* code and holds that entry point's arguments in
  * declaration order, one mrt_arg each, in the member of the parameter's type (pointers in p, int
- * in i, long in l, float in f). */
+ * in i, long in l, float in f): the struct pointers of its prepared call, the data pointers, the
+ * thread count.
+ *
+ * The record/replay contract (also in docs/runtime.md, "Native programs: the record/replay
+ * contract"; checked in one place: _call and RECORDABLE in minirt/native/__init__.py, then the
+ * recorder of minirt/native/program.py).  A kernel is recordable when, on the path taken:
+ *   1. all of its work is done by native calls made through the recording wrappers of
+ *      minirt/native/__init__.py, each listed below with an MRT_CALL_* code: no numpy work before or
+ *      after them (a replay runs the calls alone);
+ *   2. each call declares the buffers it reads and the ones it writes (argument positions); every
+ *      other argument is a constant of the prepared call: the parameter structs (built once, kept
+ *      alive by the recording) and the weights they point to, scalars, the thread count;
+ *   3. its result is declared with native.final(y), the array the calls wrote, returned untouched;
+ *      or, when no call is needed at all, native.constant_result(y) for a read-only array that is the
+ *      same on every run;
+ *   4. nothing it passes depends on the data: scalars derived from the input (dynamic quantization)
+ *      make the path unrecordable (it then does not declare its result final).
+ * A replay patches only the data pointers that are model inputs; everything else is the recording's. */
 typedef union {
     void *p;
     long l;
@@ -265,14 +324,12 @@ typedef struct {
     const mrt_arg *args;
 } mrt_call;
 #define MRT_CALL_CONV2D_F32 1
-#define MRT_CALL_CONV2D_PACKED_F32 2
 #define MRT_CALL_DWCONV2D_F32 3
 #define MRT_CALL_MAXPOOL2D_F32 4
 #define MRT_CALL_MAXPOOL2D_S1_F32 5
 #define MRT_CALL_SGEMM_PB_F32 6
-#define MRT_CALL_SGEMM_BATCH_F32 7
-#define MRT_CALL_QCONV2D_F32 8
-#define MRT_CALL_QCONV2D_Q 9
+#define MRT_CALL_SGEMM_F32 7
+#define MRT_CALL_QCONV2D 9
 #define MRT_CALL_QCONV2D_POOL_F32 10
 #define MRT_CALL_QMATMUL_F32 11
 #define MRT_CALL_PLANE_MEANS_F32 12

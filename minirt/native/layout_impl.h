@@ -139,8 +139,8 @@ static MRT_TARGET void FN(convt_task)(void *ctx, long begin, long end) {
         const int rows = a->h - r0 < a->band ? a->h - r0 : a->band;
         const long ldc = (long)rows * a->wd;
         /* B = the band's input rows, one row of B per input channel (row stride: the plane) */
-        mrt_sgemm_f32(rows_out, (int)ldc, a->c, a->wt, a->c, a->x + img * a->c * plane + (long)r0 * a->wd, plane, cols,
-                      ldc, a->bias, 1, NULL, 0, a->act, a->a0, a->a1, 1);
+        sgemm_one(rows_out, (int)ldc, a->c, a->wt, a->c, a->x + img * a->c * plane + (long)r0 * a->wd, plane, cols,
+                  ldc, a->bias, 1, NULL, 0, a->act, a->a0, a->a1, 1);
         FN(convt_scatter)(cols, ldc, a->y + img * (long)a->m * plane * a->kh * a->kw, a->m, a->kh, a->kw, r0, rows,
                           a->h, a->wd);
     }

@@ -7,8 +7,12 @@ spends more time in Python between those calls than in them.  So a session recor
 (:class:`Recorder`) and, when every node of the run was such a call, replays them from then on with
 ``mrt_program_run`` (``program_impl.h``), patching only the input pointers (:class:`Program`).
 
-What makes a replay exact (checked while recording, else the run stays in Python):
+What makes a replay exact is the record/replay contract (kernels.h above ``mrt_arg``;
+docs/runtime.md, "Native programs"): the wrappers of ``minirt/native/__init__.py`` record each call
+and check what they can (``RECORDABLE`` there), :meth:`Recorder.end` checks each node and
+:func:`build` the buffers.  While recording, else the run stays in Python:
 
+* every call of the node is to an entry point a program replays (``native.RECORDABLE``);
 * every node declared its result complete (``native.final``: the kernels do so only on the paths
   where the result is exactly what their native calls wrote, with no numpy work around them) and
   made at least one call; or it is a reshape-like node whose result is its input's memory, as is;
@@ -76,6 +80,11 @@ class Recorder:
             return
         calls = _native._recording.calls[self._first:]
         name = f"node {step.node.name!r} ({step.op.op_type})"
+        unreplayable = next((call[0] for call in calls if call[1] is None), None)
+        if unreplayable is not None:
+            self.refused = f"{name} is not one native call with nothing around it ({unreplayable}: not replayed)"
+            self.steps.append(None)
+            return
         x = args[0] if args else None
         if (len(step.outs) > 1 and not calls and step.op.op_type in PART_VIEW_OPS and type(result) is tuple
                 and all(_is_part_of(r, x) for r in result)):

@@ -32,7 +32,7 @@
 #ifdef MRT_HAVE_VNNI_BUILD
 #define Q_DW_MAX_TERMS 16 /* (kernel row, quad) pairs: kh <= 8, two quads per row */
 typedef struct {
-    const mrt_qdw_params *q;
+    const q_dw_params *q;
     int c, h, wd, kh, kw, sh, pt, pl, oh, ow;
     long ps;          /* row stride of the band (s1) or of each parity plane (s2), in bytes */
     long plane_bytes; /* s2: bytes of one parity plane */
@@ -42,7 +42,7 @@ typedef struct {
 } q_dw_args;
 
 /* post_a * act(s * v + b) + post_b for 16 integer sums v (as floats). */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512 q_dw_epilogue(const mrt_qdw_params *q,
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512 q_dw_epilogue(const q_dw_params *q,
                                                                                            __m512 v, __m512 vs,
                                                                                            __m512 vb) {
     v = _mm512_fmadd_ps(vs, v, vb);
@@ -63,7 +63,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512 q_dw
 }
 
 /* q_dw_epilogue requantized to 16 dwords 0..255. */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_dw_requant(const mrt_qdw_params *q,
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_dw_requant(const q_dw_params *q,
                                                                                            __m512 v, __m512 vs,
                                                                                            __m512 vb) {
     v = q_dw_epilogue(q, v, vs, vb);
@@ -110,7 +110,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_dw_quant_row(const flo
  * s2 the four parity planes.  A float input is quantized a row at a time into row. */
 __attribute__((target("avx512f,avx512bw"))) static void q_dw_fill(const q_dw_args *a, long p, int ch, uint8_t *band,
                                                                   uint8_t *row) {
-    const mrt_qdw_params *q = a->q;
+    const q_dw_params *q = a->q;
     const int zp = (int)q->x_zero[ch];
     const long plane_in = (long)a->h * a->wd;
     const uint8_t *xp = q->xq ? q->xq + p * plane_in : NULL;
@@ -149,7 +149,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_dw_fill(const q_dw_arg
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_task(void *ctx, long begin, long end) {
     const q_dw_args *a = (const q_dw_args *)ctx;
-    const mrt_qdw_params *q = a->q;
+    const q_dw_params *q = a->q;
     const long ps = a->ps, plane_out = (long)a->oh * a->ow;
     const long flat_size = q->yq ? a->flat_bytes : 4 * a->flat_bytes; /* uint8 or float flat outputs */
     uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + flat_size + a->row_bytes));
@@ -236,7 +236,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
 }
 
 /* 1 when the VNNI path ran the call (see the top of this file), 0 when the caller must. */
-static int q_dw_vnni(const mrt_qdw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
+static int q_dw_vnni(const q_dw_params *q, int n, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
                      int dw, int pt, int pl, int oh, int ow, int nthreads) {
     if (!q_use_vnni || !q_bw() || q->res) return 0;
     if (sh != sw || (sh != 1 && sh != 2) || dh != 1 || dw != 1 || kw > 8 || kh > 8) return 0;

@@ -808,11 +808,11 @@ static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W
                  NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, nthreads);
 }
 
-void mrt_qgemm_u8s8_f32(int M, int N, int K, const void *packed_w, const uint8_t *X, long ldx, int x_zero,
-                        const float *scale, const float *bias, float *C, long ldc, const float *res, long ldr, int act,
-                        float a0, float a1, int nthreads) {
-    q_gemm_run(M, N, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)M * 4, X, ldx, x_zero, scale, bias,
-               C, ldc, res, ldr, act, a0, a1, nthreads);
+void mrt_qgemm_u8s8_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const uint8_t *X,
+                        const float *res, float *C, int nthreads) {
+    const int M = s->M;
+    q_gemm_run(M, s->N, s->K, (const int32_t *)q->packed_w, (const int8_t *)q->packed_w + (long)M * 4, X, s->ldb,
+               q->x_zero, q->scale, e->bias, C, s->ldc, res, s->ldr, e->act, e->a0, e->a1, nthreads);
 }
 
 /* ---------------------------------------------------------------- quantize / im2col for uint8 */
@@ -976,8 +976,12 @@ static void q_quant_add_up_task(void *ctx, long begin, long end) {
     }
 }
 
-int mrt_quantize_add_up_u8_f32(const float *x, const float *xm, const float *xu, const float *um, long planes, int h,
-                               int w, int f, uint8_t *q, float scale, int zp, int nthreads) {
+int mrt_quantize_add_up_u8_f32(const mrt_conv_geometry *g, const mrt_quant *qp, const float *x, const float *xm,
+                               const float *xu, const float *um, uint8_t *q, int nthreads) {
+    const long planes = (long)g->n * g->c;
+    const int h = g->oh, w = g->ow, f = g->sh;
+    const float scale = qp->y_scale;
+    const int zp = qp->y_zero;
     if (f < 1 || h % f || w % f) return -2;
     q_quant_add_up_args a = {x, xm, xu, um, q, h, w, f, scale, zp, 0};
     mrt_parallel_for(planes, (long)h * w, nthreads, q_quant_add_up_task, &a);
@@ -1415,9 +1419,9 @@ static void q_im2col(const uint8_t *x, uint8_t *cols, long ld, int c, int h, int
     q_im2col_images(x, 1, 0, cols, 0, ld, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pad, nthreads);
 }
 
-void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh, int kw, int sh, int sw, int dh,
-                   int dw, int pt, int pl, int oh, int ow, int pad, int nthreads) {
-    q_im2col(x, cols, (long)oh * ow, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, pad, nthreads);
+void mrt_im2col_u8(const mrt_conv_geometry *g, const uint8_t *x, uint8_t *cols, int pad, int nthreads) {
+    q_im2col(x, cols, (long)g->oh * g->ow, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl,
+             g->oh, g->ow, pad, nthreads);
 }
 
 /* ---------------------------------------------------------------- a whole int8 convolution */
@@ -1426,7 +1430,7 @@ void mrt_im2col_u8(const uint8_t *x, uint8_t *cols, int c, int h, int wd, int kh
  * quantized into per-thread scratch, im2col'ed (unless 1x1 / stride 1 / no padding), and each
  * group's GEMM runs on the packed weights of all m rows (mrt_qgemm_pack_w of the
  * (m, c/group*kh*kw) matrix).  One call per layer instead of one per step and image. */
-/* mrt_qconv2d_q: the same with x already uint8 (x_u8: no quantize pass; x_scale unused) and/or a
+/* mrt_qconv2d: the same with x already uint8 (x_u8: no quantize pass; x_scale unused) and/or a
  * uint8 output yq = clamp(rint(y / y_scale[m]) + y_zero[m], 0, 255) of that float y (yq != NULL: y unused),
  * requantized per block in the GEMM epilogue: int8 layers chained without a float tensor between.
  *
@@ -2066,7 +2070,7 @@ static void q_conv_task(void *ctx, long begin, long end) {
     for (long ch = begin; ch < end; ++ch) q_conv_chunk(a, ch, scratch, 1);
 }
 
-/* mrt_qconv2d_q, and with pkh > 0 (float output only) the MaxPool of mrt_qconv2d_pool_f32 */
+/* mrt_qconv2d, and with pkh > 0 (float output only) the MaxPool of mrt_qconv2d_pool_f32 */
 static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
                      const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
                      int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
@@ -2119,38 +2123,34 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     return a.failed ? -1 : 0;
 }
 
-int mrt_qconv2d_q(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                  const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl,
-                  int oh, int ow, const float *scale, const float *bias, const float *res, float *y, uint8_t *yq,
-                  const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, float post_a, float post_b,
-                  int nthreads) {
-    return q_qconv2d(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                     scale, bias, res, y, yq, y_scale, y_zero, 0, 0, 0, 0, act, a0, a1, post_a, post_b, nthreads);
+int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
+                const float *res, void *y, int nthreads) {
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
+                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res,
+                     q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
+                     q->y_u8 ? q->y_zeros : NULL, 0, 0, 0, 0, e->act, e->a0, e->a1, e->post_a, e->post_b, nthreads);
 }
 
-int mrt_qconv2d_pool_f32(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                         const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
-                         int pl, int oh, int ow, const float *scale, const float *bias, const float *res, int pkh,
-                         int pkw, int psh, int psw, float *y, int act, float a0, float a1, int nthreads) {
-    if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || oh < pkh || ow < pkw) return -2;
-    return q_qconv2d(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                     scale, bias, res, y, NULL, NULL, NULL, pkh, pkw, psh, psw, act, a0, a1, 1.0f, 0.0f, nthreads);
-}
-
-int mrt_qconv2d_f32(const float *x, int n, int c, int h, int wd, float x_scale, int x_zero, const void *packed_w, int m,
-                    int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl, int oh, int ow,
-                    const float *scale, const float *bias, const float *res, float *y, int act, float a0, float a1,
-                    int nthreads) {
-    return mrt_qconv2d_q(x, 0, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh,
-                         ow, scale, bias, res, y, NULL, NULL, NULL, act, a0, a1, 1.0f, 0.0f, nthreads);
+int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *pool, const mrt_quant *q,
+                         const mrt_epilogue *e, const void *x, const float *res, float *y, int nthreads) {
+    const int pkh = pool->kh, pkw = pool->kw, psh = pool->sh, psw = pool->sw;
+    if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || g->oh < pkh || g->ow < pkw) return -2;
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
+                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res, y, NULL,
+                     NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
 }
 
 /* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):
  * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
  * of rows; a is quantized row by row into rows of k4 bytes (contiguous, vectorized), which the
  * GEMM reads as its columns (q_pack_xt), and C^T is transposed into y (rows == 1 writes y directly). */
-int mrt_qmatmul_f32(const float *a, long rows, int K, float x_scale, int x_zero, const void *packed_w, int n,
-                    const float *scale, const float *bias, float *y, int act, float a0, float a1, int nthreads) {
+int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const float *a, float *y,
+                    int nthreads) {
+    const long rows = s->M;
+    const int K = s->K, n = s->N, x_zero = q->x_zero, act = e->act;
+    const float x_scale = q->x_scale, a0 = e->a0, a1 = e->a1;
+    const void *packed_w = q->packed_w;
+    const float *scale = q->scale, *bias = e->bias;
     if (rows <= 0 || n <= 0) return 0;
     const long k4 = q_k4(K);
     const size_t xq_bytes = q_align64((size_t)k4 * rows);
@@ -2287,9 +2287,16 @@ static void q_convt_task(void *ctx, long begin, long end) {
 /* GEMM rows per band: about this many output values (the band's GEMM output stays in L2) */
 #define Q_CONVT_BAND_VALUES 65536
 
-int mrt_qconvtranspose_tiles(const uint8_t *x, int x_zero, int n, int c, int h, int wd, const void *packed_w, int m,
-                             int kh, int kw, const float *scale, const float *bias, float *y, uint8_t *yq,
-                             const float *y_scale, const int32_t *y_zero, int act, float a0, float a1, int nthreads) {
+int mrt_qconvtranspose_tiles(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const uint8_t *x,
+                             void *y_out, int nthreads) {
+    const int n = g->n, c = g->c, h = g->h, wd = g->w, m = g->m, kh = g->kh, kw = g->kw, x_zero = q->x_zero;
+    const void *packed_w = q->packed_w;
+    const float *scale = q->scale, *bias = e->bias, *y_scale = q->y_u8 ? q->y_scales : NULL;
+    const int32_t *y_zero = q->y_u8 ? q->y_zeros : NULL;
+    float *y = q->y_u8 ? NULL : (float *)y_out;
+    uint8_t *yq = q->y_u8 ? (uint8_t *)y_out : NULL;
+    const int act = e->act;
+    const float a0 = e->a0, a1 = e->a1;
     if (n <= 0 || m <= 0 || h <= 0 || wd <= 0) return 0;
     if (kh < 1 || kw < 1 || c < 1 || (y == NULL) == (yq == NULL)) return -2;
     const int rows_out = m * kh * kw;

@@ -21,7 +21,7 @@ from minirt.kernels import nn
 from tests.native.test_conv_implicit import _reference_conv
 from tests.native.test_native_kernels import _np_act
 
-pytestmark = pytest.mark.skipif(not native.available or not hasattr(native._lib, "mrt_conv2d_packed_f32"),
+pytestmark = pytest.mark.skipif(not native.available,
                                 reason="native channel-vector conv not available")
 
 # name: (C, M, H, W, (kh, kw), (sh, sw), (top, left, bottom, right), (dh, dw), group)
@@ -103,10 +103,17 @@ def force_packing(monkeypatch):
 def test_picked_geometries_take_the_channel_vector_kernel():
     for name, geom in PICKED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert native._lib.mrt_conv2d_uses_packed_w(c, m, group, *k, *s, *_output_size(geom)), name
+        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)), name
     for name, geom in FORCED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert not native._lib.mrt_conv2d_uses_packed_w(c, m, group, *k, *s, *_output_size(geom)), name
+        assert not _uses_packed_w(c, m, group, k, s, _output_size(geom)), name
+
+
+def _uses_packed_w(c, m, group, k, s, out) -> bool:
+    """mrt_conv2d_uses_packed_w for this geometry (it reads the channels, kernel, strides and output size)."""
+    geometry = native._ffi.new("mrt_conv_geometry *", {"c": c, "m": m, "group": group, "kh": k[0], "kw": k[1],
+                                                       "sh": s[0], "sw": s[1], "oh": out[0], "ow": out[1]})
+    return bool(native._lib.mrt_conv2d_uses_packed_w(geometry))
 
 
 @pytest.mark.parametrize("name", list(PICKED))
@@ -164,7 +171,7 @@ def test_prepared_call_after_an_isa_change_ignores_stale_packing():
         for first, then in (("best", "baseline"), ("baseline", "best")):
             native.select_isa(first)
             prep = native.conv2d_prepare(x.shape, w, group, k, s, d, pads[:2], out, b)
-            assert prep[0][2] is not None  # packed for `first`
+            assert prep[-1] == native.isa  # packed for `first` (the ISA its packing was made under)
             native.select_isa(then)
             y = np.empty((1, m) + out, dtype=np.float32)
             native.conv2d_call(prep, x, y)

@@ -34,7 +34,7 @@ from tests.native.test_conv_channel_vector import _check, _conv, _inputs
 from tests.native.test_conv_implicit import _reference_conv
 from tests.native.test_native_kernels import _np_act
 
-pytestmark = pytest.mark.skipif(not native.available or not hasattr(native._lib, "mrt_conv2d_packed_f32"),
+pytestmark = pytest.mark.skipif(not native.available,
                                 reason="native channel-vector conv not available")
 
 # name: (C, M, H, W, (kh, kw), (sh, sw), (top, left, bottom, right), (dh, dw), group)

@@ -22,7 +22,7 @@ from tests.native.test_conv_channel_vector import _conv, _inputs
 from tests.native.test_conv_implicit import _reference_conv
 from tests.native.test_native_kernels import _np_act
 
-pytestmark = pytest.mark.skipif(not native.available or not hasattr(native._lib, "mrt_conv2d_in_place_mode"),
+pytestmark = pytest.mark.skipif(not native.available,
                                 reason="native in-place channel-vector conv not available")
 
 # name: (C, M, H, W, (kh, kw), (sh, sw), (top, left, bottom, right), (dh, dw), group)

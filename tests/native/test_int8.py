@@ -49,7 +49,7 @@ def test_qgemm_epilogue(every_isa):
     bias = rng.standard_normal(m, dtype=np.float32)
     res = rng.standard_normal((m, n), dtype=np.float32)
     c = np.empty((m, n), np.float32)
-    native.qgemm(native.qpack(w), m, k, x, 128, scale, c, bias, res, native.ACT_CLIP, -0.5, 0.5)
+    native.qgemm(native.qpack(w), m, k, x, 128, scale, c, bias, res, native.ACTIVATION_CODES["Clip"], -0.5, 0.5)
     ref = scale[:, None] * (w.astype(np.float64) @ (x.astype(np.float64) - 128)) + bias[:, None] + res
     np.testing.assert_allclose(c, np.clip(ref, -0.5, 0.5), rtol=1e-5, atol=1e-5)
 
@@ -81,7 +81,7 @@ def test_qgemm_narrow_epilogue(n, every_isa):
     bias = rng.standard_normal(m, dtype=np.float32)
     res = rng.standard_normal((m, n), dtype=np.float32)
     c = np.empty((m, n), np.float32)
-    native.qgemm(native.qpack(w), m, k, x, 3, scale, c, bias, res, native.ACT_CLIP, -0.5, 0.5)
+    native.qgemm(native.qpack(w), m, k, x, 3, scale, c, bias, res, native.ACTIVATION_CODES["Clip"], -0.5, 0.5)
     ref = scale[:, None] * (w.astype(np.float64) @ (x.astype(np.float64) - 3)) + bias[:, None] + res
     np.testing.assert_allclose(c, np.clip(ref, -0.5, 0.5), rtol=1e-5, atol=1e-5)
 
@@ -262,7 +262,7 @@ def test_sgemm_matches_numpy(m, k, n, bias_mode, isa, threads):
     bias = rng.standard_normal(m if bias_mode == 1 else n, dtype=np.float32)
     res = rng.standard_normal((m, n), dtype=np.float32)
     c = np.empty((m, n), np.float32)
-    native.sgemm(a, b, c, bias, bias_mode, res, native.ACT_RELU)
+    native.sgemm(a, b, c, bias, bias_mode, res, native.ACTIVATION_CODES["Relu"])
     ref = a.astype(np.float64) @ b + (bias[:, None] if bias_mode == 1 else bias[None, :]) + res
     np.testing.assert_allclose(c, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
 
@@ -408,8 +408,8 @@ def test_qconv_post_affine_and_per_channel_output(c, hw, m, k, s, pb, group, d, 
     y_scale = rng.uniform(0.01, 0.05, m).astype(np.float32)  # per output channel
     y_zero = rng.integers(0, 256, m).astype(np.int32)
     post_a, post_b = np.float32(-0.75), np.float32(0.375)
-    for act, a0, a1 in ((native.ACT_NONE, 0.0, 0.0), (native.ACT_RELU, 0.0, 0.0), (native.ACT_HARDSWISH, 0.0, 0.0),
-                       (native.ACT_CLIP, -0.5, 0.5)):
+    for act, a0, a1 in ((native.ACTIVATION_CODES[""], 0.0, 0.0), (native.ACTIVATION_CODES["Relu"], 0.0, 0.0), (native.ACTIVATION_CODES["HardSwish"], 0.0, 0.0),
+                       (native.ACTIVATION_CODES["Clip"], -0.5, 0.5)):
         prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act, a0, a1)
         prep1 = native.qconv2d_prepare((1, c, h, wd), packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act,
                                        a0, a1)
@@ -417,11 +417,11 @@ def test_qconv_post_affine_and_per_channel_output(c, hw, m, k, s, pb, group, d, 
             ref = scale[:, None] * acc.astype(np.float32) + bias[:, None]
             if residual is not None:
                 ref = ref + residual.reshape(n, m, -1)
-            if act == native.ACT_RELU:
+            if act == native.ACTIVATION_CODES["Relu"]:
                 ref = np.where(ref < 0, np.float32(0), ref)
-            elif act == native.ACT_HARDSWISH:
+            elif act == native.ACTIVATION_CODES["HardSwish"]:
                 ref = ref * np.clip(ref / np.float32(6) + np.float32(0.5), 0, 1).astype(np.float32)
-            elif act == native.ACT_CLIP:
+            elif act == native.ACTIVATION_CODES["Clip"]:
                 ref = np.clip(ref, np.float32(a0), np.float32(a1))
             ref = post_a * ref + post_b
             ref_q = np.clip(np.rint(ref / y_scale[:, None]) + y_zero[:, None], 0, 255).astype(np.uint8)
@@ -439,7 +439,7 @@ def test_qconv_post_affine_and_per_channel_output(c, hw, m, k, s, pb, group, d, 
                         per[i] = yi[0]
                     np.testing.assert_array_equal(y, per)
                     got = y.reshape(n, m, -1)
-                    if act == native.ACT_HARDSWISH:  # x / 6 + 1/2 may be one FMA: the last bit may differ
+                    if act == native.ACTIVATION_CODES["HardSwish"]:  # x / 6 + 1/2 may be one FMA: the last bit may differ
                         if y_q:
                             assert np.abs(got.astype(np.int32) - ref_q.astype(np.int32)).max() <= 1
                         else:

@@ -9,7 +9,7 @@ from minirt import native
 from minirt.kernels import fused, nn, tensor
 from tests.native.conftest import numpy_path
 
-pytestmark = pytest.mark.skipif(not native.available or not native.has_layout_kernels(),
+pytestmark = pytest.mark.skipif(not native.available,
                                 reason="native layout kernels not available")
 
 

@@ -64,7 +64,7 @@ def test_gemm(trans_b, c_shape, isa, threads):
 
 def test_gelu_epilogue_accuracy(isa):
     x = np.linspace(-12, 12, 20001, dtype=np.float32).reshape(1, 1, -1)
-    for act, name in ((native.ACT_GELU, "Gelu"), (native.ACT_GELU_TANH, "GeluTanh")):
+    for act, name in ((native.ACTIVATION_CODES["Gelu"], "Gelu"), (native.ACTIVATION_CODES["GeluTanh"], "GeluTanh")):
         y = x.copy()
         native.bias_act(y, None, None, act)
         ref = fused.apply_activation(x.astype(np.float64), name, ())

@@ -52,7 +52,9 @@ def test_packed_path_rule_agrees_with_the_native_one():
     checked = 0
     for c, m, group, (kh, kw), (sh, sw), (oh, ow) in grid:
         args = (c, m, group, kh, kw, sh, sw, oh, ow)
-        assert P.conv_uses_packed_w(*args) == bool(lib.mrt_conv2d_uses_packed_w(*args)), args
+        geometry = native._ffi.new("mrt_conv_geometry *", dict(zip(("c", "m", "group", "kh", "kw", "sh", "sw", "oh",
+                                                                    "ow"), args)))
+        assert P.conv_uses_packed_w(*args) == bool(lib.mrt_conv2d_uses_packed_w(geometry)), args
         checked += 1
     assert checked > 5000
 

@@ -25,13 +25,13 @@ def test_packed_b_gives_the_per_call_results_bit_for_bit(m, k, n, transb, every_
     b = rng.standard_normal((n, k) if transb else (k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     ldb = k if transb else n
-    for act in (native.ACT_NONE, native.ACT_RELU, native.ACT_GELU):
+    for act in (native.ACTIVATION_CODES[""], native.ACTIVATION_CODES["Relu"], native.ACTIVATION_CODES["Gelu"]):
         want = np.empty((m, n), np.float32)
         native.sgemm_batch(1, m, n, k, a, k, 0, b, ldb, 0, transb, want, n, m * n, bias, None, n, m * n, act, 0.0, 0.0)
         got = np.full((m, n), np.nan, np.float32)
         native.sgemm_pb(a, m, n, k, native.sgemm_pack_b(b, transb, ldb, k, n, owner=b), got, bias, act, 0.0, 0.0)
         np.testing.assert_array_equal(got, want)
-        if act == native.ACT_NONE:
+        if act == native.ACTIVATION_CODES[""]:
             ref = a.astype(np.float64) @ (b.T if transb else b).astype(np.float64) + bias
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 

@@ -30,8 +30,8 @@ def test_sgemv_matches_float64_numpy(m, k, n, transb, every_isa, threads):
     b = stored.T if transb else stored
     bias = rng.standard_normal(n).astype(np.float32)
     ref = a.astype(np.float64) @ b.astype(np.float64)
-    for act, f in ((native.ACT_NONE, lambda x: x), (native.ACT_RELU, lambda x: np.maximum(x, 0)),
-                   (native.ACT_SILU, _silu)):
+    for act, f in ((native.ACTIVATION_CODES[""], lambda x: x), (native.ACTIVATION_CODES["Relu"], lambda x: np.maximum(x, 0)),
+                   (native.ACTIVATION_CODES["SiLU"], _silu)):
         for with_bias in (False, True):
             got = np.full((m, n), np.nan, np.float32)
             native.sgemv(a, m, n, k, stored, k if transb else n, transb, got, bias if with_bias else None, act)
@@ -88,6 +88,6 @@ def test_gemm_and_matmul_on_one_row_use_the_gemv(transb, every_isa, threads, mon
     wc = np.array(wk)
     z = rng.standard_normal((2, n)).astype(np.float32)
     a2 = rng.standard_normal((2, k)).astype(np.float32)
-    got = linalg.matmul_native(a2, wc, bias=c, z=z, act=native.ACT_RELU)
+    got = linalg.matmul_native(a2, wc, bias=c, z=z, act=native.ACTIVATION_CODES["Relu"])
     np.testing.assert_allclose(got, np.maximum(a2.astype(np.float64) @ wc + c + z, 0), rtol=1e-4, atol=1e-4)
     assert calls[-1] == 2
