@@ -55,7 +55,10 @@ def test_fused_kernels_compute_exactly_the_vocabulary_activations():
 
 def _header_activation_codes() -> dict[str, int]:
     text = (ROOT / "minirt" / "native" / "kernels.h").read_text()
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"#define\s+(MRT_ACT_\w+)\s+(\d+)", text)}
+    # the members of the ``mrt_act`` enum (``MRT_ACT_RELU = 1,``), as cffi reads them
+    enum = re.search(r"typedef\s+enum\s*{(.*?)}\s*mrt_act\s*;", text, re.S)
+    assert enum is not None, "kernels.h declares no 'typedef enum { ... } mrt_act;'"
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"(MRT_ACT_\w+)\s*=\s*(\d+)", enum.group(1))}
 
 
 def test_native_activation_members_exist_in_kernels_h():
@@ -135,7 +138,7 @@ def _activation_strings(path: Path) -> set[str]:
 # files that name fused activations, and one name each must mention (so the scan cannot go blind)
 ACTIVATION_READERS = {
     "targets/coreml/rules.py": "GeluTanh",
-    "targets/nnapi/lower.py": "HardSwish",
+    "targets/nnapi/emitter.py": "HardSwish",
     "targets/flops.py": "LeakyRelu",
     "builder/passes/fuse_activation.py": "GeluTanh",
     "builder/passes/recognise_activations.py": "SiLU",

@@ -32,13 +32,14 @@ from __future__ import annotations
 import numpy as np
 
 from minirt import native as _native
+from minirt.vocabulary import RESHAPES
 
 # The two cffi entry points a replay calls (looked up once: a replay of a small model is a few us).
 _from_buffer = _native._ffi.from_buffer if _native._ffi is not None else None
 _program_run = getattr(_native._lib, "mrt_program_run", None)
 
 # Nodes whose result may be a view of their input (same memory, nothing computed): a program skips them.
-VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+VIEW_OPS = RESHAPES | {"Identity"}
 # ... and nodes whose several results may be views of parts of their input (Split along an axis whose
 # parts are contiguous, e.g. channels of one image).
 PART_VIEW_OPS = frozenset({"Split"})
