@@ -144,15 +144,23 @@ def _torchvision():
     import torchvision
     import torchvision.extension
 
-    if shim:
-        torchvision.extension._has_ops = lambda: True
+    if shim:  # (module-level functions, not lambdas: torch.jit scripts nms() while tracing batched_nms)
+        torchvision.extension._has_ops = _has_ops
         import torchvision.ops.boxes
         import torchvision.ops.roi_align
 
-        torchvision.ops.boxes._assert_has_ops = lambda: None
-        torchvision.ops.roi_align._assert_has_ops = lambda: None
-        torchvision.ops.roi_align._has_ops = lambda: True
+        torchvision.ops.boxes._assert_has_ops = _assert_has_ops
+        torchvision.ops.roi_align._assert_has_ops = _assert_has_ops
+        torchvision.ops.roi_align._has_ops = _has_ops
     return torchvision
+
+
+def _has_ops() -> bool:
+    return True
+
+
+def _assert_has_ops() -> None:
+    pass
 
 
 def _export(module, args: tuple, path: Path, input_names: list, output_names: list | None = None,
@@ -241,6 +249,7 @@ def bert(cache: Path, layers: int = 4, hidden: int = 256, heads: int = 4, seq: i
     """A BERT-style text encoder (transformers BertModel from a BertConfig: BERT-mini sizes),
     batch 1 x 128 tokens with an attention mask (the last 32 positions padding)."""
     torch = _torch()
+    _torchvision()  # transformers imports torchvision when it is installed (see there)
     from transformers import BertConfig, BertModel
 
     cfg = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -414,6 +423,7 @@ def wav2vec2(cache: Path):
     real 7-layer 1-D conv feature encoder (512 channels, stride 320) on 1 s of 16 kHz audio, the
     convolutional positional embedding and 4 transformer layers of 256."""
     torch = _torch()
+    _torchvision()  # transformers imports torchvision when it is installed (see there)
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
     cfg = Wav2Vec2Config(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
@@ -439,6 +449,7 @@ def whisper_encoder(cache: Path):
     sizes: 2 1-D convs over 80 log-mel bins, 4 layers of 384, 6 heads) on the real 30 s window
     (3000 frames -> 1500 positions)."""
     torch = _torch()
+    _torchvision()  # transformers imports torchvision when it is installed (see there)
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
