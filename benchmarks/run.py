@@ -33,6 +33,7 @@ set to the thread count and sequential execution.
 
 Writes a markdown table to stdout and ``benchmarks/results.md``, the raw
 numbers to ``benchmarks/results.json`` and a plot to ``benchmarks/results.png``
+(``results_synthetic.*`` for ``--set synthetic``)
 (needs matplotlib: ``pip install -e '.[dev,bench]'``).  This is a benchmark,
 not a test: the numbers depend on the machine and its load.
 
@@ -468,9 +469,11 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE), help="directory for results.md/.json/.png (default benchmarks/)")
     ap.add_argument("--replot", action="store_true", help="only redraw results.png from results.json")
     args = ap.parse_args()
+    # The real set writes results.*, the synthetic micro-benchmarks results_synthetic.*
+    stem = "results" if args.which == "real" else "results_synthetic"
     if args.replot:
-        data = json.loads((Path(args.out) / "results.json").read_text(encoding="utf-8"))
-        return 0 if plot(data["results"], Path(args.out) / "results.png") else 1
+        data = json.loads((Path(args.out) / f"{stem}.json").read_text(encoding="utf-8"))
+        return 0 if plot(data["results"], Path(args.out) / f"{stem}.png") else 1
     known = catalogue(args.which)
     names = [m for m in args.models.split(",") if m] or list(known)
     unknown = [m for m in names if m not in known]
@@ -543,13 +546,14 @@ def main() -> int:
         "µs/node: minirt's Python overhead per node when the nodes run one by one.\n\n"
         + "\n".join(f"- {k}: {env[k]}" for k in ("machine", "python", "numpy", "minirt", "onnxruntime", "native",
                                                "blas", "load_average", "load_average_end"))
-        + f"\n\nModels:\n\n{models_md}\n\n{md}\n\n![ratios](results.png)\n"
+        + f"\n\nModels:\n\n{models_md}\n\n{md}\n\n![ratios]({stem}.png)\n"
         + (f"\n## Errors\n{errors_md}" if errors else "")
     )
-    (out / "results.md").write_text(doc, encoding="utf-8")
-    (out / "results.json").write_text(json.dumps({"environment": env, "results": results}, indent=1), encoding="utf-8")
-    if plot(results, out / "results.png"):
-        print(f"\nwrote {out / 'results.md'}, {out / 'results.json'}, {out / 'results.png'}", file=sys.stderr)
+    (out / f"{stem}.md").write_text(doc, encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps({"environment": env, "results": results}, indent=1),
+                                      encoding="utf-8")
+    if plot(results, out / f"{stem}.png"):
+        print(f"\nwrote {out / stem}.md, .json, .png", file=sys.stderr)
     return 0
 
 
