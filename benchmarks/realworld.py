@@ -136,7 +136,9 @@ def _torchvision():
         def roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
             from torchvision.ops.roi_align import _roi_align  # torchvision's own pure-torch version
 
-            return _roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
+            # (unwrapped from its lazy torch.compile, which refuses to run under the exporter's tracer)
+            fn = getattr(_roi_align, "__wrapped__", _roi_align)
+            return fn(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
 
         lib.impl("nms", nms, "CPU")
         lib.impl("roi_align", roi_align, "CPU")

@@ -170,7 +170,7 @@ class StageError(Exception):
         self.stage = stage
         lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
         first = lines[0] if lines else ""
-        self.text = f"{type(exc).__name__}: {first}"[:300]
+        self.text = f"{type(exc).__name__}: {first}"[:400]
         self.detail = "".join(traceback.format_exception(exc))[-3000:]
         super().__init__(f"{stage}: {self.text}")
 
@@ -278,6 +278,37 @@ def latency(prep: dict, threads: int, seconds: float) -> dict:
     out["ratio_p90"] = out["minirt"]["p90_s"] / out["onnxruntime"]["p90_s"]
     out["ratio_cpu"] = out["minirt"]["cpu_median_s"] / max(out["onnxruntime"]["cpu_median_s"], 1e-9)
     return out
+
+
+# A probe run's address-space cap: a model whose run needs more fails there with MemoryError (and
+# the node) instead of taking the machine's memory (minirt on SSDlite's NMS took 24 GB and was killed).
+PROBE_MEMORY = 8 * 2**30
+
+
+def _limit_memory():  # (in the child, before exec)
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (PROBE_MEMORY, PROBE_MEMORY))
+
+
+def probe(prep: dict, timeout: float = 300.0) -> None:
+    """Run the model once with minirt in a fresh process, capped in memory and time, so that a
+    model that crashes, exhausts memory or hangs becomes a "run" error row instead of ending the
+    benchmark.  Raises StageError("run") with the child's last error line."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(HERE.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        proc = subprocess.run([sys.executable, "-c", CHILD, "minirt", prep["mrt"], prep["feed_path"], "1", "0"],
+                              capture_output=True, text=True, timeout=timeout, env=env,
+                              preexec_fn=_limit_memory if os.name == "posix" else None)
+    except subprocess.TimeoutExpired:
+        raise StageError("run", TimeoutError(f"one run took more than {timeout:.0f} s")) from None
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"killed by signal {-proc.returncode}" if proc.returncode < 0 else "failed"
+        if "MemoryError" in proc.stderr and "MemoryError" not in why:
+            why = f"MemoryError (over {PROBE_MEMORY / 2**30:.0f} GB): {why}"
+        raise StageError("run", RuntimeError(f"{why} [exit {proc.returncode}]"))
 
 
 def fresh_process(runtime: str, prep: dict, threads: int, timed_s: float = 0.0) -> dict:
@@ -506,6 +537,13 @@ def main() -> int:
             continue
         info["dynamic"] = prep["dynamic"]
         info["build_s"] = prep["build_s"]
+        try:
+            probe(prep)
+        except StageError as exc:
+            print(f"{name}: {exc}", file=sys.stderr, flush=True)
+            results += [{**info, "threads": t, "error": {"stage": exc.stage, "text": exc.text, "detail": exc.detail}}
+                        for t in thread_counts]
+            continue
         for t in thread_counts:
             print(f"{name}, {t} thread(s) ...", file=sys.stderr, flush=True)
             try:
