@@ -281,31 +281,10 @@ def bert(cache: Path, layers: int = 4, hidden: int = 256, heads: int = 4, seq: i
 # --------------------------------------------------------------------------- recurrent (torch nn.LSTM / nn.GRU)
 
 
-def _add_sequence_lens(path: str, lens_name: str = "seq_lens") -> None:
-    """Give every LSTM/GRU node of the exported graph a ``sequence_lens`` input (int32 [batch]).
-
-    torch's exporter never emits ``sequence_lens`` (a packed sequence is unpacked around the RNN
-    instead), yet exported/converted models from other frameworks (Keras masking, PaddlePaddle,
-    tf2onnx) carry it, and it changes the kernel's work (per-sequence lengths, the reverse
-    direction starting at each sequence's end).  So the graph is edited with onnx's API: a new
-    graph input, wired to input 4 of each recurrent node."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    m = onnx.load(path)
-    g = m.graph
-    batch = None
-    for node in g.node:
-        if node.op_type in ("LSTM", "GRU", "RNN"):
-            while len(node.input) < 5:
-                node.input.append("")
-            node.input[4] = lens_name
-    x = g.input[0]
-    dims = x.type.tensor_type.shape.dim
-    batch = dims[0].dim_value if dims and dims[0].dim_value else None
-    g.input.append(helper.make_tensor_value_info(lens_name, TensorProto.INT32, [batch]))
-    onnx.checker.check_model(m)
-    onnx.save(m, path)
+# sequence_lens: torch's TorchScript exporter gives an LSTM/GRU node its ``sequence_lens`` input when
+# the module runs on a packed sequence (``pack_padded_sequence`` -> RNN -> ``pad_packed_sequence``:
+# the packing disappears and the lengths feed input 4 of the node), so the two models below take
+# their lengths as a graph input the torch way; no graph editing is needed.
 
 
 def crnn(cache: Path):
@@ -359,8 +338,7 @@ def kws_gru(cache: Path):
 
 def tagger_bilstm(cache: Path):
     """A sequence tagger (BiLSTM-CRF-style emissions): 4 sentences x 64 tokens, embedding 10000x128,
-    1-layer bidirectional LSTM (128 hidden), 17 tags; ``sequence_lens`` per sentence (added with
-    onnx's API, see :func:`_add_sequence_lens`)."""
+    1-layer bidirectional LSTM (128 hidden), 17 tags; the sentences' lengths as ``sequence_lens``."""
     torch = _torch()
     nn = torch.nn
 
@@ -371,21 +349,23 @@ def tagger_bilstm(cache: Path):
             self.rnn = nn.LSTM(128, 128, bidirectional=True, batch_first=True)
             self.fc = nn.Linear(256, 17)
 
-        def forward(self, tokens):
-            y, _ = self.rnn(self.emb(tokens))
+        def forward(self, tokens, lens):
+            packed = nn.utils.rnn.pack_padded_sequence(self.emb(tokens), lens, batch_first=True)
+            y, _ = self.rnn(packed)
+            y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=tokens.shape[1])
             return self.fc(y)
 
     tokens = _rng(7).integers(0, 10000, (4, 64)).astype(np.int64)
-    path = _export(Tagger(), (torch.from_numpy(tokens),), cache / "tagger_bilstm.onnx", ["tokens"], ["emissions"])
-    _add_sequence_lens(path)
-    lens = np.array([64, 50, 33, 12], np.int32)
-    return path, {"tokens": tokens, "seq_lens": lens}, False
+    lens = np.array([64, 50, 33, 12], np.int64)  # (sorted: pack_padded_sequence's enforce_sorted)
+    path = _export(Tagger(), (torch.from_numpy(tokens), torch.from_numpy(lens)), cache / "tagger_bilstm.onnx",
+                   ["tokens", "lens"], ["emissions"])
+    return path, {"tokens": tokens, "lens": lens}, False
 
 
 def speech_bigru(cache: Path):
     """DeepSpeech2-style acoustic model: 2 strided 2-D convs over 161-bin spectrograms (2 x 200
-    frames), a 2-layer bidirectional GRU (256 hidden) with ``sequence_lens`` (onnx's API), and a
-    29-character CTC head."""
+    frames), a 2-layer bidirectional GRU (256 hidden) with ``sequence_lens``, and a 29-character CTC
+    head."""
     torch = _torch()
     nn = torch.nn
 
@@ -398,23 +378,19 @@ def speech_bigru(cache: Path):
             self.rnn = nn.GRU(32 * 41, 256, num_layers=2, bidirectional=True)
             self.fc = nn.Linear(512, 29)
 
-        def forward(self, spec):  # [N, 1, 161, T]
+        def forward(self, spec, lens):  # [N, 1, 161, T], lengths after the convs (T/2 frames)
             f = self.conv(spec)  # [N, 32, 41, T/2]
             n, c, h, t = f.shape
             f = f.reshape(n, c * h, t).permute(2, 0, 1)  # [T/2, N, C]
-            y, _ = self.rnn(f)
+            y, _ = self.rnn(nn.utils.rnn.pack_padded_sequence(f, lens))
+            y, _ = nn.utils.rnn.pad_packed_sequence(y, total_length=t)
             return self.fc(y).log_softmax(-1)
 
     spec = _rng(8).standard_normal((2, 1, 161, 200)).astype(np.float32)
-    path = _export(DS2(), (torch.from_numpy(spec),), cache / "speech_bigru.onnx", ["spec"], ["log_probs"])
-    _add_sequence_lens(path)
-    # the GRU runs over T/2 = 100 steps; the second utterance is shorter
-    import onnx
-
-    m = onnx.load(path)
-    m.graph.input[-1].type.tensor_type.shape.dim[0].dim_value = 2
-    onnx.save(m, path)
-    return path, {"spec": spec, "seq_lens": np.array([100, 71], np.int32)}, False
+    lens = np.array([100, 71], np.int64)  # the GRU runs over T/2 = 100 steps; the second utterance is shorter
+    path = _export(DS2(), (torch.from_numpy(spec), torch.from_numpy(lens)), cache / "speech_bigru.onnx",
+                   ["spec", "lens"], ["log_probs"])
+    return path, {"spec": spec, "lens": lens}, False
 
 
 # --------------------------------------------------------------------------- audio (transformers, 1-D convs)
@@ -544,9 +520,9 @@ MODELS: dict[str, Model] = {
                   "torch nn.LSTM", crnn),
     "kws_gru": Model("keyword spotting: 2-layer GRU over 49x40 MFCC", "recurrent", "torch nn.GRU", kws_gru),
     "tagger_bilstm": Model("tagger: embedding + bidirectional LSTM, 4x64 tokens, with sequence_lens", "recurrent",
-                           "torch nn.LSTM + onnx API (sequence_lens)", tagger_bilstm),
+                           "torch nn.LSTM, packed sequence", tagger_bilstm),
     "speech_bigru": Model("DeepSpeech2-style: 2 convs + 2-layer bidirectional GRU, 2x161x200, with sequence_lens",
-                          "recurrent", "torch nn.GRU + onnx API (sequence_lens)", speech_bigru),
+                          "recurrent", "torch nn.GRU, packed sequence", speech_bigru),
     # audio with 1-D convs
     "wav2vec2": Model("wav2vec 2.0-style encoder: 7 1-D convs + 4 transformer layers, 1 s at 16 kHz", "audio",
                       "transformers (Wav2Vec2Config)", wav2vec2),
