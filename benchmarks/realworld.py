@@ -148,12 +148,10 @@ def _torchvision():
 
     if shim:  # (module-level functions, not lambdas: torch.jit scripts nms() while tracing batched_nms)
         torchvision.extension._has_ops = _has_ops
-        import torchvision.ops.boxes
-        import torchvision.ops.roi_align
-
-        torchvision.ops.boxes._assert_has_ops = _assert_has_ops
-        torchvision.ops.roi_align._assert_has_ops = _assert_has_ops
-        torchvision.ops.roi_align._has_ops = _has_ops
+        # (the modules from sys.modules: ``torchvision.ops.roi_align`` is the function of that name)
+        for module in ("torchvision.ops.boxes", "torchvision.ops.roi_align"):
+            sys.modules[module]._assert_has_ops = _assert_has_ops
+            sys.modules[module]._has_ops = _has_ops
     return torchvision
 
 
