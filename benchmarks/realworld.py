@@ -26,7 +26,11 @@ Exports run in a child process (``python benchmarks/realworld.py export NAME``, 
 delete ``benchmarks/.cache/real/`` (or pass ``--reexport`` to run.py) to export again.
 
 Caveat on detectors: with random weights the scores are noise, so the number of boxes reaching
-NMS (and its cost) is what random scores give, not what a trained model gives on a photo.
+NMS (and its cost) is what random scores give, not what a trained model gives on a photo.  SSDlite:
+its 300 best boxes per class for 90 classes (27000) reach the final NMS.  Faster R-CNN: the box
+head's softmax over 91 classes gives ~0.011 everywhere, under the 0.05 score threshold, so the
+final NMS gets no box and the output is empty; the RPN's NMS (150 proposals) does run.  Both keep
+torchvision's default thresholds: the post-processing as shipped.
 """
 from __future__ import annotations
 
@@ -527,9 +531,11 @@ MODELS: dict[str, Model] = {
     "whisper_tiny_enc": Model("Whisper-tiny audio encoder: 2 1-D convs + 4 layers of 384, 80x3000 mel", "audio",
                               "transformers (WhisperConfig)", whisper_encoder),
     # detectors with their real heads
-    "ssdlite": Model("SSDlite320 MobileNetV3-Large with anchors, per-class NMS, top-k, 320", "detector",
+    "ssdlite": Model("SSDlite320 MobileNetV3-Large with anchors, per-class NMS, top-k, 320 (random "
+                     "weights: 27000 boxes reach NMS)", "detector",
                      "torchvision", torchvision_detector("ssdlite320_mobilenet_v3_large", 320)),
-    "fasterrcnn_mv3": Model("Faster R-CNN MobileNetV3-Large 320 FPN: RPN, RoIAlign, box head, NMS, 320",
+    "fasterrcnn_mv3": Model("Faster R-CNN MobileNetV3-Large 320 FPN: RPN, RoIAlign, box head, NMS, 320 (random "
+                            "weights: no box passes the score threshold, output empty)",
                             "detector", "torchvision", torchvision_detector("fasterrcnn_mobilenet_v3_large_320_fpn",
                                                                             320)),
 }
@@ -544,6 +550,9 @@ def obtain(name: str, reexport: bool = False) -> tuple[str, dict, bool]:
     cache = CACHE
     cache.mkdir(parents=True, exist_ok=True)
     meta = cache / f"{name}.npz"
+    if meta.exists() and not reexport:  # (a wheel model's path goes stale when its environment moves)
+        with np.load(meta, allow_pickle=False) as f:
+            reexport = not Path(str(f["__path__"])).exists()
     if reexport or not meta.exists():
         env = dict(os.environ)
         env["PYTHONPATH"] = str(HERE.parent) + os.pathsep + env.get("PYTHONPATH", "")
