@@ -374,9 +374,9 @@ def speech_bigru(cache: Path):
     class DS2(nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20),
-                                      nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32),
-                                      nn.Hardtanh(0, 20))
+            self.conv = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32),
+                                      nn.Hardtanh(0, 20), nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)),
+                                      nn.BatchNorm2d(32), nn.Hardtanh(0, 20))
             self.rnn = nn.GRU(32 * 41, 256, num_layers=2, bidirectional=True)
             self.fc = nn.Linear(512, 29)
 

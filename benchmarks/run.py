@@ -383,7 +383,8 @@ COLUMNS = ("model", "family", "shapes", "threads", "minirt median wall (thread C
 def table(results: list) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in results:
-        head = f"| {r['model']} | {r.get('family', '')} | {'dynamic' if r.get('dynamic') else 'fixed'} | {r['threads']} "
+        shapes = "dynamic" if r.get("dynamic") else "fixed"
+        head = f"| {r['model']} | {r.get('family', '')} | {shapes} | {r['threads']} "
         if "error" in r:
             e = r["error"]
             text = e["text"].replace("|", "\\|")
@@ -398,7 +399,8 @@ def table(results: list) -> str:
             f"| {lat['ratio_cpu']:.2f}x | {lat['ratio_p90']:.2f}x | {program} "
             f"| {fmt_ms(c['minirt']['cold_s'])} / {fmt_ms(c['onnxruntime']['cold_s'])} (**{c['cold_ratio']:.2f}x**) "
             f"| {fmt_mb(c['minirt']['peak_rss'])} / {fmt_mb(c['onnxruntime']['peak_rss'])} "
-            f"(**{c['rss_ratio']:.2f}x**) | {c['minirt']['first_steady']:.1f}x, {c['onnxruntime']['first_steady']:.1f}x "
+            f"(**{c['rss_ratio']:.2f}x**) "
+            f"| {c['minirt']['first_steady']:.1f}x, {c['onnxruntime']['first_steady']:.1f}x "
             f"| {lat['overhead_per_node_us']:.1f} ({lat['nodes']}) | {fmt_diff(lat['max_abs_diff'])} |"
         )
     return "\n".join(lines)
