@@ -138,8 +138,10 @@ def prepare(name: str, which: str, reexport: bool = False) -> dict:
         if which == "real":
             onnx_path, feed, dynamic = realworld.obtain(name, reexport)
             cache = realworld.CACHE
+            # Fixed shapes (as a deployment builds them) unless the model is the dynamic kind.
+            shapes = None if dynamic else {k: list(v.shape) for k, v in feed.items()}
         else:
-            src, feed, shapes = SYNTHETIC[name][1]()
+            src, feed, shapes = SYNTHETIC[name][1]()  # (shapes None: the file's own, already fixed)
             dynamic, cache = False, CACHE
             onnx_path = CACHE / f"{name}.onnx"
             if isinstance(src, (str, os.PathLike)):
@@ -148,8 +150,6 @@ def prepare(name: str, which: str, reexport: bool = False) -> dict:
                 onnx.save(src, onnx_path)
     except Exception as exc:
         raise StageError("export", exc) from exc
-    # Fixed shapes (as a deployment builds them) unless the model is the dynamic kind.
-    shapes = None if dynamic else {k: list(v.shape) for k, v in feed.items()}
     mrt_path = cache / f"{name}.mrt"
     t0 = time.perf_counter()
     try:
