@@ -24,10 +24,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# minirt vs onnxruntime on the benchmark models (benchmarks/results.md, results.png).
+# minirt vs onnxruntime on the real-world benchmark set (benchmarks/realworld.py;
+# benchmarks/results.md, results.png).  The models are exported with torch into
+# benchmarks/.cache/ on the first run.  ARGS="--set synthetic" runs the synthetic
+# micro-benchmarks instead; ARGS="--models resnet18,bert_mini --threads 1" a subset.
 bench: $(STAMP)
-	$(BIN)/pip install -e '.[dev,bench]'
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/pip install -e '.[dev,bench,bench-models]'
+	$(BIN)/python benchmarks/run.py $(ARGS)
 
 # Recompile the native kernels in place after editing minirt/native/*.c|h.
 native: $(STAMP)
