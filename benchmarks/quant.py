@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import minirt  # noqa: E402
-from builder.build import build  # noqa: E402
+from minirt.builder.build import build  # noqa: E402
 
 DIGITS = HERE.parent / "examples" / "digits"
 

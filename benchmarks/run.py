@@ -130,7 +130,7 @@ def catalogue(which: str) -> dict:
 def prepare(name: str, which: str, reexport: bool = False) -> dict:
     """Obtain the ONNX model and its feed, build the .mrt (fixed shapes unless the model is a
     dynamic one) into benchmarks/.cache.  Raises StageError (export / build) on failure."""
-    import builder
+    from minirt import builder
     import onnx
 
     CACHE.mkdir(exist_ok=True)

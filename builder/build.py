@@ -23,23 +23,23 @@ import onnx_ir as ir
 from onnx_ir.passes import common as ir_passes
 
 import minirt
-from builder.errors import BuildError, UnsupportedModel
-from builder.load import SourceInfo, load_model
-from builder.lower import lower_model
-from builder.partition import apply_plan, format_partition_report, plan_partitions
-from builder.passes import format_report
-from builder.passes import optimize as optimize_graph
-from builder.passes import pass_names as optimizer_pass_names
-from builder.quantize import QuantizeOptions
-from builder.quantize import quantize as quantize_model
-from builder.quantize.passes import pass_names as quantizer_pass_names
-from builder.prepack import add_packed_weights
-from builder.writer import ArtifactWriter, write_atomic
+from minirt.builder.errors import BuildError, UnsupportedModel
+from minirt.builder.load import SourceInfo, load_model
+from minirt.builder.lower import lower_model
+from minirt.builder.partition import apply_plan, format_partition_report, plan_partitions
+from minirt.builder.passes import format_report
+from minirt.builder.passes import optimize as optimize_graph
+from minirt.builder.passes import pass_names as optimizer_pass_names
+from minirt.builder.quantize import QuantizeOptions
+from minirt.builder.quantize import quantize as quantize_model
+from minirt.builder.quantize.passes import pass_names as quantizer_pass_names
+from minirt.builder.prepack import add_packed_weights
+from minirt.builder.writer import ArtifactWriter, write_atomic
 from minirt.format.packed_weights import PANEL_WIDTHS
 from minirt.kernels.registry import lookup
 from minirt.tools.timing import fmt_bytes
 from minirt.vocabulary import ACCELERATORS, CPU
-from targets.profiles import get_target
+from minirt.targets.profiles import get_target
 
 PRODUCER_NAME = "minirt-builder"
 QUANTIZE_MODES = (None, "fp16", "int8-dynamic", "int8", "auto")  # auto: the target profile's default

@@ -1,6 +1,6 @@
 """Generate docs/operators.md, the operator coverage table, from the kernel registry.
 
-Run ``python -m builder.coverage > docs/operators.md`` after adding kernels;
+Run ``python -m minirt.builder.coverage > docs/operators.md`` after adding kernels;
 ``tests/test_operators_doc.py`` fails while the checked-in table is stale.
 
 For every registered kernel the table gives the domain, the op, the opset
@@ -32,13 +32,13 @@ _TYPE_NAMES = {
 _ORDER = list(_TYPE_NAMES.values())
 
 def _coreml_ops() -> set:
-    from targets.coreml.rules import RULES
+    from minirt.targets.coreml.rules import RULES
 
     return RULES.ops()
 
 
 def _nnapi_ops() -> set:
-    from targets.nnapi.rules import RULES
+    from minirt.targets.nnapi.rules import RULES
 
     return RULES.ops()
 
@@ -85,7 +85,7 @@ def render_operator_table() -> str:
     lines = [
         "# Operator coverage",
         "",
-        "Generated from the kernel registry by `python -m builder.coverage > docs/operators.md`;",
+        "Generated from the kernel registry by `python -m minirt.builder.coverage > docs/operators.md`;",
         "`tests/test_operators_doc.py` checks that this file is current.",
         "",
         "- **since**: opset versions at which minirt registers a CPU kernel; each one serves",

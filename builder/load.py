@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from builder.errors import BuildError
+from minirt.builder.errors import BuildError
 
 # Protobuf refuses to serialize more than 2 GiB; above this, shape inference
 # must run on the file rather than in memory.

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.errors import UnsupportedModel
-from builder.writer import ArtifactWriter, GraphRecord
+from minirt.builder.errors import UnsupportedModel
+from minirt.builder.writer import ArtifactWriter, GraphRecord
 from minirt.dtypes import onnx_code
 from minirt.format import schema as S
 

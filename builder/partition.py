@@ -54,7 +54,7 @@ from minirt import vocabulary
 # this package's ``__init__`` (build -> partition); when a target module is imported first,
 # ``targets.providers`` is still half-initialised here, and only a module reference survives that
 # circle (its attributes are read at call time).
-from targets import providers as target_providers
+from minirt.targets import providers as target_providers
 
 log = logging.getLogger("minirt.builder")
 
@@ -163,7 +163,7 @@ class _Graph:
     """Main-graph dependencies as index lists (subgraph captures included)."""
 
     def __init__(self, graph: ir.Graph):
-        from builder.lower import free_value_names
+        from minirt.builder.lower import free_value_names
 
         self.nodes: list = list(graph)
         self.pos = {id(n): i for i, n in enumerate(self.nodes)}
@@ -483,8 +483,8 @@ def reference_inputs(model_ir: ir.Model, input_shapes: dict | None = None, seed:
 
 def _golden(model_ir: ir.Model, plan: PartitionPlan, options: dict) -> None:
     """Run the CPU version (minirt kernels) and keep every partition's boundary values."""
-    from builder.lower import lower_model
-    from builder.writer import ArtifactWriter
+    from minirt.builder.lower import lower_model
+    from minirt.builder.writer import ArtifactWriter
     import minirt
 
     writer = ArtifactWriter()
@@ -520,7 +520,7 @@ def apply_plan(plan: PartitionPlan, writer, graph_index: int = 0, metadata: bool
     run of the written graph.  With ``metadata`` the report is stored as the
     ``build.partitions`` metadata entry.
     """
-    from builder.writer import PartitionRecord
+    from minirt.builder.writer import PartitionRecord
 
     rec = writer.graphs[graph_index]
     node_index = {node[0]: i for i, node in enumerate(rec.nodes)}

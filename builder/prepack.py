@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from builder.writer import ArtifactWriter
+from minirt.builder.writer import ArtifactWriter
 from minirt.format import packed_weights as P
 from minirt.vocabulary import FUSED_FORMS, MINIRT_DOMAIN
 

@@ -138,7 +138,7 @@ def _import_builder():
         raise CommandError(
             f"this command needs the builder extra ({', '.join(missing)} not installed): pip install 'minirt[builder]'"
         )
-    import builder
+    from minirt import builder
 
     return builder
 
@@ -552,7 +552,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         # The int8 build beside the float one, calibrated on training images.
         q_artifact = out_dir / "digits_cnn.int8.mrt"
         q_report = builder.build(str(model), str(q_artifact), quantize="int8", calibration=str(calibration))
-        from builder.quantize import demo_rows
+        from minirt.builder.quantize import demo_rows
 
         int8_rows = demo_rows(str(artifact), str(q_artifact), images, labels, runs=args.runs)
 

@@ -145,11 +145,11 @@ CPU = "cpu"
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
     Provider(CPU, "CPUExecutionProvider", None, None, (), True),
     Provider("coreml", "CoreMLExecutionProvider", "minirt.providers.coreml:CoreMLProvider",
-             "targets.coreml:CoreMLSpec", ("coremltools",), False),
+             "minirt.targets.coreml:CoreMLSpec", ("coremltools",), False),
     Provider("nnapi", "NnapiExecutionProvider", "minirt.providers.nnapi:NNAPIProvider",
-             "targets.nnapi:NNAPISpec", ("cffi",), False),
+             "minirt.targets.nnapi:NNAPISpec", ("cffi",), False),
     Provider("tflite", None, "minirt.providers.tflite:TFLiteProvider",
-             "targets.tflite:TFLiteSpec", ("ai_edge_litert", "tflite_runtime", "tensorflow"), False),
+             "minirt.targets.tflite:TFLiteSpec", ("ai_edge_litert", "tflite_runtime", "tensorflow"), False),
 )}
 
 # The accelerators in table order (the order build errors and help texts list them, the CPU last).

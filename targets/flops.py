@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.ir_helpers import attr, static_shape
+from minirt.builder.ir_helpers import attr, static_shape
 from minirt import vocabulary as V
 
 # The op families are the vocabulary's (minirt/vocabulary.py); the costs are this module's.

@@ -134,7 +134,7 @@ for _level in range(27, 35):
     _PROFILES[_name] = dataclasses.replace(
         _PROFILES[_name],
         provider_info={**_PROFILES[_name].provider_info,
-                       "nnapi": {"api_level": _level, "op_table": "targets.nnapi.oplevels:operations_at"}},
+                       "nnapi": {"api_level": _level, "op_table": "minirt.targets.nnapi.oplevels:operations_at"}},
     )
 del _level
 

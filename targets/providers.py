@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
+from minirt.builder import ir_helpers as irh
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.vocabulary import PROVIDERS
 
@@ -245,7 +245,7 @@ class ProviderSpec:
         return False, f"{self.name} supports no operators"
 
     def node_cost(self, node: ir.Node, ctx: SupportContext) -> float:
-        from targets.flops import node_flops
+        from minirt.targets.flops import node_flops
 
         return node_flops(node, ctx)
 

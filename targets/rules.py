@@ -43,7 +43,7 @@ How to add a provider
    the profiles that offer it in ``targets/profiles.py``; the runtime side
    (``minirt/providers/``) compiles and runs the blob.
 
-The op coverage table (``python -m builder.coverage``) reads
+The op coverage table (``python -m minirt.builder.coverage``) reads
 :meth:`RuleSet.ops`, so the new provider's column fills itself in.
 """
 from __future__ import annotations
@@ -51,8 +51,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Optional
 
-from builder import ir_helpers as irh
-from targets.providers import LoweringError, ProviderSpec
+from minirt.builder import ir_helpers as irh
+from minirt.targets.providers import LoweringError, ProviderSpec
 
 MINIRT = irh.MINIRT_DOMAIN
 

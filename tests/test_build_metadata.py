@@ -2,7 +2,7 @@
 from pathlib import Path
 
 import minirt
-from builder.build import build
+from minirt.builder.build import build
 
 DIGITS = Path(__file__).resolve().parent.parent / "examples" / "digits" / "digits_cnn.onnx"
 

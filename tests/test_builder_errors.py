@@ -11,8 +11,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-import builder
-from builder import BuildError, UnsupportedModel
+from minirt import builder
+from minirt.builder import BuildError, UnsupportedModel
 from tests.fuzz.seeds import mlp_model
 
 

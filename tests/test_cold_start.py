@@ -38,7 +38,8 @@ NOT_AT_IMPORT = (
     "minirt.providers.nnapi",
     "minirt.cli",
     "minirt.tools",
-    "builder",
+    "minirt.builder",
+    "minirt.targets",
 )
 
 

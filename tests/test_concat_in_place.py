@@ -10,7 +10,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-import builder
+from minirt import builder
 import minirt
 from minirt import arena, native
 from minirt import plan as plan_mod

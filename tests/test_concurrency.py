@@ -20,7 +20,7 @@ RUNS = 1000
 
 
 def _build(model_fn):
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     return build_bytes(model_fn())
 

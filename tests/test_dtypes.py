@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import builder
+from minirt import builder
 import minirt
 from minirt.dtypes import EXTENDED_CODES, numpy_dtype, onnx_code, onnx_type_name
 

@@ -19,7 +19,7 @@ from onnx import numpy_helper as nh
 
 ort = pytest.importorskip("onnxruntime")
 
-import builder  # noqa: E402
+from minirt import builder  # noqa: E402
 import minirt  # noqa: E402
 
 OPSET = 17

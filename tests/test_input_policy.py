@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import minirt
-from builder.writer import ArtifactWriter
+from minirt.builder.writer import ArtifactWriter
 from tests.format.util import minimal_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +67,7 @@ def test_readonly_noncontiguous_input_on_the_minimal_model():
 
 
 def test_demo_model_with_readonly_noncontiguous_input():
-    builder = pytest.importorskip("builder")
+    builder = pytest.importorskip("minirt.builder")
     path = os.path.join(ROOT, "examples", "digits", "digits_cnn.onnx")
     if not os.path.exists(path):
         pytest.skip("digits example not present")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import minirt
-from builder.writer import ArtifactWriter
+from minirt.builder.writer import ArtifactWriter
 from minirt.format import schema as S
 from minirt.kernels import _limits
 from tests.format.util import fix_section_crcs, section

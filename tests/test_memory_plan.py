@@ -114,7 +114,7 @@ def _compare(data, feeds, checked, runs=3):
 
 
 def test_demo_model_planned_runs_are_bit_identical(checked):
-    builder = pytest.importorskip("builder")
+    builder = pytest.importorskip("minirt.builder")
     path = os.path.join(ROOT, "examples", "digits", "digits_cnn.onnx")
     if not os.path.exists(path):
         pytest.skip("digits example not present")
@@ -128,7 +128,7 @@ def test_demo_model_planned_runs_are_bit_identical(checked):
 
 
 def test_ppocr_cls_planned_runs_are_bit_identical(checked):
-    builder = pytest.importorskip("builder")
+    builder = pytest.importorskip("minirt.builder")
     from tests.test_real_models import PPOCR_CLS, ppocr_input
 
     if PPOCR_CLS is None:
@@ -140,7 +140,7 @@ def test_ppocr_cls_planned_runs_are_bit_identical(checked):
 def _dynamic_model():
     from tests.test_dynamic_shapes import split_heads_model
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     return build_bytes(split_heads_model())
 
@@ -172,7 +172,7 @@ def test_dynamic_shapes_lru_eviction(checked):
 def test_concurrent_planned_runs_match_serial(checked):
     from tests.fuzz.seeds import conv_model, mlp_model
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     for model_fn in (mlp_model, conv_model):
         data = build_bytes(model_fn())
@@ -213,7 +213,7 @@ def test_concurrent_planned_runs_match_serial(checked):
 def test_outputs_never_alias_the_arena_or_each_other(checked):
     from tests.fuzz.seeds import conv_model
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     sess = minirt.Session(build_bytes(conv_model()), memory_plan=True)
     feed = {a.name: np.random.default_rng(3).standard_normal([d if isinstance(d, int) else 2 for d in a.shape])
@@ -233,7 +233,7 @@ def test_outputs_never_alias_the_arena_or_each_other(checked):
 def test_memory_plan_off_builds_no_plans():
     from tests.fuzz.seeds import conv_model
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     sess = minirt.Session(build_bytes(conv_model()), memory_plan=False)
     feed = {a.name: np.ones([d if isinstance(d, int) else 1 for d in a.shape], np.float32) for a in sess.get_inputs()}
@@ -252,7 +252,7 @@ def test_out_is_not_an_attribute():
 
 def test_int8_demo_model_planned_runs_are_bit_identical(checked):
     """QConv (and the fused int8 nodes around it) write into arena buffers like the float kernels."""
-    builder = pytest.importorskip("builder")
+    builder = pytest.importorskip("minirt.builder")
     path = os.path.join(ROOT, "examples", "digits", "digits_cnn.onnx")
     calib = os.path.join(ROOT, "examples", "digits", "calibration.npz")
     if not (os.path.exists(path) and os.path.exists(calib)):
@@ -276,7 +276,7 @@ def _fixed_shape_model() -> bytes:
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     rng = np.random.default_rng(7)
     w1 = nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1")
@@ -363,7 +363,7 @@ def test_symbolic_shapes_record_before_planning(checked, monkeypatch):
     """Input shapes that are not fixed: no declared plan, the first run records (as before)."""
     from tests.fuzz.seeds import conv_model
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     made = _plans_made(monkeypatch)
     sess = minirt.Session(build_bytes(conv_model()), memory_plan=True)

@@ -15,7 +15,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 import minirt
-from builder.build import build
+from minirt.builder.build import build
 from minirt import native
 from minirt.errors import KernelError
 from minirt.native import program

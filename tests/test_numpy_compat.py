@@ -275,13 +275,13 @@ def test_bfloat16_softmax_rows_when_ml_dtypes_is_installed():
 def test_session_on_a_hand_made_artifact_returns_float32():
     """End to end without the builder: write a tiny artifact with the runtime's own test helper if present."""
     try:
-        from builder.writer import ArtifactWriter  # noqa: F401  (desktop side only)
+        from minirt.builder.writer import ArtifactWriter  # noqa: F401  (desktop side only)
     except ImportError:
         pytest.skip("builder not installed (the device side runs prebuilt artifacts in tests/arm64)")
     import onnx
     from onnx import TensorProto, helper
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     g = helper.make_graph(
         [helper.make_node("LeakyRelu", ["x"], ["h"], alpha=0.2), helper.make_node("ReduceMean", ["h"], ["y"], keepdims=0)],

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.coverage import render_operator_table
+from minirt.builder.coverage import render_operator_table
 from minirt.kernels.registry import registered
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "operators.md"
@@ -11,7 +11,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "operators.md"
 
 def test_operators_doc_is_current():
     assert DOC.read_text() == render_operator_table(), (
-        "docs/operators.md is stale: run `python -m builder.coverage > docs/operators.md`"
+        "docs/operators.md is stale: run `python -m minirt.builder.coverage > docs/operators.md`"
     )
 
 

@@ -18,8 +18,8 @@ import pytest
 
 ort = pytest.importorskip("onnxruntime")
 
-from builder.passes import optimize  # noqa: E402
-from builder.passes import testing as T  # noqa: E402
+from minirt.builder.passes import optimize  # noqa: E402
+from minirt.builder.passes import testing as T  # noqa: E402
 import minirt  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,16 +5,16 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import builder
+from minirt import builder
 import minirt
-from builder.build import _apply_input_shapes, _normalise
-from builder.load import load_model
-from builder.lower import lower_model
-from builder.partition import apply_plan, plan_partitions
-from builder.passes import optimize
-from builder.writer import ArtifactWriter
-from targets.profiles import TargetProfile, get_target
-from targets.providers import ProviderSpec, register_spec, unregister_spec
+from minirt.builder.build import _apply_input_shapes, _normalise
+from minirt.builder.load import load_model
+from minirt.builder.lower import lower_model
+from minirt.builder.partition import apply_plan, plan_partitions
+from minirt.builder.passes import optimize
+from minirt.builder.writer import ArtifactWriter
+from minirt.targets.profiles import TargetProfile, get_target
+from minirt.targets.providers import ProviderSpec, register_spec, unregister_spec
 
 F = TensorProto.FLOAT
 
@@ -131,7 +131,7 @@ def test_build_for_macos_partitions_and_runs_identically_on_the_cpu(tmp_path):
     to the CPU-only build (this machine has no Core ML, so the partition's CPU version runs)."""
     import numpy as np
 
-    import builder
+    from minirt import builder
     import minirt
     from pathlib import Path
 

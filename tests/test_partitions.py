@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import builder
+from minirt import builder
 import minirt
-from builder.load import load_model
-from builder.lower import lower_model
-from builder.writer import ArtifactWriter, PartitionRecord
+from minirt.builder.load import load_model
+from minirt.builder.lower import lower_model
+from minirt.builder.writer import ArtifactWriter, PartitionRecord
 from minirt import providers
 
 

@@ -30,7 +30,7 @@ def digits_model(tmp_path_factory) -> Path:
     if given:
         return Path(given)
     pytest.importorskip("onnx")
-    from builder import build
+    from minirt.builder import build
 
     out = tmp_path_factory.mktemp("pi") / "digits.mrt"
     build(str(piutil.DIGITS_ONNX), str(out), target="rpi4")

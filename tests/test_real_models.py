@@ -47,7 +47,7 @@ import pytest
 
 ort = pytest.importorskip("onnxruntime")
 
-import builder  # noqa: E402
+from minirt import builder  # noqa: E402
 import minirt  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,12 +8,12 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-import builder
+from minirt import builder
 import minirt
-from builder.build import _normalise
-from builder.load import load_model
-from builder.lower import free_value_names, lower_model
-from builder.writer import ArtifactWriter
+from minirt.builder.build import _normalise
+from minirt.builder.load import load_model
+from minirt.builder.lower import free_value_names, lower_model
+from minirt.builder.writer import ArtifactWriter
 from minirt.format import reader
 from minirt.kernels.registry import kernel, lookup
 

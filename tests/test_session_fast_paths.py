@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-import builder
+from minirt import builder
 import minirt
-from builder.build import build
+from minirt.builder.build import build
 from minirt.errors import InvalidArgument
 
 DIGITS = Path(__file__).resolve().parent.parent / "examples" / "digits"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import minirt
-from builder.writer import layout_sections, sign_artifact
+from minirt.builder.writer import layout_sections, sign_artifact
 from minirt.format import ed25519
 from minirt.format import schema as S
 from minirt.format.signature import fingerprint
@@ -390,7 +390,7 @@ def test_cli_keygen(tmp_path, capsys):
 
 
 def _build_supports_signing() -> bool:
-    import builder
+    from minirt import builder
 
     return "sign_key" in inspect.signature(builder.build).parameters
 

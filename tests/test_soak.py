@@ -26,7 +26,7 @@ def _rss_kib() -> int:
 
 @pytest.fixture(scope="module")
 def artifact() -> bytes:
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     return build_bytes(mlp_model())
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-import builder  # noqa: F401  (first: importing targets.* before builder meets an import cycle of theirs)
+from minirt import builder  # noqa: F401  (first: importing targets.* before builder meets an import cycle of theirs)
 from minirt import vocabulary as V
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_fused_ops_doc_table_matches_vocabulary():
 
 
 def test_coreml_lowers_every_activation_it_claims():
-    from targets.coreml import rules
+    from minirt.targets.coreml import rules
 
     assert rules.ACTIVATIONS <= set(V.ACTIVATIONS)
 
@@ -154,7 +154,7 @@ def test_every_activation_name_a_lowering_or_pass_uses_is_in_the_vocabulary(path
 
 def _activation_model():
     """One node per ONNX activation op (both Gelu forms), reading x; Clip's bounds are constants."""
-    from builder.passes import testing as T
+    from minirt.builder.passes import testing as T
 
     nodes = []
     for i, op in enumerate(sorted(V.ACTIVATION_OPS)):
@@ -168,7 +168,7 @@ def _activation_model():
 
 
 def test_fuse_activation_folds_exactly_the_fusable_ops():
-    from builder.passes.fuse_activation import activation_of
+    from minirt.builder.passes.fuse_activation import activation_of
 
     model = _activation_model()
     folded = {}
@@ -220,10 +220,10 @@ def test_random_family_is_the_runtime_randomness_kernels():
 
 
 def test_builder_passes_read_the_families():
-    from builder import ir_helpers as irh
-    from builder import prepack
-    from builder.passes import constant_folding, cse, fuse_activation, recognise_attention
-    from builder.quantize import bias_correction
+    from minirt.builder import ir_helpers as irh
+    from minirt.builder import prepack
+    from minirt.builder.passes import constant_folding, cse, fuse_activation, recognise_attention
+    from minirt.builder.quantize import bias_correction
 
     assert cse._NONDETERMINISTIC == V.RANDOM
     assert constant_folding._NEVER_FOLD == V.RANDOM | {"Constant"}
@@ -249,9 +249,9 @@ def test_runtime_registries_read_the_families():
 
 
 def test_target_op_sets_are_vocabulary_families_or_subsets():
-    from targets import flops
-    from targets.coreml import rules
-    from targets.nnapi import shapes
+    from minirt.targets import flops
+    from minirt.targets.coreml import rules
+    from minirt.targets.nnapi import shapes
 
     # FLOPs: every elementwise op gets a cost; the cost classes draw from the families
     assert V.ELEMENTWISE <= flops._ELEMENTWISE_1 | flops._ELEMENTWISE_4
@@ -298,8 +298,8 @@ def test_runtime_provider_registry_matches_table():
 
 
 def test_builder_provider_registries_match_table():
-    from builder import coverage, partition
-    from targets import providers as tp
+    from minirt.builder import coverage, partition
+    from minirt.targets import providers as tp
 
     build = importlib.import_module("builder.build")
     assert tp.SPEC_CLASSES == {n: p.spec for n, p in V.PROVIDERS.items() if p.spec}
@@ -312,7 +312,7 @@ def test_builder_provider_registries_match_table():
 
 
 def test_target_profiles_name_only_table_providers():
-    from targets import profiles
+    from minirt.targets import profiles
 
     for name in profiles.target_names():
         prof = profiles.get_target(name)

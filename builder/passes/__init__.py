@@ -24,23 +24,23 @@ from typing import Mapping, Sequence
 import onnx_ir as ir
 from onnx_ir.passes import common as ir_passes
 
-from builder.passes.cleanup import Cleanup
-from builder.passes.constant_folding import ConstantFolding
-from builder.passes.cse import CommonSubexpressionElimination
-from builder.passes.factor_residual_scale import FactorResidualScale
-from builder.passes.dce import DeadCodeElimination
-from builder.passes.fold_input_affine import FoldInputAffine
-from builder.passes.fuse_activation import FuseActivation
-from builder.passes.fold_constant_if import FoldConstantIf
-from builder.passes.fuse_batchnorm import FuseBatchNorm
-from builder.passes.initializer_dedup import InitializerDeduplication
-from builder.passes.manager import OptimizationReport, OptimizeContext, Pass, PassManager, format_report
-from builder.passes.fuse_pad import FusePad
-from builder.passes.matmul_to_gemm import MatMulAddToGemm
-from builder.passes.recognise_attention import RecogniseAttention
-from builder.passes.recognise_layernorm import RecogniseLayerNorm
-from builder.passes.recognise_activations import RecogniseActivations
-from builder.passes.shape_specialisation import ShapeSpecialisation
+from minirt.builder.passes.cleanup import Cleanup
+from minirt.builder.passes.constant_folding import ConstantFolding
+from minirt.builder.passes.cse import CommonSubexpressionElimination
+from minirt.builder.passes.factor_residual_scale import FactorResidualScale
+from minirt.builder.passes.dce import DeadCodeElimination
+from minirt.builder.passes.fold_input_affine import FoldInputAffine
+from minirt.builder.passes.fuse_activation import FuseActivation
+from minirt.builder.passes.fold_constant_if import FoldConstantIf
+from minirt.builder.passes.fuse_batchnorm import FuseBatchNorm
+from minirt.builder.passes.initializer_dedup import InitializerDeduplication
+from minirt.builder.passes.manager import OptimizationReport, OptimizeContext, Pass, PassManager, format_report
+from minirt.builder.passes.fuse_pad import FusePad
+from minirt.builder.passes.matmul_to_gemm import MatMulAddToGemm
+from minirt.builder.passes.recognise_attention import RecogniseAttention
+from minirt.builder.passes.recognise_layernorm import RecogniseLayerNorm
+from minirt.builder.passes.recognise_activations import RecogniseActivations
+from minirt.builder.passes.shape_specialisation import ShapeSpecialisation
 
 _LEVEL1 = [ShapeSpecialisation, ConstantFolding, FoldConstantIf, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
            DeadCodeElimination]

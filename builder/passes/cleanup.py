@@ -30,8 +30,8 @@ from typing import Callable
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 from minirt.vocabulary import RESHAPES
 
 Rule = Callable[[ir.Node, ir.Model], "ir.Value | bool | None"]

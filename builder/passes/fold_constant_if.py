@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 
 class FoldConstantIf(Pass):

@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 # (domain, op_type) of the layers a map folds into; domain "" is ONNX
 _CONV_READERS = {("", "Conv"), (irh.MINIRT_DOMAIN, "FusedConv")}

@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 from minirt.vocabulary import FUSABLE_ACTIVATION_OPS, FUSED_FORMS
 
 _FUSED = dict(FUSED_FORMS)  # standard op -> its com.minirt fused form

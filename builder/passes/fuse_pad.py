@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 
 def _pad_amounts(model: ir.Model, pad: ir.Node):

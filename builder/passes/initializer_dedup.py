@@ -11,8 +11,8 @@ import hashlib
 
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 
 def _key(value: ir.Value):

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
+from minirt.builder import ir_helpers as irh
 from minirt.tools.reports import format_report  # noqa: F401  (re-exported: the builder prints it)
 
 

@@ -22,8 +22,8 @@ import math
 
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 
 def _close(v: float | None, want: float) -> bool:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 # Ops whose result has the broadcast rank of their inputs: a subset of the vocabulary's ELEMENTWISE
 # plus Softmax and Identity (tests/test_vocabulary.py checks the subset relation).

@@ -41,8 +41,8 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 _RESTORE = ("Unsqueeze", "Reshape", "Expand")
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from builder import ir_helpers as irh
-from builder.passes.manager import Pass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.manager import Pass
 
 
 def apply_input_shapes(model: ir.Model, shapes: dict) -> bool:

@@ -3,9 +3,9 @@ import numpy as np
 import onnx
 from onnx import helper as h
 
-from builder.passes import optimize, testing as T
-from builder.passes.cleanup import Cleanup
-from builder.passes.dce import DeadCodeElimination
+from minirt.builder.passes import optimize, testing as T
+from minirt.builder.passes.cleanup import Cleanup
+from minirt.builder.passes.dce import DeadCodeElimination
 
 X = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
 

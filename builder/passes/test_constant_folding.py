@@ -3,9 +3,9 @@ import numpy as np
 import onnx
 from onnx import helper as h
 
-from builder.passes import optimize, testing as T
-from builder.passes.constant_folding import ConstantFolding
-from builder.passes.manager import OptimizeContext
+from minirt.builder.passes import optimize, testing as T
+from minirt.builder.passes.constant_folding import ConstantFolding
+from minirt.builder.passes.manager import OptimizeContext
 
 
 def test_folds_constant_subgraph_and_lifts_constants():

@@ -2,9 +2,9 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.cse import CommonSubexpressionElimination
-from builder.passes.dce import DeadCodeElimination
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.cse import CommonSubexpressionElimination
+from minirt.builder.passes.dce import DeadCodeElimination
 
 X = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
 

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.dce import DeadCodeElimination
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.dce import DeadCodeElimination
 
 
 def _model():

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.factor_residual_scale import FactorResidualScale
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.factor_residual_scale import FactorResidualScale
 
 R = np.random.default_rng(11)
 X = {"x": R.standard_normal((2, 4, 5, 5)).astype(np.float32), "g": R.uniform(0, 1, (2, 4, 1, 1)).astype(np.float32)}

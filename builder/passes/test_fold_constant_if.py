@@ -3,8 +3,8 @@ import numpy as np
 import onnx
 from onnx import helper as h
 
-from builder.passes import optimize, testing as T
-from builder.passes.fold_constant_if import FoldConstantIf
+from minirt.builder.passes import optimize, testing as T
+from minirt.builder.passes.fold_constant_if import FoldConstantIf
 
 X = {"x": np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)}
 OUT = onnx.TensorProto.FLOAT
@@ -95,7 +95,7 @@ def test_branch_output_that_is_a_branch_initializer():
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    from builder.passes.testing import ops, run_both
+    from minirt.builder.passes.testing import ops, run_both
 
     then = helper.make_graph([], "then", [], [helper.make_tensor_value_info("c", TensorProto.INT64, [1])],
                              initializer=[numpy_helper.from_array(np.array([7], np.int64), "c")])

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.fold_input_affine import FoldInputAffine
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.fold_input_affine import FoldInputAffine
 
 R = np.random.default_rng(7)
 

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.fuse_activation import FuseActivation
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.fuse_activation import FuseActivation
 
 R = np.random.default_rng(3)
 X = {"x": R.standard_normal((1, 4, 5, 5)).astype(np.float32), "z": R.standard_normal((1, 4, 5, 5)).astype(np.float32)}

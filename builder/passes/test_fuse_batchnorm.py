@@ -3,8 +3,8 @@ import numpy as np
 import onnx
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.fuse_batchnorm import FuseBatchNorm
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.fuse_batchnorm import FuseBatchNorm
 
 R = np.random.default_rng(2)
 

@@ -3,8 +3,8 @@ import numpy as np
 import onnx
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.fuse_pad import FusePad
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.fuse_pad import FusePad
 
 R = np.random.default_rng(7)
 X = {"x": R.standard_normal((1, 2, 6, 6)).astype(np.float32)}

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.initializer_dedup import InitializerDeduplication
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.initializer_dedup import InitializerDeduplication
 
 
 def _m(a, b):

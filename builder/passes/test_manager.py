@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import helper as h
 
-from builder.passes import optimize, pass_names, pipeline, testing as T
+from minirt.builder.passes import optimize, pass_names, pipeline, testing as T
 
 R = np.random.default_rng(6)
 

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.matmul_to_gemm import MatMulAddToGemm
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.matmul_to_gemm import MatMulAddToGemm
 
 R = np.random.default_rng(4)
 

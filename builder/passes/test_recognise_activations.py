@@ -4,8 +4,8 @@ import math
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.recognise_activations import RecogniseActivations
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.recognise_activations import RecogniseActivations
 
 R = np.random.default_rng(5)
 X = {"x": (R.standard_normal((2, 8)) * 4).astype(np.float32)}

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import optimize, testing as T
-from builder.passes.recognise_attention import RecogniseAttention
+from minirt.builder.passes import optimize, testing as T
+from minirt.builder.passes.recognise_attention import RecogniseAttention
 
 R = np.random.default_rng(12)
 B, H, N, D = 2, 2, 5, 4

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import optimize, testing as T
-from builder.passes.recognise_layernorm import RecogniseLayerNorm
+from minirt.builder.passes import optimize, testing as T
+from minirt.builder.passes.recognise_layernorm import RecogniseLayerNorm
 
 R = np.random.default_rng(11)
 SHAPE = [2, 3, 8]

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.passes.manager import OptimizeContext
-from builder.passes.shape_specialisation import ShapeSpecialisation
+from minirt.builder.passes import testing as T
+from minirt.builder.passes.manager import OptimizeContext
+from minirt.builder.passes.shape_specialisation import ShapeSpecialisation
 
 
 def _m():

@@ -14,9 +14,9 @@ import onnx
 import onnx_ir as ir
 
 import minirt
-from builder.build import _normalise
-from builder.load import load_model
-from builder.lower import artifact_bytes
+from minirt.builder.build import _normalise
+from minirt.builder.load import load_model
+from minirt.builder.lower import artifact_bytes
 
 
 def load(model) -> ir.Model:
@@ -35,7 +35,7 @@ def run(model: ir.Model, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
 
 def optimized(model, opt_level: int = 2, **kwargs):
     """(optimized onnx-ir model, report) from an ONNX model."""
-    from builder.passes import optimize
+    from minirt.builder.passes import optimize
 
     m = load(model)
     report = optimize(m, opt_level, **kwargs)

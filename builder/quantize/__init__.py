@@ -37,17 +37,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from builder.errors import BuildError
-from builder.quantize import _run
-from builder.quantize.bias_correction import correct_biases, mean_inputs
-from builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds
-from builder.quantize import passes as quant_passes
-from builder.quantize.candidates import find_candidates
-from builder.quantize.qir import Candidate, QuantContext
-from builder.quantize.report import QuantizationReport, compare
-from builder.quantize.sensitivity import Budget, fit_budget, parse_budget
-from builder.quantize.weights import convert_to_fp16, fp16_candidates
-from targets.profiles import TargetProfile, get_target
+from minirt.builder.errors import BuildError
+from minirt.builder.quantize import _run
+from minirt.builder.quantize.bias_correction import correct_biases, mean_inputs
+from minirt.builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds
+from minirt.builder.quantize import passes as quant_passes
+from minirt.builder.quantize.candidates import find_candidates
+from minirt.builder.quantize.qir import Candidate, QuantContext
+from minirt.builder.quantize.report import QuantizationReport, compare
+from minirt.builder.quantize.sensitivity import Budget, fit_budget, parse_budget
+from minirt.builder.quantize.weights import convert_to_fp16, fp16_candidates
+from minirt.targets.profiles import TargetProfile, get_target
 
 MODES = ("fp16", "int8-dynamic", "int8")
 

@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 import minirt
-from builder.lower import artifact_bytes
+from minirt.builder.lower import artifact_bytes
 
 
 def session(model: ir.Model) -> minirt.Session:

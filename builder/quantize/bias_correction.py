@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.quantize import _run
-from builder.quantize.weights import _fp16_exponent
+from minirt.builder import ir_helpers as irh
+from minirt.builder.quantize import _run
+from minirt.builder.quantize.weights import _fp16_exponent
 from minirt.vocabulary import FUSED_FORMS, MINIRT_DOMAIN
 
 # a standard op and its com.minirt fused form (minirt/vocabulary.py)

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from builder.errors import BuildError
+from minirt.builder.errors import BuildError
 
 METHODS = ("minmax", "percentile", "entropy")
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")

@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.quantize import qir
-from builder.quantize.qir import Candidate
+from minirt.builder import ir_helpers as irh
+from minirt.builder.quantize import qir
+from minirt.builder.quantize.qir import Candidate
 
 __all__ = ["Candidate", "find_candidates"]
 

@@ -25,8 +25,8 @@ from typing import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
+from minirt.builder import ir_helpers as irh
+from minirt.builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
 from minirt.vocabulary import FUSED_FORMS
 
 DOMAIN = irh.MINIRT_DOMAIN

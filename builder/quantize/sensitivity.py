@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from builder.errors import BuildError
+from minirt.builder.errors import BuildError
 
 _METRICS = {"top1-drop": "<=", "accuracy-drop": "<=", "cosine": ">=", "max-abs": "<=", "mean-abs": "<="}
 

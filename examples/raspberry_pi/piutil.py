@@ -352,14 +352,14 @@ def resolve_model(path: str | None, *, quiet: bool = False) -> Path:
     if DEFAULT_MODEL.is_file():
         return DEFAULT_MODEL
     try:
-        from builder import build  # noqa: F401  (onnx + onnx-ir present?)
+        from minirt.builder import build  # noqa: F401  (onnx + onnx-ir present?)
     except ImportError:
         raise FileNotFoundError(
             f"no model: pass --model, or build {DEFAULT_MODEL.name} on a desktop with\n"
             f"  minirt build examples/digits/digits_cnn.onnx -o digits.mrt --target {guess_target()}\n"
             f"and copy it to {DEFAULT_MODEL}"
         ) from None
-    from builder import build
+    from minirt.builder import build
 
     target = guess_target()
     if not quiet:

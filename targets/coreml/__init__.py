@@ -18,9 +18,9 @@ import importlib.util
 
 import numpy as np
 
-from targets.coreml.rules import RULES
-from targets.providers import LoweringError, PartitionIR, SupportContext
-from targets.rules import RuleSpec, used_outputs
+from minirt.targets.coreml.rules import RULES
+from minirt.targets.providers import LoweringError, PartitionIR, SupportContext
+from minirt.targets.rules import RuleSpec, used_outputs
 
 _FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
 MAX_RANK = 5
@@ -59,7 +59,7 @@ class CoreMLSpec(RuleSpec):
         return None
 
     def lower(self, partition: PartitionIR, ctx: SupportContext) -> tuple[bytes, dict]:
-        from targets.coreml.lower import BLOB_FORMAT, build_program, convert, import_coremltools, package_bytes
+        from minirt.targets.coreml.lower import BLOB_FORMAT, build_program, convert, import_coremltools, package_bytes
 
         ct = import_coremltools()
         info = ctx.provider_info("coreml")

@@ -27,9 +27,9 @@ import zipfile
 
 import numpy as np
 
-from targets.coreml.rules import RULES
-from targets.providers import LoweringError
-from targets.rules import Emitter
+from minirt.targets.coreml.rules import RULES
+from minirt.targets.providers import LoweringError
+from minirt.targets.rules import Emitter
 
 BLOB_FORMAT = "mlpackage-zip"
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)

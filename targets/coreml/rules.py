@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from builder.ir_helpers import attr
+from minirt.builder.ir_helpers import attr
 from minirt import vocabulary as V
-from targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr, used_outputs
+from minirt.targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr, used_outputs
 
 RULES = RuleSet("Core ML")
 

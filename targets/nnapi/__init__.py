@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 
-from targets.nnapi import oplevels
-from targets.nnapi.lower import Unsupported, lower_nodes, node_support
-from targets.nnapi.model import NNModel
-from targets.nnapi.rules import RULES
-from targets.rules import RuleSpec
+from minirt.targets.nnapi import oplevels
+from minirt.targets.nnapi.lower import Unsupported, lower_nodes, node_support
+from minirt.targets.nnapi.model import NNModel
+from minirt.targets.nnapi.rules import RULES
+from minirt.targets.rules import RuleSpec
 
-from targets.providers import LoweringError
+from minirt.targets.providers import LoweringError
 
 DEFAULT_API_LEVEL = 29
 

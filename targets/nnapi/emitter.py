@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
-from targets.nnapi import oplevels as C
-from targets.nnapi.model import NNModel
-from targets.nnapi.shapes import static_shapes
-from targets.rules import Emitter
+from minirt.targets.nnapi import oplevels as C
+from minirt.targets.nnapi.model import NNModel
+from minirt.targets.nnapi.shapes import static_shapes
+from minirt.targets.rules import Emitter
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from targets.nnapi import oplevels as C
-from targets.nnapi.emitter import TO_NCHW, Lowerer, Unsupported, shapes_for
-from targets.nnapi.model import NNModel
-from targets.nnapi.rules import RULES
+from minirt.targets.nnapi import oplevels as C
+from minirt.targets.nnapi.emitter import TO_NCHW, Lowerer, Unsupported, shapes_for
+from minirt.targets.nnapi.model import NNModel
+from minirt.targets.nnapi.rules import RULES
 
 __all__ = ["Lowerer", "RULES", "Unsupported", "lower_nodes", "node_support", "shapes_for"]
 

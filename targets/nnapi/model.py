@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from minirt.providers import _program
-from targets.nnapi import oplevels as C
+from minirt.targets.nnapi import oplevels as C
 
 MAGIC = b"MRTNNAPI"
 VERSION = 1

@@ -15,10 +15,10 @@ import math
 
 import numpy as np
 
-from builder.ir_helpers import attr
-from targets.nnapi import oplevels as C
-from targets.nnapi.emitter import TO_NHWC, Unsupported, fuse_code
-from targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr
+from minirt.builder.ir_helpers import attr
+from minirt.targets.nnapi import oplevels as C
+from minirt.targets.nnapi.emitter import TO_NHWC, Unsupported, fuse_code
+from minirt.targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr
 
 RULES = RuleSet("NNAPI", missing="{op} has no NNAPI lowering", error=Unsupported)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from builder.ir_helpers import static_shape
+from minirt.builder.ir_helpers import static_shape
 from minirt import vocabulary as V
 
 

@@ -15,11 +15,11 @@ then the ``.tflite`` flatbuffer (docs/nnapi.md).
 from __future__ import annotations
 
 from minirt.providers import _program
-from targets.nnapi.lower import Unsupported, lower_nodes, node_support
-from targets.nnapi.rules import RULES
-from targets.providers import LoweringError
-from targets.rules import RuleSpec
-from targets.tflite.translate import TranslationError, to_tflite
+from minirt.targets.nnapi.lower import Unsupported, lower_nodes, node_support
+from minirt.targets.nnapi.rules import RULES
+from minirt.targets.providers import LoweringError
+from minirt.targets.rules import RuleSpec
+from minirt.targets.tflite.translate import TranslationError, to_tflite
 
 MAGIC = b"MRTTFLIT"
 # the newest NNAPI level: every operation this lowering knows, all of which translate

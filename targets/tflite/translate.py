@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from targets.nnapi import oplevels as C
-from targets.rules import Emitter, RuleSet
-from targets.tflite.flatbuf import String, Table, Vector, finish, float_vector, int_vector
+from minirt.targets.nnapi import oplevels as C
+from minirt.targets.rules import Emitter, RuleSet
+from minirt.targets.tflite.flatbuf import String, Table, Vector, finish, float_vector, int_vector
 
 
 class TranslationError(Exception):

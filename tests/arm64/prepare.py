@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from builder import build
+from minirt.builder import build
 from tests.arm64.subset import CASES, LABELLED, MANIFEST
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from targets.profiles import TargetProfile, get_target, target_names
+from minirt.targets.profiles import TargetProfile, get_target, target_names
 
 
 @pytest.mark.parametrize("name,core,dotprod", [("rpi3", "Cortex-A53", False), ("rpi4", "Cortex-A72", False),

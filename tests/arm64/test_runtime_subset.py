@@ -36,7 +36,7 @@ def artifacts(tmp_path_factory) -> Path:
         return path
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
-    pytest.importorskip("builder")
+    pytest.importorskip("minirt.builder")
     from tests.arm64.prepare import prepare
 
     return prepare(tmp_path_factory.mktemp("arm64-artifacts"))

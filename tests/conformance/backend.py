@@ -15,7 +15,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
 import minirt
-from builder import build_bytes
+from minirt.builder import build_bytes
 
 
 class MinirtRep(BackendRep):

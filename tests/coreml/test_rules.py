@@ -11,12 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("coremltools")
 ort = pytest.importorskip("onnxruntime")
 
-from builder.build import _normalise  # noqa: E402
-from builder.load import load_model  # noqa: E402
-from builder.passes import optimize  # noqa: E402
-from targets.coreml import CoreMLSpec  # noqa: E402
-from targets.profiles import get_target  # noqa: E402
-from targets.providers import PartitionIR, SupportContext  # noqa: E402
+from minirt.builder.build import _normalise  # noqa: E402
+from minirt.builder.load import load_model  # noqa: E402
+from minirt.builder.passes import optimize  # noqa: E402
+from minirt.targets.coreml import CoreMLSpec  # noqa: E402
+from minirt.targets.profiles import get_target  # noqa: E402
+from minirt.targets.providers import PartitionIR, SupportContext  # noqa: E402
 from tests.coreml.mil_eval import read_package, run_program  # noqa: E402
 
 F = TensorProto.FLOAT

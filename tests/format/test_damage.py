@@ -114,7 +114,7 @@ def test_onnx_file_is_not_mrt():
 
 def _with_blob() -> bytes:
     """A file holding every section kind, including a provider blob, a partition and packed weights."""
-    from builder.writer import PartitionRecord
+    from minirt.builder.writer import PartitionRecord
     from minirt.format import packed_weights as P
 
     w = minimal_writer()

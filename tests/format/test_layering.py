@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 FORMAT_DIR = Path(__file__).resolve().parents[2] / "minirt" / "format"
-FORBIDDEN = ("minirt.tools", "minirt.cli", "minirt.session", "builder", "targets")
+FORBIDDEN = ("minirt.tools", "minirt.cli", "minirt.session", "minirt.builder", "minirt.targets", "builder", "targets")
 
 
 def _imported_modules(path: Path) -> set[str]:

@@ -7,7 +7,7 @@ import mmap
 import numpy as np
 import pytest
 
-from builder.writer import ArtifactWriter, write_atomic
+from minirt.builder.writer import ArtifactWriter, write_atomic
 from minirt.format import reader
 from minirt.format import schema as S
 from tests.format.util import minimal_bytes, minimal_writer, section_entries

@@ -329,7 +329,7 @@ def _onnx_models():
 
 @pytest.mark.parametrize("name", ["tiny", "mlp"])
 def test_spec_decoder_matches_reader_on_built_models(name):
-    import builder
+    from minirt import builder
 
     data = builder.build_bytes(_onnx_models()[name])
     mine = _assert_same(data)
@@ -337,7 +337,7 @@ def test_spec_decoder_matches_reader_on_built_models(name):
 
 
 def test_spec_decoder_node_op_types_and_names():
-    import builder
+    from minirt import builder
 
     mine = _assert_same(builder.build_bytes(_onnx_models()["tiny"]))
     g = mine["graphs"][0]
@@ -368,7 +368,7 @@ def test_spec_decoder_on_if_model_with_captures():
 
 
 def test_spec_decoder_refuses_what_the_reader_refuses():
-    import builder
+    from minirt import builder
 
     data = bytearray(builder.build_bytes(_onnx_models()["tiny"]))
     data[-1] ^= 1  # padding after the last section: covered by no CRC (docs/format.md)

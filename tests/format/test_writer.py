@@ -1,11 +1,11 @@
-"""builder.writer.write_atomic and the schema's padding helpers."""
+"""minirt.builder.writer.write_atomic and the schema's padding helpers."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from builder.writer import write_atomic
+from minirt.builder.writer import write_atomic
 from minirt.format import reader
 from minirt.format import schema as S
 from tests.format.util import minimal_bytes

@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from builder.writer import ArtifactWriter
+from minirt.builder.writer import ArtifactWriter
 from minirt.format import schema as S
 
 HEADER = struct.Struct("<8sIIIIQQII16s")

@@ -236,7 +236,7 @@ def load_seeds(corpus: list[str] | None = None) -> list[tuple[str, bytes]]:
             with open(path, "rb") as f:
                 seeds.append((os.path.basename(path), f.read()))
         else:
-            from builder import build_bytes
+            from minirt.builder import build_bytes
 
             seeds.append((os.path.basename(path), build_bytes(path)))
     return seeds

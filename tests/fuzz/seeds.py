@@ -20,7 +20,7 @@ def _build(model, **options) -> bytes:
     """Build with the real builder, then pin the build timestamp so seeds are reproducible."""
     import re
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
     from tests.fuzz.mutator import assemble, split
 
     entries = split(build_bytes(model, **options))
@@ -172,7 +172,7 @@ def grammar_artifact() -> bytes:
     The session refuses it (no kernel takes graph attributes yet), but the
     reader decodes all of it, so mutants exercise every branch of the grammar.
     """
-    from builder.writer import ArtifactWriter
+    from minirt.builder.writer import ArtifactWriter
 
     w = ArtifactWriter()
     w.set_metadata("i", 7)
@@ -234,7 +234,7 @@ def grammar_artifact() -> bytes:
 
 def strings_artifact() -> bytes:
     """Hand-written and runnable: a string initializer passed through Identity."""
-    from builder.writer import ArtifactWriter
+    from minirt.builder.writer import ArtifactWriter
 
     w = ArtifactWriter()
     w.set_metadata("source.model_version", 3)
@@ -277,7 +277,7 @@ SIGNING_SEED = bytes(range(32))
 
 def signed_artifact() -> bytes:
     """The mlp seed signed with :data:`SIGNING_SEED` (a signature section, kind 8, last)."""
-    from builder.writer import sign_artifact
+    from minirt.builder.writer import sign_artifact
 
     return sign_artifact(_build(mlp_model()), SIGNING_SEED)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import minirt
-from builder.writer import ArtifactWriter
+from minirt.builder.writer import ArtifactWriter
 from minirt.format import schema as S
 from tests.fuzz.fuzz_artifacts import fuzz_pool, is_note, load_seeds, quiet_numpy, run_checked
 from tests.fuzz.mutator import Mutator, assemble, decode_tensor_table, encode_tensor_table, split, walk_fields

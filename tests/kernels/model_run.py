@@ -6,7 +6,7 @@ import onnx
 from onnx import helper
 
 import minirt
-from builder import build_bytes
+from minirt.builder import build_bytes
 from tests.kernels import reference as ref_mod
 
 

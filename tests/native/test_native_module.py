@@ -14,7 +14,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-import builder
+from minirt import builder
 from minirt import native
 from minirt.native import blas
 

@@ -14,7 +14,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import minirt
-from builder import build_bytes
+from minirt.builder import build_bytes
 from minirt import native
 from minirt.format import packed_weights as P
 from minirt.format import schema as S

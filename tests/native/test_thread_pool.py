@@ -18,7 +18,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-import builder
+from minirt import builder
 from minirt import native
 
 pytestmark = [

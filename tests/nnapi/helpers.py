@@ -5,15 +5,15 @@ import os
 
 import numpy as np
 
-from builder.load import load_model
-from builder.lower import lower_model
-from builder.partition import apply_plan, plan_partitions
-from builder.passes import optimize
-from builder.writer import ArtifactWriter
+from minirt.builder.load import load_model
+from minirt.builder.lower import lower_model
+from minirt.builder.partition import apply_plan, plan_partitions
+from minirt.builder.passes import optimize
+from minirt.builder.writer import ArtifactWriter
 from minirt.providers.tflite import _interpreter_module, make_program
-from targets.nnapi.model import NNModel
-from targets.profiles import get_target
-from targets.tflite.translate import to_tflite
+from minirt.targets.nnapi.model import NNModel
+from minirt.targets.profiles import get_target
+from minirt.targets.tflite.translate import to_tflite
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 

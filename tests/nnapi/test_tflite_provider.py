@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import minirt
-from builder.load import load_model
-from builder.lower import lower_model
-from builder.partition import apply_plan, plan_partitions
-from builder.passes import optimize
-from builder.writer import ArtifactWriter
+from minirt.builder.load import load_model
+from minirt.builder.lower import lower_model
+from minirt.builder.partition import apply_plan, plan_partitions
+from minirt.builder.passes import optimize
+from minirt.builder.writer import ArtifactWriter
 from minirt.providers.tflite import TFLiteProvider, decode_blob
-from targets.profiles import get_target
+from minirt.targets.profiles import get_target
 from tests.nnapi.helpers import REAL_MODELS, random_feeds
 
 ort = pytest.importorskip("onnxruntime")

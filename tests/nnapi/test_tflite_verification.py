@@ -70,10 +70,10 @@ def _conformance_candidates():
 
 
 def _lower_case(case):
-    from builder.load import load_model
-    from targets.nnapi import NNAPISpec
-    from targets.profiles import get_target
-    from targets.providers import PartitionIR, SupportContext
+    from minirt.builder.load import load_model
+    from minirt.targets.nnapi import NNAPISpec
+    from minirt.targets.profiles import get_target
+    from minirt.targets.providers import PartitionIR, SupportContext
 
     model, _ = load_model(case.model)
     ctx = SupportContext(model, get_target("android-api34"), {})

@@ -3,9 +3,9 @@ import os
 import numpy as np
 import pytest
 
-from builder.build import _normalise
-from builder.load import load_model
-from builder.passes import optimize
+from minirt.builder.build import _normalise
+from minirt.builder.load import load_model
+from minirt.builder.passes import optimize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIGITS = os.path.join(ROOT, "examples", "digits", "digits_cnn.onnx")

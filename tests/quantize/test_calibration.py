@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from builder.errors import BuildError
-from builder.quantize.calibration import RangeCollector, entropy_threshold, load_feeds
+from minirt.builder.errors import BuildError
+from minirt.builder.quantize.calibration import RangeCollector, entropy_threshold, load_feeds
 
 
 def _collect(method, arrays, **kw):

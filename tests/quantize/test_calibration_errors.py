@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from builder.build import build
-from builder.errors import BuildError
+from minirt.builder.build import build
+from minirt.builder.errors import BuildError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIGITS = os.path.join(ROOT, "examples", "digits", "digits_cnn.onnx")

@@ -6,10 +6,10 @@ import pytest
 from onnx import helper as h
 
 import minirt
-from builder.lower import artifact_bytes
-from builder.passes import optimize
-from builder.passes import testing as T
-from builder.quantize import QuantizeOptions, quantize
+from minirt.builder.lower import artifact_bytes
+from minirt.builder.passes import optimize
+from minirt.builder.passes import testing as T
+from minirt.builder.quantize import QuantizeOptions, quantize
 from minirt import native
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import onnx
 from onnx import helper as h
 
-from builder.build import build
-from builder.passes import optimize
-from builder.passes import testing as T
-from builder.quantize import QuantizeOptions, _run, quantize
-from targets.profiles import get_target
+from minirt.builder.build import build
+from minirt.builder.passes import optimize
+from minirt.builder.passes import testing as T
+from minirt.builder.quantize import QuantizeOptions, _run, quantize
+from minirt.targets.profiles import get_target
 
 R = np.random.default_rng(5)
 

@@ -8,9 +8,9 @@ import onnx_ir as ir
 import pytest
 
 import minirt
-from builder.errors import BuildError
-from builder.quantize import QuantizeOptions, _run, demo_rows, quantize
-from targets.profiles import get_target
+from minirt.builder.errors import BuildError
+from minirt.builder.quantize import QuantizeOptions, _run, demo_rows, quantize
+from minirt.targets.profiles import get_target
 from tests.quantize.conftest import DIGITS, ROOT, optimized, ort_reference_session
 
 NO_TIMING = dict(measure_latency=False)
@@ -311,7 +311,7 @@ def ort_quantized(tmp_path_factory, heldout):
 
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator", "dynamic"])
 def test_onnxruntime_quantized_models_build_and_match(fmt, ort_quantized, heldout, tmp_path):
-    from builder.build import build
+    from minirt.builder.build import build
 
     images, labels = heldout
     path = ort_quantized[fmt]
@@ -346,7 +346,7 @@ def test_onnxruntime_reference_session_is_exact_for_int8(op):
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    from builder import build_bytes
+    from minirt.builder import build_bytes
 
     k = 8
     a = np.full((3, k), 255, np.uint8)

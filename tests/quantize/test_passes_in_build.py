@@ -3,10 +3,10 @@ metadata), switched off by name with --disable-pass, and the old QuantizeOptions
 import pytest
 
 import minirt
-from builder.build import build
-from builder.errors import BuildError
-from builder.quantize import QuantizeOptions, _run, quantize
-from builder.quantize.passes import pass_names, pipeline
+from minirt.builder.build import build
+from minirt.builder.errors import BuildError
+from minirt.builder.quantize import QuantizeOptions, _run, quantize
+from minirt.builder.quantize.passes import pass_names, pipeline
 from tests.quantize.conftest import DIGITS, optimized
 
 CALIBRATION = DIGITS.replace("digits_cnn.onnx", "calibration.npz")

@@ -4,7 +4,7 @@ import os
 import numpy as np
 
 import minirt
-from builder.build import build
+from minirt.builder.build import build
 from tests.quantize.conftest import DIGITS, ROOT
 
 

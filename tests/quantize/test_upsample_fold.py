@@ -7,9 +7,9 @@ import onnx
 from onnx import helper as h
 import onnx_ir as ir
 
-from builder.passes import optimize
-from builder.passes import testing as T
-from builder.quantize import QuantizeOptions, _run, quantize
+from minirt.builder.passes import optimize
+from minirt.builder.passes import testing as T
+from minirt.builder.quantize import QuantizeOptions, _run, quantize
 
 R = np.random.default_rng(7)
 

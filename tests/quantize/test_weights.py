@@ -1,8 +1,8 @@
 """Per-channel weight quantization, activation parameters and fp16 storage."""
 import numpy as np
 
-from builder.quantize import _run
-from builder.quantize.weights import activation_params, convert_to_fp16, quantize_per_channel
+from minirt.builder.quantize import _run
+from minirt.builder.quantize.weights import activation_params, convert_to_fp16, quantize_per_channel
 
 
 def test_per_channel_scales_match_an_independent_numpy_computation():
@@ -50,7 +50,7 @@ def test_fp16_halves_the_weights_and_casts_back(digits):
 
 
 def test_small_weights_are_stored_scaled_by_a_power_of_two():
-    from builder.quantize.weights import _fp16_exponent
+    from minirt.builder.quantize.weights import _fp16_exponent
 
     w = np.random.default_rng(1).uniform(-5e-5, 5e-5, 2048).astype(np.float32)  # float16 subnormals
     k = _fp16_exponent(w)
@@ -113,7 +113,7 @@ def test_fp16_bias_correction_removes_the_mean_shift_of_rounding(tmp_path):
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from conftest import optimized
 
-    from builder.quantize import QuantizeOptions, quantize
+    from minirt.builder.quantize import QuantizeOptions, quantize
 
     path = str(tmp_path / "m.onnx")
     _conv_gemm_model(path)

@@ -26,18 +26,18 @@ from typing import Sequence
 
 import onnx_ir as ir
 
-from builder.passes.manager import OptimizationReport, PassManager
-from builder.quantize import qir
-from builder.quantize.passes.chain_int8 import ChainInt8
-from builder.quantize.passes.fold_channel_mul import FoldChannelMul
-from builder.quantize.passes.fold_scalar_affine import FoldScalarAffine
-from builder.quantize.passes.fold_upsample_add import FoldUpsampleAdd
-from builder.quantize.passes.fold_upsample_concat import FoldUpsampleConcat
-from builder.quantize.passes.fp16_bias_correction import FP16BiasCorrection
-from builder.quantize.passes.fp16_weights import FP16Weights
-from builder.quantize.passes.fuse_flatten import FuseFlatten
-from builder.quantize.passes.fuse_max_pool import FuseMaxPool
-from builder.quantize.passes.quantize_layers import QuantizeLayers
+from minirt.builder.passes.manager import OptimizationReport, PassManager
+from minirt.builder.quantize import qir
+from minirt.builder.quantize.passes.chain_int8 import ChainInt8
+from minirt.builder.quantize.passes.fold_channel_mul import FoldChannelMul
+from minirt.builder.quantize.passes.fold_scalar_affine import FoldScalarAffine
+from minirt.builder.quantize.passes.fold_upsample_add import FoldUpsampleAdd
+from minirt.builder.quantize.passes.fold_upsample_concat import FoldUpsampleConcat
+from minirt.builder.quantize.passes.fp16_bias_correction import FP16BiasCorrection
+from minirt.builder.quantize.passes.fp16_weights import FP16Weights
+from minirt.builder.quantize.passes.fuse_flatten import FuseFlatten
+from minirt.builder.quantize.passes.fuse_max_pool import FuseMaxPool
+from minirt.builder.quantize.passes.quantize_layers import QuantizeLayers
 
 # The order is the order the rewrites always ran in: the folds after a QConv first (affine, then
 # pool: a pooled QConv takes no post_scale), the folds before a QConv next, chaining last (it

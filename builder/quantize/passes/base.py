@@ -2,8 +2,8 @@
 context is a :class:`builder.quantize.qir.QuantContext` (the chosen candidates, the calibrated ranges)."""
 from __future__ import annotations
 
-from builder.passes.manager import Pass
-from builder.quantize.qir import QuantContext
+from minirt.builder.passes.manager import Pass
+from minirt.builder.quantize.qir import QuantContext
 
 
 class QuantPass(Pass):

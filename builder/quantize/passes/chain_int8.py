@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.quantize import qir
-from builder.quantize.passes.base import QuantPass
+from minirt.builder.quantize import qir
+from minirt.builder.quantize.passes.base import QuantPass
 
 
 def _uint8_friendly(node: ir.Node, graph: ir.Graph) -> bool:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.quantize import qir
-from builder.quantize.passes.base import QuantPass
+from minirt.builder.quantize import qir
+from minirt.builder.quantize.passes.base import QuantPass
 
 
 def _scalar_operand(node: ir.Node, x: ir.Value, graph: ir.Graph) -> float | None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.quantize import qir
-from builder.quantize.passes.base import QuantPass
+from minirt.builder.quantize import qir
+from minirt.builder.quantize.passes.base import QuantPass
 
 
 class FoldUpsampleAdd(QuantPass):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.quantize.bias_correction import correct_biases
-from builder.quantize.passes.base import QuantPass
+from minirt.builder.quantize.bias_correction import correct_biases
+from minirt.builder.quantize.passes.base import QuantPass
 
 
 class FP16BiasCorrection(QuantPass):

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder.quantize.passes.base import QuantPass
-from builder.quantize.weights import convert_to_fp16
+from minirt.builder.quantize.passes.base import QuantPass
+from minirt.builder.quantize.weights import convert_to_fp16
 
 
 class FP16Weights(QuantPass):

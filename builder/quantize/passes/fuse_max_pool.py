@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from builder import ir_helpers as irh
-from builder.quantize import qir
-from builder.quantize.passes.base import QuantPass
+from minirt.builder import ir_helpers as irh
+from minirt.builder.quantize import qir
+from minirt.builder.quantize.passes.base import QuantPass
 
 
 def _plain_max_pool_2d(node: ir.Node) -> tuple[tuple[list[int], list[int]] | None, str]:

@@ -4,9 +4,9 @@ import numpy as np
 import onnx_ir as ir
 from onnx import helper as h
 
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.chain_int8 import ChainInt8
-from builder.quantize.qir import QuantContext
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.chain_int8 import ChainInt8
+from minirt.builder.quantize.qir import QuantContext
 
 X = {"x": Q.R.standard_normal((1, 4, 8, 8)).astype(np.float32)}
 

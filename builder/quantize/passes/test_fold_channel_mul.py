@@ -3,8 +3,8 @@ full tensor is refused."""
 import numpy as np
 from onnx import helper as h
 
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fold_channel_mul import FoldChannelMul
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fold_channel_mul import FoldChannelMul
 
 X = {"x": Q.R.standard_normal((1, 4, 8, 8)).astype(np.float32)}
 

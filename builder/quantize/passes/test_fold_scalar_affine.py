@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fold_scalar_affine import FoldScalarAffine
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fold_scalar_affine import FoldScalarAffine
 
 X = {"x": Q.R.standard_normal((1, 2, 6, 6)).astype(np.float32)}
 

@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fold_upsample_add import FoldUpsampleAdd
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fold_upsample_add import FoldUpsampleAdd
 
 X = {"a": Q.R.standard_normal((1, 4, 8, 8)).astype(np.float32), "b": Q.R.standard_normal((1, 4, 4, 4)).astype(np.float32)}
 

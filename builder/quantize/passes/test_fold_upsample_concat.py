@@ -3,8 +3,8 @@ QuantizeUpsampleConcat writing the QConv's uint8 input; a Concat over another ax
 import numpy as np
 from onnx import helper as h
 
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fold_upsample_concat import FoldUpsampleConcat
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fold_upsample_concat import FoldUpsampleConcat
 
 X = {"a": Q.R.standard_normal((1, 3, 8, 8)).astype(np.float32), "b": Q.R.standard_normal((1, 2, 4, 4)).astype(np.float32)}
 

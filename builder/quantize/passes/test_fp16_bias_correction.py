@@ -2,11 +2,11 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.quantize.bias_correction import mean_inputs
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fp16_bias_correction import FP16BiasCorrection
-from builder.quantize.qir import QuantContext
+from minirt.builder.passes import testing as T
+from minirt.builder.quantize.bias_correction import mean_inputs
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fp16_bias_correction import FP16BiasCorrection
+from minirt.builder.quantize.qir import QuantContext
 
 FEEDS = [{"x": (Q.R.standard_normal((4, 64)) + 3.0).astype(np.float32)}]
 

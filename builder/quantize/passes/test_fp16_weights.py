@@ -2,10 +2,10 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fp16_weights import FP16Weights
-from builder.quantize.qir import QuantContext
+from minirt.builder.passes import testing as T
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fp16_weights import FP16Weights
+from minirt.builder.quantize.qir import QuantContext
 
 X = {"x": Q.R.standard_normal((2, 64)).astype(np.float32)}
 

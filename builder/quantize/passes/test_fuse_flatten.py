@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fuse_flatten import FuseFlatten
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fuse_flatten import FuseFlatten
 
 X = {"x": Q.R.standard_normal((2, 3, 2, 2)).astype(np.float32)}
 

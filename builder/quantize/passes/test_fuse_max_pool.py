@@ -2,8 +2,8 @@
 import numpy as np
 from onnx import helper as h
 
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.fuse_max_pool import FuseMaxPool
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.fuse_max_pool import FuseMaxPool
 
 X = {"x": Q.R.standard_normal((1, 2, 8, 8)).astype(np.float32)}
 

@@ -5,11 +5,11 @@ import dataclasses
 import numpy as np
 from onnx import helper as h
 
-from builder.passes import testing as T
-from builder.quantize.candidates import find_candidates
-from builder.quantize.passes import testing as Q
-from builder.quantize.passes.quantize_layers import QuantizeLayers
-from builder.quantize.qir import QuantContext
+from minirt.builder.passes import testing as T
+from minirt.builder.quantize.candidates import find_candidates
+from minirt.builder.quantize.passes import testing as Q
+from minirt.builder.quantize.passes.quantize_layers import QuantizeLayers
+from minirt.builder.quantize.qir import QuantContext
 
 X = {"x": Q.R.standard_normal((1, 2, 6, 6)).astype(np.float32)}
 

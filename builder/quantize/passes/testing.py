@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from builder.passes import testing as T
-from builder.quantize.candidates import find_candidates
-from builder.quantize.passes.quantize_layers import QuantizeLayers
-from builder.quantize.qir import QuantContext
+from minirt.builder.passes import testing as T
+from minirt.builder.quantize.candidates import find_candidates
+from minirt.builder.quantize.passes.quantize_layers import QuantizeLayers
+from minirt.builder.quantize.qir import QuantContext
 
 R = np.random.default_rng(11)
 make_model, tensor, vinfo, ops, run = T.make_model, T.tensor, T.vinfo, T.ops, T.run
