@@ -227,6 +227,19 @@ def static_u8_input(node: ir.Node, graph: ir.Graph) -> tuple[float, int] | None:
     return float(xs.reshape(())), int(xz.reshape(()))
 
 
+def binary_folds_into_static_qconvs(graph: ir.Graph, op_type: str, outputs: set):
+    """(QConv, producer) for every QConv with a free input slot (at most 7 inputs) that quantizes its
+    float X statically (:func:`static_u8_input`) from a two-input ``op_type`` node it alone reads
+    (:func:`sole_producer`): the candidates of the folds into a QConv's input (Mul, Add).  Iterates
+    over a snapshot of the graph, so the caller may rewrite as it goes."""
+    for node in list(graph):
+        if len(node.inputs) > 7 or static_u8_input(node, graph) is None:
+            continue
+        producer = sole_producer(node, op_type, outputs)
+        if producer is not None and len(producer.inputs) == 2:
+            yield node, producer
+
+
 def per_channel_shape(v: ir.Value | None) -> bool:
     """Whether ``v`` is statically a 4-D (N, C, 1, 1) tensor (one value per image and channel, such
     as a squeeze-and-excitation scale)."""

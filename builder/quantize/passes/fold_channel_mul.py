@@ -28,12 +28,7 @@ class FoldChannelMul(QuantPass):
         graph = model.graph
         outputs = qir.output_ids(graph)
         folded = 0
-        for node in list(graph):
-            if len(node.inputs) > 7 or qir.static_u8_input(node, graph) is None:
-                continue
-            mul = qir.sole_producer(node, "Mul", outputs)
-            if mul is None or len(mul.inputs) != 2:
-                continue
+        for node, mul in qir.binary_folds_into_static_qconvs(graph, "Mul", outputs):
             parts = qir.channel_mul_parts(node.inputs[0], outputs)
             if parts is None:
                 self.refuse("Mul+QConv", mul, "not a multiplication by one (N, C, 1, 1) float scale")

@@ -31,12 +31,7 @@ class FoldUpsampleAdd(QuantPass):
         graph = model.graph
         outputs = qir.output_ids(graph)
         folded = 0
-        for node in list(graph):
-            if len(node.inputs) > 7 or qir.static_u8_input(node, graph) is None:
-                continue
-            add = qir.sole_producer(node, "Add", outputs)
-            if add is None or len(add.inputs) != 2:
-                continue
+        for node, add in qir.binary_folds_into_static_qconvs(graph, "Add", outputs):
             folded += self._fold(graph, node, add, outputs)
         return folded > 0
 
