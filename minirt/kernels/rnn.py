@@ -269,7 +269,9 @@ def _native_run(op, X, W, R, B, sequence_lens, initial_h, initial_c, P, activati
     _native.rnn_call(layer.prep, np.ascontiguousarray(X), None if lens is None else lens.astype(np.int32),
                      None if initial_h is None else np.ascontiguousarray(initial_h),
                      None if initial_c is None else np.ascontiguousarray(initial_c), y, state)
-    return (y,) + tuple(state)
+    # the call's whole work is that one native call: a node with the single output Y replays in a
+    # native program (the recorder refuses nodes with several outputs)
+    return _native.final((y,) + tuple(state))
 
 
 # ----------------------------------------------------------------------------- kernels
