@@ -27,9 +27,13 @@ from minirt.vocabulary import RNN_ACTIVATIONS
 
 
 def _sigmoid(x):
-    """1 / (1 + exp(-x)) without overflow: exp of -|x| only."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+    """1 / (1 + exp(-x)) as 0.5 tanh(x / 2) + 0.5: no exp to overflow (and fewer numpy calls per step
+    than an exp of -|x| with a select); absolute error a few float32 ulps of 1."""
+    y = np.tanh(x * 0.5)
+    y *= 0.5
+    y += 0.5
+    return y
+
 
 # lower-case name -> (function of (x, alpha, beta), default alpha, default beta); a default of None:
 # the activation takes no such parameter.  Keys: the vocabulary's RNN_ACTIVATIONS, lower-cased (the
