@@ -179,6 +179,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_copy_rows_f32": ((0,), (2,)),  # (src, src_ld, dst, dst_ld, rows, cols, nthreads)
     "mrt_binary_f32": ((1, 2), (3,)),  # (op, a, b, y, n, nthreads)
     "mrt_upsample_nearest_f32": ((0,), (1,)),  # (x, y, planes, h, w, fh, fw, nthreads)
+    "mrt_rnn_f32": ((1, 2, 3, 4), (5, 6)),  # (s, x, lens, h0, c0, y, state, nthreads)
 }
 
 
@@ -951,3 +952,48 @@ def maxpool2d_s1(x, y, k, pb) -> None:
 
 
 _load()
+
+
+# --------------------------------------------------------------------------- recurrent layers
+
+_INT64_FLOATS_MAX = 2**62 // 4  # (bytes of a malloc'd scratch: far below what size_t holds)
+
+
+def rnn_prepare(kind: str, seq: int, batch: int, input_size: int, hidden: int, dirs: int, reverse: bool,
+                layout: int, w, r, bias=None, rbh=None, p=None, clip: float = 0.0, linear_before_reset: int = 0,
+                input_forget: int = 0):
+    """The ``mrt_rnn_shape`` of one LSTM / GRU layer (``kind`` "LSTM" or "GRU") for one input shape,
+    made once; it keeps the weights alive.  ``w`` (dirs, G*H, I), ``r`` (dirs, G*H, H), ``bias``
+    (dirs, G*H: both biases folded; for a GRU with linear_before_reset the h gate's input bias only),
+    ``rbh`` (dirs, H) that gate's recurrent bias, ``p`` the LSTM peepholes (dirs, 3*H): C-contiguous
+    float32 arrays or None.  Every size the C code multiplies is checked here."""
+    gates = 4 if kind == "LSTM" else 3
+    sizes = {"seq": seq, "batch": batch, "input": input_size, "hidden": hidden}
+    for name, v in sizes.items():
+        if not 0 <= v <= _INT_MAX:
+            raise OverflowError(f"minirt native {kind}: {name} {v} does not fit a C int")
+    # the C code holds seq * batch (GEMM rows) and dirs * G * H (GEMM columns) in ints, and allocates
+    # seq * batch * dirs * G * H + batch * (G + 3) * H floats of scratch
+    if seq * batch > _INT_MAX or dirs * gates * hidden > _INT_MAX:
+        raise OverflowError(f"minirt native {kind}: seq {seq} x batch {batch} or {dirs} x {gates} x hidden "
+                            f"{hidden} do not fit a C int")
+    if seq * batch * dirs * gates * hidden + batch * (gates + 3) * hidden > _INT64_FLOATS_MAX:
+        raise OverflowError(f"minirt native {kind}: scratch for seq {seq}, batch {batch}, hidden {hidden} too large")
+    return _new("mrt_rnn_shape *", {
+        "kind": _lib.MRT_RNN_LSTM if kind == "LSTM" else _lib.MRT_RNN_GRU, "seq": seq, "batch": batch,
+        "input": input_size, "hidden": hidden, "dirs": dirs, "reverse": int(bool(reverse)), "layout": int(layout),
+        "linear_before_reset": int(bool(linear_before_reset)), "input_forget": int(bool(input_forget)),
+        "clip": float(clip), "w": _ptr(w), "r": _ptr(r), "bias": _opt(bias), "rbh": _opt(rbh), "p": _opt(p)},
+        w, r, bias, rbh, p)
+
+
+def rnn_call(prep, x, lens, h0, c0, y, state) -> None:
+    """Run a prepared LSTM / GRU (:func:`rnn_prepare`): ``x`` float32 and ``lens`` int32 (or None),
+    ``h0`` / ``c0`` (or None) C-contiguous, into ``y`` and ``state`` (Y_h then, for an LSTM, Y_c)."""
+    rc = _call(_lib.mrt_rnn_f32, (prep, _ptr(x), _ffi.NULL if lens is None else _ffi.from_buffer("int32_t[]", lens),
+                                  _opt(h0), _opt(c0), _ptr(y), _ptr(state), threads()),
+               x, lens, h0, c0, y, state)
+    if rc == -1:
+        raise MemoryError("minirt native LSTM / GRU: no memory for the input projection")
+    if rc != 0:
+        raise ValueError(f"minirt native LSTM / GRU: bad sizes or sequence lengths (code {rc})")

@@ -330,6 +330,7 @@ static void sgemm_one(int M, int N, int K, const float *A, long lda, const float
 #define MRT_VL 4
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "rnn_impl.h"
 #include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
@@ -345,6 +346,7 @@ static void sgemm_one(int M, int N, int K, const float *A, long lda, const float
 #define MRT_VL 8
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "rnn_impl.h"
 #include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
@@ -362,6 +364,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #define MRT_VL 16
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "rnn_impl.h"
 #include "dwconv_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
@@ -1525,6 +1528,132 @@ int mrt_maxpool2d_s1_f32(const mrt_conv_geometry *g, const float *x, float *y, i
         return maxpool_s1_avx2(x, y, planes, g->h, g->w, g->kh, g->kw, g->pt, g->pl, g->oh, g->ow, nthreads);
 #endif
     return maxpool_s1_base(x, y, planes, g->h, g->w, g->kh, g->kw, g->pt, g->pl, g->oh, g->ow, nthreads);
+}
+
+/* ------------------------------------------------------------------ recurrent layers
+ *
+ * mrt_rnn_f32 (kernels.h): the input projection of every step and direction as one GEMM (x times
+ * the stacked W of all directions, transposed, plus the folded biases), then per direction and step
+ * the recurrent product of the batch's states (sgemv for a few rows, the GEMM otherwise) and one
+ * gate pass per batch row (rnn_impl.h, the ISA's copy).  A row whose sequence has ended (t >=
+ * lens[b]) keeps its state and is not written: its remaining outputs are zeroed once at the end.
+ * The products' results depend on the thread count only as the GEMM's do (they do not). */
+
+typedef void (*rnn_lstm_fn)(int, const float *, const float *, const float *, float, int, float *, float *, float *);
+typedef void (*rnn_gru_fn)(int, int, const float *, const float *, const float *, float, float *, float *, float *,
+                           float *);
+
+/* out (rows, n) = a (rows, k) times b^T, b stored (n, k) with row stride k */
+static void rnn_product(int rows, int n, int k, const float *a, const float *b, float *out, int nthreads) {
+    mrt_gemm_shape s = {1, rows, n, k, k, k, n, 0, 0, 0, 0, 0, 1, 2};
+    mrt_epilogue e = {NULL, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
+    if (rows <= 4)
+        mrt_sgemv_f32(&s, &e, a, b, out, nthreads);
+    else
+        mrt_sgemm_f32(&s, &e, a, b, out, NULL, nthreads);
+}
+
+int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, const float *h0, const float *c0,
+                float *y, float *state, int nthreads) {
+    const int S = s->seq, B = s->batch, I = s->input, H = s->hidden, D = s->dirs;
+    const int lstm = s->kind == MRT_RNN_LSTM, G = lstm ? 4 : 3;
+    if (S < 0 || B < 0 || I < 0 || H < 0 || (D != 1 && D != 2) || (s->kind != MRT_RNN_LSTM && s->kind != MRT_RNN_GRU))
+        return -2;
+    if (lens)
+        for (int b = 0; b < B; ++b)
+            if (lens[b] < 0 || lens[b] > S) return -2;
+    const long GH = (long)G * H, rows = (long)S * B, DBH = (long)D * B * H;
+    const float lim = s->clip > 0.0f ? s->clip : INFINITY;
+    rnn_lstm_fn lstm_row = rnn_lstm_row_base;
+    rnn_gru_fn gru_row = rnn_gru_row_base;
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (impl_isa == MRT_ISA_AVX512) {
+        lstm_row = rnn_lstm_row_avx512;
+        gru_row = rnn_gru_row_avx512;
+    } else if (impl_isa == MRT_ISA_AVX2) {
+        lstm_row = rnn_lstm_row_avx2;
+        gru_row = rnn_gru_row_avx2;
+    }
+#endif
+    /* the states' index of (d, b): layout 0 (D, B, H), layout 1 (B, D, H) */
+#define RNN_ST(d, b) ((s->layout ? ((long)(b) * D + (d)) : ((long)(d) * B + (b))) * H)
+    /* y's row of (t, d, b): layout 0 (S, D, B, H), layout 1 (B, S, D, H) */
+#define RNN_Y(t, d, b) (s->layout ? (((long)(b) * S + (t)) * D + (d)) * H : (((long)(t) * D + (d)) * B + (b)) * H)
+    /* the projection's row of (t, b): the row of x, (S, B) or (B, S) */
+#define RNN_X(t, b) (s->layout ? (long)(b) * S + (t) : (long)(t) * B + (b))
+    float *h = state, *c = lstm ? state + DBH : NULL;
+    if (rows == 0 || H == 0) { /* nothing to run: the states are the initial ones, y is empty or zeros */
+        for (int d = 0; d < D; ++d)
+            for (int b = 0; b < B; ++b) {
+                const long o = RNN_ST(d, b);
+                for (int j = 0; j < H; ++j) {
+                    h[o + j] = h0 ? h0[o + j] : 0.0f;
+                    if (c) c[o + j] = c0 ? c0[o + j] : 0.0f;
+                }
+            }
+        memset(y, 0, sizeof(float) * (size_t)rows * D * H);
+        return 0;
+    }
+    /* scratch: the projection (rows, D*G*H); per step the batch's states (B, H) in, the recurrent
+     * product (B, G*H); a GRU without linear_before_reset: z and r * h (B, H) each */
+    const size_t proj = (size_t)rows * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
+    float *buf = (float *)malloc(sizeof(float) * (proj + rec + 3 * bh));
+    if (!buf) return -1;
+    float *xp = buf, *rc = xp + proj, *hb = rc + rec, *zb = hb + bh, *rh = zb + bh;
+    {
+        mrt_gemm_shape gs = {1, (int)rows, (int)(D * GH), I, I, I, D * GH, 0, 0, 0, 0, 0, 1, 2};
+        mrt_epilogue e = {s->bias, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
+        if (I > 0)
+            mrt_sgemm_f32(&gs, &e, x, s->w, xp, NULL, nthreads);
+        else /* no input features: the projection is the bias alone */
+            for (long r = 0; r < rows; ++r)
+                for (long j = 0; j < D * GH; ++j) xp[r * D * GH + j] = s->bias ? s->bias[j] : 0.0f;
+    }
+    const long ldxp = D * GH;
+    for (int d = 0; d < D; ++d) {
+        const int back = D == 2 ? d == 1 : s->reverse;
+        const float *R = s->r + (long)d * GH * H;
+        const float *P = s->p ? s->p + (long)d * 3 * H : NULL;
+        const float *rbh = s->rbh ? s->rbh + (long)d * H : NULL;
+        for (int b = 0; b < B; ++b) { /* this direction's states start in the output */
+            const long o = RNN_ST(d, b);
+            for (int j = 0; j < H; ++j) {
+                h[o + j] = h0 ? h0[o + j] : 0.0f;
+                if (c) c[o + j] = c0 ? c0[o + j] : 0.0f;
+            }
+        }
+        for (int t = 0; t < S; ++t) {
+            for (int b = 0; b < B; ++b) memcpy(hb + (long)b * H, h + RNN_ST(d, b), sizeof(float) * H);
+            rnn_product(B, lstm || s->linear_before_reset ? (int)GH : 2 * H, H, hb, R, rc, nthreads);
+            for (int pass = 0; pass < (lstm || s->linear_before_reset ? 1 : 2); ++pass) {
+                if (pass == 1) rnn_product(B, H, H, rh, R + 2L * H * H, rc, nthreads);
+                for (int b = 0; b < B; ++b) {
+                    const int len = lens ? lens[b] : S;
+                    if (t >= len) continue;
+                    const int tt = back ? len - 1 - t : t; /* the time step this step reads and writes */
+                    const float *xrow = xp + RNN_X(tt, b) * ldxp + (long)d * GH;
+                    const float *rrow = rc + (long)b * (pass ? H : (lstm || s->linear_before_reset ? GH : 2L * H));
+                    float *hs = h + RNN_ST(d, b);
+                    float *yrow = y + RNN_Y(tt, d, b);
+                    if (lstm)
+                        lstm_row(H, xrow, rrow, P, lim, s->input_forget, c + RNN_ST(d, b), hs, yrow);
+                    else if (s->linear_before_reset)
+                        gru_row(H, 0, xrow, rrow, rbh, lim, NULL, NULL, hs, yrow);
+                    else
+                        gru_row(H, pass, xrow, rrow, NULL, lim, zb + (long)b * H, pass ? NULL : rh + (long)b * H, hs,
+                                pass ? yrow : NULL);
+                }
+            }
+        }
+        if (lens) /* the steps past each sequence's end: zeros */
+            for (int b = 0; b < B; ++b)
+                for (int t = lens[b]; t < S; ++t) memset(y + RNN_Y(t, d, b), 0, sizeof(float) * H);
+    }
+#undef RNN_ST
+#undef RNN_Y
+#undef RNN_X
+    free(buf);
+    return 0;
 }
 
 #include "program_impl.h"

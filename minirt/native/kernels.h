@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 9
+#define MRT_ABI_VERSION 10
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -289,6 +289,38 @@ int mrt_convtranspose_tiles_f32(const mrt_conv_geometry *g, const float *wt, con
  * NaN propagates.  Returns 0, or -1 without scratch memory. */
 int mrt_maxpool2d_s1_f32(const mrt_conv_geometry *g, const float *x, float *y, int nthreads);
 
+/* ------------------------------------------------------------------ recurrent layers (rnn_impl.h)
+ *
+ * ONNX LSTM and GRU, float32, default activations (f = Sigmoid, g = h = Tanh).  Sizes: S = seq,
+ * B = batch, I = input, H = hidden, D = dirs, G = 4 (LSTM) or 3 (GRU).  layout 0: x (S, B, I),
+ * y (S, D, B, H), states (D, B, H); layout 1: x (B, S, I), y (B, S, D, H), states (B, D, H).
+ * Direction d of a bidirectional layer runs forward for d = 0 and backwards for d = 1; one direction
+ * runs backwards when `reverse`.  Weights (constants of the prepared call): w (D, G*H, I),
+ * r (D, G*H, H); bias (D, G*H) the input and recurrent biases added once (for a GRU with
+ * linear_before_reset, the h gate's input bias only: its recurrent bias is rbh (D, H), applied
+ * inside r * (h Rh^T + rbh)), or NULL; p the LSTM peepholes (D, 3*H: i, o, f) or NULL.  clip > 0:
+ * every gate pre-activation is clamped to [-clip, clip]; 0: none. */
+#define MRT_RNN_LSTM 0
+#define MRT_RNN_GRU 1
+typedef struct {
+    int kind; /* MRT_RNN_LSTM or MRT_RNN_GRU */
+    int seq, batch, input, hidden, dirs;
+    int reverse, layout;
+    int linear_before_reset; /* GRU */
+    int input_forget;        /* LSTM: the forget gate is 1 - i */
+    float clip;
+    const float *w, *r, *bias, *rbh, *p;
+} mrt_rnn_shape;
+
+/* The whole layer: y (see above, always written; steps at or past a sequence's length are zeros),
+ * state = Y_h (D*B*H floats, in the states' layout) followed, for an LSTM, by Y_c (as many).
+ * lens (B) the sequence lengths, 0 <= lens[b] <= S, or NULL (all S); h0 / c0 the initial states
+ * (states' layout) or NULL (zeros).  The input projection of all steps is one GEMM; per step, one
+ * recurrent product (two for a GRU without linear_before_reset) and one fused gate pass.  Returns 0,
+ * -1 without scratch memory, -2 for bad sizes or lengths. */
+int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, const float *h0, const float *c0,
+                float *y, float *state, int nthreads);
+
 /* ------------------------------------------------------------------ native programs
  *
  * A native program (program_impl.h) is a run of kernel calls recorded once by a session (see
@@ -336,6 +368,7 @@ typedef struct {
 #define MRT_CALL_COPY_ROWS_F32 13
 #define MRT_CALL_BINARY_F32 14
 #define MRT_CALL_UPSAMPLE_NEAREST_F32 15
+#define MRT_CALL_RNN_F32 16
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -50,6 +50,8 @@ static int program_call(const mrt_call *call) {
     case MRT_CALL_UPSAMPLE_NEAREST_F32:
         mrt_upsample_nearest_f32(P(0), P(1), L(2), I(3), I(4), I(5), I(6), I(7));
         return 0;
+    case MRT_CALL_RNN_F32:
+        return mrt_rnn_f32(P(0), P(1), P(2), P(3), P(4), P(5), P(6), I(7));
     default:
         return -100;
     }
