@@ -13,12 +13,49 @@ class Error(Exception):
     """Base class of every error raised by minirt."""
 
 
+# --- onnxruntime's error classes (onnxruntime.capi.onnxruntime_pybind11_state), as bases ------------
+# minirt's own classes derive from the onnxruntime class that names the same failure, so a script's
+# ``except Fail`` / ``except RuntimeException`` / ``except InvalidProtobuf`` catches minirt's error
+# once its import says ``minirt.capi.onnxruntime_pybind11_state`` (which re-exports these under
+# onnxruntime's names; docs/ort_compat.md).  onnxruntime's classes derive from Exception only;
+# here they also derive from Error, so ``except minirt.Error`` still catches everything.
+
+
+class Fail(Error):
+    """onnxruntime's ``Fail``: a generic failure (e.g. a run cancelled by ``RunOptions.terminate``)."""
+
+
+class RuntimeException(Error):
+    """onnxruntime's ``RuntimeException``: a failure while running the graph."""
+
+
+class InvalidProtobuf(Error):
+    """onnxruntime's ``InvalidProtobuf``: the model file cannot be decoded."""
+
+
+class NoSuchFile(Error, FileNotFoundError):
+    """onnxruntime's ``NoSuchFile``: the model path does not exist."""
+
+
+class NotImplementedByRuntime(Error):
+    """onnxruntime's ``NotImplemented`` (re-exported under that name by minirt.capi, not here: it
+    would shadow the builtin constant): an operator or feature this runtime does not implement."""
+
+
+class RunTerminated(Fail):
+    """A run stopped because its ``RunOptions.terminate`` was set (from another thread)."""
+
+
 class InvalidArgument(Error, ValueError):
     """A caller passed something the session cannot take (feeds, names, options)."""
 
 
-class FormatError(Error):
+class FormatError(InvalidProtobuf):
     """An artifact is not a valid .mrt file: truncated, corrupted or malformed."""
+
+
+class MissingFile(FormatError, NoSuchFile):
+    """The artifact's path does not exist (a FormatError as before, and onnxruntime's NoSuchFile)."""
 
 
 class ChecksumError(FormatError):
@@ -34,7 +71,7 @@ class SignatureError(FormatError):
     missing, made by another key, or does not match the artifact's contents."""
 
 
-class UnsupportedOperator(Error):
+class UnsupportedOperator(NotImplementedByRuntime):
     """No kernel exists for an operator at the opset the model uses."""
 
 
@@ -42,7 +79,7 @@ class UnsupportedType(UnsupportedOperator):
     """The artifact uses an element type this installation cannot hold (e.g. bfloat16 without ml_dtypes)."""
 
 
-class KernelError(Error):
+class KernelError(RuntimeException):
     """A kernel failed while running a node; the message names node, op, inputs."""
 
 

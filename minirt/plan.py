@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY
-from minirt.errors import Error, KernelError, UnsupportedOperator, kernel_error, with_node
+from minirt.errors import Error, KernelError, RunTerminated, UnsupportedOperator, kernel_error, with_node
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -38,6 +38,10 @@ if TYPE_CHECKING:  # (annotations only: minirt.session imports this module)
 # Read as a module global by the run loops here and by Session._run (which then records no native
 # program), so one monkeypatch of ``minirt.plan.MEMPLAN_CHECK`` switches both.
 MEMPLAN_CHECK = os.environ.get("MINIRT_MEMPLAN_CHECK", "").strip() not in ("", "0")
+
+
+# onnxruntime's message for a run stopped by RunOptions.terminate (its class is Fail: RunTerminated)
+TERMINATED_MESSAGE = "Exiting due to terminate flag being set to true."
 
 
 class _Step:
@@ -313,9 +317,19 @@ class Plan:
         except Exception as exc:
             raise kernel_error(step, env, exc) from exc
 
-    def _execute_planned(self, env: list, outs, record, timings, recorder=None) -> None:
-        """:meth:`execute` with arena buffers (``outs``), result recording, timings and/or a
-        native program ``recorder`` (``minirt.native.program.Recorder``).
+    def execute_cancellable(self, env: list, arena: "minirt.arena.Arena | None", record: list | None,
+                            run_options: Any, timings: list | None = None) -> None:
+        """:meth:`execute` (or :meth:`execute_profiled` with ``timings``) that reads
+        ``run_options.terminate`` before every node and raises :class:`RunTerminated` (onnxruntime's
+        ``Fail``, with its message) once another thread set it.  Only runs given run options take
+        this loop: :meth:`execute` stays free of the check."""
+        self._execute_planned(env, arena.outs if arena is not None else None, record, timings,
+                              cancel=run_options)
+
+    def _execute_planned(self, env: list, outs, record, timings, recorder=None, cancel: Any = None) -> None:
+        """:meth:`execute` with arena buffers (``outs``), result recording, timings, a native
+        program ``recorder`` (``minirt.native.program.Recorder``) and/or run options ``cancel``
+        whose ``terminate`` flag is read before each node.
 
         :meth:`execute` keeps its own copy of the plain loop: it is the hot path
         and must not pay for these branches per node.
@@ -324,6 +338,8 @@ class Plan:
         step = None
         try:
             for i, step in enumerate(self.steps):
+                if cancel is not None and cancel.terminate:
+                    raise RunTerminated(TERMINATED_MESSAGE)
                 args = step.fetch(env)
                 o = outs[i] if outs is not None else None
                 if timings is not None:

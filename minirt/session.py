@@ -22,12 +22,13 @@ import math
 import os
 import threading
 import time
+import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
-from minirt.errors import InvalidArgument, KernelError
+from minirt.errors import FormatError, InvalidArgument, KernelError, MissingFile, RunTerminated
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -37,12 +38,13 @@ from minirt.kernels import _limits
 from minirt import native as _native  # threads for the native kernels
 from minirt.native import blas as _blas  # threads for numpy's BLAS
 from minirt.native import program as _program  # planned runs replayed from C (D32)
-from minirt.plan import BoundSubgraph, Plan, ReplayShortcut  # (BoundSubgraph: public, documented here before)
+from minirt.plan import TERMINATED_MESSAGE, BoundSubgraph, Plan, ReplayShortcut  # (BoundSubgraph: public)
 
 
 def get_available_providers() -> list[str]:
-    """Providers that can run on this device, in minirt's default priority order."""
-    return providers_mod.get_available_providers()
+    """Providers that can run on this device, in minirt's default priority order, spelled as
+    onnxruntime spells them where it has the provider (``CPUExecutionProvider``), else minirt's name."""
+    return [providers_mod.ort_spelling(n) for n in providers_mod.get_available_providers()]
 
 
 class NodeArg:
@@ -94,22 +96,44 @@ def _node_arg(info: reader.ValueInfo) -> NodeArg:
     return NodeArg(info.name, info.dtype, info.shape, info.kind)
 
 
-def _normalise_providers(providers: Sequence) -> list[str]:
+def _normalise_providers(providers: Sequence, provider_options: Sequence | None = None,
+                         explicit: bool = True) -> tuple[list[str], dict]:
+    """(canonical provider names in priority order, the CPU last; {name: options}).
+
+    As onnxruntime does, a provider this runtime does not know, or (``explicit``: the caller listed
+    it) one that is not available on this device, is skipped with a warning naming the available
+    ones: a script listing ``CUDAExecutionProvider`` first runs on the CPU.  The artifact's own
+    default list (``explicit`` False) keeps its providers unprobed: availability is checked only
+    for a partition that asks for one (``_delegate_partitions``)."""
     if isinstance(providers, str):
         providers = [providers]
-    out = []
-    for p in providers:
-        name = p[0] if isinstance(p, tuple) else p  # onnxruntime allows (name, options)
+    providers = list(providers)
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise InvalidArgument(f"provider_options must have one dict per provider: {len(providers)} providers, "
+                              f"{len(provider_options)} option dicts")
+    out: list[str] = []
+    options: dict[str, dict] = {}
+    for i, p in enumerate(providers):
+        name, opts = (p[0], p[1]) if isinstance(p, tuple) else (p, None)  # onnxruntime allows (name, options)
+        if provider_options is not None:
+            opts = provider_options[i]
         key = providers_mod.canonical_name(name)
-        if key is None:
-            raise InvalidArgument(
-                f"unknown execution provider {name!r}; known providers: {providers_mod.known_providers()}"
-            )
+        why = "is not a provider minirt knows" if key is None else None
+        if key is not None and explicit and key != providers_mod.CPU:
+            ok, reason = providers_mod.availability(key)
+            why = None if ok else f"is not available on this device ({reason})"
+        if why is not None:
+            warnings.warn(
+                f"Specified provider {name!r} {why}; skipped. Available providers: "
+                f"{', '.join(get_available_providers())}", UserWarning, stacklevel=3)
+            continue
         if key not in out:
             out.append(key)
+            options[key] = {str(k): str(v) for k, v in (opts or {}).items()}
     if providers_mod.CPU not in out:
         out.append(providers_mod.CPU)  # the CPU is always the fallback for what no provider takes
-    return out
+        options[providers_mod.CPU] = {}
+    return out, options
 
 
 class Session:
@@ -146,6 +170,7 @@ class Session:
         max_tensor_bytes: int | None = None,
         memory_plan: bool | None = None,
         native_program: bool | None = None,
+        provider_options: Sequence[dict] | None = None,
         **kwargs: Any,
     ):
         # onnxruntime's signature is (path_or_bytes, sess_options=None, providers=None, ...);
@@ -154,6 +179,27 @@ class Session:
             providers, sess_options = sess_options, None
         if kwargs:
             raise InvalidArgument(f"unknown Session option(s): {sorted(kwargs)}")
+        # onnxruntime's SessionOptions (ours or its own object; minirt.ort_compat): threads, the memory
+        # plan, profiling, logging and, for an ONNX model, the builder's opt level.  Explicit minirt
+        # arguments win over them.
+        self._sess_options = sess_options
+        self._profiling = None  # ORT-style profiling: {"prefix", "start_ns", "events"} (see end_profiling)
+        opt_level = 2  # the builder's default, for an ONNX model given without session options
+        if sess_options is not None:
+            from minirt import ort_compat
+
+            settings = ort_compat.session_settings(sess_options)
+            if threads is None:
+                threads = settings["threads"]
+            if memory_plan is None:
+                memory_plan = settings["memory_plan"]
+            opt_level = settings["opt_level"]
+            if settings["log_level"] is not None:
+                import logging
+
+                logging.getLogger("minirt").setLevel(settings["log_level"])
+            if settings["profiling"] is not None:
+                self._profiling = {"prefix": settings["profiling"], "start_ns": time.time_ns(), "events": []}
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise InvalidArgument(f"threads must be a positive integer, got {threads!r}")
         requested_providers = providers
@@ -164,8 +210,25 @@ class Session:
         elif isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, int) or max_tensor_bytes < 1:
             raise InvalidArgument(f"max_tensor_bytes must be a positive integer, got {max_tensor_bytes!r}")
         self.max_tensor_bytes = max_tensor_bytes
-        self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)
+        # ONNX in (minirt/onnx_in.py, imported only on this path): a .onnx path, or a file whose
+        # content fails the .mrt magic check and reads as a ModelProto, is built (or found in the cache)
+        self.built_from = None  # {"onnx", "cache", "cached"} when this session built an ONNX model
+        if (not isinstance(path_or_bytes, (bytes, bytearray, memoryview))
+                and str(getattr(path_or_bytes, "name", path_or_bytes)).lower().endswith(".onnx")):
+            path_or_bytes = self._from_onnx(path_or_bytes, opt_level)
+        try:
+            self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)
+        except MissingFile:
+            raise
+        except FormatError:
+            from minirt import onnx_in
+
+            if not onnx_in.looks_like_onnx(path_or_bytes):
+                raise
+            path_or_bytes = self._from_onnx(path_or_bytes, opt_level)
+            self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)
         # --- signing / memory guard: end ---
+        explicit = requested_providers is not None
         if requested_providers is None:
             # Default: the target's provider order recorded at build time.  No
             # provider is probed unless a partition asks for it.
@@ -173,7 +236,12 @@ class Session:
             if not isinstance(requested_providers, list):
                 requested_providers = [providers_mod.CPU]
             requested_providers = [p for p in requested_providers if providers_mod.canonical_name(str(p))]
-        self._providers = _normalise_providers(requested_providers)
+        self._providers, self._provider_options = _normalise_providers(
+            requested_providers, provider_options, explicit)
+        if any(self._provider_options.values()):
+            warnings.warn(f"minirt reports but does not use provider options {self._provider_options}: a "
+                          f"partition's options are fixed in the artifact at build time", UserWarning, stacklevel=2)
+        self._fallback = True
         self._assignments: list[dict] = []
         self._plan = Plan(self._artifact, 0, None, self._delegate_partitions(0))
         graph = self._artifact.main_graph
@@ -277,8 +345,16 @@ class Session:
         return list(self._overridable)
 
     def get_providers(self) -> list[str]:
-        """The session's providers in priority order (the CPU last), as onnxruntime reports them."""
-        return list(self._providers)
+        """The session's providers in priority order (the CPU last), as onnxruntime reports them: its
+        spelling (``CPUExecutionProvider``), and only those available on this device."""
+        return [providers_mod.ort_spelling(p) for p in self._providers
+                if p == providers_mod.CPU or providers_mod.availability(p)[0]]
+
+    def _from_onnx(self, source: Any, opt_level: int) -> Any:
+        from minirt import onnx_in
+
+        artifact, self.built_from = onnx_in.build_cached(source, opt_level)
+        return artifact
 
     def get_modelmeta(self) -> ModelMetadata:
         return ModelMetadata(self._artifact.metadata)
@@ -294,13 +370,19 @@ class Session:
 
     # --- running ---------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None) -> list[np.ndarray]:
-        """Run the model; returns one array per requested output (all outputs for None)."""
+        """Run the model; returns one array per requested output (all outputs for None).
+
+        ``run_options`` (``minirt.RunOptions`` or onnxruntime's): its ``terminate`` flag, set from
+        another thread, stops the run before its next node (``RunTerminated``, onnxruntime's ``Fail``).
+        Such runs take the loop that checks it; runs without options pay nothing for it."""
         shortcut = self._shortcut
-        if shortcut is not None and output_names is None and type(input_feed) is dict:
+        if shortcut is not None and output_names is None and run_options is None and type(input_feed) is dict:
             results = shortcut.run(input_feed)
             if results is not None:
                 return results
-        return self._run(output_names, input_feed, profile=None)
+        if run_options is None:
+            return self._run(output_names, input_feed, profile=None)
+        return self._run(output_names, input_feed, None, run_options)
 
     def run_profiled(self, input_feed: Mapping[str, Any]) -> tuple[list[np.ndarray], dict]:
         """Run once, timing every node.
@@ -315,7 +397,116 @@ class Session:
         outputs = self._run(None, input_feed, profile=profile)
         return outputs, profile
 
-    def _run(self, output_names, input_feed, profile: dict | None) -> list[np.ndarray]:
+    # --- onnxruntime's other run and session methods (docs/ort_compat.md) ---------------------------
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
+                            run_options: Any = None) -> list:
+        """``run`` on ``OrtValue`` inputs, returning ``OrtValue`` outputs (minirt.ort_compat.OrtValue)."""
+        from minirt.ort_compat import OrtValue, unwrap
+
+        feed = {k: unwrap(v) for k, v in input_dict_ort_values.items()}
+        return [OrtValue(r) for r in self._run(output_names, feed, None, run_options)]
+
+    def io_binding(self) -> Any:
+        """An ``IOBinding`` for this session (minirt.ort_compat.IOBinding)."""
+        from minirt.ort_compat import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
+        """Run on ``iobinding``'s bound inputs; results land in its bound output buffers or its outputs."""
+        iobinding._run(run_options)
+
+    def get_session_options(self) -> Any:
+        """The session options given (a default ``SessionOptions`` when none were)."""
+        if self._sess_options is None:
+            from minirt.ort_compat import SessionOptions
+
+            self._sess_options = SessionOptions()
+        return self._sess_options
+
+    def get_provider_options(self) -> dict:
+        """{provider (onnxruntime's spelling): its options as strings}, as onnxruntime reports them."""
+        return {providers_mod.ort_spelling(p): dict(self._provider_options.get(p, {})) for p in self._providers
+                if p == providers_mod.CPU or providers_mod.availability(p)[0]}
+
+    def set_providers(self, providers: Sequence | None = None, provider_options: Sequence[dict] | None = None) -> None:
+        """Choose the providers again (warning about and skipping unknown / unavailable ones) and
+        recompile the plan: the per-partition choice, memory plans and native programs start afresh."""
+        if providers is None:
+            providers = [providers_mod.CPU]
+        self._providers, self._provider_options = _normalise_providers(providers, provider_options, True)
+        self._assignments = []
+        self._plan = Plan(self._artifact, 0, None, self._delegate_partitions(0))
+        with self._mplans_lock:
+            self._mplans.clear()
+            self._last_mplan = None
+        self._mplan_any = any(st.accepts_out for st in self._plan.steps)
+        self._known_feed = None
+        self._shortcut = None
+
+    def disable_fallback(self) -> None:
+        """Recorded only: minirt has no session-wide retry on the CPU to disable; a partition whose
+        provider fails at load always runs its CPU version (get_partitions says which and why)."""
+        self._fallback = False
+
+    def enable_fallback(self) -> None:
+        self._fallback = True
+
+    def get_profiling_start_time_ns(self) -> int:
+        return self._profiling["start_ns"] if self._profiling is not None else 0
+
+    def end_profiling(self) -> str:
+        """Write the profile of the runs since the session started (``SessionOptions.enable_profiling``)
+        and return the file's name, ``{profile_file_prefix}_{date}_{time}.json``: a JSON list of
+        chrome-trace "X" events as onnxruntime writes them (``cat`` "Session" per run, "Node" per node
+        with ``args.op_name`` and ``args.provider``; ``ts``/``dur`` in microseconds from the session's
+        start).  Returns "" when profiling is off, as onnxruntime does."""
+        prof = self._profiling
+        if prof is None:
+            return ""
+        import json
+
+        name = f"{prof['prefix']}_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        with open(name, "w") as f:
+            json.dump(prof["events"], f)
+        prof["events"] = []
+        return name
+
+    def _run_recording_profile(self, output_names, input_feed, cancel, buffers) -> list:
+        """A run of a profiling session: timed per node, appended to the events end_profiling writes.
+        A node's ``ts`` is its run's start plus the kernel times before it (nodes laid end to end)."""
+        prof = self._profiling
+        profile: dict = {}
+        start_us = (time.time_ns() - prof["start_ns"]) // 1000
+        results = self._run(output_names, input_feed, profile, cancel)
+        if buffers is not None:
+            results = [_write_into(b, r, n) if b is not None else r for b, r, n in zip(buffers, results, output_names)]
+        pid, tid = os.getpid(), threading.get_ident()
+        ts = start_us
+        events = prof["events"]
+        for node, op_type, seconds in profile["nodes"]:
+            dur = int(seconds * 1e6)
+            events.append({"cat": "Node", "pid": pid, "tid": tid, "dur": dur, "ts": ts, "ph": "X",
+                           "name": f"{node}_kernel_time",
+                           "args": {"op_name": op_type, "provider": providers_mod.ort_spelling(providers_mod.CPU)}})
+            ts += dur
+        events.append({"cat": "Session", "pid": pid, "tid": tid, "dur": int(profile["total_s"] * 1e6), "ts": start_us,
+                       "ph": "X", "name": "model_run", "args": {}})
+        return results
+
+    def _run(self, output_names, input_feed, profile: dict | None, cancel: Any = None,
+             buffers: list | None = None) -> list[np.ndarray]:
+        """The general run.  ``cancel``: run options whose ``terminate`` is read before each node (None:
+        the plain loop).  ``buffers``: per requested output, a caller's array to write it into (None
+        for one the run allocates); the result list then holds those arrays."""
+        if self._profiling is not None and profile is None:
+            return self._run_recording_profile(output_names, input_feed, cancel, buffers)
+        if buffers is not None:
+            results = self._run(output_names, input_feed, profile, cancel)
+            return [_write_into(buf, r, name) if buf is not None else r
+                    for buf, r, name in zip(buffers, results, output_names)]
+        if cancel is not None and cancel.terminate:
+            raise RunTerminated(TERMINATED_MESSAGE)
         t_start = time.perf_counter() if profile is not None else 0.0
         if type(input_feed) is not dict and not isinstance(input_feed, Mapping):  # (the ABC check costs more)
             raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
@@ -375,7 +566,10 @@ class Session:
                 # are buffers the program keeps and writes on every replay
                 return self._collect(out_slots, env, input_feed, self._all_outputs)
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
-                if profile is None:
+                if cancel is not None:  # (run options given: the loop that reads their terminate flag)
+                    nodes = [] if profile is not None else None
+                    self._plan.execute_cancellable(env, arena, record, cancel, nodes)
+                elif profile is None:
                     self._plan.execute(env, arena, record)
                 else:
                     nodes = self._plan.execute_profiled(env, arena, record)
@@ -542,9 +736,9 @@ class Session:
             if info.kind != S.VALUE_TENSOR:
                 env[slot] = _bind_container(name, info, value)
                 continue
-            arr = value if isinstance(value, np.ndarray) else _as_array(name, value)
+            expected = ONNX_TO_NUMPY.get(info.dtype) if info.dtype else None
+            arr = value if isinstance(value, np.ndarray) else _as_array(name, value, expected)
             if info.dtype:
-                expected = ONNX_TO_NUMPY.get(info.dtype)
                 if expected is not None and arr.dtype != expected and not (info.dtype == 8 and arr.dtype.kind in "OUS"):
                     raise InvalidArgument(
                         f"input {name!r}: expected dtype tensor({onnx_type_name(info.dtype)}) ({expected}), "
@@ -624,11 +818,31 @@ def _copy_container(value: Any) -> Any:
     return np.array(value, copy=True)
 
 
-def _as_array(name: str, value: Any) -> np.ndarray:
+def _as_array(name: str, value: Any, expected: Any = None) -> np.ndarray:
+    """A feed value that is not an array (a Python list, a scalar, an OrtValue) as an array.  As
+    onnxruntime does, a list takes the input's declared dtype when numpy's own reading of it
+    converts to that dtype within its kind (float64 -> float32, int64 -> float32 or int32); a float
+    list for an integer input stays float64 and fails the dtype check, naming both."""
+    if type(value).__name__ == "OrtValue" and hasattr(value, "numpy"):
+        value = value.numpy()
     try:
-        return np.asarray(value)
+        arr = np.asarray(value)
     except Exception as exc:  # noqa: BLE001 - anything numpy refuses is the caller's input error
         raise InvalidArgument(f"input {name!r}: cannot convert {type(value).__name__} to an array ({exc})") from None
+    if (expected is not None and arr.dtype != expected and arr.dtype.kind in "biuf"
+            and np.can_cast(arr.dtype, expected, "same_kind")):
+        arr = arr.astype(expected)
+    return arr
+
+
+def _write_into(buffer: np.ndarray, result: Any, name: str) -> np.ndarray:
+    """Copy output ``name`` into the caller's ``buffer`` (IOBinding), which must fit it exactly."""
+    if not isinstance(result, np.ndarray) or result.shape != buffer.shape or result.dtype != buffer.dtype:
+        got = f"{result.dtype}{list(result.shape)}" if isinstance(result, np.ndarray) else type(result).__name__
+        raise InvalidArgument(f"output {name!r}: the bound buffer is {buffer.dtype}{list(buffer.shape)}, "
+                              f"the result is {got}")
+    np.copyto(buffer, result)
+    return buffer
 
 
 def _fmt_shape(shape: Iterable) -> str:

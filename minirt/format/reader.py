@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
-from minirt.errors import ChecksumError, FormatError, UnsupportedType, VersionError
+from minirt.errors import ChecksumError, FormatError, MissingFile, UnsupportedType, VersionError
 from minirt.format import schema as S
 
 _U32 = struct.Struct("<I")
@@ -671,7 +671,7 @@ def load(
                     raise FormatError(f"{path}: file is empty, not a .mrt artifact")
                 buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
-            raise FormatError(f"{path}: no such file") from None
+            raise MissingFile(f"{path}: no such file") from None
         except IsADirectoryError:
             raise FormatError(f"{path}: is a directory, not a .mrt file") from None
         except (OSError, ValueError) as exc:  # permissions, special files mmap refuses

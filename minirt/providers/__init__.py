@@ -106,3 +106,13 @@ class _Unavailable:
 
     def compile(self, *args: Any, **kwargs: Any) -> Callable:
         raise RuntimeError(self._reason)
+
+
+# onnxruntime's spelling of each provider (the ``ort_name`` column of the provider table), else ours.
+_ORT_SPELLING: dict[str, str] = {p.name: p.ort_name or p.name for p in PROVIDERS.values()}
+
+
+def ort_spelling(name: str) -> str:
+    """``name`` (a canonical provider name) as onnxruntime spells it, or as minirt does when onnxruntime
+    has no such provider (``tflite``, providers registered at run time)."""
+    return _ORT_SPELLING.get(name, name)

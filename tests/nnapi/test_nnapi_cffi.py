@@ -136,4 +136,4 @@ def test_blob_decodes(fake_nnapi):
 def test_provider_registry_reports_nnapi_available(fake_nnapi):
     providers._instances.pop("nnapi", None)
     assert providers.availability("nnapi")[0]
-    assert "nnapi" in minirt.get_available_providers()
+    assert "NnapiExecutionProvider" in minirt.get_available_providers()
