@@ -38,6 +38,7 @@ import minirt
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.errors import Error
 from minirt.format import keys, reader
+from minirt import providers as _providers
 from minirt.tools import inputs as tool_inputs
 from minirt.tools import timing
 from minirt.tools.reports import format_report as format_optimizer_report
@@ -415,7 +416,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "native": _native_status(),
     }
     fns = {"minirt": lambda: session.run(None, feed)}
-    result["minirt"]["providers"] = session.get_providers()
+    # (minirt's own names in its reports; get_providers spells them as onnxruntime does)
+    result["minirt"]["providers"] = [_providers.canonical_name(p) for p in session.get_providers()]
     result["minirt"]["partitions"] = session.get_partitions()
     if any(p["runs_on"] != CPU for p in session.get_partitions()):
         # An accelerator runs part of the model: time the CPU-only session alongside.
@@ -619,7 +621,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("numpy", np.__version__),
         ("python", f"{platform.python_version()} ({platform.python_implementation()}) {sys.executable}"),
         ("platform", f"{platform.platform()} ({platform.machine()})"),
-        ("providers", ", ".join(minirt.get_available_providers())),
+        ("providers", ", ".join(_providers.get_available_providers())),  # (minirt's names)
         ("builder extra", ", ".join(f"{m} {_package_status(m, d)}" for m, d in (("onnx", "onnx"), ("onnx_ir", "onnx-ir")))),
         ("onnxruntime", _package_status("onnxruntime", "onnxruntime") + " (for bench --compare and demo)"),
         ("native kernels", _native_status()),

@@ -96,6 +96,11 @@ def _node_arg(info: reader.ValueInfo) -> NodeArg:
     return NodeArg(info.name, info.dtype, info.shape, info.kind)
 
 
+def _warn_skipped(name: str, why: str) -> None:
+    warnings.warn(f"Specified provider {name!r} {why}; skipped. Available providers: "
+                  f"{', '.join(get_available_providers())}", UserWarning, stacklevel=4)
+
+
 def _normalise_providers(providers: Sequence, provider_options: Sequence | None = None,
                          explicit: bool = True) -> tuple[list[str], dict]:
     """(canonical provider names in priority order, the CPU last; {name: options}).
@@ -118,15 +123,15 @@ def _normalise_providers(providers: Sequence, provider_options: Sequence | None 
         if provider_options is not None:
             opts = provider_options[i]
         key = providers_mod.canonical_name(name)
-        why = "is not a provider minirt knows" if key is None else None
-        if key is not None and explicit and key != providers_mod.CPU:
-            ok, reason = providers_mod.availability(key)
-            why = None if ok else f"is not available on this device ({reason})"
-        if why is not None:
-            warnings.warn(
-                f"Specified provider {name!r} {why}; skipped. Available providers: "
-                f"{', '.join(get_available_providers())}", UserWarning, stacklevel=3)
+        if key is None:
+            _warn_skipped(name, "is not a provider minirt knows")
             continue
+        if explicit and key != providers_mod.CPU:
+            # known but not available here: warned as skipped, and left out of get_providers(); kept in
+            # the list so that its partitions say "not available here" (get_partitions) and run on the CPU
+            ok, reason = providers_mod.availability(key)
+            if not ok:
+                _warn_skipped(name, f"is not available on this device ({reason})")
         if key not in out:
             out.append(key)
             options[key] = {str(k): str(v) for k, v in (opts or {}).items()}
