@@ -411,6 +411,20 @@ class Session:
         feed = {k: unwrap(v) for k, v in input_dict_ort_values.items()}
         return [OrtValue(r) for r in self._run(output_names, feed, None, run_options)]
 
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], callback: Any,
+                  user_data: Any, run_options: Any = None) -> None:
+        """onnxruntime's ``run_async``: run on a new thread, then ``callback(outputs, user_data, err)``
+        with ``err`` "" on success, else the error's message and ``outputs`` None."""
+        def work() -> None:
+            try:
+                outputs = self._run(output_names, input_feed, None, run_options)
+            except Exception as exc:  # noqa: BLE001 - reported to the callback, as onnxruntime does
+                callback(None, user_data, f"{type(exc).__name__}: {exc}")
+            else:
+                callback(outputs, user_data, "")
+
+        threading.Thread(target=work, name="minirt-run-async", daemon=True).start()
+
     def io_binding(self) -> Any:
         """An ``IOBinding`` for this session (minirt.ort_compat.IOBinding)."""
         from minirt.ort_compat import IOBinding

@@ -208,6 +208,26 @@ def test_run_options_terminate_from_another_thread():
     assert sess.run(None, {"x": x})[0][0] == 401.0
 
 
+def test_run_async_calls_back():
+    sess = minirt.InferenceSession(str(DIGITS))
+    x = np.zeros((1, 1, 8, 8), np.float32)
+    done = threading.Event()
+    got = []
+
+    def callback(outputs, user_data, err):
+        got.append((outputs, user_data, err))
+        done.set()
+
+    sess.run_async(None, {"image": x}, callback, "tag")
+    assert done.wait(60)
+    (outputs, user_data, err) = got[0]
+    assert err == "" and user_data == "tag"
+    np.testing.assert_array_equal(outputs[0], sess.run(None, {"image": x})[0])
+    done.clear()
+    sess.run_async(None, {"nope": x}, callback, None)
+    assert done.wait(60) and got[1][0] is None and "InvalidArgument: unknown input name 'nope'" in got[1][2]
+
+
 def test_lists_as_feeds_take_the_declared_dtype():
     sess = minirt.InferenceSession(str(DIGITS))
     x = np.random.default_rng(2).random((1, 1, 8, 8), dtype=np.float32)
