@@ -295,8 +295,8 @@ def unwrap(value: Any) -> Any:
 class IOBinding:
     """onnxruntime's ``IOBinding`` on the CPU: inputs bound by reference, outputs either allocated by
     the run (read with :meth:`get_outputs` / :meth:`copy_outputs_to_cpu`) or written into a buffer the
-    caller bound (:meth:`bind_ortvalue_output`, or :meth:`bind_output` with ``shape`` and
-    ``element_type``...): the run writes the result into that memory and returns it, not a new array."""
+    caller bound (:meth:`bind_ortvalue_output`): the node computing it writes into that memory when its
+    kernel takes ``out=``, else the result is copied there once (``Session._run_into``)."""
 
     def __init__(self, session: Any):
         self._session = session

@@ -513,6 +513,58 @@ class Session:
                        "ph": "X", "name": "model_run", "args": {}})
         return results
 
+    def _run_into(self, output_names: Sequence[str], input_feed: Mapping[str, Any], buffers: list,
+                  cancel: Any) -> list:
+        """A run whose outputs go into the caller's arrays ``buffers`` (IOBinding; None: allocated).
+
+        The node that computes a bound output, when its kernel takes ``out=``, writes straight into the
+        caller's array (no copy); otherwise (a view op, a kernel without ``out=``, a buffer that does
+        not fit the result exactly, the ``out=`` contract) the result is copied into it once.  Such runs
+        walk the nodes (no native-program replay, nothing recorded) on the memory plan's arena when one
+        exists for these input shapes."""
+        if type(input_feed) is not dict and not isinstance(input_feed, Mapping):
+            raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        out_slots = []
+        for name in output_names:
+            if name not in self._output_slot:
+                raise InvalidArgument(f"unknown output name {name!r}; the model's outputs are {list(self._output_slot)}")
+            out_slots.append(self._output_slot[name])
+        steps = self._plan.steps
+        env = self._plan.new_env()
+        sig = self._bind_known_feed(env, input_feed)
+        if sig is None:
+            self._bind_inputs(env, input_feed)
+            sig = self._signature(input_feed)
+        aplan = arena = None
+        if self.memory_plan and self._mplan_any and sig is not None:
+            with self._mplans_lock:
+                aplan = self._mplans.get(sig)
+        if aplan is not None:
+            arena = aplan.checkout()
+        try:
+            outs = list(arena.outs) if arena is not None else [None] * len(steps)
+            producer = {v: i for i, st in enumerate(steps) if st.accepts_out for v in st.outs if v >= 0}
+            for slot, buf in zip(out_slots, buffers):
+                if buf is not None and slot in producer:
+                    outs[producer[slot]] = buf
+            _native.set_threads(self.threads)
+            _blas.set_threads(1 if _native.available else self.threads)
+            with _limits.limit(self.max_tensor_bytes):
+                self._plan._execute_planned(env, outs, None, None, cancel=cancel)
+            copy_outputs = aplan.copy_outputs if aplan is not None else ()
+            results = []
+            for slot, buf, name in zip(out_slots, buffers, output_names):
+                if buf is None:
+                    results.extend(self._collect([slot], env, input_feed, copy_outputs))
+                elif env[slot] is buf:
+                    results.append(buf)  # written in place by its node
+                else:
+                    results.append(_write_into(buf, env[slot], name))
+        finally:
+            if arena is not None:
+                aplan.checkin(arena)
+        return results
+
     def _run(self, output_names, input_feed, profile: dict | None, cancel: Any = None,
              buffers: list | None = None) -> list[np.ndarray]:
         """The general run.  ``cancel``: run options whose ``terminate`` is read before each node (None:
@@ -521,9 +573,11 @@ class Session:
         if self._profiling is not None and profile is None:
             return self._run_recording_profile(output_names, input_feed, cancel, buffers)
         if buffers is not None:
-            results = self._run(output_names, input_feed, profile, cancel)
-            return [_write_into(buf, r, name) if buf is not None else r
-                    for buf, r, name in zip(buffers, results, output_names)]
+            if profile is not None:
+                results = self._run(output_names, input_feed, profile, cancel)
+                return [_write_into(buf, r, name) if buf is not None else r
+                        for buf, r, name in zip(buffers, results, output_names)]
+            return self._run_into(output_names, input_feed, buffers, cancel)
         if cancel is not None and cancel.terminate:
             raise RunTerminated(TERMINATED_MESSAGE)
         t_start = time.perf_counter() if profile is not None else 0.0

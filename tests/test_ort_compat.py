@@ -103,6 +103,19 @@ def test_iobinding_writes_into_the_callers_buffer():
         (result,) = binding.get_outputs()
         assert np.shares_memory(result.numpy(), buffer)
         np.testing.assert_array_equal(buffer, sess.run(None, {"image": x})[0])
+    # the node computing the output (Gemm: it takes out=) wrote straight into the buffer: no copy
+    from minirt import session as session_mod
+
+    def no_copy(*args):
+        raise AssertionError("the bound output was copied into the buffer, not written there by its node")
+
+    session_mod._write_into, saved = no_copy, session_mod._write_into
+    try:
+        buffer[:] = np.nan
+        sess.run_with_iobinding(binding)
+        np.testing.assert_array_equal(buffer, sess.run(None, {"image": x})[0])
+    finally:
+        session_mod._write_into = saved
     # an output bound without a buffer is allocated by the run
     binding.clear_binding_outputs()
     binding.bind_output("logits")
