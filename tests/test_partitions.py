@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -106,8 +107,16 @@ def test_cpu_version_runs_when_provider_not_listed(doubler, caplog):
 def test_fallback_to_cpu_with_one_log_line(provider, reason, caplog):
     providers.register(provider)
     try:
-        with caplog.at_level(logging.INFO, logger="minirt"):
+        with caplog.at_level(logging.INFO, logger="minirt"), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             sess = minirt.Session(_artifact(b"2.0"), providers=["doubler", "cpu"])
+        # an unavailable provider is skipped with onnxruntime's warning; one that refuses is not warned about
+        warned = [str(w.message) for w in caught if "doubler" in str(w.message)]
+        if reason == "not available here":
+            assert len(warned) == 1 and warned[0].startswith(
+                "Specified provider 'doubler' is not available on this device (no doubler hardware here); skipped.")
+        else:
+            assert warned == []
         x = np.ones((2, 4), np.float32)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + 1)
         lines = [r for r in caplog.records if "partition 0" in r.getMessage()]
