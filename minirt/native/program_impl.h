@@ -50,6 +50,12 @@ static int program_call(const mrt_call *call) {
     case MRT_CALL_UPSAMPLE_NEAREST_F32:
         mrt_upsample_nearest_f32(P(0), P(1), L(2), I(3), I(4), I(5), I(6), I(7));
         return 0;
+    case MRT_CALL_BINARY_ROWS_F32:
+        mrt_binary_rows_f32(I(0), P(1), P(2), P(3), L(4), L(5), L(6), I(7));
+        return 0;
+    case MRT_CALL_ACTIVATION_F32:
+        mrt_activation_f32(P(0), P(1), P(2), L(3), I(4));
+        return 0;
     default:
         return -100;
     }
