@@ -430,7 +430,6 @@ _make_unary("Exp", np.exp, (1,))
 _make_unary("Log", np.log, (1,))
 _make_unary("Floor", np.floor, (1,))
 _make_unary("Ceil", np.ceil, (1,))
-_make_unary("Tanh", np.tanh, (1,))
 _make_unary("Round", np.round, (11,))  # np.round rounds half to even, as ONNX requires
 _make_unary("Sign", np.sign, (9,), float_only=False)
 _make_unary("Sin", np.sin, (7,))
@@ -444,6 +443,21 @@ _make_unary("Cosh", np.cosh, (9,))
 _make_unary("Asinh", np.arcsinh, (9,))
 _make_unary("Acosh", np.arccosh, (9,))
 _make_unary("Atanh", np.arctanh, (9,))
+
+
+@kernel("Tanh", since=1)
+def tanh_1(x, *, consumed_inputs: tuple = ()):
+    return tanh(x)
+
+
+@kernel("Tanh", since=6, out=True)
+def tanh(x, *, out=None):
+    y = _native_activation(x, out, "Tanh")
+    if y is not None:
+        return y
+    if x.dtype.kind != "f":
+        raise ValueError(f"Tanh: floating point input required, got {x.dtype}")
+    return _float_compute(x, np.tanh)
 
 
 # erf without scipy.  For |x| < 0.5 the Maclaurin series is summed (terms decay

@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 10
+#define MRT_ABI_VERSION 11
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -61,7 +61,8 @@ typedef enum {
     MRT_ACT_HARDSIGMOID = 6, /* max(0, min(1, a0 * x + a1)) */
     MRT_ACT_HARDSWISH = 7,   /* x * hardsigmoid(x, 1/6, 1/2) */
     MRT_ACT_GELU = 8,        /* 0.5 x (1 + erf(x / sqrt 2)) */
-    MRT_ACT_GELU_TANH = 9    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    MRT_ACT_GELU_TANH = 9,   /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    MRT_ACT_TANH = 10        /* tanh(x) */
 } mrt_act;
 
 /* A 2-D window operation over NCHW: input (n, c, h, w), output (n, m, oh, ow).  Padding is

@@ -54,6 +54,8 @@ ACTIVATIONS = [
     ("Relu", {}, 14, (-5, 5)),
     ("LeakyRelu", {"alpha": 0.1}, 16, (-5, 5)),
     ("Sigmoid", {}, 13, (-30, 30)),
+    ("Tanh", {}, 13, (-12, 12)),
+    ("Tanh", {}, 13, (-0.5, 0.5)),
     ("HardSigmoid", {}, 6, (-5, 5)),
     ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, 6, (-5, 5)),
     ("HardSwish", {}, 14, (-5, 5)),
@@ -88,7 +90,7 @@ def test_clip_11_bounds_as_inputs(mode):
 
 def test_activations_keep_nan_and_saturate(mode):
     x = np.array([np.nan, -np.inf, np.inf, -1000, -88, -20, -0.0, 0.0, 20, 88, 1000], np.float32)
-    for op, attrs, opset in (("Relu", {}, 14), ("Sigmoid", {}, 13), ("LeakyRelu", {"alpha": 0.5}, 16),
+    for op, attrs, opset in (("Relu", {}, 14), ("Sigmoid", {}, 13), ("Tanh", {}, 13), ("LeakyRelu", {"alpha": 0.5}, 16),
                              ("Clip", {"min": -1.0, "max": 1.0}, 6)):
         (want,) = reference(op, [x], attrs, opset=opset)
         got = _kernel(op, opset)(x, **attrs)
@@ -103,7 +105,7 @@ def test_activation_in_place(mode):
     assert_same(got, want, rtol=2e-6, atol=2e-7)
 
 
-@pytest.mark.parametrize("name,params", [("Relu", ()), ("Sigmoid", ()), ("SiLU", ()), ("HardSwish", ()),
+@pytest.mark.parametrize("name,params", [("Relu", ()), ("Sigmoid", ()), ("Tanh", ()), ("SiLU", ()), ("HardSwish", ()),
                                          ("HardSigmoid", (0.2, 0.5)), ("Clip", (0.0, 6.0)),
                                          ("LeakyRelu", (0.01,)), ("Gelu", ())])
 @pytest.mark.parametrize("shape", [(7,), (1, 3, 181, 181)], ids=str)
@@ -116,11 +118,11 @@ def test_fused_activation_op(mode, name, params, shape):
     if name == "SiLU":
         want = x * reference("Sigmoid", [x], opset=13)[0]
     else:
-        std = {"Relu": ("Relu", {}), "Sigmoid": ("Sigmoid", {}), "HardSwish": ("HardSwish", {}),
+        std = {"Relu": ("Relu", {}), "Sigmoid": ("Sigmoid", {}), "Tanh": ("Tanh", {}), "HardSwish": ("HardSwish", {}),
                "HardSigmoid": ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}), "Clip": ("Clip", {"min": 0.0, "max": 6.0}),
                "LeakyRelu": ("LeakyRelu", {"alpha": 0.01}), "Gelu": ("Gelu", {})}[name]
         want = reference(std[0], [x], std[1], opset=20 if name == "Gelu" else 14 if name == "HardSwish" else 13
-                         if name == "Sigmoid" else 6 if name in ("HardSigmoid", "Clip") else 16)[0]
+                         if name in ("Sigmoid", "Tanh") else 6 if name in ("HardSigmoid", "Clip") else 16)[0]
     assert_same(got, want, rtol=2e-6, atol=1e-6)
     _expect_native(mode, "mrt_activation_f32")
 
