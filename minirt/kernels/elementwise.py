@@ -158,6 +158,11 @@ def _row_form(full: np.ndarray, small: np.ndarray):
     return full.size // length, length, small.size, False
 
 
+def _same_or_apart(x: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``out`` is exactly ``x``'s memory (an in-place result) or overlaps none of it."""
+    return not np.may_share_memory(x, out) or (x.ctypes.data == out.ctypes.data and x.nbytes == out.nbytes)
+
+
 def _native_binary(op: int, a, b, out):
     """``a op b`` by one native call into ``out`` (or a fresh array when None), declared final; None
     when it is not one: both float32 C-contiguous, of one shape or one of them broadcast in a row
@@ -166,6 +171,8 @@ def _native_binary(op: int, a, b, out):
     if not (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == _F32 and b.dtype == _F32
             and a.flags.c_contiguous and b.flags.c_contiguous and (out is None or out.flags.c_contiguous)):
         return None
+    if out is not None and not (_same_or_apart(a, out) and _same_or_apart(b, out)):
+        return None  # (numpy buffers a partial overlap; the C loops read each value once, in order)
     if a.shape == b.shape:
         y = np.empty(a.shape, _F32) if out is None else out
         if y.size:

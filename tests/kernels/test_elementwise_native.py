@@ -225,3 +225,15 @@ def test_native_binary_refuses_sizes_that_do_not_match():
         native.binary_rows(native.BINARY_OPS["Mul"], a, np.ones(3, np.float32), a, 4, 6, 3)
     with pytest.raises(ValueError, match="values"):
         native.activation(native.ACTIVATION_CODES["Relu"], 0.0, 0.0, a, np.zeros(5, np.float32))
+
+
+def test_binary_out_overlapping_an_input_at_an_offset(mode):
+    """An ``out`` that overlaps an input without being it (numpy buffers such an overlap): still
+    numpy's result (the native loops take only an exact in-place buffer)."""
+    base = RNG.uniform(-3, 3, size=2 * 4096 + 8).astype(np.float32)
+    a = base[:8192].reshape(2, 4096)
+    b = RNG.uniform(-3, 3, size=(2, 4096)).astype(np.float32)
+    want = a * b
+    out = base[8:].reshape(2, 4096)
+    got = _kernel("Mul", 14)(a, b, out=out)
+    np.testing.assert_array_equal(got, want)
