@@ -48,7 +48,7 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("HardSwish", 0, "MRT_ACT_HARDSWISH", "HardSwish"),  # x * hardsigmoid(x, 1/6, 1/2)
     Activation("Gelu", 0, "MRT_ACT_GELU", "Gelu"),                 # exact (erf)
     Activation("GeluTanh", 0, "MRT_ACT_GELU_TANH", "Gelu"),        # tanh approximation
-    Activation("Tanh", 0, None, "Tanh"),
+    Activation("Tanh", 0, "MRT_ACT_TANH", "Tanh"),
 )}
 
 NATIVE_ACTIVATIONS = frozenset(name for name, a in ACTIVATIONS.items() if a.native is not None)

@@ -109,13 +109,6 @@ def _fits_out(out, x: np.ndarray, shape: tuple) -> bool:
 _F32 = np.dtype(np.float32)
 
 
-def _same_shape_f32(a, b, out) -> bool:
-    """Whether ``a op b`` into ``out`` is one native pass (mrt_binary_f32): float32 C-contiguous arrays of
-    one shape."""
-    return (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == _F32 and a.shape == b.shape
-            and a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous and _native.available)
-
-
 def _binary_out(out, a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a op b`` may be written into ``out``: exactly its shape and (float) dtype.
 
@@ -135,6 +128,69 @@ def _binary_out(out, a: np.ndarray, b: np.ndarray) -> bool:
     if not _fits_out(out, a, shape):
         return False
     return all(x.shape == shape or not np.may_share_memory(x, out) for x in (a, b))
+
+
+def _row_form(full: np.ndarray, small: np.ndarray):
+    """How ``small`` broadcasts over ``full`` in one pass of mrt_binary_rows_f32, or None.
+
+    ``small`` padded on the left with 1s to ``full``'s rank must read (1, ..., 1, full[j:k], 1, ..., 1):
+    leading 1s, then a run of ``full``'s own sizes, then trailing 1s.  With trailing 1s its values
+    follow the rows of prod(full[k:]) values (a scalar: j == k, per channel (1, C, 1, 1), per image
+    and channel (N, C, 1, 1)): (rows, length, bmod, False); without, it runs along the columns
+    (a bias over the last axes): (rows, length, None, True).  Same shapes are the caller's case."""
+    if small.size == 1:
+        return 1, full.size, 1, False
+    nd = full.ndim
+    if small.ndim > nd:
+        return None
+    padded = (1,) * (nd - small.ndim) + small.shape
+    k = nd
+    while padded[k - 1] == 1:
+        k -= 1
+    j = 0
+    while padded[j] == 1:
+        j += 1
+    if padded[j:k] != full.shape[j:k]:
+        return None
+    if k == nd:
+        return full.size // small.size, small.size, None, True
+    length = math.prod(full.shape[k:])
+    return full.size // length, length, small.size, False
+
+
+def _same_or_apart(x: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``out`` is exactly ``x``'s memory (an in-place result) or overlaps none of it."""
+    return not np.may_share_memory(x, out) or (x.ctypes.data == out.ctypes.data and x.nbytes == out.nbytes)
+
+
+def _native_binary(op: int, a, b, out):
+    """``a op b`` by one native call into ``out`` (or a fresh array when None), declared final; None
+    when it is not one: both float32 C-contiguous, of one shape or one of them broadcast in a row
+    form (:func:`_row_form`), the output the full operand's shape.  The caller checked ``out``
+    (:func:`_binary_out`: a broadcast operand never overlaps it)."""
+    if not (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == _F32 and b.dtype == _F32
+            and a.flags.c_contiguous and b.flags.c_contiguous and (out is None or out.flags.c_contiguous)):
+        return None
+    if out is not None and not (_same_or_apart(a, out) and _same_or_apart(b, out)):
+        return None  # (numpy buffers a partial overlap; the C loops read each value once, in order)
+    if a.shape == b.shape:
+        y = np.empty(a.shape, _F32) if out is None else out
+        if y.size:
+            _native.binary(op, a, b, y)
+        return _native.final(y)
+    if a.size >= b.size and a.ndim >= b.ndim:
+        full, small, reversed_ = a, b, False
+    else:
+        full, small, reversed_ = b, a, True
+    if not full.size or (out is not None and out.shape != full.shape):
+        return None
+    form = _row_form(full, small)
+    if form is None:
+        return None
+    rows, length, bmod, columns = form
+    y = np.empty(full.shape, _F32) if out is None else out
+    _native.binary_rows(op, full, small, y, rows, length, bmod or 1, reversed_, columns)
+    return _native.final(y)
 
 
 # ufunc by op for the out= path (float division is a plain ufunc too)
@@ -158,14 +214,20 @@ def _make_binary(op: str, fn, out_bool: bool = False):
         def modern(a, b, *, out=None):
             _check_same_dtype(op, a, b)
             if out is not None and _binary_out(out, a, b):
-                if _same_shape_f32(a, b, out):
-                    # one native pass (the same IEEE operation as the ufunc); only the session passes
-                    # ``out`` (the memory plan's buffer), so this is the node's own call: a program may
-                    # replay it
-                    _native.binary(native_op, a, b, out)
-                    return _native.final(out)
+                if _native.available:
+                    # one native pass (the same IEEE operation as the ufunc, value for value), the
+                    # node's whole work: a program may replay it
+                    y = _native_binary(native_op, a, b, out)
+                    if y is not None:
+                        return y
                 ufunc(a, b, out=out)
                 return out
+            if _native.available and a.dtype == _F32:
+                # no buffer from the memory plan (a graph output, or a composite kernel's step: those
+                # that update the result in place say so with native.modified)
+                y = _native_binary(native_op, a, b, None)
+                if y is not None:
+                    return y
             return _as_array(fn(a, b), a.dtype)
 
     def legacy(a, b, *, broadcast: int = 0, axis: int | None = None, consumed_inputs: tuple = ()):
@@ -375,7 +437,6 @@ _make_unary("Exp", np.exp, (1,))
 _make_unary("Log", np.log, (1,))
 _make_unary("Floor", np.floor, (1,))
 _make_unary("Ceil", np.ceil, (1,))
-_make_unary("Tanh", np.tanh, (1,))
 _make_unary("Round", np.round, (11,))  # np.round rounds half to even, as ONNX requires
 _make_unary("Sign", np.sign, (9,), float_only=False)
 _make_unary("Sin", np.sin, (7,))
@@ -389,6 +450,21 @@ _make_unary("Cosh", np.cosh, (9,))
 _make_unary("Asinh", np.arcsinh, (9,))
 _make_unary("Acosh", np.arccosh, (9,))
 _make_unary("Atanh", np.arctanh, (9,))
+
+
+@kernel("Tanh", since=1)
+def tanh_1(x, *, consumed_inputs: tuple = ()):
+    return tanh(x)
+
+
+@kernel("Tanh", since=6, out=True)
+def tanh(x, *, out=None):
+    y = _native_activation(x, out, "Tanh")
+    if y is not None:
+        return y
+    if x.dtype.kind != "f":
+        raise ValueError(f"Tanh: floating point input required, got {x.dtype}")
+    return _float_compute(x, np.tanh)
 
 
 # erf without scipy.  For |x| < 0.5 the Maclaurin series is summed (terms decay
@@ -468,6 +544,28 @@ def where(cond, x, y):
 # --------------------------------------------------------------------------- activations
 
 
+def _native_activation(x, out, activation: str, a0: float = 0.0, a1: float = 0.0):
+    """``activation`` (a name of ``minirt.vocabulary.ACTIVATIONS``) of ``x`` by one native call
+    (mrt_activation_f32: the fused epilogues' code), declared final; None when it is not one:
+    float32 C-contiguous input, an activation the epilogues compute.  The result goes into ``out``
+    when it fits (shape, dtype, C-contiguous) and is ``x`` itself or overlaps nothing of it, else
+    into a fresh array."""
+    if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous):
+        return None
+    code = _native.ACTIVATION_CODES.get(activation)
+    if code is None:
+        return None
+    if out is not None and not (
+            type(out) is np.ndarray and out.shape == x.shape and out.dtype == _F32 and out.flags.c_contiguous
+            and (not np.may_share_memory(x, out) or (out.ctypes.data == x.ctypes.data))):
+        out = None
+    y = np.empty(x.shape, _F32) if out is None else out
+    if y.size:
+        _native.activation(code, a0, a1, x, y)
+    return _native.final(y)
+
+
+
 @kernel("Relu", since=1)
 def relu_1(x, *, consumed_inputs: tuple = ()):
     return relu(x)
@@ -475,6 +573,9 @@ def relu_1(x, *, consumed_inputs: tuple = ()):
 
 @kernel("Relu", since=6, out=True)
 def relu(x, *, out=None):
+    y = _native_activation(x, out, "Relu")
+    if y is not None:
+        return y
     if out is not None and _fits_out(out, x, x.shape):  # same shape: a ufunc handles any overlap
         np.maximum(x, x.dtype.type(0), out=out)
         return out
@@ -486,8 +587,11 @@ def leaky_relu_1(x, *, alpha: float = 0.01, consumed_inputs: tuple = ()):
     return leaky_relu(x, alpha=alpha)
 
 
-@kernel("LeakyRelu", since=6)
-def leaky_relu(x, *, alpha: float = 0.01):
+@kernel("LeakyRelu", since=6, out=True)
+def leaky_relu(x, *, alpha: float = 0.01, out=None):
+    y = _native_activation(x, out, "LeakyRelu", alpha)
+    if y is not None:
+        return y
     return _as_array(np.where(x < 0, x * x.dtype.type(alpha), x), x.dtype)
 
 
@@ -544,6 +648,12 @@ def celu(x, *, alpha: float = 1.0):
 
 def _clip(x: np.ndarray, lo, hi, dst=None) -> np.ndarray:
     # Applied as max-then-min so that lo > hi yields hi, as ONNX specifies.
+    if x.dtype == _F32 and not (lo is not None and np.isnan(lo)) and not (hi is not None and np.isnan(hi)):
+        # (the epilogue's clip is max-then-min too; a NaN bound stays with numpy's semantics)
+        y = _native_activation(x, dst, "Clip", -math.inf if lo is None else float(lo),
+                               math.inf if hi is None else float(hi))
+        if y is not None:
+            return y
     if dst is not None and _fits_out(dst, x, x.shape) and (dst is x or not np.may_share_memory(x, dst)):
         if lo is None and hi is None:
             np.copyto(dst, x)
@@ -601,6 +711,9 @@ def sigmoid_1(x, *, consumed_inputs: tuple = ()):
 
 @kernel("Sigmoid", since=6, out=True)
 def sigmoid(x, *, out=None):
+    y = _native_activation(x, out, "Sigmoid")
+    if y is not None:
+        return y
     if out is not None and _fits_out(out, x, x.shape) and not np.may_share_memory(x, out):
         return _sigmoid(x, out)
     return _float_compute(x, _sigmoid)
@@ -611,8 +724,12 @@ def hard_sigmoid_1(x, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs:
     return hard_sigmoid(x, alpha=alpha, beta=beta)
 
 
-@kernel("HardSigmoid", since=6)
-def hard_sigmoid(x, *, alpha: float = 0.2, beta: float = 0.5):
+@kernel("HardSigmoid", since=6, out=True)
+def hard_sigmoid(x, *, alpha: float = 0.2, beta: float = 0.5, out=None):
+    y = _native_activation(x, out, "HardSigmoid", alpha, beta)
+    if y is not None:
+        return y
+
     def fn(v):
         t = v.dtype.type
         return np.clip(t(alpha) * v + t(beta), t(0), t(1))
@@ -620,8 +737,12 @@ def hard_sigmoid(x, *, alpha: float = 0.2, beta: float = 0.5):
     return _float_compute(x, fn)
 
 
-@kernel("HardSwish", since=14)
-def hard_swish(x):
+@kernel("HardSwish", since=14, out=True)
+def hard_swish(x, *, out=None):
+    y = _native_activation(x, out, "HardSwish")
+    if y is not None:
+        return y
+
     def fn(v):
         t = v.dtype.type
         return v * np.clip(v * t(1.0 / 6.0) + t(0.5), t(0), t(1))
@@ -644,8 +765,12 @@ def softsign(x):
     return _float_compute(x, lambda v: v / (1 + np.abs(v)))
 
 
-@kernel("Gelu", since=20)
-def gelu(x, *, approximate: str = "none"):
+@kernel("Gelu", since=20, out=True)
+def gelu(x, *, approximate: str = "none", out=None):
+    if approximate in ("none", "tanh"):
+        y = _native_activation(x, out, "Gelu" if approximate == "none" else "GeluTanh")
+        if y is not None:
+            return y
     if approximate == "none":
         def fn(v):
             t = v.dtype.type

@@ -31,7 +31,7 @@ import numpy as np
 from minirt.kernels.registry import NodeContext, kernel, lookup
 from minirt import native as _native
 from minirt import vocabulary
-from minirt.kernels import linalg, nn
+from minirt.kernels import elementwise, linalg, nn
 
 DOMAIN = vocabulary.MINIRT_DOMAIN
 
@@ -91,6 +91,7 @@ def _add_residual(y: np.ndarray, z) -> np.ndarray:
         return y
     if z.shape == y.shape and z.dtype == y.dtype and y.flags.writeable and y.flags.owndata:
         y += z  # y is the fresh result of the kernel above: safe to update in place
+        _native.modified(y)  # (numpy work after that kernel's native calls: no longer their result)
         return y
     return _std("Add")(y, z)
 
@@ -177,9 +178,17 @@ def fused_matmul(a, b, bias=None, z=None, /, *, activation="", activation_params
     return apply_activation(_add_residual(y, z), activation, activation_params)
 
 
-@kernel("Activation", since=1, domain=DOMAIN)
-def activation_op(x, /, *, activation="", activation_params=()):
-    """A standalone activation of the table above (recognised from decomposed forms)."""
+@kernel("Activation", since=1, domain=DOMAIN, out=True)
+def activation_op(x, /, *, activation="", activation_params=(), out=None):
+    """A standalone activation of the table above (recognised from decomposed forms).  A float32
+    contiguous input and an activation the native epilogues compute: one native call
+    (mrt_activation_f32) into ``out`` (the memory plan's buffer) when it fits."""
+    if activation:  # (the identity returns x itself, as the numpy path does)
+        spec = nn.native_act(activation, activation_params)
+        if spec is not None:
+            y = elementwise._native_activation(x, out, activation, spec[1], spec[2])
+            if y is not None:
+                return y
     return apply_activation(x, activation, activation_params)
 
 
@@ -203,6 +212,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, /, *, scale=1.0, transpose_
     if scale != 1.0:
         if s.flags.writeable and s.flags.owndata:
             s *= s.dtype.type(scale)  # s is the fresh MatMul result: scale in place
+            _native.modified(s)
         else:
             s = _std("Mul")(s, np.asarray(scale, dtype=s.dtype))
     if mask is not None:

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.kernels.registry import kernel
+
+_F32 = np.dtype(np.float32)
 
 
 def _resolve_axes(x: np.ndarray, axes) -> tuple[int, ...] | None:
@@ -143,8 +146,43 @@ def _register(op: str, fn, input_since: int) -> None:
     kernel(op, since=input_since)(reduce_input)
 
 
+def _mean_native(x, axes, keepdims: int, noop_with_empty_axes: int, out):
+    """ReduceMean over trailing axes of a float32 C-contiguous ``x`` by one native call
+    (mrt_plane_means_f32: the mean of each plane of prod(reduced sizes) values; the squeeze of a
+    squeeze-excite block, axes (2, 3)), declared final; None when it is not that case."""
+    if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.size and x.flags.c_contiguous):
+        return None
+    ax = _resolve_axes(x, axes)
+    if ax is None:
+        if noop_with_empty_axes or not x.ndim:
+            return None
+        ax = tuple(range(x.ndim))
+    k = x.ndim - len(ax)
+    if sorted(ax) != list(range(k, x.ndim)):
+        return None  # (not the trailing axes: numpy)
+    shape = x.shape[:k] + (1,) * len(ax) if keepdims else x.shape[:k]
+    if out is not None and out.shape == shape and out.dtype == _F32 and out.flags.c_contiguous \
+            and not np.may_share_memory(x, out):
+        y = out
+    else:
+        y = np.empty(shape, _F32)
+    _native.plane_means(x, y)
+    return _native.final(y)
+
+
+@kernel("ReduceMean", since=1, out=True)
+def reduce_mean_1(x, *, axes: tuple | None = None, keepdims: int = 1, out=None):
+    y = _mean_native(x, axes, keepdims, 0, out)
+    return _reduce(_mean, x, axes, keepdims, 0) if y is None else y
+
+
+@kernel("ReduceMean", since=18, out=True)
+def reduce_mean_18(x, axes=None, /, *, keepdims: int = 1, noop_with_empty_axes: int = 0, out=None):
+    y = _mean_native(x, axes, keepdims, noop_with_empty_axes, out)
+    return _reduce(_mean, x, axes, keepdims, noop_with_empty_axes) if y is None else y
+
+
 _register("ReduceSum", _sum, 13)
-_register("ReduceMean", _mean, 18)
 _register("ReduceMax", _max, 18)
 _register("ReduceMin", _min, 18)
 _register("ReduceProd", _prod, 18)

@@ -180,6 +180,8 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_binary_f32": ((1, 2), (3,)),  # (op, a, b, y, n, nthreads)
     "mrt_upsample_nearest_f32": ((0,), (1,)),  # (x, y, planes, h, w, fh, fw, nthreads)
     "mrt_rnn_f32": ((1, 2, 3, 4), (5, 6)),  # (s, x, lens, h0, c0, y, state, nthreads)
+    "mrt_binary_rows_f32": ((1, 2), (3,)),  # (op, a, b, y, rows, len, bmod, nthreads)
+    "mrt_activation_f32": ((1,), (2,)),  # (e, x, y, n, nthreads)
 }
 
 
@@ -234,6 +236,14 @@ def final(y):
     if _recording.calls is not None:
         _recording.final = y
     return y
+
+
+def modified(y) -> None:
+    """Say that numpy work has just changed ``y`` in place: if a kernel called inside the running
+    node's kernel declared it final, it no longer is (a replay would miss that work).  For composite
+    kernels (``minirt/kernels/fused.py``) that update a sub-kernel's fresh result in place."""
+    if _recording.calls is not None and _recording.final is y:
+        _recording.final = None
 
 
 def constant_result(y):
@@ -938,6 +948,32 @@ def copy_rows(src, y, offset: int, rows: int, cols: int, src_ld: int, dst_ld: in
 def binary(op: int, a, b, y) -> None:
     """y = a op b elementwise (``BINARY_OPS``), all float32, C-contiguous, of one shape (y may be a or b)."""
     _call(_lib.mrt_binary_f32, (op, _ptr(a), _ptr(b), _ptr(y), y.size, threads()), a, b, y)
+
+
+def binary_rows(op: int, a, b, y, rows: int, length: int, bmod: int, reversed_: bool = False,
+                columns: bool = False) -> None:
+    """y (rows, length) = a op b with b broadcast: ``b[r % bmod]`` for row r, or with ``columns``
+    ``b[i]`` for column i (b of ``length`` values); with ``reversed_`` b is the left operand (b op a).
+    ``op`` from ``BINARY_OPS``; a, b, y float32 C-contiguous, a and y of rows * length values (y may be
+    a, never b): checked here, the C loops index with these sizes."""
+    if rows < 0 or length < 0 or a.size != rows * length or y.size != a.size:
+        raise ValueError(f"minirt native binary: a of {a.size} and y of {y.size} values are not "
+                         f"{rows} rows of {length}")
+    if b.size != (length if columns else bmod) or (not columns and (bmod <= 0 or rows % bmod)):
+        raise ValueError(f"minirt native binary: b of {b.size} values does not broadcast over {rows} rows "
+                         f"of {length} (bmod {bmod}, columns {columns})")
+    code = op | (_lib.MRT_BINARY_REVERSED if reversed_ else 0) | (_lib.MRT_BINARY_COLUMNS if columns else 0)
+    _call(_lib.mrt_binary_rows_f32, (code, _ptr(a), _ptr(b), _ptr(y), rows, length, bmod if not columns else 1,
+                                     threads()), a, b, y)
+
+
+def activation(act: int, a0: float, a1: float, x, y) -> None:
+    """y = act(x) with the fused epilogues' activation ``act`` (``ACTIVATION_CODES``) and its parameters;
+    x, y float32, C-contiguous, of one size (y may be x, no other overlap)."""
+    if y.size != x.size:
+        raise ValueError(f"minirt native activation: x of {x.size} values, y of {y.size}")
+    _call(_lib.mrt_activation_f32, (_epilogue(None, act, float(a0), float(a1)), _ptr(x), _ptr(y), x.size,
+                                    threads()), x, y)
 
 
 def plane_means(x, y) -> None:

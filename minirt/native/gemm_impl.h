@@ -215,6 +215,18 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, f
         FN(vf) u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
         return v * (one / (one + FN(vexp)(-2.0f * u)));
     }
+    case MRT_ACT_TANH: { /* as in act_row: the exp form from |x| >= 1/4, the odd series below */
+        FN(vf) ax = FN(vsel)(v < z, -v, v);
+        FN(vf) e = FN(vexp)(-2.0f * ax);
+        FN(vf) big = (one - e) / (one + e);
+        FN(vf) x2 = v * v;
+        FN(vf) p = z + 62.0f / 2835.0f;
+        p = p * x2 - 17.0f / 315.0f;
+        p = p * x2 + 2.0f / 15.0f;
+        p = p * x2 - 1.0f / 3.0f;
+        FN(vf) small = v + v * x2 * p;
+        return FN(vsel)(ax < z + 0.25f, small, FN(vsel)(v < z, -big, big));
+    }
     default:
         return v;
     }

@@ -1498,6 +1498,124 @@ void mrt_binary_f32(int op, const float *a, const float *b, float *y, long n, in
     mrt_parallel_for((n + MRT_BINARY_CHUNK - 1) / MRT_BINARY_CHUNK, MRT_BINARY_CHUNK, nthreads, binary_task, &t);
 }
 
+/* mrt_binary_rows_f32: the same loops with one operand broadcast.  Work items are (row, chunk of
+ * MRT_BINARY_CHUNK values of that row), so a scalar (one row of n values) threads as well as many
+ * short rows; the broadcast value of a row form is read once per item. */
+typedef struct {
+    int op;
+    const float *a, *b;
+    float *y;
+    long rows, len, bmod, chunks_per_row;
+} binary_rows_args;
+
+/* y[i] = a[i] op s (or s op a[i] with rev) for i < n: the loop of one row form item. */
+static void binary_scalar_run(int op, int rev, const float *a, float s, float *y, long n) {
+    long i;
+    switch (op) {
+    case MRT_BINARY_ADD:
+        for (i = 0; i < n; ++i) y[i] = a[i] + s;
+        break;
+    case MRT_BINARY_SUB:
+        if (rev)
+            for (i = 0; i < n; ++i) y[i] = s - a[i];
+        else
+            for (i = 0; i < n; ++i) y[i] = a[i] - s;
+        break;
+    case MRT_BINARY_MUL:
+        for (i = 0; i < n; ++i) y[i] = a[i] * s;
+        break;
+    default:
+        if (rev)
+            for (i = 0; i < n; ++i) y[i] = s / a[i];
+        else
+            for (i = 0; i < n; ++i) y[i] = a[i] / s; /* (not a[i] * (1 / s): numpy divides) */
+    }
+}
+
+/* y[i] = a[i] op b[i] (or b[i] op a[i] with rev) for i < n: the loop of one column form item. */
+static void binary_vector_run(int op, int rev, const float *a, const float *b, float *y, long n) {
+    long i;
+    switch (op) {
+    case MRT_BINARY_ADD:
+        for (i = 0; i < n; ++i) y[i] = a[i] + b[i];
+        break;
+    case MRT_BINARY_SUB:
+        if (rev)
+            for (i = 0; i < n; ++i) y[i] = b[i] - a[i];
+        else
+            for (i = 0; i < n; ++i) y[i] = a[i] - b[i];
+        break;
+    case MRT_BINARY_MUL:
+        for (i = 0; i < n; ++i) y[i] = a[i] * b[i];
+        break;
+    default:
+        if (rev)
+            for (i = 0; i < n; ++i) y[i] = b[i] / a[i];
+        else
+            for (i = 0; i < n; ++i) y[i] = a[i] / b[i];
+    }
+}
+
+static void binary_rows_task(void *ctx, long begin, long end) {
+    const binary_rows_args *t = (const binary_rows_args *)ctx;
+    const int op = t->op & 3, rev = (t->op & MRT_BINARY_REVERSED) != 0, cols = (t->op & MRT_BINARY_COLUMNS) != 0;
+    for (long item = begin; item < end; ++item) {
+        const long r = item / t->chunks_per_row, c0 = (item % t->chunks_per_row) * MRT_BINARY_CHUNK;
+        const long c1 = c0 + MRT_BINARY_CHUNK < t->len ? c0 + MRT_BINARY_CHUNK : t->len;
+        const long base = r * t->len;
+        if (cols)
+            binary_vector_run(op, rev, t->a + base + c0, t->b + c0, t->y + base + c0, c1 - c0);
+        else
+            binary_scalar_run(op, rev, t->a + base + c0, t->b[r % t->bmod], t->y + base + c0, c1 - c0);
+    }
+}
+
+void mrt_binary_rows_f32(int op, const float *a, const float *b, float *y, long rows, long len, long bmod,
+                         int nthreads) {
+    if (rows <= 0 || len <= 0 || bmod <= 0) return;
+    const long per_row = (len + MRT_BINARY_CHUNK - 1) / MRT_BINARY_CHUNK;
+    binary_rows_args t = {op, a, b, y, rows, len, bmod, per_row};
+    /* one unit per value (as mrt_binary_f32), averaged over the items */
+    mrt_parallel_for(rows * per_row, len < MRT_BINARY_CHUNK ? len : MRT_BINARY_CHUNK, nthreads, binary_rows_task, &t);
+}
+
+/* mrt_activation_f32: chunks of MRT_ACT_CHUNK values over the threads, each copied to y (unless in
+ * place) and activated there by the epilogues' row code of the ISA in use (q_act_row: the same
+ * function the fused epilogues run, so a standalone activation computes what a fused one does). */
+#define MRT_ACT_CHUNK 4096L
+
+typedef struct {
+    const mrt_epilogue *e;
+    const float *x;
+    float *y;
+    long n;
+} activation_args;
+
+static void activation_task(void *ctx, long begin, long end) {
+    const activation_args *t = (const activation_args *)ctx;
+    const long i0 = begin * MRT_ACT_CHUNK, i1 = end * MRT_ACT_CHUNK < t->n ? end * MRT_ACT_CHUNK : t->n;
+    for (long i = i0; i < i1; i += MRT_ACT_CHUNK) { /* (copied chunk by chunk: activated while in L1) */
+        const long m = i1 - i < MRT_ACT_CHUNK ? i1 - i : MRT_ACT_CHUNK;
+        if (t->x != t->y) memcpy(t->y + i, t->x + i, sizeof(float) * (size_t)m);
+        q_act_row(t->y + i, m, t->e->act, t->e->a0, t->e->a1);
+    }
+}
+
+void mrt_activation_f32(const mrt_epilogue *e, const float *x, float *y, long n, int nthreads) {
+    if (n <= 0 || e->act == MRT_ACT_NONE) {
+        if (n > 0 && x != y) memcpy(y, x, sizeof(float) * (size_t)n);
+        return;
+    }
+    activation_args t = {e, x, y, n};
+    /* one unit per value for the selects (bound by memory, as a copy); the ones with an exp cost
+     * several times more: threads pay from a quarter of the values */
+    const long unit = e->act == MRT_ACT_RELU || e->act == MRT_ACT_CLIP || e->act == MRT_ACT_LEAKY ||
+                              e->act == MRT_ACT_HARDSIGMOID || e->act == MRT_ACT_HARDSWISH
+                          ? MRT_ACT_CHUNK
+                          : 4 * MRT_ACT_CHUNK;
+    mrt_parallel_for((n + MRT_ACT_CHUNK - 1) / MRT_ACT_CHUNK, unit, nthreads, activation_task, &t);
+}
+
 void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int nthreads) {
 #ifdef MRT_HAVE_AVX2_BUILD
     if (layout_avx2()) {

@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 10
+#define MRT_ABI_VERSION 12
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -61,7 +61,8 @@ typedef enum {
     MRT_ACT_HARDSIGMOID = 6, /* max(0, min(1, a0 * x + a1)) */
     MRT_ACT_HARDSWISH = 7,   /* x * hardsigmoid(x, 1/6, 1/2) */
     MRT_ACT_GELU = 8,        /* 0.5 x (1 + erf(x / sqrt 2)) */
-    MRT_ACT_GELU_TANH = 9    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    MRT_ACT_GELU_TANH = 9,   /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    MRT_ACT_TANH = 10        /* tanh(x) */
 } mrt_act;
 
 /* A 2-D window operation over NCHW: input (n, c, h, w), output (n, m, oh, ow).  Padding is
@@ -279,6 +280,19 @@ void mrt_copy_rows_f32(const float *src, long src_ld, float *dst, long dst_ld, l
 #define MRT_BINARY_MUL 2
 #define MRT_BINARY_DIV 3
 void mrt_binary_f32(int op, const float *a, const float *b, float *y, long n, int nthreads);
+/* The same with one operand broadcast over rows: y and a are (rows, len), contiguous; b holds bmod
+ * values (a tensor whose trailing axes are 1: per channel, per image and channel, a scalar with
+ * rows 1 and bmod 1) and y[r, i] = a[r, i] op b[r % bmod].  With op | MRT_BINARY_COLUMNS b holds len
+ * values instead, y[r, i] = a[r, i] op b[i] (a trailing-axes operand, e.g. a bias over the last
+ * axis; bmod unused).  With op | MRT_BINARY_REVERSED the broadcast operand is the left one:
+ * y = b op a (Sub, Div).  y may be a, never b. */
+#define MRT_BINARY_REVERSED 4
+#define MRT_BINARY_COLUMNS 8
+void mrt_binary_rows_f32(int op, const float *a, const float *b, float *y, long rows, long len, long bmod,
+                         int nthreads);
+/* y[i] = act(x[i]) for i < n (e->act, e->a0, e->a1: the fused epilogues' activation code, bit for bit;
+ * e->bias and e->post_* unused); y may be x (in place), no other overlap. */
+void mrt_activation_f32(const mrt_epilogue *e, const float *x, float *y, long n, int nthreads);
 /* ConvTranspose with stride == kernel (g->kh x g->kw), no padding, dilation 1, one group: x (n, c, h, w),
  * wt (m*kh*kw, c) the weight (c, m, kh, kw) transposed, e->bias (m*kh*kw) per GEMM row or NULL,
  * y (n, m, h*kh, w*kw) = act(conv_transpose(x) + bias).  Returns 0, or -1 without scratch memory. */
@@ -369,6 +383,8 @@ typedef struct {
 #define MRT_CALL_BINARY_F32 14
 #define MRT_CALL_UPSAMPLE_NEAREST_F32 15
 #define MRT_CALL_RNN_F32 16
+#define MRT_CALL_BINARY_ROWS_F32 17
+#define MRT_CALL_ACTIVATION_F32 18
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -52,6 +52,12 @@ static int program_call(const mrt_call *call) {
         return 0;
     case MRT_CALL_RNN_F32:
         return mrt_rnn_f32(P(0), P(1), P(2), P(3), P(4), P(5), P(6), I(7));
+    case MRT_CALL_BINARY_ROWS_F32:
+        mrt_binary_rows_f32(I(0), P(1), P(2), P(3), L(4), L(5), L(6), I(7));
+        return 0;
+    case MRT_CALL_ACTIVATION_F32:
+        mrt_activation_f32(P(0), P(1), P(2), L(3), I(4));
+        return 0;
     default:
         return -100;
     }

@@ -121,7 +121,7 @@ def test_conv_transpose_tiles(every_isa, threads, xs, ws, bias):
     ("Sigmoid", (), lambda v: 1 / (1 + np.exp(-v))),
     ("Clip", (-0.5, 0.5), lambda v: np.clip(v, -0.5, 0.5)),
     ("LeakyRelu", (0.1,), lambda v: np.where(v < 0, 0.1 * v, v)),
-    ("Tanh", (), np.tanh),  # no native epilogue: applied after the tiles
+    ("Tanh", (), np.tanh),  # (the tiles kernel's epilogue: MRT_ACT_TANH)
 ])
 @pytest.mark.parametrize("xs,ws", TILE_CASES[:3])
 def test_fused_conv_transpose_activation(every_isa, threads, activation, params, fn, xs, ws):

@@ -32,7 +32,7 @@ def test_matmul(shape_a, shape_b, transposed, isa, threads):
     _close(got, ref)
 
 
-@pytest.mark.parametrize("activation", ["", "Relu", "Gelu", "GeluTanh", "HardSwish", "LeakyRelu"])
+@pytest.mark.parametrize("activation", ["", "Relu", "Gelu", "GeluTanh", "HardSwish", "LeakyRelu", "Tanh", "Sigmoid"])
 @pytest.mark.parametrize("residual", ["none", "full", "row"])
 def test_fused_matmul(activation, residual, isa, threads):
     rng = np.random.default_rng(1)

@@ -126,11 +126,13 @@ def _np_act(y, name, params):
         return np.clip(params[0] * y + params[1], 0, 1)
     if name == "HardSwish":
         return y * np.clip(y / 6 + 0.5, 0, 1)
+    if name == "Tanh":
+        return np.tanh(y.astype(np.float64))
     raise AssertionError(name)
 
 
 ACTS = [("", ()), ("Relu", ()), ("Clip", (0.0, 6.0)), ("LeakyRelu", (0.1,)), ("Sigmoid", ()), ("SiLU", ()),
-        ("HardSigmoid", (0.2, 0.5)), ("HardSwish", ())]
+        ("HardSigmoid", (0.2, 0.5)), ("HardSwish", ()), ("Tanh", ())]
 
 
 @pytest.mark.parametrize("act,params", ACTS, ids=[a or "none" for a, _ in ACTS])
@@ -161,7 +163,7 @@ def test_fused_epilogue(act, params, kind, residual, isa):
 def test_fused_declines_what_it_cannot_do():
     rng = np.random.default_rng(4)
     x, wt = _rand(rng, 1, 2, 5, 5), _rand(rng, 2, 2, 3, 3)
-    assert nn.conv_fused_native(x, wt, activation="Tanh") is None
+    assert nn.conv_fused_native(x, wt, activation="Softplus") is None  # (no native epilogue computes it)
     assert nn.conv_fused_native(x.astype(np.float64), wt.astype(np.float64)) is None
     assert nn.conv_fused_native(x[:, :, 0], wt[:, :, 0]) is None  # 1-D conv
     assert nn.conv_fused_native(x, wt, None, np.zeros((1, 2, 1, 1), np.float32)) is None  # broadcasting residual
