@@ -15,7 +15,8 @@ import minirt
 from minirt import native
 from minirt.builder import build_bytes
 from minirt.kernels import rnn as rnn_mod
-from tests.kernels.model_run import compare_node, minirt_run, reference_run, single_node
+from tests.kernels.model_run import compare_node, reference_run, single_node
+from tests.kernels.test_rnn import check_layout_1
 
 RNG = np.random.default_rng(11)
 
@@ -96,22 +97,7 @@ def test_layout_1(op, direction, lens, count_native):
     ins, hidden = _layer(op, direction, 3, lens=lens, init=True, peep=True, layout=1)
     n_out = 3 if op == "LSTM" else 2
     attrs = {"hidden_size": hidden, "direction": direction, "clip": 0.9}
-    model, feeds = single_node(op, ins, dict(attrs, layout=1), n_outputs=n_out, opset=14)
-    ins0 = list(ins)
-    ins0[0] = np.ascontiguousarray(ins[0].transpose(1, 0, 2))
-    for k in (5, 6):
-        if k < len(ins) and ins[k] is not None:
-            ins0[k] = np.ascontiguousarray(ins[k].transpose(1, 0, 2))
-    model0, feeds0 = single_node(op, ins0, attrs, n_outputs=n_out, opset=14)
-    expected = reference_run(model0, feeds0)
-    del model.graph.output[:]
-    model.graph.output.extend(
-        helper.make_tensor_value_info(f"out{i}", TensorProto.FLOAT, [None] * (4 if i == 0 else 3)) for i in range(n_out)
-    )
-    actual = minirt_run(model, feeds)
-    np.testing.assert_allclose(actual[0], expected[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-6)
-    for a, e in zip(actual[1:], expected[1:]):
-        np.testing.assert_allclose(a, e.transpose(1, 0, 2), rtol=1e-5, atol=1e-6)
+    check_layout_1(op, ins, attrs, n_out)
     _expect_native(count_native)
 
 
