@@ -1775,4 +1775,5 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
 }
 
 #include "index_copy.h"
+#include "broadcast_impl.h"
 #include "program_impl.h"
