@@ -220,6 +220,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         weight_pack=args.weight_pack,
         disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
+        input_values=args.input_value,
         quantize=args.quantize,
         calibration=args.calibration,
         calibration_method=args.calibration_method,
@@ -668,6 +669,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "report lists them)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                    help="fix an input's shape; repeatable")
+    p.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE",
+                   help="fix an input's value (NAME=16000, NAME=1,2,3 or NAME=FILE.npy): the graph is specialised "
+                        "for it (branches and shapes that depend on it fold away); the input stays, and runs "
+                        "must feed that value; repeatable")
     p.add_argument("--quantize", choices=["fp16", "int8-dynamic", "int8", "auto"], default=None,
                    help="fp16 weights (half the size), int8 with calibrated activations, int8 weights with "
                         "activations quantized at run time, or auto: the --target's default (rpi3/rpi4 "

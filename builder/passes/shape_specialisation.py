@@ -11,8 +11,11 @@ Rules:
   and the arithmetic on them into constants.  If inference fails, the
   previous shapes are restored: a model always keeps at least what it had.
 
-The pass runs its inference once per model (the first sweep); it is a no-op
-without input shapes.  Graphs holding minirt's own ops are never re-inferred
+The pass runs once per model (the first sweep); it is a no-op without input
+shapes.  After the first inference it folds constants (and constant ``If``s)
+and infers again, a few rounds while folding changes something: shapes that
+depend on folded shape arithmetic (a ``Pad`` whose pads come from ``Shape``)
+are known only then.  Graphs holding minirt's own ops are never re-inferred
 (ONNX inference does not know them), which is why this pass comes first.
 """
 from __future__ import annotations
@@ -21,6 +24,8 @@ import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
 from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.constant_folding import ConstantFolding
+from minirt.builder.passes.fold_constant_if import FoldConstantIf
 from minirt.builder.passes.manager import Pass
 
 
@@ -59,26 +64,49 @@ class ShapeSpecialisation(Pass):
             changed = apply_input_shapes(model, shapes)
             return changed
         changed = apply_input_shapes(model, shapes)
-        saved = {}
-        for graph in irh.graphs(model):
-            for node in graph:
-                for v in node.outputs:
-                    saved[id(v)] = (v, v.shape)
-                    v.shape = None
-        try:
-            result = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
-            ok = True
-        except Exception:  # noqa: BLE001
-            ok, result = False, None
-        if not ok:
-            for v, shape in saved.values():
-                v.shape = shape
+        inferred = _infer(model)
+        if inferred is None:
             self.refuse("shape inference", "<model>", "ONNX shape inference failed; kept the previous shapes")
             return changed
-        # Whatever inference could not recompute keeps its earlier shape.
+        changed |= inferred
+        # Fold what the new shapes made constant (Shape, Size, the arithmetic on them, an If on them) and
+        # infer again: a value past an op whose shape came from such arithmetic (a Pad whose pads are
+        # computed from a Shape, Silero's STFT front) gets its shape only then.  A few rounds suffice.
+        for _ in range(_REFOLD_ROUNDS):
+            folded = ConstantFolding(self.context).call(model).modified
+            folded |= FoldConstantIf(self.context).call(model).modified
+            if not folded or any(n.domain not in ("", "ai.onnx") for g in irh.graphs(model) for n in g):
+                break
+            changed = True
+            if not _infer(model):
+                break
+        return changed
+
+
+# Rounds of folding and re-inference after the first inference (each one only when the last folded something).
+_REFOLD_ROUNDS = 4
+
+
+def _infer(model: ir.Model) -> bool | None:
+    """ONNX shape inference with data propagation from scratch over every node output; True when a
+    shape changed, None when inference failed (the previous shapes are then restored).  Whatever
+    inference cannot recompute keeps its earlier shape."""
+    saved = {}
+    for graph in irh.graphs(model):
+        for node in graph:
+            for v in node.outputs:
+                saved[id(v)] = (v, v.shape)
+                v.shape = None
+    try:
+        result = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+    except Exception:  # noqa: BLE001
         for v, shape in saved.values():
-            if v.shape is None and shape is not None:
-                v.shape = shape
-            elif shape is not None and v.shape != shape:
-                changed = True
-        return changed or bool(result and result.modified)
+            v.shape = shape
+        return None
+    changed = False
+    for v, shape in saved.values():
+        if v.shape is None and shape is not None:
+            v.shape = shape
+        elif shape is not None and v.shape != shape:
+            changed = True
+    return changed or bool(result and result.modified)

@@ -65,40 +65,52 @@ def _map(op, type_code, shapes, out_shape):
 
 def broadcast_op(op_type: str, *operands, out=None):
     """``op_type`` (a key of :data:`OPS`) of the operands with numpy broadcasting, by one native call,
-    into ``out`` when it fits (the memory plan's buffer); or None.  Where: (condition, x, y)."""
+    into ``out`` when it fits (the memory plan's buffer); or None.  Where: (condition, x, y).
+
+    The checks and the map are made once per op and operand dtypes and shapes (:data:`_maps`): a call
+    in the steady state is one lookup, the result's allocation and the call."""
     if not _native.available:
         return None
     for a in operands:
         if type(a) is not np.ndarray or not a.flags.c_contiguous:
             return None
+    key = (op_type, *[(a.dtype, a.shape) for a in operands])
+    entry = _maps.get(key)
+    if entry is None:
+        if len(_maps) >= _MAPS_MAX:
+            _maps.clear()
+        entry = _maps[key] = _entry(op_type, operands)
+    if entry is False:
+        return None
+    m, shape, y_dtype = entry
+    y = out if (out is not None and out.shape == shape and out.dtype == y_dtype and out.flags.c_contiguous
+                and not any(np.may_share_memory(out, a) for a in operands)) else np.empty(shape, y_dtype)
+    a, b, c = (operands + (None, None))[:3]
+    _native.broadcast(m, a, b, c, y)
+    return _native.final(y)
+
+
+def _entry(op_type: str, operands) -> tuple | bool:
+    """(map, result shape, result dtype) of ``op_type`` over operands of these dtypes and shapes, or
+    False when the native path does not apply to them."""
     values = operands[1:] if op_type == "Where" else operands
     dtype = values[0].dtype
     code = _TYPES.get(dtype.name)
     if code is None or any(v.dtype != dtype for v in values):
-        return None
+        return False
     if op_type == "Where" and operands[0].dtype != np.bool_:
-        return None
+        return False
     if op_type in _LOGICAL and dtype != np.bool_ or op_type in _FLOAT_ONLY and dtype.kind != "f":
-        return None
+        return False
     if op_type in ("Add", "Sub", "Mul", "Max", "Min") and dtype == np.bool_:  # (numpy's bool arithmetic is logical)
-        return None
+        return False
     try:
         shape = np.broadcast_shapes(*(a.shape for a in operands))
     except ValueError:
-        return None
+        return False
     if 0 in shape:
-        return None
-    key = (op_type, code, tuple(a.shape for a in operands))
-    m = _maps.get(key, _maps)
-    if m is _maps:
-        if len(_maps) >= _MAPS_MAX:
-            _maps.clear()
-        m = _maps[key] = _map(OPS[op_type], code, [a.shape for a in operands], shape)
+        return False
+    m = _map(OPS[op_type], code, [a.shape for a in operands], shape)
     if m is None:
-        return None
-    y_dtype = np.dtype(bool) if op_type in _BOOL_RESULT else dtype
-    y = out if (out is not None and out.shape == shape and out.dtype == y_dtype and out.flags.c_contiguous
-                and not any(np.may_share_memory(out, a) for a in operands)) else np.empty(shape, y_dtype)
-    a, b, c = (list(operands) + [None, None])[:3]
-    _native.broadcast(m, a, b, c, y)
-    return _native.final(y)
+        return False
+    return m, shape, np.dtype(bool) if op_type in _BOOL_RESULT else dtype
