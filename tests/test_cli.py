@@ -314,8 +314,11 @@ def test_bench_json(tiny_mrt, capsys):
     r = json.loads(stdout)
     m = r["minirt"]
     assert r["inputs"] == {"x": {"dtype": "float32", "shape": [2, 4]}}
-    assert m["runs"] == 5 and 0 < m["min_s"] <= m["median_s"] <= m["p90_s"] <= m["max_s"]
-    assert m["load_s"] > 0 and m["nodes"] == 3 and m["overhead_per_node_us"] >= 0
+    assert m["runs"] == 5 and 0 < m["min_s"] <= m["median_s"] <= m["p90_s"] <= m["p99_s"] <= m["max_s"]
+    assert m["load_s"] > 0 and m["first_run_s"] > 0 and m["nodes"] == 3 and m["overhead_per_node_us"] >= 0
+    # time per op type, largest first, one entry per op type of the 3 nodes
+    assert sum(op["nodes"] for op in m["ops"]) == 3 and all(op["seconds"] > 0 for op in m["ops"])
+    assert [op["seconds"] for op in m["ops"]] == sorted((op["seconds"] for op in m["ops"]), reverse=True)
     assert m["peak_rss_bytes"] >= r["peak_rss_before_load_bytes"] > 1_000_000
     assert "onnxruntime" not in r and "ratio" not in r
 
@@ -323,9 +326,22 @@ def test_bench_json(tiny_mrt, capsys):
 def test_bench_text(tiny_mrt, capsys):
     code, stdout, _ = _run_cli(capsys, "bench", tiny_mrt, "--runs", "3", "--threads", "1")
     assert code == 0
-    for label in ("load", "median latency", "p90 latency", "per-node Python overhead", "peak RSS"):
+    for label in ("load", "first inference", "p50 latency", "p90 latency", "p99 latency", "time per op type",
+                  "per-node Python overhead", "peak RSS"):
         assert label in stdout
     assert "threads 1" in stdout
+
+
+def test_bench_plot_and_top(tiny_mrt, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "bench.png"
+    code, stdout, stderr = _run_cli(capsys, "bench", tiny_mrt, "--runs", "4", "--dim", "N=2", "--top", "1",
+                                    "--plot", plot)
+    assert code == 0, stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(top 1 of " in stdout
+    code, _, stderr = _run_cli(capsys, "bench", tiny_mrt, "--runs", "1", "--plot", tmp_path / "no" / "dir.png")
+    assert code == 2 and "cannot write" in stderr
 
 
 def test_bench_compare_with_onnxruntime(digits_mrt, capsys):
