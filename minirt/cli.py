@@ -332,6 +332,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as exc:
             raise CommandError(str(exc)) from None
         print(f"graph written to {args.graph}", file=sys.stderr)
+    if getattr(args, "onnx", None):
+        from minirt.format import reader
+        from minirt.tools.onnx_export import export
+
+        try:
+            export(reader.load(args.artifact), args.onnx)
+        except (RuntimeError, OSError) as exc:
+            raise CommandError(f"--onnx {args.onnx}: {exc}") from None
+        print(f"ONNX view written to {args.onnx} (open it in Netron)", file=sys.stderr)
     info = inspect_artifact(args.artifact)
     if args.json:
         _print_json(info)
@@ -754,6 +763,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("artifact", metavar="ART.mrt")
     p.add_argument("--json", action="store_true", help="machine-readable output with full metadata")
     p.add_argument("--graph", metavar="OUT.svg", help="also draw the main graph, nodes coloured by provider (.svg or .png)")
+    p.add_argument("--onnx", metavar="OUT.onnx",
+                   help="also export the optimized, partitioned graph as ONNX for Netron: shapes on the edges, "
+                        "provider, partition and precision in each node's metadata (needs onnx)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("verify", help="run every partition on the available providers and compare with the golden outputs")

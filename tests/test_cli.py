@@ -513,3 +513,52 @@ def test_build_providers_override_and_bench_times_the_cpu_alongside(tmp_path, ca
 def test_build_rejects_unknown_provider(tmp_path, capsys):
     code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "x.mrt", "--providers", "tpu,cpu")
     assert code == 2 and "tpu" in stderr and not (tmp_path / "x.mrt").exists()
+
+
+# --- inspect: the ONNX view for Netron and the graph drawing ----------------------
+
+
+def test_inspect_exports_an_onnx_view_with_shapes_providers_and_precision(tmp_path, capsys):
+    """The optimized, partitioned graph as ONNX: every node from the artifact, its provider and
+    partition (a tflite partition here) and its precision (int8 for the quantized build) in the
+    node's metadata, value shapes as value_info, weights as initializers."""
+    pytest.importorskip("ai_edge_litert")
+    name = onnx.load(DIGITS_ONNX).graph.input[0].name
+    from minirt.builder import build
+
+    cases = {"tflite": build(str(DIGITS_ONNX), None, providers="tflite,cpu", input_shapes={name: [1, 1, 8, 8]}),
+             "int8": build(str(DIGITS_ONNX), None, quantize="int8", calibration=str(DIGITS / "calibration.npz"))}
+    for kind, report in cases.items():
+        art_path = tmp_path / f"{kind}.mrt"
+        art_path.write_bytes(report.data)
+        out = tmp_path / f"{kind}.onnx"
+        code, _, stderr = _run_cli(capsys, "inspect", art_path, "--onnx", out)
+        assert code == 0 and "Netron" in stderr, stderr
+        view = onnx.load(out)
+        art = minirt.Session(str(art_path), providers=["cpu"]).artifact
+        assert [n.op_type for n in view.graph.node] == [art.operators[n.op_index].op_type
+                                                         for n in art.main_graph.nodes]
+        meta = [{p.key: p.value for p in n.metadata_props} for n in view.graph.node]
+        if kind == "tflite":
+            assert art.partitions and all(m["minirt.provider"] == "tflite" and m["minirt.partition"] == "0"
+                                          for m in meta[:art.partitions[0].node_count])
+        else:
+            assert any(n.op_type.startswith("Q") for n in view.graph.node)
+            assert all(m["minirt.precision"] == "int8" for n, m in zip(view.graph.node, meta) if n.op_type.startswith("Q"))
+        shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in view.graph.value_info}
+        assert shapes and all(dims for dims in shapes.values())
+        assert len(view.graph.initializer) == len(art.main_graph.initializers)
+
+
+def test_inspect_graph_boxes_show_result_shapes(digits_mrt, tmp_path, capsys):
+    out = tmp_path / "g.svg"
+    code, _, stderr = _run_cli(capsys, "inspect", digits_mrt, "--graph", out)
+    assert code == 0, stderr
+    text = out.read_text()
+    assert re.search(r">f32 \S*x10<", text)  # (the logits' box: float32, batch x 10)
+    assert "in: " in text and "out: " in text
+
+
+def test_inspect_onnx_into_a_missing_folder_is_a_clear_error(digits_mrt, tmp_path, capsys):
+    code, _, stderr = _run_cli(capsys, "inspect", digits_mrt, "--onnx", tmp_path / "no" / "view.onnx")
+    assert code == 2 and "--onnx" in stderr
