@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Touched after a successful install; re-install whenever pyproject.toml changes.
 STAMP := $(VENV)/.minirt-installed
+# `make demo` needs only the builder and onnxruntime (the demo extra); an up-to-date dev install has both.
+DEMO_STAMP := $(VENV)/.minirt-demo-installed
 
 .PHONY: all demo test clean distclean bench native test-arm64 arm64-shell fuzz
 
@@ -18,7 +20,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e '.[dev]'
 	touch $@
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -e '.[demo]'
+	touch $@
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	$(BIN)/minirt demo
 
 test: $(STAMP)

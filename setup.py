@@ -11,14 +11,30 @@ machine without a working C compiler still installs minirt: setuptools warns
 ("building extension ... failed") and the runtime falls back to its numpy
 kernels (``minirt info`` says so).
 """
+import os
+
 from setuptools import find_packages, setup
+
+# MINIRT_WHEEL=runtime builds the device wheel: the runtime alone (no builder, no targets: a device
+# runs artifacts, it does not build them) and no C sources (the compiled module is inside).  The
+# default builds everything, as `pip install -e .` and the extras need.
+RUNTIME_ONLY = os.environ.get("MINIRT_WHEEL", "").strip().lower() == "runtime"
 
 
 def _packages() -> list[str]:
     packages = find_packages(include=["minirt", "minirt.*"])
+    if RUNTIME_ONLY:
+        return packages
     for folder in ("builder", "targets"):  # installed as minirt.<folder> (pyproject.toml: package-dir)
         packages += ["minirt." + name for name in find_packages(include=[folder, folder + ".*"])]
     return packages
 
 
-setup(packages=_packages(), cffi_modules=["minirt/native/build_native.py:ffibuilder"])
+# (kernels.h stays: the runtime reads the ABI version it expects from it)
+# (a header kernels.c includes is named *_impl.h or q*.h; tests/test_runtime_wheel.py checks that only
+# kernels.h is left)
+# (and the demo's model and data: a device runs its own artifacts)
+_SOURCES = {"minirt.native": ["*.c", "*_impl.h", "q*.h"], "minirt.demo": ["*.onnx", "*.npz"]} if RUNTIME_ONLY else {}
+
+setup(packages=_packages(), exclude_package_data=_SOURCES,
+      cffi_modules=["minirt/native/build_native.py:ffibuilder"])

@@ -107,7 +107,8 @@ def parse_input_shapes(specs: Mapping[str, Any] | list[str] | None) -> dict[str,
             name, sep, dims = str(spec).rpartition("=")
             if not sep or not name:
                 raise BuildError(f"--input-shape {spec!r}: expected NAME=DIMxDIMx..., e.g. image=1x3x224x224")
-            items.append((name, dims.split("x") if dims else []))
+            # (1x3x224x224, or with commas as numpy prints shapes: 1,3,224,224)
+            items.append((name, dims.replace(",", "x").split("x") if dims.strip("[]()") else []))
     out = {}
     for name, dims in items:
         try:
@@ -390,6 +391,17 @@ def build(
         weight_pack = profile.build_defaults()["weight_pack"]
     if weight_pack and weight_pack not in PANEL_WIDTHS:
         raise BuildError(f"weight_pack must be 0 (off) or a panel width in {PANEL_WIDTHS}, got {weight_pack!r}")
+    # Mistakes found before the (possibly long) build: a model file, an output folder, calibration or eval
+    # data that is not there.
+    if isinstance(model, (str, os.PathLike)) and not os.path.exists(model):
+        raise BuildError(f"{os.fspath(model)}: no such file")
+    if out_path is not None:
+        out_dir = os.path.dirname(os.path.abspath(os.fspath(out_path)))
+        if not os.path.isdir(out_dir):
+            raise BuildError(f"output folder {out_dir} does not exist")
+    for what, data in (("--calibration", calibration), ("--eval", eval_data)):
+        if isinstance(data, (str, os.PathLike)) and not os.path.exists(data):
+            raise BuildError(f"{what} {os.fspath(data)}: no such file or folder")
     if quantize == "auto":
         quantize = _auto_quantize(profile, calibration, say)
     shapes = parse_input_shapes(input_shapes)

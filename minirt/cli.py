@@ -46,7 +46,7 @@ from minirt.tools.timing import fmt_bytes, fmt_seconds
 from minirt.vocabulary import ACCELERATORS, CPU
 
 _PROVIDER_NAMES = ", ".join((*ACCELERATORS, CPU))  # the provider table (minirt/vocabulary.py), the CPU last
-DIGITS_DIR = Path(__file__).resolve().parents[1] / "examples" / "digits"
+DIGITS_DIR = Path(__file__).resolve().parent / "demo"  # (package data: the demo runs after pip install too)
 _TEXT_VALUE_WIDTH = 72  # metadata values longer than this are abbreviated in text mode
 
 
@@ -573,7 +573,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     calibration = DIGITS_DIR / "calibration.npz"
     for path in (model, heldout, calibration):
         if not path.is_file():
-            raise CommandError(f"{path}: demo file missing (the demo runs from a source checkout of minirt)")
+            raise CommandError(f"{path}: demo file missing (this minirt was installed without its demo data: "
+                               f"the device wheel leaves it out; pip install 'minirt[demo]' has it)")
     builder = _import_builder()
     with np.load(heldout) as data:
         images, labels = data["image"], data["label"]

@@ -562,3 +562,52 @@ def test_inspect_graph_boxes_show_result_shapes(digits_mrt, tmp_path, capsys):
 def test_inspect_onnx_into_a_missing_folder_is_a_clear_error(digits_mrt, tmp_path, capsys):
     code, _, stderr = _run_cli(capsys, "inspect", digits_mrt, "--onnx", tmp_path / "no" / "view.onnx")
     assert code == 2 and "--onnx" in stderr
+
+
+# --- papercuts (issue 21): each a clear error, early, or accepted -----------------
+
+
+def test_run_shape_that_contradicts_a_dim_is_an_error(digits_mrt, capsys):
+    code, _, stderr = _run_cli(capsys, "run", digits_mrt, "--shape", "image=3x1x8x8", "--dim", "batch=2")
+    assert code == 2 and "--dim batch=2" in stderr and "dimension 0 is 3" in stderr
+    code, stdout, _ = _run_cli(capsys, "run", digits_mrt, "--shape", "image=2x1x8x8", "--dim", "batch=2")
+    assert code == 0 and "logits  float32[2, 10]" in stdout
+
+
+def test_build_accepts_input_shapes_with_commas(tmp_path, capsys):
+    out = tmp_path / "d.mrt"
+    code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", out, "--input-shape", "image=2,1,8,8")
+    assert code == 0, stderr
+    assert minirt.Session(str(out)).get_inputs()[0].shape == [2, 1, 8, 8]
+
+
+def test_build_errors_that_need_no_model_come_before_loading_it(tmp_path, capsys, monkeypatch):
+    """A missing output folder or calibration file is reported without loading the model first."""
+    import importlib
+
+    build_mod = importlib.import_module("minirt.builder.build")  # (the module; minirt.builder.build is the function)
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before the argument error was found")
+
+    monkeypatch.setattr(build_mod, "load_model", no_load)
+    code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "no" / "d.mrt")
+    assert code == 2 and "output folder" in stderr and "does not exist" in stderr
+    code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "d.mrt", "--quantize", "int8",
+                               "--calibration", tmp_path / "missing.npz")
+    assert code == 2 and "--calibration" in stderr and "missing.npz: no such file" in stderr
+
+
+def test_calibration_samples_stacked_on_the_batch_axis_are_split(tmp_path, capsys):
+    """One .npz of 16 images for a model built with batch 1: 16 calibration feeds, not one refused batch."""
+    with np.load(DIGITS / "calibration.npz") as f:
+        key = f.files[0]
+        images = f[key]
+    stacked = tmp_path / "stacked.npz"
+    np.savez(stacked, image=images[:16].reshape(16, 1, 8, 8))
+    out = tmp_path / "q.mrt"
+    code, stdout, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", out, "--input-shape", "image=1x1x8x8",
+                                    "--quantize", "int8", "--calibration", stacked, "--json")
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    assert report["quantization"]["calibration_feeds"] == 16

@@ -40,7 +40,7 @@ import onnx_ir as ir
 from minirt.builder.errors import BuildError
 from minirt.builder.quantize import _run
 from minirt.builder.quantize.bias_correction import correct_biases, mean_inputs
-from minirt.builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds
+from minirt.builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds, split_stacked_feeds
 from minirt.builder.quantize import passes as quant_passes
 from minirt.builder.quantize.candidates import find_candidates
 from minirt.builder.quantize.qir import Candidate, QuantContext
@@ -273,12 +273,21 @@ class _Data:
         return compare(self.ref, _run.run_all(_run.session(candidate), self.evals), self.labels)
 
 
+def _declared_batches(model: ir.Model) -> dict:
+    """Input name -> its declared first dimension, for the inputs where that is a fixed number."""
+    out = {}
+    for v in model.graph.inputs:
+        if v.shape is not None and len(v.shape) and isinstance(v.shape[0], int) and v.shape[0] > 0:
+            out[v.name] = v.shape[0]
+    return out
+
+
 def _load_data(model: ir.Model, mode: str, calibration: Any, opts: QuantizeOptions,
                report: QuantizationReport) -> _Data:
     """Calibration and eval feeds (checked against the model's input shapes) and the float reference."""
     t0 = time.perf_counter()
     names = _input_names(model)
-    calib = load_feeds(calibration, names, opts.calibration_spec)
+    calib = split_stacked_feeds(load_feeds(calibration, names, opts.calibration_spec), _declared_batches(model))
     if opts.max_feeds is not None:
         calib = Feeds(calib[: opts.max_feeds], calib.labels[: opts.max_feeds])
     if mode == "int8" and not calib:

@@ -110,6 +110,30 @@ def _image_feed(folder: str, files: list[str], spec: Mapping, input_names: list[
     return feeds
 
 
+def split_stacked_feeds(feeds: Feeds, batches: Mapping[str, int]) -> Feeds:
+    """Feeds whose arrays hold several samples stacked on the batch axis, for a model whose inputs
+    declare a fixed batch (``batches``: input name -> that size, e.g. 1), as that many feeds of the
+    declared batch: an .npz of 64 images for a batch-1 model is 64 calibration feeds.  A feed whose
+    inputs do not all hold the same whole number of declared batches is kept as it is (the shape check
+    that follows names what is wrong)."""
+    if not batches:
+        return feeds
+    out = Feeds()
+    for feed, label in zip(feeds, feeds.labels):
+        counts = {k: (v.shape[0] // batches[k] if v.ndim and v.shape[0] % batches[k] == 0 else 0)
+                  for k, v in feed.items() if k in batches}
+        n = next(iter(counts.values()), 0)
+        if not counts or n <= 1 or any(c != n for c in counts.values()) or len(counts) != len(feed):
+            out.append(feed)
+            out.labels.append(label)
+            continue
+        lab = None if label is None else np.asarray(label).reshape(-1)
+        for i in range(n):
+            out.append({k: v[i * batches[k]:(i + 1) * batches[k]] for k, v in feed.items()})
+            out.labels.append(None if lab is None or lab.size != n else lab[i:i + 1])
+    return out
+
+
 def load_feeds(source: Any, input_names: list[str], spec: Mapping | str | None = None) -> Feeds:
     """Calibration/eval data as a list of feed dicts (see the module docstring)."""
     if source is None:

@@ -1,6 +1,6 @@
 /* Elementwise operations with numpy broadcasting over any operand shapes, for the types real graphs
  * compute masks, indices and shapes in (float32 / float64 / int32 / int64 / bool), compiled once.
- * Included by kernels.c after index_copy.h (whose CAST_* type codes it uses).
+ * Included by kernels.c after index_copy_impl.h (whose CAST_* type codes it uses).
  *
  * mrt_broadcast: y[i] = op(a[i], b[i][, c[i]]) over y's shape (the map's), each operand read through
  *   its own element strides per axis (0 along an axis it is broadcast over).  Python builds the map

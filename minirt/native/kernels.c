@@ -1774,6 +1774,6 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
     return 0;
 }
 
-#include "index_copy.h"
+#include "index_copy_impl.h"
 #include "broadcast_impl.h"
 #include "program_impl.h"

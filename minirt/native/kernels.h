@@ -335,7 +335,7 @@ typedef struct {
 int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, const float *h0, const float *c0,
                 float *y, float *state, int nthreads);
 
-/* ------------------------------------------------------------------ data movement (index_copy.h)
+/* ------------------------------------------------------------------ data movement (index_copy_impl.h)
  *
  * mrt_index_copy: y[i_0, ..., i_{r-1}] = x[offsets[0][i_0] + ... + offsets[r-1][i_{r-1}]] for the
  * C-contiguous y of the map's shape, in elements of `elem` bytes; an offset < 0 on any axis makes

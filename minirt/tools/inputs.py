@@ -175,6 +175,14 @@ def make_feed(
         known = ", ".join(sorted(symbols)) or "none: every dimension is fixed"
         raise InvalidArgument(f"--dim names {unknown}, which no input uses (symbolic dimensions: {known})")
     resolved = {**_symbols_from_given(args, given), **dims}
+    # a --shape that contradicts a --dim for one of the input's symbolic dimensions: say so (neither wins)
+    for arg in args:
+        if arg.name in shapes and arg.shape is not None and len(arg.shape) == len(shapes[arg.name]):
+            for axis, (sym, size) in enumerate(zip(arg.shape, shapes[arg.name])):
+                if isinstance(sym, str) and sym in dims and dims[sym] != size:
+                    raise InvalidArgument(
+                        f"--shape {arg.name}: dimension {axis} is {size}, but --dim {sym}={dims[sym]} sets that "
+                        f"dimension ({sym!r}) to {dims[sym]}; give one or make them agree")
     rng = np.random.default_rng(seed)
     feed: dict[str, np.ndarray] = {}
     for arg in args:
