@@ -102,7 +102,7 @@ main() {
     cp "$repo/examples/digits/heldout.npz" "$stage/tests/examples/digits/"
     rm -f "$stage/tests/examples/raspberry_pi/digits.mrt"
     find "$stage" -name __pycache__ -type d -prune -exec rm -rf {} +
-    cp "$here/native_report.py" "$stage/"
+    cp "$here/native_report.py" "$here/install_size.py" "$stage/"
     printf '[pytest]\naddopts = -ra -p no:cacheprovider\n' > "$stage/tests/pytest.ini"
 
     mount_chroot "$root"
@@ -131,6 +131,7 @@ main() {
     for cpu in cortex-a53:rpi3 cortex-a72:rpi4 cortex-a76:rpi5; do
         in_chroot "$root" sh -c "QEMU_CPU=${cpu%%:*} python3 /opt/minirt/native_report.py ${cpu#*:}"
     done
+    in_chroot "$root" sh -c "cd /opt/minirt/tests && python3 /opt/minirt/install_size.py"
     echo "================================================"
 
     numpy_version="$(in_chroot "$root" dpkg-query -W -f='${Version}' python3-numpy | sed -E 's/^[0-9]+://; s/-.*//')"
