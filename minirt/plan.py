@@ -92,8 +92,78 @@ class BoundSubgraph:
             env[slot] = self._outer[outer_slot]
         for slot, value in zip(plan.graph.inputs, inputs):
             env[slot] = value
-        plan.execute(env)
-        return [env[v] for v in plan.graph.outputs]
+        if plan.memory is None:
+            plan.execute(env)
+            return [env[v] for v in plan.graph.outputs]
+        return plan.memory.run(plan, env)
+
+
+class SubgraphMemory:
+    """Memory plans and native programs of one If / Loop / Scan body (D76), as the session keeps them
+    for its main graph (D17, D32): per signature of the body's inputs and captures (shapes, dtypes),
+    the first run records the shapes, the next ones run on an arena (``ArenaPlan``), the one after
+    records the native program, and later runs replay it: a Loop of fixed-shape iterations runs its
+    body from C.  Anything that is not a numpy array (sequences, optionals) runs the nodes plainly.
+    At most ``MAX_SIGNATURES`` signatures are kept (then new ones run plainly)."""
+
+    __slots__ = ("native_program", "_plans", "_lock")
+    MAX_SIGNATURES = 8
+
+    def __init__(self, native_program: bool):
+        import threading
+
+        self.native_program = native_program
+        self._plans: dict = {}  # signature -> ArenaPlan, or None (nothing to place)
+        self._lock = threading.Lock()
+
+    def summary(self) -> list:
+        """Per kept signature: the program of an idle arena ("N native calls" or why not), or None."""
+        return [None if a is None else a.program_summary() for a in list(self._plans.values())]
+
+    def run(self, plan: "Plan", env: list) -> list:
+        slots = plan.graph.inputs + tuple(v for v, _ in plan.capture_map)
+        sig = []
+        for v in slots:
+            a = env[v]
+            if type(a) is not np.ndarray:
+                plan.execute(env)
+                return [env[v] for v in plan.graph.outputs]
+            sig.append((a.shape, a.dtype))
+        sig = tuple(sig)
+        aplan = self._plans.get(sig, _NOT_PLANNED)
+        if aplan is _NOT_PLANNED:
+            if len(self._plans) >= self.MAX_SIGNATURES:
+                plan.execute(env)
+                return [env[v] for v in plan.graph.outputs]
+            record = [None] * len(plan.steps)
+            plan.execute(env, None, record)
+            placed = any(r is not None for r in record)
+            with self._lock:
+                self._plans.setdefault(sig, arena.ArenaPlan(plan, record) if placed else None)
+            return [env[v] for v in plan.graph.outputs]
+        if aplan is None:
+            plan.execute(env)
+            return [env[v] for v in plan.graph.outputs]
+        box = aplan.checkout()
+        try:
+            program = box.program
+            threads = _native.threads()
+            if type(program) is _program.Program and self.native_program and program.usable(threads):
+                results = plan.replay(program, env, plan.graph.outputs)
+                if results is not None:
+                    return results
+            if self.native_program and not MEMPLAN_CHECK and (
+                    program is None or type(program) is _program.Program and not program.usable(threads)):
+                box.program = plan.record_program(env, box, threads)
+                # every output copied: the buffers a program writes outside the arena are its own
+                return [np.array(env[v], copy=True) for v in plan.graph.outputs]
+            plan.execute(env, box, None)
+            return [np.array(env[v], copy=True) if v in aplan.copy_outputs else env[v] for v in plan.graph.outputs]
+        finally:
+            aplan.checkin(box)
+
+
+_NOT_PLANNED = object()
 
 
 def _seed_packed_weights(artifact: reader.Artifact, initializers, constants) -> None:
@@ -153,6 +223,15 @@ class Plan:
             self.capture_map = tuple(cmap)
         self.steps = self._compile(graph_index)
         self.calls = tuple(step.call for step in self.steps)  # the unplanned call of every step, in order
+        # a subgraph's memory plans and programs (SubgraphMemory), set by the session: None runs it plainly
+        self.memory: "SubgraphMemory | None" = None
+
+    def subgraph_plans(self):
+        """Every subgraph plan under this one (depth first)."""
+        for step in self.steps:
+            for _name, sub in step.subgraphs:
+                yield sub
+                yield from sub.subgraph_plans()
 
     def new_env(self) -> list:
         """A fresh list of slots for one run: the constants in place, None elsewhere (and in the None slot)."""
@@ -380,7 +459,8 @@ class Plan:
         """Run every step over ``env`` with ``arena``'s buffers, recording the native calls they make;
         returns the native program that replays them, or why there is none (D32).  ``threads``: the
         session's setting the calls were made with."""
-        inputs = {v: env[v] for v in self.graph.inputs}  # (the run frees them after their last reader)
+        # (the run frees them after their last reader; a subgraph's captures are inputs of its runs too)
+        inputs = {v: env[v] for v in (*self.graph.inputs, *(c for c, _ in self.capture_map))}
         with _program.Recorder() as recorder:
             self._execute_planned(env, arena.outs, None, None, recorder)
         return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs},
@@ -401,7 +481,7 @@ class Plan:
         or None when it cannot take these inputs (one is not C-contiguous): the nodes then run."""
         failed = program.run(env)
         if failed == -1:
-            return program.results(out_slots)
+            return program.results(out_slots, env)
         if failed >= 0 and program.rc[0] in _BAD_DATA:
             return None  # (the nodes run again, one by one, and the node's own kernel reports the data)
         if failed >= 0:
@@ -477,6 +557,6 @@ class ReplayShortcut:
                 return None
             if program.run(env) != -1:
                 return None  # (the general path runs the nodes, or raises the failure naming its node)
-            return program.results(self.outputs)
+            return program.results(self.outputs, env)
         finally:
             aplan.checkin(arena)

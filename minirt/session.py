@@ -283,6 +283,10 @@ class Session:
             native_program = os.environ.get("MINIRT_NATIVE_PROGRAM", "").strip().lower() not in (
                 "0", "false", "no", "off")
         self.native_program = bool(native_program)
+        # If / Loop / Scan bodies: memory plans and native programs of their own (D76)
+        if self.memory_plan:
+            for sub in self._plan.subgraph_plans():
+                sub.memory = plan_mod.SubgraphMemory(self.native_program)
         # Every input a tensor of one fixed shape and dtype (checked by _bind_inputs): then every feed
         # has the same signature and computing it per run is wasted time.
         self._static_inputs = all(
@@ -765,6 +769,11 @@ class Session:
                             arenas=p.arenas, native_program=p.program_summary())
             out.append(info)
         return out
+
+    def subgraph_programs(self) -> dict:
+        """Per If / Loop / Scan body (graph name): the native program of each input signature it ran
+        with (D76): "N native calls", why there is none, or None (not recorded yet, or nothing placed)."""
+        return {sub.graph.name: sub.memory.summary() for sub in self._plan.subgraph_plans() if sub.memory is not None}
 
     def _collect(self, out_slots, env, feed, copy_outputs) -> list:
         results = []

@@ -385,8 +385,10 @@ def test_build_accepts_inputs_arena_and_earlier_results_and_refuses_anything_els
         bad = [(name, args, reads, ((1, target),))]  # (classified only, never run)
         assert "writes into a model input or constant" in program.build(
             _recorder_with(bad), {0: x}, {1: arena}, constants, span)
-    # an output that no recorded call made
-    assert "graph output" in program.build(_recorder_with(calls), {0: x}, {1: x}, [], span)
+    # an output that no recorded call made (an input passed through as is is one: taken from each run)
+    assert "graph output" in program.build(_recorder_with(calls), {0: x}, {1: x.copy()}, [], span)
+    passed = program.build(_recorder_with(calls), {0: x}, {1: x}, [], span)
+    assert passed.aliases == {1: 0} and passed.results([1], [x2, None])[0].tolist() == x2.tolist()
 
 
 def _pool2x2(x):

@@ -88,19 +88,22 @@ def _prepare(shape, tables, itemsize, fill=0):
     return _native.index_map(shape, tables, itemsize, fill)
 
 
-def _run(m, x, shape, dtype, out):
+def _run(m, x, shape, dtype, out, final: bool):
     if m is None:
         return None
     y = out if (out is not None and out.shape == tuple(shape) and out.dtype == dtype and out.flags.c_contiguous
                 and not np.may_share_memory(out, x)) else np.empty(shape, dtype=dtype)
     if y.size:
         _native.index_copy(m, x, y)
-    return _native.final(y)
+    # (declared the node's result only when the map follows from constants: a map made from computed
+    # starts, pads or shapes holds this run's values, which a replay would reuse)
+    return _native.final(y) if final else y
 
 
-def copy_of_view(view, base, out=None, shape=None):
+def copy_of_view(view, base, out=None, shape=None, final: bool = True):
     """A C-contiguous copy of ``view`` (a numpy view whose memory lies in the C-contiguous ``base``),
-    into ``out`` when it fits (the memory plan's buffer), declared the node's result; or None.
+    into ``out`` when it fits (the memory plan's buffer), declared the node's result unless ``final``
+    is False (the view came from computed parameters: starts, shapes); or None.
     ``shape``: the result's shape when it is a reshape of the copy (the same number of elements)."""
     if not _usable(base) or type(view) is not np.ndarray or view.size == 0 or view.dtype != base.dtype:
         return None
@@ -119,7 +122,7 @@ def copy_of_view(view, base, out=None, shape=None):
         tables[0] = tables[0] + lowest
         return _prepare(view.shape or (1,), tables, item)
 
-    return _run(_cached(key, make), base, view.shape if shape is None else shape, base.dtype, out)
+    return _run(_cached(key, make), base, view.shape if shape is None else shape, base.dtype, out, final)
 
 
 def _source_index(n_out: int, begin: int, n_in: int, mode: str) -> np.ndarray:
@@ -140,9 +143,9 @@ def _source_index(n_out: int, begin: int, n_in: int, mode: str) -> np.ndarray:
     return np.where(r < n_in, r, period - r)
 
 
-def pad_copy(x, width, mode: str, value):
+def pad_copy(x, width, mode: str, value, final: bool = True):
     """Pad of the C-contiguous ``x`` by ``width`` ((begin, end) per axis; negative values crop, and the
-    modes read the kept part), or None."""
+    modes read the kept part), or None; declared the node's result when ``final`` (constant pads)."""
     if not _usable(x) or mode not in ("constant", "edge", "reflect", "wrap"):
         return None
     try:
@@ -164,11 +167,12 @@ def pad_copy(x, width, mode: str, value):
             tables.append(np.where(src >= 0, (src + lo) * (st // x.itemsize), -1))
         return _prepare(shape, tables, x.itemsize, fill)
 
-    return _run(_cached(key, make), x, shape, x.dtype, None)
+    return _run(_cached(key, make), x, shape, x.dtype, None, final)
 
 
-def tile_copy(x, reps):
-    """Tile of ``x`` by ``reps`` (one count per axis, each > 0), or None."""
+def tile_copy(x, reps, final: bool = True):
+    """Tile of ``x`` by ``reps`` (one count per axis, each > 0), or None; declared the node's result when
+    ``final`` (constant repeats)."""
     if not _usable(x) or x.ndim == 0:
         return None
     shape = tuple(n * r for n, r in zip(x.shape, reps))
@@ -179,7 +183,7 @@ def tile_copy(x, reps):
         return _prepare(shape, [np.mod(np.arange(n_out, dtype=np.int64), n) * st
                                 for n_out, n, st in zip(shape, x.shape, strides)], x.itemsize)
 
-    return _run(_cached(key, make), x, shape, x.dtype, None)
+    return _run(_cached(key, make), x, shape, x.dtype, None, final)
 
 
 def gather_copy(data, indices, axis: int, out=None):

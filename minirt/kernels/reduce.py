@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from minirt import native as _native
-from minirt.kernels.registry import kernel
+from minirt.kernels.registry import is_constant, kernel
 
 _F32 = np.dtype(np.float32)
 
@@ -157,7 +157,8 @@ def _reduce_native(op: str, x, axes, keepdims: int, noop_with_empty_axes: int, o
     else:
         y = np.empty(shape, _F32)
     _native.reduce(op, x, y, outer, n, inner)
-    return _native.final(y)
+    # (axes given as a computed input: this run's axes, which a replay would reuse: not declared)
+    return _native.final(y) if is_constant(axes) or isinstance(axes, (tuple, list)) else y
 
 
 def _register(op: str, fn, input_since: int) -> None:
@@ -199,7 +200,7 @@ def _mean_native(x, axes, keepdims: int, noop_with_empty_axes: int, out):
     else:
         y = np.empty(shape, _F32)
     _native.plane_means(x, y)
-    return _native.final(y)
+    return _native.final(y) if is_constant(axes) or isinstance(axes, (tuple, list)) else y
 
 
 @kernel("ReduceMean", since=1, out=True)

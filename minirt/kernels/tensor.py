@@ -19,7 +19,7 @@ from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
 from minirt.kernels._native_copies import copy_of_view, gather_copy, pad_copy, tile_copy
-from minirt.kernels.registry import NodeContext, kernel
+from minirt.kernels.registry import NodeContext, is_constant, kernel
 
 # --------------------------------------------------------------------------- helpers
 
@@ -341,7 +341,9 @@ def concat(*inputs, axis: int | None = None, out=None):
     return _concat(inputs, axis, out) if y is None else _native.final(y)  # (a program may replay it)
 
 
-def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n_outputs: int, uneven: bool) -> tuple:
+def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n_outputs: int, uneven: bool, final: bool = True) -> tuple:
+    """``final``: the sizes are constants (attributes, constant inputs): the copies may be declared the
+    node's results, which a native program replays."""
     axis = _axis(axis, x.ndim)
     dim = x.shape[axis]
     if sizes:
@@ -369,17 +371,17 @@ def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n_outputs: int, un
         return tuple(parts)  # (parts of x's memory: a native program keeps them as views)
     # parts across the rows of x (channels of a batch, halves of a last axis): contiguous copies, each
     # one native call, so that a program can replay the node
-    copies = tuple(p if p.size == 0 else copy_of_view(p, x) for p in parts)
+    copies = tuple(p if p.size == 0 else copy_of_view(p, x, final=False) for p in parts)
     if any(c is None for c in copies):
         return tuple(parts)
-    return _native.final(copies)
+    return _native.final(copies) if final else copies
 
 
 @kernel("Split", since=1, context=True)
 def split_1(x, split_input=None, /, *, axis: int = 0, split: tuple = (), ctx: NodeContext):
     # Opset 1 accepted the sizes either as the 'split' attribute or as a second input.
     sizes = _ints(split_input, "Split split") if split_input is not None else list(split)
-    return _split(x, axis, sizes, ctx.n_outputs, False)
+    return _split(x, axis, sizes, ctx.n_outputs, False, is_constant(split_input))
 
 
 @kernel("Split", since=2, context=True)
@@ -389,7 +391,7 @@ def split_2(x, *, axis: int = 0, split: tuple = (), ctx: NodeContext):
 
 @kernel("Split", since=13, context=True)
 def split_13(x, split=None, /, *, axis: int = 0, ctx: NodeContext):
-    return _split(x, axis, _ints(split, "Split split"), ctx.n_outputs, False)
+    return _split(x, axis, _ints(split, "Split split"), ctx.n_outputs, False, is_constant(split))
 
 
 @kernel("Split", since=18, context=True)
@@ -398,7 +400,7 @@ def split_18(x, split=None, /, *, axis: int = 0, num_outputs: int | None = None,
         raise ValueError("Split: give either the split input or num_outputs, not both")
     if num_outputs is not None and num_outputs != ctx.n_outputs:
         raise ValueError(f"Split: num_outputs={num_outputs} but node has {ctx.n_outputs} outputs")
-    return _split(x, axis, _ints(split, "Split split"), ctx.n_outputs, True)
+    return _split(x, axis, _ints(split, "Split split"), ctx.n_outputs, True, is_constant(split))
 
 
 def _squeeze(x: np.ndarray, axes: list[int]) -> np.ndarray:
@@ -586,7 +588,9 @@ def scatter_nd(data, indices, updates, *, reduction: str = "none"):
 # --------------------------------------------------------------------------- slicing / copying
 
 
-def _slice(x: np.ndarray, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None):
+def _slice(x: np.ndarray, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None,
+           final: bool = True):
+    """``final``: starts, ends, axes and steps are constants: a copy may be declared the node's result."""
     if len(starts) != len(ends):
         raise ValueError(f"Slice: {len(starts)} starts but {len(ends)} ends")
     axes = list(range(len(starts))) if not axes else _axes(axes, x.ndim, "Slice axes")
@@ -603,7 +607,7 @@ def _slice(x: np.ndarray, starts: list[int], ends: list[int], axes: list[int] | 
     view = x[tuple(index)]
     if view.flags.c_contiguous or view.size == 0:
         return view  # (a part of x's memory, as is)
-    y = copy_of_view(view, x)  # rows of x: one native copy, which a program can replay
+    y = copy_of_view(view, x, final=final)  # rows of x: one native copy, which a program can replay
     return view if y is None else y
 
 
@@ -620,6 +624,7 @@ def slice_(x, starts, ends, axes=None, steps=None, /):
         _ints(ends, "Slice ends"),
         _ints(axes, "Slice axes") if axes is not None else None,
         _ints(steps, "Slice steps") if steps is not None else None,
+        is_constant(starts, ends, axes, steps),
     )
 
 
@@ -632,7 +637,7 @@ def expand(x, shape):
         raise ValueError(f"Expand: shape {x.shape} cannot broadcast to {target}") from None
     check_alloc(out_shape, x.dtype, "Expand output")
     view = np.broadcast_to(x, out_shape)
-    y = copy_of_view(view, x)
+    y = copy_of_view(view, x, final=is_constant(shape))
     return view.copy() if y is None else y
 
 
@@ -642,14 +647,15 @@ def tile(x, repeats):
     if len(reps) != x.ndim or min(reps, default=0) < 0:
         raise ValueError(f"Tile: repeats {reps} must be {x.ndim} non-negative values")
     check_alloc([d * r for d, r in zip(x.shape, reps)], x.dtype, "Tile output")
-    y = tile_copy(x, reps) if min(reps, default=0) > 0 else None
+    y = tile_copy(x, reps, is_constant(repeats)) if min(reps, default=0) > 0 else None
     return np.tile(x, reps) if y is None else y
 
 
 _NP_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
-def _pad(x: np.ndarray, pads: list[int], mode: str, value, axes: list[int] | None) -> np.ndarray:
+def _pad(x: np.ndarray, pads: list[int], mode: str, value, axes: list[int] | None, final: bool = True) -> np.ndarray:
+    """``final``: pads, value and axes are constants: the native copy may be declared the node's result."""
     np_mode = _NP_PAD_MODES.get(mode)
     if np_mode is None:
         raise ValueError(f"Pad: unsupported mode {mode!r}")
@@ -674,7 +680,7 @@ def _pad(x: np.ndarray, pads: list[int], mode: str, value, axes: list[int] | Non
                 if (b or e) and max(b, e) >= x.shape[d]:
                     raise ValueError(f"Pad: reflect pad {max(b, e)} must be smaller than dimension {x.shape[d]}")
     if x.size:  # (one native copy from the uncropped input, which a program can replay)
-        y = pad_copy(whole, [tuple(w) for w in width], np_mode, value)
+        y = pad_copy(whole, [tuple(w) for w in width], np_mode, value, final)
         if y is not None:
             return y
     if np_mode == "constant":
@@ -695,14 +701,16 @@ def _pad_value(x: np.ndarray, constant_value):
 
 @kernel("Pad", since=11)
 def pad_11(x, pads, constant_value=None, /, *, mode: str = "constant"):
-    return _pad(x, _ints(pads, "Pad pads"), mode, _pad_value(x, constant_value), None)
+    return _pad(x, _ints(pads, "Pad pads"), mode, _pad_value(x, constant_value), None,
+                is_constant(pads, constant_value))
 
 
 @kernel("Pad", since=18)
 def pad(x, pads, constant_value=None, axes=None, /, *, mode: str = "constant"):
     # Opset 18 adds the axes input; opset 19 adds mode="wrap" (handled by _pad too).
     ax = _ints(axes, "Pad axes") if axes is not None else None
-    return _pad(x, _ints(pads, "Pad pads"), mode, _pad_value(x, constant_value), ax)
+    return _pad(x, _ints(pads, "Pad pads"), mode, _pad_value(x, constant_value), ax,
+                is_constant(pads, constant_value, axes))
 
 
 @kernel("ConstantOfShape", since=9)

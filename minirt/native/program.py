@@ -91,6 +91,10 @@ class Recorder:
         x = args[0] if args else None
         if not calls and step.op.op_type in PART_VIEW_OPS and all(
                 _is_part_of(r, x) for r in (result if type(result) is tuple else (result,))):
+            if not all(a is None or not getattr(getattr(a, "flags", None), "writeable", True) for a in args[1:]):
+                # parts chosen by computed sizes or starts (a Loop's iteration number): a replay would
+                # read this run's parts
+                self.refused = f"{name} takes parts chosen by computed values"
             self.steps.append(None)
             return
         if step.subgraphs:
@@ -153,8 +157,8 @@ def _overlaps(span, regions) -> bool:
 class Program:
     """One arena's recorded run (see the module docstring), built by :func:`build`."""
 
-    __slots__ = ("isa", "threads", "calls", "n", "args", "keep", "patches", "targets", "outputs", "step_of_call",
-                 "rc")
+    __slots__ = ("isa", "threads", "calls", "n", "args", "keep", "patches", "targets", "outputs", "aliases",
+                 "step_of_call", "rc")
 
     def run(self, env) -> int:
         """Run the calls for the inputs in ``env`` (indexed by input slot: the session's slots, or a
@@ -172,9 +176,13 @@ class Program:
         failed = _program_run(self.calls, self.n, self.rc)
         return -1 if failed < 0 else self.step_of_call[failed]
 
-    def results(self, slots) -> list:
-        """Copies of the graph outputs ``slots`` after a run (the program's buffers serve the next run)."""
+    def results(self, slots, env=None) -> list:
+        """Copies of the graph outputs ``slots`` after a run (the program's buffers serve the next run).
+        An output that is one of the inputs as is (``aliases``: a Loop body's condition passed through)
+        is taken from this run's inputs ``env``."""
         outputs = self.outputs
+        if self.aliases:
+            return [(env[self.aliases[v]] if v in self.aliases else outputs[v]).copy() for v in slots]
         if len(slots) == 1:  # (the common case, without a comprehension's frame: ~0.2 us)
             return [outputs[slots[0]].copy()]
         return [outputs[v].copy() for v in slots]
@@ -222,8 +230,12 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
                     keep.append(a)  # a buffer of its own (not in the arena): the same one every run
             flat.append((name, args))
             step_of_call.append(u)
+    aliases = {}  # output slot -> input slot, for an output that is an input as is
     for v, a in outputs.items():
-        if type(a) is not np.ndarray or (a.nbytes and not _within(_span(a), written)):
+        same = next((i for i, x in inputs.items() if x is a), None) if type(a) is np.ndarray else None
+        if same is not None:
+            aliases[v] = same
+        elif type(a) is not np.ndarray or (a.nbytes and not _within(_span(a), written)):
             return f"graph output {v} is not made by the recorded calls"
     if not flat:
         return "no native calls"
@@ -239,6 +251,7 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
     prog.patches = tuple(patches)
     prog.targets = tuple((prog.args[j] + pos, slot) for j, pos, slot in patches)  # (mrt_arg *, input slot)
     prog.outputs = outputs
+    prog.aliases = aliases
     prog.step_of_call = tuple(step_of_call)
     prog.rc = _native._ffi.new("int *")
     return prog
