@@ -227,6 +227,12 @@ def _record(name: str, args: tuple, data: tuple) -> None:
     _recording.calls.append((name, args, tuple(zip(reads, data)), tuple(zip(writes, data[len(reads):]))))
 
 
+def recording() -> bool:
+    """Whether a session is recording a native program on this thread (kernels that have a cheaper
+    numpy way for some inputs keep their recordable native path while it records)."""
+    return _recording.calls is not None
+
+
 def final(y):
     """Declare ``y`` the complete result of the running node and return it.
 

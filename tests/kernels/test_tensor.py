@@ -281,6 +281,9 @@ def _expand_scatter_model(data_shape, idx_shape, out_shape, axis, reduction):
     ((6, 4, 3, 3), [[[[4]]], [[[0]]], [[[-1]]], [[[2]]]], (4, 4, 3, 3), 0),  # whole slices, a negative index
     ((6, 4, 3, 3), [[[[1]]], [[[3]]]], (2, 3, 2, 3), 0),  # updates smaller than data on other axes
     ((2, 5, 3), [[[0], [4], [2]]], (2, 3, 3), 1),  # axis 1
+    ((4, 3, 2), [[[2]], [[-1]], [[0]], [[1]]], (4, 3, 2), 0),  # a permutation of every slice: updates reordered
+    ((3, 4, 2), [[[1], [0], [3], [2]]], (3, 4, 2), 1),  # the same along axis 1
+    ((3, 4, 2), [[[1], [1], [3], [2]]], (3, 4, 2), 1),  # every slice but not a permutation (1 twice, 0 never)
 ])
 def test_scatter_elements_of_expanded_rows(reduction, data_shape, idx, out_shape, axis):
     # Expand returns a zero-stride view; ScatterElements then moves whole slices (one index per slice)
@@ -307,6 +310,14 @@ def test_scatter_elements_row_path_equals_element_path(reduction):
     np.testing.assert_array_equal(fast, slow)
     assert_same(fast, reference("ScatterElements", [data, np.ascontiguousarray(indices), updates], attrs,
                                 opset=18)[0])
+
+
+def test_scatter_elements_with_nothing_to_scatter_returns_data():
+    data = rand((3, 4))
+    for reduction in ("none", "add"):
+        out = check("ScatterElements", [data, np.zeros((0, 4), I64), rand((0, 4))],
+                    {"axis": 0, "reduction": reduction}, opset=18)[0]
+        np.testing.assert_array_equal(out, data)
 
 
 def test_scatter_elements_errors_name_the_shapes():
@@ -383,12 +394,16 @@ def test_pad_axes_and_wrap():
     check("Pad", [rand((2, 3), np.int64), i64(1, 1, 1, 1), np.array(7, I64)], opset=13)
 
 
-@pytest.mark.parametrize("value", [None, np.array([3], np.int64), np.array([1.5], np.float32), np.array([1], np.bool_)])
+@pytest.mark.parametrize("value", [None, np.array([3], np.int64), np.array([1.5], np.float32), np.array([1], np.bool_),
+                                   np.array([0], np.int64), np.array([0.0], np.float32), np.array([-0.0], np.float32),
+                                   np.array([0], np.bool_)])
 def test_constant_of_shape(value):
     attrs = {} if value is None else {"value": numpy_helper.from_array(value)}
     expected = reference("ConstantOfShape", [i64(2, 3)], attrs, opset=13)[0]
     kw = {} if value is None else {"value": value}
-    assert_same(run_kernel("ConstantOfShape", [i64(2, 3)], kw, opset=13)[0], expected)
+    actual = run_kernel("ConstantOfShape", [i64(2, 3)], kw, opset=13)[0]
+    assert_same(actual, expected)
+    assert actual.tobytes() == np.asarray(expected).tobytes()  # (-0.0 stays -0.0)
 
 
 @pytest.mark.parametrize("start,limit,delta,dtype", [
