@@ -652,13 +652,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="build an ONNX model into a .mrt artifact (needs the builder extra)")
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("-o", "--output", metavar="OUT.mrt", help="output path (default: MODEL with a .mrt suffix)")
-    p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30 (default generic)")
+    p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30, x86-64-v3, or host (this "
+                        "machine) (default generic)")
     p.add_argument("--providers", default=None, metavar="LIST",
                    help=f"override the target's provider priority, e.g. tflite,cpu (names: {_PROVIDER_NAMES})")
     p.add_argument("--weight-pack", type=int, default=None, choices=(0, 8, 16, 32), metavar="N",
                    help="store conv / MatMul / Gemm weights packed for the native kernels' panels of N output "
                         "channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: off), so the first "
-                        "run does not pack them (default: the --target's, 8 on rpi3/rpi4/rpi5, else 0)")
+                        "run does not pack them (default: the --target's: 8 on the arm64 targets, 16 on x86-64-v3, "
+                        "32 on x86-64-v4, this machine's on host, 0 on generic)")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3),
                    help="optimisation level: 0 none, 1 cleanup/folding/CSE, 2 + fusions (default), 3 + pattern recognition")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",

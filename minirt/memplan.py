@@ -24,18 +24,38 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
+# Steps per time block of the placement index (see plan): small enough that a block holds few
+# buffers, large enough that a long-lived buffer is listed in few blocks.
+_BLOCK = 16
+
+
 def plan(buffers: Sequence[Buffer], alignment: int = 64) -> tuple[list[int], int]:
-    """Offsets (one per buffer, in input order) and the arena size in bytes."""
+    """Offsets (one per buffer, in input order) and the arena size in bytes.
+
+    Near-linear in the number of buffers: placed buffers are indexed by the blocks of ``_BLOCK``
+    steps their lifetime touches, so placing a buffer looks only at the buffers placed in the
+    blocks its own lifetime touches (filtered to those that really overlap it), not at every
+    placed buffer.  The placement is the same as comparing with every placed buffer would give.
+    """
     order = sorted(range(len(buffers)), key=lambda i: (-buffers[i][2], buffers[i][0], i))
     sizes = [_align(max(int(b[2]), 1), alignment) for b in buffers]  # (aligned once, not per pair)
     offsets = [0] * len(buffers)
-    placed: list[tuple] = []  # (first step, last step, offset, end offset) of each placed buffer
+    blocks: dict[int, list[int]] = {}  # time block -> buffers placed so far whose lifetime touches it
+    seen = [-1] * len(buffers)  # seen[j] == i: buffer j already collected while placing buffer i
     arena = 0
     for i in order:
         first, last, _ = buffers[i]
         size = sizes[i]
         # intervals [offset, end) of placed buffers live at the same time, by offset
-        busy = sorted((lo, hi) for f, l, lo, hi in placed if f <= last and first <= l)
+        busy = []
+        for blk in range(first // _BLOCK, last // _BLOCK + 1):
+            for j in blocks.get(blk, ()):
+                if seen[j] != i:
+                    seen[j] = i
+                    f, l, _ = buffers[j]
+                    if f <= last and first <= l:
+                        busy.append((offsets[j], offsets[j] + sizes[j]))
+        busy.sort()
         best, best_gap, cursor = None, None, 0
         for lo, hi in busy:
             gap = lo - cursor
@@ -44,7 +64,8 @@ def plan(buffers: Sequence[Buffer], alignment: int = 64) -> tuple[list[int], int
             cursor = max(cursor, hi)
         offset = best if best is not None else cursor
         offsets[i] = offset
-        placed.append((first, last, offset, offset + size))
+        for blk in range(first // _BLOCK, last // _BLOCK + 1):
+            blocks.setdefault(blk, []).append(i)
         arena = max(arena, offset + size)
     return offsets, arena
 
@@ -77,5 +98,13 @@ def verify(buffers: Sequence[Buffer], offsets: Sequence[int], arena: int | None 
 
 def peak_live_bytes(buffers: Sequence[Buffer]) -> int:
     """The lower bound for any arena: the largest total size live at one step."""
-    events = sorted({b[0] for b in buffers})
-    return max((sum(b[2] for b in buffers if b[0] <= t <= b[1]) for t in events), default=0)
+    # sweep: a buffer adds its size at its first step and removes it after its last one
+    delta: dict[int, int] = {}
+    for first, last, nbytes in buffers:
+        delta[first] = delta.get(first, 0) + nbytes
+        delta[last + 1] = delta.get(last + 1, 0) - nbytes
+    peak = live = 0
+    for step in sorted(delta):
+        live += delta[step]
+        peak = max(peak, live)
+    return peak

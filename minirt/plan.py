@@ -402,10 +402,17 @@ class Plan:
         failed = program.run(env)
         if failed == -1:
             return program.results(out_slots)
+        if failed >= 0 and program.rc[0] in _BAD_DATA:
+            return None  # (the nodes run again, one by one, and the node's own kernel reports the data)
         if failed >= 0:
             raise kernel_error(self.steps[failed], env, MemoryError(
                 f"native kernel returned {program.rc[0]} (could not allocate its scratch memory)"))
         return None
+
+
+# Return codes of native calls that reject the data (kernels.h: -2 bad sizes or lengths, e.g.
+# mrt_rnn_f32's sequence lengths; -3 an index out of range, mrt_gather_rows), not a lack of memory
+_BAD_DATA = (-2, -3)
 
 
 def _as_tuple_result(call):

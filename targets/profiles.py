@@ -97,15 +97,27 @@ _PROFILES = {
                       arch="arm64", cpu="Cortex-A76 (BCM2712)", cores=4, simd_bits=128, llc_kb=2048,
                       kernel_isas=("neon-dotprod", "neon"), default_quantize="int8", weight_pack=8,
                       int8_depthwise_min_plane=0),
+        # Apple silicon and Android phones are arm64: the CPU fallback's NEON kernels read panels of 8.
         TargetProfile("macos", "Mac with Apple silicon", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "macos",
+                      arch="arm64", simd_bits=128, kernel_isas=("neon-dotprod", "neon"), weight_pack=8,
                       int8_depthwise_min_plane=0),
         TargetProfile("ios", "iPhone / iPad", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "ios",
+                      arch="arm64", simd_bits=128, kernel_isas=("neon-dotprod", "neon"), weight_pack=8,
                       int8_depthwise_min_plane=0),
         *(
             TargetProfile(f"android-api{level}", f"Android API level {level} (arm64)", ("nnapi", "cpu"), ("neon",), "android",
+                          arch="arm64", simd_bits=128, kernel_isas=("neon",), weight_pack=8,
                           int8_depthwise_min_plane=0)
             for level in range(27, 35)
         ),
+        # x86-64 PCs and servers by microarchitecture level (the psABI's names): v3 has AVX2 + FMA (panels
+        # of 16 floats), v4 AVX-512 (panels of 32).  The runtime still picks its kernels from the CPU it
+        # runs on; weights packed for another panel width are ignored there and packed on the first run.
+        TargetProfile("x86-64-v3", "x86-64 with AVX2 and FMA (Haswell / Zen and later)", ("cpu",), ("avx2", "fma"),
+                      "linux", arch="x86_64", simd_bits=256, kernel_isas=("avx2",), weight_pack=16),
+        TargetProfile("x86-64-v4", "x86-64 with AVX-512 (Skylake-SP / Zen 4 and later)", ("cpu",),
+                      ("avx2", "fma", "avx512f"), "linux", arch="x86_64", simd_bits=512,
+                      kernel_isas=("avx512", "avx2"), weight_pack=32),
     )
 }
 
@@ -146,13 +158,33 @@ def nnapi_api_level(profile) -> int | None:
     return (getattr(profile, "provider_info", None) or {}).get("nnapi", {}).get("api_level")
 
 
+def host_profile() -> TargetProfile:
+    """The machine the builder runs on ("host"): a model built to run here, as benchmarks and local
+    tests do.  Its packed-weight panel width is the one this machine's native kernels read (0 when
+    they are not built); arm64 and x86-64 hosts otherwise take the generic profile's defaults."""
+    import platform
+
+    machine = platform.machine().lower()
+    arch = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, "any")
+    try:
+        from minirt import native
+
+        panels, features = native.packed_panel_width(), tuple(k for k, v in native.features.items() if v)
+    except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for
+        panels, features = 0, ()
+    return dataclasses.replace(_PROFILES["generic"], name="host", description=f"this machine ({machine})",
+                               cpu_features=features, arch=arch, weight_pack=panels)
+
+
 def get_target(name: str) -> TargetProfile:
     """The profile called ``name``; ValueError listing the known names otherwise."""
+    if name == "host":
+        return host_profile()
     try:
         return _PROFILES[name]
     except KeyError:
-        raise ValueError(f"unknown target {name!r}; known targets: {', '.join(_PROFILES)}") from None
+        raise ValueError(f"unknown target {name!r}; known targets: {', '.join(target_names())}") from None
 
 
 def target_names() -> list[str]:
-    return list(_PROFILES)
+    return [*_PROFILES, "host"]

@@ -28,6 +28,48 @@ def test_random_plans_verify_and_are_tight(seed):
     assert lower <= arena <= sum(-(-max(b[2], 1) // 64) * 64 for b in bufs)
 
 
+def _best_fit_against_every_buffer(buffers, alignment=64):
+    """The placement rule of memplan.plan written the plain quadratic way: each buffer (largest first)
+    compared with every buffer placed before it."""
+    order = sorted(range(len(buffers)), key=lambda i: (-buffers[i][2], buffers[i][0], i))
+    size = [-(-max(b[2], 1) // alignment) * alignment for b in buffers]
+    offsets, placed = [0] * len(buffers), []
+    for i in order:
+        busy = sorted((offsets[j], offsets[j] + size[j]) for j in placed if _live_together(buffers[i], buffers[j]))
+        best, cursor = None, 0
+        for lo, hi in busy:
+            if lo - cursor >= size[i] and (best is None or lo - cursor < best[1]):
+                best = (cursor, lo - cursor)
+            cursor = max(cursor, hi)
+        offsets[i] = best[0] if best else cursor
+        placed.append(i)
+    return offsets
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_indexed_placement_equals_the_plain_rule(seed):
+    # long graphs (more steps than one index block) with a few buffers that live across many blocks
+    rng = random.Random(5000 + seed)
+    steps = rng.randrange(20, 400)
+    bufs = _random_buffers(rng, rng.randrange(1, 300), steps)
+    for _ in range(rng.randrange(0, 6)):
+        a = rng.randrange(steps)
+        bufs.append((a, rng.randrange(a, steps), rng.randrange(1, 1 << 16)))
+    offsets, arena = memplan.plan(bufs)
+    assert offsets == _best_fit_against_every_buffer(bufs)
+    memplan.verify(bufs, offsets, arena)
+
+
+def test_long_chain_reuses_a_few_slots():
+    # 16k buffers of a 16k-step chain plus three that live throughout (the plain rule compares 128M
+    # pairs here, minutes of Python; the indexed one about a second: benchmarks/cold_start.py times it)
+    bufs = [(i, i + 2, 4096 + (i % 7) * 64) for i in range(16000)] + [(0, 16001, 1 << 20)] * 3
+    offsets, arena = memplan.plan(bufs)
+    memplan.verify(bufs, offsets, arena)
+    # at most 3 chain buffers live at once: a few chain slots beside the three big ones
+    assert memplan.peak_live_bytes(bufs) <= arena <= 3 * (1 << 20) + 6 * (4096 + 6 * 64)
+
+
 def test_reuse_across_lifetimes():
     # a chain: each buffer dies when the next but one is made, so two slots suffice
     bufs = [(i, i + 1, 1000) for i in range(10)]
@@ -392,3 +434,11 @@ def test_declared_shapes_beyond_the_memory_guard_are_not_planned(checked, monkey
     assert _same(sess.run(None, feed), want)
     assert len(made) == 1 and sess.memory_plans()[0]["arenas"] == 0  # only the recorded plan, made after the run
     assert _same(sess.run(None, feed), want)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_peak_live_bytes_is_the_largest_live_total(seed):
+    rng = random.Random(7000 + seed)
+    bufs = _random_buffers(rng, rng.randrange(1, 80), rng.randrange(1, 50))
+    plain = max(sum(b[2] for b in bufs if b[0] <= t <= b[1]) for t in {b[0] for b in bufs})
+    assert memplan.peak_live_bytes(bufs) == plain

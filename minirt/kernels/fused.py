@@ -130,7 +130,10 @@ def fused_conv_transpose(
         kernel_shape=kernel_shape, output_padding=output_padding, output_shape=output_shape, pads=pads,
         strides=strides, dst=out,
     )
-    return y if activated else apply_activation(y, activation, activation_params)
+    if activated or not activation:
+        return y
+    _native.modified(y)  # (numpy work after the native call: no longer its result alone)
+    return apply_activation(y, activation, activation_params)
 
 
 @kernel("FusedGemm", since=1, domain=DOMAIN, context=True, out=True)

@@ -533,7 +533,7 @@ def _conv_transpose_tiles(x, w, b, act=None, dst=None):
         y = _out_buffer(_free_out(dst, x), (n, m, hh * kh, ww * kw))
         bias_rows = None if b is None else np.ascontiguousarray(np.repeat(b.astype(np.float32), kk))
         _native.convtranspose_tiles(x, wt, m, (kh, kw), bias_rows, y, *(act or (_ACT_NONE, 0.0, 0.0)))
-        return y, act is not None
+        return _native.final(y), act is not None  # (one native call: a program may replay it)
     cols = np.matmul(wt, x.reshape(n, c, p))
     if b is not None:
         cols.reshape(n, m, kk * p)[...] += b.astype(np.float32).reshape(m, 1)
@@ -771,7 +771,8 @@ def _window_counts(out: int, k: int, s: int, d: int, pb: int, lo: int, hi: int) 
     return ((pos >= lo) & (pos < hi)).sum(axis=1)
 
 
-def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
+def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides, dst=None):
+    """``dst``: the memory plan's buffer for the result (native path, when it fits)."""
     nd = _check_rank("AveragePool", x)
     if not kernel_shape:
         raise ValueError("AveragePool: kernel_shape attribute is required")
@@ -786,7 +787,7 @@ def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
         _check_pool_pads("AveragePool", pb, pe, k)
     cdt = _compute_dtype(x.dtype)
     if nd == 2 and x.dtype == np.float32 and _native.available:
-        y = np.empty(x.shape[:2] + tuple(out), dtype=np.float32)
+        y = _out_buffer(_free_out(dst, x), x.shape[:2] + tuple(out))
         # Same divisor rule as below: a fixed 1/K, or per-output tap counts
         # inside the counting box (input, or input + declared padding).
         if count_include_pad:
@@ -795,7 +796,7 @@ def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
             box = ((0, in_sp[0]), (0, in_sp[1]))
         scale = float(np.float32(1.0 / math.prod(k))) if count_include_pad and not ceil_mode else 0.0
         _native.avgpool2d(np.ascontiguousarray(x), y, k, s, d, pb, box, scale)
-        return y
+        return _native.final(y)  # (one native call: a program may replay it)
     xp = _pad_for_windows(x, out, k, s, d, pb, 0)
     taps = _tap_slices(k, s, d, out)
     y = xp[taps[0]].astype(cdt)
@@ -818,26 +819,28 @@ def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
     return y.astype(x.dtype, copy=False)
 
 
-@kernel("AveragePool", since=1)
-def average_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=()):
-    return _average_pool(x, auto_pad, 0, 0, (), kernel_shape, pads, strides)
+@kernel("AveragePool", since=1, out=True)
+def average_pool_1(x, /, *, auto_pad="NOTSET", kernel_shape=(), pads=(), strides=(), out=None):
+    return _average_pool(x, auto_pad, 0, 0, (), kernel_shape, pads, strides, out)
 
 
-@kernel("AveragePool", since=7)
-def average_pool_7(x, /, *, auto_pad="NOTSET", count_include_pad=0, kernel_shape=(), pads=(), strides=()):
-    return _average_pool(x, auto_pad, 0, count_include_pad, (), kernel_shape, pads, strides)
+@kernel("AveragePool", since=7, out=True)
+def average_pool_7(x, /, *, auto_pad="NOTSET", count_include_pad=0, kernel_shape=(), pads=(), strides=(), out=None):
+    return _average_pool(x, auto_pad, 0, count_include_pad, (), kernel_shape, pads, strides, out)
 
 
-@kernel("AveragePool", since=10)
-def average_pool_10(x, /, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, kernel_shape=(), pads=(), strides=()):
-    return _average_pool(x, auto_pad, ceil_mode, count_include_pad, (), kernel_shape, pads, strides)
+@kernel("AveragePool", since=10, out=True)
+def average_pool_10(x, /, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, kernel_shape=(), pads=(), strides=(),
+                    out=None):
+    return _average_pool(x, auto_pad, ceil_mode, count_include_pad, (), kernel_shape, pads, strides, out)
 
 
-@kernel("AveragePool", since=19)
+@kernel("AveragePool", since=19, out=True)
 def average_pool_19(
-    x, /, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=(), kernel_shape=(), pads=(), strides=()
+    x, /, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=(), kernel_shape=(), pads=(), strides=(),
+    out=None,
 ):
-    return _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides)
+    return _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides, out)
 
 
 @kernel("GlobalAveragePool", since=1, out=True)
@@ -993,7 +996,7 @@ def layer_norm(x, scale, b=None, /, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=
         y = np.empty_like(x, order="C")
         _native.layernorm_rows(np.ascontiguousarray(x), np.ascontiguousarray(scale),
                                None if b is None else np.ascontiguousarray(b), y, float(epsilon))
-        return y
+        return _native.final(y)  # (one native call: a program may replay it)
     # Statistics are computed in at least the stash precision (a float64 input
     # keeps float64, as onnxruntime does); Mean/InvStdDev are reported in it.
     sdt = np.result_type(x.dtype, mdt)
@@ -1072,7 +1075,8 @@ def lrn(x, /, *, alpha=1e-4, beta=0.75, bias=1.0, size=0):
 # --------------------------------------------------------------------------- softmax family
 
 
-def _softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+def _softmax(x: np.ndarray, axis: int, log: bool, out=None) -> np.ndarray:
+    """Softmax / LogSoftmax over ``axis``; ``out``: the memory plan's buffer (native path, when it fits)."""
     if _narrow.is_narrow_float(x.dtype):  # bfloat16 / float8: in float32, rounded once
         return _softmax(x.astype(np.float32), axis, log).astype(x.dtype)
     if x.dtype.kind != "f":
@@ -1080,9 +1084,9 @@ def _softmax(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
     if x.size == 0:
         return x.copy()
     if axis == x.ndim - 1 and x.dtype == np.float32 and _native.available:
-        y = np.empty_like(x)
+        y = _out_buffer(_free_out(out, x), x.shape)
         _native.softmax_rows(np.ascontiguousarray(x), y, log)
-        return y
+        return _native.final(y)  # (one native call: a program may replay it)
     cdt = _compute_dtype(x.dtype)
     xc = x.astype(cdt, copy=False)
     # Subtracting the max keeps exp() finite; the result is invariant to it.
@@ -1112,15 +1116,21 @@ def _coerce_2d(op: str, x: np.ndarray, axis: int) -> tuple:
     return x.reshape(math.prod(x.shape[:ax]), math.prod(x.shape[ax:])), x.shape
 
 
-@kernel("Softmax", since=1)
-def softmax_1(x, /, *, axis=1):
+@kernel("Softmax", since=1, out=True)
+def softmax_1(x, /, *, axis=1, out=None):
     x2, shape = _coerce_2d("Softmax", x, axis)
+    if x.dtype == np.float32 and x.size and _native.available:
+        # rows of the trailing axes, written in the result's own shape (a reshape of the native result
+        # would be another array than the one the call wrote, which a program could not replay)
+        y = _out_buffer(_free_out(out, x), shape)
+        _native.softmax_rows(np.ascontiguousarray(x2), y.reshape(x2.shape), False)
+        return _native.final(y)
     return _softmax(x2, 1, False).reshape(shape)
 
 
-@kernel("Softmax", since=13)
-def softmax_13(x, /, *, axis=-1):
-    return _softmax(x, _axis("Softmax", axis, x.ndim), False)
+@kernel("Softmax", since=13, out=True)
+def softmax_13(x, /, *, axis=-1, out=None):
+    return _softmax(x, _axis("Softmax", axis, x.ndim), False, out)
 
 
 @kernel("LogSoftmax", since=1)

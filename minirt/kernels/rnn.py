@@ -270,11 +270,20 @@ def _native_run(op, X, W, R, B, sequence_lens, initial_h, initial_c, P, activati
                           int(input_forget))
     y = np.empty(layer.y_shape, _F32)
     state = np.empty((layer.n_states,) + layer.state_shape, _F32)
-    _native.rnn_call(layer.prep, np.ascontiguousarray(X), None if lens is None else lens.astype(np.int32),
+    lens32 = None
+    if lens is not None:
+        # the lengths as the kernel reads them (int32), made by a native call from the node's own
+        # input, so that a program can replay it (the C kernel checks them again on every call)
+        lens32 = np.empty(batch, np.int32)
+        source = sequence_lens if (type(sequence_lens) is np.ndarray and sequence_lens.size == batch
+                                   and sequence_lens.dtype.name in _native.CAST_CODES
+                                   and sequence_lens.flags.c_contiguous) else lens
+        _native.cast(source.reshape(batch), lens32)
+    _native.rnn_call(layer.prep, np.ascontiguousarray(X), lens32,
                      None if initial_h is None else np.ascontiguousarray(initial_h),
                      None if initial_c is None else np.ascontiguousarray(initial_c), y, state)
-    # the call's whole work is that one native call: a node with the single output Y replays in a
-    # native program (the recorder refuses nodes with several outputs)
+    # the node's whole work is those native calls: its outputs (Y and the views of the states' buffer)
+    # are declared together, and a program may replay it
     return _native.final((y,) + tuple(state))
 
 

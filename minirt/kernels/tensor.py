@@ -18,6 +18,7 @@ from minirt import native as _native
 from minirt.dtypes import ONNX_TO_NUMPY
 from minirt.kernels import _narrow
 from minirt.kernels._limits import check_alloc
+from minirt.kernels._native_copies import copy_of_view, gather_copy, pad_copy, tile_copy
 from minirt.kernels.registry import NodeContext, kernel
 
 # --------------------------------------------------------------------------- helpers
@@ -136,12 +137,18 @@ def constant(
     return out
 
 
+# Casts of at most this many elements between numpy's own number types take astype at once.
+_SMALL_CAST = 4096
+
+
 def _cast(x: np.ndarray, dtype: np.dtype, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
     if x.dtype == dtype:
         return x
-    if dtype.isbuiltin == 1 and x.dtype.isbuiltin == 1 and dtype.kind in "biuf" and x.dtype.kind in "biuf":
-        # numpy's own numbers both sides (not narrow, not strings): astype, as the checks below end
-        # with (skipping them saves ~15 us on the scalar casts of shape arithmetic)
+    if (x.size <= _SMALL_CAST and dtype.isbuiltin == 1 and x.dtype.isbuiltin == 1 and dtype.kind in "biuf"
+            and x.dtype.kind in "biuf" and not (_native.available and _native.recording())):
+        # a few of numpy's own numbers both sides (not narrow, not strings), outside a native-program
+        # recording: astype, as the checks below end with for them (skipping the checks saves ~15 us
+        # on the scalar casts of shape arithmetic)
         return x.astype(dtype)
     if dtype != object and x.dtype != object:
         narrow = _narrow.cast(x, dtype, saturate, round_mode)
@@ -168,6 +175,14 @@ def _cast(x: np.ndarray, dtype: np.dtype, saturate: int = 1, round_mode: str = "
             return x.astype(dtype)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"Cast: cannot parse string tensor as {dtype}: {exc}") from None
+    if (_native.available and type(x) is np.ndarray and x.size and x.flags.c_contiguous
+            and x.dtype.name in _native.CAST_CODES and dtype.name in _native.CAST_CODES
+            and not (x.dtype.kind == "f" and dtype.name in ("uint8", "int8"))):
+        # one native pass, which a program can replay (floats to 8-bit integers stay with numpy:
+        # there the values past the type's range differ by platform)
+        y = np.empty(x.shape, dtype=dtype)
+        _native.cast(x, y)
+        return _native.final(y)
     return x.astype(dtype)
 
 
@@ -239,6 +254,9 @@ def transpose(x, *, perm: tuple | None = None, out=None):
         raise ValueError(f"Transpose: perm {list(perm)} is not a permutation of rank {x.ndim}")
     view = x.transpose(perm)
     # Materialise so downstream kernels see contiguous memory (into the memory plan's buffer when it fits).
+    y = copy_of_view(view, x, out)
+    if y is not None:
+        return y
     if (out is not None and out.shape == view.shape and out.dtype == x.dtype and out.flags.c_contiguous
             and type(x) is np.ndarray and not np.may_share_memory(x, out)):
         np.copyto(out, view)
@@ -375,7 +393,14 @@ def _split(x: np.ndarray, axis: int, sizes: list[int] | None, n_outputs: int, un
         index[axis] = slice(start, start + size)
         parts.append(x[tuple(index)])
         start += size
-    return tuple(parts)
+    if all(p.flags.c_contiguous for p in parts):
+        return tuple(parts)  # (parts of x's memory: a native program keeps them as views)
+    # parts across the rows of x (channels of a batch, halves of a last axis): contiguous copies, each
+    # one native call, so that a program can replay the node
+    copies = tuple(p if p.size == 0 else copy_of_view(p, x) for p in parts)
+    if any(c is None for c in copies):
+        return tuple(parts)
+    return _native.final(copies)
 
 
 @kernel("Split", since=1, context=True)
@@ -464,9 +489,12 @@ def size(x):
 # --------------------------------------------------------------------------- gather / scatter
 
 
-@kernel("Gather", since=1)
-def gather(data, indices, *, axis: int = 0):
+@kernel("Gather", since=1, out=True)
+def gather(data, indices, *, axis: int = 0, out=None):
     axis = _axis(axis, data.ndim)
+    y = gather_copy(data, indices, axis, out)  # (None: the numpy path, which also reports bad indices)
+    if y is not None:
+        return y
     indices = _normalise_indices(np.asarray(indices), data.shape[axis], "Gather")
     return np.take(data, indices, axis=axis)
 
@@ -639,7 +667,11 @@ def _slice(x: np.ndarray, starts: list[int], ends: list[int], axes: list[int] | 
         # ONNX clamping of start/end matches Python slice semantics for every sign
         # of start, end and step, so a plain slice object is exact.
         index[a] = slice(s, e, st)
-    return x[tuple(index)]
+    view = x[tuple(index)]
+    if view.flags.c_contiguous or view.size == 0:
+        return view  # (a part of x's memory, as is)
+    y = copy_of_view(view, x)  # rows of x: one native copy, which a program can replay
+    return view if y is None else y
 
 
 @kernel("Slice", since=1)
@@ -666,12 +698,18 @@ def expand(x, shape):
     except ValueError:
         raise ValueError(f"Expand: shape {x.shape} cannot broadcast to {target}") from None
     check_alloc(out_shape, x.dtype, "Expand output")
-    # A read-only view with zero strides along the broadcast axes, not a copy: consumers that need
-    # contiguous memory copy it themselves (kernels never write into an input), and one that can use
-    # the repetition does (ScatterElements with indices expanded from a column: torchvision's
+    view = np.broadcast_to(x, out_shape)
+    if _native.available and _native.recording():
+        # a native program records: the copy through an index map is what a replay runs
+        y = copy_of_view(view, x)
+        if y is not None:
+            return y
+    # Otherwise a read-only view with zero strides along the broadcast axes, not a copy: consumers
+    # that need contiguous memory copy it themselves (kernels never write into an input), and one that
+    # can use the repetition does (ScatterElements with indices expanded from a column: torchvision's
     # MultiScaleRoIAlign, 150 x 12544 int64 indices built for nothing otherwise).  The session copies
     # a read-only result before returning it as an output.
-    return np.broadcast_to(x, out_shape)
+    return view
 
 
 @kernel("Tile", since=6)
@@ -680,7 +718,8 @@ def tile(x, repeats):
     if len(reps) != x.ndim or min(reps, default=0) < 0:
         raise ValueError(f"Tile: repeats {reps} must be {x.ndim} non-negative values")
     check_alloc([d * r for d, r in zip(x.shape, reps)], x.dtype, "Tile output")
-    return np.tile(x, reps)
+    y = tile_copy(x, reps) if min(reps, default=0) > 0 else None
+    return np.tile(x, reps) if y is None else y
 
 
 _NP_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
@@ -698,19 +737,24 @@ def _pad(x: np.ndarray, pads: list[int], mode: str, value, axes: list[int] | Non
         width[a] = [pads[i], pads[i + len(axes)]]
     # Negative pads crop; crop first so reflect/edge/wrap read the kept data.
     crop = tuple(slice(max(-b, 0), x.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(width))
-    x = x[crop]
+    whole, x = x, x[crop]
     grow = [(max(b, 0), max(e, 0)) for b, e in width]
     check_alloc([n + b + e for n, (b, e) in zip(x.shape, grow)], x.dtype, "Pad output")
     if not any(b or e for b, e in grow):
         return x.copy()
+    if np_mode != "constant":
+        if x.size == 0:
+            raise ValueError(f"Pad: mode {mode!r} needs a non-empty input")
+        if np_mode == "reflect":
+            for d, (b, e) in enumerate(grow):
+                if (b or e) and max(b, e) >= x.shape[d]:
+                    raise ValueError(f"Pad: reflect pad {max(b, e)} must be smaller than dimension {x.shape[d]}")
+    if x.size:  # (one native copy from the uncropped input, which a program can replay)
+        y = pad_copy(whole, [tuple(w) for w in width], np_mode, value)
+        if y is not None:
+            return y
     if np_mode == "constant":
         return np.pad(x, grow, mode="constant", constant_values=x.dtype.type(value))
-    if x.size == 0:
-        raise ValueError(f"Pad: mode {mode!r} needs a non-empty input")
-    if np_mode == "reflect":
-        for d, (b, e) in enumerate(grow):
-            if (b or e) and max(b, e) >= x.shape[d]:
-                raise ValueError(f"Pad: reflect pad {max(b, e)} must be smaller than dimension {x.shape[d]}")
     return np.pad(x, grow, mode=np_mode)
 
 
@@ -899,7 +943,9 @@ def _depth_to_space(x: np.ndarray, blocksize: int, mode: str) -> np.ndarray:
         y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
     else:
         raise ValueError(f"DepthToSpace: mode must be 'DCR' or 'CRD', got {mode!r}")
-    return y.reshape(n, c // (b * b), h * b, w * b)
+    shape = (n, c // (b * b), h * b, w * b)
+    copy = copy_of_view(y, x, shape=shape)
+    return y.reshape(shape) if copy is None else copy
 
 
 @kernel("DepthToSpace", since=1)
@@ -926,7 +972,9 @@ def _space_to_depth(x: np.ndarray, blocksize: int, mode: str) -> np.ndarray:
         y = y.transpose(0, 1, 3, 5, 2, 4)
     else:
         raise ValueError(f"SpaceToDepth: mode must be 'DCR' or 'CRD', got {mode!r}")
-    return y.reshape(n, c * b * b, h // b, w // b)
+    shape = (n, c * b * b, h // b, w // b)
+    copy = copy_of_view(y, x, shape=shape)
+    return y.reshape(shape) if copy is None else copy
 
 
 @kernel("SpaceToDepth", since=1)

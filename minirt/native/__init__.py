@@ -182,6 +182,13 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_rnn_f32": ((1, 2, 3, 4), (5, 6)),  # (s, x, lens, h0, c0, y, state, nthreads)
     "mrt_binary_rows_f32": ((1, 2), (3,)),  # (op, a, b, y, rows, len, bmod, nthreads)
     "mrt_activation_f32": ((1,), (2,)),  # (e, x, y, n, nthreads)
+    "mrt_index_copy": ((1,), (2,)),  # (map, x, y, nthreads)
+    "mrt_gather_rows": ((1, 2), (3,)),  # (s, x, idx, y, nthreads)
+    "mrt_softmax_f32": ((0,), (1,)),  # (x, y, rows, n, log, nthreads)
+    "mrt_layernorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, eps, nthreads)
+    "mrt_avgpool2d_f32": ((3,), (4,)),  # (g, count_box, scale, x, y, nthreads)
+    "mrt_convtranspose_tiles_f32": ((3,), (4,)),  # (g, wt, e, x, y, nthreads)
+    "mrt_cast": ((2,), (3,)),  # (from, to, x, y, n, nthreads)
 }
 
 
@@ -404,7 +411,7 @@ def avgpool2d(x, y, k, s, d, pb, count_box, scale) -> None:
     key = ("box", h0, h1, w0, w1)
     box = _shared.get(key) or _share(key, "int[4]", [h0, h1, w0, w1])
     _call(_lib.mrt_avgpool2d_f32, (_planes_geometry(x.shape, k, s, d, pb, y.shape[2:]), box, scale, _ptr(x), _ptr(y),
-                                   threads()))
+                                   threads()), x, y)
 
 
 def bias_act(y, bias, residual=None, act=0, a0=0.0, a1=0.0) -> None:
@@ -477,7 +484,7 @@ def convtranspose_tiles(x, wt, m, k, bias_rows, y, act=0, a0=0.0, a1=0.0) -> Non
     n, c, h, wd = x.shape
     geometry = _geometry(n, c, h, wd, k, k, (1, 1), (0, 0), (h * k[0], wd * k[1]), m)
     if _call(_lib.mrt_convtranspose_tiles_f32, (geometry, _ptr(wt), _epilogue(bias_rows, act, a0, a1), _ptr(x),
-                                                _ptr(y), threads())) != 0:
+                                                _ptr(y), threads()), x, y) != 0:
         raise MemoryError("minirt native ConvTranspose: could not allocate scratch memory")
 
 
@@ -922,7 +929,7 @@ def im2col_u8(x, cols, k, s, d, pb, out, pad: int) -> None:
 def softmax_rows(x, y, log: bool = False) -> None:
     """y = Softmax (or LogSoftmax) of x over its last axis; both float32, C-contiguous, same shape."""
     n = x.shape[-1]
-    _call(_lib.mrt_softmax_f32, (_ptr(x), _ptr(y), x.size // n, n, int(log), threads()))
+    _call(_lib.mrt_softmax_f32, (_ptr(x), _ptr(y), x.size // n, n, int(log), threads()), x, y)
 
 
 def layernorm_rows(x, scale, bias, y, eps: float) -> None:
@@ -930,10 +937,61 @@ def layernorm_rows(x, scale, bias, y, eps: float) -> None:
     C-contiguous, ``scale`` / ``bias`` (or None) of the row's size, ``y`` like ``x``."""
     n = scale.size
     _call(_lib.mrt_layernorm_f32, (_ptr(x), _ptr(scale), _opt(bias), _ptr(y), x.size // n, n, float(eps),
-                                   threads()))
+                                   threads()), x, scale, bias, y)
 
 
 # --------------------------------------------------------------------------- data movement (layout_impl.h)
+
+
+def _bytes(a):
+    """``a``'s memory as a ``char *`` (any dtype; C-contiguous)."""
+    return _ffi.from_buffer("char[]", a)
+
+
+INDEX_MAX_RANK = 8  # MRT_INDEX_MAX_RANK of kernels.h
+
+
+def index_map(shape, offsets, itemsize: int, fill: int = 0):
+    """The ``mrt_index_map`` of an index copy (kernels.h): output ``shape`` (at most INDEX_MAX_RANK
+    axes, each > 0), per axis an int64 array of ``shape[a]`` element offsets into the source (< 0:
+    the element is ``fill``, an integer holding the fill element's little-endian bytes), elements of
+    ``itemsize`` bytes.  The struct keeps the tables alive; build it once per input shape."""
+    import numpy as np
+
+    tables = [np.ascontiguousarray(o, dtype=np.int64) for o in offsets]
+    last = tables[-1]
+    inner_run = int(bool(last.size) and last[0] >= 0 and bool(np.all(last == last[0] + np.arange(last.size))))
+    return _new("mrt_index_map *", {"rank": len(shape), "elem": itemsize, "inner_run": inner_run, "fill": fill,
+                                    "shape": list(shape), "offsets": [_ffi.from_buffer("long[]", t) for t in tables]},
+                tables)
+
+
+def index_copy(m, x, y) -> None:
+    """y = x moved by the prepared map ``m`` (:func:`index_map`); x and y C-contiguous, y of the map's shape."""
+    _call(_lib.mrt_index_copy, (m, _bytes(x), _bytes(y), threads()), x, y)
+
+
+def gather_rows(s, x, idx, y) -> bool:
+    """Gather along one axis with run-time int64 indices ``idx`` (prepared shape ``s``: ``mrt_gather_shape``);
+    all C-contiguous.  False (nothing written) when an index is out of range."""
+    return _call(_lib.mrt_gather_rows, (s, _bytes(x), _ffi.from_buffer("int64_t[]", idx), _bytes(y), threads()),
+                 x, idx, y) == 0
+
+
+# numpy dtype name -> ONNX data type code, for the types mrt_cast converts between
+CAST_CODES = {"float32": 1, "uint8": 2, "int8": 3, "int32": 6, "int64": 7, "bool": 9, "float64": 11}
+
+
+def cast(x, y) -> None:
+    """y = x.astype(y.dtype) for C-contiguous arrays of the same size whose dtypes are in CAST_CODES."""
+    _call(_lib.mrt_cast, (CAST_CODES[x.dtype.name], CAST_CODES[y.dtype.name], _bytes(x), _bytes(y), x.size,
+                          threads()), x, y)
+
+
+def gather_shape(outer: int, axis: int, count: int, inner_bytes: int):
+    key = ("gather", outer, axis, count, inner_bytes)
+    return _shared.get(key) or _share(key, "mrt_gather_shape *",
+                                      {"outer": outer, "axis": axis, "count": count, "inner_bytes": inner_bytes})
 
 
 def upsample_nearest(x, y, fh: int, fw: int) -> None:

@@ -1882,4 +1882,5 @@ int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float 
     return roi_align_base(s, x, rois, batch, nrois, y, channels_last, max_ty, max_tx, samples, nthreads);
 }
 
+#include "index_copy.h"
 #include "program_impl.h"

@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 13
+#define MRT_ABI_VERSION 14
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -335,6 +335,40 @@ typedef struct {
 int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, const float *h0, const float *c0,
                 float *y, float *state, int nthreads);
 
+/* ------------------------------------------------------------------ data movement (index_copy.h)
+ *
+ * mrt_index_copy: y[i_0, ..., i_{r-1}] = x[offsets[0][i_0] + ... + offsets[r-1][i_{r-1}]] for the
+ * C-contiguous y of the map's shape, in elements of `elem` bytes; an offset < 0 on any axis makes
+ * the element `fill` (its low `elem` bytes).  The ops whose source positions follow from shapes and
+ * attributes alone (Transpose, Slice, Pad, Split, Expand, Tile, ...) are each one map, built once
+ * per input shape by minirt/kernels/index_maps.py; the tables live as long as the map.  inner_run:
+ * the last axis's offsets are offsets[r-1][0] + i, all >= 0 (each row is one block copy).
+ * Returns 0, or -2 for a bad rank or element size. */
+#define MRT_INDEX_MAX_RANK 8
+typedef struct {
+    int rank; /* 1 .. MRT_INDEX_MAX_RANK */
+    int elem; /* bytes per element: 1, 2, 4 or 8 */
+    int inner_run;
+    uint64_t fill;
+    long shape[MRT_INDEX_MAX_RANK];
+    const long *offsets[MRT_INDEX_MAX_RANK];
+} mrt_index_map;
+int mrt_index_copy(const mrt_index_map *m, const void *x, void *y, int nthreads);
+
+/* mrt_gather_rows: Gather along one axis with run-time int64 indices: x is outer x axis blocks of
+ * inner_bytes, idx holds count indices in [-axis, axis) (negative: from the end), y is outer x
+ * count blocks.  Returns 0, or -3 (nothing written) when an index is out of range. */
+typedef struct {
+    long outer, axis, count, inner_bytes;
+} mrt_gather_shape;
+int mrt_gather_rows(const mrt_gather_shape *s, const void *x, const int64_t *idx, void *y, int nthreads);
+
+/* mrt_cast: y[i] = x[i] converted from type `from` to type `to` (ONNX data type codes: 1 float32,
+ * 2 uint8, 3 int8, 6 int32, 7 int64, 9 bool, 11 float64) for n elements, as numpy's astype: floats to
+ * integers truncate toward zero (NaN and out-of-range values: the type's minimum), integers wrap,
+ * bool is x != 0.  Returns 0, or -2 for another type. */
+int mrt_cast(int from, int to, const void *x, void *y, long n, int nthreads);
+
 /* ------------------------------------------------------------------ detection (nms_impl.h, roialign_impl.h)
  *
  * NonMaxSuppression (ONNX opsets 10 / 11), float32, exactly as the ONNX reference evaluator and
@@ -432,6 +466,13 @@ typedef struct {
 #define MRT_CALL_RNN_F32 16
 #define MRT_CALL_BINARY_ROWS_F32 17
 #define MRT_CALL_ACTIVATION_F32 18
+#define MRT_CALL_INDEX_COPY 19
+#define MRT_CALL_GATHER_ROWS 20
+#define MRT_CALL_SOFTMAX_F32 21
+#define MRT_CALL_LAYERNORM_F32 22
+#define MRT_CALL_AVGPOOL2D_F32 23
+#define MRT_CALL_CONVTRANSPOSE_TILES_F32 24
+#define MRT_CALL_CAST 25
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -40,9 +40,9 @@ _program_run = getattr(_native._lib, "mrt_program_run", None)
 
 # Nodes whose result may be a view of their input (same memory, nothing computed): a program skips them.
 VIEW_OPS = RESHAPES | {"Identity"}
-# ... and nodes whose several results may be views of parts of their input (Split along an axis whose
-# parts are contiguous, e.g. channels of one image).
-PART_VIEW_OPS = frozenset({"Split"})
+# ... and nodes whose results may be views of parts of their input (Split along an axis whose parts
+# are contiguous, e.g. channels of one image; a Slice of such a part).
+PART_VIEW_OPS = frozenset({"Split", "Slice"})
 # ... and nodes whose result may need no call at all: a Concat whose inputs the memory plan placed in
 # its result (minirt/arena.py) and whose kernel declared it final after copying none of them.
 IN_PLACE_OPS = frozenset({"Concat"})
@@ -57,6 +57,7 @@ class Recorder:
 
     def __init__(self):
         self.steps: list = []
+        self.nodes: list = []  # per step, "node 'name' (OpType)": what build() names when a buffer refuses
         self.constants: list = []
         self.refused: str | None = None
         self._first = 0
@@ -81,21 +82,25 @@ class Recorder:
             return
         calls = _native._recording.calls[self._first:]
         name = f"node {step.node.name!r} ({step.op.op_type})"
+        self.nodes.append(name)
         unreplayable = next((call[0] for call in calls if call[1] is None), None)
         if unreplayable is not None:
             self.refused = f"{name} is not one native call with nothing around it ({unreplayable}: not replayed)"
             self.steps.append(None)
             return
         x = args[0] if args else None
-        if (len(step.outs) > 1 and not calls and step.op.op_type in PART_VIEW_OPS and type(result) is tuple
-                and all(_is_part_of(r, x) for r in result)):
+        if not calls and step.op.op_type in PART_VIEW_OPS and all(
+                _is_part_of(r, x) for r in (result if type(result) is tuple else (result,))):
             self.steps.append(None)
             return
-        if step.subgraphs or len(step.outs) != 1:
-            self.refused = f"{name} has subgraphs or several outputs that are not parts of its input"
+        if step.subgraphs:
+            self.refused = f"{name} has subgraphs"
         elif calls and _native._recording.final is result:
+            # (a kernel of several outputs declares their tuple: every part written by its calls)
             self.steps.append(calls)
             return
+        elif len(step.outs) != 1:
+            self.refused = f"{name} has several outputs, neither parts of its input nor all made by native calls"
         elif not calls and step.op.op_type in IN_PLACE_OPS and _native._recording.final is result:
             self.steps.append(None)  # every input was at its place in the result already
             return
@@ -203,15 +208,15 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
                 if slot is not None and a.flags.c_contiguous:
                     patches.append((j, pos, slot))
                 elif _overlaps(span, feeds.values()):
-                    return f"call {name} reads part of a model input"
+                    return f"{recorder.nodes[u]}: call {name} reads part of a model input"
                 elif not (_within(span, written) or _within(span, constant_spans)):
-                    return f"call {name} reads a buffer made outside the recorded calls"
+                    return f"{recorder.nodes[u]}: call {name} reads a buffer made outside the recorded calls"
             for pos, a in writes:
                 if a is None or not a.nbytes:
                     continue
                 span = _span(a)
                 if _overlaps(span, feeds.values()) or _overlaps(span, constant_spans):
-                    return f"call {name} writes into a model input or constant"
+                    return f"{recorder.nodes[u]}: call {name} writes into a model input or constant"
                 if not _within(span, written):
                     written.append(span)
                     keep.append(a)  # a buffer of its own (not in the arena): the same one every run

@@ -58,6 +58,23 @@ static int program_call(const mrt_call *call) {
     case MRT_CALL_ACTIVATION_F32:
         mrt_activation_f32(P(0), P(1), P(2), L(3), I(4));
         return 0;
+    case MRT_CALL_INDEX_COPY:
+        return mrt_index_copy(P(0), P(1), P(2), I(3));
+    case MRT_CALL_GATHER_ROWS:
+        return mrt_gather_rows(P(0), P(1), P(2), P(3), I(4));
+    case MRT_CALL_SOFTMAX_F32:
+        mrt_softmax_f32(P(0), P(1), L(2), L(3), I(4), I(5));
+        return 0;
+    case MRT_CALL_LAYERNORM_F32:
+        mrt_layernorm_f32(P(0), P(1), P(2), P(3), L(4), L(5), F(6), I(7));
+        return 0;
+    case MRT_CALL_AVGPOOL2D_F32:
+        mrt_avgpool2d_f32(P(0), P(1), F(2), P(3), P(4), I(5));
+        return 0;
+    case MRT_CALL_CONVTRANSPOSE_TILES_F32:
+        return mrt_convtranspose_tiles_f32(P(0), P(1), P(2), P(3), P(4), I(5));
+    case MRT_CALL_CAST:
+        return mrt_cast(I(0), I(1), P(2), P(3), L(4), I(5));
     default:
         return -100;
     }

@@ -217,3 +217,24 @@ def test_an_entry_with_other_k_blocks_is_ignored(packs_made):
     assert len(packs_made) == 1  # the other two entries were seeded
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_the_host_target_packs_for_this_machine(packs_made):
+    """``--target host`` stores the packs this machine's kernels read: its first run packs nothing."""
+    from minirt.targets.profiles import get_target
+
+    host = get_target("host")
+    assert host.weight_pack == native.packed_panel_width() and host.name == "host"
+    onnx_model, feed = _conv_model()
+    session = minirt.Session(build_bytes(onnx_model, target="host"), threads=1)
+    assert {e.nr for e in session.artifact.packed_weights} == {native.packed_panel_width()}
+    session.run(None, feed)
+    assert packs_made == []
+
+
+@pytest.mark.parametrize("target, width", [("x86-64-v3", 16), ("x86-64-v4", 32), ("rpi4", 8), ("macos", 8),
+                                           ("android-api30", 8), ("generic", 0)])
+def test_targets_of_a_known_cpu_pack_by_default(target, width):
+    from minirt.targets.profiles import get_target
+
+    assert get_target(target).build_defaults()["weight_pack"] == width

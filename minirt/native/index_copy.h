@@ -1,0 +1,229 @@
+/* Data movement by per-axis offset tables, compiled once (no ISA-specific code: memcpy and plain
+ * loops; the copies are bound by memory).  Included by kernels.c after mrt_parallel_for.
+ *
+ * mrt_index_copy:  y[i_0, ..., i_{r-1}] = x[off_0[i_0] + ... + off_{r-1}[i_{r-1}]]
+ *   One kernel for the ops whose source positions depend on shapes and attributes only (Transpose,
+ *   Slice, Pad, Split, Expand, Tile, DepthToSpace, ...): Python turns each into one table of element
+ *   offsets per output axis (minirt/kernels/index_maps.py).  An offset < 0 on any axis makes the
+ *   element the fill value (constant Pad).  y is C-contiguous; x is read only at the offsets.
+ *   Rows (all axes but the last) are split over the threads; a row whose last-axis offsets are one
+ *   contiguous run (inner_run) is one memcpy, any other row a loop over its elements.
+ *
+ * mrt_gather_rows:  y[o, j, :] = x[o, idx[j], :]  (x: outer x axis x inner bytes; idx: count int64)
+ *   Gather along one axis with indices known at run time (embedding lookups).  ONNX allows negative
+ *   indices (counted from the end); every index is checked before anything is written.
+ *
+ * mrt_cast:  y[i] = (to) x[i]  between float32 / float64 / int8 / uint8 / int32 / int64 / bool, named by
+ *   their ONNX data type codes; numpy's astype results for every value a model computes with (a
+ *   float to an integer type truncates toward zero; to bool: x != 0; NaN and values past the target's
+ *   range give the type's minimum, numpy's result on x86-64, where C leaves them undefined). */
+
+typedef struct {
+    const mrt_index_map *m;
+    const char *x;
+    char *y;
+} index_copy_args;
+
+static void index_fill_row(char *y, long n, int elem, uint64_t fill) {
+    if (fill == 0) {
+        memset(y, 0, (size_t)n * elem);
+        return;
+    }
+    for (long i = 0; i < n; ++i) memcpy(y + i * elem, &fill, (size_t)elem); /* (little-endian: low bytes) */
+}
+
+#define INDEX_GATHER_ROW(T)                                                                   \
+    do {                                                                                      \
+        const T *xs = (const T *)t->x + base;                                                 \
+        T *yr = (T *)y, f;                                                                    \
+        memcpy(&f, &m->fill, sizeof(T));                                                      \
+        for (long i = 0; i < n; ++i) {                                                        \
+            const long o = inner[i];                                                          \
+            yr[i] = o < 0 ? f : xs[o];                                                        \
+        }                                                                                     \
+    } while (0)
+
+static void index_copy_task(void *ctx, long begin, long end) {
+    const index_copy_args *t = (const index_copy_args *)ctx;
+    const mrt_index_map *m = t->m;
+    const int r = m->rank, elem = m->elem;
+    const long n = m->shape[r - 1];
+    const long *inner = m->offsets[r - 1];
+    long idx[MRT_INDEX_MAX_RANK] = {0};
+    long rem = begin;
+    for (int a = r - 2; a >= 0; --a) {
+        idx[a] = rem % m->shape[a];
+        rem /= m->shape[a];
+    }
+    for (long row = begin; row < end; ++row) {
+        long base = 0;
+        int fill = 0;
+        for (int a = 0; a < r - 1; ++a) {
+            const long o = m->offsets[a][idx[a]];
+            fill |= o < 0;
+            base += o;
+        }
+        char *y = t->y + row * n * elem;
+        if (fill) {
+            index_fill_row(y, n, elem, m->fill);
+        } else if (m->inner_run) {
+            memcpy(y, t->x + (base + inner[0]) * elem, (size_t)n * elem);
+        } else if (elem == 4) {
+            INDEX_GATHER_ROW(uint32_t);
+        } else if (elem == 8) {
+            INDEX_GATHER_ROW(uint64_t);
+        } else if (elem == 2) {
+            INDEX_GATHER_ROW(uint16_t);
+        } else {
+            INDEX_GATHER_ROW(uint8_t);
+        }
+        for (int a = r - 2; a >= 0; --a) { /* next row: odometer over the outer axes */
+            if (++idx[a] < m->shape[a]) break;
+            idx[a] = 0;
+        }
+    }
+}
+
+#undef INDEX_GATHER_ROW
+
+int mrt_index_copy(const mrt_index_map *m, const void *x, void *y, int nthreads) {
+    if (m->rank < 1 || m->rank > MRT_INDEX_MAX_RANK || (m->elem != 1 && m->elem != 2 && m->elem != 4 && m->elem != 8))
+        return -2;
+    long rows = 1;
+    for (int a = 0; a < m->rank - 1; ++a) rows *= m->shape[a];
+    const long n = m->shape[m->rank - 1];
+    if (rows <= 0 || n <= 0) return 0;
+    index_copy_args t = {m, (const char *)x, (char *)y};
+    /* (work unit: one per 16 bytes of a row; a memory-bound copy pays for threads from ~512 KB) */
+    mrt_parallel_for(rows, n * m->elem / 16, nthreads, index_copy_task, &t);
+    return 0;
+}
+
+typedef struct {
+    const mrt_gather_shape *s;
+    const char *x;
+    const int64_t *idx;
+    char *y;
+} gather_rows_args;
+
+static void gather_rows_task(void *ctx, long begin, long end) {
+    const gather_rows_args *t = (const gather_rows_args *)ctx;
+    const mrt_gather_shape *s = t->s;
+    for (long row = begin; row < end; ++row) {
+        const long o = row / s->count, j = row % s->count;
+        long v = (long)t->idx[j];
+        if (v < 0) v += s->axis;
+        memcpy(t->y + row * s->inner_bytes, t->x + (o * s->axis + v) * s->inner_bytes, (size_t)s->inner_bytes);
+    }
+}
+
+int mrt_gather_rows(const mrt_gather_shape *s, const void *x, const int64_t *idx, void *y, int nthreads) {
+    for (long j = 0; j < s->count; ++j)
+        if (idx[j] < -s->axis || idx[j] >= s->axis) return -3;
+    const long rows = s->outer * s->count;
+    if (rows <= 0 || s->inner_bytes <= 0) return 0;
+    gather_rows_args t = {s, (const char *)x, idx, (char *)y};
+    mrt_parallel_for(rows, s->inner_bytes / 16, nthreads, gather_rows_task, &t);
+    return 0;
+}
+
+/* one element of each type, by ONNX code (mrt_cast) */
+#define CAST_F32 1
+#define CAST_U8 2
+#define CAST_I8 3
+#define CAST_I32 6
+#define CAST_I64 7
+#define CAST_BOOL 9
+#define CAST_F64 11
+
+static int cast_elem_size(int code) {
+    switch (code) {
+    case CAST_F32: case CAST_I32: return 4;
+    case CAST_U8: case CAST_I8: case CAST_BOOL: return 1;
+    case CAST_I64: case CAST_F64: return 8;
+    default: return 0;
+    }
+}
+
+/* the value of element i of x as a double (exact for every type here but int64 past 2^53) and as an
+ * int64 (exact for the integer types) */
+static inline double cast_load_f(const void *x, int code, long i) {
+    switch (code) {
+    case CAST_F32: return ((const float *)x)[i];
+    case CAST_F64: return ((const double *)x)[i];
+    case CAST_U8: return ((const uint8_t *)x)[i];
+    case CAST_I8: return ((const int8_t *)x)[i];
+    case CAST_I32: return ((const int32_t *)x)[i];
+    case CAST_I64: return (double)((const int64_t *)x)[i];
+    default: return ((const uint8_t *)x)[i] != 0;
+    }
+}
+
+static inline int64_t cast_load_i(const void *x, int code, long i) {
+    switch (code) {
+    case CAST_U8: return ((const uint8_t *)x)[i];
+    case CAST_I8: return ((const int8_t *)x)[i];
+    case CAST_I32: return ((const int32_t *)x)[i];
+    case CAST_I64: return ((const int64_t *)x)[i];
+    default: return ((const uint8_t *)x)[i] != 0;
+    }
+}
+
+/* a float truncated toward zero into [lo, hi], else lo (NaN included) */
+static inline int64_t cast_trunc(double v, double lo, double hi) {
+    return (v >= lo && v < hi + 1.0) ? (int64_t)v : (int64_t)lo;
+}
+
+typedef struct {
+    int from, to;
+    const void *x;
+    void *y;
+    long n;
+} cast_args;
+
+#define CAST_CHUNK 8192L
+
+static void cast_task(void *ctx, long begin, long end) {
+    const cast_args *t = (const cast_args *)ctx;
+    const long lo = begin * CAST_CHUNK, hi = end * CAST_CHUNK < t->n ? end * CAST_CHUNK : t->n;
+    const int from_float = t->from == CAST_F32 || t->from == CAST_F64;
+    switch (t->to) {
+    case CAST_F32:
+        if (t->from == CAST_I64) /* (directly: through a double, values past 2^53 would round twice) */
+            for (long i = lo; i < hi; ++i) ((float *)t->y)[i] = (float)((const int64_t *)t->x)[i];
+        else
+            for (long i = lo; i < hi; ++i) ((float *)t->y)[i] = (float)cast_load_f(t->x, t->from, i);
+        break;
+    case CAST_F64:
+        for (long i = lo; i < hi; ++i) ((double *)t->y)[i] = cast_load_f(t->x, t->from, i);
+        break;
+    case CAST_BOOL:
+        for (long i = lo; i < hi; ++i) ((uint8_t *)t->y)[i] = cast_load_f(t->x, t->from, i) != 0.0;
+        break;
+    default: {
+        /* integer targets: from a float, truncated (out of range: the minimum, see above); from an
+         * integer, the low bytes (two's complement wrap-around, as numpy's astype) */
+        /* (to 8 bits: through int64, then the low byte, as numpy on x86-64) */
+        const double mn = t->to == CAST_I32 ? -2147483648.0 : -9223372036854775808.0;
+        const double mx = t->to == CAST_I32 ? 2147483647.0 : 9223372036854775807.0;
+        for (long i = lo; i < hi; ++i) {
+            const int64_t v = from_float ? cast_trunc(cast_load_f(t->x, t->from, i), mn, mx)
+                                         : cast_load_i(t->x, t->from, i);
+            switch (t->to) {
+            case CAST_I64: ((int64_t *)t->y)[i] = v; break;
+            case CAST_I32: ((int32_t *)t->y)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+            case CAST_I8: ((int8_t *)t->y)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
+            default: ((uint8_t *)t->y)[i] = (uint8_t)(uint64_t)v; break;
+            }
+        }
+    }
+    }
+}
+
+int mrt_cast(int from, int to, const void *x, void *y, long n, int nthreads) {
+    if (!cast_elem_size(from) || !cast_elem_size(to)) return -2;
+    if (n <= 0) return 0;
+    cast_args t = {from, to, x, y, n};
+    mrt_parallel_for((n + CAST_CHUNK - 1) / CAST_CHUNK, CAST_CHUNK / 4, nthreads, cast_task, &t);
+    return 0;
+}
