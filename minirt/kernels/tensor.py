@@ -75,6 +75,11 @@ def _normalise_indices(indices: np.ndarray, dim: int, what: str) -> np.ndarray:
     """Negative indices count from the end; anything outside [-dim, dim) is an error."""
     if indices.dtype.kind not in "iu":
         raise ValueError(f"{what}: indices must be integers, got {indices.dtype}")
+    if indices.ndim == 0:  # (one index, as shape arithmetic gathers: no min / max passes)
+        v = int(indices)
+        if not -dim <= v < dim:
+            raise ValueError(f"{what}: index out of range [{-dim}, {dim - 1}] (got {v}..{v})")
+        return indices + dim if v < 0 else indices
     if indices.size:
         lo, hi = int(indices.min()), int(indices.max())
         if lo < -dim or hi >= dim:
@@ -496,7 +501,8 @@ def gather(data, indices, *, axis: int = 0, out=None):
     if y is not None:
         return y
     indices = _normalise_indices(np.asarray(indices), data.shape[axis], "Gather")
-    return np.take(data, indices, axis=axis)
+    y = np.take(data, indices, axis=axis)
+    return y if type(y) is np.ndarray else np.asarray(y)  # (one element of a vector: numpy's scalar)
 
 
 @kernel("GatherElements", since=11)
@@ -551,7 +557,8 @@ def gather_nd(data, indices, *, batch_dims: int = 0):
         # one index per row (a boolean mask's NonZero, transposed: detectors' score filters): a take
         # along axis 0, ~10x cheaper than the general advanced index below
         rows = _normalise_indices(indices[..., 0], data.shape[0], "GatherND")
-        return np.take(data, rows, axis=0)
+        y = np.take(data, rows, axis=0)
+        return y if type(y) is np.ndarray else np.asarray(y)  # (one element of a vector: numpy's scalar)
     batch_shape = data.shape[:batch_dims]
     if indices.shape[:batch_dims] != batch_shape:
         raise ValueError(f"GatherND: batch dims differ ({indices.shape} vs {data.shape})")

@@ -217,6 +217,14 @@ def test_gather(axis, idx_shape, idx_dtype):
         run_kernel("Gather", [x, np.array([n], idx_dtype)], {"axis": axis}, opset=13)
 
 
+@pytest.mark.parametrize("i", [0, 2, -1, -3])
+def test_gather_one_index_of_a_shape(i):
+    # shape arithmetic: one dimension of a Shape's result (a 0-d index, no min / max pass)
+    check("Gather", [i64(7, 3, 5), np.array(i, I64)], {"axis": 0}, opset=13)
+    with pytest.raises(ValueError, match=r"Gather: index out of range \[-3, 2\] \(got -4..-4\)"):
+        run_kernel("Gather", [i64(7, 3, 5), np.array(-4, I64)], {"axis": 0}, opset=13)
+
+
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_gather_elements(axis):
@@ -230,7 +238,7 @@ def test_gather_elements(axis):
 
 
 @pytest.mark.parametrize("data_shape,idx_shape", [((3234,), (3234, 1)), ((3234, 4), (100, 1)), ((5, 3, 2), (2, 4, 1)),
-                                                 ((7,), (0, 1))])
+                                                 ((7,), (0, 1)), ((7,), (1,))])
 def test_gather_nd_one_index_per_row(data_shape, idx_shape):
     # index depth 1, no batch dims (the detectors' NonZero -> GatherND): a take along axis 0
     idx = RNG.integers(-data_shape[0], data_shape[0], idx_shape).astype(I64)
