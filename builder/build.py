@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import common as ir_passes
 
@@ -116,6 +118,76 @@ def parse_input_shapes(specs: Mapping[str, Any] | list[str] | None) -> dict[str,
             raise BuildError(f"input shape for {name!r}: dimensions must be >= 0, got {shape}")
         out[name] = shape
     return out
+
+
+# Most elements an input may be pinned to (--input-value): the values are stored in the metadata.
+PIN_MAX_ELEMENTS = 4096
+
+
+def parse_input_values(specs: Mapping[str, Any] | list[str] | None) -> dict[str, Any]:
+    """``{"sr": 16000}`` or ``["sr=16000", "ids=1,2,3", "mask=mask.npy"]`` -> name -> value (array-like)."""
+    if not specs:
+        return {}
+    if isinstance(specs, Mapping):
+        return dict(specs)
+    out: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, text = str(spec).partition("=")
+        if not sep or not name or not text:
+            raise BuildError(f"--input-value {spec!r}: expected NAME=VALUE[,VALUE...] or NAME=FILE.npy, e.g. sr=16000")
+        if text.endswith(".npy"):
+            try:
+                out[name] = np.load(text, allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise BuildError(f"--input-value {name}: cannot read {text!r}: {exc}") from None
+            continue
+        try:
+            numbers = [float(v) if any(c in v for c in ".eEn") else int(v) for v in text.split(",")]
+        except ValueError:
+            raise BuildError(f"--input-value {name}: {text!r} is not a number or a comma-separated list of numbers") from None
+        out[name] = numbers[0] if len(numbers) == 1 else numbers
+    return out
+
+
+def _pin_input_values(model: ir.Model, values: Mapping[str, Any]) -> dict:
+    """Fix inputs to known values (``--input-value``): every reader of such an input reads a constant
+    instead, so the optimizer folds what depends on it (an ``If`` on the sample rate, shape arithmetic).
+    The input stays a graph input, which nothing reads: callers keep feeding it, and the runtime checks
+    that they feed the pinned value.  Returns the metadata entry: name -> dtype, shape, values."""
+    by_name = {v.name: v for v in model.graph.inputs}
+    pinned = {}
+    for name, value in values.items():
+        inp = by_name.get(name)
+        if inp is None:
+            raise BuildError(f"--input-value names {name!r}, but the model's inputs are {list(by_name)}")
+        if inp.dtype is None:
+            raise BuildError(f"--input-value {name}: the model does not declare the input's element type")
+        dtype = inp.dtype.numpy()
+        try:
+            arr = np.asarray(value, dtype=dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise BuildError(f"--input-value {name}: {value!r} is not a {dtype} value: {exc}") from None
+        if arr.size > PIN_MAX_ELEMENTS:
+            raise BuildError(f"--input-value {name}: {arr.size} elements; at most {PIN_MAX_ELEMENTS} can be pinned")
+        declared = inp.shape
+        if declared is not None:
+            dims = list(declared)
+            if arr.ndim != len(dims) and not (arr.size == 1 and math.prod(d if isinstance(d, int) else 1
+                                                                          for d in dims) == 1):
+                raise BuildError(f"--input-value {name}: shape {list(arr.shape)} does not match the input's "
+                                 f"rank {len(dims)} (shape {dims})")
+            arr = arr.reshape([d if isinstance(d, int) else 1 for d in dims]) if arr.ndim != len(dims) else arr
+            for axis, (want, got) in enumerate(zip(dims, arr.shape)):
+                if isinstance(want, int) and want != got:
+                    raise BuildError(f"--input-value {name}: dimension {axis} is {want} in the model, the value has {got}")
+        inp.shape = ir.Shape(arr.shape)
+        const = ir.Value(name=f"{name}__pinned", shape=ir.Shape(arr.shape), type=inp.type,
+                         const_value=ir.tensor(arr, name=f"{name}__pinned"))
+        model.graph.register_initializer(const)
+        for node, index in list(inp.uses()):
+            node.replace_input_with(index, const)
+        pinned[name] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "values": arr.reshape(-1).tolist()}
+    return pinned
 
 
 _BUILD_PROVIDERS = (*ACCELERATORS, CPU)  # the provider table's names (minirt/vocabulary.py), the CPU last
@@ -274,6 +346,7 @@ def build(
     opt_level: int = 2,
     disabled_passes: Sequence[str] = (),
     input_shapes: Mapping[str, Any] | list[str] | None = None,
+    input_values: Mapping[str, Any] | list[str] | None = None,
     quantize: str | None = None,
     calibration: Any = None,
     calibration_method: str = "minmax",
@@ -293,6 +366,9 @@ def build(
     ``out_path=None`` the artifact is only kept in memory: see :func:`build_bytes`.
     Returns a :class:`BuildReport`; the artifact bytes are in ``report.data``
     (not part of ``as_dict()``).
+
+    ``input_values``: inputs fixed to a value (``{"sr": 16000}`` or ``["sr=16000"]``): the graph is
+    specialised for it (folded branches and shapes) and the runtime refuses other values.
 
     ``weight_pack``: store the native kernels' packed weights for panels of this many output
     channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: none), so that a runtime with
@@ -317,6 +393,7 @@ def build(
     if quantize == "auto":
         quantize = _auto_quantize(profile, calibration, say)
     shapes = parse_input_shapes(input_shapes)
+    values = parse_input_values(input_values)
     optimizer_disabled, quantizer_disabled = _split_disabled(disabled_passes)
     seed = None
     if sign_key is not None:  # read the key first: a bad key file fails before the slow build
@@ -338,6 +415,7 @@ def build(
     say("normalising graph")
     if shapes:
         _apply_input_shapes(model_ir, shapes)
+    pinned = _pin_input_values(model_ir, values) if values else {}
     _normalise(model_ir)
     timings["normalise"] = time.perf_counter() - t0
 
@@ -401,6 +479,8 @@ def build(
     _metadata(writer, info, options, profile)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).
     writer.set_metadata("target.profile", profile.as_metadata())
+    if pinned:
+        writer.set_metadata("pinned_inputs", pinned)  # (the runtime checks that feeds hold these values)
     writer.set_metadata("build.optimizer", _optimizer_metadata(opt_report.as_dict()))
     if qreport is not None:
         stored = qreport.as_dict()

@@ -34,7 +34,8 @@ from minirt.session import InferenceSession, ModelMetadata, NodeArg, Session, ge
 _ORT_COMPAT = frozenset({
     "SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "OrtValue",
     "IOBinding", "SessionIOBinding", "get_all_providers", "get_device", "get_version_string", "get_build_info",
-    "set_default_logger_severity", "set_default_logger_verbosity", "set_seed",
+    "set_default_logger_severity", "set_default_logger_verbosity", "set_seed", "disable_telemetry_events",
+    "enable_telemetry_events",
 })
 
 

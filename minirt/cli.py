@@ -220,6 +220,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         weight_pack=args.weight_pack,
         disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
+        input_values=args.input_value,
         quantize=args.quantize,
         calibration=args.calibration,
         calibration_method=args.calibration_method,
@@ -331,6 +332,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as exc:
             raise CommandError(str(exc)) from None
         print(f"graph written to {args.graph}", file=sys.stderr)
+    if getattr(args, "onnx", None):
+        from minirt.format import reader
+        from minirt.tools.onnx_export import export
+
+        try:
+            export(reader.load(args.artifact), args.onnx)
+        except (RuntimeError, OSError) as exc:
+            raise CommandError(f"--onnx {args.onnx}: {exc}") from None
+        print(f"ONNX view written to {args.onnx} (open it in Netron)", file=sys.stderr)
     info = inspect_artifact(args.artifact)
     if args.json:
         _print_json(info)
@@ -386,14 +396,47 @@ def cmd_run(args: argparse.Namespace) -> int:
 # --- bench ----------------------------------------------------------------------
 
 
-def _profile_overhead(session: minirt.Session, feed: dict, runs: int) -> tuple[float, int]:
-    """Median per-node Python overhead (seconds) over ``runs`` profiled runs, and the node count."""
+def _profile_overhead(session: minirt.Session, feed: dict, runs: int) -> tuple[float, int, list]:
+    """Median per-node Python overhead (seconds) over ``runs`` profiled runs, the node count, and the
+    time per op type (mean seconds per run, node count), largest first: [(op type, seconds, nodes)]."""
     per_node, nodes = [], 0
+    by_op: dict[str, list] = {}
     for _ in range(runs):
         _, profile = session.run_profiled(feed)
         per_node.append(profile["overhead_per_node_s"])
         nodes = len(profile["nodes"])
-    return statistics.median(per_node), nodes
+        for _node, op_type, seconds in profile["nodes"]:
+            entry = by_op.setdefault(op_type, [0.0, 0])
+            entry[0] += seconds / runs
+            entry[1] += 1
+    ops = sorted(((op, s, n // runs) for op, (s, n) in by_op.items()), key=lambda r: -r[1])
+    return statistics.median(per_node), nodes, ops
+
+
+def _bench_plot(path: str, samples: dict, ops: list, top: int) -> None:
+    """The latency distribution of each timed runtime and minirt's time per op type, as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CommandError("--plot needs matplotlib (pip install matplotlib)") from None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    for name, xs in samples.items():
+        left.hist([x * 1e3 for x in xs], bins=min(40, max(5, len(xs) // 2)), alpha=0.6, label=name)
+    left.set_xlabel("latency (ms)")
+    left.set_ylabel("runs")
+    left.legend()
+    shown = ops[:top][::-1]
+    right.barh([f"{op} ({n})" for op, _, n in shown], [s * 1e3 for _, s, _ in shown])
+    right.set_xlabel("minirt time per run, node by node (ms)")
+    right.set_title("per op type (node count)")
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise CommandError(f"--plot {path}: cannot write: {exc}") from None
+    plt.close(fig)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -403,7 +446,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     session = minirt.Session(args.artifact, threads=args.threads, providers=provs)
     load_s = time.perf_counter() - t0
     feed = _make_feed(session, args)
-    session.run(None, feed)  # fail fast on a bad feed, before any timing
+    t0 = time.perf_counter()
+    session.run(None, feed)  # the first inference (and a bad feed fails here, before any timing)
+    first_s = time.perf_counter() - t0
     rss_minirt = timing.peak_rss_bytes()  # before onnxruntime is imported by --compare
 
     result: dict[str, Any] = {
@@ -412,7 +457,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "runs": args.runs,
         "warmup": args.warmup,
         "threads": args.threads,
-        "minirt": {"version": minirt.__version__, "load_s": load_s},
+        "top": args.top,
+        "minirt": {"version": minirt.__version__, "load_s": load_s, "first_run_s": first_s},
         "native": _native_status(),
     }
     fns = {"minirt": lambda: session.run(None, feed)}
@@ -431,14 +477,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ort_session = _ort_session(ort, args.compare, args.threads)
         ort_load_s = time.perf_counter() - t0
         ort_feed = _ort_feed(ort_session, feed)
-        result["onnxruntime"] = {"version": ort.__version__, "model": args.compare, "load_s": ort_load_s}
+        t0 = time.perf_counter()
+        ort_session.run(None, ort_feed)
+        ort_first_s = time.perf_counter() - t0
+        result["onnxruntime"] = {"version": ort.__version__, "model": args.compare, "load_s": ort_load_s,
+                                 "first_run_s": ort_first_s}
         fns["onnxruntime"] = lambda: ort_session.run(None, ort_feed)
 
     samples = timing.sample_interleaved(fns, args.runs, args.warmup)
     for name, xs in samples.items():
         result[name].update(timing.summarize(xs))
-    overhead, nodes = _profile_overhead(session, feed, args.profile_runs)
+    overhead, nodes, ops = _profile_overhead(session, feed, args.profile_runs)
     result["minirt"].update(nodes=nodes, overhead_per_node_us=overhead * 1e6)
+    result["minirt"]["ops"] = [{"op_type": op, "seconds": s, "nodes": n} for op, s, n in ops]
+    if args.plot:
+        _bench_plot(args.plot, samples, ops, args.top)
+        result["plot"] = args.plot
     # how the timed runs ran: one native program (D32) or node by node, and why
     result["minirt"]["native_program"] = next((p["native_program"] for p in session.memory_plans()), None)
     result["minirt"]["peak_rss_bytes"] = rss_minirt if args.compare else timing.peak_rss_bytes()
@@ -473,12 +527,17 @@ def _print_bench(r: dict) -> None:
     o = r.get("onnxruntime")
     header = ("", "minirt", f"onnxruntime {o['version']}") if o else ("", "minirt")
     rows = [
-        ("load", fmt_seconds(m["load_s"])) + ((fmt_seconds(o["load_s"]),) if o else ()),
-        ("median latency", fmt_seconds(m["median_s"])) + ((fmt_seconds(o["median_s"]),) if o else ()),
-        ("p90 latency", fmt_seconds(m["p90_s"])) + ((fmt_seconds(o["p90_s"]),) if o else ()),
-        ("min latency", fmt_seconds(m["min_s"])) + ((fmt_seconds(o["min_s"]),) if o else ()),
+        (label, fmt_seconds(m[key])) + ((fmt_seconds(o[key]),) if o else ())
+        for label, key in (("load", "load_s"), ("first inference", "first_run_s"), ("p50 latency", "median_s"),
+                           ("p90 latency", "p90_s"), ("p99 latency", "p99_s"), ("min latency", "min_s"))
     ]
     print(_table(rows, header=header, align="lrr"))
+    ops = m.get("ops") or []
+    total = sum(op["seconds"] for op in ops) or 1.0
+    if ops:
+        print(f"  time per op type, node by node (top {min(r['top'], len(ops))} of {len(ops)}):")
+        print(_table([(op["op_type"], str(op["nodes"]), fmt_seconds(op["seconds"]), f"{100 * op['seconds'] / total:.1f}%")
+                      for op in ops[:r["top"]]], header=("  op type", "nodes", "per run", "share"), align="lrrr"))
     if "cpu" in r:
         delegated = [p for p in m["partitions"] if p["runs_on"] != CPU]
         print(f"  providers {', '.join(m['providers'])}: {len(delegated)} partition(s) delegated; "
@@ -668,6 +727,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "report lists them)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                    help="fix an input's shape; repeatable")
+    p.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE",
+                   help="fix an input's value (NAME=16000, NAME=1,2,3 or NAME=FILE.npy): the graph is specialised "
+                        "for it (branches and shapes that depend on it fold away); the input stays, and runs "
+                        "must feed that value; repeatable")
     p.add_argument("--quantize", choices=["fp16", "int8-dynamic", "int8", "auto"], default=None,
                    help="fp16 weights (half the size), int8 with calibrated activations, int8 weights with "
                         "activations quantized at run time, or auto: the --target's default (rpi3/rpi4 "
@@ -700,6 +763,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("artifact", metavar="ART.mrt")
     p.add_argument("--json", action="store_true", help="machine-readable output with full metadata")
     p.add_argument("--graph", metavar="OUT.svg", help="also draw the main graph, nodes coloured by provider (.svg or .png)")
+    p.add_argument("--onnx", metavar="OUT.onnx",
+                   help="also export the optimized, partitioned graph as ONNX for Netron: shapes on the edges, "
+                        "provider, partition and precision in each node's metadata (needs onnx)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("verify", help="run every partition on the available providers and compare with the golden outputs")
@@ -721,6 +787,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=_non_negative, default=3, help="untimed warm-up runs (default 3)")
     p.add_argument("--profile-runs", type=_positive, default=5, help="profiled runs for the per-node overhead (default 5)")
     p.add_argument("--compare", metavar="MODEL.onnx", help="also time onnxruntime on this model, interleaved")
+    p.add_argument("--top", type=_positive, default=10, help="op types in the per-op table (default 10)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the latency distribution and the per-op times (matplotlib)")
     p.add_argument("--providers", default=None, metavar="LIST",
                    help="session providers, e.g. tflite,cpu (default: the artifact's target order); when an "
                         "accelerator runs a partition the CPU-only session is timed alongside")

@@ -388,6 +388,14 @@ def get_device() -> str:
     return "CPU"
 
 
+def disable_telemetry_events() -> None:
+    """Nothing to do: minirt sends no telemetry (applications such as magika call this)."""
+
+
+def enable_telemetry_events() -> None:
+    """Nothing to do: minirt sends no telemetry."""
+
+
 def get_version_string() -> str:
     import minirt
 

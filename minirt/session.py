@@ -296,6 +296,9 @@ class Session:
         self._known_feed = None
         # The steady state of a model run as a native program (D32): see ReplayShortcut.
         self._shortcut = None
+        # Inputs the builder specialised the graph for (--input-value): name -> the value runs must feed.
+        pinned = self._artifact.metadata.get("pinned_inputs")
+        self._pinned = _pinned_values(pinned) if pinned else None
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -380,6 +383,8 @@ class Session:
         ``run_options`` (``minirt.RunOptions`` or onnxruntime's): its ``terminate`` flag, set from
         another thread, stops the run before its next node (``RunTerminated``, onnxruntime's ``Fail``).
         Such runs take the loop that checks it; runs without options pay nothing for it."""
+        if self._pinned is not None:
+            self._check_pinned(input_feed)
         shortcut = self._shortcut
         if shortcut is not None and output_names is None and run_options is None and type(input_feed) is dict:
             results = shortcut.run(input_feed)
@@ -570,6 +575,8 @@ class Session:
         """The general run.  ``cancel``: run options whose ``terminate`` is read before each node (None:
         the plain loop).  ``buffers``: per requested output, a caller's array to write it into (None
         for one the run allocates); the result list then holds those arrays."""
+        if self._pinned is not None:  # (every entry but run's shortcut comes here: IOBinding, profiling)
+            self._check_pinned(input_feed)
         if self._profiling is not None and profile is None:
             return self._run_recording_profile(output_names, input_feed, cancel, buffers)
         if buffers is not None:
@@ -781,6 +788,23 @@ class Session:
             results.append(r)
         return results
 
+    def _check_pinned(self, feed: Mapping[str, Any]) -> None:
+        """Refuse a feed whose value for a pinned input (``--input-value``) is not the one the graph was
+        specialised for: nothing reads that input any more, so another value would be silently ignored."""
+        if not isinstance(feed, Mapping):
+            return  # (the binding reports a feed that is not a mapping)
+        for name, want in self._pinned.items():
+            got = feed.get(name)
+            if got is None:
+                continue  # (the binding reports a missing input)
+            arr = np.asarray(got)
+            if arr.size != want.size or not np.array_equal(arr.reshape(want.shape), want):
+                shown = arr.reshape(-1)[:8].tolist()
+                raise InvalidArgument(
+                    f"input {name!r}: this artifact was built for {name} = {want.reshape(-1).tolist()} "
+                    f"(--input-value {name}=...), got {shown}{' ...' if arr.size > 8 else ''}; build the model "
+                    f"again without --input-value {name} to feed other values")
+
     def _bind_known_feed(self, env: list, feed: Mapping[str, Any]) -> frozenset | None:
         """Bind ``feed`` when it has the layout of the last feed :meth:`_bind_inputs` accepted (the same
         names, numpy arrays of the same dtypes and shapes: the steady state), one comparison per input;
@@ -848,6 +872,15 @@ class Session:
                for k, v in feed.items()):
             layout = tuple((k, self._input_slot[k], v.dtype, v.shape) for k, v in feed.items())
             self._known_feed = (layout, self._signature(feed))  # one assignment: atomic for concurrent runs
+
+
+def _pinned_values(entry: Any) -> dict:
+    """The ``pinned_inputs`` metadata (name -> dtype, shape, values) as arrays; FormatError if malformed."""
+    try:
+        return {str(name): np.array(v["values"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
+                for name, v in entry.items()}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise FormatError(f"metadata 'pinned_inputs' is malformed ({exc}); rebuild the artifact") from None
 
 
 def _shares_memory_with_any(r: np.ndarray, values: Iterable) -> bool:

@@ -314,8 +314,11 @@ def test_bench_json(tiny_mrt, capsys):
     r = json.loads(stdout)
     m = r["minirt"]
     assert r["inputs"] == {"x": {"dtype": "float32", "shape": [2, 4]}}
-    assert m["runs"] == 5 and 0 < m["min_s"] <= m["median_s"] <= m["p90_s"] <= m["max_s"]
-    assert m["load_s"] > 0 and m["nodes"] == 3 and m["overhead_per_node_us"] >= 0
+    assert m["runs"] == 5 and 0 < m["min_s"] <= m["median_s"] <= m["p90_s"] <= m["p99_s"] <= m["max_s"]
+    assert m["load_s"] > 0 and m["first_run_s"] > 0 and m["nodes"] == 3 and m["overhead_per_node_us"] >= 0
+    # time per op type, largest first, one entry per op type of the 3 nodes
+    assert sum(op["nodes"] for op in m["ops"]) == 3 and all(op["seconds"] > 0 for op in m["ops"])
+    assert [op["seconds"] for op in m["ops"]] == sorted((op["seconds"] for op in m["ops"]), reverse=True)
     assert m["peak_rss_bytes"] >= r["peak_rss_before_load_bytes"] > 1_000_000
     assert "onnxruntime" not in r and "ratio" not in r
 
@@ -323,9 +326,22 @@ def test_bench_json(tiny_mrt, capsys):
 def test_bench_text(tiny_mrt, capsys):
     code, stdout, _ = _run_cli(capsys, "bench", tiny_mrt, "--runs", "3", "--threads", "1")
     assert code == 0
-    for label in ("load", "median latency", "p90 latency", "per-node Python overhead", "peak RSS"):
+    for label in ("load", "first inference", "p50 latency", "p90 latency", "p99 latency", "time per op type",
+                  "per-node Python overhead", "peak RSS"):
         assert label in stdout
     assert "threads 1" in stdout
+
+
+def test_bench_plot_and_top(tiny_mrt, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "bench.png"
+    code, stdout, stderr = _run_cli(capsys, "bench", tiny_mrt, "--runs", "4", "--dim", "N=2", "--top", "1",
+                                    "--plot", plot)
+    assert code == 0, stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(top 1 of " in stdout
+    code, _, stderr = _run_cli(capsys, "bench", tiny_mrt, "--runs", "1", "--plot", tmp_path / "no" / "dir.png")
+    assert code == 2 and "cannot write" in stderr
 
 
 def test_bench_compare_with_onnxruntime(digits_mrt, capsys):
@@ -497,3 +513,52 @@ def test_build_providers_override_and_bench_times_the_cpu_alongside(tmp_path, ca
 def test_build_rejects_unknown_provider(tmp_path, capsys):
     code, _, stderr = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "x.mrt", "--providers", "tpu,cpu")
     assert code == 2 and "tpu" in stderr and not (tmp_path / "x.mrt").exists()
+
+
+# --- inspect: the ONNX view for Netron and the graph drawing ----------------------
+
+
+def test_inspect_exports_an_onnx_view_with_shapes_providers_and_precision(tmp_path, capsys):
+    """The optimized, partitioned graph as ONNX: every node from the artifact, its provider and
+    partition (a tflite partition here) and its precision (int8 for the quantized build) in the
+    node's metadata, value shapes as value_info, weights as initializers."""
+    pytest.importorskip("ai_edge_litert")
+    name = onnx.load(DIGITS_ONNX).graph.input[0].name
+    from minirt.builder import build
+
+    cases = {"tflite": build(str(DIGITS_ONNX), None, providers="tflite,cpu", input_shapes={name: [1, 1, 8, 8]}),
+             "int8": build(str(DIGITS_ONNX), None, quantize="int8", calibration=str(DIGITS / "calibration.npz"))}
+    for kind, report in cases.items():
+        art_path = tmp_path / f"{kind}.mrt"
+        art_path.write_bytes(report.data)
+        out = tmp_path / f"{kind}.onnx"
+        code, _, stderr = _run_cli(capsys, "inspect", art_path, "--onnx", out)
+        assert code == 0 and "Netron" in stderr, stderr
+        view = onnx.load(out)
+        art = minirt.Session(str(art_path), providers=["cpu"]).artifact
+        assert [n.op_type for n in view.graph.node] == [art.operators[n.op_index].op_type
+                                                         for n in art.main_graph.nodes]
+        meta = [{p.key: p.value for p in n.metadata_props} for n in view.graph.node]
+        if kind == "tflite":
+            assert art.partitions and all(m["minirt.provider"] == "tflite" and m["minirt.partition"] == "0"
+                                          for m in meta[:art.partitions[0].node_count])
+        else:
+            assert any(n.op_type.startswith("Q") for n in view.graph.node)
+            assert all(m["minirt.precision"] == "int8" for n, m in zip(view.graph.node, meta) if n.op_type.startswith("Q"))
+        shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in view.graph.value_info}
+        assert shapes and all(dims for dims in shapes.values())
+        assert len(view.graph.initializer) == len(art.main_graph.initializers)
+
+
+def test_inspect_graph_boxes_show_result_shapes(digits_mrt, tmp_path, capsys):
+    out = tmp_path / "g.svg"
+    code, _, stderr = _run_cli(capsys, "inspect", digits_mrt, "--graph", out)
+    assert code == 0, stderr
+    text = out.read_text()
+    assert re.search(r">f32 \S*x10<", text)  # (the logits' box: float32, batch x 10)
+    assert "in: " in text and "out: " in text
+
+
+def test_inspect_onnx_into_a_missing_folder_is_a_clear_error(digits_mrt, tmp_path, capsys):
+    code, _, stderr = _run_cli(capsys, "inspect", digits_mrt, "--onnx", tmp_path / "no" / "view.onnx")
+    assert code == 2 and "--onnx" in stderr

@@ -243,9 +243,9 @@ def _conv_model(tail: str) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("tail", ["", "Softmax", "Abs"])
+@pytest.mark.parametrize("tail", ["", "Softmax", "Sin"])
 def test_a_node_outside_the_native_calls_keeps_the_run_in_python(tail):
-    """Against onnxruntime on every run; with a node that is not one recorded native call (Abs) the
+    """Against onnxruntime on every run; with a node that is not one recorded native call (Sin) the
     session says why there is no program.  Softmax is one (mrt_softmax_f32): the run replays."""
     ort = pytest.importorskip("onnxruntime")
     model = _conv_model(tail)
@@ -256,7 +256,7 @@ def test_a_node_outside_the_native_calls_keeps_the_run_in_python(tail):
         x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
     summary = _program_of(sess)
-    if tail == "Abs":
+    if tail == "Sin":
         assert tail in summary and "not one native call" in summary, summary
     else:
         assert summary.endswith("native calls"), summary

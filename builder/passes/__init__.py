@@ -86,7 +86,6 @@ def optimize(
         input_shapes={k: tuple(v) for k, v in (input_shapes or {}).items()},
         fold_size_limit=fold_size_limit,
         opt_level=opt_level,
-        disabled=frozenset(disabled),
     )
     report = OptimizationReport(opt_level=opt_level, pipeline=[p.name for p in classes], disabled=list(disabled))
     passes = [cls(context) for cls in classes]

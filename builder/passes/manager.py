@@ -35,9 +35,6 @@ class OptimizeContext:
     # is reported.
     fold_size_limit: int = 1 << 20
     opt_level: int = 2
-    # Passes switched off (--disable-pass): a pass that runs others (shape_specialisation's rounds of
-    # folding) leaves these out too.
-    disabled: frozenset = frozenset()
 
 
 @dataclasses.dataclass

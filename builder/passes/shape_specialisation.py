@@ -11,20 +11,12 @@ Rules:
   and the arithmetic on them into constants.  If inference fails, the
   previous shapes are restored: a model always keeps at least what it had.
 
-* folding can make static what the first inference could not see: a ``Pad``
-  whose pads are computed from the input size folds to zero pads and is
-  removed as a no-op, and the values after it keep the unknown shapes of the
-  first inference (SSDlite's transform: every feature map of the backbone
-  then had symbolic height and width, so its ~100 Shape nodes never folded).
-  So inference alternates with constant folding, constant-If folding, cleanup
-  and dead-code elimination (those of them not disabled) until a round folds
-  nothing or changes no shape, at most ``SETTLE_ROUNDS`` rounds, before the
-  rest of the pipeline (whose fusions bring ops inference does not know).
-
 The pass runs once per model (the first sweep); it is a no-op without input
-shapes.  Graphs holding minirt's own ops are never re-inferred (ONNX
-inference does not know them), which is why this pass comes first.  The
-nodes its rounds fold away count as this pass's in the report.
+shapes.  After the first inference it folds constants (and constant ``If``s)
+and infers again, a few rounds while folding changes something: shapes that
+depend on folded shape arithmetic (a ``Pad`` whose pads come from ``Shape``)
+are known only then.  Graphs holding minirt's own ops are never re-inferred
+(ONNX inference does not know them), which is why this pass comes first.
 """
 from __future__ import annotations
 
@@ -32,11 +24,9 @@ import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
 from minirt.builder import ir_helpers as irh
+from minirt.builder.passes.constant_folding import ConstantFolding
+from minirt.builder.passes.fold_constant_if import FoldConstantIf
 from minirt.builder.passes.manager import Pass
-
-# Rounds of inference and folding at most (each round can only make more shapes static; real models
-# settle in one or two).
-SETTLE_ROUNDS = 4
 
 
 def apply_input_shapes(model: ir.Model, shapes: dict) -> bool:
@@ -74,49 +64,49 @@ class ShapeSpecialisation(Pass):
             changed = apply_input_shapes(model, shapes)
             return changed
         changed = apply_input_shapes(model, shapes)
-        inferred = self._infer(model)
+        inferred = _infer(model)
         if inferred is None:
+            self.refuse("shape inference", "<model>", "ONNX shape inference failed; kept the previous shapes")
             return changed
         changed |= inferred
-        # (imported here: those modules import the manager, as this one does)
-        from minirt.builder.passes.cleanup import Cleanup
-        from minirt.builder.passes.constant_folding import ConstantFolding
-        from minirt.builder.passes.dce import DeadCodeElimination
-        from minirt.builder.passes.fold_constant_if import FoldConstantIf
-
-        disabled = self.context.disabled
-        settle = [cls(self.context) for cls in (ConstantFolding, FoldConstantIf, Cleanup, DeadCodeElimination)
-                  if cls.name not in disabled]
-        for _ in range(SETTLE_ROUNDS if settle else 0):
-            folded = [p(model).modified for p in settle]  # (a list: every pass runs)
-            if not any(folded):
+        # Fold what the new shapes made constant (Shape, Size, the arithmetic on them, an If on them) and
+        # infer again: a value past an op whose shape came from such arithmetic (a Pad whose pads are
+        # computed from a Shape, Silero's STFT front) gets its shape only then.  A few rounds suffice.
+        for _ in range(_REFOLD_ROUNDS):
+            folded = ConstantFolding(self.context).call(model).modified
+            folded |= FoldConstantIf(self.context).call(model).modified
+            if not folded or any(n.domain not in ("", "ai.onnx") for g in irh.graphs(model) for n in g):
                 break
             changed = True
-            if not self._infer(model):
+            if not _infer(model):
                 break
         return changed
 
-    def _infer(self, model: ir.Model) -> bool | None:
-        """Recompute every intermediate shape from scratch; whether one changed (None: inference failed,
-        the previous shapes restored and the refusal reported)."""
-        saved = {}
-        for graph in irh.graphs(model):
-            for node in graph:
-                for v in node.outputs:
-                    saved[id(v)] = (v, v.shape)
-                    v.shape = None
-        try:
-            ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
-        except Exception:  # noqa: BLE001
-            for v, shape in saved.values():
-                v.shape = shape
-            self.refuse("shape inference", "<model>", "ONNX shape inference failed; kept the previous shapes")
-            return None
-        # Whatever inference could not recompute keeps its earlier shape.
-        changed = False
+
+# Rounds of folding and re-inference after the first inference (each one only when the last folded something).
+_REFOLD_ROUNDS = 4
+
+
+def _infer(model: ir.Model) -> bool | None:
+    """ONNX shape inference with data propagation from scratch over every node output; True when a
+    shape changed, None when inference failed (the previous shapes are then restored).  Whatever
+    inference cannot recompute keeps its earlier shape."""
+    saved = {}
+    for graph in irh.graphs(model):
+        for node in graph:
+            for v in node.outputs:
+                saved[id(v)] = (v, v.shape)
+                v.shape = None
+    try:
+        result = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+    except Exception:  # noqa: BLE001
         for v, shape in saved.values():
-            if v.shape is None and shape is not None:
-                v.shape = shape
-            elif v.shape != shape:
-                changed = True
-        return changed
+            v.shape = shape
+        return None
+    changed = False
+    for v, shape in saved.values():
+        if v.shape is None and shape is not None:
+            v.shape = shape
+        elif shape is not None and v.shape != shape:
+            changed = True
+    return changed or bool(result and result.modified)

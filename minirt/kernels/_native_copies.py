@@ -19,6 +19,8 @@ shape and parameters and cached (:data:`_maps`); a map's tables are kept alive b
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from minirt import native as _native
@@ -206,8 +208,8 @@ def gather_copy(data, indices, axis: int, out=None):
             or not indices.flags.c_contiguous or indices.size == 0
             or not _worth(data.nbytes // data.shape[axis] * indices.size)):  # (the result's bytes)
         return None
-    outer = int(np.prod(data.shape[:axis], dtype=np.int64))
-    inner = int(np.prod(data.shape[axis + 1:], dtype=np.int64)) * data.itemsize
+    outer = math.prod(data.shape[:axis])
+    inner = math.prod(data.shape[axis + 1:]) * data.itemsize
     shape = data.shape[:axis] + indices.shape + data.shape[axis + 1:]
     y = out if (out is not None and out.shape == shape and out.dtype == data.dtype and out.flags.c_contiguous
                 and not np.may_share_memory(out, data)) else np.empty(shape, dtype=data.dtype)

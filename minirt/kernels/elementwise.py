@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from minirt import native as _native
+from minirt.kernels._native_broadcast import broadcast_op
 from minirt.kernels.registry import kernel
 
 # --------------------------------------------------------------------------- helpers
@@ -208,6 +209,9 @@ def _make_binary(op: str, fn, out_bool: bool = False):
     if ufunc is None:
         def modern(a, b):
             _check_same_dtype(op, a, b)
+            y = broadcast_op(op, a, b)  # (one native call a program may replay, or None)
+            if y is not None:
+                return y
             out = fn(a, b)
             return _as_array(out, np.dtype(bool) if out_bool else a.dtype)
     else:
@@ -218,6 +222,8 @@ def _make_binary(op: str, fn, out_bool: bool = False):
                     # one native pass (the same IEEE operation as the ufunc, value for value), the
                     # node's whole work: a program may replay it
                     y = _native_binary(native_op, a, b, out)
+                    if y is None:
+                        y = broadcast_op(op, a, b, out=out)
                     if y is not None:
                         return y
                 ufunc(a, b, out=out)
@@ -228,6 +234,9 @@ def _make_binary(op: str, fn, out_bool: bool = False):
                 y = _native_binary(native_op, a, b, None)
                 if y is not None:
                     return y
+            y = broadcast_op(op, a, b)  # (other types and broadcasts: one native call, or None)
+            if y is not None:
+                return y
             return _as_array(fn(a, b), a.dtype)
 
     def legacy(a, b, *, broadcast: int = 0, axis: int | None = None, consumed_inputs: tuple = ()):
@@ -255,12 +264,18 @@ _make_binary("Xor", np.logical_xor, out_bool=True)
 @kernel("LessOrEqual", since=12)
 def less_or_equal(a, b):
     _check_same_dtype("LessOrEqual", a, b)
+    y = broadcast_op("LessOrEqual", a, b)
+    if y is not None:
+        return y
     return _as_array(np.less_equal(a, b), np.dtype(bool))
 
 
 @kernel("GreaterOrEqual", since=12)
 def greater_or_equal(a, b):
     _check_same_dtype("GreaterOrEqual", a, b)
+    y = broadcast_op("GreaterOrEqual", a, b)
+    if y is not None:
+        return y
     return _as_array(np.greater_equal(a, b), np.dtype(bool))
 
 
@@ -380,12 +395,18 @@ def _fold(op: str, inputs, fn) -> np.ndarray:
 
 @kernel("Max", since=1)
 def max_(*inputs, consumed_inputs: tuple = ()):
+    y = broadcast_op("Max", *inputs) if len(inputs) == 2 else None  # (one native call, or None)
+    if y is not None:
+        return y
     out = _fold("Max", inputs, np.maximum)
     return _as_array(out, inputs[0].dtype)
 
 
 @kernel("Min", since=1)
 def min_(*inputs, consumed_inputs: tuple = ()):
+    y = broadcast_op("Min", *inputs) if len(inputs) == 2 else None  # (one native call, or None)
+    if y is not None:
+        return y
     out = _fold("Min", inputs, np.minimum)
     return _as_array(out, inputs[0].dtype)
 
@@ -408,12 +429,20 @@ def mean(*inputs, consumed_inputs: tuple = ()):
 # --------------------------------------------------------------------------- unary math
 
 
+# unary ops mrt_broadcast computes for float32 / float64 (_native_broadcast.OPS)
+_NATIVE_UNARY = frozenset({"Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Floor", "Ceil"})
+
+
 def _make_unary(op: str, fn, sinces: tuple, float_only: bool = True):
     """Register a stateless unary op; the since=1 entry accepts ``consumed_inputs``."""
 
     def unary(x):
         if float_only and x.dtype.kind != "f":
             raise ValueError(f"{op}: floating point input required, got {x.dtype}")
+        if op in _NATIVE_UNARY and type(x) is np.ndarray and x.dtype.kind == "f":
+            y = broadcast_op(op, x)  # (float32 / float64: one native call a program may replay, or None)
+            if y is not None:
+                return y
         return _float_compute(x, fn)
 
     def unary_legacy(x, *, consumed_inputs: tuple = ()):
@@ -532,12 +561,18 @@ def is_inf(x, *, detect_negative: int = 1, detect_positive: int = 1):
 
 @kernel("Not", since=1)
 def not_(x):
+    y = broadcast_op("Not", x) if type(x) is np.ndarray and x.dtype == np.bool_ else None
+    if y is not None:
+        return y
     return _as_array(np.logical_not(x), np.dtype(bool))
 
 
 @kernel("Where", since=9)
 def where(cond, x, y):
     _check_same_dtype("Where", x, y)
+    result = broadcast_op("Where", cond, x, y)
+    if result is not None:
+        return result
     return _as_array(np.where(cond, x, y), x.dtype)
 
 

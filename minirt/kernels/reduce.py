@@ -14,6 +14,8 @@ Reducing over zero elements yields the operation's identity (0 for sums,
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from minirt import native as _native
@@ -130,14 +132,44 @@ def _reduce(fn, x: np.ndarray, axes, keepdims: int, noop_with_empty_axes: int) -
     return np.asarray(out).astype(x.dtype, copy=False)
 
 
+def _reduce_native(op: str, x, axes, keepdims: int, noop_with_empty_axes: int, out=None):
+    """``op`` (a key of native.REDUCE_OPS) of a float32 C-contiguous ``x`` over one block of consecutive
+    axes by one native call (mrt_reduce_f32: x as (outer, reduced, inner)), declared final; None
+    when it is not that case (the numpy path then computes it, or raises the op's error)."""
+    if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.size and x.flags.c_contiguous
+            and op in _native.REDUCE_OPS):
+        return None
+    ax = _resolve_axes(x, axes)
+    if ax is None:
+        if noop_with_empty_axes or not x.ndim:
+            return None
+        ax = tuple(range(x.ndim))
+    ax = sorted(ax)
+    if not ax or ax != list(range(ax[0], ax[-1] + 1)):
+        return None
+    outer, n, inner = (math.prod(x.shape[:ax[0]]), math.prod(x.shape[ax[0]:ax[-1] + 1]),
+                       math.prod(x.shape[ax[-1] + 1:]))
+    shape = tuple(1 if a in ax else d for a, d in enumerate(x.shape)) if keepdims else \
+        tuple(d for a, d in enumerate(x.shape) if a not in ax)
+    if out is not None and out.shape == shape and out.dtype == _F32 and out.flags.c_contiguous \
+            and not np.may_share_memory(x, out):
+        y = out
+    else:
+        y = np.empty(shape, _F32)
+    _native.reduce(op, x, y, outer, n, inner)
+    return _native.final(y)
+
+
 def _register(op: str, fn, input_since: int) -> None:
     """Register the attribute form (since 1) and the axes-input form (since ``input_since``)."""
 
     def reduce_attr(x, *, axes: tuple | None = None, keepdims: int = 1):
-        return _reduce(fn, x, axes, keepdims, 0)
+        y = _reduce_native(op, x, axes, keepdims, 0)
+        return _reduce(fn, x, axes, keepdims, 0) if y is None else y
 
     def reduce_input(x, axes=None, /, *, keepdims: int = 1, noop_with_empty_axes: int = 0):
-        return _reduce(fn, x, axes, keepdims, noop_with_empty_axes)
+        y = _reduce_native(op, x, axes, keepdims, noop_with_empty_axes)
+        return _reduce(fn, x, axes, keepdims, noop_with_empty_axes) if y is None else y
 
     base = "reduce_" + op[len("Reduce"):].lower()
     reduce_attr.__name__ = reduce_attr.__qualname__ = base + "_1"
@@ -159,7 +191,7 @@ def _mean_native(x, axes, keepdims: int, noop_with_empty_axes: int, out):
         ax = tuple(range(x.ndim))
     k = x.ndim - len(ax)
     if sorted(ax) != list(range(k, x.ndim)):
-        return None  # (not the trailing axes: numpy)
+        return _reduce_native("ReduceMean", x, axes, keepdims, noop_with_empty_axes, out)  # (a middle block)
     shape = x.shape[:k] + (1,) * len(ax) if keepdims else x.shape[:k]
     if out is not None and out.shape == shape and out.dtype == _F32 and out.flags.c_contiguous \
             and not np.may_share_memory(x, out):

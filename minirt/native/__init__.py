@@ -139,7 +139,14 @@ def describe() -> str:
 # --------------------------------------------------------------------------- threads
 
 _DEFAULT_THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-_tls = threading.local()
+class _Threads(threading.local):
+    """This Python thread's setting; a class attribute is the default (``getattr`` with a default would
+    raise and catch an AttributeError on every call of a thread that never set it: ~1 us)."""
+
+    n = _DEFAULT_THREADS
+
+
+_tls = _Threads()
 
 
 def set_threads(n: int | None) -> None:
@@ -148,7 +155,7 @@ def set_threads(n: int | None) -> None:
 
 
 def threads() -> int:
-    return getattr(_tls, "n", _DEFAULT_THREADS)
+    return _tls.n
 
 
 # --------------------------------------------------------------------------- recording (native programs)
@@ -189,6 +196,8 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_avgpool2d_f32": ((3,), (4,)),  # (g, count_box, scale, x, y, nthreads)
     "mrt_convtranspose_tiles_f32": ((3,), (4,)),  # (g, wt, e, x, y, nthreads)
     "mrt_cast": ((2,), (3,)),  # (from, to, x, y, n, nthreads)
+    "mrt_broadcast": ((1, 2, 3), (4,)),  # (map, a, b, c, y, nthreads)
+    "mrt_reduce_f32": ((1,), (2,)),  # (op, x, y, outer, n, inner, nthreads)
 }
 
 
@@ -986,6 +995,29 @@ def cast(x, y) -> None:
     """y = x.astype(y.dtype) for C-contiguous arrays of the same size whose dtypes are in CAST_CODES."""
     _call(_lib.mrt_cast, (CAST_CODES[x.dtype.name], CAST_CODES[y.dtype.name], _bytes(x), _bytes(y), x.size,
                           threads()), x, y)
+
+
+def broadcast_map(op: str, type_code: int, shape, strides):
+    """The ``mrt_broadcast_map`` of op ``op`` (a name of ``mrt_ew_op`` without its prefix: "ADD",
+    "EQUAL", "WHERE", ...) over operands of ONNX type ``type_code``: output ``shape`` (at most
+    INDEX_MAX_RANK axes) and per operand (up to 3) its element strides per axis."""
+    rows = [list(s) for s in strides] + [[0] * len(shape)] * (3 - len(strides))
+    return _new("mrt_broadcast_map *", {"op": getattr(_lib, "MRT_EW_" + op), "type": type_code, "rank": len(shape),
+                                        "shape": list(shape), "strides": rows})
+
+
+def broadcast(m, a, b, c, y) -> None:
+    """y = the prepared elementwise op ``m`` (:func:`broadcast_map`) of a, b (or None), c (or None)."""
+    _call(_lib.mrt_broadcast, (m, _bytes(a), _ffi.NULL if b is None else _bytes(b), _ffi.NULL if c is None
+                               else _bytes(c), _bytes(y), threads()), a, b, c, y)
+
+
+REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceSumSquare": 4}
+
+
+def reduce(op: str, x, y, outer: int, n: int, inner: int) -> None:
+    """y (outer, inner) = ``op`` (a key of REDUCE_OPS) over the middle axis of float32 x (outer, n, inner)."""
+    _call(_lib.mrt_reduce_f32, (REDUCE_OPS[op], _ptr(x), _ptr(y), outer, n, inner, threads()), x, y)
 
 
 def gather_shape(outer: int, axis: int, count: int, inner_bytes: int):

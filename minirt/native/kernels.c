@@ -1883,4 +1883,5 @@ int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float 
 }
 
 #include "index_copy.h"
+#include "broadcast_impl.h"
 #include "program_impl.h"

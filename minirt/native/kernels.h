@@ -369,6 +369,55 @@ int mrt_gather_rows(const mrt_gather_shape *s, const void *x, const int64_t *idx
  * bool is x != 0.  Returns 0, or -2 for another type. */
 int mrt_cast(int from, int to, const void *x, void *y, long n, int nthreads);
 
+/* mrt_broadcast (broadcast_impl.h): y = op(a, b[, c]) with numpy broadcasting, for operands of the
+ * type `type` (the ONNX codes of mrt_cast: float32, float64, int32, int64, uint8; bool as uint8):
+ * y has the map's C-contiguous shape, and each operand is read through its element strides per axis
+ * (strides[k], 0 along an axis operand k is broadcast over).  Arithmetic gives y of the operands'
+ * type, comparisons and And / Or / Xor / Not a bool (uint8 0 / 1) y; Where reads a as the bool
+ * condition, b and c as the values.  Div only for float types.  Returns 0, or -2 for a bad map. */
+typedef enum {
+    MRT_EW_ADD = 0,
+    MRT_EW_SUB = 1,
+    MRT_EW_MUL = 2,
+    MRT_EW_DIV = 3,
+    MRT_EW_EQUAL = 4,
+    MRT_EW_LESS = 5,
+    MRT_EW_LESS_EQUAL = 6,
+    MRT_EW_GREATER = 7,
+    MRT_EW_GREATER_EQUAL = 8,
+    MRT_EW_AND = 9,
+    MRT_EW_OR = 10,
+    MRT_EW_XOR = 11,
+    MRT_EW_NOT = 12,
+    MRT_EW_WHERE = 13,
+    MRT_EW_MAX = 14, /* NaN-propagating, as numpy's maximum */
+    MRT_EW_MIN = 15,
+    MRT_EW_SQRT = 16, /* unary, float types: a only */
+    MRT_EW_RECIPROCAL = 17,
+    MRT_EW_NEG = 18,
+    MRT_EW_ABS = 19,
+    MRT_EW_EXP = 20,
+    MRT_EW_LOG = 21,
+    MRT_EW_FLOOR = 22,
+    MRT_EW_CEIL = 23
+} mrt_ew_op;
+typedef struct {
+    int op, type, rank;
+    long shape[MRT_INDEX_MAX_RANK];
+    long strides[3][MRT_INDEX_MAX_RANK];
+} mrt_broadcast_map;
+int mrt_broadcast(const mrt_broadcast_map *m, const void *a, const void *b, const void *c, void *y, int nthreads);
+
+/* mrt_reduce_f32 (broadcast_impl.h): y (outer, inner) = op over the middle axis of x (outer, n, inner),
+ * float32, n > 0: the ONNX reductions over one block of consecutive axes.  Sums in double, rounded
+ * once; Max / Min propagate NaN.  Returns 0, or -2 for a bad op or size. */
+#define MRT_REDUCE_SUM 0
+#define MRT_REDUCE_MEAN 1
+#define MRT_REDUCE_MAX 2
+#define MRT_REDUCE_MIN 3
+#define MRT_REDUCE_SUM_SQUARE 4
+int mrt_reduce_f32(int op, const float *x, float *y, long outer, long n, long inner, int nthreads);
+
 /* ------------------------------------------------------------------ detection (nms_impl.h, roialign_impl.h)
  *
  * NonMaxSuppression (ONNX opsets 10 / 11), float32, exactly as the ONNX reference evaluator and
@@ -473,6 +522,8 @@ typedef struct {
 #define MRT_CALL_AVGPOOL2D_F32 23
 #define MRT_CALL_CONVTRANSPOSE_TILES_F32 24
 #define MRT_CALL_CAST 25
+#define MRT_CALL_BROADCAST 26
+#define MRT_CALL_REDUCE_F32 27
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

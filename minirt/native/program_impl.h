@@ -75,6 +75,10 @@ static int program_call(const mrt_call *call) {
         return mrt_convtranspose_tiles_f32(P(0), P(1), P(2), P(3), P(4), I(5));
     case MRT_CALL_CAST:
         return mrt_cast(I(0), I(1), P(2), P(3), L(4), I(5));
+    case MRT_CALL_BROADCAST:
+        return mrt_broadcast(P(0), P(1), P(2), P(3), P(4), I(5));
+    case MRT_CALL_REDUCE_F32:
+        return mrt_reduce_f32(I(0), P(1), P(2), L(3), L(4), L(5), I(6));
     default:
         return -100;
     }

@@ -1,5 +1,8 @@
 """Draw an artifact's main graph with nodes coloured by provider (``minirt inspect --graph``).
 
+Each box shows the op type and its result's dtype and shape; hovering a node (SVG) gives its name,
+inputs and outputs with their shapes.
+
 SVG is written by hand (no graphviz): nodes are placed in layers by longest
 path from the inputs, edges are straight lines, and each node is coloured by
 the provider of the partition that holds it (CPU nodes grey).  ``.png`` is
@@ -16,7 +19,19 @@ from minirt.vocabulary import CPU
 # a provider registered at run time takes one of _EXTRA
 COLOURS = {CPU: "#d9d9d9", "coreml": "#7fb3ff", "nnapi": "#8fd18f", "tflite": "#ffb870"}
 _EXTRA = ["#c9a0ff", "#ff9aa8", "#ffe680"]
-BOX_W, BOX_H, GAP_X, GAP_Y = 150, 30, 20, 34
+BOX_W, BOX_H, GAP_X, GAP_Y = 170, 40, 20, 34
+
+
+def _shape_text(v) -> str:
+    """A value's dtype and shape as the box's second line, e.g. ``f32 1x32x112x112``."""
+    from minirt.dtypes import ONNX_TO_NUMPY
+
+    dtype = ONNX_TO_NUMPY.get(v.dtype)
+    short = {"float32": "f32", "float16": "f16", "float64": "f64", "uint8": "u8", "int8": "i8", "int32": "i32",
+             "int64": "i64", "bool": "bool"}.get(getattr(dtype, "__name__", str(dtype)), "?")
+    if v.shape is None:
+        return f"{short} ?"
+    return f"{short} " + ("x".join("?" if d is None else str(d) for d in v.shape) or "scalar")
 
 
 def _layout(art):
@@ -93,10 +108,16 @@ def svg(art) -> str:
     for i, node in enumerate(graph.nodes):
         x, y = pos[i]
         op = ops[node.op_index].op_type
-        title = html.escape(f"{node.name} ({op}) on {provider[i]}")
+        out_v = graph.values[node.outputs[0]] if node.outputs and node.outputs[0] >= 0 else None
+        shape = _shape_text(out_v) if out_v is not None else ""
+        ins = ", ".join(graph.values[v].name for v in node.inputs if v >= 0)
+        outs = ", ".join(f"{graph.values[v].name}: {_shape_text(graph.values[v])}" for v in node.outputs if v >= 0)
+        title = html.escape(f"{node.name} ({op}) on {provider[i]}\nin: {ins}\nout: {outs}")
         out.append(f'<g><title>{title}</title><rect x="{x:.0f}" y="{y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="5" '
                    f'fill="{_colour(provider[i], seen)}" stroke="#333"/>'
-                   f'<text x="{x + BOX_W / 2:.0f}" y="{y + BOX_H / 2 + 4:.0f}" text-anchor="middle">{html.escape(op[:22])}</text></g>')
+                   f'<text x="{x + BOX_W / 2:.0f}" y="{y + 16:.0f}" text-anchor="middle">{html.escape(op[:24])}</text>'
+                   f'<text x="{x + BOX_W / 2:.0f}" y="{y + 31:.0f}" text-anchor="middle" font-size="9" fill="#333">'
+                   f'{html.escape(shape[:30])}</text></g>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -125,6 +146,9 @@ def _png(art, out_path):
         op = art.operators[node.op_index].op_type
         ax.add_patch(FancyBboxPatch((x, y), BOX_W, BOX_H, boxstyle="round,pad=0,rounding_size=5",
                                     fc=_colour(provider[i], seen), ec="#333", lw=0.6))
-        ax.text(x + BOX_W / 2, y + BOX_H / 2, op[:22], ha="center", va="center", fontsize=7)
+        ax.text(x + BOX_W / 2, y + 14, op[:24], ha="center", va="center", fontsize=7)
+        if node.outputs and node.outputs[0] >= 0:
+            ax.text(x + BOX_W / 2, y + 29, _shape_text(graph.values[node.outputs[0]])[:30], ha="center", va="center",
+                    fontsize=6, color="#333")
     fig.savefig(out_path)
     plt.close(fig)

@@ -46,10 +46,11 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float]:
-    """median, p90, mean, min, max (seconds) and the sample count."""
+    """median (p50), p90, p99, mean, min, max (seconds) and the sample count."""
     return {
         "median_s": statistics.median(samples),
         "p90_s": percentile(samples, 90),
+        "p99_s": percentile(samples, 99),
         "mean_s": statistics.fmean(samples),
         "min_s": min(samples),
         "max_s": max(samples),

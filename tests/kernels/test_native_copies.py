@@ -31,20 +31,28 @@ def _array(rng, shape, dtype):
 
 @pytest.fixture(autouse=True)
 def every_size_native(monkeypatch):
-    """The copies themselves are under test: every size takes the native path (outside a recording,
-    copies below _NATIVE_MIN_BYTES would take numpy; test_small_copies_take_numpy_outside_a_recording)."""
+    """The copies and broadcasts themselves are under test: every size takes the native path (outside a
+    recording, results below _NATIVE_MIN_BYTES would take numpy; test_small_copies_take_numpy_outside_a_
+    recording)."""
+    from minirt.kernels import _native_broadcast
+
     monkeypatch.setattr(C, "_NATIVE_MIN_BYTES", 0)
+    monkeypatch.setattr(_native_broadcast, "_NATIVE_MIN_BYTES", 0)
 
 
 def test_small_copies_take_numpy_outside_a_recording(monkeypatch):
-    monkeypatch.undo()  # (the real threshold)
+    from minirt.kernels._native_broadcast import broadcast_op
+
+    monkeypatch.undo()  # (the real thresholds)
     x = np.arange(64, dtype=np.float32).reshape(8, 8)
     idx = np.array([3, 1], np.int64)
     assert C.copy_of_view(x.T, x) is None and C.gather_copy(x, idx, 0) is None
     assert C.tile_copy(x, (2, 1)) is None and C.pad_copy(x, [(1, 1), (0, 0)], "constant", 0.0) is None
+    assert broadcast_op("Greater", x, x[:1]) is None
     monkeypatch.setattr(native, "recording", lambda: True)  # (what a session's recording run sees)
     np.testing.assert_array_equal(C.copy_of_view(x.T, x), x.T)
     np.testing.assert_array_equal(C.gather_copy(x, idx, 0), x[idx])
+    np.testing.assert_array_equal(broadcast_op("Greater", x, x[:1]), x > x[:1])
     monkeypatch.setattr(native, "recording", lambda: False)
     big = np.zeros((C._NATIVE_MIN_BYTES // 4 // 64, 64), np.float32)
     assert C.copy_of_view(big.T, big) is not None  # (large copies: the native one, threaded)
@@ -225,3 +233,75 @@ def test_a_replayed_gather_with_a_bad_index_names_the_node():
     with pytest.raises(minirt.KernelError if hasattr(minirt, "KernelError") else Exception, match="Gather"):
         sess.run(None, bad)
     np.testing.assert_array_equal(sess.run(None, feed)[1], np.zeros((2, 6), np.float32))  # (and runs on)
+
+
+# --------------------------------------------------------------------------- broadcast elementwise
+
+from minirt.kernels._native_broadcast import broadcast_op  # noqa: E402
+
+_NUMPY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Equal": np.equal,
+          "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
+          "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or,
+          "Xor": np.logical_xor, "Max": np.maximum, "Min": np.minimum}
+
+
+def _broadcast_shapes(rng):
+    out = tuple(int(v) for v in rng.integers(1, 6, int(rng.integers(1, 6))))
+    a = tuple(n if rng.random() < 0.6 else 1 for n in out)[int(rng.integers(0, len(out))):]
+    b = tuple(n if rng.random() < 0.6 else 1 for n in out)
+    return a, b
+
+
+@pytest.mark.parametrize("op", list(_NUMPY))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_])
+@pytest.mark.parametrize("seed", range(5))
+def test_broadcast_ops_are_numpys(op, dtype, seed, threads):
+    rng = np.random.default_rng(300 + seed)
+    sa, sb = _broadcast_shapes(rng)
+    a, b = _array(rng, sa, dtype), _array(rng, sb, dtype)
+    if np.dtype(dtype).kind in "iu" and op in ("Add", "Sub", "Mul") and seed == 0:
+        a = np.full(sa, np.iinfo(dtype).max, dtype)  # (wrap-around, as numpy)
+    if np.dtype(dtype).kind == "f" and seed == 1:
+        a = a.copy()
+        a.reshape(-1)[0] = np.nan  # (NaN compares unequal, as numpy)
+    got = broadcast_op(op, a, b)
+    logical, arithmetic = op in ("And", "Or", "Xor"), op in ("Add", "Sub", "Mul", "Div", "Max", "Min")
+    if (logical and dtype != np.bool_) or (op == "Div" and np.dtype(dtype).kind != "f") or (
+            arithmetic and dtype == np.bool_):
+        assert got is None  # (numpy's path: its own rules or errors)
+        return
+    with np.errstate(all="ignore"):
+        want = _NUMPY[op](a, b)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_broadcast_where_and_not_are_numpys(seed, threads):
+    rng = np.random.default_rng(400 + seed)
+    sc, sx = _broadcast_shapes(rng)
+    cond = rng.integers(0, 2, sc).astype(bool)
+    x, y = _array(rng, sx, np.float32), _array(rng, (1,) * len(sx), np.float32)
+    np.testing.assert_array_equal(broadcast_op("Where", cond, x, y), np.where(cond, x, y))
+    np.testing.assert_array_equal(broadcast_op("Not", cond), np.logical_not(cond))
+
+
+@pytest.mark.parametrize("op, fn, exact", [("Sqrt", np.sqrt, True), ("Reciprocal", np.reciprocal, True),
+                                           ("Neg", np.negative, True), ("Abs", np.abs, True),
+                                           ("Floor", np.floor, True), ("Ceil", np.ceil, True),
+                                           ("Exp", np.exp, False), ("Log", np.log, False)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_broadcast_unary_functions_are_numpys(op, fn, exact, dtype, threads):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((3, 700)) * 4).astype(dtype)
+    x[0, :4] = [0.0, -0.0, np.inf, np.nan]
+    if op in ("Sqrt", "Log"):
+        x[1, :3] = [-1.0, 1e-30, 0.5]  # (NaN for negatives, -inf at 0, as numpy)
+    with np.errstate(all="ignore"):
+        want = fn(x)
+    got = broadcast_op(op, x)
+    if exact:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dtype).eps, atol=0)
+    assert broadcast_op(op, np.arange(6, dtype=np.int64)) is None  # (float types only)

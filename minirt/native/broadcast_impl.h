@@ -1,0 +1,208 @@
+/* Elementwise operations with numpy broadcasting over any operand shapes, for the types real graphs
+ * compute masks, indices and shapes in (float32 / float64 / int32 / int64 / bool), compiled once.
+ * Included by kernels.c after index_copy.h (whose CAST_* type codes it uses).
+ *
+ * mrt_broadcast: y[i] = op(a[i], b[i][, c[i]]) over y's shape (the map's), each operand read through
+ *   its own element strides per axis (0 along an axis it is broadcast over).  Python builds the map
+ *   once per operand shapes (minirt/kernels/_native_broadcast.py), axes merged where every operand
+ *   allows it.  The float comparisons are IEEE's (NaN unequal to everything, as numpy); Div is for
+ *   float types only (integer division by zero would trap: the caller keeps it in numpy); Max / Min
+ *   propagate NaN (numpy's maximum / minimum).  The unary float functions (Sqrt, Reciprocal, Neg,
+ *   Abs, Exp, Log, Floor, Ceil) read a only; Sqrt, Reciprocal, Neg, Abs, Floor and Ceil are exact
+ *   (numpy's results), Exp and Log the C library's (within an ulp or two of numpy's). */
+
+#define EW_LOOP(EXPR)                                                                              \
+    for (long i = 0; i < n; ++i) {                                                                 \
+        const long ia = i * sa, ib = i * sb, ic = i * sc;                                          \
+        (void)ia, (void)ib, (void)ic;                                                              \
+        EXPR;                                                                                      \
+    }
+
+/* one row of n output elements of operand type T; the arithmetic in U (T itself for floats, the
+ * unsigned type of T's size for integers: they wrap around as numpy's do, with no signed overflow) */
+#define EW_ROW(T, U)                                                                               \
+    do {                                                                                           \
+        const T *A = (const T *)pa, *B = (const T *)pb, *Cc = (const T *)pc;                       \
+        T *Y = (T *)py;                                                                            \
+        uint8_t *Yb = (uint8_t *)py;                                                               \
+        const uint8_t *Ab = (const uint8_t *)pa;                                                   \
+        (void)Cc, (void)Ab, (void)Y, (void)Yb, (void)B;                                            \
+        switch (m->op) {                                                                           \
+        case MRT_EW_ADD: EW_LOOP(Y[i] = (T)((U)A[ia] + (U)B[ib])) break;                           \
+        case MRT_EW_SUB: EW_LOOP(Y[i] = (T)((U)A[ia] - (U)B[ib])) break;                           \
+        case MRT_EW_MUL: EW_LOOP(Y[i] = (T)((U)A[ia] * (U)B[ib])) break;                           \
+        case MRT_EW_DIV: EW_LOOP(Y[i] = A[ia] / B[ib]) break;                                      \
+        case MRT_EW_EQUAL: EW_LOOP(Yb[i] = A[ia] == B[ib]) break;                                  \
+        case MRT_EW_LESS: EW_LOOP(Yb[i] = A[ia] < B[ib]) break;                                    \
+        case MRT_EW_LESS_EQUAL: EW_LOOP(Yb[i] = A[ia] <= B[ib]) break;                             \
+        case MRT_EW_GREATER: EW_LOOP(Yb[i] = A[ia] > B[ib]) break;                                 \
+        case MRT_EW_GREATER_EQUAL: EW_LOOP(Yb[i] = A[ia] >= B[ib]) break;                          \
+        case MRT_EW_MAX: EW_LOOP(Y[i] = (A[ia] != A[ia] || A[ia] > B[ib]) ? A[ia] : B[ib]) break;  \
+        case MRT_EW_MIN: EW_LOOP(Y[i] = (A[ia] != A[ia] || A[ia] < B[ib]) ? A[ia] : B[ib]) break;  \
+        case MRT_EW_WHERE: {                                                                       \
+            const T *Bv = (const T *)pb, *Cv = (const T *)pc;                                      \
+            EW_LOOP(Y[i] = Ab[ia] ? Bv[ib] : Cv[ic]) break;                                        \
+        }                                                                                          \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+typedef struct {
+    const mrt_broadcast_map *m;
+    const char *a, *b, *c;
+    char *y;
+    int in_size, out_size; /* bytes per element of b / c (and a but for Where), and of y */
+} broadcast_args;
+
+static void broadcast_task(void *ctx, long begin, long end) {
+    const broadcast_args *t = (const broadcast_args *)ctx;
+    const mrt_broadcast_map *m = t->m;
+    const int r = m->rank;
+    const long n = m->shape[r - 1];
+    const long sa = m->strides[0][r - 1], sb = m->strides[1][r - 1], sc = m->strides[2][r - 1];
+    const int a_size = m->op == MRT_EW_WHERE ? 1 : t->in_size;
+    long idx[MRT_INDEX_MAX_RANK] = {0};
+    long rem = begin;
+    for (int a = r - 2; a >= 0; --a) {
+        idx[a] = rem % m->shape[a];
+        rem /= m->shape[a];
+    }
+    for (long row = begin; row < end; ++row) {
+        long oa = 0, ob = 0, oc = 0;
+        for (int a = 0; a < r - 1; ++a) {
+            oa += idx[a] * m->strides[0][a];
+            ob += idx[a] * m->strides[1][a];
+            oc += idx[a] * m->strides[2][a];
+        }
+        const char *pa = t->a + oa * a_size, *pb = t->b ? t->b + ob * t->in_size : NULL;
+        const char *pc = t->c ? t->c + oc * t->in_size : NULL;
+        char *py = t->y + row * n * t->out_size;
+        if (m->op == MRT_EW_AND || m->op == MRT_EW_OR || m->op == MRT_EW_XOR || m->op == MRT_EW_NOT) {
+            const uint8_t *A = (const uint8_t *)pa, *B = (const uint8_t *)pb;
+            uint8_t *Y = (uint8_t *)py;
+            switch (m->op) {
+            case MRT_EW_AND: EW_LOOP(Y[i] = (A[ia] != 0) & (B[ib] != 0)) break;
+            case MRT_EW_OR: EW_LOOP(Y[i] = (A[ia] != 0) | (B[ib] != 0)) break;
+            case MRT_EW_XOR: EW_LOOP(Y[i] = (A[ia] != 0) ^ (B[ib] != 0)) break;
+            default: EW_LOOP(Y[i] = A[ia] == 0) break;
+            }
+        } else if (m->op >= MRT_EW_SQRT) {
+            if (m->type == CAST_F32) {
+                const float *A = (const float *)pa;
+                float *Y = (float *)py;
+                switch (m->op) {
+                case MRT_EW_SQRT: EW_LOOP(Y[i] = sqrtf(A[ia])) break;
+                case MRT_EW_RECIPROCAL: EW_LOOP(Y[i] = 1.0f / A[ia]) break;
+                case MRT_EW_NEG: EW_LOOP(Y[i] = -A[ia]) break;
+                case MRT_EW_ABS: EW_LOOP(Y[i] = fabsf(A[ia])) break;
+                case MRT_EW_EXP: EW_LOOP(Y[i] = expf(A[ia])) break;
+                case MRT_EW_LOG: EW_LOOP(Y[i] = logf(A[ia])) break;
+                case MRT_EW_FLOOR: EW_LOOP(Y[i] = floorf(A[ia])) break;
+                default: EW_LOOP(Y[i] = ceilf(A[ia])) break;
+                }
+            } else {
+                const double *A = (const double *)pa;
+                double *Y = (double *)py;
+                switch (m->op) {
+                case MRT_EW_SQRT: EW_LOOP(Y[i] = sqrt(A[ia])) break;
+                case MRT_EW_RECIPROCAL: EW_LOOP(Y[i] = 1.0 / A[ia]) break;
+                case MRT_EW_NEG: EW_LOOP(Y[i] = -A[ia]) break;
+                case MRT_EW_ABS: EW_LOOP(Y[i] = fabs(A[ia])) break;
+                case MRT_EW_EXP: EW_LOOP(Y[i] = exp(A[ia])) break;
+                case MRT_EW_LOG: EW_LOOP(Y[i] = log(A[ia])) break;
+                case MRT_EW_FLOOR: EW_LOOP(Y[i] = floor(A[ia])) break;
+                default: EW_LOOP(Y[i] = ceil(A[ia])) break;
+                }
+            }
+        } else {
+            switch (m->type) {
+            case CAST_F32: EW_ROW(float, float); break;
+            case CAST_F64: EW_ROW(double, double); break;
+            case CAST_I32: EW_ROW(int32_t, uint32_t); break;
+            case CAST_I64: EW_ROW(int64_t, uint64_t); break;
+            default: EW_ROW(uint8_t, uint8_t); break; /* uint8 / bool operands (comparisons, Where) */
+            }
+        }
+        for (int a = r - 2; a >= 0; --a) {
+            if (++idx[a] < m->shape[a]) break;
+            idx[a] = 0;
+        }
+    }
+}
+
+#undef EW_ROW
+#undef EW_LOOP
+
+int mrt_broadcast(const mrt_broadcast_map *m, const void *a, const void *b, const void *c, void *y, int nthreads) {
+    const int size = cast_elem_size(m->type);
+    if (m->rank < 1 || m->rank > MRT_INDEX_MAX_RANK || !size || m->op < MRT_EW_ADD || m->op > MRT_EW_CEIL)
+        return -2;
+    const int unary = m->op == MRT_EW_NOT || m->op >= MRT_EW_SQRT;
+    if (m->op >= MRT_EW_SQRT && m->type != CAST_F32 && m->type != CAST_F64) return -2;
+    if (m->op == MRT_EW_DIV && m->type != CAST_F32 && m->type != CAST_F64) return -2;
+    if ((m->op == MRT_EW_WHERE && (!b || !c)) || (!unary && !b)) return -2;
+    const int logical = m->op >= MRT_EW_EQUAL && m->op <= MRT_EW_NOT;
+    long rows = 1;
+    for (int ax = 0; ax < m->rank - 1; ++ax) rows *= m->shape[ax];
+    const long n = m->shape[m->rank - 1];
+    if (rows <= 0 || n <= 0) return 0;
+    broadcast_args t = {m, (const char *)a, (const char *)b, (const char *)c, (char *)y, size, logical ? 1 : size};
+    mrt_parallel_for(rows, n, nthreads, broadcast_task, &t);
+    return 0;
+}
+
+/* mrt_reduce_f32: y[o, j] = reduce over k of x[o, k, j] for x (outer, n, inner) float32: the ONNX
+ * reductions over one block of consecutive axes (outer: the axes before it, inner: after).  Sums are
+ * accumulated in double and rounded once (numpy's pairwise float32 sums agree to float32 rounding);
+ * Max / Min propagate NaN as numpy does.  Work items: an outer index times a chunk of REDUCE_CHUNK
+ * inner positions. */
+#define REDUCE_CHUNK 64L
+
+typedef struct {
+    int op;
+    const float *x;
+    float *y;
+    long outer, n, inner, chunks;
+} reduce_args;
+
+static void reduce_task(void *ctx, long begin, long end) {
+    const reduce_args *t = (const reduce_args *)ctx;
+    double acc[REDUCE_CHUNK];
+    for (long item = begin; item < end; ++item) {
+        const long o = item / t->chunks, j0 = (item % t->chunks) * REDUCE_CHUNK;
+        const long w = t->inner - j0 < REDUCE_CHUNK ? t->inner - j0 : REDUCE_CHUNK;
+        const float *x = t->x + o * t->n * t->inner + j0;
+        const int extreme = t->op == MRT_REDUCE_MAX || t->op == MRT_REDUCE_MIN;
+        for (long j = 0; j < w; ++j) acc[j] = extreme ? x[j] : 0.0;
+        for (long k = extreme ? 1 : 0; k < t->n; ++k) {
+            const float *row = x + k * t->inner;
+            switch (t->op) {
+            case MRT_REDUCE_MAX:
+                for (long j = 0; j < w; ++j)
+                    if (row[j] > acc[j] || row[j] != row[j]) acc[j] = acc[j] != acc[j] ? acc[j] : row[j];
+                break;
+            case MRT_REDUCE_MIN:
+                for (long j = 0; j < w; ++j)
+                    if (row[j] < acc[j] || row[j] != row[j]) acc[j] = acc[j] != acc[j] ? acc[j] : row[j];
+                break;
+            case MRT_REDUCE_SUM_SQUARE:
+                for (long j = 0; j < w; ++j) acc[j] += (double)row[j] * row[j];
+                break;
+            default:
+                for (long j = 0; j < w; ++j) acc[j] += row[j];
+                break;
+            }
+        }
+        float *y = t->y + o * t->inner + j0;
+        for (long j = 0; j < w; ++j) y[j] = (float)(t->op == MRT_REDUCE_MEAN ? acc[j] / (double)t->n : acc[j]);
+    }
+}
+
+int mrt_reduce_f32(int op, const float *x, float *y, long outer, long n, long inner, int nthreads) {
+    if (op < MRT_REDUCE_SUM || op > MRT_REDUCE_SUM_SQUARE || n <= 0 || inner <= 0) return -2;
+    if (outer <= 0) return 0;
+    const long chunks = (inner + REDUCE_CHUNK - 1) / REDUCE_CHUNK;
+    reduce_args t = {op, x, y, outer, n, inner, chunks};
+    mrt_parallel_for(outer * chunks, n * (inner < REDUCE_CHUNK ? inner : REDUCE_CHUNK) / 4, nthreads, reduce_task, &t);
+    return 0;
+}

