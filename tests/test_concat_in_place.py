@@ -146,3 +146,47 @@ def test_concat_kernel_skips_inputs_already_at_their_piece(monkeypatch, use_nati
     y = tensor.concat(first, middle, last, axis=1, out=out)
     assert y is out
     np.testing.assert_array_equal(out, want)
+
+
+def _many_inputs_model(n: int):
+    """n Relu branches of x, concatenated along channels, then a Sigmoid (all recordable)."""
+    nodes = [h.make_node("Relu", ["x"], [f"r{i}"]) if i % 2 else h.make_node("Sigmoid", ["x"], [f"r{i}"])
+             for i in range(n)]
+    nodes += [h.make_node("Concat", [f"r{i}" for i in range(n)], ["c"], axis=1), h.make_node("Sigmoid", ["c"], ["y"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [1, 2, 4, 4])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [1, 2 * n, 4, 4])])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_many_small_inputs_concatenate_at_once_outside_a_recording(checked):
+    """Past tensor._MANY_INPUTS inputs and below _MANY_SMALL_BYTES, a Concat ignores the plan's buffer
+    (one np.concatenate) unless a native program records, which still gets its row copies."""
+    n = tensor._MANY_INPUTS + 4
+    model = _many_inputs_model(n)
+    data = builder.build_bytes(model)
+    feed = {"x": np.random.default_rng(4).standard_normal((1, 2, 4, 4)).astype(np.float32)}
+    plain = minirt.Session(data, memory_plan=False).run(None, feed)
+    planned = minirt.Session(data)
+    for _ in range(4):
+        assert all(np.array_equal(a, b) for a, b in zip(planned.run(None, feed), plain))
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    np.testing.assert_allclose(plain[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not native.available, reason="native kernels not available")
+def test_many_small_inputs_are_still_recorded():
+    data = builder.build_bytes(_many_inputs_model(tensor._MANY_INPUTS + 4))
+    sess = minirt.Session(data)
+    feed = {"x": np.random.default_rng(5).standard_normal((1, 2, 4, 4)).astype(np.float32)}
+    for _ in range(3):
+        sess.run(None, feed)
+    summary = next(iter(sess._mplans.values())).program_summary()
+    assert summary.endswith("native calls"), summary
+
+
+def test_many_small_inputs_kernel_alone():
+    rng = np.random.default_rng(6)
+    parts = [rng.standard_normal((3, 2)).astype(np.float32) for _ in range(tensor._MANY_INPUTS + 1)]
+    out = np.full((3 * len(parts), 2), np.nan, np.float32)
+    y = tensor.concat(*parts, axis=0, out=out)
+    np.testing.assert_array_equal(y, np.concatenate(parts))

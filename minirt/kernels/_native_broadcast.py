@@ -5,8 +5,9 @@ convolution graphs; masks, indices and shape arithmetic (BERT's attention mask, 
 Where over a mask, int64 Add / Mul of positions) take other types and broadcasts.  Here each such op
 is one native call a program can replay: :func:`broadcast_op` returns the result, declared final, or
 None when the native path does not apply (no native module, another dtype, an input that is not a
-C-contiguous array, integer division, more than ``INDEX_MAX_RANK`` axes after merging); the caller
-then takes numpy, which also raises the op's errors.
+C-contiguous array, integer division, more than ``INDEX_MAX_RANK`` axes after merging) or does not
+pay (a result below ``_NATIVE_MIN_BYTES`` outside a native-program recording); the caller then takes
+numpy, which also raises the op's errors.
 """
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ _TYPES = {"float32": 1, "float64": 11, "int32": 6, "int64": 7, "uint8": 2, "bool
 
 _maps: dict = {}
 _MAPS_MAX = 2048
+# Outside a native-program recording, results smaller than this take numpy: the native call costs
+# ~6 us against numpy's ~2 us for a few thousand elements (Greater of 3234 floats), and without a
+# recording nothing replays it (detectors' per-class score filters: 90 a run, never in a program).
+_NATIVE_MIN_BYTES = 1 << 20
 
 
 def _strides(operand_shape, out_shape):
@@ -82,7 +87,9 @@ def broadcast_op(op_type: str, *operands, out=None):
         entry = _maps[key] = _entry(op_type, operands)
     if entry is False:
         return None
-    m, shape, y_dtype = entry
+    m, shape, y_dtype, _ = entry
+    if not _native.recording() and entry[3] < _NATIVE_MIN_BYTES:
+        return None  # (small, and nothing replays it: numpy's ufunc, see _NATIVE_MIN_BYTES)
     y = out if (out is not None and out.shape == shape and out.dtype == y_dtype and out.flags.c_contiguous
                 and not any(np.may_share_memory(out, a) for a in operands)) else np.empty(shape, y_dtype)
     a, b, c = (operands + (None, None))[:3]
@@ -91,8 +98,8 @@ def broadcast_op(op_type: str, *operands, out=None):
 
 
 def _entry(op_type: str, operands) -> tuple | bool:
-    """(map, result shape, result dtype) of ``op_type`` over operands of these dtypes and shapes, or
-    False when the native path does not apply to them."""
+    """(map, result shape, result dtype, result bytes) of ``op_type`` over operands of these dtypes and
+    shapes, or False when the native path does not apply to them."""
     values = operands[1:] if op_type == "Where" else operands
     dtype = values[0].dtype
     code = _TYPES.get(dtype.name)
@@ -113,4 +120,5 @@ def _entry(op_type: str, operands) -> tuple | bool:
     m = _map(OPS[op_type], code, [a.shape for a in operands], shape)
     if m is None:
         return False
-    return m, shape, np.dtype(bool) if op_type in _BOOL_RESULT else dtype
+    y_dtype = np.dtype(bool) if op_type in _BOOL_RESULT else dtype
+    return m, shape, y_dtype, int(np.prod(shape, dtype=np.int64)) * y_dtype.itemsize

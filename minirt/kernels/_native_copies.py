@@ -12,8 +12,9 @@ instead of a numpy copy that keeps the run in Python.
 * :func:`gather_copy`: Gather with int64 indices (constant or given at run time).
 
 Each returns None when the native path does not apply (no native module, an element size other than
-1, 2, 4 or 8 bytes, a non-contiguous source, more than ``INDEX_MAX_RANK`` axes after merging): the
-caller then takes its numpy path, which also raises the op's errors.  Maps are built once per
+1, 2, 4 or 8 bytes, a non-contiguous source, more than ``INDEX_MAX_RANK`` axes after merging) or does
+not pay (a copy below ``_NATIVE_MIN_BYTES`` outside a native-program recording): the caller then takes
+its numpy path, which also raises the op's errors.  Maps are built once per
 shape and parameters and cached (:data:`_maps`); a map's tables are kept alive by its struct.
 """
 from __future__ import annotations
@@ -31,6 +32,20 @@ _MAPS_MAX = 2048
 def _usable(x) -> bool:
     return (_native.available and type(x) is np.ndarray and x.flags.c_contiguous and x.size > 0
             and x.dtype.itemsize in (1, 2, 4, 8) and x.dtype.kind in "biufc")
+
+
+# Outside a native-program recording, copies smaller than this take numpy (the callers' other path):
+# the native path's Python side (map lookup, struct, cffi call) costs 15-30 us a call where numpy's
+# copy of 1-64 KB costs 2-15 us (measured at 1 thread: a 4 KB Transpose 21 vs 4 us, Gather 32 vs
+# 12 us), and without a recording nothing replays the call.  Detectors' post-processing makes hundreds
+# of such copies per image and never replays (its NMS makes the shapes depend on the data): SSDlite's
+# Gathers and Transposes took 27 ms this way, 15 ms with numpy.  From this size on the native copy's
+# threads may pay.
+_NATIVE_MIN_BYTES = 1 << 20
+
+
+def _worth(nbytes: int) -> bool:
+    return nbytes >= _NATIVE_MIN_BYTES or _native.recording()
 
 
 def _cached(key, make):
@@ -108,6 +123,8 @@ def copy_of_view(view, base, out=None, shape=None, final: bool = True):
     if not _usable(base) or type(view) is not np.ndarray or view.size == 0 or view.dtype != base.dtype:
         return None
     item = base.itemsize
+    if not _worth(view.size * item):
+        return None
     start, rem = divmod(view.ctypes.data - base.ctypes.data, item)
     if rem or any(s % item for s in view.strides):
         return None
@@ -154,7 +171,7 @@ def pad_copy(x, width, mode: str, value, final: bool = True):
         return None
     fill = int.from_bytes(fill_bytes, "little") if fill_bytes else 0
     shape = tuple(n + b + e for n, (b, e) in zip(x.shape, width))
-    if min(shape, default=1) <= 0:
+    if min(shape, default=1) <= 0 or not _worth(int(np.prod(shape, dtype=np.int64)) * x.itemsize):
         return None
     key = ("pad", x.shape, tuple(width), mode, fill, x.itemsize)
 
@@ -176,6 +193,8 @@ def tile_copy(x, reps, final: bool = True):
     if not _usable(x) or x.ndim == 0:
         return None
     shape = tuple(n * r for n, r in zip(x.shape, reps))
+    if not _worth(int(np.prod(shape, dtype=np.int64)) * x.itemsize):
+        return None
     key = ("tile", x.shape, tuple(reps), x.itemsize)
 
     def make():
@@ -190,7 +209,8 @@ def gather_copy(data, indices, axis: int, out=None):
     """Gather of ``data`` along ``axis`` (normalised) by the int64 ``indices`` (any shape), or None.  An
     index out of range returns None too (nothing written): the numpy path then raises the error."""
     if (not _usable(data) or type(indices) is not np.ndarray or indices.dtype != np.int64
-            or not indices.flags.c_contiguous or indices.size == 0):
+            or not indices.flags.c_contiguous or indices.size == 0
+            or not _worth(data.nbytes // data.shape[axis] * indices.size)):  # (the result's bytes)
         return None
     outer = math.prod(data.shape[:axis])
     inner = math.prod(data.shape[axis + 1:]) * data.itemsize

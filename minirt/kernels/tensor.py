@@ -75,6 +75,11 @@ def _normalise_indices(indices: np.ndarray, dim: int, what: str) -> np.ndarray:
     """Negative indices count from the end; anything outside [-dim, dim) is an error."""
     if indices.dtype.kind not in "iu":
         raise ValueError(f"{what}: indices must be integers, got {indices.dtype}")
+    if indices.ndim == 0:  # (one index, as shape arithmetic gathers: no min / max passes)
+        v = int(indices)
+        if not -dim <= v < dim:
+            raise ValueError(f"{what}: index out of range [{-dim}, {dim - 1}] (got {v}..{v})")
+        return indices + dim if v < 0 else indices
     if indices.size:
         lo, hi = int(indices.min()), int(indices.max())
         if lo < -dim or hi >= dim:
@@ -137,9 +142,19 @@ def constant(
     return out
 
 
+# Casts of at most this many elements between numpy's own number types take astype at once.
+_SMALL_CAST = 4096
+
+
 def _cast(x: np.ndarray, dtype: np.dtype, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
     if x.dtype == dtype:
         return x
+    if (x.size <= _SMALL_CAST and dtype.isbuiltin == 1 and x.dtype.isbuiltin == 1 and dtype.kind in "biuf"
+            and x.dtype.kind in "biuf" and not (_native.available and _native.recording())):
+        # a few of numpy's own numbers both sides (not narrow, not strings), outside a native-program
+        # recording: astype, as the checks below end with for them (skipping the checks saves ~15 us
+        # on the scalar casts of shape arithmetic)
+        return x.astype(dtype)
     if dtype != object and x.dtype != object:
         narrow = _narrow.cast(x, dtype, saturate, round_mode)
         if narrow is not None:
@@ -263,6 +278,8 @@ def _concat(inputs, axis: int, out=None) -> np.ndarray:
     rank = arrays[0].ndim
     try:
         ax = _axis(axis, rank)
+        if out is not None and _many_small(arrays, out):
+            out = None  # one np.concatenate into a fresh array (see _many_small)
         if out is not None and out.flags.c_contiguous and all(
             type(x) is np.ndarray and x.dtype == out.dtype and x.ndim == rank for x in arrays
         ):
@@ -281,6 +298,20 @@ def _concat(inputs, axis: int, out=None) -> np.ndarray:
         return np.concatenate(arrays, axis=ax)
     except ValueError as exc:
         raise ValueError(f"Concat: {exc}") from None
+
+
+# A Concat of more inputs than this, with a result of at most _MANY_SMALL_BYTES, ignores the memory
+# plan's buffer outside a native-program recording: placing each input in the buffer (a native row copy,
+# or a piece view and its overlap checks) costs ~10 us an input in Python, one np.concatenate of the
+# whole ~1 us an input (SSDlite's 90-way concats of per-class detections: 1.2 ms -> 0.1 ms).  While a
+# program records, the native copies are kept: they are what a replay runs.
+_MANY_INPUTS = 8
+_MANY_SMALL_BYTES = 1 << 20
+
+
+def _many_small(arrays, out) -> bool:
+    return (len(arrays) > _MANY_INPUTS and out.nbytes <= _MANY_SMALL_BYTES
+            and not (_native.available and _native.recording()))
 
 
 def _concat_pieces(arrays, ax: int, out) -> list:
@@ -302,6 +333,8 @@ def _concat_native(inputs, axis: int, out) -> np.ndarray | None:
     if out is None or out.dtype != np.float32 or not out.flags.c_contiguous or not _native.available:
         return None
     arrays = [x for x in inputs if x is not None]
+    if _many_small(arrays, out):
+        return None
     if not arrays or any(type(x) is not np.ndarray or x.dtype != np.float32 or x.ndim != out.ndim
                          or not x.flags.c_contiguous for x in arrays):
         return None
@@ -470,7 +503,8 @@ def gather(data, indices, *, axis: int = 0, out=None):
     if y is not None:
         return y
     indices = _normalise_indices(np.asarray(indices), data.shape[axis], "Gather")
-    return np.take(data, indices, axis=axis)
+    y = np.take(data, indices, axis=axis)
+    return y if type(y) is np.ndarray else np.asarray(y)  # (one element of a vector: numpy's scalar)
 
 
 @kernel("GatherElements", since=11)
@@ -521,6 +555,12 @@ def gather_nd_11(data, indices):
 
 @kernel("GatherND", since=12)
 def gather_nd(data, indices, *, batch_dims: int = 0):
+    if batch_dims == 0 and indices.ndim and indices.shape[-1] == 1 and data.ndim:
+        # one index per row (a boolean mask's NonZero, transposed: detectors' score filters): a take
+        # along axis 0, ~10x cheaper than the general advanced index below
+        rows = _normalise_indices(indices[..., 0], data.shape[0], "GatherND")
+        y = np.take(data, rows, axis=0)
+        return y if type(y) is np.ndarray else np.asarray(y)  # (one element of a vector: numpy's scalar)
     batch_shape = data.shape[:batch_dims]
     if indices.shape[:batch_dims] != batch_shape:
         raise ValueError(f"GatherND: batch dims differ ({indices.shape} vs {data.shape})")
@@ -548,10 +588,44 @@ def _scatter(out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str,
     return out
 
 
+def _rows_of(indices: np.ndarray, axis: int) -> np.ndarray | None:
+    """``indices``' values along ``axis`` when they are the same along every other axis by construction
+    (zero strides there: an Expand of a column), else None."""
+    if indices.ndim < 2 or indices.size == 0:
+        return None
+    for d, (n, stride) in enumerate(zip(indices.shape, indices.strides)):
+        if d != axis and n > 1 and stride != 0:
+            return None
+    return indices[tuple(slice(None) if d == axis else 0 for d in range(indices.ndim))]
+
+
 def _scatter_elements(data, indices, updates, axis: int, reduction: str) -> np.ndarray:
     axis = _axis(axis, data.ndim)
     if indices.shape != updates.shape:
         raise ValueError(f"ScatterElements: indices shape {indices.shape} != updates shape {updates.shape}")
+    if indices.ndim != data.ndim:
+        raise ValueError(f"ScatterElements: indices rank {indices.ndim} != data rank {data.ndim}")
+    for d, (n, size) in enumerate(zip(indices.shape, data.shape)):
+        if d != axis and n > size:
+            raise ValueError(f"ScatterElements: indices shape {indices.shape} exceeds data shape {data.shape} on "
+                             f"axis {d}")
+    if indices.size == 0:
+        if reduction not in ("none", *_REDUCTIONS):
+            raise ValueError(f"ScatterElements: unknown reduction {reduction!r}")
+        return data  # nothing moves (values are immutable: the input itself is the result)
+    rows = _rows_of(indices, axis)
+    if rows is not None:
+        # every element of updates' slice k along `axis` goes to the same data slice rows[k]: whole
+        # slices move (out[:, rows[k], :] = updates[:, k, :] for axis 1), one fancy index on one axis
+        rows = _normalise_indices(rows, data.shape[axis], "ScatterElements")
+        if (reduction == "none" and rows.size == data.shape[axis] and indices.shape == data.shape
+                and updates.dtype == data.dtype
+                and np.array_equal(np.bincount(rows, minlength=rows.size), np.ones(rows.size, np.int64))):
+            # a permutation of whole slices overwrites every element of data: the result is updates
+            # reordered (slice rows[k] = updates' slice k), one gather, data never read
+            return np.take(updates, np.argsort(rows), axis=axis)
+        index = tuple(rows if d == axis else slice(0, n) for d, n in enumerate(indices.shape))
+        return _scatter(data.copy(), index, updates, reduction, "ScatterElements")
     indices = _normalise_indices(indices, data.shape[axis], "ScatterElements")
     return _scatter(data.copy(), _element_index(indices, axis), updates, reduction, "ScatterElements")
 
@@ -637,8 +711,18 @@ def expand(x, shape):
         raise ValueError(f"Expand: shape {x.shape} cannot broadcast to {target}") from None
     check_alloc(out_shape, x.dtype, "Expand output")
     view = np.broadcast_to(x, out_shape)
-    y = copy_of_view(view, x, final=is_constant(shape))
-    return view.copy() if y is None else y
+    if _native.available and _native.recording():
+        # a native program records: the copy through an index map is what a replay runs (declared the
+        # node's result only for a constant shape)
+        y = copy_of_view(view, x, final=is_constant(shape))
+        if y is not None:
+            return y
+    # Otherwise a read-only view with zero strides along the broadcast axes, not a copy: consumers
+    # that need contiguous memory copy it themselves (kernels never write into an input), and one that
+    # can use the repetition does (ScatterElements with indices expanded from a column: torchvision's
+    # MultiScaleRoIAlign, 150 x 12544 int64 indices built for nothing otherwise).  The session copies
+    # a read-only result before returning it as an output.
+    return view
 
 
 @kernel("Tile", since=6)
@@ -724,6 +808,10 @@ def constant_of_shape(shape, *, value: np.ndarray | None = None):
     value = np.asarray(value)
     if value.size != 1:
         raise ValueError(f"ConstantOfShape: value must hold one element, got shape {value.shape}")
+    if value.dtype.kind in "biuf" and not any(value.tobytes()):
+        # all-zero bits (0, 0.0, False; not -0.0): calloc's pages, zeroed by the OS when first touched,
+        # instead of writing every element now (Faster R-CNN's 7.5 MB RoI result, overwritten whole)
+        return np.zeros(dims, dtype=value.dtype)
     return np.full(dims, value.reshape(()), dtype=value.dtype)
 
 
@@ -749,11 +837,29 @@ def non_zero(x):
     return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
 
 
+def _topk_row(x: np.ndarray, k: int, largest: int) -> tuple | None:
+    """TopK of one row of floats without NaN (else None): the k-th value by partition, then a stable sort
+    of the candidates at or beyond it only (ties at the k-th value included, so the lower indices win
+    as in the full sort).  -x orders the largest first with ties kept in index order."""
+    key = -x if largest else x
+    if k == 0 or np.isnan(key).any():
+        return None
+    kth = np.partition(key, k - 1)[k - 1]
+    cand = np.flatnonzero(key <= kth)
+    idx = cand[np.argsort(key[cand], kind="stable")[:k]]
+    return x[idx], idx.astype(np.int64, copy=False)
+
+
 def _topk(x: np.ndarray, k: int, axis: int, largest: int, sorted_: int) -> tuple:
     axis = _axis(axis, x.ndim)
     n = x.shape[axis]
     if not 0 <= k <= n:
         raise ValueError(f"TopK: k={k} outside [0, {n}]")
+    if x.size == n and x.dtype.kind == "f" and 0 < k < n // 2:
+        found = _topk_row(x.reshape(-1), k, largest)
+        if found is not None:
+            shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+            return found[0].reshape(shape), found[1].reshape(shape)
     # Stable sorts make ties come out in ascending index order, as onnxruntime does.
     if largest:
         rev = np.flip(x, axis)

@@ -243,6 +243,12 @@ def _record(name: str, args: tuple, data: tuple) -> None:
     _recording.calls.append((name, args, tuple(zip(reads, data)), tuple(zip(writes, data[len(reads):]))))
 
 
+def recording() -> bool:
+    """Whether a session is recording a native program on this thread (kernels that have a cheaper
+    numpy way for some inputs keep their recordable native path while it records)."""
+    return _recording.calls is not None
+
+
 def final(y):
     """Declare ``y`` the complete result of the running node and return it.
 
@@ -1123,3 +1129,62 @@ def rnn_call(prep, x, lens, h0, c0, y, state) -> None:
         raise MemoryError("minirt native LSTM / GRU: no memory for the input projection")
     if rc != 0:
         raise ValueError(f"minirt native LSTM / GRU: bad sizes or sequence lengths (code {rc})")
+
+
+# --------------------------------------------------------------------------- detection (nms_impl.h, roialign_impl.h)
+
+
+def nms(boxes, scores, max_output: int, iou_threshold: float, score_threshold: float | None,
+        center_point_box: int):
+    """NonMaxSuppression's selected indices, (k, 3) int64 rows (batch, class, box): ``boxes`` (B, N, 4) and
+    ``scores`` (B, K, N) C-contiguous float32 (shapes checked by the caller), ``max_output`` >= 0 per
+    batch and class, ``iou_threshold`` in [0, 1], ``score_threshold`` None for none.  Not recordable: the
+    result's size depends on the data."""
+    import numpy as np
+
+    b, k, n = scores.shape
+    if n > 2**31 - 1:
+        raise OverflowError(f"minirt native NonMaxSuppression: {n} boxes do not fit the kernel's int32 indices")
+    capacity = b * k * min(max_output, n)
+    selected = np.empty((capacity, 3), dtype=np.int64)  # (pages past the rows written are never touched)
+    params = _ffi.new("mrt_nms_params *", {
+        "batches": b, "classes": k, "boxes": n, "max_output": max_output, "iou_threshold": iou_threshold,
+        "score_threshold": 0.0 if score_threshold is None else score_threshold,
+        "has_score_threshold": int(score_threshold is not None), "center_point_box": center_point_box})
+    rows = _call(_lib.mrt_nms_f32, (params, _ptr(boxes), _ptr(scores),
+                                    _ffi.from_buffer("int64_t[]", selected), capacity))
+    if rows == -1:
+        raise MemoryError(f"minirt native NonMaxSuppression: no memory for the scratch of {n} boxes")
+    if rows < 0:
+        raise ValueError(f"minirt native NonMaxSuppression: bad parameters (code {rows}): batches {b}, classes {k}, "
+                         f"boxes {n}, max_output {max_output}, iou_threshold {iou_threshold}, "
+                         f"center_point_box {center_point_box}")
+    return selected[:rows].copy() if rows < capacity // 2 else selected[:rows]
+
+
+_ROI_FIELDS = ("n", "c", "h", "w", "oh", "ow", "sampling_ratio", "mode", "half_pixel", "spatial_scale")
+
+
+def roi_align(x, rois, batch_indices, y, mode: str, sampling_ratio: int, spatial_scale: float,
+              half_pixel: bool) -> None:
+    """RoiAlign into ``y`` (R, C, OH, OW): ``x`` (N, C, H, W) and ``rois`` (R, 4) C-contiguous float32,
+    ``batch_indices`` (R,) int64 in [0, N) (checked by the caller; the kernel refuses others too)."""
+    n, c, h, w = x.shape
+    nrois, _, oh, ow = y.shape
+    for name, v in (("N", n), ("C", c), ("H", h), ("W", w), ("output_height", oh), ("output_width", ow),
+                    ("sampling_ratio", sampling_ratio)):
+        if abs(v) > _INT_MAX:
+            raise OverflowError(f"minirt native RoiAlign: {name} {v} does not fit a C int")
+    key = ("roi", n, c, h, w, oh, ow, int(sampling_ratio), _lib.MRT_ROI_MAX if mode == "max" else _lib.MRT_ROI_AVG,
+           int(bool(half_pixel)), float(spatial_scale))
+    shape = _shared.get(key) or _share(key, "mrt_roi_align_shape *", dict(zip(_ROI_FIELDS, key[1:])))
+    rc = _call(_lib.mrt_roi_align_f32, (shape, _ptr(x), _ptr(rois), _ffi.from_buffer("int64_t[]", batch_indices),
+                                        nrois, _ptr(y), threads()))
+    if rc == -1:
+        raise MemoryError("minirt native RoiAlign: no memory for its scratch")
+    if rc == -3:
+        raise ValueError("RoiAlign: a RoI needs more than 65536 samples per bin along an axis "
+                         "(sampling_ratio 0 and a RoI far larger than its output bins)")
+    if rc != 0:
+        raise ValueError(f"minirt native RoiAlign: bad sizes or batch index (code {rc}) for X {x.shape}, "
+                         f"rois {rois.shape}")

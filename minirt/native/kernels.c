@@ -317,6 +317,76 @@ static void sgemm_one(int M, int N, int K, const float *A, long lda, const float
                       const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
                       int nthreads);
 
+/* RoiAlign's per-RoI geometry and per-axis bilinear taps (used by roialign_impl.h of every ISA; here,
+ * compiled once at the baseline ISA, so that every ISA samples at the same positions with the same
+ * weights).  onnxruntime's float arithmetic, in its order of operations. */
+typedef struct {
+    int lo, hi;    /* the two taps along the axis */
+    float wl, wh;  /* their weights (1 - frac, frac); both 0 for a sample outside the map */
+} roi_tap;
+typedef struct {
+    float start_h, start_w, bin_h, bin_w;
+    int gh, gw;  /* samples per bin along y / x: <= 0 means none (then the RoI's output is 0) */
+    float count; /* max(gh * gw, 1): the avg divisor */
+} roi_geom;
+
+/* samples per bin along an axis of `size` pixels split into `bins`: the sampling ratio, or ceil(size /
+ * bins); 0 for none (an empty or negative RoI, NaN), -1 for more than 65536 */
+static int roi_grid(float size, int bins, int ratio) {
+    if (ratio > 0) return ratio > 65536 ? -1 : ratio;
+    const float g = ceilf(size / (float)bins);
+    if (!(g > 0.0f)) return 0;
+    return g > 65536.0f ? -1 : (int)g;
+}
+
+static void roi_geometry(const mrt_roi_align_shape *s, const float *roi, roi_geom *g) {
+    const float off = s->half_pixel ? 0.5f : 0.0f, scale = s->spatial_scale;
+    const float x1 = roi[0] * scale - off, y1 = roi[1] * scale - off;
+    const float x2 = roi[2] * scale - off, y2 = roi[3] * scale - off;
+    float rw = x2 - x1, rh = y2 - y1;
+    if (!s->half_pixel) { /* legacy: RoIs of at least one pixel */
+        rw = rw < 1.0f ? 1.0f : rw;
+        rh = rh < 1.0f ? 1.0f : rh;
+    }
+    g->start_h = y1;
+    g->start_w = x1;
+    g->bin_h = rh / (float)s->oh;
+    g->bin_w = rw / (float)s->ow;
+    g->gh = roi_grid(rh, s->oh, s->sampling_ratio);
+    g->gw = roi_grid(rw, s->ow, s->sampling_ratio);
+    const long cnt = (long)g->gh * g->gw;
+    g->count = (float)(cnt > 1 ? cnt : 1);
+}
+
+/* The taps of the g samples of each of `bins` bins along an axis of `len` pixels: sample i of bin p at
+ * start + p * bin + (i + 0.5) * bin / g, into t[p * g + i].  Outside [-1, len] (or NaN): no weight;
+ * otherwise clamped to the map as onnxruntime does (below 0 -> 0, at or past the last pixel -> it). */
+static void roi_axis_taps(float start, float bin, int bins, int g, int len, roi_tap *t) {
+    for (int p = 0; p < bins; ++p)
+        for (int i = 0; i < g; ++i) {
+            roi_tap *o = t + (long)p * g + i;
+            float v = start + (float)p * bin + ((float)i + 0.5f) * bin / (float)g;
+            if (!(v >= -1.0f && v <= (float)len)) {
+                o->lo = o->hi = 0;
+                o->wl = o->wh = 0.0f;
+                continue;
+            }
+            if (v <= 0.0f) v = 0.0f;
+            int lo = (int)v, hi;
+            if (lo >= len - 1) {
+                hi = lo = len - 1;
+                v = (float)lo;
+            } else {
+                hi = lo + 1;
+            }
+            const float l = v - (float)lo;
+            o->lo = lo;
+            o->hi = hi;
+            o->wl = 1.0f - l;
+            o->wh = l;
+        }
+}
+
 /* ------------------------------------------------------------------ kernel bodies */
 
 #define FN_PASTE(a, b) a##b
@@ -332,6 +402,7 @@ static void sgemm_one(int M, int N, int K, const float *A, long lda, const float
 #include "rowops_impl.h"
 #include "rnn_impl.h"
 #include "dwconv_impl.h"
+#include "roialign_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -348,6 +419,7 @@ static void sgemm_one(int M, int N, int K, const float *A, long lda, const float
 #include "rowops_impl.h"
 #include "rnn_impl.h"
 #include "dwconv_impl.h"
+#include "roialign_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -1773,6 +1845,43 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
     free(buf);
     return 0;
 }
+
+/* ------------------------------------------------------------------ detection
+ *
+ * mrt_nms_f32 (nms_impl.h, one copy for every ISA) and mrt_roi_align_f32 (kernels.h): the RoIs are
+ * checked and measured here (batch indices, sample grids), the sampling runs in the ISA's copy of
+ * roialign_impl.h, threads over the RoIs.  The channels-last layout pays when the samples outnumber
+ * the map's pixels (each pixel is then read several times, and a tap is a vector over the channels);
+ * below that, the planes are read in place. */
+
+#include "nms_impl.h"
+
+int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float *rois, const int64_t *batch,
+                      long nrois, float *y, int nthreads) {
+    if (s->n < 0 || s->c < 0 || s->h < 0 || s->w < 0 || s->oh < 0 || s->ow < 0 || nrois < 0 ||
+        (s->mode != MRT_ROI_AVG && s->mode != MRT_ROI_MAX))
+        return -2;
+    if (nrois == 0 || s->c == 0 || s->oh == 0 || s->ow == 0) return 0;
+    if (s->h == 0 || s->w == 0) return -2;
+    long samples = 0, max_ty = 1, max_tx = 1;
+    for (long r = 0; r < nrois; ++r) {
+        if (batch[r] < 0 || batch[r] >= s->n) return -2;
+        roi_geom g;
+        roi_geometry(s, rois + 4 * r, &g);
+        if (g.gh < 0 || g.gw < 0) return -3;
+        const long ty = (long)s->oh * g.gh, tx = (long)s->ow * g.gw;
+        if (ty > max_ty) max_ty = ty;
+        if (tx > max_tx) max_tx = tx;
+        samples += ty * tx;
+    }
+    const int channels_last = s->c >= 4 && 2 * samples >= (long)s->n * s->h * s->w;
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (layout_avx2())
+        return roi_align_avx2(s, x, rois, batch, nrois, y, channels_last, max_ty, max_tx, samples, nthreads);
+#endif
+    return roi_align_base(s, x, rois, batch, nrois, y, channels_last, max_ty, max_tx, samples, nthreads);
+}
+
 
 #include "index_copy_impl.h"
 #include "broadcast_impl.h"

@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 13
+#define MRT_ABI_VERSION 14
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -417,6 +417,53 @@ int mrt_broadcast(const mrt_broadcast_map *m, const void *a, const void *b, cons
 #define MRT_REDUCE_MIN 3
 #define MRT_REDUCE_SUM_SQUARE 4
 int mrt_reduce_f32(int op, const float *x, float *y, long outer, long n, long inner, int nthreads);
+
+/* ------------------------------------------------------------------ detection (nms_impl.h, roialign_impl.h)
+ *
+ * NonMaxSuppression (ONNX opsets 10 / 11), float32, exactly as the ONNX reference evaluator and
+ * onnxruntime select: boxes (batches, boxes, 4) [y1, x1, y2, x2] (any diagonal pair) or, with
+ * center_point_box, [x_centre, y_centre, width, height]; scores (batches, classes, boxes).  Per batch
+ * and class, the boxes scoring > score_threshold (every box without has_score_threshold) in
+ * descending score order (ties: lower box index first; NaN scores last), each kept unless a box kept
+ * before it overlaps it with IoU > iou_threshold (float32, the reference's arithmetic), at most
+ * max_output of them.  The selection is written to `selected` as rows (batch, class, box) of int64,
+ * batch-major, then class, then in selection order; capacity is its row count (batches * classes *
+ * min(max_output, boxes) always suffices).  Returns the number of rows, -1 without scratch memory, -2
+ * for bad parameters (negative sizes, boxes > INT32_MAX, iou_threshold outside [0, 1],
+ * center_point_box not 0 / 1), -3 when capacity is too small.  One thread (each class's greedy
+ * selection is sequential). */
+typedef struct {
+    int64_t batches, classes, boxes;
+    int64_t max_output; /* per batch and class, >= 0 */
+    float iou_threshold;
+    float score_threshold; /* read when has_score_threshold */
+    int has_score_threshold;
+    int center_point_box;
+} mrt_nms_params;
+int64_t mrt_nms_f32(const mrt_nms_params *p, const float *boxes, const float *scores, int64_t *selected,
+                    int64_t capacity);
+
+/* RoiAlign (ONNX opsets 10 / 16 / 22), float32: x (n, c, h, w), rois (nrois, 4) [x1, y1, x2, y2] in
+ * input coordinates, times spatial_scale; batch_indices (nrois), each in [0, n); y (nrois, c, oh, ow).
+ * Per bin: the mean (MRT_ROI_AVG) or the max (MRT_ROI_MAX, of each sample's largest weighted tap) of
+ * gh x gw bilinear samples, gh = sampling_ratio or, when sampling_ratio <= 0, ceil(RoI height / oh)
+ * (gw alike); samples more than one pixel outside the map count as 0.  half_pixel: coordinates
+ * shifted by -0.5 (coordinate_transformation_mode "half_pixel"); 0: the legacy "output_half_pixel"
+ * (no shift, RoIs at least 1 x 1).  The RoI geometry is onnxruntime's float arithmetic.  Returns 0,
+ * -1 without scratch memory, -2 for bad sizes or a batch index out of range, -3 for a RoI needing
+ * more than 65536 samples per bin along an axis. */
+#define MRT_ROI_AVG 0
+#define MRT_ROI_MAX 1
+typedef struct {
+    int n, c, h, w;
+    int oh, ow;
+    int sampling_ratio;
+    int mode; /* MRT_ROI_AVG or MRT_ROI_MAX */
+    int half_pixel;
+    float spatial_scale;
+} mrt_roi_align_shape;
+int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float *rois, const int64_t *batch_indices,
+                      long nrois, float *y, int nthreads);
 
 /* ------------------------------------------------------------------ native programs
  *

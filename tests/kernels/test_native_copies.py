@@ -29,6 +29,35 @@ def _array(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
+@pytest.fixture(autouse=True)
+def every_size_native(monkeypatch):
+    """The copies and broadcasts themselves are under test: every size takes the native path (outside a
+    recording, results below _NATIVE_MIN_BYTES would take numpy; test_small_copies_take_numpy_outside_a_
+    recording)."""
+    from minirt.kernels import _native_broadcast
+
+    monkeypatch.setattr(C, "_NATIVE_MIN_BYTES", 0)
+    monkeypatch.setattr(_native_broadcast, "_NATIVE_MIN_BYTES", 0)
+
+
+def test_small_copies_take_numpy_outside_a_recording(monkeypatch):
+    from minirt.kernels._native_broadcast import broadcast_op
+
+    monkeypatch.undo()  # (the real thresholds)
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    idx = np.array([3, 1], np.int64)
+    assert C.copy_of_view(x.T, x) is None and C.gather_copy(x, idx, 0) is None
+    assert C.tile_copy(x, (2, 1)) is None and C.pad_copy(x, [(1, 1), (0, 0)], "constant", 0.0) is None
+    assert broadcast_op("Greater", x, x[:1]) is None
+    monkeypatch.setattr(native, "recording", lambda: True)  # (what a session's recording run sees)
+    np.testing.assert_array_equal(C.copy_of_view(x.T, x), x.T)
+    np.testing.assert_array_equal(C.gather_copy(x, idx, 0), x[idx])
+    np.testing.assert_array_equal(broadcast_op("Greater", x, x[:1]), x > x[:1])
+    monkeypatch.setattr(native, "recording", lambda: False)
+    big = np.zeros((C._NATIVE_MIN_BYTES // 4 // 64, 64), np.float32)
+    assert C.copy_of_view(big.T, big) is not None  # (large copies: the native one, threaded)
+
+
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
     old = native.threads()

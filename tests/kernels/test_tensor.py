@@ -217,6 +217,14 @@ def test_gather(axis, idx_shape, idx_dtype):
         run_kernel("Gather", [x, np.array([n], idx_dtype)], {"axis": axis}, opset=13)
 
 
+@pytest.mark.parametrize("i", [0, 2, -1, -3])
+def test_gather_one_index_of_a_shape(i):
+    # shape arithmetic: one dimension of a Shape's result (a 0-d index, no min / max pass)
+    check("Gather", [i64(7, 3, 5), np.array(i, I64)], {"axis": 0}, opset=13)
+    with pytest.raises(ValueError, match=r"Gather: index out of range \[-3, 2\] \(got -4..-4\)"):
+        run_kernel("Gather", [i64(7, 3, 5), np.array(-4, I64)], {"axis": 0}, opset=13)
+
+
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_gather_elements(axis):
@@ -227,6 +235,16 @@ def test_gather_elements(axis):
     idx_shape[0] = min(idx_shape[0], 2) if axis != 0 else idx_shape[0]
     idx = RNG.integers(-n, n, size=idx_shape).astype(I64)
     check("GatherElements", [x, idx], {"axis": axis}, opset=13)
+
+
+@pytest.mark.parametrize("data_shape,idx_shape", [((3234,), (3234, 1)), ((3234, 4), (100, 1)), ((5, 3, 2), (2, 4, 1)),
+                                                 ((7,), (0, 1)), ((7,), (1,))])
+def test_gather_nd_one_index_per_row(data_shape, idx_shape):
+    # index depth 1, no batch dims (the detectors' NonZero -> GatherND): a take along axis 0
+    idx = RNG.integers(-data_shape[0], data_shape[0], idx_shape).astype(I64)
+    check("GatherND", [rand(data_shape), idx], opset=13)
+    with pytest.raises(ValueError, match="GatherND: index out of range"):
+        run_kernel("GatherND", [rand(data_shape), np.full((1, 1), data_shape[0], I64)], opset=13)
 
 
 @pytest.mark.parametrize("batch_dims,data_shape,idx", [
@@ -248,6 +266,77 @@ def test_scatter_elements(reduction, axis):
     upd = rand(idx.shape)
     attrs = {"axis": axis} if reduction == "none" else {"axis": axis, "reduction": reduction}
     check("ScatterElements", [data, idx, upd], attrs, opset=18)
+
+
+def _expand_scatter_model(data_shape, idx_shape, out_shape, axis, reduction):
+    """idx --Expand(out_shape)--> indices; ScatterElements(data, indices, updates): the pattern of
+    torchvision's MultiScaleRoIAlign (one RoI row index per slice)."""
+    f, i = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+    attrs = {"axis": axis} if reduction == "none" else {"axis": axis, "reduction": reduction}
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["idx", "shape"], ["indices"]),
+         helper.make_node("ScatterElements", ["data", "indices", "updates"], ["y"], **attrs)],
+        "expand_scatter",
+        [helper.make_tensor_value_info("data", f, data_shape), helper.make_tensor_value_info("idx", i, idx_shape),
+         helper.make_tensor_value_info("updates", f, out_shape)],
+        [helper.make_tensor_value_info("y", f, data_shape), helper.make_tensor_value_info("indices", i, out_shape)],
+        initializer=[numpy_helper.from_array(np.array(out_shape, I64), "shape")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+@pytest.mark.parametrize("data_shape,idx,out_shape,axis", [
+    ((6, 4, 3, 3), [[[[4]]], [[[0]]], [[[-1]]], [[[2]]]], (4, 4, 3, 3), 0),  # whole slices, a negative index
+    ((6, 4, 3, 3), [[[[1]]], [[[3]]]], (2, 3, 2, 3), 0),  # updates smaller than data on other axes
+    ((2, 5, 3), [[[0], [4], [2]]], (2, 3, 3), 1),  # axis 1
+    ((4, 3, 2), [[[2]], [[-1]], [[0]], [[1]]], (4, 3, 2), 0),  # a permutation of every slice: updates reordered
+    ((3, 4, 2), [[[1], [0], [3], [2]]], (3, 4, 2), 1),  # the same along axis 1
+    ((3, 4, 2), [[[1], [1], [3], [2]]], (3, 4, 2), 1),  # every slice but not a permutation (1 twice, 0 never)
+])
+def test_scatter_elements_of_expanded_rows(reduction, data_shape, idx, out_shape, axis):
+    # Expand returns a zero-stride view; ScatterElements then moves whole slices (one index per slice)
+    from tests.kernels.model_run import minirt_run, reference_run
+
+    model = _expand_scatter_model(data_shape, np.shape(idx), out_shape, axis, reduction)
+    feeds = {"data": rand(data_shape), "idx": np.array(idx, I64), "updates": rand(out_shape)}
+    expected = reference_run(model, feeds)
+    actual = minirt_run(model, feeds)
+    for a, e in zip(actual, expected):
+        assert_same(a, e)
+    assert all(a.flags.writeable and a.flags.owndata for a in actual)  # (outputs own their memory)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul"])
+def test_scatter_elements_row_path_equals_element_path(reduction):
+    data = rand((5, 3, 4))
+    rows = np.array([3, -5, 1], I64)
+    indices = np.broadcast_to(rows[:, None, None], (3, 3, 4))
+    updates = rand((3, 3, 4))
+    attrs = {"axis": 0, "reduction": reduction}
+    fast = run_kernel("ScatterElements", [data, indices, updates], attrs, opset=18)[0]
+    slow = run_kernel("ScatterElements", [data, np.ascontiguousarray(indices), updates], attrs, opset=18)[0]
+    np.testing.assert_array_equal(fast, slow)
+    assert_same(fast, reference("ScatterElements", [data, np.ascontiguousarray(indices), updates], attrs,
+                                opset=18)[0])
+
+
+def test_scatter_elements_with_nothing_to_scatter_returns_data():
+    data = rand((3, 4))
+    for reduction in ("none", "add"):
+        out = check("ScatterElements", [data, np.zeros((0, 4), I64), rand((0, 4))],
+                    {"axis": 0, "reduction": reduction}, opset=18)[0]
+        np.testing.assert_array_equal(out, data)
+
+
+def test_scatter_elements_errors_name_the_shapes():
+    data = rand((3, 4))
+    with pytest.raises(ValueError, match=r"indices rank 1 != data rank 2"):
+        run_kernel("ScatterElements", [data, np.zeros(2, I64), rand((2,))], {"axis": 0}, opset=18)
+    with pytest.raises(ValueError, match=r"indices shape \(2, 5\) exceeds data shape \(3, 4\) on axis 1"):
+        run_kernel("ScatterElements", [data, np.zeros((2, 5), I64), rand((2, 5))], {"axis": 0}, opset=18)
+    with pytest.raises(ValueError, match=r"index out of range \[-3, 2\]"):
+        run_kernel("ScatterElements", [data, np.broadcast_to(i64(3)[:, None], (1, 4)), rand((1, 4))], {"axis": 0},
+                   opset=18)
 
 
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
@@ -287,7 +376,8 @@ def test_slice(starts, ends, axes, steps, dtype):
 
 @pytest.mark.parametrize("shape,target", [((3, 1), (2, 3, 4)), ((1,), (5,)), ((2, 3), (1, 1)), ((3, 1), (3, 1, 1))])
 def test_expand(shape, target):
-    check("Expand", [rand(shape), np.array(target, I64)], opset=13)
+    out = check("Expand", [rand(shape), np.array(target, I64)], opset=13)[0]
+    assert not out.flags.writeable  # a broadcast view of the input, never written (kernels do not write inputs)
 
 
 @pytest.mark.parametrize("reps", [(1, 1), (2, 3), (0, 2)])
@@ -312,12 +402,16 @@ def test_pad_axes_and_wrap():
     check("Pad", [rand((2, 3), np.int64), i64(1, 1, 1, 1), np.array(7, I64)], opset=13)
 
 
-@pytest.mark.parametrize("value", [None, np.array([3], np.int64), np.array([1.5], np.float32), np.array([1], np.bool_)])
+@pytest.mark.parametrize("value", [None, np.array([3], np.int64), np.array([1.5], np.float32), np.array([1], np.bool_),
+                                   np.array([0], np.int64), np.array([0.0], np.float32), np.array([-0.0], np.float32),
+                                   np.array([0], np.bool_)])
 def test_constant_of_shape(value):
     attrs = {} if value is None else {"value": numpy_helper.from_array(value)}
     expected = reference("ConstantOfShape", [i64(2, 3)], attrs, opset=13)[0]
     kw = {} if value is None else {"value": value}
-    assert_same(run_kernel("ConstantOfShape", [i64(2, 3)], kw, opset=13)[0], expected)
+    actual = run_kernel("ConstantOfShape", [i64(2, 3)], kw, opset=13)[0]
+    assert_same(actual, expected)
+    assert actual.tobytes() == np.asarray(expected).tobytes()  # (-0.0 stays -0.0)
 
 
 @pytest.mark.parametrize("start,limit,delta,dtype", [
@@ -342,6 +436,25 @@ def test_topk(axis, largest, k, dtype):
     check("TopK", [x, i64(k)], {"axis": axis, "largest": largest}, opset=11, n_outputs=2)
     if largest and dtype == np.float32:  # opset 10 TopK is float only
         check("TopK", [x, i64(k)], {"axis": axis}, opset=10, n_outputs=2)
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("shape,axis", [((3234,), 0), ((1, 500), 1), ((400, 1), 0)])
+@pytest.mark.parametrize("k", [1, 37, 120])
+def test_topk_one_row_partition(shape, axis, largest, k):
+    # a single row and k below half of it: the partition path (k-th value, then only the candidates
+    # sorted); values on a coarse grid give ties at the k-th value, +-0.0 ties too
+    x = (np.round(RNG.uniform(-4, 4, shape) * 4) / 4).astype(np.float32)
+    x.reshape(-1)[::7] = -0.0
+    x.reshape(-1)[3::7] = 0.0
+    check("TopK", [x, i64(k)], {"axis": axis, "largest": largest}, opset=11, n_outputs=2)
+
+
+def test_topk_one_row_with_nan_keeps_the_full_sort():
+    x = RNG.uniform(-1, 1, 50).astype(np.float32)
+    x[[3, 17]] = np.nan
+    values, idx = run_kernel("TopK", [x, i64(5)], {"axis": 0}, opset=11, n_outputs=2)
+    assert idx[:2].tolist() == [3, 17] and np.isnan(values[:2]).all()  # (NaN above every number, as before)
 
 
 @pytest.mark.parametrize("axis", [-1, 0, 1, -3])
