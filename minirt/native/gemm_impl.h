@@ -82,7 +82,6 @@ typedef struct {
     int ext_ow, ext_wq; /* extended output grid (ext_wq > 0, with brow): see the top of this file */
     float a0, a1;
     int kc, nc, mc, nblocks;
-    int rows_outer; /* loop order within a tile: row tiles outside the panels (one K block) */
     long tiles; /* column blocks x row blocks per matrix */
 } FN(sgemm_args);
 
@@ -579,46 +578,25 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                 else
                     FN(sgemm_pack_b)(g->B + (long)p0 * g->ldb + n0, g->ldb, NULL, kb, nb, pack);
             }
-            /* With one K block, each row tile sweeps the block's panels: C is written row after row,
-             * G_MR streams, instead of a panel's column of tiles down all mb rows (mb streams of
-             * 64 bytes each, far apart).  Measured on a shared AVX2 host, 1x1 layers over 112 x 112
-             * pixels (K = 16-32): 16 -> 96 3.26 -> 1.40 ms, 16 -> 64 1.43 -> 0.67, 32 -> 48 1.95 ->
-             * 1.27; 3 -> 64 stride-2 stem over 111 x 111 outputs 2.90 -> 1.53; 1x1 layers of K =
-             * 96-440 over 7 x 7 - 56 x 56 pixels 3-10 % faster; 3x3 layers unchanged.  The A tile
-             * (G_MR x kb) stays in L1, the packed block in L2.  The same sums either way. */
-            if (g->rows_outer) {
-                for (int i0 = 0; i0 < mb; i0 += G_MR) {
-                    int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
-                    int m = m0 + i0;
-                    const float *arows = g->A + (long)m * g->lda + p0;
-                    for (int j0 = 0; j0 < nb; j0 += G_NR) {
-                        int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
-                        const int direct = j0 < packed_from;
-                        const float *panel = direct ? g->B + n0 + j0
-                                             : (bpanels ? bpanels : pack) + (long)(j0 - packed_from) * kb;
-                        const long *brow = direct ? g->brow + p0 : NULL;
-                        float *c = ext ? cblock + i0 * ldcb + j0 : g->C + m * g->ldc + n0 + j0;
-                        long ldc = ext ? ldcb : g->ldc;
-                        if (nr > MRT_VL)
-                            FN(sgemm_ukr)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m, n0 + j0);
-                        else
-                            FN(sgemm_ukr_narrow)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m,
-                                                 n0 + j0);
-                    }
-                }
-                continue;
-            }
-            for (int j0 = 0; j0 < nb; j0 += G_NR) {
-                int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
-                const int direct = j0 < packed_from;
-                const float *panel = direct ? g->B + n0 + j0
-                                     : (bpanels ? bpanels : pack) + (long)(j0 - packed_from) * kb;
-                const long *brow = direct ? g->brow + p0 : NULL;
-                for (int i0 = 0; i0 < mb; i0 += G_MR) {
-                    int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
-                    int m = m0 + i0;
-                    const float *arows = g->A + (long)m * g->lda + p0;
-                    /* ext: raw sums into the scratch block; the epilogue comes with the copy-out */
+            /* Each row tile sweeps the block's panels: C is written row after row, G_MR streams,
+             * instead of a panel's column of tiles down all mb rows (mb streams of 64 bytes each,
+             * far apart), and the A tile (G_MR x kb) stays in L1 while the packed block streams from
+             * L2 (the other order read all mb x kb of A once per panel).  Measured on a shared AVX2
+             * host, 1x1 layers over 112 x 112 pixels (K = 16-32): 16 -> 96 3.26 -> 1.40 ms, 16 -> 64
+             * 1.43 -> 0.67, 32 -> 48 1.95 -> 1.27; 3 -> 64 stride-2 stem over 111 x 111 outputs 2.90
+             * -> 1.53; 1x1 layers of K = 96-1152 over 7 x 7 - 56 x 56 pixels 2-10 % faster; plain
+             * products of K = 512-1536 10-24 % (512 x 512 x 784 25.5 -> 29.5 GMAC/s, OpenBLAS 32);
+             * 3x3 layers unchanged.  The same sums either way. */
+            for (int i0 = 0; i0 < mb; i0 += G_MR) {
+                int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
+                int m = m0 + i0;
+                const float *arows = g->A + (long)m * g->lda + p0;
+                for (int j0 = 0; j0 < nb; j0 += G_NR) {
+                    int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
+                    const int direct = j0 < packed_from;
+                    const float *panel = direct ? g->B + n0 + j0
+                                         : (bpanels ? bpanels : pack) + (long)(j0 - packed_from) * kb;
+                    const long *brow = direct ? g->brow + p0 : NULL;
                     float *c = ext ? cblock + i0 * ldcb + j0 : g->C + m * g->ldc + n0 + j0;
                     long ldc = ext ? ldcb : g->ldc;
                     if (nr > MRT_VL)
@@ -693,10 +671,9 @@ static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
      * column blocks of G_NC (a multiple of G_NR) and whole matrices of rows. */
     const int per_mat = (nthreads + batch - 1) / batch;
     int nc = G_NC, mc = M > 0 ? M : 1;
-    /* One K block (convolutions' K: 1x1 layers, stems, most 3x3 layers): the row tiles outside the
-     * panels (FN(sgemm_task)), and at one thread column blocks of up to G_PACK_FLOATS packed floats */
-    g->rows_outer = K > 0 && K <= G_KC * 5 / 4;
-    if (g->rows_outer && per_mat <= 1) {
+    /* at one thread, column blocks of up to G_PACK_FLOATS packed floats (wider than G_NC when K < 128;
+     * FN(sgemm_task) sweeps a block's panels with each row tile) */
+    if (K > 0 && per_mat <= 1) {
         int want = G_PACK_FLOATS / K / G_NR * G_NR;
         const int ncol = (N + G_NR - 1) / G_NR * G_NR;
         if (want > ncol) want = ncol;
