@@ -46,7 +46,7 @@ def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:
             attrs = {name: value for name, _kind, value in attributes}
             found = None
             if (domain, op_type) in _CONV_OPS:
-                found = _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs)
+                found = _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr)
             elif (domain, op_type) in _MATMUL_OPS | _GEMM_OPS:
                 found = _product_entry(writer, tensor_of, inputs, attrs, gemm=(domain, op_type) in _GEMM_OPS)
             if found is None or found in seen:
@@ -68,7 +68,7 @@ def _float_weight(writer: ArtifactWriter, tensor_of: dict, inputs: tuple, i: int
     return t if w.dtype == np.float32 and w.ndim == rank and w.size else None
 
 
-def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs):
+def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
     """(kind, tensor, tag) of a 2-D float conv that takes the packed path, or None."""
     t = _float_weight(writer, tensor_of, inputs, 1, 4)
     if t is None or not outputs or outputs[0] < 0:
@@ -83,7 +83,7 @@ def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs):
     sh, sw = (tuple(attrs.get("strides") or (1, 1)) + (1, 1))[:2]
     if group == c and cg == 1 and m == c and kh * kw > 1:
         return None  # depthwise: its own kernel, unpacked weights
-    if not P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, oh, ow):
+    if not P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, oh, ow, nr):
         return None
     return P.PACK_CONV_F32, t, (c, group, kh, kw, int(sh), int(sw), oh, ow)
 

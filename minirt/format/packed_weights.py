@@ -57,6 +57,7 @@ _CONV_CV_DEEP_K = 192
 _CONV_CV_SMALL_PLANE = 1024
 _CONV_CV_STRIDED_K = 144
 _CONV_CV_TINY_PLANE = 256
+_CONV_CV_MAX_ROW = 256
 
 
 class PackedWeight(NamedTuple):
@@ -79,15 +80,20 @@ def sgemm_kc(k: int) -> int:
     return kc if kc > 0 else 1
 
 
-def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int) -> bool:
-    """Whether the native conv runs this geometry on packed weights: a copy of
+def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
+                       nr: int) -> bool:
+    """Whether the native conv runs this geometry on packed weights of panel width ``nr``: a copy of
     ``mrt_conv2d_uses_packed_w`` (kernels.c), which the builder cannot call without the native
     library; tests/native/test_packed_weights.py checks the two agree over a grid of geometries."""
     if group < 1 or c % group or m % group:
         return False
+    if oh == 1 and ow > _CONV_CV_MAX_ROW:
+        return False
     if (m // group) % 32 != 0:
         return kh * kw > 1 and oh * ow <= _CONV_CV_TINY_PLANE
     k = c // group * kh * kw
+    if kh * kw == 1 and nr == 16:  # (panels of 16: AVX2)
+        return False
     if k >= _CONV_CV_DEEP_K:
         return True
     if kh * kw == 1:

@@ -254,7 +254,7 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
         y = conv(x.astype(np.float32), w.astype(np.float32), bf, auto_pad=auto_pad, dilations=dilations,
                  group=group, pads=pads, strides=strides)
         return y.astype(x.dtype)
-    if nd == 2 and x.dtype == np.float32 and _native.available:
+    if nd <= 2 and x.dtype == np.float32 and _native.available:  # (1-D: as a 2-D conv of (N, C, 1, W))
         return _conv2d_native(x, w, b, None, out_sp, k, s, d, pb, group, _ACT_NONE, 0.0, 0.0,
                               dst=_free_out(out, x), memo=memo)
     xp = _pad_for_windows(x, out_sp, k, s, d, pb, 0)
@@ -324,7 +324,7 @@ class _NativeConv:
     ``native.dwconv2d_prepare``).  Running it costs the native call and the output buffer only.
     """
 
-    __slots__ = ("w", "b", "z_shape", "y_shape", "call", "args")
+    __slots__ = ("w", "b", "z_shape", "y_shape", "call", "args", "y4_shape")
 
     def fits(self, x, w, b, z) -> bool:
         """Whether this is the conv of these inputs (``x`` has the input shape it was made for)."""
@@ -334,12 +334,20 @@ class _NativeConv:
     def run(self, x, z, out):
         """act(conv(x) + b + z) into ``out`` when it fits and overlaps no input, else into a new array."""
         y = _out_buffer(_free_out(out, x, z), self.y_shape)
-        self.call(self.args, np.ascontiguousarray(x), y, None if z is None else np.ascontiguousarray(z))
+        x = np.ascontiguousarray(x)
+        z = None if z is None else np.ascontiguousarray(z)
+        if self.y4_shape is None:
+            self.call(self.args, x, y, z)
+        else:  # a 1-D conv as the 2-D conv of (N, C, 1, W): views of the same memory, the 3-D result returned
+            y4 = self.y4_shape
+            self.call(self.args, x.reshape(x.shape[:2] + (1,) + x.shape[2:]), y.reshape(y4),
+                      None if z is None else z.reshape(y4))
         return y
 
 
 def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _NativeConv:
-    """The native convolution act(conv(x, w) + b + z) (shapes already validated)."""
+    """The native convolution act(conv(x, w) + b + z) (shapes already validated).  A 1-D conv (x of
+    rank 3) runs as the 2-D conv of (N, C, 1, W) by a 1 x K kernel: k, s, d, pb, out are then 1-D."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     wc = np.ascontiguousarray(w)
@@ -349,14 +357,23 @@ def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _N
     plan = _NativeConv()
     plan.w, plan.b = wc, bc
     plan.z_shape = None if z is None else z.shape
+    plan.y4_shape = None
+    x_shape, w4 = x.shape, wc
+    if x.ndim == 3:
+        x_shape = (n, c, 1, x.shape[2])
+        w4 = wc.reshape(m, cg, 1, wc.shape[2])
+        k, s, d, pb, out = (1,) + tuple(k), (1,) + tuple(s), (1,) + tuple(d), (0,) + tuple(pb), (1,) + tuple(out)
+        plan.y4_shape = (n, m) + out
     if group == c and cg == 1 and m == c and k[0] * k[1] > 1:
         plan.y_shape = (n, c) + tuple(out)
         plan.call = _native.dwconv2d_call
-        plan.args = _native.dwconv2d_prepare(x.shape, wc, bc, k, s, d, pb, out, act, a0, a1)
+        plan.args = _native.dwconv2d_prepare(x_shape, w4, bc, k, s, d, pb, out, act, a0, a1)
     else:
         plan.y_shape = (n, m) + tuple(out)
         plan.call = _native.conv2d_call
-        plan.args = _native.conv2d_prepare(x.shape, wc, group, k, s, d, pb, out, bc, act, a0, a1)
+        plan.args = _native.conv2d_prepare(x_shape, w4, group, k, s, d, pb, out, bc, act, a0, a1)
+    if plan.y4_shape is not None:
+        plan.y_shape = (n, m, out[1])
     return plan
 
 
@@ -409,9 +426,10 @@ def conv_fused_native(x, w, b=None, z=None, /, *, activation="", activation_para
     plan = _prepared_conv(memo, x, w, b, z)
     if plan is not None:  # (FusedConv returns this result as is: a program may replay the call)
         return _native.final(plan.run(x, z, out))
-    if not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4:
+    if (not _native.available or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim not in (3, 4)
+            or w.ndim != x.ndim):
         return None
-    if z is not None and (z.dtype != np.float32 or z.ndim != 4):
+    if z is not None and (z.dtype != np.float32 or z.ndim != x.ndim):
         return None
     geometry = _fused_conv_geometry(x.shape, w.shape, None if b is None else b.shape, None if z is None else z.shape,
                                     activation, activation_params, auto_pad, dilations, group, kernel_shape, pads,
@@ -452,8 +470,8 @@ def _fused_conv_geometry(x_shape, w_shape, b_shape, z_shape, activation, activat
     if b_shape is not None and b_shape != (m,):
         return False
     try:
-        s = _per_axis("Conv", "strides", strides, 2, 1)
-        d = _per_axis("Conv", "dilations", dilations, 2, 1)
+        s = _per_axis("Conv", "strides", strides, len(x_shape) - 2, 1)
+        d = _per_axis("Conv", "dilations", dilations, len(x_shape) - 2, 1)
         out_sp, pb, _ = _geometry("Conv", x_shape[2:], k, s, d, pads, auto_pad)
     except ValueError:
         return False  # the standard kernel raises the same error with its own context

@@ -778,7 +778,7 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * band would then have fewer than MRT_CONV_BAND_COLS output columns (GEMM too narrow). */
 #define MRT_CONV_BAND_BYTES (512L * 1024)
 #define MRT_CONV_BAND_COLS 2048
-/* A direct 1x1 conv reads B (the image) in place up to this depth (see mrt_conv_band). */
+/* A direct 1x1 conv reads B (the image) in place up to this depth on AVX-512 (see mrt_conv_band). */
 #define MRT_CONV_IN_PLACE_K 128
 
 typedef struct {
@@ -1043,10 +1043,14 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
     for (int k = kk; k < K; ++k) brow[k] = brow[k - kk] + phases * plane;
     /* B read in place (whole panels straight from the rows of B) rather than packed: always from
      * planes (the taps of a kernel are shifted views of the same rows, in cache); for a direct 1x1
-     * kernel when its K rows are few (packing them cost 2-8 % of the 1x1 layers of K 32-128) and
-     * their stride is not a multiple of 2 KB (the panel's rows would then share a few L1 sets:
-     * 16->96 @160x160 was 20 % slower in place) */
-    const int b_in_place = !a->direct || (K <= MRT_CONV_IN_PLACE_K && plane * (long)sizeof(float) % 2048 != 0);
+     * kernel on AVX-512 when its K rows are few (packing them cost 2-8 % of the 1x1 layers of K
+     * 32-128 there) and their stride is not a multiple of 2 KB (the panel's rows would then share a
+     * few L1 sets: 16->96 @160x160 was 20 % slower in place).  Elsewhere a direct kernel packs B:
+     * its row tiles sweep the packed block (FN(sgemm_task)'s rows_outer), measured on AVX2 over
+     * 14 x 14 - 112 x 112 pixels, K = 16-116: 16 -> 64 @112x112 0.73 -> 0.67 ms, 32 -> 48 1.47 ->
+     * 1.27, 116 -> 116 @14x14 7 % faster (32 -> 16 and 16 -> 16 @112x112 5 % slower). */
+    const int b_in_place = !a->direct || (impl_isa == MRT_ISA_AVX512 && K <= MRT_CONV_IN_PLACE_K &&
+                                          plane * (long)sizeof(float) % 2048 != 0);
     for (int g = 0; g < a->group; ++g) {
         const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
         const float *bg = planes + (long)g * cg * phases * plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
@@ -1402,16 +1406,26 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
  * for the GEMM; 32x32 with C = 3 and M = 16 was 12.1 against 10.6. */
 #define MRT_CONV_CV_TINY_PLANE 256
 
+/* ... Not for one output row longer than this (a 1-D conv, run as the 2-D conv of (N, C, 1, W)):
+ * measured on AVX2, 512 -> 512 channels, kernel 3, stride 2, 3199 -> 1599 outputs: 150 ms against
+ * 48 for the GEMM, 1599 -> 799: 26.6 against 23.6; 399 -> 199 (kernel 2) 4.9 against 5.2. */
+#define MRT_CONV_CV_MAX_ROW 256
+
 /* Does the channel-vector kernel run this geometry (when it gets packed weights)?  With whole panels
- * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  It depends
- * on the geometry only (not on the batch, the threads or the dilations), so callers can pack once
- * per layer. */
+ * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  With panels
+ * of 16 (AVX2) a 1x1 kernel never does: the GEMM (its row tiles sweeping a packed block of B) was
+ * 4-15 % faster at every depth measured (K = 384-1152 over 7 x 7 - 14 x 14 pixels, 320 -> 1280 @7x7
+ * 1.01 -> 0.86 ms, 512 -> 1000 @13x13 3.30 -> 3.10).  It depends on the geometry and the panel width
+ * only (not on the batch, the threads or the dilations), so callers can pack once per layer;
+ * minirt/format/packed_weights.py has a copy of these rules (conv_uses_packed_w). */
 int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
     const int c = g->c, m = g->m, group = g->group, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, oh = g->oh,
               ow = g->ow;
     if (group < 1 || c % group || m % group) return 0;
+    if (oh == 1 && ow > MRT_CONV_CV_MAX_ROW) return 0;
     if ((m / group) % 32 != 0) return kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_TINY_PLANE;
     const long k = (long)c / group * kh * kw;
+    if (kh * kw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16) return 0;
     if (k >= MRT_CONV_CV_DEEP_K) return 1;
     if (kh * kw == 1) return 0;
     return (long)oh * ow <= MRT_CONV_CV_SMALL_PLANE || ((sh > 1 || sw > 1) && k >= MRT_CONV_CV_STRIDED_K);
@@ -1458,6 +1472,11 @@ int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *pack
     /* the channel-vector kernel drops no column: implicit whatever the waste */
     a.packed_w = nb == 1 ? packed_w : NULL;
     a.implicit = nb == 1 && (a.direct || a.packed_w || (long)(a.wq - ow) * MRT_CONV_IMPLICIT_WASTE <= a.wq);
+    /* one output row (a 1-D conv as 2-D): im2col and one GEMM rather than phase planes read in place
+     * (their K rows, one per channel and tap, far apart): measured on AVX2, 512 -> 512, kernel 3,
+     * stride 2, 3199 -> 1599 outputs 61 -> 47 ms, 1599 -> 799 28.6 -> 23.7; 384 -> 384 stride 2
+     * over 3000 35 -> 26; 80 -> 384 stride 1 over 3000 13.3 -> 10.9; 399 -> 199 the same. */
+    if (oh == 1 && !a.direct && !a.packed_w) a.implicit = 0;
     a.in_place = a.implicit && a.packed_w && !a.direct && conv_in_place_pays(&a);
     a.band = oh;
     if (a.implicit && !a.direct && !a.in_place) {

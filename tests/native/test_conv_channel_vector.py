@@ -103,10 +103,15 @@ def force_packing(monkeypatch):
 def test_picked_geometries_take_the_channel_vector_kernel():
     for name, geom in PICKED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)), name
+        # (with panels of 16, AVX2, a 1x1 kernel stays on the GEMM: kernels.c, mrt_conv2d_uses_packed_w)
+        want = k != (1, 1) or native.packed_panel_width() != 16
+        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == want, name
     for name, geom in FORCED.items():
         c, m, h, wd, k, s, pads, d, group = geom
         assert not _uses_packed_w(c, m, group, k, s, _output_size(geom)), name
+    # one output row longer than MRT_CONV_CV_MAX_ROW (a 1-D conv): the GEMM, whatever the depth
+    assert not _uses_packed_w(512, 512, 1, (1, 3), (1, 2), (1, 1599))
+    assert _uses_packed_w(512, 512, 1, (1, 2), (1, 2), (1, 199))
 
 
 def _uses_packed_w(c, m, group, k, s, out) -> bool:

@@ -165,7 +165,8 @@ def test_fused_declines_what_it_cannot_do():
     x, wt = _rand(rng, 1, 2, 5, 5), _rand(rng, 2, 2, 3, 3)
     assert nn.conv_fused_native(x, wt, activation="Softplus") is None  # (no native epilogue computes it)
     assert nn.conv_fused_native(x.astype(np.float64), wt.astype(np.float64)) is None
-    assert nn.conv_fused_native(x[:, :, 0], wt[:, :, 0]) is None  # 1-D conv
+    x3, w3 = x[:, :, :, None, :], wt[:, :, :, None, :]
+    assert nn.conv_fused_native(x3, w3) is None  # 3-D conv (1-D runs as 2-D: tests/native/test_conv_1d_native.py)
     assert nn.conv_fused_native(x, wt, None, np.zeros((1, 2, 1, 1), np.float32)) is None  # broadcasting residual
     with numpy_path():
         assert nn.conv_fused_native(x, wt) is None

@@ -48,13 +48,15 @@ def test_numpy_product_packer_gives_the_native_bytes(k, n, transb, every_isa):
 def test_packed_path_rule_agrees_with_the_native_one():
     lib = native._lib
     grid = itertools.product((1, 3, 16, 64, 96, 256), (8, 24, 32, 64, 96), (1, 2, 4), ((1, 1), (3, 3), (1, 3), (5, 5)),
-                             ((1, 1), (2, 2), (1, 2)), ((1, 1), (8, 8), (16, 16), (20, 20), (32, 32), (33, 31), (80, 80)))
+                             ((1, 1), (2, 2), (1, 2)), ((1, 1), (8, 8), (16, 16), (20, 20), (32, 32), (33, 31), (80, 80),
+                                                             (1, 200), (1, 300)))
     checked = 0
     for c, m, group, (kh, kw), (sh, sw), (oh, ow) in grid:
         args = (c, m, group, kh, kw, sh, sw, oh, ow)
         geometry = native._ffi.new("mrt_conv_geometry *", dict(zip(("c", "m", "group", "kh", "kw", "sh", "sw", "oh",
                                                                     "ow"), args)))
-        assert P.conv_uses_packed_w(*args) == bool(lib.mrt_conv2d_uses_packed_w(geometry)), args
+        nr = native.packed_panel_width()
+        assert P.conv_uses_packed_w(*args, nr) == bool(lib.mrt_conv2d_uses_packed_w(geometry)), args
         checked += 1
     assert checked > 5000
 

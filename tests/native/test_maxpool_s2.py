@@ -1,0 +1,32 @@
+"""The stride-2 MaxPool path of the native pool (FN(maxpool_s2_task): vertical maxima into a line with
+-inf margins, then the kw neighbours of each output) against the numpy kernel."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from minirt.kernels import nn
+from tests.native.conftest import numpy_path
+
+CASES = [  # (shape, kernel, pads, ceil_mode, vertical stride)
+    ((1, 64, 111, 111), (3, 3), (0, 0, 0, 0), 1, 2),    # SqueezeNet's pools (ceil_mode)
+    ((1, 3, 112, 112), (3, 3), (1, 1, 1, 1), 0, 2),     # ResNet's stem pool
+    ((2, 5, 27, 28), (3, 3), (0, 0, 0, 0), 1, 2),       # odd / even widths, batch
+    ((1, 4, 13, 13), (3, 3), (1, 2, 2, 1), 1, 2),       # asymmetric pads
+    ((1, 2, 9, 17), (5, 5), (2, 2, 2, 2), 0, 2),        # 5x5
+    ((1, 2, 8, 10), (2, 3), (0, 1, 0, 1), 0, 1),        # vertical stride 1, rectangular kernel
+    ((1, 1, 3, 3), (3, 3), (1, 1, 1, 1), 1, 2),         # tiny plane, windows mostly padding
+    ((1, 1, 5, 4200), (3, 3), (0, 0, 0, 0), 0, 2),      # rows wider than the line: the general loop
+]
+
+
+@pytest.mark.parametrize("shape,k,pads,ceil,sh", CASES, ids=[str(c[0]) + str(c[1]) for c in CASES])
+def test_maxpool_stride_2_matches_numpy(shape, k, pads, ceil, sh, every_isa, threads):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[rng.integers(0, x.size, size=3)] = np.nan
+    attrs = dict(kernel_shape=k, strides=(sh, 2), pads=pads, ceil_mode=ceil)
+    got = nn.max_pool_10(x, **attrs)
+    with numpy_path():
+        want = nn.max_pool_10(x, **attrs)
+    np.testing.assert_array_equal(got, want)
