@@ -768,10 +768,10 @@ int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
  * image in place and copies only windows around its borders (conv_in_place, below).
  */
 
-/* Target GEMM width (columns) when batching small planes: 1024 (was 256, one column block) amortises
- * the packing and the scratch transposes over more images: the demo's digits CNN at batch 360, 8 x 8
- * planes, 20.6 -> 13.1 ms (onnxruntime 4.5-6 ms; AVX2 host). */
-#define MRT_CONV_BATCH_COLS 1024
+/* Target GEMM width (columns) when batching small planes: one column block of the GEMM.  (1024 was
+ * 1.5x faster on the digits CNN at batch 360 before the row tiles swept the packed block; since, 256
+ * is best: 13.3 ms against 22.7 with 1024, onnxruntime 4.8-6 ms.) */
+#define MRT_CONV_BATCH_COLS 256
 /* Implicit mode when the dropped columns are at most 1 / MRT_CONV_IMPLICIT_WASTE of the grid. */
 #define MRT_CONV_IMPLICIT_WASTE 4
 /* Planes of one band: at most about this many bytes (L2 is 1-2 MB on the targets), unless a
