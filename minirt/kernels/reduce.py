@@ -132,18 +132,29 @@ def _reduce(fn, x: np.ndarray, axes, keepdims: int, noop_with_empty_axes: int) -
     return np.asarray(out).astype(x.dtype, copy=False)
 
 
-def _reduce_native(op: str, x, axes, keepdims: int, noop_with_empty_axes: int, out=None):
-    """``op`` (a key of native.REDUCE_OPS) of a float32 C-contiguous ``x`` over one block of consecutive
-    axes by one native call (mrt_reduce_f32: x as (outer, reduced, inner)), declared final; None
-    when it is not that case (the numpy path then computes it, or raises the op's error)."""
-    if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.size and x.flags.c_contiguous
-            and op in _native.REDUCE_OPS):
+def _native_axes(x, axes, noop_with_empty_axes: int) -> tuple | None:
+    """The axes a native reduction of ``x`` runs over (all of them when none are given), or None when
+    the native path does not apply: no native kernels, not a float32 C-contiguous array with values,
+    or no axes with ``noop_with_empty_axes`` (nothing to reduce)."""
+    if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.size and x.flags.c_contiguous):
         return None
     ax = _resolve_axes(x, axes)
     if ax is None:
         if noop_with_empty_axes or not x.ndim:
             return None
         ax = tuple(range(x.ndim))
+    return tuple(ax)
+
+
+def _reduce_native(op: str, x, axes, keepdims: int, noop_with_empty_axes: int, out=None):
+    """``op`` (a key of native.REDUCE_OPS) of a float32 C-contiguous ``x`` over one block of consecutive
+    axes by one native call (mrt_reduce_f32: x as (outer, reduced, inner)), declared final; None
+    when it is not that case (the numpy path then computes it, or raises the op's error)."""
+    if op not in _native.REDUCE_OPS:
+        return None
+    ax = _native_axes(x, axes, noop_with_empty_axes)
+    if ax is None:
+        return None
     ax = sorted(ax)
     if not ax or ax != list(range(ax[0], ax[-1] + 1)):
         return None
@@ -183,13 +194,9 @@ def _mean_native(x, axes, keepdims: int, noop_with_empty_axes: int, out):
     """ReduceMean over trailing axes of a float32 C-contiguous ``x`` by one native call
     (mrt_plane_means_f32: the mean of each plane of prod(reduced sizes) values; the squeeze of a
     squeeze-excite block, axes (2, 3)), declared final; None when it is not that case."""
-    if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.size and x.flags.c_contiguous):
-        return None
-    ax = _resolve_axes(x, axes)
+    ax = _native_axes(x, axes, noop_with_empty_axes)
     if ax is None:
-        if noop_with_empty_axes or not x.ndim:
-            return None
-        ax = tuple(range(x.ndim))
+        return None
     k = x.ndim - len(ax)
     if sorted(ax) != list(range(k, x.ndim)):
         return _reduce_native("ReduceMean", x, axes, keepdims, noop_with_empty_axes, out)  # (a middle block)

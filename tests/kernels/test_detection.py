@@ -41,20 +41,7 @@ def test_roi_align_opset10():
 # --------------------------------------------------------------------------- each path: native (best / baseline ISA), numpy
 
 
-@pytest.fixture(params=["native", "native-baseline", "numpy"])
-def path(request, monkeypatch):
-    if request.param == "numpy":
-        monkeypatch.setattr(native, "available", False)
-        yield "numpy"
-        return
-    if not native.available:
-        pytest.skip(f"native kernels not available: {native.reason}")
-    before = native.isa
-    native.select_isa("baseline" if request.param == "native-baseline" else "best")
-    try:
-        yield request.param
-    finally:
-        native.select_isa(before)
+# (the `path` fixture, native at the best / baseline ISA or numpy: tests/kernels/conftest.py)
 
 
 def _attrs(mode="avg", ctm="half_pixel", oh=7, ow=7, sampling_ratio=2, scale=1.0):

@@ -16,21 +16,7 @@ from tests.kernels.test_elementwise import reference, run_kernel
 RNG = np.random.default_rng(23)
 
 
-@pytest.fixture(params=["native", "native-baseline", "numpy"])
-def path(request, monkeypatch):
-    """Which implementation the kernel takes."""
-    if request.param == "numpy":
-        monkeypatch.setattr(native, "available", False)
-        yield "numpy"
-        return
-    if not native.available:
-        pytest.skip(f"native kernels not available: {native.reason}")
-    before = native.isa
-    native.select_isa("baseline" if request.param == "native-baseline" else "best")
-    try:
-        yield request.param
-    finally:
-        native.select_isa(before)
+# (the `path` fixture, native at the best / baseline ISA or numpy: tests/kernels/conftest.py)
 
 
 def nms_inputs(boxes, scores, max_out=None, iou=None, score=None):
