@@ -410,3 +410,21 @@ def test_the_executor_reads_each_argument_as_its_parameter_type():
         assert [int(j) for _, j in got] == list(range(len(params))), fn
         want = ["P" if p.kind == "pointer" else letter[p.cname] for p in params]
         assert [m for m, _ in got] == want, fn
+
+
+def test_recordings_nest():
+    """An If / Loop body records its own program while the enclosing graph's run records (D76): the
+    enclosing recording's calls and state come back when the inner one ends."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    y1, y2 = np.zeros((1, 1, 2, 2), np.float32), np.zeros((1, 1, 2, 2), np.float32)
+    prep = native.maxpool2d_prepare(x.shape, (2, 2), (2, 2), (1, 1), (0, 0), (2, 2))
+    with program.Recorder():
+        native.maxpool2d_call(prep, x, y1)
+        outer_calls = native._recording.calls
+        native.final(y1)
+        with program.Recorder():
+            native.maxpool2d_call(prep, x, y2)
+            assert len(native._recording.calls) == 1 and native._recording.final is None
+        assert native._recording.calls is outer_calls and len(outer_calls) == 1
+        assert native._recording.final is y1
+    assert native._recording.calls is None

@@ -61,15 +61,20 @@ class Recorder:
         self.constants: list = []
         self.refused: str | None = None
         self._first = 0
+        self._outer = (None, None, None)
 
     def __enter__(self):
-        _native._recording.calls = []
-        _native._recording.final = _native._recording.constant = None
+        # (recordings nest: an If / Loop body records its own program while the enclosing graph's run
+        # records, D76; the enclosing one's state comes back on exit)
+        rec = _native._recording
+        self._outer = (rec.calls, rec.final, rec.constant)
+        rec.calls = []
+        rec.final = rec.constant = None
         return self
 
     def __exit__(self, *exc):
-        _native._recording.calls = None
-        _native._recording.final = _native._recording.constant = None
+        rec = _native._recording
+        rec.calls, rec.final, rec.constant = self._outer
         return False
 
     def begin(self) -> None:
