@@ -62,11 +62,7 @@ static void broadcast_task(void *ctx, long begin, long end) {
     const long sa = m->strides[0][r - 1], sb = m->strides[1][r - 1], sc = m->strides[2][r - 1];
     const int a_size = m->op == MRT_EW_WHERE ? 1 : t->in_size;
     long idx[MRT_INDEX_MAX_RANK] = {0};
-    long rem = begin;
-    for (int a = r - 2; a >= 0; --a) {
-        idx[a] = rem % m->shape[a];
-        rem /= m->shape[a];
-    }
+    rows_odometer_start(m->shape, r, begin, idx);
     for (long row = begin; row < end; ++row) {
         long oa = 0, ob = 0, oc = 0;
         for (int a = 0; a < r - 1; ++a) {
@@ -123,10 +119,7 @@ static void broadcast_task(void *ctx, long begin, long end) {
             default: EW_ROW(uint8_t, uint8_t); break; /* uint8 / bool operands (comparisons, Where) */
             }
         }
-        for (int a = r - 2; a >= 0; --a) {
-            if (++idx[a] < m->shape[a]) break;
-            idx[a] = 0;
-        }
+        rows_odometer_next(m->shape, r, idx);
     }
 }
 

@@ -18,6 +18,22 @@
  *   float to an integer type truncates toward zero; to bool: x != 0; NaN and values past the target's
  *   range give the type's minimum, numpy's result on x86-64, where C leaves them undefined). */
 
+/* Rows of an r-axis output (every axis but the last): the outer indices of row `row`, and of the row
+ * after the one in idx (an odometer over the outer axes).  Shared by mrt_index_copy and mrt_broadcast. */
+static inline void rows_odometer_start(const long *shape, int r, long row, long *idx) {
+    for (int a = r - 2; a >= 0; --a) {
+        idx[a] = row % shape[a];
+        row /= shape[a];
+    }
+}
+
+static inline void rows_odometer_next(const long *shape, int r, long *idx) {
+    for (int a = r - 2; a >= 0; --a) {
+        if (++idx[a] < shape[a]) return;
+        idx[a] = 0;
+    }
+}
+
 typedef struct {
     const mrt_index_map *m;
     const char *x;
@@ -50,11 +66,7 @@ static void index_copy_task(void *ctx, long begin, long end) {
     const long n = m->shape[r - 1];
     const long *inner = m->offsets[r - 1];
     long idx[MRT_INDEX_MAX_RANK] = {0};
-    long rem = begin;
-    for (int a = r - 2; a >= 0; --a) {
-        idx[a] = rem % m->shape[a];
-        rem /= m->shape[a];
-    }
+    rows_odometer_start(m->shape, r, begin, idx);
     for (long row = begin; row < end; ++row) {
         long base = 0;
         int fill = 0;
@@ -77,10 +89,7 @@ static void index_copy_task(void *ctx, long begin, long end) {
         } else {
             INDEX_GATHER_ROW(uint8_t);
         }
-        for (int a = r - 2; a >= 0; --a) { /* next row: odometer over the outer axes */
-            if (++idx[a] < m->shape[a]) break;
-            idx[a] = 0;
-        }
+        rows_odometer_next(m->shape, r, idx);
     }
 }
 
