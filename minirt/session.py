@@ -387,10 +387,10 @@ class Session:
         ``run_options`` (``minirt.RunOptions`` or onnxruntime's): its ``terminate`` flag, set from
         another thread, stops the run before its next node (``RunTerminated``, onnxruntime's ``Fail``).
         Such runs take the loop that checks it; runs without options pay nothing for it."""
-        if self._pinned is not None:
-            self._check_pinned(input_feed)
         shortcut = self._shortcut
         if shortcut is not None and output_names is None and run_options is None and type(input_feed) is dict:
+            if self._pinned is not None:  # (the shortcut skips _run, which checks every other path)
+                self._check_pinned(input_feed)
             results = shortcut.run(input_feed)
             if results is not None:
                 return results
