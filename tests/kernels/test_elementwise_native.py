@@ -217,6 +217,28 @@ def test_reduce_mean_other_axes(mode):
         assert mode[1] == ["mrt_reduce_f32", "mrt_reduce_f32"]
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare"])
+@pytest.mark.parametrize("outer,n,inner", [(512, 508, 1), (3, 15, 1), (2, 16, 1), (4, 37, 1), (1, 1, 1),
+                                           (3, 7, 5), (2, 40, 17), (2, 9, 70)])
+def test_native_reduce_matches_numpy(op, outer, n, inner):
+    """mrt_reduce_f32 over the middle axis, the contiguous one (inner 1: interleaved lanes + a tail) and
+    strided ones (vectors of 4 + single lanes), against numpy in double; Max/Min exact, NaN propagating."""
+    if not native.available:
+        pytest.skip(native.reason)
+    x = RNG.standard_normal((outer, n, inner)).astype(np.float32)
+    if op in ("ReduceMax", "ReduceMin") and x.size > 3:
+        x.ravel()[x.size // 3] = np.nan  # one run (outer, inner position) holds a NaN
+    y = np.empty(outer * inner, np.float32)
+    native.reduce(op, x, y, outer, n, inner)
+    x64 = x.astype(np.float64)
+    want = {"ReduceSum": x64.sum(1), "ReduceMean": x64.mean(1), "ReduceMax": x.max(1), "ReduceMin": x.min(1),
+            "ReduceSumSquare": (x64 * x64).sum(1)}[op].ravel()
+    if op in ("ReduceMax", "ReduceMin"):
+        np.testing.assert_array_equal(y, want)  # (NaN where numpy has NaN)
+    else:
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
 def test_native_binary_refuses_sizes_that_do_not_match():
     if not native.available:
         pytest.skip(native.reason)
