@@ -20,8 +20,8 @@ OPS = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Equal": "EQUAL",
        "LessOrEqual": "LESS_EQUAL", "Greater": "GREATER", "GreaterOrEqual": "GREATER_EQUAL", "And": "AND",
        "Or": "OR", "Xor": "XOR", "Not": "NOT", "Where": "WHERE", "Max": "MAX", "Min": "MIN", "Sqrt": "SQRT",
        "Reciprocal": "RECIPROCAL", "Neg": "NEG", "Abs": "ABS", "Exp": "EXP", "Log": "LOG", "Floor": "FLOOR",
-       "Ceil": "CEIL"}
-_FLOAT_ONLY = frozenset({"Div", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Floor", "Ceil"})
+       "Ceil": "CEIL", "Pow": "POW"}
+_FLOAT_ONLY = frozenset({"Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log", "Floor", "Ceil"})
 _BOOL_RESULT = frozenset({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not"})
 _LOGICAL = frozenset({"And", "Or", "Xor", "Not"})
 # operand dtypes the kernel computes in (ONNX codes of mrt_cast); bool is read as uint8

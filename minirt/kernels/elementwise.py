@@ -282,6 +282,11 @@ def greater_or_equal(a, b):
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # Result dtype is the base dtype (opset 12+ allows a different exponent dtype).
     if a.dtype.kind == "f":
+        if a.dtype != np.float16:
+            # one native call (float32 / float64, any broadcast), which a program can replay
+            y = broadcast_op("Pow", a, b.astype(a.dtype, copy=False))
+            if y is not None:
+                return y
         if a.dtype == np.float16:
             return _as_array(np.power(a.astype(np.float32), b.astype(np.float32)), np.float16)
         return _as_array(np.power(a, b.astype(a.dtype, copy=False)), a.dtype)

@@ -327,18 +327,25 @@ def _concat_pieces(arrays, ax: int, out) -> list:
 
 def _concat_native(inputs, axis: int, out) -> np.ndarray | None:
     """Concat of float32 C-contiguous arrays into ``out`` (the memory plan's buffer: C-contiguous,
-    exactly the result, overlapping no input) with one native row copy per input, or None.  Each input
+    exactly the result, overlapping no input; or None: a new array) with one native row copy per
+    input, or None.  Each input
     is rows of prod(shape[axis:]) values (one row per index of the axes before ``axis``), placed side
     by side in the result's rows."""
-    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous or not _native.available:
+    if not _native.available or (out is not None and (out.dtype != np.float32 or not out.flags.c_contiguous)):
         return None
     arrays = [x for x in inputs if x is not None]
-    if _many_small(arrays, out):
-        return None
-    if not arrays or any(type(x) is not np.ndarray or x.dtype != np.float32 or x.ndim != out.ndim
+    if not arrays or any(type(x) is not np.ndarray or x.dtype != np.float32 or x.ndim != arrays[0].ndim
                          or not x.flags.c_contiguous for x in arrays):
         return None
-    ax = axis + out.ndim if axis < 0 else axis
+    ax = axis + arrays[0].ndim if axis < 0 else axis
+    if out is None:  # no planned buffer (a subgraph's output): a new one, filled the same way
+        if not 0 <= ax < arrays[0].ndim:
+            return None  # (the numpy path raises the error)
+        shape = list(arrays[0].shape)
+        shape[ax] = sum(x.shape[ax] for x in arrays)
+        out = np.empty(shape, np.float32)
+    if _many_small(arrays, out) or any(x.ndim != out.ndim for x in arrays):
+        return None
     if not 0 <= ax < out.ndim or sum(x.shape[ax] for x in arrays) != out.shape[ax] or any(
             x.shape[:ax] + x.shape[ax + 1:] != out.shape[:ax] + out.shape[ax + 1:] for x in arrays):
         return None  # (the numpy path raises the error)

@@ -9,7 +9,8 @@
  *   float types only (integer division by zero would trap: the caller keeps it in numpy); Max / Min
  *   propagate NaN (numpy's maximum / minimum).  The unary float functions (Sqrt, Reciprocal, Neg,
  *   Abs, Exp, Log, Floor, Ceil) read a only; Sqrt, Reciprocal, Neg, Abs, Floor and Ceil are exact
- *   (numpy's results), Exp and Log the C library's (within an ulp or two of numpy's). */
+ *   (numpy's results), Exp and Log the C library's (within an ulp or two of numpy's); Pow (float
+ *   types) is the C library's pow, as numpy's float power (x ** 2 exact: Silero VAD's STFT power). */
 
 #define EW_LOOP(EXPR)                                                                              \
     for (long i = 0; i < n; ++i) {                                                                 \
@@ -82,6 +83,14 @@ static void broadcast_task(void *ctx, long begin, long end) {
             case MRT_EW_XOR: EW_LOOP(Y[i] = (A[ia] != 0) ^ (B[ib] != 0)) break;
             default: EW_LOOP(Y[i] = A[ia] == 0) break;
             }
+        } else if (m->op == MRT_EW_POW) {
+            if (m->type == CAST_F32) {
+                const float *A = (const float *)pa, *B = (const float *)pb;
+                EW_LOOP(((float *)py)[i] = powf(A[ia], B[ib]))
+            } else {
+                const double *A = (const double *)pa, *B = (const double *)pb;
+                EW_LOOP(((double *)py)[i] = pow(A[ia], B[ib]))
+            }
         } else if (m->op >= MRT_EW_SQRT) {
             if (m->type == CAST_F32) {
                 const float *A = (const float *)pa;
@@ -128,10 +137,10 @@ static void broadcast_task(void *ctx, long begin, long end) {
 
 int mrt_broadcast(const mrt_broadcast_map *m, const void *a, const void *b, const void *c, void *y, int nthreads) {
     const int size = cast_elem_size(m->type);
-    if (m->rank < 1 || m->rank > MRT_INDEX_MAX_RANK || !size || m->op < MRT_EW_ADD || m->op > MRT_EW_CEIL)
+    if (m->rank < 1 || m->rank > MRT_INDEX_MAX_RANK || !size || m->op < MRT_EW_ADD || m->op > MRT_EW_POW)
         return -2;
-    const int unary = m->op == MRT_EW_NOT || m->op >= MRT_EW_SQRT;
-    if (m->op >= MRT_EW_SQRT && m->type != CAST_F32 && m->type != CAST_F64) return -2;
+    const int unary = m->op == MRT_EW_NOT || (m->op >= MRT_EW_SQRT && m->op <= MRT_EW_CEIL);
+    if (m->op >= MRT_EW_SQRT && m->type != CAST_F32 && m->type != CAST_F64) return -2; /* (Pow too) */
     if (m->op == MRT_EW_DIV && m->type != CAST_F32 && m->type != CAST_F64) return -2;
     if ((m->op == MRT_EW_WHERE && (!b || !c)) || (!unary && !b)) return -2;
     const int logical = m->op >= MRT_EW_EQUAL && m->op <= MRT_EW_NOT;

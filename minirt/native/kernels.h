@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 14
+#define MRT_ABI_VERSION 15
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -399,7 +399,8 @@ typedef enum {
     MRT_EW_EXP = 20,
     MRT_EW_LOG = 21,
     MRT_EW_FLOOR = 22,
-    MRT_EW_CEIL = 23
+    MRT_EW_CEIL = 23,
+    MRT_EW_POW = 24 /* binary, float types: the C library's pow (numpy's float power: within an ulp) */
 } mrt_ew_op;
 typedef struct {
     int op, type, rank;

@@ -307,6 +307,59 @@ def test_broadcast_unary_functions_are_numpys(op, fn, exact, dtype, threads):
     assert broadcast_op(op, np.arange(6, dtype=np.int64)) is None  # (float types only)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(4))
+def test_broadcast_pow_is_numpys(dtype, seed, threads):
+    """Pow (float types, any broadcast) is the C library's pow, numpy's float power: squares exact,
+    other exponents within an ulp or two; NaN / inf / 0 ** negative as numpy; ints refused."""
+    rng = np.random.default_rng(500 + seed)
+    sa, sb = _broadcast_shapes(rng)
+    a = (rng.standard_normal(sa) * 3).astype(dtype)
+    b = np.full(sb, 2.0, dtype) if seed == 0 else rng.uniform(-3, 3, sb).astype(dtype)
+    if seed == 2:
+        a = np.abs(a)  # (positive bases: real powers)
+    if seed == 3 and a.size >= 4:
+        a.reshape(-1)[:4] = [0.0, np.nan, np.inf, -np.inf]
+    with np.errstate(all="ignore"):
+        want = np.power(a, b)
+    got = broadcast_op("Pow", a, b)
+    if seed == 0:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dtype).eps, atol=0)
+    assert got.dtype == want.dtype
+    assert broadcast_op("Pow", np.arange(6, dtype=np.int64), np.int64(2) + np.zeros(6, np.int64)) is None
+
+
+def test_pow_and_a_branch_concat_replay_as_one_program():
+    """Pow and a Concat whose result is an If branch's output (no planned buffer) are native calls:
+    each branch replays as a native program (Silero VAD's pattern: an STFT power in a body whose last
+    node concatenates the state)."""
+    ort = pytest.importorskip("onnxruntime")
+    branch_out = h.make_tensor_value_info("cat", TP.FLOAT, [2, 1, 4])
+
+    def body(name, order):
+        return h.make_graph([h.make_node("Pow", ["x", "two"], ["p_" + name]),
+                             h.make_node("Neg", ["x"], ["q_" + name]),
+                             h.make_node("Concat", [o + "_" + name for o in order], ["cat"], axis=0)],
+                            name, [], [branch_out])
+
+    nodes = [h.make_node("If", ["flag"], ["y"], then_branch=body("then", "pq"), else_branch=body("else", "qp"))]
+    graph = h.make_graph(nodes, "powcat", [h.make_tensor_value_info("x", TP.FLOAT, [1, 1, 4]),
+                                           h.make_tensor_value_info("flag", TP.BOOL, [])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [2, 1, 4])],
+                         [numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = minirt.Session(build(model, None).data, threads=1)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for flag in (True, True, False, False, True, False):  # (each body records on its second run, then replays)
+        feed = {"x": rng.standard_normal((1, 1, 4)).astype(np.float32), "flag": np.array(flag)}
+        np.testing.assert_array_equal(sess.run(None, feed)[0], ref.run(None, feed)[0])
+    assert sess.subgraph_programs() == {"then": ["4 native calls"], "else": ["4 native calls"]}  # (Concat: a copy per input)
+
+
 def test_a_slice_by_computed_starts_is_never_replayed_with_stale_starts():
     """Starts given at run time: the copy's map holds this run's starts, so the node must not be
     replayed; each run slices where its own starts say (against numpy)."""
