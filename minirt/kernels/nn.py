@@ -975,6 +975,13 @@ def _instance_norm(x, scale, bias, epsilon):
     c = x.shape[1]
     if scale.shape != (c,) or bias.shape != (c,):
         raise ValueError(f"InstanceNormalization: scale {scale.shape} and B {bias.shape} must both be ({c},)")
+    if (x.dtype == np.float32 and _native.available and x.size and _f32_like(scale, (c,))
+            and _f32_like(bias, (c,))):
+        # float32: one native pass per (n, c) plane (LayerNormalization's rows, one scale / bias per row)
+        y = np.empty_like(x, order="C")
+        _native.instancenorm_rows(np.ascontiguousarray(x), np.ascontiguousarray(scale),
+                                  np.ascontiguousarray(bias), y, float(epsilon))
+        return _native.final(y)  # (one native call: a program may replay it)
     cdt = _compute_dtype(x.dtype)
     xc = x.astype(cdt, copy=False)
     axes = tuple(range(2, x.ndim))

@@ -193,6 +193,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_gather_rows": ((1, 2), (3,)),  # (s, x, idx, y, nthreads)
     "mrt_softmax_f32": ((0,), (1,)),  # (x, y, rows, n, log, nthreads)
     "mrt_layernorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, eps, nthreads)
+    "mrt_instancenorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, channels, eps, nthreads)
     "mrt_avgpool2d_f32": ((3,), (4,)),  # (g, count_box, scale, x, y, nthreads)
     "mrt_convtranspose_tiles_f32": ((3,), (4,)),  # (g, wt, e, x, y, nthreads)
     "mrt_cast": ((2,), (3,)),  # (from, to, x, y, n, nthreads)
@@ -947,6 +948,15 @@ def layernorm_rows(x, scale, bias, y, eps: float) -> None:
     n = scale.size
     _call(_lib.mrt_layernorm_f32, (_ptr(x), _ptr(scale), _opt(bias), _ptr(y), x.size // n, n, float(eps),
                                    threads()), x, scale, bias, y)
+
+
+def instancenorm_rows(x, scale, bias, y, eps: float) -> None:
+    """y = InstanceNormalization of x (N, C, ...): float32 C-contiguous, ``scale`` / ``bias`` of C values
+    (bias may be None), ``y`` like ``x``; each of the N * C planes normalized over its own values."""
+    c = scale.size
+    rows = x.shape[0] * c
+    _call(_lib.mrt_instancenorm_f32, (_ptr(x), _ptr(scale), _opt(bias), _ptr(y), rows, x.size // rows, c,
+                                      float(eps), threads()), x, scale, bias, y)
 
 
 # --------------------------------------------------------------------------- data movement (layout_impl.h)

@@ -222,6 +222,10 @@ void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int n
  * over the trailing axes); bias may be NULL; x and y may be the same buffer. */
 void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
                        int nthreads);
+/* The same statistics per row, with one scale / bias value per row: row r is channel r % channels
+ * (InstanceNormalization of (N, C, ...) as N * C rows of the spatial size); bias may be NULL. */
+void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n,
+                          long channels, float eps, int nthreads);
 /* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */
@@ -525,6 +529,7 @@ typedef struct {
 #define MRT_CALL_CAST 25
 #define MRT_CALL_BROADCAST 26
 #define MRT_CALL_REDUCE_F32 27
+#define MRT_CALL_INSTANCENORM_F32 28
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -597,13 +597,29 @@ def test_batch_norm_rejects_legacy_training_outputs():
         run_kernel("BatchNormalization", [inputs[0], inputs[1][:2], *inputs[2:]], opset=15)
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 4, 3, 5), (2, 2, 3, 4, 3)])
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 4, 3, 5), (2, 2, 3, 4, 3), (2, 24, 1003)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_instance_norm(shape, dtype):
     rng = np.random.default_rng(60)
     c = shape[1]
     inputs = [rand(rng, shape, dtype), rand(rng, (c,), dtype), rand(rng, (c,), dtype)]
     check("InstanceNormalization", inputs, {"epsilon": 1e-4})
+
+
+def test_instance_norm_float32_is_one_native_call_and_keeps_a_large_mean(monkeypatch):
+    """float32 InstanceNormalization is one mrt_instancenorm_f32 (a program replays it: wav2vec2's
+    feature extractor); planes with a large mean keep their small variance (the centred form)."""
+    from minirt import native
+    if not native.available:
+        pytest.skip(native.reason)
+    calls = []
+    real = native._call
+    monkeypatch.setattr(native, "_call", lambda entry, *a: calls.append(entry.__name__) or real(entry, *a))
+    rng = np.random.default_rng(62)
+    x = (rng.standard_normal((2, 5, 77)) + 1000.0).astype(np.float32)
+    s, b = rand(rng, (5,)), rand(rng, (5,))
+    check("InstanceNormalization", [x, s, b], {"epsilon": 1e-5}, rtol=1e-3, atol=1e-3)
+    assert calls == ["mrt_instancenorm_f32"]
 
 
 def test_instance_norm_opset1_and_errors():
