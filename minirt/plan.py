@@ -436,7 +436,7 @@ class Plan:
                 if timings is not None:
                     timings.append((step.node.name, step.op.op_type, clock() - t0))
                 if recorder is not None:
-                    recorder.end(step, args, result)
+                    result = recorder.end(step, args, result)
                 if record is not None and step.accepts_out:
                     record[i] = (result.shape, result.dtype) if type(result) is np.ndarray else None
                 outs_ = step.outs
@@ -461,10 +461,11 @@ class Plan:
         session's setting the calls were made with."""
         # (the run frees them after their last reader; a subgraph's captures are inputs of its runs too)
         inputs = {v: env[v] for v in (*self.graph.inputs, *(c for c, _ in self.capture_map))}
-        with _program.Recorder() as recorder:
+        constants = [a for _, a in self.constants]
+        with _program.Recorder(constants, self.graph.outputs) as recorder:
             self._execute_planned(env, arena.outs, None, None, recorder)
-        return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs},
-                              [a for _, a in self.constants], arena.span, threads)
+        return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs}, constants, arena.span,
+                              threads)
 
     def execute_profiled(self, env: list, arena: "minirt.arena.Arena | None" = None, record: list | None = None
                          ) -> list[tuple[str, str, float]]:

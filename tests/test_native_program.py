@@ -428,3 +428,60 @@ def test_recordings_nest():
         assert native._recording.calls is outer_calls and len(outer_calls) == 1
         assert native._recording.final is y1
     assert native._recording.calls is None
+
+
+def _dynamic_width_model() -> onnx.ModelProto:
+    """A recognizer's shape arithmetic over a dynamic width: Conv, then Shape -> Gather -> Div ->
+    Concat -> Reshape to (batch, width / 2, 64), plus an initial state made by ConstantOfShape from
+    the batch size (Shape -> Slice -> Concat), added to the result; the shape values are int64
+    numpy work around no native call."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([3], np.int64), "i3"),
+             numpy_helper.from_array(np.array([0], np.int64), "i0"),
+             numpy_helper.from_array(np.array([1], np.int64), "i1"),
+             numpy_helper.from_array(np.array([2], np.int64), "two"),
+             numpy_helper.from_array(np.array([64], np.int64), "sixtyfour")]
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("Shape", ["c"], ["s"]),
+             h.make_node("Gather", ["s", "i3"], ["width"], axis=0),
+             h.make_node("Div", ["width", "two"], ["half"]),
+             h.make_node("Slice", ["s", "i0", "i1"], ["batch"]),
+             h.make_node("Concat", ["batch", "half", "sixtyfour"], ["target"], axis=0),
+             h.make_node("Reshape", ["c", "target"], ["r"]),
+             h.make_node("Concat", ["batch", "i1", "sixtyfour"], ["state_shape"], axis=0),
+             h.make_node("ConstantOfShape", ["state_shape"], ["state"],
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             h.make_node("Add", ["r", "state"], ["y"])]
+    graph = h.make_graph(nodes, "dynamic_width", [h.make_tensor_value_info("x", TP.FLOAT, [1, 1, 4, "W"])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [1, None, 64])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_shape_arithmetic_of_a_dynamic_width_replays_per_signature():
+    """Shape results are fixed per input signature (each has its own plan and program), and so is
+    what is computed from them and the constants alone: those nodes are kept as read-only values and
+    the run replays; every width gets its own program, and every run matches onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _dynamic_width_model()
+    sess = minirt.Session(build(model, None).data, threads=1)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(6)
+    for width in (8, 8, 8, 12, 12, 12, 8, 12):
+        x = rng.standard_normal((1, 1, 4, width)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    programs = {plan["inputs"]["x"]: plan["native_program"] for plan in sess.memory_plans()}
+    assert programs == {(1, 1, 4, 8): "2 native calls", (1, 1, 4, 12): "2 native calls"}, programs
+
+
+def test_a_graph_output_computed_from_shapes_is_not_a_kept_value():
+    """A graph output must be made by the program's calls: a Shape that is an output keeps the run in
+    Python (its value is still right for every width)."""
+    model = _dynamic_width_model()
+    model.graph.output.append(h.make_tensor_value_info("s", TP.INT64, [4]))
+    sess = minirt.Session(build(model, None).data, threads=1)
+    for width in (8, 8, 8, 10):
+        got = sess.run(None, {"x": np.zeros((1, 1, 4, width), np.float32)})[1]
+        np.testing.assert_array_equal(got, [1, 8, 4, width])

@@ -154,30 +154,6 @@ static int cast_elem_size(int code) {
     }
 }
 
-/* the value of element i of x as a double (exact for every type here but int64 past 2^53) and as an
- * int64 (exact for the integer types) */
-static inline double cast_load_f(const void *x, int code, long i) {
-    switch (code) {
-    case CAST_F32: return ((const float *)x)[i];
-    case CAST_F64: return ((const double *)x)[i];
-    case CAST_U8: return ((const uint8_t *)x)[i];
-    case CAST_I8: return ((const int8_t *)x)[i];
-    case CAST_I32: return ((const int32_t *)x)[i];
-    case CAST_I64: return (double)((const int64_t *)x)[i];
-    default: return ((const uint8_t *)x)[i] != 0;
-    }
-}
-
-static inline int64_t cast_load_i(const void *x, int code, long i) {
-    switch (code) {
-    case CAST_U8: return ((const uint8_t *)x)[i];
-    case CAST_I8: return ((const int8_t *)x)[i];
-    case CAST_I32: return ((const int32_t *)x)[i];
-    case CAST_I64: return ((const int64_t *)x)[i];
-    default: return ((const uint8_t *)x)[i] != 0;
-    }
-}
-
 /* a float truncated toward zero into [lo, hi], else lo (NaN included) */
 static inline int64_t cast_trunc(double v, double lo, double hi) {
     return (v >= lo && v < hi + 1.0) ? (int64_t)v : (int64_t)lo;
@@ -192,42 +168,61 @@ typedef struct {
 
 #define CAST_CHUNK 8192L
 
+/* The loops of one source type S (element i read as LOAD, is_float: S is a float type), the target's
+ * switch outside them: a switch per element kept the compiler from vectorizing (a bool -> float Cast of
+ * 526K values, magika's one-hot, took 1.6 ms against numpy's 0.08). */
+#define CAST_FROM(S, LOAD, is_float)                                                                 \
+    do {                                                                                             \
+        const S *s = (const S *)t->x;                                                                \
+        (void)s;                                                                                     \
+        switch (t->to) {                                                                             \
+        case CAST_F32: for (long i = lo; i < hi; ++i) ((float *)t->y)[i] = (float)(LOAD); break;     \
+        case CAST_F64: for (long i = lo; i < hi; ++i) ((double *)t->y)[i] = (double)(LOAD); break;   \
+        case CAST_BOOL: for (long i = lo; i < hi; ++i) ((uint8_t *)t->y)[i] = (LOAD) != 0; break;    \
+        default: {                                                                                   \
+            /* integer targets: from a float, truncated (out of range: the minimum, see above); from \
+             * an integer, the low bytes (two's complement wrap-around, as numpy's astype); to 8 bits \
+             * through int64, then the low byte, as numpy on x86-64 */                               \
+            const double mn = t->to == CAST_I32 ? -2147483648.0 : -9223372036854775808.0;             \
+            const double mx = t->to == CAST_I32 ? 2147483647.0 : 9223372036854775807.0;              \
+            (void)mn, (void)mx;                                                                      \
+            switch (t->to) {                                                                         \
+            case CAST_I64: for (long i = lo; i < hi; ++i) ((int64_t *)t->y)[i] = CAST_INT(LOAD, is_float); break; \
+            case CAST_I32:                                                                           \
+                for (long i = lo; i < hi; ++i)                                                       \
+                    ((int32_t *)t->y)[i] = (int32_t)(uint32_t)(uint64_t)CAST_INT(LOAD, is_float);     \
+                break;                                                                               \
+            case CAST_I8:                                                                            \
+                for (long i = lo; i < hi; ++i)                                                       \
+                    ((int8_t *)t->y)[i] = (int8_t)(uint8_t)(uint64_t)CAST_INT(LOAD, is_float);        \
+                break;                                                                               \
+            default:                                                                                 \
+                for (long i = lo; i < hi; ++i)                                                       \
+                    ((uint8_t *)t->y)[i] = (uint8_t)(uint64_t)CAST_INT(LOAD, is_float);               \
+                break;                                                                               \
+            }                                                                                        \
+        }                                                                                            \
+        }                                                                                            \
+    } while (0)
+#define CAST_INT(v, is_float) ((is_float) ? cast_trunc((double)(v), mn, mx) : (int64_t)(v))
+
 static void cast_task(void *ctx, long begin, long end) {
     const cast_args *t = (const cast_args *)ctx;
     const long lo = begin * CAST_CHUNK, hi = end * CAST_CHUNK < t->n ? end * CAST_CHUNK : t->n;
-    const int from_float = t->from == CAST_F32 || t->from == CAST_F64;
-    switch (t->to) {
-    case CAST_F32:
-        if (t->from == CAST_I64) /* (directly: through a double, values past 2^53 would round twice) */
-            for (long i = lo; i < hi; ++i) ((float *)t->y)[i] = (float)((const int64_t *)t->x)[i];
-        else
-            for (long i = lo; i < hi; ++i) ((float *)t->y)[i] = (float)cast_load_f(t->x, t->from, i);
-        break;
-    case CAST_F64:
-        for (long i = lo; i < hi; ++i) ((double *)t->y)[i] = cast_load_f(t->x, t->from, i);
-        break;
-    case CAST_BOOL:
-        for (long i = lo; i < hi; ++i) ((uint8_t *)t->y)[i] = cast_load_f(t->x, t->from, i) != 0.0;
-        break;
-    default: {
-        /* integer targets: from a float, truncated (out of range: the minimum, see above); from an
-         * integer, the low bytes (two's complement wrap-around, as numpy's astype) */
-        /* (to 8 bits: through int64, then the low byte, as numpy on x86-64) */
-        const double mn = t->to == CAST_I32 ? -2147483648.0 : -9223372036854775808.0;
-        const double mx = t->to == CAST_I32 ? 2147483647.0 : 9223372036854775807.0;
-        for (long i = lo; i < hi; ++i) {
-            const int64_t v = from_float ? cast_trunc(cast_load_f(t->x, t->from, i), mn, mx)
-                                         : cast_load_i(t->x, t->from, i);
-            switch (t->to) {
-            case CAST_I64: ((int64_t *)t->y)[i] = v; break;
-            case CAST_I32: ((int32_t *)t->y)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
-            case CAST_I8: ((int8_t *)t->y)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
-            default: ((uint8_t *)t->y)[i] = (uint8_t)(uint64_t)v; break;
-            }
-        }
-    }
+    /* (int64 -> float directly, not through a double: values past 2^53 would round twice) */
+    switch (t->from) {
+    case CAST_F32: CAST_FROM(float, s[i], 1); break;
+    case CAST_F64: CAST_FROM(double, s[i], 1); break;
+    case CAST_U8: CAST_FROM(uint8_t, s[i], 0); break;
+    case CAST_I8: CAST_FROM(int8_t, s[i], 0); break;
+    case CAST_I32: CAST_FROM(int32_t, s[i], 0); break;
+    case CAST_I64: CAST_FROM(int64_t, s[i], 0); break;
+    default: CAST_FROM(uint8_t, (s[i] != 0), 0); break; /* bool: any non-zero byte is true */
     }
 }
+
+#undef CAST_INT
+#undef CAST_FROM
 
 int mrt_cast(int from, int to, const void *x, void *y, long n, int nthreads) {
     if (!cast_elem_size(from) || !cast_elem_size(to)) return -2;

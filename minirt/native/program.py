@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from minirt import native as _native
-from minirt.vocabulary import RESHAPES
+from minirt.kernels._index import INDEX
+from minirt.vocabulary import RANDOM, RESHAPES
 
 # The two cffi entry points a replay calls (looked up once: a replay of a small model is a few us).
 _from_buffer = _native._ffi.from_buffer if _native._ffi is not None else None
@@ -46,22 +47,39 @@ PART_VIEW_OPS = frozenset({"Split", "Slice"})
 # ... and nodes whose result may need no call at all: a Concat whose inputs the memory plan placed in
 # its result (minirt/arena.py) and whose kernel declared it final after copying none of them.
 IN_PLACE_OPS = frozenset({"Concat"})
+# Nodes whose result is fixed by the input shapes alone, which are the same on every run of a program
+# (a program belongs to one input signature's memory plan): Shape / Size.  A node without native calls
+# whose array inputs are all such results or the model's constants is fixed too ("derived"), unless
+# its op draws random numbers or keeps state: the shape arithmetic of dynamic-shape graphs (Shape ->
+# Gather -> Concat -> Reshape, ConstantOfShape for an RNN's initial state) then costs a replay nothing.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+_NOT_DERIVED = RANDOM | {"Dropout"} | {op for (_, op), families in INDEX.items()
+                                       if "stateful" in families or "randomness" in families}
+# A derived result is kept as a read-only copy outside the arena, for the program's life: at most this
+# big (shape arithmetic is a few int64 values; a larger result is data, left to the rules above).
+DERIVED_MAX_BYTES = 256 * 1024
 
 
 class Recorder:
     """Records a run's native calls, node by node (:meth:`begin`, :meth:`end`), on this thread.
 
     Use as a context manager around the run.  ``steps`` gets, per node, its calls, or None for a
-    view node or a constant one (its result in ``constants``: ``native.constant_result``);
-    ``refused`` is the first reason the run cannot be a program (None while it can)."""
+    view node or a constant one (its result in ``constants``: ``native.constant_result``, or derived
+    from the input shapes and the model's constants: SHAPE_OPS); ``refused`` is the first reason the
+    run cannot be a program (None while it can).  ``model_constants``: the graph's constant arrays;
+    ``output_slots``: its outputs."""
 
-    def __init__(self):
+    def __init__(self, model_constants=(), output_slots=()):
         self.steps: list = []
         self.nodes: list = []  # per step, "node 'name' (OpType)": what build() names when a buffer refuses
         self.constants: list = []
         self.refused: str | None = None
         self._first = 0
         self._outer = (None, None, None)
+        # the arrays fixed for every run of the program, by id (held here, so that no id is reused): the
+        # model's constants, derived results and views of them
+        self._fixed = {id(a): a for a in model_constants}
+        self._outputs = frozenset(output_slots)  # (a graph output must come from the program's calls)
 
     def __enter__(self):
         # (recordings nest: an If / Loop body records its own program while the enclosing graph's run
@@ -81,18 +99,22 @@ class Recorder:
         self._first = len(_native._recording.calls)
         _native._recording.final = _native._recording.constant = None
 
-    def end(self, step, args, result) -> None:
-        """After a node ran: keep its calls, or say why it cannot be replayed."""
+    def end(self, step, args, result):
+        """After a node ran: keep its calls, or say why it cannot be replayed.  Returns the node's
+        result for the run to go on with: ``result``, or its read-only copy when it is derived."""
         if self.refused is not None:
-            return
+            return result
         calls = _native._recording.calls[self._first:]
         name = f"node {step.node.name!r} ({step.op.op_type})"
         self.nodes.append(name)
+        if self._derived(step, args, result):  # (its calls, if any, need not run again)
+            self.steps.append(None)
+            return self.constants[-1]
         unreplayable = next((call[0] for call in calls if call[1] is None), None)
         if unreplayable is not None:
             self.refused = f"{name} is not one native call with nothing around it ({unreplayable}: not replayed)"
             self.steps.append(None)
-            return
+            return result
         x = args[0] if args else None
         if not calls and step.op.op_type in PART_VIEW_OPS and all(
                 _is_part_of(r, x) for r in (result if type(result) is tuple else (result,))):
@@ -100,30 +122,59 @@ class Recorder:
                 # parts chosen by computed sizes or starts (a Loop's iteration number): a replay would
                 # read this run's parts
                 self.refused = f"{name} takes parts chosen by computed values"
+            self._note_views(result, x)
             self.steps.append(None)
-            return
+            return result
         if step.subgraphs:
             self.refused = f"{name} has subgraphs"
         elif calls and _native._recording.final is result:
             # (a kernel of several outputs declares their tuple: every part written by its calls)
             self.steps.append(calls)
-            return
+            return result
         elif len(step.outs) != 1:
             self.refused = f"{name} has several outputs, neither parts of its input nor all made by native calls"
         elif not calls and step.op.op_type in IN_PLACE_OPS and _native._recording.final is result:
             self.steps.append(None)  # every input was at its place in the result already
-            return
+            return result
         elif not calls and step.op.op_type in VIEW_OPS and _is_view_of(result, args[0] if args else None):
+            self._note_views(result, x)
             self.steps.append(None)
-            return
+            return result
         elif (not calls and _native._recording.constant is result and type(result) is np.ndarray
               and not result.flags.writeable):
             self.constants.append(result)
+            self._fixed[id(result)] = result
             self.steps.append(None)
-            return
+            return result
         else:
             self.refused = f"{name} is not one native call with nothing around it"
         self.steps.append(None)
+        return result
+
+    def _derived(self, step, args, result) -> bool:
+        """Whether the node's result is fixed for the program (see SHAPE_OPS); if so it is kept as a
+        read-only copy (the last of ``constants``), which later nodes read instead."""
+        op = step.op.op_type
+        if _native._recording.constant is result:
+            return False  # (declared constant by its kernel: kept as it is, below, not copied)
+        if (type(result) is not np.ndarray or result.nbytes > DERIVED_MAX_BYTES or op in _NOT_DERIVED
+                or step.subgraphs or any(v in self._outputs for v in step.outs)):
+            return False
+        if op not in SHAPE_OPS and not all(a is None or (type(a) is np.ndarray and id(a) in self._fixed)
+                                           for a in args):
+            return False
+        fixed = result.copy()
+        fixed.flags.writeable = False
+        self._fixed[id(fixed)] = fixed
+        self.constants.append(fixed)
+        return True
+
+    def _note_views(self, result, x) -> None:
+        """A view node's results (views or parts of x) are fixed when x is."""
+        if type(x) is np.ndarray and id(x) in self._fixed:
+            for r in result if type(result) is tuple else (result,):
+                self._fixed[id(r)] = r
+
 
 
 def _is_view_of(result, x) -> bool:
