@@ -193,7 +193,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_gather_rows": ((1, 2), (3,)),  # (s, x, idx, y, nthreads)
     "mrt_softmax_f32": ((0,), (1,)),  # (x, y, rows, n, log, nthreads)
     "mrt_layernorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, eps, nthreads)
-    "mrt_instancenorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, channels, eps, nthreads)
+    "mrt_instancenorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, eps, nthreads)
     "mrt_avgpool2d_f32": ((3,), (4,)),  # (g, count_box, scale, x, y, nthreads)
     "mrt_convtranspose_tiles_f32": ((3,), (4,)),  # (g, wt, e, x, y, nthreads)
     "mrt_cast": ((2,), (3,)),  # (from, to, x, y, n, nthreads)
@@ -952,11 +952,13 @@ def layernorm_rows(x, scale, bias, y, eps: float) -> None:
 
 def instancenorm_rows(x, scale, bias, y, eps: float) -> None:
     """y = InstanceNormalization of x (N, C, ...): float32 C-contiguous, ``scale`` / ``bias`` of C values
-    (bias may be None), ``y`` like ``x``; each of the N * C planes normalized over its own values."""
+    (bias may be None), ``y`` like ``x``; each of the N * C planes normalized over its own values, one
+    call per image (a program replays the calls of an image that is a whole buffer: N = 1)."""
     c = scale.size
-    rows = x.shape[0] * c
-    _call(_lib.mrt_instancenorm_f32, (_ptr(x), _ptr(scale), _opt(bias), _ptr(y), rows, x.size // rows, c,
-                                      float(eps), threads()), x, scale, bias, y)
+    n = x.size // (x.shape[0] * c) if x.size else 0
+    for img in range(x.shape[0]):
+        _call(_lib.mrt_instancenorm_f32, (_ptr(x[img]), _ptr(scale), _opt(bias), _ptr(y[img]), c, n, float(eps),
+                                          threads()), x[img], scale, bias, y[img])
 
 
 # --------------------------------------------------------------------------- data movement (layout_impl.h)

@@ -719,20 +719,20 @@ void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int n
     softmax_rows_base(x, y, rows, n, log, nthreads);
 }
 
-/* LayerNormalization (channels 0) and InstanceNormalization (channels > 0) rows: rowops_impl.h */
+/* LayerNormalization (per_row 0) and InstanceNormalization (per_row 1) rows: rowops_impl.h */
 static void layernorm_dispatch(const float *x, const float *scale, const float *bias, float *y, long rows, long n,
-                               long channels, float eps, int nthreads) {
+                               int per_row, float eps, int nthreads) {
 #ifdef MRT_HAVE_AVX2_BUILD
     if (impl_isa == MRT_ISA_AVX512) {
-        layernorm_rows_avx512(x, scale, bias, y, rows, n, channels, eps, nthreads);
+        layernorm_rows_avx512(x, scale, bias, y, rows, n, per_row, eps, nthreads);
         return;
     }
     if (impl_isa == MRT_ISA_AVX2) {
-        layernorm_rows_avx2(x, scale, bias, y, rows, n, channels, eps, nthreads);
+        layernorm_rows_avx2(x, scale, bias, y, rows, n, per_row, eps, nthreads);
         return;
     }
 #endif
-    layernorm_rows_base(x, scale, bias, y, rows, n, channels, eps, nthreads);
+    layernorm_rows_base(x, scale, bias, y, rows, n, per_row, eps, nthreads);
 }
 
 void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
@@ -740,10 +740,9 @@ void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, fl
     layernorm_dispatch(x, scale, bias, y, rows, n, 0, eps, nthreads);
 }
 
-void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n,
-                          long channels, float eps, int nthreads) {
-    if (channels < 1) return;
-    layernorm_dispatch(x, scale, bias, y, rows, n, channels, eps, nthreads);
+void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
+                          int nthreads) {
+    layernorm_dispatch(x, scale, bias, y, rows, n, 1, eps, nthreads);
 }
 
 int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }

@@ -222,10 +222,10 @@ void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int n
  * over the trailing axes); bias may be NULL; x and y may be the same buffer. */
 void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
                        int nthreads);
-/* The same statistics per row, with one scale / bias value per row: row r is channel r % channels
- * (InstanceNormalization of (N, C, ...) as N * C rows of the spatial size); bias may be NULL. */
-void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n,
-                          long channels, float eps, int nthreads);
+/* The same statistics per row, with one scale / bias value per row, scale[r] (InstanceNormalization of
+ * one image (C, ...): C rows of the spatial size); bias may be NULL. */
+void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
+                          int nthreads);
 /* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */

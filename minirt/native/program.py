@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
+import functools
+
 from minirt import native as _native
-from minirt.kernels._index import INDEX
 from minirt.vocabulary import RANDOM, RESHAPES
 
 # The two cffi entry points a replay calls (looked up once: a replay of a small model is a few us).
@@ -53,8 +54,13 @@ IN_PLACE_OPS = frozenset({"Concat"})
 # its op draws random numbers or keeps state: the shape arithmetic of dynamic-shape graphs (Shape ->
 # Gather -> Concat -> Reshape, ConstantOfShape for an RNN's initial state) then costs a replay nothing.
 SHAPE_OPS = frozenset({"Shape", "Size"})
-_NOT_DERIVED = RANDOM | {"Dropout"} | {op for (_, op), families in INDEX.items()
-                                       if "stateful" in families or "randomness" in families}
+@functools.cache
+def _not_derived() -> frozenset:
+    """Ops whose result is never fixed: random draws, state kept across runs (the kernel index, read on
+    the first recording: importing minirt does not load it)."""
+    from minirt.kernels._index import INDEX
+    return RANDOM | {"Dropout"} | {op for (_, op), families in INDEX.items()
+                                   if "stateful" in families or "randomness" in families}
 # A derived result is kept as a read-only copy outside the arena, for the program's life: at most this
 # big (shape arithmetic is a few int64 values; a larger result is data, left to the rules above).
 DERIVED_MAX_BYTES = 256 * 1024
@@ -157,7 +163,7 @@ class Recorder:
         op = step.op.op_type
         if _native._recording.constant is result:
             return False  # (declared constant by its kernel: kept as it is, below, not copied)
-        if (type(result) is not np.ndarray or result.nbytes > DERIVED_MAX_BYTES or op in _NOT_DERIVED
+        if (type(result) is not np.ndarray or result.nbytes > DERIVED_MAX_BYTES or op in _not_derived()
                 or step.subgraphs or any(v in self._outputs for v in step.outs)):
             return False
         if op not in SHAPE_OPS and not all(a is None or (type(a) is np.ndarray and id(a) in self._fixed)

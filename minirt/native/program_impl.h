@@ -69,7 +69,7 @@ static int program_call(const mrt_call *call) {
         mrt_layernorm_f32(P(0), P(1), P(2), P(3), L(4), L(5), F(6), I(7));
         return 0;
     case MRT_CALL_INSTANCENORM_F32:
-        mrt_instancenorm_f32(P(0), P(1), P(2), P(3), L(4), L(5), L(6), F(7), I(8));
+        mrt_instancenorm_f32(P(0), P(1), P(2), P(3), L(4), L(5), F(6), I(7));
         return 0;
     case MRT_CALL_AVGPOOL2D_F32:
         mrt_avgpool2d_f32(P(0), P(1), F(2), P(3), P(4), I(5));

@@ -80,8 +80,8 @@ typedef struct {
     const float *x, *scale, *bias; /* bias may be NULL */
     float *y;
     long n;        /* row length (the normalized axes flattened) */
-    long channels; /* 0: LayerNormalization (scale / bias per row element); else InstanceNormalization:
-                    * row r is channel r % channels, one scale / bias value per row */
+    int per_row;   /* 0: LayerNormalization (scale / bias per row element); 1: InstanceNormalization
+                    * (row r is a channel's plane: one scale / bias value per row, scale[r]) */
     float eps;
 } FN(layernorm_args);
 
@@ -111,8 +111,8 @@ static MRT_TARGET void FN(layernorm_task)(void *ctx, long begin, long end) {
         for (; i < n; ++i) q += (double)(x[i] - mean) * (double)(x[i] - mean);
         const float inv = (float)(1.0 / sqrt(q / (double)n + (double)a->eps));
         const float *sc = a->scale, *b = a->bias;
-        if (a->channels) { /* one scale and bias per row (channel): y = (x - mean) * inv * scale + bias */
-            const float s1 = sc[r % a->channels], b1 = b ? b[r % a->channels] : 0.0f;
+        if (a->per_row) { /* one scale and bias per row (channel): y = (x - mean) * inv * scale + bias */
+            const float s1 = sc[r], b1 = b ? b[r] : 0.0f;
             for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, (FN(vload)(x + i) - mean) * inv * s1 + b1);
             for (; i < n; ++i) y[i] = (x[i] - mean) * inv * s1 + b1;
         } else if (b) {
@@ -127,7 +127,7 @@ static MRT_TARGET void FN(layernorm_task)(void *ctx, long begin, long end) {
 }
 
 static void FN(layernorm_rows)(const float *x, const float *scale, const float *bias, float *y, long rows, long n,
-                               long channels, float eps, int nthreads) {
-    FN(layernorm_args) a = {x, scale, bias, y, n, channels, eps};
+                               int per_row, float eps, int nthreads) {
+    FN(layernorm_args) a = {x, scale, bias, y, n, per_row, eps};
     mrt_parallel_for(rows, 8 * n, nthreads, FN(layernorm_task), &a);
 }
