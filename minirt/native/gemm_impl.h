@@ -955,18 +955,6 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
 #define G_CV_NP_TAIL 6
 #endif
 #define G_CV_CHUNK 16 /* at most this many pixel tiles per work item (their totals: 24 KB on AVX-512) */
-#define G_CV_PART (G_CV_CHUNK * G_CV_NP * G_NR) /* floats of a run's totals */
-/* Rows of K (of a block of FN(sgemm_kc)) per pass over a run's tiles: the weights of a slice and the
- * input rows it reads stay in L1 for all the tiles.  Each tile's sum over the block continues from
- * slice to slice (stored and reloaded exactly), so the results are those of one pass. */
-#ifndef G_CV_KSLICE
-#define G_CV_KSLICE 64
-#endif
-/* FN(conv_cv_block_body)'s phase bits: the first slice of a K block (sums start at zero), the last
- * (the block's sum goes to the totals), a block after the first (added to the totals) */
-#define G_CV_FIRST 1
-#define G_CV_LAST 2
-#define G_CV_ADD 4
 /* Channel panels whose weights fit this many bytes share each pass over the pixels (FN(conv_cv_task)):
  * a run's input is read by all of them while in cache, instead of one pass over the whole input per
  * panel (8 of 16 channels each for 128 -> 128 on AVX2).  Measured on AVX2, 3x3 layers: 64 -> 64 @56x56
@@ -1201,7 +1189,7 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
  *      other in its input) with in_col == step, so pixel i reads the tap's row at i * step: a
  *      fixed displacement from one pointer per k (FN(conv_cv_tile_step) decides). */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                               int p0, int np, float *t, int phase, const int npc,
+                                                               int p0, int np, float *t, const int npc,
                                                                const int two, const int step) {
     long off[G_CV_NP_TAIL];
 #pragma GCC unroll 16
@@ -1213,12 +1201,8 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
     const long *brow = r->brow + k0;
     const float *B = step ? r->B + off[0] : r->B;
     FN(vf) acc0[G_CV_NP_TAIL], acc1[G_CV_NP_TAIL];
-    float *part = t + G_CV_PART; /* the block's sum so far, between its slices (see G_CV_KSLICE) */
 #pragma GCC unroll 16
-    for (int i = 0; i < npc; ++i) {
-        acc0[i] = (phase & G_CV_FIRST) ? (FN(vf)){0} : FN(vload)(part + i * G_NR);
-        acc1[i] = (phase & G_CV_FIRST) || !two ? (FN(vf)){0} : FN(vload)(part + i * G_NR + MRT_VL);
-    }
+    for (int i = 0; i < npc; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
     for (int k = 0; k < kb; ++k, w += G_NR) {
         const float *row = B + brow[k];
         const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
@@ -1231,8 +1215,8 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
     }
 #pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
-        float *ti = (phase & G_CV_LAST) ? t + i * G_NR : part + i * G_NR;
-        if ((phase & (G_CV_LAST | G_CV_ADD)) == (G_CV_LAST | G_CV_ADD)) {
+        float *ti = t + i * G_NR;
+        if (k0 > 0) {
             acc0[i] += FN(vload)(ti);
             if (two) acc1[i] += FN(vload)(ti + MRT_VL);
         }
@@ -1245,19 +1229,19 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
  * to one of three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4
  * pixels. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
-                                                                int kb, int p0, int np, float *t, int phase,
-                                                                const int two, const int step) {
+                                                                int kb, int p0, int np, float *t, const int two,
+                                                                const int step) {
 #if G_CV_NP_TAIL > G_CV_NP
     if (np > G_CV_NP)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, phase, G_CV_NP_TAIL, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP_TAIL, two, step);
     else
 #endif
     if (np > G_CV_NP * 2 / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, phase, G_CV_NP, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two, step);
     else if (np > G_CV_NP / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, phase, G_CV_NP * 2 / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two, step);
     else
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, phase, G_CV_NP / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP / 3, two, step);
 }
 
 /* The `step` of FN(conv_cv_block_body) for the tile p0 .. p0 + np of region r: 1 or 2 when its
@@ -1274,27 +1258,27 @@ static inline int FN(conv_cv_tile_step)(const mrt_cv_region *r, int p0, int np) 
 /* One K block of a tile (FN(conv_cv_block_body)) on a panel of two vectors of channels (`two`) or
  * at most one (16 on AVX-512: half the multiply-adds), with its step resolved. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_as)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                             int p0, int np, float *t, int phase, const int two) {
+                                                             int p0, int np, float *t, const int two) {
     switch (FN(conv_cv_tile_step)(r, p0, np)) {
     case 1:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, phase, two, 1);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 1);
         break;
     case 2:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, phase, two, 2);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 2);
         break;
     default:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, phase, two, 0);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 0);
     }
 }
 
 static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0, int np,
-                                         float *t, int phase) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, phase, 1);
+                                         float *t) {
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 1);
 }
 
 static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0,
-                                                int np, float *t, int phase) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, phase, 0);
+                                                int np, float *t) {
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 0);
 }
 
 /* Items: per region, (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles),
@@ -1303,7 +1287,7 @@ static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const fl
  * `totals`. */
 static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
     const FN(conv_cv_args) *g = (const FN(conv_cv_args) *)ctx;
-    float totals[2 * G_CV_PART]; /* the run's totals, then (G_CV_PART on) its block sums between slices */
+    float totals[G_CV_CHUNK * G_CV_NP * G_NR];
     int ri = 0;
     for (long item = begin; item < end; ++item) {
         while (item >= g->first_item[ri + 1]) ++ri;
@@ -1322,21 +1306,15 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
         const int pend = npix - pbeg < run ? npix : pbeg + run;
         for (int k0 = 0; k0 < g->K; k0 += g->kc) {
             const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-            /* the block in slices of G_CV_KSLICE rows, each over all the run's tiles (their sums wait
-             * between slices, in registers' order: the same sums as one pass) */
-            for (int ks = 0; ks < kb; ks += G_CV_KSLICE) {
-                const int kl = kb - ks < G_CV_KSLICE ? kb - ks : G_CV_KSLICE;
-                const int phase = (ks == 0 ? G_CV_FIRST : 0) | (ks + kl >= kb ? G_CV_LAST : 0) | (k0 > 0 ? G_CV_ADD : 0);
-                for (int p0 = pbeg, np; p0 < pend; p0 += np) {
-                    /* tiles of G_CV_NP pixels, the last one of the run fewer, or G_CV_NP_TAIL (the one
-                     * pixel after it included; the epilogue below takes them as tiles of G_CV_NP) */
-                    np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
-                    float *t = totals + (long)(p0 - pbeg) * G_NR;
-                    if (nch > MRT_VL)
-                        FN(conv_cv_block)(r, wp, k0 + ks, kl, p0, np, t, phase);
-                    else
-                        FN(conv_cv_block_narrow)(r, wp, k0 + ks, kl, p0, np, t, phase);
-                }
+            for (int p0 = pbeg, np; p0 < pend; p0 += np) {
+                /* tiles of G_CV_NP pixels, the last one of the run fewer, or G_CV_NP_TAIL (the one
+                 * pixel after it included; the epilogue below takes them as tiles of G_CV_NP) */
+                np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
+                float *t = totals + (long)(p0 - pbeg) * G_NR;
+                if (nch > MRT_VL)
+                    FN(conv_cv_block)(r, wp, k0, kb, p0, np, t);
+                else
+                    FN(conv_cv_block_narrow)(r, wp, k0, kb, p0, np, t);
             }
         }
         for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
