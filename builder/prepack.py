@@ -69,18 +69,26 @@ def _float_weight(writer: ArtifactWriter, tensor_of: dict, inputs: tuple, i: int
 
 
 def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
-    """(kind, tensor, tag) of a 2-D float conv that takes the packed path, or None."""
+    """(kind, tensor, tag) of a float conv that takes the packed path, or None.  A 1-D conv (weight
+    (M, C/group, K), output (N, M, L)) runs as the 2-D conv of (N, C, 1, W) by a 1 x K kernel: its
+    tag says so (kh 1, oh 1)."""
     t = _float_weight(writer, tensor_of, inputs, 1, 4)
+    one_d = t is None
+    if one_d:
+        t = _float_weight(writer, tensor_of, inputs, 1, 3)
     if t is None or not outputs or outputs[0] < 0:
         return None
-    m, cg, kh, kw = writer.tensors[t].shape
+    dims = writer.tensors[t].shape
+    m, cg, kh, kw = (dims[0], dims[1], 1, dims[2]) if one_d else dims
     group = int(attrs.get("group", 1))
     c = cg * group
     y_shape = graph.values[outputs[0]][2]
-    if y_shape is None or len(y_shape) != 4 or not all(isinstance(d, int) and d > 0 for d in y_shape[2:]):
+    if y_shape is None or len(y_shape) != (3 if one_d else 4) or not all(
+            isinstance(d, int) and d > 0 for d in y_shape[2:]):
         return None
-    oh, ow = y_shape[2:]
-    sh, sw = (tuple(attrs.get("strides") or (1, 1)) + (1, 1))[:2]
+    oh, ow = (1, y_shape[2]) if one_d else y_shape[2:]
+    strides = tuple(attrs.get("strides") or ())
+    sh, sw = (1, (strides + (1,))[0]) if one_d else (strides + (1, 1))[:2]
     if group == c and cg == 1 and m == c and kh * kw > 1:
         return None  # depthwise: its own kernel, unpacked weights
     if not P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, oh, ow, nr):

@@ -205,10 +205,11 @@ def _check_tag(where: str, kind: int, kc: int, tag: tuple, dims: tuple, nr: int)
     """(packed floats, tag fields in use) of an entry whose tag agrees with its tensor's ``dims``."""
     if kind == PACK_CONV_F32:
         c, group, kh, kw, sh, sw, oh, ow = tag
-        if len(dims) != 4 or min(tag) < 1 or kc != 0:
+        if len(dims) not in (3, 4) or min(tag) < 1 or kc != 0:
             raise FormatError(f"{where}: conv tag {list(tag)} (kc {kc}) does not fit a weight of shape {list(dims)}")
         m, cg = dims[:2]
-        if (kh, kw) != tuple(dims[2:]) or m % group or cg * group != c:
+        kernel = tuple(dims[2:]) if len(dims) == 4 else (1, dims[2])  # (a 1-D conv: a 1 x K kernel, one row)
+        if (kh, kw) != kernel or (len(dims) == 3 and oh != 1) or m % group or cg * group != c:
             raise FormatError(f"{where}: conv tag {list(tag)} does not match the weight's shape {list(dims)}")
         return conv_packed_floats(m, group, cg * kh * kw, nr), tag
     transb, k, n = tag[:3]

@@ -371,7 +371,8 @@ def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _N
     else:
         plan.y_shape = (n, m) + tuple(out)
         plan.call = _native.conv2d_call
-        plan.args = _native.conv2d_prepare(x_shape, w4, group, k, s, d, pb, out, bc, act, a0, a1)
+        # (packs are cached under the weight itself: a 1-D conv's reshaped view is a new array per call)
+        plan.args = _native.conv2d_prepare(x_shape, w4, group, k, s, d, pb, out, bc, act, a0, a1, owner=wc)
     if plan.y4_shape is not None:
         plan.y_shape = (n, m, out[1])
     return plan

@@ -442,9 +442,11 @@ def conv2d(x, w, group, k, s, d, pb, out, y, bias=None, residual=None, act=0, a0
     conv2d_call(conv2d_prepare(x.shape, w, group, k, s, d, pb, out, bias, act, a0, a1), x, y, residual)
 
 
-def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0, a1=0.0) -> tuple:
+def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0, a1=0.0, owner=None) -> tuple:
     """The constant arguments of :func:`conv2d_call` for one layer and input shape: its geometry and
     epilogue structs and the pointers to ``w`` (float32, contiguous) and its packed form, made once.
+    ``owner``: the array the packed form is cached under, when ``w`` is a view of it (a 1-D conv's
+    weight seen as (M, C, 1, K)); by default ``w``.
 
     Layers where the channel-vector kernel pays (small outputs, deep sums; ``mrt_conv2d_uses_packed_w``)
     also get ``w`` packed for it, once per weight array and geometry (cached while ``w`` lives), in
@@ -456,7 +458,7 @@ def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0
                                             "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
     epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0},
                     bias)
-    packed = _cached_pack(w, ("conv_f32", c, group, tuple(k), tuple(s), tuple(out)),
+    packed = _cached_pack(w if owner is None else owner, ("conv_f32", c, group, tuple(k), tuple(s), tuple(out)),
                           lambda: _conv_pack_w(w, c, group, k, s, out))
     return geometry, _ptr(w), _opt(packed), epilogue, None if packed is None else isa
 

@@ -91,6 +91,20 @@ def _conv_model():
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
 
 
+def _conv1d_model():
+    """1-D convs (audio front ends: Silero VAD, wav2vec2), which run as 2-D convs of one-row images."""
+    rng = np.random.default_rng(2)
+    w1 = (rng.standard_normal((64, 48, 3)) / 8).astype(np.float32)    # K 144, 40 outputs: small plane -> packed
+    w2 = (rng.standard_normal((128, 64, 3)) / 8).astype(np.float32)   # stride 2: K 192 -> packed
+    nodes = [h.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1]), h.make_node("Relu", ["a"], ["ar"]),
+             h.make_node("Conv", ["ar", "w2"], ["y"], strides=[2], pads=[1, 1])]
+    graph = h.make_graph(nodes, "convs1d", [h.make_tensor_value_info("x", TP.FLOAT, [1, 48, 40])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [1, 128, 20])],
+                         [nh.from_array(w1, "w1"), nh.from_array(w2, "w2")])
+    feed = {"x": rng.standard_normal((1, 48, 40)).astype(np.float32)}
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), feed
+
+
 def _product_model():
     rng = np.random.default_rng(1)
     w1 = rng.standard_normal((700, 70)).astype(np.float32) / 10   # K 700: three k blocks
@@ -127,7 +141,8 @@ def packs_made(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("model, kinds, entries", [(_conv_model, {"conv_f32"}, 4), (_product_model, {"sgemm_b"}, 3)])
+@pytest.mark.parametrize("model, kinds, entries", [(_conv_model, {"conv_f32"}, 4), (_conv1d_model, {"conv_f32"}, 2),
+                                                   (_product_model, {"sgemm_b"}, 3)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_session_seeds_the_packs_of_its_layout(model, kinds, entries, threads, every_isa, packs_made):
     onnx_model, feed = model()
