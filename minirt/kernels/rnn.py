@@ -189,7 +189,8 @@ def _default_activations(op, names, n_dirs) -> bool:
 
 class _NativeLayer:
     """A prepared native LSTM / GRU: the weights it was made for (identity), the input shape, and
-    the ``mrt_rnn_shape`` built by ``native.rnn_prepare`` (which keeps the folded biases alive)."""
+    the ``mrt_rnn_shape`` structs built by ``native.rnn_prepare`` (which keep the folded biases and W
+    packed for the input projection alive)."""
 
     __slots__ = ("key", "prep", "y_shape", "state_shape", "n_states", "__weakref__")
 

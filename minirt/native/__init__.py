@@ -1109,7 +1109,8 @@ def rnn_prepare(kind: str, seq: int, batch: int, input_size: int, hidden: int, d
                 layout: int, w, r, bias=None, rbh=None, p=None, clip: float = 0.0, linear_before_reset: int = 0,
                 input_forget: int = 0):
     """The ``mrt_rnn_shape`` of one LSTM / GRU layer (``kind`` "LSTM" or "GRU") for one input shape,
-    made once; it keeps the weights alive.  ``w`` (dirs, G*H, I), ``r`` (dirs, G*H, H), ``bias``
+    made once, as (with W packed for the input projection, without, the ISA of that pack) for
+    :func:`rnn_call`; it keeps the weights alive.  ``w`` (dirs, G*H, I), ``r`` (dirs, G*H, H), ``bias``
     (dirs, G*H: both biases folded; for a GRU with linear_before_reset the h gate's input bias only),
     ``rbh`` (dirs, H) that gate's recurrent bias, ``p`` the LSTM peepholes (dirs, 3*H): C-contiguous
     float32 arrays or None.  Every size the C code multiplies is checked here."""
@@ -1125,18 +1126,25 @@ def rnn_prepare(kind: str, seq: int, batch: int, input_size: int, hidden: int, d
                             f"{hidden} do not fit a C int")
     if seq * batch * dirs * gates * hidden + batch * (gates + 3) * hidden > _INT64_FLOATS_MAX:
         raise OverflowError(f"minirt native {kind}: scratch for seq {seq}, batch {batch}, hidden {hidden} too large")
-    return _new("mrt_rnn_shape *", {
+    fields = {
         "kind": _lib.MRT_RNN_LSTM if kind == "LSTM" else _lib.MRT_RNN_GRU, "seq": seq, "batch": batch,
         "input": input_size, "hidden": hidden, "dirs": dirs, "reverse": int(bool(reverse)), "layout": int(layout),
         "linear_before_reset": int(bool(linear_before_reset)), "input_forget": int(bool(input_forget)),
-        "clip": float(clip), "w": _ptr(w), "r": _ptr(r), "bias": _opt(bias), "rbh": _opt(rbh), "p": _opt(p)},
-        w, r, bias, rbh, p)
+        "clip": float(clip), "w": _ptr(w), "r": _ptr(r), "bias": _opt(bias), "rbh": _opt(rbh), "p": _opt(p)}
+    plain = _new("mrt_rnn_shape *", fields, w, r, bias, rbh, p)
+    if input_size == 0 or seq * batch == 0:
+        return plain, plain, isa
+    # W (dirs * G * H, I) packed once as the input projection's B (transposed), cached while w lives
+    packed_isa, wpack = sgemm_pack_b(w, 1, input_size, input_size, dirs * gates * hidden, owner=w)
+    packed = _new("mrt_rnn_shape *", {**fields, "wpack": _ptr(wpack)}, w, r, bias, rbh, p, wpack)
+    return packed, plain, packed_isa
 
 
 def rnn_call(prep, x, lens, h0, c0, y, state) -> None:
     """Run a prepared LSTM / GRU (:func:`rnn_prepare`): ``x`` float32 and ``lens`` int32 (or None),
     ``h0`` / ``c0`` (or None) C-contiguous, into ``y`` and ``state`` (Y_h then, for an LSTM, Y_c)."""
-    rc = _call(_lib.mrt_rnn_f32, (prep, _ptr(x), _ffi.NULL if lens is None else _ffi.from_buffer("int32_t[]", lens),
+    packed, plain, packed_isa = prep
+    rc = _call(_lib.mrt_rnn_f32, (packed if packed_isa == isa else plain, _ptr(x), _ffi.NULL if lens is None else _ffi.from_buffer("int32_t[]", lens),
                                   _opt(h0), _opt(c0), _ptr(y), _ptr(state), threads()),
                x, lens, h0, c0, y, state)
     if rc == -1:

@@ -328,6 +328,8 @@ typedef struct {
     int input_forget;        /* LSTM: the forget gate is 1 - i */
     float clip;
     const float *w, *r, *bias, *rbh, *p;
+    const float *wpack; /* w packed once for the input projection (mrt_sgemm_pack_b_f32 of w, transb 1,
+                         * K = input, N = dirs * G * H; under the ISA in use), or NULL: packed per call */
 } mrt_rnn_shape;
 
 /* The whole layer: y (see above, always written; steps at or past a sequence's length are zeros),

@@ -180,3 +180,31 @@ def test_single_output_layer_replays_in_a_native_program(op):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference_run(model, {"x": x})[0],
                                    rtol=1e-5, atol=1e-5)
     assert [p["native_program"] for p in sess.memory_plans()] == ["3 native calls"]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_input_projection_on_prepacked_weights_is_the_per_call_product(op, monkeypatch):
+    """Constant weights are packed once for the input projection (mrt_rnn_shape.wpack); the results are
+    exactly those of W packed per call (a writeable W: a computed weight), and under another ISA
+    selected after preparing (whose layout the pack is not in) the layer runs unpacked, still exact."""
+    if not native.available:
+        pytest.skip(native.reason)
+    ins, hidden = _layer(op, "bidirectional", 2, seq=9, inp=40, hidden=24)
+    fn = rnn_mod.lstm if op == "LSTM" else rnn_mod.gru
+    const = [a if a is None else a.copy() for a in ins]
+    for a in const[1:4]:
+        a.flags.writeable = False  # (the model's constants are read-only: packed once, cached)
+    packed = fn(*const, hidden_size=hidden, direction="bidirectional")
+    per_call = fn(*ins, hidden_size=hidden, direction="bidirectional")
+    for p, q in zip(packed, per_call):
+        np.testing.assert_array_equal(p, q)
+    layer = rnn_mod._native_layer(op, *const[1:4], None, const[0], 2, False, hidden, 0, None, 0, 0)
+    assert layer.prep[0] is not layer.prep[1]  # (a struct with the pack, one without)
+    before = native.isa
+    try:
+        native.select_isa("baseline")
+        again = fn(*const, hidden_size=hidden, direction="bidirectional")
+    finally:
+        native.select_isa(before)
+    for p, q in zip(again, per_call):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
