@@ -1134,10 +1134,28 @@ def rnn_prepare(kind: str, seq: int, batch: int, input_size: int, hidden: int, d
     plain = _new("mrt_rnn_shape *", fields, w, r, bias, rbh, p)
     if input_size == 0 or seq * batch == 0:
         return plain, plain, isa
-    # W (dirs * G * H, I) packed once as the input projection's B (transposed), cached while w lives
+    # W (dirs * G * H, I) packed once as the input projection's B (transposed), cached while w lives;
+    # for a batch of several rows, R too (each direction's (G * H, H), as the recurrent product's B)
     packed_isa, wpack = sgemm_pack_b(w, 1, input_size, input_size, dirs * gates * hidden, owner=w)
-    packed = _new("mrt_rnn_shape *", {**fields, "wpack": _ptr(wpack)}, w, r, bias, rbh, p, wpack)
+    rpack = (_rnn_pack_r(r, dirs, gates * hidden, hidden)
+             if batch >= 2 and hidden and (kind == "LSTM" or linear_before_reset) else None)
+    packed = _new("mrt_rnn_shape *", {**fields, "wpack": _ptr(wpack), "rpack": _opt(rpack)}, w, r, bias, rbh, p,
+                  wpack, rpack)
     return packed, plain, packed_isa
+
+
+def _rnn_pack_r(r, dirs: int, n: int, k: int):
+    """The recurrent weights r (dirs, n, k) packed per direction as a transposed B (K = k, N = n), one
+    after the other, for the ISA in use; cached while ``r`` lives."""
+
+    def pack():
+        each = int(_lib.mrt_sgemm_packed_b_floats(k, n))  # (a multiple of the panel width: aligned)
+        out = _aligned_floats(dirs * each)
+        for d in range(dirs):
+            _lib.mrt_sgemm_pack_b_f32(_ptr(r[d]), k, 1, k, n, _ptr(out[d * each:(d + 1) * each]))
+        return out
+
+    return _cached_pack(r, ("rnn_r", dirs, n, k), pack)
 
 
 def rnn_call(prep, x, lens, h0, c0, y, state) -> None:

@@ -1847,9 +1847,17 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
                 if (c) c[o + j] = c0 ? c0[o + j] : 0.0f;
             }
         }
+        /* several rows: the product on r packed once (no per-step packing, no lane sums) */
+        const float *Rp = s->rpack && B >= 2 && (lstm || s->linear_before_reset)
+                              ? s->rpack + (long)d * mrt_sgemm_packed_b_floats(H, (int)GH) : NULL;
         for (int t = 0; t < S; ++t) {
             for (int b = 0; b < B; ++b) memcpy(hb + (long)b * H, h + RNN_ST(d, b), sizeof(float) * H);
-            rnn_product(B, lstm || s->linear_before_reset ? (int)GH : 2 * H, H, hb, R, rc, nthreads);
+            if (Rp) {
+                mrt_gemm_shape ps = {1, B, (int)GH, H, H, 0, GH, 0, 0, 0, 0, 0, 0, 2};
+                mrt_epilogue pe = {NULL, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
+                mrt_sgemm_pb_f32(&ps, &pe, hb, Rp, rc, NULL, nthreads);
+            } else
+                rnn_product(B, lstm || s->linear_before_reset ? (int)GH : 2 * H, H, hb, R, rc, nthreads);
             for (int pass = 0; pass < (lstm || s->linear_before_reset ? 1 : 2); ++pass) {
                 if (pass == 1) rnn_product(B, H, H, rh, R + 2L * H * H, rc, nthreads);
                 for (int b = 0; b < B; ++b) {
