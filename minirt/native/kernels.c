@@ -1775,6 +1775,93 @@ static void rnn_product(int rows, int n, int k, const float *a, const float *b, 
         mrt_sgemm_f32(&s, &e, a, b, out, NULL, nthreads);
 }
 
+/* One direction of a layer (see mrt_rnn_f32), its steps in order: the states start in the output,
+ * per step the recurrent product of the batch's states and one gate pass per row. */
+typedef struct {
+    const mrt_rnn_shape *s;
+    const int32_t *lens;
+    const float *h0, *c0, *xp; /* xp: the input projection, rows of D * G * H */
+    float *y, *state;
+    float *scratch;            /* per direction: rec + 3 * bh floats (see mrt_rnn_f32) */
+    rnn_lstm_fn lstm_row;
+    rnn_gru_fn gru_row;
+    int nthreads;              /* for the products of one direction */
+} rnn_dir_args;
+
+static void rnn_direction(const rnn_dir_args *a, int d) {
+    const mrt_rnn_shape *s = a->s;
+    const int S = s->seq, B = s->batch, H = s->hidden, D = s->dirs;
+    const int lstm = s->kind == MRT_RNN_LSTM, G = lstm ? 4 : 3;
+    const long GH = (long)G * H, DBH = (long)D * B * H, ldxp = D * GH;
+    const size_t rec = (size_t)B * GH, bh = (size_t)B * H;
+    const float lim = s->clip > 0.0f ? s->clip : INFINITY;
+    const int32_t *lens = a->lens;
+    const float *h0 = a->h0, *c0 = a->c0, *xp = a->xp;
+    float *y = a->y, *h = a->state, *c = lstm ? a->state + DBH : NULL;
+    float *rc = a->scratch + (size_t)d * (rec + 3 * bh), *hb = rc + rec, *zb = hb + bh, *rh = zb + bh;
+    const int nthreads = a->nthreads;
+    const rnn_lstm_fn lstm_row = a->lstm_row;
+    const rnn_gru_fn gru_row = a->gru_row;
+    /* the states' index of (d, b): layout 0 (D, B, H), layout 1 (B, D, H) */
+#define RNN_ST(d, b) ((s->layout ? ((long)(b) * D + (d)) : ((long)(d) * B + (b))) * H)
+    /* y's row of (t, d, b): layout 0 (S, D, B, H), layout 1 (B, S, D, H) */
+#define RNN_Y(t, d, b) (s->layout ? (((long)(b) * S + (t)) * D + (d)) * H : (((long)(t) * D + (d)) * B + (b)) * H)
+    /* the projection's row of (t, b): the row of x, (S, B) or (B, S) */
+#define RNN_X(t, b) (s->layout ? (long)(b) * S + (t) : (long)(t) * B + (b))
+    const int back = D == 2 ? d == 1 : s->reverse;
+    const float *R = s->r + (long)d * GH * H;
+    const float *P = s->p ? s->p + (long)d * 3 * H : NULL;
+    const float *rbh = s->rbh ? s->rbh + (long)d * H : NULL;
+    for (int b = 0; b < B; ++b) { /* this direction's states start in the output */
+        const long o = RNN_ST(d, b);
+        for (int j = 0; j < H; ++j) {
+            h[o + j] = h0 ? h0[o + j] : 0.0f;
+            if (c) c[o + j] = c0 ? c0[o + j] : 0.0f;
+        }
+    }
+    /* several rows: the product on r packed once (no per-step packing, no lane sums) */
+    const float *Rp = s->rpack && B >= 2 && (lstm || s->linear_before_reset)
+                          ? s->rpack + (long)d * mrt_sgemm_packed_b_floats(H, (int)GH) : NULL;
+    for (int t = 0; t < S; ++t) {
+        for (int b = 0; b < B; ++b) memcpy(hb + (long)b * H, h + RNN_ST(d, b), sizeof(float) * H);
+        if (Rp) {
+            mrt_gemm_shape ps = {1, B, (int)GH, H, H, 0, GH, 0, 0, 0, 0, 0, 0, 2};
+            mrt_epilogue pe = {NULL, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
+            mrt_sgemm_pb_f32(&ps, &pe, hb, Rp, rc, NULL, nthreads);
+        } else
+            rnn_product(B, lstm || s->linear_before_reset ? (int)GH : 2 * H, H, hb, R, rc, nthreads);
+        for (int pass = 0; pass < (lstm || s->linear_before_reset ? 1 : 2); ++pass) {
+            if (pass == 1) rnn_product(B, H, H, rh, R + 2L * H * H, rc, nthreads);
+            for (int b = 0; b < B; ++b) {
+                const int len = lens ? lens[b] : S;
+                if (t >= len) continue;
+                const int tt = back ? len - 1 - t : t; /* the time step this step reads and writes */
+                const float *xrow = xp + RNN_X(tt, b) * ldxp + (long)d * GH;
+                const float *rrow = rc + (long)b * (pass ? H : (lstm || s->linear_before_reset ? GH : 2L * H));
+                float *hs = h + RNN_ST(d, b);
+                float *yrow = y + RNN_Y(tt, d, b);
+                if (lstm)
+                    lstm_row(H, xrow, rrow, P, lim, s->input_forget, c + RNN_ST(d, b), hs, yrow);
+                else if (s->linear_before_reset)
+                    gru_row(H, 0, xrow, rrow, rbh, lim, NULL, NULL, hs, yrow);
+                else
+                    gru_row(H, pass, xrow, rrow, NULL, lim, zb + (long)b * H, pass ? NULL : rh + (long)b * H, hs,
+                            pass ? yrow : NULL);
+            }
+        }
+    }
+    if (lens) /* the steps past each sequence's end: zeros */
+        for (int b = 0; b < B; ++b)
+            for (int t = lens[b]; t < S; ++t) memset(y + RNN_Y(t, d, b), 0, sizeof(float) * H);
+#undef RNN_ST
+#undef RNN_Y
+#undef RNN_X
+}
+
+static void rnn_direction_task(void *ctx, long begin, long end) {
+    for (long d = begin; d < end; ++d) rnn_direction((const rnn_dir_args *)ctx, (int)d);
+}
+
 int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, const float *h0, const float *c0,
                 float *y, float *state, int nthreads) {
     const int S = s->seq, B = s->batch, I = s->input, H = s->hidden, D = s->dirs;
@@ -1785,7 +1872,6 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
         for (int b = 0; b < B; ++b)
             if (lens[b] < 0 || lens[b] > S) return -2;
     const long GH = (long)G * H, rows = (long)S * B, DBH = (long)D * B * H;
-    const float lim = s->clip > 0.0f ? s->clip : INFINITY;
     rnn_lstm_fn lstm_row = rnn_lstm_row_base;
     rnn_gru_fn gru_row = rnn_gru_row_base;
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -1816,12 +1902,12 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
         memset(y, 0, sizeof(float) * (size_t)rows * D * H);
         return 0;
     }
-    /* scratch: the projection (rows, D*G*H); per step the batch's states (B, H) in, the recurrent
-     * product (B, G*H); a GRU without linear_before_reset: z and r * h (B, H) each */
+    /* scratch: the projection (rows, D*G*H); per direction and step the batch's states (B, H) in,
+     * the recurrent product (B, G*H); a GRU without linear_before_reset: z and r * h (B, H) each */
     const size_t proj = (size_t)rows * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
-    float *buf = (float *)malloc(sizeof(float) * (proj + rec + 3 * bh));
+    float *buf = (float *)malloc(sizeof(float) * (proj + (size_t)D * (rec + 3 * bh)));
     if (!buf) return -1;
-    float *xp = buf, *rc = xp + proj, *hb = rc + rec, *zb = hb + bh, *rh = zb + bh;
+    float *xp = buf, *rc = xp + proj;
     {
         mrt_gemm_shape gs = {1, (int)rows, (int)(D * GH), I, I, I, D * GH, 0, 0, 0, 0, 0, 1, 2};
         mrt_epilogue e = {s->bias, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
@@ -1834,54 +1920,15 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
             for (long r = 0; r < rows; ++r)
                 for (long j = 0; j < D * GH; ++j) xp[r * D * GH + j] = s->bias ? s->bias[j] : 0.0f;
     }
-    const long ldxp = D * GH;
-    for (int d = 0; d < D; ++d) {
-        const int back = D == 2 ? d == 1 : s->reverse;
-        const float *R = s->r + (long)d * GH * H;
-        const float *P = s->p ? s->p + (long)d * 3 * H : NULL;
-        const float *rbh = s->rbh ? s->rbh + (long)d * H : NULL;
-        for (int b = 0; b < B; ++b) { /* this direction's states start in the output */
-            const long o = RNN_ST(d, b);
-            for (int j = 0; j < H; ++j) {
-                h[o + j] = h0 ? h0[o + j] : 0.0f;
-                if (c) c[o + j] = c0 ? c0[o + j] : 0.0f;
-            }
-        }
-        /* several rows: the product on r packed once (no per-step packing, no lane sums) */
-        const float *Rp = s->rpack && B >= 2 && (lstm || s->linear_before_reset)
-                              ? s->rpack + (long)d * mrt_sgemm_packed_b_floats(H, (int)GH) : NULL;
-        for (int t = 0; t < S; ++t) {
-            for (int b = 0; b < B; ++b) memcpy(hb + (long)b * H, h + RNN_ST(d, b), sizeof(float) * H);
-            if (Rp) {
-                mrt_gemm_shape ps = {1, B, (int)GH, H, H, 0, GH, 0, 0, 0, 0, 0, 0, 2};
-                mrt_epilogue pe = {NULL, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
-                mrt_sgemm_pb_f32(&ps, &pe, hb, Rp, rc, NULL, nthreads);
-            } else
-                rnn_product(B, lstm || s->linear_before_reset ? (int)GH : 2 * H, H, hb, R, rc, nthreads);
-            for (int pass = 0; pass < (lstm || s->linear_before_reset ? 1 : 2); ++pass) {
-                if (pass == 1) rnn_product(B, H, H, rh, R + 2L * H * H, rc, nthreads);
-                for (int b = 0; b < B; ++b) {
-                    const int len = lens ? lens[b] : S;
-                    if (t >= len) continue;
-                    const int tt = back ? len - 1 - t : t; /* the time step this step reads and writes */
-                    const float *xrow = xp + RNN_X(tt, b) * ldxp + (long)d * GH;
-                    const float *rrow = rc + (long)b * (pass ? H : (lstm || s->linear_before_reset ? GH : 2L * H));
-                    float *hs = h + RNN_ST(d, b);
-                    float *yrow = y + RNN_Y(tt, d, b);
-                    if (lstm)
-                        lstm_row(H, xrow, rrow, P, lim, s->input_forget, c + RNN_ST(d, b), hs, yrow);
-                    else if (s->linear_before_reset)
-                        gru_row(H, 0, xrow, rrow, rbh, lim, NULL, NULL, hs, yrow);
-                    else
-                        gru_row(H, pass, xrow, rrow, NULL, lim, zb + (long)b * H, pass ? NULL : rh + (long)b * H, hs,
-                                pass ? yrow : NULL);
-                }
-            }
-        }
-        if (lens) /* the steps past each sequence's end: zeros */
-            for (int b = 0; b < B; ++b)
-                for (int t = lens[b]; t < S; ++t) memset(y + RNN_Y(t, d, b), 0, sizeof(float) * H);
-    }
+    /* The directions, at once on two threads when there are two of them (each runs its steps on one
+     * thread: no per-step hand-over; a product's result does not depend on its thread count, so the
+     * outputs are those of one thread), else one after the other with the threads in the products. */
+    rnn_dir_args da = {s, lens, h0, c0, xp, y, state, rc, lstm_row, gru_row, nthreads};
+    if (D == 2 && nthreads >= 2) {
+        da.nthreads = nthreads / 2;
+        mrt_parallel_for(2, (long)S * B * GH * H, 2, rnn_direction_task, &da);
+    } else
+        for (int d = 0; d < D; ++d) rnn_direction(&da, d);
 #undef RNN_ST
 #undef RNN_Y
 #undef RNN_X

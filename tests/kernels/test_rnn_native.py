@@ -208,3 +208,24 @@ def test_input_projection_on_prepacked_weights_is_the_per_call_product(op, monke
         native.select_isa(before)
     for p, q in zip(again, per_call):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_bidirectional_directions_on_two_threads_match_one_thread(op, batch):
+    """At two threads a bidirectional layer runs its directions at once, one per thread: the outputs
+    are exactly those of one thread (each product's sums do not depend on the thread count)."""
+    if not native.available:
+        pytest.skip(native.reason)
+    ins, hidden = _layer(op, "bidirectional", batch, seq=12, inp=33, hidden=40, lens=batch > 1, init=True)
+    fn = rnn_mod.lstm if op == "LSTM" else rnn_mod.gru
+    before = native.threads()
+    try:
+        native.set_threads(1)
+        one = fn(*ins, hidden_size=hidden, direction="bidirectional")
+        native.set_threads(2)
+        two = fn(*ins, hidden_size=hidden, direction="bidirectional")
+    finally:
+        native.set_threads(before)
+    for p, q in zip(one, two):
+        np.testing.assert_array_equal(p, q)
