@@ -87,7 +87,7 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
     library; tests/native/test_packed_weights.py checks the two agree over a grid of geometries."""
     if group < 1 or c % group or m % group:
         return False
-    if (oh == 1 and ow > _CONV_CV_MAX_ROW) or (ow == 1 and oh > _CONV_CV_MAX_ROW):
+    if oh == 1 and ow > _CONV_CV_MAX_ROW:
         return False
     if (m // group) % 32 != 0:
         return kh * kw > 1 and oh * ow <= _CONV_CV_TINY_PLANE

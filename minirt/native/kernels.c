@@ -1419,10 +1419,7 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
 
 /* ... Not for one output row longer than this (a 1-D conv, run as the 2-D conv of (N, C, 1, W)):
  * measured on AVX2, 512 -> 512 channels, kernel 3, stride 2, 3199 -> 1599 outputs: 150 ms against
- * 48 for the GEMM, 1599 -> 799: 26.6 against 23.6; 399 -> 199 (kernel 2) 4.9 against 5.2.  Nor for
- * one output column longer than this (a k x 1 kernel down a width-1 image: magika's 256 -> 512
- * channels, kernel 5 x 1, 512 -> 508 rows: 13.0-15.0 ms against 10.0-11.5 for the GEMM, twice in
- * one build, onnxruntime 8.7-9.4). */
+ * 48 for the GEMM, 1599 -> 799: 26.6 against 23.6; 399 -> 199 (kernel 2) 4.9 against 5.2. */
 #define MRT_CONV_CV_MAX_ROW 256
 
 /* Does the channel-vector kernel run this geometry (when it gets packed weights)?  With whole panels
@@ -1436,7 +1433,7 @@ int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
     const int c = g->c, m = g->m, group = g->group, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, oh = g->oh,
               ow = g->ow;
     if (group < 1 || c % group || m % group) return 0;
-    if ((oh == 1 && ow > MRT_CONV_CV_MAX_ROW) || (ow == 1 && oh > MRT_CONV_CV_MAX_ROW)) return 0;
+    if (oh == 1 && ow > MRT_CONV_CV_MAX_ROW) return 0;
     if ((m / group) % 32 != 0) return kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_TINY_PLANE;
     const long k = (long)c / group * kh * kw;
     if (kh * kw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16) return 0;
