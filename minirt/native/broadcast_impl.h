@@ -48,6 +48,24 @@
         }                                                                                          \
     } while (0)
 
+/* one row of the float functions of operand type T (float or double), with T's C library functions */
+#define EW_FLOAT_ROW(T, SQRT, FABS, EXP, LOG, FLOOR, CEIL, POW)                                    \
+    do {                                                                                           \
+        const T *A = (const T *)pa, *B = (const T *)pb; /* (B: Pow's exponents only) */            \
+        T *Y = (T *)py;                                                                            \
+        switch (m->op) {                                                                           \
+        case MRT_EW_POW: EW_LOOP(Y[i] = POW(A[ia], B[ib])) break;                                  \
+        case MRT_EW_SQRT: EW_LOOP(Y[i] = SQRT(A[ia])) break;                                       \
+        case MRT_EW_RECIPROCAL: EW_LOOP(Y[i] = (T)1 / A[ia]) break;                                \
+        case MRT_EW_NEG: EW_LOOP(Y[i] = -A[ia]) break;                                             \
+        case MRT_EW_ABS: EW_LOOP(Y[i] = FABS(A[ia])) break;                                        \
+        case MRT_EW_EXP: EW_LOOP(Y[i] = EXP(A[ia])) break;                                         \
+        case MRT_EW_LOG: EW_LOOP(Y[i] = LOG(A[ia])) break;                                         \
+        case MRT_EW_FLOOR: EW_LOOP(Y[i] = FLOOR(A[ia])) break;                                     \
+        default: EW_LOOP(Y[i] = CEIL(A[ia])) break;                                                \
+        }                                                                                          \
+    } while (0)
+
 typedef struct {
     const mrt_broadcast_map *m;
     const char *a, *b, *c;
@@ -83,42 +101,11 @@ static void broadcast_task(void *ctx, long begin, long end) {
             case MRT_EW_XOR: EW_LOOP(Y[i] = (A[ia] != 0) ^ (B[ib] != 0)) break;
             default: EW_LOOP(Y[i] = A[ia] == 0) break;
             }
-        } else if (m->op == MRT_EW_POW) {
-            if (m->type == CAST_F32) {
-                const float *A = (const float *)pa, *B = (const float *)pb;
-                EW_LOOP(((float *)py)[i] = powf(A[ia], B[ib]))
-            } else {
-                const double *A = (const double *)pa, *B = (const double *)pb;
-                EW_LOOP(((double *)py)[i] = pow(A[ia], B[ib]))
-            }
-        } else if (m->op >= MRT_EW_SQRT) {
-            if (m->type == CAST_F32) {
-                const float *A = (const float *)pa;
-                float *Y = (float *)py;
-                switch (m->op) {
-                case MRT_EW_SQRT: EW_LOOP(Y[i] = sqrtf(A[ia])) break;
-                case MRT_EW_RECIPROCAL: EW_LOOP(Y[i] = 1.0f / A[ia]) break;
-                case MRT_EW_NEG: EW_LOOP(Y[i] = -A[ia]) break;
-                case MRT_EW_ABS: EW_LOOP(Y[i] = fabsf(A[ia])) break;
-                case MRT_EW_EXP: EW_LOOP(Y[i] = expf(A[ia])) break;
-                case MRT_EW_LOG: EW_LOOP(Y[i] = logf(A[ia])) break;
-                case MRT_EW_FLOOR: EW_LOOP(Y[i] = floorf(A[ia])) break;
-                default: EW_LOOP(Y[i] = ceilf(A[ia])) break;
-                }
-            } else {
-                const double *A = (const double *)pa;
-                double *Y = (double *)py;
-                switch (m->op) {
-                case MRT_EW_SQRT: EW_LOOP(Y[i] = sqrt(A[ia])) break;
-                case MRT_EW_RECIPROCAL: EW_LOOP(Y[i] = 1.0 / A[ia]) break;
-                case MRT_EW_NEG: EW_LOOP(Y[i] = -A[ia]) break;
-                case MRT_EW_ABS: EW_LOOP(Y[i] = fabs(A[ia])) break;
-                case MRT_EW_EXP: EW_LOOP(Y[i] = exp(A[ia])) break;
-                case MRT_EW_LOG: EW_LOOP(Y[i] = log(A[ia])) break;
-                case MRT_EW_FLOOR: EW_LOOP(Y[i] = floor(A[ia])) break;
-                default: EW_LOOP(Y[i] = ceil(A[ia])) break;
-                }
-            }
+        } else if (m->op >= MRT_EW_SQRT) { /* the float functions, Pow included (float types only) */
+            if (m->type == CAST_F32)
+                EW_FLOAT_ROW(float, sqrtf, fabsf, expf, logf, floorf, ceilf, powf);
+            else
+                EW_FLOAT_ROW(double, sqrt, fabs, exp, log, floor, ceil, pow);
         } else {
             switch (m->type) {
             case CAST_F32: EW_ROW(float, float); break;
@@ -132,6 +119,7 @@ static void broadcast_task(void *ctx, long begin, long end) {
     }
 }
 
+#undef EW_FLOAT_ROW
 #undef EW_ROW
 #undef EW_LOOP
 

@@ -1819,8 +1819,9 @@ static void rnn_direction(const rnn_dir_args *a, int d) {
             if (c) c[o + j] = c0 ? c0[o + j] : 0.0f;
         }
     }
-    /* several rows: the product on r packed once (no per-step packing, no lane sums) */
-    const float *Rp = s->rpack && B >= 2 && (lstm || s->linear_before_reset)
+    /* r packed (the caller does so for several rows): the product on it, no per-step packing, no
+     * lane sums (not for a GRU without linear_before_reset, whose products take parts of r) */
+    const float *Rp = s->rpack && (lstm || s->linear_before_reset)
                           ? s->rpack + (long)d * mrt_sgemm_packed_b_floats(H, (int)GH) : NULL;
     for (int t = 0; t < S; ++t) {
         for (int b = 0; b < B; ++b) memcpy(hb + (long)b * H, h + RNN_ST(d, b), sizeof(float) * H);

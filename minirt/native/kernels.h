@@ -331,8 +331,8 @@ typedef struct {
     const float *wpack; /* w packed once for the input projection (mrt_sgemm_pack_b_f32 of w, transb 1,
                          * K = input, N = dirs * G * H; under the ISA in use), or NULL: packed per call */
     const float *rpack; /* per direction, r packed as the recurrent product's B (transb 1, K = H, N = G * H;
-                         * mrt_sgemm_packed_b_floats(H, G * H) floats each), or NULL; used for a batch of
-                         * several rows (one row: the matrix-vector product reads r in place) */
+                         * mrt_sgemm_packed_b_floats(H, G * H) floats each), or NULL; rnn_prepare packs it
+                         * for a batch of several rows (one row: the matrix-vector product reads r in place) */
 } mrt_rnn_shape;
 
 /* The whole layer: y (see above, always written; steps at or past a sequence's length are zeros),
