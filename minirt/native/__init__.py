@@ -13,7 +13,8 @@ Public state:
 ``isa``        The implementation chosen for this CPU: ``"avx512"``, ``"avx2"`` (x86-64),
                ``"dotprod"``, ``"neon"`` (aarch64) or ``"baseline"`` (override with
                ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
-``qgemm_isa``  The int8 GEMM microkernel in use: ``"vnni"``, ``"dotprod"`` or ``"portable"``.
+``qgemm_isa``  The int8 GEMM microkernel in use: ``"vnni"``, ``"avx2"`` (exact int16 products), ``"dotprod"``
+               or ``"portable"``.
 ``ACTIVATION_CODES``  Fused-activation name (``minirt.vocabulary.ACTIVATIONS``) -> the code of the
                native epilogue computing it, read from the compiled module (empty without it).
 
@@ -123,7 +124,7 @@ def select_isa(name: str = "best") -> str:
     chosen = _lib.mrt_select_isa(code)
     isa = {_lib.MRT_ISA_AVX512: "avx512", _lib.MRT_ISA_AVX2: "avx2", _lib.MRT_ISA_NEON: "neon",
            _lib.MRT_ISA_DOTPROD: "dotprod"}.get(chosen, "baseline")
-    qgemm_isa = {1: "vnni", 2: "dotprod"}.get(_lib.mrt_qgemm_isa(), "portable")
+    qgemm_isa = {1: "vnni", 2: "dotprod", 3: "avx2"}.get(_lib.mrt_qgemm_isa(), "portable")
     _qpacked.clear()  # the packed weight format may depend on the ISA
     return isa
 

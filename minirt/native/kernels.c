@@ -745,7 +745,7 @@ void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias,
     layernorm_dispatch(x, scale, bias, y, rows, n, 1, eps, nthreads);
 }
 
-int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : 0; }
+int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : q_use_avx2 ? 3 : 0; }
 
 /* ------------------------------------------------------------------ whole float convolution
  *

@@ -60,6 +60,8 @@
 int q_use_vnni;    /* set by mrt_select_isa */
 int q_use_neon;    /* aarch64: NEON activation packing (set by mrt_select_isa) */
 int q_use_dotprod; /* aarch64: SDOT microkernel (set by mrt_select_isa) */
+int q_use_avx2;    /* x86-64 with AVX2: its quantize loop, activations, and the int8 microkernels below
+                    * when there is no VNNI (set by mrt_select_isa) */
 /* the activation pass of the epilogue, for the selected ISA */
 static void (*q_act_row)(float *, long, int, float, float) = act_row_base;
 
@@ -345,11 +347,46 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
 }
 #endif
 
+#ifdef MRT_HAVE_VNNI_BUILD
+/* q_store_row's arithmetic 8 columns at a time on AVX2 (the tail a column at a time): rows i < mr
+ * of acc (row stride Q_NR), columns j0 .. j0 + n - 1, into output rows m + i from column n_out on
+ * (c + i * ldc).  Compiled without FMA, so nothing is contracted: (s * x + b) + r rounds as the
+ * plain C loop does, and the activation / post passes run after it as they do there. */
+__attribute__((target("avx2"))) static void q_store_tile_avx2(const q_args *g, const int32_t *acc, int mr, int j0,
+                                                              int n, int m, long n_out, float *c, long ldc) {
+    for (int i = 0; i < mr; ++i) {
+        const int row = m + i;
+        const float s = g->scale[row], b = g->bias ? g->bias[row] : 0.0f;
+        const int32_t corr = g->x_zero * g->sums[row];
+        const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(b);
+        const __m256i vcorr = _mm256_set1_epi32(corr);
+        const float *r = g->res ? g->res + (long)row * g->ldr + n_out : NULL;
+        const int32_t *a = acc + (long)i * Q_NR + j0;
+        float *o = c + (long)i * ldc;
+        int j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 x = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(a + j)), vcorr));
+            x = _mm256_add_ps(_mm256_mul_ps(vs, x), vb);
+            if (r) x = _mm256_add_ps(x, _mm256_loadu_ps(r + j));
+            _mm256_storeu_ps(o + j, x);
+        }
+        if (r)
+            for (; j < n; ++j) o[j] = s * (float)(a[j] - corr) + b + r[j];
+        else
+            for (; j < n; ++j) o[j] = s * (float)(a[j] - corr) + b;
+    }
+}
+#endif
+
 /* Dequantize + epilogue for one row of a tile: c[0:nr] from int32 acc. */
 static void q_store_row(const q_args *g, const int32_t *acc, float *c, int nr, int m, int n0) {
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni) { /* (every AVX512-VNNI CPU has AVX512F) */
         q_store_tile_avx512(g, acc, 1, 0, nr, m, n0, c, 0, NULL, 0);
+        return;
+    }
+    if (q_use_avx2) {
+        q_store_tile_avx2(g, acc, 1, 0, nr, m, n0, c, 0);
         return;
     }
 #endif
@@ -372,6 +409,10 @@ static void q_store_tile(const q_args *g, const int32_t *acc, int mr, int j0, in
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni) {
         q_store_tile_avx512(g, acc, mr, j0, n, m, n_out, c, ldc, g->store_q ? cq : NULL, ldcq);
+        return;
+    }
+    if (q_use_avx2) {
+        q_store_tile_avx2(g, acc, mr, j0, n, m, n_out, c, ldc);
         return;
     }
 #endif
@@ -552,6 +593,127 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_gemv_vnni(c
 }
 #endif
 
+#ifdef MRT_HAVE_VNNI_BUILD
+/* ---------------------------------------------------------------- AVX2 int8 microkernels (no VNNI)
+ *
+ * The same panels and sums as q_ukr_vnni / q_ukr_conv_vnni, exact: AVX2 has no u8 x s8 dot product
+ * that cannot saturate (vpmaddubsw adds two products into a saturating int16: 2 x 255 x 127 does
+ * not fit), so both operands are widened to int16 and vpmaddwd adds pairs of products into int32,
+ * which no u8 x s8 pair can overflow.  Per quad of k, a 128-byte panel row is 4 groups of 8
+ * columns x 4 k; a group's 32 bytes widen into two vectors (columns 0-3 and 4-7, 4 k each), and a
+ * weight quad widened to 4 int16 is broadcast to every 64-bit lane, so one vpmaddwd gives, per
+ * column, the sums of k0 k1 and of k2 k3 side by side: the two halves are added (vphaddd) once
+ * per tile.  Integer sums are exact in any order: the results are the portable kernel's, bit for
+ * bit. */
+
+#define Q_AVX2_CHUNK 32 /* quads per pass: their weights widened once for the 4 column groups */
+
+/* wq[r][j] = quad j of row rows[r] (4 s8 at rows[r] + 4 j) widened to 4 int16, j < nq (4 quads at
+ * a time while 4 are left: nothing past rows[r] + 4 nq is read) */
+__attribute__((target("avx2"), always_inline)) static inline void q_avx2_widen(const int8_t *const *rows, int nrows,
+                                                                                int nq,
+                                                                                int64_t wq[][Q_AVX2_CHUNK]) {
+    for (int r = 0; r < nrows; ++r) {
+        int j = 0;
+        for (; j + 4 <= nq; j += 4)
+            _mm256_storeu_si256((__m256i *)&wq[r][j],
+                                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(rows[r] + 4 * j))));
+        for (; j < nq; ++j) {
+            const int8_t *a = rows[r] + 4 * j;
+            wq[r][j] = (int64_t)((uint64_t)(uint16_t)a[0] | (uint64_t)(uint16_t)a[1] << 16 |
+                                 (uint64_t)(uint16_t)a[2] << 32 | (uint64_t)(uint16_t)a[3] << 48);
+        }
+    }
+}
+
+/* One pass of q_avx2_tile: the quads bq[0..nq) (128 bytes each, column group g at byte 32 g) times
+ * the rows' widened quads wq[r][0..nq), r < rows (a constant), added to the pair sums sums[r][2 g],
+ * sums[r][2 g + 1] (g < 4), or from zero for the first pass; the last pass writes the column sums to
+ * out[r] (r < nout) instead, so a K of one pass never keeps its sums in memory.  The loops over r
+ * are unrolled: 2 vectors per row stay in registers (12 for 6 rows, + 2 panel vectors and a weight
+ * vector: 15 of the 16).  vphaddd gives per 128-bit lane (c0, c1, c4, c5 | c2, c3, c6, c7) of a
+ * group; the 64-bit lanes are put back in order. */
+__attribute__((target("avx2"), always_inline)) static inline void q_avx2_pass(__m256i sums[][8],
+                                                                               const uint8_t *const *bq, int nq,
+                                                                               int64_t wq[][Q_AVX2_CHUNK],
+                                                                               const int rows, int first,
+                                                                               int32_t (*out)[Q_NR], int nout) {
+    for (int g = 0; g < 4; ++g) {
+        __m256i lo[6], hi[6];
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; ++r) {
+            lo[r] = first ? _mm256_setzero_si256() : sums[r][2 * g];
+            hi[r] = first ? _mm256_setzero_si256() : sums[r][2 * g + 1];
+        }
+        for (int j = 0; j < nq; ++j) {
+            const uint8_t *b = bq[j] + 32 * g;
+            const __m256i bl = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b));
+            const __m256i bh = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + 16)));
+#pragma GCC unroll 6
+            for (int r = 0; r < rows; ++r) {
+                const __m256i w = _mm256_set1_epi64x(wq[r][j]);
+                lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(bl, w));
+                hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(bh, w));
+            }
+        }
+        if (out) {
+#pragma GCC unroll 6
+            for (int r = 0; r < rows; ++r)
+                if (r < nout)
+                    _mm256_storeu_si256((__m256i *)(out[r] + 8 * g),
+                                        _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo[r], hi[r]), 0xD8));
+        } else {
+#pragma GCC unroll 6
+            for (int r = 0; r < rows; ++r) sums[r][2 * g] = lo[r], sums[r][2 * g + 1] = hi[r];
+        }
+    }
+}
+
+/* A tile of `rows` (a constant, at most 6) x 32 columns: out[r][0:32] (r < nout) = sum over the
+ * quads of weight row w + r * ldw (rows past nout read row 0: computed, never stored) times the
+ * panel rows; quad q = (t, cq) of the ntaps runs of cq4 quads is the 128 bytes at base + tap_off[t]
+ * + cq * cq_stride (a GEMM's panel: one run, 128 bytes apart).  Q_AVX2_CHUNK quads per pass: their
+ * widened weights (1.5 KB) and panel rows (4 KB) stay in L1 while the 4 column groups read them
+ * (widening a row tile's whole K at once, 11 KB for K = 960, next to a 30 KB panel, measured 15%
+ * slower on MobileNetV2 int8). */
+__attribute__((target("avx2"), always_inline)) static inline void
+q_avx2_tile(const int8_t *w, long ldw, const uint8_t *base, const long *tap_off, int ntaps, int cq4, long cq_stride,
+            int32_t (*out)[Q_NR], int nout, const int rows) {
+    __m256i sums[6][8];
+    int64_t wq[6][Q_AVX2_CHUNK];
+    const uint8_t *bq[Q_AVX2_CHUNK];
+    const int8_t *rq[6];
+    const long kq = (long)ntaps * cq4;
+    int t = 0, cq = 0; /* the run and quad of the pass's first quad */
+    for (long q0 = 0; q0 < kq; q0 += Q_AVX2_CHUNK) {
+        const int nq = kq - q0 < Q_AVX2_CHUNK ? (int)(kq - q0) : Q_AVX2_CHUNK;
+        for (int r = 0; r < rows; ++r) rq[r] = w + (r < nout ? r : 0) * ldw + 4 * q0;
+        q_avx2_widen(rq, rows, nq, wq);
+        for (int j = 0; j < nq; ++j) {
+            bq[j] = base + tap_off[t] + cq * cq_stride;
+            if (++cq == cq4) cq = 0, ++t;
+        }
+        q_avx2_pass(sums, bq, nq, wq, rows, q0 == 0, q0 + nq >= kq ? out : NULL, nout);
+    }
+}
+
+/* q_avx2_tile with rows resolved to 2, 4 or 6 (at least nout), for the row count of each call. */
+__attribute__((target("avx2"))) static void q_avx2_tile_any(const int8_t *w, long ldw, const uint8_t *base,
+                                                            const long *tap_off, int ntaps, int cq4, long cq_stride,
+                                                            int32_t (*out)[Q_NR], int nout) {
+    if ((long)ntaps * cq4 == 0) { /* K = 0: every sum is 0 */
+        memset(out, 0, sizeof(int32_t) * Q_NR * nout);
+        return;
+    }
+    if (nout > 4)
+        q_avx2_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 6);
+    else if (nout > 2)
+        q_avx2_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 4);
+    else
+        q_avx2_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 2);
+}
+#endif
+
 #ifdef MRT_HAVE_NEON_BUILD
 /* acc[0:6][0:32] = sum over the kq quads of W (s8, rows of stride k4) x panel (s8: x - 128).
  * Two halves of 16 columns, each a 6 x 16 tile in 24 registers; per quad of k:
@@ -650,6 +812,15 @@ __attribute__((target("avx512f"))) static void q_pack_xf(const q_args *g, int n0
 }
 #endif
 
+/* A finished tile of q_task (rows m .. m + mr, columns n .. n + nr of C) to its output: c, row
+ * stride ldc, or the images of g->img_cols. */
+static void q_task_store(const q_args *g, int32_t acc[Q_MR][Q_NR], int mr, int nr, int m, long n, float *c, long ldc) {
+    if (g->img_cols)
+        q_store_tile_images(g, &acc[0][0], mr, nr, m, n);
+    else
+        q_store_tile(g, &acc[0][0], mr, 0, nr, m, n, c, ldc, NULL, 0);
+}
+
 static void q_task(void *ctx, long begin, long end) {
     const q_args *g = (const q_args *)ctx;
 #ifdef MRT_HAVE_VNNI_BUILD
@@ -714,10 +885,13 @@ static void q_task(void *ctx, long begin, long end) {
                 int32_t acc[Q_MR][Q_NR] __attribute__((aligned(64)));
                 const int8_t *w = g->W + (long)m * g->k4;
 #ifdef MRT_HAVE_VNNI_BUILD
+                static const long one_run = 0; /* (a panel: one run of kq quads, 128 bytes apart) */
                 if (q_use_vnni && width == 16)
                     q_ukr_vnni16(g, w, kq, panel, acc, mr);
                 else if (q_use_vnni)
                     q_ukr_vnni(g, w, kq, panel, acc, mr, 0);
+                else if (q_use_avx2)
+                    q_avx2_tile_any(w, g->k4, panel, &one_run, 1, kq, Q_NR * 4, acc, mr);
                 else
 #endif
 #ifdef MRT_HAVE_NEON_BUILD
@@ -726,10 +900,7 @@ static void q_task(void *ctx, long begin, long end) {
                 else
 #endif
                     q_ukr_base(g, w, kq, panel, acc, mr, 0);
-                if (g->img_cols)
-                    q_store_tile_images(g, &acc[0][0], mr, nr, m, n0 + j0);
-                else
-                    q_store_tile(g, &acc[0][0], mr, 0, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb, NULL, 0);
+                q_task_store(g, acc, mr, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb);
             }
         }
         if (g->img_cols) continue; /* (its store did everything) */
@@ -816,8 +987,6 @@ void mrt_qgemm_u8s8_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_e
 }
 
 /* ---------------------------------------------------------------- quantize / im2col for uint8 */
-
-int q_use_avx2; /* set by mrt_select_isa */
 
 #ifdef MRT_HAVE_VNNI_BUILD
 __attribute__((target("avx2,fma"))) static long q_quant_avx2(const q_quant_args *a, long begin, long end) {
@@ -1802,6 +1971,10 @@ static void q_implicit_task(void *ctx, long begin, long end) {
 #ifdef MRT_HAVE_VNNI_BUILD
                 if (q_use_vnni)
                     q_ukr_conv_vnni(&a->b, w, mr, col0 + j0, acc);
+                else if (q_use_avx2) /* 6 rows, then the last 2 of 8 */
+                    for (int r0 = 0; r0 < mr; r0 += 6)
+                        q_avx2_tile_any(w + r0 * a->b.kt, a->b.kt, a->b.planes + 4 * (col0 + j0), a->b.tap_off,
+                                        a->b.ntaps, a->b.cq4, a->b.cq_stride, acc + r0, mr - r0 < 6 ? mr - r0 : 6);
                 else
 #endif
                     q_ukr_conv_base(&a->b, w, mr, col0 + j0, acc);
