@@ -50,6 +50,9 @@ class TargetProfile:
     # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input costs
     # about what int8 saves (12 channels no faster in int8; 16 pay since the implicit int8 conv, D30).
     int8_min_reduction: int = 16
+    # Convs with a window (k x k > 1) whose reduction (input channels / group x kh x kw) is below this
+    # stay float (0: none): a 3-channel stem (reduction 27) is 1.57x float in int8 on AVX2 without VNNI.
+    int8_min_window_reduction: int = 0
     # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
     # the dequantize node costs more than the few bytes it saves.
     weight_only_min_elements: int = 1024
@@ -67,6 +70,7 @@ class TargetProfile:
         """The int8 speed thresholds of this device (what the quantizer reads; see the fields)."""
         return {"int8_depthwise": self.int8_depthwise, "int8_depthwise_min_plane": self.int8_depthwise_min_plane,
                 "int8_min_reduction": self.int8_min_reduction,
+                "int8_min_window_reduction": self.int8_min_window_reduction,
                 "weight_only_min_elements": self.weight_only_min_elements}
 
     def as_metadata(self) -> dict:
@@ -76,6 +80,12 @@ class TargetProfile:
             list(self.providers), list(self.cpu_features), list(self.kernel_isas))
         return out
 
+
+# The int8 speed rules of x86-64 without VNNI (AVX2's exact int16 products, D80), measured on a Zen 3
+# host, int8 / float of single layers at 1 thread: pointwise over 16 -> 96 channels at 112 x 112
+# 1.54x, 24 -> 144 1.31x, 32 -> 16 1.12x, 32 -> 192 1.09x, 48 -> 192 0.97x, 144 -> 24 0.92x,
+# 320 -> 1280 0.80x; a 3 x 3 conv over 3 channels (stem) 1.57x, over 16 channels 0.97x.
+AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32}
 
 _PROFILES = {
     p.name: p
@@ -113,8 +123,11 @@ _PROFILES = {
         # x86-64 PCs and servers by microarchitecture level (the psABI's names): v3 has AVX2 + FMA (panels
         # of 16 floats), v4 AVX-512 (panels of 32).  The runtime still picks its kernels from the CPU it
         # runs on; weights packed for another panel width are ignored there and packed on the first run.
+        # v3 has no int8 dot product (VNNI): its int8 kernel multiplies int16 (D80), no faster than float FMAs,
+        # so int8 pays only where the products are many per output (AVX2_INT8_RULES).
         TargetProfile("x86-64-v3", "x86-64 with AVX2 and FMA (Haswell / Zen and later)", ("cpu",), ("avx2", "fma"),
-                      "linux", arch="x86_64", simd_bits=256, kernel_isas=("avx2",), weight_pack=16),
+                      "linux", arch="x86_64", simd_bits=256, kernel_isas=("avx2",), weight_pack=16,
+                      **AVX2_INT8_RULES),
         TargetProfile("x86-64-v4", "x86-64 with AVX-512 (Skylake-SP / Zen 4 and later)", ("cpu",),
                       ("avx2", "fma", "avx512f"), "linux", arch="x86_64", simd_bits=512,
                       kernel_isas=("avx512", "avx2"), weight_pack=32),
@@ -172,8 +185,14 @@ def host_profile() -> TargetProfile:
         panels, features = native.packed_panel_width(), tuple(k for k, v in native.features.items() if v)
     except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for
         panels, features = 0, ()
+    try:  # the int8 kernel this machine runs decides its int8 speed rules
+        from minirt import native
+
+        rules = AVX2_INT8_RULES if native.available and native.qgemm_isa == "avx2" else {}
+    except Exception:  # noqa: BLE001 - no native kernels: the generic rules
+        rules = {}
     return dataclasses.replace(_PROFILES["generic"], name="host", description=f"this machine ({machine})",
-                               cpu_features=features, arch=arch, weight_pack=panels)
+                               cpu_features=features, arch=arch, weight_pack=panels, **rules)
 
 
 def get_target(name: str) -> TargetProfile:

@@ -253,10 +253,12 @@ static void q_post_row(const q_args *g, float *c, long n) {
 }
 
 /* The activation q_store_row applies on the values it stores (saving a pass over the rows): Relu
- * and HardSwish on AVX-512, written as act_row_avx2 computes them (so the results are the same
- * whichever applies it); 0 when the caller runs q_act_row. */
+ * and HardSwish on AVX-512 VNNI, Relu and Clip on AVX2 (q_store_tile_avx2: its store has no FMA,
+ * which HardSwish's rounding needs), written as act_row_avx2 computes them (so the results are
+ * the same whichever applies it); 0 when the caller runs q_act_row. */
 static int q_act_in_store(int act) {
-    return q_use_vnni && (act == MRT_ACT_RELU || act == MRT_ACT_HARDSWISH) ? act : 0;
+    if (q_use_vnni) return act == MRT_ACT_RELU || act == MRT_ACT_HARDSWISH ? act : 0;
+    return q_use_avx2 && (act == MRT_ACT_RELU || act == MRT_ACT_CLIP) ? act : 0;
 }
 
 /* g->store_act and g->store_post for activation act and g's post_a / post_b: the post affine
@@ -264,7 +266,7 @@ static int q_act_in_store(int act) {
  * store), which saves its pass over the rows (+30% on a 24 -> 96 1x1 conv at 80 x 80). */
 static void q_set_store_epilogue(q_args *g, int act, int u8_out) {
     g->store_act = q_act_in_store(act);
-    g->store_post = q_use_vnni && (act == 0 || g->store_act) && (g->post_a != 1.0f || g->post_b != 0.0f);
+    g->store_post = (q_use_vnni || q_use_avx2) && (act == 0 || g->store_act) && (g->post_a != 1.0f || g->post_b != 0.0f);
     /* the whole epilogue in the store: the u8 output is requantized from registers (q_store_tile_avx512) */
     g->store_q = u8_out && q_use_vnni && (act == 0 || g->store_act);
 }
@@ -350,10 +352,15 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
 #ifdef MRT_HAVE_VNNI_BUILD
 /* q_store_row's arithmetic 8 columns at a time on AVX2 (the tail a column at a time): rows i < mr
  * of acc (row stride Q_NR), columns j0 .. j0 + n - 1, into output rows m + i from column n_out on
- * (c + i * ldc).  Compiled without FMA, so nothing is contracted: (s * x + b) + r rounds as the
- * plain C loop does, and the activation / post passes run after it as they do there. */
+ * (c + i * ldc), then g->store_act (Relu, Clip: act_row's max / min, NaN kept), then with
+ * g->store_post pa * x + pb.  Compiled without FMA, so nothing is contracted: every value rounds
+ * as in the plain C loops (q_store_row, act_row, q_post_row). */
 __attribute__((target("avx2"))) static void q_store_tile_avx2(const q_args *g, const int32_t *acc, int mr, int j0,
                                                               int n, int m, long n_out, float *c, long ldc) {
+    const int act = g->store_act, post = g->store_post;
+    const float lo = act == MRT_ACT_CLIP ? g->a0 : 0.0f, hi = g->a1, pa = g->post_a, pb = g->post_b;
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), vpa = _mm256_set1_ps(pa),
+                 vpb = _mm256_set1_ps(pb);
     for (int i = 0; i < mr; ++i) {
         const int row = m + i;
         const float s = g->scale[row], b = g->bias ? g->bias[row] : 0.0f;
@@ -368,12 +375,19 @@ __attribute__((target("avx2"))) static void q_store_tile_avx2(const q_args *g, c
             __m256 x = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(a + j)), vcorr));
             x = _mm256_add_ps(_mm256_mul_ps(vs, x), vb);
             if (r) x = _mm256_add_ps(x, _mm256_loadu_ps(r + j));
+            if (act) x = _mm256_max_ps(vlo, x); /* x < lo ? lo : x (a NaN x is kept) */
+            if (act == MRT_ACT_CLIP) x = _mm256_min_ps(vhi, x);
+            if (post) x = _mm256_add_ps(_mm256_mul_ps(vpa, x), vpb);
             _mm256_storeu_ps(o + j, x);
         }
-        if (r)
-            for (; j < n; ++j) o[j] = s * (float)(a[j] - corr) + b + r[j];
-        else
-            for (; j < n; ++j) o[j] = s * (float)(a[j] - corr) + b;
+        for (; j < n; ++j) {
+            float x = s * (float)(a[j] - corr) + b;
+            if (r) x = x + r[j];
+            if (act) x = x < lo ? lo : x;
+            if (act == MRT_ACT_CLIP) x = x > hi ? hi : x;
+            if (post) x = pa * x + pb;
+            o[j] = x;
+        }
     }
 }
 #endif
@@ -626,7 +640,8 @@ __attribute__((target("avx2"), always_inline)) static inline void q_avx2_widen(c
     }
 }
 
-/* One pass of q_avx2_tile: the quads bq[0..nq) (128 bytes each, column group g at byte 32 g) times
+/* One pass of q_avx2_tile: the quads bq[0..nq) (or, bq NULL, at b0 + j step; 128 bytes each,
+ * column group g at byte 32 g) times
  * the rows' widened quads wq[r][0..nq), r < rows (a constant), added to the pair sums sums[r][2 g],
  * sums[r][2 g + 1] (g < 4), or from zero for the first pass; the last pass writes the column sums to
  * out[r] (r < nout) instead, so a K of one pass never keeps its sums in memory.  The loops over r
@@ -634,7 +649,8 @@ __attribute__((target("avx2"), always_inline)) static inline void q_avx2_widen(c
  * vector: 15 of the 16).  vphaddd gives per 128-bit lane (c0, c1, c4, c5 | c2, c3, c6, c7) of a
  * group; the 64-bit lanes are put back in order. */
 __attribute__((target("avx2"), always_inline)) static inline void q_avx2_pass(__m256i sums[][8],
-                                                                               const uint8_t *const *bq, int nq,
+                                                                               const uint8_t *const *bq,
+                                                                               const uint8_t *b0, long step, int nq,
                                                                                int64_t wq[][Q_AVX2_CHUNK],
                                                                                const int rows, int first,
                                                                                int32_t (*out)[Q_NR], int nout) {
@@ -646,7 +662,7 @@ __attribute__((target("avx2"), always_inline)) static inline void q_avx2_pass(__
             hi[r] = first ? _mm256_setzero_si256() : sums[r][2 * g + 1];
         }
         for (int j = 0; j < nq; ++j) {
-            const uint8_t *b = bq[j] + 32 * g;
+            const uint8_t *b = (bq ? bq[j] : b0 + j * step) + 32 * g;
             const __m256i bl = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)b));
             const __m256i bh = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + 16)));
 #pragma GCC unroll 6
@@ -689,11 +705,16 @@ q_avx2_tile(const int8_t *w, long ldw, const uint8_t *base, const long *tap_off,
         const int nq = kq - q0 < Q_AVX2_CHUNK ? (int)(kq - q0) : Q_AVX2_CHUNK;
         for (int r = 0; r < rows; ++r) rq[r] = w + (r < nout ? r : 0) * ldw + 4 * q0;
         q_avx2_widen(rq, rows, nq, wq);
+        if (ntaps == 1) { /* one run (a GEMM's panel): no table of quads */
+            q_avx2_pass(sums, NULL, base + tap_off[0] + q0 * cq_stride, cq_stride, nq, wq, rows, q0 == 0,
+                        q0 + nq >= kq ? out : NULL, nout);
+            continue;
+        }
         for (int j = 0; j < nq; ++j) {
             bq[j] = base + tap_off[t] + cq * cq_stride;
             if (++cq == cq4) cq = 0, ++t;
         }
-        q_avx2_pass(sums, bq, nq, wq, rows, q0 == 0, q0 + nq >= kq ? out : NULL, nout);
+        q_avx2_pass(sums, bq, NULL, 0, nq, wq, rows, q0 == 0, q0 + nq >= kq ? out : NULL, nout);
     }
 }
 
@@ -2055,6 +2076,7 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     ia.g.sums = a->sums; ia.g.scale = a->scale; ia.g.bias = a->bias; ia.g.x_zero = a->x_zero;
     ia.g.res = res; ia.g.ldr = (long)a->oh * a->ow;
     ia.g.post_a = a->post_a; ia.g.post_b = a->post_b;
+    ia.g.a0 = a->a0; ia.g.a1 = a->a1; /* (a Clip in the store) */
     ia.g.yscale = a->y_scale; ia.g.yzp = a->y_zero; /* (the store's requantization) */
     q_set_store_epilogue(&ia.g, a->act, yq != NULL);
     ia.y = y; ia.yq = yq;
@@ -2180,7 +2202,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
      * whole vectors; smaller planes keep the scratch and the copies). */
     const int post = a->post_a != 1.0f || a->post_b != 0.0f;
     const int store_to_y = p >= 16 && !a->pkh && !a->yq && !a->res && (a->act == 0 || q_act_in_store(a->act)) &&
-                           (!post || q_use_vnni);
+                           (!post || q_use_vnni || q_use_avx2);
     for (int g = 0; g < a->group; ++g) {
         const long r0 = (long)g * mg;
         float *c = store_to_y ? a->y + i0 * mp + r0 * p : q_out ? NULL : tmp;
