@@ -53,6 +53,9 @@ class TargetProfile:
     # Convs with a window (k x k > 1) whose reduction (input channels / group x kh x kw) is below this
     # stay float (0: none): a 3-channel stem (reduction 27) is 1.57x float in int8 on AVX2 without VNNI.
     int8_min_window_reduction: int = 0
+    # Grouped convs (not depthwise) with fewer output channels per group than this stay float (0: none):
+    # each group is a GEMM of a few rows (RegNet's groups of 8-16 channels 2.1-2.9x float on AVX2).
+    int8_min_group_outputs: int = 0
     # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
     # the dequantize node costs more than the few bytes it saves.
     weight_only_min_elements: int = 1024
@@ -71,6 +74,7 @@ class TargetProfile:
         return {"int8_depthwise": self.int8_depthwise, "int8_depthwise_min_plane": self.int8_depthwise_min_plane,
                 "int8_min_reduction": self.int8_min_reduction,
                 "int8_min_window_reduction": self.int8_min_window_reduction,
+                "int8_min_group_outputs": self.int8_min_group_outputs,
                 "weight_only_min_elements": self.weight_only_min_elements}
 
     def as_metadata(self) -> dict:
@@ -84,8 +88,9 @@ class TargetProfile:
 # The int8 speed rules of x86-64 without VNNI (AVX2's exact int16 products, D80), measured on a Zen 3
 # host, int8 / float of single layers at 1 thread: pointwise over 16 -> 96 channels at 112 x 112
 # 1.54x, 24 -> 144 1.31x, 32 -> 16 1.12x, 32 -> 192 1.09x, 48 -> 192 0.97x, 144 -> 24 0.92x,
-# 320 -> 1280 0.80x; a 3 x 3 conv over 3 channels (stem) 1.57x, over 16 channels 0.97x.
-AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32}
+# 320 -> 1280 0.80x; a 3 x 3 conv over 3 channels (stem) 1.57x, over 16 channels 0.97x; grouped 3 x 3
+# convs of 8 channels per group (RegNet) 2.6-2.9x, of 16 per group 2.2x.
+AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32, "int8_min_group_outputs": 32}
 
 _PROFILES = {
     p.name: p

@@ -66,7 +66,7 @@ class QuantizeOptions:
     # on large planes in static int8; pointwise convs over few channels; the weights-only threshold of
     # the layers they keep float) describe the device: fields of the target profile
     # (targets/profiles.py: int8_depthwise, int8_depthwise_min_plane, int8_min_reduction, int8_min_window_reduction,
-    # weight_only_min_elements), passed to quantize() as ``target``.
+    # int8_min_group_outputs, weight_only_min_elements), passed to quantize() as ``target``.
     # Depthwise convs quantized in static int8 take their input scales per channel (one scale for the
     # tensor instead: PP-OCR det's max abs error vs float 0.70 -> 0.99).
     depthwise_per_channel_inputs: bool = True
@@ -473,6 +473,9 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data, opts: Quant
         elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < profile.int8_min_reduction:
             float_for_speed(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 on "
                                f"{profile.name} (int8_min_reduction of the target profile)")
+        elif c.kind == "conv" and 0 < c.group_outputs < profile.int8_min_group_outputs:
+            float_for_speed(c, f"grouped conv of {c.group_outputs} output channels per group: float is faster than "
+                               f"int8 on {profile.name} (int8_min_group_outputs of the target profile)")
         elif c.kind == "conv" and c.window > 1 and 0 < c.reduction < profile.int8_min_window_reduction:
             float_for_speed(c, f"conv summing {c.reduction} products per output: float is faster than int8 on "
                                f"{profile.name} (int8_min_window_reduction of the target profile)")

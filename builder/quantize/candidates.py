@@ -152,7 +152,9 @@ def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Can
         found.append(Candidate(node.name, node.op_type, kind, x.name, w.name, weight_elements=int(warr.size),
                                depthwise=depthwise, reduction=reduction,
                                window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1,
-                               plane=_plane(x) if kind == "conv" else 0))
+                               plane=_plane(x) if kind == "conv" else 0,
+                               group_outputs=warr.shape[0] // group if kind == "conv" and group > 1 and not depthwise
+                               else 0))
         ids[id(node)] = None
     final = _final_nodes(graph, set(ids))
     for c in found:

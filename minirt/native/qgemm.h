@@ -733,6 +733,36 @@ __attribute__((target("avx2"))) static void q_avx2_tile_any(const int8_t *w, lon
     else
         q_avx2_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 2);
 }
+
+/* q_gemv_vnni on AVX2 (N == 1): out[m - m0] = sum_k W[m, k] x[k] for rows m0 .. m1, exact: x
+ * widened to int16 once (xw, K values), then per 4 rows 16 k per step, weights widened and
+ * vpmaddwd-ed against x into int32 lanes, summed across lanes at the end; the K % 16 tail a
+ * product at a time (nothing is read past K in x or in a weight row). */
+__attribute__((target("avx2"))) static void q_gemv_avx2(const q_args *g, int m0, int m1, const int16_t *xw,
+                                                        int32_t *out) {
+    const long k4 = g->k4, K = g->K, K16 = K / 16 * 16;
+    for (int m = m0; m < m1; m += 4) {
+        const int rows = m1 - m < 4 ? m1 - m : 4;
+        const int8_t *w[4];
+        for (int r = 0; r < 4; ++r) w[r] = g->W + (long)(m + (r < rows ? r : 0)) * k4;
+        __m256i c[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                        _mm256_setzero_si256()};
+        for (long k = 0; k < K16; k += 16) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xw + k));
+            for (int r = 0; r < 4; ++r)
+                c[r] = _mm256_add_epi32(
+                    c[r], _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[r] + k))), xv));
+        }
+        for (int r = 0; r < rows; ++r) {
+            __m128i v = _mm_add_epi32(_mm256_castsi256_si128(c[r]), _mm256_extracti128_si256(c[r], 1));
+            v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4E));
+            v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1));
+            int32_t sum = _mm_cvtsi128_si32(v);
+            for (long k = K16; k < K; ++k) sum += (int32_t)w[r][k] * xw[k];
+            out[m - m0 + r] = sum;
+        }
+    }
+}
 #endif
 
 #ifdef MRT_HAVE_NEON_BUILD
@@ -842,17 +872,32 @@ static void q_task_store(const q_args *g, int32_t acc[Q_MR][Q_NR], int mr, int n
         q_store_tile(g, &acc[0][0], mr, 0, nr, m, n, c, ldc, NULL, 0);
 }
 
+#ifdef MRT_HAVE_VNNI_BUILD
+/* Whether a GEMM takes the matrix-vector route (q_gemv_vnni / q_gemv_avx2): one column of X stored
+ * contiguously, a float output in place. */
+static int q_gemv_route(int N, long ldx, int x_layout, const uint8_t *Cq, long img_cols) {
+    return N == 1 && ldx == 1 && x_layout != Q_X_PANELS && !Cq && !img_cols && (q_use_vnni ? q_bw() : q_use_avx2);
+}
+#endif
+
 static void q_task(void *ctx, long begin, long end) {
     const q_args *g = (const q_args *)ctx;
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (g->N == 1 && q_use_vnni && g->ldx == 1 && g->x_layout != Q_X_PANELS && !g->Cq && !g->img_cols &&
-        q_bw()) { /* GEMV: items are blocks of mc rows */
+    if (q_gemv_route(g->N, g->ldx, g->x_layout, g->Cq, g->img_cols)) { /* GEMV: items are blocks of mc rows */
         int32_t acc[64];
+        int16_t *xw = NULL; /* AVX2: x widened to int16 once */
+        if (!q_use_vnni) {
+            if (!(xw = (int16_t *)mrt_pack_buffer(sizeof(int16_t) * (size_t)(g->K > 0 ? g->K : 1)))) return;
+            for (long k = 0; k < g->K; ++k) xw[k] = g->X[k];
+        }
         for (long item = begin; item < end; ++item) {
             int m0 = (int)item * g->mc, m1 = g->M - m0 < g->mc ? g->M : m0 + g->mc;
             for (int b0 = m0; b0 < m1; b0 += 64) {
                 int b1 = m1 - b0 < 64 ? m1 : b0 + 64;
-                q_gemv_vnni(g, b0, b1, acc);
+                if (xw)
+                    q_gemv_avx2(g, b0, b1, xw, acc);
+                else
+                    q_gemv_vnni(g, b0, b1, acc);
                 for (int m = b0; m < b1; ++m) q_store_row(g, acc + (m - b0), g->C + (long)m * g->ldc, 1, m, 0);
             }
             if (g->act && !g->store_act) {
@@ -979,8 +1024,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     }
     g.nr = q_panel_width(N);
 #ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_vnni && N == 1 && ldx == 1 && x_layout != Q_X_PANELS && !Cq && !img_cols &&
-        q_bw()) { /* GEMV (q_task): no packing, split over rows */
+    if (q_gemv_route(N, ldx, x_layout, Cq, img_cols)) { /* GEMV (q_task): no packing, split over rows */
         g.store_act = g.store_post = 0; /* one value per row: the plain store, then the act / post passes */
         mc = M;
         if (nthreads > 1 && M >= 128) mc = ((M + nthreads - 1) / nthreads + 15) / 16 * 16;
@@ -1131,6 +1175,39 @@ __attribute__((target("avx512f"))) static void q_quant_add_up_avx512(const q_qua
 /* Planes [begin, end): on VNNI with f dividing 16 from registers (q_quant_add_up_avx512);
  * otherwise the sum of each plane (or the upsampled xu plane alone) into per-thread scratch (in
  * cache), then quantized in one q_quant_task pass. */
+/* sum[j] = (x[j] * xm, or x[j], when x) + xu[j] * um, j < n: q_quant_add_up_task's row loops for
+ * f == 1 in the same order (products stored before the add: never contracted into an FMA), with
+ * AVX2 vectors when the CPU has them. */
+static inline void q_add_scaled_plane_body(float *restrict sum, const float *restrict xu, float um,
+                                           const float *restrict x, float xm, int with_xm, long n) {
+    for (long j = 0; j < n; ++j) sum[j] = xu[j] * um;
+    if (x && with_xm) {
+        for (long j = 0; j < n; ++j) {
+            const float t = x[j] * xm;
+            sum[j] = t + sum[j];
+        }
+    } else if (x) {
+        for (long j = 0; j < n; ++j) sum[j] = x[j] + sum[j];
+    }
+}
+#ifdef MRT_HAVE_VNNI_BUILD
+__attribute__((target("avx2"))) static void q_add_scaled_plane_avx2(float *restrict sum, const float *restrict xu,
+                                                                    float um, const float *restrict x, float xm,
+                                                                    int with_xm, long n) {
+    q_add_scaled_plane_body(sum, xu, um, x, xm, with_xm, n);
+}
+#endif
+static void q_add_scaled_plane(float *restrict sum, const float *restrict xu, float um, const float *restrict x,
+                               float xm, int with_xm, long n) {
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_avx2) {
+        q_add_scaled_plane_avx2(sum, xu, um, x, xm, with_xm, n);
+        return;
+    }
+#endif
+    q_add_scaled_plane_body(sum, xu, um, x, xm, with_xm, n);
+}
+
 static void q_quant_add_up_task(void *ctx, long begin, long end) {
     q_quant_add_up_args *a = (q_quant_add_up_args *)ctx;
     const long plane = (long)a->h * a->w, wu = a->w / a->f, plane_u = (long)(a->h / a->f) * wu;
@@ -1147,6 +1224,13 @@ static void q_quant_add_up_task(void *ctx, long begin, long end) {
     }
     for (long p = begin; p < end; ++p) {
         const float *x = a->x ? a->x + p * plane : NULL, *xu = a->xu + p * plane_u;
+        if (a->f == 1) { /* (a per-channel scale alone, SE's x * s: no upsampling, no index division) */
+            q_add_scaled_plane(sum, xu, a->um ? a->um[p] : 1.0f, x, a->xm ? a->xm[p] : 1.0f, a->xm != NULL, plane);
+            q_quant_args qa = {sum, a->q + p * plane, a->scale, (float)(0 - a->zp), (float)(255 - a->zp),
+                               (float)a->zp};
+            q_quant_task(&qa, 0, plane);
+            continue;
+        }
         for (int i = 0; i < a->h; ++i) {
             const float *restrict ur = xu + (long)(i / a->f) * wu;
             float *restrict sr = sum + (long)i * a->w;
