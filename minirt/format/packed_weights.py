@@ -58,6 +58,8 @@ _CONV_CV_SMALL_PLANE = 1024
 _CONV_CV_STRIDED_K = 144
 _CONV_CV_TINY_PLANE = 256
 _CONV_CV_MAX_ROW = 256
+_CONV_CV_NARROW_1X1_M = 64  # (MRT_CONV_CV_NARROW_1X1_M / _K: AVX2's 1x1 projections)
+_CONV_CV_NARROW_1X1_K = 128
 
 
 class PackedWeight(NamedTuple):
@@ -89,6 +91,9 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
         return False
     if oh == 1 and ow > _CONV_CV_MAX_ROW:
         return False
+    if (kh * kw == 1 and sh == 1 and sw == 1 and nr == 16 and (m // group) % 16 == 0
+            and m // group <= _CONV_CV_NARROW_1X1_M and c // group >= _CONV_CV_NARROW_1X1_K):
+        return True
     if (m // group) % 32 != 0:
         return kh * kw > 1 and oh * ow <= _CONV_CV_TINY_PLANE
     k = c // group * kh * kw

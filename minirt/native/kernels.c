@@ -1422,10 +1422,19 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
  * 48 for the GEMM, 1599 -> 799: 26.6 against 23.6; 399 -> 199 (kernel 2) 4.9 against 5.2. */
 #define MRT_CONV_CV_MAX_ROW 256
 
+/* ... and on AVX2 (panels of 16) a 1x1 conv of few output channels, whole panels, over many input
+ * channels (a projection / squeeze layer): the GEMM packs its whole input to feed few row tiles.
+ * Measured per layer (cold caches, 1 thread): 128 -> 16 @55x55 0.83x, 192 -> 32 @28x28 0.94x,
+ * 384 -> 64 @13x13 0.92x, 512 -> 64 0.98x; below K = 128 slower (96 -> 24 @56x56 1.17x, 32 -> 16
+ * @112x112 1.13x); a half-empty panel with a residual slower too (MobileNetV2's 144 -> 24 @56x56 + x:
+ * 0.32 -> 0.49 ms).  In SqueezeNet the squeeze layers took 10-25 % less. */
+#define MRT_CONV_CV_NARROW_1X1_M 64
+#define MRT_CONV_CV_NARROW_1X1_K 128
+
 /* Does the channel-vector kernel run this geometry (when it gets packed weights)?  With whole panels
  * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  With panels
- * of 16 (AVX2) a 1x1 kernel never does: the GEMM (its row tiles sweeping a packed block of B) was
- * 4-15 % faster at every depth measured (K = 384-1152 over 7 x 7 - 14 x 14 pixels, 320 -> 1280 @7x7
+ * of 16 (AVX2) a 1x1 kernel does only as just above: the GEMM (its row tiles sweeping a packed
+ * block of B) was 4-15 % faster at every depth measured (K = 384-1152 over 7 x 7 - 14 x 14 pixels, 320 -> 1280 @7x7
  * 1.01 -> 0.86 ms, 512 -> 1000 @13x13 3.30 -> 3.10).  It depends on the geometry and the panel width
  * only (not on the batch, the threads or the dilations), so callers can pack once per layer;
  * minirt/format/packed_weights.py has a copy of these rules (conv_uses_packed_w). */
@@ -1434,6 +1443,9 @@ int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
               ow = g->ow;
     if (group < 1 || c % group || m % group) return 0;
     if (oh == 1 && ow > MRT_CONV_CV_MAX_ROW) return 0;
+    if (kh * kw == 1 && sh == 1 && sw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16 &&
+        (m / group) % 16 == 0 && m / group <= MRT_CONV_CV_NARROW_1X1_M && (long)c / group >= MRT_CONV_CV_NARROW_1X1_K)
+        return 1;
     if ((m / group) % 32 != 0) return kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_TINY_PLANE;
     const long k = (long)c / group * kh * kw;
     if (kh * kw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16) return 0;

@@ -100,15 +100,24 @@ def force_packing(monkeypatch):
     monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out: native.conv_pack_w(w, group))
 
 
+def _avx2_projection(c, m, group, k, s) -> bool:
+    """With panels of 16 (AVX2), the 1x1 convs that take the channel-vector kernel: stride 1, whole
+    panels of at most 64 output channels over at least 128 input channels (kernels.c,
+    MRT_CONV_CV_NARROW_1X1_*)."""
+    mg = m // group
+    return (native.packed_panel_width() == 16 and k == (1, 1) and s == (1, 1) and mg % 16 == 0 and mg <= 64
+            and c // group >= 128)
+
+
 def test_picked_geometries_take_the_channel_vector_kernel():
     for name, geom in PICKED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        # (with panels of 16, AVX2, a 1x1 kernel stays on the GEMM: kernels.c, mrt_conv2d_uses_packed_w)
-        want = k != (1, 1) or native.packed_panel_width() != 16
+        # (with panels of 16, AVX2, other 1x1 kernels stay on the GEMM: kernels.c, mrt_conv2d_uses_packed_w)
+        want = k != (1, 1) or native.packed_panel_width() != 16 or _avx2_projection(c, m, group, k, s)
         assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == want, name
     for name, geom in FORCED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert not _uses_packed_w(c, m, group, k, s, _output_size(geom)), name
+        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == _avx2_projection(c, m, group, k, s), name
     # one output row longer than MRT_CONV_CV_MAX_ROW (a 1-D conv): the GEMM, whatever the depth
     assert not _uses_packed_w(512, 512, 1, (1, 3), (1, 2), (1, 1599))
     assert _uses_packed_w(512, 512, 1, (1, 2), (1, 2), (1, 199))
