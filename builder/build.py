@@ -328,6 +328,30 @@ def _split_disabled(disabled: Sequence[str]) -> tuple[list[str], list[str]]:
     return [n for n in disabled if n in optimizer], [n for n in disabled if n in quantizer]
 
 
+def _quantized_anything(report) -> bool:
+    """Whether a quantization report changed any layer (int8 compute, int8 or fp16 storage)."""
+    return bool(report.quantized or report.weight_only or (report.fp16 or {}).get("initializers"))
+
+
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
+
+
+def _nothing_quantized_reason(model_ir, report, mode: str) -> str:
+    """Why a quantization changed nothing, in one line: every candidate kept float (and the first
+    reasons), or none found (weights inside control-flow bodies, or no layer the mode covers)."""
+    if report.kept_float:
+        shown = "; ".join(f"{k['node']}: {k['reason']}" for k in report.kept_float[:3])
+        more = f" (and {len(report.kept_float) - 3} more)" if len(report.kept_float) > 3 else ""
+        return f"nothing was quantized: all {len(report.kept_float)} candidate layer(s) kept float ({shown}{more})"
+    bodies = sorted({n.op_type for n in model_ir.graph if n.op_type in _SUBGRAPH_OPS})
+    if bodies:
+        return (f"nothing was quantized: the main graph has no layer {mode} covers, and the quantizer does not "
+                f"enter {'/'.join(bodies)} bodies, where this model's layers are")
+    what = "large float32 initializers (>= 1024 elements)" if mode == "fp16" else \
+        "Conv, ConvTranspose, MatMul, Gemm or recurrent layers with constant weights"
+    return f"nothing was quantized: the model has no {what}"
+
+
 def _auto_quantize(profile, calibration: Any, say: Callable[[str], None]) -> str | None:
     """``--quantize auto``: the target profile's default quantization (None: float32); its "int8"
     becomes "int8-dynamic" when there is no calibration data to fix the activation ranges."""
@@ -356,6 +380,7 @@ def build(
     accuracy_budget: str | None = None,
     eval_data: Any = None,
     quantize_final: bool = False,
+    allow_float_fallback: bool = False,
     progress: Callable[[str], None] | None = None,
     sign_key: str | os.PathLike | bytes | None = None,
     providers: Sequence[str] | str | None = None,
@@ -370,6 +395,10 @@ def build(
 
     ``input_values``: inputs fixed to a value (``{"sr": 16000}`` or ``["sr=16000"]``): the graph is
     specialised for it (folded branches and shapes) and the runtime refuses other values.
+
+    ``allow_float_fallback``: with an explicit ``quantize`` mode, a model in which nothing would be
+    quantized (no layer the mode covers, or all of them kept float) is built float with a warning
+    instead of failing; ``quantize="auto"`` always falls back so.
 
     ``weight_pack``: store the native kernels' packed weights for panels of this many output
     channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: none), so that a runtime with
@@ -402,7 +431,8 @@ def build(
     for what, data in (("--calibration", calibration), ("--eval", eval_data)):
         if isinstance(data, (str, os.PathLike)) and not os.path.exists(data):
             raise BuildError(f"{what} {os.fspath(data)}: no such file or folder")
-    if quantize == "auto":
+    auto_quantize = quantize == "auto"
+    if auto_quantize:
         quantize = _auto_quantize(profile, calibration, say)
     shapes = parse_input_shapes(input_shapes)
     values = parse_input_values(input_values)
@@ -460,6 +490,13 @@ def build(
             target=profile,  # its int8 speed rules (which layers stay float because float is faster there)
         )
         timings["quantize"] = time.perf_counter() - t0
+        if not _quantized_anything(qreport):
+            why = _nothing_quantized_reason(model_ir, qreport, quantize)
+            if not (allow_float_fallback or auto_quantize):
+                raise BuildError(f"--quantize {quantize}: {why}; the artifact would be the float model. Pass "
+                                 f"--allow-float-fallback to build it float anyway")
+            qreport.warnings.append(f"{why}: the artifact is the float model")
+            say(f"warning: --quantize {quantize}: {why}: the artifact is the float model")
 
     t0 = time.perf_counter()
     check_support(model_ir)

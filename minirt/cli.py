@@ -229,6 +229,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         accuracy_budget=args.accuracy_budget,
         eval_data=args.eval,
         quantize_final=args.quantize_final,
+        allow_float_fallback=args.allow_float_fallback,
         progress=progress,
         **sign,
     )
@@ -749,6 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "cosine>=0.99, max-abs<=X, mean-abs<=X")
     p.add_argument("--eval", metavar="PATH", default=None, help="held-out inputs for the accuracy report")
     p.add_argument("--quantize-final", action="store_true", help="also quantize the layers that feed outputs")
+    p.add_argument("--allow-float-fallback", action="store_true",
+                   help="with --quantize, build the float model (with a warning) when nothing would be quantized, "
+                        "instead of failing")
     p.add_argument("--sign", default=None, metavar="KEYFILE",
                    help="sign the artifact with this Ed25519 private key (from 'minirt keygen')")
     p.add_argument("--json", action="store_true", help="print the build report as JSON")

@@ -280,3 +280,77 @@ def test_failed_rebuild_keeps_the_previous_artifact(dirs):
     assert _listing(out) == before
     with open(target, "rb") as f:
         assert f.read() == good
+
+
+# --------------------------------------------------------------------------- quantization that would change nothing
+
+
+def _relu_model():
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _matmul_in_if_model():
+    """y = If(c, x @ W1, x @ W2): every weight sits inside a branch."""
+    rng = np.random.default_rng(0)
+
+    def branch(name, seed):
+        w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32) + seed, f"w_{name}")
+        return helper.make_graph([helper.make_node("MatMul", ["x", f"w_{name}"], [f"y_{name}"])], name, [],
+                                 [helper.make_tensor_value_info(f"y_{name}", onnx.TensorProto.FLOAT, [1, 64])], [w])
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("then", 0), else_branch=branch("else", 1))], "g",
+        [helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _depthwise_model():
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 6, 6])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 6, 6])], [w])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("mode", ["int8-dynamic", "fp16"])
+def test_quantizing_nothing_fails_and_says_why(dirs, mode):
+    _, out = dirs
+    err = _fails("nothing was quantized", _relu_model(), out, quantize=mode)
+    assert f"--quantize {mode}" in str(err) and "--allow-float-fallback" in str(err)
+    assert ("initializers" if mode == "fp16" else "Conv, ConvTranspose, MatMul, Gemm") in str(err)
+
+
+def test_quantizing_nothing_names_control_flow_bodies(dirs):
+    _, out = dirs
+    err = _fails("nothing was quantized", _matmul_in_if_model(), out, quantize="int8-dynamic")
+    assert "does not enter If bodies" in str(err)
+
+
+def test_quantizing_nothing_lists_the_layers_kept_float(dirs):
+    _, out = dirs
+    rng = np.random.default_rng(1)
+    calib = [{"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32)} for _ in range(2)]
+    err = _fails("kept float", _depthwise_model(), out, quantize="int8", calibration=calib, quantize_final=True)
+    assert "all 1 candidate layer(s) kept float" in str(err) and "depthwise" in str(err)
+
+
+def test_float_fallback_when_asked_or_automatic(dirs):
+    _, out = dirs
+    path = os.path.join(out, "relu.mrt")
+    report = builder.build(_relu_model(), path, quantize="int8-dynamic", allow_float_fallback=True)
+    assert os.path.exists(path)
+    assert any("the artifact is the float model" in w for w in report.quantization["warnings"])
+    # --quantize auto (the target's default mode) never fails on a model it cannot quantize
+    report = builder.build(_relu_model(), path, quantize="auto", target="rpi4")
+    assert any("nothing was quantized" in w for w in report.quantization["warnings"])
