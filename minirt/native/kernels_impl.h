@@ -381,6 +381,22 @@ typedef int FN(pool_v8i) __attribute__((vector_size(32)));
         (m) = (__typeof__(m))(((VI)(v) & take_) | ((VI)(m) & ~take_));                                             \
     } while (0)
 #endif
+/* out[ox .. ox + 8] = max(line[2 o], line[2 o + 1], line[2 o + 2]) for o = ox .. ox + 7: the line's
+ * even and odd floats apart (two vector loads and shuffles), then the maximum of even[o], odd[o] and
+ * even[o + 1] on contiguous vectors.  Reads line[2 ox .. 2 ox + 23]. */
+static inline MRT_TARGET void FN(pool_s2_k3_8)(const float *line, int ox, float *out) {
+    const FN(pool_v8) lo = *(const FN(pool_v8u) *)(line + 2 * ox);
+    const FN(pool_v8) hi = *(const FN(pool_v8u) *)(line + 2 * ox + 8);
+    const FN(pool_v8) nx = *(const FN(pool_v8u) *)(line + 2 * ox + 16); /* (lane 0: even[ox + 8]) */
+    const FN(pool_v8) ev = POOL_SHUF8(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
+    const FN(pool_v8) od = POOL_SHUF8(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
+    const FN(pool_v8) e1 = POOL_SHUF8(ev, nx, 1, 2, 3, 4, 5, 6, 7, 8); /* even[ox + 1 ..] */
+    FN(pool_v8) m = ev;
+    POOL_VMAX(FN(pool_v8i), m, od);
+    POOL_VMAX(FN(pool_v8i), m, e1);
+    *(FN(pool_v8u) *)(out + ox) = m;
+}
+
 static MRT_TARGET void FN(maxpool_s2_task)(void *ctx, long begin, long end) {
     const FN(pool_args) *a = (const FN(pool_args) *)ctx;
     const int ow = a->ow, wd = a->wd, kw = a->kw, pl = a->pl;
@@ -425,38 +441,16 @@ static MRT_TARGET void FN(maxpool_s2_task)(void *ctx, long begin, long end) {
                 continue;
             }
             if (kw == 3 && ow >= 8) {
-                /* the line's even and odd floats apart (8 outputs per two vector loads and shuffles), then
-                 * out[ox] = max(even[ox], odd[ox], even[ox + 1]) on contiguous vectors; the last vector
-                 * overlaps the one before it (the same outputs written twice) instead of a scalar tail.
-                 * Its loads end at line[2 ow + 7] < span + 8. */
+                /* 8 outputs at a time (FN(pool_s2_k3_8)); the last 8 overlap the ones before them (the same
+                 * outputs written twice) instead of a scalar tail.  Its loads end at line[2 ow + 7] < span + 8. */
                 for (int ox = 0;; ox += 8) {
                     if (ox > ow - 8) ox = ow - 8;
-                    const FN(pool_v8) lo = *(const FN(pool_v8u) *)(line + 2 * ox);
-                    const FN(pool_v8) hi = *(const FN(pool_v8u) *)(line + 2 * ox + 8);
-                    const FN(pool_v8) nx = *(const FN(pool_v8u) *)(line + 2 * ox + 16); /* (lane 0: even[ox + 8]) */
-                    const FN(pool_v8) ev = POOL_SHUF8(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
-                    const FN(pool_v8) od = POOL_SHUF8(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
-                    const FN(pool_v8) e1 = POOL_SHUF8(ev, nx, 1, 2, 3, 4, 5, 6, 7, 8); /* even[ox + 1 ..] */
-                    FN(pool_v8) m = ev;
-                    POOL_VMAX(FN(pool_v8i), m, od);
-                    POOL_VMAX(FN(pool_v8i), m, e1);
-                    *(FN(pool_v8u) *)(out + ox) = m;
+                    FN(pool_s2_k3_8)(line, ox, out);
                     if (ox == ow - 8) break;
                 }
             } else if (kw == 3) {
                 int ox = 0;
-                for (; ox + 8 <= ow; ox += 8) {
-                    const FN(pool_v8) lo = *(const FN(pool_v8u) *)(line + 2 * ox);
-                    const FN(pool_v8) hi = *(const FN(pool_v8u) *)(line + 2 * ox + 8);
-                    const FN(pool_v8) nx = *(const FN(pool_v8u) *)(line + 2 * ox + 16); /* (lane 0: even[ox + 8]) */
-                    const FN(pool_v8) ev = POOL_SHUF8(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14);
-                    const FN(pool_v8) od = POOL_SHUF8(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15);
-                    const FN(pool_v8) e1 = POOL_SHUF8(ev, nx, 1, 2, 3, 4, 5, 6, 7, 8); /* even[ox + 1 ..] */
-                    FN(pool_v8) m = ev;
-                    POOL_VMAX(FN(pool_v8i), m, od);
-                    POOL_VMAX(FN(pool_v8i), m, e1);
-                    *(FN(pool_v8u) *)(out + ox) = m;
-                }
+                for (; ox + 8 <= ow; ox += 8) FN(pool_s2_k3_8)(line, ox, out);
                 for (; ox < ow; ++ox) {
                     float m = line[2 * ox], v = line[2 * ox + 1];
                     m = ((v > m) | (v != v)) ? v : m;
