@@ -96,7 +96,12 @@ def test_no_kernel_writes_into_its_inputs():
     from tests.conformance.backend import MinirtBackend
 
     checked, failures = 0, []
+    # (cases whose expected values are one random draw are left out: a chance match of the ordinary run
+    # then made the read-only run's mismatch look like a broken policy)
+    random_draws = {n for n, why in C.load_unsupported().items() if C.RANDOM_SAMPLING in why}
     for name, case in sorted(C.node_cases().items()):
+        if name in random_draws:
+            continue
         try:
             rep = MinirtBackend.prepare(case.model, "CPU")
         except Exception:  # noqa: BLE001 - cases minirt cannot build are the conformance suite's business
