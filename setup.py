@@ -11,9 +11,11 @@ machine without a working C compiler still installs minirt: setuptools warns
 ("building extension ... failed") and the runtime falls back to its numpy
 kernels (``minirt info`` says so).
 """
+import importlib.util
 import os
 
 from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 # MINIRT_WHEEL=runtime builds the device wheel: the runtime alone (no builder, no targets: a device
 # runs artifacts, it does not build them) and no C sources (the compiled module is inside).  The
@@ -36,5 +38,26 @@ def _packages() -> list[str]:
 # (and the demo's model and data: a device runs its own artifacts)
 _SOURCES = {"minirt.native": ["*.c", "*_impl.h", "q*.h"], "minirt.demo": ["*.onnx", "*.npz"]} if RUNTIME_ONLY else {}
 
-setup(packages=_packages(), exclude_package_data=_SOURCES,
+
+
+def _progress():
+    """minirt/native/build_progress.py, loaded by path (the package is not importable yet)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "minirt", "native", "build_progress.py")
+    spec = importlib.util.spec_from_file_location("minirt_build_progress", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildExtWithProgress(build_ext):
+    """build_ext that tells the user's terminal the compile is running (pip hides build output
+    without -v); cffi's own build_ext (cffi_modules) subclasses this one."""
+
+    def run(self):
+        progress = _progress()
+        with progress.reporting(progress.open_terminal() if self.extensions else None):
+            super().run()
+
+
+setup(packages=_packages(), exclude_package_data=_SOURCES, cmdclass={"build_ext": BuildExtWithProgress},
       cffi_modules=["minirt/native/build_native.py:ffibuilder"])
