@@ -17,9 +17,12 @@ Calibration and held-out feeds are the benchmark feed plus draws of the same dis
 normal images: these models have random weights, so output cosine against float is the accuracy
 measure, not a task metric).
 
-    python benchmarks/quant_real.py [--models a,b] [--calib 8] [--runs 20] [--out DIR]
+    python benchmarks/quant_real.py [--mode static|dynamic] [--models a,b] [--calib 8] [--runs 20] [--out DIR]
 
-Writes ``results_quant.md`` / ``.json`` (into ``benchmarks/`` unless ``--out``).  A benchmark, not
+``--mode dynamic`` compares minirt's ``--quantize int8-dynamic`` with onnxruntime's ``quantize_dynamic``
+(QInt8 weights) on the models people quantize that way (transformers, recurrent, magika).  Writes
+``results_quant.md`` / ``.json`` (dynamic: ``results_quant_dynamic.*``) into ``benchmarks/`` unless
+``--out``.  A benchmark, not
 a test: the numbers depend on the machine and its load.
 """
 from __future__ import annotations
@@ -45,6 +48,8 @@ import realworld  # noqa: E402
 
 DEFAULT_MODELS = ["mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "shufflenet_v2", "regnet_y_400mf",
                   "resnet18", "squeezenet", "ppocr_det", "ppocr_cls"]
+# --mode dynamic: the models people quantize dynamically (MatMul / recurrent weights)
+DYNAMIC_MODELS = ["bert_mini", "deit_tiny", "magika", "whisper_tiny_enc", "crnn", "kws_gru"]
 
 
 def draws(feed: dict, n: int, seed: int) -> list[dict]:
@@ -95,7 +100,13 @@ def ort_quantize(onnx_path: str, calib: list[dict], out: str) -> None:
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
-def one_model(name: str, ncalib: int, runs: int, work: Path) -> dict:
+def ort_quantize_dynamic(onnx_path: str, out: str) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(onnx_path, out, weight_type=QuantType.QInt8)
+
+
+def one_model(name: str, ncalib: int, runs: int, work: Path, mode: str = "static") -> dict:
     import onnxruntime as ort
 
     import minirt
@@ -113,12 +124,19 @@ def one_model(name: str, ncalib: int, runs: int, work: Path) -> dict:
     float_mrt, int8_mrt = work / f"{name}.mrt", work / f"{name}.int8.mrt"
     builder.build(onnx_path, str(float_mrt), input_shapes=shapes, input_values=values, target="host")
     t0 = time.perf_counter()
-    report = builder.build(onnx_path, str(int8_mrt), input_shapes=shapes, input_values=values, target="host",
-                           quantize="int8", calibration=str(cal_dir))
+    if mode == "static":
+        report = builder.build(onnx_path, str(int8_mrt), input_shapes=shapes, input_values=values, target="host",
+                               quantize="int8", calibration=str(cal_dir))
+    else:  # weights int8, activations quantized per run
+        report = builder.build(onnx_path, str(int8_mrt), input_shapes=shapes, input_values=values, target="host",
+                               quantize="int8-dynamic")
     build_s = time.perf_counter() - t0
     quant = getattr(report, "quantization", None)
     ort_int8 = str(work / f"{name}.ort_int8.onnx")
-    ort_quantize(onnx_path, calib, ort_int8)
+    if mode == "static":
+        ort_quantize(onnx_path, calib, ort_int8)
+    else:
+        ort_quantize_dynamic(onnx_path, ort_int8)
 
     so = minirt.SessionOptions()
     so.intra_op_num_threads = 1
@@ -184,7 +202,9 @@ def table(results: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    ap.add_argument("--mode", choices=["static", "dynamic"], default="static",
+                    help="static: int8 with calibration vs quantize_static; dynamic: int8-dynamic vs quantize_dynamic")
+    ap.add_argument("--models", default=None, help="comma-separated names (default: the mode's set)")
     ap.add_argument("--calib", type=int, default=8, help="calibration feeds (the benchmark feed + draws)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--out", default=str(HERE))
@@ -193,27 +213,32 @@ def main(argv=None) -> int:
 
     results = []
     with tempfile.TemporaryDirectory(prefix="minirt-quant-") as tmp:
-        for name in [m for m in args.models.split(",") if m]:
+        models = args.models or ",".join(DEFAULT_MODELS if args.mode == "static" else DYNAMIC_MODELS)
+        for name in [m for m in models.split(",") if m]:
             if name not in realworld.MODELS:
                 print(f"unknown model {name!r}; the set: {', '.join(realworld.MODELS)}", file=sys.stderr)
                 return 2
             print(f"{name} ...", flush=True)
             try:
-                results.append(one_model(name, args.calib, args.runs, Path(tmp)))
+                results.append(one_model(name, args.calib, args.runs, Path(tmp), args.mode))
             except Exception as exc:  # noqa: BLE001 - one model's failure is a row of the table
                 results.append({"model": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
             print(json.dumps(results[-1], default=str)[:300], flush=True)
     env = {"machine": platform.machine(), "cpus": os.cpu_count(), "native": native.describe(),
            "date": time.strftime("%Y-%m-%d %H:%M")}
     out = Path(args.out)
-    (out / "results_quant.json").write_text(json.dumps({"environment": env, "results": results}, indent=1,
-                                                       default=str))
-    md = (f"# int8: minirt vs onnxruntime's quantization, real-world set\n\nGenerated by "
-          f"`python benchmarks/quant_real.py` on {env['date']} ({env['native']}). Latency: 1 thread, the four "
-          f"sessions interleaved in one process, median of the calling thread's CPU time over {args.runs} runs. "
-          f"Same {args.calib} calibration feeds for both quantizers; accuracy on 4 held-out feeds against each "
-          f"runtime's own float model (random weights: output cosine, not a task metric).\n\n" + table(results) + "\n")
-    (out / "results_quant.md").write_text(md)
+    stem = "results_quant" if args.mode == "static" else "results_quant_dynamic"
+    (out / f"{stem}.json").write_text(json.dumps({"environment": env, "mode": args.mode, "results": results},
+                                                 indent=1, default=str))
+    how = (f"Same {args.calib} calibration feeds for both quantizers (minirt `--quantize int8`, onnxruntime "
+           f"`quantize_static` QDQ per-channel u8/s8)" if args.mode == "static" else
+           "No calibration: minirt `--quantize int8-dynamic`, onnxruntime `quantize_dynamic` (QInt8 weights)")
+    md = (f"# int8 ({args.mode}): minirt vs onnxruntime's quantization, real-world set\n\nGenerated by "
+          f"`python benchmarks/quant_real.py --mode {args.mode}` on {env['date']} ({env['native']}). Latency: "
+          f"1 thread, the four sessions interleaved in one process, median of the calling thread's CPU time over "
+          f"{args.runs} runs. {how}; accuracy on 4 held-out feeds against each runtime's own float model (random "
+          f"weights: output cosine, not a task metric).\n\n" + table(results) + "\n")
+    (out / f"{stem}.md").write_text(md)
     print(md)
     return 0
 
