@@ -39,7 +39,6 @@ def _packages() -> list[str]:
 _SOURCES = {"minirt.native": ["*.c", "*_impl.h", "q*.h"], "minirt.demo": ["*.onnx", "*.npz"]} if RUNTIME_ONLY else {}
 
 
-
 def _progress():
     """minirt/native/build_progress.py, loaded by path (the package is not importable yet)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "minirt", "native", "build_progress.py")

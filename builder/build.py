@@ -26,6 +26,7 @@ from onnx_ir.passes import common as ir_passes
 
 import minirt
 from minirt.builder.errors import BuildError, UnsupportedModel
+from minirt.builder.ir_helpers import has_subgraph
 from minirt.builder.load import SourceInfo, load_model
 from minirt.builder.lower import lower_model
 from minirt.builder.partition import apply_plan, format_partition_report, plan_partitions
@@ -333,9 +334,6 @@ def _quantized_anything(report) -> bool:
     return bool(report.quantized or report.weight_only or (report.fp16 or {}).get("initializers"))
 
 
-_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
-
-
 def _nothing_quantized_reason(model_ir, report, mode: str) -> str:
     """Why a quantization changed nothing, in one line: every candidate kept float (and the first
     reasons), or none found (weights inside control-flow bodies, or no layer the mode covers)."""
@@ -343,7 +341,7 @@ def _nothing_quantized_reason(model_ir, report, mode: str) -> str:
         shown = "; ".join(f"{k['node']}: {k['reason']}" for k in report.kept_float[:3])
         more = f" (and {len(report.kept_float) - 3} more)" if len(report.kept_float) > 3 else ""
         return f"nothing was quantized: all {len(report.kept_float)} candidate layer(s) kept float ({shown}{more})"
-    bodies = sorted({n.op_type for n in model_ir.graph if n.op_type in _SUBGRAPH_OPS})
+    bodies = sorted({n.op_type for n in model_ir.graph if has_subgraph(n)})
     if bodies:
         return (f"nothing was quantized: the main graph has no layer {mode} covers, and the quantizer does not "
                 f"enter {'/'.join(bodies)} bodies, where this model's layers are")

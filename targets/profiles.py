@@ -188,14 +188,10 @@ def host_profile() -> TargetProfile:
         from minirt import native
 
         panels, features = native.packed_panel_width(), tuple(k for k, v in native.features.items() if v)
-    except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for
-        panels, features = 0, ()
-    try:  # the int8 kernel this machine runs decides its int8 speed rules
-        from minirt import native
-
+        # (the int8 kernel this machine runs decides its int8 speed rules)
         rules = AVX2_INT8_RULES if native.available and native.qgemm_isa == "avx2" else {}
-    except Exception:  # noqa: BLE001 - no native kernels: the generic rules
-        rules = {}
+    except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for, the generic int8 rules
+        panels, features, rules = 0, (), {}
     return dataclasses.replace(_PROFILES["generic"], name="host", description=f"this machine ({machine})",
                                cpu_features=features, arch=arch, weight_pack=panels, **rules)
 

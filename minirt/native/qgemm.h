@@ -1172,9 +1172,6 @@ __attribute__((target("avx512f"))) static void q_quant_add_up_avx512(const q_qua
 }
 #endif
 
-/* Planes [begin, end): on VNNI with f dividing 16 from registers (q_quant_add_up_avx512);
- * otherwise the sum of each plane (or the upsampled xu plane alone) into per-thread scratch (in
- * cache), then quantized in one q_quant_task pass. */
 /* sum[j] = (x[j] * xm, or x[j], when x) + xu[j] * um, j < n: q_quant_add_up_task's row loops for
  * f == 1 in the same order (products stored before the add: never contracted into an FMA), with
  * AVX2 vectors when the CPU has them. */
@@ -1208,6 +1205,9 @@ static void q_add_scaled_plane(float *restrict sum, const float *restrict xu, fl
     q_add_scaled_plane_body(sum, xu, um, x, xm, with_xm, n);
 }
 
+/* Planes [begin, end): on VNNI with f dividing 16 from registers (q_quant_add_up_avx512);
+ * otherwise the sum of each plane (or the upsampled xu plane alone) into per-thread scratch (in
+ * cache), then quantized in one q_quant_task pass. */
 static void q_quant_add_up_task(void *ctx, long begin, long end) {
     q_quant_add_up_args *a = (q_quant_add_up_args *)ctx;
     const long plane = (long)a->h * a->w, wu = a->w / a->f, plane_u = (long)(a->h / a->f) * wu;
@@ -2419,10 +2419,6 @@ int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *po
                      NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
 }
 
-/* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):
- * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
- * of rows; a is quantized row by row into rows of k4 bytes (contiguous, vectorized), which the
- * GEMM reads as its columns (q_pack_xt), and C^T is transposed into y (rows == 1 writes y directly). */
 #ifdef MRT_HAVE_VNNI_BUILD
 /* y[r][j] = t[j][r] for 8 x 8 blocks (r0, j0) .. (r0 + 8, j0 + 8): 8 rows of t transposed in registers
  * (unpacks within 128-bit lanes, then the lanes exchanged). */
@@ -2465,6 +2461,10 @@ static void q_transpose_f32(const float *t, int n, long rows, float *y) {
                 y[r * n + j] = t[(long)j * rows + r];
 }
 
+/* y (rows, n) = act(scale[j] * sum_k (quant(a[r, k]) - zp) W[j, k] + bias[j]) for float a (rows, K):
+ * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
+ * of rows; a is quantized row by row into rows of k4 bytes (contiguous, vectorized), which the
+ * GEMM reads as its columns (q_pack_xt), and C^T is transposed into y (rows == 1 writes y directly). */
 int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const float *a, float *y,
                     int nthreads) {
     const long rows = s->M;
