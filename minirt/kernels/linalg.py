@@ -194,6 +194,8 @@ def matmul_native(a, b, bias=None, z=None, act=0, a0=0.0, a1=0.0, out=None, memo
         prepared.native = _native.sgemm_pb_prepare(rows, n, k, bias, act, a0, a1) if keep else None
         if keep and np.may_share_memory(prepared.rhs[0], b):  # (not a copy of b: it would miss changes)
             remember(memo, a.shape, prepared)
+            # (later calls run the kept product as this one does: a program may replay it)
+            return _native.final(prepared.run(a, out))
         return prepared.run(a, out)
     y = _product_buffer(out, out_shape, a, b, z)
     a2 = np.ascontiguousarray(a)

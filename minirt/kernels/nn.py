@@ -385,12 +385,15 @@ def _prepared_conv(memo, x, w, b, z) -> _NativeConv | None:
     return plan if plan is not None and plan.fits(x, w, b, z) else None
 
 
-def _remember_conv(memo, x, w, b, plan) -> None:
+def _remember_conv(memo, x, w, b, plan) -> bool:
     """Keep ``plan`` in the node's memo under ``x``'s shape, unless it reads a converted copy of ``w`` or
     ``b`` (its identity check would then always fail, and a copy would miss in-place changes) or they
-    are computed values (writeable: refilled in place, its packed weights would be stale)."""
-    if plan is not None and plan.w is w and plan.b is b and is_constant(w, b):
+    are computed values (writeable: refilled in place, its packed weights would be stale).  Returns
+    whether it was kept (the later calls then run it as this one does)."""
+    if memo is not None and plan is not None and plan.w is w and plan.b is b and is_constant(w, b):
         remember(memo, x.shape, plan)
+        return True
+    return False
 
 
 def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None, memo=None):
@@ -407,7 +410,8 @@ def _conv2d_native(x, w, b, z, out, k, s, d, pb, group, act, a0, a1, dst=None, m
     (see :class:`_NativeConv`).
     """
     plan = _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1)
-    _remember_conv(memo, x, w, b, plan)
+    if _remember_conv(memo, x, w, b, plan):  # (later calls run the kept plan: a program may replay this one)
+        return _native.final(plan.run(x, z, dst))
     return plan.run(x, z, dst)
 
 

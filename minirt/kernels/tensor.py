@@ -1238,7 +1238,8 @@ def _repeat(x: np.ndarray, out_shape: tuple, fh: int, fw: int, out=None) -> np.n
 def _resize(x: np.ndarray, out_shape: list[int], scales: list[float], *, mode: str, coord_mode: str,
             nearest_mode: str, cubic_a: float = -0.75, exclude_outside: int = 0,
             extrapolation_value: float = 0.0, roi: list[tuple[float, float]] | None = None,
-            antialias: int = 0) -> np.ndarray:
+            antialias: int = 0, out=None) -> np.ndarray:
+    """``out``: the memory plan's buffer, which the repeat path's native pass fills when it fits."""
     if mode not in ("nearest", "linear", "cubic"):
         raise ValueError(f"Resize: mode must be nearest, linear or cubic, got {mode!r}")
     if coord_mode not in _COORD_MODES:
@@ -1251,7 +1252,7 @@ def _resize(x: np.ndarray, out_shape: list[int], scales: list[float], *, mode: s
         check_alloc((max(out_shape[-2:], default=0),), np.float64, "Resize coordinates")
         factors = _repeat_factors(x.shape, tuple(out_shape), tuple(scales), coord_mode, nearest_mode)
         if factors is not None:
-            return _repeat(x, tuple(out_shape), *factors)
+            return _repeat(x, tuple(out_shape), *factors, out)
     # float16 is interpolated in float32 and rounded once at the end, as onnxruntime does.
     y = x.astype(np.float32) if x.dtype == np.float16 and mode != "nearest" else x
     for axis in range(x.ndim):
@@ -1319,7 +1320,7 @@ def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, out=None, *
             # (every caller returns it as is: with its one native pass (float32), a program may replay it)
             return _native.final(_repeat(x, out_shape, fh, fw, out))
     out_shape, full_scales, roi_pairs = _resolve_resize_inputs(x, roi, scales, sizes, axes, policy, kw["coord_mode"])
-    y = _resize(x, out_shape, full_scales, roi=roi_pairs, **kw)
+    y = _resize(x, out_shape, full_scales, roi=roi_pairs, out=out, **kw)
     if key is not None:
         # _resize succeeded (attributes valid); the factors are cached by geometry, so this is a lookup
         factors = _repeat_factors(x.shape, tuple(out_shape), tuple(full_scales), kw["coord_mode"], kw["nearest_mode"])
@@ -1327,6 +1328,8 @@ def _resize_from_inputs(x, roi, scales, sizes, *, axes, policy: str, out=None, *
             if len(_REPEAT_PLANS) >= _REPEAT_PLANS_MAX:
                 _REPEAT_PLANS.clear()
             _REPEAT_PLANS[key] = (tuple(out_shape),) + factors
+            # (y came from _repeat, as the later calls' does: on float32 one native pass, replayable)
+            return _native.final(y) if x.dtype == np.float32 and _native.available else y
     return y
 
 

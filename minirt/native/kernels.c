@@ -1986,6 +1986,7 @@ int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float 
 }
 
 
+#include "crc32_impl.h"
 #include "index_copy_impl.h"
 #include "broadcast_impl.h"
 #include "program_impl.h"

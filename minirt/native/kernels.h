@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 15
+#define MRT_ABI_VERSION 16
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -126,6 +126,11 @@ typedef struct {
 
 int mrt_abi_version(void);
 unsigned mrt_cpu_features(void);
+/* CRC-32 of n bytes with zlib's polynomial and conventions, continuing crc: mrt_crc32(d, n, c) ==
+ * zlib.crc32(d, c) (crc32_impl.h).  mrt_crc32_hw() is 1 when the CPU has the instructions it uses
+ * (PCLMULQDQ, ARMv8 CRC32); without them it is a bitwise loop, slower than zlib. */
+uint32_t mrt_crc32(const uint8_t *data, long n, uint32_t crc);
+int mrt_crc32_hw(void);
 /* Select an implementation; returns the one in use (BEST -> the best supported,
  * an unsupported request falls back to the baseline). */
 int mrt_select_isa(int isa);

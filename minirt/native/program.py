@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import bisect
 import functools
 
 from minirt import native as _native
@@ -216,6 +217,31 @@ def _overlaps(span, regions) -> bool:
     return any(lo < rhi and rlo < hi for rlo, rhi in regions)
 
 
+class _Spans:
+    """A fixed set of address ranges [lo, hi) that answers :func:`_within` and :func:`_overlaps` in
+    O(log n): sorted by start, with the running maximum of the ends (ranges may overlap: views of
+    one another).  A model's constants are hundreds of ranges, checked against every recorded call."""
+
+    def __init__(self, spans):
+        spans = sorted(spans)
+        self.los = [lo for lo, _ in spans]
+        self.max_hi = []
+        top = -1
+        for _, hi in spans:
+            top = max(top, hi)
+            self.max_hi.append(top)
+
+    def contains(self, span) -> bool:
+        """Whether one range holds all of ``span``: among those starting at or before it, the furthest end."""
+        i = bisect.bisect_right(self.los, span[0])
+        return i > 0 and self.max_hi[i - 1] >= span[1]
+
+    def overlaps(self, span) -> bool:
+        """Whether a range shares a byte with ``span``: among those starting before its end, one ends after its start."""
+        i = bisect.bisect_left(self.los, span[1])
+        return i > 0 and self.max_hi[i - 1] > span[0]
+
+
 class Program:
     """One arena's recorded run (see the module docstring), built by :func:`build`."""
 
@@ -264,7 +290,8 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
     if recorder.refused is not None:
         return recorder.refused
     feeds = {v: _span(a) for v, a in inputs.items() if type(a) is np.ndarray and a.nbytes}  # slot -> span
-    constant_spans = [_span(a) for a in list(constants) + recorder.constants if type(a) is np.ndarray and a.nbytes]
+    constant_spans = _Spans(_span(a) for a in list(constants) + recorder.constants
+                            if type(a) is np.ndarray and a.nbytes)
     written = [arena_span]  # memory whose contents the program itself makes
     keep, patches, flat, step_of_call = [], [], [], []
     for u, calls in enumerate(recorder.steps):
@@ -279,13 +306,13 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
                     patches.append((j, pos, slot))
                 elif _overlaps(span, feeds.values()):
                     return f"{recorder.nodes[u]}: call {name} reads part of a model input"
-                elif not (_within(span, written) or _within(span, constant_spans)):
+                elif not (_within(span, written) or constant_spans.contains(span)):
                     return f"{recorder.nodes[u]}: call {name} reads a buffer made outside the recorded calls"
             for pos, a in writes:
                 if a is None or not a.nbytes:
                     continue
                 span = _span(a)
-                if _overlaps(span, feeds.values()) or _overlaps(span, constant_spans):
+                if _overlaps(span, feeds.values()) or constant_spans.overlaps(span):
                     return f"{recorder.nodes[u]}: call {name} writes into a model input or constant"
                 if not _within(span, written):
                     written.append(span)
