@@ -214,7 +214,10 @@ def _check_tag(where: str, kind: int, kc: int, tag: tuple, dims: tuple, nr: int)
             raise FormatError(f"{where}: conv tag {list(tag)} (kc {kc}) does not fit a weight of shape {list(dims)}")
         m, cg = dims[:2]
         kernel = tuple(dims[2:]) if len(dims) == 4 else (1, dims[2])  # (a 1-D conv: a 1 x K kernel, one row)
-        if (kh, kw) != kernel or (len(dims) == 3 and oh != 1) or m % group or cg * group != c:
+        # (a K x 1 kernel down a width-1 image runs as the 1-D conv along H: tag 1 x K, one output row)
+        down_a_column = len(dims) == 4 and dims[3] == 1 and (kh, kw) == (1, dims[2]) and oh == 1
+        if ((kh, kw) != kernel and not down_a_column) or (len(dims) == 3 and oh != 1) or m % group \
+                or cg * group != c:
             raise FormatError(f"{where}: conv tag {list(tag)} does not match the weight's shape {list(dims)}")
         return conv_packed_floats(m, group, cg * kh * kw, nr), tag
     transb, k, n = tag[:3]

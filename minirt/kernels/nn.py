@@ -324,7 +324,7 @@ class _NativeConv:
     ``native.dwconv2d_prepare``).  Running it costs the native call and the output buffer only.
     """
 
-    __slots__ = ("w", "b", "z_shape", "y_shape", "call", "args", "y4_shape")
+    __slots__ = ("w", "b", "z_shape", "y_shape", "call", "args", "x4_shape", "y4_shape")
 
     def fits(self, x, w, b, z) -> bool:
         """Whether this is the conv of these inputs (``x`` has the input shape it was made for)."""
@@ -338,10 +338,9 @@ class _NativeConv:
         z = None if z is None else np.ascontiguousarray(z)
         if self.y4_shape is None:
             self.call(self.args, x, y, z)
-        else:  # a 1-D conv as the 2-D conv of (N, C, 1, W): views of the same memory, the 3-D result returned
+        else:  # run as the 2-D conv of (N, C, 1, L): views of the same memory, the result in its own shape
             y4 = self.y4_shape
-            self.call(self.args, x.reshape(x.shape[:2] + (1,) + x.shape[2:]), y.reshape(y4),
-                      None if z is None else z.reshape(y4))
+            self.call(self.args, x.reshape(self.x4_shape), y.reshape(y4), None if z is None else z.reshape(y4))
         return y
 
 
@@ -357,10 +356,18 @@ def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _N
     plan = _NativeConv()
     plan.w, plan.b = wc, bc
     plan.z_shape = None if z is None else z.shape
-    plan.y4_shape = None
+    plan.x4_shape = plan.y4_shape = None
     x_shape, w4 = x.shape, wc
-    if x.ndim == 3:
-        x_shape = (n, c, 1, x.shape[2])
+    if x.ndim == 4 and x.shape[3] == 1 and k[1] == 1 and out[1] == 1 and pb[1] == 0:
+        # a k x 1 conv down a width-1 image (magika's 5 x 1 over 512 x 1) is a 1-D conv along H: the same
+        # memory seen as (N, C, 1, H) takes the row kernels, which are faster on it (1.30x -> 1.12x
+        # onnxruntime's time for 256 -> 512 channels, Zen 5)
+        x_shape = plan.x4_shape = (n, c, 1, x.shape[2])
+        w4 = wc.reshape(m, cg, 1, k[0])
+        k, s, d, pb, out = (1, k[0]), (1, s[0]), (1, d[0]), (0, pb[0]), (1, out[0])
+        plan.y4_shape = (n, m) + out
+    elif x.ndim == 3:
+        x_shape = plan.x4_shape = (n, c, 1, x.shape[2])
         w4 = wc.reshape(m, cg, 1, wc.shape[2])
         k, s, d, pb, out = (1,) + tuple(k), (1,) + tuple(s), (1,) + tuple(d), (0,) + tuple(pb), (1,) + tuple(out)
         plan.y4_shape = (n, m) + out
@@ -374,7 +381,7 @@ def _prepare_native_conv(x, w, b, z, out, k, s, d, pb, group, act, a0, a1) -> _N
         # (packs are cached under the weight itself: a 1-D conv's reshaped view is a new array per call)
         plan.args = _native.conv2d_prepare(x_shape, w4, group, k, s, d, pb, out, bc, act, a0, a1, owner=wc)
     if plan.y4_shape is not None:
-        plan.y_shape = (n, m, out[1])
+        plan.y_shape = (n, m, out[1]) if x.ndim == 3 else (n, m, out[1], 1)
     return plan
 
 

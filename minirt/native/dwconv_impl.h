@@ -746,6 +746,12 @@ static DW_INLINE MRT_TARGET FN(vf) FN(dw_cb_act)(FN(vf) v, FN(vf) lo, FN(vf) hi,
 static inline MRT_TARGET void FN(dw_act_rows)(float *y, long n, int act, float a0, float a1) {
     const FN(vf) zero = {0};
     long i = 0;
+#if MRT_VL == 8 && defined(MRT_HAVE_AVX2_BUILD)
+    if ((act == MRT_ACT_SILU || act == MRT_ACT_SIGMOID) && dw_act_rows_wide) { /* (AVX-512: 16 lanes, see kernels.c) */
+        dw_act_rows_wide(y, n, act, a0, a1);
+        return;
+    }
+#endif
     if (act == MRT_ACT_SILU || act == MRT_ACT_SIGMOID) {
         for (; i + 4 * MRT_VL <= n; i += 4 * MRT_VL) {
             FN(vf) v[4];

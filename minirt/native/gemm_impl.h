@@ -321,6 +321,30 @@ static inline MRT_TARGET G_INLINE void FN(vstore_n)(float *p, FN(vf) v, int n) {
 #endif
 }
 
+/* y[0:n] = act(y[0:n]) in place with the epilogue's vector code (FN(vact), the exp-based Sigmoid and
+ * SiLU four vectors at a time), the last vector partial: mrt_activation_f32's row code on x86-64,
+ * in place of act_row's scalar loop as the compiler vectorises it at 8 lanes (a standalone Gelu over
+ * 260K values, Zen 5: 357 -> 254 us; Tanh 213 -> 187; D83).  Returns 0, touching nothing, for an
+ * activation FN(vact) does not compute. */
+/* (unused in the baseline copy: __attribute__((unused)) keeps that quiet) */
+__attribute__((unused)) static MRT_TARGET int FN(act_row_vec)(float *restrict y, long n, int act, float a0, float a1) {
+    if (!(FN(act_in_registers)(act) || act == MRT_ACT_SIGMOID || act == MRT_ACT_SILU || act == MRT_ACT_GELU ||
+          act == MRT_ACT_GELU_TANH || act == MRT_ACT_TANH))
+        return 0;
+    long i = 0;
+    for (; i + 4 * MRT_VL <= n; i += 4 * MRT_VL) {
+        FN(vf) v[4];
+        for (int j = 0; j < 4; ++j) v[j] = FN(vload)(y + i + j * MRT_VL);
+        FN(vact_group)(v, 4, act, a0, a1);
+        for (int j = 0; j < 4; ++j) FN(vstore)(y + i + j * MRT_VL, v[j]);
+    }
+    for (; i < n; i += MRT_VL) {
+        const int len = n - i < MRT_VL ? (int)(n - i) : MRT_VL;
+        FN(vstore_n)(y + i, FN(vact)(FN(vload_n)(y + i, len), act, a0, a1), len);
+    }
+    return 1;
+}
+
 /* Store one vector of a tile row: c[0:n] = (accumulate ? c : 0) + v, plus
  * bias, residual and a cheap activation when `last` (n <= MRT_VL).  m, n0: the
  * row and first column in C.  An exp-based activation follows on the whole tile

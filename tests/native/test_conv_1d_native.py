@@ -101,3 +101,49 @@ def test_conv_1d_kernel_uses_the_native_call(monkeypatch):
     assert calls
     ref = nn.conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), pads=(1, 2), strides=(2,))
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def _column_model(c, h, m, k, group, stride, dil, pads, act=None):
+    """A k x 1 conv down a (N, C, H, 1) image (magika's 5 x 1 over 512 x 1), then a 1 x 1 conv."""
+    rng = np.random.default_rng(c * 100 + h + m + k)
+    W = (rng.standard_normal((m, c // group, k, 1)) * 0.2).astype(np.float32)
+    inits = [numpy_helper.from_array(W, "W"), numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "B"),
+             numpy_helper.from_array((rng.standard_normal((8, m, 1, 1)) * 0.2).astype(np.float32), "W2")]
+    oh = (h + pads[0] + pads[1] - dil * (k - 1) - 1) // stride + 1
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], group=group, strides=[stride, 1], dilations=[dil, 1],
+                              pads=[pads[0], 0, pads[1], 0])]
+    last = "c"
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["a"]))
+        last = "a"
+    nodes.append(helper.make_node("Conv", [last, "W2"], ["out"]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, 1])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, oh, 1])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model, {"x": rng.standard_normal((1, c, h, 1)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("case", [(256, 96, 64, 5, 1, 1, 1, (0, 0)), (16, 101, 32, 3, 1, 2, 1, (1, 1)),
+                                  (12, 50, 12, 5, 12, 1, 1, (2, 2)), (16, 63, 32, 7, 4, 1, 2, (3, 5))],
+                         ids=["magika", "stride2", "depthwise", "groups_dilation"])
+@pytest.mark.parametrize("weight_pack", [0, 8, 16, 32])
+def test_a_k_by_1_conv_down_a_column_runs_as_a_1d_conv(case, weight_pack, monkeypatch):
+    """A k x 1 kernel over a width-1 image takes the 1-D conv along H (the same memory as (N, C, 1, H)):
+    the results are onnxruntime's, with the builder's weights packed for every panel width (their tag
+    has that 1-D geometry, and the reader accepts it), and the run replays as a native program."""
+    from minirt.builder import build
+
+    model, feed = _column_model(*case, act="Relu")
+    want = _ort(model, feed)
+    geometries = []
+    real = native.conv2d_prepare
+    monkeypatch.setattr(native, "conv2d_prepare", lambda x_shape, *a, **k: (geometries.append(x_shape),
+                                                                            real(x_shape, *a, **k))[1])
+    sess = minirt.Session(build(model, None, weight_pack=weight_pack).data, threads=1)
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, feed)[0], want, rtol=1e-4, atol=1e-4)
+    c, h = case[0], case[1]
+    if case[4] != c:  # (the depthwise one takes the depthwise kernel, also as a 1-D conv)
+        assert (1, c, 1, h) in geometries, geometries
+    assert sess.memory_plans()[0]["native_program"].endswith("native calls")
