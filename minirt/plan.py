@@ -436,10 +436,6 @@ class Plan:
                 if timings is not None:
                     timings.append((step.node.name, step.op.op_type, clock() - t0))
                 if recorder is not None:
-                    if record is not None and o is not None and result is not o and recorder.refused is None:
-                        # (the first run records; a node that left its planned buffer may be preparing
-                        # on its first call: the next run, which uses it, records instead, D82)
-                        recorder.refused = f"node {step.node.name!r} did not write its planned buffer on its first run"
                     result = recorder.end(step, args, result)
                 if record is not None and step.accepts_out:
                     record[i] = (result.shape, result.dtype) if type(result) is np.ndarray else None
@@ -459,17 +455,15 @@ class Plan:
         except Exception as exc:
             raise kernel_error(step, env, exc) from exc
 
-    def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None,
-                       record: list | None = None) -> "_program.Program | str":
+    def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None) -> "_program.Program | str":
         """Run every step over ``env`` with ``arena``'s buffers, recording the native calls they make;
         returns the native program that replays them, or why there is none (D32).  ``threads``: the
-        session's setting the calls were made with; ``record``: filled as :meth:`execute` fills it
-        (the first run of fixed shapes records its memory plan and its program at once, D82)."""
+        session's setting the calls were made with."""
         # (the run frees them after their last reader; a subgraph's captures are inputs of its runs too)
         inputs = {v: env[v] for v in (*self.graph.inputs, *(c for c, _ in self.capture_map))}
         constants = [a for _, a in self.constants]
         with _program.Recorder(constants, self.graph.outputs) as recorder:
-            self._execute_planned(env, arena.outs, record, None, recorder)
+            self._execute_planned(env, arena.outs, None, None, recorder)
         return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs}, constants, arena.span,
                               threads)
 

@@ -649,18 +649,10 @@ class Session:
                 # every output copied: those the memory plan would not copy (made outside the arena)
                 # are buffers the program keeps and writes on every replay
                 return self._collect(out_slots, env, input_feed, self._all_outputs)
-            program = None
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if cancel is not None:  # (run options given: the loop that reads their terminate flag)
                     nodes = [] if profile is not None else None
                     self._plan.execute_cancellable(env, arena, record, cancel, nodes)
-                elif profile is None and record is not None and arena is not None and self.native_program \
-                        and not plan_mod.MEMPLAN_CHECK:
-                    # the first run of fixed shapes, on the plan of the declared shapes: it records the
-                    # native program too, kept if the real shapes confirm that plan and the recording
-                    # made a program (D82; else the next run records it, as for every other plan: a
-                    # kernel may prepare differently on its first call)
-                    program = self._plan.record_program(env, arena, self.threads, record)
                 elif profile is None:
                     self._plan.execute(env, arena, record)
                 else:
@@ -668,11 +660,6 @@ class Session:
             if record is not None:
                 self._store_memory_plan(sig, record, aplan)
             copy_outputs = aplan.copy_outputs if aplan is not None else ()
-            if type(program) is _program.Program and self._mplans.get(sig) is aplan:
-                arena.program = program
-                # every output copied: those the memory plan would not copy (made outside the arena)
-                # are buffers the program keeps and writes on every replay
-                copy_outputs = self._all_outputs
             results = self._collect(out_slots, env, input_feed, copy_outputs)
         finally:
             if arena is not None:

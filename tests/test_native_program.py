@@ -331,50 +331,6 @@ def test_split_concat_add_resize_run_as_a_program(threads):
     assert _program_of(sess).endswith("native calls"), _program_of(sess)
 
 
-def test_the_first_run_of_fixed_shapes_records_the_program(monkeypatch):
-    """With fixed input shapes the first run already writes into the plan of the declared shapes: it
-    records the native program too (D82), so the second run replays, with the nodes' results."""
-    model = _yolo_block()
-    data = build(model, None).data
-    sess = minirt.Session(data, threads=1)
-    nodes = minirt.Session(data, threads=1, native_program=False)
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal((1, 3, 10, 14)).astype(np.float32)
-    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], nodes.run(None, {"x": x})[0])
-    assert _program_of(sess).endswith("native calls"), _program_of(sess)
-    replays = []
-    real_run = program.Program.run
-    monkeypatch.setattr(program.Program, "run", lambda self, env: replays.append(1) or real_run(self, env))
-    for _ in range(2):
-        x = rng.standard_normal((1, 3, 10, 14)).astype(np.float32)
-        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], nodes.run(None, {"x": x})[0])
-    assert replays == [1, 1]
-
-
-def test_a_first_run_that_leaves_a_planned_buffer_records_on_the_next_run():
-    """A kernel may prepare on its first call and write a fresh array instead of its planned buffer:
-    a program recorded then would keep that array and copy it on every replay.  The first run's
-    recording is dropped, and the second run (which uses the buffer) records the program."""
-    data = build(_yolo_block(), None).data
-    sess = minirt.Session(data, threads=1)
-    nodes = minirt.Session(data, threads=1, native_program=False)
-    step = next(s for s in sess._plan.steps if s.op.op_type == "Div")
-    kernel, calls = step.call, []
-
-    def first_call_ignores_out(*args, out=None):
-        calls.append(out is not None)
-        return kernel(*args, out=None if len(calls) == 1 else out)
-
-    step.call = first_call_ignores_out
-    rng = np.random.default_rng(7)
-    for i in range(3):
-        x = rng.standard_normal((1, 3, 10, 14)).astype(np.float32)
-        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], nodes.run(None, {"x": x})[0])
-        if i == 0:
-            assert _program_of(sess) is None  # (not recorded yet: the next run records it)
-    assert calls[:2] == [True, True] and _program_of(sess).endswith("native calls"), _program_of(sess)
-
-
 def test_a_failing_call_names_its_node(digits, images):
     sess = minirt.Session(digits["float"], threads=1)
     x = np.ascontiguousarray(images[:1])
