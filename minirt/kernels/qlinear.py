@@ -523,13 +523,15 @@ def qconv(
         x = _add_upsampled(x, x_up, x_mul, x_up_factor, x_scale, x_zero_point)
     elif x_mul is not None:
         x = _multiplied(x, x_mul, x_scale, x_zero_point)
+    # X_up / X_mul made a uint8 x only by their native quantizing pass (a recorded call), else by numpy
+    input_pass_native = (x_up is None and x_mul is None) or x.dtype == np.uint8
     memo = ctx.memo if ctx is not None else {}
     prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
     if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):
         y = prepared.run(x, z, out)
-        # static quantization, nothing computed before the call: one native call, replayable by a
-        # program (dynamic scales come from x; X_up / X_mul are a pass of their own above)
-        return y if prepared.plan.dynamic or x_up is not None or x_mul is not None else _native.final(y)
+        # static quantization, nothing but native calls before the conv's (none, or the input pass of
+        # X_up / X_mul): replayable by a program (dynamic scales come from x, computed in numpy)
+        return y if prepared.plan.dynamic or not input_pass_native else _native.final(y)
     if w is None or w_scale is None:
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:

@@ -213,6 +213,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_cast": ((2,), (3,)),  # (from, to, x, y, n, nthreads)
     "mrt_broadcast": ((1, 2, 3), (4,)),  # (map, a, b, c, y, nthreads)
     "mrt_reduce_f32": ((1,), (2,)),  # (op, x, y, outer, n, inner, nthreads)
+    "mrt_quantize_add_up_u8_f32": ((2, 3, 4, 5), (6,)),  # (g, q, x, xm, xu, um, y_u8, nthreads)
 }
 
 
@@ -936,7 +937,7 @@ def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int, xm=None, um=None
     key = ("q out", scale, int(zero_point))
     quant = _shared.get(key) or _share(key, "mrt_quant *", {"y_u8": 1, "y_scale": scale, "y_zero": int(zero_point)})
     rc = _call(_lib.mrt_quantize_add_up_u8_f32, (geometry, quant, _opt(x), _opt(xm), _ptr(xu), _opt(um), _u8(q),
-                                                 threads()))
+                                                 threads()), x, xm, xu, um, q)
     if rc == -1:
         raise MemoryError("minirt native quantize_add_up_u8: could not allocate its scratch buffer")
     if rc != 0:

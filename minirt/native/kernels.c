@@ -398,8 +398,6 @@ static void roi_axis_taps(float start, float bin, int bins, int g, int len, roi_
  * and divisions of 8 lanes cost as much as the convolution itself there (MobileViT's 192-channel
  * 3x3 + SiLU at 64 x 64: 1.29x -> 0.98x onnxruntime, D83).  Set by mrt_select_isa (NULL: each copy its own). */
 static void (*dw_act_rows_wide)(float *y, long n, int act, float a0, float a1) = NULL;
-/* mrt_activation_f32's row code: FN(act_row_vec) of the x86-64 ISA in use (NULL: q_act_row) */
-static int (*act_row_vec)(float *restrict y, long n, int act, float a0, float a1) = NULL;
 
 #define MRT_SUFFIX _base
 #define MRT_TARGET
@@ -569,7 +567,6 @@ int mrt_select_isa(int isa) {
     q_use_dotprod = 0;
     q_act_row = act_row_base;
     dw_act_rows_wide = NULL;
-    act_row_vec = NULL;
 #ifdef MRT_HAVE_NEON_BUILD
     /* aarch64: the float kernels are the baseline code (NEON is the AArch64
      * baseline, and explicit intrinsics did not beat what GCC makes of the
@@ -592,18 +589,16 @@ int mrt_select_isa(int isa) {
         impl = &impl_avx512;
         impl_isa = MRT_ISA_AVX512;
         dw_act_rows_wide = dw_act_rows_avx512;
-        act_row_vec = act_row_vec_avx512;
         q_use_avx2 = 1;
-        q_act_row = act_row_avx2;
+        q_act_row = act_row_fast_avx512;
         q_use_vnni = (f & MRT_FEAT_AVX512VNNI) != 0;
 #endif
     } else if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX2 || isa == MRT_ISA_AVX512) && avx2_ok) {
 #ifdef MRT_HAVE_AVX2_BUILD
         impl = &impl_avx2;
         impl_isa = MRT_ISA_AVX2;
-        act_row_vec = act_row_vec_avx2;
         q_use_avx2 = 1;
-        q_act_row = act_row_avx2;
+        q_act_row = act_row_fast_avx2;
 #endif
     } else {
         impl = &impl_base;
@@ -1709,9 +1704,9 @@ void mrt_binary_rows_f32(int op, const float *a, const float *b, float *y, long 
 }
 
 /* mrt_activation_f32: chunks of MRT_ACT_CHUNK values over the threads, each copied to y (unless in
- * place) and activated there: on x86-64 by the float epilogues' vector code (act_row_vec, as a fused
- * GEMM epilogue computes it), else by the row code of the ISA in use (q_act_row, as the int8 epilogues
- * compute it). */
+ * place) and activated there by the epilogues' row code of the ISA in use (q_act_row: the same
+ * function the int8 epilogues run, so a standalone activation computes what a fused one does; on
+ * x86-64 FN(act_row_fast), the float epilogues' vector code where it has the activation, D83). */
 #define MRT_ACT_CHUNK 4096L
 
 typedef struct {
@@ -1727,8 +1722,7 @@ static void activation_task(void *ctx, long begin, long end) {
     for (long i = i0; i < i1; i += MRT_ACT_CHUNK) { /* (copied chunk by chunk: activated while in L1) */
         const long m = i1 - i < MRT_ACT_CHUNK ? i1 - i : MRT_ACT_CHUNK;
         if (t->x != t->y) memcpy(t->y + i, t->x + i, sizeof(float) * (size_t)m);
-        if (!act_row_vec || !act_row_vec(t->y + i, m, t->e->act, t->e->a0, t->e->a1))
-            q_act_row(t->y + i, m, t->e->act, t->e->a0, t->e->a1);
+        q_act_row(t->y + i, m, t->e->act, t->e->a0, t->e->a1);
     }
 }
 

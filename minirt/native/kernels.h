@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 16
+#define MRT_ABI_VERSION 17
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -540,6 +540,7 @@ typedef struct {
 #define MRT_CALL_BROADCAST 26
 #define MRT_CALL_REDUCE_F32 27
 #define MRT_CALL_INSTANCENORM_F32 28
+#define MRT_CALL_QUANTIZE_ADD_UP_U8_F32 29
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

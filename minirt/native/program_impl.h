@@ -82,6 +82,9 @@ static int program_call(const mrt_call *call) {
         return mrt_broadcast(P(0), P(1), P(2), P(3), P(4), I(5));
     case MRT_CALL_REDUCE_F32:
         return mrt_reduce_f32(I(0), P(1), P(2), L(3), L(4), L(5), I(6));
+    /* an int8 conv's input scaled per channel and / or added to an upsampled map, quantized */
+    case MRT_CALL_QUANTIZE_ADD_UP_U8_F32:
+        return mrt_quantize_add_up_u8_f32(P(0), P(1), P(2), P(3), P(4), P(5), P(6), I(7));
     default:
         return -100;
     }
