@@ -442,3 +442,29 @@ def test_peak_live_bytes_is_the_largest_live_total(seed):
     bufs = _random_buffers(rng, rng.randrange(1, 80), rng.randrange(1, 50))
     plain = max(sum(b[2] for b in bufs if b[0] <= t <= b[1]) for t in {b[0] for b in bufs})
     assert memplan.peak_live_bytes(bufs) == plain
+
+
+def test_fixed_shapes_get_their_declared_plan_and_arena_with_the_session():
+    """With fixed input shapes the session makes the memory plan of the declared shapes, and its first
+    arena, when it is created (D82): the first run uses that arena (no second one), gives the unplanned
+    results, and keeps the plan when the real shapes are the declared ones."""
+    builder = pytest.importorskip("minirt.builder")
+    from tests.test_real_models import PPOCR_CLS, ppocr_input
+
+    if PPOCR_CLS is None:
+        pytest.skip("rapidocr-onnxruntime not installed")
+    data = builder.build(PPOCR_CLS, None, input_shapes={"x": [1, 3, 48, 192]}).data
+    sess = minirt.Session(data)
+    declared = sess._declared_plan
+    assert declared is not None and declared.arenas == 1 and len(declared._free) == 1
+    assert sess.memory_plans() == []  # (kept once a run confirms it)
+    feed = {"x": ppocr_input((1, 3, 48, 192), 1)}
+    want = minirt.Session(data, memory_plan=False).run(None, feed)
+    for _ in range(3):
+        assert _same(sess.run(None, feed), want)
+    (plan,) = sess.memory_plans()
+    assert plan["arenas"] == 1 and sess._mplans[session_mod.Session._STATIC_SIGNATURE] is declared
+    # no plan made up front without fixed shapes, or with the memory plan off
+    assert minirt.Session(data, memory_plan=False)._declared_plan is session_mod._NOT_RECORDED
+    dynamic = minirt.Session(builder.build_bytes(PPOCR_CLS))
+    assert dynamic._declared_plan is session_mod._NOT_RECORDED
