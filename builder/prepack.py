@@ -91,10 +91,10 @@ def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
     sh, sw = (1, (strides + (1,))[0]) if one_d else (strides + (1, 1))[:2]
     x_shape = graph.values[inputs[0]][2] if inputs and inputs[0] >= 0 else None
     pads = tuple(attrs.get("pads") or (0, 0, 0, 0))
-    if (not one_d and kw == 1 and ow == 1 and x_shape is not None and len(x_shape) == 4 and x_shape[3] == 1
-            and len(pads) == 4 and pads[1] == 0 and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")):
-        # a k x 1 conv down a width-1 image runs as the 1-D conv along H (minirt/kernels/nn.py)
-        kh, kw, sh, sw, oh, ow = 1, kh, 1, sh, 1, oh
+    if (not one_d and x_shape is not None and len(x_shape) == 4 and len(pads) == 4
+            and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+            and P.runs_down_a_column(x_shape[3], kw, ow, pads[1])):
+        kh, kw, sh, sw, oh, ow = 1, kh, 1, sh, 1, oh  # (the 1-D conv along H the runtime runs)
     if group == c and cg == 1 and m == c and kh * kw > 1:
         return None  # depthwise: its own kernel, unpacked weights
     if not P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, oh, ow, nr):

@@ -294,14 +294,7 @@ class Session:
             and all(isinstance(d, int) for d in graph.values[v].shape)
             for v in graph.inputs
         )
-        # Fixed input shapes: the memory plan of the declared shapes and its first arena, made here rather
-        # than on the first run (ArenaPlan and the arena's bound calls: ~1.5 ms of a 150-node CNN's first
-        # run, D82); _NOT_RECORDED until then, or when there is none to make
-        self._declared_plan = _NOT_RECORDED
-        if self.memory_plan and self._mplan_any and self._static_inputs:
-            self._declared_plan = self._declared_memory_plan()
-            if self._declared_plan is not None:
-                self._declared_plan.checkin(self._declared_plan.checkout())
+        self._make_declared_plan()
         # The layout of the last feed _bind_inputs accepted, when it was all numpy arrays for tensor inputs:
         # ((name, slot, dtype, shape) per array, its memory-plan signature), or None.  A feed with the same
         # layout passes the same checks, so _bind_known_feed binds it without repeating them.
@@ -477,7 +470,7 @@ class Session:
             self._mplans.clear()
             self._last_mplan = None
         self._mplan_any = any(st.accepts_out for st in self._plan.steps)
-        self._declared_plan = _NOT_RECORDED  # (made from the new plan on the next first run)
+        self._make_declared_plan()
         self._known_feed = None
         self._shortcut = None
 
@@ -719,9 +712,20 @@ class Session:
                 return None, None  # shapes change too often for plans to pay: plain allocation
         record = [None] * len(self._plan.steps)
         if sig is self._STATIC_SIGNATURE:
-            declared = self._declared_plan
-            return (self._declared_memory_plan() if declared is _NOT_RECORDED else declared), record
+            return self._declared_plan, record
         return None, record
+
+    def _make_declared_plan(self) -> None:
+        """With fixed input shapes, the memory plan of the declared shapes and its first arena, made with
+        the session (and its plan) rather than on the first run, which uses them (ArenaPlan and the
+        arena's bound calls: ~1.5 ms of a 150-node CNN's first run, D82).  ``_declared_plan`` is
+        _NOT_RECORDED when the session has no such plan to make (memory plan off, nothing to place,
+        inputs not all fixed); None when the declared shapes give none."""
+        self._declared_plan = _NOT_RECORDED
+        if self.memory_plan and self._mplan_any and self._static_inputs:
+            self._declared_plan = self._declared_memory_plan()
+            if self._declared_plan is not None:
+                self._declared_plan.checkin(self._declared_plan.checkout())
 
     def _declared_memory_plan(self) -> "arena.ArenaPlan | None":
         """The memory plan of the shapes the graph declares (fixed input shapes), for the run that records

@@ -82,6 +82,13 @@ def sgemm_kc(k: int) -> int:
     return kc if kc > 0 else 1
 
 
+def runs_down_a_column(in_w: int, kw: int, ow: int, pad_w_begin: int) -> bool:
+    """Whether a 2-D conv is a k x 1 kernel down a width-1 image (magika's 5 x 1 over 512 x 1): the
+    runtime then runs it as the 1-D conv along H of the same memory, seen as (N, C, 1, H)
+    (minirt/kernels/nn.py, D83), and the builder packs its weights for that geometry."""
+    return in_w == 1 and kw == 1 and ow == 1 and pad_w_begin == 0
+
+
 def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
                        nr: int) -> bool:
     """Whether the native conv runs this geometry on packed weights of panel width ``nr``: a copy of

@@ -95,8 +95,8 @@ int mrt_crc32_hw(void) {
 }
 
 uint32_t mrt_crc32(const uint8_t *data, long n, uint32_t crc) {
-    uint32_t c = ~crc;
     if (n <= 0) return crc;
+    const uint32_t c = ~crc;
     if (mrt_crc32_hw()) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
         if (n >= 64) return ~crc32_pclmul(c, data, n);

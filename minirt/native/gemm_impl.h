@@ -326,8 +326,7 @@ static inline MRT_TARGET G_INLINE void FN(vstore_n)(float *p, FN(vf) v, int n) {
  * act_row's scalar loop as the compiler vectorises it at 8 lanes (a standalone Gelu over 260K values,
  * Zen 5: 357 -> 254 us; Tanh 213 -> 187; D83).  Returns 0, touching nothing, for an activation
  * FN(vact) does not compute. */
-/* (unused in the baseline copy: __attribute__((unused)) keeps that quiet) */
-__attribute__((unused)) static MRT_TARGET int FN(act_row_vec)(float *restrict y, long n, int act, float a0, float a1) {
+static MRT_TARGET int FN(act_row_vec)(float *restrict y, long n, int act, float a0, float a1) {
     if (!(FN(act_in_registers)(act) || act == MRT_ACT_SIGMOID || act == MRT_ACT_SILU || act == MRT_ACT_GELU ||
           act == MRT_ACT_GELU_TANH || act == MRT_ACT_TANH))
         return 0;
@@ -347,7 +346,7 @@ __attribute__((unused)) static MRT_TARGET int FN(act_row_vec)(float *restrict y,
 
 /* act_row with the vector code for the activations FN(act_row_vec) computes: the row activation of
  * the int8 epilogues and of mrt_activation_f32 on x86-64 (q_act_row; the same function for both, so
- * a standalone activation computes what a fused one does) */
+ * a standalone activation computes what a fused one does; unused in the baseline copy) */
 __attribute__((unused)) static MRT_TARGET void FN(act_row_fast)(float *restrict y, long n, int act, float a0,
                                                                  float a1) {
     if (!FN(act_row_vec)(y, n, act, a0, a1)) FN(act_row)(y, n, act, a0, a1);
