@@ -468,3 +468,36 @@ def test_fixed_shapes_get_their_declared_plan_and_arena_with_the_session():
     assert minirt.Session(data, memory_plan=False)._declared_plan is session_mod._NOT_RECORDED
     dynamic = minirt.Session(builder.build_bytes(PPOCR_CLS))
     assert dynamic._declared_plan is session_mod._NOT_RECORDED
+
+
+def _vm_flags_of(address: int) -> list[str] | None:
+    """The kernel's VmFlags of the mapping that holds ``address`` (/proc/self/smaps), or None."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc/self/smaps")
+def test_big_arenas_are_not_advised_huge_pages():
+    # numpy advises huge pages for its large buffers ("hg"), and under the usual defrag=madvise a
+    # first touch may then stall in compaction: a big arena (64 MB and more) comes without that advice (D85)
+    from minirt import arena as arena_mod
+
+    nbytes = arena_mod._PLAIN_PAGES_FROM_BYTES
+    big = arena_mod._arena_memory(nbytes)
+    big[::4096] = 1  # written through: the mapping is ordinary private memory
+    assert big.nbytes == nbytes and big.flags.writeable
+    flags = _vm_flags_of(big.ctypes.data + nbytes // 2)  # (the middle: advice may split a mapping)
+    assert flags is not None and "hg" not in flags, flags
+    if np._core.multiarray._get_madvise_hugepage():  # the contrast: numpy's own big buffer is advised
+        reference = np.empty(nbytes, dtype=np.uint8)
+        assert "hg" in (_vm_flags_of(reference.ctypes.data + nbytes // 2) or [])
+        smaller = arena_mod._arena_memory(16 << 20)  # (smaller arenas keep numpy's advice, cheaper to fault)
+        assert "hg" in (_vm_flags_of(smaller.ctypes.data + (8 << 20)) or [])

@@ -1802,6 +1802,8 @@ typedef struct {
     const mrt_rnn_shape *s;
     const int32_t *lens;
     const float *h0, *c0, *xp; /* xp: the input projection, rows of D * G * H */
+    const long *xrows;         /* x's row -> its projection row (-1: past its sequence), or NULL: the same */
+    int *active;               /* per direction: the batch rows still inside their sequence at a step */
     float *y, *state;
     float *scratch;            /* per direction: rec + 3 * bh floats (see mrt_rnn_f32) */
     rnn_lstm_fn lstm_row;
@@ -1844,22 +1846,34 @@ static void rnn_direction(const rnn_dir_args *a, int d) {
      * lane sums (not for a GRU without linear_before_reset, whose products take parts of r) */
     const float *Rp = s->rpack && (lstm || s->linear_before_reset)
                           ? s->rpack + (long)d * mrt_sgemm_packed_b_floats(H, (int)GH) : NULL;
+    /* Per step, only the rows still inside their sequence (all of them without lens) take part: their
+     * states gathered into hb, in batch order, their products and gates at their place i in that list
+     * (a row's product does not depend on the other rows: a shorter list changes no result). */
+    int *act = a->active + (size_t)d * B;
     for (int t = 0; t < S; ++t) {
-        for (int b = 0; b < B; ++b) memcpy(hb + (long)b * H, h + RNN_ST(d, b), sizeof(float) * H);
+        int m = 0;
+        for (int b = 0; b < B; ++b)
+            if (!lens || t < lens[b]) {
+                act[m] = b;
+                memcpy(hb + (long)m * H, h + RNN_ST(d, b), sizeof(float) * H);
+                ++m;
+            }
+        if (m == 0) break; /* every sequence has ended (lens only end rows as t grows) */
         if (Rp) {
-            mrt_gemm_shape ps = {1, B, (int)GH, H, H, 0, GH, 0, 0, 0, 0, 0, 0, 2};
+            mrt_gemm_shape ps = {1, m, (int)GH, H, H, 0, GH, 0, 0, 0, 0, 0, 0, 2};
             mrt_epilogue pe = {NULL, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
             mrt_sgemm_pb_f32(&ps, &pe, hb, Rp, rc, NULL, nthreads);
         } else
-            rnn_product(B, lstm || s->linear_before_reset ? (int)GH : 2 * H, H, hb, R, rc, nthreads);
+            rnn_product(m, lstm || s->linear_before_reset ? (int)GH : 2 * H, H, hb, R, rc, nthreads);
         for (int pass = 0; pass < (lstm || s->linear_before_reset ? 1 : 2); ++pass) {
-            if (pass == 1) rnn_product(B, H, H, rh, R + 2L * H * H, rc, nthreads);
-            for (int b = 0; b < B; ++b) {
+            if (pass == 1) rnn_product(m, H, H, rh, R + 2L * H * H, rc, nthreads);
+            for (int i = 0; i < m; ++i) {
+                const int b = act[i];
                 const int len = lens ? lens[b] : S;
-                if (t >= len) continue;
                 const int tt = back ? len - 1 - t : t; /* the time step this step reads and writes */
-                const float *xrow = xp + RNN_X(tt, b) * ldxp + (long)d * GH;
-                const float *rrow = rc + (long)b * (pass ? H : (lstm || s->linear_before_reset ? GH : 2L * H));
+                const long xr = a->xrows ? a->xrows[RNN_X(tt, b)] : RNN_X(tt, b);
+                const float *xrow = xp + xr * ldxp + (long)d * GH;
+                const float *rrow = rc + (long)i * (pass ? H : (lstm || s->linear_before_reset ? GH : 2L * H));
                 float *hs = h + RNN_ST(d, b);
                 float *yrow = y + RNN_Y(tt, d, b);
                 if (lstm)
@@ -1867,7 +1881,7 @@ static void rnn_direction(const rnn_dir_args *a, int d) {
                 else if (s->linear_before_reset)
                     gru_row(H, 0, xrow, rrow, rbh, lim, NULL, NULL, hs, yrow);
                 else
-                    gru_row(H, pass, xrow, rrow, NULL, lim, zb + (long)b * H, pass ? NULL : rh + (long)b * H, hs,
+                    gru_row(H, pass, xrow, rrow, NULL, lim, zb + (long)i * H, pass ? NULL : rh + (long)i * H, hs,
                             pass ? yrow : NULL);
             }
         }
@@ -1924,20 +1938,56 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
         memset(y, 0, sizeof(float) * (size_t)rows * D * H);
         return 0;
     }
-    /* scratch: the projection (rows, D*G*H); per direction and step the batch's states (B, H) in,
-     * the recurrent product (B, G*H); a GRU without linear_before_reset: z and r * h (B, H) each */
-    const size_t proj = (size_t)rows * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
-    float *buf = (float *)malloc(sizeof(float) * (proj + (size_t)D * (rec + 3 * bh)));
-    if (!buf) return -1;
-    float *xp = buf, *rc = xp + proj;
+    /* With sequence_lens, only the rows of x inside their sequence are projected (a tagger's padded
+     * batch of 4 x 64 tokens had 159 such rows of 256): gathered into xc, their projections in that
+     * order, xrows mapping each row of x to its projection row. */
+    long valid = rows;
+    if (lens) {
+        valid = 0;
+        for (int b = 0; b < B; ++b) valid += lens[b];
+    }
+    const int compact = valid < rows && I > 0;
+    /* scratch: the projection (valid rows, D*G*H); per direction and step the batch's states (B, H)
+     * in, the recurrent product (B, G*H); a GRU without linear_before_reset: z and r * h (B, H) each;
+     * compacting: the gathered rows of x (valid, I) */
+    const size_t proj = (size_t)(compact ? valid : rows) * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
+    const size_t xc_floats = compact ? (size_t)valid * I : 0;
+    float *buf = (float *)malloc(sizeof(float) * (proj + (size_t)D * (rec + 3 * bh) + xc_floats));
+    int *active = (int *)malloc(sizeof(int) * ((size_t)D * B + 1));
+    long *xrows = compact ? (long *)malloc(sizeof(long) * (size_t)rows) : NULL;
+    if (!buf || !active || (compact && !xrows)) {
+        free(buf);
+        free(active);
+        free(xrows);
+        return -1;
+    }
+    float *xp = buf, *rc = xp + proj, *xc = rc + (size_t)D * (rec + 3 * bh);
+    const float *xin = x;
+    long prows = rows;
+    if (compact) {
+        long n = 0;
+        for (int t = 0; t < S; ++t)
+            for (int b = 0; b < B; ++b) {
+                const long r = RNN_X(t, b);
+                if (t < lens[b]) {
+                    memcpy(xc + n * I, x + r * I, sizeof(float) * I);
+                    xrows[r] = n++;
+                } else
+                    xrows[r] = -1;
+            }
+        xin = xc;
+        prows = valid;
+    }
     {
-        mrt_gemm_shape gs = {1, (int)rows, (int)(D * GH), I, I, I, D * GH, 0, 0, 0, 0, 0, 1, 2};
+        mrt_gemm_shape gs = {1, (int)prows, (int)(D * GH), I, I, I, D * GH, 0, 0, 0, 0, 0, 1, 2};
         mrt_epilogue e = {s->bias, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
-        if (I > 0 && s->wpack) /* (packing W per call cost more than the product for a short sequence:
-                                  * 31 steps of 512 -> 2 x 1024 gates, 1.5 of 2.4 ms) */
-            mrt_sgemm_pb_f32(&gs, &e, x, s->wpack, xp, NULL, nthreads);
+        if (prows == 0)
+            ; /* every sequence is empty: nothing to project */
+        else if (I > 0 && s->wpack) /* (packing W per call cost more than the product for a short sequence:
+                                       * 31 steps of 512 -> 2 x 1024 gates, 1.5 of 2.4 ms) */
+            mrt_sgemm_pb_f32(&gs, &e, xin, s->wpack, xp, NULL, nthreads);
         else if (I > 0)
-            mrt_sgemm_f32(&gs, &e, x, s->w, xp, NULL, nthreads);
+            mrt_sgemm_f32(&gs, &e, xin, s->w, xp, NULL, nthreads);
         else /* no input features: the projection is the bias alone */
             for (long r = 0; r < rows; ++r)
                 for (long j = 0; j < D * GH; ++j) xp[r * D * GH + j] = s->bias ? s->bias[j] : 0.0f;
@@ -1945,7 +1995,7 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
     /* The directions, at once on two threads when there are two of them (each runs its steps on one
      * thread: no per-step hand-over; a product's result does not depend on its thread count, so the
      * outputs are those of one thread), else one after the other with the threads in the products. */
-    rnn_dir_args da = {s, lens, h0, c0, xp, y, state, rc, lstm_row, gru_row, nthreads};
+    rnn_dir_args da = {s, lens, h0, c0, xp, xrows, active, y, state, rc, lstm_row, gru_row, nthreads};
     if (D == 2 && nthreads >= 2) {
         da.nthreads = nthreads / 2;
         mrt_parallel_for(2, (long)S * B * GH * H, 2, rnn_direction_task, &da);
@@ -1955,6 +2005,8 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
 #undef RNN_Y
 #undef RNN_X
     free(buf);
+    free(active);
+    free(xrows);
     return 0;
 }
 

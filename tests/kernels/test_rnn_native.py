@@ -118,6 +118,27 @@ def test_zero_length_sequence_against_the_numpy_path(op, direction, monkeypatch)
     np.testing.assert_array_equal(got[1][:, 1], ins[5][:, 1])
 
 
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "GRU-lbr"])
+def test_uneven_lengths_of_a_wide_batch_against_onnxruntime(op, layout, count_native):
+    """Sequences that end at different steps in a batch of 7 (more rows than the few-row product
+    takes): the native kernel projects only the rows inside a sequence and runs each step's
+    product over the rows still active (D86); onnxruntime (layout 0) or the transposed check
+    (layout 1) is the reference."""
+    kind = op.split("-")[0]
+    ins, hidden = _layer(kind, "bidirectional", 7, seq=9, inp=6, hidden=9, init=True, peep=True, layout=layout)
+    ins[4] = np.array([9, 3, 1, 8, 9, 5, 2], np.int32)
+    attrs = {"hidden_size": hidden, "direction": "bidirectional"}
+    if op == "GRU-lbr":
+        attrs["linear_before_reset"] = 1
+    n_out = 3 if kind == "LSTM" else 2
+    if layout:
+        check_layout_1(kind, ins, attrs, n_out)
+    else:
+        compare_node(kind, ins, attrs, n_outputs=n_out, opset=14, rtol=1e-5, atol=1e-6)
+    _expect_native(count_native)
+
+
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
 def test_sequence_lens_out_of_range_names_the_op(op):
     ins, hidden = _layer(op, "forward", 3, lens=True)
