@@ -45,7 +45,10 @@ from minirt.vocabulary import ACCELERATORS, CPU
 from minirt.targets.profiles import get_target
 
 PRODUCER_NAME = "minirt-builder"
-QUANTIZE_MODES = (None, "fp16", "int8-dynamic", "int8", "auto")  # auto: the target profile's default
+# auto: what the target profile says is faster (its default mode, kept when its cost model estimates it
+# faster than float); "none": float32 even on a target whose profile would quantize (None: "auto" on
+# such a target, float32 elsewhere)
+QUANTIZE_MODES = (None, "none", "fp16", "int8-dynamic", "int8", "auto")
 OPT_LEVELS = (0, 1, 2, 3)
 
 
@@ -350,13 +353,28 @@ def _nothing_quantized_reason(model_ir, report, mode: str) -> str:
     return f"nothing was quantized: the model has no {what}"
 
 
-def _auto_quantize(profile, calibration: Any, say: Callable[[str], None]) -> str | None:
-    """``--quantize auto``: the target profile's default quantization (None: float32); its "int8"
-    becomes "int8-dynamic" when there is no calibration data to fix the activation ranges."""
+def _auto_quantize(profile, calibration: Any, model_ir, say: Callable[[str], None]) -> str | None:
+    """``--quantize auto``: the target profile's default quantization (None: float32) when its cost model
+    estimates it faster than float on this model (at most ``int8_worth_ratio`` x float latency), else
+    float32; the profile's "int8" becomes "int8-dynamic" when there is no calibration data to fix the
+    activation ranges.  A model without sized layers (dynamic shapes) keeps the profile's default."""
+    from minirt.builder.quantize import estimate_mode
+
     mode = profile.build_defaults()["quantize"]
     if mode == "int8" and calibration is None:
         say(f"--quantize auto: {profile.name} defaults to int8, but without --calibration data int8-dynamic is used")
         mode = "int8-dynamic"
+    if mode in ("int8", "int8-dynamic"):
+        est = estimate_mode(model_ir, mode, profile)
+        if est is None:
+            say(f"--quantize auto: no estimate of {mode} (no layer it would compute in int8 has a known size: "
+                f"dynamic shapes, or every layer kept float); {profile.name}'s default {mode} is kept")
+        elif est.ratio > profile.int8_worth_ratio:
+            say(f"--quantize auto: {mode} is estimated at {est.ratio:.2f}x float latency on {profile.name} "
+                f"(its cost model; at most {profile.int8_worth_ratio}x pays): float32")
+            return None
+        else:
+            say(f"--quantize auto: {mode} is estimated at {est.ratio:.2f}x float latency on {profile.name}")
     say(f"--quantize auto: {mode or 'no quantization (float32)'} for target {profile.name}")
     return mode
 
@@ -429,9 +447,12 @@ def build(
     for what, data in (("--calibration", calibration), ("--eval", eval_data)):
         if isinstance(data, (str, os.PathLike)) and not os.path.exists(data):
             raise BuildError(f"{what} {os.fspath(data)}: no such file or folder")
+    if quantize is None and profile.build_defaults()["quantize"] is not None:
+        quantize = "auto"  # the target's choice unless the user made one ("none": float32)
+        say(f"no --quantize: target {profile.name} chooses (--quantize none builds float32)")
     auto_quantize = quantize == "auto"
-    if auto_quantize:
-        quantize = _auto_quantize(profile, calibration, say)
+    if quantize == "none":
+        quantize = None
     shapes = parse_input_shapes(input_shapes)
     values = parse_input_values(input_values)
     optimizer_disabled, quantizer_disabled = _split_disabled(disabled_passes)
@@ -467,6 +488,8 @@ def build(
         raise BuildError(str(exc)) from None
     timings["optimize"] = time.perf_counter() - t0
 
+    if auto_quantize:  # (decided on the optimized graph: its layers and shapes are the ones to estimate)
+        quantize = _auto_quantize(profile, calibration, model_ir, say)
     qreport = None
     if quantize is not None:
         t0 = time.perf_counter()

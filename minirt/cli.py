@@ -733,10 +733,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix an input's value (NAME=16000, NAME=1,2,3 or NAME=FILE.npy): the graph is specialised "
                         "for it (branches and shapes that depend on it fold away); the input stays, and runs "
                         "must feed that value; repeatable")
-    p.add_argument("--quantize", choices=["fp16", "int8-dynamic", "int8", "auto"], default=None,
+    p.add_argument("--quantize", choices=["none", "fp16", "int8-dynamic", "int8", "auto"], default=None,
                    help="fp16 weights (half the size), int8 with calibrated activations, int8 weights with "
-                        "activations quantized at run time, or auto: the --target's default (rpi3/rpi4 "
-                        "int8-dynamic, rpi5 int8 with --calibration, else int8-dynamic; others float32)")
+                        "activations quantized at run time, none (float32), or auto: the --target's default "
+                        "(rpi3/rpi4 int8-dynamic, rpi5 int8 with --calibration, else int8-dynamic; others "
+                        "float32) when its cost model estimates it faster than float on this model.  Not "
+                        "given: auto on the Raspberry Pi targets, float32 elsewhere")
     p.add_argument("--calibration", default=None, metavar="PATH",
                    help="calibration inputs for --quantize int8: an .npz keyed by input name, a folder of them, "
                         "or a folder of images with preprocess.json")

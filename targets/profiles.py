@@ -59,6 +59,21 @@ class TargetProfile:
     # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
     # the dequantize node costs more than the few bytes it saves.
     weight_only_min_elements: int = 1024
+    # --- the int8 cost model (builder/quantize/cost.py, D87): whether a quantization is faster on this
+    # device, estimated from these figures (the builder host is not the device; timing there decides
+    # nothing).  Units: the time of one float32 multiply-add in a GEMM.
+    # int8 multiply-adds done in the time of one float32 one, in the GEMM-shaped layers.  Fitted on a
+    # Zen 5 with VNNI (9 real CNNs, int8 / float measured 0.43-1.02: fitted within about 11%): 2.5;
+    # AVX2 without VNNI (D80, Zen 3: ResNet-18 0.96): 1.1.  The default, for a CPU without an int8 dot
+    # product whose widening multiplies do twice the lanes of an FMA, is assumed, not measured.
+    int8_macs_per_float_mac: float = 1.5
+    # quantizing one activation element at an int8 layer's input (twice that in int8-dynamic); it
+    # also stands for the int8 layer's other fixed costs (fitted with the above: 30)
+    int8_convert_cost: float = 30.0
+    # one FLOP of any other op (memory-bound elementwise work, the same in float and int8; fitted: 4)
+    element_cost: float = 4.0
+    # --quantize auto takes a quantized mode only when its estimate is at most this x float latency
+    int8_worth_ratio: float = 0.9
 
     def has(self, feature: str) -> bool:
         """Whether every device of this target has ``feature`` (e.g. "dotprod")."""
@@ -90,7 +105,13 @@ class TargetProfile:
 # 1.54x, 24 -> 144 1.31x, 32 -> 16 1.12x, 32 -> 192 1.09x, 48 -> 192 0.97x, 144 -> 24 0.92x,
 # 320 -> 1280 0.80x; a 3 x 3 conv over 3 channels (stem) 1.57x, over 16 channels 0.97x; grouped 3 x 3
 # convs of 8 channels per group (RegNet) 2.6-2.9x, of 16 per group 2.2x.
-AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32, "int8_min_group_outputs": 32}
+AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32, "int8_min_group_outputs": 32,
+                   "int8_macs_per_float_mac": 1.1}
+# Without native kernels int8 layers dequantize and multiply in float: slower than float (assumed).
+NO_NATIVE_INT8_MACS = 0.5
+# int8_macs_per_float_mac where the int8 GEMM has a dot product (VNNI, SDOT): fitted on the Zen 5 VNNI
+# host; for SDOT (4x the lanes of an FMA, as VNNI) assumed the same, not measured on a device.
+DOT_PRODUCT_INT8_MACS = 2.5
 
 _PROFILES = {
     p.name: p
@@ -111,14 +132,14 @@ _PROFILES = {
         TargetProfile("rpi5", "Raspberry Pi 5 (Cortex-A76, arm64)", ("cpu",), ("neon", "dotprod", "fp16"), "linux",
                       arch="arm64", cpu="Cortex-A76 (BCM2712)", cores=4, simd_bits=128, llc_kb=2048,
                       kernel_isas=("neon-dotprod", "neon"), default_quantize="int8", weight_pack=8,
-                      int8_depthwise_min_plane=0),
+                      int8_depthwise_min_plane=0, int8_macs_per_float_mac=DOT_PRODUCT_INT8_MACS),
         # Apple silicon and Android phones are arm64: the CPU fallback's NEON kernels read panels of 8.
         TargetProfile("macos", "Mac with Apple silicon", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "macos",
                       arch="arm64", simd_bits=128, kernel_isas=("neon-dotprod", "neon"), weight_pack=8,
-                      int8_depthwise_min_plane=0),
+                      int8_depthwise_min_plane=0, int8_macs_per_float_mac=DOT_PRODUCT_INT8_MACS),
         TargetProfile("ios", "iPhone / iPad", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "ios",
                       arch="arm64", simd_bits=128, kernel_isas=("neon-dotprod", "neon"), weight_pack=8,
-                      int8_depthwise_min_plane=0),
+                      int8_depthwise_min_plane=0, int8_macs_per_float_mac=DOT_PRODUCT_INT8_MACS),
         *(
             TargetProfile(f"android-api{level}", f"Android API level {level} (arm64)", ("nnapi", "cpu"), ("neon",), "android",
                           arch="arm64", simd_bits=128, kernel_isas=("neon",), weight_pack=8,
@@ -188,8 +209,12 @@ def host_profile() -> TargetProfile:
         from minirt import native
 
         panels, features = native.packed_panel_width(), tuple(k for k, v in native.features.items() if v)
-        # (the int8 kernel this machine runs decides its int8 speed rules)
+        # (the int8 kernel this machine runs decides its int8 speed rules and cost model)
         rules = AVX2_INT8_RULES if native.available and native.qgemm_isa == "avx2" else {}
+        if native.available and native.qgemm_isa in ("vnni", "dotprod"):
+            rules = {"int8_macs_per_float_mac": DOT_PRODUCT_INT8_MACS}
+        elif not native.available:  # int8 layers then compute in float32 BLAS, after dequantizing
+            rules = {"int8_macs_per_float_mac": NO_NATIVE_INT8_MACS}
     except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for, the generic int8 rules
         panels, features, rules = 0, (), {}
     return dataclasses.replace(_PROFILES["generic"], name="host", description=f"this machine ({machine})",

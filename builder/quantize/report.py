@@ -82,7 +82,9 @@ class QuantizationReport:
     quant_bytes: int = 0
     accuracy: dict = dataclasses.field(default_factory=dict)
     budget: dict = dataclasses.field(default_factory=dict)
-    latency: dict = dataclasses.field(default_factory=dict)
+    latency: dict = dataclasses.field(default_factory=dict)  # measured on the build machine (not the device)
+    # int8 modes: the target profile's cost model's estimate of quantized / float latency (cost.py)
+    estimate: dict = dataclasses.field(default_factory=dict)
     warnings: list = dataclasses.field(default_factory=list)
     timings: dict = dataclasses.field(default_factory=dict)
     # the rewrite passes' report (builder/quantize/passes; int8 modes): rows as the optimizer's
@@ -116,10 +118,14 @@ class QuantizationReport:
                          f" (value {b.get('value')})")
             for r in b.get("reverted", []):
                 lines.append(f"    returned to float: {r['node']} (sensitivity: {r['why']})")
+        if self.estimate:
+            e = self.estimate
+            lines.append(f"  estimated on {e['target']}: {e['ratio']:.2f}x float latency ({e['basis']})"
+                         if e.get("ratio") is not None else f"  estimated on {e['target']}: none ({e['why']})")
         if self.latency:
             lt = self.latency
-            lines.append(f"  latency: quantized {lt['quant_ms']:.2f} ms vs float {lt['float_ms']:.2f} ms "
-                         f"({lt['ratio']:.2f}x) on {lt['on']}")
+            lines.append(f"  latency on the build machine: quantized {lt['quant_ms']:.2f} ms vs float "
+                         f"{lt['float_ms']:.2f} ms ({lt['ratio']:.2f}x) on {lt['on']}")
         lines += [f"  warning: {w}" for w in self.warnings]
         if self.passes:
             lines.append(format_report(self.passes))

@@ -100,4 +100,11 @@ def test_avx2_targets_take_the_avx2_rules(monkeypatch):
     monkeypatch.setattr(native, "qgemm_isa", "vnni")
     host = profiles.host_profile()
     generic = get_target("generic")
-    assert {f: getattr(host, f) for f in AVX2_INT8_RULES} == {f: getattr(generic, f) for f in AVX2_INT8_RULES}
+    rules = [f for f in AVX2_INT8_RULES if f != "int8_macs_per_float_mac"]
+    assert {f: getattr(host, f) for f in rules} == {f: getattr(generic, f) for f in rules}
+    # the cost model's int8 rate: the dot-product one with VNNI, AVX2's without, below float without
+    # native kernels (int8 layers then dequantize and multiply in float)
+    assert host.int8_macs_per_float_mac == profiles.DOT_PRODUCT_INT8_MACS > generic.int8_macs_per_float_mac
+    assert AVX2_INT8_RULES["int8_macs_per_float_mac"] < generic.int8_macs_per_float_mac
+    monkeypatch.setattr(native, "available", False)
+    assert profiles.host_profile().int8_macs_per_float_mac == profiles.NO_NATIVE_INT8_MACS < 1.0

@@ -1,0 +1,96 @@
+"""The int8 cost model: is a quantization worth it on the target device (issue 20, D87).
+
+The builder rarely runs on the device, so "is int8 faster than float there" cannot come from timing
+on the build machine (which also flips under load).  It comes from the target profile instead
+(``targets/profiles.py``, the ``int8_*`` cost fields), applied to the layers the quantizer chose:
+
+* a layer computed in int8 costs ``macs / int8_macs_per_float_mac`` (its multiply-adds at the int8
+  rate, in float multiply-add time) plus ``int8_convert_cost`` per activation element it quantizes
+  (its input; twice that in int8-dynamic, which first scans the input for its range) and, as in
+  float, ``element_cost`` per output element (the bias / activation epilogue);
+* a layer left float (or weight-only int8: float compute) costs ``macs + element_cost * outputs``;
+* every other node costs ``element_cost`` per FLOP it does (``targets/flops.py``; data movement 0),
+  the same in both models, except other products (attention's MatMul of two activations), which cost
+  their multiply-adds.
+
+The unit is the time of one float32 multiply-add in a GEMM; only the ratio of the two totals is
+reported.  Layers whose shapes are unknown (dynamic dimensions) cost 0 in both models: when no layer
+has a known size, there is no estimate (None), never an invented one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from minirt.builder.ir_helpers import static_shape
+from minirt.builder.quantize.qir import Candidate
+
+_PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Gemm", "FusedGemm", "Conv", "FusedConv", "ConvTranspose",
+                       "FusedConvTranspose"})
+
+
+@dataclasses.dataclass
+class Estimate:
+    """The two models' estimated costs on one target (units: float32 GEMM multiply-adds)."""
+
+    target: str
+    mode: str
+    float_cost: float
+    quant_cost: float
+    int8_layers: int  # layers computed in int8 that the estimate could size
+
+    @property
+    def ratio(self) -> float:
+        return self.quant_cost / self.float_cost
+
+    def as_dict(self) -> dict:
+        return {"target": self.target, "mode": self.mode, "ratio": round(self.ratio, 4),
+                "float_cost": self.float_cost, "quant_cost": self.quant_cost, "int8_layers": self.int8_layers,
+                "basis": f"cost model of the {self.target} profile (int8_macs_per_float_mac, int8_convert_cost, "
+                         "element_cost), not a timing"}
+
+
+def _elements(value: ir.Value | None) -> int:
+    shape = static_shape(value) if value is not None else None
+    return 0 if shape is None else int(np.prod(shape, dtype=np.int64))
+
+
+def _layer_macs(node: ir.Node, c: Candidate) -> int:
+    """Multiply-adds of a candidate layer: one ``reduction`` per output element (0 when unsized)."""
+    return _elements(node.outputs[0]) * c.reduction if c.reduction > 0 else 0
+
+
+def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -> Estimate | None:
+    """The cost of ``model`` (float, before the rewrite) with the ``chosen`` candidates computed in
+    int8 (``mode`` "int8" or "int8-dynamic"; weight-only ones compute float) against all float, on
+    ``profile``; None when no int8 layer has a known size."""
+    # (imported here: targets.flops imports the builder, which imports the quantizer and this module)
+    from minirt.targets.flops import node_flops
+
+    speedup = float(profile.int8_macs_per_float_mac)
+    convert = float(profile.int8_convert_cost) * (2.0 if mode == "int8-dynamic" else 1.0)
+    element = float(profile.element_cost)
+    int8 = {c.name: c for c in chosen if not c.computes_float and c.kind in ("conv", "matmul", "convt")}
+    float_cost = quant_cost = 0.0
+    sized = 0
+    for node in model.graph:
+        c = int8.get(node.name)
+        if c is not None:
+            macs = _layer_macs(node, c) if c.kind != "convt" else node_flops(node) / 2
+            outs = _elements(node.outputs[0])
+            if macs <= 0:
+                continue
+            sized += 1
+            float_cost += macs + element * outs
+            quant_cost += macs / speedup + convert * _elements(node.inputs[0]) + element * outs
+            continue
+        flops = node_flops(node)
+        cost = flops / 2 if node.op_type in _PRODUCTS else element * flops
+        float_cost += cost
+        quant_cost += cost
+    if sized == 0 or float_cost <= 0:
+        return None
+    return Estimate(profile.name, mode, float_cost, quant_cost, sized)

@@ -1,0 +1,120 @@
+"""The int8 cost model of the target profile (builder/quantize/cost.py, docs/decisions.md D87): its
+arithmetic against a hand count, what ``--quantize auto`` and a target without ``--quantize`` decide
+from it, and that the build machine's timing no longer decides the "not faster" warning."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import minirt
+from minirt.builder.build import build
+from minirt.builder.quantize import QuantizeOptions, _run, estimate_mode, quantize
+from minirt.targets.profiles import get_target
+from tests.quantize.conftest import optimized
+
+RNG = np.random.default_rng(5)
+
+
+def _conv_model(c_in: int, c_out: int, k: int, size: int, extra_adds: int = 0, batch: int | str = 1,
+                head: bool = False) -> bytes:
+    """x (batch, c_in, size, size) -> Conv k x k (same padding) -> Relu -> ``extra_adds`` x Add(y, y)
+    [-> ``head``: a 1 x 1 conv to 4 channels, the final layer, which stays float by default]."""
+    w = numpy_helper.from_array((RNG.standard_normal((c_out, c_in, k, k)) * 0.1).astype(np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(c_out, np.float32), "b")
+    wh = numpy_helper.from_array((RNG.standard_normal((4, c_out, 1, 1)) * 0.1).astype(np.float32), "wh")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[k // 2] * 4),
+             helper.make_node("Relu", ["c"], ["y0"], name="relu")]
+    for i in range(extra_adds):
+        nodes.append(helper.make_node("Add", [f"y{i}", f"y{i}"], [f"y{i + 1}"], name=f"add{i}"))
+    out, channels = f"y{extra_adds}", c_out
+    if head:
+        nodes.append(helper.make_node("Conv", [out, "wh"], ["h"], name="head"))
+        out, channels = "h", 4
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c_in, size, size])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, channels, size, size])],
+        [w, b] + ([wh] if head else []))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _optimized(data: bytes):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        return optimized(path)
+
+
+def test_estimate_is_the_hand_count():
+    """One conv 8 -> 16, 3 x 3 over 10 x 10 (Relu fused), then 2 Adds of (16, 10, 10): with
+    speedup s, convert cost c and element cost e the int8 model costs macs / s + c * inputs +
+    e * outputs + the Adds, the float one macs + e * outputs + the Adds."""
+    model = _optimized(_conv_model(8, 16, 3, 10, extra_adds=2))
+    profile = dataclasses.replace(get_target("generic"), int8_macs_per_float_mac=2.0, int8_convert_cost=5.0,
+                                  element_cost=3.0)
+    opts = QuantizeOptions(quantize_final=True)  # (the conv feeds the output through the Adds)
+    est = estimate_mode(model, "int8", profile, opts)
+    macs, inputs, outputs = 16 * 100 * 8 * 9, 8 * 100, 16 * 100
+    adds = 2 * 3.0 * outputs  # one FLOP per element each, at the element cost
+    assert est.float_cost == pytest.approx(macs + 3.0 * outputs + adds)
+    assert est.quant_cost == pytest.approx(macs / 2.0 + 5.0 * inputs + 3.0 * outputs + adds)
+    assert est.int8_layers == 1
+    dynamic = estimate_mode(model, "int8-dynamic", profile, opts)  # the input's range scanned too
+    assert dynamic.quant_cost == pytest.approx(est.quant_cost + 5.0 * inputs)
+    # the final layer stays float by default: nothing in int8, no estimate
+    assert estimate_mode(model, "int8", profile) is None
+
+
+def test_no_estimate_without_sizes():
+    model = _optimized(_conv_model(8, 16, 3, 10, batch="N"))
+    assert estimate_mode(model, "int8", "rpi5", QuantizeOptions(quantize_final=True)) is None
+
+
+def test_auto_follows_the_estimate():
+    """rpi5 (int8 with a dot product): a big 3 x 3 conv is worth int8; a small pointwise conv drowned
+    in elementwise work is not, and the build says why and stays float32."""
+    big = _conv_model(64, 64, 3, 28, head=True)
+    small = _conv_model(16, 16, 1, 8, extra_adds=12, head=True)
+    for data, want in ((big, "int8-dynamic"), (small, None)):
+        said = []
+        report = build(data, None, target="rpi5", quantize="auto", progress=said.append)
+        assert minirt.Session(report.data).metadata["build.options"]["quantize"] == want, said
+        assert any("estimated at" in m and "rpi5" in m for m in said), said
+        if want is None:
+            assert any("float32" in m and "at most 0.9x pays" in m for m in said), said
+
+
+def test_a_target_without_quantize_chooses_and_none_keeps_float():
+    data = _conv_model(64, 64, 3, 28, head=True)
+    said = []
+    report = build(data, None, target="rpi4", progress=said.append)
+    assert any("no --quantize: target rpi4 chooses" in m for m in said), said
+    assert minirt.Session(report.data).metadata["build.options"]["quantize"] == "int8-dynamic"
+    report = build(data, None, target="rpi4", quantize="none")
+    assert minirt.Session(report.data).metadata["build.options"]["quantize"] is None
+    report = build(data, None)  # the generic target never quantizes unasked
+    assert minirt.Session(report.data).metadata["build.options"]["quantize"] is None
+
+
+def test_the_warning_comes_from_the_target_not_the_build_machine(monkeypatch):
+    """The build machine's timing is reported, never warned on: here it says int8 is 10x slower
+    while the target's estimate says faster (no warning); a target whose estimate says slower
+    warns, naming the target and the cost model."""
+    model = _optimized(_conv_model(64, 64, 3, 28))
+    monkeypatch.setattr(_run, "median_latency", lambda sessions, feed, runs: {"float": 0.001, "quant": 0.010})
+    report = quantize(model.clone(), "int8-dynamic", None, QuantizeOptions(quantize_final=True), target="rpi5")
+    assert report.latency["ratio"] == pytest.approx(10.0)
+    assert report.estimate["ratio"] < 0.6 and not report.warnings, report.warnings
+    assert "estimated on rpi5" in str(report) and "on the build machine" in str(report)
+    slow = dataclasses.replace(get_target("rpi5"), int8_macs_per_float_mac=0.5)
+    report = quantize(model.clone(), "int8-dynamic", None, QuantizeOptions(quantize_final=True), target=slow)
+    assert report.estimate["ratio"] > 1.05
+    assert any("estimated slower than the float one on rpi5" in w and "cost model" in w for w in report.warnings)
