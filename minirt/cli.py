@@ -367,7 +367,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     optimizer = info["metadata"].get("build.optimizer")
     if isinstance(optimizer, dict) and optimizer.get("passes") is not None:
         print(format_optimizer_report(optimizer))
-    quantizer = (info["metadata"].get("build.quantization") or {}).get("passes")
+    quantization = info["metadata"].get("build.quantization") or {}
+    budget = quantization.get("budget") if isinstance(quantization, dict) else None
+    if isinstance(budget, dict) and budget:
+        from minirt.tools.reports import format_sensitivity
+
+        print(f"accuracy budget {budget.get('spec')}{' (default)' if budget.get('default') else ''}: "
+              f"{'met' if budget.get('met') else 'NOT met'} (value {budget.get('value')}), "
+              f"{len(budget.get('reverted', []))} layer(s) returned to float")
+        print("\n".join(format_sensitivity(budget, top=20, indent="  ")))
+    quantizer = quantization.get("passes") if isinstance(quantization, dict) else None
     if isinstance(quantizer, dict) and quantizer.get("passes") is not None:
         print(format_optimizer_report(quantizer))
     return 0
@@ -749,7 +758,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--symmetric-activations", action="store_true", help="zero point 0 for activations")
     p.add_argument("--accuracy-budget", metavar="SPEC", default=None,
                    help="keep the most sensitive layers in float until it holds: top1-drop<=1, accuracy-drop<=X, "
-                        "cosine>=0.99, max-abs<=X, mean-abs<=X")
+                        "cosine>=0.99, max-abs<=X, mean-abs<=X; none: no budget.  Default with calibration or "
+                        "eval data: cosine>=0.99 for int8 modes, max-abs<=0.005 for fp16")
     p.add_argument("--eval", metavar="PATH", default=None, help="held-out inputs for the accuracy report")
     p.add_argument("--quantize-final", action="store_true", help="also quantize the layers that feed outputs")
     p.add_argument("--allow-float-fallback", action="store_true",

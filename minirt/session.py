@@ -141,6 +141,17 @@ def _normalise_providers(providers: Sequence, provider_options: Sequence | None 
     return out, options
 
 
+
+def _starts_with_magic(path: Any) -> bool:
+    """Whether the file at ``path`` starts with the .mrt magic: a built artifact saved under the name an
+    application opens (``model.onnx``) loads as the artifact it is.  False when it cannot be read (the
+    loader then reports that)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(S.MAGIC)) == S.MAGIC
+    except (OSError, TypeError):
+        return False
+
 class Session:
     """Run a .mrt artifact.  ``InferenceSession`` is the same class.
 
@@ -219,7 +230,8 @@ class Session:
         # content fails the .mrt magic check and reads as a ModelProto, is built (or found in the cache)
         self.built_from = None  # {"onnx", "cache", "cached"} when this session built an ONNX model
         if (not isinstance(path_or_bytes, (bytes, bytearray, memoryview))
-                and str(getattr(path_or_bytes, "name", path_or_bytes)).lower().endswith(".onnx")):
+                and str(getattr(path_or_bytes, "name", path_or_bytes)).lower().endswith(".onnx")
+                and not _starts_with_magic(path_or_bytes)):  # (an artifact under an application's model name)
             path_or_bytes = self._from_onnx(path_or_bytes, opt_level)
         try:
             self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)

@@ -316,6 +316,29 @@ def test_onnx_in_builds_once_then_loads_the_cache(tmp_path, monkeypatch):
     assert third.built_from["cached"] is False and third.built_from["cache"] != first.built_from["cache"]
 
 
+def test_an_artifact_under_an_onnx_name_loads_as_the_artifact(tmp_path, monkeypatch):
+    """An application opens "model.onnx"; the user put a built (say int8) artifact there: it loads as
+    the artifact, nothing is built (the content decides, not the suffix)."""
+    artifact = builder.build_bytes(str(DIGITS))
+    shipped = tmp_path / "model.onnx"
+    shipped.write_bytes(artifact)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("an artifact was sent to the ONNX builder because of its .onnx name")
+
+    monkeypatch.setattr(builder, "build_bytes", no_build)
+    sess = minirt.InferenceSession(str(shipped))
+    assert sess.built_from is None
+    x = np.random.default_rng(4).random((2, 1, 8, 8), dtype=np.float32)
+    want = minirt.InferenceSession(artifact).run(None, {"image": x})[0]
+    np.testing.assert_array_equal(sess.run(None, {"image": x})[0], want)
+    broken = tmp_path / "broken.onnx"  # neither: the ONNX loader's error, naming the file
+    broken.write_bytes(b"\x00\x01 not a model")
+    monkeypatch.undo()
+    with pytest.raises(minirt.Error):
+        minirt.InferenceSession(str(broken))
+
+
 def test_onnx_in_without_the_builder_says_how_to_build(tmp_path):
     child = textwrap.dedent(
         """

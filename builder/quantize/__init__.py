@@ -96,7 +96,7 @@ class QuantizeOptions:
     # (docs/decisions.md D55).
     int8_conv_transpose: bool = True
     quantize_final_conv_transpose: bool = False
-    accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget
+    accuracy_budget: Any = None  # "top1-drop<=1", "cosine>=0.99", ... or a Budget; "none": not even the default
     eval: Any = None  # held-out data for the report (default: the calibration data)
     calibration_spec: Any = None  # preprocessing spec for image folders
     max_feeds: int | None = None  # use at most this many calibration feeds
@@ -104,6 +104,13 @@ class QuantizeOptions:
     # fp16 without an accuracy_budget: keep the most sensitive weights float32 until the outputs stay
     # within this of the float model on the eval / calibration data (None: convert every weight).
     fp16_budget: Any = "max-abs<=0.005"
+    # int8 / int8-dynamic without an accuracy_budget: the most sensitive layers return to float until
+    # the outputs keep this cosine to the float model's on the calibration / eval data (None or "none":
+    # no default budget).  It needs real data: on the random input used without any, it is not applied.
+    int8_budget: Any = "cosine>=0.99"
+    # ... fitted on at most this many feeds (each fit evaluation runs the model on them; the accuracy
+    # in the report is still measured on every eval feed)
+    int8_budget_feeds: int = 4
     fp16_max_ratio: float = 0.55  # ... but the default budget never takes the artifact beyond this x float
     # fp16: fold each Conv/Gemm weight's float16 rounding error times its mean input patch (measured on the
     # calibration data, else the eval data) into the layer's float32 bias (pass fp16_bias_correction; False
@@ -198,7 +205,9 @@ def _check_feed_shapes(model: ir.Model, feeds, what: str) -> None:
     fixed = {}
     for v in model.graph.inputs:
         if v.shape is not None:
-            fixed[v.name] = [d if isinstance(d, int) else None for d in v.shape]
+            # (a negative size, -1 in PaddlePaddle's exports such as PP-OCR's classifier, is a dynamic
+            # dimension to onnxruntime, as a symbolic one)
+            fixed[v.name] = [d if isinstance(d, int) and d >= 0 else None for d in v.shape]
     for i, feed in enumerate(feeds):
         for name, arr in feed.items():
             want = fixed.get(name)
@@ -516,20 +525,26 @@ def _calibrate(selected: Sequence[Candidate], data: _Data, opts: QuantizeOptions
 
 
 def _fit_int8_budget(selected: list[Candidate], data: _Data, budget: Budget, rewrite, report: QuantizationReport,
-                     say: Callable[[str], None]) -> list[Candidate]:
+                     say: Callable[[str], None], max_feeds: int | None = None) -> list[Candidate]:
     """``selected`` minus the most sensitive computed layers, returned to float until ``budget`` holds
-    (weights-only layers always stay); ``rewrite(model, candidates)`` quantizes a model clone."""
+    (weights-only layers always stay); ``rewrite(model, candidates)`` quantizes a model clone.
+    ``max_feeds``: measure on the first that many eval feeds only (the default budget's fit)."""
     if data.ref is None:
         raise BuildError("--accuracy-budget needs data to measure on (--calibration or --eval)")
     t0 = time.perf_counter()
     tunable = [c.name for c in selected if not c.computes_float]
     fixed = [c.name for c in selected if c.computes_float]
+    evals, ref, labels = data.evals, data.ref, data.labels
+    if max_feeds is not None and len(evals) > max_feeds:
+        evals = Feeds(list(evals)[:max_feeds], list(getattr(data.evals, "labels", [None] * len(evals)))[:max_feeds])
+        ref = {name: outs[:max_feeds] for name, outs in data.ref.items()}
+        labels = evals.all_labels()
 
     def evaluate(subset) -> dict:
         names = set(subset) | set(fixed)
         m = data.float_model.clone()
         rewrite(m, [c for c in selected if c.name in names])
-        return data.evaluate(m)
+        return compare(ref, _run.run_all(_run.session(m), evals), labels)
 
     res = fit_budget(budget, tunable, evaluate, say)
     keep = set(res["quantized"]) | set(fixed)
@@ -541,6 +556,8 @@ def _fit_int8_budget(selected: list[Candidate], data: _Data, budget: Budget, rew
     if not res["met"]:
         report.warnings.append(f"accuracy budget {budget.spec} not met even with every layer in float "
                                f"except weight-only ones (value {res['value']:.4g})")
+    if res["reverted"]:
+        say(f"accuracy budget {budget.spec}: {len(res['reverted'])} of {len(tunable)} layers returned to float")
     return [c for c in selected if c.name in keep]
 
 
@@ -561,8 +578,19 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
                                chain=opts.chain_int8)
         return quant_passes.rewrite(m, mode, context, disabled)
 
+    # (the default budget unless the user gave one, or said "none")
+    default = budget is None and opts.accuracy_budget != "none" and parse_budget(opts.int8_budget) is not None
+    if default:
+        if report.eval_source in ("a random input", "no data"):
+            report.warnings.append(f"{mode}: no data to measure on, the default budget {opts.int8_budget} was not "
+                                   "applied (pass --calibration or --eval)")
+        else:
+            budget = parse_budget(opts.int8_budget)
     if budget is not None:
-        selected = _fit_int8_budget(selected, data, budget, rewrite, report, say)
+        selected = _fit_int8_budget(selected, data, budget, rewrite, report, say,
+                                    max_feeds=opts.int8_budget_feeds if default else None)
+        if default:
+            report.budget["default"] = True
     done = rewrite(model, selected)
     report.passes = done.report.as_dict()
     skipped = done.skipped

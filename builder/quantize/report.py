@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from minirt.tools.reports import format_report
+from minirt.tools.reports import format_report, format_sensitivity
 
 
 def looks_like_scores(y: np.ndarray) -> bool:
@@ -118,6 +118,7 @@ class QuantizationReport:
                          f" (value {b.get('value')})")
             for r in b.get("reverted", []):
                 lines.append(f"    returned to float: {r['node']} (sensitivity: {r['why']})")
+            lines += format_sensitivity(b)
         if self.estimate:
             e = self.estimate
             lines.append(f"  estimated on {e['target']}: {e['ratio']:.2f}x float latency ({e['basis']})"

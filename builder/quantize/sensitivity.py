@@ -68,9 +68,11 @@ class Budget:
 
 
 def parse_budget(spec) -> Budget | None:
-    """``"top1-drop<=1"``, ``"cosine>=0.99"``, ... (or a Budget, or None)."""
+    """``"top1-drop<=1"``, ``"cosine>=0.99"``, ... (or a Budget, or None; "none": None too)."""
     if spec is None or isinstance(spec, Budget):
         return spec
+    if str(spec).strip().lower() == "none":
+        return None
     m = re.fullmatch(r"\s*([a-z0-9-]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*", str(spec))
     if not m or m.group(1) not in _METRICS or m.group(2) != _METRICS[m.group(1)]:
         known = ", ".join(f"{k}{op}X" for k, op in _METRICS.items())

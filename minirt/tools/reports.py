@@ -34,3 +34,20 @@ def format_report(d: Mapping) -> str:
         if len(refused) > 30:
             lines.append(f"    ... and {len(refused) - 30} more (see the artifact metadata)")
     return "\n".join(lines)
+
+
+def format_sensitivity(budget: dict, top: int = 10, indent: str = "    ") -> list[str]:
+    """The per-layer sensitivity table of a budget fit (each layer quantized alone, the others float;
+    most sensitive first), its ``top`` rows, or one line saying why there is none."""
+    rows = budget.get("sensitivity") or {}
+    if not rows:
+        return [f"{indent}sensitivity: not measured (the budget held with every layer quantized)"] if budget.get(
+            "met") else []
+    metric = str(budget.get("spec", "")).split("<")[0].split(">")[0] or "metric"
+    lines = [f"{indent}sensitivity (each layer quantized alone, the others float), most sensitive first:"]
+    width = max(len(n) for n in list(rows)[:top])
+    for name, r in list(rows.items())[:top]:
+        lines.append(f"{indent}  {name:<{width}}  {metric} {r['metric']:.5g}  cosine deficit {r['cosine_deficit']:.3g}")
+    if len(rows) > top:
+        lines.append(f"{indent}  ... {len(rows) - top} more (--json)")
+    return lines

@@ -112,7 +112,8 @@ def test_the_warning_comes_from_the_target_not_the_build_machine(monkeypatch):
     monkeypatch.setattr(_run, "median_latency", lambda sessions, feed, runs: {"float": 0.001, "quant": 0.010})
     report = quantize(model.clone(), "int8-dynamic", None, QuantizeOptions(quantize_final=True), target="rpi5")
     assert report.latency["ratio"] == pytest.approx(10.0)
-    assert report.estimate["ratio"] < 0.6 and not report.warnings, report.warnings
+    assert report.estimate["ratio"] < 0.6
+    assert not [w for w in report.warnings if "faster" in w or "slower" in w], report.warnings
     assert "estimated on rpi5" in str(report) and "on the build machine" in str(report)
     slow = dataclasses.replace(get_target("rpi5"), int8_macs_per_float_mac=0.5)
     report = quantize(model.clone(), "int8-dynamic", None, QuantizeOptions(quantize_final=True), target=slow)
