@@ -227,7 +227,7 @@ def _feeds(folder: Path, limit: int | None = None) -> list[dict]:
     return out
 
 
-def ort_int8(onnx_path: str, calib: list[dict], out: str) -> str:
+def _ort_int8(onnx_path: str, calib: list[dict], out: str) -> str:
     """onnxruntime's own static int8 (QDQ, per-channel weights) from ``calib``, after its recommended
     pre-processing (``quant_pre_process``: shape inference, graph optimization) when that succeeds;
     returns how the quantized model was made."""
@@ -254,21 +254,27 @@ def ort_int8(onnx_path: str, calib: list[dict], out: str) -> str:
             return next(self.it, None)
 
     failures = []
+    for source, how in sources:
+        try:  # (on PP-OCR's models the pre-processed graph fails to quantize, or quantizes to one that
+            # onnxruntime refuses to load: then the model as exported)
+            quantize_static(source, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+            ort.InferenceSession(out, providers=["CPUExecutionProvider"])
+            return how if not failures else f"{how} ({'; '.join(failures)})"
+        except Exception as exc:  # noqa: BLE001 - the next source
+            failures.append(f"{how}: {type(exc).__name__}")
+    raise RuntimeError(f"onnxruntime's quantize_static failed on {onnx_path}: {'; '.join(failures)}")
+
+
+def ort_int8(onnx_path: str, calib: list[dict], out: str) -> str:
+    """:func:`_ort_int8` run in ``out``'s folder: onnxruntime's tools leave temporary files in the
+    current directory (``sym_shape_infer_temp.onnx``, ``*.data``)."""
     here = os.getcwd()
-    os.chdir(os.path.dirname(os.path.abspath(out)))  # (onnxruntime's quantizer leaves *.data files in the cwd)
+    os.chdir(os.path.dirname(os.path.abspath(out)))
     try:
-        for source, how in sources:
-            try:  # (on PP-OCR's models the pre-processed graph fails to quantize, or quantizes to one that
-                # onnxruntime refuses to load: then the model as exported)
-                quantize_static(source, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-                ort.InferenceSession(out, providers=["CPUExecutionProvider"])
-                return how if not failures else f"{how} ({'; '.join(failures)})"
-            except Exception as exc:  # noqa: BLE001 - the next source
-                failures.append(f"{how}: {type(exc).__name__}")
+        return _ort_int8(os.path.abspath(onnx_path), calib, os.path.abspath(out))
     finally:
         os.chdir(here)
-    raise RuntimeError(f"onnxruntime's quantize_static failed on {onnx_path}: {'; '.join(failures)}")
 
 
 def minirt_int8(onnx_path: str, calib_dir: Path, out: str) -> dict:
