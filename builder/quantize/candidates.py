@@ -10,8 +10,8 @@ op types it refused.  Which candidates are quantized is the quantizer's
 choice (``builder/quantize/__init__.py``, rules read from the target
 profile); the rewriting itself is the ``quant_layers`` pass.
 
-By default a candidate whose output reaches a graph output without passing
-through another candidate (a *final* layer) stays float: :func:`find_candidates`
+By default a candidate that no other candidate follows (a *final* layer: a
+classifier's last Gemm, a detector's heads) stays float: :func:`find_candidates`
 marks those ``final``.
 """
 from __future__ import annotations
@@ -47,32 +47,28 @@ def _tile_conv_transpose(node: ir.Node, graph: ir.Graph) -> bool:
 
 
 def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
-    """Candidates with a path to a graph output that meets no other candidate."""
-    outputs = set(id(v) for v in graph.outputs)
+    """Candidates that no other candidate follows: the model's last layers (a classifier's Gemm, a
+    detector's heads).  Not "a path to an output that meets no other candidate": in a residual
+    network every block's output projection has such a path (the skip connections), and a BERT
+    encoder kept 9 of its 25 layers float for that reason (D89)."""
     memo: dict[int, bool] = {}
 
-    def reaches(value: ir.Value, depth=0) -> bool:
+    def feeds_a_candidate(value: ir.Value) -> bool:
         key = id(value)
         if key in memo:
             return memo[key]
-        memo[key] = False  # cycles cannot happen, but be safe
-        hit = key in outputs
-        if not hit:
-            for use in value.uses():
-                consumer = use.node
-                if id(consumer) in candidate_ids:
-                    continue
-                if any(reaches(o, depth + 1) for o in consumer.outputs):
-                    hit = True
-                    break
+        memo[key] = False  # (cycles cannot happen; a value being visited counts as not yet known)
+        hit = False
+        for use in value.uses():
+            consumer = use.node
+            if id(consumer) in candidate_ids or any(feeds_a_candidate(o) for o in consumer.outputs):
+                hit = True
+                break
         memo[key] = hit
         return hit
 
-    final = set()
-    for node in graph:
-        if id(node) in candidate_ids and any(reaches(o) for o in node.outputs):
-            final.add(node.name)
-    return final
+    return {node.name for node in graph
+            if id(node) in candidate_ids and not any(feeds_a_candidate(o) for o in node.outputs)}
 
 
 def _plane(x: ir.Value) -> int:

@@ -805,12 +805,15 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
     With ``flatten_axis``, ``a`` is first ``Flatten(a, axis=flatten_axis)`` (the quantizer folds
     a Flatten feeding only this node: one node less per run).  ``out``: the memory plan's buffer
     for the result (native path, when it fits)."""
+    if (bias is None and z is not None and z.ndim == 1 and b is not None and b.ndim == 2
+            and z.shape[0] == b.shape[0 if transB else 1]):
+        bias, z = z, None  # (one value per column added after the product is a bias: the fused path takes it)
     memo = None if ctx is None else ctx.memo
     prepared = memo.get(a.shape) if memo is not None else None  # this node's native call for this input shape
     if prepared is not None and prepared.fits(a, a_scale, a_zero_point, b, b_scale, bias, z):
-        y = prepared.run(a, out)
-        # static quantization: one native call, replayable by a program (dynamic scales come from a)
-        return y if prepared.plan[6] is None else _native.final(y)
+        # one native call, replayable by a program (dynamic quantization too: the call derives the
+        # input's scale from it, D89)
+        return _native.final(prepared.run(a, out))
     if b is None or b_scale is None:
         raise ValueError("QMatMul: inputs B and B_scale are required")
     if b.dtype != np.int8 or b.ndim != 2:
@@ -852,14 +855,14 @@ class _PreparedQMatMul:
         y = _result_buffer(out, self.y_shape, _F32, a, None)
         # (a C-contiguous input flattened is the same memory: reshape it to the GEMM's rows directly)
         a2, y2 = np.ascontiguousarray(a).reshape(self.rows, k), y.reshape(self.rows, n)
-        if static is None:
-            sc, zp_u8, scale = _dynamic_quant(a, ws)
-            _native.qmatmul(a2, sc, zp_u8, packed, n, scale, bias_c, y2, *act)
-        else:  # (the native structs made on the first run, then reused)
-            if self.native is None:
+        if self.native is None:  # (the native structs made on the first run, then reused)
+            if static is None:  # dynamic: x_scale 0 asks the kernel to quantize as DynamicQuantizeLinear,
+                # scaling the columns by the weights' scales ws
+                self.native = _native.qmatmul_prepare(self.rows, k, 0.0, 0, packed, n, ws, bias_c, *act)
+            else:
                 self.native = _native.qmatmul_prepare(self.rows, k, static[0], static[1], packed, n, scale, bias_c,
                                                       *act)
-            _native.qmatmul_call(self.native, a2, y2)
+        _native.qmatmul_call(self.native, a2, y2)
         return y
 
 
@@ -897,6 +900,7 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
         prepared.native = None
         if is_constant(b, b_scale, a_scale, a_zero_point, bias):  # (computed inputs: prepared anew per call)
             remember(memo, a.shape if a_shape is None else a_shape, prepared)
+            return _native.final(prepared.run(a, out))  # (the later calls run it as this one does)
         return prepared.run(a, out)
     if static is None:
         sc, zp_u8, scale = _dynamic_quant(a, ws)

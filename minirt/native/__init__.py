@@ -899,9 +899,9 @@ def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, 
 def qmatmul_prepare(rows: int, k: int, x_scale: float, x_zero: int, packed_w, n, scale, bias, act=0, a0=0.0,
                     a1=0.0) -> tuple:
     """The constant arguments of :func:`qmatmul_call` for one layer and number of rows: its shape,
-    quantization and epilogue structs, made once (they keep the arrays alive).  ``scale`` is part of
-    them: the layer's constant, or derived from the input when dynamic (made per call then, and the
-    kernel does not declare its result final)."""
+    quantization and epilogue structs, made once (they keep the arrays alive).  ``x_scale`` 0:
+    dynamic quantization, the kernel derives the input's scale and zero point from it on every call,
+    and ``scale`` holds the weights' scales (kernels.h, D89)."""
     shape = _new("mrt_gemm_shape *", {"batch": 1, "M": rows, "N": n, "K": k, "lda": k, "ldc": n})
     quant = _new("mrt_quant *", {"x_scale": x_scale, "x_zero": int(x_zero), "packed_w": _char(packed_w),
                                  "scale": _ptr(scale)}, packed_w, scale)

@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 17
+#define MRT_ABI_VERSION 18
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -270,7 +270,10 @@ int mrt_qconvtranspose_tiles(const mrt_conv_geometry *g, const mrt_quant *q, con
                              void *y, int nthreads);
 /* y (rows = s->M, n = s->N) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float
  * (rows, K = s->K) quantized with q->x_scale, q->x_zero, W the (n, K) int8 weights packed by
- * mrt_qgemm_pack_w (q->packed_w).  Returns 0, or -1 without scratch memory. */
+ * mrt_qgemm_pack_w (q->packed_w).  q->x_scale 0: dynamic quantization, as DynamicQuantizeLinear
+ * (uint8 over [min(a, 0), max(a, 0)], scale and zero point computed from a by this call), and
+ * q->scale holds the weights' scales (scale[j] = that x_scale * q->scale[j]).  Returns 0, or -1
+ * without scratch memory. */
 int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const float *a, float *y,
                     int nthreads);
 

@@ -2465,20 +2465,50 @@ static void q_transpose_f32(const float *t, int n, long rows, float *y) {
  * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
  * of rows; a is quantized row by row into rows of k4 bytes (contiguous, vectorized), which the
  * GEMM reads as its columns (q_pack_xt), and C^T is transposed into y (rows == 1 writes y directly). */
+/* DynamicQuantizeLinear's parameters of a (count floats): uint8 over [min(a, 0), max(a, 0)], the scale
+ * rounded to float from the double quotient and the zero point rint(-lo / scale) clamped to [0, 255]
+ * (kernels/qlinear.py's _quant_params computes the same, bit for bit); a range of 0: scale 1, zero 0. */
+static void q_dynamic_params(const float *a, long count, float *x_scale, int *x_zero) {
+    float lo = 0.0f, hi = 0.0f;
+    for (long i = 0; i < count; ++i) {
+        lo = a[i] < lo ? a[i] : lo;
+        hi = a[i] > hi ? a[i] : hi;
+    }
+    const float s = (float)(((double)hi - (double)lo) / 255.0);
+    if (s == 0.0f) {
+        *x_scale = 1.0f;
+        *x_zero = 0;
+        return;
+    }
+    const double z = rint(-(double)lo / (double)s);
+    *x_scale = s;
+    *x_zero = z < 0.0 ? 0 : z > 255.0 ? 255 : (int)z;
+}
+
 int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const float *a, float *y,
                     int nthreads) {
     const long rows = s->M;
-    const int K = s->K, n = s->N, x_zero = q->x_zero, act = e->act;
-    const float x_scale = q->x_scale, a0 = e->a0, a1 = e->a1;
+    const int K = s->K, n = s->N, act = e->act;
+    const float a0 = e->a0, a1 = e->a1;
     const void *packed_w = q->packed_w;
     const float *scale = q->scale, *bias = e->bias;
+    const int dynamic = q->x_scale == 0.0f;
     if (rows <= 0 || n <= 0) return 0;
     const long k4 = q_k4(K);
     const size_t xq_bytes = q_align64((size_t)k4 * rows);
     const size_t ct_bytes = rows == 1 ? 0 : sizeof(float) * (size_t)n * rows;
-    uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + ct_bytes + 64);
+    const size_t dyn_bytes = dynamic ? q_align64(sizeof(float) * (size_t)n) : 0;
+    uint8_t *xq = (uint8_t *)mrt_scratch_buffer(xq_bytes + ct_bytes + dyn_bytes + 64);
     if (!xq) return -1;
     float *ct = rows == 1 ? y : (float *)(xq + xq_bytes);
+    float x_scale = q->x_scale;
+    int x_zero = q->x_zero;
+    if (dynamic) { /* the input's own scale and zero point; the columns' scales follow from them */
+        float *dyn = (float *)(xq + xq_bytes + ct_bytes);
+        q_dynamic_params(a, (long)K * rows, &x_scale, &x_zero);
+        for (int j = 0; j < n; ++j) dyn[j] = x_scale * q->scale[j];
+        scale = dyn;
+    }
     if (k4 == K || rows == 1) {
         mrt_quantize_u8_f32(a, xq, (long)K * rows, x_scale, x_zero, nthreads);
     } else { /* each row padded to k4 bytes (the pad meets zero weights; written for determinism) */
