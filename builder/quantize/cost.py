@@ -14,8 +14,10 @@ on the build machine (which also flips under load).  It comes from the target pr
   their multiply-adds.
 
 The unit is the time of one float32 multiply-add in a GEMM; only the ratio of the two totals is
-reported.  Layers whose shapes are unknown (dynamic dimensions) cost 0 in both models: when no layer
-has a known size, there is no estimate (None), never an invented one.
+reported.  A symbolic batch (the first dimension of the model's inputs, named alike downstream)
+counts as 1: every layer scales with it, so the ratio does not depend on it.  Layers whose shapes
+are otherwise unknown (other dynamic dimensions) cost 0 in both models: when no layer has a known
+size, there is no estimate (None), never an invented one.
 """
 from __future__ import annotations
 
@@ -63,6 +65,30 @@ def _layer_macs(node: ir.Node, c: Candidate) -> int:
     return _elements(node.outputs[0]) * c.reduction if c.reduction > 0 else 0
 
 
+def _with_unit_batch(model: ir.Model) -> ir.Model:
+    """``model``, or a copy whose symbolic batch dimensions (the symbols the graph inputs' first
+    dimensions carry, wherever they appear) are 1, so that the shapes that depend on nothing else
+    become known."""
+    symbols = {str(v.shape[0]) for v in model.graph.inputs
+               if v.shape is not None and len(v.shape) and isinstance(v.shape[0], ir.SymbolicDim)
+               and v.shape[0].value is not None}
+    if not symbols:
+        return model
+    copy = model.clone()
+
+    def unit(value: ir.Value) -> None:
+        dims = list(value.shape) if value.shape is not None else []
+        if any(isinstance(d, ir.SymbolicDim) and str(d) in symbols for d in dims):
+            value.shape = ir.Shape([1 if isinstance(d, ir.SymbolicDim) and str(d) in symbols else d for d in dims])
+
+    for v in copy.graph.inputs:
+        unit(v)
+    for node in copy.graph:
+        for v in node.outputs:
+            unit(v)
+    return copy
+
+
 def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -> Estimate | None:
     """The cost of ``model`` (float, before the rewrite) with the ``chosen`` candidates computed in
     int8 (``mode`` "int8" or "int8-dynamic"; weight-only ones compute float) against all float, on
@@ -74,6 +100,9 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
     convert = float(profile.int8_convert_cost) * (2.0 if mode == "int8-dynamic" else 1.0)
     element = float(profile.element_cost)
     int8 = {c.name: c for c in chosen if not c.computes_float and c.kind in ("conv", "matmul", "convt")}
+    if not int8:
+        return None
+    model = _with_unit_batch(model)  # (the candidates are found by name in the copy)
     float_cost = quant_cost = 0.0
     sized = 0
     for node in model.graph:

@@ -9,6 +9,7 @@ import tempfile
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -73,9 +74,18 @@ def test_estimate_is_the_hand_count():
     assert estimate_mode(model, "int8", profile) is None
 
 
-def test_no_estimate_without_sizes():
-    model = _optimized(_conv_model(8, 16, 3, 10, batch="N"))
-    assert estimate_mode(model, "int8", "rpi5", QuantizeOptions(quantize_final=True)) is None
+def test_a_symbolic_batch_counts_as_one_other_unknown_sizes_give_no_estimate():
+    opts = QuantizeOptions(quantize_final=True)
+    fixed = estimate_mode(_optimized(_conv_model(8, 16, 3, 10, batch=1)), "int8", "rpi5", opts)
+    symbolic = estimate_mode(_optimized(_conv_model(8, 16, 3, 10, batch="N")), "int8", "rpi5", opts)
+    assert symbolic is not None and symbolic.ratio == pytest.approx(fixed.ratio)
+    assert symbolic.float_cost == pytest.approx(fixed.float_cost)
+    model = _optimized(_conv_model(8, 16, 3, 10))
+    model.graph.inputs[0].shape = ir.Shape([1, 8, ir.SymbolicDim("H"), 10])  # (a dynamic height)
+    for node in model.graph:
+        for v in node.outputs:
+            v.shape = ir.Shape([1, 16, ir.SymbolicDim("H"), 10])
+    assert estimate_mode(model, "int8", "rpi5", opts) is None
 
 
 def test_auto_follows_the_estimate():

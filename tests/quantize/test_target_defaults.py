@@ -9,11 +9,13 @@ from tests.quantize.conftest import DIGITS, ROOT
 
 
 def test_quantize_auto_follows_the_target():
-    """rpi3/rpi4 int8-dynamic, rpi5 int8 with calibration data (int8-dynamic without), generic float32;
-    the artifact records the mode used and the build says which it chose."""
+    """The target's mode when its cost model estimates it worth it on this model (D87): the digits
+    CNN's small convs are not, in int8-dynamic without dot products (rpi4: float32); rpi5 int8 with
+    calibration data (int8-dynamic without); generic float32.  The artifact records the mode used and
+    the build says which it chose."""
     model, calib = DIGITS, os.path.join(ROOT, "examples", "digits", "calibration.npz")
     x = np.load(calib)["image"][:4]
-    for target, calibration, mode in (("rpi4", None, "int8-dynamic"), ("rpi5", calib, "int8"),
+    for target, calibration, mode in (("rpi4", None, None), ("rpi5", calib, "int8"),
                                       ("rpi5", None, "int8-dynamic"), ("generic", calib, None)):
         said = []
         report = build(model, None, target=target, quantize="auto", calibration=calibration, progress=said.append)
