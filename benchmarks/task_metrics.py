@@ -80,7 +80,7 @@ def render_pages(n: int, seed: int, folder: Path) -> list[tuple[str, list[str]]]
         lines = [_line(rng) for _ in range(rng.randint(1, 3))]
         font = ImageFont.truetype(rng.choice(fonts), rng.randint(26, 40))
         gap = int(font.size * 1.9)
-        width = max(int(draw_len(font, t)) for t in lines) + 80
+        width = max(int(font.getlength(t)) for t in lines) + 80
         bg = rng.randint(215, 255)
         img = Image.new("RGB", (width, gap * len(lines) + 60), (bg, bg, bg))
         draw = ImageDraw.Draw(img)
@@ -91,10 +91,6 @@ def render_pages(n: int, seed: int, folder: Path) -> list[tuple[str, list[str]]]
         img.save(path)
         pages.append((str(path), lines))
     return pages
-
-
-def draw_len(font, text: str) -> float:
-    return font.getlength(text)
 
 
 # Extensions whose files magika's labels name without doubt -> that label.

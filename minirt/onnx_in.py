@@ -1,8 +1,7 @@
 """ONNX in: ``InferenceSession("model.onnx")`` builds the artifact in memory, through a cache.
 
 Imported only when a session is given something that is an ONNX model, not a .mrt artifact
-(:func:`looks_like_onnx`, which the session calls on a ``.onnx`` path or after the .mrt magic
-check failed): the runtime never imports onnx or the builder otherwise (tests/test_runtime_imports.py).
+(:func:`looks_like_onnx`, which the session calls after the .mrt magic check failed): the runtime never imports onnx or the builder otherwise (tests/test_runtime_imports.py).
 
 With the builder installed (``pip install 'minirt[builder]'``) the model is built with dynamic
 shapes at the builder opt level the session options ask for, and the artifact is kept in a
@@ -36,23 +35,26 @@ def _head(source: Any, n: int = 16) -> bytes:
     try:
         with open(os.fspath(source), "rb") as f:
             return f.read(n)
-    except OSError:
+    except (OSError, TypeError):  # (not a readable path: nothing to recognise)
         return b""
 
 
 def looks_like_onnx(source: Any) -> bool:
-    """Whether ``source`` (path or bytes) is an ONNX model: a ``.onnx`` path, or content that starts
-    like a serialised ModelProto and not with the .mrt magic."""
+    """Whether ``source`` (path or bytes) is an ONNX model: not content that starts with the .mrt magic
+    (a built artifact saved under an application's ``model.onnx`` is the artifact), and a ``.onnx``
+    path or content that starts like a serialised ModelProto."""
     from minirt.format import schema as S
 
+    head = _head(source)
+    if head.startswith(S.MAGIC):
+        return False
     if not isinstance(source, (bytes, bytearray, memoryview)):
         try:
             if os.fspath(source).lower().endswith(".onnx"):
                 return True
         except TypeError:
             return False
-    head = _head(source)
-    return bool(head) and not head.startswith(S.MAGIC) and head[0] in _MODELPROTO_FIRST_TAGS
+    return bool(head) and head[0] in _MODELPROTO_FIRST_TAGS
 
 
 def cache_dir() -> str:

@@ -141,17 +141,6 @@ def _normalise_providers(providers: Sequence, provider_options: Sequence | None 
     return out, options
 
 
-
-def _starts_with_magic(path: Any) -> bool:
-    """Whether the file at ``path`` starts with the .mrt magic: a built artifact saved under the name an
-    application opens (``model.onnx``) loads as the artifact it is.  False when it cannot be read (the
-    loader then reports that)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(S.MAGIC)) == S.MAGIC
-    except (OSError, TypeError):
-        return False
-
 class Session:
     """Run a .mrt artifact.  ``InferenceSession`` is the same class.
 
@@ -226,13 +215,10 @@ class Session:
         elif isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, int) or max_tensor_bytes < 1:
             raise InvalidArgument(f"max_tensor_bytes must be a positive integer, got {max_tensor_bytes!r}")
         self.max_tensor_bytes = max_tensor_bytes
-        # ONNX in (minirt/onnx_in.py, imported only on this path): a .onnx path, or a file whose
-        # content fails the .mrt magic check and reads as a ModelProto, is built (or found in the cache)
+        # ONNX in (minirt/onnx_in.py, imported only on this path): what fails the .mrt magic check and
+        # is a .onnx path or reads as a ModelProto is built (or found in the cache); the content
+        # decides, so an artifact saved under an application's model.onnx loads as the artifact
         self.built_from = None  # {"onnx", "cache", "cached"} when this session built an ONNX model
-        if (not isinstance(path_or_bytes, (bytes, bytearray, memoryview))
-                and str(getattr(path_or_bytes, "name", path_or_bytes)).lower().endswith(".onnx")
-                and not _starts_with_magic(path_or_bytes)):  # (an artifact under an application's model name)
-            path_or_bytes = self._from_onnx(path_or_bytes, opt_level)
         try:
             self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)
         except MissingFile:

@@ -38,7 +38,8 @@ _REDUCE = V.REDUCE
 _shape = static_shape  # one definition: builder.ir_helpers.static_shape
 
 
-def _numel(value) -> int:
+def numel(value) -> int:
+    """Elements of ``value`` when its shape is static, else 0."""
     s = _shape(value)
     return 0 if s is None else int(np.prod(s, dtype=np.int64))
 
@@ -60,7 +61,7 @@ def node_flops(node: ir.Node, ctx=None) -> float:
     """FLOPs estimate of ``node`` (see the module docstring); 0 when shapes are unknown."""
     op = node.op_type
     out = node.outputs[0] if node.outputs else None
-    out_elems = _numel(out)
+    out_elems = numel(out)
     ins = list(node.inputs)
     if op in ("Conv", "FusedConv"):
         w = _shape(ins[1]) if len(ins) > 1 else None
@@ -88,9 +89,9 @@ def node_flops(node: ir.Node, ctx=None) -> float:
         k = attr(node, "kernel_shape", None)
         return float(out_elems * (int(np.prod(k)) if k else 1))
     if op in V.GLOBAL_POOL:
-        return float(_numel(ins[0]))
+        return float(numel(ins[0]))
     if op in _REDUCE:
-        return float(_numel(ins[0]))
+        return float(numel(ins[0]))
     if op in _NORM:
         return float(5 * out_elems)
     if op in ("Resize", "Upsample"):

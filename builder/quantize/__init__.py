@@ -534,17 +534,17 @@ def _fit_int8_budget(selected: list[Candidate], data: _Data, budget: Budget, rew
     t0 = time.perf_counter()
     tunable = [c.name for c in selected if not c.computes_float]
     fixed = [c.name for c in selected if c.computes_float]
-    evals, ref, labels = data.evals, data.ref, data.labels
-    if max_feeds is not None and len(evals) > max_feeds:
-        evals = Feeds(list(evals)[:max_feeds], list(getattr(data.evals, "labels", [None] * len(evals)))[:max_feeds])
-        ref = {name: outs[:max_feeds] for name, outs in data.ref.items()}
-        labels = evals.all_labels()
+    fit = data
+    if max_feeds is not None and len(data.evals) > max_feeds:  # (the same data, its first feeds)
+        evals = Feeds(data.evals[:max_feeds], data.evals.labels[:max_feeds])
+        fit = dataclasses.replace(data, evals=evals, labels=evals.all_labels(),
+                                  ref={name: outs[:max_feeds] for name, outs in data.ref.items()})
 
     def evaluate(subset) -> dict:
         names = set(subset) | set(fixed)
         m = data.float_model.clone()
         rewrite(m, [c for c in selected if c.name in names])
-        return compare(ref, _run.run_all(_run.session(m), evals), labels)
+        return fit.evaluate(m)
 
     res = fit_budget(budget, tunable, evaluate, say)
     keep = set(res["quantized"]) | set(fixed)
@@ -579,13 +579,14 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
         return quant_passes.rewrite(m, mode, context, disabled)
 
     # (the default budget unless the user gave one, or said "none")
-    default = budget is None and opts.accuracy_budget != "none" and parse_budget(opts.int8_budget) is not None
+    default_budget = parse_budget(opts.int8_budget) if budget is None and opts.accuracy_budget != "none" else None
+    default = default_budget is not None
     if default:
         if report.eval_source in ("a random input", "no data"):
             report.warnings.append(f"{mode}: no data to measure on, the default budget {opts.int8_budget} was not "
                                    "applied (pass --calibration or --eval)")
         else:
-            budget = parse_budget(opts.int8_budget)
+            budget = default_budget
     if budget is not None:
         selected = _fit_int8_budget(selected, data, budget, rewrite, report, say,
                                     max_feeds=opts.int8_budget_feeds if default else None)

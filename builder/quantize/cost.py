@@ -24,10 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-import numpy as np
 import onnx_ir as ir
 
-from minirt.builder.ir_helpers import static_shape
 from minirt.builder.quantize.qir import Candidate
 
 _PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Gemm", "FusedGemm", "Conv", "FusedConv", "ConvTranspose",
@@ -53,16 +51,6 @@ class Estimate:
                 "float_cost": self.float_cost, "quant_cost": self.quant_cost, "int8_layers": self.int8_layers,
                 "basis": f"cost model of the {self.target} profile (int8_macs_per_float_mac, int8_convert_cost, "
                          "element_cost), not a timing"}
-
-
-def _elements(value: ir.Value | None) -> int:
-    shape = static_shape(value) if value is not None else None
-    return 0 if shape is None else int(np.prod(shape, dtype=np.int64))
-
-
-def _layer_macs(node: ir.Node, c: Candidate) -> int:
-    """Multiply-adds of a candidate layer: one ``reduction`` per output element (0 when unsized)."""
-    return _elements(node.outputs[0]) * c.reduction if c.reduction > 0 else 0
 
 
 def _with_unit_batch(model: ir.Model) -> ir.Model:
@@ -94,7 +82,7 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
     int8 (``mode`` "int8" or "int8-dynamic"; weight-only ones compute float) against all float, on
     ``profile``; None when no int8 layer has a known size."""
     # (imported here: targets.flops imports the builder, which imports the quantizer and this module)
-    from minirt.targets.flops import node_flops
+    from minirt.targets.flops import node_flops, numel
 
     speedup = float(profile.int8_macs_per_float_mac)
     convert = float(profile.int8_convert_cost) * (2.0 if mode == "int8-dynamic" else 1.0)
@@ -108,13 +96,14 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
     for node in model.graph:
         c = int8.get(node.name)
         if c is not None:
-            macs = _layer_macs(node, c) if c.kind != "convt" else node_flops(node) / 2
-            outs = _elements(node.outputs[0])
+            outs = numel(node.outputs[0])
+            # (multiply-adds: one reduction per output element; a tile ConvTranspose's from its FLOPs)
+            macs = outs * c.reduction if c.kind != "convt" else node_flops(node) / 2
             if macs <= 0:
                 continue
             sized += 1
             float_cost += macs + element * outs
-            quant_cost += macs / speedup + convert * _elements(node.inputs[0]) + element * outs
+            quant_cost += macs / speedup + convert * numel(node.inputs[0]) + element * outs
             continue
         flops = node_flops(node)
         cost = flops / 2 if node.op_type in _PRODUCTS else element * flops

@@ -1981,16 +1981,14 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
     {
         mrt_gemm_shape gs = {1, (int)prows, (int)(D * GH), I, I, I, D * GH, 0, 0, 0, 0, 0, 1, 2};
         mrt_epilogue e = {s->bias, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
-        if (prows == 0)
-            ; /* every sequence is empty: nothing to project */
-        else if (I > 0 && s->wpack) /* (packing W per call cost more than the product for a short sequence:
-                                       * 31 steps of 512 -> 2 x 1024 gates, 1.5 of 2.4 ms) */
-            mrt_sgemm_pb_f32(&gs, &e, xin, s->wpack, xp, NULL, nthreads);
-        else if (I > 0)
-            mrt_sgemm_f32(&gs, &e, xin, s->w, xp, NULL, nthreads);
-        else /* no input features: the projection is the bias alone */
+        if (I == 0) /* no input features: the projection is the bias alone (never compacted) */
             for (long r = 0; r < rows; ++r)
                 for (long j = 0; j < D * GH; ++j) xp[r * D * GH + j] = s->bias ? s->bias[j] : 0.0f;
+        else if (prows > 0 && s->wpack) /* (packing W per call cost more than the product for a short
+                                          * sequence: 31 steps of 512 -> 2 x 1024 gates, 1.5 of 2.4 ms) */
+            mrt_sgemm_pb_f32(&gs, &e, xin, s->wpack, xp, NULL, nthreads);
+        else if (prows > 0) /* (none when every sequence is empty) */
+            mrt_sgemm_f32(&gs, &e, xin, s->w, xp, NULL, nthreads);
     }
     /* The directions, at once on two threads when there are two of them (each runs its steps on one
      * thread: no per-step hand-over; a product's result does not depend on its thread count, so the
