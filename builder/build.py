@@ -487,6 +487,11 @@ def build(
     except ValueError as exc:  # unknown pass name, input shape that contradicts the model
         raise BuildError(str(exc)) from None
     timings["optimize"] = time.perf_counter() - t0
+    # The work of one run, for the runtime's warm-up rule (minirt/session.py, D90): the float graph's
+    # (a quantized one does less), control-flow bodies not counted (a runtime does not warm those up).
+    from minirt.targets.flops import graph_flops  # (targets.flops imports the builder's helpers)
+
+    flops = graph_flops(model_ir.graph)
 
     if auto_quantize:  # (decided on the optimized graph: its layers and shapes are the ones to estimate)
         quantize = _auto_quantize(profile, calibration, model_ir, say)
@@ -552,6 +557,7 @@ def build(
     if pinned:
         writer.set_metadata("pinned_inputs", pinned)  # (the runtime checks that feeds hold these values)
     writer.set_metadata("build.optimizer", _optimizer_metadata(opt_report.as_dict()))
+    writer.set_metadata("build.flops", float(flops))
     if qreport is not None:
         stored = qreport.as_dict()
         if stored.get("passes"):

@@ -455,15 +455,17 @@ class Plan:
         except Exception as exc:
             raise kernel_error(step, env, exc) from exc
 
-    def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None) -> "_program.Program | str":
+    def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None,
+                       record: list | None = None) -> "_program.Program | str":
         """Run every step over ``env`` with ``arena``'s buffers, recording the native calls they make;
         returns the native program that replays them, or why there is none (D32).  ``threads``: the
-        session's setting the calls were made with."""
+        session's setting the calls were made with.  ``record``: also filled as :meth:`execute` fills
+        it (the run on a declared plan that records its results, D90)."""
         # (the run frees them after their last reader; a subgraph's captures are inputs of its runs too)
         inputs = {v: env[v] for v in (*self.graph.inputs, *(c for c, _ in self.capture_map))}
         constants = [a for _, a in self.constants]
         with _program.Recorder(constants, self.graph.outputs) as recorder:
-            self._execute_planned(env, arena.outs, None, None, recorder)
+            self._execute_planned(env, arena.outs, record, None, recorder)
         return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs}, constants, arena.span,
                               threads)
 

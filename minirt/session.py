@@ -39,6 +39,7 @@ from minirt import native as _native  # threads for the native kernels
 from minirt.native import blas as _blas  # threads for numpy's BLAS
 from minirt.native import program as _program  # planned runs replayed from C (D32)
 from minirt.plan import TERMINATED_MESSAGE, BoundSubgraph, Plan, ReplayShortcut  # (BoundSubgraph: public)
+from minirt.vocabulary import RANDOM
 
 
 def get_available_providers() -> list[str]:
@@ -176,6 +177,7 @@ class Session:
         memory_plan: bool | None = None,
         native_program: bool | None = None,
         provider_options: Sequence[dict] | None = None,
+        warm_up: bool | None = None,
         **kwargs: Any,
     ):
         # onnxruntime's signature is (path_or_bytes, sess_options=None, providers=None, ...);
@@ -302,6 +304,54 @@ class Session:
         # Inputs the builder specialised the graph for (--input-value): name -> the value runs must feed.
         pinned = self._artifact.metadata.get("pinned_inputs")
         self._pinned = _pinned_values(pinned) if pinned else None
+        # Warm-up (D90): a small fixed-shape model runs once here, so that its first run replays
+        if warm_up is None:  # default: by the rule of _warms_up; MINIRT_WARM_UP=0 turns it off
+            warm_up = (os.environ.get("MINIRT_WARM_UP", "").strip().lower() not in ("0", "false", "no", "off")
+                       and self._warms_up())
+        self.warmed_up = bool(warm_up) and self._warm_up()
+
+    # A model whose run the builder estimates at no more FLOPs than this warms up at load (D90): ~5 ms
+    # at 1 thread on a 2020s x86-64 core, ~20 ms on a Raspberry Pi 5's.
+    WARM_UP_MAX_FLOPS = 1.2e9
+
+    def _warms_up(self) -> bool:
+        """Whether the session warms up by default (D90): a model of fixed input shapes whose declared
+        memory plan exists (the warm-up's run records the native program its first run then replays),
+        without If/Loop/Scan (their bodies' work is not estimated) or random ops (a run draws from their
+        generator), whose run the builder estimated (``build.flops``) at most ``WARM_UP_MAX_FLOPS``."""
+        flops = self._artifact.metadata.get("build.flops")
+        return (isinstance(self._declared_plan, arena.ArenaPlan) and self.native_program
+                and self._profiling is None
+                and isinstance(flops, (int, float)) and 0 <= flops <= self.WARM_UP_MAX_FLOPS
+                and not any(st.subgraphs or st.op.op_type in RANDOM for st in self._plan.steps))
+
+    def _warm_up(self) -> bool:
+        """Run once on a feed of zeros (pinned inputs: their values) as a first run would: it records the
+        memory plan and the native program, so the caller's first run replays it (D90).  A run on zeros
+        may fail where real data would not (a shape read from the data): then the session is as it was
+        before, and runs record as usual.  Returns whether the run completed."""
+        if not self._static_inputs:
+            return False  # (no one feed stands for every run)
+        feed = {}
+        graph = self._artifact.main_graph
+        for arg in self._inputs:
+            dtype = ONNX_TO_NUMPY.get(graph.values[self._input_slot[arg.name]].dtype)
+            if dtype is None or dtype.kind not in "biufc":
+                return False
+            feed[arg.name] = np.zeros(arg.shape, dtype)
+        if self._pinned is not None:
+            feed.update(self._pinned)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                self._run(None, feed, profile=None)
+        except Exception:  # noqa: BLE001 - any failure: no warm-up, nothing kept from it
+            with self._mplans_lock:
+                self._mplans.clear()
+                self._last_mplan = None
+            self._known_feed = self._shortcut = None
+            return False
+        return True
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -637,10 +687,8 @@ class Session:
         _native.set_threads(self.threads)
         _blas.set_threads(1 if _native.available else self.threads)
         try:
-            # (a run that records its results, on the declared plan of fixed shapes, records no program:
-            # the program is recorded on the run after the plan is settled, as for every plan)
-            if (arena is not None and record is None and profile is None and self.native_program
-                    and not plan_mod.MEMPLAN_CHECK
+            recordable = arena is not None and profile is None and self.native_program and not plan_mod.MEMPLAN_CHECK
+            if (recordable and record is None
                     and (arena.program is None
                          or type(arena.program) is _program.Program and not arena.program.usable(self.threads))):
                 # not recorded yet on this arena, or under another ISA / thread count: record it now
@@ -648,6 +696,18 @@ class Session:
                     arena.program = self._plan.record_program(env, arena, self.threads)
                 # every output copied: those the memory plan would not copy (made outside the arena)
                 # are buffers the program keeps and writes on every replay
+                return self._collect(out_slots, env, input_feed, self._all_outputs)
+            if recordable and record is not None and cancel is None:  # (run options: the loop that reads them)
+                # The run on the declared plan of fixed shapes records its results and, in the same pass,
+                # the program (D90): kept when the results are the declared ones (the plan it was
+                # recorded on is the plan), so the next run replays.  A program refused on this pass
+                # is not final: a kernel's first call may do work its later ones do not (a first
+                # packing), so the next run records again, as it did before this pass recorded.
+                with _limits.limit(self.max_tensor_bytes):
+                    program = self._plan.record_program(env, arena, self.threads, record)
+                self._store_memory_plan(sig, record, aplan)
+                if type(program) is _program.Program and self._mplans.get(sig) is aplan:
+                    arena.program = program
                 return self._collect(out_slots, env, input_feed, self._all_outputs)
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if cancel is not None:  # (run options given: the loop that reads their terminate flag)

@@ -11,6 +11,8 @@ Counting rules (one multiply-add = 2 FLOPs):
 * elementwise ops and activations: one FLOP per output element (a few for
   the transcendental ones); Softmax / LayerNormalization: 5 per element;
 * Resize: 4 per output element (bilinear blend);
+* LSTM / GRU / RNN: ``2 * steps*batch*directions * gates*hidden * (input + hidden)`` (the input
+  projection and the recurrent product) plus 4 per gate value (activations and the cell update);
 * pure data movement (Reshape, Transpose, Concat, Slice, ...) and shape
   arithmetic: 0.
 
@@ -100,6 +102,15 @@ def node_flops(node: ir.Node, ctx=None) -> float:
         return float(out_elems)
     if op in _ELEMENTWISE_4:
         return float(4 * out_elems)
+    if op in ("LSTM", "GRU", "RNN"):
+        x, w = _shape(ins[0]), (_shape(ins[1]) if len(ins) > 1 else None)
+        if x is None or w is None or len(x) != 3 or len(w) != 3:
+            return 0.0
+        steps, batch = (x[1], x[0]) if attr(node, "layout", 0) else (x[0], x[1])
+        directions, gate_rows, inputs = w  # W: (directions, gates * hidden, input)
+        hidden = gate_rows // {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+        gate_values = steps * batch * directions * gate_rows
+        return float(2 * gate_values * (inputs + hidden) + 4 * gate_values)
     if op == "ScaledDotProductAttention":
         q, k = _shape(ins[0]), _shape(ins[1])
         if q is None or k is None:
