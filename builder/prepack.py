@@ -30,11 +30,13 @@ def _with_fused_form(op_type: str) -> frozenset:
 _CONV_OPS = _with_fused_form("Conv")
 _MATMUL_OPS = _with_fused_form("MatMul")
 _GEMM_OPS = _with_fused_form("Gemm")
+_RNN_OPS = {("", "LSTM"), ("", "GRU")}
 
 
 def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:
     """Pack, for panel width ``nr``, every weight of ``writer``'s graphs the native kernels read packed
-    (float convs on the channel-vector path, constant 2-D float B of MatMul / Gemm) into
+    (float convs on the channel-vector path, constant 2-D float B of MatMul / Gemm, LSTM / GRU input
+    weights) into
     ``writer.packed_weights``; returns the number of entries."""
     if nr not in P.PANEL_WIDTHS:
         raise ValueError(f"weight pack panel width must be one of {P.PANEL_WIDTHS} (0: off), got {nr}")
@@ -49,14 +51,30 @@ def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:
                 found = _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr)
             elif (domain, op_type) in _MATMUL_OPS | _GEMM_OPS:
                 found = _product_entry(writer, tensor_of, inputs, attrs, gemm=(domain, op_type) in _GEMM_OPS)
+            elif (domain, op_type) in _RNN_OPS:
+                found = _rnn_input_entry(writer, tensor_of, inputs)
             if found is None or found in seen:
                 continue
             seen.add(found)
             kind, tensor, tag = found
             w = writer.tensors[tensor]
-            packed = P.pack_conv_w(w, tag[1], nr) if kind == P.PACK_CONV_F32 else P.pack_sgemm_b(w, tag[0], nr)
+            if kind == P.PACK_CONV_F32:
+                packed = P.pack_conv_w(w, tag[1], nr)
+            else:  # (an RNN's W (D, G*H, I): its D*G*H rows of I floats, B transposed)
+                packed = P.pack_sgemm_b(w.reshape(-1, w.shape[-1]), tag[0], nr)
             writer.packed_weights.append((kind, tensor, nr, tag, packed))
     return len(writer.packed_weights)
+
+
+def _rnn_input_entry(writer, tensor_of, inputs):
+    """(kind, tensor, tag) of an LSTM / GRU's input weights W (D, G*H, I), a float32 constant, or None: the
+    native layer projects every step's input at once by the product with W's D*G*H rows transposed
+    (``minirt.native.rnn_prepare``: K = I, N = D*G*H, transb)."""
+    t = _float_weight(writer, tensor_of, inputs, 1, 3)
+    if t is None:
+        return None
+    dirs, gh, k = writer.tensors[t].shape
+    return P.PACK_SGEMM_B, t, (1, k, dirs * gh)
 
 
 def _float_weight(writer: ArtifactWriter, tensor_of: dict, inputs: tuple, i: int, rank: int) -> int | None:

@@ -5,7 +5,8 @@ The native float kernels read some constant weights in a packed layout (minirt/n
 * ``conv_f32``: the weights of a convolution that takes the channel-vector kernel
   (``FN(conv_cv_pack_w)``): per group, panels of ``nr`` output channels, each K = C/group*KH*KW rows
   of ``nr`` contiguous floats (channels past the group's count zero);
-* ``sgemm_b``: the constant right operand B (K x N) of a MatMul / Gemm (``FN(sgemm_pack_b_all)``):
+* ``sgemm_b``: the constant right operand B (K x N) of a MatMul / Gemm, or the input weights W
+  (D, G*H, I) of an LSTM / GRU as B = its D*G*H rows transposed (``FN(sgemm_pack_b_all)``):
   for each block of K of depth :func:`sgemm_kc` (block p0 at p0 * ld floats, ld = N rounded up to
   ``nr``), the panels of ``nr`` columns (panel j at + j * nr * kb), each kb rows of ``nr`` floats
   (the last panel zero-padded).
@@ -228,9 +229,12 @@ def _check_tag(where: str, kind: int, kc: int, tag: tuple, dims: tuple, nr: int)
             raise FormatError(f"{where}: conv tag {list(tag)} does not match the weight's shape {list(dims)}")
         return conv_packed_floats(m, group, cg * kh * kw, nr), tag
     transb, k, n = tag[:3]
-    if len(dims) != 2 or transb not in (0, 1) or any(tag[3:]) or k < 1 or n < 1:
+    # (rank 3 with transb: an LSTM / GRU's W (D, G*H, I), its D*G*H rows of K = I floats)
+    if len(dims) not in (2, 3) or len(dims) == 3 and transb != 1 or transb not in (0, 1) or any(tag[3:]) \
+            or k < 1 or n < 1:
         raise FormatError(f"{where}: product tag {list(tag)} does not fit a weight of shape {list(dims)}")
-    if tuple(dims) != ((n, k) if transb else (k, n)):
+    rows_by_cols = (dims[0] * dims[1], dims[2]) if len(dims) == 3 else tuple(dims)
+    if rows_by_cols != ((n, k) if transb else (k, n)):
         raise FormatError(f"{where}: product tag (transb {transb}, K {k}, N {n}) does not match the weight's "
                           f"shape {list(dims)}")
     if not 1 <= kc <= k:

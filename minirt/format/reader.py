@@ -22,6 +22,7 @@ import math
 import mmap
 import os
 import struct
+import sys
 import zlib
 from typing import Any, NamedTuple
 
@@ -36,6 +37,7 @@ _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
 _U64 = struct.Struct("<Q")
 _MAX_SPAN = 2**63 - 1
+_LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 # Subgraphs nest at most this deep; each is referenced by exactly one attribute.
 MAX_GRAPH_DEPTH = 32
 _F32 = struct.Struct("<f")
@@ -177,7 +179,11 @@ class Artifact:
             return _decode_strings(self._data, rec)
         dtype = ONNX_TO_NUMPY[rec.dtype]
         count = math.prod(rec.dims)
-        arr = np.frombuffer(self._data, dtype=dtype.newbyteorder("<"), count=count, offset=rec.offset)
+        # (the file is little-endian: on a little-endian host the native dtype itself, since an array of
+        # dtype('<f4') is not of np.float32 to numpy's identity checks: np.asarray(w, np.float32) would
+        # make a new view, and the kernels' caches keyed on the weight array would miss)
+        arr = np.frombuffer(self._data, dtype=dtype if _LITTLE_ENDIAN_HOST else dtype.newbyteorder("<"),
+                            count=count, offset=rec.offset)
         return arr.reshape(rec.dims)
 
     @property

@@ -195,13 +195,13 @@ def activation_op(x, /, *, activation="", activation_params=(), out=None):
     return apply_activation(x, activation, activation_params)
 
 
-@kernel("LayerNormalization", since=1, domain=DOMAIN)
-def layer_normalization(x, scale=None, bias=None, /, *, axis=-1, epsilon=1e-5):
+@kernel("LayerNormalization", since=1, domain=DOMAIN, out=True)
+def layer_normalization(x, scale=None, bias=None, /, *, axis=-1, epsilon=1e-5, out=None):
     """ONNX LayerNormalization (opset 17) for models of any opset; one output."""
     if scale is None:
         scale = np.ones(x.shape[axis:], dtype=x.dtype)
     ctx = NodeContext("LayerNormalization", "LayerNormalization", 1, (x.dtype,), 17)
-    return _std("LayerNormalization", 17)(x, scale, bias, axis=axis, epsilon=epsilon, ctx=ctx)
+    return _std("LayerNormalization", 17)(x, scale, bias, axis=axis, epsilon=epsilon, ctx=ctx, out=out)
 
 
 @kernel("ScaledDotProductAttention", since=1, domain=DOMAIN)

@@ -981,7 +981,7 @@ def _batch_norm_training(x, scale, bias, mean, var, epsilon, momentum, n_out):
     return outs[0] if n_out < 2 else tuple(outs)
 
 
-def _instance_norm(x, scale, bias, epsilon):
+def _instance_norm(x, scale, bias, epsilon, out=None):
     if x.ndim < 3:
         raise ValueError(f"InstanceNormalization: input must be (N, C, D1, ...), got shape {x.shape}")
     c = x.shape[1]
@@ -989,8 +989,9 @@ def _instance_norm(x, scale, bias, epsilon):
         raise ValueError(f"InstanceNormalization: scale {scale.shape} and B {bias.shape} must both be ({c},)")
     if (x.dtype == np.float32 and _native.available and x.size and _f32_like(scale, (c,))
             and _f32_like(bias, (c,))):
-        # float32: one native pass per (n, c) plane (LayerNormalization's rows, one scale / bias per row)
-        y = np.empty_like(x, order="C")
+        # float32: one native pass per (n, c) plane (LayerNormalization's rows, one scale / bias per row),
+        # into the memory plan's buffer when it fits (a fresh array is a first run's page faults)
+        y = _out_buffer(_free_out(out, x), x.shape)
         _native.instancenorm_rows(np.ascontiguousarray(x), np.ascontiguousarray(scale),
                                   np.ascontiguousarray(bias), y, float(epsilon))
         return _native.final(y)  # (one native call: a program may replay it)
@@ -1007,14 +1008,14 @@ def _instance_norm(x, scale, bias, epsilon):
     return centred.astype(x.dtype, copy=False)
 
 
-@kernel("InstanceNormalization", since=1)
-def instance_norm_1(x, scale, b, /, *, consumed_inputs=(), epsilon=1e-5):
-    return _instance_norm(x, scale, b, epsilon)
+@kernel("InstanceNormalization", since=1, out=True)
+def instance_norm_1(x, scale, b, /, *, consumed_inputs=(), epsilon=1e-5, out=None):
+    return _instance_norm(x, scale, b, epsilon, out)
 
 
-@kernel("InstanceNormalization", since=6)
-def instance_norm_6(x, scale, b, /, *, epsilon=1e-5):
-    return _instance_norm(x, scale, b, epsilon)
+@kernel("InstanceNormalization", since=6, out=True)
+def instance_norm_6(x, scale, b, /, *, epsilon=1e-5, out=None):
+    return _instance_norm(x, scale, b, epsilon, out)
 
 
 def _f32_like(v, shape: tuple) -> bool:
@@ -1022,8 +1023,8 @@ def _f32_like(v, shape: tuple) -> bool:
     return type(v) is np.ndarray and v.dtype == np.float32 and v.shape == shape
 
 
-@kernel("LayerNormalization", since=17, context=True)
-def layer_norm(x, scale, b=None, /, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=None):
+@kernel("LayerNormalization", since=17, context=True, out=True)
+def layer_norm(x, scale, b=None, /, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=None, out=None):
     ax = _axis("LayerNormalization", axis, x.ndim)
     if stash_type == 1:
         mdt = np.dtype(np.float32)
@@ -1034,8 +1035,9 @@ def layer_norm(x, scale, b=None, /, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=
     if (stash_type == 1 and x.dtype == np.float32 and _native.available and _n_outputs(ctx) == 1 and x.size
             and _f32_like(scale, x.shape[ax:]) and (b is None or _f32_like(b, x.shape[ax:]))):
         # float32 rows over the trailing axes, one output: one native pass per row (statistics in
-        # float lanes summed in double, the centred variance as below)
-        y = np.empty_like(x, order="C")
+        # float lanes summed in double, the centred variance as below), into the memory plan's buffer
+        # when it fits (a fresh array is a first run's page faults)
+        y = _out_buffer(_free_out(out, x), x.shape)
         _native.layernorm_rows(np.ascontiguousarray(x), np.ascontiguousarray(scale),
                                None if b is None else np.ascontiguousarray(b), y, float(epsilon))
         return _native.final(y)  # (one native call: a program may replay it)

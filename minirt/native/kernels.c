@@ -1952,11 +1952,12 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
      * compacting: the gathered rows of x (valid, I) */
     const size_t proj = (size_t)(compact ? valid : rows) * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
     const size_t xc_floats = compact ? (size_t)valid * I : 0;
-    float *buf = (float *)malloc(sizeof(float) * (proj + (size_t)D * (rec + 3 * bh) + xc_floats));
+    /* (the calling thread's scratch, kept across calls: a fresh block of this size is a fresh mapping,
+     * page faults on every call until malloc's threshold adapts; nothing this call runs uses it) */
+    float *buf = (float *)mrt_scratch_buffer(sizeof(float) * (proj + (size_t)D * (rec + 3 * bh) + xc_floats));
     int *active = (int *)malloc(sizeof(int) * ((size_t)D * B + 1));
     long *xrows = compact ? (long *)malloc(sizeof(long) * (size_t)rows) : NULL;
     if (!buf || !active || (compact && !xrows)) {
-        free(buf);
         free(active);
         free(xrows);
         return -1;
@@ -2002,7 +2003,6 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
 #undef RNN_ST
 #undef RNN_Y
 #undef RNN_X
-    free(buf);
     free(active);
     free(xrows);
     return 0;

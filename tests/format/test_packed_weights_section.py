@@ -113,3 +113,41 @@ def test_the_signature_covers_the_section():
     bad = replace_section(data, S.SECTION_PACKED_WEIGHTS, bytes(tampered))
     with pytest.raises(minirt.SignatureError):
         reader.load(bad, verify_key=pub)
+
+
+def _rnn_packed(transb: int, k: int, n: int) -> bytes:
+    """The minimal artifact with a separate (2, 4, 3) tensor (an LSTM / GRU's W: D 2, G*H 4, I 3) packed as
+    a product's B with the given tag."""
+    w = _packed_writer()
+    rnn_w = w.tensor(np.arange(24, dtype=np.float32).reshape(2, 4, 3))
+    packed = P.pack_sgemm_b(w.tensors[rnn_w].reshape(8, 3), 1, 8)
+    if (transb, k, n) != (1, 3, 8):  # (a wrong tag: data of the size that tag needs)
+        packed = np.zeros(P.sgemm_packed_floats(k, n, 8), np.float32)
+    w.packed_weights.append((P.PACK_SGEMM_B, rnn_w, 8, (transb, k, n), packed))
+    return w.to_bytes()
+
+
+def test_an_rnn_input_weight_packs_as_its_rows_transposed():
+    """W (D, G*H, I) is stored as B = its D*G*H rows of I floats, transposed (transb 1, K = I, N = D*G*H)."""
+    art = reader.load(_rnn_packed(1, 3, 8))
+    entry = art.packed_weights[-1]
+    assert entry.tag == ("sgemm_b", 1, 3, 8)
+    np.testing.assert_array_equal(entry.data, P.pack_sgemm_b(art.tensor(entry.tensor).reshape(8, 3), 1, 8))
+
+
+@pytest.mark.parametrize("tag", [(0, 8, 3), (1, 3, 6), (1, 4, 8)])  # not transposed; N not D*G*H; K not I
+def test_a_rank_3_weight_with_another_tag_is_refused(tag):
+    with pytest.raises(minirt.FormatError, match="does not (fit|match) the weight's shape|does not fit a weight"):
+        minirt.Session(_rnn_packed(*tag))
+
+
+def test_tensors_are_arrays_of_the_native_dtype():
+    """On a little-endian host a tensor is an array of numpy's own float32 (not an equal '<f4' dtype), so
+    np.asarray(w, np.float32) is w itself: the kernels' caches keyed on the weight array find it."""
+    art = reader.load(minimal_writer().to_bytes())
+    t = art.tensor(0)
+    if np.little_endian:
+        assert t.dtype is np.dtype(np.float32)
+        assert np.asarray(t, np.float32) is t and np.ascontiguousarray(t, np.float32) is t
+    else:
+        assert t.dtype == np.dtype("<f4")

@@ -652,6 +652,36 @@ def test_layer_norm_dtypes(dtype):
     check("LayerNormalization", [rand(rng, (3, 8), dtype), rand(rng, (8,), dtype), rand(rng, (8,), dtype)], n_outputs=3)
 
 
+@pytest.mark.parametrize("op, opset, shape, attrs", [("LayerNormalization", 17, (2, 5, 24), {"axis": -1}),
+                                                      ("InstanceNormalization", 6, (2, 5, 24), {})])
+def test_normalizations_write_into_the_memory_plans_buffer(op, opset, shape, attrs):
+    """float32 Layer / InstanceNormalization write their result into ``out`` (the memory plan's buffer)
+    when it fits, as onnxruntime computes it; one that overlaps the input or has another shape is left
+    alone (a fresh array, the same values)."""
+    from minirt import native
+    if not native.available:
+        pytest.skip(native.reason)
+    rng = np.random.default_rng(72)
+    x = rand(rng, shape)
+    c = shape[-1] if op == "LayerNormalization" else shape[1]
+    inputs = [x, rand(rng, (c,)), rand(rng, (c,))]
+    want = _reference(op, inputs, attrs, 1, opset)[0]
+    entry = lookup("", op, opset)
+    kw = dict(attrs)
+    if entry.context:
+        kw["ctx"] = NodeContext(name="n", op_type=op, n_outputs=1, output_dtypes=(None,), opset=opset)
+    out = np.full(shape, np.nan, np.float32)
+    got = entry.fn(*inputs, out=out, **kw)
+    assert got is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    for other in (x, np.empty((shape[0], shape[1] * shape[2]), np.float32)):  # (the input itself; another shape)
+        before = other.copy()
+        got = entry.fn(*inputs, out=other, **kw)
+        assert got is not other
+        np.testing.assert_array_equal(other, before)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_layer_norm_rejects_bad_attributes():
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(ValueError, match="axis"):

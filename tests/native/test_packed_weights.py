@@ -123,6 +123,26 @@ def _product_model():
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), feed
 
 
+def _rnn_model():
+    """A bidirectional LSTM and a GRU over one sequence: their input weights W (D, G*H, I) are packed
+    for the input projection of every step (a batch of one: R is read unpacked)."""
+    rng = np.random.default_rng(3)
+    seq, inp = 7, 12
+    lw = rng.standard_normal((2, 4 * 8, inp)).astype(np.float32) / 4
+    lr = rng.standard_normal((2, 4 * 8, 8)).astype(np.float32) / 4
+    lb = rng.standard_normal((2, 8 * 8)).astype(np.float32) / 4
+    gw = rng.standard_normal((1, 3 * 6, inp)).astype(np.float32) / 4
+    gr = rng.standard_normal((1, 3 * 6, 6)).astype(np.float32) / 4
+    nodes = [h.make_node("LSTM", ["x", "lw", "lr", "lb"], ["ly"], hidden_size=8, direction="bidirectional"),
+             h.make_node("GRU", ["x", "gw", "gr"], ["gy"], hidden_size=6, linear_before_reset=1)]
+    graph = h.make_graph(nodes, "rnns", [h.make_tensor_value_info("x", TP.FLOAT, [seq, 1, inp])],
+                         [h.make_tensor_value_info("ly", TP.FLOAT, [seq, 2, 1, 8]),
+                          h.make_tensor_value_info("gy", TP.FLOAT, [seq, 1, 1, 6])],
+                         [nh.from_array(a, n) for a, n in ((lw, "lw"), (lr, "lr"), (lb, "lb"), (gw, "gw"), (gr, "gr"))])
+    feed = {"x": rng.standard_normal((seq, 1, inp)).astype(np.float32)}
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), feed
+
+
 @pytest.fixture
 def packs_made(monkeypatch):
     """The tags of the packs the native kernels make (not found in their cache), while the test runs."""
@@ -142,7 +162,7 @@ def packs_made(monkeypatch):
 
 
 @pytest.mark.parametrize("model, kinds, entries", [(_conv_model, {"conv_f32"}, 4), (_conv1d_model, {"conv_f32"}, 2),
-                                                   (_product_model, {"sgemm_b"}, 3)])
+                                                   (_product_model, {"sgemm_b"}, 3), (_rnn_model, {"sgemm_b"}, 2)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_session_seeds_the_packs_of_its_layout(model, kinds, entries, threads, every_isa, packs_made):
     onnx_model, feed = model()
