@@ -42,6 +42,11 @@ from minirt.plan import TERMINATED_MESSAGE, BoundSubgraph, Plan, ReplayShortcut 
 from minirt.vocabulary import RANDOM
 
 
+# Recurrences (their input 4 is sequence_lens) and ops that pass a value's numbers on (warm-up feeds)
+_RECURRENCES = frozenset({"LSTM", "GRU", "RNN"})
+_PASS_THROUGH = frozenset({"Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
 def get_available_providers() -> list[str]:
     """Providers that can run on this device, in minirt's default priority order, spelled as
     onnxruntime spells them where it has the provider (``CPUExecutionProvider``), else minirt's name."""
@@ -305,6 +310,7 @@ class Session:
         pinned = self._artifact.metadata.get("pinned_inputs")
         self._pinned = _pinned_values(pinned) if pinned else None
         # Warm-up (D90): a small fixed-shape model runs once here, so that its first run replays
+        self._warming_up = False  # (while _warm_up runs: its run records the program in the same pass)
         if warm_up is None:  # default: by the rule of _warms_up; MINIRT_WARM_UP=0 turns it off
             warm_up = (os.environ.get("MINIRT_WARM_UP", "").strip().lower() not in ("0", "false", "no", "off")
                        and self._warms_up())
@@ -339,8 +345,10 @@ class Session:
             if dtype is None or dtype.kind not in "biufc":
                 return False
             feed[arg.name] = np.zeros(arg.shape, dtype)
+        feed.update(self._full_lengths(feed))
         if self._pinned is not None:
             feed.update(self._pinned)
+        self._warming_up = True
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
@@ -351,7 +359,34 @@ class Session:
                 self._last_mplan = None
             self._known_feed = self._shortcut = None
             return False
+        finally:
+            self._warming_up = False
         return True
+
+    def _full_lengths(self, feed: dict) -> dict:
+        """Warm-up inputs that are a recurrence's ``sequence_lens`` (directly or through a Cast, Reshape,
+        Squeeze, Unsqueeze, Flatten or Identity), filled with the sequence's length instead of zeros:
+        lengths of 0 would skip the recurrence, and its code and buffers would then be the caller's
+        first run's page faults (a tagger's BiLSTM: ~190, half a steady run)."""
+        graph = self._artifact.main_graph
+        producer = {v: st for st in self._plan.steps for v in st.outs if v >= 0}
+        name_of = {self._input_slot[a.name]: a.name for a in self._inputs}
+        filled = {}
+        for st in self._plan.steps:
+            if st.op.op_type not in _RECURRENCES or len(st.ins) < 5 or st.ins[4] < 0:
+                continue
+            x_shape = graph.values[st.ins[0]].shape
+            layout = st.node.attributes.get("layout")
+            seq_axis = 1 if layout is not None and layout.value else 0
+            if not x_shape or len(x_shape) != 3 or not isinstance(x_shape[seq_axis], int):
+                continue
+            v = st.ins[4]
+            while v not in name_of and v in producer and producer[v].op.op_type in _PASS_THROUGH:
+                v = producer[v].ins[0]
+            name = name_of.get(v)
+            if name is not None and feed[name].dtype.kind in "iu":
+                filled[name] = np.full_like(feed[name], x_shape[seq_axis])
+        return filled
 
     def _delegate_partitions(self, graph_index: int) -> dict:
         """Choose, per partition, the provider that runs it; compile those programs.
@@ -697,12 +732,13 @@ class Session:
                 # every output copied: those the memory plan would not copy (made outside the arena)
                 # are buffers the program keeps and writes on every replay
                 return self._collect(out_slots, env, input_feed, self._all_outputs)
-            if recordable and record is not None and cancel is None:  # (run options: the loop that reads them)
-                # The run on the declared plan of fixed shapes records its results and, in the same pass,
-                # the program (D90): kept when the results are the declared ones (the plan it was
-                # recorded on is the plan), so the next run replays.  A program refused on this pass
-                # is not final: a kernel's first call may do work its later ones do not (a first
-                # packing), so the next run records again, as it did before this pass recorded.
+            if recordable and record is not None and self._warming_up:
+                # The warm-up's run on the declared plan of fixed shapes records its results and, in the
+                # same pass, the program (D90): kept when the results are the declared ones (the plan it
+                # was recorded on is the plan), so the caller's first run replays.  A program refused on
+                # this pass is not final: a kernel's first call may do work its later ones do not (a
+                # first packing), so the next run records again.  (A caller's first run records no
+                # program: that costs it more than it saves the second, D82.)
                 with _limits.limit(self.max_tensor_bytes):
                     program = self._plan.record_program(env, arena, self.threads, record)
                 self._store_memory_plan(sig, record, aplan)

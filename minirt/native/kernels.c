@@ -1950,8 +1950,10 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
     /* scratch: the projection (valid rows, D*G*H); per direction and step the batch's states (B, H)
      * in, the recurrent product (B, G*H); a GRU without linear_before_reset: z and r * h (B, H) each;
      * compacting: the gathered rows of x (valid, I) */
-    const size_t proj = (size_t)(compact ? valid : rows) * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
-    const size_t xc_floats = compact ? (size_t)valid * I : 0;
+    /* (sized for every row whatever the lengths: the scratch does not depend on the data, so the
+     * first run, or a session's warm-up (D90), grows it to what every later run uses) */
+    const size_t proj = (size_t)rows * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
+    const size_t xc_floats = lens && I > 0 ? (size_t)rows * I : 0;
     /* (the calling thread's scratch, kept across calls: a fresh block of this size is a fresh mapping,
      * page faults on every call until malloc's threshold adapts; nothing this call runs uses it) */
     float *buf = (float *)mrt_scratch_buffer(sizeof(float) * (proj + (size_t)D * (rec + 3 * bh) + xc_floats));
