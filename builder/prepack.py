@@ -30,7 +30,7 @@ def _with_fused_form(op_type: str) -> frozenset:
 _CONV_OPS = _with_fused_form("Conv")
 _MATMUL_OPS = _with_fused_form("MatMul")
 _GEMM_OPS = _with_fused_form("Gemm")
-_RNN_OPS = {("", "LSTM"), ("", "GRU")}
+_RNN_OPS = frozenset({("", "LSTM"), ("", "GRU")})
 
 
 def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:

@@ -723,27 +723,24 @@ class Session:
         _blas.set_threads(1 if _native.available else self.threads)
         try:
             recordable = arena is not None and profile is None and self.native_program and not plan_mod.MEMPLAN_CHECK
-            if (recordable and record is None
-                    and (arena.program is None
-                         or type(arena.program) is _program.Program and not arena.program.usable(self.threads))):
-                # not recorded yet on this arena, or under another ISA / thread count: record it now
-                with _limits.limit(self.max_tensor_bytes):
-                    arena.program = self._plan.record_program(env, arena, self.threads)
-                # every output copied: those the memory plan would not copy (made outside the arena)
-                # are buffers the program keeps and writes on every replay
-                return self._collect(out_slots, env, input_feed, self._all_outputs)
-            if recordable and record is not None and self._warming_up:
-                # The warm-up's run on the declared plan of fixed shapes records its results and, in the
-                # same pass, the program (D90): kept when the results are the declared ones (the plan it
-                # was recorded on is the plan), so the caller's first run replays.  A program refused on
-                # this pass is not final: a kernel's first call may do work its later ones do not (a
-                # first packing), so the next run records again.  (A caller's first run records no
-                # program: that costs it more than it saves the second, D82.)
+            # Record the program on this run: on an arena without one (or one made under another ISA /
+            # thread count); or, on the run that records the declared plan's results, when it is the
+            # warm-up's (D90: the caller's first run then replays; a caller's first run records no
+            # program, which would cost it more than it saves the second, D82).
+            if recordable and (self._warming_up if record is not None else (
+                    arena.program is None
+                    or type(arena.program) is _program.Program and not arena.program.usable(self.threads))):
                 with _limits.limit(self.max_tensor_bytes):
                     program = self._plan.record_program(env, arena, self.threads, record)
-                self._store_memory_plan(sig, record, aplan)
-                if type(program) is _program.Program and self._mplans.get(sig) is aplan:
-                    arena.program = program
+                if record is not None:
+                    self._store_memory_plan(sig, record, aplan)
+                    if type(program) is not _program.Program or self._mplans.get(sig) is not aplan:
+                        # kept only on the plan it was recorded on; a refusal on the warm-up is not final
+                        # (a kernel's first call may do work its later ones do not: a first packing)
+                        program = None
+                arena.program = program
+                # every output copied: those the memory plan would not copy (made outside the arena)
+                # are buffers the program keeps and writes on every replay
                 return self._collect(out_slots, env, input_feed, self._all_outputs)
             with _limits.limit(self.max_tensor_bytes):  # memory guard, per run (a contextvar: thread-safe)
                 if cancel is not None:  # (run options given: the loop that reads their terminate flag)

@@ -1947,9 +1947,9 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
         for (int b = 0; b < B; ++b) valid += lens[b];
     }
     const int compact = valid < rows && I > 0;
-    /* scratch: the projection (valid rows, D*G*H); per direction and step the batch's states (B, H)
-     * in, the recurrent product (B, G*H); a GRU without linear_before_reset: z and r * h (B, H) each;
-     * compacting: the gathered rows of x (valid, I) */
+    /* scratch: the projection (rows, D*G*H; compacting, the valid rows first); per direction and step
+     * the batch's states (B, H) in, the recurrent product (B, G*H); a GRU without linear_before_reset:
+     * z and r * h (B, H) each; with lengths, room for the gathered rows of x (valid of rows, I) */
     /* (sized for every row whatever the lengths: the scratch does not depend on the data, so the
      * first run, or a session's warm-up (D90), grows it to what every later run uses) */
     const size_t proj = (size_t)rows * D * GH, rec = (size_t)B * GH, bh = (size_t)B * H;
