@@ -102,8 +102,9 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
     if (kh * kw == 1 and sh == 1 and sw == 1 and nr == 16 and (m // group) % 16 == 0
             and m // group <= _CONV_CV_NARROW_1X1_M and c // group >= _CONV_CV_NARROW_1X1_K):
         return True
-    if (m // group) % 32 != 0:
-        return kh * kw > 1 and oh * ow <= _CONV_CV_TINY_PLANE
+    if (m // group) % 32 != 0:  # (the grouped rule: conv_cv_grouped in kernels.c)
+        grouped = group > 1 and nr <= 16 and ((m // group) % nr == 0 or 2 * (m // group) == nr)
+        return kh * kw > 1 and (oh * ow <= _CONV_CV_TINY_PLANE or grouped)
     k = c // group * kh * kw
     if kh * kw == 1 and nr == 16:  # (panels of 16: AVX2)
         return False

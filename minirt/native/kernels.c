@@ -1031,11 +1031,67 @@ static void conv_planes_task(void *ctx, long begin, long end) {
 /* Floats of scratch taken by the B row table of K rows (K longs). */
 static long conv_table_floats(long K) { return (K * (long)sizeof(long) + sizeof(float) - 1) / sizeof(float); }
 
+/* The groups of a grouped convolution (ResNeXt / RegNet: 8-64 channels per group) as one job:
+ * each thread takes whole groups and runs each group's GEMM on its own, instead of every group's
+ * small GEMM split over the threads one after another (a job per group, each too small to share:
+ * RegNetY's 104 -> 104 @28x28 in 13 groups of 8 took 0.49 ms at 2 threads against 0.32 at 1).
+ * When the groups are few and would not share evenly (3 on 2 threads), each group keeps the
+ * threads instead.  one(ctx, g, nt) computes group g on nt threads; groups only read what they share. */
+typedef void (*conv_group_fn)(void *ctx, int g, int nt);
+typedef struct {
+    conv_group_fn one;
+    void *ctx;
+} conv_groups_job;
+
+static void conv_groups_task(void *ctx, long begin, long end) {
+    const conv_groups_job *job = (const conv_groups_job *)ctx;
+    for (long g = begin; g < end; ++g) job->one(job->ctx, (int)g, 1);
+}
+
+/* one() over groups 0 .. group - 1 (see above); unit: a group's work (multiply-adds / 16) */
+static void conv_for_groups(int group, long unit, int nt, conv_group_fn one, void *ctx) {
+    if (group > 1 && nt > 1 && (group % nt == 0 || group >= 4 * nt)) {
+        conv_groups_job job = {one, ctx};
+        mrt_parallel_for(group, unit, nt, conv_groups_task, &job);
+        return;
+    }
+    for (int g = 0; g < group; ++g) one(ctx, g, nt);
+}
+
+/* The band's planes and B row table as mrt_conv_band built them, for its groups (conv_for_groups). */
+typedef struct {
+    const mrt_conv_args *a;
+    long img;
+    int oy0, rows;
+    const float *planes;
+    long plane;
+    const long *brow;
+    int b_in_place;
+} conv_band_groups;
+
+/* Group g of a band (conv_band_groups) on nt threads: one extended-grid GEMM, or the channel-vector
+ * kernel on the planes. */
+static void conv_band_group(void *ctx, int g, int nt) {
+    const conv_band_groups *bg = (const conv_band_groups *)ctx;
+    const mrt_conv_args *a = bg->a;
+    const long p = (long)a->oh * a->ow, mp = (long)a->m * p, phases = (long)a->sh * a->sw;
+    const int cg = a->c / a->group, mg = a->m / a->group, K = cg * a->kh * a->kw;
+    const long out = bg->img * mp + (long)g * mg * p + (long)bg->oy0 * a->ow;
+    const float *B = bg->planes + (long)g * cg * phases * bg->plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
+    if (a->packed_w) {
+        const mrt_cv_region planes_region = {B, bg->brow, bg->rows, a->ow, a->wq, 1, 0, a->ow};
+        a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), &planes_region, 1, a->y + out, p,
+                      bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+    } else
+        a->I->sgemm_conv(mg, bg->rows, K, a->w + (long)g * mg * K, B, bg->brow, bg->b_in_place, a->ow, a->wq,
+                         a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+}
+
 /* Output rows [oy0, oy0 + rows) of image img in implicit mode (see above): the band's planes
  * (none when direct), the B row table, and one extended-grid GEMM per group.  scratch: the
  * table (K longs), then the planes. */
 static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, float *scratch, int nt) {
-    const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
+    const long p = (long)a->oh * a->ow;
     const long phases = (long)a->sh * a->sw;
     const int kk = a->kh * a->kw, cg = a->c / a->group, mg = a->m / a->group;
     const int K = cg * kk;
@@ -1070,17 +1126,8 @@ static void mrt_conv_band(const mrt_conv_args *a, long img, int oy0, int rows, f
      * 1.27, 116 -> 116 @14x14 7 % faster (32 -> 16 and 16 -> 16 @112x112 5 % slower). */
     const int b_in_place = !a->direct || (impl_isa == MRT_ISA_AVX512 && K <= MRT_CONV_IN_PLACE_K &&
                                           plane * (long)sizeof(float) % 2048 != 0);
-    for (int g = 0; g < a->group; ++g) {
-        const long out = img * mp + (long)g * mg * p + (long)oy0 * a->ow;
-        const float *bg = planes + (long)g * cg * phases * plane, *bias = a->bias ? a->bias + (long)g * mg : NULL;
-        if (a->packed_w) {
-            const mrt_cv_region planes_region = {bg, brow, rows, a->ow, a->wq, 1, 0, a->ow};
-            a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), &planes_region, 1, a->y + out, p,
-                          bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
-        } else
-            a->I->sgemm_conv(mg, rows, K, a->w + (long)g * mg * K, bg, brow, b_in_place, a->ow, a->wq, a->y + out, p,
-                             bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
-    }
+    conv_band_groups bg = {a, img, oy0, rows, planes, plane, brow, b_in_place};
+    conv_for_groups(a->group, (long)mg * K * rows * a->ow / 16, nt, conv_band_group, &bg);
 }
 
 /* ------------------------------------------------------------------ channel-vector convolution read in place
@@ -1213,6 +1260,11 @@ int mrt_conv2d_in_place_mode(int mode) {
 static int conv_in_place_pays(const mrt_conv_args *a) {
     if (conv_in_place_mode >= 0) return conv_in_place_mode;
     if (a->sh == 1 && a->sw == 1) return 0;
+    /* a grouped convolution of a few channels per group: the planes copy every input channel for
+     * only m / group outputs (against hundreds in a dense layer), the windows cost less whatever the
+     * border (AVX2, RegNetY, 1 thread: 440 -> 440 / 55 groups @14x14 -> 7x7, 27 % border, 0.20 ->
+     * 0.13 ms; 208 -> 208 / 26 @28x28 0.26 -> 0.18) */
+    if (a->group > 1 && a->m / a->group < 32) return 1;
     conv_rect rects[MRT_CV_MAX_REGIONS];
     long window_floats, border = 0;
     const int n = conv_in_place_rects(a, rects, &window_floats);
@@ -1221,9 +1273,34 @@ static int conv_in_place_pays(const mrt_conv_args *a) {
     return border * MRT_CONV_IN_PLACE_BORDER <= (long)a->oh * a->ow;
 }
 
+/* The regions of an image read in place (conv_in_place), for its groups (conv_for_groups). */
+typedef struct {
+    const mrt_conv_args *a;
+    long img;
+    const mrt_cv_region *regions;
+    const long *plane; /* floats per channel of each region's input */
+    int nregions;
+} conv_in_place_groups;
+
+/* Group g of an image read in place, on nt threads: its channels of every region. */
+static void conv_in_place_group(void *ctx, int g, int nt) {
+    const conv_in_place_groups *ig = (const conv_in_place_groups *)ctx;
+    const mrt_conv_args *a = ig->a;
+    const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
+    const int cg = a->c / a->group, mg = a->m / a->group, K = cg * a->kh * a->kw;
+    mrt_cv_region group_regions[MRT_CV_MAX_REGIONS];
+    for (int i = 0; i < ig->nregions; ++i) {
+        group_regions[i] = ig->regions[i];
+        group_regions[i].B += (long)g * cg * ig->plane[i];
+    }
+    const long out = ig->img * mp + (long)g * mg * p;
+    a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), group_regions, ig->nregions, a->y + out,
+                  p, a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+}
+
 /* Image img of a, read in place (see above), on nt threads. */
 static void conv_in_place(const mrt_conv_args *a, long img, float *scratch, int nt) {
-    const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
+    const long p = (long)a->oh * a->ow;
     const int cg = a->c / a->group, mg = a->m / a->group, K = cg * a->kh * a->kw;
     const float *x = a->x + img * (long)a->c * a->h * a->wd;
     conv_rect rects[MRT_CV_MAX_REGIONS];
@@ -1253,16 +1330,8 @@ static void conv_in_place(const mrt_conv_args *a, long img, float *scratch, int 
         regions[i] = (mrt_cv_region){B, brow, r->oy1 - r->oy0, r->ox1 - r->ox0, (long)a->sh * width, a->sw,
                                      (long)r->oy0 * a->ow + r->ox0, a->ow};
     }
-    for (int g = 0; g < a->group; ++g) {
-        mrt_cv_region group_regions[MRT_CV_MAX_REGIONS];
-        for (int i = 0; i < n; ++i) {
-            group_regions[i] = regions[i];
-            group_regions[i].B += (long)g * cg * plane[i];
-        }
-        const long out = img * mp + (long)g * mg * p;
-        a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), group_regions, n, a->y + out, p,
-                      a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
-    }
+    conv_in_place_groups ig = {a, img, regions, plane, n};
+    conv_for_groups(a->group, (long)mg * K * p / 16, nt, conv_in_place_group, &ig);
 }
 
 typedef struct {
@@ -1345,6 +1414,26 @@ static int use_im2col_plane64(const mrt_conv_args *a) {
 }
 #endif
 
+/* One image's im2col (mrt_conv_chunk), for its groups (conv_for_groups). */
+typedef struct {
+    const mrt_conv_args *a;
+    long img;
+    const float *cols;
+} conv_cols_groups;
+
+/* Group g of one image from its im2col, on nt threads: one GEMM straight into y, epilogue fused. */
+static void conv_cols_group(void *ctx, int g, int nt) {
+    const conv_cols_groups *cg_ = (const conv_cols_groups *)ctx;
+    const mrt_conv_args *a = cg_->a;
+    const long p = (long)a->oh * a->ow, mp = (long)a->m * p;
+    const int mg = a->m / a->group;
+    const long K = (long)(a->c / a->group) * a->kh * a->kw;
+    const long out = cg_->img * mp + (long)g * mg * p;
+    a->I->sgemm(1, mg, (int)p, (int)K, a->w + (long)g * mg * K, K, 0, cg_->cols + (long)g * K * p, p, 0, 0, a->y + out,
+                p, 0, a->bias ? a->bias + (long)g * mg : NULL, 1, a->res ? a->res + out : NULL, p, 0, a->act, a->a0,
+                a->a1, nt);
+}
+
 static void mrt_conv_chunk(mrt_conv_args *a, long chunk, float *scratch, int nt) {
     const mrt_impl *I = a->I;
     const long p = (long)a->oh * a->ow, chw = (long)a->c * a->h * a->wd, mp = (long)a->m * p;
@@ -1374,16 +1463,15 @@ static void mrt_conv_chunk(mrt_conv_args *a, long chunk, float *scratch, int nt)
     for (int j = 0; j < nb; ++j)
         I->im2col(a->x + (i0 + j) * chw, cols + j * p, ldb, a->c, a->h, a->wd, a->kh, a->kw, a->sh, a->sw, a->dh,
                   a->dw, a->pt, a->pl, a->oh, a->ow, nt);
-    for (int g = 0; g < a->group; ++g) {
+    if (nb == 1) { /* straight into y, whole epilogue fused */
+        conv_cols_groups cg_ = {a, i0, cols};
+        conv_for_groups(a->group, (long)mg * K * p / 16, nt, conv_cols_group, &cg_);
+        return;
+    }
+    for (int g = 0; g < a->group; ++g) { /* (the images side by side in tmp, shared by the groups) */
         const float *A = a->w + (long)g * mg * K;
         const float *B = cols + (long)g * K * ldb;
         const float *bg = a->bias ? a->bias + (long)g * mg : NULL;
-        if (nb == 1) { /* straight into y, whole epilogue fused */
-            float *C = a->y + i0 * mp + (long)g * mg * p;
-            const float *R = a->res ? a->res + i0 * mp + (long)g * mg * p : NULL;
-            I->sgemm(1, mg, (int)p, (int)K, A, K, 0, B, ldb, 0, 0, C, p, 0, bg, 1, R, p, 0, a->act, a->a0, a->a1, nt);
-            continue;
-        }
         I->sgemm(1, mg, (int)ldb, (int)K, A, K, 0, B, ldb, 0, 0, tmp, ldb, 0, bg, 1, NULL, 0, 0,
                  a->res ? MRT_ACT_NONE : a->act, a->a0, a->a1, nt);
         for (int j = 0; j < nb; ++j) {
@@ -1439,6 +1527,19 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
 #define MRT_CONV_CV_NARROW_1X1_M 64
 #define MRT_CONV_CV_NARROW_1X1_K 128
 
+/* A grouped convolution of a few channels per group (RegNet, ResNeXt: 8-24) runs on the channel-vector
+ * kernel whatever its plane, when the group fills whole panels of 8 or 16 channels (NEON / SSE2, AVX2)
+ * or half of one (AVX-512's panels of 32 would be three quarters empty at 8: not measured there; 24
+ * channels in panels of 16, 384 -> 384 / 16 groups @28x28, went 2.0 -> 2.4 ms).  Each
+ * group's GEMM of 8 rows used a third of the 6 x 16 tile, or its columns in 6-row tiles; measured on
+ * AVX2 (RegNetY-400MF's layers, 1 thread): 48 -> 48 / 6 groups stride 2 @112x112 0.67 -> 0.53 ms,
+ * 104 -> 104 / 13 stride 2 @56x56 0.40 -> 0.30, stride 1 @28x28 unchanged; 16 channels per group,
+ * 256 -> 256 / 16 @28x28 0.98 -> 0.87, stride 2 @56x56 1.68 -> 1.15. */
+static int conv_cv_grouped(const mrt_conv_geometry *g) {
+    const int mg = g->m / g->group, nr = (int)impl->conv_cv_packed_floats(1, 1, 1);
+    return g->group > 1 && nr <= 16 && (mg % nr == 0 || 2 * mg == nr);
+}
+
 /* Does the channel-vector kernel run this geometry (when it gets packed weights)?  With whole panels
  * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  With panels
  * of 16 (AVX2) a 1x1 kernel does only as just above: the GEMM (its row tiles sweeping a packed
@@ -1454,7 +1555,8 @@ int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
     if (kh * kw == 1 && sh == 1 && sw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16 &&
         (m / group) % 16 == 0 && m / group <= MRT_CONV_CV_NARROW_1X1_M && (long)c / group >= MRT_CONV_CV_NARROW_1X1_K)
         return 1;
-    if ((m / group) % 32 != 0) return kh * kw > 1 && (long)oh * ow <= MRT_CONV_CV_TINY_PLANE;
+    if ((m / group) % 32 != 0)
+        return kh * kw > 1 && ((long)oh * ow <= MRT_CONV_CV_TINY_PLANE || conv_cv_grouped(g));
     const long k = (long)c / group * kh * kw;
     if (kh * kw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16) return 0;
     if (k >= MRT_CONV_CV_DEEP_K) return 1;

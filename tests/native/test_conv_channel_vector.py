@@ -50,6 +50,22 @@ FORCED = {
     "m40_groups_odd": (15, 40, 20, 14, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
     "m13_1x1_deep": (300, 13, 5, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 }
+# grouped convolutions of a few channels per group (RegNet, ResNeXt): the channel-vector kernel at any
+# plane size when a group fills whole panels of 8 / 16 channels or half of one (kernels.c,
+# conv_cv_grouped), stride-2 ones read in place; each thread takes whole groups (conv_for_groups)
+GROUPED = {
+    "regnet_s2_in_place": (104, 104, 30, 30, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 13),
+    "regnet_s1_planes": (48, 48, 20, 22, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 6),
+    "m16_groups_s2": (64, 64, 36, 36, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),
+    # 4 channels per group: the GEMM per group, on bands of output rows over the threads (40 x 40)
+    # or on one band with its groups over the threads (14 x 14)
+    "m4_gemm_bands": (32, 32, 40, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8),
+    "m4_gemm_groups": (256, 256, 14, 14, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 64),
+    # one output row: im2col and a GEMM per group
+    "m4_one_row_im2col": (128, 128, 1, 1000, (1, 3), (1, 1), (0, 1, 0, 1), (1, 1), 32),
+    # 3 groups on 2 threads: each group keeps both threads
+    "groups3_threads_inside": (24, 24, 30, 30, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+}
 ACTS = [("", ()), ("Relu", ()), ("SiLU", ()), ("HardSwish", ()), ("Clip", (-0.5, 0.5)), ("Sigmoid", ())]
 
 
@@ -109,7 +125,19 @@ def _avx2_projection(c, m, group, k, s) -> bool:
             and c // group >= 128)
 
 
+def _grouped_pick(m, group, k) -> bool:
+    """conv_cv_grouped (kernels.c): a grouped kernel larger than 1x1 whose groups fill whole panels
+    of at most 16 channels, or half of one."""
+    mg, nr = m // group, native.packed_panel_width()
+    return group > 1 and k != (1, 1) and nr <= 16 and (mg % nr == 0 or 2 * mg == nr)
+
+
 def test_picked_geometries_take_the_channel_vector_kernel():
+    for name, geom in GROUPED.items():
+        c, m, h, wd, k, s, pads, d, group = geom
+        out = _output_size(geom)
+        want = _grouped_pick(m, group, k) or (k != (1, 1) and out[0] * out[1] <= 256 and (m // group) % 32 != 0)
+        assert _uses_packed_w(c, m, group, k, s, out) == want, name
     for name, geom in PICKED.items():
         c, m, h, wd, k, s, pads, d, group = geom
         # (with panels of 16, AVX2, other 1x1 kernels stay on the GEMM: kernels.c, mrt_conv2d_uses_packed_w)
@@ -117,7 +145,8 @@ def test_picked_geometries_take_the_channel_vector_kernel():
         assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == want, name
     for name, geom in FORCED.items():
         c, m, h, wd, k, s, pads, d, group = geom
-        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == _avx2_projection(c, m, group, k, s), name
+        want = _avx2_projection(c, m, group, k, s) or _grouped_pick(m, group, k)
+        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == want, name
     # one output row longer than MRT_CONV_CV_MAX_ROW (a 1-D conv): the GEMM, whatever the depth
     assert not _uses_packed_w(512, 512, 1, (1, 3), (1, 2), (1, 1599))
     assert _uses_packed_w(512, 512, 1, (1, 2), (1, 2), (1, 199))
@@ -137,6 +166,29 @@ def test_channel_vector_conv_matches_reference(name, batch, nthreads, every_isa)
     i = list(PICKED).index(name)
     act, params = ACTS[(i + batch) % len(ACTS)]
     _check(PICKED[name], batch, act, params, residual=(i + nthreads) % 2 == 0, seed=i)
+
+
+@pytest.mark.parametrize("name", list(GROUPED))
+def test_grouped_conv_matches_reference_and_is_the_same_on_any_thread_count(name, every_isa):
+    """Grouped layers on their path (channel-vector kernel in place or on planes, GEMM bands, im2col),
+    whole groups per thread or the threads inside each group: the reference's values, and the same
+    bits at 1 and 2 threads (every output is summed by one thread in the same order)."""
+    i = list(GROUPED).index(name)
+    act, params = ACTS[i % len(ACTS)]
+    geom = GROUPED[name]
+    x, w, b, z = _inputs(geom, 1, i % 2 == 0, seed=80 + i)
+    expected = _np_act(_reference_conv(x, w, b, geom[5], geom[6], geom[7], geom[8]) + (0 if z is None else z), act,
+                       params)
+    before = native.threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            native.set_threads(threads)
+            results.append(_conv(geom, x, w, b, z, act, params))
+    finally:
+        native.set_threads(before)
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=5e-5)
+    np.testing.assert_array_equal(results[1], results[0])
 
 
 @pytest.mark.parametrize("name", list(FORCED))
