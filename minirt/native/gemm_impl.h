@@ -79,6 +79,9 @@ typedef struct {
     long lda, ldb, ldc, ldr;
     long sa, sb, sc, sr; /* batch strides (elements; 0 broadcasts) */
     int M, N, K, bias_mode, act, transb;
+    int dot_tail; /* the last N % G_NR <= G_DOT_TAIL columns as dot products (FN(sgemm_dot_tail)): only
+                   * when N depends on the shapes alone, not on the threads (whose blocks of columns or
+                   * bands would move which columns are the tail, and so their rounding) */
     int ext_ow, ext_wq; /* extended output grid (ext_wq > 0, with brow): see the top of this file */
     float a0, a1;
     int kc, nc, mc, nblocks;
@@ -569,6 +572,87 @@ static MRT_TARGET void FN(sgemm_ext_store)(const FN(sgemm_args) *g, const float 
     }
 }
 
+/* A last panel of at most this many columns is summed as dot products (FN(sgemm_dot_tail)). */
+#define G_DOT_TAIL 3
+
+/* The lanes of v summed, in lane order. */
+static inline MRT_TARGET G_INLINE float FN(hsum)(FN(vf) v) {
+    float t = v[0];
+#pragma GCC unroll 16
+    for (int l = 1; l < MRT_VL; ++l) t += v[l];
+    return t;
+}
+
+/* out[i * r + j] = sum over k < kb of a[i * lda + k] * bt[j * kb + k], i < rows (<= 12 / r), j < r:
+ * dot products with the vector lanes over k, 12 accumulators at most. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_dot_rows)(const float *a, long lda, const float *bt, int kb, int rows,
+                                                          float *out, const int r) {
+    enum { R = 12 };
+    FN(vf) acc[R];
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) acc[i] = (FN(vf)){0};
+    int k = 0;
+    for (; k + MRT_VL <= kb; k += MRT_VL) {
+        FN(vf) b[G_DOT_TAIL];
+#pragma GCC unroll 4
+        for (int j = 0; j < r; ++j) b[j] = FN(vload)(bt + (long)j * kb + k);
+#pragma GCC unroll 12
+        for (int i = 0; i < R / r; ++i) {
+            if (i >= rows) break;
+            const FN(vf) av = FN(vload)(a + i * lda + k);
+#pragma GCC unroll 4
+            for (int j = 0; j < r; ++j) acc[i * r + j] += av * b[j];
+        }
+    }
+    if (k < kb) {
+        FN(vf) b[G_DOT_TAIL];
+#pragma GCC unroll 4
+        for (int j = 0; j < r; ++j) b[j] = FN(vload_n)(bt + (long)j * kb + k, kb - k);
+#pragma GCC unroll 12
+        for (int i = 0; i < R / r; ++i) {
+            if (i >= rows) break;
+            const FN(vf) av = FN(vload_n)(a + i * lda + k, kb - k);
+#pragma GCC unroll 4
+            for (int j = 0; j < r; ++j) acc[i * r + j] += av * b[j];
+        }
+    }
+    /* (bounds known at compile time: the accumulators stay in registers) */
+#pragma GCC unroll 12
+    for (int i = 0; i < R / r; ++i) {
+        if (i >= rows) break;
+#pragma GCC unroll 4
+        for (int j = 0; j < r; ++j) out[i * r + j] = FN(hsum)(acc[i * r + j]);
+    }
+}
+
+/* The last panel of a tile, nr <= G_DOT_TAIL columns, as dot products: each row of A against each
+ * column of B (bt: those columns transposed, kb floats each), stored with the tile's epilogue
+ * (FN(sgemm_store_vec)).  The microkernel would spend one broadcast and multiply-add per row and k
+ * on a vector of which nr lanes count (a 7 x 7 output is 3 x 16 + 1 columns: its last one cost 20 %
+ * of the layer).  Measured on AVX2, 960 -> 160 over N columns: 48 0.205 ms, 49 0.246 -> 0.225, 50
+ * 0.248 -> 0.228, 51 -> 0.234; 4 columns were slower than the microkernel (0.249 against 0.244).  The sums are in
+ * another order than the microkernel's (k in MRT_VL interleaved partial sums), hence
+ * FN(sgemm_args).dot_tail. */
+static MRT_TARGET void FN(sgemm_dot_tail)(const FN(sgemm_args) *g, int kb, const float *a, const float *bt, float *c,
+                                          long ldc, int mr, int nr, int accumulate, int last, int m0, int n0) {
+    const int per = 12 / nr;
+    for (int i0 = 0; i0 < mr; i0 += per) {
+        const int rows = mr - i0 < per ? mr - i0 : per;
+        float sums[12];
+        switch (nr) {
+        case 1: FN(sgemm_dot_rows)(a + i0 * g->lda, g->lda, bt, kb, rows, sums, 1); break;
+        case 2: FN(sgemm_dot_rows)(a + i0 * g->lda, g->lda, bt, kb, rows, sums, 2); break;
+        default: FN(sgemm_dot_rows)(a + i0 * g->lda, g->lda, bt, kb, rows, sums, 3); break;
+        }
+        for (int i = 0; i < rows; ++i) {
+            FN(vf) v = {0};
+            for (int j = 0; j < nr; ++j) v[j] = sums[i * nr + j];
+            FN(sgemm_store_vec)(g, c + (long)(i0 + i) * ldc, v, nr, accumulate, last, m0 + i0 + i, n0);
+        }
+    }
+    if (last && g->act != MRT_ACT_NONE && !FN(act_in_registers)(g->act)) FN(sgemm_act_tile)(g, c, ldc, mr, nr);
+}
+
 /* Prefetch part `part` of `parts` of A's rows (rows x kb floats from a, row stride lda) into L2.
  * A (a layer's weights) is read in place, G_MR rows side by side, each only kb floats long (K = 160:
  * 10 cache lines): too short for the hardware's stream prefetchers to follow, so with the weights
@@ -633,6 +717,16 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
              * products of K = 512-1536 10-24 % (512 x 512 x 784 25.5 -> 29.5 GMAC/s, OpenBLAS 32);
              * 3x3 layers unchanged.  The same sums either way. */
             const int npanels = (nb + G_NR - 1) / G_NR;
+            /* a last panel of a few columns summed as dot products: its columns transposed */
+            const int tail = nb % G_NR, tail_j0 = nb - tail;
+            /* (one row: FN(sgemv_pb_task)'s sums, those of the microkernel, for sgemm_pb = sgemm) */
+            const int dot = g->dot_tail && !ext && g->M > 1 && tail > 0 && tail <= G_DOT_TAIL && tail_j0 >= packed_from;
+            float bt[G_DOT_TAIL * (G_KC * 5 / 4 + 1)];
+            if (dot) {
+                const float *tp = (bpanels ? bpanels : pack) + (long)(tail_j0 - packed_from) * kb;
+                for (int j = 0; j < tail; ++j)
+                    for (int k = 0; k < kb; ++k) bt[j * kb + k] = tp[(long)k * G_NR + j];
+            }
             for (int i0 = 0; i0 < mb; i0 += G_MR) {
                 int mr = mb - i0 < G_MR ? mb - i0 : G_MR;
                 int m = m0 + i0;
@@ -649,7 +743,9 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                     const long *brow = direct ? g->brow + p0 : NULL;
                     float *c = ext ? cblock + i0 * ldcb + j0 : g->C + m * g->ldc + n0 + j0;
                     long ldc = ext ? ldcb : g->ldc;
-                    if (nr > MRT_VL)
+                    if (dot && j0 == tail_j0)
+                        FN(sgemm_dot_tail)(g, kb, arows, bt, c, ldc, mr, nr, p0 > 0, last, m, n0 + j0);
+                    else if (nr > MRT_VL)
                         FN(sgemm_ukr)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m, n0 + j0);
                     else
                         FN(sgemm_ukr_narrow)(g, kb, arows, panel, brow, c, ldc, mr, nr, p0 > 0, last && !ext, m,
@@ -786,7 +882,7 @@ static void FN(sgemm_run)(FN(sgemm_args) *g, int batch, int nthreads) {
 static void FN(sgemm_with)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
                            long sb, int transb, const float *bpack, float *C, long ldc, long sc, const float *bias,
                            int bias_mode, const float *res, long ldr, long sr, int act, float a0, float a1,
-                           int nthreads) {
+                           int nthreads, int dot_tail) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     FN(sgemm_args) g;
     g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = NULL; g.b_in_place = 0;
@@ -795,14 +891,15 @@ static void FN(sgemm_with)(int batch, int M, int N, int K, const float *A, long 
     g.sa = sa; g.sb = sb; g.sc = sc; g.sr = sr; g.transb = transb;
     g.M = M; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
     g.ext_ow = 0; g.ext_wq = 0;
+    g.dot_tail = dot_tail;
     FN(sgemm_run)(&g, batch, nthreads);
 }
 
 static void FN(sgemm)(int batch, int M, int N, int K, const float *A, long lda, long sa, const float *B, long ldb,
                       long sb, int transb, float *C, long ldc, long sc, const float *bias, int bias_mode,
-                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads) {
+                      const float *res, long ldr, long sr, int act, float a0, float a1, int nthreads, int dot_tail) {
     FN(sgemm_with)(batch, M, N, K, A, lda, sa, B, ldb, sb, transb, NULL, C, ldc, sc, bias, bias_mode, res, ldr, sr,
-                   act, a0, a1, nthreads);
+                   act, a0, a1, nthreads, dot_tail);
 }
 
 /* B of a product with a constant right operand (MatMul / Gemm weights), packed once: for each k
@@ -892,7 +989,7 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
         g.bpack = bpack; g.bpack_ld = (N + G_NR - 1) / G_NR * G_NR;
         g.lda = lda; g.ldb = 0; g.ldc = ldc; g.ldr = ldr; g.sa = g.sb = g.sc = g.sr = 0; g.transb = 0;
         g.M = 1; g.N = N; g.K = K; g.bias_mode = bias ? bias_mode : 0; g.act = act; g.a0 = a0; g.a1 = a1;
-        g.ext_ow = 0; g.ext_wq = 0;
+        g.ext_ow = 0; g.ext_wq = 0; g.dot_tail = 0;
         g.kc = FN(sgemm_kc)(K);
         const long items = (N + G_GEMV_PANELS * G_NR - 1) / (G_GEMV_PANELS * G_NR);
         /* Each multiply-add streams one float of B from memory (a GEMM's reuse it from registers):
@@ -902,7 +999,7 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
         return;
     }
     FN(sgemm_with)(1, M, N, K, A, lda, 0, NULL, 0, 0, 0, bpack, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1,
-                   nthreads);
+                   nthreads, 1);
 }
 
 /* Exp-based activations (SiLU, Sigmoid, ...) of an output larger than this go through the
@@ -934,7 +1031,7 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
  *     an exp-based activation of a large output (G_CONV_ACT_SCRATCH_BYTES). */
 static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *B, const long *brow, int b_in_place,
                            int ext_ow, int ext_wq, float *C, long ldc, const float *bias, const float *res, int act,
-                           float a0, float a1, int nthreads) {
+                           float a0, float a1, int nthreads, int dot_tail) {
     if (M <= 0 || rows <= 0 || K <= 0) return;
     FN(sgemm_args) g;
     g.A = A; g.B = B; g.C = C; g.bias = bias; g.res = res; g.brow = brow; g.b_in_place = b_in_place;
@@ -956,6 +1053,7 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
     }
     /* the scratch block: an extended grid of ext_wq columns per row, or one row of all N columns */
     g.ext_ow = g.ext_wq = 0;
+    g.dot_tail = dot_tail && !row_gemms;
     if (!row_gemms && ext_wq > ext_ow) {
         g.ext_ow = ext_ow;
         g.ext_wq = ext_wq;

@@ -462,9 +462,9 @@ typedef struct {
     void (*bias_act)(float *, const float *, const float *, int, int, long, int, float, float, int);
     void (*im2col)(const float *, float *, long, int, int, int, int, int, int, int, int, int, int, int, int, int, int);
     void (*sgemm)(int, int, int, int, const float *, long, long, const float *, long, long, int, float *, long, long,
-                  const float *, int, const float *, long, long, int, float, float, int);
+                  const float *, int, const float *, long, long, int, float, float, int, int);
     void (*sgemm_conv)(int, int, int, const float *, const float *, const long *, int, int, int, float *, long,
-                       const float *, const float *, int, float, float, int);
+                       const float *, const float *, int, float, float, int, int);
     void (*qdwconv2d)(const q_dw_params *, int, int, int, int, int, int, int, int, int, int, int, int, int, int,
                       int);
     /* the channel-vector implicit convolution (gemm_impl.h, FN(conv_cv)) and its weight packing */
@@ -673,13 +673,14 @@ void mrt_im2col_f32(const mrt_conv_geometry *g, const float *x, float *cols, int
 static void sgemm_one(int M, int N, int K, const float *A, long lda, const float *B, long ldb, float *C, long ldc,
                       const float *bias, int bias_mode, const float *res, long ldr, int act, float a0, float a1,
                       int nthreads) {
-    impl->sgemm(1, M, N, K, A, lda, 0, B, ldb, 0, 0, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1, nthreads);
+    impl->sgemm(1, M, N, K, A, lda, 0, B, ldb, 0, 0, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1, nthreads,
+                0); /* (bands of a transposed conv: their widths may follow the threads) */
 }
 
 void mrt_sgemm_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *A, const float *B, float *C,
                    const float *res, int nthreads) {
     impl->sgemm(s->batch, s->M, s->N, s->K, A, s->lda, s->sa, B, s->ldb, s->sb, s->transb, C, s->ldc, s->sc, e->bias,
-                s->bias_mode, res, s->ldr, s->sr, e->act, e->a0, e->a1, nthreads);
+                s->bias_mode, res, s->ldr, s->sr, e->act, e->a0, e->a1, nthreads, 1);
 }
 
 long mrt_sgemm_packed_b_floats(int K, int N) { return impl->sgemm_packed_b_floats(K, N); }
@@ -1084,7 +1085,8 @@ static void conv_band_group(void *ctx, int g, int nt) {
                       bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
     } else
         a->I->sgemm_conv(mg, bg->rows, K, a->w + (long)g * mg * K, B, bg->brow, bg->b_in_place, a->ow, a->wq,
-                         a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+                         a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt,
+                         bg->rows == a->oh); /* (a band's rows may follow the threads; the whole image not) */
 }
 
 /* Output rows [oy0, oy0 + rows) of image img in implicit mode (see above): the band's planes
@@ -1431,7 +1433,7 @@ static void conv_cols_group(void *ctx, int g, int nt) {
     const long out = cg_->img * mp + (long)g * mg * p;
     a->I->sgemm(1, mg, (int)p, (int)K, a->w + (long)g * mg * K, K, 0, cg_->cols + (long)g * K * p, p, 0, 0, a->y + out,
                 p, 0, a->bias ? a->bias + (long)g * mg : NULL, 1, a->res ? a->res + out : NULL, p, 0, a->act, a->a0,
-                a->a1, nt);
+                a->a1, nt, 1);
 }
 
 static void mrt_conv_chunk(mrt_conv_args *a, long chunk, float *scratch, int nt) {
@@ -1473,7 +1475,7 @@ static void mrt_conv_chunk(mrt_conv_args *a, long chunk, float *scratch, int nt)
         const float *B = cols + (long)g * K * ldb;
         const float *bg = a->bias ? a->bias + (long)g * mg : NULL;
         I->sgemm(1, mg, (int)ldb, (int)K, A, K, 0, B, ldb, 0, 0, tmp, ldb, 0, bg, 1, NULL, 0, 0,
-                 a->res ? MRT_ACT_NONE : a->act, a->a0, a->a1, nt);
+                 a->res ? MRT_ACT_NONE : a->act, a->a0, a->a1, nt, 0); /* (nb follows the threads) */
         for (int j = 0; j < nb; ++j) {
             float *yb = a->y + (i0 + j) * mp + (long)g * mg * p;
             for (int r = 0; r < mg; ++r) memcpy(yb + r * p, tmp + r * ldb + j * p, sizeof(float) * p);
