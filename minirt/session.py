@@ -348,20 +348,44 @@ class Session:
         feed.update(self._full_lengths(feed))
         if self._pinned is not None:
             feed.update(self._pinned)
+        # dry first (D92): the run records without running the recordable kernels, which is all the
+        # first run needs when it records the whole program; else (a node it cannot record dry, or no
+        # program) the run on zeros for real, as before
+        if self._warm_up_run(feed, dry=True):
+            if self._recorded_program():
+                return True
+            self._forget_warm_up()
+        return self._warm_up_run(feed, dry=False)
+
+    def _warm_up_run(self, feed: dict, dry: bool) -> bool:
+        """The warm-up's run on ``feed``, dry or not (see _warm_up); on any failure the session is left
+        as before it.  Returns whether the run completed."""
         self._warming_up = True
+        _native.set_dry_recording(dry)
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 self._run(None, feed, profile=None)
         except Exception:  # noqa: BLE001 - any failure: no warm-up, nothing kept from it
-            with self._mplans_lock:
-                self._mplans.clear()
-                self._last_mplan = None
-            self._known_feed = self._shortcut = None
+            self._forget_warm_up()
             return False
         finally:
+            _native.set_dry_recording(False)
             self._warming_up = False
         return True
+
+    def _forget_warm_up(self) -> None:
+        """Drop what a warm-up's run kept (memory plans with their programs, the feed shortcut)."""
+        with self._mplans_lock:
+            self._mplans.clear()
+            self._last_mplan = None
+        self._known_feed = self._shortcut = None
+
+    def _recorded_program(self) -> bool:
+        """Whether a memory plan holds a recorded native program (what a dry warm-up is for)."""
+        with self._mplans_lock:
+            plans = [p for p in self._mplans.values() if p is not None]
+        return any(p.has_program() for p in plans)
 
     def _full_lengths(self, feed: dict) -> dict:
         """Warm-up inputs that are a recurrence's ``sequence_lens`` (directly or through a Cast, Reshape,

@@ -394,11 +394,14 @@ def test_wrong_declared_shapes_cost_speed_not_results(checked, monkeypatch):
     made = _plans_made(monkeypatch)
     sess = minirt.Session(data, memory_plan=True)
     assert _same(sess.run(None, feed), want)
-    assert len(made) == 2 and made[1] != made[0]  # the declared plan, then the one of the real shapes
+    # the declared plan, then the one of the real shapes (again by the warm-up's run for real when its dry
+    # run, D92, recorded no program on them)
+    assert len(made) >= 2 and made[1] != made[0] and all(m == made[1] for m in made[1:])
     assert sess._mplans[sess._STATIC_SIGNATURE].results == made[1]
+    count = len(made)
     for _ in range(3):
         assert _same(sess.run(None, feed), want)
-    assert len(made) == 2
+    assert len(made) == count
 
 
 def test_symbolic_shapes_record_before_planning(checked, monkeypatch):

@@ -204,7 +204,8 @@ def test_warm_up_feeds_full_sequence_lengths(monkeypatch, layout):
     monkeypatch.setattr(minirt.Session, "_run", lambda self, names, feed, **kw: feeds.append(feed) or
                         real_run(self, names, feed, **kw))
     sess = minirt.Session(data, threads=1, warm_up=True)
-    assert sess.warmed_up and len(feeds) == 1
+    # (one feed: the dry run, then, as this graph records no program, the run for real: D92)
+    assert sess.warmed_up and len(feeds) == 2 and feeds[0] is feeds[1]
     np.testing.assert_array_equal(feeds[0]["lens"], np.full(3, 6, np.int64))
     assert not feeds[0]["x"].any()
     rng = np.random.default_rng(6)
@@ -218,3 +219,57 @@ def test_warm_up_feeds_full_sequence_lengths(monkeypatch, layout):
     if layout:
         want = want.transpose(2, 0, 1, 3)  # (seq, 2, batch, hidden) -> (batch, seq, 2, hidden)
     np.testing.assert_allclose(sess.run(None, {"x": x, "lens": lens})[0], want, rtol=1e-5, atol=1e-5)
+
+
+@requires_native
+def test_the_warm_up_records_dry_without_running_a_recordable_kernel(conv_model, monkeypatch):
+    """D92: the warm-up's run keeps the recordable calls without running them (its outputs are thrown
+    away), so it costs no kernel time; the caller's first run replays the program and is right."""
+    from minirt import native
+
+    model, data = conv_model
+    seen = []
+    real_call = native._call
+
+    def spy(entry, args, *data_):
+        seen.append((entry.__name__, native._recording.dry, native._recording.calls is not None))
+        return real_call(entry, args, *data_)
+
+    monkeypatch.setattr(native, "_call", spy)
+    sess = minirt.Session(data, threads=1)
+    monkeypatch.undo()
+    assert sess.warmed_up and not native._recording.dry
+    recordable = [s for s in seen if s[0] in native.RECORDABLE]
+    assert recordable and all(dry and recording for _, dry, recording in recordable), seen
+    assert re.fullmatch(r"\d+ native calls", _program_of(sess)), _program_of(sess)
+    x = _image(4)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ReferenceEvaluator(model).run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+@requires_native
+def test_a_dry_warm_up_that_meets_a_value_it_must_compute_runs_for_real(monkeypatch):
+    """A node fixed for the program (here a product of two constants the build kept, opt-level 0) is
+    computed once and kept by the recording: a dry run cannot, so the warm-up runs on zeros instead."""
+    a = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1), "a")
+    b = numpy_helper.from_array(np.full((1, 4, 1, 1), 2.0, np.float32), "b")
+    nodes = [h.make_node("Mul", ["a", "b"], ["s"]), h.make_node("Mul", ["x", "s"], ["y"])]
+    graph = h.make_graph(nodes, "scale", [h.make_tensor_value_info("x", TP.FLOAT, [1, 4, 8, 8])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [1, 4, 8, 8])], [a, b])
+    data = build(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), None, opt_level=0).data
+    runs = []
+    real = minirt.Session._warm_up_run
+
+    def spy(self, feed, dry):
+        ok = real(self, feed, dry)
+        runs.append((dry, ok))
+        return ok
+
+    monkeypatch.setattr(minirt.Session, "_warm_up_run", spy)
+    sess = minirt.Session(data, threads=1)
+    assert runs == [(True, False), (False, True)] and sess.warmed_up
+    assert re.fullmatch(r"\d+ native calls", _program_of(sess)), _program_of(sess)
+    x = np.random.default_rng(5).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    want = x * (np.arange(4, dtype=np.float32) * 2.0).reshape(1, 4, 1, 1)
+    for _ in range(2):  # (the first run replays the program; the constant it keeps is the real product)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6)

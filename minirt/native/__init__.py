@@ -142,6 +142,22 @@ def crc32(data, crc: int = 0) -> int:
     return zlib.crc32(data, crc)
 
 
+def prefault(buf) -> bool:
+    """Back the memory of the C-contiguous array ``buf`` now, its values kept (kernels.c,
+    mrt_prefault).  True when the kernel populated it in one call; False when its pages were written
+    one by one, or without the native module (then nothing is done)."""
+    if not buf.nbytes:
+        return False
+    return prefault_span(buf.ctypes.data, buf.ctypes.data + buf.nbytes)
+
+
+def prefault_span(lo: int, hi: int) -> bool:
+    """:func:`prefault` of the bytes at addresses [lo, hi) (memory a run writes whatever it holds)."""
+    if not available or hi <= lo:
+        return False
+    return bool(_lib.mrt_prefault(_ffi.cast("void *", lo), hi - lo))
+
+
 def describe() -> str:
     """One line for ``minirt info`` / ``minirt bench``."""
     if not available:
@@ -229,9 +245,26 @@ class _Recording(threading.local):
     calls = None
     final = None
     constant = None
+    # a dry recording (a session's warm-up, D92): the recordable calls are kept but not run (their
+    # results are never read: the warm-up's outputs are thrown away), so recording costs no kernel time
+    dry = False
 
 
 _recording = _Recording()
+# what a recordable entry point returns when a dry recording skips it: 0 for int, None for void
+_DRY_RESULT: dict = {}
+
+
+def set_dry_recording(dry: bool) -> None:
+    """Make this thread's recordings dry (see _Recording.dry) or not: a session's warm-up only."""
+    _recording.dry = bool(dry)
+
+
+def _dry_result(entry):
+    name = entry.__name__
+    if name not in _DRY_RESULT:
+        _DRY_RESULT[name] = None if _ffi.typeof(entry).result.cname == "void" else 0
+    return _DRY_RESULT[name]
 
 
 def _call(entry, args, *data):
@@ -239,6 +272,9 @@ def _call(entry, args, *data):
 
     ``data``: for a RECORDABLE entry point, the arrays (or None for NULL) at its data positions, its
     reads then its writes, in the order RECORDABLE lists them; nothing for the others."""
+    if _recording.dry and _recording.calls is not None and entry.__name__ in RECORDABLE:
+        _record(entry.__name__, args, data)
+        return _dry_result(entry)
     rc = entry(*args)
     if _recording.calls is not None:
         _record(entry.__name__, args, data)

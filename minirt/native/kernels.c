@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
@@ -552,6 +555,37 @@ static unsigned detect_features(void) {
 int mrt_abi_version(void) { return MRT_ABI_VERSION; }
 
 unsigned mrt_cpu_features(void) { return detect_features(); }
+
+/* MADV_POPULATE_WRITE (Linux 5.14) faults the range in within one call, without a trap per page (on a
+ * virtual machine each costs several microseconds: magika's 8 MB arena, 2,100 faults, made its first
+ * run ~6 ms slower than the next).  Older kernels reject the advice (EINVAL): the pages are then
+ * written one by one here, which costs what the run would have paid. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+/* Write the byte at address a with its own value: its page is faulted in for writing, the memory
+ * unchanged (a program's buffers hold the recording run's results when they are prefaulted). */
+static void mrt_touch(uintptr_t a) {
+    volatile char *c = (volatile char *)a;
+    *c = *c;
+}
+
+int mrt_prefault(void *p, long n) {
+    if (!p || n <= 0) return 0;
+    const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + (uintptr_t)n;
+#if defined(__linux__)
+    const uintptr_t alo = (lo + page - 1) / page * page, ahi = hi / page * page;
+    if (ahi > alo && madvise((void *)alo, ahi - alo, MADV_POPULATE_WRITE) == 0) {
+        mrt_touch(lo); /* the partial pages at the ends */
+        mrt_touch(hi - 1);
+        return 1;
+    }
+#endif
+    for (uintptr_t q = lo; q < hi; q = (q / page + 1) * page) mrt_touch(q);
+    mrt_touch(hi - 1);
+    return 0;
+}
 
 int mrt_select_isa(int isa) {
     unsigned f = detect_features();

@@ -32,7 +32,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 18
+#define MRT_ABI_VERSION 19
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -136,6 +136,10 @@ int mrt_crc32_hw(void);
 int mrt_select_isa(int isa);
 int mrt_current_isa(void);
 int mrt_max_threads(void);
+/* Back the n bytes at p with memory now (the pages a run would fault in one by one): one
+ * madvise(MADV_POPULATE_WRITE) on Linux 5.14+, else a write to each page of the byte it holds (the
+ * contents are kept either way).  Returns 1 when the kernel populated them, 0 when they were touched. */
+int mrt_prefault(void *p, long n);
 
 /* Depthwise 2-D convolution (g->m == g->c == g->group): x (n, c, h, w), w (c, kh, kw), e->bias (c) or
  * NULL, res (n, c, oh, ow) or NULL, y (n, c, oh, ow) = act(conv + bias + res). */

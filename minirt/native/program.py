@@ -67,6 +67,10 @@ def _not_derived() -> frozenset:
 DERIVED_MAX_BYTES = 256 * 1024
 
 
+class DryRecordingRefused(RuntimeError):
+    """A dry recording (a warm-up, D92) met a value it would have to compute: the warm-up runs for real."""
+
+
 class Recorder:
     """Records a run's native calls, node by node (:meth:`begin`, :meth:`end`), on this thread.
 
@@ -114,7 +118,7 @@ class Recorder:
         calls = _native._recording.calls[self._first:]
         name = f"node {step.node.name!r} ({step.op.op_type})"
         self.nodes.append(name)
-        if self._derived(step, args, result):  # (its calls, if any, need not run again)
+        if self._derived(step, args, result, calls):  # (its calls, if any, need not run again)
             self.steps.append(None)
             return self.constants[-1]
         unreplayable = next((call[0] for call in calls if call[1] is None), None)
@@ -158,9 +162,11 @@ class Recorder:
         self.steps.append(None)
         return result
 
-    def _derived(self, step, args, result) -> bool:
+    def _derived(self, step, args, result, calls=()) -> bool:
         """Whether the node's result is fixed for the program (see SHAPE_OPS); if so it is kept as a
-        read-only copy (the last of ``constants``), which later nodes read instead."""
+        read-only copy (the last of ``constants``), which later nodes read instead.  A dry recording
+        (``_native._recording.dry``) did not run the node's native ``calls``: it cannot keep their
+        result, and stops (:class:`DryRecordingRefused`)."""
         op = step.op.op_type
         if _native._recording.constant is result:
             return False  # (declared constant by its kernel: kept as it is, below, not copied)
@@ -170,6 +176,9 @@ class Recorder:
         if op not in SHAPE_OPS and not all(a is None or (type(a) is np.ndarray and id(a) in self._fixed)
                                            for a in args):
             return False
+        if calls and _native._recording.dry:
+            raise DryRecordingRefused(f"node {step.node.name!r} ({op}) is fixed for the program and computed "
+                                      "by native calls, which a dry recording does not run")
         fixed = result.copy()
         fixed.flags.writeable = False
         self._fixed[id(fixed)] = fixed
@@ -328,6 +337,10 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
             return f"graph output {v} is not made by the recorded calls"
     if not flat:
         return "no native calls"
+    # the program's own buffers are written on every run: backed now, not page by page in the first
+    # replay (a dry recording, D92, wrote none of them)
+    for span in written[1:]:
+        _native.prefault_span(*span)
     prog = Program()
     prog.isa, prog.threads = _native.isa, threads
     prog.calls, prog.args = _c_calls(flat)
