@@ -309,29 +309,38 @@ class Session:
         # Inputs the builder specialised the graph for (--input-value): name -> the value runs must feed.
         pinned = self._artifact.metadata.get("pinned_inputs")
         self._pinned = _pinned_values(pinned) if pinned else None
-        # Warm-up (D90): a small fixed-shape model runs once here, so that its first run replays
+        # Warm-up (D90, D92): a fixed-shape model records its program here, so that its first run replays
         self._warming_up = False  # (while _warm_up runs: its run records the program in the same pass)
+        asked = warm_up is True
         if warm_up is None:  # default: by the rule of _warms_up; MINIRT_WARM_UP=0 turns it off
             warm_up = (os.environ.get("MINIRT_WARM_UP", "").strip().lower() not in ("0", "false", "no", "off")
                        and self._warms_up())
-        self.warmed_up = bool(warm_up) and self._warm_up()
+        self.warmed_up = bool(warm_up) and self._warm_up(asked)
 
-    # A model whose run the builder estimates at no more FLOPs than this warms up at load (D90): ~5 ms
-    # at 1 thread on a 2020s x86-64 core, ~20 ms on a Raspberry Pi 5's.
+    # The warm-up's run (D92) is dry (no kernel runs) unless the builder estimates the model's run
+    # (``build.flops``) at most WARM_UP_WET_FLOPS: then it runs for real, its cost a millisecond or two,
+    # and the first touches of its kernels' code and buffers are not the first run's (a dry warm-up left
+    # Silero VAD's first run 3.3x, a tagger BiLSTM's 2.0x a steady one).  A dry run that records no
+    # program is followed by one for real up to WARM_UP_MAX_FLOPS (~5 ms at 1 thread on a 2020s x86-64
+    # core, ~20 ms on a Raspberry Pi 5's), or when the caller asked for the warm-up.
+    WARM_UP_WET_FLOPS = 2e8
     WARM_UP_MAX_FLOPS = 1.2e9
 
     def _warms_up(self) -> bool:
         """Whether the session warms up by default (D90): a model of fixed input shapes whose declared
         memory plan exists (the warm-up's run records the native program its first run then replays),
-        without If/Loop/Scan (their bodies' work is not estimated) or random ops (a run draws from their
-        generator), whose run the builder estimated (``build.flops``) at most ``WARM_UP_MAX_FLOPS``."""
-        flops = self._artifact.metadata.get("build.flops")
+        without If/Loop/Scan (their bodies are not recorded dry, nor estimated) or random ops (a run
+        draws from their generator)."""
         return (isinstance(self._declared_plan, arena.ArenaPlan) and self.native_program
                 and self._profiling is None
-                and isinstance(flops, (int, float)) and 0 <= flops <= self.WARM_UP_MAX_FLOPS
                 and not any(st.subgraphs or st.op.op_type in RANDOM for st in self._plan.steps))
 
-    def _warm_up(self) -> bool:
+    def _flops(self) -> float:
+        """The builder's estimate of one run (``build.flops``); infinity when the artifact has none."""
+        flops = self._artifact.metadata.get("build.flops")
+        return float(flops) if isinstance(flops, (int, float)) and flops >= 0 else math.inf
+
+    def _warm_up(self, asked: bool = False) -> bool:
         """Run once on a feed of zeros (pinned inputs: their values) as a first run would: it records the
         memory plan and the native program, so the caller's first run replays it (D90).  A run on zeros
         may fail where real data would not (a shape read from the data): then the session is as it was
@@ -350,12 +359,15 @@ class Session:
             feed.update(self._pinned)
         # dry first (D92): the run records without running the recordable kernels, which is all the
         # first run needs when it records the whole program; else (a node it cannot record dry, or no
-        # program) the run on zeros for real, as before
+        # program) the run on zeros for real, for a model small enough (WARM_UP_* above) or when asked
+        flops = self._flops()
+        if flops <= self.WARM_UP_WET_FLOPS:
+            return self._warm_up_run(feed, dry=False)
         if self._warm_up_run(feed, dry=True):
             if self._recorded_program():
                 return True
             self._forget_warm_up()
-        return self._warm_up_run(feed, dry=False)
+        return (asked or flops <= self.WARM_UP_MAX_FLOPS) and self._warm_up_run(feed, dry=False)
 
     def _warm_up_run(self, feed: dict, dry: bool) -> bool:
         """The warm-up's run on ``feed``, dry or not (see _warm_up); on any failure the session is left

@@ -103,11 +103,42 @@ def test_warm_up_that_fails_leaves_the_session_as_without_it(conv_model, monkeyp
                                rtol=1e-5, atol=1e-5)
 
 
-def test_no_warm_up_above_the_flops_limit_or_with_random_ops(conv_model, monkeypatch):
+def _warm_up_runs(monkeypatch) -> list:
+    """The warm-up's runs of the sessions made from here on, as (dry, completed)."""
+    runs = []
+    real = minirt.Session._warm_up_run
+
+    def spy(self, feed, dry):
+        ok = real(self, feed, dry)
+        runs.append((dry, ok))
+        return ok
+
+    monkeypatch.setattr(minirt.Session, "_warm_up_run", spy)
+    return runs
+
+
+@requires_native
+def test_the_warm_up_runs_for_real_up_to_its_flops_and_dry_above(conv_model, monkeypatch):
+    """D92: a model whose run the builder estimates at most WARM_UP_WET_FLOPS warms up for real (its
+    kernels' first touches then not the first run's); above, dry, and a dry run that records no program
+    is followed by one for real only up to WARM_UP_MAX_FLOPS or when the caller asked for it."""
     _, data = conv_model
+    runs = _warm_up_runs(monkeypatch)
+    assert minirt.Session(data, threads=1).warmed_up and runs == [(False, True)]
+    monkeypatch.setattr(minirt.Session, "WARM_UP_WET_FLOPS", 0)
     monkeypatch.setattr(minirt.Session, "WARM_UP_MAX_FLOPS", 0)
-    assert not minirt.Session(data).warmed_up
-    monkeypatch.undo()
+    runs.clear()
+    sess = minirt.Session(data, threads=1)
+    assert sess.warmed_up and runs == [(True, True)]  # (above both limits: dry, and it recorded the program)
+    assert re.fullmatch(r"\d+ native calls", _program_of(sess)), _program_of(sess)
+    monkeypatch.setattr(minirt.Session, "_recorded_program", lambda self: False)  # (as if it recorded none)
+    runs.clear()
+    assert not minirt.Session(data, threads=1).warmed_up and runs == [(True, True)]
+    runs.clear()
+    assert minirt.Session(data, threads=1, warm_up=True).warmed_up and runs == [(True, True), (False, True)]
+
+
+def test_no_warm_up_with_random_ops():
     graph = h.make_graph([h.make_node("RandomNormalLike", ["x"], ["n"]), h.make_node("Add", ["x", "n"], ["y"])],
                          "noise", [h.make_tensor_value_info("x", TP.FLOAT, [2, 3])],
                          [h.make_tensor_value_info("y", TP.FLOAT, [2, 3])])
@@ -204,8 +235,8 @@ def test_warm_up_feeds_full_sequence_lengths(monkeypatch, layout):
     monkeypatch.setattr(minirt.Session, "_run", lambda self, names, feed, **kw: feeds.append(feed) or
                         real_run(self, names, feed, **kw))
     sess = minirt.Session(data, threads=1, warm_up=True)
-    # (one feed: the dry run, then, as this graph records no program, the run for real: D92)
-    assert sess.warmed_up and len(feeds) == 2 and feeds[0] is feeds[1]
+    # (a model this small warms up for real, D92: one run)
+    assert sess.warmed_up and len(feeds) == 1
     np.testing.assert_array_equal(feeds[0]["lens"], np.full(3, 6, np.int64))
     assert not feeds[0]["x"].any()
     rng = np.random.default_rng(6)
@@ -235,6 +266,7 @@ def test_the_warm_up_records_dry_without_running_a_recordable_kernel(conv_model,
         seen.append((entry.__name__, native._recording.dry, native._recording.calls is not None))
         return real_call(entry, args, *data_)
 
+    monkeypatch.setattr(minirt.Session, "WARM_UP_WET_FLOPS", 0)  # (dry whatever the model's size)
     monkeypatch.setattr(native, "_call", spy)
     sess = minirt.Session(data, threads=1)
     monkeypatch.undo()
@@ -257,15 +289,8 @@ def test_a_dry_warm_up_that_meets_a_value_it_must_compute_runs_for_real(monkeypa
     graph = h.make_graph(nodes, "scale", [h.make_tensor_value_info("x", TP.FLOAT, [1, 4, 8, 8])],
                          [h.make_tensor_value_info("y", TP.FLOAT, [1, 4, 8, 8])], [a, b])
     data = build(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), None, opt_level=0).data
-    runs = []
-    real = minirt.Session._warm_up_run
-
-    def spy(self, feed, dry):
-        ok = real(self, feed, dry)
-        runs.append((dry, ok))
-        return ok
-
-    monkeypatch.setattr(minirt.Session, "_warm_up_run", spy)
+    monkeypatch.setattr(minirt.Session, "WARM_UP_WET_FLOPS", 0)  # (dry whatever the model's size)
+    runs = _warm_up_runs(monkeypatch)
     sess = minirt.Session(data, threads=1)
     assert runs == [(True, False), (False, True)] and sess.warmed_up
     assert re.fullmatch(r"\d+ native calls", _program_of(sess)), _program_of(sess)

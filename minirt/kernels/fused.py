@@ -213,8 +213,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, /, *, scale=1.0, transpose_
     kt = np.swapaxes(k, -1, -2) if transpose_k else k
     s = _std("MatMul", 13)(q, kt)
     if scale != 1.0:
-        if s.flags.writeable and s.flags.owndata:
-            s *= s.dtype.type(scale)  # s is the fresh MatMul result: scale in place
+        if s.flags.writeable and s.flags.owndata and not _native.recording():
+            s *= s.dtype.type(scale)  # s is the fresh MatMul result: scale in place (a recording: a call)
             _native.modified(s)
         else:
             s = _std("Mul")(s, np.asarray(scale, dtype=s.dtype))

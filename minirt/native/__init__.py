@@ -313,11 +313,15 @@ def final(y):
 
 
 def modified(y) -> None:
-    """Say that numpy work has just changed ``y`` in place: if a kernel called inside the running
-    node's kernel declared it final, it no longer is (a replay would miss that work).  For composite
-    kernels (``minirt/kernels/fused.py``) that update a sub-kernel's fresh result in place."""
-    if _recording.calls is not None and _recording.final is y:
-        _recording.final = None
+    """Say that numpy work has just changed ``y`` in place: a replay of the running node's native calls
+    would miss that work, so a recording refuses the node (even when a later native call makes its
+    declared result: ScaledDotProductAttention scaled the scores in numpy between two recorded calls,
+    and its replays skipped the scale).  For composite kernels (``minirt/kernels/fused.py``) that update
+    a sub-kernel's fresh result in place."""
+    if _recording.calls is not None:
+        _recording.calls.append(("numpy work on a native result", None, (), ()))  # (Recorder.end refuses)
+        if _recording.final is y:
+            _recording.final = None
 
 
 def constant_result(y):

@@ -630,9 +630,9 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_dot_rows)(const float *a, long l
  * (FN(sgemm_store_vec)).  The microkernel would spend one broadcast and multiply-add per row and k
  * on a vector of which nr lanes count (a 7 x 7 output is 3 x 16 + 1 columns: its last one cost 20 %
  * of the layer).  Measured on AVX2, 960 -> 160 over N columns: 48 0.205 ms, 49 0.246 -> 0.225, 50
- * 0.248 -> 0.228, 51 -> 0.234; 4 columns were slower than the microkernel (0.249 against 0.244).  The sums are in
- * another order than the microkernel's (k in MRT_VL interleaved partial sums), hence
- * FN(sgemm_args).dot_tail. */
+ * 0.248 -> 0.228, 51 -> 0.234; 4 columns were slower than the microkernel (0.249 against 0.244).
+ * The sums are in another order than the microkernel's (k in MRT_VL interleaved partial sums),
+ * hence FN(sgemm_args).dot_tail. */
 static MRT_TARGET void FN(sgemm_dot_tail)(const FN(sgemm_args) *g, int kb, const float *a, const float *bt, float *c,
                                           long ldc, int mr, int nr, int accumulate, int last, int m0, int n0) {
     const int per = 12 / nr;
@@ -719,8 +719,9 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
             const int npanels = (nb + G_NR - 1) / G_NR;
             /* a last panel of a few columns summed as dot products: its columns transposed */
             const int tail = nb % G_NR, tail_j0 = nb - tail;
-            /* (one row: FN(sgemv_pb_task)'s sums, those of the microkernel, for sgemm_pb = sgemm) */
-            const int dot = g->dot_tail && !ext && g->M > 1 && tail > 0 && tail <= G_DOT_TAIL && tail_j0 >= packed_from;
+            /* (not for one row: FN(sgemv_pb_task) sums in the microkernel's order, sgemm_pb = sgemm) */
+            const int dot =
+                g->dot_tail && !ext && g->M > 1 && tail > 0 && tail <= G_DOT_TAIL && tail_j0 >= packed_from;
             float bt[G_DOT_TAIL * (G_KC * 5 / 4 + 1)];
             if (dot) {
                 const float *tp = (bpanels ? bpanels : pack) + (long)(tail_j0 - packed_from) * kb;
@@ -733,10 +734,10 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
                 const float *arows = g->A + (long)m * g->lda + p0;
                 /* the next row tile's A, fetched while this one runs (see FN(sgemm_prefetch_a)) */
                 const int next_rows = mb - i0 - G_MR < G_MR ? mb - i0 - G_MR : G_MR;
-                for (int j0 = 0, panel = 0; j0 < nb; j0 += G_NR, ++panel) {
+                for (int j0 = 0, pi = 0; j0 < nb; j0 += G_NR, ++pi) {
                     int nr = nb - j0 < G_NR ? nb - j0 : G_NR;
                     if (next_rows > 0)
-                        FN(sgemm_prefetch_a)(arows + G_MR * g->lda, g->lda, next_rows, kb, panel, npanels);
+                        FN(sgemm_prefetch_a)(arows + G_MR * g->lda, g->lda, next_rows, kb, pi, npanels);
                     const int direct = j0 < packed_from;
                     const float *panel = direct ? g->B + n0 + j0
                                          : (bpanels ? bpanels : pack) + (long)(j0 - packed_from) * kb;
