@@ -272,12 +272,11 @@ def _call(entry, args, *data):
 
     ``data``: for a RECORDABLE entry point, the arrays (or None for NULL) at its data positions, its
     reads then its writes, in the order RECORDABLE lists them; nothing for the others."""
-    if _recording.dry and _recording.calls is not None and entry.__name__ in RECORDABLE:
-        _record(entry.__name__, args, data)
-        return _dry_result(entry)
-    rc = entry(*args)
-    if _recording.calls is not None:
-        _record(entry.__name__, args, data)
+    if _recording.calls is None:  # (outside a recording: this one test per call)
+        return entry(*args)
+    name = entry.__name__
+    rc = _dry_result(entry) if _recording.dry and name in RECORDABLE else entry(*args)
+    _record(name, args, data)
     return rc
 
 
