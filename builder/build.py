@@ -339,18 +339,16 @@ def _quantized_anything(report) -> bool:
 
 def _nothing_quantized_reason(model_ir, report, mode: str) -> str:
     """Why a quantization changed nothing, in one line: every candidate kept float (and the first
-    reasons), or none found (weights inside control-flow bodies, or no layer the mode covers)."""
+    reasons), or none found (no layer the mode covers, in the main graph nor in control-flow bodies)."""
     if report.kept_float:
         shown = "; ".join(f"{k['node']}: {k['reason']}" for k in report.kept_float[:3])
         more = f" (and {len(report.kept_float) - 3} more)" if len(report.kept_float) > 3 else ""
         return f"nothing was quantized: all {len(report.kept_float)} candidate layer(s) kept float ({shown}{more})"
-    bodies = sorted({n.op_type for n in model_ir.graph if has_subgraph(n)})
-    if bodies:
-        return (f"nothing was quantized: the main graph has no layer {mode} covers, and the quantizer does not "
-                f"enter {'/'.join(bodies)} bodies, where this model's layers are")
     what = "large float32 initializers (>= 1024 elements)" if mode == "fp16" else \
         "Conv, ConvTranspose, MatMul, Gemm or recurrent layers with constant weights"
-    return f"nothing was quantized: the model has no {what}"
+    bodies = sorted({n.op_type for n in model_ir.graph if has_subgraph(n)})
+    where = f" (its {'/'.join(bodies)} bodies included)" if bodies else ""
+    return f"nothing was quantized: the model{where} has no {what}"
 
 
 def _auto_quantize(profile, calibration: Any, model_ir, say: Callable[[str], None]) -> str | None:

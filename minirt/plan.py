@@ -198,6 +198,7 @@ class Plan:
         # first node index -> (Partition, provider callable) for runs a provider executes
         self.delegated = dict(delegated or {})
         self.graph = graph = artifact.graphs[graph_index]
+        self.is_body = parent is not None  # an If / Loop / Scan body (not the main graph)
         self.n_slots = len(graph.values)
         # One slot past the values that always holds None: absent optional inputs read it.
         self.none_slot = self.n_slots
@@ -214,17 +215,29 @@ class Plan:
             if parent is None:
                 raise Error(f"main graph {graph.name!r} cannot capture outer values")
             names = {info.name: i for i, info in enumerate(parent.graph.values)}
-            cmap = []
+            cmap, captured_constants = [], []
             for v in graph.captures:
                 name = graph.values[v].name
                 if name not in names:
                     raise Error(f"subgraph {graph.name!r} captures {name!r}, which its enclosing graph does not define")
-                cmap.append((v, names[name]))
+                outer = parent._env_template[names[name]]
+                if outer is not None:
+                    # a constant of the enclosing graph (or one it captured itself): the same array on every
+                    # run, so a constant here too, not a capture bound per run (a body's signature and its
+                    # program's patched inputs would otherwise count every weight it reads, D94)
+                    captured_constants.append((v, outer))
+                    self._env_template[v] = outer
+                else:
+                    cmap.append((v, names[name]))
             self.capture_map = tuple(cmap)
+            self.constants += tuple(captured_constants)
         self.steps = self._compile(graph_index)
         self.calls = tuple(step.call for step in self.steps)  # the unplanned call of every step, in order
         # a subgraph's memory plans and programs (SubgraphMemory), set by the session: None runs it plainly
         self.memory: "SubgraphMemory | None" = None
+        # observer(name, array) called with every node result, subgraphs' included (the builder's
+        # calibration reads values inside If / Loop / Scan bodies so: Session._observe_values, D95)
+        self.observer = None
 
     def subgraph_plans(self):
         """Every subgraph plan under this one (depth first)."""
@@ -370,7 +383,7 @@ class Plan:
         arena views bound as ``out=``.  ``record``: filled with the
         (shape, dtype) of every ``accepts_out`` step's result (None elsewhere).
         """
-        if record is not None or (arena is not None and MEMPLAN_CHECK):
+        if record is not None or (arena is not None and MEMPLAN_CHECK) or self.observer is not None:
             self._execute_planned(env, arena.outs if arena is not None else None, record, None)
             return
         step = None
@@ -415,6 +428,9 @@ class Plan:
         """
         clock = time.perf_counter
         step = None
+        if self.observer is not None and self.is_body:
+            for v in self.graph.inputs:  # (a body's formal inputs: a Loop's carried state, a Scan's slices)
+                self.observer(self.graph.values[v].name, env[v])
         try:
             for i, step in enumerate(self.steps):
                 if cancel is not None and cancel.terminate:
@@ -425,17 +441,24 @@ class Plan:
                     t0 = clock()
                 if recorder is not None:
                     recorder.begin()
+                inlined = None
                 if o is not None:
                     if MEMPLAN_CHECK:
                         arena.check_out(self, i, step, args, o, env)
                     result = step.call(*args, out=o)
                 elif step.subgraphs:
-                    result = step.call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
+                    if recorder is not None and step.op.op_type == "If" and recorder.is_fixed(args[0]):
+                        inlined = recorder.mark()
+                        result = self._record_branch(step, args[0], env, recorder)
+                    else:
+                        result = step.call(*args, **{name: BoundSubgraph(p, env) for name, p in step.subgraphs})
                 else:
                     result = step.call(*args)
                 if timings is not None:
                     timings.append((step.node.name, step.op.op_type, clock() - t0))
-                if recorder is not None:
+                if inlined is not None:
+                    result = recorder.end_inlined(step, inlined, result)
+                elif recorder is not None:
                     result = recorder.end(step, args, result)
                 if record is not None and step.accepts_out:
                     record[i] = (result.shape, result.dtype) if type(result) is np.ndarray else None
@@ -446,6 +469,10 @@ class Plan:
                             env[v] = r
                 elif outs_[0] >= 0:
                     env[outs_[0]] = result
+                if self.observer is not None:
+                    for v in outs_:
+                        if v >= 0:
+                            self.observer(self.graph.values[v].name, env[v])
                 for v in step.frees:
                     env[v] = None
         except KernelError as exc:
@@ -454,6 +481,20 @@ class Plan:
             raise
         except Exception as exc:
             raise kernel_error(step, env, exc) from exc
+
+    def _record_branch(self, step: _Step, cond: np.ndarray, env: list, recorder: "_program.Recorder") -> tuple:
+        """Run the branch an If takes, its nodes recorded into the enclosing graph's ``recorder`` as if
+        they were its own: ``cond`` is fixed for the program (derived from the input shapes and the
+        model's constants, D78), so every replay would take the same branch (D94).  The branch runs
+        without an arena (its results are buffers the program keeps); its own Ifs inline the same way.
+        Returns the If's results."""
+        branch = dict(step.subgraphs)["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
+        benv = branch.new_env()
+        for slot, outer_slot in branch.capture_map:
+            benv[slot] = env[outer_slot]
+        with recorder.inlined():
+            branch._execute_planned(benv, None, None, None, recorder)
+        return tuple(benv[v] for v in branch.graph.outputs)
 
     def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None,
                        record: list | None = None) -> "_program.Program | str":

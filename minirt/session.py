@@ -911,6 +911,16 @@ class Session:
             out.append(info)
         return out
 
+    def _observe_values(self, observer) -> None:
+        """Call ``observer(name, array)`` with every node result of every later run, and with the formal
+        inputs of every If / Loop / Scan body run, subgraphs included: what the builder's calibration
+        reads (D95).  A planned run or a replay never holds its values one by one, so only a session
+        made with ``memory_plan=False`` observes; ``None`` stops it.  Not a public API."""
+        if self.memory_plan:
+            raise ValueError("observing values needs a session made with memory_plan=False")
+        for plan in (self._plan, *self._plan.subgraph_plans()):
+            plan.observer = observer
+
     def subgraph_programs(self) -> dict:
         """Per If / Loop / Scan body (graph name): the native program of each input signature it ran
         with (D76): "N native calls", why there is none, or None (not recorded yet, or nothing placed)."""

@@ -13,6 +13,7 @@ from onnx import helper, numpy_helper
 
 from minirt import builder
 from minirt.builder import BuildError, UnsupportedModel
+from minirt.builder.build import build
 from tests.fuzz.seeds import mlp_model
 
 
@@ -331,10 +332,14 @@ def test_quantizing_nothing_fails_and_says_why(dirs, mode):
     assert ("initializers" if mode == "fp16" else "Conv, ConvTranspose, MatMul, Gemm") in str(err)
 
 
-def test_quantizing_nothing_names_control_flow_bodies(dirs):
+def test_quantizing_nothing_in_if_bodies_names_the_branch_layers_kept_float(dirs):
+    """The quantizer enters If bodies (D95): the branches' MatMuls are candidates, here both final layers
+    (kept float by default), which the error names; with quantize_final both are quantized."""
     _, out = dirs
     err = _fails("nothing was quantized", _matmul_in_if_model(), out, quantize="int8-dynamic")
-    assert "does not enter If bodies" in str(err)
+    assert "all 2 candidate layer(s) kept float" in str(err) and "final layer" in str(err)
+    res = build(_matmul_in_if_model(), None, quantize="int8-dynamic", quantize_final=True)
+    assert len(res.quantization["quantized"]) == 2
 
 
 def test_quantizing_nothing_lists_the_layers_kept_float(dirs):

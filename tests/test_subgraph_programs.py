@@ -74,3 +74,92 @@ def test_loop_outputs_do_not_alias_the_body_arena():
     for y in first[1:]:
         np.testing.assert_array_equal(y, first[0])  # (earlier results unchanged by later runs)
     assert not np.array_equal(other, first[0])
+
+
+# --------------------------------------------------------------------------- If inlined into a program (D94)
+
+
+def _if_model(condition: str = "shape", nested: bool = False):
+    """y = sigmoid(If(cond) { relu(x) + c } else { x * 3 }) + c, x of shape (N, 4) with N symbolic.  ``condition``:
+    "shape" (N == 2: fixed within a program's input signature) or "data" (sum(x) > 0: changes run to
+    run).  ``nested``: the then branch holds a second If, on x's second dimension == 4 (true), whose
+    then branch adds c and else branch subtracts it."""
+    c = numpy_helper.from_array(np.arange(4, dtype=np.float32), "c")
+    three = numpy_helper.from_array(np.array(3.0, np.float32), "three")
+    if nested:
+        inner = h.make_node(
+            "If", ["cond4"], ["t"],
+            then_branch=h.make_graph([h.make_node("Add", ["r", "c"], ["ta"])], "inner_then", [],
+                                     [h.make_tensor_value_info("ta", TP.FLOAT, None)]),
+            else_branch=h.make_graph([h.make_node("Sub", ["r", "c"], ["tb"])], "inner_else", [],
+                                     [h.make_tensor_value_info("tb", TP.FLOAT, None)]))
+        then_nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("Shape", ["x"], ["s2"]),
+                      h.make_node("Gather", ["s2", "one"], ["d1"]), h.make_node("Equal", ["d1", "four"], ["cond4"]),
+                      inner]
+    else:
+        then_nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("Add", ["r", "c"], ["t"])]
+    then_g = h.make_graph(then_nodes, "then", [], [h.make_tensor_value_info("t", TP.FLOAT, None)])
+    else_g = h.make_graph([h.make_node("Mul", ["x", "three"], ["e"])], "else", [],
+                          [h.make_tensor_value_info("e", TP.FLOAT, None)])
+    if condition == "shape":
+        cond_nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "zero"], ["n"]),
+                      h.make_node("Equal", ["n", "two"], ["cond"])]
+    else:
+        cond_nodes = [h.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+                      h.make_node("Greater", ["total", "fzero"], ["cond"])]
+    nodes = cond_nodes + [h.make_node("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g),
+                          h.make_node("Sigmoid", ["z"], ["sz"]), h.make_node("Add", ["sz", "c"], ["y"])]
+    inits = [c, three, numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(2, np.int64), "two"),
+             numpy_helper.from_array(np.array(4, np.int64), "four"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "fzero")]
+    graph = h.make_graph(nodes, "if_model", [h.make_tensor_value_info("x", TP.FLOAT, ["N", 4])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, ["N", 4])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _program_of(sess: minirt.Session, rows: int):
+    (plan,) = [p for p in sess.memory_plans() if p["inputs"]["x"] == (rows, 4)]
+    return plan["native_program"]
+
+
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_if_on_shapes_records_its_branch_into_the_program(nested, threads):
+    """The If's condition comes from x's shape: within one input signature it is fixed, so the program
+    holds the calls of the branch taken (both branches, in the programs of two signatures; a nested If
+    inside the branch too), and its replays equal the nodes run one by one and onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _if_model("shape", nested)
+    data = build(model, None).data
+    sess = minirt.Session(data, threads=threads)
+    plain = minirt.Session(data, threads=threads, native_program=False)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(2)
+    for rows in (2, 3, 2, 3, 2, 3, 2, 3):  # (then branch for 2 rows, else for 3; several runs each)
+        feed = {"x": rng.standard_normal((rows, 4)).astype(np.float32)}
+        (got,), (want,), (nodes,) = sess.run(None, feed), ref.run(None, feed), plain.run(None, feed)
+        np.testing.assert_array_equal(got, nodes)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # the taken branch's calls and the two after the If: then = Relu, Add (in the nested If when nested);
+    # else = Mul
+    assert (_program_of(sess, 2), _program_of(sess, 3)) == ("4 native calls", "3 native calls")
+
+
+def test_an_if_on_data_keeps_the_run_in_python():
+    """sum(x) > 0 changes from run to run: the If is not recorded (the program is refused, naming the
+    If), and every run takes the branch its own data chooses."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _if_model("data")
+    data = build(model, None).data
+    sess = minirt.Session(data, threads=1)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for sign in (1, -1, 1, -1, 1, -1):
+        feed = {"x": (sign * np.abs(rng.standard_normal((2, 4)))).astype(np.float32)}
+        np.testing.assert_allclose(sess.run(None, feed)[0], ref.run(None, feed)[0], rtol=1e-6, atol=1e-6)
+    program = _program_of(sess, 2)
+    assert program is not None and "(If) has subgraphs" in program, program

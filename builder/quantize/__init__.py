@@ -43,7 +43,7 @@ from minirt.builder.quantize.bias_correction import correct_biases, mean_inputs
 from minirt.builder.quantize.calibration import METHODS, Feeds, RangeCollector, load_feeds, split_stacked_feeds
 from minirt.builder.quantize import cost as int8_cost
 from minirt.builder.quantize import passes as quant_passes
-from minirt.builder.quantize.candidates import find_candidates
+from minirt.builder.quantize.candidates import find_candidates, unique_node_names
 from minirt.builder.quantize.qir import Candidate, QuantContext
 from minirt.builder.quantize.report import QuantizationReport, compare
 from minirt.builder.quantize.sensitivity import Budget, fit_budget, parse_budget
@@ -345,6 +345,9 @@ def quantize(
     budget = parse_budget(opts.accuracy_budget)
     report = QuantizationReport(mode=mode, method=opts.method if mode == "int8" else None, options=opts.non_default())
     t_start = time.perf_counter()
+    # (candidates are found by node name, in If / Loop / Scan bodies too: names made unique first, before
+    # the float clone the rewrites start from)
+    unique_node_names(model)
     data = _load_data(model, mode, calibration, opts, report)
     if mode == "fp16":
         budget = _quantize_fp16(model, data, opts, disabled, budget, report, say)
@@ -593,12 +596,29 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
         if default:
             report.budget["default"] = True
     done = rewrite(model, selected)
+    if ranges is not None:
+        _warn_uncalibrated_bodies(model, selected, ranges, done.skipped, report)
     report.passes = done.report.as_dict()
     skipped = done.skipped
     skipped_names = {n for n, _ in skipped}
     report.kept_float += [{"node": n, "reason": r} for n, r in skipped]
     report.quantized = [c.name for c in selected if not c.computes_float and c.name not in skipped_names]
     report.weight_only = [c.name for c in selected if c.computes_float and c.name not in skipped_names]
+
+
+def _warn_uncalibrated_bodies(model: ir.Model, selected: Sequence[Candidate], ranges: dict, skipped,
+                              report: QuantizationReport) -> None:
+    """A warning naming the int8 layers inside control-flow bodies that the calibration data never ran
+    (an If branch taken for another sample rate): quant_layers quantizes their inputs at run time."""
+    refused = {n for n, _ in skipped}
+    main = {n.name for n in model.graph}
+    dynamic = [c.name for c in selected if not c.computes_float and c.kind != "convt" and c.name not in refused
+               and c.name not in main and c.input not in ranges and ("channel", c.input) not in ranges]
+    if dynamic:
+        shown = ", ".join(dynamic[:4]) + (f" and {len(dynamic) - 4} more" if len(dynamic) > 4 else "")
+        report.warnings.append(f"{len(dynamic)} int8 layer(s) inside If / Loop / Scan bodies never ran on the "
+                               f"calibration data ({shown}): their inputs are quantized at run time (int8-dynamic); "
+                               "calibrate with data that takes every branch for static scales")
 
 
 # --- measurement -------------------------------------------------------------------------------------

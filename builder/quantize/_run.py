@@ -26,33 +26,23 @@ def run_all(sess: minirt.Session, feeds) -> dict[str, np.ndarray]:
 
 
 def collect(model: ir.Model, names: list[str], feeds, visit) -> None:
-    """Run ``model`` on every feed with ``names`` as extra outputs; ``visit(name, array)`` each."""
-    graph = model.graph
-    values = {v.name: v for v in graph.inputs}
-    for node in graph:
-        for o in node.outputs:
-            values[o.name] = o
-    existing = {id(v) for v in graph.outputs}
-    extra = []
-    for n in dict.fromkeys(names):
-        v = values.get(n)
-        if v is not None and id(v) not in existing and v not in graph.inputs:
-            extra.append(v)
-    graph.outputs.extend(extra)
-    try:
-        sess = session(model)
-    finally:
-        for _ in extra:
-            graph.outputs.pop()
-    out_names = [o.name for o in sess.get_outputs()]
+    """Run ``model`` on every feed; ``visit(name, array)`` each value named in ``names`` whenever it is
+    computed: a feed, a node's result, or a value inside an If / Loop / Scan body (once per body run:
+    every iteration of a Loop, only the branch an If takes), through the session's value observer (D95)."""
     wanted = set(names)
+    sess = minirt.Session(artifact_bytes(model), verify_checksums=False, memory_plan=False, native_program=False,
+                          warm_up=False)
+
+    def observe(name, value):
+        if name in wanted and type(value) is np.ndarray:
+            visit(name, value)
+
+    sess._observe_values(observe)
     for feed in feeds:
         for n, arr in feed.items():
             if n in wanted:
                 visit(n, np.asarray(arr))
-        for n, y in zip(out_names, sess.run(None, feed)):
-            if n in wanted:
-                visit(n, y)
+        sess.run(None, feed)
 
 
 def median_latency(sessions: dict, feed: dict, runs: int = 5, warmup: int = 1) -> dict[str, float]:

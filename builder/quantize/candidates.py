@@ -26,13 +26,13 @@ from minirt.builder.quantize.qir import Candidate
 __all__ = ["Candidate", "find_candidates"]
 
 
-def _tile_conv_transpose(node: ir.Node, graph: ir.Graph) -> bool:
+def _tile_conv_transpose(node: ir.Node, model: ir.Model) -> bool:
     """Whether ``node`` is a 2-D ConvTranspose / FusedConvTranspose with a constant float32 weight
     and stride == kernel, one group, no padding, dilation 1, no output_padding / output_shape (every
     input pixel its own output tile): the form QConvTranspose computes in int8."""
     if qir.key(node) not in qir.CONV_TRANSPOSE_OPS or len(node.inputs) < 2 or node.inputs[0] is None:
         return False
-    w = qir.const(node.inputs[1], graph)
+    w = qir.scoped_const(node.inputs[1], node, model)
     if w is None or w.dtype != np.float32 or w.ndim != 4:
         return False
     k = [int(v) for v in w.shape[2:]]
@@ -46,12 +46,33 @@ def _tile_conv_transpose(node: ir.Node, graph: ir.Graph) -> bool:
             and node.inputs[0].dtype in (None, ir.DataType.FLOAT))
 
 
-def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
+def _body_owners(model: ir.Model) -> dict:
+    """id(output value of an If / Loop / Scan body) -> the node that runs the body: where a value leaving
+    a body goes on (into that node's outputs)."""
+    owners = {}
+    for graph in irh.graphs(model):
+        for node in graph:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH:
+                    bodies = (attr.value,)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    bodies = attr.value
+                else:
+                    continue
+                for body in bodies:
+                    for v in body.outputs:
+                        owners[id(v)] = node
+    return owners
+
+
+def _final_nodes(model: ir.Model, candidate_ids: set) -> set:
     """Candidates that no other candidate follows: the model's last layers (a classifier's Gemm, a
     detector's heads).  Not "a path to an output that meets no other candidate": in a residual
     network every block's output projection has such a path (the skip connections), and a BERT
-    encoder kept 9 of its 25 layers float for that reason (D89)."""
+    encoder kept 9 of its 25 layers float for that reason (D89).  A value leaving an If / Loop / Scan
+    body follows on through every output of the node that runs the body (D95)."""
     memo: dict[int, bool] = {}
+    owners = _body_owners(model)
 
     def feeds_a_candidate(value: ir.Value) -> bool:
         key = id(value)
@@ -59,15 +80,17 @@ def _final_nodes(graph: ir.Graph, candidate_ids: set) -> set:
             return memo[key]
         memo[key] = False  # (cycles cannot happen; a value being visited counts as not yet known)
         hit = False
-        for use in value.uses():
-            consumer = use.node
+        consumers = [use.node for use in value.uses()]
+        if key in owners:
+            consumers.append(owners[key])
+        for consumer in consumers:
             if id(consumer) in candidate_ids or any(feeds_a_candidate(o) for o in consumer.outputs):
                 hit = True
                 break
         memo[key] = hit
         return hit
 
-    return {node.name for node in graph
+    return {node.name for graph in irh.graphs(model) for node in graph
             if id(node) in candidate_ids and not any(feeds_a_candidate(o) for o in node.outputs)}
 
 
@@ -81,78 +104,104 @@ def _plane(x: ir.Value) -> int:
 
 
 def find_candidates(model: ir.Model, weight_only: bool = True) -> tuple[list[Candidate], list[tuple[str, str]]]:
-    """Quantizable nodes of the main graph, and (node, reason) for the ones refused."""
-    graph = model.graph
+    """Quantizable nodes of the model, those inside If / Loop / Scan bodies included (D95), and
+    (node, reason) for the ones refused.  Node names are unique across the graphs
+    (:func:`unique_node_names`): the rewrite finds a candidate by its name."""
     found: list[Candidate] = []
     refused: list[tuple[str, str]] = []
     ids = {}
-    for node in graph:
-        key = qir.key(node)
-        kind = None
-        if key in qir.CONV_OPS:
-            kind = "conv"
-        elif key in qir.GEMM_OPS or key in qir.MATMUL_OPS:
-            kind = "matmul"
-        elif _tile_conv_transpose(node, graph):
-            kind = "convt"
-        elif key in qir.WEIGHT_ONLY_OPS and weight_only:
-            kind = "weight-only"
-        if kind is None:
-            continue
-        if kind == "convt":
-            w = node.inputs[1]
-            found.append(Candidate(node.name, node.op_type, "convt", node.inputs[0].name, w.name,
-                                   weight_elements=int(w.const_value.size)))
-            ids[id(node)] = None
-            continue
-        if kind == "weight-only":
-            idx, _axis = qir.WEIGHT_ONLY_OPS[key]
-            ws = [node.inputs[i] if i < len(node.inputs) else None for i in idx]
-            arrs = [qir.const(w, graph) for w in ws]
-            if any(a is None or a.dtype != np.float32 for a in arrs):
-                refused.append((node.name, f"{node.op_type}: weights are not constant float32"))
-                continue
-            found.append(Candidate(node.name, node.op_type, kind, "", ",".join(w.name for w in ws),
-                                   weight_elements=sum(a.size for a in arrs)))
-            ids[id(node)] = None
-            continue
-        x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
-        warr = qir.const(w, graph)
-        if warr is None or warr.dtype != np.float32:
-            refused.append((node.name, f"{node.op_type}: weight is not a constant float32 initializer"))
-            continue
-        if x is None or (x.dtype is not None and x.dtype != ir.DataType.FLOAT):
-            refused.append((node.name, f"{node.op_type}: input is not float32"))
-            continue
-        if kind == "conv" and warr.ndim < 3:
-            refused.append((node.name, "Conv: weight rank < 3"))
-            continue
-        if kind == "matmul":
-            if warr.ndim != 2:
-                refused.append((node.name, f"{node.op_type}: weight is not a 2-D matrix"))
-                continue
-            if key in qir.GEMM_OPS:
-                if irh.attr(node, "transA", 0):
-                    refused.append((node.name, "Gemm with transA=1"))
-                    continue
-                c = node.inputs[2] if len(node.inputs) > 2 else None
-                if c is not None and float(irh.attr(node, "beta", 1.0)) != 1.0 and qir.const(c, graph) is None:
-                    refused.append((node.name, "Gemm with beta != 1 and a non-constant C"))
-                    continue
-        group = int(irh.attr(node, "group", 1))
-        depthwise = kind == "conv" and warr.shape[1] == 1 and group == warr.shape[0] and group > 1
-        if kind == "conv":
-            reduction = int(np.prod(warr.shape[1:]))
-        else:
-            reduction = int(warr.shape[1] if key in qir.GEMM_OPS and irh.attr(node, "transB", 0) else warr.shape[0])
-        found.append(Candidate(node.name, node.op_type, kind, x.name, w.name, weight_elements=int(warr.size),
-                               depthwise=depthwise, reduction=reduction,
-                               window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1,
-                               plane=_plane(x) if kind == "conv" else 0,
-                               group_outputs=warr.shape[0] // group if kind == "conv" and group > 1 and not depthwise
-                               else 0))
-        ids[id(node)] = None
-    final = _final_nodes(graph, set(ids))
+    for graph in irh.graphs(model):
+        for node in graph:
+            c = _candidate(node, model, weight_only, refused)
+            if c is not None:
+                found.append(c)
+                ids[id(node)] = None
+    final = _final_nodes(model, set(ids))
     for c in found:
         c.final = c.name in final
     return found, refused
+
+
+def unique_node_names(model: ir.Model) -> int:
+    """Give every node of the model (subgraphs included) a name no other node has: an empty or repeated
+    name (two If branches exported with the same node names) becomes ``<name or op type>_<k>``.
+    Returns how many were renamed."""
+    seen: set = set()
+    renamed = 0
+    for graph in irh.graphs(model):
+        for node in graph:
+            name = node.name
+            if name and name not in seen:
+                seen.add(name)
+                continue
+            base, k = name or node.op_type, 1
+            while f"{base}_{k}" in seen:
+                k += 1
+            node.name = f"{base}_{k}"
+            seen.add(node.name)
+            renamed += 1
+    return renamed
+
+
+def _candidate(node: ir.Node, model: ir.Model, weight_only: bool, refused: list) -> Candidate | None:
+    """The candidate ``node`` is, or None (not a layer; or refused: (name, reason) added to ``refused``)."""
+    key = qir.key(node)
+    kind = None
+    if key in qir.CONV_OPS:
+        kind = "conv"
+    elif key in qir.GEMM_OPS or key in qir.MATMUL_OPS:
+        kind = "matmul"
+    elif _tile_conv_transpose(node, model):
+        kind = "convt"
+    elif key in qir.WEIGHT_ONLY_OPS and weight_only:
+        kind = "weight-only"
+    if kind is None:
+        return None
+    if kind == "convt":
+        w = node.inputs[1]
+        return Candidate(node.name, node.op_type, "convt", node.inputs[0].name, w.name,
+                         weight_elements=int(w.const_value.size))
+    if kind == "weight-only":
+        idx, _axis = qir.WEIGHT_ONLY_OPS[key]
+        ws = [node.inputs[i] if i < len(node.inputs) else None for i in idx]
+        arrs = [qir.scoped_const(w, node, model) for w in ws]
+        if any(a is None or a.dtype != np.float32 for a in arrs):
+            refused.append((node.name, f"{node.op_type}: weights are not constant float32"))
+            return None
+        return Candidate(node.name, node.op_type, kind, "", ",".join(w.name for w in ws),
+                         weight_elements=sum(a.size for a in arrs))
+    x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+    warr = qir.scoped_const(w, node, model)
+    if warr is None or warr.dtype != np.float32:
+        refused.append((node.name, f"{node.op_type}: weight is not a constant float32 initializer"))
+        return None
+    if x is None or (x.dtype is not None and x.dtype != ir.DataType.FLOAT):
+        refused.append((node.name, f"{node.op_type}: input is not float32"))
+        return None
+    if kind == "conv" and warr.ndim < 3:
+        refused.append((node.name, "Conv: weight rank < 3"))
+        return None
+    if kind == "matmul":
+        if warr.ndim != 2:
+            refused.append((node.name, f"{node.op_type}: weight is not a 2-D matrix"))
+            return None
+        if key in qir.GEMM_OPS:
+            if irh.attr(node, "transA", 0):
+                refused.append((node.name, "Gemm with transA=1"))
+                return None
+            c = node.inputs[2] if len(node.inputs) > 2 else None
+            if c is not None and float(irh.attr(node, "beta", 1.0)) != 1.0 and qir.scoped_const(c, node, model) is None:
+                refused.append((node.name, "Gemm with beta != 1 and a non-constant C"))
+                return None
+    group = int(irh.attr(node, "group", 1))
+    depthwise = kind == "conv" and warr.shape[1] == 1 and group == warr.shape[0] and group > 1
+    if kind == "conv":
+        reduction = int(np.prod(warr.shape[1:]))
+    else:
+        reduction = int(warr.shape[1] if key in qir.GEMM_OPS and irh.attr(node, "transB", 0) else warr.shape[0])
+    return Candidate(node.name, node.op_type, kind, x.name, w.name, weight_elements=int(warr.size),
+                     depthwise=depthwise, reduction=reduction,
+                     window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1,
+                     plane=_plane(x) if kind == "conv" else 0,
+                     group_outputs=warr.shape[0] // group if kind == "conv" and group > 1 and not depthwise
+                     else 0)

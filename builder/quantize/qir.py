@@ -106,6 +106,17 @@ def const(value: ir.Value | None, graph: ir.Graph) -> np.ndarray | None:
     return value.const_value.numpy()
 
 
+def scoped_const(value: ir.Value | None, node: ir.Node, model: ir.Model) -> np.ndarray | None:
+    """:func:`const` for an input of ``node`` wherever the node is: an initializer of its own graph, or,
+    for a node inside an If / Loop / Scan body, one of the main graph's that the body reads as a
+    capture (the same value object: a body's own value of the same name is not it)."""
+    arr = const(value, node.graph) if node.graph is not None else None
+    if arr is None and value is not None and node.graph is not model.graph \
+            and model.graph.initializers.get(value.name) is value:
+        arr = const(value, model.graph)
+    return arr
+
+
 def is_minirt(node: ir.Node | None, op_type: str) -> bool:
     return node is not None and node.domain == DOMAIN and node.op_type == op_type
 

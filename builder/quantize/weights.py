@@ -63,12 +63,13 @@ def activation_params_per_channel(lo: np.ndarray, hi: np.ndarray, symmetric: boo
 def fp16_candidates(model: ir.Model, min_elements: int = 1024) -> list[str]:
     """Names of the float32 initializers :func:`convert_to_fp16` would convert."""
     out = []
-    for name, value in model.graph.initializers.items():
-        t = value.const_value
-        if t is None or value.dtype != ir.DataType.FLOAT or not value.uses() or value in model.graph.inputs:
-            continue
-        if t.size >= min_elements:
-            out.append(name)
+    for graph in model.graphs():  # (If / Loop / Scan bodies hold weights of their own too: D95)
+        for name, value in graph.initializers.items():
+            t = value.const_value
+            if t is None or value.dtype != ir.DataType.FLOAT or not value.uses() or value in graph.inputs:
+                continue
+            if t.size >= min_elements and name not in out:
+                out.append(name)
     return out
 
 
@@ -83,11 +84,21 @@ def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dic
     those initializer names (the accuracy budget uses it).  A tensor whose values
     are all small is stored times a power of two (see :func:`_fp16_exponent`) with
     the inverse as DequantizeWeights' scale.  Tensors with values beyond float16's range (|x| > 65504) stay
-    float32.  Returns counts for the report.  Subgraph initializers are left
-    alone.  Must run after the optimizer: constant folding would fold the
+    float32.  Returns counts for the report.  An If / Loop / Scan body's own initializers are converted
+    in the body (D95).  Must run after the optimizer: constant folding would fold the
     Casts straight back.
     """
-    graph = model.graph
+    counts = {"initializers": 0, "kept_float32_out_of_range": 0, "bytes_before": 0, "bytes_after": 0, "rescaled": 0}
+    for graph in list(model.graphs()):
+        for k, v in _convert_graph_to_fp16(graph, min_elements, only).items():
+            counts[k] += v
+    if counts["initializers"]:
+        model.opset_imports.setdefault(MINIRT_DOMAIN, 1)
+    return counts
+
+
+def _convert_graph_to_fp16(graph: ir.Graph, min_elements: int, only) -> dict:
+    """:func:`convert_to_fp16` over one graph's own initializers."""
     converted, kept_range, bytes_before, bytes_after, rescaled = 0, 0, 0, 0, 0
     first = next(iter(graph), None)
     for name, value in list(graph.initializers.items()):
@@ -134,8 +145,6 @@ def convert_to_fp16(model: ir.Model, min_elements: int = 1024, only=None) -> dic
         converted += 1
         bytes_before += arr.nbytes
         bytes_after += arr.size * 2
-    if converted:
-        model.opset_imports.setdefault(MINIRT_DOMAIN, 1)
     return {"initializers": converted, "kept_float32_out_of_range": kept_range, "bytes_before": bytes_before,
             "bytes_after": bytes_after, "rescaled": rescaled}
 

@@ -519,6 +519,10 @@ def qconv(
     folds an FPN's upsample-and-add and such Muls into the conv that alone reads them, and the
     result is quantized without being written.
     """
+    if x.ndim == 3 and w is not None and w.ndim == 3 and x_up is None and x_mul is None:
+        return _qconv_1d(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads,
+                         strides, activation, activation_params, output_scale, output_zero_point, post_scale,
+                         post_shift, out, ctx)
     if x_up is not None:
         x = _add_upsampled(x, x_up, x_mul, x_up_factor, x_scale, x_zero_point)
     elif x_mul is not None:
@@ -572,6 +576,37 @@ def qconv(
     if pool is not None:
         y = _fn("", "MaxPool", 1)(y, kernel_shape=pool[0], strides=pool[1])
     return y if y_q is None else requantize_u8(y, *y_q)
+
+
+def _qconv_1d(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, group, kernel_shape, pads, strides,
+              activation, activation_params, output_scale, output_zero_point, post_scale, post_shift, out, ctx):
+    """A 1-D QConv (x (N, C, L), W (M, C/group, K)) as the 2-D QConv of (N, C, 1, L) by a 1 x K kernel, so
+    that it takes the native int8 kernels (audio front ends: Silero VAD's convs, D95).  The weight's 4-D
+    view is kept in the node's memo (the same object on every call: the prepared call is found by its
+    identity); the result is the 3-D view of the 2-D call's, declared final when that one was."""
+    memo = ctx.memo if ctx is not None else {}
+    kept = memo.get("w4")
+    if kept is not None and kept[0] is w:
+        w4 = kept[1]
+    else:
+        w4 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])
+        if is_constant(w):
+            memo["w4"] = (w, w4)
+
+    def two_d(values, fill):
+        return tuple(values) and (fill,) + tuple(values)
+
+    pads4 = tuple(pads) and (0, int(pads[0]), 0, int(pads[1]))
+    n, m = x.shape[0], w.shape[0]
+    out4 = None if out is None else out.reshape(out.shape[0], out.shape[1], 1, out.shape[2])
+    y4 = qconv(x.reshape(x.shape[0], x.shape[1], 1, x.shape[2]), x_scale, x_zero_point, w4, w_scale, b,
+               None if z is None else z.reshape(z.shape[0], z.shape[1], 1, z.shape[2]),
+               auto_pad=auto_pad, dilations=two_d(dilations, 1), group=group, kernel_shape=two_d(kernel_shape, 1),
+               pads=pads4, strides=two_d(strides, 1), activation=activation, activation_params=activation_params,
+               output_scale=output_scale, output_zero_point=output_zero_point, post_scale=post_scale,
+               post_shift=post_shift, out=out4, ctx=ctx)
+    y = y4.reshape(n, m, y4.shape[3])
+    return _native.final(y) if _native.declared_final(y4) else y
 
 
 def requantize_u8(y: np.ndarray, scale, zero_point) -> np.ndarray:

@@ -300,6 +300,12 @@ def recording() -> bool:
     return _recording.calls is not None
 
 
+def declared_final(y) -> bool:
+    """Whether the running node declared ``y`` its complete result (:func:`final`), during a recording;
+    a kernel that returns a view of such a result declares the view instead."""
+    return _recording.calls is not None and _recording.final is y
+
+
 def final(y):
     """Declare ``y`` the complete result of the running node and return it.
 

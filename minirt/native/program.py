@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 import bisect
+import contextlib
 import functools
 
 from minirt import native as _native
@@ -160,6 +161,41 @@ class Recorder:
         else:
             self.refused = f"{name} is not one native call with nothing around it"
         self.steps.append(None)
+        return result
+
+    def is_fixed(self, a) -> bool:
+        """Whether ``a`` is the same array on every run of the program (a constant, a derived result or
+        a view of one): an If whose condition is fixed may have its branch recorded inline (D94)."""
+        return type(a) is np.ndarray and id(a) in self._fixed
+
+    def mark(self) -> int:
+        """Where the steps of an inlined branch will start (:meth:`end_inlined`)."""
+        return len(self.steps)
+
+    @contextlib.contextmanager
+    def inlined(self):
+        """While an If's branch records into this recorder: the branch's slots are not the graph's,
+        so none of them is one of its outputs (the If's results are checked by :meth:`end_inlined`)."""
+        outputs, self._outputs = self._outputs, frozenset()
+        try:
+            yield
+        finally:
+            self._outputs = outputs
+
+    def end_inlined(self, step, mark: int, result):
+        """After an If whose branch ran inline (its nodes' steps from ``mark`` on): those steps become
+        the If's one step (a failing call then names the If), and a result the branch only derived,
+        fixed, cannot be a graph output (that must come from the program's calls, as in :meth:`end`)."""
+        if self.refused is not None:
+            return result
+        inner = self.steps[mark:]
+        del self.steps[mark:]
+        del self.nodes[mark:]
+        self.nodes.append(f"node {step.node.name!r} (If)")
+        calls = [call for s in inner if s for call in s]
+        self.steps.append(calls or None)
+        if any(v in self._outputs and self.is_fixed(r) for v, r in zip(step.outs, result)):
+            self.refused = f"node {step.node.name!r} (If): a graph output is a value its branch only derived"
         return result
 
     def _derived(self, step, args, result, calls=()) -> bool:

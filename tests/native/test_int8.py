@@ -764,3 +764,59 @@ def test_qconv_transpose_writes_the_planned_buffer_and_rejects_other_geometries(
         qlinear.qconv_transpose(x, xs, xz, w.astype(np.float32), ws, None, strides=(2, 2))
     with pytest.raises(ValueError, match="input shape"):
         qlinear.qconv_transpose(x[:, :3], xs, xz, w, ws, None, strides=(2, 2))
+
+
+def _conv1d_ref(x, w, b, stride, pads, group, dil):
+    """A float 1-D convolution in numpy (x (N, C, L), w (M, C/group, K)): the reference of the 1-D QConv."""
+    n, c, _ = x.shape
+    m, cg, k = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), pads))
+    out = (xp.shape[2] - dil * (k - 1) - 1) // stride + 1
+    y = np.zeros((n, m, out))
+    mg = m // group
+    for g in range(group):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        for j in range(k):
+            taps = xs[:, :, j * dil: j * dil + stride * (out - 1) + 1: stride]  # (N, C/group, out)
+            y[:, g * mg:(g + 1) * mg] += np.einsum("ncl,mc->nml", taps, w[g * mg:(g + 1) * mg, :, j])
+    return (y + b[None, :, None]).astype(np.float32)
+
+
+@pytest.mark.parametrize("xs,ws,stride,pads,group,dil", [
+    ((1, 129, 4), (128, 129, 3), 1, (1, 1), 1, 1),  # Silero VAD's encoder: 4 positions
+    ((1, 1, 576), (258, 1, 256), 128, (0, 0), 1, 1),  # its STFT front end
+    ((2, 16, 37), (24, 8, 5), 2, (2, 1), 2, 1),
+    ((1, 8, 20), (8, 1, 3), 1, (2, 2), 8, 2),  # depthwise, dilated
+])
+@pytest.mark.parametrize("quant", ["u8", "dynamic"])
+def test_qconv_1d_takes_the_native_path_and_matches_a_numpy_conv(xs, ws, stride, pads, group, dil, quant, every_isa):
+    """A 1-D QConv runs as the 2-D one of (N, C, 1, L) (D95): against a numpy 1-D conv of the dequantized
+    weights and the quantized-dequantized input (static uint8, or DynamicQuantizeLinear's parameters)."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.integers(-127, 128, ws, dtype=np.int8)
+    wsc = rng.random(ws[0], dtype=np.float32) * 0.01 + 0.001
+    b = rng.standard_normal(ws[0], dtype=np.float32)
+    if quant == "u8":
+        xsc, xzp = np.float32(0.02), np.uint8(128)
+        s, zp = 0.02, 128.0
+    else:
+        xsc = xzp = None
+        lo, hi = min(0.0, float(x.min())), max(0.0, float(x.max()))
+        s = np.float32((hi - lo) / 255.0)
+        zp = float(np.clip(np.rint(-lo / s), 0, 255))
+    xq = (np.clip(np.rint(x / np.float32(s)) + zp, 0, 255) - zp) * np.float32(s)
+    if quant == "u8":
+        xsc, xzp = np.array(xsc), np.array(xzp)
+    for a in (w, wsc, b, xsc, xzp):  # (read-only, as a model's constants: the node keeps its prepared call)
+        if a is not None:
+            a.flags.writeable = False
+    ref = _conv1d_ref(xq, w.astype(np.float32) * wsc[:, None, None], b, stride, pads, group, dil)
+    ctx = type("Ctx", (), {"memo": {}})()
+    for _ in range(2):  # (the second call runs the node's prepared call)
+        y = qlinear.qconv(x, xsc, xzp, w, wsc, b, strides=(stride,), pads=pads, group=group, dilations=(dil,),
+                          ctx=ctx)
+        assert y.shape == ref.shape
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    if group != xs[1]:  # (a depthwise one takes the int8 depthwise kernel, which keeps no prepared call)
+        assert any(type(v).__name__ == "_PreparedQConv" for v in ctx.memo.values()), ctx.memo

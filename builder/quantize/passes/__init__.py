@@ -27,6 +27,7 @@ from typing import Sequence
 import onnx_ir as ir
 
 from minirt.builder.passes.manager import OptimizationReport, PassManager
+from minirt.builder import ir_helpers as irh
 from minirt.builder.quantize import qir
 from minirt.builder.quantize.passes.chain_int8 import ChainInt8
 from minirt.builder.quantize.passes.fold_channel_mul import FoldChannelMul
@@ -93,7 +94,8 @@ def rewrite(model: ir.Model, mode: str, context: qir.QuantContext, disabled: Seq
         skipped = [(c.name, "quant_layers is disabled (--disable-pass)") for c in context.selected]
     else:
         skipped = layers.skipped
-    qir.drop_unused_initializers(model.graph)
+    for graph in irh.graphs(model):  # (a body's own weights too: Constants folded inside an If branch)
+        qir.drop_unused_initializers(graph)
     return Rewrite(report, skipped, {})
 
 

@@ -22,7 +22,7 @@ kept float for speed) get each weight stored int8 behind a
 computed in float32.
 
 Refused (reported, the node stays float): a candidate whose node is gone,
-and in static int8 one whose input has no calibrated range.  The pass rewrites
+and in static int8 one of the main graph whose input has no calibrated range.  The pass rewrites
 on its first run only; later sweeps of the manager repeat its refusals and
 change nothing (a second run would find the candidates already rewritten, and
 an input renamed by a later fold could otherwise find a range it did not have).
@@ -54,9 +54,9 @@ class QuantizeLayers(QuantPass):
                 self.refuse("candidate", name, reason)
             return False
         ctx = self.context
-        graph = model.graph
         b = qir.Builder(model, ctx.reduce_range, ctx.symmetric, ctx.per_channel)
-        by_name = {n.name: n for n in graph}
+        # (every graph: layers inside If / Loop / Scan bodies too, D95; names are unique across them)
+        by_name = {n.name: n for g in irh.graphs(model) for n in g}
         skipped: list[tuple[str, str]] = []
         changed = False
         for cand in ctx.selected:
@@ -92,9 +92,12 @@ class QuantizeLayers(QuantPass):
             per_channel = rng is not None
             if rng is None:
                 rng = ranges.get(x.name)
-            if rng is None:
+            if rng is None and (cand.kind == "convt" or node.graph is b.model.graph):
                 return f"no calibration range for its input {x.name!r}"
-            xs, xz = b.act(x, rng, per_channel)
+            if rng is not None:
+                xs, xz = b.act(x, rng, per_channel)
+            # else: a layer in an If branch (or a Loop / Scan body) the calibration data never ran: its
+            # input is quantized at run time, as in int8-dynamic (the quantizer warns, D95)
         ins = list(node.inputs) + [None] * (4 - len(node.inputs))
         if cand.kind == "convt":
             if ranges is None:
@@ -121,5 +124,5 @@ class QuantizeLayers(QuantPass):
                 wq, ws = b.weight(node.inputs[1], 1)
             new = ir.Node(qir.DOMAIN, "QMatMul", [x, xs, xz, wq, ws, c, ins[3]], attributes=attrs, name=node.name,
                           num_outputs=1)
-        qir.replace_node(b.graph, node, new)
+        qir.replace_node(node.graph, node, new)  # (the new initializers are the main graph's: a body captures them)
         return None
