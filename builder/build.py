@@ -26,7 +26,7 @@ from onnx_ir.passes import common as ir_passes
 
 import minirt
 from minirt.builder.errors import BuildError, UnsupportedModel
-from minirt.builder.ir_helpers import has_subgraph
+from minirt.builder.ir_helpers import has_subgraph, subgraphs
 from minirt.builder.load import SourceInfo, load_model
 from minirt.builder.lower import lower_model
 from minirt.builder.partition import apply_plan, format_partition_report, plan_partitions
@@ -235,12 +235,8 @@ def _apply_input_shapes(model: ir.Model, shapes: dict[str, tuple]) -> None:
 def _iter_nodes(graph: ir.Graph):
     for node in graph:
         yield node
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from _iter_nodes(attr.value)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for g in attr.value:
-                    yield from _iter_nodes(g)
+        for body in subgraphs(node):
+            yield from _iter_nodes(body)
 
 
 def check_support(model: ir.Model) -> None:

@@ -51,6 +51,17 @@ def is_onnx(node: ir.Node, *op_types: str) -> bool:
     return node.domain in ("", "ai.onnx") and node.op_type in op_types
 
 
+def subgraphs(node: ir.Node) -> list[ir.Graph]:
+    """The graphs ``node`` holds as attributes (If's branches, a Loop's or a Scan's body), in order."""
+    out: list[ir.Graph] = []
+    for a in node.attributes.values():
+        if a.type == ir.AttributeType.GRAPH:
+            out.append(a.value)
+        elif a.type == ir.AttributeType.GRAPHS:
+            out.extend(a.value)
+    return out
+
+
 def has_subgraph(node: ir.Node) -> bool:
     return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values())
 

@@ -596,8 +596,8 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
         if default:
             report.budget["default"] = True
     done = rewrite(model, selected)
-    if ranges is not None:
-        _warn_uncalibrated_bodies(model, selected, ranges, done.skipped, report)
+    if done.run_time_scales:
+        _warn_uncalibrated_bodies(done.run_time_scales, report)
     report.passes = done.report.as_dict()
     skipped = done.skipped
     skipped_names = {n for n, _ in skipped}
@@ -606,19 +606,13 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
     report.weight_only = [c.name for c in selected if c.computes_float and c.name not in skipped_names]
 
 
-def _warn_uncalibrated_bodies(model: ir.Model, selected: Sequence[Candidate], ranges: dict, skipped,
-                              report: QuantizationReport) -> None:
+def _warn_uncalibrated_bodies(names: Sequence[str], report: QuantizationReport) -> None:
     """A warning naming the int8 layers inside control-flow bodies that the calibration data never ran
-    (an If branch taken for another sample rate): quant_layers quantizes their inputs at run time."""
-    refused = {n for n, _ in skipped}
-    main = {n.name for n in model.graph}
-    dynamic = [c.name for c in selected if not c.computes_float and c.kind != "convt" and c.name not in refused
-               and c.name not in main and c.input not in ranges and ("channel", c.input) not in ranges]
-    if dynamic:
-        shown = ", ".join(dynamic[:4]) + (f" and {len(dynamic) - 4} more" if len(dynamic) > 4 else "")
-        report.warnings.append(f"{len(dynamic)} int8 layer(s) inside If / Loop / Scan bodies never ran on the "
-                               f"calibration data ({shown}): their inputs are quantized at run time (int8-dynamic); "
-                               "calibrate with data that takes every branch for static scales")
+    (an If branch taken for another sample rate): quant_layers quantized their inputs at run time."""
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    report.warnings.append(f"{len(names)} int8 layer(s) inside If / Loop / Scan bodies never ran on the "
+                           f"calibration data ({shown}): their inputs are quantized at run time (int8-dynamic); "
+                           "calibrate with data that takes every branch for static scales")
 
 
 # --- measurement -------------------------------------------------------------------------------------

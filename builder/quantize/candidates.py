@@ -49,20 +49,8 @@ def _tile_conv_transpose(node: ir.Node, model: ir.Model) -> bool:
 def _body_owners(model: ir.Model) -> dict:
     """id(output value of an If / Loop / Scan body) -> the node that runs the body: where a value leaving
     a body goes on (into that node's outputs)."""
-    owners = {}
-    for graph in irh.graphs(model):
-        for node in graph:
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH:
-                    bodies = (attr.value,)
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    bodies = attr.value
-                else:
-                    continue
-                for body in bodies:
-                    for v in body.outputs:
-                        owners[id(v)] = node
-    return owners
+    return {id(v): node for graph in irh.graphs(model) for node in graph
+            for body in irh.subgraphs(node) for v in body.outputs}
 
 
 def _final_nodes(model: ir.Model, candidate_ids: set) -> set:

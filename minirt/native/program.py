@@ -175,7 +175,8 @@ class Recorder:
     @contextlib.contextmanager
     def inlined(self):
         """While an If's branch records into this recorder: the branch's slots are not the graph's,
-        so none of them is one of its outputs (the If's results are checked by :meth:`end_inlined`)."""
+        so none of them is one of its outputs (whether the If's results may be is :func:`build`'s check
+        of every graph output)."""
         outputs, self._outputs = self._outputs, frozenset()
         try:
             yield
@@ -184,18 +185,14 @@ class Recorder:
 
     def end_inlined(self, step, mark: int, result):
         """After an If whose branch ran inline (its nodes' steps from ``mark`` on): those steps become
-        the If's one step (a failing call then names the If), and a result the branch only derived,
-        fixed, cannot be a graph output (that must come from the program's calls, as in :meth:`end`)."""
+        the If's one step (a failing call then names the If)."""
         if self.refused is not None:
             return result
         inner = self.steps[mark:]
         del self.steps[mark:]
         del self.nodes[mark:]
         self.nodes.append(f"node {step.node.name!r} (If)")
-        calls = [call for s in inner if s for call in s]
-        self.steps.append(calls or None)
-        if any(v in self._outputs and self.is_fixed(r) for v, r in zip(step.outs, result)):
-            self.refused = f"node {step.node.name!r} (If): a graph output is a value its branch only derived"
+        self.steps.append([call for s in inner if s for call in s] or None)
         return result
 
     def _derived(self, step, args, result, calls=()) -> bool:

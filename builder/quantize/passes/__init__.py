@@ -70,6 +70,7 @@ class Rewrite:
     report: OptimizationReport  # its rows are the build report's quantizer rows
     skipped: list  # int8: (candidate, reason) for the selected candidates left float
     fp16: dict  # fp16: convert_to_fp16's counts plus "bias_corrected"
+    run_time_scales: list = dataclasses.field(default_factory=list)  # static int8: layers without calibrated input
 
 
 def rewrite(model: ir.Model, mode: str, context: qir.QuantContext, disabled: Sequence[str] = (),
@@ -96,7 +97,7 @@ def rewrite(model: ir.Model, mode: str, context: qir.QuantContext, disabled: Seq
         skipped = layers.skipped
     for graph in irh.graphs(model):  # (a body's own weights too: Constants folded inside an If branch)
         qir.drop_unused_initializers(graph)
-    return Rewrite(report, skipped, {})
+    return Rewrite(report, skipped, {}, list(layers.run_time_scales) if layers is not None else [])
 
 
 __all__ = ["ChainInt8", "FP16BiasCorrection", "FP16Weights", "FoldChannelMul", "FoldScalarAffine", "FoldUpsampleAdd", "FoldUpsampleConcat", "FuseFlatten",

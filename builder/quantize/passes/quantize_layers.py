@@ -42,6 +42,8 @@ class QuantizeLayers(QuantPass):
 
     name = "quant_layers"
     _done: list | None = None  # (node, reason) refused on the first run; None before it
+    # static int8: the layers inside bodies the calibration never ran, quantized with run-time input scales
+    run_time_scales: list | tuple = ()
 
     @property
     def skipped(self) -> list[tuple[str, str]]:
@@ -55,6 +57,7 @@ class QuantizeLayers(QuantPass):
             return False
         ctx = self.context
         b = qir.Builder(model, ctx.reduce_range, ctx.symmetric, ctx.per_channel)
+        self.run_time_scales = []
         # (every graph: layers inside If / Loop / Scan bodies too, D95; names are unique across them)
         by_name = {n.name: n for g in irh.graphs(model) for n in g}
         skipped: list[tuple[str, str]] = []
@@ -96,8 +99,9 @@ class QuantizeLayers(QuantPass):
                 return f"no calibration range for its input {x.name!r}"
             if rng is not None:
                 xs, xz = b.act(x, rng, per_channel)
-            # else: a layer in an If branch (or a Loop / Scan body) the calibration data never ran: its
-            # input is quantized at run time, as in int8-dynamic (the quantizer warns, D95)
+            else:  # a layer in an If branch (or a Loop / Scan body) the calibration data never ran: its
+                # input is quantized at run time, as in int8-dynamic (the quantizer warns, D95)
+                self.run_time_scales.append(cand.name)
         ins = list(node.inputs) + [None] * (4 - len(node.inputs))
         if cand.kind == "convt":
             if ranges is None:
