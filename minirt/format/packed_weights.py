@@ -99,6 +99,8 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
         return False
     if oh == 1 and ow > _CONV_CV_MAX_ROW:
         return False
+    if group == 1 and kh * kw == 1 and sh == 1 and sw == 1 and oh == 1 and ow == 1:
+        return False  # (the dense path: conv_is_dense in kernels.c)
     if (kh * kw == 1 and sh == 1 and sw == 1 and nr == 16 and (m // group) % 16 == 0
             and m // group <= _CONV_CV_NARROW_1X1_M and c // group >= _CONV_CV_NARROW_1X1_K):
         return True
