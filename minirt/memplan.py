@@ -24,23 +24,28 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-# Steps per time block of the placement index (see plan): small enough that a block holds few
-# buffers, large enough that a long-lived buffer is listed in few blocks.
+# The placement index (see plan): level 0 cuts the steps into blocks of _BLOCK steps, each level above
+# into blocks _FANOUT times as long.  A buffer is listed at the lowest level whose blocks are at least as
+# long as its lifetime, so in at most two blocks.
 _BLOCK = 16
+_FANOUT = 8
 
 
 def plan(buffers: Sequence[Buffer], alignment: int = 64) -> tuple[list[int], int]:
     """Offsets (one per buffer, in input order) and the arena size in bytes.
 
-    Near-linear in the number of buffers: placed buffers are indexed by the blocks of ``_BLOCK``
-    steps their lifetime touches, so placing a buffer looks only at the buffers placed in the
-    blocks its own lifetime touches (filtered to those that really overlap it), not at every
-    placed buffer.  The placement is the same as comparing with every placed buffer would give.
+    Near-linear in the number of buffers and the pairs that live at the same time: placed buffers are
+    indexed by time blocks at several scales (a buffer in the at most two blocks of the scale of its
+    lifetime), so placing a buffer looks at the blocks its own lifetime touches at each scale and at the
+    few buffers listed there, each once or twice, not at every placed buffer nor at a long-lived buffer
+    once per short block it spans (SSDlite's 517 buffers, lifetimes up to 1,469 of 1,666 steps: 1.17M
+    looks with one scale for 51K pairs that live together, 48 ms).  The placement is the same as
+    comparing with every placed buffer would give.
     """
     order = sorted(range(len(buffers)), key=lambda i: (-buffers[i][2], buffers[i][0], i))
     sizes = [_align(max(int(b[2]), 1), alignment) for b in buffers]  # (aligned once, not per pair)
     offsets = [0] * len(buffers)
-    blocks: dict[int, list[int]] = {}  # time block -> buffers placed so far whose lifetime touches it
+    levels: list[dict[int, list[int]]] = []  # per scale: time block -> buffers placed so far listed there
     seen = [-1] * len(buffers)  # seen[j] == i: buffer j already collected while placing buffer i
     arena = 0
     for i in order:
@@ -48,13 +53,16 @@ def plan(buffers: Sequence[Buffer], alignment: int = 64) -> tuple[list[int], int
         size = sizes[i]
         # intervals [offset, end) of placed buffers live at the same time, by offset
         busy = []
-        for blk in range(first // _BLOCK, last // _BLOCK + 1):
-            for j in blocks.get(blk, ()):
-                if seen[j] != i:
-                    seen[j] = i
-                    f, l, _ = buffers[j]
-                    if f <= last and first <= l:
-                        busy.append((offsets[j], offsets[j] + sizes[j]))
+        width = _BLOCK
+        for blocks in levels:
+            for blk in range(first // width, last // width + 1):
+                for j in blocks.get(blk, ()):
+                    if seen[j] != i:
+                        seen[j] = i
+                        f, l, _ = buffers[j]
+                        if f <= last and first <= l:
+                            busy.append((offsets[j], offsets[j] + sizes[j]))
+            width *= _FANOUT
         busy.sort()
         best, best_gap, cursor = None, None, 0
         for lo, hi in busy:
@@ -64,7 +72,14 @@ def plan(buffers: Sequence[Buffer], alignment: int = 64) -> tuple[list[int], int
             cursor = max(cursor, hi)
         offset = best if best is not None else cursor
         offsets[i] = offset
-        for blk in range(first // _BLOCK, last // _BLOCK + 1):
+        level, width = 0, _BLOCK
+        while width < last - first + 1:
+            level += 1
+            width *= _FANOUT
+        while len(levels) <= level:
+            levels.append({})
+        blocks = levels[level]
+        for blk in range(first // width, last // width + 1):
             blocks.setdefault(blk, []).append(i)
         arena = max(arena, offset + size)
     return offsets, arena

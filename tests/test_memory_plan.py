@@ -60,6 +60,22 @@ def test_indexed_placement_equals_the_plain_rule(seed):
     memplan.verify(bufs, offsets, arena)
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_indexed_placement_at_every_scale_equals_the_plain_rule(seed):
+    # lifetimes of every scale of the index (blocks of 16, 128, 1024, 8192 steps) in one graph, as a
+    # detector's: most buffers short, some living across most of the graph (SSDlite: up to 1,469 of 1,666)
+    rng = random.Random(7000 + seed)
+    steps = rng.randrange(2000, 10000)
+    bufs = []
+    for _ in range(rng.randrange(100, 300)):
+        a = rng.randrange(steps)
+        span = rng.choice((2, 20, 200, 2000, steps))
+        bufs.append((a, min(steps - 1, a + rng.randrange(span)), rng.randrange(1, 1 << 16)))
+    offsets, arena = memplan.plan(bufs)
+    assert offsets == _best_fit_against_every_buffer(bufs)
+    memplan.verify(bufs, offsets, arena)
+
+
 def test_long_chain_reuses_a_few_slots():
     # 16k buffers of a 16k-step chain plus three that live throughout (the plain rule compares 128M
     # pairs here, minutes of Python; the indexed one about a second: benchmarks/cold_start.py times it)
