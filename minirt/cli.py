@@ -312,6 +312,17 @@ def _abbreviate(value: Any) -> str:
     return text
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    from minirt.tools.install import install
+
+    done = install(args.new, args.live, verify_key=args.verify_key)
+    signed = f", signed by {done['signer']}" if done["signer"] else ""
+    what = "replaced" if done["replaced"] else "created"
+    print(f"installed {args.new} -> {done['path']} ({done['bytes']:,} bytes, every checksum verified{signed}; {what} "
+          f"by an atomic rename: sessions that loaded the old file keep running it, new sessions load this one)")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from minirt.tools.verify import format_verify, verify
 
@@ -784,6 +795,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also export the optimized, partitioned graph as ONNX for Netron: shapes on the edges, "
                         "provider, partition and precision in each node's metadata (needs onnx)")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("install", help="check NEW.mrt and atomically replace LIVE.mrt with it (safe under running "
+                                       "sessions, unlike cp)")
+    p.add_argument("new", metavar="NEW.mrt")
+    p.add_argument("live", metavar="LIVE.mrt", help="the file to replace or create (or a folder: NEW's name in it)")
+    p.add_argument("--verify-key", metavar="KEY.pub", help="require a valid signature by this public key first")
+    p.set_defaults(func=cmd_install)
 
     p = sub.add_parser("verify", help="run every partition on the available providers and compare with the golden outputs")
     p.add_argument("artifact", metavar="ART.mrt")

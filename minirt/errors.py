@@ -46,6 +46,11 @@ class RunTerminated(Fail):
     """A run stopped because its ``RunOptions.terminate`` was set (from another thread)."""
 
 
+class FileChanged(Fail):
+    """The file of a session that maps it (``map_file``) was truncated or rewritten after it was loaded: the
+    session refuses to run rather than read changed or missing weights (docs/runtime.md, D97)."""
+
+
 class InvalidArgument(Error, ValueError):
     """A caller passed something the session cannot take (feeds, names, options)."""
 

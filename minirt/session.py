@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
-from minirt.errors import FormatError, InvalidArgument, KernelError, MissingFile, RunTerminated
+from minirt.errors import FileChanged, FormatError, InvalidArgument, KernelError, MissingFile, RunTerminated
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -150,7 +150,7 @@ def _normalise_providers(providers: Sequence, provider_options: Sequence | None 
 class Session:
     """Run a .mrt artifact.  ``InferenceSession`` is the same class.
 
-    :param path_or_bytes: path to a .mrt file (memory-mapped) or its bytes.
+    :param path_or_bytes: path to a .mrt file or its bytes.
     :param providers: provider names in priority order (default: all available).
     :param threads: threads for native kernels and BLAS (None: all CPUs, BLAS default).
     :param verify_checksums: check every section's CRC-32 at load (default on).
@@ -166,6 +166,11 @@ class Session:
         (PP-OCR det: 16.7 -> 10.1 ms); it costs ~1 us per planned node on tiny models.  ``False`` turns it
         off; None (the default) reads ``MINIRT_MEMORY_PLAN`` (unset: on; 0/false/no/off: off).
         See docs/runtime.md.
+    :param map_file: a path's file read into a private copy (False) or mapped (True); None (default):
+        copied up to 256 MiB, mapped beyond.  A copy is not affected by anything done to the file afterwards;
+        a mapping shares its pages with other processes, and a session refuses to run (``FileChanged``) once
+        its file was truncated or rewritten: replace a mapped model by an atomic rename (``minirt install``).
+        A signed load (``verify_key``) always copies.  See docs/runtime.md (D97).
     :param max_tensor_bytes: refuse (``ResourceError``) any tensor a kernel would size from input values
         beyond this many bytes (default: half the RAM, at most 16 GiB).  See docs/runtime.md.
     """
@@ -183,6 +188,7 @@ class Session:
         native_program: bool | None = None,
         provider_options: Sequence[dict] | None = None,
         warm_up: bool | None = None,
+        map_file: bool | None = None,
         **kwargs: Any,
     ):
         # onnxruntime's signature is (path_or_bytes, sess_options=None, providers=None, ...);
@@ -226,8 +232,14 @@ class Session:
         # is a .onnx path or reads as a ModelProto is built (or found in the cache); the content
         # decides, so an artifact saved under an application's model.onnx loads as the artifact
         self.built_from = None  # {"onnx", "cache", "cached"} when this session built an ONNX model
+        if map_file is not None and not isinstance(map_file, bool):
+            raise InvalidArgument(f"map_file must be True, False or None, got {map_file!r}")
+        if map_file and verify_key is not None:
+            raise InvalidArgument("map_file=True with verify_key: a signed artifact is always loaded as a private "
+                                  "copy (what was verified is what runs); leave map_file unset")
         try:
-            self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)
+            self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key,
+                                         map_file=map_file)
         except MissingFile:
             raise
         except FormatError:
@@ -236,7 +248,9 @@ class Session:
             if not onnx_in.looks_like_onnx(path_or_bytes):
                 raise
             path_or_bytes = self._from_onnx(path_or_bytes, opt_level)
-            self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key)
+            self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key,
+                                         map_file=map_file)
+        self._mapped_file = self._artifact.mapped_file  # (checked before every run: _check_file)
         # --- signing / memory guard: end ---
         explicit = requested_providers is not None
         if requested_providers is None:
@@ -509,6 +523,8 @@ class Session:
         Such runs take the loop that checks it; runs without options pay nothing for it."""
         shortcut = self._shortcut
         if shortcut is not None and output_names is None and run_options is None and type(input_feed) is dict:
+            if self._mapped_file is not None:  # (the shortcut skips _run, which checks every other path)
+                self._check_file()
             if self._pinned is not None:  # (the shortcut skips _run, which checks every other path)
                 self._check_pinned(input_feed)
             results = shortcut.run(input_feed)
@@ -517,6 +533,16 @@ class Session:
         if run_options is None:
             return self._run(output_names, input_feed, profile=None)
         return self._run(output_names, input_feed, None, run_options)
+
+    def _check_file(self) -> None:
+        """Refuse to run on a mapped file that changed since it was loaded (``map_file``): its weights
+        would be other numbers, or pages past its new end (a signal, not an error)."""
+        how = self._mapped_file.changed()
+        if how is not None:
+            raise FileChanged(
+                f"{self._mapped_file.path} {how}: this session maps that file (map_file), so it no longer runs; "
+                f"create the session again.  To replace a model under running sessions, use `minirt install NEW "
+                f"LIVE` (an atomic rename: loaded sessions keep the old file), or load with map_file=False")
 
     def run_profiled(self, input_feed: Mapping[str, Any]) -> tuple[list[np.ndarray], dict]:
         """Run once, timing every node.
@@ -700,6 +726,8 @@ class Session:
         """The general run.  ``cancel``: run options whose ``terminate`` is read before each node (None:
         the plain loop).  ``buffers``: per requested output, a caller's array to write it into (None
         for one the run allocates); the result list then holds those arrays."""
+        if self._mapped_file is not None:
+            self._check_file()
         if self._pinned is not None:  # (every entry but run's shortcut comes here: IOBinding, profiling)
             self._check_pinned(input_feed)
         if self._profiling is not None and profile is None:

@@ -1,0 +1,84 @@
+"""``minirt install NEW.mrt LIVE.mrt``: put a new model where running sessions load theirs, safely.
+
+Copying over a model file that processes have loaded (``cp``, ``scp``, many over-the-air updaters) rewrites
+it in place: a session that maps it (``map_file``) would read other weights, or pages past the file's new
+end (a SIGBUS).  An atomic rename replaces the directory entry instead: the loaded file stays intact for
+whoever has it open, and the next session loads the new one.  This module checks the new artifact first
+(every checksum, a signature when a key is given), writes exactly the bytes it checked to a temporary file
+in the destination's folder, flushes it to the disk, and renames it over the destination (docs/runtime.md,
+D97).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from minirt.errors import InvalidArgument
+from minirt.format import reader
+
+
+def install(new: str | os.PathLike, live: str | os.PathLike, verify_key: Any = None) -> dict:
+    """Check ``new`` and atomically replace ``live`` with it (``live`` a folder: the file of ``new``'s name in
+    it).  Returns {"path", "bytes", "replaced", "signer"}.  Nothing is written unless ``new`` verifies; a
+    failure leaves ``live`` as it was and no temporary file behind."""
+    new_path = Path(new)
+    live_path = Path(live)
+    if live_path.is_dir():
+        live_path = live_path / new_path.name
+    folder = live_path.parent
+    if not folder.is_dir():
+        raise InvalidArgument(f"{live}: its folder {str(folder) or '.'!r} does not exist")
+    if live_path.exists() and not live_path.is_file():
+        raise InvalidArgument(f"{live_path}: exists and is not a file")
+    try:
+        if new_path.resolve() == live_path.resolve():
+            raise InvalidArgument(f"{new} and {live} are the same file: nothing to install")
+    except OSError:
+        pass
+    # what gets written is the private copy that was verified (map_file=False), not the file read again
+    artifact = reader.load(new_path, verify_checksums=True, verify_key=verify_key, map_file=False)
+    data = memoryview(artifact._buffer)
+    replaced = live_path.exists()
+    mode = live_path.stat().st_mode & 0o777 if replaced else 0o644
+    tmp = folder / f".{live_path.name}.install-{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), mode)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)  # (the umask may have narrowed os.open's mode)
+        os.replace(tmp, live_path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_folder(folder)
+    signer = None
+    if artifact.signer is not None and verify_key is not None:
+        from minirt.format.signature import fingerprint
+
+        signer = fingerprint(artifact.signer[1])
+    return {"path": str(live_path), "bytes": len(data), "replaced": replaced, "signer": signer}
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush the rename itself to the disk (a power cut after it then finds the new file, not the old or none).
+    Not every platform opens folders (Windows): there the rename is as durable as the OS makes it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
