@@ -280,12 +280,21 @@ def _op_histogram(art: reader.Artifact) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def inspect_artifact(path: str) -> dict:
-    """Everything ``minirt inspect`` shows, as plain JSON-able data."""
-    art = reader.load(path)
+def inspect_artifact(path: str, verify_key: Any = None, require_signature: bool = False) -> dict:
+    """Everything ``minirt inspect`` shows, as plain JSON-able data.  The signature is checked only when asked
+    (``verify_key``, ``require_signature``: then under the environment's trusted keys too); otherwise its
+    signer is shown, unverified (inspecting a file is not running it)."""
+    keys_ = None
+    if verify_key is not None or require_signature:
+        from minirt.session import trusted_keys
+
+        keys_ = trusted_keys(verify_key, True)
+    art = reader.load(path, verify_key=keys_)
     ins, outs = _signature(art)
+    signer = None if art.signer is None else keys.fingerprint(art.signer[1])
     return {
         "path": os.fspath(path),
+        "signature": {"signer": signer, "verified": signer is not None and keys_ is not None},
         "format_version": art.format_version,
         "file_size": art.size,
         "sections": [
@@ -315,7 +324,7 @@ def _abbreviate(value: Any) -> str:
 def cmd_install(args: argparse.Namespace) -> int:
     from minirt.tools.install import install
 
-    done = install(args.new, args.live, verify_key=args.verify_key)
+    done = install(args.new, args.live, **_trust(args))
     signed = f", signed by {done['signer']}" if done["signer"] else ""
     what = "replaced" if done["replaced"] else "created"
     print(f"installed {args.new} -> {done['path']} ({done['bytes']:,} bytes, every checksum verified{signed}; {what} "
@@ -326,7 +335,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from minirt.tools.verify import format_verify, verify
 
-    report = verify(args.artifact, rtol=args.rtol)
+    report = verify(args.artifact, rtol=args.rtol, **_trust(args))
     if args.json:
         _print_json(report)
     else:
@@ -353,12 +362,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         except (RuntimeError, OSError) as exc:
             raise CommandError(f"--onnx {args.onnx}: {exc}") from None
         print(f"ONNX view written to {args.onnx} (open it in Netron)", file=sys.stderr)
-    info = inspect_artifact(args.artifact)
+    info = inspect_artifact(args.artifact, args.verify_key, args.require_signature)
     if args.json:
         _print_json(info)
         return 0
     print(f"{info['path']}: minirt artifact, format version {info['format_version']}, "
           f"{info['file_size']:,} bytes ({fmt_bytes(info['file_size'])})")
+    sig = info["signature"]
+    if sig["signer"] is None:
+        print("signature: none (unsigned)")
+    else:
+        print(f"signature: {sig['signer']} " + ("(verified)" if sig["verified"] else
+                                                "(not verified: --verify-key KEY.pub checks it)"))
     print("sections:")
     print(_table(
         [(s["kind"], s["offset"], s["length"], f"{s['crc32']:#010x}") for s in info["sections"]],
@@ -397,7 +412,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    session = minirt.Session(args.artifact, threads=args.threads)
+    session = minirt.Session(args.artifact, threads=args.threads, **_trust(args))
     feed = _make_feed(session, args)
     outputs = session.run(None, feed)
     given = {spec.partition("=")[0] for spec in args.input}
@@ -464,7 +479,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rss_before = timing.peak_rss_bytes()
     t0 = time.perf_counter()
     provs = [s.strip() for s in args.providers.split(",")] if args.providers else None
-    session = minirt.Session(args.artifact, threads=args.threads, providers=provs)
+    session = minirt.Session(args.artifact, threads=args.threads, providers=provs, **_trust(args))
     load_s = time.perf_counter() - t0
     feed = _make_feed(session, args)
     t0 = time.perf_counter()
@@ -488,7 +503,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result["minirt"]["partitions"] = session.get_partitions()
     if any(p["runs_on"] != CPU for p in session.get_partitions()):
         # An accelerator runs part of the model: time the CPU-only session alongside.
-        cpu_session = minirt.Session(args.artifact, threads=args.threads, providers=[CPU])
+        cpu_session = minirt.Session(args.artifact, threads=args.threads, providers=[CPU], **_trust(args))
         result["cpu"] = {"providers": [CPU]}  # "cpu": the key of the CPU-only figures in the JSON
         fns["cpu"] = lambda: cpu_session.run(None, feed)
     ort_session = ort_feed = None
@@ -714,6 +729,18 @@ def cmd_info(args: argparse.Namespace) -> int:
 # --- argument parsing -----------------------------------------------------------
 
 
+def _add_trust_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verify-key", metavar="KEY", help="require a valid signature by this public key (a .pub file, "
+                                                       "a folder of them, or 64 hex digits)")
+    p.add_argument("--require-signature", action="store_true",
+                   help="refuse an artifact without a signature by a trusted key (--verify-key or MINIRT_TRUSTED_KEYS)")
+
+
+def _trust(args: argparse.Namespace) -> dict:
+    """The Session arguments of --verify-key / --require-signature (the environment's policy otherwise)."""
+    return {"verify_key": args.verify_key, "require_signature": True if args.require_signature else None}
+
+
 def _add_feed_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="take input NAME from a .npy file (or a .npz holding NAME); repeatable; others are random")
@@ -794,25 +821,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--onnx", metavar="OUT.onnx",
                    help="also export the optimized, partitioned graph as ONNX for Netron: shapes on the edges, "
                         "provider, partition and precision in each node's metadata (needs onnx)")
+    _add_trust_options(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("install", help="check NEW.mrt and atomically replace LIVE.mrt with it (safe under running "
                                        "sessions, unlike cp)")
     p.add_argument("new", metavar="NEW.mrt")
     p.add_argument("live", metavar="LIVE.mrt", help="the file to replace or create (or a folder: NEW's name in it)")
-    p.add_argument("--verify-key", metavar="KEY.pub", help="require a valid signature by this public key first")
+    _add_trust_options(p)
     p.set_defaults(func=cmd_install)
 
     p = sub.add_parser("verify", help="run every partition on the available providers and compare with the golden outputs")
     p.add_argument("artifact", metavar="ART.mrt")
     p.add_argument("--rtol", type=float, default=1e-2, help="max error relative to the golden output's magnitude (default 0.01)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_trust_options(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("run", help="run an artifact once on given or random inputs")
     p.add_argument("artifact", metavar="ART.mrt")
     _add_feed_options(p)
     p.add_argument("--save", metavar="OUT.npz", help="write the outputs to an .npz keyed by output name")
+    _add_trust_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="measure load time, latency, per-node overhead and peak memory")
@@ -828,6 +858,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="session providers, e.g. tflite,cpu (default: the artifact's target order); when an "
                         "accelerator runs a partition the CPU-only session is timed alongside")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_trust_options(p)
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="build the digits example and compare minirt with onnxruntime")

@@ -147,6 +147,35 @@ def _normalise_providers(providers: Sequence, provider_options: Sequence | None 
     return out, options
 
 
+TRUSTED_KEYS_ENV = "MINIRT_TRUSTED_KEYS"  # paths of .pub files or folders of them, os.pathsep between
+REQUIRE_SIGNATURE_ENV = "MINIRT_REQUIRE_SIGNATURE"  # 1/true/yes/on: every session requires a signature
+
+
+def trusted_keys(verify_key: Any, require_signature: bool | None) -> Any:
+    """What a session verifies signatures against (the device's trust policy, docs/runtime.md): the caller's
+    ``verify_key``, else the keys ``MINIRT_TRUSTED_KEYS`` names; None when no signature is to be checked.
+    Raises InvalidArgument when a signature is required and no key is trusted, or the options disagree."""
+    if require_signature is not None and not isinstance(require_signature, bool):
+        raise InvalidArgument(f"require_signature must be True, False or None, got {require_signature!r}")
+    if require_signature is False:
+        if verify_key is not None:
+            raise InvalidArgument("require_signature=False with verify_key: a key to verify against asks for a "
+                                  "signature; pass one or the other")
+        return None
+    if verify_key is not None:
+        return verify_key
+    env_keys = os.environ.get(TRUSTED_KEYS_ENV, "").strip()
+    if env_keys:
+        return [p for p in env_keys.split(os.pathsep) if p.strip()]
+    required = require_signature or os.environ.get(REQUIRE_SIGNATURE_ENV, "").strip().lower() in (
+        "1", "true", "yes", "on")
+    if required:
+        why = "require_signature=True" if require_signature else f"{REQUIRE_SIGNATURE_ENV} is set"
+        raise InvalidArgument(f"{why}, but no key is trusted: pass verify_key=KEY.pub (a key, a folder of .pub "
+                              f"files or a list) or set {TRUSTED_KEYS_ENV}=PATH[{os.pathsep}PATH...]")
+    return None
+
+
 class Session:
     """Run a .mrt artifact.  ``InferenceSession`` is the same class.
 
@@ -154,8 +183,13 @@ class Session:
     :param providers: provider names in priority order (default: all available).
     :param threads: threads for native kernels and BLAS (None: all CPUs, BLAS default).
     :param verify_checksums: check every section's CRC-32 at load (default on).
-    :param verify_key: require an Ed25519 signature by this public key (32 bytes, hex, or a .pub path);
-        None (default) does not check signatures.  See docs/runtime.md.
+    :param verify_key: require an Ed25519 signature by this public key (32 bytes, hex, a .pub path), by one
+        of several (a folder of .pub files, or a list); None (default): the keys of ``MINIRT_TRUSTED_KEYS``
+        when it is set, else no signature is checked.  See docs/runtime.md (trust policy).
+    :param require_signature: True refuses to load without a signature by a trusted key (``verify_key`` or
+        ``MINIRT_TRUSTED_KEYS``; neither is an error); None (default): required when ``MINIRT_TRUSTED_KEYS``
+        or ``MINIRT_REQUIRE_SIGNATURE=1`` is set or ``verify_key`` is given; False: none checked (a
+        development setting; it cannot be combined with ``verify_key``).
     :param memory_plan: reuse intermediate buffers through a static memory plan (default on, D17, D27): the
         first run with a given set of input shapes records every value's shape and lifetime, later runs with
         the same shapes write the results of out-capable kernels (conv, GEMM, elementwise, concat, int8 conv)
@@ -189,6 +223,7 @@ class Session:
         provider_options: Sequence[dict] | None = None,
         warm_up: bool | None = None,
         map_file: bool | None = None,
+        require_signature: bool | None = None,
         **kwargs: Any,
     ):
         # onnxruntime's signature is (path_or_bytes, sess_options=None, providers=None, ...);
@@ -232,11 +267,12 @@ class Session:
         # is a .onnx path or reads as a ModelProto is built (or found in the cache); the content
         # decides, so an artifact saved under an application's model.onnx loads as the artifact
         self.built_from = None  # {"onnx", "cache", "cached"} when this session built an ONNX model
+        verify_key = trusted_keys(verify_key, require_signature)
         if map_file is not None and not isinstance(map_file, bool):
             raise InvalidArgument(f"map_file must be True, False or None, got {map_file!r}")
         if map_file and verify_key is not None:
-            raise InvalidArgument("map_file=True with verify_key: a signed artifact is always loaded as a private "
-                                  "copy (what was verified is what runs); leave map_file unset")
+            raise InvalidArgument("map_file=True with a signature to verify: a signed artifact is always loaded as a "
+                                  "private copy (what was verified is what runs); leave map_file unset")
         try:
             self._artifact = reader.load(path_or_bytes, verify_checksums=verify_checksums, verify_key=verify_key,
                                          map_file=map_file)

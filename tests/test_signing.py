@@ -167,6 +167,21 @@ def test_cross_check_against_cryptography():
         assert ed25519.sign(seed, msg) == key.sign(msg)
 
 
+def test_signing_uses_cryptography_when_installed(monkeypatch):
+    """The builder signs through the maintained, constant-time implementation (the builder extra installs
+    it); minirt's own pure-Python signer, the fallback, gives the same bytes (Ed25519 is deterministic)."""
+    pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
+    from minirt.format import signature
+
+    calls = []
+    monkeypatch.setattr(ed25519, "sign", lambda seed, msg: calls.append(1) or b"\0" * 64)
+    seed, msg = bytes(range(32)), b"MINIRT-SIG-V1" + bytes(32)
+    by_cryptography = signature.sign(seed, msg)
+    assert calls == [] and ed25519.verify(ed25519.public_key(seed), msg, by_cryptography)
+    monkeypatch.undo()
+    assert by_cryptography == ed25519.sign(seed, msg)
+
+
 def test_verify_is_fast():
     seed, pub = bytes.fromhex(RFC8032_VECTORS[3][1]), bytes.fromhex(RFC8032_VECTORS[3][2])
     msg = S.SIGNATURE_TAGS[1] + bytes(32)

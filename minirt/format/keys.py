@@ -87,6 +87,22 @@ def load_public_key(source: Any) -> bytes:
     return key
 
 
+def load_trusted_keys(source: Any) -> list[bytes]:
+    """The public keys a session accepts signatures from: ``source`` one key (as :func:`load_public_key`
+    takes it), a folder whose ``*.pub`` files are the keys, or a list / tuple of either."""
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise InvalidArgument("the list of trusted keys is empty")
+        return [k for item in source for k in load_trusted_keys(item)]
+    if isinstance(source, (str, os.PathLike)) and os.path.isdir(source):
+        folder = os.fspath(source)
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".pub"))
+        if not names:
+            raise InvalidArgument(f"{folder}: a folder of trusted keys holds no .pub file")
+        return [load_public_key(os.path.join(folder, n)) for n in names]
+    return [load_public_key(source)]
+
+
 def load_signing_key(source: Any) -> bytes:
     """A 32-byte private key (seed) from raw bytes, a hex string, or a path to a ``.key`` file."""
     return _load(source, "private key")

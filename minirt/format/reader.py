@@ -714,8 +714,8 @@ def load(
 ) -> Artifact:
     """Read or wrap ``source`` and return the verified :class:`Artifact`.
 
-    ``verify_key`` (32 raw bytes, 64 hex digits, or a path to a ``.pub`` file)
-    requires a valid Ed25519 signature by that key; it is checked right after
+    ``verify_key`` (32 raw bytes, 64 hex digits, a path to a ``.pub`` file, a folder of them, or a list:
+    the trusted keys) requires a valid Ed25519 signature by one of those keys; it is checked right after
     the section table, before any section is decoded (:class:`SignatureError`).
 
     ``map_file`` (a path only): False reads the file into a private copy, which nothing done to the file
@@ -725,11 +725,11 @@ def load(
     :data:`PRIVATE_COPY_MAX_BYTES` and maps larger ones.  A signed load (``verify_key``) always copies:
     what was verified is what runs (docs/runtime.md, D97).
     """
-    expected_key = None
+    expected_key = None  # (the list of trusted keys)
     if verify_key is not None:
-        from minirt.format.keys import load_public_key  # only sessions that verify pay for the import
+        from minirt.format.keys import load_trusted_keys  # only sessions that verify pay for the import
 
-        expected_key = load_public_key(verify_key)
+        expected_key = load_trusted_keys(verify_key)
     mapped = None
     if isinstance(source, (bytes, bytearray, memoryview)):
         buffer = bytes(source) if not isinstance(source, bytes) else source
@@ -764,7 +764,7 @@ def load(
     return artifact
 
 
-def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key: bytes | None = None) -> Artifact:
+def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key: list | None = None) -> Artifact:
     version, sections = _read_header(view)
     by_kind: dict[int, Section] = {}
     for sec in sections:

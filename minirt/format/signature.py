@@ -43,7 +43,18 @@ def signed_message(sections: Iterable[tuple[int, int, bytes | memoryview]], form
 def signature_payload(seed: bytes, sections: Iterable[tuple[int, int, bytes]], format_version: int = S.FORMAT_VERSION) -> bytes:
     """The signature section's payload for ``sections`` under private key ``seed``."""
     message = signed_message(sections, format_version)
-    return S.SIGNATURE_PAYLOAD.pack(S.SIG_ALG_ED25519, ed25519.public_key(seed), ed25519.sign(seed, message))
+    return S.SIGNATURE_PAYLOAD.pack(S.SIG_ALG_ED25519, ed25519.public_key(seed), sign(seed, message))
+
+
+def sign(seed: bytes, message: bytes) -> bytes:
+    """Ed25519's signature of ``message``: by the ``cryptography`` package when it is installed (a maintained,
+    constant-time implementation: the builder extra brings it), else by minirt's own pure-Python code, which is
+    not constant-time.  Ed25519 signatures are deterministic: both give the same bytes."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    except ImportError:
+        return ed25519.sign(seed, message)
+    return Ed25519PrivateKey.from_private_bytes(bytes(seed)).sign(message)
 
 
 def decode_payload(payload: bytes | memoryview) -> tuple[int, bytes, bytes] | None:
@@ -55,19 +66,22 @@ def decode_payload(payload: bytes | memoryview) -> tuple[int, bytes, bytes] | No
 
 
 def verify_sections(
-    expected_key: bytes,
+    expected_keys: bytes | list[bytes],
     sections: list[tuple[int, int, memoryview]],
     format_version: int,
 ) -> None:
-    """Raise :class:`SignatureError` unless ``sections`` carry a valid signature by ``expected_key``.
+    """Raise :class:`SignatureError` unless ``sections`` carry a valid signature by one of ``expected_keys``
+    (one key or a list: the trusted keys).
 
     ``sections`` are ``(kind, flags, payload)`` in section-table order,
     including the signature section itself.
     """
+    trusted = [expected_keys] if isinstance(expected_keys, (bytes, bytearray)) else list(expected_keys)
+    want = ", ".join(fingerprint(k) for k in trusted)
+    one = "key" if len(trusted) == 1 else "one of the keys"
     sigs = [p for k, _, p in sections if k == S.SECTION_SIGNATURE]
-    want = fingerprint(expected_key)
     if not sigs:
-        raise SignatureError(f"artifact is not signed, but the session requires a signature by key {want}")
+        raise SignatureError(f"artifact is not signed, but the session requires a signature by {one} {want}")
     if len(sigs) > 1:
         raise SignatureError("artifact has more than one signature section")
     decoded = decode_payload(sigs[0])
@@ -78,11 +92,12 @@ def verify_sections(
     alg, pub, sig = decoded
     if alg != S.SIG_ALG_ED25519:
         raise SignatureError(f"unsupported signature algorithm {alg} (this runtime verifies 1 = Ed25519)")
-    if pub != expected_key:
+    if pub not in trusted:
         raise SignatureError(
             f"artifact is signed by another key: signed by {fingerprint(pub)}, but the session requires {want}"
         )
-    if not ed25519.verify(expected_key, signed_message(sections, format_version), sig):
+    if not ed25519.verify(pub, signed_message(sections, format_version), sig):
         raise SignatureError(
-            f"signature does not match the artifact's contents (key {want}): the file was modified after signing"
+            f"signature does not match the artifact's contents (key {fingerprint(pub)}): the file was modified "
+            f"after signing"
         )

@@ -18,10 +18,15 @@ from minirt.errors import InvalidArgument
 from minirt.format import reader
 
 
-def install(new: str | os.PathLike, live: str | os.PathLike, verify_key: Any = None) -> dict:
+def install(new: str | os.PathLike, live: str | os.PathLike, verify_key: Any = None,
+            require_signature: bool | None = None) -> dict:
     """Check ``new`` and atomically replace ``live`` with it (``live`` a folder: the file of ``new``'s name in
-    it).  Returns {"path", "bytes", "replaced", "signer"}.  Nothing is written unless ``new`` verifies; a
+    it).  Returns {"path", "bytes", "replaced", "signer"}.  Nothing is written unless ``new`` verifies, under
+    the trust policy a Session applies (``verify_key``, ``require_signature``, ``MINIRT_TRUSTED_KEYS``); a
     failure leaves ``live`` as it was and no temporary file behind."""
+    from minirt.session import trusted_keys
+
+    verify_key = trusted_keys(verify_key, require_signature)
     new_path = Path(new)
     live_path = Path(live)
     if live_path.is_dir():

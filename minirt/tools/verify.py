@@ -13,11 +13,13 @@ import numpy as np
 from minirt import providers as providers_mod
 
 
-def verify(path, rtol: float = 1e-2, providers=None) -> dict:
-    """Report per partition and provider how far the provider is from the golden outputs."""
+def verify(path, rtol: float = 1e-2, providers=None, verify_key=None, require_signature=None) -> dict:
+    """Report per partition and provider how far the provider is from the golden outputs (the artifact loaded
+    under the trust policy of ``verify_key`` / ``require_signature``, as a Session takes them)."""
     import minirt
 
-    cpu_sess = minirt.Session(path, providers=[providers_mod.CPU])
+    cpu_sess = minirt.Session(path, providers=[providers_mod.CPU], verify_key=verify_key,
+                              require_signature=require_signature)
     art = cpu_sess.artifact
     names = providers if providers is not None else sorted({p.provider for p in art.partitions})
     report = {"partitions": [], "providers": {n: providers_mod.availability(n) for n in set(p.provider for p in art.partitions)}}
