@@ -119,11 +119,14 @@ class SessionOptions:
 
 class RunOptions:
     """onnxruntime's ``RunOptions``.  ``terminate = True`` (from any thread) stops the runs using
-    these options before their next node, with :class:`minirt.errors.RunTerminated` (onnxruntime's
-    ``Fail``); a run replayed as one native call (D32) is not interrupted inside that call."""
+    these options before their next node or body run (each Loop iteration), with
+    :class:`minirt.errors.RunTerminated` (onnxruntime's ``Fail``); a native call in progress (one kernel,
+    or a run replayed as one native program, D32) finishes first.  ``timeout`` (a minirt extension, seconds;
+    None: none) stops a run the same way once that long has passed since it started."""
 
     def __init__(self) -> None:
         self.terminate = False
+        self.timeout = None
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""

@@ -13,6 +13,7 @@ this module is its engine and is not imported by users.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import operator
 import os
@@ -42,6 +43,43 @@ MEMPLAN_CHECK = os.environ.get("MINIRT_MEMPLAN_CHECK", "").strip() not in ("", "
 
 # onnxruntime's message for a run stopped by RunOptions.terminate (its class is Fail: RunTerminated)
 TERMINATED_MESSAGE = "Exiting due to terminate flag being set to true."
+
+
+class Cancellation:
+    """What stops a run given run options: their ``terminate`` flag (set from another thread) and, a minirt
+    extension, their ``timeout`` in seconds from the run's start (None: none).  :meth:`check` is called
+    before every node of the graphs the run walks and before every run of an If / Loop / Scan body (an
+    endless Loop stops within one iteration); a native call in progress (one kernel, or a replayed
+    program, D32) finishes first."""
+
+    __slots__ = ("options", "timeout", "deadline")
+
+    def __init__(self, options: Any):
+        self.options = options
+        timeout = getattr(options, "timeout", None)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            from minirt.errors import InvalidArgument
+
+            raise InvalidArgument(f"RunOptions.timeout must be a positive number of seconds or None, got {timeout!r}")
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    @property
+    def terminate(self) -> bool:
+        return bool(self.options.terminate)
+
+    def check(self) -> None:
+        if self.options.terminate:
+            raise RunTerminated(TERMINATED_MESSAGE)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise RunTerminated(f"the run exceeded its timeout of {self.timeout:g} s (RunOptions.timeout) and "
+                                f"was stopped")
+
+
+# The Cancellation of the run in progress in this context, for the If / Loop / Scan bodies it runs: their
+# kernels call BoundSubgraph.run, which checks it first (set by Plan._execute_planned for a run given one).
+RUN_CANCEL: contextvars.ContextVar = contextvars.ContextVar("minirt_run_cancel", default=None)
 
 
 class _Step:
@@ -85,6 +123,9 @@ class BoundSubgraph:
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         plan = self._plan
+        cancel = RUN_CANCEL.get()
+        if cancel is not None:  # (a Loop's every iteration comes here: an endless one stops too)
+            cancel.check()
         if len(inputs) != len(plan.graph.inputs):
             raise ValueError(f"subgraph {plan.graph.name!r} takes {len(plan.graph.inputs)} inputs, got {len(inputs)}")
         env = plan.new_env()
@@ -428,13 +469,14 @@ class Plan:
         """
         clock = time.perf_counter
         step = None
+        token = RUN_CANCEL.set(cancel) if cancel is not None else None
         if self.observer is not None and self.is_body:
             for v in self.graph.inputs:  # (a body's formal inputs: a Loop's carried state, a Scan's slices)
                 self.observer(self.graph.values[v].name, env[v])
         try:
             for i, step in enumerate(self.steps):
-                if cancel is not None and cancel.terminate:
-                    raise RunTerminated(TERMINATED_MESSAGE)
+                if cancel is not None:
+                    cancel.check()
                 args = step.fetch(env)
                 o = outs[i] if outs is not None else None
                 if timings is not None:
@@ -481,6 +523,9 @@ class Plan:
             raise
         except Exception as exc:
             raise kernel_error(step, env, exc) from exc
+        finally:
+            if token is not None:
+                RUN_CANCEL.reset(token)
 
     def _record_branch(self, step: _Step, cond: np.ndarray, env: list, recorder: "_program.Recorder") -> tuple:
         """Run the branch an If takes, its nodes recorded into the enclosing graph's ``recorder`` as if

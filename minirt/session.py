@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
-from minirt.errors import FileChanged, FormatError, InvalidArgument, KernelError, MissingFile, RunTerminated
+from minirt.errors import FileChanged, FormatError, InvalidArgument, KernelError, MissingFile
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -38,7 +38,7 @@ from minirt.kernels import _limits
 from minirt import native as _native  # threads for the native kernels
 from minirt.native import blas as _blas  # threads for numpy's BLAS
 from minirt.native import program as _program  # planned runs replayed from C (D32)
-from minirt.plan import TERMINATED_MESSAGE, BoundSubgraph, Plan, ReplayShortcut  # (BoundSubgraph: public)
+from minirt.plan import BoundSubgraph, Cancellation, Plan, ReplayShortcut  # (BoundSubgraph: public)
 from minirt.vocabulary import RANDOM
 
 
@@ -762,6 +762,8 @@ class Session:
         """The general run.  ``cancel``: run options whose ``terminate`` is read before each node (None:
         the plain loop).  ``buffers``: per requested output, a caller's array to write it into (None
         for one the run allocates); the result list then holds those arrays."""
+        if cancel is not None and type(cancel) is not Cancellation:  # (its timeout counts from here)
+            cancel = Cancellation(cancel)
         if self._mapped_file is not None:
             self._check_file()
         if self._pinned is not None:  # (every entry but run's shortcut comes here: IOBinding, profiling)
@@ -774,8 +776,8 @@ class Session:
                 return [_write_into(buf, r, name) if buf is not None else r
                         for buf, r, name in zip(buffers, results, output_names)]
             return self._run_into(output_names, input_feed, buffers, cancel)
-        if cancel is not None and cancel.terminate:
-            raise RunTerminated(TERMINATED_MESSAGE)
+        if cancel is not None:
+            cancel.check()
         t_start = time.perf_counter() if profile is not None else 0.0
         if type(input_feed) is not dict and not isinstance(input_feed, Mapping):  # (the ABC check costs more)
             raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
