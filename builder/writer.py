@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import zlib
 from typing import Iterable, Sequence
 
@@ -453,10 +452,13 @@ def write_atomic(data: bytes | Iterable[bytes], path: str | os.PathLike) -> None
             for chunk in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
                 f.write(chunk)
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".minirt-", suffix=".tmp", dir=folder)
+    from minirt.tools import atomic_file
+
+    atomic_file.remove_stale(path)  # (what a writer killed before its rename left)
+    tmp = str(atomic_file.temp_path(os.path.abspath(path)))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
     try:
-        # mkstemp creates the file 0600; an artifact gets the usual mode, or
+        # the file is created 0600; an artifact gets the usual mode, or
         # keeps the mode of the file it replaces.
         if os.path.exists(path):
             os.fchmod(fd, os.stat(path).st_mode & 0o777)

@@ -81,7 +81,7 @@ def test_linked_perf_pages_exist():
     [
         (lambda t: t.replace("## Index", "## Contents", 1), "first section"),
         (lambda t: t.replace("\n## D2. ", "\n## D1. ", 1), "used twice"),
-        (lambda t: t.replace("| D3 |", "| D99 |", 1), "without an entry"),
+        (lambda t: t.replace("| D3 |", "| D9999 |", 1), "without an entry"),
         (lambda t: t.replace("\n## D4. ", "\n" + "filler\n" * 70 + "## D4. ", 1), "lines long"),
         (lambda t: t + "\n## D-named. A named entry\n", "not a decision"),
     ],

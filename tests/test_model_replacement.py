@@ -172,3 +172,25 @@ def test_large_files_are_mapped_by_default(live, monkeypatch):
     monkeypatch.setattr(reader, "PRIVATE_COPY_MAX_BYTES", 100)
     assert minirt.Session(str(live)).artifact.mapped_file is not None
     assert minirt.Session(str(live), map_file=False).artifact.mapped_file is None
+
+
+def test_temporary_files_of_killed_writers_are_removed_by_the_next_one(live, tmp_path):
+    """A build or an install killed before its rename leaves ``.<name>.<pid>.<random>.minirt-tmp``; the next
+    write of the same file removes those of processes that no longer run, and nothing else."""
+    from minirt.builder.writer import write_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".live.mrt.{dead}.0badf00d.minirt-tmp"
+    mine = tmp_path / f".live.mrt.{os.getpid()}.12345678.minirt-tmp"  # a live writer's (this process)
+    other = tmp_path / f".other.mrt.{dead}.0badf00d.minirt-tmp"  # another target's
+    for p in (stale, mine, other):
+        p.write_bytes(b"partial")
+    new = tmp_path / "new.mrt"
+    new.write_bytes(_artifact(5))
+    install(new, live)
+    assert not stale.exists() and mine.exists() and other.exists()
+    stale.write_bytes(b"partial")
+    write_atomic(_artifact(6), live)
+    assert not stale.exists() and mine.exists() and other.exists()
+    np.testing.assert_array_equal(minirt.Session(str(live)).run(None, FEED)[0], _expected(6))

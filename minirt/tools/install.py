@@ -16,6 +16,7 @@ from typing import Any
 
 from minirt.errors import InvalidArgument
 from minirt.format import reader
+from minirt.tools import atomic_file
 
 
 def install(new: str | os.PathLike, live: str | os.PathLike, verify_key: Any = None,
@@ -46,9 +47,10 @@ def install(new: str | os.PathLike, live: str | os.PathLike, verify_key: Any = N
     data = memoryview(artifact._buffer)
     replaced = live_path.exists()
     mode = live_path.stat().st_mode & 0o777 if replaced else 0o644
-    tmp = folder / f".{live_path.name}.install-{os.getpid()}.tmp"
+    atomic_file.remove_stale(live_path)  # (what a writer killed before its rename left)
+    tmp = atomic_file.temp_path(live_path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), mode)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
         try:
             written = 0
             while written < len(data):
