@@ -120,7 +120,7 @@ class ArenaPlan:
             v0 = step.outs[0]
             if step.accepts_out and rec is not None and v0 >= 0 and v0 not in outputs:
                 shape, dtype = rec
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                nbytes = math.prod(shape) * dtype.itemsize  # (math.prod: ~10x np.prod's speed on a tuple)
                 if nbytes > 0:
                     # an accepts_out kernel returns out or a fresh array, never a view of an input
                     roots[v0] = frozenset((len(buffers),))

@@ -375,6 +375,11 @@ class Session:
     # core, ~20 ms on a Raspberry Pi 5's), or when the caller asked for the warm-up.
     WARM_UP_WET_FLOPS = 2e8
     WARM_UP_MAX_FLOPS = 1.2e9
+    # ... and none for a graph of more nodes than this: recording costs ~50 us a node (a 16,000-node chain:
+    # 0.8 s), which would make loading a huge graph slow (issue 22: a 16k-node graph loads and plans in
+    # well under a second, 0.65 s, and records its program on its second run instead).  The real models
+    # of the benchmark set have at most 1,666 nodes.
+    WARM_UP_MAX_NODES = 4096
 
     def _warms_up(self) -> bool:
         """Whether the session warms up by default (D90): a model of fixed input shapes whose declared
@@ -382,7 +387,7 @@ class Session:
         without If/Loop/Scan (their bodies are not recorded dry, nor estimated) or random ops (a run
         draws from their generator)."""
         return (isinstance(self._declared_plan, arena.ArenaPlan) and self.native_program
-                and self._profiling is None
+                and self._profiling is None and len(self._plan.steps) <= self.WARM_UP_MAX_NODES
                 and not any(st.subgraphs or st.op.op_type in RANDOM for st in self._plan.steps))
 
     def _flops(self) -> float:

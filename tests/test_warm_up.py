@@ -298,3 +298,14 @@ def test_a_dry_warm_up_that_meets_a_value_it_must_compute_runs_for_real(monkeypa
     want = x * (np.arange(4, dtype=np.float32) * 2.0).reshape(1, 4, 1, 1)
     for _ in range(2):  # (the first run replays the program; the constant it keeps is the real product)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6)
+
+
+@requires_native
+def test_a_graph_of_more_nodes_than_the_limit_does_not_warm_up(conv_model, monkeypatch):
+    """Recording costs ~50 us a node: a huge graph loads without it (issue 22: a 16k-node graph loads and
+    plans in well under a second) and records on its second run, as without the warm-up."""
+    _, data = conv_model
+    monkeypatch.setattr(minirt.Session, "WARM_UP_MAX_NODES", 1)
+    assert not minirt.Session(data, threads=1).warmed_up
+    monkeypatch.setattr(minirt.Session, "WARM_UP_MAX_NODES", 4096)
+    assert minirt.Session(data, threads=1).warmed_up
