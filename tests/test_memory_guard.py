@@ -207,3 +207,50 @@ def test_bit_flipped_shape_constant_fails_fast(name):
     with pytest.raises(minirt.KernelError):
         _run(data, np.ones((2, 3), np.float32))
     assert time.monotonic() - t0 < 2 and _maxrss_mib() - before < 64
+
+
+# Shape-driven growth (issue 22): no value asks for the size, the shapes and attributes do.  A pad of 20,000
+# turns a 4 x 4 image into a 40,004 x 40,004 plane; (40000, 1) + (1, 40000) broadcast is 1.6e9 values.
+PAD = 20000
+SHAPE_CASES = {
+    "Conv-pads": (lambda: _one_node("Conv", [np.ones((1, 1, 1, 1), np.float32)], x=np.ones((1, 1, 4, 4), np.float32),
+                                    attrs=[("pads", S.ATTR_INTS, (PAD,) * 4)]), np.ones((1, 1, 4, 4), np.float32)),
+    "MaxPool-pads": (lambda: _one_node("MaxPool", [], x=np.ones((1, 1, 4, 4), np.float32),
+                                       attrs=[("kernel_shape", S.ATTR_INTS, (1, 1)), ("pads", S.ATTR_INTS, (PAD,) * 4)]),
+                     np.ones((1, 1, 4, 4), np.float32)),
+    "AveragePool-pads": (lambda: _one_node("AveragePool", [], x=np.ones((1, 1, 4, 4), np.float32),
+                                           attrs=[("kernel_shape", S.ATTR_INTS, (3, 3)),
+                                                  ("pads", S.ATTR_INTS, (PAD,) * 4)]),
+                         np.ones((1, 1, 4, 4), np.float32)),
+    "Add-broadcast": (lambda: _one_node("Add", [np.ones((1, 40000), np.float32)], x=np.ones((40000, 1), np.float32)),
+                      np.ones((40000, 1), np.float32)),
+    "Mul-broadcast-int": (lambda: _one_node("Mul", [np.ones((1, 40000), np.int64)], x=np.ones((40000, 1), np.int64)),
+                          np.ones((40000, 1), np.int64)),
+    "Where-broadcast": (lambda: _one_node("Where", [np.ones((40000, 1), bool), np.ones((1, 40000), np.float32),
+                                                    np.ones((1, 1), np.float32)], first_input=False), None),
+    "Max-broadcast": (lambda: _one_node("Max", [np.ones((1, 40000), np.float32)], x=np.ones((40000, 1), np.float32)),
+                      np.ones((40000, 1), np.float32)),
+    "Sum-broadcast": (lambda: _one_node("Sum", [np.ones((1, 40000), np.float32), np.ones((1, 1), np.float32)],
+                                        x=np.ones((40000, 1), np.float32)), np.ones((40000, 1), np.float32)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_CASES))
+def test_growth_from_pads_and_broadcasting_is_refused_before_allocating(name):
+    make, x = SHAPE_CASES[name]
+    before, t0 = _maxrss_mib(), time.monotonic()
+    with pytest.raises(minirt.ResourceError, match="max_tensor_bytes of 256.0 MiB") as exc:
+        _run(make(), np.ones((2, 3), np.float32) if x is None else x, max_tensor_bytes=256 << 20)
+    assert "refused before allocating" in str(exc.value)
+    assert time.monotonic() - t0 < 2 and _maxrss_mib() - before < 64
+
+
+def test_ordinary_broadcasts_and_pads_pass_the_guard():
+    """A per-channel scale and a padded conv well under the limit are not refused (the bound on a broadcast
+    is the product of the operand sizes: only above the limit is the result's shape worked out)."""
+    x = np.ones((1, 8, 16, 16), np.float32)
+    y = _run(_one_node("Mul", [np.full((1, 8, 1, 1), 2.0, np.float32)], x=x), x, max_tensor_bytes=1 << 16)
+    np.testing.assert_array_equal(y, 2 * x)
+    y = _run(_one_node("Conv", [np.ones((1, 8, 3, 3), np.float32)], x=x, attrs=[("pads", S.ATTR_INTS, (1,) * 4)]),
+             x, max_tensor_bytes=1 << 16)
+    assert y.shape == (1, 1, 16, 16) and y[0, 0, 8, 8] == 72

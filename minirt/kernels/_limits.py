@@ -1,7 +1,11 @@
 """The memory guard: refuse a tensor larger than the running session allows, before allocating it.
 
 Most kernels produce outputs whose size follows from their inputs' sizes, so
-they can never be much larger than what already exists.  A few take the
+they can never be much larger than what already exists.  Two families can, from
+shapes alone: operands broadcast together ((N, 1) with (1, M): :func:`check_broadcast`,
+called by the elementwise kernels before a result is allocated) and windows over
+padded inputs (Conv / pooling pads: ``nn._geometry`` checks the padded plane and the
+output).  A few take the
 output size from input *values* (Expand's shape, Tile's repeats, Pad's pads,
 ConstantOfShape, Range, Resize/Upsample scales or sizes, OneHot's depth,
 ConvTranspose's output_shape, Loop's accumulated outputs): one damaged or
@@ -23,7 +27,8 @@ import numpy as np
 
 from minirt.errors import ResourceError
 
-__all__ = ["DEFAULT_MAX_TENSOR_BYTES", "check_alloc", "check_elements", "current_limit", "default_max_tensor_bytes", "limit"]
+__all__ = ["DEFAULT_MAX_TENSOR_BYTES", "check_alloc", "check_broadcast", "check_elements", "current_limit",
+           "default_max_tensor_bytes", "limit"]
 
 _CAP = 2**34  # 16 GiB: no single tensor of an edge model needs more
 
@@ -100,3 +105,25 @@ def check_alloc(shape, dtype, what: str) -> None:
 def check_elements(count: int, dtype, what: str) -> None:
     """:func:`check_alloc` for a flat element count."""
     check_alloc((count,), dtype, what)
+
+
+def check_broadcast(op: str, *operands) -> None:
+    """Raise :class:`ResourceError` if the operands broadcast together give a result over the limit,
+    before it is allocated.  Costs a few attribute reads unless it could be: the product of the
+    operands' sizes bounds the result's size; only above the limit is the shape worked out."""
+    bound, dtype = 1, None
+    for a in operands:
+        if a is None:
+            continue
+        bound *= max(int(getattr(a, "size", 1)), 1)
+        dt = getattr(a, "dtype", None)
+        if dt is not None and (dtype is None or dt.itemsize > dtype.itemsize):
+            dtype = dt
+    if bound * (dtype.itemsize if dtype is not None else 8) <= _LIMIT.get():
+        return
+    try:
+        shape = np.broadcast_shapes(*(np.shape(a) for a in operands if a is not None))
+    except ValueError:
+        return  # (shapes that do not broadcast: the kernel reports them)
+    check_alloc(shape, dtype, f"{op} output (its inputs broadcast together)")
+

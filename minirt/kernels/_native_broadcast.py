@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from minirt import native as _native
+from minirt.kernels import _limits
 
 # op type -> the mrt_ew_op member (without MRT_EW_)
 OPS = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Equal": "EQUAL", "Less": "LESS",
@@ -87,8 +88,10 @@ def broadcast_op(op_type: str, *operands, out=None):
         entry = _maps[key] = _entry(op_type, operands)
     if entry is False:
         return None
-    m, shape, y_dtype, _ = entry
-    if not _native.recording() and entry[3] < _NATIVE_MIN_BYTES:
+    m, shape, y_dtype, nbytes = entry
+    if nbytes > _limits.current_limit():  # (the memory guard: the entry is cached across sessions)
+        _limits.check_alloc(shape, y_dtype, f"{op_type} output (its inputs broadcast together)")
+    if not _native.recording() and nbytes < _NATIVE_MIN_BYTES:
         return None  # (small, and nothing replays it: numpy's ufunc, see _NATIVE_MIN_BYTES)
     y = out if (out is not None and out.shape == shape and out.dtype == y_dtype and out.flags.c_contiguous
                 and not any(np.may_share_memory(out, a) for a in operands)) else np.empty(shape, y_dtype)

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from minirt import native as _native
+from minirt.kernels import _limits
 from minirt.kernels._native_broadcast import broadcast_op
 from minirt.kernels.registry import kernel
 
@@ -212,6 +213,7 @@ def _make_binary(op: str, fn, out_bool: bool = False):
             y = broadcast_op(op, a, b)  # (one native call a program may replay, or None)
             if y is not None:
                 return y
+            _limits.check_broadcast(op, a, b)
             out = fn(a, b)
             return _as_array(out, np.dtype(bool) if out_bool else a.dtype)
     else:
@@ -237,6 +239,7 @@ def _make_binary(op: str, fn, out_bool: bool = False):
             y = broadcast_op(op, a, b)  # (other types and broadcasts: one native call, or None)
             if y is not None:
                 return y
+            _limits.check_broadcast(op, a, b)
             return _as_array(fn(a, b), a.dtype)
 
     def legacy(a, b, *, broadcast: int = 0, axis: int | None = None, consumed_inputs: tuple = ()):
@@ -394,6 +397,7 @@ def _fold(op: str, inputs, fn) -> np.ndarray:
     out = arrays[0]
     for x in arrays[1:]:
         _check_same_dtype(op, arrays[0], x)
+        _limits.check_broadcast(op, out, x)
         out = fn(out, x)
     return out
 
@@ -578,6 +582,7 @@ def where(cond, x, y):
     result = broadcast_op("Where", cond, x, y)
     if result is not None:
         return result
+    _limits.check_broadcast("Where", cond, x, y)
     return _as_array(np.where(cond, x, y), x.dtype)
 
 

@@ -76,13 +76,26 @@ def _check_rank(op: str, x: np.ndarray) -> int:
     return x.ndim - 2
 
 
-def _geometry(op: str, in_sp: tuple, k: tuple, s: tuple, d: tuple, pads, auto_pad: str, ceil_mode: int = 0):
+def _geometry(op: str, in_sp: tuple, k: tuple, s: tuple, d: tuple, pads, auto_pad: str, ceil_mode: int = 0,
+              planes: tuple = (1, 1), dtype=np.float32):
     """Output spatial shape and begin/end padding of a sliding-window op.
 
     Returns ``(out, pad_begin, pad_end)``.  ``pad_end`` is the (explicit or
     automatic) padding; with ``ceil_mode`` the last window may still reach past
     it, which callers handle by padding up to what the windows actually read.
+
+    The memory guard: pads can make the padded input and the output far larger than the input (a
+    one-byte change of a pad), so both are checked against the session's limit here, before any kernel
+    allocates them: ``planes`` (input planes, output planes), e.g. (N*C, N*M) for a Conv, of ``dtype``.
     """
+    out, pb, pe = _window_geometry(op, in_sp, k, s, d, pads, auto_pad, ceil_mode)
+    check_alloc((planes[0],) + tuple(i + b + e for i, b, e in zip(in_sp, pb, pe)), dtype, f"{op} padded input")
+    check_alloc((planes[1],) + tuple(out), dtype, f"{op} output")
+    return out, pb, pe
+
+
+def _window_geometry(op: str, in_sp: tuple, k: tuple, s: tuple, d: tuple, pads, auto_pad: str, ceil_mode: int):
+    """:func:`_geometry` without the memory guard."""
     nd = len(in_sp)
     eff = tuple((ki - 1) * di + 1 for ki, di in zip(k, d))
     if auto_pad == "NOTSET" or auto_pad == "VALID":
@@ -246,7 +259,8 @@ def conv(x, w, b=None, /, *, auto_pad="NOTSET", dilations=(), group=1, kernel_sh
         raise ValueError(f"Conv: kernel_shape {list(kernel_shape)} does not match weight spatial shape {list(k)}")
     s = _per_axis("Conv", "strides", strides, nd, 1)
     d = _per_axis("Conv", "dilations", dilations, nd, 1)
-    out_sp, pb, _ = _geometry("Conv", x.shape[2:], k, s, d, pads, auto_pad)
+    out_sp, pb, _ = _geometry("Conv", x.shape[2:], k, s, d, pads, auto_pad,
+                              planes=(x.shape[0] * x.shape[1], x.shape[0] * m), dtype=x.dtype)
     if b is not None and b.shape != (m,):
         raise ValueError(f"Conv: bias shape {b.shape} must be ({m},)")
     if x.dtype.itemsize < 4:
@@ -484,7 +498,7 @@ def _fused_conv_geometry(x_shape, w_shape, b_shape, z_shape, activation, activat
     try:
         s = _per_axis("Conv", "strides", strides, len(x_shape) - 2, 1)
         d = _per_axis("Conv", "dilations", dilations, len(x_shape) - 2, 1)
-        out_sp, pb, _ = _geometry("Conv", x_shape[2:], k, s, d, pads, auto_pad)
+        out_sp, pb, _ = _geometry("Conv", x_shape[2:], k, s, d, pads, auto_pad, planes=(n * c, n * m))
     except ValueError:
         return False  # the standard kernel raises the same error with its own context
     if z_shape is not None and z_shape != (n, m) + tuple(out_sp):
@@ -700,7 +714,8 @@ def _max_pool_geometry(x_shape, auto_pad, ceil_mode, dilations, kernel_shape, pa
     d = _per_axis("MaxPool", "dilations", dilations, nd, 1)
     if storage_order not in (0, 1):
         raise ValueError(f"MaxPool: storage_order must be 0 or 1, got {storage_order}")
-    out, pb, pe = _geometry("MaxPool", x_shape[2:], k, s, d, pads, auto_pad, ceil_mode)
+    out, pb, pe = _geometry("MaxPool", x_shape[2:], k, s, d, pads, auto_pad, ceil_mode,
+                            planes=(x_shape[0] * x_shape[1],) * 2)
     if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
         _check_pool_pads("MaxPool", pb, pe, k)
     native = None
@@ -812,7 +827,8 @@ def _average_pool(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
     s = _per_axis("AveragePool", "strides", strides, nd, 1)
     d = _per_axis("AveragePool", "dilations", dilations, nd, 1)
     in_sp = x.shape[2:]
-    out, pb, pe = _geometry("AveragePool", in_sp, k, s, d, pads, auto_pad, ceil_mode)
+    out, pb, pe = _geometry("AveragePool", in_sp, k, s, d, pads, auto_pad, ceil_mode,
+                            planes=(x.shape[0] * x.shape[1],) * 2, dtype=x.dtype)
     if auto_pad == "NOTSET":  # automatic pads may exceed a dilated kernel legitimately
         _check_pool_pads("AveragePool", pb, pe, k)
     cdt = _compute_dtype(x.dtype)

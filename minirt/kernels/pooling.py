@@ -44,7 +44,8 @@ def _lp_pool(x, p, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides):
     k = _per_axis("LpPool", "kernel_shape", kernel_shape, nd, 1)
     s = _per_axis("LpPool", "strides", strides, nd, 1)
     d = _per_axis("LpPool", "dilations", dilations, nd, 1)
-    out, pb, _ = _geometry("LpPool", xw.shape[2:], k, s, d, pads, auto_pad, ceil_mode)
+    out, pb, _ = _geometry("LpPool", xw.shape[2:], k, s, d, pads, auto_pad, ceil_mode,
+                           planes=(xw.shape[0] * xw.shape[1],) * 2, dtype=xw.dtype)
     cdt = np.float64 if xw.dtype == np.float64 else np.float32
     xp = _pad_for_windows(xw.astype(cdt, copy=False), out, k, s, d, pb, 0)  # padding contributes 0
     acc = None
