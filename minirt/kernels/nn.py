@@ -34,7 +34,7 @@ from numpy.lib.stride_tricks import as_strided
 from minirt import native as _native
 from minirt.format.packed_weights import runs_down_a_column
 from minirt.kernels import _narrow
-from minirt.kernels._limits import check_alloc
+from minirt.kernels._limits import check_alloc, current_limit
 from minirt.kernels.registry import NodeContext, is_constant, kernel, remember
 from minirt.vocabulary import ACTIVATIONS
 
@@ -89,8 +89,11 @@ def _geometry(op: str, in_sp: tuple, k: tuple, s: tuple, d: tuple, pads, auto_pa
     allocates them: ``planes`` (input planes, output planes), e.g. (N*C, N*M) for a Conv, of ``dtype``.
     """
     out, pb, pe = _window_geometry(op, in_sp, k, s, d, pads, auto_pad, ceil_mode)
-    check_alloc((planes[0],) + tuple(i + b + e for i, b, e in zip(in_sp, pb, pe)), dtype, f"{op} padded input")
-    check_alloc((planes[1],) + tuple(out), dtype, f"{op} output")
+    padded = tuple(i + b + e for i, b, e in zip(in_sp, pb, pe))
+    itemsize = np.dtype(dtype).itemsize
+    if max(planes[0] * math.prod(padded), planes[1] * math.prod(out)) * itemsize > current_limit():
+        check_alloc((planes[0],) + padded, dtype, f"{op} padded input")
+        check_alloc((planes[1],) + tuple(out), dtype, f"{op} output")
     return out, pb, pe
 
 
