@@ -92,6 +92,11 @@ class ResourceError(KernelError):
     """A kernel would allocate a tensor larger than the session's ``max_tensor_bytes``."""
 
 
+class UnsupportedGeometry(KernelError):
+    """A window operation (Conv, pooling, ...) whose sizes, strides, pads or dilations the native kernels
+    cannot compute with (a value out of their range, or a derived size that would overflow)."""
+
+
 # --- formatting the error of a failed node ------------------------------------------------------
 # ``step`` is a step of a compiled plan (minirt.plan): its ``node`` (name, attributes), ``op``
 # (domain, op_type, opset) and ``ins`` (input slots, -1 for an absent optional input).

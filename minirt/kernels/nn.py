@@ -654,6 +654,10 @@ def conv_transpose_act(x, w, b, act, *, auto_pad="NOTSET", dilations=(), group=1
         if len(output_padding) != nd or min(output_padding) < 0:
             raise ValueError(f"ConvTranspose: output_padding {list(output_padding)} must be {nd} values >= 0")
         op_ = tuple(int(v) for v in output_padding)
+        for i, (o, si, di) in enumerate(zip(op_, s, d)):
+            if o >= max(si, di):  # (onnxruntime's rule: the padding stays within one stride's gap)
+                raise ValueError(f"ConvTranspose: output_padding {list(op_)}: {o} on spatial axis {i} must be less "
+                                 f"than max(stride, dilation) = {max(si, di)}")
     else:
         op_ = (0,) * nd
     if b is not None and b.shape != (m,):

@@ -37,6 +37,8 @@ import threading
 import weakref
 import zlib
 
+from minirt.errors import UnsupportedGeometry
+
 available = False
 reason = ""
 features: dict = {}
@@ -347,9 +349,53 @@ _INT_MAX = 2**31 - 1
 _owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+# The largest element count any size a window kernel derives from its geometry may reach: the kernels
+# compute sizes in 64-bit (long, size_t), byte counts are up to 8x elements, so 2^59 leaves room.
+
+_GEOMETRY_MAX_ELEMENTS = 1 << 59
+_INT_MAX = (1 << 31) - 1
+
+
+def check_geometry(fields: dict) -> None:
+    """Raise :class:`minirt.errors.UnsupportedGeometry` unless the native kernels can run the window
+    geometry ``fields`` (of ``mrt_conv_geometry``: n, c, h, w, m, group, kh, kw, sh, sw, dh, dw, pt, pl,
+    oh, ow) without overflow: every field an int from 0 (kernel, strides, dilations, group: from 1) to
+    2^31 - 1, and every size the kernels derive from them (input, output, weights, im2col columns, the
+    planes of strided phases) under 2^59 elements.  The one place the sizes that reach C arithmetic are
+    checked (kernels.c checks the same products again, as a guard); each struct is checked once when it
+    is made (prepared calls and shared structs are reused)."""
+    g = {k: fields.get(k, 0) for k in _GEOMETRY_FIELDS}
+    for name, v in g.items():
+        low = 1 if name in ("group", "kh", "kw", "sh", "sw", "dh", "dw") else 0
+        if type(v) is not int and not hasattr(v, "__index__") or not low <= int(v) <= _INT_MAX:
+            if name == "group" and int(v) == 0:
+                continue  # (pooling geometries leave group unset)
+            raise UnsupportedGeometry(f"the native kernels cannot take {name} = {v} (a window operation's "
+                                      f"sizes, strides, pads and dilations must be from {low} to {_INT_MAX})")
+    n, c, h, w, m = g["n"], g["c"], g["h"], g["w"], max(g["m"], g["c"])
+    kh, kw, sh, sw, dh, dw, oh, ow = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"], g["oh"], g["ow"]
+    sizes = {
+        "input": n * c * h * w,
+        "output": n * m * oh * ow,
+        "weights": m * c * kh * kw,
+        "im2col columns": c * kh * kw * oh * ow,
+        "window extent": ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1),
+        "strided phase planes": c * sh * sw * (ow + kw * dw) * (oh + kh * dh),
+    }
+    for what, size in sizes.items():
+        if size >= _GEOMETRY_MAX_ELEMENTS:
+            raise UnsupportedGeometry(
+                f"the native kernels cannot take this window geometry: its {what} would be {size:.3g} elements "
+                f"(n={n} c={c} h={h} w={w} m={g['m']} group={g['group']} kernel={kh}x{kw} strides={sh}x{sw} "
+                f"dilations={dh}x{dw} output={oh}x{ow}; at most 2^59)")
+
+
 def _new(ctype: str, fields: dict, *owners):
     """A new ``ctype`` struct (cffi checks every value against its field's type: an out-of-range size
-    raises OverflowError, as a positional argument did) keeping ``owners`` alive."""
+    raises OverflowError, as a positional argument did) keeping ``owners`` alive.  A window geometry is
+    checked first (:func:`check_geometry`)."""
+    if ctype == "mrt_conv_geometry *":
+        check_geometry(fields)
     struct = _ffi.new(ctype, fields)
     if owners:
         _owners[struct] = owners
@@ -529,8 +575,11 @@ def conv2d_call(prep, x, y, residual=None) -> None:
     geometry, w, packed, epilogue, packed_isa = prep
     if packed_isa is not None and packed_isa != isa:
         packed = _ffi.NULL
-    if _call(_lib.mrt_conv2d_f32, (geometry, w, packed, epilogue, _ptr(x), _opt(residual), _ptr(y), threads()),
-             x, residual, y) != 0:
+    rc = _call(_lib.mrt_conv2d_f32, (geometry, w, packed, epilogue, _ptr(x), _opt(residual), _ptr(y), threads()),
+               x, residual, y)
+    if rc == -2:
+        raise UnsupportedGeometry("the native conv kernel refused its geometry (a derived size would overflow)")
+    if rc != 0:
         raise MemoryError("minirt native conv2d: could not allocate scratch memory")
 
 
@@ -849,7 +898,10 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
     quant, epilogue = prep.variant(x_u8, x_scale, x_zero, y_q, post, scale)
     args = (prep.geometry, quant, epilogue, _char(x) if x_u8 else _ptr(x), _opt(residual),
             _char(y) if y_q else _ptr(y), threads())
-    if _call(_lib.mrt_qconv2d, args, x, residual, y) != 0:
+    rc = _call(_lib.mrt_qconv2d, args, x, residual, y)
+    if rc == -2:
+        raise UnsupportedGeometry("the native int8 conv kernel refused its geometry (a derived size would overflow)")
+    if rc != 0:
         raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
 
 

@@ -31,6 +31,35 @@
 #endif
 
 #define MRT_MAX_THREADS 64
+
+/* The guard behind minirt/native/__init__.py's check_geometry (which refuses such geometries first, with
+ * a message): whether a window geometry's fields leave their range or a size derived from them (input,
+ * output, weights, im2col columns, window extent, strided phase planes) reaches 2^59 elements, computed
+ * without overflow.  The conv entry points return -2 (bad sizes) for such a geometry instead of sizing
+ * scratch memory from a wrapped product. */
+static int geometry_overflows(const mrt_conv_geometry *g) {
+    const long f[16] = {g->n, g->c, g->h, g->w, g->m, g->group, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw,
+                        g->pt, g->pl, g->oh, g->ow};
+    for (int i = 0; i < 16; ++i)
+        if (f[i] < 0) return 1;
+    if (g->kh < 1 || g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1) return 1;
+    const long m = g->m > g->c ? g->m : g->c;
+    const long ext_h = ((long)g->kh - 1) * g->dh + 1, ext_w = ((long)g->kw - 1) * g->dw + 1;
+    const long sizes[6][5] = {
+        {g->n, g->c, g->h, g->w, 1},
+        {g->n, m, g->oh, g->ow, 1},
+        {m, g->c, g->kh, g->kw, 1},
+        {g->c, g->kh, g->kw, g->oh, g->ow},
+        {ext_h, ext_w, 1, 1, 1},
+        {g->c, g->sh, g->sw, g->ow + (long)g->kw * g->dw, g->oh + (long)g->kh * g->dh},
+    };
+    for (int s = 0; s < 6; ++s) {
+        long p = 1;
+        for (int i = 0; i < 5; ++i)
+            if (__builtin_mul_overflow(p, sizes[s][i], &p) || p >= (1L << 59)) return 1;
+    }
+    return 0;
+}
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
 #define MRT_MIN_WORK_PER_THREAD 32768L
@@ -1637,6 +1666,7 @@ int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *pack
     const float a0 = e->a0, a1 = e->a1;
     if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
     if (group < 1 || c % group || m % group) return -1;
+    if (geometry_overflows(g)) return -2;
     if (nthreads < 1) nthreads = 1;
     const long p = (long)oh * ow;
     if (conv_is_dense(g)) {

@@ -2404,6 +2404,7 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
 
 int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
                 const float *res, void *y, int nthreads) {
+    if (geometry_overflows(g)) return -2;
     return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
                      g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res,
                      q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
