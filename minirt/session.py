@@ -408,6 +408,8 @@ class Session:
             dtype = ONNX_TO_NUMPY.get(graph.values[self._input_slot[arg.name]].dtype)
             if dtype is None or dtype.kind not in "biufc":
                 return False
+            if math.prod(arg.shape) * np.dtype(dtype).itemsize > self.max_tensor_bytes:
+                return False  # (a declared shape no run could feed: the memory guard's limit; found by fuzzing)
             feed[arg.name] = np.zeros(arg.shape, dtype)
         feed.update(self._full_lengths(feed))
         if self._pinned is not None:

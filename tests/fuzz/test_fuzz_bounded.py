@@ -199,6 +199,30 @@ def test_huge_declared_value_shapes_do_not_allocate():
     assert _maxrss_mib() - before < 64
 
 
+def test_a_huge_fixed_input_shape_skips_the_warm_up():
+    """Found by `make fuzz` (seed 7, iterations 65549 and four more: a graph's input dim set to 2^40 - 255):
+    the warm-up fed zeros of the declared input shape, np.zeros raised numpy's MemoryError from Session().
+    A declared input over max_tensor_bytes gets no warm-up; runs check their feeds as always."""
+    w = ArtifactWriter()
+    w.opsets[""] = 17
+    conv, relu = w.operator("", "Conv", 17), w.operator("", "Relu", 14)
+    _, g = w.graph("g")
+    x = g.value("x", 1, (2**40, 3, 6, 6))  # (the rest declared as one image: a declared memory plan exists)
+    g.inputs.append(x)
+    wv = g.value("w", 1, (2, 3, 1, 1))
+    g.initializers.append((wv, w.tensor(np.ones((2, 3, 1, 1), np.float32))))
+    t, y = g.value("t", 1, (1, 2, 6, 6)), g.value("y", 1, (1, 2, 6, 6))
+    g.add_node("conv", conv, [x, wv], [t], [])
+    g.add_node("relu", relu, [t], [y], [])
+    g.outputs.append(y)
+    before = _maxrss_mib()
+    sess = minirt.Session(w.to_bytes())
+    assert not sess.warmed_up
+    with pytest.raises(minirt.InvalidArgument):
+        sess.run(None, {"x": np.zeros((1, 3, 6, 6), np.float32)})
+    assert _maxrss_mib() - before < 64
+
+
 def _with_tensor_record(data: bytes, index: int, **changes) -> bytes:
     entries = split(data)
     for e in entries:
