@@ -1127,12 +1127,12 @@ def lrn(x, /, *, alpha=1e-4, beta=0.75, bias=1.0, size=0):
     # square_sum[c] = sum of sq over channels [c - before, c + after], clipped;
     # one shifted add per window offset (size is small) keeps it vectorised.
     total = sq.copy()
-    for off in range(1, before + 1):
-        if off < c:
-            total[:, off:] += sq[:, : c - off]
-    for off in range(1, after + 1):
-        if off < c:
-            total[:, : c - off] += sq[:, off:]
+    # (offsets of c or more reach no channel: the loops stop there, whatever the size; a size of 2^62
+    # iterated 2^61 empty offsets, a hang found by tests/test_attribute_extremes.py)
+    for off in range(1, min(before, c - 1) + 1):
+        total[:, off:] += sq[:, : c - off]
+    for off in range(1, min(after, c - 1) + 1):
+        total[:, : c - off] += sq[:, off:]
     total *= cdt.type(alpha / size)
     total += cdt.type(bias)
     np.power(total, cdt.type(beta), out=total)
