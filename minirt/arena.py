@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from minirt import memplan
+from minirt.errors import ResourceError
 
 
 class Arena:
@@ -50,9 +51,12 @@ def _arena_memory(nbytes: int) -> np.ndarray:
     """``nbytes`` of uninitialised memory: numpy's allocator up to ``_PLAIN_PAGES_FROM_BYTES``, a
     private anonymous mapping without the huge-page advice above (a kernel whose policy is ``always``
     still backs it with huge pages, without the stall)."""
-    if nbytes < _PLAIN_PAGES_FROM_BYTES:
-        return np.empty(nbytes, dtype=np.uint8)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)  # (the array keeps the mapping alive)
+    try:
+        if nbytes < _PLAIN_PAGES_FROM_BYTES:
+            return np.empty(nbytes, dtype=np.uint8)
+        return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)  # (the array keeps the mapping alive)
+    except (MemoryError, OSError) as exc:  # (found by fuzzing: a process under an address-space limit)
+        raise ResourceError(f"the memory plan's arena of {nbytes:,} bytes could not be allocated ({exc})") from None
 
 
 def check_out(plan, i: int, step, args: list, out: np.ndarray, env: list) -> None:
@@ -118,7 +122,8 @@ class ArenaPlan:
         for u, step in enumerate(steps):
             rec = record[u]
             v0 = step.outs[0]
-            if step.accepts_out and rec is not None and v0 >= 0 and v0 not in outputs:
+            # (an object dtype, strings, is never placed: numpy cannot view raw memory as references)
+            if step.accepts_out and rec is not None and v0 >= 0 and v0 not in outputs and not rec[1].hasobject:
                 shape, dtype = rec
                 nbytes = math.prod(shape) * dtype.itemsize  # (math.prod: ~10x np.prod's speed on a tuple)
                 if nbytes > 0:

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
-from minirt.errors import FileChanged, FormatError, InvalidArgument, KernelError, MissingFile
+from minirt.errors import FileChanged, FormatError, InvalidArgument, KernelError, MissingFile, ResourceError
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -925,7 +925,10 @@ class Session:
         if self.memory_plan and self._mplan_any and self._static_inputs:
             self._declared_plan = self._declared_memory_plan()
             if self._declared_plan is not None:
-                self._declared_plan.checkin(self._declared_plan.checkout())
+                try:
+                    self._declared_plan.checkin(self._declared_plan.checkout())
+                except ResourceError:  # (its arena cannot be had: runs then plan from what they record)
+                    self._declared_plan = None
 
     def _declared_memory_plan(self) -> "arena.ArenaPlan | None":
         """The memory plan of the shapes the graph declares (fixed input shapes), for the run that records

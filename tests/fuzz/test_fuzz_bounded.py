@@ -223,6 +223,55 @@ def test_a_huge_fixed_input_shape_skips_the_warm_up():
     assert _maxrss_mib() - before < 64
 
 
+def _relu_chain(t_dtype: int = 1) -> bytes:
+    """x -> Relu -> t -> Relu -> y, all (1, 4), t declared of dtype code ``t_dtype``."""
+    w = ArtifactWriter()
+    w.opsets[""] = 17
+    relu = w.operator("", "Relu", 14)
+    _, g = w.graph("g")
+    x, t, y = g.value("x", 1, (1, 4)), g.value("t", t_dtype, (1, 4)), g.value("y", 1, (1, 4))
+    g.inputs.append(x)
+    g.add_node("r1", relu, [x], [t], [])
+    g.add_node("r2", relu, [t], [y], [])
+    g.outputs.append(y)
+    return w.to_bytes()
+
+
+def test_a_string_typed_intermediate_is_not_placed_in_the_declared_plan():
+    """Found by `make fuzz` (seed 11, iteration 183600: a node output index copied over a value's dtype):
+    the declared memory plan viewed arena bytes as the value's object dtype, numpy's TypeError from
+    Session().  Object dtypes are never placed."""
+    sess = minirt.Session(_relu_chain(t_dtype=8))
+    try:
+        sess.run(None, {"x": np.ones((1, 4), np.float32)})
+    except minirt.Error:
+        pass  # (the run may refuse the mistyped value; it must not raise anything else)
+
+
+def test_an_arena_that_cannot_be_allocated_is_a_resource_error(monkeypatch):
+    """Found by `make fuzz` under its address-space limit (seed 11, iterations 142828 and 182442): mmap's
+    OSError (ENOMEM) from the declared plan's arena escaped Session().  The session loads without that plan;
+    a run whose own plan cannot get its arena fails with minirt.ResourceError."""
+    from minirt import arena
+
+    def no_memory(nbytes, dtype=None):
+        raise MemoryError(f"cannot allocate {nbytes} bytes")
+
+    monkeypatch.setattr(arena.np, "empty", no_memory)
+    with pytest.raises(minirt.ResourceError, match="arena of .* could not be allocated"):
+        arena._arena_memory(1 << 20)
+    monkeypatch.undo()
+    monkeypatch.setattr(arena, "_arena_memory", lambda nbytes: (_ for _ in ()).throw(
+        minirt.ResourceError("the memory plan's arena could not be allocated")))
+    sess = minirt.Session(_relu_chain(), warm_up=False)  # (the declared plan's arena fails: no plan)
+    x = np.ones((1, 4), np.float32)
+    try:
+        out = sess.run(None, {"x": x})[0]
+    except minirt.ResourceError:
+        return
+    np.testing.assert_array_equal(out, x)
+
+
 def _with_tensor_record(data: bytes, index: int, **changes) -> bytes:
     entries = split(data)
     for e in entries:
