@@ -7,15 +7,11 @@ nothing run that both refuse."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper as h
-from onnx.reference import ReferenceEvaluator
 
 import minirt
-from minirt.builder.writer import ArtifactWriter
-from minirt.format import schema as S
+from tests import single_node
 
 EXTREMES = [0, 1, -1, (1 << 31) - 1, 1 << 31, 1 << 62, (1 << 63) - 1]
 RNG = np.random.default_rng(0)
@@ -45,57 +41,7 @@ OPS = {
 }
 
 
-OUT_TYPES = {"ArgMax": [TP.INT64], "TopK": [TP.FLOAT, TP.INT64]}  # (the others: float32)
-
-
-def _encode(attrs: dict) -> list:
-    out = []
-    for k, v in attrs.items():
-        out.append((k, S.ATTR_INT, int(v)) if isinstance(v, int) else (k, S.ATTR_INTS, tuple(int(e) for e in v)))
-    return out
-
-
-def _artifact(op: str, x: np.ndarray, consts, attrs: dict, opset: int, n_out: int) -> bytes:
-    w = ArtifactWriter()
-    w.opsets[""] = opset
-    o = w.operator("", op, opset)
-    _, g = w.graph("g")
-    xv = g.value("x", 1, x.shape)
-    g.inputs.append(xv)
-    ins = [xv]
-    for i, c in enumerate(consts):
-        v = g.value(f"c{i}")
-        g.initializers.append((v, w.tensor(c)))
-        ins.append(v)
-    outs = [g.value(f"y{i}") for i in range(n_out)]
-    g.add_node("n", o, ins, outs, _encode(attrs))
-    g.outputs.extend(outs)
-    return w.to_bytes()
-
-
-def reference_outputs(model: onnx.ModelProto, feed: dict) -> list | None:
-    """The model's outputs by onnxruntime, or by onnx's reference evaluator when onnxruntime refuses the model
-    (the evaluator differs from onnxruntime on some ops, LRN for one); None when both refuse it."""
-    import onnxruntime as ort
-
-    try:
-        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
-    except Exception:  # noqa: BLE001 - onnxruntime refuses it: ask the evaluator
-        pass
-    try:
-        return ReferenceEvaluator(model).run(None, feed)
-    except Exception:  # noqa: BLE001 - both refuse it
-        return None
-
-
-def _reference(op: str, x, consts, attrs: dict, opset: int, n_out: int):
-    names = [f"c{i}" for i in range(len(consts))]
-    outs = [f"y{i}" for i in range(n_out)]
-    graph = h.make_graph([h.make_node(op, ["x", *names], outs, **attrs)], "g",
-                         [h.make_tensor_value_info("x", TP.FLOAT, x.shape)],
-                         [h.make_tensor_value_info(o, t, None) for o, t in zip(outs, OUT_TYPES.get(op, [TP.FLOAT] * 2))],
-                         [onnx.numpy_helper.from_array(c, n) for c, n in zip(consts, names)])
-    return reference_outputs(h.make_model(graph, opset_imports=[h.make_opsetid("", opset)]), {"x": x})
+OUT_TYPES = {"ArgMax": (TP.INT64,), "TopK": (TP.FLOAT, TP.INT64), "Split": (TP.FLOAT, TP.FLOAT)}
 
 
 CASES = [(name, attr, v) for name, spec in OPS.items() for attr in spec[4] for v in EXTREMES]
@@ -105,13 +51,13 @@ CASES = [(name, attr, v) for name, spec in OPS.items() for attr in spec[4] for v
 def test_extreme_attribute_gives_a_clean_error_or_the_reference(name, attr, value):
     op, x, consts, base, setters, opset = OPS[name]
     attrs = dict(base, **{attr: setters[attr](value)})
-    n_out = {"Split": 2, "TopK": 2}.get(op, 1)
-    data = _artifact(op, x, consts, attrs, opset, n_out)
+    out_types = OUT_TYPES.get(op, (TP.FLOAT,))
+    data = single_node.artifact(op, x, consts, attrs, opset, len(out_types))
     try:
         got = minirt.Session(data, max_tensor_bytes=64 << 20).run(None, {"x": x})
     except minirt.Error:
         return
-    ref = _reference(op, x, consts, attrs, opset, n_out)
+    ref = single_node.reference(op, x, consts, attrs, opset, out_types)
     assert ref is not None, f"minirt ran {op} with {attr}={value}, which onnxruntime and the reference refuse"
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

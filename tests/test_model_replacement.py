@@ -13,28 +13,16 @@ import numpy as np
 import pytest
 
 import minirt
-from minirt.builder.writer import ArtifactWriter
 from minirt.format import ed25519, reader
 from minirt.tools.install import install
+from tests.format.util import minimal_writer
 
 FEED = {"x": np.ones((2, 3), np.float32)}
 
 
 def _artifact(offset: float, sign_key: bytes | None = None) -> bytes:
     """y = x + w with w = arange(6) + offset: two offsets, two models of the same size and layout."""
-    w = ArtifactWriter()
-    w.opsets[""] = 17
-    op = w.operator("", "Add", 17)
-    t = w.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) + np.float32(offset))
-    _, g = w.graph("main")
-    x = g.value("x", 1, ("N", 3))
-    g.inputs.append(x)
-    wv = g.value("w", 1, (2, 3))
-    g.initializers.append((wv, t))
-    y = g.value("y", 1, (2, 3))
-    g.add_node("add", op, [x, wv], [y], [])
-    g.outputs.append(y)
-    return w.to_bytes(sign_key=sign_key)
+    return minimal_writer(offset).to_bytes(sign_key=sign_key)
 
 
 def _expected(offset: float) -> np.ndarray:

@@ -7,16 +7,11 @@ again in C (geometry_overflows in kernels.c)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto as TP
-from onnx import helper as h
 
 import minirt
 from minirt import native
-from minirt.builder.writer import ArtifactWriter
-from minirt.format import schema as S
-from tests.test_attribute_extremes import reference_outputs
+from tests import single_node
 
 EXTREMES = [0, 1, -1, 2, (1 << 31) - 1, 1 << 31, 1 << 62, (1 << 63) - 1]
 X = np.random.default_rng(0).standard_normal((1, 2, 6, 6)).astype(np.float32)
@@ -39,36 +34,6 @@ def _values(attr: str, v: int):
     return v if attr == "group" else [v] * (4 if attr == "pads" else 2)
 
 
-def _artifact(op: str, consts, attrs: dict, opset: int) -> bytes:
-    w = ArtifactWriter()
-    w.opsets[""] = opset
-    o = w.operator("", op, opset)
-    _, g = w.graph("g")
-    x = g.value("x", 1, X.shape)
-    g.inputs.append(x)
-    ins = [x]
-    for i, c in enumerate(consts):
-        v = g.value(f"c{i}")
-        g.initializers.append((v, w.tensor(c)))
-        ins.append(v)
-    y = g.value("y")
-    encoded = [(k, S.ATTR_INT, int(v)) if isinstance(v, int) else (k, S.ATTR_INTS, tuple(int(e) for e in v))
-               for k, v in attrs.items()]
-    g.add_node("n", o, ins, [y], encoded)
-    g.outputs.append(y)
-    return w.to_bytes()
-
-
-def _reference(op: str, consts, attrs: dict, opset: int):
-    names = [f"c{i}" for i in range(len(consts))]
-    node = h.make_node(op, ["x", *names], ["y"], **attrs)
-    graph = h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.FLOAT, X.shape)],
-                         [h.make_tensor_value_info("y", TP.FLOAT, None)],
-                         [onnx.numpy_helper.from_array(c, n) for c, n in zip(consts, names)])
-    outs = reference_outputs(h.make_model(graph, opset_imports=[h.make_opsetid("", opset)]), {"x": X})
-    return None if outs is None else outs[0]
-
-
 CASES = [(name, attr, v) for name, (_, _, attrs, _) in OPS.items() for attr in attrs for v in EXTREMES]
 
 
@@ -77,12 +42,13 @@ def test_extreme_window_attributes_give_a_clean_error_or_the_reference(name, att
     op = name.split("-")[0]
     consts, base, _, opset = OPS[name]
     attrs = dict(base, **{attr: _values(attr, value)})
-    data = _artifact(op, consts, attrs, opset)  # (every value here fits the format's int64)
+    data = single_node.artifact(op, X, consts, attrs, opset)  # (every value here fits the format's int64)
     try:
         got = minirt.Session(data, max_tensor_bytes=64 << 20).run(None, {"x": X})[0]
     except minirt.Error:
         return  # a clean, named error: what a model the kernels cannot run must give (135 of the 184 cases)
-    ref = _reference(op, consts, attrs, opset)
+    ref = single_node.reference(op, X, consts, attrs, opset)
+    ref = None if ref is None else ref[0]
     assert ref is not None, f"minirt ran {name} with {attr}={value}, which onnxruntime and the reference refuse"
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 

@@ -18,13 +18,14 @@ HEADER = struct.Struct("<8sIIIIQQII16s")
 ENTRY = struct.Struct("<IIQQII")
 
 
-def minimal_writer() -> ArtifactWriter:
-    """y = Add(x, w) over a float32 initializer, written straight through the writer."""
+def minimal_writer(offset: float = 0) -> ArtifactWriter:
+    """y = Add(x, w) over a float32 initializer w = arange(6) + ``offset`` (2 x 3), written straight through
+    the writer."""
     w = ArtifactWriter()
     w.opsets[""] = 17
     w.set_metadata("producer.name", "tests")
     op = w.operator("", "Add", 17)
-    t = w.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    t = w.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) + np.float32(offset))
     _, g = w.graph("main")
     x = g.value("x", 1, ("N", 3))
     g.inputs.append(x)
