@@ -432,12 +432,6 @@ def layout_sections(sections: list[tuple[int, int, bytes]]) -> bytes:
     return out
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_atomic(data: bytes | Iterable[bytes], path: str | os.PathLike) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename.
 
@@ -454,28 +448,4 @@ def write_atomic(data: bytes | Iterable[bytes], path: str | os.PathLike) -> None
         return
     from minirt.tools import atomic_file
 
-    atomic_file.remove_stale(path)  # (what a writer killed before its rename left)
-    tmp = str(atomic_file.temp_path(os.path.abspath(path)))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-    try:
-        # the file is created 0600; an artifact gets the usual mode, or
-        # keeps the mode of the file it replaces.
-        if os.path.exists(path):
-            os.fchmod(fd, os.stat(path).st_mode & 0o777)
-        else:
-            os.fchmod(fd, 0o666 & ~_current_umask())
-        with os.fdopen(fd, "wb") as f:
-            if isinstance(data, (bytes, bytearray, memoryview)):
-                f.write(data)
-            else:
-                for chunk in data:
-                    f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_file.write(path, data)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY
-from minirt.errors import Error, KernelError, RunTerminated, UnsupportedOperator, kernel_error, with_node
+from minirt.errors import (Error, InvalidArgument, KernelError, RunTerminated, UnsupportedOperator, kernel_error,
+                           with_node)
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -59,15 +60,9 @@ class Cancellation:
         timeout = getattr(options, "timeout", None)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout > 0):
-            from minirt.errors import InvalidArgument
-
             raise InvalidArgument(f"RunOptions.timeout must be a positive number of seconds or None, got {timeout!r}")
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
-
-    @property
-    def terminate(self) -> bool:
-        return bool(self.options.terminate)
 
     def check(self) -> None:
         if self.options.terminate:

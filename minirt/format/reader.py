@@ -725,11 +725,11 @@ def load(
     :data:`PRIVATE_COPY_MAX_BYTES` and maps larger ones.  A signed load (``verify_key``) always copies:
     what was verified is what runs (docs/runtime.md, D97).
     """
-    expected_key = None  # (the list of trusted keys)
+    trusted = None
     if verify_key is not None:
         from minirt.format.keys import load_trusted_keys  # only sessions that verify pay for the import
 
-        expected_key = load_trusted_keys(verify_key)
+        trusted = load_trusted_keys(verify_key)
     mapped = None
     if isinstance(source, (bytes, bytearray, memoryview)):
         buffer = bytes(source) if not isinstance(source, bytes) else source
@@ -742,7 +742,7 @@ def load(
                 size = st.st_size
                 if size == 0:
                     raise FormatError(f"{path}: file is empty, not a .mrt artifact")
-                if expected_key is None and (map_file or (map_file is None and size > PRIVATE_COPY_MAX_BYTES)):
+                if trusted is None and (map_file or (map_file is None and size > PRIVATE_COPY_MAX_BYTES)):
                     buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                     view = memoryview(buffer)
                     mapped = MappedFile(path, os.dup(f.fileno()), size, st.st_mtime_ns)
@@ -755,7 +755,7 @@ def load(
         except (OSError, ValueError) as exc:  # permissions, special files mmap refuses
             raise FormatError(f"{path}: cannot open: {exc}") from None
     try:
-        artifact = _decode(view, buffer, verify_checksums, expected_key)
+        artifact = _decode(view, buffer, verify_checksums, trusted)
     except FormatError as exc:
         if not isinstance(source, (bytes, bytearray, memoryview)):
             raise type(exc)(f"{os.fspath(source)}: {exc}") from None
@@ -764,7 +764,7 @@ def load(
     return artifact
 
 
-def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key: list | None = None) -> Artifact:
+def _decode(view: memoryview, buffer: Any, verify_checksums: bool, trusted: list | None = None) -> Artifact:
     version, sections = _read_header(view)
     by_kind: dict[int, Section] = {}
     for sec in sections:
@@ -780,11 +780,11 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool, expected_key:
     for kind in S.REQUIRED_SECTIONS:
         if kind not in by_kind:
             raise FormatError(f"required section {S.SECTION_NAMES[kind]} is missing")
-    if expected_key is not None:  # authenticate before trusting (or even CRC-checking) any payload
+    if trusted is not None:  # authenticate before trusting (or even CRC-checking) any payload
         from minirt.format import signature as _signature  # hashlib + Ed25519: only for signed loads
 
         _signature.verify_sections(
-            expected_key, [(sec.kind, sec.flags, view[sec.offset : sec.offset + sec.length]) for sec in sections], version
+            trusted, [(sec.kind, sec.flags, view[sec.offset : sec.offset + sec.length]) for sec in sections], version
         )
     if verify_checksums:
         # the native CRC when the CPU has the instructions (about half of zlib's time on the weights,

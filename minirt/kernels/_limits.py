@@ -126,4 +126,3 @@ def check_broadcast(op: str, *operands) -> None:
     except ValueError:
         return  # (shapes that do not broadcast: the kernel reports them)
     check_alloc(shape, dtype, f"{op} output (its inputs broadcast together)")
-

@@ -351,25 +351,21 @@ _owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # The largest element count any size a window kernel derives from its geometry may reach: the kernels
 # compute sizes in 64-bit (long, size_t), byte counts are up to 8x elements, so 2^59 leaves room.
-
 _GEOMETRY_MAX_ELEMENTS = 1 << 59
-_INT_MAX = (1 << 31) - 1
 
 
 def check_geometry(fields: dict) -> None:
     """Raise :class:`minirt.errors.UnsupportedGeometry` unless the native kernels can run the window
     geometry ``fields`` (of ``mrt_conv_geometry``: n, c, h, w, m, group, kh, kw, sh, sw, dh, dw, pt, pl,
-    oh, ow) without overflow: every field an int from 0 (kernel, strides, dilations, group: from 1) to
-    2^31 - 1, and every size the kernels derive from them (input, output, weights, im2col columns, the
+    oh, ow) without overflow: every field an int from 0 (kernel, strides, dilations: from 1; group 0 is a
+    pooling's) to 2^31 - 1, and every size the kernels derive from them (input, output, weights, im2col columns, the
     planes of strided phases) under 2^59 elements.  The one place the sizes that reach C arithmetic are
     checked (kernels.c checks the same products again, as a guard); each struct is checked once when it
     is made (prepared calls and shared structs are reused)."""
     g = {k: fields.get(k, 0) for k in _GEOMETRY_FIELDS}
     for name, v in g.items():
-        low = 1 if name in ("group", "kh", "kw", "sh", "sw", "dh", "dw") else 0
-        if type(v) is not int and not hasattr(v, "__index__") or not low <= int(v) <= _INT_MAX:
-            if name == "group" and int(v) == 0:
-                continue  # (pooling geometries leave group unset)
+        low = 1 if name in ("kh", "kw", "sh", "sw", "dh", "dw") else 0
+        if not low <= v <= _INT_MAX:
             raise UnsupportedGeometry(f"the native kernels cannot take {name} = {v} (a window operation's "
                                       f"sizes, strides, pads and dilations must be from {low} to {_INT_MAX})")
     n, c, h, w, m = g["n"], g["c"], g["h"], g["w"], max(g["m"], g["c"])

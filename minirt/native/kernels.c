@@ -60,6 +60,7 @@ static int geometry_overflows(const mrt_conv_geometry *g) {
     }
     return 0;
 }
+
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
 #define MRT_MIN_WORK_PER_THREAD 32768L
@@ -1605,13 +1606,6 @@ static int conv_cv_grouped(const mrt_conv_geometry *g) {
     return g->group > 1 && nr <= 16 && (mg % nr == 0 || 2 * mg == nr);
 }
 
-/* Does the channel-vector kernel run this geometry (when it gets packed weights)?  With whole panels
- * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  With panels
- * of 16 (AVX2) a 1x1 kernel does only as just above: the GEMM (its row tiles sweeping a packed
- * block of B) was 4-15 % faster at every depth measured (K = 384-1152 over 7 x 7 - 14 x 14 pixels, 320 -> 1280 @7x7
- * 1.01 -> 0.86 ms, 512 -> 1000 @13x13 3.30 -> 3.10).  It depends on the geometry and the panel width
- * only (not on the batch, the threads or the dilations), so callers can pack once per layer;
- * minirt/format/packed_weights.py has a copy of these rules (conv_uses_packed_w). */
 /* A convolution with one output pixel whose window is the whole input, unpadded (the squeeze-excite
  * convolutions of MobileNetV3, EfficientNet, RegNet, on a 1 x 1 input after a global pooling; a classifier
  * written as a conv): a product of the weight matrix with each image's input vector.  It reads each weight
@@ -1628,6 +1622,13 @@ static int conv_is_dense(const mrt_conv_geometry *g) {
  * 11.0 / 115 at 1, 46 / 77 at 8; at 16 images 110 -> 440 was 63 / 39 but 440 -> 110 18 / 40. */
 #define MRT_CONV_DENSE_GEMV_MAX_N 8
 
+/* Does the channel-vector kernel run this geometry (when it gets packed weights)?  With whole panels
+ * of output channels (a multiple of 32) by the rules above; else on tiny outputs only.  With panels
+ * of 16 (AVX2) a 1x1 kernel does only as just above: the GEMM (its row tiles sweeping a packed
+ * block of B) was 4-15 % faster at every depth measured (K = 384-1152 over 7 x 7 - 14 x 14 pixels, 320 -> 1280 @7x7
+ * 1.01 -> 0.86 ms, 512 -> 1000 @13x13 3.30 -> 3.10).  It depends on the geometry and the panel width
+ * only (not on the batch, the threads or the dilations), so callers can pack once per layer;
+ * minirt/format/packed_weights.py has a copy of these rules (conv_uses_packed_w). */
 int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
     const int c = g->c, m = g->m, group = g->group, kh = g->kh, kw = g->kw, sh = g->sh, sw = g->sw, oh = g->oh,
               ow = g->ow;

@@ -1,4 +1,4 @@
-"""Temporary files for writing a file by a rename (``minirt build``'s artifact, ``minirt install``).
+"""Writing a file by a rename (``minirt build``'s artifact, ``minirt install``): :func:`write`.
 
 A writer killed before its rename (SIGKILL, a power cut) leaves its temporary file beside the target.
 Named ``.<target name>.<pid>.<random>.minirt-tmp``, such files can be told apart: before writing, the
@@ -11,8 +11,60 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Iterable
 
 SUFFIX = ".minirt-tmp"
+
+
+def write(target: str | os.PathLike, data: bytes | memoryview | Iterable[bytes]) -> None:
+    """Replace ``target`` with ``data`` (bytes-like, or an iterable of chunks) through a temporary file beside
+    it and a rename, so that a reader finds the old file or the new one, never a part: the stale temporary
+    files of ``target`` removed first; the new file created 0600, given the mode of the file it replaces (else
+    0666 minus the umask), flushed to the disk, renamed over ``target``, the folder flushed too.  On any
+    failure the temporary file is removed and ``target`` is as it was."""
+    target = os.path.abspath(os.fspath(target))
+    remove_stale(target)
+    tmp = temp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+    try:
+        if os.path.exists(target):
+            os.fchmod(fd, os.stat(target).st_mode & 0o777)
+        else:
+            os.fchmod(fd, 0o666 & ~_current_umask())
+        with os.fdopen(fd, "wb") as f:
+            for chunk in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_folder(os.path.dirname(target))
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_folder(folder: str) -> None:
+    """Flush a rename in ``folder`` to the disk (a power cut after it then finds the new file, not the old or
+    none).  Not every platform opens folders (Windows): there the rename is as durable as the OS makes it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def temp_path(target: str | os.PathLike) -> Path:

@@ -46,46 +46,11 @@ def install(new: str | os.PathLike, live: str | os.PathLike, verify_key: Any = N
     artifact = reader.load(new_path, verify_checksums=True, verify_key=verify_key, map_file=False)
     data = memoryview(artifact._buffer)
     replaced = live_path.exists()
-    mode = live_path.stat().st_mode & 0o777 if replaced else 0o644
-    atomic_file.remove_stale(live_path)  # (what a writer killed before its rename left)
-    tmp = atomic_file.temp_path(live_path)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
-        try:
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, mode)  # (the umask may have narrowed os.open's mode)
-        os.replace(tmp, live_path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_folder(folder)
+    atomic_file.write(live_path, data)
     signer = None
     if artifact.signer is not None and verify_key is not None:
         from minirt.format.signature import fingerprint
 
         signer = fingerprint(artifact.signer[1])
     return {"path": str(live_path), "bytes": len(data), "replaced": replaced, "signer": signer}
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Flush the rename itself to the disk (a power cut after it then finds the new file, not the old or none).
-    Not every platform opens folders (Windows): there the rename is as durable as the OS makes it."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
