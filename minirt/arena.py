@@ -191,10 +191,10 @@ class ArenaPlan:
         outs = [None] * len(self.steps)
         calls = [step.call for step in self.steps]
         for (u, shape, dtype), off in zip(self.placed, self.offsets):
-            lo = base + off
-            nbytes = math.prod(shape) * dtype.itemsize
-            outs[u] = raw[lo:lo + nbytes].view(dtype).reshape(shape)
-            calls[u] = functools.partial(self.steps[u].call, out=outs[u])
+            # (the ndarray constructor over raw's memory: half the time of slicing, viewing and reshaping,
+            # which counted for a 16,000-node graph's load)
+            outs[u] = np.ndarray(shape, dtype, raw, base + off)
+            calls[u] = functools.partial(calls[u], out=outs[u])
         lo = raw.ctypes.data + base
         return Arena(tuple(outs), tuple(calls), (lo, lo + self.size))
 

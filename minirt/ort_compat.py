@@ -13,6 +13,7 @@ so onnxruntime's own ``SessionOptions`` object works too.  Likewise the session 
 from __future__ import annotations
 
 import enum
+import threading
 import warnings
 from typing import Any, Sequence
 
@@ -119,19 +120,43 @@ class SessionOptions:
 
 class RunOptions:
     """onnxruntime's ``RunOptions``.  ``terminate = True`` (from any thread) stops the runs using
-    these options before their next node or body run (each Loop iteration), with
-    :class:`minirt.errors.RunTerminated` (onnxruntime's ``Fail``); a native call in progress (one kernel,
-    or a run replayed as one native program, D32) finishes first.  ``timeout`` (a minirt extension, seconds;
+    these options before their next node or body run (each Loop iteration), and inside a native kernel
+    or a replayed native program (D32) between its work items, with
+    :class:`minirt.errors.RunTerminated` (onnxruntime's ``Fail``).  ``timeout`` (a minirt extension, seconds;
     None: none) stops a run the same way once that long has passed since it started."""
 
     def __init__(self) -> None:
-        self.terminate = False
+        self._terminate = False
+        # the native cancellation structs (mrt_cancel) of the runs in progress with these options, which
+        # the terminate setter tells (plan.Cancellation.watched): their kernels stop early too
+        self._runs: set = set()
+        self._runs_lock = threading.Lock()
         self.timeout = None
         self.log_severity_level = 2
         self.log_verbosity_level = 0
         self.logid = ""
         self.only_execute_path_to_fetches = False
         self._config: dict[str, str] = {}
+
+    @property
+    def terminate(self) -> bool:
+        return self._terminate
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        self._terminate = bool(value)
+        with self._runs_lock:
+            for c in self._runs:
+                c.terminate = int(self._terminate)
+
+    def _attach_run(self, c) -> None:
+        with self._runs_lock:
+            c.terminate = int(self._terminate)
+            self._runs.add(c)
+
+    def _detach_run(self, c) -> None:
+        with self._runs_lock:
+            self._runs.discard(c)
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)

@@ -13,6 +13,7 @@ this module is its engine and is not imported by users.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import operator
@@ -50,10 +51,14 @@ class Cancellation:
     """What stops a run given run options: their ``terminate`` flag (set from another thread) and, a minirt
     extension, their ``timeout`` in seconds from the run's start (None: none).  :meth:`check` is called
     before every node of the graphs the run walks and before every run of an If / Loop / Scan body (an
-    endless Loop stops within one iteration); a native call in progress (one kernel, or a replayed
-    program, D32) finishes first."""
+    endless Loop stops within one iteration).  While the run is :meth:`watched`, the native kernels read
+    the same two conditions between their work items, and a replayed program (D32) between its calls
+    (``mrt_watch_cancel``): a long kernel stops too, its result incomplete, and the session checks again
+    after the run, so that such a result is never returned.  The native side learns of ``terminate`` when
+    the options are minirt's :class:`minirt.RunOptions` (its setter tells the runs in progress); with
+    another object only the timeout reaches inside a kernel."""
 
-    __slots__ = ("options", "timeout", "deadline")
+    __slots__ = ("options", "timeout", "deadline", "native")
 
     def __init__(self, options: Any):
         self.options = options
@@ -63,6 +68,26 @@ class Cancellation:
             raise InvalidArgument(f"RunOptions.timeout must be a positive number of seconds or None, got {timeout!r}")
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.native = None  # the C side's mrt_cancel while the run is watched
+
+    @contextlib.contextmanager
+    def watched(self):
+        """The run's native kernels stop early once :meth:`check` would raise (see the class docstring)."""
+        c = _native.new_cancel(self.deadline)
+        if c is None:  # (no native kernels)
+            yield
+            return
+        attach = getattr(self.options, "_attach_run", None)
+        if attach is not None:
+            attach(c)
+        self.native = c
+        try:
+            with _native.watching(c):
+                yield
+        finally:
+            self.native = None
+            if attach is not None:
+                self.options._detach_run(c)
 
     def check(self) -> None:
         if self.options.terminate:
@@ -267,6 +292,7 @@ class Plan:
                     cmap.append((v, names[name]))
             self.capture_map = tuple(cmap)
             self.constants += tuple(captured_constants)
+        self._kernels: dict = {}  # operator index -> (Operator, opset, KernelEntry | None): _kernel_of
         self.steps = self._compile(graph_index)
         self.calls = tuple(step.call for step in self.steps)  # the unplanned call of every step, in order
         # a subgraph's memory plans and programs (SubgraphMemory), set by the session: None runs it plainly
@@ -322,9 +348,10 @@ class Plan:
         graph = self.graph
         units = self._units()
         slot_of = {info.name: j for j, info in enumerate(graph.values)}
+        reads = [tuple(self._reads(unit, slot_of)) for _, unit in units]
         last_use: dict[int, int] = {}
-        for u, (_, unit) in enumerate(units):
-            for v in self._reads(unit, slot_of):
+        for u, unit_reads in enumerate(reads):
+            for v in unit_reads:
                 last_use[v] = u
         keep = set(graph.outputs) | {v for v, _ in graph.initializers} | set(graph.captures)
         frees_at: dict[int, list[int]] = {}
@@ -338,7 +365,7 @@ class Plan:
                 step = self._partition_step(unit, frees)
             else:
                 step = self._node_step(unit, frees)
-            step.reads = tuple(self._reads(unit, slot_of))
+            step.reads = reads[u]
             step.fetch = self._fetcher(step.ins)
             steps.append(step)
         self.last_use = last_use
@@ -361,11 +388,20 @@ class Plan:
         op = reader.Operator("minirt.provider", part.provider, 1)
         return _Step(_as_tuple_result(call), part.inputs, part.outputs, frees, node, op, ())
 
+    def _kernel_of(self, op_index: int) -> tuple:
+        """(Operator, opset, KernelEntry or None) of an operator-table index, looked up once per
+        operator rather than once per node."""
+        found = self._kernels.get(op_index)
+        if found is None:
+            art = self.artifact
+            op = art.operators[op_index]
+            opset = art.opsets.get(op.domain, op.opset) if op.domain in art.opsets else op.opset
+            found = self._kernels[op_index] = (op, opset, lookup(op.domain, op.op_type, opset))
+        return found
+
     def _node_step(self, node: reader.Node, frees: tuple) -> _Step:
         art, graph = self.artifact, self.graph
-        op = art.operators[node.op_index]
-        opset = art.opsets.get(op.domain, op.opset) if op.domain in art.opsets else op.opset
-        entry = lookup(op.domain, op.op_type, opset)
+        op, opset, entry = self._kernel_of(node.op_index)
         if entry is None:
             raise UnsupportedOperator(
                 f"node {node.name!r}: no CPU kernel for {op.domain or 'ai.onnx'}::{op.op_type} at opset {opset}"
@@ -537,9 +573,10 @@ class Plan:
         return tuple(benv[v] for v in branch.graph.outputs)
 
     def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None,
-                       record: list | None = None) -> "_program.Program | str":
+                       record: list | None = None) -> "_program.Program | str | None":
         """Run every step over ``env`` with ``arena``'s buffers, recording the native calls they make;
-        returns the native program that replays them, or why there is none (D32).  ``threads``: the
+        returns the native program that replays them, or why there is none (D32), or None when a
+        cancellation stopped the run's kernels (a later run records again).  ``threads``: the
         session's setting the calls were made with.  ``record``: also filled as :meth:`execute` fills
         it (the run on a declared plan that records its results, D90)."""
         # (the run frees them after their last reader; a subgraph's captures are inputs of its runs too)
@@ -547,6 +584,10 @@ class Plan:
         constants = [a for _, a in self.constants]
         with _program.Recorder(constants, self.graph.outputs) as recorder:
             self._execute_planned(env, arena.outs, record, None, recorder)
+        if _native.watched_stopped():
+            # a cancellation (Cancellation.watched) may have stopped a kernel early: the results this
+            # program would keep as fixed for every replay may be incomplete; a later run records again
+            return None
         return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs}, constants, arena.span,
                               threads)
 

@@ -28,7 +28,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
-from minirt.errors import FileChanged, FormatError, InvalidArgument, KernelError, MissingFile, ResourceError
+from minirt.errors import (FileChanged, FormatError, InvalidArgument, KernelError, MissingFile, ResourceError,
+                           RunTerminated)
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -771,6 +772,14 @@ class Session:
         for one the run allocates); the result list then holds those arrays."""
         if cancel is not None and type(cancel) is not Cancellation:  # (its timeout counts from here)
             cancel = Cancellation(cancel)
+            try:
+                with cancel.watched():  # (the native kernels stop early too: plan.Cancellation)
+                    results = self._run(output_names, input_feed, profile, cancel, buffers)
+            except RunTerminated:
+                cancel.check()  # (its own message: terminated, or the timeout's)
+                raise
+            cancel.check()  # a kernel it stopped early left its result incomplete: never returned
+            return results
         if self._mapped_file is not None:
             self._check_file()
         if self._pinned is not None:  # (every entry but run's shortcut comes here: IOBinding, profiling)

@@ -13,36 +13,51 @@ from minirt.builder.writer import ArtifactWriter
 from minirt.format import schema as S
 
 
+def _encoded(name: str, value) -> tuple:
+    """(name, kind, value) of an attribute given as an int, a float, a str, or a list of ints or floats."""
+    if isinstance(value, (bool, int, np.integer)):
+        return name, S.ATTR_INT, int(value)
+    if isinstance(value, (float, np.floating)):
+        return name, S.ATTR_FLOAT, float(value)
+    if isinstance(value, str):
+        return name, S.ATTR_STRING, value.encode()
+    if all(isinstance(e, (int, np.integer)) for e in value):
+        return name, S.ATTR_INTS, tuple(int(e) for e in value)
+    return name, S.ATTR_FLOATS, tuple(float(e) for e in value)
+
+
 def artifact(op: str, x: np.ndarray, consts, attrs: dict, opset: int, n_out: int = 1) -> bytes:
-    """``op(x, *consts)`` with ``attrs`` (ints or lists of ints) as .mrt bytes: input "x" (float32),
-    initializers "c0", "c1", ..., outputs "y0", "y1", ..."""
+    """``op(x, *consts)`` with ``attrs`` (ints, floats, strings, lists of ints or of floats) as .mrt
+    bytes: input "x" (of x's dtype and shape), initializers "c0", "c1", ... (a None const is an absent
+    optional input), outputs "y0", "y1", ..."""
     w = ArtifactWriter()
     w.opsets[""] = opset
     o = w.operator("", op, opset)
     _, g = w.graph("g")
-    xv = g.value("x", 1, x.shape)
+    xv = g.value("x", h.np_dtype_to_tensor_dtype(x.dtype), x.shape)
     g.inputs.append(xv)
     ins = [xv]
     for i, c in enumerate(consts):
+        if c is None:
+            ins.append(-1)
+            continue
         v = g.value(f"c{i}")
         g.initializers.append((v, w.tensor(c)))
         ins.append(v)
     outs = [g.value(f"y{i}") for i in range(n_out)]
-    encoded = [(k, S.ATTR_INT, int(v)) if isinstance(v, int) else (k, S.ATTR_INTS, tuple(int(e) for e in v))
-               for k, v in attrs.items()]
-    g.add_node("n", o, ins, outs, encoded)
+    g.add_node("n", o, ins, outs, [_encoded(k, v) for k, v in attrs.items()])
     g.outputs.extend(outs)
     return w.to_bytes()
 
 
 def reference(op: str, x: np.ndarray, consts, attrs: dict, opset: int, out_types=(TP.FLOAT,)) -> list | None:
     """The same node's outputs (one per entry of ``out_types``) by :func:`reference_outputs`."""
-    names = [f"c{i}" for i in range(len(consts))]
+    names = ["" if c is None else f"c{i}" for i, c in enumerate(consts)]
     outs = [f"y{i}" for i in range(len(out_types))]
     graph = h.make_graph([h.make_node(op, ["x", *names], outs, **attrs)], "g",
-                         [h.make_tensor_value_info("x", TP.FLOAT, x.shape)],
+                         [h.make_tensor_value_info("x", h.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
                          [h.make_tensor_value_info(o, t, None) for o, t in zip(outs, out_types)],
-                         [onnx.numpy_helper.from_array(c, n) for c, n in zip(consts, names)])
+                         [onnx.numpy_helper.from_array(c, n) for c, n in zip(consts, names) if c is not None])
     return reference_outputs(h.make_model(graph, opset_imports=[h.make_opsetid("", opset)]), {"x": x})
 
 

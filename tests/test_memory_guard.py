@@ -254,3 +254,38 @@ def test_ordinary_broadcasts_and_pads_pass_the_guard():
     y = _run(_one_node("Conv", [np.ones((1, 8, 3, 3), np.float32)], x=x, attrs=[("pads", S.ATTR_INTS, (1,) * 4)]),
              x, max_tensor_bytes=1 << 16)
     assert y.shape == (1, 1, 16, 16) and y[0, 0, 8, 8] == 72
+
+
+def _lstm_artifact(seq: int, inputs: int, hidden: int) -> bytes:
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((1, 4 * hidden, inputs)) * 0.1).astype(np.float32)
+    r = (rng.standard_normal((1, 4 * hidden, hidden)) * 0.1).astype(np.float32)
+    return _one_node("LSTM", [w, r], x=np.ones((seq, 1, inputs), np.float32), opset=14,
+                     attrs=[("hidden_size", S.ATTR_INT, hidden)])
+
+
+@pytest.mark.skipif(not minirt.native.available, reason="the bound over native scratch needs the native kernels")
+def test_native_scratch_above_the_bound_is_refused():
+    # An LSTM's input projection (seq x 4H floats: 7.8 MiB here) is the native kernel's scratch, larger
+    # than every tensor of the node (Y 2 MiB, R 1 MiB): a 4 MiB bound refuses it before allocating, with
+    # the sizes named; 64 MiB runs it.  Each session runs on a thread of its own: a thread's scratch,
+    # once grown, is reused without allocating again.
+    data = _lstm_artifact(2000, 16, 256)
+    x = np.ones((2000, 1, 16), np.float32)
+    results = {}
+
+    def run(limit):
+        try:
+            results[limit] = minirt.Session(data, threads=1, max_tensor_bytes=limit, warm_up=False).run(
+                None, {"x": x})[0]
+        except minirt.Error as exc:
+            results[limit] = exc
+
+    for limit in (4 << 20, 64 << 20):
+        t = threading.Thread(target=run, args=(limit,))
+        t.start()
+        t.join()
+    refused = results[4 << 20]
+    assert isinstance(refused, minirt.ResourceError), refused
+    assert "LSTM" in str(refused) and "scratch of 7.8 MiB" in str(refused) and "4.0 MiB" in str(refused)
+    assert isinstance(results[64 << 20], np.ndarray) and results[64 << 20].shape == (2000, 1, 1, 256)

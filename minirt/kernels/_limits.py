@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.errors import ResourceError
 
 __all__ = ["DEFAULT_MAX_TENSOR_BYTES", "check_alloc", "check_broadcast", "check_elements", "current_limit",
@@ -60,6 +61,9 @@ def current_limit() -> int:
     return _LIMIT.get()
 
 
+_scratch_limit = -1  # the bound last given to the native kernels' scratch (minirt.native.set_scratch_limit)
+
+
 class limit:  # noqa: N801 - used like a function, as contextlib's context managers are
     """``with limit(max_bytes):`` runs the body with ``max_bytes`` as the per-tensor limit (restored
     afterwards).  A class rather than a generator context manager: it is entered on every run, and
@@ -71,13 +75,17 @@ class limit:  # noqa: N801 - used like a function, as contextlib's context manag
         self._max_bytes = max_bytes
 
     def __enter__(self) -> None:
+        global _scratch_limit
         self._token = _LIMIT.set(self._max_bytes)
+        if self._max_bytes != _scratch_limit:  # (the native kernels' scratch, under the same bound)
+            _scratch_limit = self._max_bytes
+            _native.set_scratch_limit(self._max_bytes)
 
     def __exit__(self, *exc) -> None:
         _LIMIT.reset(self._token)
 
 
-def _fmt(n: int) -> str:
+def fmt_bytes(n: int) -> str:
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:.1f} {unit}"
@@ -97,7 +105,8 @@ def check_alloc(shape, dtype, what: str) -> None:
     if nbytes > cap:
         raise ResourceError(
             f"{what} of shape {dims} and type {np.dtype(dtype) if dtype is not None else '?'} would need "
-            f"{_fmt(nbytes)}, above this session's max_tensor_bytes of {_fmt(cap)}; refused before allocating "
+            f"{fmt_bytes(nbytes)}, above this session's max_tensor_bytes of {fmt_bytes(cap)}; refused before "
+            f"allocating "
             f"(raise Session(max_tensor_bytes=...) if the model really needs it)"
         )
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from minirt import native as _native
 from minirt.kernels import _narrow
+from minirt.kernels._limits import check_alloc
 from minirt.kernels.registry import kernel
 
 # --------------------------------------------------------------------------- NonMaxSuppression
@@ -267,6 +268,10 @@ def _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampli
                          f"X's batch of {n}")
     if rois.shape[0] and (h == 0 or w == 0):
         raise ValueError(f"RoiAlign: X {x.shape} has an empty map to sample")
+    if rois.size and not np.isfinite(rois).all():
+        r = int(np.flatnonzero(~np.isfinite(rois).all(axis=1))[0])
+        raise ValueError(f"RoiAlign: rois[{r}] = {rois[r].tolist()} is not finite (every corner must be)")
+    check_alloc((rois.shape[0], c, oh, ow), x.dtype, "RoiAlign output")
     if x.dtype == np.float32 and _native.available and rois.shape[0]:
         y = np.empty((rois.shape[0], c, oh, ow), dtype=np.float32)
         _native.roi_align(np.ascontiguousarray(x), np.ascontiguousarray(rois, dtype=np.float32),

@@ -41,7 +41,8 @@ def _expand(param: np.ndarray, x_shape: tuple, axis: int, block_size: int) -> np
 
 def _saturate_cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     lo, hi = _INT_RANGE[np.dtype(dtype)]
-    return np.clip(values, lo, hi).astype(dtype)
+    with np.errstate(invalid="ignore"):  # (NaN: a NaN scale's values; numpy casts it as C does)
+        return np.clip(values, lo, hi).astype(dtype)
 
 
 def _supported_output(dt: np.dtype) -> bool:
@@ -77,7 +78,8 @@ def _quantize(x, scale, zero_point, axis, block_size, out_dtype, saturate=1, pre
     else:
         ctype = _compute_type(x.dtype, scale.dtype)
     s = _expand(scale, x.shape, axis, block_size).astype(ctype)
-    q = x.astype(ctype) / s
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a zero scale: +-inf, saturated below, as onnxruntime)
+        q = x.astype(ctype) / s
     float_out = out_dtype.name in _narrow.FLOAT8_NAMES or out_dtype.name == _narrow.FLOAT4_NAME
     if not float_out:
         q = np.rint(q)  # round half to even

@@ -86,6 +86,14 @@ def _directions(direction: str) -> list[bool]:
     raise ValueError(f"unknown direction {direction!r}")
 
 
+def _layout(op: str, layout) -> int:
+    """The ``layout`` attribute, 0 (sequence first) or 1 (batch first): any other value is refused, not
+    read as a truth value (onnxruntime reads a nonzero one as 1 in one layer kind and as 0 in another)."""
+    if layout not in (0, 1):
+        raise ValueError(f"{op}: layout must be 0 (sequence first) or 1 (batch first), got {layout}")
+    return int(layout)
+
+
 def _reverse_index(seq_len: int, lens: np.ndarray) -> np.ndarray:
     """idx[t, b]: the time step read at step t when running sequence b backwards."""
     t = np.arange(seq_len)[:, None]
@@ -294,6 +302,7 @@ def _native_run(op, X, W, R, B, sequence_lens, initial_h, initial_c, P, activati
 @kernel("RNN", since=7)
 def rnn(X, W, R, B=None, sequence_lens=None, initial_h=None, activation_alpha=(), activation_beta=(),
         activations=(), clip=None, direction="forward", hidden_size=0, layout=0):
+    layout = _layout("RNN", layout)
     n_dirs = len(_directions(direction))
     acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], n_dirs)
     hidden = int(hidden_size) if hidden_size else R.shape[-1]
@@ -310,6 +319,7 @@ def rnn(X, W, R, B=None, sequence_lens=None, initial_h=None, activation_alpha=()
 @kernel("GRU", since=7)
 def gru(X, W, R, B=None, sequence_lens=None, initial_h=None, activation_alpha=(), activation_beta=(),
         activations=(), clip=None, direction="forward", hidden_size=0, layout=0, linear_before_reset=0):
+    layout = _layout("GRU", layout)
     done = _native_run("GRU", X, W, R, B, sequence_lens, initial_h, None, None, activations, clip, direction,
                        hidden_size, layout, lbr=linear_before_reset)
     if done is not None:
@@ -344,6 +354,7 @@ def gru(X, W, R, B=None, sequence_lens=None, initial_h=None, activation_alpha=()
 def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, activation_alpha=(),
          activation_beta=(), activations=(), clip=None, direction="forward", hidden_size=0, input_forget=0,
          layout=0):
+    layout = _layout("LSTM", layout)
     done = _native_run("LSTM", X, W, R, B, sequence_lens, initial_h, initial_c, P, activations, clip, direction,
                        hidden_size, layout, input_forget=input_forget)
     if done is not None:

@@ -756,6 +756,9 @@ def _pad(x: np.ndarray, pads: list[int], mode: str, value, axes: list[int] | Non
     width = [[0, 0] for _ in range(x.ndim)]
     for i, a in enumerate(axes):
         width[a] = [pads[i], pads[i + len(axes)]]
+    for d, (b, e) in enumerate(width):
+        if x.shape[d] + b + e < 0:
+            raise ValueError(f"Pad: pads {b} and {e} on axis {d} of size {x.shape[d]} would give a negative size")
     # Negative pads crop; crop first so reflect/edge/wrap read the kept data.
     crop = tuple(slice(max(-b, 0), x.shape[d] - max(-e, 0)) for d, (b, e) in enumerate(width))
     whole, x = x, x[crop]
@@ -1279,10 +1282,14 @@ def _resize(x: np.ndarray, out_shape: list[int], scales: list[float], *, mode: s
 def _shape_from_scales(x: np.ndarray, scales: list[float]) -> list[int]:
     if len(scales) != x.ndim:
         raise ValueError(f"Resize: {len(scales)} scales for input rank {x.ndim}")
-    if any(s <= 0 for s in scales):
-        raise ValueError(f"Resize: scales must be positive, got {scales}")
+    if not all(s > 0 and math.isfinite(s) for s in scales):  # (a NaN fails s > 0)
+        raise ValueError(f"Resize: scales must be positive and finite, got {scales}")
     # onnxruntime truncates float32(in_dim) * scale.
-    return [int(np.float32(d) * np.float32(s)) for d, s in zip(x.shape, scales)]
+    with np.errstate(over="ignore"):
+        sizes = [np.float32(d) * np.float32(s) for d, s in zip(x.shape, scales)]
+    if not all(map(math.isfinite, sizes)):
+        raise ValueError(f"Resize: scales {scales} on input shape {list(x.shape)} overflow float32")
+    return [int(v) for v in sizes]
 
 
 def _floats(value) -> list[float]:
@@ -1352,6 +1359,8 @@ def _resolve_resize_inputs(x, roi, scales, sizes, axes, policy: str, coord_mode:
     else:
         if len(sizes_l) != k:
             raise ValueError(f"Resize: {len(sizes_l)} sizes for {k} axes")
+        if min(sizes_l) < 1:  # (onnxruntime: a size of 0 is a scale of 0, which it refuses too)
+            raise ValueError(f"Resize: sizes {sizes_l} must be positive")
         if policy == "stretch":
             for a, s in zip(axes_l, sizes_l):
                 out_shape[a] = s

@@ -34,10 +34,11 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 import weakref
 import zlib
 
-from minirt.errors import UnsupportedGeometry
+from minirt.errors import ResourceError, UnsupportedGeometry
 
 available = False
 reason = ""
@@ -354,6 +355,65 @@ _owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _GEOMETRY_MAX_ELEMENTS = 1 << 59
 
 
+CANCELLED = -101  # (kernels.h MRT_CANCELLED: a replayed program's code for a call it did not run)
+_watched = threading.local()  # .cancel: the mrt_cancel this thread's kernels watch (or None)
+
+
+def new_cancel(deadline: float | None):
+    """A fresh ``mrt_cancel`` (terminate 0; ``deadline``: a time.monotonic() time, or None), or None
+    without the native kernels."""
+    if not available:
+        return None
+    c = _ffi.new("mrt_cancel *")
+    c.deadline_ns = 0 if deadline is None else max(int(deadline * 1e9), 1)
+    return c
+
+
+def watched_stopped() -> bool:
+    """Whether this thread watches a cancellation that has fired (its kernels may have stopped early)."""
+    c = getattr(_watched, "cancel", None)
+    return c is not None and bool(c.terminate or 0 < c.deadline_ns < time.monotonic_ns())
+
+
+class watching:  # noqa: N801 - used like a function, as contextlib's context managers are
+    """``with watching(c):`` the native calls this thread makes stop early once ``c`` says so (see
+    ``mrt_watch_cancel`` in kernels.h); the previously watched one (a nested run's) is watched again after."""
+
+    __slots__ = ("_c", "_previous")
+
+    def __init__(self, c):
+        self._c = c
+
+    def __enter__(self) -> None:
+        self._previous = getattr(_watched, "cancel", None)
+        _watched.cancel = self._c
+        _lib.mrt_watch_cancel(self._c)
+
+    def __exit__(self, *exc) -> None:
+        _watched.cancel = self._previous
+        _lib.mrt_watch_cancel(self._previous if self._previous is not None else _ffi.NULL)
+
+
+def set_scratch_limit(nbytes: int) -> None:
+    """Bound the kernels' own scratch blocks (im2col, quantized inputs, recurrent projections, NMS and
+    RoiAlign work areas) by ``nbytes``, the session's ``max_tensor_bytes``: a larger block is refused
+    as running out of memory would be (:func:`no_scratch`).  One bound per process (the last set)."""
+    if available:
+        _lib.mrt_set_scratch_limit(nbytes)
+
+
+def no_scratch(what: str) -> Exception:
+    """The error of a native call that could not have its scratch: a :class:`ResourceError` naming the
+    bound when the bound refused it (``mrt_scratch_refused``), else a MemoryError."""
+    refused = int(_lib.mrt_scratch_refused())
+    if refused:
+        from minirt.kernels import _limits
+
+        return ResourceError(f"{what}: its scratch of {_limits.fmt_bytes(refused)} is above this session's "
+                             f"max_tensor_bytes of {_limits.fmt_bytes(_limits.current_limit())}")
+    return MemoryError(f"{what}: could not allocate its scratch memory")
+
+
 def check_geometry(fields: dict) -> None:
     """Raise :class:`minirt.errors.UnsupportedGeometry` unless the native kernels can run the window
     geometry ``fields`` (of ``mrt_conv_geometry``: n, c, h, w, m, group, kh, kw, sh, sw, dh, dw, pt, pl,
@@ -515,7 +575,7 @@ def maxpool2d_call(prep, x, y) -> None:
     entry, geometry = prep
     # (only the separable kernel returns a code: non-zero without scratch memory)
     if _call(entry, (geometry, _ptr(x), _ptr(y), threads()), x, y):
-        raise MemoryError("minirt native MaxPool: could not allocate scratch memory")
+        raise no_scratch("minirt native MaxPool")
 
 
 def avgpool2d(x, y, k, s, d, pb, count_box, scale) -> None:
@@ -576,7 +636,7 @@ def conv2d_call(prep, x, y, residual=None) -> None:
     if rc == -2:
         raise UnsupportedGeometry("the native conv kernel refused its geometry (a derived size would overflow)")
     if rc != 0:
-        raise MemoryError("minirt native conv2d: could not allocate scratch memory")
+        raise no_scratch("minirt native conv2d")
 
 
 def _conv_pack_w(w, c, group, k, s, out):
@@ -602,7 +662,7 @@ def convtranspose_tiles(x, wt, m, k, bias_rows, y, act=0, a0=0.0, a1=0.0) -> Non
     geometry = _geometry(n, c, h, wd, k, k, (1, 1), (0, 0), (h * k[0], wd * k[1]), m)
     if _call(_lib.mrt_convtranspose_tiles_f32, (geometry, _ptr(wt), _epilogue(bias_rows, act, a0, a1), _ptr(x),
                                                 _ptr(y), threads()), x, y) != 0:
-        raise MemoryError("minirt native ConvTranspose: could not allocate scratch memory")
+        raise no_scratch("minirt native ConvTranspose")
 
 
 # --------------------------------------------------------------------------- float products
@@ -898,7 +958,7 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
     if rc == -2:
         raise UnsupportedGeometry("the native int8 conv kernel refused its geometry (a derived size would overflow)")
     if rc != 0:
-        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+        raise no_scratch("minirt native qconv2d")
 
 
 def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_strides, y, residual=None,
@@ -914,7 +974,7 @@ def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_st
         raise ValueError(f"minirt native qconv2d: pooling window {pool_kernel} larger than the output "
                          f"{(prep.geometry.oh, prep.geometry.ow)}")
     if rc != 0:
-        raise MemoryError("minirt native qconv2d: could not allocate its scratch buffer")
+        raise no_scratch("minirt native qconv2d")
 
 
 def qconvtranspose_tiles(x, x_zero: int, packed_w, m: int, k, scale, bias, y, y_q=None, act=0, a0=0.0,
@@ -936,7 +996,7 @@ def qconvtranspose_tiles(x, x_zero: int, packed_w, m: int, k, scale, bias, y, y_
     rc = _call(_lib.mrt_qconvtranspose_tiles, (geometry, quant, _epilogue(bias, act, a0, a1), _u8(x),
                                                _u8(y) if y_q else _ptr(y), threads()))
     if rc == -1:
-        raise MemoryError("minirt native QConvTranspose: could not allocate scratch memory")
+        raise no_scratch("minirt native QConvTranspose")
     if rc != 0:
         raise ValueError("minirt native QConvTranspose: invalid arguments")
 
@@ -1006,7 +1066,7 @@ def qmatmul_call(prep, a, y) -> None:
     """Run a prepared :func:`qmatmul` of ``a`` (rows, K) into ``y`` (rows, n)."""
     shape, quant, epilogue = prep
     if _call(_lib.mrt_qmatmul_f32, (shape, quant, epilogue, _ptr(a), _ptr(y), threads()), a, y) != 0:
-        raise MemoryError("minirt native qmatmul: could not allocate its scratch buffer")
+        raise no_scratch("minirt native qmatmul")
 
 
 def quantize_u8(x, q, scale: float, zero_point: int) -> None:
@@ -1032,7 +1092,7 @@ def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int, xm=None, um=None
     rc = _call(_lib.mrt_quantize_add_up_u8_f32, (geometry, quant, _opt(x), _opt(xm), _ptr(xu), _opt(um), _u8(q),
                                                  threads()), x, xm, xu, um, q)
     if rc == -1:
-        raise MemoryError("minirt native quantize_add_up_u8: could not allocate its scratch buffer")
+        raise no_scratch("minirt native quantize_add_up_u8")
     if rc != 0:
         raise ValueError(f"quantize_add_up_u8: {q.shape} is not {xu.shape} upsampled by an integer factor")
 
@@ -1274,7 +1334,7 @@ def rnn_call(prep, x, lens, h0, c0, y, state) -> None:
                                   _opt(h0), _opt(c0), _ptr(y), _ptr(state), threads()),
                x, lens, h0, c0, y, state)
     if rc == -1:
-        raise MemoryError("minirt native LSTM / GRU: no memory for the input projection")
+        raise no_scratch("minirt native LSTM / GRU")
     if rc != 0:
         raise ValueError(f"minirt native LSTM / GRU: bad sizes or sequence lengths (code {rc})")
 
@@ -1302,7 +1362,7 @@ def nms(boxes, scores, max_output: int, iou_threshold: float, score_threshold: f
     rows = _call(_lib.mrt_nms_f32, (params, _ptr(boxes), _ptr(scores),
                                     _ffi.from_buffer("int64_t[]", selected), capacity))
     if rows == -1:
-        raise MemoryError(f"minirt native NonMaxSuppression: no memory for the scratch of {n} boxes")
+        raise no_scratch("minirt native NonMaxSuppression")
     if rows < 0:
         raise ValueError(f"minirt native NonMaxSuppression: bad parameters (code {rows}): batches {b}, classes {k}, "
                          f"boxes {n}, max_output {max_output}, iou_threshold {iou_threshold}, "
@@ -1329,7 +1389,7 @@ def roi_align(x, rois, batch_indices, y, mode: str, sampling_ratio: int, spatial
     rc = _call(_lib.mrt_roi_align_f32, (shape, _ptr(x), _ptr(rois), _ffi.from_buffer("int64_t[]", batch_indices),
                                         nrois, _ptr(y), threads()))
     if rc == -1:
-        raise MemoryError("minirt native RoiAlign: no memory for its scratch")
+        raise no_scratch("minirt native RoiAlign")
     if rc == -3:
         raise ValueError("RoiAlign: a RoI needs more than 65536 samples per bin along an axis "
                          "(sampling_ratio 0 and a RoI far larger than its output bins)")

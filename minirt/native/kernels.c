@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -146,11 +147,56 @@ static inline void mrt_spin_step(int i) {
 static inline long mrt_chunks(long n, int parts) { return n < 4L * parts ? n : 4L * parts; }
 static inline long mrt_chunk_begin(long n, long chunks, long c) { return n / chunks * c + (n % chunks) * c / chunks; }
 
+/* ------------------------------------------------------------------ cancellation (issue 22)
+ *
+ * A thread that runs a cancellable run watches its mrt_cancel (mrt_watch_cancel); the kernels it calls
+ * read it between their work items (mrt_parallel_for) and a replayed program between its calls, and
+ * stop early once it says so: a kernel's output is then incomplete, and the caller, which reads the
+ * same flag after the call, discards the run (RunTerminated).  A thread that watches nothing pays one
+ * thread-local load per parallel loop. */
+static __thread mrt_cancel *tls_cancel;
+
+void mrt_watch_cancel(mrt_cancel *c) { tls_cancel = c; }
+
+static int mrt_cancelled(const mrt_cancel *c) {
+    if (!c) return 0;
+    if (__atomic_load_n(&c->terminate, __ATOMIC_RELAXED)) return 1;
+    if (c->deadline_ns > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts); /* (the clock of Python's time.monotonic) */
+        if ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec > c->deadline_ns) return 1;
+    }
+    return 0;
+}
+
+/* the job's cancellation (the caller's watched one), read by every participant between chunks */
+static mrt_cancel *pool_cancel;
+
 static void pool_run_items(mrt_task_fn fn, void *ctx, long n, long chunks) {
+    mrt_cancel *cancel = pool_cancel;
+    /* (a worker watches the caller's cancellation for the job: a kernel the item runs inside, on one
+     * thread, splits its own work and checks too) */
+    mrt_cancel *own = tls_cancel;
+    tls_cancel = cancel;
     for (;;) {
         long c = __atomic_fetch_add(&pool_next, 1, __ATOMIC_RELAXED);
-        if (c >= chunks) break;
+        if (c >= chunks || mrt_cancelled(cancel)) break;
         fn(ctx, mrt_chunk_begin(n, chunks, c), mrt_chunk_begin(n, chunks, c + 1));
+    }
+    tls_cancel = own;
+}
+
+/* A watched cancellable run's work split this many times at most, each piece after a check: a long
+ * kernel stops within a thousandth of its time (and the checks, a load and a vDSO clock read each,
+ * cost nothing next to the pieces). */
+#define MRT_CANCEL_PIECES 1024
+
+/* fn over [0, n) on the calling thread, in pieces with a cancellation check before each. */
+static void run_watched(mrt_task_fn fn, void *ctx, long n, const mrt_cancel *cancel) {
+    const long pieces = n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES;
+    for (long c = 0; c < pieces; ++c) {
+        if (mrt_cancelled(cancel)) return;
+        fn(ctx, mrt_chunk_begin(n, pieces, c), mrt_chunk_begin(n, pieces, c + 1));
     }
 }
 
@@ -239,6 +285,7 @@ static void pool_init(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
  * item (to decide whether threads pay off). */
 static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, void *ctx) {
     if (n <= 0) return;
+    mrt_cancel *cancel = tls_cancel;
     long total = n * (unit > 0 ? unit : 1);
     long by_work = total / MRT_MIN_WORK_PER_THREAD;
     int parts = nthreads;
@@ -246,18 +293,22 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     if (parts > n) parts = (int)n;
     if (parts > by_work) parts = by_work < 1 ? 1 : (int)by_work;
     if (parts <= 1 || pthread_mutex_trylock(&pool_dispatch) != 0) {
-        fn(ctx, 0, n);
+        if (cancel) run_watched(fn, ctx, n, cancel);
+        else fn(ctx, 0, n);
         return;
     }
     pthread_once(&pool_once, pool_init);
     parts = pool_ensure(parts);
     if (parts <= 1) {
         pthread_mutex_unlock(&pool_dispatch);
-        fn(ctx, 0, n);
+        if (cancel) run_watched(fn, ctx, n, cancel);
+        else fn(ctx, 0, n);
         return;
     }
-    const long chunks = mrt_chunks(n, parts);
+    long chunks = mrt_chunks(n, parts);
+    if (cancel && chunks < n) chunks = n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES;
     /* no worker is inside (the last job ended with pool_active at 0): the fields are ours */
+    pool_cancel = cancel;
     pool_fn = fn;
     pool_ctx = ctx;
     pool_n = n;
@@ -287,6 +338,27 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     pthread_mutex_unlock(&pool_dispatch);
 }
 
+/* The memory bound over the kernels' own scratch (issue 22): no scratch block above scratch_limit
+ * bytes (the session's max_tensor_bytes, set by Python before its runs: mrt_set_scratch_limit) is
+ * allocated; the request fails as running out of memory would, and its size is kept for the error
+ * message (mrt_scratch_refused).  One value per process: concurrent sessions with different bounds
+ * share the last one set. */
+static size_t scratch_limit = (size_t)-1;
+static size_t scratch_refused;
+
+void mrt_set_scratch_limit(size_t bytes) { __atomic_store_n(&scratch_limit, bytes, __ATOMIC_RELAXED); }
+
+size_t mrt_scratch_refused(void) { return __atomic_exchange_n(&scratch_refused, 0, __ATOMIC_RELAXED); }
+
+static int scratch_allowed(size_t bytes) {
+    if (bytes <= __atomic_load_n(&scratch_limit, __ATOMIC_RELAXED)) return 1;
+    __atomic_store_n(&scratch_refused, bytes, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* malloc for a kernel's scratch, under the bound */
+static void *mrt_scratch_malloc(size_t bytes) { return scratch_allowed(bytes) ? malloc(bytes) : NULL; }
+
 /* Grow a per-thread scratch buffer to at least ``bytes`` (64-byte aligned);
  * it is kept for the life of the thread (no allocation in the steady state).
  * Returns NULL when memory runs out (the old buffer stays valid). */
@@ -314,7 +386,11 @@ static void *mrt_pack_buffer(size_t bytes) { return tls_grow(&tls_pack, &tls_pac
 static __thread void *tls_scratch;
 static __thread size_t tls_scratch_cap;
 
-static void *mrt_scratch_buffer(size_t bytes) { return tls_grow(&tls_scratch, &tls_scratch_cap, bytes); }
+static void *mrt_scratch_buffer(size_t bytes) {
+    /* (under the bound, unlike mrt_pack_buffer's blocks, which the GEMM's tile sizes bound) */
+    if (bytes > tls_scratch_cap && !scratch_allowed(bytes)) return NULL;
+    return tls_grow(&tls_scratch, &tls_scratch_cap, bytes);
+}
 
 /* A rectangle of output pixels of the channel-vector convolution (gemm_impl.h, FN(conv_cv)):
  * rows x cols pixels; pixel (r, j) reads row k of its implicit B at B + brow[k] + r * in_row +
@@ -2156,8 +2232,8 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
     /* (the calling thread's scratch, kept across calls: a fresh block of this size is a fresh mapping,
      * page faults on every call until malloc's threshold adapts; nothing this call runs uses it) */
     float *buf = (float *)mrt_scratch_buffer(sizeof(float) * (proj + (size_t)D * (rec + 3 * bh) + xc_floats));
-    int *active = (int *)malloc(sizeof(int) * ((size_t)D * B + 1));
-    long *xrows = compact ? (long *)malloc(sizeof(long) * (size_t)rows) : NULL;
+    int *active = (int *)mrt_scratch_malloc(sizeof(int) * ((size_t)D * B + 1));
+    long *xrows = compact ? (long *)mrt_scratch_malloc(sizeof(long) * (size_t)rows) : NULL;
     if (!buf || !active || (compact && !xrows)) {
         free(active);
         free(xrows);

@@ -12,6 +12,7 @@
 #ifndef MINIRT_KERNELS_H
 #define MINIRT_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* CPU feature bits reported by mrt_cpu_features(). */
@@ -32,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 19
+#define MRT_ABI_VERSION 21
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -140,6 +141,23 @@ int mrt_max_threads(void);
  * madvise(MADV_POPULATE_WRITE) on Linux 5.14+, else a write to each page of the byte it holds (the
  * contents are kept either way).  Returns 1 when the kernel populated them, 0 when they were touched. */
 int mrt_prefault(void *p, long n);
+/* Cancellation of a run (issue 22): a thread that watches c (NULL: nothing) has the kernels it calls
+ * stop between their work items, and a replayed program between its calls (returning MRT_CANCELLED as
+ * the failed call's code), once c->terminate is nonzero (set from any thread) or CLOCK_MONOTONIC has
+ * passed c->deadline_ns (0: no deadline).  A kernel stopped so leaves its output incomplete: the caller
+ * checks c after the call and discards the run. */
+typedef struct {
+    int terminate;
+    int64_t deadline_ns;
+} mrt_cancel;
+#define MRT_CANCELLED -101 /* (-100: a program call of an unknown entry) */
+void mrt_watch_cancel(mrt_cancel *c);
+
+/* The bound over the kernels' scratch memory: a kernel whose scratch block would exceed ``bytes``
+ * fails as on running out of memory (its usual error return); mrt_scratch_refused() returns the size
+ * of the last block refused so (0: none) and clears it. */
+void mrt_set_scratch_limit(size_t bytes);
+size_t mrt_scratch_refused(void);
 
 /* Depthwise 2-D convolution (g->m == g->c == g->group): x (n, c, h, w), w (c, kh, kw), e->bias (c) or
  * NULL, res (n, c, oh, ow) or NULL, y (n, c, oh, ow) = act(conv + bias + res). */

@@ -277,7 +277,7 @@ static MRT_TARGET void FN(avgpool_task)(void *ctx, long begin, long end) {
     const int ow = a->ow;
     float *colcnt = NULL;
     if (a->scale <= 0.0f) {
-        colcnt = (float *)malloc(sizeof(float) * (ow > 0 ? ow : 1));
+        colcnt = (float *)mrt_scratch_malloc(sizeof(float) * (ow > 0 ? ow : 1));
         if (!colcnt) return; /* cannot happen for sane sizes; leaves y untouched */
         for (int ox = 0; ox < ow; ++ox)
             colcnt[ox] = (float)mrt_count_in(ox * a->sw - a->pl, a->kw, a->dw, a->cw0, a->cw1);

@@ -234,7 +234,7 @@ int64_t mrt_nms_f32(const mrt_nms_params *p, const float *boxes, const float *sc
     nms_scratch w;
     /* one block: rsel (bits); all, cb, rbox, sel (boxes); key (2n); val (2n); cand; rank; rx0; out */
     const size_t nb = (size_t)n;
-    char *buf = (char *)malloc(sizeof(uint64_t) * (nb / 64 + 1) +
+    char *buf = (char *)mrt_scratch_malloc(sizeof(uint64_t) * (nb / 64 + 1) +
                                nb * (4 * sizeof(nms_box) + 2 * sizeof(uint32_t) + 2 * sizeof(int32_t) +
                                      3 * sizeof(int32_t) + sizeof(float)));
     if (!buf) return -1;

@@ -36,6 +36,7 @@ import contextlib
 import functools
 
 from minirt import native as _native
+from minirt.errors import RunTerminated
 from minirt.vocabulary import RANDOM, RESHAPES
 
 # The two cffi entry points a replay calls (looked up once: a replay of a small model is a few us).
@@ -304,6 +305,9 @@ class Program:
             pinned.append(p)
             target.p = p
         failed = _program_run(self.calls, self.n, self.rc)
+        if failed >= 0 and self.rc[0] == _native.CANCELLED:  # (a watched run stopped: plan.Cancellation)
+            raise RunTerminated("the run was stopped (RunOptions.terminate or its timeout) while its native "
+                                "program ran")
         return -1 if failed < 0 else self.step_of_call[failed]
 
     def results(self, slots, env=None) -> list:

@@ -96,7 +96,12 @@ static int program_call(const mrt_call *call) {
 #undef F
 
 long mrt_program_run(const mrt_call *calls, long n, int *rc) {
+    const mrt_cancel *cancel = tls_cancel;
     for (long i = 0; i < n; i++) {
+        if (cancel && mrt_cancelled(cancel)) {
+            *rc = MRT_CANCELLED;
+            return i;
+        }
         int r = program_call(&calls[i]);
         if (r != 0) {
             *rc = r;

@@ -29,11 +29,11 @@ static MRT_TARGET void FN(roi_align_task)(void *ctx, long begin, long end) {
     const mrt_roi_align_shape *s = a->s;
     const int C = s->c, H = s->h, W = s->w, oh = s->oh, ow = s->ow, avg = s->mode == MRT_ROI_AVG;
     const long bins = (long)oh * ow;
-    roi_tap *ty = (roi_tap *)malloc(sizeof(roi_tap) * (size_t)(a->max_ty + a->max_tx));
+    roi_tap *ty = (roi_tap *)mrt_scratch_malloc(sizeof(roi_tap) * (size_t)(a->max_ty + a->max_tx));
     /* channels-last: the RoI's bins (bins, C), written to its (C, bins) output at the end (one bin's C
      * values stored straight to the output would land a whole row of bins apart each: measured 60% of
      * the kernel's time); planes: unused */
-    float *acc = (float *)malloc(sizeof(float) * (size_t)(a->xt ? C * bins : 1));
+    float *acc = (float *)mrt_scratch_malloc(sizeof(float) * (size_t)(a->xt ? C * bins : 1));
     if (!ty || !acc) {
         free(ty);
         free(acc);
@@ -160,7 +160,7 @@ static int FN(roi_align)(const mrt_roi_align_shape *s, const float *x, const flo
                          int nthreads) {
     float *xt = NULL;
     if (channels_last) {
-        xt = (float *)malloc(sizeof(float) * (size_t)s->n * s->h * s->w * s->c);
+        xt = (float *)mrt_scratch_malloc(sizeof(float) * (size_t)s->n * s->h * s->w * s->c);
         if (!xt) return -1;
         FN(roi_transpose_args) t = {x, xt, s->c, s->h, s->w};
         mrt_parallel_for((long)s->n * s->h, (long)s->w * s->c, nthreads, FN(roi_transpose_task), &t);
