@@ -29,7 +29,8 @@ from minirt.builder.errors import BuildError, UnsupportedModel
 from minirt.builder.ir_helpers import has_subgraph, subgraphs
 from minirt.builder.load import SourceInfo, load_model
 from minirt.builder.lower import lower_model
-from minirt.builder.partition import apply_plan, format_partition_report, plan_partitions
+from minirt.builder.partition import apply_plan, drop_cpu_versions, plan_partitions
+from minirt.tools.reports import format_partition_report
 from minirt.builder.passes import format_report
 from minirt.builder.passes import optimize as optimize_graph
 from minirt.builder.passes import pass_names as optimizer_pass_names
@@ -395,6 +396,7 @@ def build(
     sign_key: str | os.PathLike | bytes | None = None,
     providers: Sequence[str] | str | None = None,
     weight_pack: int | None = None,
+    cpu_fallback: bool = True,
 ) -> BuildReport:
     """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
 
@@ -414,6 +416,10 @@ def build(
     channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: none), so that a runtime with
     that layout packs nothing on the first run (builder/prepack.py); None: the target's default
     (``weight_pack`` of targets/profiles.py: 8 on the Raspberry Pi targets, else 0).
+
+    ``cpu_fallback=False`` (``--no-cpu-fallback``): a thin accelerator artifact: each partition keeps
+    its provider program and golden tensors but not its CPU version (its nodes and the weights only
+    they read); a session where the provider cannot run it refuses the artifact at load.
     """
     say = progress or (lambda msg: None)
     if opt_level not in OPT_LEVELS:
@@ -426,6 +432,9 @@ def build(
         raise BuildError(str(exc)) from None
     if providers is not None:
         profile = dataclasses.replace(profile, providers=_parse_providers(providers))
+    if not cpu_fallback and all(p == CPU for p in profile.providers):  # (said before the slow part)
+        raise BuildError(f"--no-cpu-fallback: target {profile.name!r} has no accelerator provider "
+                         f"({', '.join(profile.providers)}); there is no CPU fallback to leave out")
     if weight_pack is None:
         weight_pack = profile.build_defaults()["weight_pack"]
     if weight_pack and weight_pack not in PANEL_WIDTHS:
@@ -526,8 +535,16 @@ def build(
     if any(p != CPU for p in profile.providers):
         t0 = time.perf_counter()
         say("partitioning for providers " + ", ".join(p for p in profile.providers if p != CPU))
-        plan = plan_partitions(model_ir, profile, {"input_shapes": shapes})  # reorders model_ir.graph
+        # (the source model too: the partitions' golden outputs come from onnxruntime on it)
+        plan = plan_partitions(model_ir, profile, {"input_shapes": shapes, "source": model})  # reorders model_ir.graph
         timings["partition"] = time.perf_counter() - t0
+        if not cpu_fallback:
+            if plan.partitions:
+                dropped = drop_cpu_versions(model_ir, plan)
+                plan.notes.append(f"no CPU fallback (--no-cpu-fallback): the partitions' CPU versions are not "
+                                  f"stored ({dropped / 2**20:.1f} MiB of weights left out)")
+            else:
+                plan.notes.append("--no-cpu-fallback: no partition to build without its CPU version")
 
     t0 = time.perf_counter()
     say("writing artifact")
@@ -544,6 +561,7 @@ def build(
         "disabled_passes": list(disabled_passes),
         "signed": sign_key is not None,
         "weight_pack": weight_pack,
+        "cpu_fallback": cpu_fallback,
     }
     _metadata(writer, info, options, profile)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).

@@ -54,6 +54,7 @@ from minirt import vocabulary
 # this package's ``__init__`` (build -> partition); when a target module is imported first,
 # ``targets.providers`` is still half-initialised here, and only a module reference survives that
 # circle (its attributes are read at call time).
+from minirt.targets import flops as flops_mod
 from minirt.targets import providers as target_providers
 
 log = logging.getLogger("minirt.builder")
@@ -73,12 +74,14 @@ class PlannedPartition:
     options: dict = dataclasses.field(default_factory=dict)
     golden_inputs: list | None = None  # arrays, one per ir.inputs
     golden_outputs: list | None = None  # arrays, one per ir.outputs
+    source_nodes: int | None = None  # the nodes it took when drop_cpu_versions left one stand-in node
 
     def as_dict(self) -> dict:
         return {
             "index": self.index,
             "provider": self.provider,
-            "nodes": len(self.ir.nodes),
+            "nodes": self.source_nodes if self.source_nodes is not None else len(self.ir.nodes),
+            "cpu_version": self.source_nodes is None,  # (False: a thin artifact, drop_cpu_versions)
             "node_names": [n.name for n in self.ir.nodes],
             "ops": _histogram(self.ir.nodes),
             "inputs": [v.name for v in self.ir.inputs],
@@ -86,6 +89,7 @@ class PlannedPartition:
             "flops": self.flops,
             "flops_share": self.flops_share,
             "blob_bytes": len(self.blob) if self.blob is not None else 0,
+            "golden_bytes": sum(a.nbytes for a in (self.golden_inputs or []) + (self.golden_outputs or [])),
             "options": self.options,
             "golden": self.golden_outputs is not None,
         }
@@ -102,6 +106,10 @@ class PartitionPlan:
     notes: list = dataclasses.field(default_factory=list)  # provider-level remarks
     golden_input: dict = dataclasses.field(default_factory=dict)  # model input name -> shape used
     timings: dict = dataclasses.field(default_factory=dict)
+    nodes: int = 0  # nodes of the graph, partitioned or not
+    # nodes whose FLOPs are unknown (targets.flops.estimate is None): name -> (op type, where it runs);
+    # the FLOPs shares count the known estimates only, and the report says so
+    unknown_cost: dict = dataclasses.field(default_factory=dict)
 
     def provider_share(self, provider: str | None = None) -> float:
         return float(sum(p.flops_share for p in self.partitions if provider is None or p.provider == provider))
@@ -113,6 +121,10 @@ class PartitionPlan:
             "providers": list(self.providers),
             "total_flops": self.total_flops,
             "accelerated_share": self.provider_share(),
+            "nodes": self.nodes,
+            "accelerated_nodes": sum(p.as_dict()["nodes"] for p in self.partitions),
+            "unknown_cost_nodes": [{"node": name, "op": op, "runs_on": where}
+                                   for name, (op, where) in self.unknown_cost.items()],
             "partitions": [p.as_dict() for p in self.partitions],
             "cpu_nodes": [
                 {"node": name, "op": self.cpu_ops.get(name, "?"), "reason": reason} for name, reason in self.cpu_nodes.items()
@@ -120,29 +132,6 @@ class PartitionPlan:
             "notes": list(self.notes),
             "golden_input_shapes": {k: list(v) for k, v in self.golden_input.items()},
         }
-
-    def summary_lines(self, max_cpu_nodes: int = 40) -> list[str]:
-        """Lines for the build report's ``__str__``."""
-        if not self.providers:
-            return []
-        lines = [
-            f"  partitions: {len(self.partitions)}; {self.provider_share() * 100:.1f}% of {self.total_flops / 1e6:.1f} MFLOPs "
-            f"on accelerators ({', '.join(self.providers)})"
-        ]
-        for p in self.partitions:
-            lines.append(
-                f"    #{p.index} {p.provider}: {len(p.ir.nodes)} nodes, {p.flops_share * 100:.1f}% FLOPs, "
-                f"{len(p.ir.inputs)} in / {len(p.ir.outputs)} out, program {len(p.blob or b'') / 1024:.1f} KiB"
-            )
-        lines += [f"    note: {n}" for n in self.notes]
-        if self.cpu_nodes:
-            lines.append(f"  on the CPU: {len(self.cpu_nodes)} node(s)")
-            for i, (name, reason) in enumerate(self.cpu_nodes.items()):
-                if i >= max_cpu_nodes:
-                    lines.append(f"    ... and {len(self.cpu_nodes) - max_cpu_nodes} more (see build.partitions)")
-                    break
-                lines.append(f"    {name} ({self.cpu_ops.get(name, '?')}): {reason}")
-        return lines
 
 
 def _histogram(nodes) -> dict:
@@ -433,9 +422,13 @@ def plan_partitions(model_ir: ir.Model, profile: Any, options: dict | None = Non
         total_flops=total,
         notes=notes,
     )
+    plan.nodes = n
+    runs_on = {node.name: p.provider for p in planned for node in p.ir.nodes}
     for i in order:
+        node = g.nodes[i]
+        if flops_mod.estimate(node) is None:
+            plan.unknown_cost[node.name] = (node.op_type, runs_on.get(node.name, CPU))
         if group_of[i] is None:
-            node = g.nodes[i]
             why = "; ".join(dict.fromkeys(reasons[i])) or "no accelerator provider on this target"
             plan.cpu_nodes[node.name] = why
             plan.cpu_ops[node.name] = node.op_type
@@ -481,8 +474,40 @@ def reference_inputs(model_ir: ir.Model, input_shapes: dict | None = None, seed:
     return feeds
 
 
+def _reference_values(source: Any, names: list[str], feeds: dict) -> dict:
+    """The values ``names`` that the source ONNX model (path, bytes or ModelProto: ``options["source"]``)
+    computes under onnxruntime for ``feeds``: those of its node outputs that kept their name through
+    the builder's passes (a fused node's output keeps its last node's).  {} without onnxruntime, or when
+    onnxruntime cannot run the source model (its failure is the caller's note)."""
+    import onnx
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {}
+    from minirt.builder.load import _read_proto
+
+    proto = onnx.ModelProto()
+    proto.CopyFrom(_read_proto(source)[0])  # (outputs are added below: never to the caller's model)
+    produced = {o for node in proto.graph.node for o in node.output if o}
+    outputs = [n for n in names if n in produced or n in {o.name for o in proto.graph.output}]
+    known = {o.name for o in proto.graph.output}
+    graph_inputs = {i.name for i in proto.graph.input}
+    proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in outputs if n not in known)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    # (no graph optimization: onnxruntime's fusions could drop the intermediate values asked for)
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    results = session.run(outputs, {k: v for k, v in feeds.items() if k in graph_inputs})
+    return dict(zip(outputs, results))
+
+
 def _golden(model_ir: ir.Model, plan: PartitionPlan, options: dict) -> None:
-    """Run the CPU version (minirt kernels) and keep every partition's boundary values."""
+    """Keep every partition's boundary values on a seeded reference input, as golden tensors: computed
+    by onnxruntime on the source model (``options["source"]``) where the value exists there, else by
+    minirt's CPU kernels on the built graph (a value that the passes created); a note says how many came
+    from each."""
     from minirt.builder.lower import lower_model
     from minirt.builder.writer import ArtifactWriter
     import minirt
@@ -504,9 +529,66 @@ def _golden(model_ir: ir.Model, plan: PartitionPlan, options: dict) -> None:
     names = graph_outputs + extra
     results = dict(zip(names, sess.run(names, feeds)))
     values = {**feeds, **results}
+    if options.get("source") is not None:
+        try:
+            reference = _reference_values(options["source"], wanted, feeds)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime refuses the source: minirt's values stand
+            reference = {}
+            plan.notes.append(f"golden outputs: onnxruntime could not run the source model "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
+        values.update(reference)
+        computed = [n for n in wanted if n not in feeds]
+        if computed:
+            plan.notes.append(f"golden outputs: {sum(n in reference for n in computed)} of {len(computed)} "
+                              f"boundary values computed by onnxruntime on the source model, the others by "
+                              f"minirt's CPU kernels (values the optimizer created)")
     for p in plan.partitions:
         p.golden_inputs = [np.asarray(values[v.name]) for v in p.ir.inputs]
         p.golden_outputs = [np.asarray(values[v.name]) for v in p.ir.outputs]
+
+
+# --- thin artifacts: no CPU version of the partitions -------------------------------------
+
+# The node that stands for a partition built without its CPU version (docs/format.md, "Partitions"):
+# it reads the partition's inputs and makes its outputs; its CPU kernel only refuses to run
+# (minirt/kernels/delegated.py), and a session that cannot give the partition to its provider refuses
+# the artifact at load.
+DELEGATED_OP = "DelegatedPartition"
+
+
+def drop_cpu_versions(model_ir: ir.Model, plan: PartitionPlan) -> int:
+    """Replace each planned partition's nodes by one ``com.minirt::DelegatedPartition`` node (after the
+    golden outputs were computed from them), and drop the initializers no node reads any more: an
+    accelerator artifact without the CPU fallback (``--no-cpu-fallback``).  Returns the bytes of the
+    initializers dropped."""
+    graph = model_ir.graph
+    for p in plan.partitions:
+        p.source_nodes = len(p.ir.nodes)
+        outs = [ir.Value(name=None, shape=v.shape, type=v.type) for v in p.ir.outputs]
+        attributes = [ir.AttrString("provider", p.provider), ir.AttrInt64("partition", p.index),
+                      ir.AttrInt64("nodes", len(p.ir.nodes))]
+        node = ir.Node(vocabulary.MINIRT_DOMAIN, DELEGATED_OP, list(p.ir.inputs), attributes, outputs=outs,
+                       version=1, name=f"{p.provider}_partition_{p.index}")
+        graph.insert_before(p.ir.nodes[0], node)
+        for old, new in zip(p.ir.outputs, outs):
+            name = old.name
+            if old.is_graph_output():
+                graph.outputs[[o is old for o in graph.outputs].index(True)] = new
+            old.replace_all_uses_with(new)
+            old.name = None
+            new.name = name
+        graph.remove(list(reversed(p.ir.nodes)), safe=True)
+        p.ir.nodes = [node]
+        p.ir.outputs = outs
+    if vocabulary.MINIRT_DOMAIN not in model_ir.opset_imports:
+        model_ir.opset_imports[vocabulary.MINIRT_DOMAIN] = 1
+    read = {id(v) for n in ir.traversal.RecursiveGraphIterator(graph) for v in n.inputs if v is not None}
+    dropped = 0
+    for name, v in list(graph.initializers.items()):
+        if id(v) not in read and not v.is_graph_output() and not v.is_graph_input():
+            dropped += v.const_value.nbytes if v.const_value is not None else 0
+            del graph.initializers[name]
+    return dropped
 
 
 # --- writing ----------------------------------------------------------------------------
@@ -539,27 +621,3 @@ def apply_plan(plan: PartitionPlan, writer, graph_index: int = 0, metadata: bool
         )
     if metadata:
         writer.set_metadata("build.partitions", plan.report())
-
-
-def format_partition_report(report: dict, max_cpu_nodes: int = 40) -> list[str]:
-    """``PartitionPlan.report()`` (e.g. ``BuildReport.partitions``) as report lines."""
-    if not report or not report.get("providers") and not report.get("notes"):
-        return []
-    parts = report.get("partitions", [])
-    lines = [
-        f"  partitions: {len(parts)}; {report.get('accelerated_share', 0) * 100:.1f}% of "
-        f"{report.get('total_flops', 0) / 1e6:.1f} MFLOPs on accelerators ({', '.join(report.get('providers', [])) or 'none'})"
-    ]
-    for p in parts:
-        lines.append(f"    #{p['index']} {p['provider']}: {p['nodes']} nodes, {p['flops_share'] * 100:.1f}% FLOPs, "
-                     f"{len(p['inputs'])} in / {len(p['outputs'])} out, program {p['blob_bytes'] / 1024:.1f} KiB")
-    lines += [f"    note: {n}" for n in report.get("notes", [])]
-    cpu = report.get("cpu_nodes", [])
-    if cpu:
-        lines.append(f"  on the CPU: {len(cpu)} node(s)")
-        for i, row in enumerate(cpu):
-            if i >= max_cpu_nodes:
-                lines.append(f"    ... and {len(cpu) - max_cpu_nodes} more (see build.partitions)")
-                break
-            lines.append(f"    {row['node']} ({row['op']}): {row['reason']}")
-    return lines

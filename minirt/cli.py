@@ -218,6 +218,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         opt_level=args.opt_level,
         providers=args.providers,
         weight_pack=args.weight_pack,
+        cpu_fallback=not args.no_cpu_fallback,
         disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
         input_values=args.input_value,
@@ -333,15 +334,14 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from minirt.tools.verify import format_verify, verify
+    from minirt.tools.verify import failed, format_verify, verify
 
     report = verify(args.artifact, rtol=args.rtol, **_trust(args))
     if args.json:
         _print_json(report)
     else:
         print(format_verify(report))
-    bad = [r for row in report["partitions"] for r in row["results"] if r.get("status") == "MISMATCH"]
-    return 1 if bad else 0
+    return 1 if failed(report) else 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -405,6 +405,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     quantizer = quantization.get("passes") if isinstance(quantization, dict) else None
     if isinstance(quantizer, dict) and quantizer.get("passes") is not None:
         print(format_optimizer_report(quantizer))
+    partitions = info["metadata"].get("build.partitions")
+    if isinstance(partitions, dict) and partitions.get("providers"):
+        from minirt.tools.reports import format_partition_report
+
+        print(f"accelerators (built for {partitions.get('target')}):")
+        print("\n".join(format_partition_report(partitions)))
     return 0
 
 
@@ -432,21 +438,37 @@ def cmd_run(args: argparse.Namespace) -> int:
 # --- bench ----------------------------------------------------------------------
 
 
-def _profile_overhead(session: minirt.Session, feed: dict, runs: int) -> tuple[float, int, list]:
-    """Median per-node Python overhead (seconds) over ``runs`` profiled runs, the node count, and the
-    time per op type (mean seconds per run, node count), largest first: [(op type, seconds, nodes)]."""
+def _profile_overhead(session: minirt.Session, feed: dict, runs: int) -> tuple[float, int, list, dict]:
+    """Median per-node Python overhead (seconds) over ``runs`` profiled runs, the node count, the
+    time per op type (mean seconds per run, node count), largest first: [(op type, seconds, nodes)],
+    and the mean seconds per run of each node by name."""
     per_node, nodes = [], 0
     by_op: dict[str, list] = {}
+    by_node: dict[str, float] = {}
     for _ in range(runs):
         _, profile = session.run_profiled(feed)
         per_node.append(profile["overhead_per_node_s"])
         nodes = len(profile["nodes"])
-        for _node, op_type, seconds in profile["nodes"]:
+        for node, op_type, seconds in profile["nodes"]:
             entry = by_op.setdefault(op_type, [0.0, 0])
             entry[0] += seconds / runs
             entry[1] += 1
+            by_node[node] = by_node.get(node, 0.0) + seconds / runs
     ops = sorted(((op, s, n // runs) for op, (s, n) in by_op.items()), key=lambda r: -r[1])
-    return statistics.median(per_node), nodes, ops
+    return statistics.median(per_node), nodes, ops, by_node
+
+
+def _accelerated_shares(report: dict, node_seconds: dict) -> dict:
+    """The accelerated share of a build for accelerators (its ``build.partitions`` report): in nodes,
+    in estimated FLOPs, and in the CPU time measured here for the nodes that stay on the CPU on the
+    device (``node_seconds``: each node's time in a CPU-only run, by name)."""
+    cpu_nodes = {row["node"] for row in report.get("cpu_nodes", [])}
+    total = sum(node_seconds.values())
+    fallback = sum(t for name, t in node_seconds.items() if name in cpu_nodes)
+    return {"target": report.get("target"), "nodes": report.get("nodes"),
+            "accelerated_nodes": report.get("accelerated_nodes"), "flops_share": report.get("accelerated_share"),
+            "unknown_cost_nodes": len(report.get("unknown_cost_nodes", [])), "cpu_fallback_nodes": len(cpu_nodes),
+            "cpu_fallback_seconds": fallback, "cpu_fallback_time_share": fallback / total if total else None}
 
 
 def _bench_plot(path: str, samples: dict, ops: list, top: int) -> None:
@@ -523,8 +545,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     samples = timing.sample_interleaved(fns, args.runs, args.warmup)
     for name, xs in samples.items():
         result[name].update(timing.summarize(xs))
-    overhead, nodes, ops = _profile_overhead(session, feed, args.profile_runs)
+    overhead, nodes, ops, node_seconds = _profile_overhead(session, feed, args.profile_runs)
     result["minirt"].update(nodes=nodes, overhead_per_node_us=overhead * 1e6)
+    report = session.metadata.get("build.partitions")
+    if isinstance(report, dict) and report.get("partitions"):
+        if "cpu" in result:  # (a provider runs here: the nodes' own times come from the CPU-only session)
+            node_seconds = _profile_overhead(cpu_session, feed, args.profile_runs)[3]
+        result["accelerators"] = _accelerated_shares(report, node_seconds)
     result["minirt"]["ops"] = [{"op_type": op, "seconds": s, "nodes": n} for op, s, n in ops]
     if args.plot:
         _bench_plot(args.plot, samples, ops, args.top)
@@ -579,6 +606,15 @@ def _print_bench(r: dict) -> None:
         print(f"  providers {', '.join(m['providers'])}: {len(delegated)} partition(s) delegated; "
               f"cpu-only median {fmt_seconds(r['cpu']['median_s'])}, "
               f"ratio with providers / cpu-only: {m['median_s'] / r['cpu']['median_s']:.2f}x")
+    acc = r.get("accelerators")
+    if acc:
+        fallback = acc["cpu_fallback_time_share"]
+        print(f"  built for {acc['target']}: {acc['accelerated_nodes']} of {acc['nodes']} nodes and "
+              f"{100 * acc['flops_share']:.1f}% of the estimated FLOPs on accelerators"
+              + (f" (FLOPs unknown for {acc['unknown_cost_nodes']} nodes)" if acc["unknown_cost_nodes"] else "")
+              + f"; the {acc['cpu_fallback_nodes']} CPU-fallback nodes take "
+              + (f"{100 * fallback:.1f}%" if fallback is not None else "an unknown share")
+              + " of a CPU-only run's time here")
     print(f"  per-node Python overhead: {m['overhead_per_node_us']:.1f} us ({m['nodes']} nodes)")
     program = m.get("native_program")
     if program and program.endswith("native calls"):
@@ -764,6 +800,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "machine) (default generic)")
     p.add_argument("--providers", default=None, metavar="LIST",
                    help=f"override the target's provider priority, e.g. tflite,cpu (names: {_PROVIDER_NAMES})")
+    p.add_argument("--no-cpu-fallback", action="store_true",
+                   help="a thin accelerator artifact: the partitions' provider programs without their CPU "
+                        "version (a device where the provider cannot run a partition refuses the artifact)")
     p.add_argument("--weight-pack", type=int, default=None, choices=(0, 8, 16, 32), metavar="N",
                    help="store conv / MatMul / Gemm weights packed for the native kernels' panels of N output "
                         "channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: off), so the first "

@@ -29,7 +29,7 @@ import numpy as np
 
 from minirt.dtypes import ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import (FileChanged, FormatError, InvalidArgument, KernelError, MissingFile, ResourceError,
-                           RunTerminated)
+                           RunTerminated, UnsupportedOperator)
 from minirt.format import reader
 from minirt.format import schema as S
 from minirt import arena
@@ -40,7 +40,7 @@ from minirt import native as _native  # threads for the native kernels
 from minirt.native import blas as _blas  # threads for numpy's BLAS
 from minirt.native import program as _program  # planned runs replayed from C (D32)
 from minirt.plan import BoundSubgraph, Cancellation, Plan, ReplayShortcut  # (BoundSubgraph: public)
-from minirt.vocabulary import RANDOM
+from minirt.vocabulary import MINIRT_DOMAIN, RANDOM
 
 
 # Recurrences (their input 4 is sequence_lens) and ops that pass a value's numbers on (warm-up feeds)
@@ -411,7 +411,10 @@ class Session:
                 return False
             if math.prod(arg.shape) * np.dtype(dtype).itemsize > self.max_tensor_bytes:
                 return False  # (a declared shape no run could feed: the memory guard's limit; found by fuzzing)
-            feed[arg.name] = np.zeros(arg.shape, dtype)
+            try:
+                feed[arg.name] = np.zeros(arg.shape, dtype)
+            except MemoryError:  # (under the limit, but not to be had here: an address-space limit; fuzzing)
+                return False
         feed.update(self._full_lengths(feed))
         if self._pinned is not None:
             feed.update(self._pinned)
@@ -514,11 +517,23 @@ class Session:
                         record["runs_on"] = part.provider
                         record["reason"] = "delegated"
             if record["runs_on"] == providers_mod.CPU:
+                if self._without_cpu_version(part):
+                    raise UnsupportedOperator(
+                        f"partition {index} ({part.provider}) was built without its CPU version (minirt build "
+                        f"--no-cpu-fallback), and this session cannot give it to {part.provider}: "
+                        f"{record['reason']}; build without --no-cpu-fallback to run it elsewhere")
                 providers_mod.log_info(
                     "minirt: partition %d (%d nodes) runs on the CPU: %s", index, part.node_count, record["reason"]
                 )
             self._assignments.append(record)
         return delegated
+
+    def _without_cpu_version(self, part) -> bool:
+        """Whether a partition's nodes are the stand-in of a thin artifact (minirt/kernels/delegated.py)."""
+        graph = self._artifact.graphs[part.graph]
+        ops = self._artifact.operators
+        return any(ops[n.op_index].op_type == "DelegatedPartition" and ops[n.op_index].domain == MINIRT_DOMAIN
+                   for n in graph.nodes[part.first_node:part.first_node + part.node_count])
 
     def get_partitions(self) -> list[dict]:
         """Per partition: its provider, node count, where it runs in this session and why."""

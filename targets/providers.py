@@ -169,6 +169,14 @@ class SupportContext:
     def is_onnx(node: ir.Node) -> bool:
         return node.domain in ("", "ai.onnx")
 
+    def unknown_shape_hint(self) -> str:
+        """Why a value's shape is not known, for a refusal's message: without fixed input shapes, the
+        missing --input-shape; with them, the real cause (a size computed from the data)."""
+        if not self.options.get("input_shapes"):
+            return "build with --input-shape to fix it"
+        return ("the input shapes are fixed, but this size depends on the input's values (data-dependent "
+                "output, or shape arithmetic the builder could not fold)")
+
     # --- values -------------------------------------------------------------
     @staticmethod
     def shape(value: ir.Value | None) -> tuple | None:

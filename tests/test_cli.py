@@ -611,3 +611,28 @@ def test_calibration_samples_stacked_on_the_batch_axis_are_split(tmp_path, capsy
     assert code == 0, stderr
     report = json.loads(stdout)
     assert report["quantization"]["calibration_feeds"] == 16
+
+
+def test_bench_and_inspect_give_the_accelerated_share_in_nodes_flops_and_cpu_time(tmp_path, capsys):
+    """Built for an Android target (its NNAPI partitions run on the CPU here): bench gives the share in
+    nodes and estimated FLOPs from the build's report and the share of a CPU-only run's time that the
+    CPU-fallback nodes take; inspect shows the report."""
+    out = tmp_path / "android.mrt"
+    code, stdout, _ = _run_cli(capsys, "build", DIGITS_ONNX, "-o", out, "--target", "android-api34",
+                               "--input-shape", "image=1x1x8x8", "--json")
+    assert code == 0
+    report = json.loads(stdout)["partitions"]
+    assert report["accelerated_nodes"] >= 1 and report["nodes"] >= report["accelerated_nodes"]
+    code, stdout, _ = _run_cli(capsys, "bench", out, "--runs", "3", "--warmup", "1", "--json")
+    assert code == 0
+    acc = json.loads(stdout)["accelerators"]
+    assert acc["target"] == "android-api34" and acc["nodes"] == report["nodes"]
+    assert acc["accelerated_nodes"] == report["accelerated_nodes"]
+    assert acc["cpu_fallback_nodes"] == report["nodes"] - report["accelerated_nodes"]
+    assert 0.0 <= acc["cpu_fallback_time_share"] <= 1.0
+    assert (acc["cpu_fallback_time_share"] > 0) == (acc["cpu_fallback_nodes"] > 0)
+    code, stdout, _ = _run_cli(capsys, "bench", out, "--runs", "2")
+    assert code == 0 and "built for android-api34:" in stdout and "CPU-fallback nodes take" in stdout
+    code, stdout, _ = _run_cli(capsys, "inspect", out)
+    assert code == 0 and "accelerators (built for android-api34):" in stdout
+    assert f"{report['accelerated_nodes']} of {report['nodes']} nodes" in stdout

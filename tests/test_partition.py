@@ -147,3 +147,51 @@ def test_build_for_macos_partitions_and_runs_identically_on_the_cpu(tmp_path):
     assert s_mac.artifact.partitions[0].golden_outputs
     x = np.random.default_rng(0).random((1, 1, 8, 8), dtype=np.float32)
     np.testing.assert_array_equal(s_mac.run(None, {"image": x})[0], s_cpu.run(None, {"image": x})[0])
+
+
+# --- honest reports (issue 27): shares in nodes and estimated FLOPs; unknown costs said so, never 0
+
+
+def test_report_counts_nodes_and_names_nodes_of_unknown_cost(fake):
+    # r=Relu(x) [fake]; n=Neg(r) [cpu]; e=Einsum(n) [cpu, no FLOPs rule]; y=Add(r, e) [fake]
+    m = _ir([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["n"]),
+             helper.make_node("Einsum", ["n"], ["e"], equation="ij->ij"), helper.make_node("Add", ["r", "e"], ["y"])])
+    plan = plan_partitions(m, PROFILE, {"golden": False})
+    report = plan.report()
+    assert (report["nodes"], report["accelerated_nodes"]) == (4, 2)
+    einsum = list(m.graph)[2].name
+    assert report["unknown_cost_nodes"] == [{"node": einsum, "op": "Einsum", "runs_on": "cpu"}]
+    from minirt.tools.reports import format_partition_report
+
+    text = "\n".join(format_partition_report(report))
+    assert "2 of 4 nodes (50.0%)" in text
+    assert "FLOPs unknown for 1 node(s)" in text and "1 of them on the CPU: Einsum x1" in text
+
+
+def test_flops_estimates_say_unknown_rather_than_zero():
+    from minirt.targets.flops import estimate, node_flops
+
+    def one(node, x_shape, y_shape, inits=()):
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, x_shape)],
+                              [helper.make_tensor_value_info("y", F, y_shape)], initializer=list(inits))
+        m, _ = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+        return next(iter(m.graph))
+
+    w = numpy_helper.from_array(np.ones((8, 4, 3, 3), np.float32), "w")
+    conv = one(helper.make_node("Conv", ["x", "w"], ["y"]), [1, 4, 10, 10], [1, 8, 8, 8], [w])
+    assert estimate(conv) == node_flops(conv) == 2 * 8 * 8 * 8 * 4 * 9
+    unknown_shape = one(helper.make_node("Conv", ["x", "w"], ["y"]), ["n", 4, "h", "w"], ["n", 8, "oh", "ow"], [w])
+    assert estimate(unknown_shape) is None and node_flops(unknown_shape) == 0.0
+    moves = one(helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0]), ["a", "b"], ["b", "a"])
+    assert estimate(moves) == 0.0  # (data movement: known to be no arithmetic, whatever the shapes)
+    no_rule = one(helper.make_node("Einsum", ["x"], ["y"], equation="ij->ji"), [2, 3], [3, 2])
+    assert estimate(no_rule) is None
+
+
+def test_a_shape_refusal_names_the_real_cause():
+    from minirt.targets.providers import SupportContext
+
+    m = _ir([helper.make_node("Relu", ["x"], ["y"])])
+    assert "--input-shape" in SupportContext(m, PROFILE, {}).unknown_shape_hint()
+    fixed = SupportContext(m, PROFILE, {"input_shapes": {"x": (1, 4)}}).unknown_shape_hint()
+    assert "--input-shape" not in fixed and "depends on the input's values" in fixed

@@ -55,7 +55,9 @@ def endless(request, tmp_path_factory):
 FEED = {"v0": np.zeros(1, np.float32)}
 
 
-def test_terminate_stops_an_endless_loop_within_100_ms(endless):
+def _seconds_from_terminate_to_stop(sess, feed, after: float) -> float:
+    """Run ``sess`` with run options whose terminate flag another thread sets ``after`` seconds in; the run
+    must end in RunTerminated.  Returns how long after the flag it stopped."""
     options = minirt.RunOptions()
     set_at = []
 
@@ -63,12 +65,17 @@ def test_terminate_stops_an_endless_loop_within_100_ms(endless):
         set_at.append(time.perf_counter())
         options.terminate = True
 
-    timer = threading.Timer(0.2, stop)
+    timer = threading.Timer(after, stop)
     timer.start()
     with pytest.raises(minirt.RunTerminated, match="terminate flag"):
-        endless.run(None, FEED, options)
+        sess.run(None, feed, options)
     stopped = time.perf_counter() - set_at[0]
     timer.join()
+    return stopped
+
+
+def test_terminate_stops_an_endless_loop_within_100_ms(endless):
+    stopped = _seconds_from_terminate_to_stop(endless, FEED, 0.2)
     assert stopped < 0.1, f"stopped {stopped * 1e3:.1f} ms after terminate"
 
 
@@ -141,20 +148,7 @@ def long_conv():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_terminate_stops_a_long_native_kernel_within_100_ms(long_conv, threads):
     data, feed = long_conv
-    sess = minirt.Session(data, threads=threads)
-    options = minirt.RunOptions()
-    set_at = []
-
-    def stop():
-        set_at.append(time.perf_counter())
-        options.terminate = True
-
-    timer = threading.Timer(0.05, stop)
-    timer.start()
-    with pytest.raises(minirt.RunTerminated, match="terminate flag"):
-        sess.run(None, feed, options)
-    stopped = time.perf_counter() - set_at[0]
-    timer.join()
+    stopped = _seconds_from_terminate_to_stop(minirt.Session(data, threads=threads), feed, 0.05)
     assert stopped < 0.1, f"stopped {stopped * 1e3:.1f} ms after terminate"
 
 

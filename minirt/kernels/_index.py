@@ -227,6 +227,7 @@ INDEX = {
     ('com.microsoft', 'QLinearMul'): ('qlinear',),
     ('com.microsoft', 'QLinearSigmoid'): ('qlinear',),
     ('com.minirt', 'Activation'): ('fused',),
+    ('com.minirt', 'DelegatedPartition'): ('delegated',),
     ('com.minirt', 'DequantizeWeights'): ('qlinear',),
     ('com.minirt', 'FusedConv'): ('fused',),
     ('com.minirt', 'FusedConvTranspose'): ('fused',),

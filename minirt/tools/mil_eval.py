@@ -1,7 +1,8 @@
-"""Test-only numpy evaluator for the MIL ops minirt's Core ML lowering emits.
+"""A numpy evaluator for the MIL ops minirt's Core ML lowering emits: the off-device reference.
 
-Core ML cannot run on Linux, so the tests read a saved ML Program back with
-coremltools' milproto loader and run it here.  Semantics follow the
+Core ML cannot run off Apple devices, so the tests and ``minirt verify`` (off-device, for a Core ML
+partition: minirt/tools/verify.py) read a saved ML Program back with coremltools' milproto loader
+and run it here; it needs coremltools (the builder's side), never the runtime.  Semantics follow the
 coremltools MIL op documentation (conv/pool ``pad`` order
 ``[begin0, end0, begin1, end1]``, weights ``[C_out, C_in/groups, *K]``,
 conv_transpose weights ``[C_in, C_out/groups, *K]``, ``linear`` weights
@@ -44,15 +45,18 @@ def read_package(blob: bytes):
     from coremltools.converters.mil.frontend.milproto.load import load as milproto_load
     from coremltools.proto import Model_pb2
 
-    tmp = tempfile.mkdtemp(prefix="mil-eval-")
-    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+    with tempfile.TemporaryDirectory(prefix="mil-eval-") as tmp, zipfile.ZipFile(io.BytesIO(bytes(blob))) as zf:
+        for name in zf.namelist():  # (a blob is data: no member may land outside the folder)
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"unsafe path {name!r} in the Core ML blob")
         zf.extractall(tmp)
         root = zf.namelist()[0].split("/")[0]
-    data = os.path.join(tmp, root, "Data", "com.apple.CoreML")
-    spec = Model_pb2.Model()
-    with open(os.path.join(data, "model.mlmodel"), "rb") as f:
-        spec.ParseFromString(f.read())
-    prog = milproto_load(spec, spec.specificationVersion, file_weights_dir=os.path.join(data, "weights"))
+        data = os.path.join(tmp, root, "Data", "com.apple.CoreML")
+        spec = Model_pb2.Model()
+        with open(os.path.join(data, "model.mlmodel"), "rb") as f:
+            spec.ParseFromString(f.read())
+        # (the loader reads the weight file now: the folder may go once it returns)
+        prog = milproto_load(spec, spec.specificationVersion, file_weights_dir=os.path.join(data, "weights"))
     return spec, prog
 
 

@@ -5,7 +5,10 @@ without the builder installed; the builder prints the same tables.
 """
 from __future__ import annotations
 
+import collections
 from typing import Mapping
+
+from minirt import vocabulary
 
 
 def format_report(d: Mapping) -> str:
@@ -50,4 +53,42 @@ def format_sensitivity(budget: dict, top: int = 10, indent: str = "    ") -> lis
         lines.append(f"{indent}  {name:<{width}}  {metric} {r['metric']:.5g}  cosine deficit {r['cosine_deficit']:.3g}")
     if len(rows) > top:
         lines.append(f"{indent}  ... {len(rows) - top} more (--json)")
+    return lines
+
+
+def format_partition_report(report: dict, max_cpu_nodes: int = 40) -> list[str]:
+    """``PartitionPlan.report()`` (e.g. ``BuildReport.partitions``) as report lines."""
+    if not report or not report.get("providers") and not report.get("notes"):
+        return []
+    parts = report.get("partitions", [])
+    nodes = report.get("nodes") or 0
+    share_of_nodes = (f"{report.get('accelerated_nodes', 0)} of {nodes} nodes "
+                      f"({100 * report.get('accelerated_nodes', 0) / nodes:.1f}%) and " if nodes else "")
+    lines = [
+        f"  partitions: {len(parts)}; {share_of_nodes}{report.get('accelerated_share', 0) * 100:.1f}% of the "
+        f"estimated {report.get('total_flops', 0) / 1e6:.1f} MFLOPs on accelerators "
+        f"({', '.join(report.get('providers', [])) or 'none'})"
+    ]
+    unknown = report.get("unknown_cost_nodes", [])
+    if unknown:
+        on_cpu = [row for row in unknown if row["runs_on"] == vocabulary.CPU]
+        ops = collections.Counter(row["op"] for row in on_cpu)
+        lines.append(f"    FLOPs unknown for {len(unknown)} node(s) (shapes or op without an estimate), "
+                     f"{len(on_cpu)} of them on the CPU" + (f": {', '.join(f'{op} x{k}' for op, k in ops.most_common())}"
+                                                             if on_cpu else "")
+                     + "; the FLOPs shares count the estimated nodes only")
+    for p in parts:
+        lines.append(f"    #{p['index']} {p['provider']}: {p['nodes']} nodes, {p['flops_share'] * 100:.1f}% FLOPs, "
+                     f"{len(p['inputs'])} in / {len(p['outputs'])} out, program {p['blob_bytes'] / 1024:.1f} KiB"
+                     + (f", golden tensors {p['golden_bytes'] / 1024:.1f} KiB" if p.get("golden_bytes") else "")
+                     + ("" if p.get("cpu_version", True) else ", no CPU version"))
+    lines += [f"    note: {n}" for n in report.get("notes", [])]
+    cpu = report.get("cpu_nodes", [])
+    if cpu:
+        lines.append(f"  on the CPU: {len(cpu)} node(s)")
+        for i, row in enumerate(cpu):
+            if i >= max_cpu_nodes:
+                lines.append(f"    ... and {len(cpu) - max_cpu_nodes} more (see build.partitions)")
+                break
+            lines.append(f"    {row['node']} ({row['op']}): {row['reason']}")
     return lines

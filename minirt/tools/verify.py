@@ -2,9 +2,14 @@
 and compare with the golden outputs the builder stored (the CPU result on a
 reference input).
 
+Off the device, where a partition's provider is not available, its program runs on
+the reference that this machine has for it (issue 27): an NNAPI program through its
+TFLite translation on the TFLite interpreter (ai-edge-litert or tflite-runtime), a
+Core ML program on minirt's MIL evaluator (minirt/tools/mil_eval.py, needs
+coremltools).  A provider with neither is reported as not verified, with the reason.
+
 Per partition and provider: max absolute error, max error relative to the
-golden output's largest magnitude, and pass/fail against ``rtol``; a
-provider that is not available here is reported with the reason.
+golden output's largest magnitude, and pass/fail against ``rtol``.
 """
 from __future__ import annotations
 
@@ -16,11 +21,11 @@ from minirt import providers as providers_mod
 def verify(path, rtol: float = 1e-2, providers=None, verify_key=None, require_signature=None) -> dict:
     """Report per partition and provider how far the provider is from the golden outputs (the artifact loaded
     under the trust policy of ``verify_key`` / ``require_signature``, as a Session takes them)."""
-    import minirt
+    from minirt.format import reader
+    from minirt.session import trusted_keys
 
-    cpu_sess = minirt.Session(path, providers=[providers_mod.CPU], verify_key=verify_key,
-                              require_signature=require_signature)
-    art = cpu_sess.artifact
+    # (the artifact alone, no session: a thin one, --no-cpu-fallback, has no CPU version to compile)
+    art = reader.load(path, verify_key=trusted_keys(verify_key, require_signature))
     names = providers if providers is not None else sorted({p.provider for p in art.partitions})
     report = {"partitions": [], "providers": {n: providers_mod.availability(n) for n in set(p.provider for p in art.partitions)}}
     for index, part in enumerate(art.partitions):
@@ -31,16 +36,20 @@ def verify(path, rtol: float = 1e-2, providers=None, verify_key=None, require_si
             continue
         golden_in = [art.tensor(t) for t in part.golden_inputs]
         golden_out = [art.tensor(t) for t in part.golden_outputs]
-        candidates = []
+        runs = []  # (who runs it, compile(blob, partition, artifact, options) -> callable)
         if part.provider in names:
             ok, why = providers_mod.availability(part.provider)
             if ok:
-                candidates.append(part.provider)
-            else:
-                row["results"].append({"runs_on": part.provider, "status": f"not available: {why}"})
-        for who in candidates:
+                runs.append((part.provider, providers_mod.get(part.provider).compile))
+            else:  # (off the device: the reference this machine has, the provider's absence said once above)
+                compile_reference, what = _off_device_reference(part.provider)
+                if compile_reference is not None:
+                    runs.append((f"{part.provider} off-device ({what})", compile_reference))
+                else:
+                    row["results"].append({"runs_on": part.provider, "status": f"not verified: {what}"})
+        for who, compile_program in runs:
             try:
-                call = providers_mod.get(who).compile(art.provider_blob(part.blob), part, art, dict(part.options))
+                call = compile_program(art.provider_blob(part.blob), part, art, dict(part.options))
                 outs = call(*golden_in)
             except Exception as exc:  # noqa: BLE001 - report, don't crash
                 row["results"].append({"runs_on": who, "status": f"failed: {type(exc).__name__}: {exc}"})
@@ -48,6 +57,61 @@ def verify(path, rtol: float = 1e-2, providers=None, verify_key=None, require_si
             row["results"].append(_compare(who, outs, golden_out, rtol))
         report["partitions"].append(row)
     return report
+
+
+def failed(report: dict) -> bool:
+    """Whether a partition's program disagreed with its golden outputs or failed to run."""
+    return any(r["status"] == "MISMATCH" or r["status"].startswith(("failed", "shape"))
+               for row in report["partitions"] for r in row["results"])
+
+
+def _off_device_reference(provider: str):
+    """(compile(blob, partition, artifact, options) -> callable, what it is) of the reference that runs a
+    ``provider`` partition on this machine, or (None, why there is none)."""
+    if provider == "nnapi":
+        from minirt.providers import tflite
+
+        if tflite._interpreter_module() is None:
+            return None, ("no TFLite interpreter here to run the NNAPI program's TFLite translation "
+                          "(pip install ai-edge-litert)")
+        return _nnapi_on_tflite, "its TFLite translation on the TFLite interpreter"
+    if provider == "coreml":
+        import importlib.util
+
+        if importlib.util.find_spec("coremltools") is None:
+            return None, "no coremltools here to read the ML program for minirt's MIL evaluator"
+        return _coreml_on_mil_evaluator, "minirt's MIL evaluator"
+    return None, f"no off-device reference for {provider}"
+
+
+def _nnapi_on_tflite(blob, partition, artifact, options):
+    """An NNAPI partition's program, translated to TFLite (targets/tflite) and run on the interpreter."""
+    from minirt.providers.tflite import _interpreter_module, make_program
+    from minirt.targets.nnapi.model import NNModel
+    from minirt.targets.tflite.translate import to_tflite
+
+    model = NNModel.from_bytes(bytes(blob))
+    interpreter = _interpreter_module().Interpreter(model_content=to_tflite(model))
+    interpreter.allocate_tensors()
+    ins, outs = interpreter.get_input_details(), interpreter.get_output_details()
+    header = {"input_map": model.input_map, "input_perm": model.input_perm, "output_perm": model.output_perm}
+    return make_program(interpreter, [d["index"] for d in ins], [d["index"] for d in outs], [d["dtype"] for d in ins],
+                        header)
+
+
+def _coreml_on_mil_evaluator(blob, partition, artifact, options):
+    """A Core ML partition's ML program on minirt's MIL evaluator (minirt/tools/mil_eval.py)."""
+    from minirt.tools import mil_eval
+
+    _, program = mil_eval.read_package(bytes(blob))
+    in_names = list(options.get("input_names") or [f"in_{i}" for i in range(len(partition.inputs))])
+    out_names = list(options.get("output_names") or [f"out_{i}" for i in range(len(partition.outputs))])
+
+    def run(*arrays):
+        results = mil_eval.run_program(program, dict(zip(in_names, arrays)))
+        return tuple(results[n] for n in out_names)
+
+    return run
 
 
 def _compare(who, outs, golden, rtol):

@@ -95,7 +95,7 @@ def _tensor_refusal(v, ctx: SupportContext, what: str) -> str | None:
     if shape is None:
         return f"{what} {v.name!r} has an unknown rank"
     if any(d is None for d in shape):
-        return f"{what} {v.name!r} has a dynamic shape {_fmt(v)} (build with --input-shape to fix it)"
+        return f"{what} {v.name!r} has a dynamic shape {_fmt(v)} ({ctx.unknown_shape_hint()})"
     if len(shape) > MAX_RANK:
         return f"{what} {v.name!r} has rank {len(shape)} > {MAX_RANK}, beyond Core ML's limit"
     if len(shape) == 0:

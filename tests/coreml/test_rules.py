@@ -17,7 +17,7 @@ from minirt.builder.passes import optimize  # noqa: E402
 from minirt.targets.coreml import CoreMLSpec  # noqa: E402
 from minirt.targets.profiles import get_target  # noqa: E402
 from minirt.targets.providers import PartitionIR, SupportContext  # noqa: E402
-from tests.coreml.mil_eval import read_package, run_program  # noqa: E402
+from minirt.tools.mil_eval import read_package, run_program  # noqa: E402
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
