@@ -562,8 +562,10 @@ def drop_cpu_versions(model_ir: ir.Model, plan: PartitionPlan) -> int:
     accelerator artifact without the CPU fallback (``--no-cpu-fallback``).  Returns the bytes of the
     initializers dropped."""
     graph = model_ir.graph
+    replaced: dict[int, ir.Value] = {}  # id(an earlier partition's output) -> its stand-in's output
     for p in plan.partitions:
         p.source_nodes = len(p.ir.nodes)
+        p.ir.inputs = [replaced.get(id(v), v) for v in p.ir.inputs]
         outs = [ir.Value(name=None, shape=v.shape, type=v.type) for v in p.ir.outputs]
         attributes = [ir.AttrString("provider", p.provider), ir.AttrInt64("partition", p.index),
                       ir.AttrInt64("nodes", len(p.ir.nodes))]
@@ -571,6 +573,7 @@ def drop_cpu_versions(model_ir: ir.Model, plan: PartitionPlan) -> int:
                        version=1, name=f"{p.provider}_partition_{p.index}")
         graph.insert_before(p.ir.nodes[0], node)
         for old, new in zip(p.ir.outputs, outs):
+            replaced[id(old)] = new
             name = old.name
             if old.is_graph_output():
                 graph.outputs[[o is old for o in graph.outputs].index(True)] = new

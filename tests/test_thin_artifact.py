@@ -49,3 +49,36 @@ def test_no_cpu_fallback_needs_an_accelerator_target(tmp_path, capsys):
 def test_the_stand_in_kernel_refuses_to_compute():
     with pytest.raises(minirt.UnsupportedOperator, match="partition 3 \\(coreml, 12 nodes\\) was built without"):
         delegated_partition(None, provider="coreml", partition=3, nodes=12)
+
+
+def test_a_partition_reading_an_earlier_partitions_output_gets_its_stand_ins_value():
+    """Two partitions, the second reading the first's output across a CPU node: after the first is replaced
+    by its stand-in, the second's stand-in reads the first stand-in's value (same name), and the artifact
+    is written and loads with both partitions."""
+    from onnx import helper
+
+    from minirt.builder.lower import lower_model
+    from minirt.builder.partition import apply_plan, drop_cpu_versions, plan_partitions
+    from minirt.builder.writer import ArtifactWriter
+    from minirt.format import reader
+    from minirt.targets.providers import register_spec, unregister_spec
+    from tests.test_partition import PROFILE, ReluAddSpec, _ir
+
+    register_spec(ReluAddSpec())
+    try:
+        m = _ir([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+                 helper.make_node("Add", ["a", "b"], ["y"])])
+        plan = plan_partitions(m, PROFILE, {"golden": False})
+        assert len(plan.partitions) == 2
+        drop_cpu_versions(m, plan)
+        assert [n.op_type for n in m.graph] == ["DelegatedPartition", "Neg", "DelegatedPartition"]
+        assert [v.name for v in plan.partitions[1].ir.inputs] == ["a", "b"]
+        w = ArtifactWriter()
+        lower_model(m, w)
+        apply_plan(plan, w)
+        art = reader.load(w.to_bytes())
+        assert [p.node_count for p in art.partitions] == [1, 1]
+        graph = art.graphs[0]
+        assert [graph.values[v].name for v in art.partitions[1].inputs] == ["a", "b"]
+    finally:
+        unregister_spec("fake")

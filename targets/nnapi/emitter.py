@@ -86,7 +86,7 @@ class Lowerer(Emitter):
             if c is not None:
                 s = tuple(c.shape)
         if s is None:
-            raise Unsupported(f"value {v.name!r} has no static shape (build with --input-shape to fix it)")
+            raise Unsupported(f"value {v.name!r} has no static shape ({self.ctx.unknown_shape_hint()})")
         if len(s) > MAX_RANK:
             raise Unsupported(f"value {v.name!r} has rank {len(s)}; NNAPI tensors have rank 4 at most")
         if any(d == 0 for d in s):
@@ -123,6 +123,9 @@ class Lowerer(Emitter):
 
     def add_model_input(self, v, type_=None, scale=0.0, zero_point=0) -> int:
         shape = self.shape(v)
+        if not shape:
+            # an NNAPI tensor operand with no dimensions has an unknown rank, not rank 0
+            raise Unsupported(f"value {v.name!r} is a rank-0 run-time tensor (NNAPI tensors have rank 1 to 4)")
         t = self.tensor_type(v) if type_ is None else type_
         idx = self.m.tensor(self.idims(shape), t, scale=scale, zero_point=zero_point, name=v.name or "")
         self.vals[id(v)] = idx
@@ -187,6 +190,10 @@ class Lowerer(Emitter):
             raise Unsupported(f"{C.OPERATION_NAMES[code]} needs Android API {need} (target API {self.level})")
         self.m.op(code, inputs, outputs)
 
+    def offers(self, code: int) -> bool:
+        """Whether the target API level has operation ``code`` (for a choice between two lowerings)."""
+        return C.MIN_API_LEVEL[code] <= self.level
+
     def need(self, feature: str, what: str) -> None:
         lv = C.FEATURE_API_LEVEL[feature]
         if lv > self.level:
@@ -241,6 +248,17 @@ class Lowerer(Emitter):
         if self.trivial(shape):
             return self.reshape(x, self.idims(shape))
         return self.transpose(x, TO_NHWC)
+
+    def to_nchw(self, x: int, shape) -> int:
+        """Operand in ONNX order from operand ``x`` holding ONNX ``shape`` in the internal layout.
+
+        The inverse of :meth:`from_nchw`, for an intermediate operand (:meth:`nchw` is its
+        counterpart for an ONNX value)."""
+        if len(shape) != 4:
+            return x
+        if self.trivial(shape):
+            return self.reshape(x, shape)
+        return self.transpose(x, TO_NCHW)
 
     @staticmethod
     def axis_map(axis: int, rank: int) -> int:

@@ -7,8 +7,9 @@ operand-level features that arrived later (dilation and the layout flag in
 API 29, resize corner modes in API 30, ...) with :data:`FEATURE_API_LEVEL`.
 
 NNAPI feature level 6 (Android 13, API 33, via the NNAPI mainline module)
-added BATCH_MATMUL, PACK, MIRROR_PAD and REVERSE; feature level 7 (API 34)
-added no operation this lowering uses.
+added BATCH_MATMUL and PACK; feature level 7 (Android 14, API 34) added
+MIRROR_PAD and REVERSE (the header's "Available since NNAPI feature level N"
+of each operation).
 """
 from __future__ import annotations
 
@@ -78,10 +79,12 @@ DIV = 30
 MEAN = 31
 PAD = 32
 SQUEEZE = 34
+STRIDED_SLICE = 35
 SUB = 36
 TRANSPOSE = 37
 ABS = 38
 EXP = 49
+GATHER = 51
 LOG = 60
 MAXIMUM = 65
 MINIMUM = 66
@@ -90,6 +93,8 @@ PAD_V2 = 69
 PRELU = 71
 QUANTIZE = 72
 RSQRT = 83
+SLICE = 86
+SPLIT = 87
 SQRT = 88
 TRANSPOSE_CONV_2D = 91
 RESIZE_NEAREST_NEIGHBOR = 94
@@ -109,14 +114,16 @@ MIN_API_LEVEL = {
     DEQUANTIZE: 27, FLOOR: 27, FULLY_CONNECTED: 27, L2_NORMALIZATION: 27, LOGISTIC: 27, MAX_POOL_2D: 27, MUL: 27,
     RELU: 27, RELU1: 27, RELU6: 27, RESHAPE: 27, RESIZE_BILINEAR: 27, SOFTMAX: 27, SPACE_TO_DEPTH: 27, TANH: 27,
     # NNAPI 1.1, Android 9 (API 28)
-    DIV: 28, MEAN: 28, PAD: 28, SQUEEZE: 28, SUB: 28, TRANSPOSE: 28,
+    DIV: 28, MEAN: 28, PAD: 28, SQUEEZE: 28, STRIDED_SLICE: 28, SUB: 28, TRANSPOSE: 28,
     # NNAPI 1.2, Android 10 (API 29)
-    ABS: 29, EXP: 29, LOG: 29, MAXIMUM: 29, MINIMUM: 29, NEG: 29, PAD_V2: 29, PRELU: 29, QUANTIZE: 29, RSQRT: 29,
-    SQRT: 29, TRANSPOSE_CONV_2D: 29, RESIZE_NEAREST_NEIGHBOR: 29,
+    ABS: 29, EXP: 29, GATHER: 29, LOG: 29, MAXIMUM: 29, MINIMUM: 29, NEG: 29, PAD_V2: 29, PRELU: 29, QUANTIZE: 29,
+    RSQRT: 29, SLICE: 29, SPLIT: 29, SQRT: 29, TRANSPOSE_CONV_2D: 29, RESIZE_NEAREST_NEIGHBOR: 29,
     # NNAPI 1.3, Android 11 (API 30)
     ELU: 30, HARD_SWISH: 30,
     # NNAPI feature level 6, Android 13 (API 33)
-    BATCH_MATMUL: 33, MIRROR_PAD: 33,
+    BATCH_MATMUL: 33,
+    # NNAPI feature level 7, Android 14 (API 34)
+    MIRROR_PAD: 34,
 }
 
 # Operand-level features that arrived after the operation itself.

@@ -18,6 +18,7 @@ import numpy as np
 from minirt.builder.ir_helpers import attr
 from minirt.targets.nnapi import oplevels as C
 from minirt.targets.nnapi.emitter import TO_NHWC, Unsupported, fuse_code
+from minirt.targets.nnapi.shapes import slice_bounds, split_sizes
 from minirt.targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr
 
 RULES = RuleSet("NNAPI", missing="{op} has no NNAPI lowering", error=Unsupported)
@@ -36,20 +37,45 @@ def _conv_pads(node, in_hw, kernel, strides, dilations):
     return begins[0], begins[1], ends[0], ends[1]
 
 
+def _conv1d_window(node, length: int, kernel: int):
+    """(strides, dilations, (top, left, bottom, right)) of a 1-D conv node lifted to a 2-D grid of
+    height 1: unit stride and dilation along H, no padding along H (a kernel of height 1 needs none)."""
+    stride = list(attr(node, "strides", [1]))
+    dil = list(attr(node, "dilations", [1]))
+    auto_pad = str_attr(node, "auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", "", None):
+        begin, end = list(attr(node, "pads", [0, 0]))
+    elif auto_pad == "VALID":
+        begin, end = 0, 0
+    else:
+        begins, ends = same_pads((length,), (kernel,), stride, dil, upper=auto_pad == "SAME_UPPER")
+        begin, end = begins[0], ends[0]
+    return [1] + stride, [1] + dil, (0, begin, 0, end)
+
+
 def _conv(low, node, act="", params=(), z=None) -> None:
     X, W = node.inputs[0], node.inputs[1]
     B = node.inputs[2] if len(node.inputs) > 2 else None
     xs = low.shape(X)
-    if len(xs) != 4:
-        raise Unsupported(f"{node.op_type} on a rank-{len(xs)} input (NNAPI has 2-D convolution only)")
     w = low.const_array(W, "the convolution weight").astype(np.float32)
+    # A 1-D convolution (N, C, L) is the 2-D one over (N, C, 1, L): the input is reshaped (and laid out
+    # NHWC) in front of the CONV_2D and its output brought back to (N, M, L') behind it.
+    one_d = len(xs) == 3 and w.ndim == 3
+    if one_d:
+        xs = (xs[0], xs[1], 1, xs[2])
+        w = w[:, :, None, :]
+    elif len(xs) != 4:
+        raise Unsupported(f"{node.op_type} on a rank-{len(xs)} input (NNAPI has 2-D convolution only)")
     if w.ndim != 4:
         raise Unsupported("convolution weight is not 4-D")
     group = int(attr(node, "group", 1))
     m_out, cin_g, kh, kw = w.shape
-    strides = list(attr(node, "strides", [1, 1]))
-    dil = list(attr(node, "dilations", [1, 1]))
-    top, left, bottom, right = _conv_pads(node, xs[2:], (kh, kw), strides, dil)
+    if one_d:
+        strides, dil, (top, left, bottom, right) = _conv1d_window(node, xs[3], kw)
+    else:
+        strides = list(attr(node, "strides", [1, 1]))
+        dil = list(attr(node, "dilations", [1, 1]))
+        top, left, bottom, right = _conv_pads(node, xs[2:], (kh, kw), strides, dil)
     bias = np.zeros(m_out, np.float32) if B is None else low.const_array(B, "the convolution bias").astype(
         np.float32).reshape(-1)
     fuse = C.FUSED_NONE
@@ -63,7 +89,10 @@ def _conv(low, node, act="", params=(), z=None) -> None:
             w = w * np.float32(6.0 * alpha)
             bias = bias * np.float32(6.0 * alpha) + np.float32(6.0 * beta)
             fuse, act, post_scale = C.FUSED_RELU6, "", 1.0 / 6.0
-    x = low.float_input(X)
+    if one_d:
+        x = low.from_nchw(low.reshape(low.float_input(X), xs), xs)
+    else:
+        x = low.float_input(X)
     if group == 1:
         filt = w.transpose(0, 2, 3, 1)
         code = C.CONV_2D
@@ -74,8 +103,10 @@ def _conv(low, node, act="", params=(), z=None) -> None:
         raise Unsupported(f"grouped convolution (group={group}, {cin_g} channels per group) has no NNAPI form "
                           "that TFLite can check")
     Y = node.outputs[0]
-    out_dims = low.idims(low.shape(Y))
-    last = act in ("", None) and z is None and post_scale is None
+    ys = low.shape(Y)
+    ys4 = (ys[0], ys[1], 1, ys[2]) if one_d else ys
+    out_dims = low.idims(ys4)
+    last = act in ("", None) and z is None and post_scale is None and not one_d
     y = low.out_tensor(Y) if last else low.tmp(out_dims)
     ins = [x, low.m.const(np.ascontiguousarray(filt)), low.m.const(bias)]
     ins += [low.m.i32(left), low.m.i32(right), low.m.i32(top), low.m.i32(bottom),
@@ -87,9 +118,11 @@ def _conv(low, node, act="", params=(), z=None) -> None:
         low.need("conv_dilation", "a dilated convolution")
         ins += [low.m.boolean(False), low.m.i32(dil[1]), low.m.i32(dil[0])]
     low.emit(code, ins, [y])
+    if one_d:
+        y = low.reshape(low.to_nchw(y, ys4), ys)
     if post_scale is not None:
-        o = low.out_tensor(Y) if act in ("", None) else low.tmp(out_dims)
-        low.emit(C.MUL, [y, low.scalar_const(post_scale, 4), low.m.i32(C.FUSED_NONE)], [o])
+        o = low.out_tensor(Y) if act in ("", None) else low.tmp(low.dims_of(y))
+        low.emit(C.MUL, [y, low.scalar_const(post_scale, len(ys)), low.m.i32(C.FUSED_NONE)], [o])
         y = o
     _finish(low, Y, y, act, params, z)
 
@@ -189,8 +222,10 @@ def _fc(low, Y, a_op: int, a_shape, w: np.ndarray, bias: np.ndarray, act, params
 def _gemm(low, node, act="", params=(), z=None):
     A, Bv = node.inputs[0], node.inputs[1]
     Cv = node.inputs[2] if len(node.inputs) > 2 else None
-    if int(attr(node, "transA", 0)):
-        raise Unsupported("Gemm with transA=1")
+    trans_a = bool(int(attr(node, "transA", 0)))
+    if low.ctx.const(Bv) is None:
+        _gemm_runtime_b(low, node, trans_a, act, params, z)
+        return
     b = low.const_array(Bv, "Gemm's B").astype(np.float32)
     alpha, beta = float(attr(node, "alpha", 1.0)), float(attr(node, "beta", 1.0))
     w = b if int(attr(node, "transB", 0)) else b.T
@@ -207,7 +242,11 @@ def _gemm(low, node, act="", params=(), z=None):
         else:
             raise Unsupported("Gemm's C does not broadcast along rows (NNAPI's bias is one row)")
     a_shape = low.shape(A)
-    if id(A) in low.lazy_flat:  # flatten of NHWC data: permute the weight columns to (H, W, C) order
+    if trans_a:
+        # FULLY_CONNECTED multiplies the rows of its input: A^T's rows come from a TRANSPOSE (API 28)
+        a_op = low.transpose(low.float_input(A), (1, 0))
+        a_shape = (a_shape[1], a_shape[0])
+    elif id(A) in low.lazy_flat:  # flatten of NHWC data: permute the weight columns to (H, W, C) order
         src = low.lazy_flat[id(A)]
         n_, c_, h_, w_ = low.shape(src)
         w = np.ascontiguousarray(w.reshape(n, c_, h_, w_).transpose(0, 2, 3, 1).reshape(n, -1))
@@ -215,6 +254,35 @@ def _gemm(low, node, act="", params=(), z=None):
     else:
         a_op = low.float_input(A)
     _fc(low, node.outputs[0], a_op, a_shape, w, bias, act, params, z)
+
+
+def _gemm_runtime_b(low, node, trans_a: bool, act, params, z):
+    """Gemm whose B is computed at run time: BATCH_MATMUL of the two rank-2 operands (API 33), its
+    adj_x / adj_y flags carrying transA / transB, then alpha (MUL) and beta * C (ADD)."""
+    A, Bv, Y = node.inputs[0], node.inputs[1], node.outputs[0]
+    Cv = input_at(node, 2)
+    alpha, beta = float(attr(node, "alpha", 1.0)), float(attr(node, "beta", 1.0))
+    ys = low.shape(Y)
+    y = low.tmp(ys)
+    low.emit(C.BATCH_MATMUL, [low.float_input(A), low.float_input(Bv), low.m.boolean(trans_a),
+                              low.m.boolean(bool(int(attr(node, "transB", 0))))], [y])
+    if alpha != 1.0:
+        scaled = low.tmp(ys)
+        low.emit(C.MUL, [y, low.scalar_const(alpha, 2), low.m.i32(C.FUSED_NONE)], [scaled])
+        y = scaled
+    if Cv is not None and beta != 0.0:
+        c = low.ctx.const(Cv)
+        if c is not None:
+            cc = np.asarray(c, np.float32) * np.float32(beta)
+            c_op = low.m.const(np.ascontiguousarray(cc.reshape((1,) * (2 - cc.ndim) + cc.shape)))
+        elif beta == 1.0:
+            c_op = low.broadcast_operand(Cv, 2)
+        else:
+            raise Unsupported("Gemm with a run-time C and beta != 1")
+        biased = low.tmp(ys)
+        low.emit(C.ADD, [y, c_op, low.m.i32(C.FUSED_NONE)], [biased])
+        y = biased
+    _finish(low, Y, y, act, params, z)
 
 
 @RULES.rule("Gemm")
@@ -228,8 +296,12 @@ def _matmul(low, node, act="", params=(), bias_v=None, z=None):
     a_shape, b_shape = low.shape(A), low.shape(Bv)
     Y = node.outputs[0]
     bconst = low.ctx.const(Bv)
-    if bconst is not None and len(b_shape) == 2 and len(a_shape) >= 2:
-        w = np.asarray(bconst, np.float32).T
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise Unsupported("MatMul of a vector (rank-1 operand)")
+    # B without batch (rank 2, or leading dims of 1): one matrix that every row of A meets
+    b_one_matrix = all(d == 1 for d in b_shape[:-2])
+    if bconst is not None and b_one_matrix:
+        w = np.asarray(bconst, np.float32).reshape(b_shape[-2:]).T
         bias = np.zeros(w.shape[0], np.float32)
         if bias_v is not None:
             bias = low.const_array(bias_v, "FusedMatMul's bias").astype(np.float32)
@@ -243,18 +315,26 @@ def _matmul(low, node, act="", params=(), bias_v=None, z=None):
         a2 = low.reshape(a, (rows, a_shape[-1]))
         _fc(low, Y, a2, (rows, a_shape[-1]), w, bias, act, params, z)
         return
-    if bias_v is not None:
-        raise Unsupported("batched FusedMatMul with a bias")
-    if len(a_shape) < 2 or len(b_shape) < 2 or len(a_shape) != len(b_shape):
-        raise Unsupported("MatMul with broadcast batch dimensions")
-    if a_shape[:-2] != b_shape[:-2]:
-        raise Unsupported("MatMul with broadcast batch dimensions")
     ys = low.shape(Y)
     a = low.nchw(A) if len(a_shape) == 4 else low.float_input(A)
     b = low.nchw(Bv) if len(b_shape) == 4 else low.float_input(Bv)
-    y = low.tmp(ys)
-    low.emit(C.BATCH_MATMUL, [a, b, low.m.boolean(False), low.m.boolean(False)], [y])
+    if b_one_matrix and len(b_shape) <= len(a_shape):
+        # NNAPI's BATCH_MATMUL does not broadcast: A's batch folds into its rows instead, a rank-2 product
+        rows = int(np.prod(a_shape[:-1]))
+        y2 = low.tmp((rows, b_shape[-1]))
+        low.emit(C.BATCH_MATMUL, [low.reshape(a, (rows, a_shape[-1])), low.reshape(b, b_shape[-2:]),
+                                  low.m.boolean(False), low.m.boolean(False)], [y2])
+        y = low.reshape(y2, ys)
+    elif len(a_shape) == len(b_shape) and a_shape[:-2] == b_shape[:-2]:
+        y = low.tmp(ys)
+        low.emit(C.BATCH_MATMUL, [a, b, low.m.boolean(False), low.m.boolean(False)], [y])
+    else:
+        raise Unsupported("MatMul with broadcast batch dimensions (NNAPI's BATCH_MATMUL takes equal batches)")
     y = low.from_nchw(y, ys)
+    if bias_v is not None:
+        biased = low.tmp(low.dims_of(y))
+        low.emit(C.ADD, [y, low.broadcast_operand(bias_v, len(ys)), low.m.i32(C.FUSED_NONE)], [biased])
+        y = biased
     _finish(low, Y, y, act, params, z)
 
 
@@ -494,6 +574,58 @@ def lower_batch_normalization(node, low):
     low.bind(Y, y)
 
 
+def _axis_attribute(node, rank: int, default: int) -> int:
+    """The node's ``axis`` attribute made non-negative, or Unsupported when it is outside [-rank, rank)."""
+    axis = int(attr(node, "axis", default))
+    if not -rank <= axis < rank:
+        raise Unsupported(f"{node.op_type} axis {axis} of a rank-{rank} tensor")
+    return axis % rank
+
+
+@RULES.rule("LayerNormalization")
+@RULES.rule("LayerNormalization", domain=MINIRT)
+def lower_layer_normalization(node, low):
+    """(x - mean) * rsqrt(var + eps) * scale + bias over the axes from ``axis`` on.
+
+    NNAPI has no layer norm: MEAN (API 28) with kept dims, SUB, MUL, MEAN, ADD, RSQRT (API 29),
+    MUL, then the scale (MUL) and bias (ADD), both broadcast from the trailing axes.  The
+    variance is the mean of the squared centred values (two passes, as onnxruntime computes it),
+    not E[x^2] - E[x]^2, which cancels in float32.
+    """
+    if any(o is not None and o.name and (o.uses() or o.is_graph_output()) for o in node.outputs[1:]):
+        raise Unsupported("LayerNormalization's Mean / InvStdDev outputs")
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    r = len(xs)
+    axis = _axis_attribute(node, r, -1)
+    eps = float(attr(node, "epsilon", 1e-5))
+    x = low.float_input(X)
+    dims = low.dims_of(x)
+    iaxes = sorted(low.axis_map(a, r) for a in range(axis, r))  # rank 4: the NHWC positions of those axes
+    reduced = tuple(1 if j in iaxes else d for j, d in enumerate(dims))
+    axes_op = low.m.const(np.array(iaxes, np.int32))
+    none = low.m.i32(C.FUSED_NONE)
+
+    def op(code, ins, out_dims):
+        out = low.tmp(out_dims)
+        low.emit(code, ins, [out])
+        return out
+
+    mean = op(C.MEAN, [x, axes_op, low.m.i32(1)], reduced)
+    centred = op(C.SUB, [x, mean, none], dims)
+    var = op(C.MEAN, [op(C.MUL, [centred, centred, none], dims), axes_op, low.m.i32(1)], reduced)
+    inv_std = op(C.RSQRT, [op(C.ADD, [var, low.scalar_const(eps, r), none], reduced)], reduced)
+    scale, bias = input_at(node, 1), input_at(node, 2)
+    steps = [(C.MUL, inv_std)] + [(code, low.broadcast_operand(v, r))
+                                  for code, v in ((C.MUL, scale), (C.ADD, bias)) if v is not None and v.name]
+    y = centred
+    for n, (code, operand) in enumerate(steps):
+        out = low.out_tensor(Y) if n == len(steps) - 1 else low.tmp(dims)
+        low.emit(code, [y, operand, none], [out])
+        y = out
+    low.bind(Y, y)
+
+
 # --- softmax -------------------------------------------------------------------------------
 @RULES.rule("Softmax")
 def lower_softmax(node, low):
@@ -508,12 +640,24 @@ def lower_softmax(node, low):
         # softmax over [axis:] where the trailing dims are 1 == softmax over axis alone
         pass
     iaxis = low.axis_map(axis, r)
-    if iaxis != r - 1:
-        raise Unsupported("Softmax over an axis other than the last (channels for 4-D)")
     if r not in (2, 4):
         low.need("rank_1_3_softmax", f"Softmax on a rank-{r} tensor")
+    x = low.float_input(X)
     y = low.out_tensor(Y)
-    low.emit(C.SOFTMAX, [low.float_input(X), low.m.f32(1.0)], [y])
+    if iaxis == r - 1:
+        low.emit(C.SOFTMAX, [x, low.m.f32(1.0)], [y])
+    elif low.level >= C.FEATURE_API_LEVEL["softmax_axis"]:
+        # another axis (ONNX's last of a rank-4 tensor is W, NHWC's axis 2: attention scores): API 29's
+        # axis operand softmaxes along it in place
+        low.need("softmax_axis", "Softmax over an axis other than the last")
+        low.emit(C.SOFTMAX, [x, low.m.f32(1.0), low.m.i32(iaxis)], [y])
+    else:
+        # API 27-28 softmax along the last axis only: move the axis last and back (TRANSPOSE: API 28)
+        perm = [j for j in range(r) if j != iaxis] + [iaxis]
+        moved = low.transpose(x, perm)
+        s = low.tmp(low.dims_of(moved))
+        low.emit(C.SOFTMAX, [moved, low.m.f32(1.0)], [s])
+        low.emit(C.TRANSPOSE, [s, low.m.const(np.array([perm.index(j) for j in range(r)], np.int32))], [y])
     low.bind(Y, y)
 
 
@@ -566,6 +710,116 @@ def lower_concat(node, low):
     low.bind(Y, y)
 
 
+def _slice(low, x: int, begins, ends, steps, out: int) -> None:
+    """``x[begin:end:step]`` along every axis of operand ``x`` (internal layout) into operand ``out``.
+
+    The bounds are normalised (:func:`targets.nnapi.shapes.slice_bounds`): begins in [0, dim), ends
+    in [-1, dim], a non-empty result.  SLICE (API 29) when every step is 1, else STRIDED_SLICE
+    (API 28), whose ends are indices; an end of -1 (a negative step that runs through index 0)
+    would count from the back there, so it becomes the axis' end_mask bit ("as far as the axis goes").
+    """
+    m = low.m
+    if all(st == 1 for st in steps) and low.offers(C.SLICE):
+        sizes = [e - b for b, e in zip(begins, ends)]
+        low.emit(C.SLICE, [x, m.const(np.array(begins, np.int32)), m.const(np.array(sizes, np.int32))], [out])
+        return
+    end_mask = sum(1 << i for i, e in enumerate(ends) if e < 0)
+    ends = [max(e, 0) for e in ends]
+    low.emit(C.STRIDED_SLICE, [x, m.const(np.array(begins, np.int32)), m.const(np.array(ends, np.int32)),
+                               m.const(np.array(steps, np.int32)), m.i32(0), m.i32(end_mask), m.i32(0)], [out])
+
+
+def _internal_order(rank: int) -> tuple:
+    """ONNX axis of each internal axis: NHWC for rank 4, ONNX's own order otherwise."""
+    return TO_NHWC if rank == 4 else tuple(range(rank))
+
+
+@RULES.rule("Slice")
+def lower_slice(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    bounds = slice_bounds(node, xs, low.ctx.const)
+    if bounds is None:
+        raise Unsupported("Slice with run-time (or invalid) starts / ends / axes / steps")
+    begins, ends, steps, out_shape = bounds
+    if out_shape != low.shape(Y):
+        raise Unsupported(f"Slice output shape {list(low.shape(Y))} is not the {list(out_shape)} of its bounds")
+    x = low.float_input(X)
+    if out_shape == xs and all(st == 1 for st in steps):  # the whole tensor: no operation
+        low.bind(Y, x)
+        return
+    order = _internal_order(len(xs))  # the bounds follow the layout, so a rank-4 slice needs no transpose
+    y = low.out_tensor(Y)
+    _slice(low, x, [begins[a] for a in order], [ends[a] for a in order], [steps[a] for a in order], y)
+    low.bind(Y, y)
+
+
+@RULES.rule("Split")
+def lower_split(node, low):
+    X = node.inputs[0]
+    xs = low.shape(X)
+    r = len(xs)
+    axis = _axis_attribute(node, r, 0)
+    sizes = split_sizes(node, xs[axis], low.ctx.const)
+    if sizes is None:
+        raise Unsupported("Split with run-time split sizes")
+    if len(sizes) != len(node.outputs) or sum(sizes) != xs[axis] or min(sizes) <= 0:
+        raise Unsupported(f"Split sizes {sizes} do not cut an axis of {xs[axis]} into {len(node.outputs)} parts")
+    named = [o is not None and bool(o.name) for o in node.outputs]
+    for o, n, has_name in zip(node.outputs, sizes, named):
+        if has_name and low.shape(o)[axis] != n:
+            raise Unsupported(f"Split output {o.name!r} has shape {list(low.shape(o))}, not size {n} on axis {axis}")
+    x = low.float_input(X)
+    dims = low.dims_of(x)
+    iaxis = low.axis_map(axis, r)
+    if len(set(sizes)) == 1 and low.offers(C.SPLIT):
+        # equal parts: one SPLIT (API 29), which writes every part (unnamed ones into scratch operands)
+        part = dims[:iaxis] + (sizes[0],) + dims[iaxis + 1:]
+        outs = [low.out_tensor(o) if has_name else low.tmp(part) for o, has_name in zip(node.outputs, named)]
+        low.emit(C.SPLIT, [x, low.m.i32(iaxis), low.m.i32(len(sizes))], outs)
+        for o, y, has_name in zip(node.outputs, outs, named):
+            if has_name:
+                low.bind(o, y)
+        return
+    # unequal parts (or API 28, which has no SPLIT): one slice per part that something reads
+    offset = 0
+    for o, n in zip(node.outputs, sizes):
+        if o is not None and o.name and (o.uses() or o.is_graph_output()):
+            begins, ends = [0] * r, list(dims)
+            begins[iaxis], ends[iaxis] = offset, offset + n
+            y = low.out_tensor(o)
+            _slice(low, x, begins, ends, [1] * r, y)
+            low.bind(o, y)
+        offset += n
+
+
+@RULES.rule("Gather")
+def lower_gather(node, low):
+    X, I, Y = node.inputs[0], node.inputs[1], node.outputs[0]
+    xs = low.shape(X)
+    r = len(xs)
+    axis = _axis_attribute(node, r, 0)
+    idx = low.const_array(I, "Gather's indices").astype(np.int64)
+    d = xs[axis]
+    if idx.size == 0 or idx.min() < -d or idx.max() >= d:
+        raise Unsupported(f"Gather indices outside [-{d}, {d})")
+    # NNAPI's indices must lie in [0, dim): ONNX's negative ones count from the back
+    flat = np.where(idx < 0, idx + d, idx).astype(np.int32).reshape(-1)
+    ys = low.shape(Y)
+    if idx.ndim == 1:
+        # the output keeps the input's rank and axis order: gather along the internal axis directly
+        y = low.out_tensor(Y)
+        low.emit(C.GATHER, [low.float_input(X), low.m.i32(low.axis_map(axis, r)), low.m.const(flat)], [y])
+        low.bind(Y, y)
+        return
+    # scalar or multi-dimensional indices change the rank: gather the flattened indices in ONNX order
+    # (the output's elements in order, since the index dims replace one axis in place), then reshape
+    x = low.nchw(X) if r == 4 else low.float_input(X)
+    g = low.tmp(xs[:axis] + (flat.size,) + xs[axis + 1:])
+    low.emit(C.GATHER, [x, low.m.i32(axis), low.m.const(flat)], [g])
+    low.bind(Y, low.from_nchw(low.reshape(g, ys), ys))
+
+
 @RULES.rule("Pad")
 def lower_pad(node, low):
     X, Y = node.inputs[0], node.outputs[0]
@@ -578,9 +832,9 @@ def lower_pad(node, low):
     else:
         pads = low.const_array(node.inputs[1], "Pad's pads").reshape(-1).tolist()
         value = 0.0
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
+        if len(node.inputs) > 2 and node.inputs[2] is not None and node.inputs[2].name:
             value = float(low.const_array(node.inputs[2], "Pad's value").reshape(-1)[0])
-        if len(node.inputs) > 3 and node.inputs[3] is not None:
+        if len(node.inputs) > 3 and node.inputs[3] is not None and node.inputs[3].name:
             axes = [a % r for a in low.const_array(node.inputs[3], "Pad's axes").reshape(-1).tolist()]
             full = [0] * (2 * r)
             for i, a in enumerate(axes):
@@ -588,20 +842,47 @@ def lower_pad(node, low):
             pads = full
     if any(p < 0 for p in pads):
         raise Unsupported("Pad with negative pads (cropping)")
-    order = TO_NHWC if r == 4 else tuple(range(r))
-    paddings = np.array([[pads[a], pads[a + r]] for a in order], np.int32)
-    y = low.out_tensor(Y)
     x = low.float_input(X)
+    if not any(pads):
+        low.bind(Y, x)
+        return
+    order = _internal_order(r)
+    paddings = np.array([[pads[a], pads[a + r]] for a in order], np.int32)
+    if mode == "reflect" and any(max(pads[a], pads[a + r]) >= xs[a] for a in range(r)):
+        # ONNX and NNAPI reflect without repeating the border: a pad is at most dim - 1
+        raise Unsupported("reflect Pad wider than its axis minus one")
+    if mode == "wrap" and any(max(pads[a], pads[a + r]) > xs[a] for a in range(r)):
+        raise Unsupported("wrap Pad wider than its axis")
+    y = low.out_tensor(Y)
     if mode == "constant":
         if value == 0.0:
             low.emit(C.PAD, [x, low.m.const(paddings)], [y])
         else:
             low.emit(C.PAD_V2, [x, low.m.const(paddings), low.m.f32(value)], [y])
-    elif mode == "reflect":
-        low.emit(C.MIRROR_PAD, [x, low.m.const(paddings), low.m.i32(0)], [y])
+    elif mode == "reflect" and low.offers(C.MIRROR_PAD):
+        low.emit(C.MIRROR_PAD, [x, low.m.const(paddings), low.m.i32(0)], [y])  # mode 0: REFLECT
+    elif mode in ("reflect", "edge", "wrap"):
+        _pad_by_gather(low, x, paddings, mode, y)
     else:
         raise Unsupported(f"Pad mode {mode!r}")
     low.bind(Y, y)
+
+
+def _pad_by_gather(low, x: int, paddings: np.ndarray, mode: str, out: int) -> None:
+    """Reflect / edge / wrap padding as one GATHER (API 29) per padded axis, into operand ``out``.
+
+    NNAPI has no edge or wrap mode, and MIRROR_PAD needs API 34; every one of these paddings
+    reads each output element from one input position along the axis, so a GATHER with constant
+    indices is exact: position i of the padded axis reads ``np.pad(arange(dim), pads, mode)[i]``.
+    """
+    axes = [j for j, (b, e) in enumerate(paddings.tolist()) if b or e]
+    cur = x
+    for n, j in enumerate(axes):
+        dims = low.dims_of(cur)
+        index = np.pad(np.arange(dims[j]), tuple(int(p) for p in paddings[j]), mode=mode).astype(np.int32)
+        nxt = out if n == len(axes) - 1 else low.tmp(dims[:j] + (index.size,) + dims[j + 1:])
+        low.emit(C.GATHER, [cur, low.m.i32(j), low.m.const(index)], [nxt])
+        cur = nxt
 
 
 @RULES.rule("Resize")

@@ -38,6 +38,76 @@ def _reshape(in_shape, target, allowzero=0):
     return tuple(out)
 
 
+def _ints(v, const):
+    """A constant input as a list of ints, [] for an absent one, None for a run-time one."""
+    if v is None or not v.name:
+        return []
+    c = const(v)
+    return None if c is None else [int(i) for i in np.asarray(c).reshape(-1)]
+
+
+def slice_bounds(node, in_shape, const):
+    """ONNX Slice of an ``in_shape`` tensor as per-axis (begins, ends, steps) and the output shape.
+
+    Every axis gets an entry (an unsliced one: 0, dim, 1).  The bounds are normalised the way the
+    ONNX spec clamps them: a negative start / end counts from the back; with a positive step both
+    are clamped to [0, dim]; with a negative step the start to [0, dim - 1] and the end to
+    [-1, dim - 1], where -1 means "through index 0" (no index names it).  None when the starts,
+    ends, axes or steps are not constants (or an axis is out of range / repeated, or a step is 0).
+    Opset < 10 carries them as attributes, later opsets as inputs 1-4.
+    """
+    r = len(in_shape)
+    if "starts" in node.attributes:  # opset 1-9
+        starts, ends = list(node.attributes["starts"].value), list(node.attributes["ends"].value)
+        axes = list(node.attributes["axes"].value) if "axes" in node.attributes else []
+        steps = []
+    else:
+        ins = list(node.inputs) + [None] * (5 - len(node.inputs))
+        starts, ends, axes, steps = (_ints(v, const) for v in ins[1:5])
+        if starts is None or ends is None or axes is None or steps is None:
+            return None
+    axes = axes or list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        return None
+    begins, stops, strides = [0] * r, list(in_shape), [1] * r
+    seen = set()
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        if not -r <= a < r or a % r in seen or st == 0:
+            return None
+        a %= r
+        seen.add(a)
+        d = in_shape[a]
+        b = b + d if b < 0 else b
+        e = e + d if e < 0 else e
+        if st > 0:
+            b, e = min(max(b, 0), d), min(max(e, 0), d)
+        else:
+            b, e = min(max(b, 0), d - 1), min(max(e, -1), d - 1)
+        begins[a], stops[a], strides[a] = b, e, st
+    out = tuple(max(0, -(-(e - b) // st)) for b, e, st in zip(begins, stops, strides))
+    return begins, stops, strides, out
+
+
+def split_sizes(node, dim: int, const):
+    """The sizes of an ONNX Split's outputs along its axis (of size ``dim``), or None (run-time sizes).
+
+    Opset 13+ takes them from input 1, opset 2-12 from the ``split`` attribute; without either,
+    opset 18's ``num_outputs`` cuts ceil(dim / n) chunks (the last one smaller), and earlier opsets
+    cut ``dim`` into one equal part per output.
+    """
+    if len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].name:
+        return _ints(node.inputs[1], const)
+    if "split" in node.attributes:
+        return [int(i) for i in node.attributes["split"].value]
+    if "num_outputs" in node.attributes:
+        n = int(node.attributes["num_outputs"].value)
+        chunk = -(-dim // n)
+        return [chunk] * (n - 1) + [dim - chunk * (n - 1)]
+    n = len(node.outputs)
+    return [dim // n] * n
+
+
 # Ops whose output has the input's shape, of those the NNAPI lowering handles: a subset of the
 # vocabulary's one-input families (tests/test_vocabulary.py checks the relation).
 _SAME_SHAPE = {"Relu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu", "Clip", "Softmax", "LogSoftmax",
@@ -80,6 +150,22 @@ def infer(node, in_shapes, const) -> list:
         m = x[1] if ta and ta.value else x[0]
         n = in_shapes[1][0] if tb and tb.value else in_shapes[1][1]
         return [(m, n)]
+    if op == "LayerNormalization":  # (ONNX and com.minirt) the Mean / InvStdDev outputs are not lowered
+        return [x] + [None] * (len(node.outputs) - 1)
+    if op == "Slice" and x is not None:
+        bounds = slice_bounds(node, x, const)
+        return [None if bounds is None else bounds[3]]
+    if op == "Split" and x is not None:
+        a = node.attributes.get("axis")
+        axis = (a.value if a else 0) % len(x)
+        sizes = split_sizes(node, x[axis], const)
+        if sizes is None or len(sizes) != len(node.outputs):
+            return [None for _ in node.outputs]
+        return [x[:axis] + (n,) + x[axis + 1:] for n in sizes]
+    if op == "Gather" and x is not None and in_shapes[1] is not None:
+        a = node.attributes.get("axis")
+        axis = (a.value if a else 0) % len(x)
+        return [x[:axis] + tuple(in_shapes[1]) + x[axis + 1:]]
     if op in V.GLOBAL_POOL and x is not None:
         return [tuple(x[:2]) + (1,) * (len(x) - 2)]
     return [None for _ in node.outputs]

@@ -57,11 +57,13 @@ T_RESHAPE, T_RESIZE_BILINEAR, T_SOFTMAX, T_SPACE_TO_DEPTH, T_TANH, T_PAD, T_TRAN
 T_SUB, T_DIV, T_EXP, T_PRELU, T_MAXIMUM, T_MINIMUM, T_NEG, T_PADV2 = 41, 42, 47, 54, 55, 57, 59, 60
 T_TRANSPOSE_CONV, T_LOG, T_SQRT, T_RSQRT, T_RESIZE_NEAREST_NEIGHBOR, T_MIRROR_PAD, T_ABS = 67, 73, 75, 76, 97, 100, 101
 T_QUANTIZE, T_HARD_SWISH, T_BATCH_MATMUL = 114, 117, 126
+T_GATHER, T_STRIDED_SLICE, T_SPLIT, T_SLICE = 36, 45, 49, 65
 
 # BuiltinOptions union members (type ids)
 O_CONV2D, O_DEPTHWISE, O_POOL2D, O_FC, O_SOFTMAX, O_CONCAT, O_ADD = 1, 2, 5, 8, 9, 10, 11
 O_RESIZE_BILINEAR, O_RESHAPE, O_SPACE_TO_DEPTH, O_MUL, O_PAD, O_TRANSPOSE, O_REDUCER, O_SUB, O_DIV = 15, 17, 19, 21, 22, 26, 27, 28, 29
 O_PADV2, O_TRANSPOSE_CONV, O_RESIZE_NEAREST, O_MIRROR_PAD, O_DEPTH_TO_SPACE, O_BATCH_MATMUL = 43, 49, 74, 77, 94, 101
+O_GATHER, O_STRIDED_SLICE, O_SPLIT, O_SLICE = 23, 32, 35, 48
 
 # TensorType
 TT = {C.TENSOR_FLOAT32: 0, C.TENSOR_FLOAT16: 1, C.TENSOR_INT32: 2, C.TENSOR_QUANT8_ASYMM: 3, C.TENSOR_BOOL8: 6,
@@ -305,10 +307,22 @@ def _transpose(op, tr) -> None:
 def _softmax(op, tr) -> None:
     _, ins, outs = op
     T = tr.tensor
-    o = tr.m.operands
-    if len(ins) > 2 and tr.scalar(ins[2]) not in (-1, len(o[ins[0]].dims) - 1):
-        raise TranslationError("softmax over an axis other than the last")
-    tr.emit(T_SOFTMAX, [T(ins[0])], [T(outs[0])], O_SOFTMAX, Table().scalar(0, "f32", tr.scalar(ins[1])))
+    dims = list(tr.m.operands[ins[0]].dims)
+    rank = len(dims)
+    axis = tr.scalar(ins[2]) % rank if len(ins) > 2 else rank - 1
+    opts = Table().scalar(0, "f32", tr.scalar(ins[1]))
+    if axis == rank - 1:
+        tr.emit(T_SOFTMAX, [T(ins[0])], [T(outs[0])], O_SOFTMAX, opts)
+        return
+    # TFLite's SOFTMAX runs along the last axis: NNAPI's axis operand becomes a TRANSPOSE there and back
+    perm = [j for j in range(rank) if j != axis] + [axis]
+    moved_dims = [dims[p] for p in perm]
+    moved = tr._new_tensor(moved_dims, TT[C.TENSOR_FLOAT32], None, f"softmax_in{len(tr.tensors)}")
+    tr.emit(T_TRANSPOSE, [T(ins[0]), tr.const_tensor(np.array(perm, np.int32))], [moved], O_TRANSPOSE, Table())
+    soft = tr._new_tensor(moved_dims, TT[C.TENSOR_FLOAT32], None, f"softmax_out{len(tr.tensors)}")
+    tr.emit(T_SOFTMAX, [moved], [soft], O_SOFTMAX, opts)
+    back = [perm.index(j) for j in range(rank)]
+    tr.emit(T_TRANSPOSE, [soft, tr.const_tensor(np.array(back, np.int32))], [T(outs[0])], O_TRANSPOSE, Table())
 
 
 @RULES.rule(*_names((C.MEAN,)))
@@ -391,6 +405,40 @@ def _depth_space(op, tr) -> None:
         tr.emit(T_DEPTH_TO_SPACE, [T(ins[0])], [T(outs[0])], O_DEPTH_TO_SPACE, opts)
     else:
         tr.emit(T_SPACE_TO_DEPTH, [T(ins[0])], [T(outs[0])], O_SPACE_TO_DEPTH, opts)
+
+
+@RULES.rule(*_names((C.SPLIT,)))
+def _split(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    # TFLite's SPLIT reads the axis from a 0-D int32 tensor in front of the data, NNAPI's from a scalar
+    axis = tr.const_tensor(np.array(tr.scalar(ins[1]), np.int32))
+    tr.emit(T_SPLIT, [axis, T(ins[0])], [T(o) for o in outs], O_SPLIT,
+            Table().scalar(0, "i32", tr.scalar(ins[2])))
+
+
+@RULES.rule(*_names((C.SLICE,)))
+def _slice(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_SLICE, [T(ins[0]), T(ins[1]), T(ins[2])], [T(outs[0])], O_SLICE, Table())
+
+
+@RULES.rule(*_names((C.STRIDED_SLICE,)))
+def _strided_slice(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    begin_mask, end_mask, shrink_mask = (tr.scalar(i) for i in ins[4:7])
+    opts = (Table().scalar(0, "i32", begin_mask).scalar(1, "i32", end_mask)
+            .scalar(4, "i32", shrink_mask))
+    tr.emit(T_STRIDED_SLICE, [T(i) for i in ins[:4]], [T(outs[0])], O_STRIDED_SLICE, opts)
+
+
+@RULES.rule(*_names((C.GATHER,)))
+def _gather(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    tr.emit(T_GATHER, [T(ins[0]), T(ins[2])], [T(outs[0])], O_GATHER, Table().scalar(0, "i32", tr.scalar(ins[1])))
 
 
 def to_tflite(model) -> bytes:

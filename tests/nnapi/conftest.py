@@ -88,3 +88,15 @@ def tflite_interpreter():
     if mod is None:
         pytest.skip("no TFLite interpreter (pip install ai-edge-litert; tflite-runtime with numpy 1.x)")
     return mod
+
+
+@pytest.fixture
+def nnapi_on_tflite(tflite_interpreter):
+    """The test provider "nnapi" (NNAPI programs run through their TFLite translation), registered."""
+    from minirt import providers
+    from tests.nnapi.helpers import NNAPIOnTFLite
+
+    p = NNAPIOnTFLite()
+    providers.register(p)
+    yield p
+    providers.unregister("nnapi")

@@ -36,6 +36,7 @@ typedef struct ANeuralNetworksSymmPerChannelQuantParams {
 typedef struct {
     int32_t type; uint32_t rank; uint32_t dims[MAXDIM]; float scale; int32_t zp;
     int has_value; const void* ref; size_t ref_len; uint64_t ref_sum;  /* referenced (> 128 bytes) values */
+    int32_t ival; int32_t small[32];  /* the value of an INT32 / BOOL scalar; of a copied (<= 128 bytes) TENSOR_INT32 */
     int produced; int is_input; int is_output; int has_channel_quant;
 } Operand;
 
@@ -178,6 +179,9 @@ int ANeuralNetworksModel_setOperandValue(ANeuralNetworksModel* m, int32_t index,
     if (o->has_value) return misuse(BAD_DATA, "setOperandValue %d: value set twice", index);
     o->has_value = 1;
     if (length > 128) { o->ref = buffer; o->ref_len = length; o->ref_sum = checksum(buffer, length); }
+    else if (o->type == TENSOR_INT32) memcpy(o->small, buffer, length);
+    if (o->type == INT32) memcpy(&o->ival, buffer, 4);
+    if (o->type == BOOL) o->ival = *(const uint8_t*)buffer != 0;
     return NO_ERROR;
 }
 
@@ -217,6 +221,7 @@ static const OpSpec SPECS[] = {
     {37, "TRANSPOSE", {"TI"}}, {38, "ABS", {"T"}}, {49, "EXP", {"T"}}, {60, "LOG", {"T"}}, {65, "MAXIMUM", {"TT"}},
     {66, "MINIMUM", {"TT"}}, {67, "NEG", {"T"}}, {69, "PAD_V2", {"TIf"}}, {71, "PRELU", {"TT"}}, {72, "QUANTIZE", {"T"}},
     {83, "RSQRT", {"T"}}, {88, "SQRT", {"T"}}, {91, "TRANSPOSE_CONV_2D", {"TCCiiiiiiib"}},
+    {35, "STRIDED_SLICE", {"TIIIiii"}}, {51, "GATHER", {"TiI"}}, {86, "SLICE", {"TII"}}, {87, "SPLIT", {"Tii"}},
     {94, "RESIZE_NEAREST_NEIGHBOR", {"Tiib", "Tiibbb"}}, {99, "HARD_SWISH", {"T"}}, {102, "BATCH_MATMUL", {"TT", "TTbb"}},
     {104, "MIRROR_PAD", {"TIi"}},
 };
@@ -243,6 +248,114 @@ static int check_sig(ANeuralNetworksModel* m, const OpSpec* s, const char* sig, 
         }
     }
     return 1;
+}
+
+/* The values of a constant TENSOR_INT32 operand (copied when small, referenced when large). */
+static const int32_t* ints_of(const Operand* o) { return o->ref ? (const int32_t*)o->ref : o->small; }
+
+static uint32_t elements(const Operand* o) {
+    uint32_t n = 1;
+    for (uint32_t k = 0; k < o->rank; k++) n *= o->dims[k];
+    return n;
+}
+
+/* One axis of a STRIDED_SLICE (NNAPI / TFLite semantics): the number of elements it selects. */
+static int32_t strided_count(int32_t dim, int32_t b, int32_t e, int32_t st, int begin_masked, int end_masked) {
+    if (begin_masked) b = st > 0 ? 0 : dim - 1;
+    else { if (b < 0) b += dim; b = st > 0 ? (b < 0 ? 0 : b > dim ? dim : b) : (b < 0 ? 0 : b > dim - 1 ? dim - 1 : b); }
+    if (end_masked) e = st > 0 ? dim : -1;
+    else { if (e < 0) e += dim; e = st > 0 ? (e < 0 ? 0 : e > dim ? dim : e) : (e < -1 ? -1 : e > dim - 1 ? dim - 1 : e); }
+    int32_t span = st > 0 ? e - b : b - e, step = st > 0 ? st : -st;
+    return span <= 0 ? 0 : (span + step - 1) / step;
+}
+
+static int check_data_ops(ANeuralNetworksModel* m, const OpSpec* s, uint32_t n_in, const uint32_t* in, uint32_t n_out,
+                          const uint32_t* out) {
+    Operand *x = &m->ops[in[0]], *y = &m->ops[out[0]];
+    if (s->code == 87) {  /* SPLIT: num_splits outputs, equal parts of the axis */
+        int32_t axis = m->ops[in[1]].ival, n = m->ops[in[2]].ival;
+        if (axis < 0) axis += (int32_t)x->rank;
+        if (axis < 0 || axis >= (int32_t)x->rank) return misuse(BAD_DATA, "SPLIT: axis %d of a rank-%u input", axis, x->rank);
+        if (n < 1 || (uint32_t)n != n_out || x->dims[axis] % (uint32_t)n)
+            return misuse(BAD_DATA, "SPLIT: %d splits, %u outputs, axis size %u", n, n_out, x->dims[axis]);
+        for (uint32_t k = 0; k < n_out; k++) {
+            Operand* o = &m->ops[out[k]];
+            if (o->rank != x->rank) return misuse(BAD_DATA, "SPLIT: output %u has rank %u", k, o->rank);
+            for (uint32_t d = 0; d < x->rank; d++)
+                if (o->dims[d] != ((int32_t)d == axis ? x->dims[d] / (uint32_t)n : x->dims[d]))
+                    return misuse(BAD_DATA, "SPLIT: output %u dimension %u is %u", k, d, o->dims[d]);
+        }
+        return NO_ERROR;
+    }
+    if (n_out != 1) return misuse(BAD_DATA, "%s: %u outputs (1 expected)", s->name, n_out);
+    if (s->code == 86) {  /* SLICE: begin + size within the input, output = size (-1: to the end) */
+        Operand *b = &m->ops[in[1]], *z = &m->ops[in[2]];
+        if (b->rank != 1 || z->rank != 1 || b->dims[0] != x->rank || z->dims[0] != x->rank || y->rank != x->rank)
+            return misuse(BAD_DATA, "SLICE: begin / size / output do not have the input's rank %u", x->rank);
+        for (uint32_t d = 0; d < x->rank; d++) {
+            int32_t bd = ints_of(b)[d], zd = ints_of(z)[d];
+            if (zd == -1) zd = (int32_t)x->dims[d] - bd;
+            if (bd < 0 || zd < 0 || (uint32_t)(bd + zd) > x->dims[d] || (uint32_t)zd != y->dims[d])
+                return misuse(BAD_DATA, "SLICE: axis %u begin %d size %d of %u -> output %u", d, bd, zd, x->dims[d], y->dims[d]);
+        }
+    }
+    if (s->code == 35) {  /* STRIDED_SLICE: the output is what begin / end / strides / masks select */
+        Operand *b = &m->ops[in[1]], *e = &m->ops[in[2]], *st = &m->ops[in[3]];
+        int32_t bmask = m->ops[in[4]].ival, emask = m->ops[in[5]].ival, shrink = m->ops[in[6]].ival;
+        if (b->dims[0] != x->rank || e->dims[0] != x->rank || st->dims[0] != x->rank)
+            return misuse(BAD_DATA, "STRIDED_SLICE: begin / end / strides lengths differ from the rank %u", x->rank);
+        if (shrink || y->rank != x->rank) return misuse(BAD_DATA, "STRIDED_SLICE: shrink_axis_mask %d (this fake checks 0)", shrink);
+        for (uint32_t d = 0; d < x->rank; d++) {
+            int32_t sd = ints_of(st)[d];
+            if (sd == 0) return misuse(BAD_DATA, "STRIDED_SLICE: stride 0 on axis %u", d);
+            int32_t n = strided_count((int32_t)x->dims[d], ints_of(b)[d], ints_of(e)[d], sd, (bmask >> d) & 1, (emask >> d) & 1);
+            if (n != (int32_t)y->dims[d])
+                return misuse(BAD_DATA, "STRIDED_SLICE: axis %u selects %d elements, output has %u", d, n, y->dims[d]);
+        }
+    }
+    if (s->code == 51) {  /* GATHER: indices within the axis, output = input[:axis] + indices + input[axis+1:] */
+        Operand* idx = &m->ops[in[2]];
+        int32_t axis = m->ops[in[1]].ival;
+        if (axis < 0) axis += (int32_t)x->rank;
+        if (axis < 0 || axis >= (int32_t)x->rank) return misuse(BAD_DATA, "GATHER: axis %d of a rank-%u input", axis, x->rank);
+        if (y->rank != x->rank + idx->rank - 1) return misuse(BAD_DATA, "GATHER: output rank %u", y->rank);
+        for (uint32_t k = 0; k < elements(idx); k++)
+            if (ints_of(idx)[k] < 0 || (uint32_t)ints_of(idx)[k] >= x->dims[axis])
+                return misuse(BAD_DATA, "GATHER: index %d outside [0, %u)", ints_of(idx)[k], x->dims[axis]);
+        for (uint32_t d = 0, o = 0; d < x->rank; d++) {
+            if ((int32_t)d == axis) {
+                for (uint32_t k = 0; k < idx->rank; k++, o++)
+                    if (y->dims[o] != idx->dims[k]) return misuse(BAD_DATA, "GATHER: output dimension %u", o);
+            } else if (y->dims[o++] != x->dims[d]) return misuse(BAD_DATA, "GATHER: output dimension %u", o - 1);
+        }
+    }
+    if (s->code == 104) {  /* MIRROR_PAD: paddings [rank, 2], < dim (REFLECT) or <= dim (SYMMETRIC) */
+        Operand* p = &m->ops[in[1]];
+        int32_t mode = m->ops[in[2]].ival;
+        if (p->rank != 2 || p->dims[0] != x->rank || p->dims[1] != 2 || y->rank != x->rank || (mode != 0 && mode != 1))
+            return misuse(BAD_DATA, "MIRROR_PAD: paddings shape / output rank / mode %d", mode);
+        for (uint32_t d = 0; d < x->rank; d++) {
+            int32_t lo = ints_of(p)[2 * d], hi = ints_of(p)[2 * d + 1], limit = (int32_t)x->dims[d] - (mode == 0);
+            if (lo < 0 || hi < 0 || lo > limit || hi > limit || y->dims[d] != x->dims[d] + (uint32_t)(lo + hi))
+                return misuse(BAD_DATA, "MIRROR_PAD: axis %u pads %d, %d of %u -> %u", d, lo, hi, x->dims[d], y->dims[d]);
+        }
+    }
+    if (s->code == 102) {  /* BATCH_MATMUL: same rank and batch, [.., r, c] x [.., r', c'] */
+        Operand* b = &m->ops[in[1]];
+        int adj_x = n_in > 2 && m->ops[in[2]].ival, adj_y = n_in > 3 && m->ops[in[3]].ival;
+        uint32_t r = x->rank;
+        if (b->rank != r || y->rank != r || r < 2)
+            return misuse(BAD_DATA, "BATCH_MATMUL: ranks %u, %u -> %u", r, b->rank, y->rank);
+        for (uint32_t d = 0; d + 2 < r; d++)
+            if (x->dims[d] != b->dims[d] || y->dims[d] != x->dims[d])
+                return misuse(BAD_DATA, "BATCH_MATMUL: batch dimension %u: %u, %u -> %u", d, x->dims[d], b->dims[d], y->dims[d]);
+        uint32_t rows = x->dims[r - 2 + adj_x], inner_x = x->dims[r - 1 - adj_x];
+        uint32_t inner_y = b->dims[r - 2 + adj_y], cols = b->dims[r - 1 - adj_y];
+        if (inner_x != inner_y || y->dims[r - 2] != rows || y->dims[r - 1] != cols)
+            return misuse(BAD_DATA, "BATCH_MATMUL: [%u x %u] x [%u x %u] -> [%u x %u]", rows, inner_x, inner_y, cols,
+                          y->dims[r - 2], y->dims[r - 1]);
+    }
+    return NO_ERROR;
 }
 
 static int check_shapes(ANeuralNetworksModel* m, const OpSpec* s, const uint32_t* in, const uint32_t* out) {
@@ -304,7 +417,7 @@ int ANeuralNetworksModel_addOperation(ANeuralNetworksModel* m, int32_t type, uin
         if (o->produced) return misuse(BAD_DATA, "%s: operand %u is written by two operations", s->name, outputs[k]);
         if (is_scalar(o->type)) return misuse(BAD_DATA, "%s: output operand %u is a scalar", s->name, outputs[k]);
     }
-    if (outputCount != 1) return misuse(BAD_DATA, "%s: %u outputs (1 expected)", s->name, outputCount);
+    if (outputCount == 0) return misuse(BAD_DATA, "%s: no outputs", s->name);
     int matched = 0;
     for (int v = 0; v < 4 && s->sigs[v]; v++) {
         int r = check_sig(m, s, s->sigs[v], inputCount, inputs);
@@ -312,9 +425,11 @@ int ANeuralNetworksModel_addOperation(ANeuralNetworksModel* m, int32_t type, uin
         if (r > 0) { matched = 1; break; }
     }
     if (!matched) return misuse(BAD_DATA, "%s: %u inputs match no signature of the operation", s->name, inputCount);
+    rc = check_data_ops(m, s, inputCount, inputs, outputCount, outputs);  /* also: one output unless SPLIT */
+    if (rc) return rc;
     rc = check_shapes(m, s, inputs, outputs);
     if (rc) return rc;
-    m->ops[outputs[0]].produced = 1;
+    for (uint32_t k = 0; k < outputCount; k++) m->ops[outputs[k]].produced = 1;
     m->n_operations++;
     return NO_ERROR;
 }

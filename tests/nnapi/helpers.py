@@ -10,10 +10,8 @@ from minirt.builder.lower import lower_model
 from minirt.builder.partition import apply_plan, plan_partitions
 from minirt.builder.passes import optimize
 from minirt.builder.writer import ArtifactWriter
-from minirt.providers.tflite import _interpreter_module, make_program
-from minirt.targets.nnapi.model import NNModel
 from minirt.targets.profiles import get_target
-from minirt.targets.tflite.translate import to_tflite
+from minirt.tools.verify import _nnapi_on_tflite
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
@@ -34,17 +32,8 @@ REAL_MODELS = {
 
 
 def tflite_program_from_nnapi_blob(blob):
-    """Compile an NNAPI provider blob by translating it to TFLite (what the verification runs)."""
-    model = NNModel.from_bytes(blob)
-    flat = to_tflite(model)
-    mod = _interpreter_module()
-    interp = mod.Interpreter(model_content=flat)
-    interp.allocate_tensors()
-    ins = [d["index"] for d in interp.get_input_details()]
-    outs = [d["index"] for d in interp.get_output_details()]
-    dts = [d["dtype"] for d in interp.get_input_details()]
-    header = {"input_map": model.input_map, "input_perm": model.input_perm, "output_perm": model.output_perm}
-    return make_program(interp, ins, outs, dts, header)
+    """Compile an NNAPI provider blob by translating it to TFLite (what `minirt verify` runs off the device)."""
+    return _nnapi_on_tflite(blob, None, None, {})
 
 
 class NNAPIOnTFLite:

@@ -14,18 +14,11 @@ import numpy as np
 import pytest
 
 import minirt
-from minirt import providers
-from tests.nnapi.helpers import REAL_MODELS, NNAPIOnTFLite, build_partitioned, random_feeds
+from tests.nnapi.helpers import REAL_MODELS, build_partitioned, random_feeds
 
 ort = pytest.importorskip("onnxruntime")
 
 
-@pytest.fixture
-def nnapi_on_tflite(tflite_interpreter):
-    p = NNAPIOnTFLite()
-    providers.register(p)
-    yield p
-    providers.unregister("nnapi")
 
 
 LEVEL_CASES = [("digits", 27), ("digits", 29), ("ppocr_cls", 27), ("ppocr_cls", 29), ("ppocr_cls", 30),
