@@ -6,7 +6,9 @@ and run it here; it needs coremltools (the builder's side), never the runtime.  
 coremltools MIL op documentation (conv/pool ``pad`` order
 ``[begin0, end0, begin1, end1]``, weights ``[C_out, C_in/groups, *K]``,
 conv_transpose weights ``[C_in, C_out/groups, *K]``, ``linear`` weights
-``[D_out, D_in]``, ``upsample_bilinear`` grid formulas, ...).  fp16 tensors
+``[D_out, D_in]``, ``upsample_bilinear`` grid formulas, ``pad`` on the last
+len(pad)/2 axes, ``lstm`` gate rows ``[input, forget, output, cell]``, ``gru`` gate rows
+``[reset, new, update]``, ...).  fp16 tensors
 are computed as float32 and rounded to fp16 after every op, which mimics
 (not reproduces) an fp16 device.
 """
@@ -371,6 +373,129 @@ def cast(x, dtype):
     return np.asarray(x).astype({"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}[str(dtype)])
 
 
+def gather(x, indices, axis=0, batch_dims=0, validate_indices=False):
+    """MIL gather: slices of ``x`` along ``axis`` at ``indices`` (any rank; negative counts from the end)."""
+    x = np.asarray(x)
+    axis = int(axis) % x.ndim
+    idx = np.asarray(indices).astype(np.int64)
+    if int(batch_dims):
+        raise NotImplementedError("mil_eval: gather with batch_dims")
+    if idx.size and (idx.min() < -x.shape[axis] or idx.max() >= x.shape[axis]):
+        raise IndexError(f"gather index out of [-{x.shape[axis]}, {x.shape[axis]})")
+    return np.take(x, np.where(idx < 0, idx + x.shape[axis], idx), axis=axis)
+
+
+def pad(x, pad, mode="constant", constant_val=0.0):
+    """MIL pad: ``pad = [b0, e0, b1, e1, ...]`` for the last len(pad)/2 axes; replicate = numpy's edge."""
+    x = np.asarray(x)
+    p = [int(v) for v in np.asarray(pad).reshape(-1)]
+    n = len(p) // 2
+    width = [(0, 0)] * (x.ndim - n) + [(p[2 * i], p[2 * i + 1]) for i in range(n)]
+    mode = str(mode)
+    if mode == "constant":
+        return np.pad(x, width, mode="constant", constant_values=float(constant_val))
+    if mode == "reflect":
+        if any(max(w) > x.shape[a] - 1 for a, w in enumerate(width)):
+            raise ValueError("reflect pad wider than its axis minus one")
+        return np.pad(x, width, mode="reflect")
+    if mode == "replicate":
+        return np.pad(x, width, mode="edge")
+    raise ValueError(f"pad mode {mode!r}")
+
+
+_RNN_ACT = {
+    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+    "tanh": np.tanh,
+    "relu": lambda v: np.maximum(v, 0),
+    "linear": lambda v: v,
+}
+
+
+def _lstm_dir(x, h, c, w_ih, w_hh, b, order, acts):
+    """One direction of MIL lstm over the time steps ``order``; gate rows [input, forget, output, cell]."""
+    rec, cell_act, out_act = acts
+    H = h.shape[-1]
+    ys = []
+    for t in order:
+        g = x[t] @ w_ih.T + h @ w_hh.T + b
+        i, f, o, z = (g[:, k * H:(k + 1) * H] for k in range(4))
+        c = rec(f) * c + rec(i) * cell_act(z)
+        h = rec(o) * out_act(c)
+        ys.append(h)
+    return ys, h, c
+
+
+def lstm(x, initial_h, initial_c, weight_ih, weight_hh, bias=None, peephole=None, weight_ih_back=None,
+         weight_hh_back=None, bias_back=None, peephole_back=None, direction="forward", output_sequence=False,
+         recurrent_activation="sigmoid", cell_activation="tanh", activation="tanh", clip=None):
+    """MIL lstm, x ``[s, b, I]``, states ``[b, DIRECTIONS*H]``, returns (y, h_final, c_final).
+
+    Output time order (as coremltools' backend tests define it, its doc being silent): "forward" and
+    the forward half of "bidirectional" step t at index t; "reverse" emits its steps in processing
+    order (index 0 = last time step); the backward half of "bidirectional" sits at the time step it
+    was computed for (index t = time t).
+    """
+    if peephole is not None and np.any(peephole) or clip is not None:
+        raise NotImplementedError("mil_eval: lstm with peepholes or clip")
+    x = _f32(x)
+    s = x.shape[0]
+    acts = tuple(_RNN_ACT[str(a)] for a in (recurrent_activation, cell_activation, activation))
+    w_ih, w_hh = _f32(weight_ih), _f32(weight_hh)
+    H = w_hh.shape[1]
+    b = _f32(bias) if bias is not None else np.zeros(4 * H, np.float32)
+    h0, c0 = _f32(initial_h), _f32(initial_c)
+    direction = str(direction)
+    if direction == "bidirectional":
+        yf, hf, cf = _lstm_dir(x, h0[:, :H], c0[:, :H], w_ih, w_hh, b, range(s), acts)
+        bb = _f32(bias_back) if bias_back is not None else np.zeros(4 * H, np.float32)
+        yb, hb, cb = _lstm_dir(x, h0[:, H:], c0[:, H:], _f32(weight_ih_back), _f32(weight_hh_back), bb,
+                               range(s - 1, -1, -1), acts)
+        yb = yb[::-1]  # aligned with the input's time steps
+        y = np.stack([np.concatenate([f, r], axis=-1) for f, r in zip(yf, yb)])
+        h, c = np.concatenate([hf, hb], -1), np.concatenate([cf, cb], -1)
+        last = np.concatenate([yf[-1], yb[0]], -1)[None]
+    else:
+        order = range(s) if direction == "forward" else range(s - 1, -1, -1)
+        ys, h, c = _lstm_dir(x, h0, c0, w_ih, w_hh, b, order, acts)
+        y = np.stack(ys)  # processing order
+        last = ys[-1][None]
+    return (y if bool(output_sequence) else last), h, c
+
+
+def gru(x, initial_h, weight_ih, weight_hh, bias=None, direction="forward", output_sequence=False,
+        recurrent_activation="sigmoid", activation="tanh"):
+    """MIL gru, x ``[s, b, I]``, gate rows [reset, new ("output"), update], one bias per gate.
+
+    The new gate resets h before the recurrent matmul, o = act(W_o x + W_ho (r * h) + b_o): the formula
+    coremltools' backend tests check the device against (the op doc's "r_t * W_ho h_{t-1}" reads
+    otherwise; the tested behaviour is the one taken).  "reverse" emits its steps in processing order.
+    """
+    x = _f32(x)
+    rec, act = _RNN_ACT[str(recurrent_activation)], _RNN_ACT[str(activation)]
+    w_ih, w_hh = _f32(weight_ih), _f32(weight_hh)
+    H = w_hh.shape[1]
+    b = _f32(bias) if bias is not None else np.zeros(3 * H, np.float32)
+    wr, wo, wz = (w_ih[k * H:(k + 1) * H] for k in range(3))
+    rr, ro, rz = (w_hh[k * H:(k + 1) * H] for k in range(3))
+    br, bo, bz = (b[k * H:(k + 1) * H] for k in range(3))
+    h = _f32(initial_h)
+    order = range(x.shape[0]) if str(direction) == "forward" else range(x.shape[0] - 1, -1, -1)
+    ys = []
+    for t in order:
+        r = rec(x[t] @ wr.T + h @ rr.T + br)
+        z = rec(x[t] @ wz.T + h @ rz.T + bz)
+        o = act(x[t] @ wo.T + (r * h) @ ro.T + bo)
+        h = (1 - z) * o + z * h
+        ys.append(h)
+    y = np.stack(ys)
+    return (y if bool(output_sequence) else y[-1:]), h
+
+
+def reverse(x, axes=None):
+    x = np.asarray(x)
+    return np.flip(x, axis=None if axes is None else tuple(int(a) for a in np.atleast_1d(axes)))
+
+
 OPS = {
     "conv": conv,
     "conv_transpose": conv_transpose,
@@ -423,4 +548,9 @@ OPS = {
     "slice_by_index": slice_by_index,
     "split": split,
     "cast": cast,
+    "gather": gather,
+    "pad": pad,
+    "lstm": lstm,
+    "gru": gru,
+    "reverse": reverse,
 }

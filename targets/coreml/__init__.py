@@ -46,9 +46,11 @@ class CoreMLSpec(RuleSpec):
 
     def precheck(self, node, ctx: SupportContext) -> str | None:
         """Every run-time tensor the node reads or produces: float, static shape, rank 1..5."""
-        for v in node.inputs:
+        for i, v in enumerate(node.inputs):
             if v is None or ctx.const(v) is not None:
                 continue
+            if i == 4 and node.op_type in ("LSTM", "GRU") and node.domain in ("", "ai.onnx"):
+                continue  # (int sequence_lens: the rule's check says why a run-time one is refused)
             why = _tensor_refusal(v, ctx, "input")
             if why:
                 return f"{node.op_type}: {why}"
