@@ -44,11 +44,15 @@ class FoldConstantIf(Pass):
                 cond = irh.const_array(node.inputs[0])
                 if cond is None or cond.size != 1:
                     continue
-                branch = irh.attr(node, "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+                taken = bool(cond.reshape(-1)[0])
+                branch = irh.attr(node, "then_branch" if taken else "else_branch")
                 if branch is None or len(branch.outputs) != len(node.outputs):
                     self.refuse("fold_if", node, "branch outputs do not match the If outputs")
                     continue
+                dropped = irh.attr(node, "else_branch" if taken else "then_branch")
                 self._inline(graph, node, branch)
+                if dropped is not None:
+                    _detach(dropped)
                 changed = True
         return changed
 
@@ -94,6 +98,16 @@ class FoldConstantIf(Pass):
                 new.shape = old.shape
             irh.replace_value(old, new)
         graph.remove(node, safe=True)
+
+
+def _detach(branch: ir.Graph) -> None:
+    """Let the nodes of a branch that is gone stop reading outer values: they would still be listed among
+    those values' uses, and a value read by a dead branch looks read outside whatever reads it (a Core ML
+    partition holding the whole of Silero VAD was taken for an island with extra outputs, and refused)."""
+    for n in list(ir.traversal.RecursiveGraphIterator(branch)):
+        for i, v in enumerate(n.inputs):
+            if v is not None:
+                n.replace_input_with(i, None)
 
 
 __all__ = ["FoldConstantIf"]

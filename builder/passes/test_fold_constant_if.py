@@ -112,3 +112,12 @@ def test_branch_output_that_is_a_branch_initializer():
     optimized, _, got = run_both(model, {"x": np.array([1], np.int64)}, opt_level=1)
     np.testing.assert_array_equal(got[0], [8])
     assert "If" not in ops(optimized)
+
+
+def test_the_dropped_branch_no_longer_reads_outer_values():
+    """The untaken branch's nodes stop being uses of the outer values they read: only live nodes remain
+    (a value read by a dead branch looked read outside a partition holding every live reader)."""
+    m, _, _ = T.run_both(_model(True), X, opt_level=1)
+    r = next(o for n in m.graph for o in n.outputs if o.name == "r")
+    live = {id(n) for n in m.graph}
+    assert r.uses() and all(id(user) in live for user, _ in r.uses())

@@ -353,7 +353,8 @@ def split(x, num_splits=None, split_sizes=None, axis=0):
 
 
 def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-_f32(x)))
+    with np.errstate(over="ignore"):  # (exp of a large -x is inf: the sigmoid is 0 there, as it should be)
+        return 1.0 / (1.0 + np.exp(-_f32(x)))
 
 
 def clip(x, alpha, beta):
@@ -404,7 +405,7 @@ def pad(x, pad, mode="constant", constant_val=0.0):
 
 
 _RNN_ACT = {
-    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+    "sigmoid": _sigmoid,
     "tanh": np.tanh,
     "relu": lambda v: np.maximum(v, 0),
     "linear": lambda v: v,
