@@ -50,6 +50,7 @@ import numpy as np
 import onnx_ir as ir
 
 from minirt import vocabulary
+from minirt.builder import ir_helpers as irh
 # A module reference, not names: ``targets.providers`` imports ``builder.ir_helpers``, which runs
 # this package's ``__init__`` (build -> partition); when a target module is imported first,
 # ``targets.providers`` is still half-initialised here, and only a module reference survives that
@@ -490,8 +491,8 @@ def _reference_values(source: Any, names: list[str], feeds: dict) -> dict:
     proto = onnx.ModelProto()
     proto.CopyFrom(_read_proto(source)[0])  # (outputs are added below: never to the caller's model)
     produced = {o for node in proto.graph.node for o in node.output if o}
-    outputs = [n for n in names if n in produced or n in {o.name for o in proto.graph.output}]
     known = {o.name for o in proto.graph.output}
+    outputs = [n for n in names if n in produced or n in known]
     graph_inputs = {i.name for i in proto.graph.input}
     proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in outputs if n not in known)
     options = ort.SessionOptions()
@@ -549,16 +550,10 @@ def _golden(model_ir: ir.Model, plan: PartitionPlan, options: dict) -> None:
 
 # --- thin artifacts: no CPU version of the partitions -------------------------------------
 
-# The node that stands for a partition built without its CPU version (docs/format.md, "Partitions"):
-# it reads the partition's inputs and makes its outputs; its CPU kernel only refuses to run
-# (minirt/kernels/delegated.py), and a session that cannot give the partition to its provider refuses
-# the artifact at load.
-DELEGATED_OP = "DelegatedPartition"
-
-
 def drop_cpu_versions(model_ir: ir.Model, plan: PartitionPlan) -> int:
     """Replace each planned partition's nodes by one ``com.minirt::DelegatedPartition`` node (after the
-    golden outputs were computed from them), and drop the initializers no node reads any more: an
+    golden outputs were computed from them; it reads the partition's inputs and makes its outputs, its
+    CPU kernel only refuses to run: minirt/kernels/delegated.py), and drop the initializers no node reads any more: an
     accelerator artifact without the CPU fallback (``--no-cpu-fallback``).  Returns the bytes of the
     initializers dropped."""
     graph = model_ir.graph
@@ -569,7 +564,7 @@ def drop_cpu_versions(model_ir: ir.Model, plan: PartitionPlan) -> int:
         outs = [ir.Value(name=None, shape=v.shape, type=v.type) for v in p.ir.outputs]
         attributes = [ir.AttrString("provider", p.provider), ir.AttrInt64("partition", p.index),
                       ir.AttrInt64("nodes", len(p.ir.nodes))]
-        node = ir.Node(vocabulary.MINIRT_DOMAIN, DELEGATED_OP, list(p.ir.inputs), attributes, outputs=outs,
+        node = ir.Node(vocabulary.MINIRT_DOMAIN, vocabulary.DELEGATED_PARTITION, list(p.ir.inputs), attributes, outputs=outs,
                        version=1, name=f"{p.provider}_partition_{p.index}")
         graph.insert_before(p.ir.nodes[0], node)
         for old, new in zip(p.ir.outputs, outs):
@@ -583,8 +578,7 @@ def drop_cpu_versions(model_ir: ir.Model, plan: PartitionPlan) -> int:
         graph.remove(list(reversed(p.ir.nodes)), safe=True)
         p.ir.nodes = [node]
         p.ir.outputs = outs
-    if vocabulary.MINIRT_DOMAIN not in model_ir.opset_imports:
-        model_ir.opset_imports[vocabulary.MINIRT_DOMAIN] = 1
+    irh.ensure_minirt_opset(model_ir)
     read = {id(v) for n in ir.traversal.RecursiveGraphIterator(graph) for v in n.inputs if v is not None}
     dropped = 0
     for name, v in list(graph.initializers.items()):

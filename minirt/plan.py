@@ -58,7 +58,7 @@ class Cancellation:
     the options are minirt's :class:`minirt.RunOptions` (its setter tells the runs in progress); with
     another object only the timeout reaches inside a kernel."""
 
-    __slots__ = ("options", "timeout", "deadline", "native")
+    __slots__ = ("options", "timeout", "deadline")
 
     def __init__(self, options: Any):
         self.options = options
@@ -68,7 +68,6 @@ class Cancellation:
             raise InvalidArgument(f"RunOptions.timeout must be a positive number of seconds or None, got {timeout!r}")
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.native = None  # the C side's mrt_cancel while the run is watched
 
     @contextlib.contextmanager
     def watched(self):
@@ -80,12 +79,10 @@ class Cancellation:
         attach = getattr(self.options, "_attach_run", None)
         if attach is not None:
             attach(c)
-        self.native = c
         try:
             with _native.watching(c):
                 yield
         finally:
-            self.native = None
             if attach is not None:
                 self.options._detach_run(c)
 

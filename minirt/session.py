@@ -40,7 +40,7 @@ from minirt import native as _native  # threads for the native kernels
 from minirt.native import blas as _blas  # threads for numpy's BLAS
 from minirt.native import program as _program  # planned runs replayed from C (D32)
 from minirt.plan import BoundSubgraph, Cancellation, Plan, ReplayShortcut  # (BoundSubgraph: public)
-from minirt.vocabulary import MINIRT_DOMAIN, RANDOM
+from minirt.vocabulary import DELEGATED_PARTITION, MINIRT_DOMAIN, RANDOM
 
 
 # Recurrences (their input 4 is sequence_lens) and ops that pass a value's numbers on (warm-up feeds)
@@ -532,7 +532,7 @@ class Session:
         """Whether a partition's nodes are the stand-in of a thin artifact (minirt/kernels/delegated.py)."""
         graph = self._artifact.graphs[part.graph]
         ops = self._artifact.operators
-        return any(ops[n.op_index].op_type == "DelegatedPartition" and ops[n.op_index].domain == MINIRT_DOMAIN
+        return any(ops[n.op_index].op_type == DELEGATED_PARTITION and ops[n.op_index].domain == MINIRT_DOMAIN
                    for n in graph.nodes[part.first_node:part.first_node + part.node_count])
 
     def get_partitions(self) -> list[dict]:

@@ -70,6 +70,8 @@ RNN_ACTIVATIONS = frozenset({
 # kernel in the runtime (tests/test_vocabulary.py checks minirt/kernels/_index.py).
 
 MINIRT_DOMAIN = "com.minirt"  # minirt's own ops (docs/fused_ops.md)
+# the com.minirt node that stands for a partition built without its CPU version (docs/format.md, "Partitions")
+DELEGATED_PARTITION = "DelegatedPartition"
 
 # Elementwise with broadcasting inputs.
 ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div"})  # also the native binary kernel's four (MRT_BINARY_*)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from minirt.errors import UnsupportedOperator
 from minirt.kernels.registry import kernel
-from minirt.vocabulary import MINIRT_DOMAIN
+from minirt.vocabulary import DELEGATED_PARTITION, MINIRT_DOMAIN
 
 
-@kernel("DelegatedPartition", since=1, domain=MINIRT_DOMAIN)
+@kernel(DELEGATED_PARTITION, since=1, domain=MINIRT_DOMAIN)
 def delegated_partition(*inputs, provider: str = "", partition: int = -1, nodes: int = 0):
     raise UnsupportedOperator(
         f"partition {partition} ({provider}, {nodes} nodes) was built without its CPU version "

@@ -191,8 +191,13 @@ static void pool_run_items(mrt_task_fn fn, void *ctx, long n, long chunks) {
  * cost nothing next to the pieces). */
 #define MRT_CANCEL_PIECES 1024
 
-/* fn over [0, n) on the calling thread, in pieces with a cancellation check before each. */
-static void run_watched(mrt_task_fn fn, void *ctx, long n, const mrt_cancel *cancel) {
+/* fn over [0, n) on the calling thread: in one call, or, when a cancellation is watched, in pieces with a
+ * check before each. */
+static void run_on_caller(mrt_task_fn fn, void *ctx, long n, const mrt_cancel *cancel) {
+    if (!cancel) {
+        fn(ctx, 0, n);
+        return;
+    }
     const long pieces = n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES;
     for (long c = 0; c < pieces; ++c) {
         if (mrt_cancelled(cancel)) return;
@@ -293,16 +298,14 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     if (parts > n) parts = (int)n;
     if (parts > by_work) parts = by_work < 1 ? 1 : (int)by_work;
     if (parts <= 1 || pthread_mutex_trylock(&pool_dispatch) != 0) {
-        if (cancel) run_watched(fn, ctx, n, cancel);
-        else fn(ctx, 0, n);
+        run_on_caller(fn, ctx, n, cancel);
         return;
     }
     pthread_once(&pool_once, pool_init);
     parts = pool_ensure(parts);
     if (parts <= 1) {
         pthread_mutex_unlock(&pool_dispatch);
-        if (cancel) run_watched(fn, ctx, n, cancel);
-        else fn(ctx, 0, n);
+        run_on_caller(fn, ctx, n, cancel);
         return;
     }
     long chunks = mrt_chunks(n, parts);

@@ -118,8 +118,7 @@ class CoreMLProvider:
                 os.replace(tmp, compiled)
             except Exception:  # noqa: BLE001 - caching is an optimisation only
                 pass
-        in_names = list(options.get("input_names") or [f"in_{i}" for i in range(len(partition.inputs))])
-        out_names = list(options.get("output_names") or [f"out_{i}" for i in range(len(partition.outputs))])
+        in_names, out_names = io_names(partition, options)
         graph = artifact.graphs[partition.graph]
         out_dtypes = [_value_dtype(graph, v) for v in partition.outputs]
 
@@ -129,6 +128,13 @@ class CoreMLProvider:
             return tuple(np.asarray(res[n]).astype(dt, copy=False) for n, dt in zip(out_names, out_dtypes))
 
         return run
+
+
+def io_names(partition, options: dict) -> tuple[list, list]:
+    """The ML program's input and output names, in the partition's order (the lowering's, in the
+    partition options; ``in_i`` / ``out_i`` by default)."""
+    return (list(options.get("input_names") or [f"in_{i}" for i in range(len(partition.inputs))]),
+            list(options.get("output_names") or [f"out_{i}" for i in range(len(partition.outputs))]))
 
 
 def _value_dtype(graph, index: int):

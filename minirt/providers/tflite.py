@@ -60,16 +60,21 @@ class TFLiteProvider:
 
     def compile(self, blob, partition, artifact, options):
         header, flat = decode_blob(blob)
-        mod = _interpreter_module()
-        if mod is None:
-            raise TFLiteError("no importable TFLite interpreter")
-        threads = int((options or {}).get("num_threads") or 0) or None
-        interp = mod.Interpreter(model_content=flat, num_threads=threads)
-        interp.allocate_tensors()
-        ins = [d["index"] for d in interp.get_input_details()]
-        outs = [d["index"] for d in interp.get_output_details()]
-        in_dtypes = [d["dtype"] for d in interp.get_input_details()]
-        return make_program(interp, ins, outs, in_dtypes, header)
+        return program_from_flatbuffer(flat, header, int((options or {}).get("num_threads") or 0) or None)
+
+
+def program_from_flatbuffer(flat: bytes, header: dict, threads: int | None = None):
+    """The callable that runs a ``.tflite`` flatbuffer on the TFLite interpreter, its inputs and outputs
+    laid out by ``header`` (input_map, input_perm, output_perm: :func:`make_program`)."""
+    mod = _interpreter_module()
+    if mod is None:
+        raise TFLiteError("no importable TFLite interpreter")
+    interp = mod.Interpreter(model_content=flat, num_threads=threads)
+    interp.allocate_tensors()
+    ins = [d["index"] for d in interp.get_input_details()]
+    outs = [d["index"] for d in interp.get_output_details()]
+    in_dtypes = [d["dtype"] for d in interp.get_input_details()]
+    return make_program(interp, ins, outs, in_dtypes, header)
 
 
 def make_program(interp, ins, outs, in_dtypes, header):

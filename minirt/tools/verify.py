@@ -86,26 +86,22 @@ def _off_device_reference(provider: str):
 
 def _nnapi_on_tflite(blob, partition, artifact, options):
     """An NNAPI partition's program, translated to TFLite (targets/tflite) and run on the interpreter."""
-    from minirt.providers.tflite import _interpreter_module, make_program
+    from minirt.providers.tflite import program_from_flatbuffer
     from minirt.targets.nnapi.model import NNModel
     from minirt.targets.tflite.translate import to_tflite
 
     model = NNModel.from_bytes(bytes(blob))
-    interpreter = _interpreter_module().Interpreter(model_content=to_tflite(model))
-    interpreter.allocate_tensors()
-    ins, outs = interpreter.get_input_details(), interpreter.get_output_details()
     header = {"input_map": model.input_map, "input_perm": model.input_perm, "output_perm": model.output_perm}
-    return make_program(interpreter, [d["index"] for d in ins], [d["index"] for d in outs], [d["dtype"] for d in ins],
-                        header)
+    return program_from_flatbuffer(to_tflite(model), header)
 
 
 def _coreml_on_mil_evaluator(blob, partition, artifact, options):
     """A Core ML partition's ML program on minirt's MIL evaluator (minirt/tools/mil_eval.py)."""
+    from minirt.providers.coreml import io_names
     from minirt.tools import mil_eval
 
     _, program = mil_eval.read_package(bytes(blob))
-    in_names = list(options.get("input_names") or [f"in_{i}" for i in range(len(partition.inputs))])
-    out_names = list(options.get("output_names") or [f"out_{i}" for i in range(len(partition.outputs))])
+    in_names, out_names = io_names(partition, options)
 
     def run(*arrays):
         results = mil_eval.run_program(program, dict(zip(in_names, arrays)))
