@@ -13,9 +13,11 @@ kernels (``minirt info`` says so).
 """
 import importlib.util
 import os
+import shutil
 
 from setuptools import find_packages, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 # MINIRT_WHEEL=runtime builds the device wheel: the runtime alone (no builder, no targets: a device
 # runs artifacts, it does not build them) and no C sources (the compiled module is inside).  The
@@ -32,11 +34,14 @@ def _packages() -> list[str]:
     return packages
 
 
-# (kernels.h stays: the runtime reads the ABI version it expects from it)
-# (a header kernels.c includes is named *_impl.h or q*.h; tests/test_runtime_wheel.py checks that only
-# kernels.h is left)
+# (no header either: the runtime's expected ABI version is a constant of minirt/native/__init__.py)
 # (and the demo's model and data: a device runs its own artifacts)
-_SOURCES = {"minirt.native": ["*.c", "*_impl.h", "q*.h"], "minirt.demo": ["*.onnx", "*.npz"]} if RUNTIME_ONLY else {}
+_SOURCES = {"minirt.native": ["*.c", "*.h"], "minirt.demo": ["*.onnx", "*.npz"]} if RUNTIME_ONLY else {}
+# modules a device does not run: the two that compile the kernels (a wheel holds the compiled module,
+# it never builds it) and minirt verify's off-device Core ML reference (a desktop tool that needs
+# coremltools; on a device the provider itself runs, and verify says what is missing)
+_DESKTOP_ONLY_MODULES = {("minirt.native", "build_native"), ("minirt.native", "build_progress"),
+                         ("minirt.tools", "mil_eval")}
 
 
 def _progress():
@@ -46,6 +51,23 @@ def _progress():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class BuildPyRuntime(build_py):
+    """build_py that leaves the desktop-only modules out of the device wheel, and starts it from an empty
+    build folder: files that an earlier build left in build/lib (the builder of a full build, a module
+    excluded since) would otherwise go into the wheel."""
+
+    def run(self):
+        if RUNTIME_ONLY:
+            shutil.rmtree(os.path.join(self.build_lib, "minirt"), ignore_errors=True)
+        super().run()
+
+    def find_package_modules(self, package, package_dir):
+        modules = super().find_package_modules(package, package_dir)
+        if not RUNTIME_ONLY:
+            return modules
+        return [m for m in modules if (m[0], m[1]) not in _DESKTOP_ONLY_MODULES]
 
 
 class BuildExtWithProgress(build_ext):
@@ -58,5 +80,5 @@ class BuildExtWithProgress(build_ext):
             super().run()
 
 
-setup(packages=_packages(), exclude_package_data=_SOURCES, cmdclass={"build_ext": BuildExtWithProgress},
+setup(packages=_packages(), exclude_package_data=_SOURCES, cmdclass={"build_ext": BuildExtWithProgress, "build_py": BuildPyRuntime},
       cffi_modules=["minirt/native/build_native.py:ffibuilder"])

@@ -103,3 +103,18 @@ def test_golden_outputs_come_from_onnxruntime_on_the_source_model():
     got = ort.InferenceSession(extra.SerializeToString(), opts).run(shared, feed)
     for n, value in zip(shared, got):
         np.testing.assert_array_equal(art.tensor(part.golden_outputs[out_names.index(n)]), value)
+
+
+@pytest.mark.parametrize("provider, module", [("nnapi", "minirt.targets"), ("coreml", "minirt.tools.mil_eval")])
+def test_a_device_install_says_the_off_device_reference_needs_the_full_install(monkeypatch, provider, module):
+    """The device wheel ships neither reference (setup.py): verify reports the partition as not verified,
+    with what to install, instead of failing on an import."""
+    import importlib.util
+
+    from minirt.tools import verify
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+    compile_fn, why = verify._off_device_reference(provider)
+    assert compile_fn is None
+    assert module in why and "pip install 'minirt[builder]'" in why

@@ -32,7 +32,6 @@ API.  Threads come from :func:`threads` (set per session by ``Session``).
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import weakref
@@ -50,22 +49,15 @@ BINARY_OPS: dict[str, int] = {}  # ONNX op -> mrt_binary_f32's op code (MRT_BINA
 
 _ffi = _lib = None
 _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
-_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.h")
+# The interface this Python code is written against: kernels.h's MRT_ABI_VERSION when both were written
+# (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
+# structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
+# header, and importing reads no 35 KB file.)
+ABI_VERSION = 21
 
 
 def _truthy(value: str | None) -> bool:
     return bool(value) and value.strip().lower() not in ("0", "false", "no", "off", "")
-
-
-def header_abi_version(path: str = _HEADER) -> int | None:
-    """The ``MRT_ABI_VERSION`` that ``kernels.h`` declares (the interface this Python code is written
-    against), or None when the header cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            found = re.search(r"^#define MRT_ABI_VERSION (\d+)", f.read(), re.M)
-    except OSError:
-        return None
-    return int(found.group(1)) if found else None
 
 
 def _load() -> None:
@@ -84,12 +76,8 @@ def _load() -> None:
     except Exception as exc:  # noqa: BLE001 - a broken binary must never break the runtime
         reason = f"extension failed to load: {type(exc).__name__}: {exc}"
         return
-    expected = header_abi_version()
-    if expected is None:
-        reason = f"cannot read the ABI version from {_HEADER} (incomplete install; reinstall minirt)"
-        return
-    if lib.mrt_abi_version() != expected:
-        reason = f"extension ABI {lib.mrt_abi_version()} != expected {expected} (stale build; reinstall minirt)"
+    if lib.mrt_abi_version() != ABI_VERSION:
+        reason = f"extension ABI {lib.mrt_abi_version()} != expected {ABI_VERSION} (stale build; reinstall minirt)"
         return
     from minirt.vocabulary import ACTIVATIONS
 

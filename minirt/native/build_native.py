@@ -44,6 +44,12 @@ with open(os.path.join(HERE, "kernels.h"), encoding="utf-8") as f:
     _HEADER = f.read()
 
 _unix = sys.platform != "win32"
+# The device wheel (MINIRT_WHEEL=runtime, setup.py) also drops the unwind tables and the symbol table
+# (about 60 KB: nothing in the C code unwinds, no exceptions, no pthread_exit / cancel, and cffi finds its
+# entry points through the dynamic symbols, which stay); development builds keep them for perf and gdb.
+_DEVICE = os.environ.get("MINIRT_WHEEL", "").strip().lower() == "runtime"
+_DEVICE_COMPILE = ["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"] if _DEVICE else []
+_DEVICE_LINK = ["-Wl,-s"] if _DEVICE else []
 
 
 def make_builder(src_dir: str = REL) -> FFI:
@@ -61,8 +67,8 @@ def make_builder(src_dir: str = REL) -> FFI:
         # (-g0 and the linker's -S: no debug information, which Python's own CFLAGS ask for: the module is
         # about 1.5 MB instead of 9 on a device)
         extra_compile_args=["-O3", "-g0", "-pthread", "-fno-trapping-math", "-fno-math-errno",
-                            "-Werror=implicit-function-declaration"] if _unix else ["/O2"],
-        extra_link_args=["-pthread", "-Wl,-S"] if _unix else [],
+                            "-Werror=implicit-function-declaration"] + _DEVICE_COMPILE if _unix else ["/O2"],
+        extra_link_args=["-pthread", "-Wl,-S"] + _DEVICE_LINK if _unix else [],
         libraries=["m"] if _unix else [],
         # A failed compile (no compiler, unsupported platform) must not fail the
         # install: setuptools' build_ext warns and skips optional extensions.

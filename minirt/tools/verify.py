@@ -67,7 +67,14 @@ def failed(report: dict) -> bool:
 
 def _off_device_reference(provider: str):
     """(compile(blob, partition, artifact, options) -> callable, what it is) of the reference that runs a
-    ``provider`` partition on this machine, or (None, why there is none)."""
+    ``provider`` partition on this machine, or (None, why there is none).  Both references are desktop
+    tools: the device wheel has neither the TFLite translation (minirt.targets) nor the MIL evaluator."""
+    import importlib.util
+
+    needs = {"nnapi": "minirt.targets", "coreml": "minirt.tools.mil_eval"}.get(provider)
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        return None, (f"this install has no {needs} (a device install runs the provider itself; the "
+                      "off-device reference needs the full install: pip install 'minirt[builder]')")
     if provider == "nnapi":
         from minirt.providers import tflite
 
@@ -76,8 +83,6 @@ def _off_device_reference(provider: str):
                           "(pip install ai-edge-litert)")
         return _nnapi_on_tflite, "its TFLite translation on the TFLite interpreter"
     if provider == "coreml":
-        import importlib.util
-
         if importlib.util.find_spec("coremltools") is None:
             return None, "no coremltools here to read the ML program for minirt's MIL evaluator"
         return _coreml_on_mil_evaluator, "minirt's MIL evaluator"
