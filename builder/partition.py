@@ -466,13 +466,26 @@ def reference_inputs(model_ir: ir.Model, input_shapes: dict | None = None, seed:
         if dtype.kind == "f":
             arr = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
         elif dtype.kind in "iu":
-            arr = rng.integers(0, 4, size=shape).astype(dtype)
+            arr = rng.integers(0, _index_bound(v, 4), size=shape).astype(dtype)
         elif dtype.kind == "b":
             arr = rng.integers(0, 2, size=shape).astype(bool)
         else:
             raise ValueError(f"input {v.name!r}: no reference data for dtype {dtype}")
         feeds[v.name] = arr
     return feeds
+
+
+def _index_bound(value: ir.Value, bound: int) -> int:
+    """``bound``, lowered to the size of the axis a Gather reads with ``value`` as indices (an embedding
+    table of 2 token types takes ids 0 and 1 only: a larger one makes the reference run fail)."""
+    for use in value.uses():
+        node, index = use[0], use[1]
+        if node.op_type == "Gather" and index == 1 and node.inputs[0] is not None:
+            shape = irh.static_shape(node.inputs[0])
+            if shape:
+                axis = int(irh.attr(node, "axis", 0) or 0) % len(shape)
+                bound = max(1, min(bound, shape[axis]))
+    return bound
 
 
 def _reference_values(source: Any, names: list[str], feeds: dict) -> dict:

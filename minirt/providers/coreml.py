@@ -123,7 +123,9 @@ class CoreMLProvider:
         out_dtypes = [_value_dtype(graph, v) for v in partition.outputs]
 
         def run(*arrays: Any):
-            feeds = {name: np.ascontiguousarray(a) for name, a in zip(in_names, arrays)}
+            # Integer and bool partition inputs are int32 program inputs (targets/coreml/lower.py).
+            feeds = {name: np.ascontiguousarray(a if a.dtype.kind not in "biu" else a.astype(np.int32, copy=False))
+                     for name, a in zip(in_names, map(np.asarray, arrays))}
             res = model.predict(feeds)
             return tuple(np.asarray(res[n]).astype(dt, copy=False) for n, dt in zip(out_names, out_dtypes))
 

@@ -492,6 +492,26 @@ def gru(x, initial_h, weight_ih, weight_hh, bias=None, direction="forward", outp
     return (y if bool(output_sequence) else y[-1:]), h
 
 
+def instance_norm(x, gamma=None, beta=None, epsilon=1e-5):
+    """MIL instance_norm: per (batch, channel), normalised over the spatial axes; gamma / beta per channel."""
+    x = _f32(x)
+    ax = tuple(range(2, x.ndim))
+    mean = x.mean(axis=ax, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=ax, keepdims=True)
+    y = (x - mean) / np.sqrt(var + float(epsilon))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if gamma is not None:
+        y = y * _f32(gamma).reshape(shape)
+    if beta is not None:
+        y = y + _f32(beta).reshape(shape)
+    return y
+
+
+def select(cond, a, b):
+    """MIL select: ``a`` where ``cond`` (bool) else ``b``, broadcast."""
+    return np.where(np.asarray(cond, bool), a, b)
+
+
 def reverse(x, axes=None):
     x = np.asarray(x)
     return np.flip(x, axis=None if axes is None else tuple(int(a) for a in np.atleast_1d(axes)))
@@ -554,4 +574,17 @@ OPS = {
     "lstm": lstm,
     "gru": gru,
     "reverse": reverse,
+    # comparisons (fp16 / fp32 / int32 in, bool out) and bool logic
+    "equal": lambda x, y: np.equal(x, y),
+    "not_equal": lambda x, y: np.not_equal(x, y),
+    "less": lambda x, y: np.less(x, y),
+    "less_equal": lambda x, y: np.less_equal(x, y),
+    "greater": lambda x, y: np.greater(x, y),
+    "greater_equal": lambda x, y: np.greater_equal(x, y),
+    "logical_and": lambda x, y: np.logical_and(x, y),
+    "logical_or": lambda x, y: np.logical_or(x, y),
+    "logical_xor": lambda x, y: np.logical_xor(x, y),
+    "logical_not": lambda x: np.logical_not(x),
+    "select": select,
+    "instance_norm": instance_norm,
 }

@@ -6,7 +6,11 @@ the generic conditions checked first: every tensor the
 node reads at run time or produces is float32/float16 with a static shape of
 rank 1..5 (Core ML ML Programs have fixed-shape inputs here; build with
 ``--input-shape`` to fix symbolic dimensions), and the target's Core ML is
-recent enough for ML Programs (macOS 13 / iOS 16).
+recent enough for ML Programs (macOS 13 / iOS 16).  Integer and bool tensors
+(int32, int64, bool) are taken by the ops of ``rules.INTEGER_OPS`` only (indices,
+masks and their data movement); the program computes them as MIL int32 / bool,
+so int64 values must fit in int32 (token ids, lengths and masks do), and at the
+partition boundary they travel as int32 (``lower.build_program``).
 
 Precision: the target profile's ``provider_info["coreml"]["compute_precision"]``
 ("fp16" on macOS/iOS: the Neural Engine computes in fp16), overridable with
@@ -18,11 +22,13 @@ import importlib.util
 
 import numpy as np
 
-from minirt.targets.coreml.rules import RULES
+from minirt.targets.coreml.rules import INTEGER_OPS, RULES
 from minirt.targets.providers import LoweringError, PartitionIR, SupportContext
 from minirt.targets.rules import RuleSpec, used_outputs
 
 _FLOAT = (np.dtype(np.float32), np.dtype(np.float16))
+# Carried as MIL int32 / bool by the ops of INTEGER_OPS (see the module docstring).
+_INTEGER = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_))
 MAX_RANK = 5
 
 
@@ -51,11 +57,11 @@ class CoreMLSpec(RuleSpec):
                 continue
             if i == 4 and node.op_type in ("LSTM", "GRU") and node.domain in ("", "ai.onnx"):
                 continue  # (int sequence_lens: the rule's check says why a run-time one is refused)
-            why = _tensor_refusal(v, ctx, "input")
+            why = _tensor_refusal(v, ctx, "input", node)
             if why:
                 return f"{node.op_type}: {why}"
         for v in used_outputs(node):
-            why = _tensor_refusal(v, ctx, "output")
+            why = _tensor_refusal(v, ctx, "output", node)
             if why:
                 return f"{node.op_type}: {why}"
         return None
@@ -87,12 +93,18 @@ class CoreMLSpec(RuleSpec):
         return blob, options
 
 
-def _tensor_refusal(v, ctx: SupportContext, what: str) -> str | None:
+def _tensor_refusal(v, ctx: SupportContext, what: str, node) -> str | None:
     dt = ctx.dtype(v)
     if dt is None:
         return f"{what} {v.name!r} has an unknown element type"
     if np.dtype(dt) not in _FLOAT:
-        return f"{what} {v.name!r} is {np.dtype(dt).name}; Core ML partitions compute on float tensors only"
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        if np.dtype(dt) not in _INTEGER:
+            return (f"{what} {v.name!r} is {np.dtype(dt).name}; Core ML partitions compute on float, int32/int64 "
+                    f"and bool tensors")
+        if (domain, node.op_type) not in INTEGER_OPS:
+            return (f"{what} {v.name!r} is {np.dtype(dt).name}; Core ML lowers integer and bool tensors in "
+                    f"{', '.join(sorted(op for _, op in INTEGER_OPS))} only")
     shape = ctx.shape(v)
     if shape is None:
         return f"{what} {v.name!r} has an unknown rank"

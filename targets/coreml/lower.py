@@ -9,8 +9,12 @@ from the content).
 
 Program interface: inputs ``in_0 .. in_{n-1}`` (the partition's run-time
 inputs, in order) and outputs ``out_0 .. out_{m-1}`` (its outputs, in order),
-fp32 (or the ONNX value's fp16).  The partition options record the names and
-the ONNX value names they stand for.
+fp32 (or the ONNX value's fp16); an integer or bool value is an int32 input or
+output (Core ML's model interface has no int64 or bool arrays): a bool input is
+cast to MIL bool inside, a bool output is cast to int32 (0/1), and the runtime
+casts int64 / bool arrays to int32 on the way in and every output back to its
+ONNX dtype on the way out (``minirt/providers/coreml.py``).  The partition
+options record the names and the ONNX value names they stand for.
 """
 from __future__ import annotations
 
@@ -101,23 +105,37 @@ def build_program(part, ctx, opset_version):
 
     specs = {}
     for i, v in enumerate(part.inputs):
-        dtype = types.fp16 if ctx.dtype(v) == np.float16 else types.fp32
-        specs[f"in_{i}"] = mb.placeholder(shape=list(ctx.static_shape(v)), dtype=dtype)
+        specs[f"in_{i}"] = mb.placeholder(shape=list(ctx.static_shape(v)), dtype=_io_type(ctx.dtype(v), types))
     with Function(specs, opset_version=opset_version) as func:
         env = LowerEnv(ctx, mb)
         for i, v in enumerate(part.inputs):
-            env.set(v, func.inputs[f"in_{i}"])
+            var = func.inputs[f"in_{i}"]
+            if ctx.dtype(v) == np.bool_:
+                var = mb.cast(x=var, dtype="bool", name=f"in_{i}_bool")
+            env.set(v, var)
         RULES.emit_all(part.nodes, env)
         outs = []
         for i, v in enumerate(part.outputs):
             var = env.vars.get(id(v))
             if var is None:
                 raise LoweringError(f"partition output {v.name!r} was not produced")
-            outs.append(mb.identity(x=var, name=f"out_{i}"))
+            if var.dtype == types.bool:
+                outs.append(mb.cast(x=var, dtype="int32", name=f"out_{i}"))
+            else:
+                outs.append(mb.identity(x=var, name=f"out_{i}"))
         func.set_outputs(outs)
     prog = Program()
     prog.add_function("main", func)
     return prog
+
+
+def _io_type(dtype, types):
+    """The MIL type of a program input standing for an ONNX value of numpy ``dtype``."""
+    if dtype == np.float16:
+        return types.fp16
+    if dtype is not None and np.dtype(dtype).kind in "biu":
+        return types.int32  # (int64 and bool arrive as int32: the module docstring)
+    return types.fp32
 
 
 def convert(prog, precision: str, deployment_target: str):

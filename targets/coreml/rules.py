@@ -5,7 +5,8 @@ with ``@RULES.rule(op, ..., check=...)`` and has two parts:
 
 * ``check(node, ctx) -> None | reason``: op-specific support conditions
   (attributes, constant weights, ranks); the generic conditions (float
-  tensors, static shapes, rank <= 5) are ``CoreMLSpec.precheck``;
+  tensors, or integer / bool ones for the ops of :data:`INTEGER_OPS`; static
+  shapes, rank <= 5) are ``CoreMLSpec.precheck``;
 * the decorated function ``(node, env)``: emits MIL ops with
   ``coremltools``' builder (``mb``) and binds the node's outputs in ``env``.
 
@@ -30,6 +31,14 @@ from minirt import vocabulary as V
 from minirt.targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr, used_outputs
 
 RULES = RuleSet("Core ML")
+
+# The ops whose rules take ONNX int32 / int64 / bool tensors (carried as MIL int32 / bool): indices,
+# masks, their comparisons and data movement.  Every other rule sees float tensors only
+# (CoreMLSpec.precheck); a rule added here must handle the integer and bool cases (MIL's type domains).
+INTEGER_OPS = frozenset(("", op) for op in (
+    *V.RESHAPES, "Transpose", "Concat", "Slice", "Gather", "Cast", "Where",
+    "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+))
 
 
 # --- activations (shared by fused ops and Activation) ------------------------------
@@ -455,6 +464,102 @@ def lower_bn(node, env):
     env.set(node.outputs[0], y, rename=True)
 
 
+# --- integer and bool tensors: comparisons, logic, Where, Cast -------------------------------
+#
+# ONNX int32 / int64 values are MIL int32 and ONNX bool values MIL bool throughout a program (MIL has no
+# int64 arithmetic); targets/coreml/__init__.py lets integer and bool tensors reach these rules and the
+# data-movement rules of INTEGER_OPS only.  MIL's comparisons take fp16 / fp32 / int32 (not bool) and
+# return bool; its logical ops take bool.
+
+_COMPARE = {"Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+            "GreaterOrEqual": "greater_equal"}
+_LOGICAL = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
+
+
+def _is_bool(env_or_ctx, value) -> bool:
+    ctx = getattr(env_or_ctx, "ctx", env_or_ctx)
+    return ctx.dtype(value) == np.bool_
+
+
+def _bool_as_int(env, node, value, suffix):
+    """``value`` as MIL int32 when it is an ONNX bool (MIL comparisons and gather take no bool)."""
+    x = env.get(value)
+    if not _is_bool(env, value):
+        return x
+    if isinstance(x, np.ndarray):
+        return x.astype(np.int32)
+    return env.mb.cast(x=x, dtype="int32", name=env.n(node, suffix))
+
+
+@RULES.rule(*_COMPARE)
+def lower_compare(node, env):
+    a, b = (_bool_as_int(env, node, v, f"int{k}") for k, v in enumerate(node.inputs[:2]))
+    y = getattr(env.mb, _COMPARE[node.op_type])(x=a, y=b, name=env.n(node, "cmp"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+@RULES.rule(*_LOGICAL)
+def lower_logical(node, env):
+    a, b = (env.get(v) for v in node.inputs[:2])
+    env.set(node.outputs[0], getattr(env.mb, _LOGICAL[node.op_type])(x=a, y=b, name=env.n(node, "logic")), rename=True)
+
+
+@RULES.rule("Not")
+def lower_not(node, env):
+    env.set(node.outputs[0], env.mb.logical_not(x=env.get(node.inputs[0]), name=env.n(node, "not")), rename=True)
+
+
+@RULES.rule("Where")
+def lower_where(node, env):
+    cond, a, b = (env.get(v) for v in node.inputs[:3])
+    env.set(node.outputs[0], env.mb.select(cond=cond, a=a, b=b, name=env.n(node, "where")), rename=True)
+
+
+def _cast_kind(dtype) -> str | None:
+    """"bool", "int" or "float" for the ONNX element types a Core ML program carries, else None."""
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return "bool"
+    if dtype in (np.dtype(np.int32), np.dtype(np.int64)):
+        return "int"
+    if dtype in (np.dtype(np.float32), np.dtype(np.float16)):
+        return "float"
+    return None
+
+
+def _check_cast(node, ctx):
+    src, dst = ctx.dtype(node.inputs[0]), ctx.dtype(node.outputs[0])
+    ks, kd = _cast_kind(src), _cast_kind(dst)
+    if ks is None or kd is None:
+        return f"Cast from {src} to {dst} is not lowered to Core ML"
+    if ks == "float" and kd == "int":
+        # ONNX truncates toward zero; MIL's cast does not document its rounding.
+        return "Cast from float to integer is not lowered to Core ML (MIL cast's rounding is not documented)"
+    if ks == kd == "float" and np.dtype(src) != np.dtype(dst):
+        return "Cast between float32 and float16 is not lowered (a Core ML program computes in one float type)"
+    return None
+
+
+@RULES.rule("Cast", check=_check_cast)
+def lower_cast(node, env):
+    x = env.get(node.inputs[0])
+    src, dst = env.ctx.dtype(node.inputs[0]), env.ctx.dtype(node.outputs[0])
+    ks, kd = _cast_kind(src), _cast_kind(dst)
+    name = env.n(node, "cast")
+    if ks == kd:
+        # int64 <-> int32 (both MIL int32) or a cast to the same type.
+        y = env.mb.identity(x=x, name=name)
+    elif kd == "bool":
+        # ONNX: nonzero -> True.  Said with a comparison rather than MIL cast's undocumented rule.
+        zero = np.float32(0) if ks == "float" else np.int32(0)
+        y = env.mb.not_equal(x=x, y=zero, name=name)
+    else:
+        y = env.mb.cast(x=x, dtype={"int": "int32", "float": "fp16" if dst == np.float16 else "fp32"}[kd], name=name)
+    env.set(node.outputs[0], y, rename=True)
+
+
 # --- normalisation / softmax ---------------------------------------------------------------
 
 
@@ -474,6 +579,40 @@ def lower_softmax(node, env):
     axis = int(attr(node, "axis", -1 if env.ctx.opset(node) >= 13 else 1))
     axis = axis + rank if axis < 0 else axis
     env.set(node.outputs[0], env.mb.softmax(x=env.get(node.inputs[0]), axis=axis, name=env.n(node, "softmax")), rename=True)
+
+
+@RULES.rule("LogSoftmax", check=_check_softmax)
+def lower_log_softmax(node, env):
+    # MIL has no log_softmax; log(softmax(x)) would underflow to -inf where ONNX is finite.  The stable
+    # form: s = x - max(x), y = s - log(sum(exp(s))) (every exp(s) <= 1 and the sum >= 1).
+    mb = env.mb
+    rank = len(env.shape(node.inputs[0]))
+    axis = int(attr(node, "axis", -1 if env.ctx.opset(node) >= 13 else 1))
+    axis = axis + rank if axis < 0 else axis
+    x = env.get(node.inputs[0])
+    m = mb.reduce_max(x=x, axes=[axis], keep_dims=True, name=env.n(node, "max"))
+    shifted = mb.sub(x=x, y=m, name=env.n(node, "shift"))
+    total = mb.reduce_sum(x=mb.exp(x=shifted, name=env.n(node, "exp")), axes=[axis], keep_dims=True,
+                          name=env.n(node, "sum"))
+    y = mb.sub(x=shifted, y=mb.log(x=total, name=env.n(node, "log")), name=env.n(node, "logsoftmax"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+def _check_instance_norm(node, ctx):
+    if any(ctx.const(v) is None for v in list(node.inputs)[1:3]):
+        return "InstanceNormalization scale/bias are not constant"
+    if ctx.rank(node.inputs[0]) not in (3, 4):
+        return "InstanceNormalization input must be rank 3 or 4 for Core ML (MIL instance_norm)"
+    return None
+
+
+@RULES.rule("InstanceNormalization", check=_check_instance_norm)
+def lower_instance_norm(node, env):
+    # MIL instance_norm: per (batch, channel), mean and variance over the spatial axes, as ONNX's.
+    scale, bias = (env.const(v).astype(np.float32).reshape(-1) for v in list(node.inputs)[1:3])
+    y = env.mb.instance_norm(x=env.get(node.inputs[0]), gamma=scale, beta=bias,
+                             epsilon=float(attr(node, "epsilon", 1e-5)), name=env.n(node, "inorm"))
+    env.set(node.outputs[0], y, rename=True)
 
 
 def _check_layernorm(node, ctx):
@@ -523,7 +662,11 @@ def _check_reduce(node, ctx):
     if len(inputs) > 1 and inputs[1] is not None and ctx.const(inputs[1]) is None:
         return f"{node.op_type} axes are not constant"
     if int(attr(node, "noop_with_empty_axes", 0) or 0):
-        return f"{node.op_type} noop_with_empty_axes=1 is not lowered"
+        # The flag only matters when the axes are empty or absent (then the op is the identity);
+        # with constant, non-empty axes (jax2tf's LayerNorm sums) it is an ordinary reduction.
+        axes = ctx.const(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else None
+        if axes is None or axes.size == 0:
+            return f"{node.op_type} noop_with_empty_axes=1 without axes is not lowered"
     return None
 
 
@@ -627,15 +770,15 @@ def lower_split(node, env):
 
 
 def _check_gather(node, ctx):
-    idx = ctx.const(node.inputs[1])
-    if idx is None:
-        return "Gather indices are not constant (Core ML lowering needs constant indices)"
     shape = ctx.static_shape(node.inputs[0])
     if shape is None:
         return "Gather data shape is not static"
     axis = int(attr(node, "axis", 0))
     if not -len(shape) <= axis < len(shape):
         return f"Gather axis {axis} is out of range for rank {len(shape)}"
+    idx = ctx.const(node.inputs[1])
+    if idx is None:
+        return None  # run-time indices (an embedding lookup): wrapped at run time, see lower_gather
     dim = shape[axis % len(shape)]
     if idx.size and (idx.min() < -dim or idx.max() >= dim):
         return f"Gather indices outside [-{dim}, {dim}) (ONNX leaves them undefined)"
@@ -644,14 +787,29 @@ def _check_gather(node, ctx):
 
 @RULES.rule("Gather", check=_check_gather)
 def lower_gather(node, env):
+    mb = env.mb
     shape = env.shape(node.inputs[0])
     axis = int(attr(node, "axis", 0)) % len(shape)
-    # Indices made non-negative here (the check bounded them to [-dim, dim)): MIL documents negative
-    # indices, but a constant in [0, dim) needs no run-time wrap on any Core ML version.
-    idx = env.const(node.inputs[1]).astype(np.int64)
-    idx = np.where(idx < 0, idx + shape[axis], idx).astype(np.int32)
+    idx = env.const(node.inputs[1])
+    if idx is not None:
+        # Constant indices are made non-negative here (the check bounded them to [-dim, dim)): MIL
+        # documents negative indices, but a constant in [0, dim) needs no run-time wrap on any version.
+        idx = idx.astype(np.int64)
+        idx = np.where(idx < 0, idx + shape[axis], idx).astype(np.int32)
+    else:
+        # Run-time indices in [-dim, dim) (ONNX's valid range) become [0, dim): idx + dim where idx < 0.
+        # Three int ops with documented semantics (MIL mod does not say which sign its result takes),
+        # and no reliance on how a Core ML version treats negative gather indices.
+        raw = env.get(node.inputs[1])
+        negative = mb.less(x=raw, y=np.int32(0), name=env.n(node, "negative"))
+        wrapped = mb.add(x=raw, y=np.int32(shape[axis]), name=env.n(node, "wrapped"))
+        idx = mb.select(cond=negative, a=wrapped, b=raw, name=env.n(node, "index"))
+    # MIL gather takes fp16 / fp32 / int32 data: bool data goes through int32 and back.
+    data = _bool_as_int(env, node, node.inputs[0], "data_int")
     # A scalar index drops the axis (output rank = rank(x) - 1), as in ONNX: MIL gather does the same.
-    y = env.mb.gather(x=env.get(node.inputs[0]), indices=idx, axis=axis, name=env.n(node, "gather"))
+    y = mb.gather(x=data, indices=idx, axis=axis, name=env.n(node, "gather"))
+    if _is_bool(env, node.inputs[0]):
+        y = mb.cast(x=y, dtype="bool", name=env.n(node, "bool"))
     env.set(node.outputs[0], y, rename=True)
 
 
@@ -731,13 +889,23 @@ def lower_pad(node, env):
     env.set(node.outputs[0], env.mb.pad(**kwargs), rename=True)
 
 
-# --- recurrent: LSTM --------------------------------------------------------------------------
+# --- recurrent: LSTM and GRU ------------------------------------------------------------------
+#
+# Two lowerings.  MIL's own lstm / gru op where it computes ONNX's formula: LSTM always, GRU with
+# linear_before_reset=0 at batch 1 (see _check_gru), every sequence at full length.  Otherwise (torch's
+# GRU, linear_before_reset=1; GRU at batch > 1; sequence_lens shorter than the sequence or given at run
+# time) the recurrence is unrolled over the static sequence length into MIL matmuls and elementwise
+# gates (_emit_unrolled): exact by construction (documented elementwise semantics only), at the price
+# of a program that grows with the sequence (_MAX_UNROLLED_STEPS bounds it).
 
 # ONNX stacks LSTM gate blocks as [i, o, f, c]; MIL lstm wants [input, forget, output, cell]
 # (MIL op documentation, weight_ih / weight_hh / bias): block k of MIL = block _LSTM_GATES[k] of ONNX.
 _LSTM_GATES = [0, 2, 1, 3]
 _LSTM_DEFAULT_ACTS = ("sigmoid", "tanh", "tanh")
 _DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+# Time steps x directions one unrolled node may emit (each step is ~12 MIL ops): 100-frame
+# bidirectional speech models fit; a 1500-frame encoder would make a program of tens of thousands of ops.
+_MAX_UNROLLED_STEPS = 512
 
 
 def _rnn_acts(node):
@@ -745,47 +913,67 @@ def _rnn_acts(node):
     return [a.decode() if isinstance(a, bytes) else str(a) for a in acts] if acts else None
 
 
-def _check_lstm(node, ctx):
+def _rnn_common_refusal(op: str, node, ctx, default_acts: tuple, weights: tuple) -> str | None:
+    """The conditions both lowerings of an LSTM / GRU share: direction, constant weights, layout, clip,
+    default activations, a static 3-D X."""
     inputs = list(node.inputs) + [None] * 8
     direction = str_attr(node, "direction", "forward") or "forward"
     if direction not in _DIRECTIONS:
-        return f"LSTM direction {direction!r} is unknown"
-    nd = _DIRECTIONS[direction]
-    for i, what in ((1, "W"), (2, "R"), (3, "B")):
+        return f"{op} direction {direction!r} is unknown"
+    for i, what in weights:
         if inputs[i] is not None and ctx.const(inputs[i]) is None:
-            return f"LSTM {what} is not constant (MIL lstm takes constant weights)"
+            return f"{op} {what} is not constant (Core ML takes constant recurrent weights)"
     if int(attr(node, "layout", 0) or 0) != 0:
-        return "LSTM layout=1 (batch-major) is not lowered to Core ML"
-    if int(attr(node, "input_forget", 0) or 0):
-        return "LSTM input_forget=1 has no MIL lstm equivalent"
+        return f"{op} layout=1 (batch-major) is not lowered to Core ML"
     if attr(node, "clip", None) is not None:
         # ONNX clips the gate pre-activations; MIL's clip is on the cell gate only: not the same.
-        return "LSTM clip is not lowered to Core ML (MIL clips differently)"
+        return f"{op} clip is not lowered to Core ML"
     acts = _rnn_acts(node)
-    if acts and [a.lower() for a in acts] != list(_LSTM_DEFAULT_ACTS) * nd:
-        return f"LSTM activations {acts} are not lowered to Core ML (default Sigmoid/Tanh/Tanh only)"
-    p = inputs[7]
-    if p is not None:
-        pv = ctx.const(p)
-        if pv is None or np.any(pv):
-            return "LSTM peepholes are not lowered to Core ML"
-    return _rnn_sequence_refusal("LSTM", inputs, ctx)[0]
-
-
-def _rnn_sequence_refusal(op: str, inputs: list, ctx) -> tuple:
-    """(why X or sequence_lens cannot be lowered, or None; X's static shape): Core ML runs every sequence
-    to its full length over a static [seq, batch, input] X, so sequence_lens must be constant and full."""
+    if acts and [a.lower() for a in acts] != list(default_acts) * _DIRECTIONS[direction]:
+        names = "/".join(a.capitalize() for a in default_acts)
+        return f"{op} activations {acts} are not lowered to Core ML (default {names} only)"
     x_shape = ctx.static_shape(inputs[0])
     if x_shape is None or len(x_shape) != 3:
-        return f"{op} input X must be a static 3-D [seq, batch, input] tensor", x_shape
-    seq_lens = inputs[4]
-    if seq_lens is not None:
-        lens = ctx.const(seq_lens)
-        if lens is None:
-            return f"{op} sequence_lens is not constant (Core ML runs every sequence to full length)", x_shape
-        if np.any(lens.reshape(-1) != x_shape[0]):
-            return f"{op} sequence_lens shorter than the sequence are not lowered to Core ML", x_shape
-    return None, x_shape
+        return f"{op} input X must be a static 3-D [seq, batch, input] tensor"
+    return None
+
+
+def _full_length(node, ctx) -> bool:
+    """True when every sequence runs to X's full length: no sequence_lens, or a constant one equal to it.
+    MIL's lstm / gru run every sequence to full length."""
+    lens_value = input_at(node, 4)
+    if lens_value is None:
+        return True
+    lens = ctx.const(lens_value)
+    return lens is not None and bool(np.all(lens.reshape(-1) == ctx.static_shape(node.inputs[0])[0]))
+
+
+def _unrolled_refusal(op: str, node, ctx) -> str | None:
+    x_shape = ctx.static_shape(node.inputs[0])
+    nd = _DIRECTIONS[str_attr(node, "direction", "forward") or "forward"]
+    if x_shape[0] * nd > _MAX_UNROLLED_STEPS:
+        return (f"{op} over {x_shape[0]} steps x {nd} direction(s) would unroll past {_MAX_UNROLLED_STEPS} steps "
+                f"(the Core ML program grows with the sequence)")
+    lens_value = input_at(node, 4)
+    if lens_value is not None:
+        lens = ctx.const(lens_value)
+        if lens is not None and (np.any(lens < 0) or np.any(lens > x_shape[0])):
+            return f"{op} sequence_lens outside [0, {x_shape[0]}]"
+        if lens is None and ctx.static_shape(lens_value) != (x_shape[1],):
+            return f"{op} sequence_lens must be a static [batch] tensor"
+    return None
+
+
+def _check_lstm(node, ctx):
+    why = _rnn_common_refusal("LSTM", node, ctx, _LSTM_DEFAULT_ACTS, ((1, "W"), (2, "R"), (3, "B"), (7, "P")))
+    if why:
+        return why
+    if int(attr(node, "input_forget", 0) or 0):
+        return "LSTM input_forget=1 is not lowered to Core ML"
+    p = input_at(node, 7)
+    if p is not None and np.any(ctx.const(p)):
+        return "LSTM peepholes are not lowered to Core ML"
+    return None if _full_length(node, ctx) else _unrolled_refusal("LSTM", node, ctx)
 
 
 def _rnn_state(env, node, value, nd, batch, hidden, suffix):
@@ -828,6 +1016,9 @@ def _rnn_parts(node, env) -> tuple:
 
 @RULES.rule("LSTM", check=_check_lstm)
 def lower_lstm(node, env):
+    if not _full_length(node, env.ctx):
+        _emit_unrolled(node, env, "LSTM")
+        return
     mb = env.mb
     inputs, outputs, direction, nd, hidden = _rnn_parts(node, env)
     seq, batch, _ = env.shape(inputs[0])
@@ -864,37 +1055,27 @@ def lower_lstm(node, env):
 _GRU_GATES = [1, 2, 0]
 
 
+def _gru_on_mil_gru(node, ctx) -> bool:
+    """Whether MIL's gru op computes this GRU: linear_before_reset=0 (MIL gru resets h before the
+    recurrent matmul and has one bias per gate: coremltools' backend tests, o = act(W_o x + R_o (r * h)
+    + b_o)), batch 1 (coremltools tests MIL gru at batch 1 only: a known wrong-output bug past the first
+    batch row), every sequence at full length.  torch's GRU (linear_before_reset=1) is unrolled."""
+    return (not int(attr(node, "linear_before_reset", 0) or 0) and ctx.static_shape(node.inputs[0])[1] == 1
+            and _full_length(node, ctx))
+
+
 def _check_gru(node, ctx):
-    inputs = list(node.inputs) + [None] * 6
-    if int(attr(node, "linear_before_reset", 0) or 0):
-        # MIL gru has one bias per gate and applies the reset gate to h_{t-1} before the recurrent
-        # matmul (coremltools' backend tests: o = act(W_o x + R_o (r * h) + b_o)): ONNX's
-        # linear_before_reset=0.  torch's GRU (linear_before_reset=1, r * (R_h h + b_hn)) has no MIL gru
-        # equivalent.
-        return ("GRU linear_before_reset=1 (torch's GRU) has no MIL gru equivalent: MIL resets h before "
-                "the recurrent matmul and has one bias per gate")
-    direction = str_attr(node, "direction", "forward") or "forward"
-    if direction not in _DIRECTIONS:
-        return f"GRU direction {direction!r} is unknown"
-    for i, what in ((1, "W"), (2, "R"), (3, "B")):
-        if inputs[i] is not None and ctx.const(inputs[i]) is None:
-            return f"GRU {what} is not constant (MIL gru takes constant weights)"
-    if int(attr(node, "layout", 0) or 0) != 0:
-        return "GRU layout=1 (batch-major) is not lowered to Core ML"
-    if attr(node, "clip", None) is not None:
-        return "GRU clip is not lowered to Core ML"
-    acts = _rnn_acts(node)
-    if acts and [a.lower() for a in acts] != ["sigmoid", "tanh"] * _DIRECTIONS[direction]:
-        return f"GRU activations {acts} are not lowered to Core ML (default Sigmoid/Tanh only)"
-    why, x_shape = _rnn_sequence_refusal("GRU", inputs, ctx)
-    if why is None and x_shape[1] != 1:
-        # coremltools tests MIL gru at batch 1 only (a known wrong-output bug past the first batch row).
-        return "GRU with batch > 1 is not lowered to Core ML (MIL gru is reliable at batch 1 only)"
-    return why
+    why = _rnn_common_refusal("GRU", node, ctx, ("sigmoid", "tanh"), ((1, "W"), (2, "R"), (3, "B")))
+    if why:
+        return why
+    return None if _gru_on_mil_gru(node, ctx) else _unrolled_refusal("GRU", node, ctx)
 
 
 @RULES.rule("GRU", check=_check_gru)
 def lower_gru(node, env):
+    if not _gru_on_mil_gru(node, env.ctx):
+        _emit_unrolled(node, env, "GRU")
+        return
     mb = env.mb
     inputs, outputs, direction, nd, hidden = _rnn_parts(node, env)
     batch = env.shape(inputs[0])[1]
@@ -931,6 +1112,171 @@ def lower_gru(node, env):
         if out is None or id(out) not in used:
             continue
         var = parts[0] if nd == 1 else mb.concat(values=parts, axis=axis, name=env.n(node, tag + "_cat"))
+        env.set(out, var, rename=True)
+
+
+# --- recurrent: the unrolled form ---------------------------------------------------------------
+
+
+def _initial_state(env, node, value, d, batch, hidden, tag):
+    """Direction ``d``'s initial state [1, batch, H] of an ONNX state [nd, batch, H] (zeros when absent)."""
+    if value is None:
+        return np.zeros((1, batch, hidden), np.float32)
+    const = env.const(value)
+    if const is not None:
+        return np.ascontiguousarray(const.astype(np.float32)[d:d + 1])
+    return env.mb.slice_by_index(x=env.get(value), begin=np.array([d, 0, 0], np.int32),
+                                 end=np.array([d + 1, batch, hidden], np.int32), name=env.n(node, f"{tag}0_{d}"))
+
+
+def _step_masks(env, node, lens_value, seq, batch):
+    """Per time step t, the bool mask [1, batch, 1] "t < sequence_lens[b]" (None: every step is live).
+
+    ONNX: a sequence of length L computes steps 0..L-1 (reverse: L-1 down to 0); past L its outputs are 0
+    and its final state is the one at its last step.  Unrolled over all ``seq`` steps, a masked step keeps
+    the carried state unchanged, which gives exactly that in both directions: forward, the state freezes
+    after step L-1; reverse, the steps past L-1 come first and leave the initial state in place."""
+    if lens_value is None:
+        return None
+    mb = env.mb
+    steps = np.arange(seq, dtype=np.int32).reshape(seq, 1, 1)
+    lens = env.const(lens_value)
+    if lens is not None:
+        live = steps < lens.astype(np.int32).reshape(1, batch, 1)
+        return [np.ascontiguousarray(live[t:t + 1]) for t in range(seq)]
+    lens_var = mb.reshape(x=env.get(lens_value), shape=np.array([1, batch, 1], np.int32), name=env.n(node, "lens"))
+    live = mb.less(x=steps, y=lens_var, name=env.n(node, "live"))  # [seq, batch, 1]
+    return list(mb.split(x=live, num_splits=seq, axis=0, name=env.n(node, "live_t"))) if seq > 1 else [live]
+
+
+def _keep_live(env, node, mask, new, old, tag):
+    """``new`` where the step is live, else ``old`` (the state a masked step carries over)."""
+    if mask is None:
+        return new
+    if isinstance(mask, np.ndarray) and mask.all():
+        return new
+    return env.mb.select(cond=mask, a=new, b=old, name=env.n(node, tag))
+
+
+def _const(env, node, array, tag):
+    return env.mb.const(val=np.ascontiguousarray(array, dtype=np.float32), name=env.n(node, tag))
+
+
+def _per_step(env, node, x, weight, bias, seq, tag):
+    """x [seq, batch, I] @ weight.T + bias for every step at once, split into ``seq`` [1, batch, G] parts."""
+    kwargs = dict(x=x, weight=np.ascontiguousarray(weight), name=env.n(node, tag))
+    if bias is not None:
+        kwargs["bias"] = np.ascontiguousarray(bias)
+    y = env.mb.linear(**kwargs)
+    return list(env.mb.split(x=y, num_splits=seq, axis=0, name=env.n(node, tag + "_t"))) if seq > 1 else [y]
+
+
+def _lstm_step(env, node, d, t, xp_t, h, c, r, hidden):
+    """One LSTM step (ONNX gate blocks [i, o, f, c], default activations): returns (h, c)."""
+    mb = env.mb
+    g = mb.add(x=xp_t, y=mb.linear(x=h, weight=r, name=env.n(node, f"rh_{d}_{t}")), name=env.n(node, f"g_{d}_{t}"))
+    iof, cand = mb.split(x=g, split_sizes=np.array([3 * hidden, hidden], np.int32), axis=-1,
+                         name=env.n(node, f"gsplit_{d}_{t}"))
+    i, o, f = mb.split(x=mb.sigmoid(x=iof, name=env.n(node, f"iof_{d}_{t}")), num_splits=3, axis=-1,
+                       name=env.n(node, f"iofsplit_{d}_{t}"))
+    cand = mb.tanh(x=cand, name=env.n(node, f"cand_{d}_{t}"))
+    kept = mb.mul(x=f, y=c, name=env.n(node, f"fc_{d}_{t}"))
+    c = mb.add(x=kept, y=mb.mul(x=i, y=cand, name=env.n(node, f"ic_{d}_{t}")), name=env.n(node, f"c_{d}_{t}"))
+    h = mb.mul(x=o, y=mb.tanh(x=c, name=env.n(node, f"tc_{d}_{t}")), name=env.n(node, f"h_{d}_{t}"))
+    return h, c
+
+
+def _gru_step(env, node, d, t, xzr_t, xn_t, h, r_zr, r_n, rb_n, lbr: bool, hidden):
+    """One GRU step (ONNX gate blocks [z, r, h], default activations): returns h.
+
+    z, r = sigmoid(Wzr x + Wbzr + Rzr h + Rbzr) (both biases folded into the input projection);
+    linear_before_reset=1: n = tanh(Wn x + Wbn + r * (Rn h + Rbn)); =0: n = tanh(Wn x + Wbn + Rn (r * h) + Rbn);
+    h' = (1 - z) * n + z * h, written n + z * (h - n)."""
+    mb = env.mb
+    zr = mb.sigmoid(x=mb.add(x=xzr_t, y=mb.linear(x=h, weight=r_zr, name=env.n(node, f"rzr_{d}_{t}")),
+                             name=env.n(node, f"zr_pre_{d}_{t}")), name=env.n(node, f"zr_{d}_{t}"))
+    z, r = mb.split(x=zr, num_splits=2, axis=-1, name=env.n(node, f"zrsplit_{d}_{t}"))
+    if lbr:
+        hn = mb.linear(x=h, weight=r_n, bias=rb_n, name=env.n(node, f"rn_{d}_{t}"))
+        pre = mb.add(x=xn_t, y=mb.mul(x=r, y=hn, name=env.n(node, f"rhn_{d}_{t}")), name=env.n(node, f"n_pre_{d}_{t}"))
+    else:
+        rh = mb.mul(x=r, y=h, name=env.n(node, f"rh_{d}_{t}"))
+        pre = mb.add(x=xn_t, y=mb.linear(x=rh, weight=r_n, bias=rb_n, name=env.n(node, f"rn_{d}_{t}")),
+                     name=env.n(node, f"n_pre_{d}_{t}"))
+    n = mb.tanh(x=pre, name=env.n(node, f"n_{d}_{t}"))
+    step = mb.mul(x=z, y=mb.sub(x=h, y=n, name=env.n(node, f"hmn_{d}_{t}")), name=env.n(node, f"zh_{d}_{t}"))
+    return mb.add(x=n, y=step, name=env.n(node, f"h_{d}_{t}"))
+
+
+def _emit_unrolled(node, env, op: str):
+    """An LSTM / GRU unrolled over its static sequence: per direction, one input projection for all steps,
+    then per step the recurrent matmul and the gates; sequence_lens (constant or run-time) masks the carried
+    state (_step_masks) and zeroes Y past each sequence's end, as ONNX defines."""
+    mb = env.mb
+    inputs, outputs, direction, nd, hidden = _rnn_parts(node, env)
+    seq, batch, _ = env.shape(inputs[0])
+    gates = 4 if op == "LSTM" else 3
+    x = env.get(inputs[0])
+    w_all = env.const(inputs[1]).astype(np.float32)
+    r_all = env.const(inputs[2]).astype(np.float32)
+    b_all = (env.const(inputs[3]).astype(np.float32) if inputs[3] is not None
+             else np.zeros((nd, 2 * gates * hidden), np.float32))
+    masks = _step_masks(env, node, inputs[4], seq, batch)
+    lbr = bool(int(attr(node, "linear_before_reset", 0) or 0))
+    ys, finals_h, finals_c = [], [], []
+    for d in range(nd):
+        w, r, wb, rb = w_all[d], r_all[d], b_all[d, :gates * hidden], b_all[d, gates * hidden:]
+        h = _initial_state(env, node, inputs[5], d, batch, hidden, "h")
+        c = _initial_state(env, node, inputs[6], d, batch, hidden, "c") if op == "LSTM" else None
+        # The recurrent weights are one const each, read by every step (not a copy per step).
+        if op == "LSTM":
+            xp = _per_step(env, node, x, w, wb + rb, seq, f"xp_{d}")
+            r_t = _const(env, node, r, f"r_{d}")
+        else:
+            zr = slice(0, 2 * hidden)
+            xzr = _per_step(env, node, x, w[zr], wb[zr] + rb[zr], seq, f"xzr_{d}")
+            xn = _per_step(env, node, x, w[2 * hidden:], wb[2 * hidden:], seq, f"xn_{d}")
+            r_zr, r_n = _const(env, node, r[zr], f"r_zr_{d}"), _const(env, node, r[2 * hidden:], f"r_n_{d}")
+            rb_n = _const(env, node, rb[2 * hidden:], f"rb_n_{d}")
+        reverse = direction == "reverse" or d == 1
+        steps = range(seq - 1, -1, -1) if reverse else range(seq)
+        hs = [None] * seq
+        for t in steps:
+            mask = masks[t] if masks is not None else None
+            if op == "LSTM":
+                h_new, c_new = _lstm_step(env, node, d, t, xp[t], h, c, r_t, hidden)
+                c = _keep_live(env, node, mask, c_new, c, f"c_keep_{d}_{t}")
+            else:
+                h_new = _gru_step(env, node, d, t, xzr[t], xn[t], h, r_zr, r_n, rb_n, lbr, hidden)
+            h = _keep_live(env, node, mask, h_new, h, f"h_keep_{d}_{t}")
+            hs[t] = h
+        y = mb.concat(values=hs, axis=0, name=env.n(node, f"y_{d}")) if seq > 1 else hs[0]  # [seq, batch, H]
+        if masks is not None:
+            # ONNX's Y is 0 past a sequence's end (the carried state there is the frozen / initial one).
+            if isinstance(masks[0], np.ndarray):
+                live = np.concatenate(masks, axis=0)
+            else:
+                live = mb.concat(values=masks, axis=0, name=env.n(node, f"live_{d}")) if seq > 1 else masks[0]
+            if not (isinstance(live, np.ndarray) and live.all()):
+                y = mb.select(cond=live, a=y, b=np.float32(0), name=env.n(node, f"y_masked_{d}"))
+        ys.append(mb.expand_dims(x=y, axes=[1], name=env.n(node, f"y4_{d}")))  # [seq, 1, batch, H]
+        if masks is not None and not (isinstance(masks[0], np.ndarray) and masks[0].all()):
+            # An empty sequence (length 0) has final states 0 in onnxruntime, not its initial state (ONNX
+            # leaves it unsaid; the reference is followed).  Step 0 is live exactly when the length is > 0.
+            h = mb.select(cond=masks[0], a=h, b=np.float32(0), name=env.n(node, f"h_final_{d}"))
+            if c is not None:
+                c = mb.select(cond=masks[0], a=c, b=np.float32(0), name=env.n(node, f"c_final_{d}"))
+        finals_h.append(h)
+        finals_c.append(c)
+    used = set(id(v) for v in used_outputs(node))
+    for out, parts, axis, tag in ((outputs[0], ys, 1, "y"), (outputs[1], finals_h, 0, "y_h"),
+                                  (outputs[2], finals_c, 0, "y_c")):
+        if out is None or id(out) not in used:
+            continue
+        if nd == 1:
+            var = parts[0] if not isinstance(parts[0], np.ndarray) else mb.identity(x=parts[0], name=env.n(node, tag))
+        else:
+            var = mb.concat(values=parts, axis=axis, name=env.n(node, tag + "_cat"))
         env.set(out, var, rename=True)
 
 

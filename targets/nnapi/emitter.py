@@ -15,12 +15,16 @@ import numpy as np
 
 from minirt.targets.nnapi import oplevels as C
 from minirt.targets.nnapi.model import NNModel
-from minirt.targets.nnapi.shapes import static_shapes
+from minirt.targets.nnapi.shapes import compact_dims, static_shapes
 from minirt.targets.rules import Emitter
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 MAX_RANK = 4
+# The ops whose rules take values of rank > 4 (stored as operands of rank <= 4: Lowerer.order).  Such a
+# value never crosses a partition boundary: the runtime feeds and returns operands as they are, and
+# node_support lowers the nodes joined by such values together (targets/nnapi/lower.py).
+HIGH_RANK_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Split", "Slice"})
 
 
 class Unsupported(Exception):
@@ -61,6 +65,11 @@ class Lowerer(Emitter):
 
     Invariant: ``vals`` maps an ONNX value to the operand holding it in the
     internal layout (NHWC for rank 4); a value never gets a second operand.
+    A value of rank > 4 (inside a partition only: NNAPI operands have rank 4
+    at most) is held as ``np.transpose(value, self.order(value))`` with its
+    unit axes dropped and its leading axes merged (``shapes.compact_dims``);
+    its order is free, chosen by the rule that makes it so that the
+    channel shuffles and the attention heads' reshapes move no data.
     """
 
     def __init__(self, ctx, level: int, shapes: dict):
@@ -75,9 +84,14 @@ class Lowerer(Emitter):
         # id(value) -> 4-D source value: a flatten of an NHWC tensor kept in NHWC order (H, W, C) until a
         # consumer needs ONNX's (C, H, W) order; a FULLY_CONNECTED consumer permutes its weights instead
         self.lazy_flat: dict = {}
+        self.orders: dict = {}  # id(value of rank > 4) -> its stored order (identity when absent)
+        self._reshaped_from: dict = {}  # operand made by a RESHAPE -> the operand it reshapes
+        self._reshapes: dict = {}  # (operand, dims) -> the RESHAPE of it to those dims
 
     # --- values --------------------------------------------------------------
-    def shape(self, v) -> tuple:
+    def shape(self, v, any_rank: bool = False) -> tuple:
+        """The static shape of ``v``; Unsupported when unknown, empty, or of rank > 4 (unless ``any_rank``:
+        for the rules of HIGH_RANK_OPS, which store such a value in a rank-4 operand)."""
         s = self.shapes.get(id(v))
         if s is None:
             s = self.ctx.static_shape(v)
@@ -87,11 +101,37 @@ class Lowerer(Emitter):
                 s = tuple(c.shape)
         if s is None:
             raise Unsupported(f"value {v.name!r} has no static shape ({self.ctx.unknown_shape_hint()})")
-        if len(s) > MAX_RANK:
-            raise Unsupported(f"value {v.name!r} has rank {len(s)}; NNAPI tensors have rank 4 at most")
+        if len(s) > MAX_RANK and not any_rank:
+            raise Unsupported(f"value {v.name!r} has rank {len(s)}; NNAPI tensors have rank 4 at most (a value "
+                              f"of higher rank is taken only between {', '.join(sorted(HIGH_RANK_OPS))} "
+                              "inside one partition)")
         if any(d == 0 for d in s):
             raise Unsupported(f"value {v.name!r} is empty (shape {list(s)})")
         return tuple(s)
+
+    def order(self, v) -> tuple:
+        """The ONNX axis of each stored axis of ``v``: NHWC for rank 4, the chosen order above rank 4
+        (identity by default), ONNX's own order otherwise."""
+        r = len(self.shape(v, any_rank=True))
+        if r == 4:
+            return TO_NHWC
+        return tuple(self.orders.get(id(v), range(r)))
+
+    def stored_dims(self, v, order=None) -> tuple:
+        """The dims of the operand holding ``v`` when stored in ``order`` (default: its order)."""
+        s = self.shape(v, any_rank=True)
+        dims = tuple(s[a] for a in (self.order(v) if order is None else order))
+        return compact_dims(dims) if len(s) > MAX_RANK else dims
+
+    def bind_stored(self, v, operand: int, order) -> None:
+        """Bind ``v`` to ``operand`` holding ``np.transpose(v, order)`` (an order is free above rank 4 only)."""
+        s = self.shape(v, any_rank=True)
+        order = tuple(int(a) for a in order)
+        if len(s) <= MAX_RANK and order != (TO_NHWC if len(s) == 4 else tuple(range(len(s)))):
+            raise ValueError(f"a rank-{len(s)} value stored in order {order}")
+        if len(s) > MAX_RANK:
+            self.orders[id(v)] = order
+        self.bind(v, self.reshape(operand, self.stored_dims(v, order)))
 
     @staticmethod
     def idims(shape) -> tuple:
@@ -122,11 +162,14 @@ class Lowerer(Emitter):
         return self.inp(v)
 
     def add_model_input(self, v, type_=None, scale=0.0, zero_point=0) -> int:
-        shape = self.shape(v)
+        shape = self.shape(v, any_rank=True)
         if not shape:
             # an NNAPI tensor operand with no dimensions has an unknown rank, not rank 0
             raise Unsupported(f"value {v.name!r} is a rank-0 run-time tensor (NNAPI tensors have rank 1 to 4)")
         t = self.tensor_type(v) if type_ is None else type_
+        if len(shape) > MAX_RANK:  # (shape() lets it through for the rules of HIGH_RANK_OPS only)
+            raise Unsupported(f"value {v.name!r} of rank {len(shape)} would be an input of the NNAPI partition "
+                              "(NNAPI tensors have rank 4 at most)")
         idx = self.m.tensor(self.idims(shape), t, scale=scale, zero_point=zero_point, name=v.name or "")
         self.vals[id(v)] = idx
         self.model_inputs[id(v)] = len(self.m.inputs)
@@ -158,6 +201,8 @@ class Lowerer(Emitter):
                 a = a.reshape(1)
             if a.ndim == 4:
                 a = a.transpose(TO_NHWC)
+            if a.ndim > MAX_RANK:  # stored in ONNX order (the identity order), as an operand of rank <= 4
+                a = a.reshape(compact_dims(a.shape))
             idx = self.m.const(a, name=v.name or "")
             self.vals[id(v)] = idx
             del shape
@@ -208,12 +253,21 @@ class Lowerer(Emitter):
 
     # --- layout helpers ---------------------------------------------------------
     def reshape(self, x: int, dims) -> int:
+        """Operand ``x`` with ``dims``: a RESHAPE of the operand that ``x`` itself was reshaped from, if
+        any (a reshape of a reshape is one; the first is pruned when nothing else reads it)."""
         dims = tuple(int(d) for d in dims)
         if self.dims_of(x) == dims:
             return x
+        x = self._reshaped_from.get(x, x)
+        if self.dims_of(x) == dims:
+            return x
+        if (x, dims) in self._reshapes:  # the same view again (q, k and v of one qkv tensor)
+            return self._reshapes[(x, dims)]
         out = self.tmp(dims, self.m.operands[x].type, scale=self.m.operands[x].scale,
                        zero_point=self.m.operands[x].zero_point)
         self.emit(C.RESHAPE, [x, self.m.const(np.array(dims, np.int32))], [out])
+        self._reshaped_from[out] = x
+        self._reshapes[(x, dims)] = out
         return out
 
     def transpose(self, x: int, perm) -> int:
@@ -357,14 +411,69 @@ class Lowerer(Emitter):
             o = dst()
             self.emit(C.MUL, [x, s, self.m.i32(C.FUSED_NONE)], [o])
             return o
+        if act == "Gelu":
+            return self._gelu_erf(x, dst())
+        if act == "GeluTanh":
+            # 0.5x(1 + tanh(k(x + 0.044715x^3))) == x * sigmoid(2k(x + 0.044715x^3)), k = sqrt(2/pi)
+            k2 = 2.0 * math.sqrt(2.0 / math.pi)
+            u = self._chain(x, [(C.MUL, x), (C.MUL, 0.044715), (C.ADD, 1.0), (C.MUL, x), (C.MUL, k2)])
+            g = self.tmp(dims)
+            self.emit(C.LOGISTIC, [u], [g])
+            o = dst()
+            self.emit(C.MUL, [x, g, self.m.i32(C.FUSED_NONE)], [o])
+            return o
         raise Unsupported(f"activation {act!r} has no NNAPI form here")
+
+    # Abramowitz & Stegun 7.1.26: erfc(z) = (a1 t + ... + a5 t^5) exp(-z^2), t = 1 / (1 + p z), for z >= 0,
+    # with an absolute error below 1.5e-7 (the coefficients are the published ones)
+    _ERFC_P = 0.3275911
+    _ERFC_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+    def _chain(self, x: int, steps) -> int:
+        """``x`` through ``steps`` of (ADD / SUB / MUL / DIV, operand or float constant) in turn."""
+        dims = self.dims_of(x)
+        y = x
+        for code, b in steps:
+            b = self.scalar_const(b, len(dims)) if isinstance(b, float) else b
+            t = self.tmp(dims)
+            self.emit(code, [y, b, self.m.i32(C.FUSED_NONE)], [t])
+            y = t
+        return y
+
+    def _gelu_erf(self, x: int, out: int) -> int:
+        """Gelu(x) = x * Phi(x) with erf: relu(x) - 0.5 |x| erfc(|x| / sqrt 2) (the same value for either
+        sign, so no select is needed, and no cancellation for negative x), erfc by A&S 7.1.26 from NNAPI
+        elementwise operations (API 29: ABS, EXP): an absolute error below 1e-6 for every x."""
+        dims = self.dims_of(x)
+        rank = len(dims)
+
+        def op(code, ins):
+            t = self.tmp(dims)
+            self.emit(code, ins, [t])
+            return t
+
+        a = op(C.ABS, [x])
+        t = op(C.DIV, [self.scalar_const(1.0, rank),
+                       self._chain(a, [(C.MUL, self._ERFC_P / math.sqrt(2.0)), (C.ADD, 1.0)]),
+                       self.m.i32(C.FUSED_NONE)])
+        # 0.5 (a1 t + ... + a5 t^5) by Horner's rule, the 0.5 folded into the coefficients
+        half = [0.5 * c for c in self._ERFC_A]
+        steps = [(C.MUL, half[4])]
+        for c in reversed(half[:4]):
+            steps += [(C.ADD, c), (C.MUL, t)]
+        poly = self._chain(t, steps)
+        e = op(C.EXP, [self._chain(x, [(C.MUL, x), (C.MUL, -0.5)])])  # exp(-(x / sqrt 2)^2)
+        w = self._chain(poly, [(C.MUL, e), (C.MUL, a)])
+        r = op(C.RELU, [x])
+        self.emit(C.SUB, [r, w, self.m.i32(C.FUSED_NONE)], [out])
+        return out
 
     # --- per node ------------------------------------------------------------------
     def enter(self, node) -> None:
         """Before a node's rule: every output it names needs a static shape of rank <= 4."""
         for o in node.outputs:
             if o is not None and o.name:
-                self.shape(o)
+                self.shape(o, any_rank=node.op_type in HIGH_RANK_OPS)
 
     def qparams(self, node):
         """(scale array, zero point array or None) of a QuantizeLinear / DequantizeLinear node."""

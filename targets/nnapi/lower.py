@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from minirt.targets.nnapi import oplevels as C
-from minirt.targets.nnapi.emitter import TO_NCHW, Lowerer, Unsupported, shapes_for
+from minirt.targets.nnapi.emitter import MAX_RANK, TO_NCHW, Lowerer, Unsupported, shapes_for
 from minirt.targets.nnapi.model import NNModel
 from minirt.targets.nnapi.rules import RULES
 
@@ -62,6 +62,9 @@ def lower_nodes(nodes, inputs, outputs, ctx, level: int) -> NNModel:
             low.inp(v)
         if id(v) not in low.vals:
             raise Unsupported(f"partition output {v.name!r} was not produced")
+        if len(low.shape(v, any_rank=True)) > MAX_RANK:
+            raise Unsupported(f"value {v.name!r} of rank {len(low.shape(v, any_rank=True))} would be an output of "
+                              "the NNAPI partition (NNAPI tensors have rank 4 at most)")
         idx = low.vals[id(v)]
         o = m.operands[idx]
         if idx in input_operands or o.value is not None or idx in m.outputs:
@@ -71,6 +74,7 @@ def lower_nodes(nodes, inputs, outputs, ctx, level: int) -> NNModel:
         m.outputs.append(idx)
         m.output_perm.append(list(TO_NCHW) if len(low.shape(v)) == 4 else None)
         m.output_names.append(v.name or "")
+    m.prune()
     for o in m.operands:
         m.need(C.OPERAND_API_LEVEL[o.type])
     if m.min_api_level > level:
@@ -78,9 +82,50 @@ def lower_nodes(nodes, inputs, outputs, ctx, level: int) -> NNModel:
     return m
 
 
+# A cluster of nodes joined by values of rank > 4 larger than this is not tried (none seen in real models
+# has more than 8: ShuffleNet's shuffle is 3, a ViT's qkv split 6)
+MAX_CLUSTER = 32
+
+
+def high_rank_cluster(node, ctx) -> list | None:
+    """The nodes that must share a partition with ``node`` because values of rank > 4 join them (in graph
+    order), or None when ``node`` reads and makes no such value.
+
+    NNAPI operands have rank 4 at most and the runtime feeds and returns operands as they are, so a value
+    of rank > 4 (a channel shuffle's, a ViT's qkv) lives inside one partition: its producer and all its
+    readers are lowered together, and each of them is supported only when all of them are.
+    """
+    shapes = shapes_for(ctx)
+
+    def high(v) -> bool:
+        if v is None or not v.name or ctx.const(v) is not None:
+            return False
+        s = shapes.get(id(v)) or ctx.static_shape(v)
+        return s is not None and len(s) > MAX_RANK
+
+    members, todo = {id(node): node}, [node]
+    while todo:
+        n = todo.pop()
+        joined = [v.producer() for v in n.inputs if high(v)]
+        joined += [u for o in n.outputs if high(o) for u, _ in o.uses()]
+        for m in joined:
+            if m is not None and id(m) not in members:
+                members[id(m)] = m
+                todo.append(m)
+        if len(members) > MAX_CLUSTER:
+            break
+    if len(members) == 1 and not any(high(v) for v in list(node.inputs) + list(node.outputs)):
+        return None
+    return [n for n in ctx.model.graph if id(n) in members]
+
+
 def node_support(node, ctx, level: int) -> tuple[bool, str]:
-    """Whether ``node`` lowers on its own at API ``level`` (the reason when not)."""
+    """Whether ``node`` lowers on its own at API ``level`` (the reason when not); a node joined to others
+    by values of rank > 4 lowers together with them (:func:`high_rank_cluster`)."""
     try:
+        cluster = high_rank_cluster(node, ctx)
+        if cluster is not None:
+            return _cluster_support(node, cluster, ctx, level)
         inputs, seen = [], set()
         for v in node.inputs:
             if v is not None and id(v) not in seen:
@@ -100,4 +145,26 @@ def node_support(node, ctx, level: int) -> tuple[bool, str]:
         return False, str(exc)
     except Exception as exc:  # noqa: BLE001 - a lowering bug refuses the node, it does not stop the build
         return False, f"NNAPI lowering failed: {type(exc).__name__}: {exc}"
+    return True, ""
+
+
+def _cluster_support(node, cluster: list, ctx, level: int) -> tuple[bool, str]:
+    if len(cluster) > MAX_CLUSTER:
+        return False, f"more than {MAX_CLUSTER} nodes joined by values of rank > 4 (NNAPI tensors have rank 4 at most)"
+    if any(n.graph is not node.graph for n in cluster):
+        return False, "a value of rank > 4 is read inside a subgraph (NNAPI tensors have rank 4 at most)"
+    inside = {id(n) for n in cluster}
+    inputs, seen = [], set()
+    for n in cluster:
+        for v in n.inputs:
+            if v is not None and v.name and id(v) not in seen and (v.producer() is None or id(v.producer()) not in inside):
+                seen.add(id(v))
+                inputs.append(v)
+    outputs = [o for n in cluster for o in n.outputs if o is not None and o.name and (
+        o.is_graph_output() or any(id(u) not in inside for u, _ in o.uses()))]
+    try:
+        lower_nodes(cluster, inputs, outputs, ctx, level)
+    except Unsupported as exc:
+        others = ", ".join(sorted({n.op_type for n in cluster if n is not node})) or "none"
+        return False, f"{exc} (lowered with the nodes that share its values of rank > 4: {others})"
     return True, ""

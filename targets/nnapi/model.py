@@ -100,6 +100,28 @@ class NNModel:
     def need(self, level: int) -> None:
         self.min_api_level = max(self.min_api_level, level)
 
+    def prune(self) -> None:
+        """Drop the operations whose results nothing reads (a model output counts as read) and the
+        operands no remaining operation, input or output names; operand indices are renumbered.  The
+        lowering leaves such operations behind when a later rule reads an earlier operand directly
+        (a RESHAPE of a RESHAPE reads the first one's source)."""
+        read = set(self.outputs)
+        kept = []
+        for code, ins, outs in reversed(self.operations):  # (topological order: readers come later)
+            if any(o in read for o in outs):
+                kept.append((code, ins, outs))
+                read.update(ins)
+        kept.reverse()
+        used = set(self.inputs) | set(self.outputs) | {i for _, ins, outs in kept for i in ins + outs}
+        remap = {}
+        for i in range(len(self.operands)):
+            if i in used:
+                remap[i] = len(remap)
+        self.operands = [o for i, o in enumerate(self.operands) if i in used]
+        self.operations = [(c, [remap[i] for i in ins], [remap[o] for o in outs]) for c, ins, outs in kept]
+        self.inputs = [remap[i] for i in self.inputs]
+        self.outputs = [remap[o] for o in self.outputs]
+
     # --- serialisation ------------------------------------------------------
     def to_bytes(self) -> bytes:
         data = bytearray()

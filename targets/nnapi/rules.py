@@ -17,8 +17,8 @@ import numpy as np
 
 from minirt.builder.ir_helpers import attr
 from minirt.targets.nnapi import oplevels as C
-from minirt.targets.nnapi.emitter import TO_NHWC, Unsupported, fuse_code
-from minirt.targets.nnapi.shapes import slice_bounds, split_sizes
+from minirt.targets.nnapi.emitter import MAX_RANK, TO_NHWC, Unsupported, fuse_code
+from minirt.targets.nnapi.shapes import free_order, move_plan, slice_bounds, split_sizes
 from minirt.targets.rules import MINIRT, RuleSet, fused_activation, input_at, same_pads, str_attr
 
 RULES = RuleSet("NNAPI", missing="{op} has no NNAPI lowering", error=Unsupported)
@@ -100,8 +100,14 @@ def _conv(low, node, act="", params=(), z=None) -> None:
         filt = w.transpose(1, 2, 3, 0)
         code = C.DEPTHWISE_CONV_2D
     else:
-        raise Unsupported(f"grouped convolution (group={group}, {cin_g} channels per group) has no NNAPI form "
-                          "that TFLite can check")
+        # GROUPED_CONV_2D (API 29): the filter is [out, kh, kw, in / group] as CONV_2D's, group g's outputs
+        # (out / group of them, in order) reading its in / group input channels
+        if dil != [1, 1]:
+            raise Unsupported(f"dilated grouped convolution (group={group}): NNAPI's GROUPED_CONV_2D has no dilation")
+        if m_out % group or cin_g * group != xs[1]:
+            raise Unsupported(f"grouped convolution: {m_out} outputs, {xs[1]} inputs do not split in {group} groups")
+        filt = w.transpose(0, 2, 3, 1)
+        code = C.GROUPED_CONV_2D
     Y = node.outputs[0]
     ys = low.shape(Y)
     ys4 = (ys[0], ys[1], 1, ys[2]) if one_d else ys
@@ -113,8 +119,12 @@ def _conv(low, node, act="", params=(), z=None) -> None:
             low.m.i32(strides[1]), low.m.i32(strides[0])]
     if code == C.DEPTHWISE_CONV_2D:
         ins.append(low.m.i32(m_out // xs[1]))
+    if code == C.GROUPED_CONV_2D:
+        ins.append(low.m.i32(group))
     ins.append(low.m.i32(fuse))
-    if dil != [1, 1]:
+    if code == C.GROUPED_CONV_2D:
+        ins.append(low.m.boolean(False))  # the layout operand (NHWC) is not optional here
+    elif dil != [1, 1]:
         low.need("conv_dilation", "a dilated convolution")
         ins += [low.m.boolean(False), low.m.i32(dil[1]), low.m.i32(dil[0])]
     low.emit(code, ins, [y])
@@ -298,6 +308,10 @@ def _matmul(low, node, act="", params=(), bias_v=None, z=None):
     bconst = low.ctx.const(Bv)
     if len(a_shape) < 2 or len(b_shape) < 2:
         raise Unsupported("MatMul of a vector (rank-1 operand)")
+    zc = None if z is None else low.ctx.const(z)
+    if bias_v is None and zc is not None and np.asarray(zc).ndim <= 1 and np.asarray(zc).size in (1, b_shape[-1]):
+        # a constant Z of one row is a bias: both are added before the activation (docs/fused_ops.md)
+        bias_v, z = z, None
     # B without batch (rank 2, or leading dims of 1): one matrix that every row of A meets
     b_one_matrix = all(d == 1 for d in b_shape[:-2])
     if bconst is not None and b_one_matrix:
@@ -386,6 +400,15 @@ def lower_pool(node, low):
 def _global_pool(low, node, code):
     X = node.inputs[0]
     xs = low.shape(X)
+    if len(xs) == 3:
+        # (N, C, L): a reduction of the last axis, dims kept (MEAN: API 28, REDUCE_MAX: API 29)
+        Y = node.outputs[0]
+        y = low.out_tensor(Y)
+        reduce_code = C.MEAN if code == C.AVERAGE_POOL_2D else C.REDUCE_MAX
+        keep_op = low.m.i32(1) if reduce_code == C.MEAN else low.m.boolean(True)
+        low.emit(reduce_code, [low.float_input(X), low.m.const(np.array([2], np.int32)), keep_op], [y])
+        low.bind(Y, y)
+        return
     if len(xs) != 4:
         raise Unsupported(f"{node.op_type} on a rank-{len(xs)} input")
     Y = node.outputs[0]
@@ -401,16 +424,22 @@ def lower_global_pool(node, low):
     _global_pool(low, node, C.AVERAGE_POOL_2D if node.op_type == "GlobalAveragePool" else C.MAX_POOL_2D)
 
 
-@RULES.rule("ReduceMean")
-def lower_reduce_mean(node, low):
+_REDUCE = {"ReduceMean": C.MEAN, "ReduceSum": C.REDUCE_SUM, "ReduceMax": C.REDUCE_MAX}
+
+
+@RULES.rule(*_REDUCE)
+def lower_reduce(node, low):
+    """MEAN (API 28), REDUCE_SUM / REDUCE_MAX (API 29) over the node's axes (attribute, or input 1 from
+    opset 13 / 18).  MEAN's keep_dims operand is an INT32, the REDUCE_* ones' a BOOL."""
     X, Y = node.inputs[0], node.outputs[0]
     xs = low.shape(X)
     axes = attr(node, "axes")
-    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
-        axes = low.const_array(node.inputs[1], "ReduceMean's axes").reshape(-1).tolist()
+    if axes is None and input_at(node, 1) is not None and node.inputs[1].name:
+        axes = low.const_array(node.inputs[1], f"{node.op_type}'s axes").reshape(-1).tolist()
     if axes is None or len(axes) == 0:
         if int(attr(node, "noop_with_empty_axes", 0)):
-            raise Unsupported("ReduceMean with noop_with_empty_axes")
+            lower_identity(node, low)  # no axes and noop_with_empty_axes: the input itself
+            return
         axes = list(range(len(xs)))
     keep = int(attr(node, "keepdims", 1))
     axes = sorted(a % len(xs) for a in axes)
@@ -421,8 +450,12 @@ def lower_reduce_mean(node, low):
         x = low.float_input(X)
         iax = sorted(low.axis_map(a, len(xs)) for a in axes)
     ys = low.shape(Y)
+    if not ys:
+        raise Unsupported(f"{node.op_type} to a rank-0 tensor (NNAPI tensors have rank 1 to 4)")
+    code = _REDUCE[node.op_type]
     y = low.out_tensor(Y) if (keep or len(ys) != 4) else low.tmp(ys)
-    low.emit(C.MEAN, [x, low.m.const(np.array(iax, np.int32)), low.m.i32(keep)], [y])
+    keep_op = low.m.i32(keep) if code == C.MEAN else low.m.boolean(bool(keep))
+    low.emit(code, [x, low.m.const(np.array(iax, np.int32)), keep_op], [y])
     if not keep and len(ys) == 4:
         y = low.from_nchw(y, ys)
     low.bind(Y, y)
@@ -492,6 +525,52 @@ def lower_unary(node, low):
     _unary(low, node, _UNARY[node.op_type])
 
 
+@RULES.rule("Reciprocal")
+def lower_reciprocal(node, low):
+    X, Y = node.inputs[0], node.outputs[0]
+    r = len(low.shape(Y))
+    y = low.out_tensor(Y)
+    low.emit(C.DIV, [low.scalar_const(1.0, r), low.float_input(X), low.m.i32(C.FUSED_NONE)], [y])  # 1 / x
+    low.bind(Y, y)
+
+
+@RULES.rule("Pow")
+def lower_pow(node, low):
+    """x ** e: a constant scalar e of a common form is exact elementwise arithmetic (x^2 MUL, x^3 two MULs,
+    x^0.5 SQRT, x^-0.5 RSQRT, x^-1 DIV, x^1 the input); any other exponent is POW (API 29), whose
+    result for a negative base is NaN as ONNX's (and C's) is for a non-integer exponent."""
+    X, E, Y = node.inputs[0], node.inputs[1], node.outputs[0]
+    r = len(low.shape(Y))
+    e = low.ctx.const(E)
+    if e is None and low.tensor_type(E) != C.TENSOR_FLOAT32:
+        raise Unsupported("Pow with a run-time integer exponent")
+    x = low.float_input(X)
+    y = low.out_tensor(Y)
+    if e is not None and np.asarray(e).size == 1 and len(low.shape(X)) == r:
+        k = float(np.asarray(e).reshape(-1)[0])
+        none = low.m.i32(C.FUSED_NONE)
+        if k == 1.0:
+            low.emit(C.RESHAPE, [x, low.m.const(np.array(low.dims_of(x), np.int32))], [y])
+        elif k == 2.0:
+            low.emit(C.MUL, [x, x, none], [y])
+        elif k == 3.0:
+            sq = low.tmp(low.dims_of(x))
+            low.emit(C.MUL, [x, x, none], [sq])
+            low.emit(C.MUL, [sq, x, none], [y])
+        elif k == 0.5:
+            low.emit(C.SQRT, [x], [y])
+        elif k == -0.5:
+            low.emit(C.RSQRT, [x], [y])
+        elif k == -1.0:
+            low.emit(C.DIV, [low.scalar_const(1.0, r), x, none], [y])
+        else:
+            low.emit(C.POW, [x, low.scalar_const(k, r)], [y])
+        low.bind(Y, y)
+        return
+    low.emit(C.POW, [low.broadcast_operand(X, r), low.broadcast_operand(E, r)], [y])
+    low.bind(Y, y)
+
+
 def _act_node(low, node, act, params):
     X, Y = node.inputs[0], node.outputs[0]
     low.bind(Y, low.activation(low.float_input(X), act, params, low.out_tensor(Y)))
@@ -510,6 +589,14 @@ def lower_hard_sigmoid(node, low):
 @RULES.rule("LeakyRelu")
 def lower_leaky_relu(node, low):
     _act_node(low, node, "LeakyRelu", [float(attr(node, "alpha", 0.01))])
+
+
+@RULES.rule("Gelu")
+def lower_gelu(node, low):
+    approximate = str_attr(node, "approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise Unsupported(f"Gelu with approximate={approximate!r}")
+    _act_node(low, node, "GeluTanh" if approximate == "tanh" else "Gelu", [])
 
 
 @RULES.rule("Clip")
@@ -594,14 +681,41 @@ def lower_layer_normalization(node, low):
     """
     if any(o is not None and o.name and (o.uses() or o.is_graph_output()) for o in node.outputs[1:]):
         raise Unsupported("LayerNormalization's Mean / InvStdDev outputs")
-    X, Y = node.inputs[0], node.outputs[0]
+    X = node.inputs[0]
+    r = len(low.shape(X))
+    axis = _axis_attribute(node, r, -1)
+    scale, bias = input_at(node, 1), input_at(node, 2)
+    affine = [(C.MUL, low.broadcast_operand(scale, r))] if scale is not None and scale.name else []
+    if bias is not None and bias.name:
+        affine.append((C.ADD, low.broadcast_operand(bias, r)))
+    _normalize(low, X, node.outputs[0], range(axis, r), float(attr(node, "epsilon", 1e-5)), affine)
+
+
+@RULES.rule("InstanceNormalization")
+def lower_instance_normalization(node, low):
+    """LayerNormalization's two-pass form over the spatial axes (2..) of each sample and channel, then
+    the per-channel scale and bias (constants laid out along the channel axis)."""
+    X = node.inputs[0]
     xs = low.shape(X)
     r = len(xs)
-    axis = _axis_attribute(node, r, -1)
-    eps = float(attr(node, "epsilon", 1e-5))
+    if r < 3:
+        raise Unsupported(f"InstanceNormalization of a rank-{r} tensor")
+    affine = []
+    for code, v in ((C.MUL, node.inputs[1]), (C.ADD, node.inputs[2])):
+        a = low.const_array(v, "InstanceNormalization's scale / bias").astype(np.float32).reshape((1, xs[1]) + (1,) * (r - 2))
+        affine.append((code, low.m.const(np.ascontiguousarray(a.transpose(TO_NHWC) if r == 4 else a))))
+    _normalize(low, X, node.outputs[0], range(2, r), float(attr(node, "epsilon", 1e-5)), affine)
+
+
+def _normalize(low, X, Y, axes, eps: float, affine) -> None:
+    """Y = (X - mean) * rsqrt(var + eps) then ``affine`` ((MUL / ADD, operand) in turn), the mean and
+    variance over ONNX axes ``axes`` (kept as unit dims): MEAN (API 28), SUB, MUL, MEAN, ADD, RSQRT (API 29),
+    MUL.  The variance is the mean of the squared centred values (two passes, as onnxruntime computes
+    it), not E[x^2] - E[x]^2, which cancels in float32."""
+    r = len(low.shape(X))
     x = low.float_input(X)
     dims = low.dims_of(x)
-    iaxes = sorted(low.axis_map(a, r) for a in range(axis, r))  # rank 4: the NHWC positions of those axes
+    iaxes = sorted(low.axis_map(a, r) for a in axes)  # rank 4: the NHWC positions of those axes
     reduced = tuple(1 if j in iaxes else d for j, d in enumerate(dims))
     axes_op = low.m.const(np.array(iaxes, np.int32))
     none = low.m.i32(C.FUSED_NONE)
@@ -615,9 +729,7 @@ def lower_layer_normalization(node, low):
     centred = op(C.SUB, [x, mean, none], dims)
     var = op(C.MEAN, [op(C.MUL, [centred, centred, none], dims), axes_op, low.m.i32(1)], reduced)
     inv_std = op(C.RSQRT, [op(C.ADD, [var, low.scalar_const(eps, r), none], reduced)], reduced)
-    scale, bias = input_at(node, 1), input_at(node, 2)
-    steps = [(C.MUL, inv_std)] + [(code, low.broadcast_operand(v, r))
-                                  for code, v in ((C.MUL, scale), (C.ADD, bias)) if v is not None and v.name]
+    steps = [(C.MUL, inv_std)] + list(affine)
     y = centred
     for n, (code, operand) in enumerate(steps):
         out = low.out_tensor(Y) if n == len(steps) - 1 else low.tmp(dims)
@@ -661,23 +773,71 @@ def lower_softmax(node, low):
     low.bind(Y, y)
 
 
+@RULES.rule("LogSoftmax")
+def lower_log_softmax(node, low):
+    """LOG_SOFTMAX (API 29) along the node's axis (opset < 13: the flattened trailing axes, taken when
+    they are one axis); its axis operand takes any axis, the TFLite translation moves it last."""
+    X, Y = node.inputs[0], node.outputs[0]
+    xs = low.shape(X)
+    r = len(xs)
+    opset = low.ctx.opset(node)
+    axis = int(attr(node, "axis", -1 if opset >= 13 else 1)) % r
+    if opset < 13 and axis != r - 1 and int(np.prod(xs[axis + 1:], dtype=np.int64)) != 1:
+        raise Unsupported(f"LogSoftmax (opset {opset}) over the flattened axes {axis}..{r - 1}")
+    y = low.out_tensor(Y)
+    low.emit(C.LOG_SOFTMAX, [low.float_input(X), low.m.f32(1.0), low.m.i32(low.axis_map(axis, r))], [y])
+    low.bind(Y, y)
+
+
 # --- shape manipulation ----------------------------------------------------------------------
+def _move(low, x: int, in_shape, in_order, out_shape, out_order, out_dims, perm=None) -> int | None:
+    """Operand ``x`` (a value of ``in_shape`` stored in ``in_order``) reshaped (or, with ``perm``,
+    transposed) to ``out_shape`` stored in ``out_order``, as an operand of ``out_dims``: at most one
+    TRANSPOSE, on the merged atoms (``shapes.move_plan``).  None when the shapes share no atoms, or when
+    the TRANSPOSE would have rank > 4 (NNAPI's and TFLite's limit)."""
+    plan = move_plan(in_shape, in_order, out_shape, out_order, perm)
+    if plan is None:
+        return None
+    dims, q = plan
+    if q == sorted(q):  # the elements stay in order: a reshape
+        return low.reshape(x, out_dims)
+    if len(q) > MAX_RANK:
+        return None
+    return low.reshape(low.transpose(low.reshape(x, dims), q), out_dims)
+
+
+def _stored_order(rank: int, free=None) -> tuple:
+    """The stored order of a result of rank ``rank``: NHWC for rank 4, ``free`` (or the identity) above
+    rank 4, the identity below."""
+    if rank == 4:
+        return TO_NHWC
+    if rank > MAX_RANK and free is not None:
+        return tuple(free)
+    return tuple(range(rank))
+
+
 def _reshape_to(low, X, Y) -> None:
-    xs, ys = low.shape(X), low.shape(Y)
+    """Y = X reshaped (Reshape, Flatten, Squeeze, Unsqueeze): one RESHAPE when the elements keep their
+    stored order, else one TRANSPOSE of merged axes between RESHAPEs (``_move``); a result of rank > 4
+    takes the stored order that moves nothing when one does (a channel shuffle's split of the NHWC channel
+    axis stays where NHWC put it)."""
+    xs, ys = low.shape(X, any_rank=True), low.shape(Y, any_rank=True)
     if low.tensor_type(X) != C.TENSOR_FLOAT32:
         raise Unsupported("reshape of a non-float32 tensor")
     if len(xs) == 4 and not low.trivial(xs) and ys == (xs[0], xs[1] * xs[2] * xs[3]) and id(X) in low.vals:
         low.lazy_flat[id(Y)] = X
         return
-    x = low.nchw(X) if len(xs) == 4 else low.inp(X)
-    if len(ys) == 4:
-        if low.trivial(ys):
-            y = low.reshape(x, low.idims(ys))
-        else:
-            y = low.transpose(low.reshape(x, ys), TO_NHWC)
-    else:
-        y = low.reshape(x, ys)
-    low.bind(Y, y)
+    x, x_order = low.inp(X), low.order(X)
+    out_order = _stored_order(len(ys), free_order(xs, x_order, ys))
+    y = _move(low, x, xs, x_order, ys, out_order, low.stored_dims(Y, out_order))
+    if y is None:
+        # no common refinement of the shapes (or a rank-5 transpose): through ONNX's order
+        flat = _move(low, x, xs, x_order, xs, tuple(range(len(xs))), (int(np.prod(xs)),), perm=tuple(range(len(xs))))
+        y = None if flat is None else _move(low, flat, ys, tuple(range(len(ys))), ys, out_order,
+                                            low.stored_dims(Y, out_order))
+    if y is None:
+        raise Unsupported(f"{list(xs)} -> {list(ys)} reshape would need a transpose of rank > 4")
+    low.bind_stored(Y, y, out_order)
 
 
 @RULES.rule("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -687,15 +847,23 @@ def lower_reshape(node, low):
 
 @RULES.rule("Transpose")
 def lower_transpose(node, low):
+    """A result of rank > 4 is X's stored operand itself in a relabelled order (no operation); a result of
+    rank <= 4 is one TRANSPOSE of merged axes from X's stored order to its own (``_move``)."""
     X, Y = node.inputs[0], node.outputs[0]
-    xs = low.shape(X)
+    xs = low.shape(X, any_rank=True)
     r = len(xs)
-    perm = list(attr(node, "perm", list(range(r))[::-1]))
-    p_in = TO_NHWC if r == 4 else tuple(range(r))
-    p_out = TO_NHWC if r == 4 else tuple(range(r))
-    inv_in = [p_in.index(i) for i in range(r)]
-    q = [inv_in[perm[p_out[k]]] for k in range(r)]
-    low.bind(Y, low.transpose(low.float_input(X), q))
+    perm = [int(p) for p in attr(node, "perm", list(range(r))[::-1])]
+    if sorted(perm) != list(range(r)):
+        raise Unsupported(f"Transpose perm {perm} of a rank-{r} tensor")
+    x, x_order = low.float_input(X), low.order(X)
+    ys = low.shape(Y, any_rank=True)
+    # Y stored as X is when Y's axis perm.index(b) sits where X's axis b sits (free above rank 4)
+    out_order = _stored_order(r, [perm.index(b) for b in x_order])
+    y = _move(low, x, xs, x_order, ys, out_order, low.stored_dims(Y, out_order), perm=perm)
+    if y is None:
+        raise Unsupported(f"Transpose {perm} of a {list(xs)} tensor needs a transpose of rank > 4 "
+                          "(after its unit axes are dropped and its unmoved runs of axes merged)")
+    low.bind_stored(Y, y, out_order)
 
 
 @RULES.rule("Concat")
@@ -737,16 +905,35 @@ def _internal_order(rank: int) -> tuple:
 @RULES.rule("Slice")
 def lower_slice(node, low):
     X, Y = node.inputs[0], node.outputs[0]
-    xs = low.shape(X)
+    xs = low.shape(X, any_rank=True)
     bounds = slice_bounds(node, xs, low.ctx.const)
     if bounds is None:
         raise Unsupported("Slice with run-time (or invalid) starts / ends / axes / steps")
     begins, ends, steps, out_shape = bounds
-    if out_shape != low.shape(Y):
-        raise Unsupported(f"Slice output shape {list(low.shape(Y))} is not the {list(out_shape)} of its bounds")
+    if out_shape != low.shape(Y, any_rank=True):
+        raise Unsupported(f"Slice output shape {list(low.shape(Y, any_rank=True))} is not the {list(out_shape)} "
+                          "of its bounds")
     x = low.float_input(X)
     if out_shape == xs and all(st == 1 for st in steps):  # the whole tensor: no operation
         low.bind(Y, x)
+        if len(xs) > MAX_RANK:
+            low.orders[id(Y)] = low.order(X)
+        return
+    if len(xs) > MAX_RANK:
+        # rank > 4 (a qkv tensor's q, k, v): one sliced axis, the stored operand viewed as (before, axis,
+        # after) in X's stored order; Y keeps that order
+        cut = [a for a in range(len(xs)) if (begins[a], ends[a], steps[a]) != (0, xs[a], 1)]
+        if len(cut) != 1:
+            raise Unsupported(f"Slice of a rank-{len(xs)} tensor along {len(cut)} axes (one is taken)")
+        a = cut[0]
+        order = low.order(X)
+        stored = [xs[b] for b in order]
+        p = order.index(a)
+        view = low.reshape(x, (int(np.prod(stored[:p])), xs[a], int(np.prod(stored[p + 1:]))))
+        part = low.tmp((low.dims_of(view)[0], out_shape[a], low.dims_of(view)[2]))
+        _slice(low, view, [0, begins[a], 0], [low.dims_of(view)[0], ends[a], low.dims_of(view)[2]],
+               [1, steps[a], 1], part)
+        low.bind_stored(Y, part, order)
         return
     order = _internal_order(len(xs))  # the bounds follow the layout, so a rank-4 slice needs no transpose
     y = low.out_tensor(Y)
@@ -757,7 +944,7 @@ def lower_slice(node, low):
 @RULES.rule("Split")
 def lower_split(node, low):
     X = node.inputs[0]
-    xs = low.shape(X)
+    xs = low.shape(X, any_rank=True)
     r = len(xs)
     axis = _axis_attribute(node, r, 0)
     sizes = split_sizes(node, xs[axis], low.ctx.const)
@@ -767,30 +954,57 @@ def lower_split(node, low):
         raise Unsupported(f"Split sizes {sizes} do not cut an axis of {xs[axis]} into {len(node.outputs)} parts")
     named = [o is not None and bool(o.name) for o in node.outputs]
     for o, n, has_name in zip(node.outputs, sizes, named):
-        if has_name and low.shape(o)[axis] != n:
-            raise Unsupported(f"Split output {o.name!r} has shape {list(low.shape(o))}, not size {n} on axis {axis}")
+        if has_name and low.shape(o, any_rank=True)[axis] != n:
+            raise Unsupported(f"Split output {o.name!r} has shape {list(low.shape(o, any_rank=True))}, "
+                              f"not size {n} on axis {axis}")
     x = low.float_input(X)
-    dims = low.dims_of(x)
+    if r > MAX_RANK:
+        # the stored operand viewed as (before, axis, after) in X's stored order: each part keeps that order
+        order = low.order(X)
+        stored = [xs[a] for a in order]
+        p = order.index(axis)
+        x = low.reshape(x, (int(np.prod(stored[:p])), xs[axis], int(np.prod(stored[p + 1:]))))
+        parts = _split_parts(low, x, 1, sizes, named, node.outputs)
+        for o, y in zip(node.outputs, parts):
+            if y is not None:
+                low.bind_stored(o, y, order)
+        return
     iaxis = low.axis_map(axis, r)
+    for o, y in zip(node.outputs, _split_parts(low, x, iaxis, sizes, named, node.outputs, low.out_tensor)):
+        if y is not None:
+            low.bind(o, y)
+
+
+def _split_parts(low, x: int, iaxis: int, sizes, named, outputs, out_tensor=None) -> list:
+    """The parts of operand ``x`` cut along its axis ``iaxis`` into ``sizes``: one operand per output
+    (None for an output nobody reads); ``out_tensor(value)`` makes a named output's operand (default:
+    a scratch one)."""
+    dims = low.dims_of(x)
+    r = len(dims)
+
+    def part_dims(n):
+        return dims[:iaxis] + (n,) + dims[iaxis + 1:]
+
+    def dst(o, n):
+        return out_tensor(o) if out_tensor is not None else low.tmp(part_dims(n))
+
     if len(set(sizes)) == 1 and low.offers(C.SPLIT):
         # equal parts: one SPLIT (API 29), which writes every part (unnamed ones into scratch operands)
-        part = dims[:iaxis] + (sizes[0],) + dims[iaxis + 1:]
-        outs = [low.out_tensor(o) if has_name else low.tmp(part) for o, has_name in zip(node.outputs, named)]
+        outs = [dst(o, n) if has_name else low.tmp(part_dims(n)) for o, n, has_name in zip(outputs, sizes, named)]
         low.emit(C.SPLIT, [x, low.m.i32(iaxis), low.m.i32(len(sizes))], outs)
-        for o, y, has_name in zip(node.outputs, outs, named):
-            if has_name:
-                low.bind(o, y)
-        return
+        return [y if has_name else None for y, has_name in zip(outs, named)]
     # unequal parts (or API 28, which has no SPLIT): one slice per part that something reads
-    offset = 0
-    for o, n in zip(node.outputs, sizes):
+    parts, offset = [], 0
+    for o, n in zip(outputs, sizes):
+        y = None
         if o is not None and o.name and (o.uses() or o.is_graph_output()):
             begins, ends = [0] * r, list(dims)
             begins[iaxis], ends[iaxis] = offset, offset + n
-            y = low.out_tensor(o)
+            y = dst(o, n)
             _slice(low, x, begins, ends, [1] * r, y)
-            low.bind(o, y)
+        parts.append(y)
         offset += n
+    return parts
 
 
 @RULES.rule("Gather")

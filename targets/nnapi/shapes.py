@@ -204,3 +204,116 @@ def static_shapes(graph, const) -> dict:
                 s = inferred[i] if i < len(inferred) else None
             shapes[id(o)] = s
     return shapes
+
+
+# --- data movement plans: Reshape / Transpose between stored layouts ---------------------------------
+#
+# A value is stored as ``np.transpose(value, order)`` (its "order": the ONNX axis of each stored axis;
+# NHWC for rank 4, ONNX's own order for ranks 1-3, a free order for ranks above 4: emitter.Lowerer).
+# A Reshape or Transpose from one stored order to another moves "atoms": the common refinement of the
+# input and output shapes, the pieces every input axis and every output axis is a row-major product of.
+# The move is one RESHAPE when the atoms keep their order, else one TRANSPOSE of the atoms with the unit
+# ones dropped and the runs that stay together merged, between two RESHAPEs.
+
+
+def atoms(in_shape, out_shape):
+    """(sizes, in_groups, out_groups) of the common refinement of a reshape ``in_shape`` -> ``out_shape``,
+    or None when there is none (e.g. (6, 4) -> (4, 6): an output axis straddles an input axis boundary
+    inside a non-divisible extent).
+
+    ``sizes[k]`` is atom k's extent (atoms in row-major order, unit axes own no atom);
+    ``in_groups[a]`` / ``out_groups[a]``: the atoms that input / output axis ``a`` is made of, outer first.
+    """
+    if int(np.prod(in_shape, dtype=np.int64)) != int(np.prod(out_shape, dtype=np.int64)):
+        return None
+    ins = [(a, int(d)) for a, d in enumerate(in_shape) if d != 1]
+    outs = [(a, int(d)) for a, d in enumerate(out_shape) if d != 1]
+    sizes: list = []
+    in_groups: list = [[] for _ in in_shape]
+    out_groups: list = [[] for _ in out_shape]
+    i = j = 0
+    ri = ins[0][1] if ins else 1
+    rj = outs[0][1] if outs else 1
+    while i < len(ins) and j < len(outs):
+        # the outer remaining part of input axis i and of output axis j start at the same flat stride:
+        # the smaller one is an atom when it divides the larger (else the axes interleave)
+        if ri % rj and rj % ri:
+            return None
+        size = min(ri, rj)
+        in_groups[ins[i][0]].append(len(sizes))
+        out_groups[outs[j][0]].append(len(sizes))
+        sizes.append(size)
+        ri //= size
+        rj //= size
+        if ri == 1:
+            i += 1
+            ri = ins[i][1] if i < len(ins) else 1
+        if rj == 1:
+            j += 1
+            rj = outs[j][1] if j < len(outs) else 1
+    return sizes, in_groups, out_groups
+
+
+def merged_permutation(sizes, src, dst):
+    """(dims, perm) of the TRANSPOSE taking atoms stored in sequence ``src`` to sequence ``dst`` (both
+    lists of atom indices, each atom once), with unit atoms dropped and every run of atoms that is
+    consecutive in both sequences merged into one axis; perm is the identity when no data moves."""
+    src = [k for k in src if sizes[k] != 1]
+    dst = [k for k in dst if sizes[k] != 1]
+    runs: list = []  # runs of dst, each a list of atoms consecutive in src too
+    pos = {k: n for n, k in enumerate(src)}
+    for k in dst:
+        if runs and pos[runs[-1][-1]] + 1 == pos[k]:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    by_src = sorted(range(len(runs)), key=lambda r: pos[runs[r][0]])
+    dims = [int(np.prod([sizes[k] for k in runs[r]], dtype=np.int64)) for r in by_src]
+    perm = [by_src.index(r) for r in range(len(runs))]
+    return dims, perm
+
+
+def move_plan(in_shape, in_order, out_shape, out_order, perm=None):
+    """(dims, perm) of the one TRANSPOSE (identity perm: none) that takes a value stored in ``in_order``
+    to ``np.transpose(value.transpose(perm).reshape(out_shape), out_order)``, or None (no common
+    refinement of the shapes).  ``perm``: an ONNX Transpose between the two (then ``out_shape`` is the
+    transposed shape); without it, a Reshape."""
+    if perm is not None:
+        sizes = [int(d) for d in in_shape]
+        src = [a for a in in_order]
+        dst = [perm[a] for a in out_order]
+        return merged_permutation(sizes, src, dst)
+    refined = atoms(in_shape, out_shape)
+    if refined is None:
+        return None
+    sizes, in_groups, out_groups = refined
+    src = [k for a in in_order for k in in_groups[a]]
+    dst = [k for a in out_order for k in out_groups[a]]
+    return merged_permutation(sizes, src, dst)
+
+
+def free_order(in_shape, in_order, out_shape):
+    """The stored order of a Reshape's output (of rank > 4, which has no fixed layout) that makes the
+    Reshape move no data: the output axes in the order their atoms are stored in the input, unit axes
+    first; None when no order does (an output axis' atoms are not stored together, outer first)."""
+    refined = atoms(in_shape, out_shape)
+    if refined is None:
+        return None
+    sizes, in_groups, out_groups = refined
+    stored = [k for a in in_order for k in in_groups[a]]
+    pos = {k: n for n, k in enumerate(stored)}
+    units = [a for a, g in enumerate(out_groups) if not g]
+    rest = sorted((a for a, g in enumerate(out_groups) if g), key=lambda a: pos[out_groups[a][0]])
+    for a in rest:
+        if [pos[k] for k in out_groups[a]] != list(range(pos[out_groups[a][0]], pos[out_groups[a][0]] + len(out_groups[a]))):
+            return None
+    return tuple(units + rest)
+
+
+def compact_dims(dims, max_rank: int = 4) -> tuple:
+    """Operand dims for the stored elements ``dims`` of a value of rank > ``max_rank``: unit axes
+    dropped, then the leading axes merged until the rank is at most ``max_rank`` (at least rank 1)."""
+    d = [int(x) for x in dims if x != 1] or [1]
+    while len(d) > max_rank:
+        d[:2] = [d[0] * d[1]]
+    return tuple(d)

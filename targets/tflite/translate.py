@@ -57,6 +57,7 @@ T_RESHAPE, T_RESIZE_BILINEAR, T_SOFTMAX, T_SPACE_TO_DEPTH, T_TANH, T_PAD, T_TRAN
 T_SUB, T_DIV, T_EXP, T_PRELU, T_MAXIMUM, T_MINIMUM, T_NEG, T_PADV2 = 41, 42, 47, 54, 55, 57, 59, 60
 T_TRANSPOSE_CONV, T_LOG, T_SQRT, T_RSQRT, T_RESIZE_NEAREST_NEIGHBOR, T_MIRROR_PAD, T_ABS = 67, 73, 75, 76, 97, 100, 101
 T_QUANTIZE, T_HARD_SWISH, T_BATCH_MATMUL = 114, 117, 126
+T_LOG_SOFTMAX, T_SUM, T_POW, T_REDUCE_MAX = 50, 74, 78, 82
 T_GATHER, T_STRIDED_SLICE, T_SPLIT, T_SLICE = 36, 45, 49, 65
 
 # BuiltinOptions union members (type ids)
@@ -64,6 +65,7 @@ O_CONV2D, O_DEPTHWISE, O_POOL2D, O_FC, O_SOFTMAX, O_CONCAT, O_ADD = 1, 2, 5, 8, 
 O_RESIZE_BILINEAR, O_RESHAPE, O_SPACE_TO_DEPTH, O_MUL, O_PAD, O_TRANSPOSE, O_REDUCER, O_SUB, O_DIV = 15, 17, 19, 21, 22, 26, 27, 28, 29
 O_PADV2, O_TRANSPOSE_CONV, O_RESIZE_NEAREST, O_MIRROR_PAD, O_DEPTH_TO_SPACE, O_BATCH_MATMUL = 43, 49, 74, 77, 94, 101
 O_GATHER, O_STRIDED_SLICE, O_SPLIT, O_SLICE = 23, 32, 35, 48
+O_LOG_SOFTMAX, O_POW = 36, 56
 
 # TensorType
 TT = {C.TENSOR_FLOAT32: 0, C.TENSOR_FLOAT16: 1, C.TENSOR_INT32: 2, C.TENSOR_QUANT8_ASYMM: 3, C.TENSOR_BOOL8: 6,
@@ -251,6 +253,41 @@ def _conv(op, tr) -> None:
         tr.emit(T_DEPTHWISE_CONV_2D, [x, T(ins[1]), T(ins[2])], [T(outs[0])], O_DEPTHWISE, opts)
 
 
+@RULES.rule(*_names((C.GROUPED_CONV_2D,)))
+def _grouped_conv(op, tr) -> None:
+    """TFLite has no grouped convolution operator that every interpreter runs: a SPLIT of the (padded)
+    input's channels into the groups, one CONV_2D per group with its slice of the filter [out, kh, kw,
+    in / group] and bias (output channels group-major, as NNAPI's), and a CONCATENATION of the results."""
+    _, ins, outs = op
+    T = tr.tensor
+    o = tr.m.operands
+    left, right, top, bottom, sw, sh, groups, fuse = (tr.scalar(i) for i in ins[3:11])
+    if len(ins) > 11 and tr.scalar(ins[11]):
+        raise TranslationError("NCHW layout flag")
+    filt, bias = o[ins[1]].value, o[ins[2]].value
+    if not isinstance(filt, np.ndarray) or not isinstance(bias, np.ndarray):
+        raise TranslationError("GROUPED_CONV_2D with a run-time filter or bias")
+    in_dims, out_dims = list(o[ins[0]].dims), list(o[outs[0]].dims)
+    x = T(ins[0])
+    pad = _padding(in_dims[1:3], filt.shape[1:3], (sh, sw), (1, 1), (left, right, top, bottom), out_dims[1:3])
+    if pad is None:
+        x = tr.pad_input(x, [[0, 0], [top, bottom], [left, right], [0, 0]], 0.0)
+        pad = VALID
+    x_dims = tr._dims(x)
+    cin, cout = x_dims[3] // groups, out_dims[3] // groups
+    parts = [tr._new_tensor(x_dims[:3] + [cin], TT[C.TENSOR_FLOAT32], None, f"group_in{len(tr.tensors)}")
+             for _ in range(groups)]
+    tr.emit(T_SPLIT, [tr.const_tensor(np.array(3, np.int32)), x], parts, O_SPLIT, Table().scalar(0, "i32", groups))
+    results = []
+    for g, part in enumerate(parts):
+        y = tr._new_tensor(out_dims[:3] + [cout], TT[C.TENSOR_FLOAT32], None, f"group_out{len(tr.tensors)}")
+        opts = (Table().scalar(0, "i8", pad).scalar(1, "i32", sw).scalar(2, "i32", sh).scalar(3, "i8", fuse))
+        tr.emit(T_CONV_2D, [part, tr.const_tensor(filt[g * cout:(g + 1) * cout]),
+                            tr.const_tensor(bias[g * cout:(g + 1) * cout])], [y], O_CONV2D, opts)
+        results.append(y)
+    tr.emit(T_CONCATENATION, results, [T(outs[0])], O_CONCAT, Table().scalar(0, "i32", 3))
+
+
 @RULES.rule(*_names((C.AVERAGE_POOL_2D, C.MAX_POOL_2D)))
 def _pool(op, tr) -> None:
     code, ins, outs = op
@@ -303,34 +340,51 @@ def _transpose(op, tr) -> None:
     tr.emit(T_TRANSPOSE, [T(ins[0]), T(ins[1])], [T(outs[0])], O_TRANSPOSE, Table())
 
 
-@RULES.rule(*_names((C.SOFTMAX,)))
+@RULES.rule(*_names((C.SOFTMAX, C.LOG_SOFTMAX)))
 def _softmax(op, tr) -> None:
-    _, ins, outs = op
+    code, ins, outs = op
     T = tr.tensor
     dims = list(tr.m.operands[ins[0]].dims)
     rank = len(dims)
     axis = tr.scalar(ins[2]) % rank if len(ins) > 2 else rank - 1
-    opts = Table().scalar(0, "f32", tr.scalar(ins[1]))
+    if code == C.SOFTMAX:
+        tcode, otype, opts = T_SOFTMAX, O_SOFTMAX, Table().scalar(0, "f32", tr.scalar(ins[1]))
+    else:
+        # TFLite's LOG_SOFTMAX has no beta: NNAPI's beta of 1 (what the lowering emits) is the only one
+        if tr.scalar(ins[1]) != 1.0:
+            raise TranslationError(f"LOG_SOFTMAX with beta {tr.scalar(ins[1])}")
+        tcode, otype, opts = T_LOG_SOFTMAX, O_LOG_SOFTMAX, Table()
     if axis == rank - 1:
-        tr.emit(T_SOFTMAX, [T(ins[0])], [T(outs[0])], O_SOFTMAX, opts)
+        tr.emit(tcode, [T(ins[0])], [T(outs[0])], otype, opts)
         return
-    # TFLite's SOFTMAX runs along the last axis: NNAPI's axis operand becomes a TRANSPOSE there and back
+    # TFLite's (LOG_)SOFTMAX runs along the last axis: NNAPI's axis operand becomes a TRANSPOSE there and back
     perm = [j for j in range(rank) if j != axis] + [axis]
     moved_dims = [dims[p] for p in perm]
     moved = tr._new_tensor(moved_dims, TT[C.TENSOR_FLOAT32], None, f"softmax_in{len(tr.tensors)}")
     tr.emit(T_TRANSPOSE, [T(ins[0]), tr.const_tensor(np.array(perm, np.int32))], [moved], O_TRANSPOSE, Table())
     soft = tr._new_tensor(moved_dims, TT[C.TENSOR_FLOAT32], None, f"softmax_out{len(tr.tensors)}")
-    tr.emit(T_SOFTMAX, [moved], [soft], O_SOFTMAX, opts)
+    tr.emit(tcode, [moved], [soft], otype, opts)
     back = [perm.index(j) for j in range(rank)]
     tr.emit(T_TRANSPOSE, [soft, tr.const_tensor(np.array(back, np.int32))], [T(outs[0])], O_TRANSPOSE, Table())
 
 
-@RULES.rule(*_names((C.MEAN,)))
-def _mean(op, tr) -> None:
+_REDUCERS = {C.MEAN: T_MEAN, C.REDUCE_SUM: T_SUM, C.REDUCE_MAX: T_REDUCE_MAX}
+
+
+@RULES.rule(*_names(_REDUCERS))
+def _reduce(op, tr) -> None:
+    # NNAPI's keep_dims is an INT32 for MEAN and a BOOL for REDUCE_*: both are ReducerOptions.keep_dims
+    code, ins, outs = op
+    T = tr.tensor
+    tr.emit(_REDUCERS[code], [T(ins[0]), T(ins[1])], [T(outs[0])], O_REDUCER,
+            Table().scalar(0, "bool", int(bool(tr.scalar(ins[2])))))
+
+
+@RULES.rule(*_names((C.POW,)))
+def _pow(op, tr) -> None:
     _, ins, outs = op
     T = tr.tensor
-    tr.emit(T_MEAN, [T(ins[0]), T(ins[1])], [T(outs[0])], O_REDUCER,
-            Table().scalar(0, "bool", int(bool(tr.scalar(ins[2])))))
+    tr.emit(T_POW, [T(ins[0]), T(ins[1])], [T(outs[0])], O_POW, Table())
 
 
 @RULES.rule(*_names((C.PAD,)))

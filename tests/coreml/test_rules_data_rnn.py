@@ -1,11 +1,12 @@
-"""Core ML lowering of Gather (constant indices), Pad (constant / reflect / edge) and LSTM: each
+"""Core ML lowering of Gather (constant indices), Pad (constant / reflect / edge), LSTM and GRU on MIL's
+recurrent ops: each
 program is built and converted, read back, run on the MIL evaluator (minirt/tools/mil_eval.py) and
 compared with onnxruntime (the helpers of tests/coreml/test_rules.py)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 pytest.importorskip("coremltools")
 pytest.importorskip("onnxruntime")
@@ -196,14 +197,6 @@ def test_lstm_refusals(kwargs, reason):
     assert reason in _refusal(_lstm_model("forward", **kwargs))
 
 
-def test_lstm_short_sequence_lens_refused():
-    m = _lstm_model("forward", seq_lens=True)
-    for init in m.graph.initializer:
-        if init.name == "lens":
-            init.CopyFrom(numpy_helper.from_array(np.array([SEQ, SEQ - 2], np.int32), "lens"))
-    assert "sequence_lens" in _refusal(m)
-
-
 # --- GRU ------------------------------------------------------------------------------------
 
 
@@ -242,24 +235,14 @@ def test_gru_fp16_program_is_close():
     check(m, _rnn_feeds(m), precision="fp16", tol=3e-2)
 
 
+# (torch's GRU, linear_before_reset=1, GRU at batch > 1 and short or run-time sequence_lens are lowered
+# unrolled: tests/coreml/test_rules_unrolled_rnn.py.)
 @pytest.mark.parametrize(
     "kwargs, reason",
     [
-        (dict(lbr=1), "linear_before_reset=1"),
-        (dict(batch=2), "batch > 1"),
         (dict(activations=["Sigmoid", "Relu"]), "activations"),
+        (dict(clip=1.5), "clip"),
     ],
 )
 def test_gru_refusals(kwargs, reason):
     assert reason in _refusal(_gru_model("forward", **kwargs))
-
-
-def test_rnn_run_time_sequence_lens_refusal_names_it():
-    m = _lstm_model("forward")
-    m.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [BATCH]))
-    node = m.graph.node[0]
-    ins = list(node.input) + [""] * (5 - len(node.input))
-    ins[4] = "lens"
-    del node.input[:]
-    node.input.extend(ins)
-    assert "sequence_lens is not constant" in _refusal(m)

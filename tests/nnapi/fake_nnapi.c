@@ -223,7 +223,8 @@ static const OpSpec SPECS[] = {
     {83, "RSQRT", {"T"}}, {88, "SQRT", {"T"}}, {91, "TRANSPOSE_CONV_2D", {"TCCiiiiiiib"}},
     {35, "STRIDED_SLICE", {"TIIIiii"}}, {51, "GATHER", {"TiI"}}, {86, "SLICE", {"TII"}}, {87, "SPLIT", {"Tii"}},
     {94, "RESIZE_NEAREST_NEIGHBOR", {"Tiib", "Tiibbb"}}, {99, "HARD_SWISH", {"T"}}, {102, "BATCH_MATMUL", {"TT", "TTbb"}},
-    {104, "MIRROR_PAD", {"TIi"}},
+    {104, "MIRROR_PAD", {"TIi"}}, {55, "GROUPED_CONV_2D", {"TCCiiiiiiiib"}},
+    {64, "LOG_SOFTMAX", {"Tfi"}}, {70, "POW", {"TT"}}, {77, "REDUCE_MAX", {"TIb"}}, {80, "REDUCE_SUM", {"TIb"}},
 };
 
 static int data_type(int32_t t) {
@@ -369,6 +370,14 @@ static int check_shapes(ANeuralNetworksModel* m, const OpSpec* s, const uint32_t
             return misuse(BAD_DATA, "%s: bias %u / output channels %u do not match the filter's %u", s->name, b->dims[0], y->dims[3], cout);
         if (s->code == 3 && f->dims[3] != x->dims[3])
             return misuse(BAD_DATA, "CONV_2D: filter input channels %u != input channels %u", f->dims[3], x->dims[3]);
+    }
+    if (s->code == 55) {  /* GROUPED_CONV_2D: filter [out, kh, kw, in / groups], out a multiple of groups */
+        Operand *f = &m->ops[in[1]], *b = &m->ops[in[2]];
+        int32_t groups = m->ops[in[9]].ival;
+        if (x->rank != 4 || f->rank != 4 || b->rank != 1 || y->rank != 4 || groups < 1)
+            return misuse(BAD_DATA, "GROUPED_CONV_2D: ranks input %u filter %u bias %u output %u, %d groups", x->rank, f->rank, b->rank, y->rank, groups);
+        if (f->dims[3] * (uint32_t)groups != x->dims[3] || f->dims[0] % (uint32_t)groups || b->dims[0] != f->dims[0] || y->dims[3] != f->dims[0])
+            return misuse(BAD_DATA, "GROUPED_CONV_2D: %d groups of filter %u x %u for %u input channels", groups, f->dims[0], f->dims[3], x->dims[3]);
     }
     if (s->code == 9) {
         Operand *w = &m->ops[in[1]], *b = &m->ops[in[2]];
