@@ -27,6 +27,13 @@ MAX_RANK = 4
 HIGH_RANK_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Split", "Slice"})
 
 
+# Where a run-time int64 value may enter a partition: (op, input position) of the readers that take it as
+# NNAPI's TENSOR_INT32 (NNAPI has no 64-bit integer tensors).  Both runtimes cast every feed to its operand's
+# element type (minirt/providers/nnapi.py, tflite.py), so the int64 -> int32 cast happens at the partition
+# boundary, wrapping as ONNX's Cast does: the values are indices or lengths, which fit in int32.
+INT64_READERS = frozenset({("Gather", 1), ("Cast", 0), ("LSTM", 4), ("GRU", 4)})
+
+
 class Unsupported(Exception):
     """The node (or partition) has no NNAPI form at the target API level; ``str()`` is the reason."""
 
@@ -155,6 +162,22 @@ class Lowerer(Emitter):
             return C.TENSOR_INT32
         raise Unsupported(f"value {v.name!r} is {dt}; this NNAPI lowering takes float32 tensors (and quantized "
                           "uint8/int8 through QuantizeLinear/DequantizeLinear)")
+
+    def int_input(self, v, what: str) -> int:
+        """Operand (TENSOR_INT32) of ``v``, an int32 or int64 index / length tensor (a constant, a partition
+        input (int64 ones are cast at the boundary: INT64_READERS) or a value a rule made int32)."""
+        c = self.ctx.const(v)
+        if c is not None:
+            return self.inp(v)
+        dt = self.ctx.dtype(v)
+        if dt is None or np.dtype(dt) not in (np.int32, np.int64):
+            raise Unsupported(f"{what} {v.name!r} is {dt}, not int32 / int64")
+        if id(v) not in self.vals:
+            return self.add_model_input(v, C.TENSOR_INT32)
+        x = self.vals[id(v)]
+        if self.m.operands[x].type != C.TENSOR_INT32:
+            raise Unsupported(f"{what} {v.name!r} is not an int32 operand")
+        return x
 
     def float_input(self, v) -> int:
         if self.tensor_type(v) != C.TENSOR_FLOAT32:

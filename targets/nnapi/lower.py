@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from minirt.targets.nnapi import oplevels as C
-from minirt.targets.nnapi.emitter import MAX_RANK, TO_NCHW, Lowerer, Unsupported, shapes_for
+from minirt.targets.nnapi.emitter import INT64_READERS, MAX_RANK, TO_NCHW, Lowerer, Unsupported, shapes_for
 from minirt.targets.nnapi.model import NNModel
 from minirt.targets.nnapi.rules import RULES
 
@@ -53,6 +53,14 @@ def lower_nodes(nodes, inputs, outputs, ctx, level: int) -> NNModel:
             t = C.TENSOR_QUANT8_ASYMM if np.dtype(dt) == np.uint8 else C.TENSOR_QUANT8_ASYMM_SIGNED
             low.add_model_input(v, t, scale=float(scale.reshape(-1)[0]),
                                 zero_point=0 if zp is None else int(np.asarray(zp).reshape(-1)[0]))
+        elif dt is not None and np.dtype(dt) == np.int64:
+            readers = [(u.op_type, k) for u, k in v.uses() if u in nodes]
+            bad = [op for op, k in readers if (op, k) not in INT64_READERS]
+            if bad or not readers:
+                raise Unsupported(f"value {v.name!r} is int64; NNAPI has no 64-bit integers (int64 indices and "
+                                  f"lengths are taken by {', '.join(sorted({op for op, _ in INT64_READERS}))} "
+                                  f"only, not by {', '.join(sorted(set(bad))) or 'no reader'})")
+            low.add_model_input(v, C.TENSOR_INT32)  # the runtime casts the feed (INT64_READERS)
         else:
             low.add_model_input(v)
     RULES.emit_all(nodes, low)

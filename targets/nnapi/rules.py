@@ -1013,6 +1013,9 @@ def lower_gather(node, low):
     xs = low.shape(X)
     r = len(xs)
     axis = _axis_attribute(node, r, 0)
+    if low.ctx.const(I) is None:
+        _gather_runtime(low, node, axis)
+        return
     idx = low.const_array(I, "Gather's indices").astype(np.int64)
     d = xs[axis]
     if idx.size == 0 or idx.min() < -d or idx.max() >= d:
@@ -1032,6 +1035,55 @@ def lower_gather(node, low):
     g = low.tmp(xs[:axis] + (flat.size,) + xs[axis + 1:])
     low.emit(C.GATHER, [x, low.m.i32(axis), low.m.const(flat)], [g])
     low.bind(Y, low.from_nchw(low.reshape(g, ys), ys))
+
+
+def _gather_runtime(low, node, axis: int) -> None:
+    """Gather with indices computed at run time (an embedding lookup): GATHER (API 29) with int32 indices
+    (int64 ones are cast at the partition boundary: emitter.INT64_READERS).  NNAPI's indices must lie in
+    [0, dim), ONNX's may count from the back: select(i < 0, i + dim, i) first (int32 ADD: API 30)."""
+    X, I, Y = node.inputs[0], node.inputs[1], node.outputs[0]
+    xs, ys = low.shape(X), low.shape(Y)
+    if low.level < C.FEATURE_API_LEVEL["int32_arithmetic"]:
+        raise Unsupported(f"Gather with run-time indices needs Android API {C.FEATURE_API_LEVEL['int32_arithmetic']} "
+                          f"(int32 arithmetic wraps negative indices; target API {low.level})")
+    low.m.need(C.FEATURE_API_LEVEL["int32_arithmetic"])
+    idx = low.int_input(I, "Gather's indices")
+    idims = low.dims_of(idx)
+    one = (1,) * len(idims)
+    negative = low.tmp(idims, C.TENSOR_BOOL8)
+    low.emit(C.LESS, [idx, low.m.const(np.zeros(one, np.int32))], [negative])
+    shifted = low.tmp(idims, C.TENSOR_INT32)
+    low.emit(C.ADD, [idx, low.m.const(np.full(one, xs[axis], np.int32)), low.m.i32(C.FUSED_NONE)], [shifted])
+    wrapped = low.tmp(idims, C.TENSOR_INT32)
+    low.emit(C.SELECT, [negative, shifted, idx], [wrapped])
+    if len(idims) == 1:  # the output keeps the input's rank (and layout): gather along the internal axis
+        y = low.out_tensor(Y)
+        low.emit(C.GATHER, [low.float_input(X), low.m.i32(low.axis_map(axis, len(xs))), wrapped], [y])
+        low.bind(Y, y)
+        return
+    # the index dims replace one axis in ONNX order (output rank <= 4: the rank check of Y's shape)
+    x = low.nchw(X) if len(xs) == 4 else low.float_input(X)
+    g = low.tmp(ys)
+    low.emit(C.GATHER, [x, low.m.i32(axis), wrapped], [g])
+    low.bind(Y, low.from_nchw(g, ys))
+
+
+@RULES.rule("Cast")
+def lower_cast(node, low):
+    """Cast to the type a value already has in the NNAPI model: int32 / int64 -> int32 (int64 values enter a
+    partition as int32, cast at the boundary with ONNX's wrap-around: emitter.INT64_READERS) and float32 ->
+    float32.  Other casts stay on the CPU."""
+    X, Y = node.inputs[0], node.outputs[0]
+    to = int(attr(node, "to"))
+    xdt = np.dtype(low.ctx.dtype(X)) if low.ctx.dtype(X) is not None else None
+    if to == 6 and xdt in (np.dtype(np.int32), np.dtype(np.int64)):  # TensorProto.INT32
+        low.bind(Y, low.int_input(X, "Cast's input"))
+        return
+    if to == 1 and xdt == np.dtype(np.float32):  # TensorProto.FLOAT
+        low.bind(Y, low.float_input(X))
+        return
+    raise Unsupported(f"Cast from {xdt} to ONNX type {to} (NNAPI lowering: int64/int32 -> int32 and float32 -> "
+                      "float32 only)")
 
 
 @RULES.rule("Pad")
@@ -1253,3 +1305,7 @@ def _same_padding(in_hw, kernel, strides, pads) -> bool:
         if (b, e) != (total // 2, total - total // 2):
             return False
     return True
+
+
+# LSTM / GRU (the unrolled recurrence) live in their own module; importing it registers their rules in RULES
+from minirt.targets.nnapi import recurrent as _recurrent  # noqa: E402,F401

@@ -207,6 +207,7 @@ int ANeuralNetworksModel_setOperandSymmPerChannelQuantParams(ANeuralNetworksMode
 /* --- operation signatures --------------------------------------------------------------
  * One string per accepted input count.  T: a data tensor, I: constant TENSOR_INT32,
  * C: constant tensor (weights / bias), i: constant INT32, f: constant FLOAT32, b: constant BOOL,
+ * X: TENSOR_INT32 (constant or not: GATHER's indices), B: TENSOR_BOOL8 (SELECT's condition),
  * '*': one or more data tensors (CONCATENATION). */
 typedef struct { int code; const char* name; const char* sigs[4]; } OpSpec;
 static const OpSpec SPECS[] = {
@@ -221,10 +222,11 @@ static const OpSpec SPECS[] = {
     {37, "TRANSPOSE", {"TI"}}, {38, "ABS", {"T"}}, {49, "EXP", {"T"}}, {60, "LOG", {"T"}}, {65, "MAXIMUM", {"TT"}},
     {66, "MINIMUM", {"TT"}}, {67, "NEG", {"T"}}, {69, "PAD_V2", {"TIf"}}, {71, "PRELU", {"TT"}}, {72, "QUANTIZE", {"T"}},
     {83, "RSQRT", {"T"}}, {88, "SQRT", {"T"}}, {91, "TRANSPOSE_CONV_2D", {"TCCiiiiiiib"}},
-    {35, "STRIDED_SLICE", {"TIIIiii"}}, {51, "GATHER", {"TiI"}}, {86, "SLICE", {"TII"}}, {87, "SPLIT", {"Tii"}},
+    {35, "STRIDED_SLICE", {"TIIIiii"}}, {51, "GATHER", {"TiX"}}, {86, "SLICE", {"TII"}}, {87, "SPLIT", {"Tii"}},
     {94, "RESIZE_NEAREST_NEIGHBOR", {"Tiib", "Tiibbb"}}, {99, "HARD_SWISH", {"T"}}, {102, "BATCH_MATMUL", {"TT", "TTbb"}},
     {104, "MIRROR_PAD", {"TIi"}}, {55, "GROUPED_CONV_2D", {"TCCiiiiiiiib"}},
     {64, "LOG_SOFTMAX", {"Tfi"}}, {70, "POW", {"TT"}}, {77, "REDUCE_MAX", {"TIb"}}, {80, "REDUCE_SUM", {"TIb"}},
+    {53, "GREATER", {"TT"}}, {58, "LESS", {"TT"}}, {84, "SELECT", {"BTT"}},
 };
 
 static int data_type(int32_t t) {
@@ -246,6 +248,8 @@ static int check_sig(ANeuralNetworksModel* m, const OpSpec* s, const char* sig, 
             case 'i': if (o->type != INT32 || !o->has_value) return misuse(BAD_DATA, "%s input %u: must be a constant INT32 scalar (type %d)", s->name, k, o->type), -1; break;
             case 'f': if (o->type != FLOAT32 || !o->has_value) return misuse(BAD_DATA, "%s input %u: must be a constant FLOAT32 scalar", s->name, k), -1; break;
             case 'b': if (o->type != BOOL || !o->has_value) return misuse(BAD_DATA, "%s input %u: must be a constant BOOL scalar", s->name, k), -1; break;
+            case 'X': if (o->type != TENSOR_INT32) return misuse(BAD_DATA, "%s input %u: must be a TENSOR_INT32", s->name, k), -1; break;
+            case 'B': if (o->type != TENSOR_BOOL8) return misuse(BAD_DATA, "%s input %u: must be a TENSOR_BOOL8", s->name, k), -1; break;
         }
     }
     return 1;
@@ -320,7 +324,7 @@ static int check_data_ops(ANeuralNetworksModel* m, const OpSpec* s, uint32_t n_i
         if (axis < 0) axis += (int32_t)x->rank;
         if (axis < 0 || axis >= (int32_t)x->rank) return misuse(BAD_DATA, "GATHER: axis %d of a rank-%u input", axis, x->rank);
         if (y->rank != x->rank + idx->rank - 1) return misuse(BAD_DATA, "GATHER: output rank %u", y->rank);
-        for (uint32_t k = 0; k < elements(idx); k++)
+        for (uint32_t k = 0; idx->has_value && k < elements(idx); k++)  /* run-time indices: checked by the kernel */
             if (ints_of(idx)[k] < 0 || (uint32_t)ints_of(idx)[k] >= x->dims[axis])
                 return misuse(BAD_DATA, "GATHER: index %d outside [0, %u)", ints_of(idx)[k], x->dims[axis]);
         for (uint32_t d = 0, o = 0; d < x->rank; d++) {
@@ -386,7 +390,21 @@ static int check_shapes(ANeuralNetworksModel* m, const OpSpec* s, const uint32_t
         if (x->dims[x->rank - 1] != w->dims[1])
             return misuse(BAD_DATA, "FULLY_CONNECTED: input depth %u != weights' %u", x->dims[x->rank - 1], w->dims[1]);
     }
-    if (s->code == 0 || s->code == 18 || s->code == 30 || s->code == 36) {  /* broadcast compatibility */
+    if (s->code == 53 || s->code == 58) {  /* GREATER / LESS: operands of one type, a TENSOR_BOOL8 result */
+        if (m->ops[in[1]].type != x->type || y->type != TENSOR_BOOL8)
+            return misuse(BAD_DATA, "%s: operand types %d, %d -> %d", s->name, x->type, m->ops[in[1]].type, y->type);
+    }
+    if (s->code == 84) {  /* SELECT: condition, true and false values and output of one shape, values of one type */
+        Operand *a = &m->ops[in[1]], *b = &m->ops[in[2]];
+        if (a->type != b->type || y->type != a->type) return misuse(BAD_DATA, "SELECT: value types %d, %d -> %d", a->type, b->type, y->type);
+        const Operand* all[4] = {x, a, b, y};
+        for (int k = 1; k < 4; k++) {
+            if (all[k]->rank != x->rank) return misuse(BAD_DATA, "SELECT: operand %d has rank %u, not %u", k, all[k]->rank, x->rank);
+            for (uint32_t d = 0; d < x->rank; d++)
+                if (all[k]->dims[d] != x->dims[d]) return misuse(BAD_DATA, "SELECT: operand %d dimension %u is %u, not %u", k, d, all[k]->dims[d], x->dims[d]);
+        }
+    }
+    if (s->code == 0 || s->code == 18 || s->code == 30 || s->code == 36 || s->code == 53 || s->code == 58) {  /* broadcast compatibility */
         Operand* b = &m->ops[in[1]];
         uint32_t r = x->rank > b->rank ? x->rank : b->rank;
         if (y->rank != r) return misuse(BAD_DATA, "%s: output rank %u != %u", s->name, y->rank, r);
