@@ -38,10 +38,10 @@ def _packages() -> list[str]:
 # (and the demo's model and data: a device runs its own artifacts)
 _SOURCES = {"minirt.native": ["*.c", "*.h"], "minirt.demo": ["*.onnx", "*.npz"]} if RUNTIME_ONLY else {}
 # modules a device does not run: the two that compile the kernels (a wheel holds the compiled module,
-# it never builds it) and minirt verify's off-device Core ML reference (a desktop tool that needs
+# it never builds it) and minirt verify's off-device Core ML references (desktop tools that need
 # coremltools; on a device the provider itself runs, and verify says what is missing)
 _DESKTOP_ONLY_MODULES = {("minirt.native", "build_native"), ("minirt.native", "build_progress"),
-                         ("minirt.tools", "mil_eval")}
+                         ("minirt.tools", "mil_eval"), ("minirt.tools", "coreml_spec_eval")}
 
 
 def _progress():

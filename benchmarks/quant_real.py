@@ -258,6 +258,7 @@ def main(argv=None) -> int:
     env = {"machine": platform.machine(), "cpus": os.cpu_count(), "native": native.describe(),
            "date": time.strftime("%Y-%m-%d %H:%M")}
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # (a new folder: the results go there, not into a traceback)
     stem = "results_quant" if args.mode == "static" else "results_quant_dynamic"
     (out / f"{stem}.json").write_text(json.dumps({"environment": env, "mode": args.mode, "results": results},
                                                  indent=1, default=str))

@@ -576,11 +576,11 @@ def build(
             stored["passes"] = _optimizer_metadata(stored["passes"])
         writer.set_metadata("build.quantization", stored)
     lower_model(model_ir, writer)
-    if weight_pack:
-        say(f"packing weights for panels of {weight_pack}")
-        add_packed_weights(writer, weight_pack)
     if plan is not None:
         apply_plan(plan, writer)  # provider blobs, golden tensors, partition records, build.partitions
+    if weight_pack:  # (after the partitions: their CPU versions are not packed, see add_packed_weights)
+        say(f"packing weights for panels of {weight_pack}")
+        add_packed_weights(writer, weight_pack)
     data = writer.to_bytes(sign_key=seed)
     if out_path is not None:
         out_dir = os.path.dirname(os.path.abspath(os.fspath(out_path)))

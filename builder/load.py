@@ -17,6 +17,11 @@ import onnx
 import onnx_ir as ir
 
 from minirt.builder.errors import BuildError
+from minirt.format import schema as S
+
+# Value.meta key under which the builder keeps a map value's (value kind, value dtype code): onnx-ir has
+# no map type, so map types are taken off the proto before the IR is built and put back by name here.
+MAP_META = "minirt.map"
 
 # Protobuf refuses to serialize more than 2 GiB; above this, shape inference
 # must run on the file rather than in memory.
@@ -88,10 +93,13 @@ def load_model(model: Any, check: bool = True) -> tuple[ir.Model, SourceInfo]:
     except Exception as exc:  # noqa: BLE001 - inference failure is not fatal: kernels run without shapes
         inferred = proto
         _ = exc
+    maps = _take_map_types(inferred, where)
     try:
         model_ir = ir.from_proto(inferred)
     except Exception as exc:  # noqa: BLE001
         raise BuildError(f"{where}: could not read the ONNX model into the IR: {type(exc).__name__}: {exc}") from None
+    if maps:
+        _put_map_types(model_ir, maps)
     info = SourceInfo(
         path=path,
         sha256=hashlib.sha256(data).hexdigest() if data else "",
@@ -106,3 +114,43 @@ def load_model(model: Any, check: bool = True) -> tuple[ir.Model, SourceInfo]:
         metadata_props={p.key: p.value for p in proto.metadata_props},
     )
     return model_ir, info
+
+
+def _map_kind(tp: onnx.TypeProto, where: str) -> tuple | None:
+    """(value kind, dtype code of the map's values) of a map or sequence-of-maps type, else None."""
+    seq = tp.HasField("sequence_type") and tp.sequence_type.elem_type.HasField("map_type")
+    if not (tp.HasField("map_type") or seq):
+        return None
+    mt = tp.sequence_type.elem_type.map_type if seq else tp.map_type
+    if not mt.value_type.HasField("tensor_type"):
+        raise BuildError(f"{where}: map values must be tensors, got {mt.value_type}")
+    key = mt.key_type
+    if key == onnx.TensorProto.STRING:
+        kind = S.VALUE_SEQUENCE_MAP_STRING if seq else S.VALUE_MAP_STRING
+    elif key in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+        kind = S.VALUE_SEQUENCE_MAP_INT64 if seq else S.VALUE_MAP_INT64
+    else:
+        raise BuildError(f"{where}: map keys of type {onnx.TensorProto.DataType.Name(key)} are not supported "
+                         f"(int64 or string)")
+    return kind, int(mt.value_type.tensor_type.elem_type)
+
+
+def _take_map_types(proto: onnx.ModelProto, where: str) -> dict:
+    """Remove the map types of the main graph's inputs, outputs and value infos (onnx-ir cannot hold
+    them) and return them by value name: name -> (value kind, value dtype code)."""
+    maps = {}
+    g = proto.graph
+    for vi in (*g.input, *g.output, *g.value_info):
+        found = _map_kind(vi.type, f"{where}: value {vi.name!r}")
+        if found is not None:
+            maps[vi.name] = found
+            vi.ClearField("type")
+    return maps
+
+
+def _put_map_types(model_ir: ir.Model, maps: dict) -> None:
+    graph = model_ir.graph
+    values = [*graph.inputs, *graph.outputs, *(o for n in graph for o in n.outputs)]
+    for v in values:
+        if v.name in maps:
+            v.meta[MAP_META] = maps[v.name]

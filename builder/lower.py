@@ -16,6 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from minirt.builder.errors import UnsupportedModel
+from minirt.builder.load import MAP_META
 from minirt.builder.writer import ArtifactWriter, GraphRecord
 from minirt.dtypes import onnx_code
 from minirt.format import schema as S
@@ -34,7 +35,15 @@ _ATTR_KIND = {
 }
 
 
+def _map_of(value: ir.Value) -> tuple | None:
+    """(value kind, value dtype) of a map value (builder/load.py keeps it in the value's meta)."""
+    return value.meta.get(MAP_META)
+
+
 def _dtype_code(value: ir.Value) -> int:
+    found = _map_of(value)
+    if found is not None:
+        return found[1]
     dtype = value.dtype
     return int(dtype.value) if dtype is not None else S.DTYPE_UNDEFINED
 
@@ -54,6 +63,9 @@ def _shape(value: ir.Value) -> tuple | None:
 
 
 def _value_kind(value: ir.Value) -> int:
+    found = _map_of(value)
+    if found is not None:
+        return found[0]
     t = value.type
     if isinstance(t, ir.SequenceType):
         return S.VALUE_SEQUENCE

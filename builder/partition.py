@@ -76,6 +76,11 @@ class PlannedPartition:
     golden_inputs: list | None = None  # arrays, one per ir.inputs
     golden_outputs: list | None = None  # arrays, one per ir.outputs
     source_nodes: int | None = None  # the nodes it took when drop_cpu_versions left one stand-in node
+    # weights the program takes from the artifact's tensors instead of a copy (apply_plan: share_weights),
+    # and the program as lowered (its references depend on the writer's tensor indices: each apply_plan
+    # shares from this one)
+    shared: dict | None = None
+    lowered_blob: bytes | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -93,6 +98,9 @@ class PlannedPartition:
             "golden_bytes": sum(a.nbytes for a in (self.golden_inputs or []) + (self.golden_outputs or [])),
             "options": self.options,
             "golden": self.golden_outputs is not None,
+            # program constants stored as references to the CPU version's weights: same bytes, transposed
+            "shared_bytes": int((self.shared or {}).get("shared_bytes", 0)),
+            "relayout_bytes": int((self.shared or {}).get("relayout_bytes", 0)),
         }
 
 
@@ -349,7 +357,14 @@ def plan_partitions(model_ir: ir.Model, profile: Any, options: dict | None = Non
             else:
                 reasons[i].append(why or f"{node.op_type} is not supported by {pname}")
         first_new = next_group
-        next_group = _grow(g, candidates, group_of, next_group, flops)
+        # Nodes of different ``group_key``s (optional on a spec; None for most nodes) never share a
+        # partition: each key's candidates are grown apart (a Core ML classical model is one node alone).
+        by_key: dict = {}
+        key_of = getattr(spec, "group_key", None)
+        for i in candidates:
+            by_key.setdefault(key_of(g.nodes[i], ctx) if key_of is not None else None, []).append(i)
+        for members_of_key in by_key.values():
+            next_group = _grow(g, members_of_key, group_of, next_group, flops)
         # Cost model on this provider's new groups.
         members: dict[int, list[int]] = {}
         for i in candidates:
@@ -604,18 +619,64 @@ def drop_cpu_versions(model_ir: ir.Model, plan: PartitionPlan) -> int:
 # --- writing ----------------------------------------------------------------------------
 
 
-def apply_plan(plan: PartitionPlan, writer, graph_index: int = 0, metadata: bool = True) -> None:
+def _share_weights(plan: PartitionPlan, writer) -> None:
+    """Let each program whose provider can (``spec.share_weights``: NNAPI) take the constants that equal
+    initializers already in ``writer`` (the CPU version's weights) from those tensors instead of a copy;
+    a note gives the bytes shared."""
+    tensors = {t: writer.tensors[t] for g in writer.graphs for _, t in g.initializers}
+    for p in plan.partitions:
+        try:
+            spec = target_providers.get_spec(p.provider)
+        except Exception:  # noqa: BLE001 - a provider without a builder spec here: nothing to share
+            continue
+        share = getattr(spec, "share_weights", None)
+        if share is None or p.blob is None:
+            continue
+        if p.lowered_blob is None:
+            p.lowered_blob = p.blob
+        try:
+            p.blob, p.shared = share(p.lowered_blob, tensors)
+        except Exception as exc:  # noqa: BLE001 - sharing saves space only: the program keeps its copies
+            p.blob, p.shared = p.lowered_blob, None
+            plan.notes.append(f"{p.provider} partition {p.index}: weights not shared ({type(exc).__name__}: {exc})")
+            continue
+        st = p.shared
+        if st.get("constant_bytes") and not st["shared_bytes"] + st["relayout_bytes"]:
+            plan.notes.append(f"{p.provider} partition {p.index}: its {_size(st['constant_bytes'])} of constants are "
+                              f"in the program only (no CPU-version weight equals one of them)")
+        elif st.get("constant_bytes"):
+            plan.notes.append(
+                f"{p.provider} partition {p.index}: {_size(st['shared_bytes'] + st['relayout_bytes'])} of its "
+                f"{_size(st['constant_bytes'])} of constants are the CPU version's weights, stored once "
+                f"({_size(st['shared_bytes'])} the same bytes, {_size(st['relayout_bytes'])} transposed when the "
+                f"program is compiled)")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+def apply_plan(plan: PartitionPlan, writer, graph_index: int = 0, metadata: bool = True,
+               share_weights: bool = True) -> None:
     """Add the plan's blobs, golden tensors and partition records to ``writer``.
 
     Call after ``lower_model(model_ir, writer)`` (which wrote the reordered
     graph).  Nodes are matched by name; each partition must be a contiguous
-    run of the written graph.  With ``metadata`` the report is stored as the
+    run of the written graph.  With ``share_weights`` a program's constants
+    that equal the CPU version's initializers refer to those tensors
+    (``_share_weights``).  With ``metadata`` the report is stored as the
     ``build.partitions`` metadata entry.
     """
     from minirt.builder.writer import PartitionRecord
 
     rec = writer.graphs[graph_index]
     node_index = {node[0]: i for i, node in enumerate(rec.nodes)}
+    if share_weights:
+        _share_weights(plan, writer)
+    else:
+        for p in plan.partitions:
+            if p.lowered_blob is not None:  # (an earlier apply_plan shared: its references are not this writer's)
+                p.blob, p.shared = p.lowered_blob, None
     for p in plan.partitions:
         idxs = [node_index[n.name] for n in p.ir.nodes]
         first = idxs[0]

@@ -73,6 +73,10 @@ class NodeArg:
             S.VALUE_SEQUENCE: f"seq({tensor})",
             S.VALUE_OPTIONAL: f"optional({tensor})",
             S.VALUE_OPTIONAL_SEQUENCE: f"optional(seq({tensor}))",
+            S.VALUE_MAP_INT64: f"map(int64,{tensor})",
+            S.VALUE_MAP_STRING: f"map(string,{tensor})",
+            S.VALUE_SEQUENCE_MAP_INT64: f"seq(map(int64,{tensor}))",
+            S.VALUE_SEQUENCE_MAP_STRING: f"seq(map(string,{tensor}))",
         }[kind]
 
     def __repr__(self) -> str:
@@ -1058,7 +1062,9 @@ class Session:
             if got is None:
                 continue  # (the binding reports a missing input)
             arr = np.asarray(got)
-            if arr.size != want.size or not np.array_equal(arr.reshape(want.shape), want):
+            # (pinned values are a few scalars: compared as Python lists, which costs a microsecond where
+            # np.array_equal's first call in a process cost 0.1 ms, most of a small model's first run)
+            if arr.size != want.size or arr.reshape(-1).tolist() != want.reshape(-1).tolist():
                 shown = arr.reshape(-1)[:8].tolist()
                 raise InvalidArgument(
                     f"input {name!r}: this artifact was built for {name} = {want.reshape(-1).tolist()} "
@@ -1152,7 +1158,9 @@ def _shares_memory_with_any(r: np.ndarray, values: Iterable) -> bool:
 
 
 def _bind_container(name: str, info: reader.ValueInfo, value: Any) -> Any:
-    """Check a sequence (list of arrays) or optional (None or value) input."""
+    """Check a sequence (list of arrays), optional (None or value) or map (dict, list of dicts) input."""
+    if info.kind in S.MAP_KINDS:
+        return _bind_map_input(name, info, value)
     optional = info.kind in (S.VALUE_OPTIONAL, S.VALUE_OPTIONAL_SEQUENCE)
     if value is None:
         if optional:
@@ -1175,10 +1183,52 @@ def _bind_container(name: str, info: reader.ValueInfo, value: Any) -> Any:
     return items if info.kind in (S.VALUE_SEQUENCE, S.VALUE_OPTIONAL_SEQUENCE) else items[0]
 
 
+def _bind_map_input(name: str, info: reader.ValueInfo, value: Any) -> Any:
+    """A map input (a dict, as onnxruntime takes it) or a sequence of maps (a list of dicts), checked
+    and normalised: keys to Python int or str as the declared key type says, values to the declared
+    value type.  Wrong kinds of keys or values are refused naming the input, the entry and the types."""
+    arg_type = _node_arg(info).type
+    string_keys = info.kind in (S.VALUE_MAP_STRING, S.VALUE_SEQUENCE_MAP_STRING)
+    expected = ONNX_TO_NUMPY.get(info.dtype) if info.dtype else None
+
+    def one(m: Any, where: str) -> dict:
+        if not isinstance(m, Mapping):
+            raise InvalidArgument(f"input {where}: expected a dict ({arg_type}), got {type(m).__name__}")
+        out = {}
+        for k, v in m.items():
+            if string_keys:
+                if not isinstance(k, str):
+                    raise InvalidArgument(f"input {where}: key {k!r} is {type(k).__name__}; {arg_type} needs str keys")
+            else:
+                if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+                    raise InvalidArgument(f"input {where}: key {k!r} is {type(k).__name__}; {arg_type} needs int keys")
+                k = int(k)
+            if info.dtype == 8:
+                if not isinstance(v, str):
+                    raise InvalidArgument(f"input {where}: value {v!r} of key {k!r} is {type(v).__name__}; "
+                                          f"{arg_type} needs str values")
+            elif isinstance(v, (str, bytes)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise InvalidArgument(f"input {where}: value {v!r} of key {k!r} is {type(v).__name__}; "
+                                      f"{arg_type} needs numbers")
+            elif expected is not None and expected.kind in "iu" and not float(v).is_integer():
+                raise InvalidArgument(f"input {where}: value {v!r} of key {k!r} is not an integer ({arg_type})")
+            out[k] = v if expected is None or info.dtype == 8 else expected.type(v).item()
+        return out
+
+    if info.kind in (S.VALUE_MAP_INT64, S.VALUE_MAP_STRING):
+        return one(value, repr(name))
+    if not isinstance(value, (list, tuple)):
+        raise InvalidArgument(f"input {name!r}: expected a list of dicts ({arg_type}), got {type(value).__name__}")
+    return [one(m, f"{name!r}[{i}]") for i, m in enumerate(value)]
+
+
 def _copy_container(value: Any) -> Any:
-    """An output sequence/optional, with arrays copied so none aliases internal state."""
+    """An output sequence/optional, with arrays copied so none aliases internal state (maps are the
+    kernels' fresh dicts of Python numbers: returned as they are)."""
     if value is None:
         return None
+    if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
+        return value
     if isinstance(value, (list, tuple)):
         return [np.array(v, copy=True) for v in value]
     return np.array(value, copy=True)

@@ -34,7 +34,7 @@ def test_the_device_wheel_holds_the_runtime_only(runtime_wheel):
     # nor the modules that compile the kernels (the wheel holds the compiled module), nor verify's
     # off-device Core ML reference
     assert not [n for n in names if n.startswith(("minirt/native/build_native", "minirt/native/build_progress",
-                                                   "minirt/tools/mil_eval"))]
+                                                   "minirt/tools/mil_eval", "minirt/tools/coreml_spec_eval"))]
     modules = [n for n in names if n.startswith("minirt/native/_kernels") and n.endswith((".so", ".pyd"))]
     assert len(modules) == 1, names
 

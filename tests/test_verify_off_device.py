@@ -31,11 +31,19 @@ def _verify(capsys, path) -> tuple[int, dict]:
 
 def _corrupt_nnapi_weights(path) -> None:
     """Negate the largest constant of the first NNAPI program in place (same bytes count, every section's
-    CRC recomputed): the file loads, the program parses and runs, and computes something else."""
+    CRC recomputed): the file loads, the program parses and runs, and computes something else.  A conv
+    filter the program shares with the CPU version (a reference "r": [tensor, [0, 2, 3, 1]] in its header,
+    targets/nnapi/share.py) is corrupted instead: its kernel is read with rows and columns swapped."""
     data = bytearray(path.read_bytes())
     art = minirt.Session(bytes(data), providers=["cpu"]).artifact
     blob = bytes(art.provider_blob(art.partitions[0].blob))
-    model = NNModel.from_bytes(blob)
+    shared = blob.find(b",[0,2,3,1]]")
+    if shared >= 0:
+        at = data.find(blob)
+        data[at + shared:at + shared + 11] = b",[0,3,2,1]]"
+        path.write_bytes(bytes(fix_section_crcs(data)))
+        return
+    model = NNModel.from_bytes(blob, art)
     weights = max((o.value for o in model.operands if isinstance(o.value, np.ndarray) and o.value.dtype == np.float32),
                   key=lambda v: v.size)
     raw = np.ascontiguousarray(weights).tobytes()

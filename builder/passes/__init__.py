@@ -6,7 +6,8 @@ Each pass lives in its own module with a docstring of its rules and a test
 beside it (``test_<name>.py``)::
 
     level 0   nothing
-    level 1   shape_specialisation, constant_folding, fold_constant_if, cleanup, initializer_dedup, cse, dce
+    level 1   shape_specialisation, constant_folding, fold_constant_if, cleanup, initializer_dedup, cse,
+              flatten_tree_ensembles, dce
     level 2   level 1 + recognise_activations, fuse_batchnorm, fold_input_affine, factor_residual_scale,
               matmul_to_gemm, fuse_pad, fuse_activation
     level 3   level 2 + recognise_layernorm, recognise_attention
@@ -29,6 +30,7 @@ from minirt.builder.passes.constant_folding import ConstantFolding
 from minirt.builder.passes.cse import CommonSubexpressionElimination
 from minirt.builder.passes.factor_residual_scale import FactorResidualScale
 from minirt.builder.passes.dce import DeadCodeElimination
+from minirt.builder.passes.flatten_tree_ensembles import FlattenTreeEnsembles
 from minirt.builder.passes.fold_input_affine import FoldInputAffine
 from minirt.builder.passes.fuse_activation import FuseActivation
 from minirt.builder.passes.fold_constant_if import FoldConstantIf
@@ -43,7 +45,7 @@ from minirt.builder.passes.recognise_activations import RecogniseActivations
 from minirt.builder.passes.shape_specialisation import ShapeSpecialisation
 
 _LEVEL1 = [ShapeSpecialisation, ConstantFolding, FoldConstantIf, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
-           DeadCodeElimination]
+           FlattenTreeEnsembles, DeadCodeElimination]
 _LEVEL2 = [RecogniseActivations, FuseBatchNorm, FoldInputAffine, FactorResidualScale, MatMulAddToGemm, FusePad,
            FuseActivation]
 _LEVEL3 = [RecogniseLayerNorm, RecogniseAttention]

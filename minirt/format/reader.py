@@ -559,7 +559,8 @@ def _read_graph(cur: _Cursor, gi: int, n_graphs: int, n_ops: int, n_tensors: int
         shape = _read_shape(cur)
         kind = cur.u8()
         if kind not in S.VALUE_KINDS:
-            raise cur.fail(f"value {vname!r} has unknown value kind {kind}")
+            raise cur.fail(f"value {vname!r} has unknown value kind {kind} (this reader knows kinds "
+                           f"{S.VALUE_KINDS[0]}..{S.VALUE_KINDS[-1]}; a newer minirt may read it)")
         values.append(ValueInfo(vname, dtype, shape, kind))
     nv = len(values)
     inputs = tuple(cur.index(nv, "graph input value") for _ in range(cur.count(4, "graph input")))

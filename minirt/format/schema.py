@@ -92,7 +92,15 @@ VALUE_TENSOR = 0
 VALUE_SEQUENCE = 1  # a list of tensors
 VALUE_OPTIONAL = 2  # a tensor or nothing
 VALUE_OPTIONAL_SEQUENCE = 3  # a list of tensors or nothing
-VALUE_KINDS = (VALUE_TENSOR, VALUE_SEQUENCE, VALUE_OPTIONAL, VALUE_OPTIONAL_SEQUENCE)
+# Maps (ai.onnx.ml's DictVectorizer/CastMap inputs, ZipMap outputs; format 1.4): the key type is part of
+# the kind, ``dtype`` is the type of the map's values.
+VALUE_MAP_INT64 = 4  # map(int64, dtype): a dict
+VALUE_MAP_STRING = 5  # map(string, dtype)
+VALUE_SEQUENCE_MAP_INT64 = 6  # seq(map(int64, dtype)): a list of dicts
+VALUE_SEQUENCE_MAP_STRING = 7  # seq(map(string, dtype))
+VALUE_KINDS = (VALUE_TENSOR, VALUE_SEQUENCE, VALUE_OPTIONAL, VALUE_OPTIONAL_SEQUENCE, VALUE_MAP_INT64,
+               VALUE_MAP_STRING, VALUE_SEQUENCE_MAP_INT64, VALUE_SEQUENCE_MAP_STRING)
+MAP_KINDS = (VALUE_MAP_INT64, VALUE_MAP_STRING, VALUE_SEQUENCE_MAP_INT64, VALUE_SEQUENCE_MAP_STRING)
 
 # --- attributes (codes match onnx.AttributeProto.AttributeType) -------------
 ATTR_FLOAT = 1  # f32

@@ -63,18 +63,26 @@ def _quant_params(x: np.ndarray, x_scale, x_zero_point, per_channel_ok: bool = F
         zp_arr = np.asarray(x_zero_point)
         info = np.iinfo(zp_arr.dtype)
         return s, int(zp_arr.reshape(())), int(info.min), int(info.max)
+    return _dynamic_params(x, 255)
+
+
+def _dynamic_params(x: np.ndarray, levels: int):
+    """(scale, zero point, 0, levels) of ``x`` quantized dynamically into [0, levels] (255: uint8, as
+    DynamicQuantizeLinear) over [min(x, 0), max(x, 0)]; the native q_dynamic_params computes the same."""
     lo = min(0.0, float(x.min())) if x.size else 0.0
     hi = max(0.0, float(x.max())) if x.size else 0.0
-    s = float(np.float32((hi - lo) / 255.0))
+    s = float(np.float32((hi - lo) / float(levels)))
     if s == 0.0:
-        return 1.0, 0, 0, 255
-    zp = int(np.clip(np.rint(-lo / s), 0, 255))
-    return s, zp, 0, 255
+        return 1.0, 0, 0, levels
+    zp = int(np.clip(np.rint(-lo / s), 0, levels))
+    return s, zp, 0, levels
 
 
-def _dynamic_quant(x: np.ndarray, w_scale: np.ndarray) -> tuple:
-    """(scale, uint8 zero point, scale * w_scale as float32) of ``x`` quantized dynamically (uint8)."""
-    sc, zp_u8, _, _ = _quant_params(x, None, None)
+def _dynamic_quant(x: np.ndarray, w_scale: np.ndarray, levels: int = 255) -> tuple:
+    """(scale, zero point, scale * w_scale as float32) of ``x`` quantized dynamically into [0, levels]
+    (255: uint8; a QMatMul on the native kernels takes ``native.qmatmul_dynamic_levels()``, the levels
+    its own dynamic quantization uses, so that both give the same products)."""
+    sc, zp_u8, _, _ = _dynamic_params(x, levels)
     return sc, zp_u8, (np.float32(sc) * w_scale).astype(np.float32)
 
 
@@ -861,7 +869,10 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
                           out, memo, a_shape)
         if y is not None:
             return y
-    s, zp, lo, hi = _quant_params(a, a_scale, a_zero_point)
+    # (a dynamic input at the levels the native kernel quantizes to when it is loaded: the same products
+    # with or without it on one machine; 255 without a native module)
+    s, zp, lo, hi = (_dynamic_params(a, _native.qmatmul_dynamic_levels()) if a_scale is None
+                     else _quant_params(a, a_scale, a_zero_point))
     aq = fake_quantize(a, s, zp, lo, hi)
     bf = _dequant_weight(b, b_scale, 0 if transB else 1)
     y = np.matmul(aq, bf.T if transB else bf)
@@ -938,7 +949,7 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
             return _native.final(prepared.run(a, out))  # (the later calls run it as this one does)
         return prepared.run(a, out)
     if static is None:
-        sc, zp_u8, scale = _dynamic_quant(a, ws)
+        sc, zp_u8, scale = _dynamic_quant(a, ws, _native.qmatmul_dynamic_levels())
     else:
         sc, zp_u8 = static
     a2 = np.ascontiguousarray(a).reshape(-1, k)

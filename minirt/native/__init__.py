@@ -53,7 +53,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 21
+ABI_VERSION = 22
 
 
 def _truthy(value: str | None) -> bool:
@@ -1050,6 +1050,13 @@ def qmatmul_prepare(rows: int, k: int, x_scale: float, x_zero: int, packed_w, n,
     return shape, quant, epilogue
 
 
+def qmatmul_dynamic_levels() -> int:
+    """The largest value :func:`qmatmul_call` quantizes a dynamic input (x_scale 0) to under the ISA in
+    use: 127 where the int8 GEMM is AVX2 without VNNI (exact 7-bit route, D109), else 255 (uint8, also
+    without a native module).  Asked even while ``available`` is switched off (the numpy reference)."""
+    return 255 if _lib is None else int(_lib.mrt_qmatmul_dynamic_levels())
+
+
 def qmatmul_call(prep, a, y) -> None:
     """Run a prepared :func:`qmatmul` of ``a`` (rows, K) into ``y`` (rows, n)."""
     shape, quant, epilogue = prep
@@ -1384,3 +1391,40 @@ def roi_align(x, rois, batch_indices, y, mode: str, sampling_ratio: int, spatial
     if rc != 0:
         raise ValueError(f"minirt native RoiAlign: bad sizes or batch index (code {rc}) for X {x.shape}, "
                          f"rois {rois.shape}")
+
+
+# --------------------------------------------------------------------------- tree ensembles (trees_impl.h)
+
+
+def tree_ensemble(nodes, roots, values, has, n_trees: int, n_leaves: int, n_targets: int, max_feature: int,
+                  node_double: bool, acc_double: bool, mode: int, aggregate: int):
+    """The ``mrt_tree_ensemble`` of a layout's native arrays (built and checked by
+    minirt/kernels/trees.py, _native_layout: every node index, root and leaf row in range), keeping them
+    alive: ``nodes`` (n_nodes + 1 packed nodes, the last the pad leaf), ``roots`` int32 padded to a
+    multiple of MRT_TREE_GROUP, ``values`` / ``has`` the dense leaf table (n_leaves, n_targets) in the
+    accumulation type / uint8 (or bool)."""
+    n_nodes = len(nodes) - 1
+    if not 0 <= n_nodes < _INT_MAX or len(roots) % int(_lib.MRT_TREE_GROUP) or len(roots) < n_trees:
+        raise ValueError(f"minirt native trees: {n_nodes} nodes, {len(roots)} roots for {n_trees} trees")
+    return _new("mrt_tree_ensemble *", {
+        "nodes": _ffi.from_buffer(nodes), "roots": _ffi.from_buffer("int32_t[]", roots),
+        "values": _ffi.from_buffer(values), "has": _ffi.from_buffer("uint8_t[]", has),
+        "n_nodes": n_nodes, "n_trees": n_trees, "n_leaves": n_leaves, "n_targets": n_targets,
+        "max_feature": max_feature, "node_double": int(node_double), "acc_double": int(acc_double),
+        "mode": mode, "aggregate": aggregate, "inline_leaves": int(n_targets == 1)}, nodes, roots, values, has)
+
+
+def tree_group() -> int:
+    """The number of trees one sample walks at once (roots are padded to a multiple of it)."""
+    return int(_lib.MRT_TREE_GROUP)
+
+
+def tree_votes(ens, x, scores, has) -> None:
+    """Run :func:`tree_ensemble` ``ens`` on ``x`` (N, F) C-contiguous (double when the ensemble's nodes are,
+    else float32) into ``scores`` (N, K) (the accumulation type) and ``has`` (N, K) bool, both C-contiguous.
+    Not recordable: the ops finish the scores in numpy."""
+    n, f = x.shape
+    rc = _call(_lib.mrt_tree_votes, (ens, _ffi.from_buffer(x), n, f, _ffi.from_buffer(scores),
+                                     _ffi.from_buffer("uint8_t[]", has), threads()))
+    if rc != 0:
+        raise ValueError(f"minirt native trees: bad parameters (code {rc}) for X {x.shape}")

@@ -2329,3 +2329,4 @@ int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float 
 #include "index_copy_impl.h"
 #include "broadcast_impl.h"
 #include "program_impl.h"
+#include "trees_impl.h"

@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 21
+#define MRT_ABI_VERSION 22
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -293,11 +293,14 @@ int mrt_qconvtranspose_tiles(const mrt_conv_geometry *g, const mrt_quant *q, con
 /* y (rows = s->M, n = s->N) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float
  * (rows, K = s->K) quantized with q->x_scale, q->x_zero, W the (n, K) int8 weights packed by
  * mrt_qgemm_pack_w (q->packed_w).  q->x_scale 0: dynamic quantization, as DynamicQuantizeLinear
- * (uint8 over [min(a, 0), max(a, 0)], scale and zero point computed from a by this call), and
- * q->scale holds the weights' scales (scale[j] = that x_scale * q->scale[j]).  Returns 0, or -1
- * without scratch memory. */
+ * (over [min(a, 0), max(a, 0)] into mrt_qmatmul_dynamic_levels() + 1 levels, scale and zero point
+ * computed from a by this call), and q->scale holds the weights' scales (scale[j] = that x_scale *
+ * q->scale[j]).  Returns 0, or -1 without scratch memory. */
 int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const float *a, float *y,
                     int nthreads);
+/* The largest value a dynamic mrt_qmatmul_f32 quantizes its input to under the ISA in use: 127 where the
+ * int8 GEMM is AVX2 without VNNI (an exact vpmaddubsw route for 7-bit inputs, D109), else 255 (uint8). */
+int mrt_qmatmul_dynamic_levels(void);
 
 /* Data-movement kernels (layout_impl.h). */
 /* Nearest upsampling of planes x (planes, h, wd) by integer factors: y (planes, h*fh, wd*fw),
@@ -504,6 +507,49 @@ typedef struct {
 } mrt_roi_align_shape;
 int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float *rois, const int64_t *batch_indices,
                       long nrois, float *y, int nthreads);
+
+/* ------------------------------------------------------------------ tree ensembles (trees_impl.h)
+ *
+ * mrt_tree_votes: the votes of a tree ensemble laid out by minirt/kernels/trees.py (TreeLayout), as its
+ * traverse + accumulate compute them, bit for bit.  For each of the n samples x (n, n_features),
+ * C-contiguous, in double when node_double else float: every tree is walked from its root to its leaf
+ * (the comparisons in x's type), and the leaves' weights are aggregated per target into scores (n,
+ * n_targets), double when acc_double else float: MRT_TREE_SUM adds them tree after tree in tree order
+ * (AVERAGE: that sum divided by n_trees), MIN / MAX keep the extreme weight (NaN propagates) of the
+ * trees that have one, 0 where none has; has (n, n_targets) is 1 where some tree gave the target a
+ * weight.  The node array (n_nodes + 1 nodes of 16 bytes for float, 24 for double; its format in
+ * trees_impl.h) and roots (the trees' root nodes in tree order, padded with the pad leaf n_nodes to a
+ * multiple of MRT_TREE_GROUP) are built once per layout by trees.py, which checks every index in
+ * them; values / has (n_leaves, n_targets) are the dense leaf table (read when n_targets > 1).
+ * mode: MRT_TREE_LEQ .. MRT_TREE_NEQ when every branch node compares so, MRT_TREE_MIXED otherwise
+ * (set membership nodes are not native).  Threads split the samples; one sample's trees run on one
+ * thread.  Returns 0, or -2 for bad parameters (max_feature >= n_features among them). */
+#define MRT_TREE_GROUP 16
+#define MRT_TREE_LEQ 0
+#define MRT_TREE_LT 1
+#define MRT_TREE_GTE 2
+#define MRT_TREE_GT 3
+#define MRT_TREE_EQ 4
+#define MRT_TREE_NEQ 5
+#define MRT_TREE_MIXED 6
+#define MRT_TREE_AVERAGE 0
+#define MRT_TREE_SUM 1
+#define MRT_TREE_MIN 2
+#define MRT_TREE_MAX 3
+typedef struct {
+    const void *nodes;
+    const int32_t *roots;
+    const void *values;
+    const uint8_t *has;
+    int64_t n_nodes, n_trees, n_leaves, n_targets;
+    int64_t max_feature; /* the largest feature a branch node tests, -1 for none */
+    int node_double, acc_double;
+    int mode;
+    int aggregate;
+    int inline_leaves; /* n_targets 1: each leaf's value and weight flag are in its node */
+} mrt_tree_ensemble;
+int mrt_tree_votes(const mrt_tree_ensemble *e, const void *x, long n, long n_features, void *scores, uint8_t *has,
+                   int nthreads);
 
 /* ------------------------------------------------------------------ native programs
  *

@@ -18,6 +18,13 @@ with ``importlib.util.find_spec`` without importing it.
    and returns ``out_0 .. out_{m-1}`` as numpy arrays of the partition's
    output dtypes.
 
+A classical-ML partition (a tree ensemble or linear model: targets/coreml/classical.py) is a blob of
+format ``mlmodel-spec``: the serialised Core ML ``Model`` protobuf, written once into the cache as
+``<sha256>/model.mlmodel`` and loaded with ``coremltools.models.MLModel``.  Such a model takes one
+feature vector (``in_0``, doubles) per prediction: the callable predicts every row of X as one batch
+and :func:`partition_outputs` puts the per-row results (a label, a {label: probability} dict, a value)
+together as the node's outputs (``options["outputs"]``).
+
 Not verified on Linux (coremltools cannot run ML Programs there); the Linux
 tests cover the cache layout and the fallback.
 """
@@ -47,6 +54,8 @@ _UNITS = {
     "cpu-only": "CPU_ONLY",
 }
 _lock = threading.Lock()
+# The blob format of a classical Core ML model (tree ensemble / GLM): the Model protobuf's bytes.
+SPEC_FORMAT = "mlmodel-spec"
 
 
 def cache_root() -> str:
@@ -102,9 +111,11 @@ class CoreMLProvider:
     def compile(self, blob, partition, artifact, options: dict) -> Callable:
         import coremltools as ct
 
+        units = getattr(ct.ComputeUnit, compute_units_name(options))
+        if options.get("format") == SPEC_FORMAT:
+            return _compile_spec(ct, blob, options, units)
         if options.get("format", "mlpackage-zip") != "mlpackage-zip":
             raise ValueError(f"unknown Core ML blob format {options.get('format')!r}")
-        units = getattr(ct.ComputeUnit, compute_units_name(options))
         folder, package = extract(blob)
         compiled = os.path.join(folder, "model.mlmodelc")
         if os.path.isdir(compiled):
@@ -130,6 +141,60 @@ class CoreMLProvider:
             return tuple(np.asarray(res[n]).astype(dt, copy=False) for n, dt in zip(out_names, out_dtypes))
 
         return run
+
+
+def _compile_spec(ct, blob, options: dict, units) -> Callable:
+    """A classical model (``mlmodel-spec``): cached as an .mlmodel, every row of X one prediction."""
+    data = bytes(blob)
+    folder = os.path.join(cache_root(), hashlib.sha256(data).hexdigest())
+    path = os.path.join(folder, "model.mlmodel")
+    with _lock:
+        if not os.path.isfile(path):
+            os.makedirs(folder, exist_ok=True)
+            tmp = path + f".tmp{os.getpid()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+    model = ct.models.MLModel(path, compute_units=units)
+    in_name = (options.get("input_names") or ["in_0"])[0]
+
+    def run(x):
+        x = np.asarray(x)
+        rows = np.ascontiguousarray(x.reshape(1, -1) if x.ndim == 1 else x, dtype=np.float64)
+        feeds = [{in_name: r} for r in rows]
+        results = model.predict(feeds) if len(feeds) != 1 else [model.predict(feeds[0])]
+        return partition_outputs(results, x, options)
+
+    return run
+
+
+def partition_outputs(rows: list, x: np.ndarray, options: dict) -> tuple:
+    """The partition's outputs from a classical Core ML model's per-row results (``rows``: one dict of
+    output feature -> value per row of X, as ``MLModel.predict`` returns them): per entry of
+    ``options["outputs"]`` (the partition's outputs, in order), a label becomes an int64 (or str)
+    array [N], the {label: probability} dicts an [N, K] array in the order of ``labels``, a value an
+    [N, width] array; every number is rounded to the entry's dtype (float32: onnxruntime's type)."""
+    n = len(rows)
+    out = []
+    for entry in options.get("outputs") or []:
+        feature, kind = entry["feature"], entry["kind"]
+        dtype = np.dtype(object) if entry.get("dtype") == "str" else np.dtype(entry.get("dtype", "float32"))
+        if kind == "label":
+            arr = np.empty(n, dtype=dtype) if dtype == object else np.zeros(n, dtype=dtype)
+            for i, r in enumerate(rows):
+                arr[i] = str(r[feature]) if dtype == object else int(r[feature])
+        elif kind == "probabilities":
+            labels = entry["labels"]
+            arr = np.asarray([[float(r[feature][lab]) for lab in labels] for r in rows], dtype=np.float64)
+            arr = arr.reshape(n, len(labels)).astype(dtype)
+        elif kind == "values":
+            width = int(entry.get("width", 1))
+            arr = np.asarray([np.asarray(r[feature], dtype=np.float64).reshape(-1) for r in rows], dtype=np.float64)
+            arr = arr.reshape(n, width).astype(dtype)
+        else:
+            raise ValueError(f"unknown Core ML output kind {kind!r}")
+        out.append(arr)
+    return tuple(out)
 
 
 def io_names(partition, options: dict) -> tuple[list, list]:

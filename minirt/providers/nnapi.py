@@ -27,6 +27,7 @@ Execution on Android hardware is untested in this repository.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
@@ -100,21 +101,47 @@ class NNAPIError(Error):
 
 
 # --- the blob -----------------------------------------------------------------
-def decode_blob(blob) -> dict:
+BLOB_VERSIONS = (1, 2)  # 2: constant operands may refer to artifact tensors ("r")
+
+
+def decode_blob(blob, artifact=None) -> dict:
     """The NNAPI model description stored in a provider blob (see docs/nnapi.md).
 
-    Constant tensor values are numpy views into ``blob`` (no copy).
+    Constant tensor values are numpy views into ``blob`` (no copy).  A constant stored as a
+    reference to one of the artifact's tensors (``"r": [tensor]``, ``[tensor, perm]`` or
+    ``[tensor, perm, shape]``, blob version 2: weights shared with the partition's CPU version) is
+    resolved against ``artifact`` (anything with ``tensors`` and ``tensor(index)``, e.g.
+    ``minirt.format.reader.Artifact``): a view of the mapped tensor, or its transpose made here.  Every offset, length, index, dtype and size is checked: a
+    malformed or corrupted blob raises NNAPIError naming the operand, never reads outside its buffers.
     """
-    header, mv, base = _program.unpack(blob, MAGIC, 1, "NNAPI", NNAPIError)
+    mv0 = memoryview(blob).cast("B")
+    if len(mv0) < 16:
+        raise NNAPIError("not an NNAPI program: truncated header")
+    found = int.from_bytes(bytes(mv0[8:12]), "little")
+    version = found if found in BLOB_VERSIONS else BLOB_VERSIONS[-1]
+    header, mv, base = _program.unpack(blob, MAGIC, version, "NNAPI", NNAPIError)
+    payload = len(mv) - base
     operands = []
-    for rec in header["operands"]:
+    for index, rec in enumerate(header["operands"]):
         t = int(rec["t"])
-        o = {"type": t, "dims": tuple(rec["d"]), "scale": float(rec.get("s", 0.0)),
+        o = {"type": t, "dims": tuple(int(d) for d in rec["d"]), "scale": float(rec.get("s", 0.0)),
              "zero_point": int(rec.get("z", 0)), "value": None, "name": rec.get("n", "")}
-        if "v" in rec:
-            off, length = rec["v"]
+        if "v" in rec or "r" in rec:
+            if t not in _TENSOR_DTYPES:
+                raise NNAPIError(f"NNAPI program: operand {index} of type {t} has a tensor value")
+            if any(d < 0 for d in o["dims"]):
+                raise NNAPIError(f"NNAPI program: operand {index} has a negative dimension {list(o['dims'])}")
             dt = np.dtype(_TENSOR_DTYPES[t])
-            o["value"] = np.frombuffer(mv, dtype=dt, count=length // dt.itemsize, offset=base + off).reshape(o["dims"])
+            count = math.prod(o["dims"])
+        if "v" in rec:
+            off, length = (int(x) for x in rec["v"])
+            if off < 0 or length != count * dt.itemsize or off + length > payload:
+                raise NNAPIError(f"NNAPI program: operand {index}: constant [{off}, {length}] does not fit the "
+                                 f"program's {payload} data bytes or its dims {list(o['dims'])}")
+            o["value"] = np.frombuffer(mv, dtype=dt, count=count, offset=base + off).reshape(o["dims"])
+        elif "r" in rec:
+            o["value"] = _artifact_value(index, rec["r"], o["dims"], dt, count, artifact)
+            o["ref"] = rec["r"]
         elif "c" in rec:
             o["value"] = rec["c"]
         if "cs" in rec:
@@ -123,6 +150,44 @@ def decode_blob(blob) -> dict:
     out = dict(header)
     out["operands"] = operands
     return out
+
+
+def _artifact_value(index: int, ref, dims, dt, count: int, artifact):
+    """The value of constant operand ``index`` stored as ``ref`` = [tensor], [tensor, perm] or
+    [tensor, perm, shape] (targets/nnapi/share.py), every part checked against the artifact."""
+    where = f"NNAPI program: operand {index} refers to artifact tensor"
+    if (not isinstance(ref, list) or len(ref) not in (1, 2, 3) or not isinstance(ref[0], int)
+            or isinstance(ref[0], bool)):
+        raise NNAPIError(f"NNAPI program: operand {index}: malformed tensor reference {ref!r}")
+    tensor = ref[0]
+    if artifact is None:
+        raise NNAPIError(f"{where} {tensor}, but the program was read without its artifact")
+    n = len(artifact.tensors)
+    if not 0 <= tensor < n:
+        raise NNAPIError(f"{where} {tensor}, out of range (the artifact has {n} tensors)")
+    if getattr(artifact.tensors[tensor], "dtype", None) == 8:
+        raise NNAPIError(f"{where} {tensor}, a string tensor")
+    arr = artifact.tensor(tensor)
+    if arr.dtype.newbyteorder("=") != dt.newbyteorder("="):
+        raise NNAPIError(f"{where} {tensor} of dtype {arr.dtype}, the operand is {dt}")
+    if arr.size != count:
+        raise NNAPIError(f"{where} {tensor} of {arr.size} elements {list(arr.shape)}, the operand has {count} "
+                         f"{list(dims)}")
+    if len(ref) == 3:  # [tensor, perm, shape]: the tensor seen as ``shape`` first
+        shape = ref[2]
+        if (not isinstance(shape, list) or not 1 <= len(shape) <= 6
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+                or math.prod(shape) != arr.size):
+            raise NNAPIError(f"{where} {tensor} seen as {shape!r}, not a shape of its {arr.size} elements")
+        arr = arr.reshape(shape)
+    if len(ref) >= 2:
+        perm = ref[1]
+        if (not isinstance(perm, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in perm)
+                or sorted(perm) != list(range(arr.ndim))):
+            raise NNAPIError(f"{where} {tensor} with {perm!r}, not a permutation of its {arr.ndim} axes")
+        # the NNAPI layout of the CPU version's weight, made once per compile (kept alive with the program)
+        return np.ascontiguousarray(np.transpose(arr, perm), dtype=dt).reshape(dims)
+    return arr.reshape(dims)  # a view of the artifact's (mapped) tensor: no copy
 
 
 # --- the C API through cffi (ABI mode) -----------------------------------------
@@ -187,7 +252,9 @@ class CompiledModel:
     def __init__(self, api: _Api, desc: dict, blob, preference: int, relax_fp16: bool, use_compute: bool | None):
         self._api = api
         self._desc = desc
-        self._blob = blob  # constant values > 128 bytes are referenced, not copied: keep them alive
+        # constant values > 128 bytes are referenced, not copied: keep them alive (the blob, and through
+        # desc the artifact's tensors and the transposed copies that references to them made)
+        self._blob = blob
         self._lock = threading.Lock()
         ffi, lib = api.ffi, api.lib
         self._keep: list = []
@@ -363,7 +430,7 @@ class NNAPIProvider:
 
     def compile(self, blob, partition, artifact, options):
         options = dict(options or {})
-        desc = decode_blob(blob)
+        desc = decode_blob(blob, artifact)
         ffi, lib = _load()
         pref_name = os.environ.get("MINIRT_NNAPI_PREFERENCE") or options.get("preference", "fast_single_answer")
         if pref_name not in PREFERENCES:

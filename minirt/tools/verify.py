@@ -85,7 +85,7 @@ def _off_device_reference(provider: str):
     if provider == "coreml":
         if importlib.util.find_spec("coremltools") is None:
             return None, "no coremltools here to read the ML program for minirt's MIL evaluator"
-        return _coreml_on_mil_evaluator, "minirt's MIL evaluator"
+        return _coreml_on_mil_evaluator, "minirt's MIL evaluator (its spec evaluator for tree / GLM models)"
     return None, f"no off-device reference for {provider}"
 
 
@@ -95,15 +95,21 @@ def _nnapi_on_tflite(blob, partition, artifact, options):
     from minirt.targets.nnapi.model import NNModel
     from minirt.targets.tflite.translate import to_tflite
 
-    model = NNModel.from_bytes(bytes(blob))
+    model = NNModel.from_bytes(bytes(blob), artifact)  # (shared weights: the artifact's tensors)
     header = {"input_map": model.input_map, "input_perm": model.input_perm, "output_perm": model.output_perm}
     return program_from_flatbuffer(to_tflite(model), header)
 
 
 def _coreml_on_mil_evaluator(blob, partition, artifact, options):
-    """A Core ML partition's ML program on minirt's MIL evaluator (minirt/tools/mil_eval.py)."""
-    from minirt.providers.coreml import io_names
+    """A Core ML partition's ML program on minirt's MIL evaluator (minirt/tools/mil_eval.py); a classical
+    model (tree ensemble / GLM spec) on minirt's spec evaluator (minirt/tools/coreml_spec_eval.py)."""
+    from minirt.providers.coreml import SPEC_FORMAT, io_names
     from minirt.tools import mil_eval
+
+    if options.get("format") == SPEC_FORMAT:
+        from minirt.tools import coreml_spec_eval
+
+        return coreml_spec_eval.compile_reference(blob, partition, artifact, options)
 
     _, program = mil_eval.read_package(bytes(blob))
     in_names, out_names = io_names(partition, options)
@@ -118,6 +124,11 @@ def _coreml_on_mil_evaluator(blob, partition, artifact, options):
 def _compare(who, outs, golden, rtol):
     max_abs, max_rel = 0.0, 0.0
     for got, want in zip(outs, golden):
+        if np.asarray(want).dtype.kind in "OUS" or np.asarray(got).dtype.kind in "OUS":
+            # labels (strings): equal or not; a difference counts as a relative error of 1
+            same = np.asarray(got).shape == np.asarray(want).shape and bool(np.all(np.asarray(got) == np.asarray(want)))
+            max_rel = max(max_rel, 0.0 if same else 1.0)
+            continue
         got = np.asarray(got, dtype=np.float64)
         want = np.asarray(want, dtype=np.float64)
         if got.shape != want.shape:

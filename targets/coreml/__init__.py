@@ -12,6 +12,13 @@ masks and their data movement); the program computes them as MIL int32 / bool,
 so int64 values must fit in int32 (token ids, lengths and masks do), and at the
 partition boundary they travel as int32 (``lower.build_program``).
 
+Classical ML (``targets/coreml/classical.py``): tree ensembles and linear models of ``ai.onnx.ml``
+(and the builder's FlatTreeEnsemble) are not MIL ops but Core ML model types of their own; such a node
+is supported when its Core ML model gives onnxruntime's results (the module says when), is lowered
+alone (``group_key``: one node, one partition, one ``mlmodel-spec`` blob), and is kept whatever its
+FLOPs (``keep_partition``): the cost model's FLOPs do not describe tree walks, and Core ML runs these
+models on its own CPU evaluator, so a partition only moves the model into Core ML.
+
 Precision: the target profile's ``provider_info["coreml"]["compute_precision"]``
 ("fp16" on macOS/iOS: the Neural Engine computes in fp16), overridable with
 the build option ``coreml_precision``.
@@ -22,6 +29,7 @@ import importlib.util
 
 import numpy as np
 
+from minirt.targets.coreml import classical
 from minirt.targets.coreml.rules import INTEGER_OPS, RULES
 from minirt.targets.providers import LoweringError, PartitionIR, SupportContext
 from minirt.targets.rules import RuleSpec, used_outputs
@@ -50,6 +58,28 @@ class CoreMLSpec(RuleSpec):
             return False, f"target {ctx.profile.name} has Core ML spec {info.get('spec_version')}; ML Programs need 7 (macOS 13 / iOS 16)"
         return True, ""
 
+    def refusal(self, node, ctx: SupportContext) -> str | None:
+        if classical.is_classical(node):
+            return classical.refusal(node, ctx)  # (its own checks: not an ML program's tensors)
+        if classical.op_key(node) in classical.CPU_ONLY:
+            return classical.CPU_ONLY[classical.op_key(node)]
+        return super().refusal(node, ctx)
+
+    def group_key(self, node, ctx: SupportContext):
+        """Partitions only group nodes of one key (builder/partition.py): a classical node is a Core ML
+        model of its own, never part of an ML program nor of another classical node's model."""
+        return ("classical", id(node)) if classical.is_classical(node) else None
+
+    def node_cost(self, node, ctx: SupportContext) -> float:
+        if classical.is_classical(node):
+            return classical.cost(node, ctx)
+        return super().node_cost(node, ctx)
+
+    def keep_partition(self, partition: PartitionIR, flops: float, boundary: float, ctx: SupportContext):
+        if any(classical.is_classical(n) for n in partition.nodes):
+            return True, ""  # (see the module docstring: no FLOPs threshold for a classical model)
+        return super().keep_partition(partition, flops, boundary, ctx)
+
     def precheck(self, node, ctx: SupportContext) -> str | None:
         """Every run-time tensor the node reads or produces: float, static shape, rank 1..5."""
         for i, v in enumerate(node.inputs):
@@ -70,6 +100,8 @@ class CoreMLSpec(RuleSpec):
         from minirt.targets.coreml.lower import BLOB_FORMAT, build_program, convert, import_coremltools, package_bytes
 
         ct = import_coremltools()
+        if any(classical.is_classical(n) for n in partition.nodes):
+            return classical.lower_partition(partition, ctx)
         info = ctx.provider_info("coreml")
         precision = ctx.options.get("coreml_precision") or info.get("compute_precision", "fp16")
         if precision not in ("fp16", "fp32"):

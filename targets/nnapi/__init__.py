@@ -78,5 +78,12 @@ class NNAPISpec(RuleSpec):
         }
         return model.to_bytes(), options
 
+    def share_weights(self, blob: bytes, tensors: dict) -> tuple[bytes, dict]:
+        """``blob`` with its constants that equal artifact tensors (``tensors``: index -> array, the CPU
+        version's initializers) stored as references to them (``targets.nnapi.share``), and the stats."""
+        from minirt.targets.nnapi.share import share_weights
+
+        return share_weights(blob, tensors)
+
 
 __all__ = ["NNAPISpec", "NNModel", "RULES", "Unsupported", "api_level_of", "lower_nodes", "node_support", "oplevels"]

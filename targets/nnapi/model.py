@@ -161,10 +161,12 @@ class NNModel:
         return _program.pack(MAGIC, VERSION, header, bytes(data))
 
     @classmethod
-    def from_bytes(cls, blob) -> "NNModel":
+    def from_bytes(cls, blob, artifact=None) -> "NNModel":
+        """The model of a blob; constants that refer to artifact tensors (weights shared with the CPU
+        version, ``targets.nnapi.share``) are read from ``artifact`` (copied where transposed)."""
         from minirt.providers.nnapi import decode_blob
 
-        d = decode_blob(blob)
+        d = decode_blob(blob, artifact)
         m = cls()
         for o in d["operands"]:
             m.operands.append(Operand(o["type"], o["dims"], o["scale"], o["zero_point"], o["value"],

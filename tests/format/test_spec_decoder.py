@@ -183,7 +183,7 @@ def decode(buf: bytes) -> dict:
                     shape.append(c.i64() if kind == 0 else c.str_() if kind == 1 else None)
                 shape = tuple(shape)
             value_kind = c.u8()
-            if value_kind > 3:
+            if value_kind > 7:  # (0-3 tensors, sequences, optionals; 4-7 maps, revision 1.4)
                 raise SpecError(f"unknown value kind {value_kind}")
             g["values"].append((name, dtype, shape, value_kind))
         nv = len(g["values"])

@@ -31,9 +31,10 @@ REAL_MODELS = {
 }
 
 
-def tflite_program_from_nnapi_blob(blob):
-    """Compile an NNAPI provider blob by translating it to TFLite (what `minirt verify` runs off the device)."""
-    return _nnapi_on_tflite(blob, None, None, {})
+def tflite_program_from_nnapi_blob(blob, artifact=None):
+    """Compile an NNAPI provider blob by translating it to TFLite (what `minirt verify` runs off the device);
+    ``artifact``: where the constants it shares with the CPU version are (targets/nnapi/share.py)."""
+    return _nnapi_on_tflite(blob, None, artifact, {})
 
 
 class NNAPIOnTFLite:
@@ -49,17 +50,18 @@ class NNAPIOnTFLite:
 
     def compile(self, blob, partition, artifact, options):
         self.compiled += 1
-        return tflite_program_from_nnapi_blob(blob)
+        return tflite_program_from_nnapi_blob(blob, artifact)
 
 
-def build_partitioned(model, target: str, shapes: dict, opt_level: int = 2):
-    """(artifact bytes, plan, model_ir) of ``model`` partitioned for ``target``."""
+def build_partitioned(model, target: str, shapes: dict, opt_level: int = 2, share_weights: bool = True):
+    """(artifact bytes, plan, model_ir) of ``model`` partitioned for ``target``; ``share_weights=False``:
+    programs that hold all their constants (readable without the artifact)."""
     m, _ = load_model(model)
     optimize(m, opt_level, input_shapes=shapes)
     plan = plan_partitions(m, get_target(target), {"input_shapes": shapes})
     w = ArtifactWriter()
     lower_model(m, w)
-    apply_plan(plan, w)
+    apply_plan(plan, w, share_weights=share_weights)
     return w.to_bytes(), plan, m
 
 

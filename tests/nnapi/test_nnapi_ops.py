@@ -316,19 +316,28 @@ def check_fake_library(fake_nnapi, case, level) -> None:
     assert fake_nnapi.live == 0
 
 
-@pytest.mark.parametrize("case, level", LOWERED, ids=[f"{c.name}-api{lv}" for c, lv in LOWERED])
-def test_lowering_matches_onnxruntime_on_tflite(tflite_interpreter, case, level):
-    check_on_tflite(case, level, case.feeds())
+def case_tests(lowered, refused, feeds=lambda case: case.feeds(), atol=1e-5):
+    """The three tests of a list of cases, for a test module to bind to its own names: the lowered ones
+    against onnxruntime on LiteRT (``feeds(case)``) and on the fake library, the refused ones' reasons."""
+
+    @pytest.mark.parametrize("case, level", lowered, ids=[f"{c.name}-api{lv}" for c, lv in lowered])
+    def test_lowering_matches_onnxruntime_on_tflite(tflite_interpreter, case, level):
+        check_on_tflite(case, level, feeds(case), atol)
+
+    @pytest.mark.parametrize("case, level", refused, ids=[f"{c.name}-api{lv}" for c, lv in refused])
+    def test_refusal_names_the_reason(case, level):
+        check_refusal(case, level)
+
+    @pytest.mark.parametrize("case, level", lowered, ids=[f"{c.name}-api{lv}" for c, lv in lowered])
+    def test_fake_library_accepts_the_lowered_model(fake_nnapi, case, level):
+        check_fake_library(fake_nnapi, case, level)
+
+    return test_lowering_matches_onnxruntime_on_tflite, test_refusal_names_the_reason, \
+        test_fake_library_accepts_the_lowered_model
 
 
-@pytest.mark.parametrize("case, level", REFUSED, ids=[f"{c.name}-api{lv}" for c, lv in REFUSED])
-def test_refusal_names_the_reason(case, level):
-    check_refusal(case, level)
-
-
-@pytest.mark.parametrize("case, level", LOWERED, ids=[f"{c.name}-api{lv}" for c, lv in LOWERED])
-def test_fake_library_accepts_the_lowered_model(fake_nnapi, case, level):
-    check_fake_library(fake_nnapi, case, level)
+(test_lowering_matches_onnxruntime_on_tflite, test_refusal_names_the_reason,
+ test_fake_library_accepts_the_lowered_model) = case_tests(LOWERED, REFUSED)
 
 
 SHAPE_CASES = ["split-num-outputs-uneven", "split-input-sizes", "split-attribute-sizes", "split-default-equal",

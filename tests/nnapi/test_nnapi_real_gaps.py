@@ -16,8 +16,7 @@ from onnx import helper as h
 
 from minirt.targets.nnapi.shapes import atoms, free_order, move_plan
 from tests.nnapi.helpers import tflite_program_from_nnapi_blob
-from tests.nnapi.test_nnapi_ops import (Case, X3, X4, _f32, _graph, _i64, _lower, _ops_match, check_fake_library,
-                                        check_on_tflite, check_refusal)
+from tests.nnapi.test_nnapi_ops import Case, X3, X4, _f32, _graph, _i64, _lower, case_tests
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -179,19 +178,8 @@ def _feeds(case, scale=3.0):
     return {k: v * np.float32(scale) for k, v in case.feeds().items()}
 
 
-@pytest.mark.parametrize("case, level", LOWERED, ids=[f"{c.name}-api{lv}" for c, lv in LOWERED])
-def test_lowering_matches_onnxruntime_on_tflite(tflite_interpreter, case, level):
-    check_on_tflite(case, level, _feeds(case), atol=2e-6)
-
-
-@pytest.mark.parametrize("case, level", REFUSED, ids=[f"{c.name}-api{lv}" for c, lv in REFUSED])
-def test_refusal_names_the_reason(case, level):
-    check_refusal(case, level)
-
-
-@pytest.mark.parametrize("case, level", LOWERED, ids=[f"{c.name}-api{lv}" for c, lv in LOWERED])
-def test_fake_library_accepts_the_lowered_model(fake_nnapi, case, level):
-    check_fake_library(fake_nnapi, case, level)
+(test_lowering_matches_onnxruntime_on_tflite, test_refusal_names_the_reason,
+ test_fake_library_accepts_the_lowered_model) = case_tests(LOWERED, REFUSED, _feeds, atol=2e-6)
 
 
 def test_gelu_erf_is_accurate_over_the_whole_line(tflite_interpreter):

@@ -23,7 +23,7 @@ from onnx import numpy_helper as nh
 import minirt
 from minirt.targets.nnapi.model import NNModel
 from tests.nnapi.helpers import build_partitioned
-from tests.nnapi.test_nnapi_ops import Case, _lower, check_fake_library, check_on_tflite, check_refusal
+from tests.nnapi.test_nnapi_ops import Case, _lower, case_tests, check_on_tflite
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -181,19 +181,8 @@ LOWERED = [(c, lv) for c in CASES for lv, want in c.levels.items() if not isinst
 REFUSED = [(c, lv) for c in CASES for lv, want in c.levels.items() if isinstance(want, str)]
 
 
-@pytest.mark.parametrize("case, level", LOWERED, ids=[f"{c.name}-api{lv}" for c, lv in LOWERED])
-def test_lowering_matches_onnxruntime_on_tflite(tflite_interpreter, case, level):
-    check_on_tflite(case, level, case.feeds())
-
-
-@pytest.mark.parametrize("case, level", REFUSED, ids=[f"{c.name}-api{lv}" for c, lv in REFUSED])
-def test_refusal_names_the_reason(case, level):
-    check_refusal(case, level)
-
-
-@pytest.mark.parametrize("case, level", LOWERED, ids=[f"{c.name}-api{lv}" for c, lv in LOWERED])
-def test_fake_library_accepts_the_lowered_model(fake_nnapi, case, level):
-    check_fake_library(fake_nnapi, case, level)
+(test_lowering_matches_onnxruntime_on_tflite, test_refusal_names_the_reason,
+ test_fake_library_accepts_the_lowered_model) = case_tests(LOWERED, REFUSED)
 
 
 def test_masked_steps_keep_their_state_and_zero_y(tflite_interpreter):
