@@ -744,7 +744,25 @@ def _package_status(module: str, dist: str) -> str:
 def _native_status() -> str:
     from minirt import native
 
-    return native.describe()
+    text = native.describe()
+    hint = _source_tree_hint(native)
+    return text if hint is None else f"{text}; {hint}"
+
+
+def _source_tree_hint(native) -> str | None:
+    """Why the kernels may look missing: ``python -m minirt`` run inside a source checkout imports that
+    checkout (the current folder comes first on sys.path), whose folder has no compiled module when
+    minirt was installed from it with pip (not editable); the installed package has one."""
+    if native.available:
+        return None
+    package = Path(minirt.__file__).resolve().parent
+    checkout = package.parent
+    if not (checkout / "setup.py").is_file() or not (checkout / "pyproject.toml").is_file():
+        return None
+    if Path.cwd().resolve() != checkout:
+        return None
+    return (f"this is the source checkout in {checkout} (python -m imports it from the current folder, not the "
+            f"installed package): run `python3 -m minirt info` from another folder")
 
 
 def cmd_info(args: argparse.Namespace) -> int:

@@ -636,3 +636,19 @@ def test_bench_and_inspect_give_the_accelerated_share_in_nodes_flops_and_cpu_tim
     code, stdout, _ = _run_cli(capsys, "inspect", out)
     assert code == 0 and "accelerators (built for android-api34):" in stdout
     assert f"{report['accelerated_nodes']} of {report['nodes']} nodes" in stdout
+
+
+def test_info_inside_the_source_checkout_says_why_the_kernels_look_missing(monkeypatch, capsys, tmp_path):
+    """On a Pi, minirt installed from a checkout with pip and `python3 -m minirt info` run inside it imports
+    the checkout (no compiled module there): info says so, and only there."""
+    from minirt import native
+
+    root = Path(minirt.__file__).resolve().parent.parent
+    monkeypatch.setattr(native, "available", False)
+    monkeypatch.setattr(native, "reason", "extension not built (no C compiler when minirt was installed?)")
+    monkeypatch.chdir(root)
+    assert main(["info"]) == 0
+    assert f"this is the source checkout in {root}" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    assert main(["info"]) == 0
+    assert "source checkout" not in capsys.readouterr().out
