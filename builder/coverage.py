@@ -76,6 +76,9 @@ def _provider_ops() -> dict[str, set]:
 
 
 def render_operator_table() -> str:
+    from minirt.builder.contrib_schemas import ensure_registered
+
+    ensure_registered()  # the types column of SimplifiedLayerNormalization, whatever the process loaded before
     by_op: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     for entry in registered():
         if not entry.fn.__module__.startswith("minirt.kernels."):

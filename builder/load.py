@@ -83,6 +83,9 @@ def load_model(model: Any, check: bool = True) -> tuple[ir.Model, SourceInfo]:
     if not proto.graph.node and not proto.graph.output:
         raise BuildError(f"{where}: the ONNX graph is empty (no nodes and no outputs)")
     if check:
+        from minirt.builder.contrib_schemas import ensure_registered
+
+        ensure_registered()  # onnxruntime's default-domain contrib ops (SimplifiedLayerNormalization)
         try:
             onnx.checker.check_model(proto)
         except onnx.checker.ValidationError as exc:

@@ -1,0 +1,460 @@
+"""Decoder-only LLM ops as onnxruntime-genai's model builder writes them (issue 24, first slice).
+
+numpy versions of onnxruntime's CPU contrib kernels, float32 (float16 / bfloat16 inputs are computed
+in float32 and cast back):
+
+* ``com.microsoft::MatMulNBits``            block-quantized (2/4/8-bit) weights times float activations
+* ``com.microsoft::GroupQueryAttention``    causal attention over a past/present KV cache, grouped heads,
+                                            optional rotary embedding of q and k
+* ``com.microsoft::RotaryEmbedding``        RoPE with (position_ids, cos_cache, sin_cache)
+* ``ai.onnx::SimplifiedLayerNormalization`` RMS norm (onnxruntime registers it in the default domain at
+                                            opset 1; onnx itself has none: the builder registers its schema,
+                                            builder/contrib_schemas.py)
+* ``com.microsoft::SkipSimplifiedLayerNormalization``  RMS norm of input + skip (+ bias)
+
+Native kernels (fused 4-bit GEMV/GEMM, KV-cache attention) are later slices of issue 24.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minirt.kernels.registry import is_constant, kernel, remember
+
+MS = "com.microsoft"
+
+
+def _f32(x):
+    """(x as float32, its original dtype): reduced-precision floats are computed in float32."""
+    x = np.asarray(x)
+    return (x if x.dtype == np.float32 else x.astype(np.float32)), x.dtype
+
+
+# --------------------------------------------------------------------------- MatMulNBits
+
+def _unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 bytes [..., n] -> their ``bits``-wide fields [..., n * 8 // bits], lowest bits first
+    (the first value of a byte is in its low nibble for 4 bits)."""
+    if bits == 8:
+        return packed
+    per = 8 // bits
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    fields = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return fields.reshape(*packed.shape[:-1], packed.shape[-1] * per)
+
+
+def dequantize_nbits(B, scales, zero_points, K: int, N: int, bits: int, block_size: int) -> np.ndarray:
+    """The float32 weight W [N, K] of MatMulNBits:
+
+        W[n, k] = (q[n, k] - zp[n, k // block_size]) * scales[n, k // block_size]
+
+    ``B`` uint8 [N, k_blocks, blob_size] with k_blocks = ceil(K / block_size), blob_size =
+    block_size * bits / 8: each block's values packed along K, low bits first.  ``scales``
+    [N, k_blocks] (or flat N * k_blocks).  ``zero_points``: None (2^(bits-1)), uint8 packed like B
+    [N, ceil(k_blocks * bits / 8)] (or flat), or float [N, k_blocks] (the type of A; subtracted as is).
+    A K that is not a multiple of block_size pads the last block; the padding is dropped."""
+    if bits not in (2, 4, 8):
+        raise ValueError(f"MatMulNBits: bits={bits} is not supported (2, 4 or 8)")
+    if block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"MatMulNBits: block_size={block_size} must be a power of two and at least 16")
+    if K <= 0 or N <= 0:
+        raise ValueError(f"MatMulNBits: K={K} and N={N} must be positive")
+    n_blocks = -(-K // block_size)
+    blob = block_size * bits // 8
+    B = np.asarray(B)
+    if B.dtype != np.uint8:
+        raise TypeError(f"MatMulNBits: B must be uint8 (packed {bits}-bit values), got {B.dtype}")
+    if B.size != N * n_blocks * blob:
+        raise ValueError(f"MatMulNBits: B has shape {B.shape}, expected [N={N}, k_blocks={n_blocks}, "
+                         f"blob_size={blob}] for K={K}, block_size={block_size}, bits={bits}")
+    s = np.asarray(scales)
+    if s.size != N * n_blocks:
+        raise ValueError(f"MatMulNBits: scales has shape {s.shape}, expected [N={N}, k_blocks={n_blocks}]")
+    s = s.astype(np.float32).reshape(N, n_blocks, 1)
+    q = _unpack(B.reshape(N, n_blocks, blob), bits)  # [N, k_blocks, block_size] uint8
+    if zero_points is None:
+        zp = np.float32(1 << (bits - 1))
+    else:
+        z = np.asarray(zero_points)
+        if z.dtype == np.uint8:
+            zp_bytes = -(-n_blocks * bits // 8)
+            if z.size != N * zp_bytes:
+                raise ValueError(f"MatMulNBits: packed uint8 zero_points has shape {z.shape}, expected "
+                                 f"[N={N}, ceil(k_blocks * bits / 8)={zp_bytes}]")
+            zp = _unpack(z.reshape(N, zp_bytes), bits)[:, :n_blocks].astype(np.float32)
+        else:
+            if z.size != N * n_blocks:
+                raise ValueError(f"MatMulNBits: float zero_points has shape {z.shape}, expected "
+                                 f"[N={N}, k_blocks={n_blocks}]")
+            zp = z.astype(np.float32)
+        zp = zp.reshape(N, n_blocks, 1)
+    w = (q.astype(np.float32) - zp) * s  # float32 [N, k_blocks, block_size]
+    return np.ascontiguousarray(w.reshape(N, n_blocks * block_size)[:, :K])
+
+
+def _int8_operands(B, scales, zero_points, K: int, N: int, bits: int, block_size: int):
+    """For the accuracy_level 4 product: the integer weights q - zp as float32 [k_blocks, block_size, N]
+    (K padded up to whole blocks with zeros) and the scales [k_blocks, N]."""
+    n_blocks = -(-K // block_size)
+    w = dequantize_nbits(B, np.ones((N, n_blocks), np.float32), zero_points, K, N, bits, block_size)
+    wq = np.zeros((N, n_blocks * block_size), np.float32)
+    wq[:, :K] = w
+    wq = np.ascontiguousarray(wq.reshape(N, n_blocks, block_size).transpose(1, 2, 0))
+    s = np.ascontiguousarray(np.asarray(scales, dtype=np.float32).reshape(N, n_blocks).T)
+    return wq, s
+
+
+def _matmul_int8(a: np.ndarray, wq: np.ndarray, s: np.ndarray, K: int, block_size: int) -> np.ndarray:
+    """onnxruntime's accuracy_level 4 (MLAS CompInt8): each block of block_size values of a row of A is
+    quantized to int8 symmetrically, scale_a = max|a| / 127, qa = round_half_even(a * 127 / max|a|)
+    (0 for an all-zero block); Y[m, n] = sum over blocks of (scale_a * scale_b) * (qa . (q - zp)).
+    The integer dot products are exact in float32 (|qa (q - zp)| sums stay below 2^24 for blocks up
+    to 8192 values), so only the float sum over blocks can differ from MLAS (a few ulps)."""
+    n_blocks = wq.shape[0]
+    m = a.reshape(-1, K)
+    ap = np.zeros((m.shape[0], n_blocks * block_size), np.float32)
+    ap[:, :K] = m
+    ab = ap.reshape(-1, n_blocks, block_size)
+    amax = np.abs(ab).max(axis=-1)  # [M, k_blocks]
+    scale_a = amax / np.float32(127)
+    inv = np.float32(127) / np.where(amax != 0, amax, np.float32(1))
+    qa = np.rint(ab * np.where(amax != 0, inv, np.float32(0))[..., None])  # float32, integer-valued
+    idot = np.matmul(qa.transpose(1, 0, 2), wq)  # [k_blocks, M, N], exact integers
+    y = (idot * (scale_a.T[:, :, None] * s[:, None, :])).sum(axis=0, dtype=np.float32)
+    return y.reshape(*a.shape[:-1], -1)
+
+
+@kernel("MatMulNBits", since=1, domain=MS, context=True)
+def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4, block_size,
+                 accuracy_level=0, weight_prepacked=0, ctx=None):
+    """Y[..., N] = A[..., K] @ W.T (+ bias[N]), W the dequantized weight (see dequantize_nbits).
+
+    accuracy_level 4 with uint8 or absent zero points (what genai's builder writes for CPU int4):
+    onnxruntime quantizes A to int8 per block (see _matmul_int8) and so does this kernel, so that
+    results agree to float rounding rather than to int8 rounding (~0.5% of the output range).  Float
+    zero points and the other levels: float32 product with the weight dequantized first (onnxruntime
+    on x86-64 runs those in fp32; level 2 / 3 (fp16 / bf16 A) only change anything on ARM).  The
+    dequantized weight of a constant B is kept per node (float32: 8x the int4 bytes; the native slice
+    fuses dequantization into the product instead)."""
+    if g_idx is not None:
+        raise NotImplementedError("MatMulNBits: the g_idx input (deprecated act-order grouping) is not supported")
+    if weight_prepacked:
+        raise NotImplementedError(f"MatMulNBits: weight_prepacked={weight_prepacked} (an EP-specific layout) "
+                                  "is not supported")
+    a, dt = _f32(A)
+    if a.shape[-1] != K:
+        raise ValueError(f"MatMulNBits: A has shape {a.shape}, its last dimension must be K={K}")
+    int8 = int(accuracy_level) == 4 and (zero_points is None or np.asarray(zero_points).dtype == np.uint8)
+    memo = ctx.memo if ctx is not None and is_constant(B, scales, zero_points) else None
+    key = ("int8" if int8 else "w", id(B), id(scales), id(zero_points))
+    operands = memo.get(key) if memo is not None else None
+    if operands is None:
+        if int8:
+            operands = _int8_operands(B, scales, zero_points, K, N, int(bits), int(block_size))
+        else:  # [K, N]
+            operands = np.ascontiguousarray(dequantize_nbits(B, scales, zero_points, K, N, int(bits),
+                                                             int(block_size)).T)
+        remember(memo, key, operands)
+    y = _matmul_int8(a, *operands, K, int(block_size)) if int8 else np.matmul(a, operands)
+    if bias is not None:
+        b = np.asarray(bias)
+        if b.size != N:
+            raise ValueError(f"MatMulNBits: bias has shape {b.shape}, expected [N={N}]")
+        y += b.astype(np.float32).reshape(N)
+    return y if y.dtype == dt else y.astype(dt)
+
+
+# --------------------------------------------------------------------------- rotary embedding
+
+def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
+    """RoPE of x [..., S, H, D] with cos/sin [..., S, 1, R/2] broadcasting over heads; the first R
+    features rotate, the rest pass through.  Non-interleaved pairs feature i with i + R/2;
+    interleaved pairs 2i with 2i + 1:  (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)."""
+    r = 2 * cos.shape[-1]
+    if r > x.shape[-1]:
+        raise ValueError(f"rotary: cos/sin caches of width {cos.shape[-1]} rotate {r} features, more than the "
+                         f"head size {x.shape[-1]}")
+    rot = x[..., :r]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot[..., : r // 2], rot[..., r // 2:]
+    real = x1 * cos - x2 * sin
+    imag = x1 * sin + x2 * cos
+    out = np.empty_like(x)
+    if interleaved:
+        out[..., 0:r:2] = real
+        out[..., 1:r:2] = imag
+    else:
+        out[..., : r // 2] = real
+        out[..., r // 2: r] = imag
+    out[..., r:] = x[..., r:]
+    return out
+
+
+def _gather_cache(cache: np.ndarray, pos: np.ndarray, what: str) -> np.ndarray:
+    if pos.size and (pos.min() < 0 or pos.max() >= cache.shape[0]):
+        raise ValueError(f"{what}: position {int(pos.max()) if pos.max() >= cache.shape[0] else int(pos.min())} "
+                         f"is outside the cos/sin caches of {cache.shape[0]} positions")
+    return cache[pos]
+
+
+@kernel("RotaryEmbedding", since=1, domain=MS)
+def ms_rotary_embedding(input, position_ids, cos_cache, sin_cache, *, interleaved=0, num_heads=0,
+                        rotary_embedding_dim=0, is_packed_batching=0, scale=1.0):
+    """com.microsoft RotaryEmbedding (note the input order: input, position_ids, cos, sin).
+
+    input [B, S, hidden] (hidden = num_heads * head_size; head_size = 2 * cos width unless num_heads
+    is given) or [B, num_heads, S, head_size].  position_ids [B, S] (absolute positions) or [1]
+    (the first position: token s is at position_ids[0] + s).  cos_cache / sin_cache
+    [max_positions, rotary_dim / 2]; the first rotary_dim features of each head rotate."""
+    if is_packed_batching:
+        raise NotImplementedError("RotaryEmbedding: is_packed_batching=1 is not supported")
+    x, dt = _f32(input)
+    cos_c, _ = _f32(cos_cache)
+    sin_c, _ = _f32(sin_cache)
+    if cos_c.ndim != 2 or cos_c.shape != sin_c.shape:
+        raise ValueError(f"RotaryEmbedding: cos_cache {cos_c.shape} and sin_cache {sin_c.shape} must be the same "
+                         "2-D shape [max_positions, rotary_dim / 2]")
+    if rotary_embedding_dim and rotary_embedding_dim != 2 * cos_c.shape[1]:
+        raise ValueError(f"RotaryEmbedding: rotary_embedding_dim={rotary_embedding_dim} but the caches are "
+                         f"{cos_c.shape[1]} wide (rotary_dim / 2)")
+    if x.ndim == 4:
+        xs = x.transpose(0, 2, 1, 3)  # [B, S, H, D]
+    elif x.ndim == 3:
+        b, s, hidden = x.shape
+        nh = int(num_heads) if num_heads else hidden // (2 * cos_c.shape[1])
+        if nh <= 0 or hidden % nh:
+            raise ValueError(f"RotaryEmbedding: hidden size {hidden} does not divide into num_heads={nh} heads")
+        xs = x.reshape(b, s, nh, hidden // nh)
+    else:
+        raise ValueError(f"RotaryEmbedding: input must be 3-D [B, S, hidden] or 4-D [B, H, S, D], got {x.shape}")
+    b, s = xs.shape[0], xs.shape[1]
+    pid = np.asarray(position_ids).astype(np.int64)
+    if pid.size == 1 and pid.ndim <= 1:
+        pos = np.broadcast_to(pid.reshape(()) + np.arange(s), (b, s))
+    elif pid.shape == (b, s):
+        pos = pid
+    else:
+        raise ValueError(f"RotaryEmbedding: position_ids has shape {pid.shape}, expected [{b}, {s}] or [1]")
+    cos = _gather_cache(cos_c, pos, "RotaryEmbedding")[:, :, None, :]
+    sin = _gather_cache(sin_c, pos, "RotaryEmbedding")[:, :, None, :]
+    y = _rotate(xs, cos, sin, bool(interleaved))
+    y = y.transpose(0, 2, 1, 3) if x.ndim == 4 else y.reshape(x.shape)
+    return np.ascontiguousarray(y).astype(dt, copy=False)
+
+
+# --------------------------------------------------------------------------- RMS norms
+
+def _rms(x: np.ndarray, gamma, epsilon: float, axis: int, op: str):
+    """(x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * gamma, 1 / that sqrt), in float32."""
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax < x.ndim:
+        raise ValueError(f"{op}: axis={axis} is out of range for an input of rank {x.ndim}")
+    g, _ = _f32(gamma)
+    norm_shape = x.shape[ax:]
+    if g.shape != norm_shape and g.size != math.prod(norm_shape):
+        raise ValueError(f"{op}: scale/gamma has shape {g.shape}, expected {tuple(norm_shape)}")
+    axes = tuple(range(ax, x.ndim))
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + np.float32(epsilon))
+    return (x * inv) * g.reshape(norm_shape), inv.astype(np.float32)
+
+
+@kernel("SimplifiedLayerNormalization", since=1, context=True)
+def simplified_layer_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_type=1, ctx=None):
+    """RMS norm over the axes [axis, rank): Y = X / sqrt(mean(X^2) + epsilon) * scale, computed in
+    float32; the optional second output is 1 / sqrt(mean(X^2) + epsilon), keepdims shape."""
+    x, dt = _f32(X)
+    y, inv = _rms(x, scale, epsilon, int(axis), "SimplifiedLayerNormalization")
+    outs = (y.astype(dt, copy=False), inv)
+    n = ctx.n_outputs if ctx is not None else 1
+    return outs[0] if n == 1 else outs[:n]
+
+
+@kernel("SkipSimplifiedLayerNormalization", since=1, domain=MS, context=True)
+def skip_simplified_layer_normalization(input, skip, gamma, bias=None, *, epsilon=1e-5, ctx=None):
+    """s = input + skip (+ bias[hidden]); output = RMS norm of s over the last axis times gamma.
+
+    input [B, S, hidden] or [T, hidden]; skip the same shape (onnxruntime also takes a skip that
+    broadcasts over the leading dimensions).  Outputs: output, mean (unused: RMS norm has none; an
+    empty float32 tensor when asked for), inv_std_var ([..., 1]), input_skip_bias_sum (s)."""
+    x, dt = _f32(input)
+    sk, _ = _f32(skip)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"SkipSimplifiedLayerNormalization: input must be 2-D or 3-D, got {x.shape}")
+    if sk.shape[-1] != x.shape[-1] or np.broadcast_shapes(sk.shape, x.shape) != x.shape:
+        raise ValueError(f"SkipSimplifiedLayerNormalization: skip {sk.shape} does not match input {x.shape}")
+    s = x + sk
+    if bias is not None:
+        bb, _ = _f32(bias)
+        if bb.size != x.shape[-1]:
+            raise ValueError(f"SkipSimplifiedLayerNormalization: bias has shape {bb.shape}, expected "
+                             f"[{x.shape[-1]}]")
+        s = s + bb.reshape(-1)
+    y, inv = _rms(s, gamma, epsilon, -1, "SkipSimplifiedLayerNormalization")
+    n = ctx.n_outputs if ctx is not None else 1
+    if n == 1:
+        return y.astype(dt, copy=False)
+    outs = (y.astype(dt, copy=False), np.zeros((0,), np.float32), inv, s.astype(dt, copy=False))
+    return outs[:n]
+
+
+# --------------------------------------------------------------------------- GroupQueryAttention
+
+_GQA_UNSUPPORTED_INPUTS = {10: "attention_bias", 11: "head_sink", 12: "k_scale", 13: "v_scale",
+                           14: "q_norm_weight", 15: "k_norm_weight", 16: "query_seqlens"}
+
+
+@kernel("GroupQueryAttention", since=1, domain=MS, context=True)
+def group_query_attention(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,
+                          total_sequence_length=None, cos_cache=None, sin_cache=None, position_ids=None,
+                          *extra, num_heads, kv_num_heads, scale=0.0, softcap=0.0, local_window_size=-1,
+                          do_rotary=0, rotary_interleaved=0, causal=1, smooth_softmax=0, qk_output=0,
+                          sliding_window_cache=0, kv_cache_bit_width=0, k_quant_type="NONE",
+                          v_quant_type="NONE", qk_norm_epsilon=1e-6, q_norm_epsilon=1e-6, k_norm_epsilon=1e-6,
+                          ctx=None):
+    """onnxruntime's GroupQueryAttention, CPU semantics, float32.
+
+    query [B, S, num_heads * D] (or packed [B, S, (num_heads + 2 * kv_num_heads) * D] with key and
+    value absent), key / value [B, S, kv_num_heads * D]; past_key / past_value [B, kv_num_heads, P, D]
+    (BNSH; P may be 0 or a preallocated max length); seqlens_k int32 [B] = total length of each
+    sequence - 1; total_sequence_length int32 scalar = the batch maximum of those totals.
+
+    Per sequence b: total_b = seqlens_k[b] + 1.  First prompt (S == total_sequence_length and no
+    past): past_b = 0; otherwise past_b = total_b - S (the new tokens follow the past ones).
+    present[b, :, :past_b] = past[b, :, :past_b], present[b, :, past_b:past_b + S] = new k / v;
+    present has max(P, total_sequence_length) positions, rows past each sequence's total are zeros.
+    With do_rotary, q and the new k are rotated (cos_cache / sin_cache [max_pos, rotary_dim / 2];
+    the first rotary_dim features of each head) at positions past_b + s, or position_ids [B, S]
+    (of a first prompt onnxruntime reads only position_ids[0, 0]: every sequence at position_ids[0, 0] + s).
+    Query row s of sequence b attends to keys j <= past_b + s (causal) and j < total_b (a right-padded
+    first prompt: its padding rows see the real tokens only; their keys still go to present), and, with
+    local_window_size = W > 0, only to the last W of them: j > past_b + s - W; q head h reads kv head h // (num_heads / kv_num_heads).
+    logits = scale * q.k (scale 0: 1/sqrt(D)), softcap c > 0: c * tanh(logits / c); softmax; @ v.
+    Outputs: output [B, S, num_heads * D], present_key, present_value."""
+    for i, t in enumerate(extra, start=10):
+        if t is not None:
+            raise NotImplementedError(f"GroupQueryAttention: the {_GQA_UNSUPPORTED_INPUTS.get(i, f'#{i}')} input "
+                                      "is not supported")
+    if smooth_softmax or qk_output or sliding_window_cache or not causal:
+        raise NotImplementedError("GroupQueryAttention: smooth_softmax, qk_output, sliding_window_cache and causal=0 "
+                                  f"are not supported (got {smooth_softmax}, {qk_output}, {sliding_window_cache}, "
+                                  f"{causal})")
+    if kv_cache_bit_width or k_quant_type not in ("", "NONE") or v_quant_type not in ("", "NONE"):
+        raise NotImplementedError("GroupQueryAttention: a quantized KV cache is not supported")
+    H, KVH = int(num_heads), int(kv_num_heads)
+    if H <= 0 or KVH <= 0 or H % KVH:
+        raise ValueError(f"GroupQueryAttention: num_heads={H} must be a positive multiple of kv_num_heads={KVH}")
+    q, dt = _f32(query)
+    if q.ndim != 3:
+        raise ValueError(f"GroupQueryAttention: query must be 3-D [B, S, hidden], got {q.shape}")
+    B, S, qw = q.shape
+    if key is None:  # packed QKV
+        if value is not None:
+            raise ValueError("GroupQueryAttention: value given without key")
+        if qw % (H + 2 * KVH):
+            raise ValueError(f"GroupQueryAttention: packed QKV width {qw} is not (num_heads + 2 * kv_num_heads) = "
+                             f"{H + 2 * KVH} heads of one size")
+        D = qw // (H + 2 * KVH)
+        k = q[..., H * D:(H + KVH) * D]
+        v = q[..., (H + KVH) * D:]
+        q = q[..., : H * D]
+    else:
+        if value is None:
+            raise ValueError("GroupQueryAttention: key given without value")
+        if qw % H:
+            raise ValueError(f"GroupQueryAttention: query hidden size {qw} does not divide into num_heads={H} heads")
+        D = qw // H
+        k, _ = _f32(key)
+        v, _ = _f32(value)
+        for name, t in (("key", k), ("value", v)):
+            if t.shape != (B, S, KVH * D):
+                raise ValueError(f"GroupQueryAttention: {name} has shape {t.shape}, expected [{B}, {S}, "
+                                 f"kv_num_heads * head_size = {KVH * D}]")
+    q = q.reshape(B, S, H, D)
+    k = k.reshape(B, S, KVH, D)
+    v = v.reshape(B, S, KVH, D).transpose(0, 2, 1, 3)  # [B, KVH, S, D]
+
+    if seqlens_k is None or total_sequence_length is None:
+        raise ValueError("GroupQueryAttention: seqlens_k and total_sequence_length are required")
+    seqlens = np.asarray(seqlens_k).astype(np.int64).reshape(-1)
+    if seqlens.shape != (B,):
+        raise ValueError(f"GroupQueryAttention: seqlens_k has shape {np.shape(seqlens_k)}, expected [{B}]")
+    total_max = int(np.asarray(total_sequence_length).reshape(-1)[0])
+    if (past_key is None) != (past_value is None):
+        raise ValueError("GroupQueryAttention: past_key and past_value go together")
+    P = 0
+    if past_key is not None:
+        pk, _ = _f32(past_key)
+        pv, _ = _f32(past_value)
+        if pk.ndim != 4 or pk.shape[:2] != (B, KVH) or pk.shape[3] != D or pv.shape != pk.shape:
+            raise ValueError(f"GroupQueryAttention: past_key {pk.shape} / past_value {pv.shape} must be "
+                             f"[B={B}, kv_num_heads={KVH}, past_length, head_size={D}]")
+        P = pk.shape[2]
+    first_prompt = P == 0 or (S == total_max and S > 1)
+    totals = seqlens + 1
+    pasts = np.zeros(B, np.int64) if first_prompt else totals - S
+    if (pasts < 0).any() or (not first_prompt and (pasts > P).any()):
+        raise ValueError(f"GroupQueryAttention: seqlens_k {seqlens.tolist()} does not fit {S} new tokens after a "
+                         f"past of {P} positions")
+    if totals.max() > total_max:
+        raise ValueError(f"GroupQueryAttention: seqlens_k {seqlens.tolist()} exceeds total_sequence_length={total_max}")
+    T = max(P, total_max)
+
+    if do_rotary:
+        if cos_cache is None or sin_cache is None:
+            raise ValueError("GroupQueryAttention: do_rotary=1 needs cos_cache and sin_cache")
+        cos_c, _ = _f32(cos_cache)
+        sin_c, _ = _f32(sin_cache)
+        if position_ids is not None:
+            pos = np.asarray(position_ids).astype(np.int64)
+            if pos.shape != (B, S):
+                raise ValueError(f"GroupQueryAttention: position_ids has shape {pos.shape}, expected [{B}, {S}]")
+            if first_prompt and S > 1:  # onnxruntime reads only position_ids[0, 0] of a first prompt
+                pos = np.broadcast_to(pos[0, 0] + np.arange(S)[None, :], (B, S))
+        else:
+            pos = pasts[:, None] + np.arange(S)[None, :]
+        cos = _gather_cache(cos_c, pos, "GroupQueryAttention")[:, :, None, :]
+        sin = _gather_cache(sin_c, pos, "GroupQueryAttention")[:, :, None, :]
+        q = _rotate(q, cos, sin, bool(rotary_interleaved))
+        k = _rotate(k, cos, sin, bool(rotary_interleaved))
+    q = q.transpose(0, 2, 1, 3)  # [B, H, S, D]
+    k = k.transpose(0, 2, 1, 3)  # [B, KVH, S, D]
+
+    present_k = np.zeros((B, KVH, T, D), np.float32)
+    present_v = np.zeros((B, KVH, T, D), np.float32)
+    out = np.empty((B, H, S, D), np.float32)
+    s_ = np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))
+    group = H // KVH
+    rows = np.arange(S)[:, None]
+    for b in range(B):
+        pb, tb = int(pasts[b]), int(pasts[b]) + S
+        if tb > T:
+            raise ValueError(f"GroupQueryAttention: sequence {b} needs {tb} positions, the present holds {T}")
+        if pb:
+            present_k[b, :, :pb] = pk[b, :, :pb]
+            present_v[b, :, :pb] = pv[b, :, :pb]
+        present_k[b, :, pb:tb] = k[b]
+        present_v[b, :, pb:tb] = v[b]
+        kk = present_k[b, :, :tb]  # [KVH, tb, D]
+        vv = present_v[b, :, :tb]
+        qb = q[b].reshape(KVH, group * S, D)  # q heads h = kvh * group + g share kv head kvh
+        logits = np.matmul(qb, kk.transpose(0, 2, 1)) * s_  # [KVH, group * S, tb]
+        logits = logits.reshape(KVH, group, S, tb)
+        if softcap and softcap > 0:
+            c = np.float32(softcap)
+            logits = c * np.tanh(logits / c)
+        cols = np.arange(tb)[None, :]
+        allowed = (cols <= pb + rows) & (cols < int(totals[b]))  # [S, tb]; a padded prompt: keys < total_b
+        if local_window_size is not None and local_window_size > 0:  # the last W keys, the query's own included
+            allowed &= cols > pb + rows - int(local_window_size)
+        logits = np.where(allowed, logits, np.float32(-np.inf))
+        m = logits.max(axis=-1, keepdims=True)
+        e = np.exp(logits - m)
+        probs = e / e.sum(axis=-1, keepdims=True)
+        out[b] = np.matmul(probs.reshape(KVH, group * S, tb), vv).reshape(H, S, D)
+    y = out.transpose(0, 2, 1, 3).reshape(B, S, H * D)
+    outs = (y.astype(dt, copy=False), present_k.astype(dt, copy=False), present_v.astype(dt, copy=False))
+    n = ctx.n_outputs if ctx is not None else 1
+    return outs[0] if n == 1 else outs[:n]
