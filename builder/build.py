@@ -535,8 +535,11 @@ def build(
     if any(p != CPU for p in profile.providers):
         t0 = time.perf_counter()
         say("partitioning for providers " + ", ".join(p for p in profile.providers if p != CPU))
-        # (the source model too: the partitions' golden outputs come from onnxruntime on it)
-        plan = plan_partitions(model_ir, profile, {"input_shapes": shapes, "source": model})  # reorders model_ir.graph
+        # (the source model too: the partitions' golden outputs come from onnxruntime on it, fed the
+        # pinned inputs' values, which the built graph no longer takes as inputs)
+        pinned_feeds = {name: np.asarray(p["values"], dtype=p["dtype"]).reshape(p["shape"]) for name, p in pinned.items()}
+        plan = plan_partitions(model_ir, profile, {"input_shapes": shapes, "source": model,  # reorders model_ir.graph
+                                                   "pinned": pinned_feeds})
         timings["partition"] = time.perf_counter() - t0
         if not cpu_fallback:
             if plan.partitions:

@@ -560,7 +560,9 @@ def _golden(model_ir: ir.Model, plan: PartitionPlan, options: dict) -> None:
     values = {**feeds, **results}
     if options.get("source") is not None:
         try:
-            reference = _reference_values(options["source"], wanted, feeds)
+            # (an input pinned at build time (--input-value) is fed its value: the source model still
+            # takes it, and another value would take another path, e.g. Silero VAD's 8 kHz branch)
+            reference = _reference_values(options["source"], wanted, {**feeds, **options.get("pinned", {})})
         except Exception as exc:  # noqa: BLE001 - onnxruntime refuses the source: minirt's values stand
             reference = {}
             plan.notes.append(f"golden outputs: onnxruntime could not run the source model "

