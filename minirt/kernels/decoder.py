@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from minirt.kernels.registry import is_constant, kernel, remember
+from minirt.kernels.transformer import rotate_pairs
 
 MS = "com.microsoft"
 
@@ -167,32 +168,6 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
 
 # --------------------------------------------------------------------------- rotary embedding
 
-def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
-    """RoPE of x [..., S, H, D] with cos/sin [..., S, 1, R/2] broadcasting over heads; the first R
-    features rotate, the rest pass through.  Non-interleaved pairs feature i with i + R/2;
-    interleaved pairs 2i with 2i + 1:  (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)."""
-    r = 2 * cos.shape[-1]
-    if r > x.shape[-1]:
-        raise ValueError(f"rotary: cos/sin caches of width {cos.shape[-1]} rotate {r} features, more than the "
-                         f"head size {x.shape[-1]}")
-    rot = x[..., :r]
-    if interleaved:
-        x1, x2 = rot[..., 0::2], rot[..., 1::2]
-    else:
-        x1, x2 = rot[..., : r // 2], rot[..., r // 2:]
-    real = x1 * cos - x2 * sin
-    imag = x1 * sin + x2 * cos
-    out = np.empty_like(x)
-    if interleaved:
-        out[..., 0:r:2] = real
-        out[..., 1:r:2] = imag
-    else:
-        out[..., : r // 2] = real
-        out[..., r // 2: r] = imag
-    out[..., r:] = x[..., r:]
-    return out
-
-
 def _gather_cache(cache: np.ndarray, pos: np.ndarray, what: str) -> np.ndarray:
     if pos.size and (pos.min() < 0 or pos.max() >= cache.shape[0]):
         raise ValueError(f"{what}: position {int(pos.max()) if pos.max() >= cache.shape[0] else int(pos.min())} "
@@ -240,7 +215,7 @@ def ms_rotary_embedding(input, position_ids, cos_cache, sin_cache, *, interleave
         raise ValueError(f"RotaryEmbedding: position_ids has shape {pid.shape}, expected [{b}, {s}] or [1]")
     cos = _gather_cache(cos_c, pos, "RotaryEmbedding")[:, :, None, :]
     sin = _gather_cache(sin_c, pos, "RotaryEmbedding")[:, :, None, :]
-    y = _rotate(xs, cos, sin, bool(interleaved))
+    y = rotate_pairs(xs, cos, sin, bool(interleaved))
     y = y.transpose(0, 2, 1, 3) if x.ndim == 4 else y.reshape(x.shape)
     return np.ascontiguousarray(y).astype(dt, copy=False)
 
@@ -417,8 +392,8 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
             pos = pasts[:, None] + np.arange(S)[None, :]
         cos = _gather_cache(cos_c, pos, "GroupQueryAttention")[:, :, None, :]
         sin = _gather_cache(sin_c, pos, "GroupQueryAttention")[:, :, None, :]
-        q = _rotate(q, cos, sin, bool(rotary_interleaved))
-        k = _rotate(k, cos, sin, bool(rotary_interleaved))
+        q = rotate_pairs(q, cos, sin, bool(rotary_interleaved))
+        k = rotate_pairs(k, cos, sin, bool(rotary_interleaved))
     q = q.transpose(0, 2, 1, 3)  # [B, H, S, D]
     k = k.transpose(0, 2, 1, 3)  # [B, KVH, S, D]
 

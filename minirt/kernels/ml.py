@@ -161,15 +161,6 @@ def _label_encoder(x, default_float, default_int64, default_string, default_tens
 # its layout (once per node: kept in the node's memo) and finishes the scores its own way.
 
 
-def _memo_layout(ctx, build):
-    layout = None if ctx is None else ctx.memo.get("layout")
-    if layout is None:
-        layout = build()
-        if ctx is not None:
-            ctx.memo["layout"] = layout
-    return layout
-
-
 def _aggregate_code(op: str, value) -> int:
     text = value.decode() if isinstance(value, bytes) else str(value)
     if text not in trees._AGGREGATES:
@@ -219,7 +210,7 @@ def tree_ensemble_classifier_3(x, /, *, base_values=None, base_values_as_tensor=
     (trees.finish_classifier).  Hit rates are statistics only and do not change the result."""
     op = "TreeEnsembleClassifier"
     labels = _class_labels(op, classlabels_int64s, classlabels_strings)
-    layout = _memo_layout(ctx, lambda: trees.layout_from_classic(
+    layout = trees.memo_layout(ctx, lambda: trees.layout_from_classic(
         op, nodes_treeids=nodes_treeids, nodes_nodeids=nodes_nodeids, nodes_featureids=nodes_featureids,
         nodes_modes=nodes_modes, nodes_values=nodes_values, nodes_values_as_tensor=nodes_values_as_tensor,
         nodes_truenodeids=nodes_truenodeids, nodes_falsenodeids=nodes_falsenodeids,
@@ -262,7 +253,7 @@ def tree_ensemble_regressor_3(x, /, *, aggregate_function="SUM", base_values=Non
     op = "TreeEnsembleRegressor"
     if n_targets is None:
         raise ValueError(f"{op}: n_targets is required")
-    layout = _memo_layout(ctx, lambda: trees.layout_from_classic(
+    layout = trees.memo_layout(ctx, lambda: trees.layout_from_classic(
         op, nodes_treeids=nodes_treeids, nodes_nodeids=nodes_nodeids, nodes_featureids=nodes_featureids,
         nodes_modes=nodes_modes, nodes_values=nodes_values, nodes_values_as_tensor=nodes_values_as_tensor,
         nodes_truenodeids=nodes_truenodeids, nodes_falsenodeids=nodes_falsenodeids,
@@ -287,7 +278,7 @@ def tree_ensemble(x, /, *, aggregate_function=1, leaf_targetids=None, leaf_weigh
     if x.dtype.kind != "f":
         raise ValueError(f"TreeEnsemble: X must be float, double or float16, got {x.dtype}")
     dtype = np.float64 if x.dtype == np.float64 else np.float32
-    layout = _memo_layout(ctx, lambda: trees.layout_from_v5(
+    layout = trees.memo_layout(ctx, lambda: trees.layout_from_v5(
         leaf_targetids=leaf_targetids, leaf_weights=leaf_weights, membership_values=membership_values,
         n_targets=n_targets, nodes_falseleafs=nodes_falseleafs, nodes_falsenodeids=nodes_falsenodeids,
         nodes_featureids=nodes_featureids, nodes_missing_value_tracks_true=nodes_missing_value_tracks_true,

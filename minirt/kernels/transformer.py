@@ -96,6 +96,33 @@ def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv
     return outs[: ctx.n_outputs]
 
 
+def rotate_pairs(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
+    """RoPE of x [..., S, H, D] with cos/sin [..., S, 1, R/2] broadcasting over heads; the first R
+    features rotate, the rest pass through.  Non-interleaved pairs feature i with i + R/2;
+    interleaved pairs 2i with 2i + 1:  (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos).  (ONNX's
+    RotaryEmbedding and com.microsoft's RotaryEmbedding / GroupQueryAttention rotate with it.)"""
+    r = 2 * cos.shape[-1]
+    if r > x.shape[-1]:
+        raise ValueError(f"rotary: cos/sin caches of width {cos.shape[-1]} rotate {r} features, more than the "
+                         f"head size {x.shape[-1]}")
+    rot = x[..., :r]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot[..., : r // 2], rot[..., r // 2:]
+    real = x1 * cos - x2 * sin
+    imag = x1 * sin + x2 * cos
+    out = np.empty_like(x)  # (cos / sin share x's leading dimensions; results rounded to x's type once)
+    if interleaved:
+        out[..., 0:r:2] = real
+        out[..., 1:r:2] = imag
+    else:
+        out[..., : r // 2] = real
+        out[..., r // 2: r] = imag
+    out[..., r:] = x[..., r:]
+    return out
+
+
 @kernel("RotaryEmbedding", since=23)
 def rotary_embedding(X, cos_cache, sin_cache, position_ids=None, *, interleaved=0, num_heads=0,
                      rotary_embedding_dim=0):
@@ -107,25 +134,13 @@ def rotary_embedding(X, cos_cache, sin_cache, position_ids=None, *, interleaved=
         x = X.reshape(b, s, num_heads, hidden // num_heads)
     d = x.shape[-1]
     rd = int(rotary_embedding_dim) if rotary_embedding_dim else d
-    x_rot, x_pass = x[..., :rd], x[..., rd:]
     if position_ids is not None:
         cos = cos_cache[position_ids]
         sin = sin_cache[position_ids]
     else:
         cos, sin = cos_cache, sin_cache
-    cos = cos[..., : rd // 2][:, :, None, :]
-    sin = sin[..., : rd // 2][:, :, None, :]
-    if interleaved:
-        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]
-    else:
-        x1, x2 = x_rot[..., : rd // 2], x_rot[..., rd // 2 :]
-    real = cos * x1 - sin * x2
-    imag = sin * x1 + cos * x2
-    if interleaved:
-        rot = np.stack([real, imag], axis=-1).reshape(x_rot.shape)
-    else:
-        rot = np.concatenate([real, imag], axis=-1)
-    y = np.concatenate([rot, x_pass], axis=-1).astype(X.dtype)
+    y = rotate_pairs(x, cos[..., : rd // 2][:, :, None, :], sin[..., : rd // 2][:, :, None, :],
+                     bool(interleaved)).astype(X.dtype)
     if four_d:
         return y.transpose(0, 2, 1, 3)
     return y.reshape(X.shape)

@@ -654,6 +654,16 @@ def layout_from_tensors(feature, threshold, true_next, false_next, mode, roots, 
                       weight_value, n_targets, members)
 
 
+def memo_layout(ctx, build) -> TreeLayout:
+    """The node's layout: made once by ``build()`` and kept in its memo (every tree op's kernel)."""
+    layout = None if ctx is None else ctx.memo.get("layout")
+    if layout is None:
+        layout = build()
+        if ctx is not None:
+            ctx.memo["layout"] = layout
+    return layout
+
+
 @kernel("FlatTreeEnsemble", since=1, domain=MINIRT_DOMAIN, context=True)
 def flat_tree_ensemble(x, /, *, kind="regressor", n_targets=1, aggregate_function=SUM, post_transform=0,
                        base_values=None, classlabels_int64s=None, classlabels_strings=None, feature=None,
@@ -661,8 +671,7 @@ def flat_tree_ensemble(x, /, *, kind="regressor", n_targets=1, aggregate_functio
                        weight_target=None, weight_value=None, membership_values=None, ctx=None):
     """An ensemble the builder laid out (builder/passes/flatten_tree_ensembles.py): ``kind`` says which
     op it came from ("classifier", "regressor" or "ensemble5": TreeEnsemble v5), whose results it returns."""
-    layout = None if ctx is None else ctx.memo.get("layout")
-    if layout is None:
+    def stored_layout():
         if feature is None or threshold is None or roots is None:
             raise ValueError("FlatTreeEnsemble: the layout tensors (feature, threshold, roots, ...) are required")
         members = ()
@@ -670,14 +679,13 @@ def flat_tree_ensemble(x, /, *, kind="regressor", n_targets=1, aggregate_functio
             mv = np.asarray(membership_values, dtype=np.float64).reshape(-1)
             members = tuple(g[~np.isnan(g)] for g in np.split(mv, np.flatnonzero(np.isnan(mv))))
         n_weights = len(np.asarray(weight_value).reshape(-1)) if weight_value is not None else 0
-        if weight_leaf is None:  # (left out by the builder: leaf i has weight i)
-            weight_leaf = np.arange(n_weights)
-        if weight_target is None:  # (left out: every weight is for target 0)
-            weight_target = np.zeros(n_weights, dtype=np.int32)
-        layout = layout_from_tensors(feature, threshold, true_next, false_next, mode, roots, weight_leaf,
-                                     weight_target, weight_value, int(n_targets), members)
-        if ctx is not None:
-            ctx.memo["layout"] = layout
+        leaves = np.arange(n_weights) if weight_leaf is None else weight_leaf  # (left out: leaf i has weight i)
+        # (left out: every weight is for target 0)
+        targets = np.zeros(n_weights, dtype=np.int32) if weight_target is None else weight_target
+        return layout_from_tensors(feature, threshold, true_next, false_next, mode, roots, leaves, targets,
+                                   weight_value, int(n_targets), members)
+
+    layout = memo_layout(ctx, stored_layout)
     x = sc.as_float_rows("FlatTreeEnsemble", x, dtype=None) if kind != "ensemble5" else np.asarray(x)
     if kind == "classifier":
         labels = list(classlabels_strings) if classlabels_strings else list(classlabels_int64s or ())
