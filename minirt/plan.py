@@ -102,9 +102,10 @@ RUN_CANCEL: contextvars.ContextVar = contextvars.ContextVar("minirt_run_cancel",
 class _Step:
     """One node of a compiled plan."""
 
-    __slots__ = ("call", "ins", "fetch", "outs", "frees", "node", "op", "subgraphs", "accepts_out", "reads")
+    __slots__ = ("call", "ins", "fetch", "outs", "frees", "node", "op", "subgraphs", "accepts_out", "accepts_outs",
+                 "reads")
 
-    def __init__(self, call, ins, outs, frees, node, op, subgraphs, accepts_out=False):
+    def __init__(self, call, ins, outs, frees, node, op, subgraphs, accepts_out=False, accepts_outs=False):
         self.call = call  # kernel with attributes bound
         self.ins = ins  # tuple of slot indices, -1 for an absent optional input
         self.fetch = None  # env -> the call's positional arguments (set by the plan: Plan._fetcher)
@@ -114,6 +115,7 @@ class _Step:
         self.op = op  # reader.Operator
         self.subgraphs = subgraphs  # ((attribute name, Plan), ...) for control flow
         self.accepts_out = accepts_out  # the kernel takes out= (a buffer for its single result)
+        self.accepts_outs = accepts_outs  # the kernel takes out= (a tuple: a buffer or None per output)
         self.reads = ()  # slots read while it runs (inputs and subgraph captures), for the memory plan
 
 
@@ -427,7 +429,8 @@ class Plan:
             attrs["ctx"] = NodeContext(node.name, op.op_type, len(node.outputs), out_dtypes, opset)
         call = functools.partial(entry.fn, **attrs) if attrs else entry.fn
         accepts_out = entry.accepts_out and len(node.outputs) == 1 and not subgraphs
-        return _Step(call, node.inputs, node.outputs, frees, node, op, tuple(subgraphs), accepts_out)
+        accepts_outs = entry.accepts_outs and not subgraphs
+        return _Step(call, node.inputs, node.outputs, frees, node, op, tuple(subgraphs), accepts_out, accepts_outs)
 
     def declared_results(self) -> list | None:
         """What :meth:`execute` records (the shape and dtype of every ``accepts_out`` step's result, None
@@ -513,7 +516,7 @@ class Plan:
                     recorder.begin()
                 inlined = None
                 if o is not None:
-                    if MEMPLAN_CHECK:
+                    if MEMPLAN_CHECK and type(o) is not tuple:  # (a tuple: an accepts_outs step's bound buffers)
                         arena.check_out(self, i, step, args, o, env)
                     result = step.call(*args, out=o)
                 elif step.subgraphs:

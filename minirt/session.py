@@ -763,9 +763,16 @@ class Session:
         try:
             outs = list(arena.outs) if arena is not None else [None] * len(steps)
             producer = {v: i for i, st in enumerate(steps) if st.accepts_out for v in st.outs if v >= 0}
+            several = {v: (i, j) for i, st in enumerate(steps) if st.accepts_outs for j, v in enumerate(st.outs)
+                       if v >= 0}
             for slot, buf in zip(out_slots, buffers):
                 if buf is not None and slot in producer:
                     outs[producer[slot]] = buf
+                elif buf is not None and slot in several:  # (a tuple per step: a buffer or None per output)
+                    i, j = several[slot]
+                    bound = list(outs[i]) if type(outs[i]) is tuple else [None] * len(steps[i].outs)
+                    bound[j] = buf
+                    outs[i] = tuple(bound)
             _native.set_threads(self.threads)
             _blas.set_threads(1 if _native.available else self.threads)
             with _limits.limit(self.max_tensor_bytes):

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from minirt import native as _native
 from minirt.kernels.registry import is_constant, kernel, remember
 from minirt.kernels.transformer import rotate_pairs
 
@@ -61,6 +62,19 @@ def dequantize_nbits(B, scales, zero_points, K: int, N: int, bits: int, block_si
         raise ValueError(f"MatMulNBits: block_size={block_size} must be a power of two and at least 16")
     if K <= 0 or N <= 0:
         raise ValueError(f"MatMulNBits: K={K} and N={N} must be positive")
+    B, s = _checked_weights(B, scales, K, N, bits, block_size)
+    n_blocks, blob = s.shape[1], B.shape[1] // s.shape[1]
+    s = s.reshape(N, n_blocks, 1)
+    q = _unpack(B.reshape(N, n_blocks, blob), bits)  # [N, k_blocks, block_size] uint8
+    zp = _zero_points(zero_points, N, n_blocks, bits)
+    zp = zp.reshape(N, n_blocks, 1) if zp.ndim else zp
+    w = (q.astype(np.float32) - zp) * s  # float32 [N, k_blocks, block_size]
+    return np.ascontiguousarray(w.reshape(N, n_blocks * block_size)[:, :K])
+
+
+def _checked_weights(B, scales, K: int, N: int, bits: int, block_size: int) -> tuple:
+    """MatMulNBits' B as uint8 [N, k_blocks * blob_size] and scales as float32 [N, k_blocks], their
+    sizes checked against K, N, bits and block_size."""
     n_blocks = -(-K // block_size)
     blob = block_size * bits // 8
     B = np.asarray(B)
@@ -72,26 +86,24 @@ def dequantize_nbits(B, scales, zero_points, K: int, N: int, bits: int, block_si
     s = np.asarray(scales)
     if s.size != N * n_blocks:
         raise ValueError(f"MatMulNBits: scales has shape {s.shape}, expected [N={N}, k_blocks={n_blocks}]")
-    s = s.astype(np.float32).reshape(N, n_blocks, 1)
-    q = _unpack(B.reshape(N, n_blocks, blob), bits)  # [N, k_blocks, block_size] uint8
+    return B.reshape(N, n_blocks * blob), s.astype(np.float32).reshape(N, n_blocks)
+
+
+def _zero_points(zero_points, N: int, n_blocks: int, bits: int) -> np.ndarray:
+    """MatMulNBits' zero points as float32 [N, k_blocks] (a float32 scalar 2^(bits-1) when absent):
+    uint8 ones packed like B (low bits first), float ones as they are."""
     if zero_points is None:
-        zp = np.float32(1 << (bits - 1))
-    else:
-        z = np.asarray(zero_points)
-        if z.dtype == np.uint8:
-            zp_bytes = -(-n_blocks * bits // 8)
-            if z.size != N * zp_bytes:
-                raise ValueError(f"MatMulNBits: packed uint8 zero_points has shape {z.shape}, expected "
-                                 f"[N={N}, ceil(k_blocks * bits / 8)={zp_bytes}]")
-            zp = _unpack(z.reshape(N, zp_bytes), bits)[:, :n_blocks].astype(np.float32)
-        else:
-            if z.size != N * n_blocks:
-                raise ValueError(f"MatMulNBits: float zero_points has shape {z.shape}, expected "
-                                 f"[N={N}, k_blocks={n_blocks}]")
-            zp = z.astype(np.float32)
-        zp = zp.reshape(N, n_blocks, 1)
-    w = (q.astype(np.float32) - zp) * s  # float32 [N, k_blocks, block_size]
-    return np.ascontiguousarray(w.reshape(N, n_blocks * block_size)[:, :K])
+        return np.float32(1 << (bits - 1))
+    z = np.asarray(zero_points)
+    if z.dtype == np.uint8:
+        zp_bytes = -(-n_blocks * bits // 8)
+        if z.size != N * zp_bytes:
+            raise ValueError(f"MatMulNBits: packed uint8 zero_points has shape {z.shape}, expected "
+                             f"[N={N}, ceil(k_blocks * bits / 8)={zp_bytes}]")
+        return _unpack(z.reshape(N, zp_bytes), bits)[:, :n_blocks].astype(np.float32)
+    if z.size != N * n_blocks:
+        raise ValueError(f"MatMulNBits: float zero_points has shape {z.shape}, expected [N={N}, k_blocks={n_blocks}]")
+    return z.astype(np.float32).reshape(N, n_blocks)
 
 
 def _int8_operands(B, scales, zero_points, K: int, N: int, bits: int, block_size: int):
@@ -126,6 +138,36 @@ def _matmul_int8(a: np.ndarray, wq: np.ndarray, s: np.ndarray, K: int, block_siz
     return y.reshape(*a.shape[:-1], -1)
 
 
+def _pack_scales(s: np.ndarray) -> np.ndarray:
+    """Per-column, per-block values s [N, k_blocks] in the native kernel's layout: [groups of 16 columns,
+    k_blocks, 16] (zeros past N)."""
+    N, n_blocks = s.shape
+    groups = -(-N // 16)
+    padded = np.zeros((groups * 16, n_blocks), np.float32)
+    padded[:N] = s
+    return np.ascontiguousarray(padded.reshape(groups, 16, n_blocks).transpose(0, 2, 1))
+
+
+def _pack_nibbles(b: np.ndarray, N: int, block_size: int) -> np.ndarray:
+    """4-bit weights b [N, k_blocks * block_size / 2] in the native kernel's layout (minirt/native/
+    nbits_impl.h): by groups of 16 columns (zeros past N), per chunk of 32 K values four rows of 64 bytes,
+    byte 4 l + t of row i holding q[l, 4 i + t] (low nibble) and q[l, 16 + 4 i + t] (high nibble)."""
+    groups, kp = -(-N // 16), b.shape[1] * 2
+    q = np.zeros((groups * 16, kp), np.uint8)
+    q[:N] = _unpack(b, 4)
+    q = q.reshape(groups, 16, kp // 32, 2, 4, 4)  # group, column, chunk, half, row i, t
+    return np.ascontiguousarray((q[:, :, :, 0] | (q[:, :, :, 1] << 4)).transpose(0, 2, 3, 1, 4))
+
+
+def _fused_weights(B, scales, zero_points, K: int, N: int, block_size: int, bias=None):
+    """The native kernel's form of constant 4-bit weights (minirt/native/nbits_impl.h): the nibbles, the
+    scales and scale * zero point repacked by groups of 16 columns."""
+    b, s = _checked_weights(B, scales, K, N, 4, block_size)
+    zs = s * _zero_points(zero_points, N, s.shape[1], 4)
+    return _native.qnbits_weights(_pack_nibbles(b, N, block_size), _pack_scales(s), _pack_scales(zs), bias, N, K,
+                                  block_size)
+
+
 @kernel("MatMulNBits", since=1, domain=MS, context=True)
 def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4, block_size,
                  accuracy_level=0, weight_prepacked=0, ctx=None):
@@ -148,16 +190,27 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
         raise ValueError(f"MatMulNBits: A has shape {a.shape}, its last dimension must be K={K}")
     int8 = int(accuracy_level) == 4 and (zero_points is None or np.asarray(zero_points).dtype == np.uint8)
     memo = ctx.memo if ctx is not None and is_constant(B, scales, zero_points) else None
-    key = ("int8" if int8 else "w", id(B), id(scales), id(zero_points))
+    fused = int8 and memo is not None and int(bits) == 4 and int(block_size) >= 32 and _native.available
+    key = ("fused" if fused else "int8" if int8 else "w", id(B), id(scales), id(zero_points))
     operands = memo.get(key) if memo is not None else None
     if operands is None:
-        if int8:
+        if fused:
+            operands = _fused_weights(B, scales, zero_points, K, N, int(block_size))
+        elif int8:
             operands = _int8_operands(B, scales, zero_points, K, N, int(bits), int(block_size))
         else:  # [K, N]
             operands = np.ascontiguousarray(dequantize_nbits(B, scales, zero_points, K, N, int(bits),
                                                              int(block_size)).T)
         remember(memo, key, operands)
-    y = _matmul_int8(a, *operands, K, int(block_size)) if int8 else np.matmul(a, operands)
+    if fused:
+        rows = a.reshape(-1, K)
+        rows = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)
+        y = np.empty((rows.shape[0], N), np.float32)
+        work = np.empty(_native.qnbits_workspace_bytes(rows.shape[0], K, int(block_size)), np.uint8)
+        _native.qnbits_matmul(operands, rows, y, work)
+        y = y.reshape(*a.shape[:-1], N)
+    else:
+        y = _matmul_int8(a, *operands, K, int(block_size)) if int8 else np.matmul(a, operands)
     if bias is not None:
         b = np.asarray(bias)
         if b.size != N:
@@ -281,14 +334,35 @@ _GQA_UNSUPPORTED_INPUTS = {10: "attention_bias", 11: "head_sink", 12: "k_scale",
                            14: "q_norm_weight", 15: "k_norm_weight", 16: "query_seqlens"}
 
 
-@kernel("GroupQueryAttention", since=1, domain=MS, context=True)
+def _present_buffer(out, j: int, shape: tuple, dt) -> np.ndarray | None:
+    """The caller's buffer for output ``j`` when it fits exactly (float32 model, C-contiguous,
+    writeable, the present's shape), else None."""
+    b = out[j] if type(out) is tuple and j < len(out) else None
+    if (type(b) is np.ndarray and dt == np.float32 and b.dtype == np.float32 and b.shape == shape
+            and b.flags.c_contiguous and b.flags.writeable):
+        return b
+    return None
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same bytes (same start, shape and strides)."""
+    return (a.shape == b.shape and a.strides == b.strides
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def _zeroed(b: np.ndarray) -> np.ndarray:
+    b[...] = 0
+    return b
+
+
+@kernel("GroupQueryAttention", since=1, domain=MS, context=True, outs=True)
 def group_query_attention(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,
                           total_sequence_length=None, cos_cache=None, sin_cache=None, position_ids=None,
                           *extra, num_heads, kv_num_heads, scale=0.0, softcap=0.0, local_window_size=-1,
                           do_rotary=0, rotary_interleaved=0, causal=1, smooth_softmax=0, qk_output=0,
                           sliding_window_cache=0, kv_cache_bit_width=0, k_quant_type="NONE",
                           v_quant_type="NONE", qk_norm_epsilon=1e-6, q_norm_epsilon=1e-6, k_norm_epsilon=1e-6,
-                          ctx=None):
+                          ctx=None, out=None):
     """onnxruntime's GroupQueryAttention, CPU semantics, float32.
 
     query [B, S, num_heads * D] (or packed [B, S, (num_heads + 2 * kv_num_heads) * D] with key and
@@ -307,7 +381,13 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
     first prompt: its padding rows see the real tokens only; their keys still go to present), and, with
     local_window_size = W > 0, only to the last W of them: j > past_b + s - W; q head h reads kv head h // (num_heads / kv_num_heads).
     logits = scale * q.k (scale 0: 1/sqrt(D)), softcap c > 0: c * tanh(logits / c); softmax; @ v.
-    Outputs: output [B, S, num_heads * D], present_key, present_value."""
+    Outputs: output [B, S, num_heads * D], present_key, present_value.
+
+    ``out`` (IOBinding runs, registry ``outs=True``): the caller's buffers for (output, present_key,
+    present_value).  A present buffer that is the past input's own memory (onnxruntime's
+    past_present_share_buffer; what minirt.genai binds) is appended to in place: only the S new
+    positions are written, the past is not copied and positions past each sequence's total keep
+    what they held.  Another exactly fitting present buffer is filled directly (zeros past the totals)."""
     for i, t in enumerate(extra, start=10):
         if t is not None:
             raise NotImplementedError(f"GroupQueryAttention: the {_GQA_UNSUPPORTED_INPUTS.get(i, f'#{i}')} input "
@@ -397,9 +477,14 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
     q = q.transpose(0, 2, 1, 3)  # [B, H, S, D]
     k = k.transpose(0, 2, 1, 3)  # [B, KVH, S, D]
 
-    present_k = np.zeros((B, KVH, T, D), np.float32)
-    present_v = np.zeros((B, KVH, T, D), np.float32)
-    out = np.empty((B, H, S, D), np.float32)
+    present_k = _present_buffer(out, 1, (B, KVH, T, D), dt)
+    present_v = _present_buffer(out, 2, (B, KVH, T, D), dt)
+    shared = (past_key is not None and present_k is not None and present_v is not None and P == T
+              and _same_memory(present_k, pk) and _same_memory(present_v, pv))
+    if not shared:  # (a present of its own: zeros past each sequence's total, as onnxruntime's)
+        present_k = np.zeros((B, KVH, T, D), np.float32) if present_k is None else _zeroed(present_k)
+        present_v = np.zeros((B, KVH, T, D), np.float32) if present_v is None else _zeroed(present_v)
+    att = np.empty((B, H, S, D), np.float32)
     s_ = np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))
     group = H // KVH
     rows = np.arange(S)[:, None]
@@ -407,7 +492,7 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         pb, tb = int(pasts[b]), int(pasts[b]) + S
         if tb > T:
             raise ValueError(f"GroupQueryAttention: sequence {b} needs {tb} positions, the present holds {T}")
-        if pb:
+        if pb and not shared:
             present_k[b, :, :pb] = pk[b, :, :pb]
             present_v[b, :, :pb] = pv[b, :, :pb]
         present_k[b, :, pb:tb] = k[b]
@@ -428,8 +513,8 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         m = logits.max(axis=-1, keepdims=True)
         e = np.exp(logits - m)
         probs = e / e.sum(axis=-1, keepdims=True)
-        out[b] = np.matmul(probs.reshape(KVH, group * S, tb), vv).reshape(H, S, D)
-    y = out.transpose(0, 2, 1, 3).reshape(B, S, H * D)
+        att[b] = np.matmul(probs.reshape(KVH, group * S, tb), vv).reshape(H, S, D)
+    y = att.transpose(0, 2, 1, 3).reshape(B, S, H * D)
     outs = (y.astype(dt, copy=False), present_k.astype(dt, copy=False), present_v.astype(dt, copy=False))
     n = ctx.n_outputs if ctx is not None else 1
     return outs[0] if n == 1 else outs[:n]

@@ -36,6 +36,13 @@ parameter (not an ONNX attribute: it is left out of :attr:`KernelEntry.attribute
 Such a kernel uses ``out`` only when it has exactly the result's shape and
 dtype (it is C-contiguous), and returns either ``out`` or a fresh array: never
 a view of one of its inputs.  The session's memory plan (D17) relies on that.
+
+Kernels with several results that can write them into caller's buffers register with ``outs=True``
+and take a keyword-only ``out=None`` too: when given, a tuple with one entry per node output, the
+caller's array or None (only IOBinding runs with bound outputs give it, ``Session._run_into``).
+Such a kernel returns, for each output, that array (written in place: the session then copies
+nothing) or a fresh one (which the session copies into the buffer).  GroupQueryAttention uses it to
+append to a KV cache in place when the bound present buffer is the past input's memory.
 """
 from __future__ import annotations
 
@@ -97,21 +104,23 @@ class KernelEntry:
     the function's signature, computed on first use (not at import: most
     kernels of a family are never looked up by a given model)."""
 
-    __slots__ = ("domain", "op_type", "since", "fn", "context", "accepts_out", "_sig")
+    __slots__ = ("domain", "op_type", "since", "fn", "context", "accepts_out", "accepts_outs", "_sig")
 
-    def __init__(self, domain: str, op_type: str, since: int, fn: KernelFn, context: bool, accepts_out: bool = False):
+    def __init__(self, domain: str, op_type: str, since: int, fn: KernelFn, context: bool, accepts_out: bool = False,
+                 accepts_outs: bool = False):
         self.domain = domain
         self.op_type = op_type
         self.since = since
         self.fn = fn
         self.context = context
         self.accepts_out = accepts_out  # takes out= (a buffer for its result); see the module docstring
+        self.accepts_outs = accepts_outs  # takes out= (a tuple of buffers, one per output); the module docstring
         self._sig = None
 
     def _signature_facts(self) -> tuple:
         if self._sig is None:
             attrs = _accepted_attributes(self.fn, self.context)
-            if attrs is not None and self.accepts_out:
+            if attrs is not None and (self.accepts_out or self.accepts_outs):
                 attrs = attrs - {"out"}
             self._sig = (attrs, _required_inputs(self.fn))
         return self._sig
@@ -166,10 +175,11 @@ def _required_inputs(fn: KernelFn) -> int:
 
 
 def kernel(
-    op_type: str, since: int = 1, domain: str = "", context: bool = False, out: bool = False
+    op_type: str, since: int = 1, domain: str = "", context: bool = False, out: bool = False, outs: bool = False
 ) -> Callable[[KernelFn], KernelFn]:
     """Register ``fn`` as the CPU kernel for ``domain::op_type`` from opset ``since``
-    (``out=True``: it takes a keyword-only ``out`` buffer, see the module docstring)."""
+    (``out=True``: it takes a keyword-only ``out`` buffer; ``outs=True``: a tuple of them, one per
+    output; see the module docstring)."""
 
     def register(fn: KernelFn) -> KernelFn:
         index = _index()
@@ -177,7 +187,7 @@ def kernel(
             owners = index.get((domain, op_type))
             if owners is not None and fn.__module__.rpartition(".")[2] not in owners:
                 return fn  # another family provides this operator (see the module docstring)
-        entry = KernelEntry(domain, op_type, since, fn, context, out)
+        entry = KernelEntry(domain, op_type, since, fn, context, out, outs)
         entries = _REGISTRY.setdefault((domain, op_type), [])
         if any(e.since == since for e in entries):
             raise RuntimeError(f"kernel {domain or 'ai.onnx'}::{op_type} since {since} registered twice")

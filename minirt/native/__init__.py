@@ -53,7 +53,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 22
+ABI_VERSION = 23
 
 
 def _truthy(value: str | None) -> bool:
@@ -1428,3 +1428,36 @@ def tree_votes(ens, x, scores, has) -> None:
                                      _ffi.from_buffer("uint8_t[]", has), threads()))
     if rc != 0:
         raise ValueError(f"minirt native trees: bad parameters (code {rc}) for X {x.shape}")
+
+
+# --------------------------------------------------------------------------- 4-bit block-quantized products
+
+def qnbits_weights(b, scales, zs, bias, N: int, K: int, block_size: int):
+    """The ``mrt_qnbits_weights`` of a MatMulNBits node (4 bits, block_size a power of two >= 32), keeping
+    its arrays alive: ``b`` uint8 and ``scales`` float32 packed by groups of 16 columns (kernels.h;
+    minirt/kernels/decoder.py, _pack_nibbles), ``zs`` float32 in the scales' layout (scale * zero point),
+    ``bias`` float32 (N) or None.  Sizes checked here: the C side trusts them."""
+    kb = -(-K // block_size)
+    groups = -(-N // 16)
+    if block_size < 32 or block_size & (block_size - 1) or b.nbytes != groups * kb * block_size // 32 * 256 \
+            or scales.size != groups * kb * 16 or zs.size != groups * kb * 16 or (bias is not None and bias.size != N):
+        raise ValueError(f"minirt native qnbits: weights {b.shape} / scales {scales.shape} / zs {zs.shape} do not "
+                         f"fit N={N}, K={K}, block_size={block_size}")
+    return _new("mrt_qnbits_weights *", {
+        "N": N, "K": K, "block_size": block_size, "b": _ffi.from_buffer("uint8_t[]", b),
+        "scales": _ptr(scales), "zs": _ptr(zs), "bias": _opt(bias)}, b, scales, zs, bias)
+
+
+def qnbits_workspace_bytes(M: int, K: int, block_size: int) -> int:
+    """The bytes of scratch :func:`qnbits_matmul` needs for M rows."""
+    return int(_lib.mrt_qnbits_workspace(M, K, block_size))
+
+
+def qnbits_matmul(w, a, y, workspace) -> None:
+    """y (M, N) = a (M, K) . W^T (+ bias) for the :func:`qnbits_weights` ``w`` at accuracy_level 4 (a
+    quantized to int8 per block inside); a, y float32 C-contiguous; ``workspace`` a uint8 array of
+    :func:`qnbits_workspace_bytes` bytes.  Not recordable (decoders change shape every token)."""
+    rc = _call(_lib.mrt_qnbits_matmul, (w, _ptr(a), a.shape[0], _ptr(y), _ffi.from_buffer("uint8_t[]", workspace),
+                                        threads()))
+    if rc != 0:
+        raise ValueError(f"minirt native qnbits: bad parameters (code {rc}) for A {a.shape}")

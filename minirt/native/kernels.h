@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 22
+#define MRT_ABI_VERSION 23
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -550,6 +550,29 @@ typedef struct {
 } mrt_tree_ensemble;
 int mrt_tree_votes(const mrt_tree_ensemble *e, const void *x, long n, long n_features, void *scores, uint8_t *has,
                    int nthreads);
+
+/* ------------------------------------------------------------------ 4-bit block-quantized products (nbits_impl.h)
+ *
+ * mrt_qnbits_matmul: y (M, N) = a (M, K) . W^T (+ bias) with W as com.microsoft::MatMulNBits stores
+ * 4-bit weights, at its accuracy_level 4 (onnxruntime's CompInt8): every block of block_size values of
+ * a row of a is quantized to int8 symmetrically (scale max|a| / 127, round half to even), the integer
+ * dot products with the unsigned nibbles q are exact, and W[n, k] = (q - zp) * scale.  The weights are
+ * repacked by groups of 16 columns (the layout in nbits_impl.h; minirt/kernels/decoder.py builds it):
+ * b uint8 (ceil(N / 16), kc, 4, 16, 4) with kc = kb * block_size / 32, kb = ceil(K / block_size)
+ * (past K and past N: zeros); scales (ceil(N / 16), kb, 16) likewise, and zs = scale * zero point (8
+ * for a model without zero points) in the scales' layout; bias (N) or NULL.  block_size a power of two
+ * >= 32.
+ * workspace: mrt_qnbits_workspace(M, K, block_size) bytes.  Threads split the column groups.
+ * Returns 0, or -2 for bad parameters. */
+typedef struct {
+    int N, K, block_size;
+    const uint8_t *b;
+    const float *scales;
+    const float *zs;
+    const float *bias;
+} mrt_qnbits_weights;
+long mrt_qnbits_workspace(int M, int K, int block_size);
+int mrt_qnbits_matmul(const mrt_qnbits_weights *w, const float *a, int M, float *y, void *workspace, int nthreads);
 
 /* ------------------------------------------------------------------ native programs
  *

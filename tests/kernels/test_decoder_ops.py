@@ -361,6 +361,43 @@ def test_group_query_attention_preallocated_past_buffer():
     assert actual[1].shape == (B, KVH, P, D)
 
 
+def test_group_query_attention_appends_in_place_to_a_shared_kv_buffer():
+    # minirt.genai's decode loop: past and present bound to the same preallocated buffers (onnxruntime's
+    # past_present_share_buffer).  Each step writes only its new positions into those buffers (rows past
+    # the total keep their NaN sentinel: nothing copied or cleared), and every output equals
+    # onnxruntime's, which is fed a snapshot of the buffers and returns its own present.
+    from minirt.ort_compat import OrtValue
+
+    B, H, KVH, D, M = 1, 4, 2, 16, 12
+    caches = _caches(32, D // 2)
+    prompt = 5
+    kbuf = np.full((B, KVH, M, D), np.nan, np.float32)
+    vbuf = np.full((B, KVH, M, D), np.nan, np.float32)
+    total = 0
+    for S in (prompt, 1, 1, 1):
+        model = _gqa_model(B, S, H, KVH, D, M, caches)
+        feeds = _gqa_feeds(B, S, H, KVH, D, M)
+        total += S
+        feeds.update(past_k=kbuf, past_v=vbuf, seqlens_k=np.array([total - 1], np.int32),
+                     total=np.array(total, np.int32))
+        ref_feeds = {k: (np.nan_to_num(v) if k.startswith("past") else v) for k, v in feeds.items()}
+        expected, _ = _compare_raw(model, ref_feeds)
+        sess = minirt.Session(build(model.SerializeToString(), None).data)
+        binding = sess.io_binding()
+        for k, v in feeds.items():
+            binding.bind_cpu_input(k, v)
+        binding.bind_output("out")
+        binding.bind_ortvalue_output("present_k", OrtValue.ortvalue_from_numpy(kbuf))
+        binding.bind_ortvalue_output("present_v", OrtValue.ortvalue_from_numpy(vbuf))
+        sess.run_with_iobinding(binding)
+        out, pk, pv = (v.numpy() for v in binding.get_outputs())
+        assert np.shares_memory(pk, kbuf) and np.shares_memory(pv, vbuf)
+        np.testing.assert_allclose(out, expected[0], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(kbuf[:, :, :total], expected[1][:, :, :total], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(vbuf[:, :, :total], expected[2][:, :, :total], rtol=RTOL, atol=ATOL)
+        assert np.isnan(kbuf[:, :, total:]).all() and np.isnan(vbuf[:, :, total:]).all()
+
+
 @pytest.mark.parametrize("B,S,P,pos", [
     (1, 1, 6, [[9]]), (2, 1, 6, [[3], [11]]),      # decode: each sequence at its own position
     (1, 3, 4, [[4, 9, 6]]),                         # new tokens after a past: as given
