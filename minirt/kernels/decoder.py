@@ -334,6 +334,37 @@ _GQA_UNSUPPORTED_INPUTS = {10: "attention_bias", 11: "head_sink", 12: "k_scale",
                            14: "q_norm_weight", 15: "k_norm_weight", 16: "query_seqlens"}
 
 
+def _attention_numpy(q, present_k, present_v, pasts, totals, scale, softcap, window: int) -> np.ndarray:
+    """GroupQueryAttention's attention in numpy (the native one: minirt/native/attention_impl.h): q [B, S,
+    H, D] rotated, the caches [B, KVH, T, D] with the new positions written; output [B, S, H * D]."""
+    B, S, H, D = q.shape
+    KVH = present_k.shape[1]
+    group = H // KVH
+    q = q.transpose(0, 2, 1, 3)  # [B, H, S, D]
+    att = np.empty((B, H, S, D), np.float32)
+    rows = np.arange(S)[:, None]
+    for b in range(B):
+        pb, tb = int(pasts[b]), int(pasts[b]) + S
+        kk = present_k[b, :, :tb]  # [KVH, tb, D]
+        vv = present_v[b, :, :tb]
+        qb = q[b].reshape(KVH, group * S, D)  # q heads h = kvh * group + g share kv head kvh
+        logits = np.matmul(qb, kk.transpose(0, 2, 1)) * scale  # [KVH, group * S, tb]
+        logits = logits.reshape(KVH, group, S, tb)
+        if softcap and softcap > 0:
+            c = np.float32(softcap)
+            logits = c * np.tanh(logits / c)
+        cols = np.arange(tb)[None, :]
+        allowed = (cols <= pb + rows) & (cols < int(totals[b]))  # [S, tb]; a padded prompt: keys < total_b
+        if window:  # the last W keys, the query's own included
+            allowed &= cols > pb + rows - window
+        logits = np.where(allowed, logits, np.float32(-np.inf))
+        m = logits.max(axis=-1, keepdims=True)
+        e = np.exp(logits - m)
+        probs = e / e.sum(axis=-1, keepdims=True)
+        att[b] = np.matmul(probs.reshape(KVH, group * S, tb), vv).reshape(H, S, D)
+    return att.transpose(0, 2, 1, 3).reshape(B, S, H * D)
+
+
 def _present_buffer(out, j: int, shape: tuple, dt) -> np.ndarray | None:
     """The caller's buffer for output ``j`` when it fits exactly (float32 model, C-contiguous,
     writeable, the present's shape), else None."""
@@ -474,7 +505,6 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         sin = _gather_cache(sin_c, pos, "GroupQueryAttention")[:, :, None, :]
         q = rotate_pairs(q, cos, sin, bool(rotary_interleaved))
         k = rotate_pairs(k, cos, sin, bool(rotary_interleaved))
-    q = q.transpose(0, 2, 1, 3)  # [B, H, S, D]
     k = k.transpose(0, 2, 1, 3)  # [B, KVH, S, D]
 
     present_k = _present_buffer(out, 1, (B, KVH, T, D), dt)
@@ -484,11 +514,7 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
     if not shared:  # (a present of its own: zeros past each sequence's total, as onnxruntime's)
         present_k = np.zeros((B, KVH, T, D), np.float32) if present_k is None else _zeroed(present_k)
         present_v = np.zeros((B, KVH, T, D), np.float32) if present_v is None else _zeroed(present_v)
-    att = np.empty((B, H, S, D), np.float32)
-    s_ = np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))
-    group = H // KVH
-    rows = np.arange(S)[:, None]
-    for b in range(B):
+    for b in range(B):  # the cache: the past (unless shared), then the S new positions
         pb, tb = int(pasts[b]), int(pasts[b]) + S
         if tb > T:
             raise ValueError(f"GroupQueryAttention: sequence {b} needs {tb} positions, the present holds {T}")
@@ -497,24 +523,16 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
             present_v[b, :, :pb] = pv[b, :, :pb]
         present_k[b, :, pb:tb] = k[b]
         present_v[b, :, pb:tb] = v[b]
-        kk = present_k[b, :, :tb]  # [KVH, tb, D]
-        vv = present_v[b, :, :tb]
-        qb = q[b].reshape(KVH, group * S, D)  # q heads h = kvh * group + g share kv head kvh
-        logits = np.matmul(qb, kk.transpose(0, 2, 1)) * s_  # [KVH, group * S, tb]
-        logits = logits.reshape(KVH, group, S, tb)
-        if softcap and softcap > 0:
-            c = np.float32(softcap)
-            logits = c * np.tanh(logits / c)
-        cols = np.arange(tb)[None, :]
-        allowed = (cols <= pb + rows) & (cols < int(totals[b]))  # [S, tb]; a padded prompt: keys < total_b
-        if local_window_size is not None and local_window_size > 0:  # the last W keys, the query's own included
-            allowed &= cols > pb + rows - int(local_window_size)
-        logits = np.where(allowed, logits, np.float32(-np.inf))
-        m = logits.max(axis=-1, keepdims=True)
-        e = np.exp(logits - m)
-        probs = e / e.sum(axis=-1, keepdims=True)
-        att[b] = np.matmul(probs.reshape(KVH, group * S, tb), vv).reshape(H, S, D)
-    y = att.transpose(0, 2, 1, 3).reshape(B, S, H * D)
+    s_ = np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))
+    window = int(local_window_size) if local_window_size is not None and local_window_size > 0 else 0
+    if _native.available:
+        y = np.empty((B, S, H, D), np.float32)
+        _native.gqa_attention(np.ascontiguousarray(q), present_k, present_v, np.ascontiguousarray(pasts, np.int64),
+                              np.ascontiguousarray(totals, np.int64), y, KVH, float(s_),
+                              float(softcap) if softcap and softcap > 0 else 0.0, window)
+        y = y.reshape(B, S, H * D)
+    else:
+        y = _attention_numpy(q, present_k, present_v, pasts, totals, s_, softcap, window)
     outs = (y.astype(dt, copy=False), present_k.astype(dt, copy=False), present_v.astype(dt, copy=False))
     n = ctx.n_outputs if ctx is not None else 1
     return outs[0] if n == 1 else outs[:n]

@@ -53,7 +53,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 23
+ABI_VERSION = 24
 
 
 def _truthy(value: str | None) -> bool:
@@ -1461,3 +1461,29 @@ def qnbits_matmul(w, a, y, workspace) -> None:
                                         threads()))
     if rc != 0:
         raise ValueError(f"minirt native qnbits: bad parameters (code {rc}) for A {a.shape}")
+
+
+# --------------------------------------------------------------------------- attention over a KV cache
+
+def gqa_attention(q, k_cache, v_cache, pasts, totals, out, kv_heads: int, scale: float, softcap: float,
+                  local_window: int) -> None:
+    """GroupQueryAttention's attention (kernels.h, mrt_gqa_attention_f32): q / out float32 [B, S, H, D],
+    k_cache / v_cache float32 [B, KVH, T, D] holding positions [0, totals[b]) of each sequence, pasts /
+    totals int64 [B]; all C-contiguous.  Not recordable."""
+    B, S, H, D = q.shape
+    if k_cache.shape != v_cache.shape or k_cache.shape[:2] != (B, kv_heads) or k_cache.shape[3] != D \
+            or out.shape != q.shape or pasts.shape != (B,) or totals.shape != (B,):
+        raise ValueError(f"minirt native attention: q {q.shape}, caches {k_cache.shape} / {v_cache.shape}, out "
+                         f"{out.shape} do not fit")
+    shape = _ffi.new("mrt_attention_shape *", {
+        "batch": B, "seq": S, "heads": H, "kv_heads": kv_heads, "head_size": D, "capacity": k_cache.shape[2],
+        "scale": scale, "softcap": softcap, "local_window": local_window})
+    rc = _call(_lib.mrt_gqa_attention_f32, (shape, _ptr(q), _ptr(k_cache), _ptr(v_cache),
+                                            _ffi.from_buffer("int64_t[]", pasts), _ffi.from_buffer("int64_t[]", totals),
+                                            _ptr(out), threads()))
+    if rc == -1:
+        raise no_scratch("minirt native attention")
+    if rc != 0:
+        raise ValueError(f"minirt native attention: bad parameters (code {rc}): pasts {pasts.tolist()}, totals "
+                         f"{totals.tolist()} for {S} new positions in a cache of {k_cache.shape[2]}")
+

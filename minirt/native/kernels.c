@@ -2331,3 +2331,4 @@ int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float 
 #include "program_impl.h"
 #include "trees_impl.h"
 #include "nbits_impl.h"
+#include "attention_impl.h"

@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 23
+#define MRT_ABI_VERSION 24
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -573,6 +573,25 @@ typedef struct {
 } mrt_qnbits_weights;
 long mrt_qnbits_workspace(int M, int K, int block_size);
 int mrt_qnbits_matmul(const mrt_qnbits_weights *w, const float *a, int M, float *y, void *workspace, int nthreads);
+
+/* ------------------------------------------------------------------ attention over a KV cache (attention_impl.h)
+ *
+ * mrt_gqa_attention_f32: GroupQueryAttention's attention, float32.  q and out [batch, seq, heads,
+ * head_size] (the op's [B, S, H * D]), the queries already rotated; k_cache / v_cache [batch, kv_heads,
+ * capacity, head_size] holding every sequence's keys / values at positions [0, totals[b]) (the new
+ * ones included).  Query position s of sequence b sees keys j with j <= pasts[b] + s and j < totals[b]
+ * and, with local_window W > 0, j > pasts[b] + s - W; head h reads kv head h / (heads / kv_heads).
+ * logits = scale * q.k (softcap c > 0: c * tanh(logits / c)), softmax, times v.  A row with no key
+ * gets zeros.  Threads split the (sequence, kv head) pairs.  Returns 0, -1 when scratch memory ran
+ * out, -2 for bad parameters. */
+typedef struct {
+    int batch, seq, heads, kv_heads, head_size;
+    long capacity;
+    float scale, softcap;
+    int local_window;
+} mrt_attention_shape;
+int mrt_gqa_attention_f32(const mrt_attention_shape *s, const float *q, const float *k_cache, const float *v_cache,
+                          const int64_t *pasts, const int64_t *totals, float *out, int nthreads);
 
 /* ------------------------------------------------------------------ native programs
  *

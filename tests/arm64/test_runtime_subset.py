@@ -178,7 +178,7 @@ data = np.load(f"{art}/{name}.npz")
 err = float(np.abs(y - data["out.logits"]).max())
 chosen = {"isa": native.isa, "qgemm_isa": native.qgemm_isa, "describe": native.describe()}
 # the int8 GEMM on every level this CPU can run: exact against numpy's integer math
-exact, timing = {}, {}
+exact, timing, nbits = {}, {}, {}
 if native.available:
     import time
     rng = np.random.default_rng(0)
@@ -195,6 +195,20 @@ if native.available:
                 native.qgemm(native.qpack(w), m, k, x, zp, np.ones(m, np.float32), c)
                 ok = ok and np.array_equal(c, (w.astype(np.int64) @ (x.astype(np.int64) - zp)).astype(np.float32))
         exact[f"{level}->{got}/{native.qgemm_isa}"] = bool(ok)
+        # the 4-bit MatMulNBits product (nbits_impl.h) of this level against decoder.py's numpy reference
+        from minirt.kernels import decoder
+        nb_ok = True
+        for rows, K, N, bs in ((1, 64, 20, 32), (5, 96, 37, 32), (3, 256, 16, 64)):
+            B = rng.integers(0, 256, (N, -(-K // bs), bs // 2), dtype=np.uint8)
+            sc = (rng.random((N, -(-K // bs))) * 0.1 + 0.01).astype(np.float32)
+            zp = rng.integers(0, 256, (N, -(-K // bs // 2) or 1), dtype=np.uint8) if rows != 1 else None
+            a = rng.standard_normal((rows, K)).astype(np.float32)
+            ref = decoder._matmul_int8(a, *decoder._int8_operands(B, sc, zp, K, N, 4, bs), K, bs)
+            y = np.empty((rows, N), np.float32)
+            work = np.empty(native.qnbits_workspace_bytes(rows, K, bs), np.uint8)
+            native.qnbits_matmul(decoder._fused_weights(B, sc, zp, K, N, bs), a, y, work)
+            nb_ok = nb_ok and bool(np.allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max()))
+        nbits[got] = nb_ok
         # indicative only: qemu does not model the core's timing
         m, k, n = 64, 288, 200
         w = rng.integers(-128, 128, (m, k), dtype=np.int8)
@@ -209,7 +223,7 @@ if native.available:
         timing[f"{got}/{native.qgemm_isa}"] = round(min(ts) * 1e3, 2)
     native.select_isa("best")
 print(json.dumps({"features": native.features, "available": native.available, "err": err, **chosen,
-                  "exact": exact, "qgemm_64x288x200_ms": timing}))
+                  "exact": exact, "nbits": nbits, "qgemm_64x288x200_ms": timing}))
 """
 
 
@@ -241,6 +255,9 @@ def test_one_install_on_every_pi_cpu(artifacts, cpu):
         assert len(got["exact"]) == 4 and all(got["exact"].values()), got["exact"]
         assert ("best->dotprod/dotprod" in got["exact"]) is dotprod
         assert "baseline->baseline/portable" in got["exact"]
+        # MatMulNBits: SDOT on the A76, NEON widening multiplies on A53/A72, plain C: all match numpy
+        assert got["nbits"] and all(got["nbits"].values()), got["nbits"]
+        assert ("dotprod" in got["nbits"]) is dotprod and "neon" in got["nbits"] and "baseline" in got["nbits"]
 
 
 def test_baseline_forced_on_pi5():

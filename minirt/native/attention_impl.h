@@ -1,0 +1,114 @@
+/* Attention over a KV cache with grouped heads: mrt_gqa_attention_f32 (kernels.h), the core of
+ * com.microsoft::GroupQueryAttention (minirt/kernels/decoder.py does the rotary embedding and writes
+ * the new keys / values into the cache first).
+ *
+ * Work item: one (sequence b, kv head). Its query heads h = kvh * group + g read the cache rows
+ * [b, kvh, 0:total_b].  Rows of one call: a decode step (S == 1) takes the group's heads together
+ * (their queries are contiguous: lda = D); a longer step takes one head's S positions (lda = H * D).
+ * For those rows: scores = rows . K^T (the float matrix-vector product of the selected ISA for up to 8
+ * rows, K read in place as the transposed operand; the GEMM for more), scaled (softcap: c * tanh(x / c)), softmax over each row's allowed keys only
+ * (the native row softmax; the keys outside are 0), out rows = P . V, written straight into
+ * out[b, s, h, :] (the [B, S, H * D] output, no transposes).  Row r at position s may see keys
+ * lo <= j < hi with hi = min(past_b + s + 1, total_b) (causal, and a right-padded prompt sees its
+ * real tokens only) and lo = max(0, hi' - window) with hi' = past_b + s + 1 when a local window is
+ * set.  Scratch (rows x total scores) is allocated per work item. */
+
+typedef struct {
+    const mrt_attention_shape *s;
+    const float *q, *k, *v;
+    const int64_t *pasts, *totals;
+    float *out;
+    int failed;
+} att_job;
+
+/* C (M x N, row stride ldc) = A (M x K, lda) . B, B (K x N, ldb) or with transb stored N x K: the
+ * matrix-vector product for a few rows (B read in place), the GEMM (B packed per call) for more. */
+#define ATT_GEMV_ROWS 8
+static void att_product(int M, int N, int K, const float *A, long lda, const float *B, long ldb, int transb, float *C,
+                        long ldc) {
+    if (M <= ATT_GEMV_ROWS) {
+        const mrt_gemm_shape g = {1, M, N, K, lda, ldb, ldc, 0, 0, 0, 0, 0, transb, 0};
+        const mrt_epilogue e = {NULL, MRT_ACT_NONE, 0.0f, 0.0f, 1.0f, 0.0f};
+        mrt_sgemv_f32(&g, &e, A, B, C, 1);
+    } else {
+        impl->sgemm(1, M, N, K, A, lda, 0, B, ldb, 0, transb, C, ldc, 0, NULL, 0, NULL, 0, 0, MRT_ACT_NONE, 0.0f, 0.0f,
+                    1, 1);
+    }
+}
+
+/* rows [0, n) of one call: query row r at q + r * ldq, output at out + r * ldo, position pos0 + r * dpos */
+static int att_rows(const att_job *j, int n, const float *q, long ldq, float *out, long ldo, long past, long total,
+                    int pos0, int dpos, const float *kc, const float *vc) {
+    const mrt_attention_shape *s = j->s;
+    const int D = s->head_size;
+    /* the keys any row sees: [0, kmax) */
+    long kmax = 0;
+    for (int r = 0; r < n; r++) {
+        long hi = past + pos0 + (long)r * dpos + 1;
+        hi = hi < total ? hi : total;
+        kmax = hi > kmax ? hi : kmax;
+    }
+    if (kmax <= 0) {
+        for (int r = 0; r < n; r++) memset(out + r * ldo, 0, (size_t)D * sizeof(float));
+        return 0;
+    }
+    float *p = (float *)malloc((size_t)n * (size_t)kmax * sizeof(float));
+    if (!p) return -1;
+    att_product(n, (int)kmax, D, q, ldq, kc, D, 1, p, kmax);
+    for (int r = 0; r < n; r++) {
+        float *row = p + (long)r * kmax;
+        const long end = past + pos0 + (long)r * dpos + 1;
+        const long hi = end < total ? end : total;
+        const long lo = s->local_window > 0 && end - s->local_window > 0 ? end - s->local_window : 0;
+        for (long c = 0; c < lo; c++) row[c] = 0.0f;
+        for (long c = hi > 0 ? hi : 0; c < kmax; c++) row[c] = 0.0f;
+        if (hi <= lo) continue; /* (no key: a zero output row) */
+        for (long c = lo; c < hi; c++) {
+            float x = row[c] * s->scale;
+            if (s->softcap > 0.0f) x = s->softcap * tanhf(x / s->softcap);
+            row[c] = x;
+        }
+        mrt_softmax_f32(row + lo, row + lo, 1, hi - lo, 0, 1);
+    }
+    /* out rows = P . V (ldc = ldo) */
+    att_product(n, D, (int)kmax, p, kmax, vc, D, 0, out, ldo);
+    free(p);
+    return 0;
+}
+
+static void att_task(void *ctx, long begin, long end) {
+    att_job *j = (att_job *)ctx;
+    const mrt_attention_shape *s = j->s;
+    const int S = s->seq, H = s->heads, KVH = s->kv_heads, D = s->head_size, group = H / KVH;
+    for (long it = begin; it < end; it++) {
+        const long b = it / KVH, kvh = it % KVH;
+        const float *kc = j->k + (b * KVH + kvh) * s->capacity * D, *vc = j->v + (b * KVH + kvh) * s->capacity * D;
+        const long past = (long)j->pasts[b], total = (long)j->totals[b];
+        int rc = 0;
+        if (S == 1) { /* the group's heads at one position */
+            const long h0 = kvh * group;
+            rc = att_rows(j, group, j->q + (b * H + h0) * D, D, j->out + (b * H + h0) * D, D, past, total, 0, 0, kc, vc);
+        } else {
+            for (int g = 0; g < group && rc == 0; g++) {
+                const long h = kvh * group + g;
+                rc = att_rows(j, S, j->q + (b * S * H + h) * D, (long)H * D, j->out + (b * S * H + h) * D, (long)H * D,
+                              past, total, 0, 1, kc, vc);
+            }
+        }
+        if (rc) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+    }
+}
+
+int mrt_gqa_attention_f32(const mrt_attention_shape *s, const float *q, const float *k_cache, const float *v_cache,
+                          const int64_t *pasts, const int64_t *totals, float *out, int nthreads) {
+    if (!s || !q || !k_cache || !v_cache || !pasts || !totals || !out || s->batch <= 0 || s->seq <= 0 ||
+        s->heads <= 0 || s->kv_heads <= 0 || s->heads % s->kv_heads || s->head_size <= 0 || s->capacity <= 0)
+        return -2;
+    for (int b = 0; b < s->batch; b++)
+        if (pasts[b] < 0 || totals[b] < 0 || totals[b] > s->capacity || pasts[b] + s->seq > s->capacity) return -2;
+    att_job j = {s, q, k_cache, v_cache, pasts, totals, out, 0};
+    const long items = (long)s->batch * s->kv_heads;
+    mrt_parallel_for(items, (long)(s->heads / s->kv_heads) * s->seq * s->capacity * s->head_size * 2, nthreads,
+                     att_task, &j);
+    return j.failed ? -1 : 0;
+}
