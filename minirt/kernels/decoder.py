@@ -275,8 +275,9 @@ def ms_rotary_embedding(input, position_ids, cos_cache, sin_cache, *, interleave
 
 # --------------------------------------------------------------------------- RMS norms
 
-def _rms(x: np.ndarray, gamma, epsilon: float, axis: int, op: str):
-    """(x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * gamma, 1 / that sqrt), in float32."""
+def _rms(x: np.ndarray, gamma, epsilon: float, axis: int, op: str, with_inv: bool = True):
+    """(x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * gamma, 1 / that sqrt), in float32.  Without
+    ``with_inv`` the second is None, and the native rows (mrt_rmsnorm_f32) compute the first when built."""
     ax = axis + x.ndim if axis < 0 else axis
     if not 0 <= ax < x.ndim:
         raise ValueError(f"{op}: axis={axis} is out of range for an input of rank {x.ndim}")
@@ -284,9 +285,18 @@ def _rms(x: np.ndarray, gamma, epsilon: float, axis: int, op: str):
     norm_shape = x.shape[ax:]
     if g.shape != norm_shape and g.size != math.prod(norm_shape):
         raise ValueError(f"{op}: scale/gamma has shape {g.shape}, expected {tuple(norm_shape)}")
+    if not with_inv and _native.available and x.size:
+        y = np.empty(x.shape, np.float32)
+        _native.rmsnorm_rows(np.ascontiguousarray(x), np.ascontiguousarray(g.reshape(-1)), y, float(epsilon))
+        return y, None
     axes = tuple(range(ax, x.ndim))
     inv = 1.0 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + np.float32(epsilon))
     return (x * inv) * g.reshape(norm_shape), inv.astype(np.float32)
+
+
+def _wants(ctx, i: int) -> bool:
+    """Whether the node has an output at position i that something reads (a named one)."""
+    return ctx is not None and ctx.n_outputs > i and ctx.output_dtypes[i] is not None
 
 
 @kernel("SimplifiedLayerNormalization", since=1, context=True)
@@ -294,7 +304,7 @@ def simplified_layer_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_typ
     """RMS norm over the axes [axis, rank): Y = X / sqrt(mean(X^2) + epsilon) * scale, computed in
     float32; the optional second output is 1 / sqrt(mean(X^2) + epsilon), keepdims shape."""
     x, dt = _f32(X)
-    y, inv = _rms(x, scale, epsilon, int(axis), "SimplifiedLayerNormalization")
+    y, inv = _rms(x, scale, epsilon, int(axis), "SimplifiedLayerNormalization", _wants(ctx, 1))
     outs = (y.astype(dt, copy=False), inv)
     n = ctx.n_outputs if ctx is not None else 1
     return outs[0] if n == 1 else outs[:n]
@@ -319,8 +329,8 @@ def skip_simplified_layer_normalization(input, skip, gamma, bias=None, *, epsilo
         if bb.size != x.shape[-1]:
             raise ValueError(f"SkipSimplifiedLayerNormalization: bias has shape {bb.shape}, expected "
                              f"[{x.shape[-1]}]")
-        s = s + bb.reshape(-1)
-    y, inv = _rms(s, gamma, epsilon, -1, "SkipSimplifiedLayerNormalization")
+        s += bb.reshape(-1)
+    y, inv = _rms(s, gamma, epsilon, -1, "SkipSimplifiedLayerNormalization", _wants(ctx, 2))
     n = ctx.n_outputs if ctx is not None else 1
     if n == 1:
         return y.astype(dt, copy=False)

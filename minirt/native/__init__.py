@@ -53,7 +53,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 24
+ABI_VERSION = 25
 
 
 def _truthy(value: str | None) -> bool:
@@ -1113,6 +1113,13 @@ def layernorm_rows(x, scale, bias, y, eps: float) -> None:
     n = scale.size
     _call(_lib.mrt_layernorm_f32, (_ptr(x), _ptr(scale), _opt(bias), _ptr(y), x.size // n, n, float(eps),
                                    threads()), x, scale, bias, y)
+
+
+def rmsnorm_rows(x, scale, y, eps: float) -> None:
+    """y = RMS normalization of x over rows of ``scale.size`` floats: x / sqrt(mean(x^2) + eps) * scale,
+    all float32 C-contiguous, ``y`` like ``x`` (may be x).  Not recordable."""
+    n = scale.size
+    _call(_lib.mrt_rmsnorm_f32, (_ptr(x), _ptr(scale), _ptr(y), x.size // n, n, float(eps), threads()))
 
 
 def instancenorm_rows(x, scale, bias, y, eps: float) -> None:

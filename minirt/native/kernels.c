@@ -871,7 +871,8 @@ void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int n
     softmax_rows_base(x, y, rows, n, log, nthreads);
 }
 
-/* LayerNormalization (per_row 0) and InstanceNormalization (per_row 1) rows: rowops_impl.h */
+/* LayerNormalization (per_row 0), InstanceNormalization (per_row 1) and RMS normalization (2) rows:
+ * rowops_impl.h */
 static void layernorm_dispatch(const float *x, const float *scale, const float *bias, float *y, long rows, long n,
                                int per_row, float eps, int nthreads) {
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -895,6 +896,10 @@ void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, fl
 void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
                           int nthreads) {
     layernorm_dispatch(x, scale, bias, y, rows, n, 1, eps, nthreads);
+}
+
+void mrt_rmsnorm_f32(const float *x, const float *scale, float *y, long rows, long n, float eps, int nthreads) {
+    layernorm_dispatch(x, scale, NULL, y, rows, n, 2, eps, nthreads);
 }
 
 int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : q_use_avx2 ? 3 : 0; }

@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 24
+#define MRT_ABI_VERSION 25
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -253,6 +253,9 @@ void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, fl
  * one image (C, ...): C rows of the spatial size); bias may be NULL. */
 void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
                           int nthreads);
+/* RMS normalization (SimplifiedLayerNormalization): y = x / sqrt(mean(x^2) + eps) * scale over rows of n
+ * floats, scale of n floats; x and y may be the same buffer. */
+void mrt_rmsnorm_f32(const float *x, const float *scale, float *y, long rows, long n, float eps, int nthreads);
 /* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */

@@ -81,26 +81,30 @@ typedef struct {
     float *y;
     long n;        /* row length (the normalized axes flattened) */
     int per_row;   /* 0: LayerNormalization (scale / bias per row element); 1: InstanceNormalization
-                    * (row r is a channel's plane: one scale / bias value per row, scale[r]) */
+                    * (row r is a channel's plane: one scale / bias value per row, scale[r]); 2: RMS
+                    * normalization (no centring, no bias: y = x / sqrt(mean(x^2) + eps) * scale) */
     float eps;
 } FN(layernorm_args);
 
 /* Two passes over the row for the statistics (mean, then the mean square of x - mean: the
- * centred form, as numpy's reference computes it, so a large mean does not cancel the variance),
- * one for the result.  Lane sums are combined in double.  x and y may be the same buffer. */
+ * centred form, as numpy's reference computes it, so a large mean does not cancel the variance; RMS
+ * normalization: the mean square of x alone), one for the result.  Lane sums are combined in double.  x and y may be the same buffer. */
 static MRT_TARGET void FN(layernorm_task)(void *ctx, long begin, long end) {
     const FN(layernorm_args) *a = (const FN(layernorm_args) *)ctx;
     const long n = a->n, nv = n / MRT_VL * MRT_VL;
     for (long r = begin; r < end; ++r) {
         const float *x = a->x + r * n;
         float *y = a->y + r * n;
-        FN(vf) vs = {0};
         long i;
-        for (i = 0; i < nv; i += MRT_VL) vs += FN(vload)(x + i);
-        double s = 0.0;
-        for (int l = 0; l < MRT_VL; ++l) s += vs[l];
-        for (; i < n; ++i) s += x[i];
-        const float mean = (float)(s / (double)n);
+        float mean = 0.0f;
+        if (a->per_row != 2) {
+            FN(vf) vs = {0};
+            for (i = 0; i < nv; i += MRT_VL) vs += FN(vload)(x + i);
+            double s = 0.0;
+            for (int l = 0; l < MRT_VL; ++l) s += vs[l];
+            for (; i < n; ++i) s += x[i];
+            mean = (float)(s / (double)n);
+        }
         FN(vf) vq = {0};
         for (i = 0; i < nv; i += MRT_VL) {
             FN(vf) d = FN(vload)(x + i) - mean;
@@ -111,7 +115,7 @@ static MRT_TARGET void FN(layernorm_task)(void *ctx, long begin, long end) {
         for (; i < n; ++i) q += (double)(x[i] - mean) * (double)(x[i] - mean);
         const float inv = (float)(1.0 / sqrt(q / (double)n + (double)a->eps));
         const float *sc = a->scale, *b = a->bias;
-        if (a->per_row) { /* one scale and bias per row (channel): y = (x - mean) * inv * scale + bias */
+        if (a->per_row == 1) { /* one scale and bias per row (channel): y = (x - mean) * inv * scale + bias */
             const float s1 = sc[r], b1 = b ? b[r] : 0.0f;
             for (i = 0; i < nv; i += MRT_VL) FN(vstore)(y + i, (FN(vload)(x + i) - mean) * inv * s1 + b1);
             for (; i < n; ++i) y[i] = (x[i] - mean) * inv * s1 + b1;

@@ -74,3 +74,18 @@ def test_kernel_keeps_numpy_for_what_the_native_rows_do_not_cover(every_isa):
     np.testing.assert_allclose(nn.layer_norm(x, s, s), want, rtol=2e-6, atol=2e-6)
     with pytest.raises(ValueError, match="do not broadcast"):
         nn.layer_norm(x, rng.standard_normal(7).astype(np.float32))
+
+
+# RMS normalization (SimplifiedLayerNormalization, mrt_rmsnorm_f32): the same rows without centring or bias
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 7, 16), (4, 17), (1, 64, 128), (2, 3, 33), (2, 1000)])
+def test_rmsnorm_rows_match_float64(shape, every_isa, threads):
+    rng = np.random.default_rng(sum(shape) + 1)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    scale = rng.standard_normal(shape[-1]).astype(np.float32)
+    x64 = x.astype(np.float64)
+    expected = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6) * scale
+    y = np.full_like(x, np.nan)
+    native.rmsnorm_rows(x, scale, y, 1e-6)
+    np.testing.assert_allclose(y, expected, rtol=2e-6, atol=2e-6)
+    native.rmsnorm_rows(x, scale, x, 1e-6)  # in place
+    np.testing.assert_allclose(x, expected, rtol=2e-6, atol=2e-6)
