@@ -91,6 +91,29 @@ def _no_builder_error(source: Any, exc: Exception) -> InvalidArgument:
     )
 
 
+def _external_data_stamps(data: bytes, folder: str) -> list:
+    """(location, size, mtime) of the external data files the model's tensors name (none: [])."""
+    if b"location" not in data:
+        return []
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception:  # (the build reports a model that does not parse)
+        return []
+    stamps = set()
+    for tensor in _get_all_tensors(model):
+        if uses_external_data(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            try:
+                st = os.stat(os.path.join(folder, location))
+                stamps.add((location, st.st_size, st.st_mtime_ns))
+            except OSError:
+                stamps.add((location, -1, -1))
+    return sorted(stamps)
+
+
 def build_cached(source: Any, opt_level: int) -> tuple[bytes | str, dict]:
     """The .mrt artifact for ONNX model ``source`` (path or bytes): a cache path or the built bytes,
     and what happened: ``{"onnx": source name, "cache": path or None, "cached": loaded from cache}``."""
@@ -112,6 +135,10 @@ def build_cached(source: Any, opt_level: int) -> tuple[bytes | str, dict]:
     options = {"opt_level": opt_level, "input_shapes": None, "target": "generic"}
     key = hashlib.sha256(data)
     key.update(json.dumps([_builder_fingerprint(builder), options], sort_keys=True).encode())
+    if name != "<bytes>":  # weights in external data files: they are part of the model (their size and time)
+        stamps = _external_data_stamps(data, os.path.dirname(os.path.abspath(name)))
+        if stamps:  # (none: the key of the same bytes given as bytes)
+            key.update(json.dumps(stamps).encode())
     folder = cache_dir()
     path = os.path.join(folder, "onnx", key.hexdigest()[:40] + ".mrt")
     info = {"onnx": name, "cache": path, "cached": False}
@@ -119,7 +146,8 @@ def build_cached(source: Any, opt_level: int) -> tuple[bytes | str, dict]:
         info["cached"] = True
         return path, info
     try:
-        built = builder.build_bytes(data, opt_level=opt_level)
+        # (from the path when there is one: the builder reads external data files relative to it)
+        built = builder.build_bytes(data if name == "<bytes>" else name, opt_level=opt_level)
     except builder.BuildError as exc:
         if "protobuf" in str(exc).lower() or "parse" in str(exc).lower():
             raise InvalidProtobuf(f"{name}: not a valid ONNX model: {exc}") from exc

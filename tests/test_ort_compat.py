@@ -317,6 +317,32 @@ def test_onnx_in_builds_once_then_loads_the_cache(tmp_path, monkeypatch):
     assert third.built_from["cached"] is False and third.built_from["cache"] != first.built_from["cache"]
 
 
+def test_onnx_in_with_external_data(tmp_path):
+    # weights in model.onnx.data beside the model (as large exports and genai folders save them): built from
+    # the path, so the checker and the builder find the file; new weights in that file are a new artifact
+    import onnx
+    from onnx import numpy_helper as nh
+
+    def save(w):
+        graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                             [h.make_tensor_value_info("x", TP.FLOAT, [1, 16])],
+                             [h.make_tensor_value_info("y", TP.FLOAT, [1, 16])], [nh.from_array(w, "w")])
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+        onnx.save_model(model, str(tmp_path / "model.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=0)
+
+    x = np.ones((1, 16), np.float32)
+    w = np.arange(256, dtype=np.float32).reshape(16, 16) / 100
+    save(w)
+    first = minirt.InferenceSession(str(tmp_path / "model.onnx"))
+    np.testing.assert_allclose(first.run(None, {"x": x})[0], x @ w, rtol=1e-6)
+    time.sleep(0.01)  # (a later modification time on coarse file systems)
+    save(w * 2)
+    second = minirt.InferenceSession(str(tmp_path / "model.onnx"))
+    assert second.built_from["cached"] is False and second.built_from["cache"] != first.built_from["cache"]
+    np.testing.assert_allclose(second.run(None, {"x": x})[0], x @ (w * 2), rtol=1e-6)
+
+
 def test_an_artifact_under_an_onnx_name_loads_as_the_artifact(tmp_path, monkeypatch):
     """An application opens "model.onnx"; the user put a built (say int8) artifact there: it loads as
     the artifact, nothing is built (the content decides, not the suffix)."""

@@ -161,11 +161,10 @@ def _pack_nibbles(b: np.ndarray, N: int, block_size: int) -> np.ndarray:
 
 def _fused_weights(B, scales, zero_points, K: int, N: int, block_size: int, bias=None):
     """The native kernel's form of constant 4-bit weights (minirt/native/nbits_impl.h): the nibbles, the
-    scales and scale * zero point repacked by groups of 16 columns."""
+    scales and scale * zero point (none for a model without zero points: 8) repacked by groups of 16 columns."""
     b, s = _checked_weights(B, scales, K, N, 4, block_size)
-    zs = s * _zero_points(zero_points, N, s.shape[1], 4)
-    return _native.qnbits_weights(_pack_nibbles(b, N, block_size), _pack_scales(s), _pack_scales(zs), bias, N, K,
-                                  block_size)
+    zs = None if zero_points is None else _pack_scales(s * _zero_points(zero_points, N, s.shape[1], 4))
+    return _native.qnbits_weights(_pack_nibbles(b, N, block_size), _pack_scales(s), zs, bias, N, K, block_size)
 
 
 @kernel("MatMulNBits", since=1, domain=MS, context=True)
@@ -387,6 +386,8 @@ def _present_buffer(out, j: int, shape: tuple, dt) -> np.ndarray | None:
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a`` and ``b`` are the same bytes (same start, shape and strides)."""
+    if a is b:  # (what minirt.genai binds: one array as past input and present output)
+        return True
     return (a.shape == b.shape and a.strides == b.strides
             and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
@@ -453,6 +454,7 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
             raise ValueError(f"GroupQueryAttention: packed QKV width {qw} is not (num_heads + 2 * kv_num_heads) = "
                              f"{H + 2 * KVH} heads of one size")
         D = qw // (H + 2 * KVH)
+        raw = ((q, 0), (q, H * D), (q, (H + KVH) * D))  # (array, offset of the head values in a row)
         k = q[..., H * D:(H + KVH) * D]
         v = q[..., (H + KVH) * D:]
         q = q[..., : H * D]
@@ -468,10 +470,7 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
             if t.shape != (B, S, KVH * D):
                 raise ValueError(f"GroupQueryAttention: {name} has shape {t.shape}, expected [{B}, {S}, "
                                  f"kv_num_heads * head_size = {KVH * D}]")
-    q = q.reshape(B, S, H, D)
-    k = k.reshape(B, S, KVH, D)
-    v = v.reshape(B, S, KVH, D).transpose(0, 2, 1, 3)  # [B, KVH, S, D]
-
+        raw = ((q, 0), (k, 0), (v, 0))
     if seqlens_k is None or total_sequence_length is None:
         raise ValueError("GroupQueryAttention: seqlens_k and total_sequence_length are required")
     seqlens = np.asarray(seqlens_k).astype(np.int64).reshape(-1)
@@ -497,12 +496,20 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
     if totals.max() > total_max:
         raise ValueError(f"GroupQueryAttention: seqlens_k {seqlens.tolist()} exceeds total_sequence_length={total_max}")
     T = max(P, total_max)
+    if (pasts + S > T).any():
+        b = int(np.argmax(pasts + S > T))
+        raise ValueError(f"GroupQueryAttention: sequence {b} needs {int(pasts[b]) + S} positions, the present "
+                         f"holds {T}")
 
+    pos = cos_c = sin_c = None
     if do_rotary:
         if cos_cache is None or sin_cache is None:
             raise ValueError("GroupQueryAttention: do_rotary=1 needs cos_cache and sin_cache")
         cos_c, _ = _f32(cos_cache)
         sin_c, _ = _f32(sin_cache)
+        if cos_c.ndim != 2 or sin_c.shape != cos_c.shape or 2 * cos_c.shape[1] > D:
+            raise ValueError(f"GroupQueryAttention: cos_cache {cos_c.shape} / sin_cache {sin_c.shape} must be "
+                             f"[max_position, rotary_dim / 2] with rotary_dim <= head_size={D}")
         if position_ids is not None:
             pos = np.asarray(position_ids).astype(np.int64)
             if pos.shape != (B, S):
@@ -511,11 +518,10 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
                 pos = np.broadcast_to(pos[0, 0] + np.arange(S)[None, :], (B, S))
         else:
             pos = pasts[:, None] + np.arange(S)[None, :]
-        cos = _gather_cache(cos_c, pos, "GroupQueryAttention")[:, :, None, :]
-        sin = _gather_cache(sin_c, pos, "GroupQueryAttention")[:, :, None, :]
-        q = rotate_pairs(q, cos, sin, bool(rotary_interleaved))
-        k = rotate_pairs(k, cos, sin, bool(rotary_interleaved))
-    k = k.transpose(0, 2, 1, 3)  # [B, KVH, S, D]
+        if pos.size and (pos.min() < 0 or pos.max() >= cos_c.shape[0]):
+            bad = int(pos.max()) if pos.max() >= cos_c.shape[0] else int(pos.min())
+            raise ValueError(f"GroupQueryAttention: position {bad} is outside the cos/sin caches of "
+                             f"{cos_c.shape[0]} positions")
 
     present_k = _present_buffer(out, 1, (B, KVH, T, D), dt)
     present_v = _present_buffer(out, 2, (B, KVH, T, D), dt)
@@ -524,25 +530,37 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
     if not shared:  # (a present of its own: zeros past each sequence's total, as onnxruntime's)
         present_k = np.zeros((B, KVH, T, D), np.float32) if present_k is None else _zeroed(present_k)
         present_v = np.zeros((B, KVH, T, D), np.float32) if present_v is None else _zeroed(present_v)
-    for b in range(B):  # the cache: the past (unless shared), then the S new positions
-        pb, tb = int(pasts[b]), int(pasts[b]) + S
-        if tb > T:
-            raise ValueError(f"GroupQueryAttention: sequence {b} needs {tb} positions, the present holds {T}")
-        if pb and not shared:
-            present_k[b, :, :pb] = pk[b, :, :pb]
-            present_v[b, :, :pb] = pv[b, :, :pb]
-        present_k[b, :, pb:tb] = k[b]
-        present_v[b, :, pb:tb] = v[b]
+        for b in range(B):  # the past, below the S new positions
+            pb = int(pasts[b])
+            if pb:
+                present_k[b, :, :pb] = pk[b, :, :pb]
+                present_v[b, :, :pb] = pv[b, :, :pb]
     s_ = np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))
     window = int(local_window_size) if local_window_size is not None and local_window_size > 0 else 0
-    if _native.available:
-        y = np.empty((B, S, H, D), np.float32)
-        _native.gqa_attention(np.ascontiguousarray(q), present_k, present_v, np.ascontiguousarray(pasts, np.int64),
-                              np.ascontiguousarray(totals, np.int64), y, KVH, float(s_),
-                              float(softcap) if softcap and softcap > 0 else 0.0, window)
-        y = y.reshape(B, S, H * D)
+    cap = float(softcap) if softcap and softcap > 0 else 0.0
+    if _native.available:  # rotary, the cache writes and the attention in one call (attention_impl.h)
+        y = np.empty((B, S, H * D), np.float32)
+        raw = tuple((np.ascontiguousarray(a), off) for a, off in raw)
+        _native.gqa_step(raw, H, KVH, D, None if pos is None else np.ascontiguousarray(pos, np.int64),
+                         None if cos_c is None else np.ascontiguousarray(cos_c),
+                         None if sin_c is None else np.ascontiguousarray(sin_c), bool(rotary_interleaved),
+                         present_k, present_v, np.ascontiguousarray(pasts, np.int64),
+                         np.ascontiguousarray(totals, np.int64), y, float(s_), cap, window)
     else:
-        y = _attention_numpy(q, present_k, present_v, pasts, totals, s_, softcap, window)
+        q = q.reshape(B, S, H, D)
+        k = k.reshape(B, S, KVH, D)
+        if do_rotary:
+            cos = cos_c[pos][:, :, None, :]
+            sin = sin_c[pos][:, :, None, :]
+            q = rotate_pairs(q, cos, sin, bool(rotary_interleaved))
+            k = rotate_pairs(k, cos, sin, bool(rotary_interleaved))
+        k = k.transpose(0, 2, 1, 3)  # [B, KVH, S, D]
+        v = v.reshape(B, S, KVH, D).transpose(0, 2, 1, 3)
+        for b in range(B):  # the S new positions
+            pb = int(pasts[b])
+            present_k[b, :, pb:pb + S] = k[b]
+            present_v[b, :, pb:pb + S] = v[b]
+        y = _attention_numpy(q, present_k, present_v, pasts, totals, s_, cap, window)
     outs = (y.astype(dt, copy=False), present_k.astype(dt, copy=False), present_v.astype(dt, copy=False))
     n = ctx.n_outputs if ctx is not None else 1
     return outs[0] if n == 1 else outs[:n]

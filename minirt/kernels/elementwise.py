@@ -184,8 +184,8 @@ def _native_binary(op: int, a, b, out):
         full, small, reversed_ = a, b, False
     else:
         full, small, reversed_ = b, a, True
-    if not full.size or (out is not None and out.shape != full.shape):
-        return None
+    if not full.size or full.ndim < small.ndim or (out is not None and out.shape != full.shape):
+        return None  # (a small operand of higher rank adds leading dimensions: not the full one's shape)
     form = _row_form(full, small)
     if form is None:
         return None

@@ -53,7 +53,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 25
+ABI_VERSION = 27
 
 
 def _truthy(value: str | None) -> bool:
@@ -1442,17 +1442,17 @@ def tree_votes(ens, x, scores, has) -> None:
 def qnbits_weights(b, scales, zs, bias, N: int, K: int, block_size: int):
     """The ``mrt_qnbits_weights`` of a MatMulNBits node (4 bits, block_size a power of two >= 32), keeping
     its arrays alive: ``b`` uint8 and ``scales`` float32 packed by groups of 16 columns (kernels.h;
-    minirt/kernels/decoder.py, _pack_nibbles), ``zs`` float32 in the scales' layout (scale * zero point),
-    ``bias`` float32 (N) or None.  Sizes checked here: the C side trusts them."""
+    minirt/kernels/decoder.py, _pack_nibbles), ``zs`` float32 in the scales' layout (scale * zero point)
+    or None for the zero point 8 (no zero points), ``bias`` float32 (N) or None.  Sizes checked here: the C side trusts them."""
     kb = -(-K // block_size)
     groups = -(-N // 16)
     if block_size < 32 or block_size & (block_size - 1) or b.nbytes != groups * kb * block_size // 32 * 256 \
-            or scales.size != groups * kb * 16 or zs.size != groups * kb * 16 or (bias is not None and bias.size != N):
+            or scales.size != groups * kb * 16 or (zs is not None and zs.size != groups * kb * 16) or (bias is not None and bias.size != N):
         raise ValueError(f"minirt native qnbits: weights {b.shape} / scales {scales.shape} / zs {zs.shape} do not "
                          f"fit N={N}, K={K}, block_size={block_size}")
     return _new("mrt_qnbits_weights *", {
         "N": N, "K": K, "block_size": block_size, "b": _ffi.from_buffer("uint8_t[]", b),
-        "scales": _ptr(scales), "zs": _ptr(zs), "bias": _opt(bias)}, b, scales, zs, bias)
+        "scales": _ptr(scales), "zs": _opt(zs), "bias": _opt(bias)}, b, scales, zs, bias)
 
 
 def qnbits_workspace_bytes(M: int, K: int, block_size: int) -> int:
@@ -1472,22 +1472,44 @@ def qnbits_matmul(w, a, y, workspace) -> None:
 
 # --------------------------------------------------------------------------- attention over a KV cache
 
-def gqa_attention(q, k_cache, v_cache, pasts, totals, out, kv_heads: int, scale: float, softcap: float,
-                  local_window: int) -> None:
-    """GroupQueryAttention's attention (kernels.h, mrt_gqa_attention_f32): q / out float32 [B, S, H, D],
-    k_cache / v_cache float32 [B, KVH, T, D] holding positions [0, totals[b]) of each sequence, pasts /
-    totals int64 [B]; all C-contiguous.  Not recordable."""
-    B, S, H, D = q.shape
-    if k_cache.shape != v_cache.shape or k_cache.shape[:2] != (B, kv_heads) or k_cache.shape[3] != D \
-            or out.shape != q.shape or pasts.shape != (B,) or totals.shape != (B,):
+def gqa_step(raw, heads: int, kv_heads: int, head_size: int, positions, cos, sin, interleaved: bool, k_cache,
+             v_cache, pasts, totals, out, scale: float, softcap: float, local_window: int) -> None:
+    """A GroupQueryAttention step (kernels.h, mrt_gqa_attention_f32).  ``raw``: ((array, offset) of q, of k,
+    of v), each array float32 [B, S, row] C-contiguous with the heads' values at ``offset`` in a row
+    (packed QKV: one array, three offsets); k / v may be (None, 0) when the caches already hold every
+    position.  ``positions`` int64 [B, S] and ``cos`` / ``sin`` float32 [max_position, rotary_dim / 2] or
+    all None (no rotary).  The new keys / values go into k_cache / v_cache float32 [B, KVH, T, D] at
+    rows pasts[b] + s; out float32 [B, S, heads * head_size].  Sizes checked here and in C.  Not recordable."""
+    (q, q_off), (k, k_off), (v, v_off) = raw
+    B, S = q.shape[0], q.shape[1]
+    arrays = [a for a in (q, k, v, k_cache, v_cache, out, cos, sin) if a is not None]
+    if any(a.dtype.char != "f" or not a.flags.c_contiguous for a in arrays) or (k is None) != (v is None) \
+            or k_cache.shape != v_cache.shape or k_cache.shape[:2] != (B, kv_heads) or k_cache.shape[3] != head_size \
+            or out.size != B * S * heads * head_size or q_off + heads * head_size > q.shape[2] \
+            or (k is not None and (k_off + kv_heads * head_size > k.shape[2] or v_off + kv_heads * head_size > v.shape[2]
+                                   or k.shape[:2] != (B, S) or v.shape[:2] != (B, S) or k.shape[2] != v.shape[2])):
         raise ValueError(f"minirt native attention: q {q.shape}, caches {k_cache.shape} / {v_cache.shape}, out "
                          f"{out.shape} do not fit")
+    rot = cos is not None
+    for a, n in ((positions, B * S), (pasts, B), (totals, B)):
+        if a is not None and (a.dtype.char not in "lq" or a.itemsize != 8 or not a.flags.c_contiguous or a.size != n):
+            raise ValueError("minirt native attention: positions / pasts / totals must be C-contiguous int64 "
+                             f"of {B} x {S} / {B} / {B} values")
+    pos = positions
     shape = _ffi.new("mrt_attention_shape *", {
-        "batch": B, "seq": S, "heads": H, "kv_heads": kv_heads, "head_size": D, "capacity": k_cache.shape[2],
-        "scale": scale, "softcap": softcap, "local_window": local_window})
-    rc = _call(_lib.mrt_gqa_attention_f32, (shape, _ptr(q), _ptr(k_cache), _ptr(v_cache),
-                                            _ffi.from_buffer("int64_t[]", pasts), _ffi.from_buffer("int64_t[]", totals),
-                                            _ptr(out), threads()))
+        "batch": B, "seq": S, "heads": heads, "kv_heads": kv_heads, "head_size": head_size,
+        "capacity": k_cache.shape[2], "scale": scale, "softcap": softcap, "local_window": local_window,
+        "rotary_half": cos.shape[1] if rot else 0, "rotary_interleaved": int(interleaved),
+        "max_position": cos.shape[0] if rot else 0})
+    step = _ffi.new("mrt_attention_step *", {
+        "q": _ptr(q) + q_off, "k": _ptr(k) + k_off if k is not None else _ffi.NULL,
+        "v": _ptr(v) + v_off if v is not None else _ffi.NULL, "q_row": q.shape[2],
+        "kv_row": k.shape[2] if k is not None else 0,
+        "positions": _ffi.from_buffer("int64_t[]", pos) if rot else _ffi.NULL})
+    cache = _ffi.new("mrt_kv_cache *", {"k": _ptr(k_cache), "v": _ptr(v_cache),
+                                        "pasts": _ffi.from_buffer("int64_t[]", pasts),
+                                        "totals": _ffi.from_buffer("int64_t[]", totals)})
+    rc = _call(_lib.mrt_gqa_attention_f32, (shape, step, _opt(cos), _opt(sin), cache, _ptr(out), threads()))
     if rc == -1:
         raise no_scratch("minirt native attention")
     if rc != 0:

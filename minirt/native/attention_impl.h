@@ -1,6 +1,7 @@
-/* Attention over a KV cache with grouped heads: mrt_gqa_attention_f32 (kernels.h), the core of
- * com.microsoft::GroupQueryAttention (minirt/kernels/decoder.py does the rotary embedding and writes
- * the new keys / values into the cache first).
+/* Attention over a KV cache with grouped heads: mrt_gqa_attention_f32 (kernels.h), the step of
+ * com.microsoft::GroupQueryAttention after its inputs are checked (minirt/kernels/decoder.py): the new
+ * tokens' keys rotated (RoPE) and written with their values into the cache at each sequence's past
+ * length, the queries rotated into a scratch copy, then the attention below.
  *
  * Work item: one (sequence b, kv head). Its query heads h = kvh * group + g read the cache rows
  * [b, kvh, 0:total_b].  Rows of one call: a decode step (S == 1) takes the group's heads together
@@ -15,11 +16,32 @@
 
 typedef struct {
     const mrt_attention_shape *s;
-    const float *q, *k, *v;
+    const float *q, *k, *v; /* q [B, S, H, D] (rotated), the caches */
     const int64_t *pasts, *totals;
     float *out;
     int failed;
 } att_job;
+
+/* RoPE of one head vector x (D values) at cache row ``row`` (cos / sin [*, half]) into y: the first
+ * 2 * half features rotate (pairs (i, i + half), or (2i, 2i + 1) interleaved), the rest are copied.
+ * y may not be x. */
+static void att_rotate(const mrt_attention_shape *s, const float *x, const float *cos, const float *sin, float *y) {
+    const int half = s->rotary_half, D = s->head_size;
+    if (s->rotary_interleaved) {
+        for (int i = 0; i < half; i++) {
+            const float a = x[2 * i], b = x[2 * i + 1];
+            y[2 * i] = a * cos[i] - b * sin[i];
+            y[2 * i + 1] = a * sin[i] + b * cos[i];
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            const float a = x[i], b = x[i + half];
+            y[i] = a * cos[i] - b * sin[i];
+            y[i + half] = a * sin[i] + b * cos[i];
+        }
+    }
+    memcpy(y + 2 * half, x + 2 * half, (size_t)(D - 2 * half) * sizeof(float));
+}
 
 /* C (M x N, row stride ldc) = A (M x K, lda) . B, B (K x N, ldb) or with transb stored N x K: the
  * matrix-vector product for a few rows (B read in place), the GEMM (B packed per call) for more. */
@@ -99,16 +121,51 @@ static void att_task(void *ctx, long begin, long end) {
     }
 }
 
-int mrt_gqa_attention_f32(const mrt_attention_shape *s, const float *q, const float *k_cache, const float *v_cache,
-                          const int64_t *pasts, const int64_t *totals, float *out, int nthreads) {
-    if (!s || !q || !k_cache || !v_cache || !pasts || !totals || !out || s->batch <= 0 || s->seq <= 0 ||
-        s->heads <= 0 || s->kv_heads <= 0 || s->heads % s->kv_heads || s->head_size <= 0 || s->capacity <= 0)
+int mrt_gqa_attention_f32(const mrt_attention_shape *s, const mrt_attention_step *x, const float *cos,
+                          const float *sin, const mrt_kv_cache *c, float *out, int nthreads) {
+    if (!s || !x || !c || !x->q || !c->k || !c->v || !c->pasts || !c->totals || !out || s->batch <= 0 ||
+        s->seq <= 0 || s->heads <= 0 || s->kv_heads <= 0 || s->heads % s->kv_heads || s->head_size <= 0 ||
+        s->capacity <= 0 || s->rotary_half < 0 || 2 * s->rotary_half > s->head_size ||
+        (s->rotary_half && (!cos || !sin || !x->positions)) || ((x->k == NULL) != (x->v == NULL)))
         return -2;
-    for (int b = 0; b < s->batch; b++)
-        if (pasts[b] < 0 || totals[b] < 0 || totals[b] > s->capacity || pasts[b] + s->seq > s->capacity) return -2;
-    att_job j = {s, q, k_cache, v_cache, pasts, totals, out, 0};
-    const long items = (long)s->batch * s->kv_heads;
-    mrt_parallel_for(items, (long)(s->heads / s->kv_heads) * s->seq * s->capacity * s->head_size * 2, nthreads,
-                     att_task, &j);
+    const int B = s->batch, S = s->seq, H = s->heads, KVH = s->kv_heads, D = s->head_size, half = s->rotary_half;
+    for (int b = 0; b < B; b++)
+        if (c->pasts[b] < 0 || c->totals[b] < 0 || c->totals[b] > s->capacity || c->pasts[b] + S > s->capacity)
+            return -2;
+    if (half)
+        for (long i = 0; i < (long)B * S; i++)
+            if (x->positions[i] < 0 || x->positions[i] >= s->max_position) return -3;
+    /* the new keys (rotated) and values into the cache rows past_b + s */
+    if (x->k)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < S; t++) {
+                const long row = (long)b * S + t;
+                const float *kin = x->k + row * x->kv_row, *vin = x->v + row * x->kv_row;
+                for (int h = 0; h < KVH; h++) {
+                    const long at = (((long)b * KVH + h) * s->capacity + c->pasts[b] + t) * D;
+                    if (half)
+                        att_rotate(s, kin + (long)h * D, cos + x->positions[row] * half, sin + x->positions[row] * half,
+                                   c->k + at);
+                    else
+                        memcpy(c->k + at, kin + (long)h * D, (size_t)D * sizeof(float));
+                    memcpy(c->v + at, vin + (long)h * D, (size_t)D * sizeof(float));
+                }
+            }
+    /* the queries, rotated, as [B, S, H, D] */
+    float *qr = (float *)malloc((size_t)B * S * H * D * sizeof(float));
+    if (!qr) return -1;
+    for (long row = 0; row < (long)B * S; row++)
+        for (int h = 0; h < H; h++) {
+            const float *qin = x->q + row * x->q_row + (long)h * D;
+            float *dst = qr + (row * H + h) * D;
+            if (half)
+                att_rotate(s, qin, cos + x->positions[row] * half, sin + x->positions[row] * half, dst);
+            else
+                memcpy(dst, qin, (size_t)D * sizeof(float));
+        }
+    att_job j = {s, qr, c->k, c->v, c->pasts, c->totals, out, 0};
+    const long items = (long)B * KVH;
+    mrt_parallel_for(items, (long)(H / KVH) * S * s->capacity * D * 2, nthreads, att_task, &j);
+    free(qr);
     return j.failed ? -1 : 0;
 }

@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 25
+#define MRT_ABI_VERSION 27
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -562,9 +562,9 @@ int mrt_tree_votes(const mrt_tree_ensemble *e, const void *x, long n, long n_fea
  * dot products with the unsigned nibbles q are exact, and W[n, k] = (q - zp) * scale.  The weights are
  * repacked by groups of 16 columns (the layout in nbits_impl.h; minirt/kernels/decoder.py builds it):
  * b uint8 (ceil(N / 16), kc, 4, 16, 4) with kc = kb * block_size / 32, kb = ceil(K / block_size)
- * (past K and past N: zeros); scales (ceil(N / 16), kb, 16) likewise, and zs = scale * zero point (8
- * for a model without zero points) in the scales' layout; bias (N) or NULL.  block_size a power of two
- * >= 32.
+ * (past K and past N: zeros); scales (ceil(N / 16), kb, 16) likewise, and zs = scale * zero point in
+ * the scales' layout, or NULL for the zero point 8 of a model without zero points; bias (N) or NULL.
+ * block_size a power of two >= 32.
  * workspace: mrt_qnbits_workspace(M, K, block_size) bytes.  Threads split the column groups.
  * Returns 0, or -2 for bad parameters. */
 typedef struct {
@@ -579,22 +579,37 @@ int mrt_qnbits_matmul(const mrt_qnbits_weights *w, const float *a, int M, float 
 
 /* ------------------------------------------------------------------ attention over a KV cache (attention_impl.h)
  *
- * mrt_gqa_attention_f32: GroupQueryAttention's attention, float32.  q and out [batch, seq, heads,
- * head_size] (the op's [B, S, H * D]), the queries already rotated; k_cache / v_cache [batch, kv_heads,
- * capacity, head_size] holding every sequence's keys / values at positions [0, totals[b]) (the new
- * ones included).  Query position s of sequence b sees keys j with j <= pasts[b] + s and j < totals[b]
- * and, with local_window W > 0, j > pasts[b] + s - W; head h reads kv head h / (heads / kv_heads).
- * logits = scale * q.k (softcap c > 0: c * tanh(logits / c)), softmax, times v.  A row with no key
+ * mrt_gqa_attention_f32: a GroupQueryAttention step, float32.  x: this step's S tokens per sequence,
+ * q (row (b, s) at q + (b * S + s) * q_row, head h at + h * head_size), k / v likewise with kv_row (NULL:
+ * nothing new, the caches already hold every position), positions [B, S] (their rows of cos / sin
+ * [max_position, rotary_half]; rotary_half 0: no rotary embedding, positions unused).  The new keys,
+ * rotated (the first 2 * rotary_half features: pairs (i, i + half), or (2i, 2i + 1) with
+ * rotary_interleaved), and values are written into the caches c->k / c->v [batch, kv_heads, capacity,
+ * head_size] at rows pasts[b] + s; the queries are rotated the same way.  Query position s of sequence
+ * b then sees keys j with j <= pasts[b] + s and j < totals[b] and, with local_window W > 0, j >
+ * pasts[b] + s - W; head h reads kv head h / (heads / kv_heads).  logits = scale * q.k (softcap c > 0:
+ * c * tanh(logits / c)), softmax, times v, into out [batch, seq, heads, head_size].  A row with no key
  * gets zeros.  Threads split the (sequence, kv head) pairs.  Returns 0, -1 when scratch memory ran
- * out, -2 for bad parameters. */
+ * out, -2 for bad parameters, -3 for a position outside the cos / sin caches. */
 typedef struct {
     int batch, seq, heads, kv_heads, head_size;
     long capacity;
     float scale, softcap;
     int local_window;
+    int rotary_half, rotary_interleaved;
+    long max_position;
 } mrt_attention_shape;
-int mrt_gqa_attention_f32(const mrt_attention_shape *s, const float *q, const float *k_cache, const float *v_cache,
-                          const int64_t *pasts, const int64_t *totals, float *out, int nthreads);
+typedef struct {
+    const float *q, *k, *v;
+    long q_row, kv_row;
+    const int64_t *positions;
+} mrt_attention_step;
+typedef struct {
+    float *k, *v;
+    const int64_t *pasts, *totals;
+} mrt_kv_cache;
+int mrt_gqa_attention_f32(const mrt_attention_shape *s, const mrt_attention_step *x, const float *cos,
+                          const float *sin, const mrt_kv_cache *c, float *out, int nthreads);
 
 /* ------------------------------------------------------------------ native programs
  *

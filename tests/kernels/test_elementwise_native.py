@@ -264,3 +264,20 @@ def test_binary_out_overlapping_an_input_at_an_offset(mode):
     out = base[8:].reshape(2, 4096)
     got = _kernel("Mul", 14)(a, b, out=out)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 1, 1), (8,)), ((8,), (1, 1, 1)), ((1,), (2, 1, 3)),
+                                             ((1, 1), (5,)), ((2, 1, 4), (4,))])
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_binary_result_has_the_broadcast_shape(op, a_shape, b_shape):
+    # a one-element operand of higher rank than the other adds leading dimensions: (1, 1, 1) * (8,) is
+    # (1, 1, 8), not (8,) (it broke the rotary embedding of torch-exported decoders on decode steps)
+    from minirt.kernels.registry import lookup
+
+    rng = np.random.default_rng(len(a_shape) * 10 + len(b_shape))
+    a = rng.standard_normal(a_shape).astype(np.float32) + 3
+    b = rng.standard_normal(b_shape).astype(np.float32) + 3
+    y = lookup("", op, 17).fn(a, b)
+    expected = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](a, b)
+    assert y.shape == expected.shape
+    np.testing.assert_allclose(y, expected, rtol=1e-6)

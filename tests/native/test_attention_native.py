@@ -36,18 +36,60 @@ def test_attention_matches_numpy(B, S, H, KVH, D, T, pasts, totals, softcap, win
     q, k, v, p, t = _case(rng, B, S, H, KVH, D, T, pasts, totals)
     scale = np.float32(1 / np.sqrt(D))
     expected = decoder._attention_numpy(q, np.nan_to_num(k), np.nan_to_num(v), p, t, scale, softcap, window)
-    y = np.full((B, S, H, D), np.nan, np.float32)
-    native.gqa_attention(q, k, v, p, t, y, KVH, float(scale), softcap, window)
-    np.testing.assert_allclose(y.reshape(B, S, H * D), expected, rtol=1e-5, atol=1e-5)
+    y = np.full((B, S, H * D), np.nan, np.float32)
+    native.gqa_step(((q.reshape(B, S, H * D), 0), (None, 0), (None, 0)), H, KVH, D, None, None, None, False, k, v, p,
+                    t, y, float(scale), softcap, window)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("half", [8, 4])  # rotary over the whole head, over half of it
+def test_step_rotates_and_writes_the_new_keys(interleaved, half, every_isa):
+    # packed QKV of 2 new tokens after a past of 3: the cache rows 3 and 4 get the rotated keys and the values,
+    # the other rows keep what they held; the output is the numpy attention over the rotated queries
+    from minirt.kernels.transformer import rotate_pairs
+
+    rng = np.random.default_rng(half + interleaved)
+    B, S, H, KVH, D, T, past = 1, 2, 4, 2, 16, 8, 3
+    packed = rng.standard_normal((B, S, (H + 2 * KVH) * D)).astype(np.float32)
+    cos = rng.standard_normal((32, half)).astype(np.float32)
+    sin = rng.standard_normal((32, half)).astype(np.float32)
+    pos = np.array([[7, 9]], np.int64)
+    k = rng.standard_normal((B, KVH, T, D)).astype(np.float32)
+    v = rng.standard_normal((B, KVH, T, D)).astype(np.float32)
+    k0, v0 = k.copy(), v.copy()
+    pasts, totals = np.array([past], np.int64), np.array([past + S], np.int64)
+    y = np.empty((B, S, H * D), np.float32)
+    native.gqa_step(((packed, 0), (packed, H * D), (packed, (H + KVH) * D)), H, KVH, D, pos, cos, sin, interleaved,
+                    k, v, pasts, totals, y, 0.25, 0.0, 0)
+    c, s_ = cos[pos][:, :, None, :], sin[pos][:, :, None, :]
+    q_ref = rotate_pairs(packed[..., : H * D].reshape(B, S, H, D), c, s_, interleaved)
+    k_new = rotate_pairs(packed[..., H * D:(H + KVH) * D].reshape(B, S, KVH, D), c, s_, interleaved)
+    v_new = packed[..., (H + KVH) * D:].reshape(B, S, KVH, D)
+    k_ref, v_ref = k0.copy(), v0.copy()
+    k_ref[:, :, past:past + S] = k_new.transpose(0, 2, 1, 3)
+    v_ref[:, :, past:past + S] = v_new.transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(k, k_ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(v, v_ref)
+    expected = decoder._attention_numpy(q_ref, k_ref, v_ref, pasts, totals, np.float32(0.25), 0.0, 0)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_attention_rejects_positions_outside_the_cache():
     rng = np.random.default_rng(0)
     q, k, v, p, t = _case(rng, 1, 2, 2, 1, 8, 4, [0], [4])
-    y = np.empty_like(q)
+    q3 = q.reshape(1, 2, 16)
+    y = np.empty((1, 2, 16), np.float32)
+
+    def step(pasts=p, totals=t, out=y, positions=None, cos=None):
+        native.gqa_step(((q3, 0), (None, 0), (None, 0)), 2, 1, 8, positions, cos, cos, False, k, v, pasts, totals,
+                        out, 1.0, 0.0, 0)
+
     with pytest.raises(ValueError, match="do not fit"):
-        native.gqa_attention(q, k, v, p, t, y[:, :1], 1, 1.0, 0.0, 0)
+        step(out=y[:, :1])
     with pytest.raises(ValueError, match="bad parameters"):
-        native.gqa_attention(q, k, v, np.array([3], np.int64), t, y, 1, 1.0, 0.0, 0)  # 3 + 2 new > 4
+        step(pasts=np.array([3], np.int64))  # 3 + 2 new > 4
     with pytest.raises(ValueError, match="bad parameters"):
-        native.gqa_attention(q, k, v, p, np.array([5], np.int64), y, 1, 1.0, 0.0, 0)
+        step(totals=np.array([5], np.int64))
+    with pytest.raises(ValueError, match="code -3"):  # a position past the cos / sin caches
+        step(positions=np.array([[0, 16]], np.int64), cos=np.ones((16, 4), np.float32))
