@@ -8,6 +8,8 @@
     minirt run model.mrt [--input image=x.npy] [--dim batch=4] [--save out.npz]
     minirt bench model.mrt [--runs 50] [--compare model.onnx] [--json]
     minirt demo                  # build and check the digits example end to end
+    minirt sweep sweep.toml [--workers 2] [--address auto]   # best build options per target, on Ray
+    minirt generate MODEL_DIR --prompt TEXT [--max-length N] [--top-k K --top-p P --temperature T]
     minirt info
 
 The runtime commands (``run``, ``inspect``, ``bench``, ``info``) need numpy
@@ -211,10 +213,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"minirt build: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr, flush=True)
 
-    report = builder.build(
-        args.model,
-        out,
-        target=args.target,
+    report = builder.build(args.model, out, target=args.target, progress=progress, **_build_options(args), **sign)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(report)
+    return 0
+
+
+def _build_options(args: argparse.Namespace) -> dict:
+    """The builder's keyword arguments from the options of _add_build_options (minirt build and package)."""
+    return dict(
         opt_level=args.opt_level,
         providers=args.providers,
         weight_pack=args.weight_pack,
@@ -231,14 +240,71 @@ def cmd_build(args: argparse.Namespace) -> int:
         eval_data=args.eval,
         quantize_final=args.quantize_final,
         allow_float_fallback=args.allow_float_fallback,
-        progress=progress,
-        **sign,
     )
+
+
+# --- package --------------------------------------------------------------------
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    """minirt package (builder/package.py): the .mrt, the runtime wheel, a launcher and a manifest."""
+    _import_builder()
+    from minirt.builder.package import package
+
+    sign = {"sign_key": keys.load_signing_key(args.sign)} if args.sign else {}
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"minirt package: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr, flush=True)
+
+    report = package(args.model, args.target, args.output, wheel=args.wheel, wheel_dir=args.wheel_dir,
+                     reduced=args.reduced, archive=args.archive, progress=progress, **_build_options(args), **sign)
     if args.json:
         _print_json(report.as_dict())
     else:
         print(report)
     return 0
+
+
+# --- sweep ----------------------------------------------------------------------
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Builds and evaluations on Ray (builder/sweep, docs/sweep.md); Ray is imported there, lazily."""
+    _import_builder()
+    from minirt.builder import sweep
+    from minirt.builder.sweep.report import summary_lines
+
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"minirt sweep: [{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    try:
+        result = sweep.run_sweep(args.config, workers=args.workers, address=args.address, cache_dir=args.cache,
+                                 out_dir=args.out, use_cache=not args.rebuild, progress=progress)
+    except KeyboardInterrupt:
+        print("minirt sweep: interrupted; the candidates finished so far are in the cache: the same command "
+              "resumes from there", file=sys.stderr)
+        return 130
+    if args.json:
+        _print_json({"sweep": result.name, "table": str(result.json_path), "csv": str(result.csv_path),
+                     "plots": result.plots, "chosen": result.choices, "wall_s": result.wall_s})
+    else:
+        print("\n".join(summary_lines(result)))
+    return 0
+
+
+# --- generate -------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Text generation with minirt.genai (docs/genai.md); imported only for this command."""
+    from minirt.genai._cli import generate
+
+    return generate(args)
 
 
 # --- keygen ---------------------------------------------------------------------
@@ -806,14 +872,8 @@ def _add_feed_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_positive, default=None, help="kernel threads (default: library default)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minirt", description="Build, inspect, run and benchmark minirt .mrt artifacts.")
-    parser.add_argument("--version", action="version", version=f"minirt {minirt.__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("build", help="build an ONNX model into a .mrt artifact (needs the builder extra)")
-    p.add_argument("model", metavar="MODEL.onnx")
-    p.add_argument("-o", "--output", metavar="OUT.mrt", help="output path (default: MODEL with a .mrt suffix)")
+def _add_build_options(p: argparse.ArgumentParser) -> None:
+    """The build options of minirt build, which minirt package takes too."""
     p.add_argument("--target", default="generic", help="device profile, e.g. generic, rpi4, android-api30, x86-64-v3, or host (this "
                         "machine) (default generic)")
     p.add_argument("--providers", default=None, metavar="LIST",
@@ -862,9 +922,51 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of failing")
     p.add_argument("--sign", default=None, metavar="KEYFILE",
                    help="sign the artifact with this Ed25519 private key (from 'minirt keygen')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minirt", description="Build, inspect, run and benchmark minirt .mrt artifacts.")
+    parser.add_argument("--version", action="version", version=f"minirt {minirt.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("build", help="build an ONNX model into a .mrt artifact (needs the builder extra)")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("-o", "--output", metavar="OUT.mrt", help="output path (default: MODEL with a .mrt suffix)")
+    _add_build_options(p)
     p.add_argument("--json", action="store_true", help="print the build report as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("package", help="build MODEL for a device and write what the device needs into one folder: "
+                                       "model.mrt, the runtime wheel, run.py, install.sh, manifest.json")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("-o", "--output", metavar="DIR", help="output folder (or DIR.tar.gz with --archive; default: "
+                                                          "MODEL-TARGET beside the model)")
+    p.add_argument("--wheel", default=None, metavar="PATH", help="the runtime wheel to ship (default: the newest one "
+                                                                  "for the target's architecture in --wheel-dir)")
+    p.add_argument("--wheel-dir", default=None, metavar="DIR",
+                   help="where `make wheels` put the runtime wheels (default: dist/ of the source checkout); for this "
+                        "machine's architecture a missing wheel is built")
+    p.add_argument("--reduced", action="store_true",
+                   help="ship a runtime without the kernel families and providers the model does not use")
+    p.add_argument("--archive", action="store_true", help="write one .tar.gz instead of a folder")
+    _add_build_options(p)
+    p.add_argument("--json", action="store_true", help="print the package report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_package)
+
+    p = sub.add_parser("sweep", help="search build options per target on Ray: a results table, Pareto plots and "
+                                     "the best artifact per target (needs the sweep extra)")
+    p.add_argument("config", metavar="CONFIG", help="the sweep's .toml (or .yaml) file (docs/sweep.md)")
+    p.add_argument("--workers", type=_positive, default=None, metavar="N",
+                   help="CPUs of the local Ray instance (default: this machine's)")
+    p.add_argument("--address", default=None, metavar="ADDR", help="join an existing Ray cluster (e.g. auto, or HOST:PORT)")
+    p.add_argument("--cache", default=None, metavar="DIR", help="the result cache (default: .minirt-sweep beside CONFIG)")
+    p.add_argument("--out", default=None, metavar="DIR", help="output folder (default: the config's sweep.output)")
+    p.add_argument("--rebuild", action="store_true", help="recompute every candidate (the cache is rewritten, not read)")
+    p.add_argument("--json", action="store_true", help="print the choices as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("keygen", help="create an Ed25519 key pair for signing artifacts: PREFIX.key and PREFIX.pub")
     p.add_argument("prefix", metavar="PREFIX", help="path prefix, e.g. keys/release -> keys/release.key, keys/release.pub")
@@ -922,6 +1024,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=_positive, default=20, help="timed runs per latency figure (default 20)")
     p.add_argument("--out", metavar="DIR", help="keep the built artifact in DIR (default: a temporary folder)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("generate", help="generate text with a language model folder (onnxruntime-genai's layout), "
+                                        "streaming it, with tokens/s (needs the genai extra)")
+    from minirt.genai._cli import add_arguments as _generate_arguments  # (numpy only: no tokenizer, no onnx)
+
+    _generate_arguments(p)
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("info", help="versions, platform, providers and installed extras")
     p.set_defaults(func=cmd_info)

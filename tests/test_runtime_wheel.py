@@ -14,16 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def runtime_wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    env = dict(os.environ, MINIRT_WHEEL="runtime")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-                           "--disable-pip-version-check", "-q", "-w", str(out)],
-                          capture_output=True, text=True, timeout=1800, env=env, cwd=str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (wheel,) = out.glob("minirt-*.whl")
-    return wheel
+# (runtime_wheel: tests/conftest.py, built once per session and shared with tests/test_package.py)
 
 
 def test_the_device_wheel_holds_the_runtime_only(runtime_wheel):
