@@ -179,6 +179,14 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     on x86-64 runs those in fp32; level 2 / 3 (fp16 / bf16 A) only change anything on ARM).  The
     dequantized weight of a constant B is kept per node (float32: 8x the int4 bytes; the native slice
     fuses dequantization into the product instead)."""
+    fast = ctx.memo.get("fused") if ctx is not None else None
+    if (fast is not None and fast[0] is B and fast[1] is scales and fast[2] is zero_points and bias is None
+            and type(A) is np.ndarray and A.dtype == np.float32 and A.flags.c_contiguous and A.shape[-1] == K):
+        # (the decode loop's path: the weights this node packed on its first run, nothing else to check)
+        rows = A.reshape(-1, K)
+        y = np.empty((rows.shape[0], N), np.float32)
+        _native.qnbits_matmul(fast[3], rows, y)
+        return y.reshape(*A.shape[:-1], N)
     if g_idx is not None:
         raise NotImplementedError("MatMulNBits: the g_idx input (deprecated act-order grouping) is not supported")
     if weight_prepacked:
@@ -195,6 +203,7 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     if operands is None:
         if fused:
             operands = _fused_weights(B, scales, zero_points, K, N, int(block_size))
+            remember(memo, "fused", (B, scales, zero_points, operands))  # (the fast path above; holds them alive)
         elif int8:
             operands = _int8_operands(B, scales, zero_points, K, N, int(bits), int(block_size))
         else:  # [K, N]
@@ -205,8 +214,7 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
         rows = a.reshape(-1, K)
         rows = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)
         y = np.empty((rows.shape[0], N), np.float32)
-        work = np.empty(_native.qnbits_workspace_bytes(rows.shape[0], K, int(block_size)), np.uint8)
-        _native.qnbits_matmul(operands, rows, y, work)
+        _native.qnbits_matmul(operands, rows, y)
         y = y.reshape(*a.shape[:-1], N)
     else:
         y = _matmul_int8(a, *operands, K, int(block_size)) if int8 else np.matmul(a, operands)

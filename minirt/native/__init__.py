@@ -1460,12 +1460,16 @@ def qnbits_workspace_bytes(M: int, K: int, block_size: int) -> int:
     return int(_lib.mrt_qnbits_workspace(M, K, block_size))
 
 
-def qnbits_matmul(w, a, y, workspace) -> None:
+def qnbits_matmul(w, a, y, workspace=None) -> None:
     """y (M, N) = a (M, K) . W^T (+ bias) for the :func:`qnbits_weights` ``w`` at accuracy_level 4 (a
     quantized to int8 per block inside); a, y float32 C-contiguous; ``workspace`` a uint8 array of
-    :func:`qnbits_workspace_bytes` bytes.  Not recordable (decoders change shape every token)."""
-    rc = _call(_lib.mrt_qnbits_matmul, (w, _ptr(a), a.shape[0], _ptr(y), _ffi.from_buffer("uint8_t[]", workspace),
+    :func:`qnbits_workspace_bytes` bytes, or None (allocated inside).  Not recordable (decoders change
+    shape every token)."""
+    rc = _call(_lib.mrt_qnbits_matmul, (w, _ptr(a), a.shape[0], _ptr(y),
+                                        _ffi.NULL if workspace is None else _ffi.from_buffer("uint8_t[]", workspace),
                                         threads()))
+    if rc == -1:
+        raise no_scratch("minirt native qnbits")
     if rc != 0:
         raise ValueError(f"minirt native qnbits: bad parameters (code {rc}) for A {a.shape}")
 

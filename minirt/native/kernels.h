@@ -565,8 +565,8 @@ int mrt_tree_votes(const mrt_tree_ensemble *e, const void *x, long n, long n_fea
  * (past K and past N: zeros); scales (ceil(N / 16), kb, 16) likewise, and zs = scale * zero point in
  * the scales' layout, or NULL for the zero point 8 of a model without zero points; bias (N) or NULL.
  * block_size a power of two >= 32.
- * workspace: mrt_qnbits_workspace(M, K, block_size) bytes.  Threads split the column groups.
- * Returns 0, or -2 for bad parameters. */
+ * workspace: mrt_qnbits_workspace(M, K, block_size) bytes, or NULL (allocated inside).  Threads split the
+ * column groups.  Returns 0, -1 when scratch memory ran out, or -2 for bad parameters. */
 typedef struct {
     int N, K, block_size;
     const uint8_t *b;

@@ -342,10 +342,15 @@ long mrt_qnbits_workspace(int M, int K, int block_size) {
 }
 
 int mrt_qnbits_matmul(const mrt_qnbits_weights *w, const float *a, int M, float *y, void *workspace, int nthreads) {
-    if (!w || !a || !y || !workspace || M <= 0 || w->N <= 0 || w->K <= 0 || w->block_size < 32 ||
+    if (!w || !a || !y || M <= 0 || w->N <= 0 || w->K <= 0 || w->block_size < 32 ||
         (w->block_size & (w->block_size - 1)) || !w->b || !w->scales)
         return -2;
     const long kb = (w->K + w->block_size - 1) / w->block_size;
+    void *own = NULL;
+    if (!workspace) { /* (a few KB per row: the caller may leave it to us) */
+        own = workspace = malloc((size_t)mrt_qnbits_workspace(M, w->K, w->block_size));
+        if (!own) return -1;
+    }
     nb_job job;
     job.w = w;
     job.qa = (const int8_t *)workspace;
@@ -359,5 +364,6 @@ int mrt_qnbits_matmul(const mrt_qnbits_weights *w, const float *a, int M, float 
     nb_task_ctx t = {&job, nb_select()};
     const long groups = (w->N + NB_GROUP - 1) / NB_GROUP;
     mrt_parallel_for(groups, (long)NB_GROUP * job.kc * 32 * M / 4, nthreads, nb_task, &t);
+    free(own);
     return 0;
 }
