@@ -324,6 +324,16 @@ def skip_simplified_layer_normalization(input, skip, gamma, bias=None, *, epsilo
     input [B, S, hidden] or [T, hidden]; skip the same shape (onnxruntime also takes a skip that
     broadcasts over the leading dimensions).  Outputs: output, mean (unused: RMS norm has none; an
     empty float32 tensor when asked for), inv_std_var ([..., 1]), input_skip_bias_sum (s)."""
+    if (type(input) is np.ndarray and type(skip) is np.ndarray and input.dtype == np.float32
+            and skip.dtype == np.float32 and input.shape == skip.shape and input.ndim in (2, 3) and bias is None
+            and type(gamma) is np.ndarray and gamma.dtype == np.float32 and gamma.shape == input.shape[-1:]
+            and _native.available and not _wants(ctx, 2) and input.size):
+        # (a decoder layer's residual + RMS norm: one add, one native row pass)
+        s = input + skip
+        y = np.empty_like(s)
+        _native.rmsnorm_rows(s, np.ascontiguousarray(gamma), y, float(epsilon))
+        n = ctx.n_outputs if ctx is not None else 1
+        return y if n == 1 else (y, np.zeros((0,), np.float32), None, s)[:n]
     x, dt = _f32(input)
     sk, _ = _f32(skip)
     if x.ndim not in (2, 3):
@@ -405,6 +415,52 @@ def _zeroed(b: np.ndarray) -> np.ndarray:
     return b
 
 
+def _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache, H: int,
+                KVH: int, scale, softcap, local_window_size, do_rotary, interleaved, ctx):
+    """minirt.genai's decode step, with the general path's checks done cheaply: one sequence, one new
+    token, packed QKV, the present buffers the past's own (shared), no position_ids; None when the
+    inputs are anything else (the general path then runs and reports what is wrong)."""
+    if not (type(query) is np.ndarray and query.dtype == np.float32 and query.flags.c_contiguous
+            and query.ndim == 3 and query.shape[:2] == (1, 1) and type(past_key) is np.ndarray
+            and past_key.dtype == np.float32 and past_key.flags.c_contiguous and past_key.ndim == 4
+            and type(past_value) is np.ndarray and past_value.shape == past_key.shape
+            and past_value.dtype == np.float32 and past_value.flags.c_contiguous):
+        return None
+    qw = query.shape[2]
+    D = qw // (H + 2 * KVH)
+    T = past_key.shape[2]
+    if D * (H + 2 * KVH) != qw or past_key.shape != (1, KVH, T, D) or T == 0:
+        return None
+    try:
+        past = int(seqlens_k.reshape(-1)[0])  # (total - 1: the new token's position)
+        total_max = int(total_sequence_length.reshape(-1)[0])
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    if not 0 <= past < T or past + 1 > total_max or getattr(seqlens_k, "size", 0) != 1:
+        return None
+    half, max_pos = 0, 0
+    if do_rotary:
+        if not (type(cos_cache) is np.ndarray and type(sin_cache) is np.ndarray and cos_cache.dtype == np.float32
+                and sin_cache.dtype == np.float32 and cos_cache.flags.c_contiguous and sin_cache.flags.c_contiguous
+                and cos_cache.ndim == 2 and sin_cache.shape == cos_cache.shape and 2 * cos_cache.shape[1] <= D
+                and past < cos_cache.shape[0]):
+            return None
+        half, max_pos = cos_cache.shape[1], cos_cache.shape[0]
+    key = ("decode", T, half, max_pos)
+    shape = ctx.memo.get(key)
+    if shape is None:
+        shape = _native.gqa_decode_shape(
+            H, KVH, D, T, float(np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))),
+            float(softcap) if softcap and softcap > 0 else 0.0,
+            int(local_window_size) if local_window_size is not None and local_window_size > 0 else 0, half,
+            bool(interleaved), max_pos)
+        remember(ctx.memo, key, shape)
+    y = np.empty((1, 1, H * D), np.float32)
+    _native.gqa_decode(shape, query, cos_cache if half else None, sin_cache if half else None, past_key, past_value,
+                       past, y)
+    return y
+
+
 @kernel("GroupQueryAttention", since=1, domain=MS, context=True, outs=True)
 def group_query_attention(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,
                           total_sequence_length=None, cos_cache=None, sin_cache=None, position_ids=None,
@@ -448,6 +504,13 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
                                   f"{causal})")
     if kv_cache_bit_width or k_quant_type not in ("", "NONE") or v_quant_type not in ("", "NONE"):
         raise NotImplementedError("GroupQueryAttention: a quantized KV cache is not supported")
+    if (type(out) is tuple and len(out) == 3 and key is None and past_key is not None and position_ids is None
+            and out[1] is past_key and out[2] is past_value and _native.available and ctx is not None):
+        y = _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache,
+                        int(num_heads), int(kv_num_heads), scale, softcap, local_window_size, do_rotary,
+                        rotary_interleaved, ctx)
+        if y is not None:
+            return (y, past_key, past_value)[:ctx.n_outputs]
     H, KVH = int(num_heads), int(kv_num_heads)
     if H <= 0 or KVH <= 0 or H % KVH:
         raise ValueError(f"GroupQueryAttention: num_heads={H} must be a positive multiple of kv_num_heads={KVH}")

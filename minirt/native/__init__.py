@@ -1520,3 +1520,33 @@ def gqa_step(raw, heads: int, kv_heads: int, head_size: int, positions, cos, sin
         raise ValueError(f"minirt native attention: bad parameters (code {rc}): pasts {pasts.tolist()}, totals "
                          f"{totals.tolist()} for {S} new positions in a cache of {k_cache.shape[2]}")
 
+
+def gqa_decode_shape(heads: int, kv_heads: int, head_size: int, capacity: int, scale: float, softcap: float,
+                     local_window: int, rotary_half: int, interleaved: bool, max_position: int):
+    """The ``mrt_attention_shape`` of a one-token, one-sequence GroupQueryAttention step (:func:`gqa_decode`),
+    made once per node and cache size."""
+    return _ffi.new("mrt_attention_shape *", {
+        "batch": 1, "seq": 1, "heads": heads, "kv_heads": kv_heads, "head_size": head_size, "capacity": capacity,
+        "scale": scale, "softcap": softcap, "local_window": local_window, "rotary_half": rotary_half,
+        "rotary_interleaved": int(interleaved), "max_position": max_position})
+
+
+def gqa_decode(shape, qkv, cos, sin, k_cache, v_cache, past: int, out) -> None:
+    """The decode step of :func:`gqa_step` for one sequence and one token with packed QKV: ``qkv`` float32
+    C-contiguous (1, 1, (H + 2 KVH) D), the new position ``past`` (< capacity, checked by the caller and in
+    C), rotary at that position when ``shape`` has it (cos / sin then float32 C-contiguous)."""
+    H, KVH, D = shape.heads, shape.kv_heads, shape.head_size
+    ints = _ffi.new("int64_t[3]", [past, past, past + 1])  # the position, pasts[0], totals[0]
+    q = _ptr(qkv)
+    step = _ffi.new("mrt_attention_step *", {"q": q, "k": q + H * D, "v": q + (H + KVH) * D,
+                                             "q_row": (H + 2 * KVH) * D, "kv_row": (H + 2 * KVH) * D,
+                                             "positions": ints})
+    cache = _ffi.new("mrt_kv_cache *", {"k": _ptr(k_cache), "v": _ptr(v_cache), "pasts": ints + 1,
+                                        "totals": ints + 2})
+    rc = _call(_lib.mrt_gqa_attention_f32, (shape, step, _opt(cos), _opt(sin), cache, _ptr(out), threads()))
+    if rc == -1:
+        raise no_scratch("minirt native attention")
+    if rc != 0:
+        raise ValueError(f"minirt native attention: bad parameters (code {rc}): position {past} in a cache of "
+                         f"{shape.capacity}")
+

@@ -361,7 +361,8 @@ def test_group_query_attention_preallocated_past_buffer():
     assert actual[1].shape == (B, KVH, P, D)
 
 
-def test_group_query_attention_appends_in_place_to_a_shared_kv_buffer():
+@pytest.mark.parametrize("packed", [False, True])  # packed QKV: the decode fast path (decoder._gqa_decode)
+def test_group_query_attention_appends_in_place_to_a_shared_kv_buffer(packed):
     # minirt.genai's decode loop: past and present bound to the same preallocated buffers (onnxruntime's
     # past_present_share_buffer).  Each step writes only its new positions into those buffers (rows past
     # the total keep their NaN sentinel: nothing copied or cleared), and every output equals
@@ -375,8 +376,8 @@ def test_group_query_attention_appends_in_place_to_a_shared_kv_buffer():
     vbuf = np.full((B, KVH, M, D), np.nan, np.float32)
     total = 0
     for S in (prompt, 1, 1, 1):
-        model = _gqa_model(B, S, H, KVH, D, M, caches)
-        feeds = _gqa_feeds(B, S, H, KVH, D, M)
+        model = _gqa_model(B, S, H, KVH, D, M, caches, packed=packed)
+        feeds = _gqa_feeds(B, S, H, KVH, D, M, packed)
         total += S
         feeds.update(past_k=kbuf, past_v=vbuf, seqlens_k=np.array([total - 1], np.int32),
                      total=np.array(total, np.int32))
