@@ -49,7 +49,7 @@ PRODUCER_NAME = "minirt-builder"
 # auto: what the target profile says is faster (its default mode, kept when its cost model estimates it
 # faster than float); "none": float32 even on a target whose profile would quantize (None: "auto" on
 # such a target, float32 elsewhere)
-QUANTIZE_MODES = (None, "none", "fp16", "int8-dynamic", "int8", "auto")
+QUANTIZE_MODES = (None, "none", "fp16", "int4", "int8-dynamic", "int8", "auto")
 OPT_LEVELS = (0, 1, 2, 3)
 
 
@@ -331,7 +331,8 @@ def _split_disabled(disabled: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def _quantized_anything(report) -> bool:
     """Whether a quantization report changed any layer (int8 compute, int8 or fp16 storage)."""
-    return bool(report.quantized or report.weight_only or (report.fp16 or {}).get("initializers"))
+    return bool(report.quantized or report.weight_only or (report.fp16 or {}).get("initializers")
+                or (report.int4 or {}).get("layers"))
 
 
 def _nothing_quantized_reason(model_ir, report, mode: str) -> str:
@@ -342,6 +343,7 @@ def _nothing_quantized_reason(model_ir, report, mode: str) -> str:
         more = f" (and {len(report.kept_float) - 3} more)" if len(report.kept_float) > 3 else ""
         return f"nothing was quantized: all {len(report.kept_float)} candidate layer(s) kept float ({shown}{more})"
     what = "large float32 initializers (>= 1024 elements)" if mode == "fp16" else \
+        "MatMul or Gemm layers with a constant float32 weight of at least 4096 values" if mode == "int4" else \
         "Conv, ConvTranspose, MatMul, Gemm or recurrent layers with constant weights"
     bodies = sorted({n.op_type for n in model_ir.graph if has_subgraph(n)})
     where = f" (its {'/'.join(bodies)} bodies included)" if bodies else ""
@@ -391,6 +393,8 @@ def build(
     accuracy_budget: str | None = None,
     eval_data: Any = None,
     quantize_final: bool = False,
+    block_size: int = 32,
+    symmetric_weights: bool = True,
     allow_float_fallback: bool = False,
     progress: Callable[[str], None] | None = None,
     sign_key: str | os.PathLike | bytes | None = None,
@@ -416,6 +420,9 @@ def build(
     channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: none), so that a runtime with
     that layout packs nothing on the first run (builder/prepack.py); None: the target's default
     (``weight_pack`` of targets/profiles.py: 8 on the Raspberry Pi targets, else 0).
+
+    ``block_size`` / ``symmetric_weights`` (``quantize="int4"``): the K values one 4-bit scale covers and
+    whether the weights are symmetric (zero point 8) or get a zero point per block (MatMulNBits).
 
     ``cpu_fallback=False`` (``--no-cpu-fallback``): a thin accelerator artifact: each partition keeps
     its provider program and golden tensors but not its CPU version (its nodes and the weights only
@@ -514,6 +521,8 @@ def build(
                 eval=eval_data,
                 quantize_final=quantize_final,
                 disabled_passes=quantizer_disabled,
+                int4_block_size=block_size,
+                int4_symmetric=symmetric_weights,
             ),
             progress=say,
             target=profile,  # its int8 speed rules (which layers stay float because float is faster there)
@@ -560,6 +569,7 @@ def build(
         "quantize": quantize,
         "calibration_method": calibration_method if quantize else None,
         "per_channel": per_channel if quantize else None,
+        **({"block_size": block_size, "symmetric_weights": symmetric_weights} if quantize == "int4" else {}),
         "accuracy_budget": accuracy_budget,
         "disabled_passes": list(disabled_passes),
         "signed": sign_key is not None,

@@ -239,6 +239,8 @@ def _build_options(args: argparse.Namespace) -> dict:
         accuracy_budget=args.accuracy_budget,
         eval_data=args.eval,
         quantize_final=args.quantize_final,
+        block_size=args.block_size,
+        symmetric_weights=not args.asymmetric_weights,
         allow_float_fallback=args.allow_float_fallback,
     )
 
@@ -897,8 +899,10 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                    help="fix an input's value (NAME=16000, NAME=1,2,3 or NAME=FILE.npy): the graph is specialised "
                         "for it (branches and shapes that depend on it fold away); the input stays, and runs "
                         "must feed that value; repeatable")
-    p.add_argument("--quantize", choices=["none", "fp16", "int8-dynamic", "int8", "auto"], default=None,
-                   help="fp16 weights (half the size), int8 with calibrated activations, int8 weights with "
+    p.add_argument("--quantize", choices=["none", "fp16", "int4", "int8-dynamic", "int8", "auto"], default=None,
+                   help="fp16 weights (half the size), int4 MatMul/Gemm weights in blocks along K (a float "
+                        "decoder made int4: MatMulNBits; --block-size, --asymmetric-weights), int8 with "
+                        "calibrated activations, int8 weights with "
                         "activations quantized at run time, none (float32), or auto: the --target's default "
                         "(rpi3/rpi4 int8-dynamic, rpi5 int8 with --calibration, else int8-dynamic; others "
                         "float32) when its cost model estimates it faster than float on this model.  Not "
@@ -917,6 +921,10 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                         "eval data: cosine>=0.99 for int8 modes, max-abs<=0.005 for fp16")
     p.add_argument("--eval", metavar="PATH", default=None, help="held-out inputs for the accuracy report")
     p.add_argument("--quantize-final", action="store_true", help="also quantize the layers that feed outputs")
+    p.add_argument("--block-size", type=int, default=32, metavar="N",
+                   help="--quantize int4: K values per 4-bit scale (a power of two >= 16; default 32)")
+    p.add_argument("--asymmetric-weights", action="store_true",
+                   help="--quantize int4: a zero point per block (default: symmetric, zero point 8)")
     p.add_argument("--allow-float-fallback", action="store_true",
                    help="with --quantize, build the float model (with a warning) when nothing would be quantized, "
                         "instead of failing")

@@ -15,6 +15,9 @@ Modes:
                   per-tensor calibrated activation scale.
 ``int8-dynamic``  the same ops without activation scales: inputs are quantized at
                   run time (for MatMul/Gemm/LSTM-heavy models; no calibration).
+``int4``          MatMul/Gemm weights as 4-bit blocks along K (``com.microsoft::MatMulNBits``,
+                  block size and symmetric / asymmetric chosen by the user): a float
+                  decoder export made int4 as onnxruntime-genai's builder makes it.
 
 Which layers are candidates is candidates.py; which of them are quantized is
 decided here (the user's options, and the target profile's int8 speed rules:
@@ -50,7 +53,7 @@ from minirt.builder.quantize.sensitivity import Budget, fit_budget, parse_budget
 from minirt.builder.quantize.weights import convert_to_fp16, fp16_candidates
 from minirt.targets.profiles import TargetProfile, get_target
 
-MODES = ("fp16", "int8-dynamic", "int8")
+MODES = ("fp16", "int4", "int8-dynamic", "int8")
 
 __all__ = ["MODES", "QuantizeOptions", "QuantizationReport", "quantize", "demo_rows", "parse_budget"]
 
@@ -116,6 +119,11 @@ class QuantizeOptions:
     # calibration data, else the eval data) into the layer's float32 bias (pass fp16_bias_correction; False
     # disables it).
     fp16_bias_correction: bool = True
+    # int4: the block of K values one scale covers (a power of two >= 16), symmetric weights (zero point 8,
+    # none stored) or asymmetric (a zero point per block), layers with fewer weight values stay float
+    int4_block_size: int = 32
+    int4_symmetric: bool = True
+    int4_min_elements: int = 4096
     measure_latency: bool = True
     latency_runs: int = 5
 
@@ -351,12 +359,32 @@ def quantize(
     data = _load_data(model, mode, calibration, opts, report)
     if mode == "fp16":
         budget = _quantize_fp16(model, data, opts, disabled, budget, report, say)
+    elif mode == "int4":
+        _quantize_int4(model, opts, disabled, report, say)
     else:
         _quantize_int8(model, mode, data, opts, profile, disabled, budget, report, say)
         _estimate_on_target(data.float_model, mode, profile, report)
     _measure(model, mode, data, opts, budget, report)
     report.timings["total"] = time.perf_counter() - t_start
     return report
+
+
+# --- int4 --------------------------------------------------------------------------------------------
+
+
+def _quantize_int4(model: ir.Model, opts: QuantizeOptions, disabled: Sequence[str], report: QuantizationReport,
+                   say: Callable[[str], None]) -> None:
+    """4-bit block-wise weights (pass int4_weights); the report's ``int4`` entry."""
+    bs = int(opts.int4_block_size)
+    if bs < 16 or bs & (bs - 1):
+        raise BuildError(f"--block-size must be a power of two of at least 16, got {opts.int4_block_size}")
+    context = QuantContext(int4_block_size=bs, int4_symmetric=bool(opts.int4_symmetric),
+                           int4_min_elements=int(opts.int4_min_elements))
+    done = quant_passes.rewrite(model, "int4", context, disabled)
+    report.int4 = {**done.fp16, "block_size": bs, "symmetric": bool(opts.int4_symmetric)}
+    report.passes = done.report.as_dict()
+    say(f"int4: {done.fp16['layers']} layer(s) as MatMulNBits, block {bs}, "
+        f"{'symmetric' if opts.int4_symmetric else 'asymmetric'}")
 
 
 # --- fp16 --------------------------------------------------------------------------------------------

@@ -87,6 +87,12 @@ class QuantContext:
     fp16_only: set | None = None
     fp16_means: dict = dataclasses.field(default_factory=dict)
     fp16_min_elements: int = 1024
+    # int4: the block size along K, symmetric (zero point 8) or asymmetric weights, the size below which a
+    # weight stays float, MatMulNBits' accuracy_level (4: int8 products, the native kernel's)
+    int4_block_size: int = 32
+    int4_symmetric: bool = True
+    int4_min_elements: int = 4096
+    int4_accuracy_level: int = 4
     # Pass fields read by the optimizer's passes; the quantizer's ignore them.
     input_shapes: dict = dataclasses.field(default_factory=dict)
     opt_level: int = 2

@@ -3,7 +3,9 @@
 Per output, over every evaluation feed: max and mean absolute error, cosine
 similarity of the flattened outputs, and, when the output looks like class
 scores (a float ``[N, C]`` with C >= 2), top-1 agreement; with labels, the
-accuracy of both models too.
+accuracy of both models too.  A float output of rank 3 whose last axis has at least
+2 values (a language model's logits [batch, positions, vocabulary]) gets the
+next-token agreement: how often both models' argmax over that axis is the same.
 """
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ from minirt.tools.reports import format_report, format_sensitivity
 
 def looks_like_scores(y: np.ndarray) -> bool:
     return y.dtype.kind == "f" and y.ndim == 2 and y.shape[1] >= 2
+
+
+def looks_like_logits(y: np.ndarray) -> bool:
+    return y.dtype.kind == "f" and y.ndim == 3 and y.shape[-1] >= 2
 
 
 def compare(ref: dict[str, list], got: dict[str, list], labels: np.ndarray | None = None) -> dict:
@@ -38,6 +44,10 @@ def compare(ref: dict[str, list], got: dict[str, list], labels: np.ndarray | Non
             "cosine": cos,
             "elements": int(a.size),
         }
+        if all(looks_like_logits(np.asarray(r)) for r in refs):
+            ra = np.concatenate([np.asarray(r).argmax(axis=-1).reshape(-1) for r in refs])
+            ga = np.concatenate([np.asarray(g).argmax(axis=-1).reshape(-1) for g in gots])
+            row["next_token_agreement"] = float((ra == ga).mean())
         if all(looks_like_scores(np.asarray(r)) for r in refs):
             ra = np.concatenate([np.asarray(r).argmax(axis=1) for r in refs])
             ga = np.concatenate([np.asarray(g).argmax(axis=1) for g in gots])
@@ -58,6 +68,8 @@ def format_accuracy(acc: dict, indent: str = "    ") -> list[str]:
         s = f"{indent}{name}: max abs err {r['max_abs']:.3g}, mean abs err {r['mean_abs']:.3g}, cosine {r['cosine']:.5f}"
         if "top1_agreement" in r:
             s += f", top-1 agreement {r['top1_agreement'] * 100:.2f} %"
+        if "next_token_agreement" in r:
+            s += f", next-token agreement {r['next_token_agreement'] * 100:.2f} %"
         if "float_accuracy" in r:
             s += f", accuracy float {r['float_accuracy'] * 100:.2f} % -> quantized {r['quant_accuracy'] * 100:.2f} %"
         lines.append(s)
@@ -78,6 +90,7 @@ class QuantizationReport:
     weight_only: list = dataclasses.field(default_factory=list)
     kept_float: list = dataclasses.field(default_factory=list)  # {"node", "reason"}
     fp16: dict = dataclasses.field(default_factory=dict)
+    int4: dict = dataclasses.field(default_factory=dict)  # int4: layers, block size, symmetric, weight bytes
     float_bytes: int = 0  # artifact bytes without metadata, float vs quantized
     quant_bytes: int = 0
     accuracy: dict = dataclasses.field(default_factory=dict)
@@ -105,6 +118,11 @@ class QuantizationReport:
                          (f", weight-only int8: {len(self.weight_only)}" if self.weight_only else ""))
         if self.fp16:
             lines.append(f"  fp16 initializers: {self.fp16.get('initializers', 0)}")
+        if self.int4:
+            q = self.int4
+            lines.append(f"  int4 layers (MatMulNBits): {q['layers']}, block {q['block_size']}, "
+                         f"{'symmetric' if q['symmetric'] else 'asymmetric'}; weights {q['float_bytes']:,} B float32 "
+                         f"-> {q['int4_bytes']:,} B")
         for k in self.kept_float:
             lines.append(f"  kept float: {k['node']} ({k['reason']})")
         if self.float_bytes:

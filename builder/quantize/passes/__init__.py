@@ -13,6 +13,7 @@ Pipelines (each repeated by the manager until a sweep changes nothing;
 ``quant_layers`` rewrites on its first run only)::
 
     fp16          fp16_bias_correction, fp16_weights
+    int4          int4_weights
     int8-dynamic  quant_layers, quant_fold_affine, quant_fuse_max_pool, quant_fuse_flatten
     int8          the same + quant_fold_upsample_add, quant_fold_upsample_concat,
                   quant_fold_channel_mul, quant_chain_int8   (they need static input scales)
@@ -38,6 +39,7 @@ from minirt.builder.quantize.passes.fp16_bias_correction import FP16BiasCorrecti
 from minirt.builder.quantize.passes.fp16_weights import FP16Weights
 from minirt.builder.quantize.passes.fuse_flatten import FuseFlatten
 from minirt.builder.quantize.passes.fuse_max_pool import FuseMaxPool
+from minirt.builder.quantize.passes.int4_weights import Int4Weights
 from minirt.builder.quantize.passes.quantize_layers import QuantizeLayers
 
 # The order is the order the rewrites always ran in: the folds after a QConv first (affine, then
@@ -47,11 +49,12 @@ from minirt.builder.quantize.passes.quantize_layers import QuantizeLayers
 _FP16 = [FP16BiasCorrection, FP16Weights]
 _DYNAMIC = [QuantizeLayers, FoldScalarAffine, FuseMaxPool, FuseFlatten]
 _STATIC = _DYNAMIC + [FoldUpsampleAdd, FoldUpsampleConcat, FoldChannelMul, ChainInt8]
-_PIPELINES = {"fp16": _FP16, "int8-dynamic": _DYNAMIC, "int8": _STATIC}
+_INT4 = [Int4Weights]
+_PIPELINES = {"fp16": _FP16, "int4": _INT4, "int8-dynamic": _DYNAMIC, "int8": _STATIC}
 
 
 def pipeline(mode: str) -> list:
-    """Pass classes the quantizer runs for ``mode`` ("fp16", "int8-dynamic" or "int8"), in order."""
+    """Pass classes the quantizer runs for ``mode`` ("fp16", "int4", "int8-dynamic" or "int8"), in order."""
     try:
         return list(_PIPELINES[mode])
     except KeyError:
@@ -60,7 +63,7 @@ def pipeline(mode: str) -> list:
 
 def pass_names() -> list[str]:
     """Every quantizer pass name ``--disable-pass`` accepts."""
-    return [p.name for p in _FP16 + _STATIC]
+    return [p.name for p in _FP16 + _INT4 + _STATIC]
 
 
 @dataclasses.dataclass
@@ -69,7 +72,7 @@ class Rewrite:
 
     report: OptimizationReport  # its rows are the build report's quantizer rows
     skipped: list  # int8: (candidate, reason) for the selected candidates left float
-    fp16: dict  # fp16: convert_to_fp16's counts plus "bias_corrected"
+    fp16: dict  # fp16: convert_to_fp16's counts plus "bias_corrected"; int4: the layers and weight bytes
     run_time_scales: list = dataclasses.field(default_factory=list)  # static int8: layers without calibrated input
 
 
@@ -90,6 +93,14 @@ def rewrite(model: ir.Model, mode: str, context: qir.QuantContext, disabled: Seq
         fp16 = dict(weights.stats) if weights is not None else {"initializers": 0}
         fp16["bias_corrected"] = (bias.corrected or 0) if bias is not None else 0
         return Rewrite(report, [], fp16)
+    if mode == "int4":
+        int4 = passes.get(Int4Weights.name)
+        for graph in irh.graphs(model):
+            qir.drop_unused_initializers(graph)
+        counts = {"layers": int4.converted if int4 is not None else 0,
+                  "float_bytes": int4.weight_bytes[0] if int4 is not None else 0,
+                  "int4_bytes": int4.weight_bytes[1] if int4 is not None else 0}
+        return Rewrite(report, [], counts)
     layers = passes.get(QuantizeLayers.name)
     if layers is None:  # quant_layers disabled: nothing was quantized
         skipped = [(c.name, "quant_layers is disabled (--disable-pass)") for c in context.selected]
@@ -100,6 +111,6 @@ def rewrite(model: ir.Model, mode: str, context: qir.QuantContext, disabled: Seq
     return Rewrite(report, skipped, {}, list(layers.run_time_scales) if layers is not None else [])
 
 
-__all__ = ["ChainInt8", "FP16BiasCorrection", "FP16Weights", "FoldChannelMul", "FoldScalarAffine", "FoldUpsampleAdd", "FoldUpsampleConcat", "FuseFlatten",
+__all__ = ["ChainInt8", "FP16BiasCorrection", "FP16Weights", "FoldChannelMul", "Int4Weights", "FoldScalarAffine", "FoldUpsampleAdd", "FoldUpsampleConcat", "FuseFlatten",
            "FuseMaxPool", "QuantizeLayers", "Rewrite", "pass_names", "pipeline",
            "rewrite"]
