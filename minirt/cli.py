@@ -207,18 +207,24 @@ def cmd_build(args: argparse.Namespace) -> int:
     out = args.output or str(Path(args.model).with_suffix(".mrt"))
     # Read the key before the (slow) build so that a bad key file fails at once.
     sign = {"sign_key": keys.load_signing_key(args.sign)} if args.sign else {}
-    start = time.perf_counter()
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(f"minirt build: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr, flush=True)
-
-    report = builder.build(args.model, out, target=args.target, progress=progress, **_build_options(args), **sign)
+    report = builder.build(args.model, out, target=args.target, progress=_progress_lines("build", args.quiet),
+                           **_build_options(args), **sign)
     if args.json:
         _print_json(report.as_dict())
     else:
         print(report)
     return 0
+
+
+def _progress_lines(command: str, quiet: bool):
+    """A progress callback printing ``minirt COMMAND: [seconds since now] message`` lines on stderr."""
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not quiet:
+            print(f"minirt {command}: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr, flush=True)
+
+    return progress
 
 
 def _build_options(args: argparse.Namespace) -> dict:
@@ -254,14 +260,9 @@ def cmd_package(args: argparse.Namespace) -> int:
     from minirt.builder.package import package
 
     sign = {"sign_key": keys.load_signing_key(args.sign)} if args.sign else {}
-    start = time.perf_counter()
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(f"minirt package: [{time.perf_counter() - start:6.2f}s] {message}", file=sys.stderr, flush=True)
-
     report = package(args.model, args.target, args.output, wheel=args.wheel, wheel_dir=args.wheel_dir,
-                     reduced=args.reduced, archive=args.archive, progress=progress, **_build_options(args), **sign)
+                     reduced=args.reduced, archive=args.archive, progress=_progress_lines("package", args.quiet),
+                     **_build_options(args), **sign)
     if args.json:
         _print_json(report.as_dict())
     else:

@@ -11,8 +11,9 @@ Public state:
 ``reason``     Why they are not available ("" when they are).
 ``features``   CPU features detected at run time, e.g. ``{"avx2": True, "fma": True}``.
 ``isa``        The implementation chosen for this CPU: ``"avx512"``, ``"avx2"`` (x86-64),
-               ``"dotprod"``, ``"neon"`` (aarch64) or ``"baseline"`` (override with
-               ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
+               ``"dotprod"``, ``"neon"`` (aarch64; on 32-bit ARM the NEON copy of the float kernels,
+               taken when the CPU reports NEON and VFPv4, feature ``fma``) or ``"baseline"`` (32-bit ARM:
+               scalar VFP code) (override with ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
 ``qgemm_isa``  The int8 GEMM microkernel in use: ``"vnni"``, ``"avx2"`` (exact int16 products), ``"dotprod"``
                or ``"portable"``.
 ``ACTIVATION_CODES``  Fused-activation name (``minirt.vocabulary.ACTIVATIONS``) -> the code of the
@@ -32,6 +33,7 @@ API.  Threads come from :func:`threads` (set per session by ``Session``).
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 import weakref
@@ -102,7 +104,7 @@ def _load() -> None:
 
 def select_isa(name: str = "best") -> str:
     """Choose the implementation: "best" (default), "avx512", "avx2" (x86-64), "dotprod",
-    "neon" (aarch64) or "baseline".
+    "neon" (aarch64; 32-bit ARM with NEON and VFPv4) or "baseline".
 
     An ISA the CPU lacks falls back to the baseline ("dotprod" without the dot
     product falls back to "neon"); returns what is in use.
@@ -339,8 +341,9 @@ _owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 # The largest element count any size a window kernel derives from its geometry may reach: the kernels
-# compute sizes in 64-bit (long, size_t), byte counts are up to 8x elements, so 2^59 leaves room.
-_GEOMETRY_MAX_ELEMENTS = 1 << 59
+# compute sizes in C long, byte counts are up to 8x elements, so 2^59 leaves room where long has 64 bits;
+# 2^27 where it has 32 (32-bit ARM: kernels.c's MRT_GEOMETRY_MAX, the same formula).
+_GEOMETRY_MAX_ELEMENTS = 1 << (8 * struct.calcsize("l") - 5)
 
 
 CANCELLED = -101  # (kernels.h MRT_CANCELLED: a replayed program's code for a call it did not run)
@@ -407,7 +410,7 @@ def check_geometry(fields: dict) -> None:
     geometry ``fields`` (of ``mrt_conv_geometry``: n, c, h, w, m, group, kh, kw, sh, sw, dh, dw, pt, pl,
     oh, ow) without overflow: every field an int from 0 (kernel, strides, dilations: from 1; group 0 is a
     pooling's) to 2^31 - 1, and every size the kernels derive from them (input, output, weights, im2col columns, the
-    planes of strided phases) under 2^59 elements.  The one place the sizes that reach C arithmetic are
+    planes of strided phases) under _GEOMETRY_MAX_ELEMENTS (2^59; 2^27 on 32-bit ARM).  The one place the sizes that reach C arithmetic are
     checked (kernels.c checks the same products again, as a guard); each struct is checked once when it
     is made (prepared calls and shared structs are reused)."""
     g = {k: fields.get(k, 0) for k in _GEOMETRY_FIELDS}
@@ -431,7 +434,7 @@ def check_geometry(fields: dict) -> None:
             raise UnsupportedGeometry(
                 f"the native kernels cannot take this window geometry: its {what} would be {size:.3g} elements "
                 f"(n={n} c={c} h={h} w={w} m={g['m']} group={g['group']} kernel={kh}x{kw} strides={sh}x{sw} "
-                f"dilations={dh}x{dw} output={oh}x{ow}; at most 2^59)")
+                f"dilations={dh}x{dw} output={oh}x{ow}; at most 2^{_GEOMETRY_MAX_ELEMENTS.bit_length() - 1})")
 
 
 def _new(ctype: str, fields: dict, *owners):
@@ -1151,7 +1154,7 @@ def index_map(shape, offsets, itemsize: int, fill: int = 0):
     ``itemsize`` bytes.  The struct keeps the tables alive; build it once per input shape."""
     import numpy as np
 
-    tables = [np.ascontiguousarray(o, dtype=np.int64) for o in offsets]
+    tables = [np.ascontiguousarray(o, dtype="l") for o in offsets]  # (C long: int32 on 32-bit ARM)
     last = tables[-1]
     inner_run = int(bool(last.size) and last[0] >= 0 and bool(np.all(last == last[0] + np.arange(last.size))))
     return _new("mrt_index_map *", {"rank": len(shape), "elem": itemsize, "inner_run": inner_run, "fill": fill,
@@ -1513,12 +1516,18 @@ def gqa_step(raw, heads: int, kv_heads: int, head_size: int, positions, cos, sin
     cache = _ffi.new("mrt_kv_cache *", {"k": _ptr(k_cache), "v": _ptr(v_cache),
                                         "pasts": _ffi.from_buffer("int64_t[]", pasts),
                                         "totals": _ffi.from_buffer("int64_t[]", totals)})
+    _gqa_call(shape, step, cos, sin, cache, out,
+              lambda: f"pasts {pasts.tolist()}, totals {totals.tolist()} for {S} new positions in a cache of "
+                      f"{k_cache.shape[2]}")
+
+
+def _gqa_call(shape, step, cos, sin, cache, out, what) -> None:
+    """mrt_gqa_attention_f32 on prepared structs; ``what()`` describes the positions for an error."""
     rc = _call(_lib.mrt_gqa_attention_f32, (shape, step, _opt(cos), _opt(sin), cache, _ptr(out), threads()))
     if rc == -1:
         raise no_scratch("minirt native attention")
     if rc != 0:
-        raise ValueError(f"minirt native attention: bad parameters (code {rc}): pasts {pasts.tolist()}, totals "
-                         f"{totals.tolist()} for {S} new positions in a cache of {k_cache.shape[2]}")
+        raise ValueError(f"minirt native attention: bad parameters (code {rc}): {what()}")
 
 
 def gqa_decode_shape(heads: int, kv_heads: int, head_size: int, capacity: int, scale: float, softcap: float,
@@ -1543,10 +1552,5 @@ def gqa_decode(shape, qkv, cos, sin, k_cache, v_cache, past: int, out) -> None:
                                              "positions": ints})
     cache = _ffi.new("mrt_kv_cache *", {"k": _ptr(k_cache), "v": _ptr(v_cache), "pasts": ints + 1,
                                         "totals": ints + 2})
-    rc = _call(_lib.mrt_gqa_attention_f32, (shape, step, _opt(cos), _opt(sin), cache, _ptr(out), threads()))
-    if rc == -1:
-        raise no_scratch("minirt native attention")
-    if rc != 0:
-        raise ValueError(f"minirt native attention: bad parameters (code {rc}): position {past} in a cache of "
-                         f"{shape.capacity}")
+    _gqa_call(shape, step, cos, sin, cache, out, lambda: f"position {past} in a cache of {shape.capacity}")
 

@@ -229,13 +229,30 @@ static inline int32x4_t nb_neon_dot4(int32x4_t acc, int8x16_t w, int8x16_t q) {
     return vpadalq_s16(acc, vpaddq_s16(lo, hi));
 }
 
+/* The block's int32 sums d (4 x 4 columns) scaled into acc, the zero-point term subtracted (both NEON levels). */
+static inline void nb_neon_block(const nb_job *j, long g, int m, long b, const int32x4_t d[4], float32x4_t acc[4]) {
+    const mrt_qnbits_weights *w = j->w;
+    const float *ws = NB_SCALES_AT(w, g, j->kb, b), *zs = w->zs ? NB_ZS_AT(w, g, j->kb, b) : ws;
+    const float as = j->as[(long)m * j->kb + b], asa = j->asa[(long)m * j->kb + b] * (w->zs ? 1.0f : 8.0f);
+    for (int v = 0; v < 4; v++)
+        acc[v] = vmlsq_n_f32(vfmaq_f32(acc[v], vcvtq_f32_s32(d[v]), vmulq_n_f32(vld1q_f32(ws + 4 * v), as)),
+                             vld1q_f32(zs + 4 * v), asa);
+}
+
+/* acc (16 columns of row m) added to y, the columns past N left out. */
+static inline void nb_neon_store(const nb_job *j, long g, int m, const float32x4_t acc[4]) {
+    const long n = g * NB_GROUP;
+    const int cols = j->w->N - n < NB_GROUP ? (int)(j->w->N - n) : NB_GROUP;
+    float t[NB_GROUP], *y = j->y + (long)m * j->w->N + n;
+    for (int v = 0; v < 4; v++) vst1q_f32(t + 4 * v, acc[v]);
+    for (int l = 0; l < cols; l++) y[l] += t[l];
+}
+
 static void nb_groups_neon(const nb_job *j, long g0, long g1) {
     const mrt_qnbits_weights *w = j->w;
     const long kc = j->kc, kb = j->kb, cpb = w->block_size / 32, kp = kb * w->block_size;
     const uint8x16_t low4 = vdupq_n_u8(15);
     for (long g = g0; g < g1; g++) {
-        const long n = g * NB_GROUP;
-        const int cols = w->N - n < NB_GROUP ? (int)(w->N - n) : NB_GROUP;
         for (int m = 0; m < j->M; m++) {
             float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
             for (long b = 0; b < kb; b++) {
@@ -253,15 +270,9 @@ static void nb_groups_neon(const nb_job *j, long g0, long g1) {
                         }
                     }
                 }
-                const float *ws = NB_SCALES_AT(w, g, kb, b), *zs = w->zs ? NB_ZS_AT(w, g, kb, b) : ws;
-                const float as = j->as[(long)m * kb + b], asa = j->asa[(long)m * kb + b] * (w->zs ? 1.0f : 8.0f);
-                for (int v = 0; v < 4; v++)
-                    acc[v] = vmlsq_n_f32(vfmaq_f32(acc[v], vcvtq_f32_s32(d[v]), vmulq_n_f32(vld1q_f32(ws + 4 * v), as)),
-                                         vld1q_f32(zs + 4 * v), asa);
+                nb_neon_block(j, g, m, b, d, acc);
             }
-            float t[NB_GROUP], *y = j->y + (long)m * w->N + n;
-            for (int v = 0; v < 4; v++) vst1q_f32(t + 4 * v, acc[v]);
-            for (int l = 0; l < cols; l++) y[l] += t[l];
+            nb_neon_store(j, g, m, acc);
         }
     }
 }
@@ -272,8 +283,6 @@ MRT_TARGET_DOTPROD static void nb_groups_dotprod(const nb_job *j, long g0, long 
     const long kc = j->kc, kb = j->kb, cpb = w->block_size / 32, kp = kb * w->block_size;
     const uint8x16_t low4 = vdupq_n_u8(15);
     for (long g = g0; g < g1; g++) {
-        const long n = g * NB_GROUP;
-        const int cols = w->N - n < NB_GROUP ? (int)(w->N - n) : NB_GROUP;
         for (int m = 0; m < j->M; m++) {
             float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
             for (long b = 0; b < kb; b++) {
@@ -294,15 +303,9 @@ MRT_TARGET_DOTPROD static void nb_groups_dotprod(const nb_job *j, long g0, long 
                     NB_DOT_ROW(3)
 #undef NB_DOT_ROW
                 }
-                const float *ws = NB_SCALES_AT(w, g, kb, b), *zs = w->zs ? NB_ZS_AT(w, g, kb, b) : ws;
-                const float as = j->as[(long)m * kb + b], asa = j->asa[(long)m * kb + b] * (w->zs ? 1.0f : 8.0f);
-                for (int v = 0; v < 4; v++)
-                    acc[v] = vmlsq_n_f32(vfmaq_f32(acc[v], vcvtq_f32_s32(d[v]), vmulq_n_f32(vld1q_f32(ws + 4 * v), as)),
-                                         vld1q_f32(zs + 4 * v), asa);
+                nb_neon_block(j, g, m, b, d, acc);
             }
-            float t[NB_GROUP], *y = j->y + (long)m * w->N + n;
-            for (int v = 0; v < 4; v++) vst1q_f32(t + 4 * v, acc[v]);
-            for (int l = 0; l < cols; l++) y[l] += t[l];
+            nb_neon_store(j, g, m, acc);
         }
     }
 }
