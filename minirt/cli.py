@@ -279,15 +279,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from minirt.builder import sweep
     from minirt.builder.sweep.report import summary_lines
 
-    start = time.perf_counter()
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(f"minirt sweep: [{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
-
     try:
         result = sweep.run_sweep(args.config, workers=args.workers, address=args.address, cache_dir=args.cache,
-                                 out_dir=args.out, use_cache=not args.rebuild, progress=progress)
+                                 out_dir=args.out, use_cache=not args.rebuild,
+                                 progress=_progress_lines("sweep", args.quiet))
     except KeyboardInterrupt:
         print("minirt sweep: interrupted; the candidates finished so far are in the cache: the same command "
               "resumes from there", file=sys.stderr)
