@@ -161,11 +161,14 @@ def test_bad_budget_spec_is_explained(digits, calib):
 
 
 def test_latency_is_measured_and_slowdown_reported(digits, calib):
+    # the build machine's timing is reported only; the warning follows the target's cost-model estimate
+    # (D87: this machine is not the device, and its load moves the timing)
     report = quantize(digits, "int8", calib, QuantizeOptions(latency_runs=2))
     lat = report.latency
-    assert lat["float_ms"] > 0 and lat["quant_ms"] > 0
-    if lat["ratio"] >= 0.95:
-        assert any("faster" in w for w in report.warnings)
+    assert lat["float_ms"] > 0 and lat["quant_ms"] > 0 and lat["ratio"] == pytest.approx(lat["quant_ms"] / lat["float_ms"])
+    warned = any("faster" in w for w in report.warnings)
+    assert report.estimate.get("ratio") is not None
+    assert warned == (report.estimate["ratio"] >= 0.95)
 
 
 def test_report_is_json_serialisable(digits, calib):
