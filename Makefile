@@ -9,7 +9,7 @@ STAMP := $(VENV)/.minirt-installed
 # `make demo` needs only the builder and onnxruntime (the demo extra); an up-to-date dev install has both.
 DEMO_STAMP := $(VENV)/.minirt-demo-installed
 
-.PHONY: all demo test clean distclean bench native test-arm64 arm64-shell fuzz
+.PHONY: all demo test clean distclean bench native test-arm64 arm64-shell fuzz wheels test-arm32
 
 all: test
 
@@ -49,16 +49,30 @@ fuzz: $(STAMP)
 		--corpus-model examples/digits/digits_cnn.onnx
 
 # The runtime on an emulated Raspberry Pi: Debian bookworm arm64 (Debian's
-# python3-numpy 1.24) through qemu-user-static + chroot, minirt pip-installed
-# inside with its native kernels compiled by Debian's gcc.  Needs root.  The
-# root filesystem is cached outside the repo in $${MINIRT_ARM64_CACHE:-/var/cache/minirt-arm64}
-# (~9 min to build the first time, ~1-2 min per run after that).
+# python3-numpy 1.24) through qemu-user-static + chroot, the runtime wheel built
+# inside with Debian's gcc and pip-installed.  Needs root.  The root filesystems
+# are cached outside the repo in $${MINIRT_ARM64_CACHE:-/var/cache/minirt-arm64}
+# (~6 min to build the first time, ~5-6 min per run after that, 2 min with
+# MINIRT_ARM64_WHEEL=dist/minirt-...-linux_aarch64.whl from `make wheels`).
 test-arm64: $(STAMP)
 	PYTHON=$(abspath $(BIN)/python) bash scripts/arm64/run-tests.sh
 
 # A shell inside that emulated Pi (or: make arm64-shell CMD="python3 -m minirt info").
 arm64-shell:
 	bash scripts/arm64/shell.sh $(CMD)
+
+# The same on an emulated 32-bit Raspberry Pi OS: Debian bookworm armhf (ARMv7, Debian's numpy 1.24),
+# cache $${MINIRT_ARM32_CACHE:-/var/cache/minirt-arm32}.  Both runs install the runtime wheel built
+# inside the root, check the kernels on several emulated CPUs, and install `minirt package`s on a
+# second root without a compiler (scripts/emulated/README.md).  Needs root.
+test-arm32: $(STAMP)
+	PYTHON=$(abspath $(BIN)/python) bash scripts/arm32/run-tests.sh
+
+# The runtime wheels (numpy-only: no builder, no C sources, stripped) into dist/: x86-64 built here and
+# tagged manylinux by auditwheel, aarch64 and armv7l built inside the emulated Debian bookworm roots
+# (needs root).  WHEEL_ARCHS="x86_64 arm64 arm32" picks some.  docs/packaging.md.
+wheels: $(STAMP)
+	PYTHON=$(abspath $(BIN)/python) bash scripts/emulated/wheels.sh dist $(WHEEL_ARCHS)
 
 # Build outputs and caches; the virtualenv stays (`make distclean` removes it too).
 clean:

@@ -94,7 +94,7 @@ def source_root() -> Path | None:
 def _wheel_machine(name: str) -> str:
     """The machine of a wheel file name's platform tag (minirt-0.1.0-cp39-abi3-linux_aarch64.whl -> aarch64)."""
     tag = name[:-4].split("-")[-1] if name.endswith(".whl") else ""
-    return re.sub(r"^(manylinux\w*?|musllinux_\d+_\d+|linux)_", "", tag.split(".")[-1])
+    return re.sub(r"^(manylinux_\d+_\d+|manylinux\d+|musllinux_\d+_\d+|linux)_", "", tag.split(".")[-1])
 
 
 def find_wheel(arch: str, wheel_dir: Path) -> Path | None:
@@ -198,19 +198,25 @@ def reduce_wheel(wheel: Path, artifact, out_dir: Path) -> tuple[Path, list[str]]
 
 _INSTALL_SH = """#!/bin/sh
 # Install the minirt runtime of this package offline and check the model (written by `minirt package`).
-# Needs python3 with venv and numpy from the system: sudo apt install python3-venv python3-numpy
+# Needs python3 with venv, numpy and cffi's backend from the system:
+#   sudo apt install python3-venv python3-numpy python3-cffi-backend
 set -e
 cd "$(dirname "$0")"
 python3 -m venv --system-site-packages .venv
 .venv/bin/python -m pip install --no-index --no-deps --disable-pip-version-check -q wheels/{wheel}
 .venv/bin/python run.py check
 .venv/bin/python run.py info
+if ! .venv/bin/python -c "import sys; from minirt import native; sys.exit(0 if native.available else 1)"; then
+    echo "WARNING: the native kernels are not active (see 'native kernels' above): minirt runs at numpy speed." >&2
+    echo "         Install cffi's backend (sudo apt install python3-cffi-backend) and run install.sh again." >&2
+fi
 echo "installed: run the model with .venv/bin/python run.py run INPUT.npy (or classify / folder / serve)"
 """
 
 _README = """minirt package: {source} for {target} ({description})
 
-On the device (Raspberry Pi OS / Debian: sudo apt install python3-venv python3-numpy), offline:
+On the device (Raspberry Pi OS / Debian: sudo apt install python3-venv python3-numpy python3-cffi-backend),
+offline:
 
     sh install.sh                                   # the runtime into .venv, then check + info
     .venv/bin/python run.py run INPUT.npy           # one run (.npy for a one-input model, .npz by name, .json)

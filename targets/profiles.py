@@ -20,7 +20,7 @@ class TargetProfile:
     # provider name -> facts the builder's provider spec reads (versions, precision...)
     provider_info: dict = dataclasses.field(default_factory=dict, compare=False)
     # --- the CPU, for choosing kernels, packing and quantization defaults ---
-    arch: str = "any"  # "arm64", "x86_64" or "any"
+    arch: str = "any"  # "arm64", "x86_64", "armv7" / "armv6" (32-bit ARM, armhf) or "any"
     cpu: str = ""  # core model and SoC, e.g. "Cortex-A72 (BCM2711)"
     cores: int = 0  # 0: unknown
     simd_bits: int = 0  # vector register width the kernels can count on (NEON: 128)
@@ -133,6 +133,31 @@ _PROFILES = {
                       arch="arm64", cpu="Cortex-A76 (BCM2712)", cores=4, simd_bits=128, llc_kb=2048,
                       kernel_isas=("neon-dotprod", "neon"), default_quantize="int8", weight_pack=8,
                       int8_depthwise_min_plane=0, int8_macs_per_float_mac=DOT_PRODUCT_INT8_MACS),
+        # Raspberry Pi OS 32-bit (Debian 12 armhf), still on many Pi 2/3/Zero installs.  Debian's armhf
+        # baseline is ARMv7 + VFPv3-D16 without NEON; the runtime wheel (make wheels, docs/packaging.md)
+        # adds a NEON + VFPv4 copy of the float kernels, chosen at run time (every Pi from the Pi 2 on has
+        # both: runtime feature names "neon" and "fma").  Float by default: the int8 GEMM is the portable C
+        # one on 32-bit ARM (no NEON int8 kernel), assumed slower than the NEON float kernels.  Panels of 8,
+        # as on arm64 (the same 4-lane float kernels).
+        TargetProfile("rpi2", "Raspberry Pi 2 (Cortex-A7, 32-bit Raspberry Pi OS)", ("cpu",), ("neon", "fma"),
+                      "linux", arch="armv7", cpu="Cortex-A7 (BCM2836)", cores=4, simd_bits=128, llc_kb=256,
+                      kernel_isas=("neon", "baseline"), weight_pack=8, int8_depthwise_min_plane=0,
+                      int8_macs_per_float_mac=0.5),
+        TargetProfile("rpi3-armhf", "Raspberry Pi 3 on 32-bit Raspberry Pi OS (Cortex-A53 in AArch32)", ("cpu",),
+                      ("neon", "fma"), "linux", arch="armv7", cpu="Cortex-A53 (BCM2837), AArch32", cores=4,
+                      simd_bits=128, llc_kb=512, kernel_isas=("neon", "baseline"), weight_pack=8,
+                      int8_depthwise_min_plane=0, int8_macs_per_float_mac=0.5),
+        TargetProfile("rpi4-armhf", "Raspberry Pi 4 on 32-bit Raspberry Pi OS (Cortex-A72 in AArch32)", ("cpu",),
+                      ("neon", "fma"), "linux", arch="armv7", cpu="Cortex-A72 (BCM2711), AArch32", cores=4,
+                      simd_bits=128, llc_kb=1024, kernel_isas=("neon", "baseline"), weight_pack=8,
+                      int8_depthwise_min_plane=0, int8_macs_per_float_mac=0.5),
+        # Pi Zero / Pi 1 (ARM1176, ARMv6 + VFPv2, no NEON): Raspberry Pi OS's armhf is built for ARMv6, Debian's
+        # is not, so no wheel is made here for it (docs/packaging.md): `minirt package --target rpi-zero` needs
+        # --wheel with a wheel built on such a Pi (its kernels are the plain C baseline).
+        TargetProfile("rpi-zero", "Raspberry Pi Zero / 1 (ARM1176, ARMv6, 32-bit Raspberry Pi OS)", ("cpu",), (),
+                      "linux", arch="armv6", cpu="ARM1176JZF-S (BCM2835)", cores=1, simd_bits=0, llc_kb=128,
+                      kernel_isas=("baseline",), weight_pack=8, int8_depthwise_min_plane=0,
+                      int8_macs_per_float_mac=0.5),
         # Apple silicon and Android phones are arm64: the CPU fallback's NEON kernels read panels of 8.
         TargetProfile("macos", "Mac with Apple silicon", ("coreml", "cpu"), ("neon", "dotprod", "fp16"), "macos",
                       arch="arm64", simd_bits=128, kernel_isas=("neon-dotprod", "neon"), weight_pack=8,
@@ -204,7 +229,8 @@ def host_profile() -> TargetProfile:
     import platform
 
     machine = platform.machine().lower()
-    arch = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, "any")
+    arch = {"amd64": "x86_64", "x86_64": "x86_64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "armv7",
+            "armv8l": "armv7", "armv6l": "armv6"}.get(machine, "any")
     try:
         from minirt import native
 

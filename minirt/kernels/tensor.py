@@ -510,7 +510,8 @@ def gather(data, indices, *, axis: int = 0, out=None):
     if y is not None:
         return y
     indices = _normalise_indices(np.asarray(indices), data.shape[axis], "Gather")
-    y = np.take(data, indices, axis=axis)
+    # (np.intp: numpy's index type, 32-bit on 32-bit ARM, where np.take refuses int64 indices)
+    y = np.take(data, indices.astype(np.intp, copy=False), axis=axis)
     return y if type(y) is np.ndarray else np.asarray(y)  # (one element of a vector: numpy's scalar)
 
 
@@ -1102,14 +1103,14 @@ def _resize_axis(x: np.ndarray, axis: int, out_len: int, scale: np.float32, mode
         return np.zeros(shape, dtype=x.dtype)
     if mode == "nearest":
         idx = np.clip(_nearest_index(coords, nearest_mode, scale < 1), 0, in_len - 1)
-        y = np.take(x, idx, axis=axis)
+        y = np.take(x, idx.astype(np.intp, copy=False), axis=axis)
     elif antialias and scale < 1:
         y = _resize_axis_antialias(x, axis, coords, scale, mode, cubic_a, exclude_outside)
     elif mode == "linear":
         c = coords if coord_mode == "tf_crop_and_resize" else np.clip(coords, 0, in_len - 1)
         lo = np.floor(c)
         w1 = (c - lo).astype(np.float32)
-        i0 = np.clip(lo.astype(np.int64), 0, in_len - 1)
+        i0 = np.clip(lo.astype(np.intp), 0, in_len - 1)  # (np.intp: what np.take takes on 32-bit numpy too)
         i1 = np.clip(i0 + 1, 0, in_len - 1)
         xf = x if x.dtype.kind == "f" else x.astype(np.float32)
         w1 = _along(w1.astype(xf.dtype), axis, x.ndim)
@@ -1118,7 +1119,7 @@ def _resize_axis(x: np.ndarray, axis: int, out_len: int, scale: np.float32, mode
     elif mode == "cubic":
         lo = np.floor(coords)
         w = _cubic_weights(coords - lo, cubic_a)
-        taps = lo.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+        taps = lo.astype(np.intp)[:, None] + np.arange(-1, 3, dtype=np.intp)[None, :]
         if exclude_outside:
             w = np.where((taps >= 0) & (taps < in_len), w, np.float32(0))
             w = w / w.sum(axis=1, keepdims=True)

@@ -3,7 +3,8 @@
  * The kernel bodies live in kernels_impl.h, which is compiled here once for
  * the baseline ISA of the target architecture and, on x86-64, once more with
  * __attribute__((target("avx2,fma"))) (on aarch64 the int8 GEMM has an SDOT
- * microkernel under target("arch=armv8.2-a+dotprod"), see qgemm.h).  Nothing in this file or in the
+ * microkernel under target("arch=armv8.2-a+dotprod"), see qgemm.h; on 32-bit ARM
+ * the float kernels once more for NEON + VFPv4, below).  Nothing in this file or in the
  * baseline copy uses instructions beyond the compiler's default target, so
  * the library loads and runs on any CPU of its architecture; the AVX2 copy
  * is only ever called after __builtin_cpu_supports() said yes.
@@ -22,7 +23,7 @@
 #include <sys/mman.h>
 #endif
 
-#if defined(__aarch64__) && defined(__linux__)
+#if (defined(__aarch64__) || defined(__arm__)) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
 #if defined(__x86_64__)
@@ -35,9 +36,12 @@
 
 /* The guard behind minirt/native/__init__.py's check_geometry (which refuses such geometries first, with
  * a message): whether a window geometry's fields leave their range or a size derived from them (input,
- * output, weights, im2col columns, window extent, strided phase planes) reaches 2^59 elements, computed
- * without overflow.  The conv entry points return -2 (bad sizes) for such a geometry instead of sizing
- * scratch memory from a wrapped product. */
+ * output, weights, im2col columns, window extent, strided phase planes) reaches MRT_GEOMETRY_MAX elements,
+ * computed without overflow.  The conv entry points return -2 (bad sizes) for such a geometry instead of
+ * sizing scratch memory from a wrapped product. */
+/* The kernels compute sizes in long, and byte counts reach 8x an element count: 2^59 where long has 64
+ * bits, 2^27 where it has 32 (32-bit ARM), as check_geometry's bound in minirt/native/__init__.py. */
+#define MRT_GEOMETRY_MAX (1L << (sizeof(long) * 8 - 5))
 static int geometry_overflows(const mrt_conv_geometry *g) {
     const long f[16] = {g->n, g->c, g->h, g->w, g->m, g->group, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw,
                         g->pt, g->pl, g->oh, g->ow};
@@ -57,7 +61,7 @@ static int geometry_overflows(const mrt_conv_geometry *g) {
     for (int s = 0; s < 6; ++s) {
         long p = 1;
         for (int i = 0; i < 5; ++i)
-            if (__builtin_mul_overflow(p, sizes[s][i], &p) || p >= (1L << 59)) return 1;
+            if (__builtin_mul_overflow(p, sizes[s][i], &p) || p >= MRT_GEOMETRY_MAX) return 1;
     }
     return 0;
 }
@@ -561,6 +565,43 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #undef MRT_TARGET
 #endif
 
+/* 32-bit ARM (armhf: Raspberry Pi OS 32-bit, Debian armhf).  Debian's baseline is ARMv7-A with
+ * VFPv3-D16 and no NEON, so the _base copy above is scalar VFP code; this second copy of the float
+ * kernels is compiled for NEON with VFPv4 (fused multiply-add: every Pi from the Pi 2 on) and only
+ * ever called after getauxval(AT_HWCAP) reported both (mrt_select_isa).  Two notes:
+ * - GCC lowers float vector-extension arithmetic to NEON on 32-bit ARM only under
+ *   -funsafe-math-optimizations (NEON's float unit flushes denormals to zero, so it is not IEEE
+ *   754); without it this copy would be the scalar code again.  Hence the optimize pragma, for this
+ *   copy alone, with the parts of that option that change results switched back off: reassociation
+ *   would fold the (t + 1.5 * 2^23) - 1.5 * 2^23 rounding of the exp and requantization code into t
+ *   (softmax and sigmoid went wrong by 0.05), reciprocals and signed zeros would differ from the other
+ *   copies.  What stays is NEON itself: denormal inputs and results of its float operations are zero.
+ * - A pragma rather than MRT_TARGET, so that every function the headers define here (helpers
+ *   without MRT_TARGET included) is compiled for NEON and can be inlined into the kernels.
+ * ARMv6 builds (Raspberry Pi OS's own toolchain for the Pi Zero / 1) have no NEON: the baseline only. */
+#if defined(__arm__) && !defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__) && \
+    defined(__ARM_ARCH) && __ARM_ARCH >= 7 && !defined(__ARM_NEON)
+#define MRT_HAVE_NEON32_BUILD 1
+#pragma GCC push_options
+#pragma GCC target("fpu=neon-vfpv4")
+#pragma GCC optimize("unsafe-math-optimizations", "no-associative-math", "no-reciprocal-math", "signed-zeros")
+#define MRT_SUFFIX _neon32
+#define MRT_TARGET
+#include "kernels_impl.h"
+#include "layout_impl.h"
+#define MRT_VL 4
+#include "gemm_impl.h"
+#include "rowops_impl.h"
+#include "rnn_impl.h"
+#include "dwconv_impl.h"
+#include "roialign_impl.h"
+#undef MRT_VL
+#undef MRT_SUFFIX
+#undef MRT_TARGET
+#undef MRT_CHUNK
+#pragma GCC pop_options
+#endif
+
 #include "qgemm.h"
 #include "qdwconv_vnni.h"
 
@@ -635,6 +676,13 @@ static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch,  pool2d_avx2,    
                                      conv_cv_packed_floats_avx512, sgemm_pb_avx512, sgemm_pack_b_all_avx512,
                                    sgemm_packed_b_floats_avx512};
 #endif
+#ifdef MRT_HAVE_NEON32_BUILD
+static const mrt_impl impl_neon32 = {dwconv2d_neon32,  pool2d_neon32,         bias_act_neon32,
+                                     im2col_neon32,    sgemm_neon32,          sgemm_conv_neon32,
+                                     qdwconv2d_neon32, conv_cv_neon32,        conv_cv_pack_w_neon32,
+                                     conv_cv_packed_floats_neon32, sgemm_pb_neon32, sgemm_pack_b_all_neon32,
+                                     sgemm_packed_b_floats_neon32};
+#endif
 
 static const mrt_impl *impl = &impl_base;
 static int impl_isa = MRT_ISA_BASELINE;
@@ -655,6 +703,14 @@ static unsigned detect_features(void) {
         if (hw & (1UL << 20)) f |= MRT_FEAT_ASIMDDP; /* HWCAP_ASIMDDP: ARMv8.2 dot product (Pi 5) */
     }
 #endif
+#elif defined(__arm__) && defined(__linux__)
+    /* 32-bit ARM: NEON is optional in ARMv7 (Debian armhf's baseline has none); VFPv4 brings the fused
+     * multiply-add, reported as MRT_FEAT_FMA.  Every Pi from the Pi 2 on has both. */
+    {
+        unsigned long hw = getauxval(AT_HWCAP);
+        if (hw & (1UL << 12)) f |= MRT_FEAT_NEON; /* HWCAP_NEON */
+        if (hw & (1UL << 16)) f |= MRT_FEAT_FMA;  /* HWCAP_VFPv4 */
+    }
 #elif defined(__ARM_NEON)
     f |= MRT_FEAT_NEON;
 #endif
@@ -724,6 +780,18 @@ int mrt_select_isa(int isa) {
         } else {
             impl_isa = MRT_ISA_NEON;
         }
+        return impl_isa;
+    }
+#endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    /* 32-bit ARM: "neon" (and "best", and "dotprod", which 32-bit builds do not have) takes the NEON copy
+     * of the float kernels when the CPU has NEON and VFPv4; the int8 GEMM is the portable one at every
+     * level.  Otherwise, and for "baseline", the scalar VFP code. */
+    if ((isa == MRT_ISA_BEST || isa == MRT_ISA_NEON || isa == MRT_ISA_DOTPROD) && (f & MRT_FEAT_NEON) &&
+        (f & MRT_FEAT_FMA)) {
+        impl = &impl_neon32;
+        impl_isa = MRT_ISA_NEON;
+        q_act_row = act_row_neon32;
         return impl_isa;
     }
 #endif
@@ -854,6 +922,12 @@ void mrt_sgemv_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *
         return;
     }
 #endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        sgemv_neon32(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
+        return;
+    }
+#endif
     sgemv_base(M, N, K, A, lda, B, ldb, transb, C, ldc, bias, act, a0, a1, nthreads);
 }
 
@@ -865,6 +939,12 @@ void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int n
     }
     if (impl_isa == MRT_ISA_AVX2) {
         softmax_rows_avx2(x, y, rows, n, log, nthreads);
+        return;
+    }
+#endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        softmax_rows_neon32(x, y, rows, n, log, nthreads);
         return;
     }
 #endif
@@ -882,6 +962,12 @@ static void layernorm_dispatch(const float *x, const float *scale, const float *
     }
     if (impl_isa == MRT_ISA_AVX2) {
         layernorm_rows_avx2(x, scale, bias, y, rows, n, per_row, eps, nthreads);
+        return;
+    }
+#endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        layernorm_rows_neon32(x, scale, bias, y, rows, n, per_row, eps, nthreads);
         return;
     }
 #endif
@@ -1846,6 +1932,12 @@ void mrt_upsample_nearest_f32(const float *x, float *y, long planes, int h, int 
         return;
     }
 #endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        upsample_nearest_neon32(x, y, planes, h, wd, fh, fw, nthreads);
+        return;
+    }
+#endif
     upsample_nearest_base(x, y, planes, h, wd, fh, fw, nthreads);
 }
 
@@ -2031,6 +2123,12 @@ void mrt_plane_means_f32(const float *x, float *y, long planes, long plane, int 
         return;
     }
 #endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        plane_means_neon32(x, y, planes, plane, nthreads);
+        return;
+    }
+#endif
     plane_means_base(x, y, planes, plane, nthreads);
 }
 
@@ -2042,6 +2140,12 @@ int mrt_convtranspose_tiles_f32(const mrt_conv_geometry *g, const float *wt, con
         return convt_tiles_avx2(x, g->n, g->c, g->h, g->w, wt, g->m, g->kh, g->kw, e->bias, y, e->act, e->a0, e->a1,
                                 nthreads);
 #endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        return convt_tiles_neon32(x, g->n, g->c, g->h, g->w, wt, g->m, g->kh, g->kw, e->bias, y, e->act, e->a0,
+                                  e->a1, nthreads);
+    }
+#endif
     return convt_tiles_base(x, g->n, g->c, g->h, g->w, wt, g->m, g->kh, g->kw, e->bias, y, e->act, e->a0, e->a1,
                             nthreads);
 }
@@ -2052,6 +2156,11 @@ int mrt_maxpool2d_s1_f32(const mrt_conv_geometry *g, const float *x, float *y, i
 #ifdef MRT_HAVE_AVX2_BUILD
     if (layout_avx2())
         return maxpool_s1_avx2(x, y, planes, g->h, g->w, g->kh, g->kw, g->pt, g->pl, g->oh, g->ow, nthreads);
+#endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        return maxpool_s1_neon32(x, y, planes, g->h, g->w, g->kh, g->kw, g->pt, g->pl, g->oh, g->ow, nthreads);
+    }
 #endif
     return maxpool_s1_base(x, y, planes, g->h, g->w, g->kh, g->kw, g->pt, g->pl, g->oh, g->ow, nthreads);
 }
@@ -2193,6 +2302,12 @@ int mrt_rnn_f32(const mrt_rnn_shape *s, const float *x, const int32_t *lens, con
     const long GH = (long)G * H, rows = (long)S * B, DBH = (long)D * B * H;
     rnn_lstm_fn lstm_row = rnn_lstm_row_base;
     rnn_gru_fn gru_row = rnn_gru_row_base;
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        lstm_row = rnn_lstm_row_neon32;
+        gru_row = rnn_gru_row_neon32;
+    }
+#endif
 #ifdef MRT_HAVE_AVX2_BUILD
     if (impl_isa == MRT_ISA_AVX512) {
         lstm_row = rnn_lstm_row_avx512;
@@ -2325,6 +2440,11 @@ int mrt_roi_align_f32(const mrt_roi_align_shape *s, const float *x, const float 
 #ifdef MRT_HAVE_AVX2_BUILD
     if (layout_avx2())
         return roi_align_avx2(s, x, rois, batch, nrois, y, channels_last, max_ty, max_tx, samples, nthreads);
+#endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) {
+        return roi_align_neon32(s, x, rois, batch, nrois, y, channels_last, max_ty, max_tx, samples, nthreads);
+    }
 #endif
     return roi_align_base(s, x, rois, batch, nrois, y, channels_last, max_ty, max_tx, samples, nthreads);
 }

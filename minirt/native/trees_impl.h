@@ -132,7 +132,9 @@ int mrt_tree_votes(const mrt_tree_ensemble *e, const void *x, long n, long n_fea
     tree_job job = {e, n_features ? x : (const void *)zero_row, n_features, scores, has};
     mrt_task_fn fn = e->acc_double ? tree_task_f64_f64 : e->node_double ? tree_task_f64_f32 : tree_task_f32_f32;
     /* a unit: one tree's walk for one sample, ~ a few dozen cycles */
-    mrt_parallel_for(n, (long)(e->n_trees < (1L << 40) ? e->n_trees * 16 : 1L << 44), nthreads, fn, &job);
+    /* (bounded to 2^30: a C long may have 32 bits, as on 32-bit ARM) */
+    mrt_parallel_for(n, (long)(e->n_trees < ((int64_t)1 << 26) ? e->n_trees * 16 : (int64_t)1 << 30), nthreads, fn,
+                     &job);
     return 0;
 }
 

@@ -1,17 +1,26 @@
-"""Host side of the arm64 tests: build the subset's artifacts and expected outputs.
+"""Host side of the emulated-Pi tests: build the subset's artifacts and expected outputs, package
+models for the device root, compare what the device computed.
 
-    python -m tests.arm64.prepare OUT_DIR
+    python -m tests.arm64.prepare OUT_DIR [--arch arm64|arm32]
+    python -m tests.arm64.prepare package OUT_DIR PACKAGES_DIR --wheel minirt-...whl
+    python -m tests.arm64.prepare compare OUT_DIR NAME OUTPUTS.npz
 
 For every case in :mod:`tests.arm64.subset` writes ``OUT_DIR/NAME.mrt`` (built
-with minirt's builder) and ``OUT_DIR/NAME.npz`` (``in.INPUT`` arrays and
-``out.OUTPUT`` arrays computed by onnxruntime on the source ONNX model), plus
-``manifest.json``.  Inside the emulated Pi nothing but minirt, numpy and
-pytest is then needed.  Needs the dev extra (onnx, onnx-ir, onnxruntime).
+with minirt's builder) and ``OUT_DIR/NAME.npz`` (``in.INPUT`` arrays,
+``out.OUTPUT`` arrays computed by onnxruntime on the source ONNX model and, for
+the int8 artifacts minirt quantized, ``x86.OUTPUT``: minirt's own outputs on
+this host), plus ``manifest.json`` and the ONNX files of the packaged cases in
+``OUT_DIR/models``.  Inside the emulated Pi nothing but minirt, numpy and
+pytest is then needed.  ``package`` runs `minirt package` for the cases of
+subset.PACKAGED with the given runtime wheel; ``compare`` checks the outputs
+the device wrote.  Needs the dev extra (onnx, onnx-ir, onnxruntime, the
+rapidocr-onnxruntime wheel's models).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,7 +29,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from minirt.builder import build
-from tests.arm64.subset import CASES, LABELLED, MANIFEST
+from tests.arm64.subset import CASES, LABELLED, MANIFEST, PACKAGED, PI_TARGETS, QUANT_STEPS, X86_REL
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits"
@@ -178,69 +187,204 @@ def int_ops(rng):
     return m, {"x": (rng.standard_normal((4, 3)) * 4).astype(np.float32)}
 
 
-def _digits(target):
+def _digits_data():
     data = np.load(DIGITS / "heldout.npz")
-    return onnx.load(str(DIGITS / "digits_cnn.onnx")), {"image": data["image"][:48]}, data["label"][:48], target
+    return {"image": data["image"][:48]}, data["label"][:48]
 
 
-def _reference(model: onnx.ModelProto, feeds: dict) -> dict:
+def _ort_int8_digits(path: Path) -> None:
+    """digits quantized by onnxruntime.quantization (static, QOperator: QLinearConv / QGemm, per-channel int8
+    weights, uint8 activations; calibrated on the example's calibration images) into ``path``."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    cal = np.load(DIGITS / "calibration.npz")["image"]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"image": cal[i:i + 32]} for i in range(0, len(cal), 32)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # (its advice to pre-process the model, logged as warnings on the root logger)
+    try:
+        quantize_static(str(DIGITS / "digits_cnn.onnx"), str(path), Reader(), quant_format=QuantFormat.QOperator,
+                        per_channel=True, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+    finally:
+        root.setLevel(level)
+
+
+def _output_step(model: onnx.ModelProto, output: str) -> float:
+    """The quantization step of ``output``: the scale of the DequantizeLinear that makes it."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    node = next(n for n in model.graph.node if output in n.output)
+    assert node.op_type == "DequantizeLinear", f"{output} is made by {node.op_type}, not DequantizeLinear"
+    return float(np.max(inits[node.input[1]]))
+
+
+def _reference(model: onnx.ModelProto, feeds: dict, exact_int8: bool = False) -> dict:
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    if exact_int8:  # exact int32 sums on every x86-64 CPU (tests/quantize/conftest.py)
+        from tests.quantize.conftest import ort_reference_session
+
+        sess = ort_reference_session(model.SerializeToString())
+    else:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
 
 
 GRAPHS = {"conv_block": conv_block, "conv_strided": conv_strided, "mlp_norm": mlp_norm,
           "tensor_ops": tensor_ops, "int_ops": int_ops}
+# real models: ONNX file (tests/test_real_models.py's) and input shape (rapidocr's normalisation of
+# synthetic text images, seeded)
+REAL = {"ppocr_cls": ("PPOCR_CLS", (2, 3, 48, 192), 10), "ppocr_det": ("PPOCR_DET", (1, 3, 96, 160), 0)}
 
 
-def prepare(out_dir: str | Path, names=None) -> Path:
-    """Write the artifacts, data and manifest for ``names`` (default: every case) into ``out_dir``."""
+def _case(name: str, arch: str, rng, models: Path):
+    """(model, feeds, labels, target, build options, exact int8 reference) of case ``name``; the ONNX file
+    of a packaged case is written to ``models``."""
+    target = PI_TARGETS[arch].get(name, "generic")
+    if name.startswith("digits_") and name.split("_", 1)[1] not in ("int8_ort", "int8_static", "int8_dynamic"):
+        feeds, labels = _digits_data()
+        return onnx.load(str(DIGITS / "digits_cnn.onnx")), feeds, labels, name.split("_", 1)[1], {}, False
+    if name == "digits_int8_ort":
+        feeds, labels = _digits_data()
+        path = models / f"{name}.onnx"
+        _ort_int8_digits(path)
+        return onnx.load(str(path)), feeds, labels, target, {}, True
+    if name in ("digits_int8_static", "digits_int8_dynamic"):
+        feeds, labels = _digits_data()
+        opts = ({"quantize": "int8", "calibration": str(DIGITS / "calibration.npz")} if name.endswith("static")
+                else {"quantize": "int8-dynamic"})
+        return onnx.load(str(DIGITS / "digits_cnn.onnx")), feeds, labels, target, opts, False
+    if name in REAL:
+        from tests import test_real_models as real
+
+        attr, shape, seed = REAL[name]
+        path = getattr(real, attr)
+        if path is None:
+            raise RuntimeError(f"{name}: its model is not installed (rapidocr-onnxruntime: pip install -e '.[dev]')")
+        shutil.copyfile(path, models / f"{name}.onnx")
+        return onnx.load(path), {"x": real.ppocr_input(shape, seed=seed)}, None, target, {}, False
+    model, feeds = GRAPHS[name](rng)
+    return model, feeds, None, target, {}, False
+
+
+def prepare(out_dir: str | Path, names=None, arch: str = "arm64") -> Path:
+    """Write the artifacts, data and manifest for ``names`` (default: every case) into ``out_dir``, the
+    cases built for the Pi with ``arch``'s target (subset.PI_TARGETS)."""
     import onnxruntime as ort
+
+    import minirt
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "models").mkdir(exist_ok=True)
     rng = np.random.default_rng(20240601)
     manifest = {"host": {"numpy": np.__version__, "onnxruntime": ort.__version__, "onnx": onnx.__version__},
-                "cases": {}}
+                "arch": arch, "cases": {}}
     for name in names or CASES:
-        labels = None
-        target = "generic"
-        if name.startswith("digits_"):
-            model, feeds, labels, target = _digits(name.split("_", 1)[1])
-        else:
-            model, feeds = GRAPHS[name](rng)
-        expected = _reference(model, feeds)
-        # (float32 on every target: the cases compare with onnxruntime's float outputs; a Pi target would
-        # otherwise choose its int8 mode, D87)
-        report = build(model.SerializeToString(), out / f"{name}.mrt", target=target, quantize="none")
+        model, feeds, labels, target, options, exact_int8 = _case(name, arch, rng, out / "models")
+        expected = _reference(model, feeds, exact_int8)
+        # (float32 unless the case says otherwise: the float cases compare with onnxruntime's float outputs;
+        # a Pi target would otherwise choose its int8 mode, D87)
+        report = build(model.SerializeToString(), out / f"{name}.mrt", target=target,
+                       **({"quantize": "none"} | options))
         arrays = {f"in.{k}": v for k, v in feeds.items()}
         arrays.update({f"out.{k}": v for k, v in expected.items()})
         if labels is not None:
             arrays["label"] = labels
-        np.savez(out / f"{name}.npz", **arrays)
         rtol, atol = CASES[name]
+        if name in QUANT_STEPS:
+            atol = QUANT_STEPS[name] * max(_output_step(model, o) for o in expected)
+        if name in X86_REL:  # minirt's own outputs here (x86-64), for the cross-architecture bound
+            got = minirt.Session(str(out / f"{name}.mrt")).run(list(expected), feeds)
+            arrays.update({f"x86.{k}": v for k, v in zip(expected, got)})
+        np.savez(out / f"{name}.npz", **arrays)
         manifest["cases"][name] = {
             "artifact": f"{name}.mrt", "data": f"{name}.npz", "target": target, "rtol": rtol, "atol": atol,
-            "inputs": list(feeds), "outputs": list(expected), "labelled": name in LABELLED,
-            "ops": report.op_histogram,
+            "x86_rel": X86_REL.get(name), "inputs": list(feeds), "outputs": list(expected),
+            "labelled": name in LABELLED, "ops": report.op_histogram,
+            "quantize": report.as_dict().get("quantize"),
         }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return out
 
 
+def package(artifacts: str | Path, out_dir: str | Path, wheel: str, names=PACKAGED) -> Path:
+    """`minirt package` each case of ``names`` (their ONNX files in ``artifacts``/models, prepared) for its
+    target with ``wheel`` into ``out_dir``/NAME, and write its inputs as ``out_dir``/NAME.input.npz."""
+    import subprocess
+
+    artifacts, out = Path(artifacts), Path(out_dir)
+    manifest = json.loads((artifacts / MANIFEST).read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        case = manifest["cases"][name]
+        cmd = [sys.executable, "-m", "minirt", "package", str(artifacts / "models" / f"{name}.onnx"),
+               "--target", case["target"], "-o", str(out / name), "--wheel", str(wheel), "--quantize", "none", "-q"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        print(proc.stdout.strip())
+        with np.load(artifacts / case["data"]) as data:
+            np.savez(out / f"{name}.input.npz", **{k: data[f"in.{k}"] for k in case["inputs"]})
+    return out
+
+
+def compare(artifacts: str | Path, name: str, outputs: str | Path) -> list[str]:
+    """Check the outputs a packaged case wrote on the device (``run.py run ... --out outputs``) against the
+    prepared expected ones (compare.check_outputs)."""
+    from tests.arm64.compare import check_outputs, load_case
+
+    manifest = json.loads((Path(artifacts) / MANIFEST).read_text())
+    case, _feeds, expected, labels, x86 = load_case(artifacts, manifest, name)
+    with np.load(outputs) as data:
+        got = {k: data[k] for k in data.files}
+    return check_outputs(name, case, got, expected, labels, x86)
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["package"]:
+        p = argparse.ArgumentParser(prog="prepare.py package", description=package.__doc__.splitlines()[0])
+        p.add_argument("artifacts")
+        p.add_argument("out_dir")
+        p.add_argument("--wheel", required=True)
+        args = p.parse_args(argv[1:])
+        package(args.artifacts, args.out_dir, args.wheel)
+        return 0
+    if argv[:1] == ["compare"]:
+        p = argparse.ArgumentParser(prog="prepare.py compare", description=compare.__doc__.splitlines()[0])
+        p.add_argument("artifacts")
+        p.add_argument("name")
+        p.add_argument("outputs")
+        args = p.parse_args(argv[1:])
+        try:
+            lines = compare(args.artifacts, args.name, args.outputs)
+        except AssertionError as exc:
+            print(f"device check {args.name}: FAILED: {exc}")
+            return 1
+        print("\n".join(f"device check {line}" for line in lines))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir")
     p.add_argument("cases", nargs="*", help="case names (default: all)")
+    p.add_argument("--arch", choices=sorted(PI_TARGETS), default="arm64",
+                   help="the emulated architecture: the Pi target of the cases built for the Pi")
     args = p.parse_args(argv)
     unknown = sorted(set(args.cases) - set(CASES))
     if unknown:
         p.error(f"unknown cases {unknown}; known: {', '.join(CASES)}")
-    out = prepare(args.out_dir, args.cases or None)
+    out = prepare(args.out_dir, args.cases or None, args.arch)
     print(f"wrote {len(args.cases or CASES)} cases to {out}")
     return 0
 
