@@ -198,18 +198,21 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     int8 = int(accuracy_level) == 4 and (zero_points is None or np.asarray(zero_points).dtype == np.uint8)
     memo = ctx.memo if ctx is not None and is_constant(B, scales, zero_points) else None
     fused = int8 and memo is not None and int(bits) == 4 and int(block_size) >= 32 and _native.available
-    key = ("fused" if fused else "int8" if int8 else "w", id(B), id(scales), id(zero_points))
-    operands = memo.get(key) if memo is not None else None
-    if operands is None:
-        if fused:
-            operands = _fused_weights(B, scales, zero_points, K, N, int(block_size))
-            remember(memo, "fused", (B, scales, zero_points, operands))  # (the fast path above; holds them alive)
-        elif int8:
-            operands = _int8_operands(B, scales, zero_points, K, N, int(bits), int(block_size))
-        else:  # [K, N]
-            operands = np.ascontiguousarray(dequantize_nbits(B, scales, zero_points, K, N, int(bits),
-                                                             int(block_size)).T)
-        remember(memo, key, operands)
+    if fused:  # (one memo entry, the one the fast path above reads: the weights by identity, their packed form)
+        if fast is None or fast[0] is not B or fast[1] is not scales or fast[2] is not zero_points:
+            fast = (B, scales, zero_points, _fused_weights(B, scales, zero_points, K, N, int(block_size)))
+            remember(memo, "fused", fast)
+        operands = fast[3]
+    else:
+        key = ("int8" if int8 else "w", id(B), id(scales), id(zero_points))
+        operands = memo.get(key) if memo is not None else None
+        if operands is None:
+            if int8:
+                operands = _int8_operands(B, scales, zero_points, K, N, int(bits), int(block_size))
+            else:  # [K, N]
+                operands = np.ascontiguousarray(dequantize_nbits(B, scales, zero_points, K, N, int(bits),
+                                                                 int(block_size)).T)
+            remember(memo, key, operands)
     if fused:
         rows = a.reshape(-1, K)
         rows = rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)
