@@ -27,13 +27,26 @@ class Arena:
     the plain call for steps without a buffer.  ``span``: the (first, past-the-end)
     address of its memory.  ``program``: the native program recorded on it
     (``minirt.native.program``), the reason there is none (a string), or None
-    before a run recorded one."""
+    before a run recorded one.  ``bound_programs``: the same for IOBinding runs, per
+    set of caller's output buffers (``program.bound_key``; the last BOUND_PROGRAMS
+    of them: a generator's KV cache per live generator, D123)."""
 
-    __slots__ = ("outs", "calls", "span", "program")
+    __slots__ = ("outs", "calls", "span", "program", "bound_programs")
+    BOUND_PROGRAMS = 4
 
     def __init__(self, outs: tuple, calls: tuple, span: tuple):
         self.outs, self.calls, self.span = outs, calls, span
         self.program = None
+        self.bound_programs: dict = {}
+
+    def keep_bound_program(self, bound: tuple, program) -> None:
+        """Keep ``program`` (or the reason there is none) for the output buffers ``bound``, dropping the
+        oldest kept one beyond BOUND_PROGRAMS (its buffers with it)."""
+        programs = self.bound_programs
+        programs.pop(bound, None)
+        programs[bound] = program
+        while len(programs) > self.BOUND_PROGRAMS:
+            del programs[next(iter(programs))]
 
 
 # numpy asks the kernel for transparent huge pages (madvise) for its buffers from 4 MB on.  Faulting

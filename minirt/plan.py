@@ -573,23 +573,26 @@ class Plan:
         return tuple(benv[v] for v in branch.graph.outputs)
 
     def record_program(self, env: list, arena: "minirt.arena.Arena", threads: int | None,
-                       record: list | None = None) -> "_program.Program | str | None":
+                       record: list | None = None, outs: list | None = None,
+                       bound: tuple = ()) -> "_program.Program | str | None":
         """Run every step over ``env`` with ``arena``'s buffers, recording the native calls they make;
         returns the native program that replays them, or why there is none (D32), or None when a
         cancellation stopped the run's kernels (a later run records again).  ``threads``: the
         session's setting the calls were made with.  ``record``: also filled as :meth:`execute` fills
-        it (the run on a declared plan that records its results, D90)."""
+        it (the run on a declared plan that records its results, D90).  ``outs``: the steps' buffers
+        when not the arena's (an IOBinding run's, with the caller's among them; ``bound`` their key,
+        program.bound_key)."""
         # (the run frees them after their last reader; a subgraph's captures are inputs of its runs too)
         inputs = {v: env[v] for v in (*self.graph.inputs, *(c for c, _ in self.capture_map))}
         constants = [a for _, a in self.constants]
         with _program.Recorder(constants, self.graph.outputs) as recorder:
-            self._execute_planned(env, arena.outs, record, None, recorder)
+            self._execute_planned(env, arena.outs if outs is None else outs, record, None, recorder)
         if _native.watched_stopped():
             # a cancellation (Cancellation.watched) may have stopped a kernel early: the results this
             # program would keep as fixed for every replay may be incomplete; a later run records again
             return None
         return _program.build(recorder, inputs, {v: env[v] for v in self.graph.outputs}, constants, arena.span,
-                              threads)
+                              threads, bound)
 
     def execute_profiled(self, env: list, arena: "minirt.arena.Arena | None" = None, record: list | None = None
                          ) -> list[tuple[str, str, float]]:

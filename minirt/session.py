@@ -739,8 +739,9 @@ class Session:
         The node that computes a bound output, when its kernel takes ``out=``, writes straight into the
         caller's array (no copy); otherwise (a view op, a kernel without ``out=``, a buffer that does
         not fit the result exactly, the ``out=`` contract) the result is copied into it once.  Such runs
-        walk the nodes (no native-program replay, nothing recorded) on the memory plan's arena when one
-        exists for these input shapes."""
+        take the memory plan of their input shapes, as plain runs do, and a native program of their own
+        (D123): recorded on an arena without one, replayed while the caller binds the same output
+        buffers (a KV cache updated in place through its past input must be that input's memory)."""
         if type(input_feed) is not dict and not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         out_slots = []
@@ -754,13 +755,19 @@ class Session:
         if sig is None:
             self._bind_inputs(env, input_feed)
             sig = self._signature(input_feed)
-        aplan = arena = None
-        if self.memory_plan and self._mplan_any and sig is not None:
-            with self._mplans_lock:
-                aplan = self._mplans.get(sig)
+        aplan = arena = record = None
+        if self.memory_plan and self._mplan_any:
+            aplan, record = self._memory_plan_for(sig)
         if aplan is not None:
             arena = aplan.checkout()
         try:
+            bound = _program.bound_key(out_slots, buffers, {id(env[v]) for v in self._plan.graph.inputs})
+            program = arena.bound_programs.get(bound) if arena is not None else None
+            if (type(program) is _program.Program and cancel is None and self.native_program
+                    and program.usable(self.threads, bound)):
+                results = self._replay_into(program, env, out_slots, buffers, output_names)
+                if results is not None:
+                    return results
             outs = list(arena.outs) if arena is not None else [None] * len(steps)
             producer = {v: i for i, st in enumerate(steps) if st.accepts_out for v in st.outs if v >= 0}
             several = {v: (i, j) for i, st in enumerate(steps) if st.accepts_outs for j, v in enumerate(st.outs)
@@ -770,14 +777,29 @@ class Session:
                     outs[producer[slot]] = buf
                 elif buf is not None and slot in several:  # (a tuple per step: a buffer or None per output)
                     i, j = several[slot]
-                    bound = list(outs[i]) if type(outs[i]) is tuple else [None] * len(steps[i].outs)
-                    bound[j] = buf
-                    outs[i] = tuple(bound)
+                    bound_outs = list(outs[i]) if type(outs[i]) is tuple else [None] * len(steps[i].outs)
+                    bound_outs[j] = buf
+                    outs[i] = tuple(bound_outs)
             _native.set_threads(self.threads)
             _blas.set_threads(1 if _native.available else self.threads)
+            # Record this binding's native program (D123) on its second run on this arena (the first one
+            # only marks it: each new generator's prefill would pay a recording that is never replayed); a
+            # decode step of minirt.genai (same shapes and bound KV cache every token) then replays from C.
+            recording = (arena is not None and record is None and cancel is None and self.native_program
+                         and not plan_mod.MEMPLAN_CHECK and (program is _ONCE or type(program) is _program.Program
+                                                              and not program.usable(self.threads, bound)))
+            if program is None and arena is not None and record is None:
+                arena.keep_bound_program(bound, _ONCE)
             with _limits.limit(self.max_tensor_bytes):
-                self._plan._execute_planned(env, outs, None, None, cancel=cancel)
-            copy_outputs = aplan.copy_outputs if aplan is not None else ()
+                if recording:
+                    arena.keep_bound_program(bound, self._plan.record_program(env, arena, self.threads, outs=outs,
+                                                                              bound=bound))
+                else:
+                    self._plan._execute_planned(env, outs, record, None, cancel=cancel)
+            if record is not None:
+                self._store_memory_plan(sig, record, aplan)
+            # (a recording's outputs made outside the arena are buffers its program keeps: all copied)
+            copy_outputs = self._all_outputs if recording else aplan.copy_outputs if aplan is not None else ()
             results = []
             for slot, buf, name in zip(out_slots, buffers, output_names):
                 if buf is None:
@@ -789,6 +811,29 @@ class Session:
         finally:
             if arena is not None:
                 aplan.checkin(arena)
+        return results
+
+    def _replay_into(self, program: "_program.Program", env: list, out_slots, buffers, output_names) -> list | None:
+        """An IOBinding run as its native program (D123), or None when the nodes must run: an input the
+        program cannot take (not C-contiguous, data a kernel rejects), or a bound output that the
+        program's calls update in place through an input (a KV cache) bound to another buffer than that
+        input this time."""
+        aliases = program.aliases
+        for slot, buf in zip(out_slots, buffers):
+            if buf is not None and slot in aliases and env[aliases[slot]] is not buf:
+                return None  # (bound to an input, program.bound_key: the one the program updates in place)
+        results = self._plan.replay(program, env, ())
+        if results is None:
+            return None
+        results = []
+        for slot, buf, name in zip(out_slots, buffers, output_names):
+            a = env[aliases[slot]] if slot in aliases else program.outputs[slot]
+            if buf is None:
+                results.append(a.copy())  # (the program's buffers serve its next run)
+            elif a is buf:
+                results.append(buf)
+            else:
+                results.append(_write_into(buf, a, name))
         return results
 
     def _run(self, output_names, input_feed, profile: dict | None, cancel: Any = None,
@@ -1256,6 +1301,10 @@ def _as_array(name: str, value: Any, expected: Any = None) -> np.ndarray:
             and np.can_cast(arr.dtype, expected, "same_kind")):
         arr = arr.astype(expected)
     return arr
+
+
+# An IOBinding run's binding seen once on an arena: the next run with it records its program (_run_into).
+_ONCE = "binding seen once: its next run records the program"
 
 
 def _write_into(buffer: np.ndarray, result: Any, name: str) -> np.ndarray:

@@ -380,11 +380,16 @@ def test_build_accepts_inputs_arena_and_earlier_results_and_refuses_anything_els
     const.flags.writeable = False
     assert isinstance(program.build(_recorder_with(_maxpool_call(const, arena)), {0: x}, {1: arena}, [const], span),
                       program.Program)
-    for target, constants in ((x, []), (const, [const])):
-        name, args, reads, _ = calls[0]
-        bad = [(name, args, reads, ((1, target),))]  # (classified only, never run)
+    name, args, reads, _ = calls[0]
+    for target, constants, position in ((x, [], 2), (const, [const], 1), (const, [const], 2)):
+        bad = [(name, args, reads, ((position, target),))]  # (classified only, never run)
         assert "writes into a model input or constant" in program.build(
             _recorder_with(bad), {0: x}, {1: arena}, constants, span)
+    # ... except a write through the very argument the call reads the whole input by: an update in place
+    # (a KV cache bound as past input and present output, D123), patched with the read
+    in_place = program.build(_recorder_with([(name, args, reads, ((x_position, x),))]), {0: x}, {1: arena}, [], span)
+    assert isinstance(in_place, program.Program) and in_place.patches == ((0, x_position, 0),)
+    assert not any(a is x for a in in_place.keep[0])  # (the caller's memory: not kept)
     # an output that no recorded call made (an input passed through as is is one: taken from each run)
     assert "graph output" in program.build(_recorder_with(calls), {0: x}, {1: x.copy()}, [], span)
     passed = program.build(_recorder_with(calls), {0: x}, {1: x}, [], span)

@@ -13,9 +13,11 @@ KV cache.  With onnxruntime-genai's shared buffer (GroupQueryAttention models: g
 ``(batch, kv_heads, max_length, head_size)`` allocated when the Generator is created and never again:
 memory is bounded by ``max_length``.  Every run binds it (minirt IOBinding) both as the input
 ``past_key_values.{i}.key`` and as the output ``present.{i}.key``; the attention kernel writes the
-new positions into it (today the kernel computes a new present and the binding copies it into the
-array; the results are the same).  Models whose cache grows by Concat (torch exports) get their
-``present.*`` outputs fed back as the next run's ``past_key_values.*``.
+new positions into it in place.  The attention mask is then onnxruntime-genai's static one where the
+graph allows it (``DecoderIO.static_mask``): ``(1, max_length)``, ones over the sequence's tokens, so
+that every decode step has the same input shapes and the session replays it as one native program
+(docs/decisions.md D123).  Models whose cache grows by Concat (torch exports) get their ``present.*``
+outputs fed back as the next run's ``past_key_values.*``.
 
 Batches (``batch_size`` > 1) run row by row on views of those arrays, each sequence with its own
 length, so padding never enters a computation; leading pad ids of a padded prompt are dropped.
@@ -153,6 +155,7 @@ class Generator:
             shape = (b, io.kv_heads, n, io.head_size)
             # allocated once: never resized or replaced while this generator lives
             self.kv_cache = [(np.zeros(shape, io.kv_dtype), np.zeros(shape, io.kv_dtype)) for _ in io.layers]
+            self.mask = np.zeros((1, n), io.mask_dtype) if io.static_mask else None  # (reused by every run)
             self.bindings = []
             self._bound: list[str] = []  # the bound outputs, in the order get_outputs() returns them
             for r in range(b):
@@ -168,7 +171,7 @@ class Generator:
                     self._bound = [name for layer in io.layers for name in layer[2:]] + [io.logits]
                 self.bindings.append(binding)
         else:
-            self.kv_cache = None
+            self.kv_cache = self.mask = None
             empty = np.zeros((1, io.kv_heads or 0, 0, io.head_size or 0), io.kv_dtype)
             self.past = [[(empty, empty) for _ in io.layers] for _ in range(b)]
 
@@ -179,7 +182,11 @@ class Generator:
         past, cur = self.kv_len[r], len(tokens)
         total = past + cur
         feed = {io.input_ids: np.asarray(tokens, io.ids_dtype).reshape(1, cur)}
-        if io.attention_mask:
+        if self.mask is not None:
+            self.mask[0, :total] = 1
+            self.mask[0, total:] = 0
+            feed[io.attention_mask] = self.mask
+        elif io.attention_mask:
             feed[io.attention_mask] = np.ones((1, total), io.mask_dtype)
         if io.position_ids:
             feed[io.position_ids] = np.arange(past, total, dtype=io.pos_dtype).reshape(1, cur)

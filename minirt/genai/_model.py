@@ -83,6 +83,13 @@ def resolve_artifact(onnx_path: str, log=None) -> str:
         st = os.stat(p)
         key.update(f"{os.path.basename(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
     key.update(_builder_fingerprint(builder).encode())
+    # The float products' weights packed for this machine's native kernels (--weight-pack, D61): the
+    # runtime then reads the packs mapped from the file and never the original weights, which it would
+    # otherwise read once to pack them into memory of its own (fp32 decoders: both copies resident).
+    from minirt import native
+
+    pack = native.packed_panel_width() if native.available else 0
+    key.update(f"weight_pack:{pack}".encode())
     stem = os.path.splitext(os.path.basename(onnx_path))[0]
     name = f"{stem}-{key.hexdigest()[:20]}.mrt"
     folders = [os.path.join(os.path.dirname(os.path.abspath(onnx_path)), ".minirt"),
@@ -91,7 +98,7 @@ def resolve_artifact(onnx_path: str, log=None) -> str:
         if os.path.isfile(os.path.join(folder, name)):
             return os.path.join(folder, name)
     say(f"minirt.genai: building {onnx_path} into a .mrt artifact (once; kept in {folders[0]})")
-    report = builder.build(onnx_path, None)
+    report = builder.build(onnx_path, None, weight_pack=pack)
     for folder in folders:
         try:
             os.makedirs(folder, exist_ok=True)
@@ -202,6 +209,12 @@ class DecoderIO:
         # output is then the same max-length buffer).  Else the cache grows by Concat: fed back.
         self.gqa = bool(layers) and _past_read_by_gqa(session, [n for l in layers for n in l[:2]])
         self.share_buffer = self.gqa and bool(config.search().get("past_present_share_buffer", True))
+        # With the shared buffer, the mask may be onnxruntime-genai's static one: [batch, max_length], ones
+        # over each sequence's tokens, zeros after.  Every decode step then has the same input shapes, so
+        # it runs as one native program (D123).  Only when the graph reads the mask for lengths alone
+        # (ReduceSum: the tokens, Shape: the buffer length), as genai's builder writes it.
+        self.static_mask = bool(self.share_buffer and self.attention_mask
+                                and _mask_read_for_lengths(session, self.attention_mask))
 
     def scalar_feed(self, past: int, cur: int) -> dict:
         """The sequence-length inputs of a run of ``cur`` tokens after ``past`` cached ones."""
@@ -251,6 +264,16 @@ def _past_read_by_gqa(session: Any, past_names: list[str]) -> bool:
         if art.operators[node.op_index].op_type == "GroupQueryAttention":
             read.update(v for v in node.inputs if v in wanted)
     return read == wanted
+
+
+def _mask_read_for_lengths(session: Any, mask_name: str) -> bool:
+    """Whether every node that reads the input ``mask_name`` is a ReduceSum or a Shape (genai's builder:
+    seqlens_k = ReduceSum(mask) - 1, total_sequence_length = Shape(mask)[1], both for GroupQueryAttention)."""
+    art = session.artifact
+    graph = art.main_graph
+    slot = next((v for v in graph.inputs if graph.values[v].name == mask_name), None)
+    readers = [art.operators[n.op_index].op_type for n in graph.nodes if slot in n.inputs]
+    return slot is not None and bool(readers) and all(op in ("ReduceSum", "Shape") for op in readers)
 
 
 def _rotary_positions(session: Any) -> int | None:

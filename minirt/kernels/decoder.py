@@ -186,7 +186,7 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
         rows = A.reshape(-1, K)
         y = np.empty((rows.shape[0], N), np.float32)
         _native.qnbits_matmul(fast[3], rows, y)
-        return y.reshape(*A.shape[:-1], N)
+        return _native.final(y.reshape(*A.shape[:-1], N))  # (one native call: a program replays it, D123)
     if g_idx is not None:
         raise NotImplementedError("MatMulNBits: the g_idx input (deprecated act-order grouping) is not supported")
     if weight_prepacked:
@@ -298,7 +298,7 @@ def _rms(x: np.ndarray, gamma, epsilon: float, axis: int, op: str, with_inv: boo
     if not with_inv and _native.available and x.size:
         y = np.empty(x.shape, np.float32)
         _native.rmsnorm_rows(np.ascontiguousarray(x), np.ascontiguousarray(g.reshape(-1)), y, float(epsilon))
-        return y, None
+        return _native.final(y), None  # (a copy made on the way is refused by a recording's buffer check)
     axes = tuple(range(ax, x.ndim))
     inv = 1.0 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + np.float32(epsilon))
     return (x * inv) * g.reshape(norm_shape), inv.astype(np.float32)
@@ -331,12 +331,14 @@ def skip_simplified_layer_normalization(input, skip, gamma, bias=None, *, epsilo
             and skip.dtype == np.float32 and input.shape == skip.shape and input.ndim in (2, 3) and bias is None
             and type(gamma) is np.ndarray and gamma.dtype == np.float32 and gamma.shape == input.shape[-1:]
             and _native.available and not _wants(ctx, 2) and input.size):
-        # (a decoder layer's residual + RMS norm: one add, one native row pass)
-        s = input + skip
+        # (a decoder layer's residual + RMS norm: one native add, one native row pass; a program replays
+        # both, D123)
+        s = np.empty(input.shape, np.float32)
+        _native.binary(_native.BINARY_OPS["Add"], np.ascontiguousarray(input), np.ascontiguousarray(skip), s)
         y = np.empty_like(s)
         _native.rmsnorm_rows(s, np.ascontiguousarray(gamma), y, float(epsilon))
         n = ctx.n_outputs if ctx is not None else 1
-        return y if n == 1 else (y, np.zeros((0,), np.float32), None, s)[:n]
+        return _native.final(y if n == 1 else (y, np.zeros((0,), np.float32), None, s)[:n])
     x, dt = _f32(input)
     sk, _ = _f32(skip)
     if x.ndim not in (2, 3):
@@ -434,33 +436,36 @@ def _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, c
     T = past_key.shape[2]
     if D * (H + 2 * KVH) != qw or past_key.shape != (1, KVH, T, D) or T == 0:
         return None
+    if not (type(seqlens_k) is np.ndarray and seqlens_k.dtype == np.int32 and seqlens_k.size == 1
+            and seqlens_k.flags.c_contiguous):
+        return None
     try:
         past = int(seqlens_k.reshape(-1)[0])  # (total - 1: the new token's position)
         total_max = int(total_sequence_length.reshape(-1)[0])
     except (AttributeError, IndexError, TypeError, ValueError):
         return None
-    if not 0 <= past < T or past + 1 > total_max or getattr(seqlens_k, "size", 0) != 1:
+    # (a program replaying this call reads the position from seqlens_k itself: the C side checks it)
+    if not 0 <= past < T or past + 1 > total_max:
         return None
-    half, max_pos = 0, 0
+    half = 0
     if do_rotary:
         if not (type(cos_cache) is np.ndarray and type(sin_cache) is np.ndarray and cos_cache.dtype == np.float32
                 and sin_cache.dtype == np.float32 and cos_cache.flags.c_contiguous and sin_cache.flags.c_contiguous
                 and cos_cache.ndim == 2 and sin_cache.shape == cos_cache.shape and 2 * cos_cache.shape[1] <= D
                 and past < cos_cache.shape[0]):
             return None
-        half, max_pos = cos_cache.shape[1], cos_cache.shape[0]
-    key = ("decode", T, half, max_pos)
-    shape = ctx.memo.get(key)
-    if shape is None:
-        shape = _native.gqa_decode_shape(
+        half = cos_cache.shape[1]
+    key = ("decode", T, id(cos_cache) if half else None)
+    prepared = ctx.memo.get(key)
+    if prepared is None or (half and prepared[1] is not cos_cache):
+        prepared = (_native.gqa_decode_prepare(
             H, KVH, D, T, float(np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))),
             float(softcap) if softcap and softcap > 0 else 0.0,
-            int(local_window_size) if local_window_size is not None and local_window_size > 0 else 0, half,
-            bool(interleaved), max_pos)
-        remember(ctx.memo, key, shape)
+            int(local_window_size) if local_window_size is not None and local_window_size > 0 else 0,
+            bool(interleaved), cos_cache if half else None, sin_cache if half else None), cos_cache)
+        remember(ctx.memo, key, prepared)
     y = np.empty((1, 1, H * D), np.float32)
-    _native.gqa_decode(shape, query, cos_cache if half else None, sin_cache if half else None, past_key, past_value,
-                       past, y)
+    _native.gqa_decode(prepared[0], query, seqlens_k, past_key, past_value, y)
     return y
 
 
@@ -512,8 +517,8 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         y = _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache,
                         int(num_heads), int(kv_num_heads), scale, softcap, local_window_size, do_rotary,
                         rotary_interleaved, ctx)
-        if y is not None:
-            return (y, past_key, past_value)[:ctx.n_outputs]
+        if y is not None:  # (one native call: the caches written in place, the output its own)
+            return _native.final((y, past_key, past_value)[:ctx.n_outputs])
     H, KVH = int(num_heads), int(kv_num_heads)
     if H <= 0 or KVH <= 0 or H % KVH:
         raise ValueError(f"GroupQueryAttention: num_heads={H} must be a positive multiple of kv_num_heads={KVH}")

@@ -132,11 +132,12 @@ def _reduce(fn, x: np.ndarray, axes, keepdims: int, noop_with_empty_axes: int) -
     return np.asarray(out).astype(x.dtype, copy=False)
 
 
-def _native_axes(x, axes, noop_with_empty_axes: int) -> tuple | None:
+def _native_axes(x, axes, noop_with_empty_axes: int, ints: bool = False) -> tuple | None:
     """The axes a native reduction of ``x`` runs over (all of them when none are given), or None when
-    the native path does not apply: no native kernels, not a float32 C-contiguous array with values,
-    or no axes with ``noop_with_empty_axes`` (nothing to reduce)."""
-    if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.size and x.flags.c_contiguous):
+    the native path does not apply: no native kernels, not a float32 (with ``ints`` also int32 / int64)
+    C-contiguous array with values, or no axes with ``noop_with_empty_axes`` (nothing to reduce)."""
+    if not (_native.available and type(x) is np.ndarray and x.size and x.flags.c_contiguous
+            and (x.dtype == _F32 or ints and x.dtype.name in _native.REDUCE_INT_TYPES)):
         return None
     ax = _resolve_axes(x, axes)
     if ax is None:
@@ -149,10 +150,12 @@ def _native_axes(x, axes, noop_with_empty_axes: int) -> tuple | None:
 def _reduce_native(op: str, x, axes, keepdims: int, noop_with_empty_axes: int, out=None):
     """``op`` (a key of native.REDUCE_OPS) of a float32 C-contiguous ``x`` over one block of consecutive
     axes by one native call (mrt_reduce_f32: x as (outer, reduced, inner)), declared final; None
-    when it is not that case (the numpy path then computes it, or raises the op's error)."""
+    when it is not that case (the numpy path then computes it, or raises the op's error).  Sum / Max /
+    Min of int32 / int64 likewise (mrt_reduce_int: a decoder's attention mask summed into its sequence
+    lengths, part of its replayed decode step, D123)."""
     if op not in _native.REDUCE_OPS:
         return None
-    ax = _native_axes(x, axes, noop_with_empty_axes)
+    ax = _native_axes(x, axes, noop_with_empty_axes, ints=op in _native.REDUCE_INT_OPS)
     if ax is None:
         return None
     ax = sorted(ax)
@@ -162,12 +165,15 @@ def _reduce_native(op: str, x, axes, keepdims: int, noop_with_empty_axes: int, o
                        math.prod(x.shape[ax[-1] + 1:]))
     shape = tuple(1 if a in ax else d for a, d in enumerate(x.shape)) if keepdims else \
         tuple(d for a, d in enumerate(x.shape) if a not in ax)
-    if out is not None and out.shape == shape and out.dtype == _F32 and out.flags.c_contiguous \
+    if out is not None and out.shape == shape and out.dtype == x.dtype and out.flags.c_contiguous \
             and not np.may_share_memory(x, out):
         y = out
     else:
-        y = np.empty(shape, _F32)
-    _native.reduce(op, x, y, outer, n, inner)
+        y = np.empty(shape, x.dtype)
+    if x.dtype == _F32:
+        _native.reduce(op, x, y, outer, n, inner)
+    else:
+        _native.reduce_int(op, x, y, outer, n, inner)
     # (axes given as a computed input: this run's axes, which a replay would reuse: not declared)
     return _native.final(y) if is_constant(axes) or isinstance(axes, (tuple, list)) else y
 

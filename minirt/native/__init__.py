@@ -55,7 +55,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 27
+ABI_VERSION = 28
 
 
 def _truthy(value: str | None) -> bool:
@@ -223,6 +223,12 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_broadcast": ((1, 2, 3), (4,)),  # (map, a, b, c, y, nthreads)
     "mrt_reduce_f32": ((1,), (2,)),  # (op, x, y, outer, n, inner, nthreads)
     "mrt_quantize_add_up_u8_f32": ((2, 3, 4, 5), (6,)),  # (g, q, x, xm, xu, um, y_u8, nthreads)
+    "mrt_reduce_int": ((2,), (3,)),  # (op, type, x, y, outer, n, inner, nthreads)
+    # (p, qkv, seqlens_k, k_cache, v_cache, out, nthreads): the caches are read and written in place (a
+    # bound past / present buffer, D123); cos / sin are constants in p
+    "mrt_gqa_decode_f32": ((1, 2, 3, 4), (3, 4, 5)),
+    "mrt_qnbits_matmul": ((1,), (3,)),  # (w, a, M, y, workspace NULL, nthreads)
+    "mrt_rmsnorm_f32": ((0, 1), (2,)),  # (x, scale, y, rows, n, eps, nthreads)
 }
 
 
@@ -1120,9 +1126,9 @@ def layernorm_rows(x, scale, bias, y, eps: float) -> None:
 
 def rmsnorm_rows(x, scale, y, eps: float) -> None:
     """y = RMS normalization of x over rows of ``scale.size`` floats: x / sqrt(mean(x^2) + eps) * scale,
-    all float32 C-contiguous, ``y`` like ``x`` (may be x).  Not recordable."""
+    all float32 C-contiguous, ``y`` like ``x`` (may be x)."""
     n = scale.size
-    _call(_lib.mrt_rmsnorm_f32, (_ptr(x), _ptr(scale), _ptr(y), x.size // n, n, float(eps), threads()))
+    _call(_lib.mrt_rmsnorm_f32, (_ptr(x), _ptr(scale), _ptr(y), x.size // n, n, float(eps), threads()), x, scale, y)
 
 
 def instancenorm_rows(x, scale, bias, y, eps: float) -> None:
@@ -1205,6 +1211,21 @@ REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "
 def reduce(op: str, x, y, outer: int, n: int, inner: int) -> None:
     """y (outer, inner) = ``op`` (a key of REDUCE_OPS) over the middle axis of float32 x (outer, n, inner)."""
     _call(_lib.mrt_reduce_f32, (REDUCE_OPS[op], _ptr(x), _ptr(y), outer, n, inner, threads()), x, y)
+
+
+# integer dtypes mrt_reduce_int takes (mrt_cast's ONNX codes) and its ops
+REDUCE_INT_TYPES = {"int32": 6, "int64": 7}
+REDUCE_INT_OPS = {"ReduceSum": 0, "ReduceMax": 2, "ReduceMin": 3}
+
+
+def reduce_int(op: str, x, y, outer: int, n: int, inner: int) -> None:
+    """y (outer, inner) = ``op`` (a key of REDUCE_INT_OPS) over the middle axis of x (outer, n, inner), both
+    C-contiguous of one dtype of REDUCE_INT_TYPES, n > 0 (sums wrap in the dtype, as numpy's)."""
+    rc = _call(_lib.mrt_reduce_int, (REDUCE_INT_OPS[op], REDUCE_INT_TYPES[x.dtype.name],
+                                     _ffi.from_buffer("char[]", x), _ffi.from_buffer("char[]", y), outer, n, inner,
+                                     threads()), x, y)
+    if rc != 0:
+        raise ValueError(f"minirt native reduce: {op} of {x.dtype} as ({outer}, {n}, {inner}) (code {rc})")
 
 
 def gather_shape(outer: int, axis: int, count: int, inner_bytes: int):
@@ -1466,11 +1487,13 @@ def qnbits_workspace_bytes(M: int, K: int, block_size: int) -> int:
 def qnbits_matmul(w, a, y, workspace=None) -> None:
     """y (M, N) = a (M, K) . W^T (+ bias) for the :func:`qnbits_weights` ``w`` at accuracy_level 4 (a
     quantized to int8 per block inside); a, y float32 C-contiguous; ``workspace`` a uint8 array of
-    :func:`qnbits_workspace_bytes` bytes, or None (allocated inside).  Not recordable (decoders change
-    shape every token)."""
-    rc = _call(_lib.mrt_qnbits_matmul, (w, _ptr(a), a.shape[0], _ptr(y),
-                                        _ffi.NULL if workspace is None else _ffi.from_buffer("uint8_t[]", workspace),
-                                        threads()))
+    :func:`qnbits_workspace_bytes` bytes, or None (allocated inside).  Recordable without a workspace (a
+    decode step replayed as a program, D123)."""
+    if workspace is None:
+        rc = _call(_lib.mrt_qnbits_matmul, (w, _ptr(a), a.shape[0], _ptr(y), _ffi.NULL, threads()), a, y)
+    else:  # (scratch outside the recorded buffers: not replayed)
+        rc = _call(_lib.mrt_qnbits_matmul, (w, _ptr(a), a.shape[0], _ptr(y),
+                                            _ffi.from_buffer("uint8_t[]", workspace), threads()))
     if rc == -1:
         raise no_scratch("minirt native qnbits")
     if rc != 0:
@@ -1530,27 +1553,36 @@ def _gqa_call(shape, step, cos, sin, cache, out, what) -> None:
         raise ValueError(f"minirt native attention: bad parameters (code {rc}): {what()}")
 
 
-def gqa_decode_shape(heads: int, kv_heads: int, head_size: int, capacity: int, scale: float, softcap: float,
-                     local_window: int, rotary_half: int, interleaved: bool, max_position: int):
-    """The ``mrt_attention_shape`` of a one-token, one-sequence GroupQueryAttention step (:func:`gqa_decode`),
-    made once per node and cache size."""
-    return _ffi.new("mrt_attention_shape *", {
-        "batch": 1, "seq": 1, "heads": heads, "kv_heads": kv_heads, "head_size": head_size, "capacity": capacity,
-        "scale": scale, "softcap": softcap, "local_window": local_window, "rotary_half": rotary_half,
-        "rotary_interleaved": int(interleaved), "max_position": max_position})
+def gqa_decode_prepare(heads: int, kv_heads: int, head_size: int, capacity: int, scale: float, softcap: float,
+                       local_window: int, interleaved: bool, cos, sin):
+    """The ``mrt_gqa_decode`` of a one-token, one-sequence GroupQueryAttention step (:func:`gqa_decode`), made
+    once per node and cache size, keeping the rotary caches ``cos`` / ``sin`` (float32 C-contiguous
+    [max_position, rotary_dim / 2], or both None: no rotary) alive."""
+    rot = cos is not None
+    if rot and (cos.dtype.char != "f" or sin.dtype.char != "f" or not cos.flags.c_contiguous
+                or not sin.flags.c_contiguous or cos.ndim != 2 or sin.shape != cos.shape
+                or 2 * cos.shape[1] > head_size):
+        raise ValueError(f"minirt native attention: cos {cos.shape} / sin {sin.shape} caches do not fit heads of "
+                         f"{head_size}")
+    return _new("mrt_gqa_decode *", {
+        "shape": {"batch": 1, "seq": 1, "heads": heads, "kv_heads": kv_heads, "head_size": head_size,
+                  "capacity": capacity, "scale": scale, "softcap": softcap, "local_window": local_window,
+                  "rotary_half": cos.shape[1] if rot else 0, "rotary_interleaved": int(interleaved),
+                  "max_position": cos.shape[0] if rot else 0},
+        "cos": _opt(cos), "sin": _opt(sin)}, cos, sin)
 
 
-def gqa_decode(shape, qkv, cos, sin, k_cache, v_cache, past: int, out) -> None:
-    """The decode step of :func:`gqa_step` for one sequence and one token with packed QKV: ``qkv`` float32
-    C-contiguous (1, 1, (H + 2 KVH) D), the new position ``past`` (< capacity, checked by the caller and in
-    C), rotary at that position when ``shape`` has it (cos / sin then float32 C-contiguous)."""
-    H, KVH, D = shape.heads, shape.kv_heads, shape.head_size
-    ints = _ffi.new("int64_t[3]", [past, past, past + 1])  # the position, pasts[0], totals[0]
-    q = _ptr(qkv)
-    step = _ffi.new("mrt_attention_step *", {"q": q, "k": q + H * D, "v": q + (H + KVH) * D,
-                                             "q_row": (H + 2 * KVH) * D, "kv_row": (H + 2 * KVH) * D,
-                                             "positions": ints})
-    cache = _ffi.new("mrt_kv_cache *", {"k": _ptr(k_cache), "v": _ptr(v_cache), "pasts": ints + 1,
-                                        "totals": ints + 2})
-    _gqa_call(shape, step, cos, sin, cache, out, lambda: f"position {past} in a cache of {shape.capacity}")
+def gqa_decode(prepared, qkv, seqlens_k, k_cache, v_cache, out) -> None:
+    """The decode step of :func:`gqa_step` for one sequence and one token with packed QKV (mrt_gqa_decode_f32)
+    of a :func:`gqa_decode_prepare` call: ``qkv`` float32 C-contiguous (1, 1, (H + 2 KVH) D), the new
+    position read from ``seqlens_k`` (int32, one value; checked in C against the caches), rotary at that
+    position when prepared with it.  Recordable: the position is read when the call runs (D123)."""
+    rc = _call(_lib.mrt_gqa_decode_f32, (prepared, _ptr(qkv), _ffi.from_buffer("int32_t[]", seqlens_k),
+                                         _ptr(k_cache), _ptr(v_cache), _ptr(out), threads()),
+               qkv, seqlens_k, k_cache, v_cache, k_cache, v_cache, out)
+    if rc == -1:
+        raise no_scratch("minirt native attention")
+    if rc != 0:
+        raise ValueError(f"minirt native attention: bad parameters (code {rc}): position {int(seqlens_k[0])} "
+                         f"in a cache of {prepared.shape.capacity}")
 

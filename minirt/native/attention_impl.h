@@ -169,3 +169,15 @@ int mrt_gqa_attention_f32(const mrt_attention_shape *s, const mrt_attention_step
     free(qr);
     return j.failed ? -1 : 0;
 }
+
+int mrt_gqa_decode_f32(const mrt_gqa_decode *p, const float *qkv, const int32_t *seqlens_k, float *k_cache,
+                       float *v_cache, float *out, int nthreads) {
+    if (!p || !qkv || !seqlens_k || p->shape.batch != 1 || p->shape.seq != 1) return -2;
+    const long H = p->shape.heads, KVH = p->shape.kv_heads, D = p->shape.head_size, row = (H + 2 * KVH) * D;
+    /* the new token's position = its row in the caches = seqlens_k[0]; totals: one past it
+     * (mrt_gqa_attention_f32 checks both against the capacity and the cos / sin caches) */
+    int64_t ints[3] = {seqlens_k[0], seqlens_k[0], (int64_t)seqlens_k[0] + 1};
+    const mrt_attention_step x = {qkv, qkv + H * D, qkv + (H + KVH) * D, row, row, ints};
+    const mrt_kv_cache c = {k_cache, v_cache, ints + 1, ints + 2};
+    return mrt_gqa_attention_f32(&p->shape, &x, p->cos, p->sin, &c, out, nthreads);
+}

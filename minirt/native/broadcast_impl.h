@@ -298,3 +298,36 @@ int mrt_reduce_f32(int op, const float *x, float *y, long outer, long n, long in
     mrt_parallel_for(outer * chunks, n * (inner < REDUCE_CHUNK ? inner : REDUCE_CHUNK) / 4, nthreads, reduce_task, &t);
     return 0;
 }
+
+/* mrt_reduce_int (kernels.h): one loop per type and op; small inputs (attention masks), one thread. */
+#define REDUCE_INT_LOOP(T)                                                                             \
+    do {                                                                                               \
+        const T *xt = (const T *)x;                                                                    \
+        T *yt = (T *)y;                                                                                \
+        for (long o = 0; o < outer; o++)                                                               \
+            for (long j = 0; j < inner; j++) {                                                         \
+                const T *p = xt + o * n * inner + j;                                                   \
+                T acc = p[0];                                                                          \
+                for (long k = 1; k < n; k++) {                                                         \
+                    const T v = p[k * inner];                                                          \
+                    if (op == MRT_REDUCE_SUM)                                                          \
+                        acc = (T)((unsigned long long)acc + (unsigned long long)v); /* wraps */        \
+                    else if (op == MRT_REDUCE_MAX ? v > acc : v < acc)                                 \
+                        acc = v;                                                                       \
+                }                                                                                      \
+                yt[o * inner + j] = acc;                                                               \
+            }                                                                                          \
+    } while (0)
+
+int mrt_reduce_int(int op, int type, const void *x, void *y, long outer, long n, long inner, int nthreads) {
+    (void)nthreads;
+    if ((op != MRT_REDUCE_SUM && op != MRT_REDUCE_MAX && op != MRT_REDUCE_MIN) || n <= 0 || inner <= 0 ||
+        (type != 6 && type != 7))
+        return -2;
+    if (type == 6)
+        REDUCE_INT_LOOP(int32_t);
+    else
+        REDUCE_INT_LOOP(int64_t);
+    return 0;
+}
+#undef REDUCE_INT_LOOP

@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 27
+#define MRT_ABI_VERSION 28
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -463,6 +463,11 @@ int mrt_broadcast(const mrt_broadcast_map *m, const void *a, const void *b, cons
 #define MRT_REDUCE_MIN 3
 #define MRT_REDUCE_SUM_SQUARE 4
 int mrt_reduce_f32(int op, const float *x, float *y, long outer, long n, long inner, int nthreads);
+/* mrt_reduce_int: the same for integers, x and y of the type `type` (6 int32, 7 int64: mrt_cast's
+ * codes), op MRT_REDUCE_SUM (in the type itself, wrapping, as the ONNX reference and numpy with
+ * dtype=x.dtype), MRT_REDUCE_MAX or MRT_REDUCE_MIN: a decoder's attention mask summed into its sequence
+ * lengths, replayed by a native program.  Returns 0, or -2 for another op, type or size. */
+int mrt_reduce_int(int op, int type, const void *x, void *y, long outer, long n, long inner, int nthreads);
 
 /* ------------------------------------------------------------------ detection (nms_impl.h, roialign_impl.h)
  *
@@ -610,6 +615,19 @@ typedef struct {
 } mrt_kv_cache;
 int mrt_gqa_attention_f32(const mrt_attention_shape *s, const mrt_attention_step *x, const float *cos,
                           const float *sin, const mrt_kv_cache *c, float *out, int nthreads);
+/* mrt_gqa_decode_f32: mrt_gqa_attention_f32 for one sequence and one new token (p->shape: batch = seq = 1)
+ * with packed QKV, qkv = [q heads | k heads | v heads] of (heads + 2 kv_heads) * head_size floats, at
+ * the position seqlens_k[0] (GroupQueryAttention's int32 input: the total length - 1), read when the
+ * call runs: the same recorded call serves every token of a replayed decode step.  The past of the
+ * caches is the rows before that position; the new key / value go to its row.  p->cos / p->sin: the
+ * rotary caches (NULL without rotary), constants of the prepared call.  Returns as
+ * mrt_gqa_attention_f32 (-2 also for a position outside the caches). */
+typedef struct {
+    mrt_attention_shape shape;
+    const float *cos, *sin;
+} mrt_gqa_decode;
+int mrt_gqa_decode_f32(const mrt_gqa_decode *p, const float *qkv, const int32_t *seqlens_k, float *k_cache,
+                       float *v_cache, float *out, int nthreads);
 
 /* ------------------------------------------------------------------ native programs
  *
@@ -672,6 +690,10 @@ typedef struct {
 #define MRT_CALL_REDUCE_F32 27
 #define MRT_CALL_INSTANCENORM_F32 28
 #define MRT_CALL_QUANTIZE_ADD_UP_U8_F32 29
+#define MRT_CALL_REDUCE_INT 30
+#define MRT_CALL_GQA_DECODE_F32 31
+#define MRT_CALL_QNBITS_MATMUL 32
+#define MRT_CALL_RMSNORM_F32 33
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -19,7 +19,9 @@ and check what they can (``RECORDABLE`` there), :meth:`Recorder.end` checks each
 * every buffer a call reads is a model input (patched per run), an arena view, a buffer an earlier
   call wrote, or one of the model's constants; anything else (a numpy copy made on the way, say)
   refuses the program;
-* no call writes into a model input; buffers written outside the arena are kept by the program
+* no call writes into a model input, except a call that updates a whole input in place through the
+  pointer it reads it by (a KV cache bound as past input and present output, D123: patched, so the
+  replay writes into that run's input); buffers written outside the arena are kept by the program
   (the same ones every run) and the graph outputs are copied out of it;
 * scalars (quantization scales, thread count) are constants of the recorded calls: a kernel whose
   scalars come from the data (dynamic quantization) never declares its result final.
@@ -289,7 +291,7 @@ class Program:
     """One arena's recorded run (see the module docstring), built by :func:`build`."""
 
     __slots__ = ("isa", "threads", "calls", "n", "args", "keep", "patches", "targets", "outputs", "aliases",
-                 "step_of_call", "rc")
+                 "step_of_call", "rc", "bound")
 
     def run(self, env) -> int:
         """Run the calls for the inputs in ``env`` (indexed by input slot: the session's slots, or a
@@ -321,18 +323,32 @@ class Program:
             return [outputs[slots[0]].copy()]
         return [outputs[v].copy() for v in slots]
 
-    def usable(self, threads) -> bool:
+    def usable(self, threads, bound=()) -> bool:
         """Whether it may run for a session whose thread setting is ``threads``: the native module
-        state and the setting it was recorded under still hold (its calls carry both)."""
-        return self.threads == threads and _native.isa == self.isa and _native.available
+        state and the setting it was recorded under still hold (its calls carry both); and for a run
+        whose caller's output buffers are ``bound`` (:func:`bound_key`; none for a plain run): its
+        calls write into the buffers of the run it was recorded on."""
+        return self.threads == threads and self.bound == bound and _native.isa == self.isa and _native.available
 
 
-def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span, threads=None) -> "Program | str":
+def bound_key(out_slots, buffers, input_ids) -> tuple:
+    """The caller's output buffers of an IOBinding run, as a program recorded on such a run must find
+    them again to be replayed: per bound output, its slot and its buffer's address, shape and dtype (the
+    program writes there); or its slot alone when the buffer is one of the run's inputs (``input_ids``:
+    their ids), which the program patches per run: a KV cache updated in place, whichever cache it is
+    (each generator of minirt.genai has its own; the caller checks that the input is the same one)."""
+    return tuple((v,) if id(b) in input_ids else (v, b.__array_interface__["data"][0], b.shape, b.dtype.str)
+                 for v, b in zip(out_slots, buffers) if b is not None)
+
+
+def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span, threads=None,
+          bound=()) -> "Program | str":
     """The program of a recorded run, or why there is none.
 
     ``inputs`` / ``outputs``: the run's graph inputs and outputs, slot -> value; ``constants``: the
     graph's constant arrays; ``arena_span``: (first, past-the-end) address of the arena's memory;
-    ``threads``: the session's thread setting during the run."""
+    ``threads``: the session's thread setting during the run; ``bound``: the run's caller's output
+    buffers (:func:`bound_key`, IOBinding: the program's calls write into them)."""
     if recorder.refused is not None:
         return recorder.refused
     feeds = {v: _span(a) for v, a in inputs.items() if type(a) is np.ndarray and a.nbytes}  # slot -> span
@@ -354,10 +370,15 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
                     return f"{recorder.nodes[u]}: call {name} reads part of a model input"
                 elif not (_within(span, written) or constant_spans.contains(span)):
                     return f"{recorder.nodes[u]}: call {name} reads a buffer made outside the recorded calls"
+            in_place = {pos for jj, pos, _ in patches if jj == j}  # (this call's patched inputs)
             for pos, a in writes:
                 if a is None or not a.nbytes:
                     continue
                 span = _span(a)
+                if pos in in_place and a.flags.c_contiguous and any(f == span for f in feeds.values()):
+                    # an input the call updates in place, patched as it reads it: a KV cache bound as
+                    # both past input and present output (IOBinding, D123); the caller's memory, not kept
+                    continue
                 if _overlaps(span, feeds.values()) or constant_spans.overlaps(span):
                     return f"{recorder.nodes[u]}: call {name} writes into a model input or constant"
                 if not _within(span, written):
@@ -379,7 +400,7 @@ def build(recorder: Recorder, inputs: dict, outputs: dict, constants, arena_span
     for span in written[1:]:
         _native.prefault_span(*span)
     prog = Program()
-    prog.isa, prog.threads = _native.isa, threads
+    prog.isa, prog.threads, prog.bound = _native.isa, threads, bound
     prog.calls, prog.args = _c_calls(flat)
     prog.n = len(flat)
     # The recorded arguments hold the cffi pointers, and these their arrays: kept, except the inputs of

@@ -85,6 +85,16 @@ static int program_call(const mrt_call *call) {
     /* an int8 conv's input scaled per channel and / or added to an upsampled map, quantized */
     case MRT_CALL_QUANTIZE_ADD_UP_U8_F32:
         return mrt_quantize_add_up_u8_f32(P(0), P(1), P(2), P(3), P(4), P(5), P(6), I(7));
+    /* a decoder's step (minirt.genai): sequence lengths from the mask, RMS norms, 4-bit products, attention */
+    case MRT_CALL_REDUCE_INT:
+        return mrt_reduce_int(I(0), I(1), P(2), P(3), L(4), L(5), L(6), I(7));
+    case MRT_CALL_GQA_DECODE_F32:
+        return mrt_gqa_decode_f32(P(0), P(1), P(2), P(3), P(4), P(5), I(6));
+    case MRT_CALL_QNBITS_MATMUL:
+        return mrt_qnbits_matmul(P(0), P(1), I(2), P(3), P(4), I(5));
+    case MRT_CALL_RMSNORM_F32:
+        mrt_rmsnorm_f32(P(0), P(1), P(2), L(3), L(4), F(5), I(6));
+        return 0;
     default:
         return -100;
     }

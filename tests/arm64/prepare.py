@@ -29,7 +29,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from minirt.builder import build
-from tests.arm64.subset import CASES, LABELLED, MANIFEST, PACKAGED, PI_TARGETS, QUANT_STEPS, X86_REL
+from tests.arm64.subset import (CASES, DECODER, DECODER_PROMPT, DECODER_TOKENS, LABELLED, MANIFEST, PACKAGED,
+                                PI_TARGETS, QUANT_STEPS, X86_REL)
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits"
@@ -315,8 +316,58 @@ def prepare(out_dir: str | Path, names=None, arch: str = "arm64") -> Path:
             "labelled": name in LABELLED, "ops": report.op_histogram,
             "quantize": report.as_dict().get("quantize"),
         }
+    manifest["decoder"] = _decoder(out / "decoder") if names is None else None
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return out
+
+
+def _decoder(out: Path) -> dict | None:
+    """The subset's language model (subset.DECODER) in ``out``: genai_config.json naming ``model.mrt``, the
+    .mrt minirt built from onnxruntime-genai's int4 conversion, the tokenizer files (for the special ids),
+    and the greedy tokens minirt and onnxruntime-genai generate here from subset.DECODER_PROMPT.  None (the
+    Pi test then skips) when the host cannot make the model (onnxruntime-genai, transformers or torch missing)."""
+    import importlib.util
+    import os
+
+    if any(importlib.util.find_spec(m) is None for m in ("onnxruntime_genai", "transformers", "torch")):
+        return None
+    import minirt.genai as mg
+    import onnxruntime_genai as og
+
+    from tests.genai import make_decoders as md
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="minirt-genai-") as tmp:  # (the Pi gets only `out`)
+        return _decoder_from(Path(md.make(os.environ.get("MINIRT_GENAI_TEST_CACHE") or tmp, [DECODER[0]],
+                                          [DECODER[1]], size="tiny")[DECODER]), out, mg, og)
+
+
+def _decoder_from(src: Path, out: Path, mg, og) -> dict:
+    arch, kind = DECODER
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads((src / "genai_config.json").read_text())
+    config["model"]["decoder"]["filename"] = "model.mrt"
+    (out / "genai_config.json").write_text(json.dumps(config, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (src / name).is_file():
+            shutil.copy(src / name, out / name)
+    build(str(src / "model.onnx"), out / "model.mrt")
+
+    def greedy(lib, model) -> list[int]:
+        params = lib.GeneratorParams(model)
+        total = len(DECODER_PROMPT) + DECODER_TOKENS
+        params.set_search_options(max_length=total, min_length=total)
+        gen = lib.Generator(model, params)
+        gen.append_tokens(np.array(DECODER_PROMPT, np.int32))
+        tokens = []
+        while not gen.is_done():
+            gen.generate_next_token()
+            tokens.append(int(gen.get_next_tokens()[0]))
+        return tokens
+
+    return {"folder": out.name, "arch": arch, "kind": kind, "prompt": list(DECODER_PROMPT),
+            "x86": greedy(mg, mg.Model(str(out))), "onnxruntime_genai": greedy(og, og.Model(str(src)))}
 
 
 def package(artifacts: str | Path, out_dir: str | Path, wheel: str, names=PACKAGED) -> Path:

@@ -84,3 +84,12 @@ PI_TARGETS = {
 PACKAGED = ("ppocr_cls", "digits_int8_ort")
 
 MANIFEST = "manifest.json"
+
+# The language model of the subset (issue 24: "the int4 model runs under make test-arm64 with the same
+# tokens as on x86"): tests/genai/make_decoders.py's tiny Llama, converted to int4 by onnxruntime-genai's
+# builder (MatMulNBits block 32, GroupQueryAttention), built into a .mrt on the host; the Pi generates
+# DECODER_TOKENS tokens greedily after the prompt and must choose the tokens minirt chose on x86-64 (and
+# onnxruntime-genai there: tests/genai/test_parity.py).
+DECODER = ("llama", "int4")
+DECODER_PROMPT = (1, 17, 250, 31, 402, 77, 9, 120, 64, 5, 300, 41)  # (ids of the tiny vocabulary: < 512)
+DECODER_TOKENS = 64

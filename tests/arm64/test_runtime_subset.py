@@ -312,3 +312,27 @@ def test_baseline_forced_on_pi5():
                                    MINIRT_NATIVE_ISA="baseline"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["baseline", "portable", "True"], proc.stdout
+
+
+def test_int4_decoder_generates_the_tokens_of_x86(artifacts, manifest):
+    """The subset's language model (tests/arm64/subset.py, DECODER): the greedy tokens minirt.genai chooses
+    here are the ones it chose on the x86-64 host (the same as onnxruntime-genai's there for this model,
+    recorded beside them), native 4-bit products and attention of this CPU included."""
+    dec = manifest.get("decoder")
+    if dec is None:
+        pytest.skip("no decoder prepared: the host lacks onnxruntime-genai / transformers / torch")
+    import minirt.genai as mg
+
+    model = mg.Model(str(artifacts / dec["folder"]))
+    params = mg.GeneratorParams(model)
+    total = len(dec["prompt"]) + len(dec["x86"])
+    params.set_search_options(max_length=total, min_length=total)
+    gen = mg.Generator(model, params)
+    gen.append_tokens(np.array(dec["prompt"], np.int32))
+    tokens = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        tokens.append(int(gen.get_next_tokens()[0]))
+    assert dec["x86"] == dec["onnxruntime_genai"], "minirt and onnxruntime-genai disagreed on the host already"
+    assert tokens == dec["x86"], f"{MACHINE}: first difference at token {next(i for i, (a, b) in enumerate(zip(tokens, dec['x86'])) if a != b)}"
+

@@ -242,6 +242,35 @@ def test_native_reduce_matches_numpy(op, outer, n, inner):
         np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("outer,n,inner", [(1, 1, 1), (1, 512, 1), (3, 7, 5), (2, 9, 70)])
+def test_native_integer_reduce_matches_numpy(dtype, op, outer, n, inner):
+    """mrt_reduce_int against numpy in the same dtype: exact, and sums wrap around as numpy's do (a decoder's
+    attention mask summed into its sequence length is the case that needs it natively, D123)."""
+    if not native.available:
+        pytest.skip(native.reason)
+    info = np.iinfo(dtype)
+    x = RNG.integers(-1000, 1000, size=(outer, n, inner)).astype(dtype)
+    x.ravel()[0] = info.max  # (a sum past the type's range wraps; max / min see the extreme)
+    x.ravel()[-1] = info.min + 1
+    y = np.empty(outer * inner, dtype)
+    native.reduce_int(op, x, y, outer, n, inner)
+    want = x.sum(axis=1, dtype=dtype) if op == "ReduceSum" else x.max(axis=1) if op == "ReduceMax" else x.min(axis=1)
+    np.testing.assert_array_equal(y, want.ravel())
+
+
+def test_integer_reduce_sum_kernel_is_one_native_call(mode):
+    """ReduceSum of an int64 mask over its last axis (genai's seqlens_k) is one mrt_reduce_int call."""
+    mask = np.zeros((1, 64), np.int64)
+    mask[0, :23] = 1
+    fn = _kernel("ReduceSum", 13)
+    got = fn(mask, np.array([1], np.int64), keepdims=1)
+    assert_same(got, reference("ReduceSum", [mask, np.array([1], np.int64)], {"keepdims": 1}, opset=13)[0])
+    if mode[0] != "numpy":
+        assert mode[1] == ["mrt_reduce_int"]
+
+
 def test_native_binary_refuses_sizes_that_do_not_match():
     if not native.available:
         pytest.skip(native.reason)

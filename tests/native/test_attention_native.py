@@ -75,6 +75,38 @@ def test_step_rotates_and_writes_the_new_keys(interleaved, half, every_isa):
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_decode_reads_its_position_when_it_runs(every_isa, threads):
+    # mrt_gqa_decode_f32 (what a replayed decode step calls): the same prepared call made twice with the
+    # position changed in the seqlens_k array between the calls follows the array, and matches the general
+    # step at that position (rotary included)
+    rng = np.random.default_rng(3)
+    H, KVH, D, T, half = 8, 2, 32, 24, 16
+    cos = rng.standard_normal((64, half)).astype(np.float32)
+    sin = rng.standard_normal((64, half)).astype(np.float32)
+    prepared = native.gqa_decode_prepare(H, KVH, D, T, 0.125, 0.0, 0, False, cos, sin)
+    k = rng.standard_normal((1, KVH, T, D)).astype(np.float32)
+    v = rng.standard_normal((1, KVH, T, D)).astype(np.float32)
+    k_ref, v_ref = k.copy(), v.copy()
+    seqlens_k = np.zeros(1, np.int32)
+    for position in (5, 11):
+        seqlens_k[0] = position
+        qkv = rng.standard_normal((1, 1, (H + 2 * KVH) * D)).astype(np.float32)
+        y = np.full((1, 1, H * D), np.nan, np.float32)
+        native.gqa_decode(prepared, qkv, seqlens_k, k, v, y)
+        want = np.empty_like(y)
+        native.gqa_step(((qkv, 0), (qkv, H * D), (qkv, (H + KVH) * D)), H, KVH, D, np.array([[position]], np.int64),
+                        cos, sin, False, k_ref, v_ref, np.array([position], np.int64),
+                        np.array([position + 1], np.int64), want, 0.125, 0.0, 0)
+        np.testing.assert_array_equal(y, want)
+        np.testing.assert_array_equal(k, k_ref)
+        np.testing.assert_array_equal(v, v_ref)
+    y = np.empty((1, 1, H * D), np.float32)
+    for position in (T, -1):  # the new row must be inside the cache
+        seqlens_k[0] = position
+        with pytest.raises(ValueError, match="position"):
+            native.gqa_decode(prepared, qkv, seqlens_k, k, v, y)
+
+
 def test_attention_rejects_positions_outside_the_cache():
     rng = np.random.default_rng(0)
     q, k, v, p, t = _case(rng, 1, 2, 2, 1, 8, 4, [0], [4])
