@@ -358,7 +358,10 @@ class Model:
             artifact = file if file.lower().endswith(".mrt") else resolve_artifact(file, log)
         if threads is None and cfg is not None:
             threads = cfg.threads()
-        self.session = Session(artifact, threads=threads)
+        # (mapped, not copied: a decoder's weights are most of its memory, and with the float products'
+        # weights packed in the file (resolve_artifact) the originals are never read, so never resident;
+        # a file changed while mapped is refused by the session, D97)
+        self.session = Session(artifact, threads=threads, map_file=True)
         if cfg is None:
             cfg = Config.from_dict(_infer_config(self.session, os.path.dirname(os.path.abspath(artifact))),
                                    os.path.dirname(os.path.abspath(artifact)))
