@@ -108,9 +108,13 @@ def run_once(lib, model, prompt: np.ndarray, new: int) -> tuple[float, list[floa
 
 def measure(folder: str, threads: int, prompt: np.ndarray, new: int, repeats: int, log) -> dict:
     runtimes = {name: open_model(name, folder, threads) for name in ("ort-genai", "minirt")}
-    for lib, model in runtimes.values():  # warm-up: first runs (minirt plans its memory, ORT its kernels)
+    # Warm-up: first runs (minirt plans its memory, ORT its kernels), then two generations of the measured
+    # shapes: minirt records the prefill's and the decode step's memory plans and native programs on the
+    # first generations of a max_length (D123), which a chat at a fixed max_length pays once
+    for lib, model in runtimes.values():
         run_once(lib, model, prompt[:16], 8)
-        run_once(lib, model, prompt, 4)
+        for _ in range(2):
+            run_once(lib, model, prompt, new)
     results = {name: {"prefill": [], "decode": []} for name in runtimes}
     for r in range(repeats):
         for name, (lib, model) in runtimes.items():
@@ -198,65 +202,94 @@ def _native_state() -> str:
     return f"native kernels loaded (ISA {isa() if callable(isa) else isa})"
 
 
-def write_report(path: Path, args, info: dict, speed: dict, sweep: dict, rss: dict) -> None:
+def write_report(path: Path, args, load_before: float, results: dict) -> None:
+    """The report of every architecture measured: ``results`` {arch: (parameters, speed, sweep, rss)}."""
     import onnxruntime
     import onnxruntime_genai
 
     import minirt
 
+    b = md.SIZES["bench"]
     lines = [
         "# minirt.genai vs onnxruntime-genai: generation speed",
         "",
-        f"Written by `python benchmarks/genai.py` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). "
-        "Ratio = minirt / onnxruntime-genai (above 1: minirt faster).",
+        f"Written by `python benchmarks/genai.py --arch {','.join(results)}` "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). Ratio = minirt / onnxruntime-genai (above 1: "
+        "minirt faster).",
         "",
-        f"- model: {args.arch} architecture (transformers config, random weights), size `bench`: "
-        f"{info['params'] / 1e6:.1f}M parameters (hidden {md.SIZES['bench']['hidden']}, "
-        f"{md.SIZES['bench']['layers']} layers, {md.SIZES['bench']['heads']} heads / "
-        f"{md.SIZES['bench']['kv_heads']} KV heads, MLP {md.SIZES['bench']['intermediate']}, vocabulary "
-        f"{md.SIZES['bench']['vocab']}), converted by onnxruntime-genai's builder (fp32; int4 = MatMulNBits "
-        "block 32, accuracy_level 4)",
+        f"- models: each architecture's transformers config at size `bench` (hidden {b['hidden']}, {b['layers']} "
+        f"layers, {b['heads']} heads / {b['kv_heads']} KV heads, MLP {b['intermediate']}, vocabulary {b['vocab']}), "
+        "random weights, converted by onnxruntime-genai's builder (fp32; int4 = MatMulNBits block 32, "
+        "accuracy_level 4)",
         f"- prompt {args.prompt} tokens, decode {args.decode} tokens (greedy), median of {args.repeats} interleaved "
-        f"repeats",
+        f"repeats after two warm-up generations of the same shapes",
         f"- machine: {_cpu()}, {os.cpu_count()} CPUs; Python {platform.python_version()}; load average "
-        f"{info['load_before']:.2f} before, {os.getloadavg()[0]:.2f} after (1 min)",
+        f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after (1 min)",
         f"- minirt {minirt.__version__}: {_native_state()}; onnxruntime {onnxruntime.__version__}, "
         f"onnxruntime-genai {onnxruntime_genai.__version__}",
-        "",
-        "## Prefill and decode tokens/s",
-        "",
-        "| precision | threads | prefill ORT-genai | prefill minirt | ratio | decode ORT-genai | decode minirt | ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for (prec, threads), res in speed.items():
-        o, m = res["ort-genai"], res["minirt"]
-        lines.append(f"| {prec} | {threads} | {o['prefill']:.0f} | {m['prefill']:.0f} | "
-                     f"{m['prefill'] / o['prefill']:.2f} | {o['decode']:.1f} | {m['decode']:.1f} | "
-                     f"{m['decode'] / o['decode']:.2f} |")
-    if sweep:
-        points = sorted(next(iter(next(iter(sweep.values())).values())).keys())
-        lines += ["", f"## Time per decoded token (ms) against the context length (1 thread, up to {args.context})",
-                  "", "| precision | runtime | " + " | ".join(str(p) for p in points) + " |",
-                  "|---|---|" + "---:|" * len(points)]
-        for prec, rows in sweep.items():
-            for name, row in rows.items():
-                lines.append(f"| {prec} | {name} | " + " | ".join(f"{row[p]:.2f}" for p in points) + " |")
-    if rss:
-        lines += ["", "## Peak RSS (MiB, 1 thread, a process per runtime: load + prompt + decode)", "",
-                  "| precision | ORT-genai | minirt | ratio |", "|---|---:|---:|---:|"]
-        for prec, res in rss.items():
-            lines.append(f"| {prec} | {res['ort-genai']:.0f} | {res['minirt']:.0f} | "
-                         f"{res['minirt'] / res['ort-genai']:.2f} |")
+    for arch, (params, speed, sweep, rss) in results.items():
+        lines += ["", f"## {arch} ({params / 1e6:.1f}M parameters)", "", "Prefill and decode tokens/s:", "",
+                  "| precision | threads | prefill ORT-genai | prefill minirt | ratio | decode ORT-genai | decode minirt "
+                  "| ratio |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for (prec, threads), res in speed.items():
+            o, m = res["ort-genai"], res["minirt"]
+            lines.append(f"| {prec} | {threads} | {o['prefill']:.0f} | {m['prefill']:.0f} | "
+                         f"{m['prefill'] / o['prefill']:.2f} | {o['decode']:.1f} | {m['decode']:.1f} | "
+                         f"{m['decode'] / o['decode']:.2f} |")
+        if sweep:
+            points = sorted(next(iter(next(iter(sweep.values())).values())).keys())
+            lines += ["", f"Time per decoded token (ms) against the context length (1 thread, up to {args.context}):",
+                      "", "| precision | runtime | " + " | ".join(str(p) for p in points) + " |",
+                      "|---|---|" + "---:|" * len(points)]
+            for prec, rows in sweep.items():
+                for name, row in rows.items():
+                    lines.append(f"| {prec} | {name} | " + " | ".join(f"{row[p]:.2f}" for p in points) + " |")
+        if rss:
+            lines += ["", "Peak RSS (MiB, 1 thread, a process per runtime: load + prompt + decode):", "",
+                      "| precision | ORT-genai | minirt | ratio |", "|---|---:|---:|---:|"]
+            for prec, res in rss.items():
+                lines.append(f"| {prec} | {res['ort-genai']:.0f} | {res['minirt']:.0f} | "
+                             f"{res['minirt'] / res['ort-genai']:.2f} |")
     lines += ["", "Notes:", "",
               "- The kernels line above says whether minirt's native kernels (4-bit GEMV/GEMM, KV-cache attention "
               "where the build has them) ran, or its numpy kernels only (docs/decisions.md D117).",
               "- minirt.genai's KV cache is one [1, kv_heads, max_length, head_size] array per layer and key/value, "
               "allocated with the Generator and bound as both past and present (IOBinding): GroupQueryAttention "
-              "appends to it in place.",
-              "- Peak RSS is each process's VmHWM: interpreter, numpy and the runtime's own libraries included.",
+              "appends to it in place. With genai's static attention mask every decode step has the same shapes "
+              "and runs as one native program (docs/decisions.md D123), recorded on the first generations of a "
+              "max_length (the warm-up here).",
+              "- Peak RSS is each process's VmHWM: interpreter, numpy and the runtime's own libraries included. "
+              "minirt maps its artifact (float weights packed in the file for this CPU).",
               "- On a shared machine (see the load average) single figures move by tens of percent; the runtimes "
               "alternate within each repeat so that both see the same load.", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def measure_arch(arch: str, args, precisions: list, threads: list, log) -> tuple:
+    """(parameters, speed, sweep, rss) of one architecture's 'bench' models (made once into CACHE)."""
+    import minirt.genai as mg
+
+    t0 = time.perf_counter()
+    log(f"making / finding the {arch} 'bench' models in {CACHE}")
+    folders = md.make(str(CACHE), [arch], precisions, size="bench", timeout=3600)
+    log(f"  ready in {time.perf_counter() - t0:.0f} s")
+    speed, sweep, rss = {}, {}, {}
+    for prec in precisions:
+        folder = folders[(arch, prec)]
+        t = time.perf_counter()
+        _ARTIFACTS[folder] = mg.Model(folder).artifact_path  # (builds the .mrt once, outside the timings)
+        log(f"{arch} {prec}: minirt artifact ready in {time.perf_counter() - t:.1f} s: {_ARTIFACTS[folder]}")
+        prompt = _prompt_ids(folder, args.prompt)
+        for n in threads:
+            speed[(prec, n)] = measure(folder, n, prompt, args.decode, args.repeats, log)
+        if args.context:
+            points = [p for p in (32, 64, 128, 256, 512, 1024, 2048) if 24 < p <= args.context]
+            sweep[prec] = context_sweep(folder, args.context, points, log)
+        if not args.no_rss:
+            rss[prec] = peak_rss(folder, args.prompt, args.decode)
+            log(f"  peak RSS MiB: {rss[prec]}")
+    return _params(md.folder(str(CACHE), arch, "hf", "bench")), speed, sweep, rss
 
 
 def main(argv=None) -> int:
@@ -264,7 +297,7 @@ def main(argv=None) -> int:
         rss_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--arch", default="llama", choices=md.ARCHS)
+    ap.add_argument("--arch", default="llama", help=f"architectures, comma-separated, or 'all' ({', '.join(md.ARCHS)})")
     ap.add_argument("--precisions", default="int4,fp32")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
@@ -283,30 +316,16 @@ def main(argv=None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    archs = list(md.ARCHS) if args.arch == "all" else [a for a in args.arch.split(",") if a]
+    unknown = [a for a in archs if a not in md.ARCHS]
+    if unknown:
+        ap.error(f"unknown architecture(s) {', '.join(unknown)}: choose from {', '.join(md.ARCHS)} or 'all'")
     t0 = time.perf_counter()
     load_before = os.getloadavg()[0]
-    log(f"making / finding the {args.arch} 'bench' models in {CACHE}")
-    folders = md.make(str(CACHE), [args.arch], precisions, size="bench", timeout=3600)
-    log(f"  ready in {time.perf_counter() - t0:.0f} s")
-    info = {"params": _params(md.folder(str(CACHE), args.arch, "hf", "bench")), "load_before": load_before}
-    speed, sweep, rss = {}, {}, {}
-    for prec in precisions:
-        folder = folders[(args.arch, prec)]
-        import minirt.genai as mg
-
-        t = time.perf_counter()
-        _ARTIFACTS[folder] = mg.Model(folder).artifact_path  # (builds the .mrt once, outside the timings)
-        log(f"{prec}: minirt artifact ready in {time.perf_counter() - t:.1f} s: {_ARTIFACTS[folder]}")
-        prompt = _prompt_ids(folder, args.prompt)
-        for n in threads:
-            speed[(prec, n)] = measure(folder, n, prompt, args.decode, args.repeats, log)
-        if args.context:
-            points = [p for p in (32, 64, 128, 256, 512, 1024, 2048) if 24 < p <= args.context]
-            sweep[prec] = context_sweep(folder, args.context, points, log)
-        if not args.no_rss:
-            rss[prec] = peak_rss(folder, args.prompt, args.decode)
-            log(f"  peak RSS MiB: {rss[prec]}")
-    write_report(Path(args.out), args, info, speed, sweep, rss)
+    results = {}
+    for arch in archs:
+        results[arch] = measure_arch(arch, args, precisions, threads, log)
+    write_report(Path(args.out), args, load_before, results)
     log(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")
     print(Path(args.out).read_text())
     return 0

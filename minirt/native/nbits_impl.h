@@ -20,9 +20,10 @@
  * and asa = as * sum(qa over the block): (q - zp) . qa = q . qa - zp * sum(qa), the dot products
  * exact in int32 (|q . qa| <= 15 * 127 * bs).  Only the float sums' order differs from
  * onnxruntime's (a few ulps of the partial sums).  Threads split the column groups; rows go up to
- * four at a time so that a group's unpacked weights serve them all (prefill). */
+ * four (eight on AVX-512 VNNI) at a time so that a group's unpacked weights serve them all (prefill). */
 
 #define NB_ROWS 4  /* rows sharing one group's unpacked weights */
+#define NB_VNNI_ROWS 8 /* ... on AVX-512 VNNI (32 vector registers: 8 int32 sums + 8 float accumulators) */
 #define NB_GROUP 16 /* columns per group (one 512-bit vector of int32 lanes) */
 
 typedef struct {
@@ -115,51 +116,65 @@ static void nb_groups_base(const nb_job *j, long g0, long g1) {
 #ifdef MRT_HAVE_VNNI_BUILD
 #define NB_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
-/* Rows [m0, m0 + rows) of group g.  Per 64-byte row of a chunk: the low nibbles (and 0x0F) and the high
- * ones kept in place (and 0xF0, i.e. 16 x the value: u8 up to 240, so the int32 sums of vpdpbusd stay
- * exact), summed apart and joined per block as lo + hi / 16 (hi is a multiple of 16). */
-NB_TARGET_VNNI static void nb_vnni_rows(const nb_job *j, long g, int m0, int rows) {
+/* Rows [m0, m0 + ROWS) of group g, ROWS a compile-time constant (1 .. NB_VNNI_ROWS: the accumulators stay
+ * in registers; a runtime count kept them on the stack).  Per 64-byte row of a chunk: the low nibbles
+ * (and 0x0F) and the high ones shifted down, each row's 4 activations broadcast, one vpdpbusd per nibble
+ * half into one int32 sum per row (|sum| <= 15 * 127 * block_size: exact), converted and scaled per block. */
+NB_TARGET_VNNI static inline __attribute__((always_inline)) void nb_vnni_rows(const nb_job *j, long g, int m0,
+                                                                            const int ROWS) {
     const mrt_qnbits_weights *w = j->w;
     const long kc = j->kc, kb = j->kb, cpb = w->block_size / 32, kp = kb * w->block_size;
-    const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8((char)0xF0);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
     const float zmul = w->zs ? 1.0f : 8.0f; /* (no zero points: zs = 8 x the scales, not stored) */
-    __m512 acc[NB_ROWS];
-    for (int r = 0; r < NB_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    const int8_t *qa = j->qa + (long)m0 * kp;
+    __m512 acc[NB_VNNI_ROWS];
+    for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_ps();
     for (long b = 0; b < kb; b++) {
-        __m512i lo[NB_ROWS], hi[NB_ROWS];
-        for (int r = 0; r < NB_ROWS; r++) lo[r] = hi[r] = _mm512_setzero_si512();
+        __m512i d[NB_VNNI_ROWS];
+        for (int r = 0; r < ROWS; r++) d[r] = _mm512_setzero_si512();
         for (long c = b * cpb; c < (b + 1) * cpb; c++) {
             const uint8_t *p = NB_CHUNK_AT(w, g, kc, c);
             for (int i = 0; i < 4; i++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(p + 64 * i));
-                const __m512i wl = _mm512_and_si512(v, low4), wh = _mm512_and_si512(v, high4);
-                for (int r = 0; r < rows; r++) {
-                    const int8_t *q = j->qa + (long)(m0 + r) * kp + c * 32 + 4 * i;
-                    lo[r] = _mm512_dpbusd_epi32(lo[r], wl, _mm512_set1_epi32(*(const int32_t *)q));
-                    hi[r] = _mm512_dpbusd_epi32(hi[r], wh, _mm512_set1_epi32(*(const int32_t *)(q + 16)));
+                const __m512i wl = _mm512_and_si512(v, low4), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                for (int r = 0; r < ROWS; r++) {
+                    const int8_t *q = qa + (long)r * kp + c * 32 + 4 * i;
+                    d[r] = _mm512_dpbusd_epi32(d[r], wl, _mm512_set1_epi32(*(const int32_t *)q));
+                    d[r] = _mm512_dpbusd_epi32(d[r], wh, _mm512_set1_epi32(*(const int32_t *)(q + 16)));
                 }
             }
         }
         const __m512 ws = _mm512_loadu_ps(NB_SCALES_AT(w, g, kb, b));
         const __m512 zs = w->zs ? _mm512_loadu_ps(NB_ZS_AT(w, g, kb, b)) : ws;
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < ROWS; r++) {
             const long mb = (long)(m0 + r) * kb + b;
-            const __m512i d = _mm512_add_epi32(lo[r], _mm512_srai_epi32(hi[r], 4));
             const __m512 sc = _mm512_mul_ps(ws, _mm512_set1_ps(j->as[mb]));
-            acc[r] = _mm512_fnmadd_ps(zs, _mm512_set1_ps(j->asa[mb] * zmul), _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc[r]));
+            acc[r] = _mm512_fnmadd_ps(zs, _mm512_set1_ps(j->asa[mb] * zmul), _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r]), sc, acc[r]));
         }
     }
     const long n = g * NB_GROUP;
     const __mmask16 keep = w->N - n >= NB_GROUP ? (__mmask16)0xFFFF : (__mmask16)((1u << (w->N - n)) - 1);
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < ROWS; r++) {
         float *y = j->y + (long)(m0 + r) * w->N + n;
         _mm512_mask_storeu_ps(y, keep, _mm512_add_ps(_mm512_maskz_loadu_ps(keep, y), acc[r]));
     }
 }
 
 NB_TARGET_VNNI static void nb_groups_vnni(const nb_job *j, long g0, long g1) {
-    for (long g = g0; g < g1; g++)
-        for (int m0 = 0; m0 < j->M; m0 += NB_ROWS) nb_vnni_rows(j, g, m0, j->M - m0 < NB_ROWS ? j->M - m0 : NB_ROWS);
+    for (long g = g0; g < g1; g++) {
+        int m0 = 0;
+        for (; m0 + NB_VNNI_ROWS <= j->M; m0 += NB_VNNI_ROWS) nb_vnni_rows(j, g, m0, NB_VNNI_ROWS);
+        switch (j->M - m0) { /* the last rows: one specialized pass */
+        case 7: nb_vnni_rows(j, g, m0, 7); break;
+        case 6: nb_vnni_rows(j, g, m0, 6); break;
+        case 5: nb_vnni_rows(j, g, m0, 5); break;
+        case 4: nb_vnni_rows(j, g, m0, 4); break;
+        case 3: nb_vnni_rows(j, g, m0, 3); break;
+        case 2: nb_vnni_rows(j, g, m0, 2); break;
+        case 1: nb_vnni_rows(j, g, m0, 1); break;
+        default: break;
+        }
+    }
 }
 
 /* AVX2: a 64-byte row is two vectors of 8 columns; vpmaddubsw's int16 pair sums need the nibbles

@@ -35,7 +35,7 @@ def _native(a, B, scales, zp, K, N, block_size, bias=None):
     return y
 
 
-@pytest.mark.parametrize("M", [1, 3, 4, 5, 9])
+@pytest.mark.parametrize("M", [1, 3, 4, 5, 7, 8, 9, 10, 14, 23])  # (every tail after passes of 4 or of 8 rows)
 @pytest.mark.parametrize("K,block_size", [(32, 32), (96, 32), (100, 32), (256, 64), (200, 64), (384, 128),
                                           (64, 64), (192, 64), (520, 256)])
 @pytest.mark.parametrize("zero_points", [False, True])
