@@ -179,7 +179,8 @@ NB_TARGET_VNNI static void nb_groups_vnni(const nb_job *j, long g0, long g1) {
 
 /* AVX2: a 64-byte row is two vectors of 8 columns; vpmaddubsw's int16 pair sums need the nibbles
  * themselves (2 x 15 x 127 fits, 2 x 240 x 127 would saturate), so the high ones are shifted down. */
-__attribute__((target("avx2,fma"))) static void nb_avx2_rows(const nb_job *j, long g, int half, int m0, int rows) {
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void nb_avx2_rows(
+    const nb_job *j, long g, int half, int m0, const int rows) { /* (rows: a constant, see nb_vnni_rows) */
     const mrt_qnbits_weights *w = j->w;
     const long kc = j->kc, kb = j->kb, cpb = w->block_size / 32, kp = kb * w->block_size;
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -229,7 +230,12 @@ __attribute__((target("avx2,fma"))) static void nb_groups_avx2(const nb_job *j, 
     for (long g = g0; g < g1; g++)
         for (int half = 0; half < 2 && g * NB_GROUP + 8 * half < j->w->N; half++)
             for (int m0 = 0; m0 < j->M; m0 += NB_ROWS)
-                nb_avx2_rows(j, g, half, m0, j->M - m0 < NB_ROWS ? j->M - m0 : NB_ROWS);
+                switch (j->M - m0 < NB_ROWS ? j->M - m0 : NB_ROWS) {
+                case 4: nb_avx2_rows(j, g, half, m0, 4); break;
+                case 3: nb_avx2_rows(j, g, half, m0, 3); break;
+                case 2: nb_avx2_rows(j, g, half, m0, 2); break;
+                default: nb_avx2_rows(j, g, half, m0, 1); break;
+                }
 }
 #endif
 
