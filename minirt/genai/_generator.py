@@ -152,9 +152,10 @@ class Generator:
         if io.share_buffer:
             from minirt.ort_compat import OrtValue
 
-            shape = (b, io.kv_heads, n, io.head_size)
-            # allocated once: never resized or replaced while this generator lives
-            self.kv_cache = [(np.zeros(shape, io.kv_dtype), np.zeros(shape, io.kv_dtype)) for _ in io.layers]
+            # allocated once: never resized or replaced while this generator lives (a windowed layer's: its
+            # window, a ring the attention writes position p at row p % window)
+            shapes = [(b, io.kv_heads, io.windows.get(i, n), io.head_size) for i in range(len(io.layers))]
+            self.kv_cache = [(np.zeros(shape, io.kv_dtype), np.zeros(shape, io.kv_dtype)) for shape in shapes]
             self.mask = np.zeros((1, n), io.mask_dtype) if io.static_mask else None  # (reused by every run)
             self.bindings = []
             self._bound: list[str] = []  # the bound outputs, in the order get_outputs() returns them
@@ -359,6 +360,11 @@ class Generator:
                              f"({max(self.length)})")
         if self.batch > 1 and new_length != 0:
             raise GenAIError("rewind_to must be called with new_length=0 when batch_size > 1")
+        window = min(self.io.windows.values(), default=None)
+        if window is not None and new_length != 0 and max(self.kv_len) > window:
+            raise GenAIError(f"rewind_to({new_length}): the model's windowed KV cache keeps the last {window} positions "
+                             f"only, and {max(self.kv_len)} were computed (positions before the rewind point are gone); "
+                             "rewind to 0 and append the tokens again")
         for r in range(self.batch):
             self.length[r] = min(self.length[r], new_length)
             if self.kv_len[r] > self.length[r]:

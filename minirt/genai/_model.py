@@ -209,6 +209,12 @@ class DecoderIO:
         # output is then the same max-length buffer).  Else the cache grows by Concat: fed back.
         self.gqa = bool(layers) and _past_read_by_gqa(session, [n for l in layers for n in l[:2]])
         self.share_buffer = self.gqa and bool(config.search().get("past_present_share_buffer", True))
+        # Layers whose cache is a ring of their local window (GroupQueryAttention sliding_window_cache=1, the
+        # builder's default for Gemma 2's sliding-window layers): layer -> window, its cache that long.
+        self.windows = _ring_windows(session, layers) if self.gqa else {}
+        if self.windows and not self.share_buffer:
+            raise ConfigError(f"{where}: layers {sorted(self.windows)} keep a windowed KV cache (sliding_window_cache), "
+                              "which needs search.past_present_share_buffer true")
         # With the shared buffer, the mask may be onnxruntime-genai's static one: [batch, max_length], ones
         # over each sequence's tokens, zeros after.  Every decode step then has the same input shapes, so
         # it runs as one native program (D123).  Only when the graph reads the mask for lengths alone
@@ -264,6 +270,26 @@ def _past_read_by_gqa(session: Any, past_names: list[str]) -> bool:
         if art.operators[node.op_index].op_type == "GroupQueryAttention":
             read.update(v for v in node.inputs if v in wanted)
     return read == wanted
+
+
+def _ring_windows(session: Any, layers: list) -> dict:
+    """{layer: local window} of the layers whose GroupQueryAttention keeps its cache as a ring of the window
+    (sliding_window_cache=1; minirt/kernels/decoder.py, _ring_attention)."""
+    art = session.artifact
+    graph = art.main_graph
+    slot = {graph.values[v].name: v for v in graph.inputs}
+    layer_of = {slot[names[0]]: i for i, names in enumerate(layers) if names[0] in slot}
+    windows = {}
+    for node in graph.nodes:
+        if art.operators[node.op_index].op_type != "GroupQueryAttention" or len(node.inputs) < 4:
+            continue
+        attrs = {k: a.value for k, a in node.attributes.items()}
+        if attrs.get("sliding_window_cache") and node.inputs[3] in layer_of:
+            window = attrs.get("local_window_size")
+            if not isinstance(window, int) or window <= 0:
+                raise ConfigError(f"{node.name}: sliding_window_cache=1 without a local_window_size (got {window!r})")
+            windows[layer_of[node.inputs[3]]] = window
+    return windows
 
 
 def _mask_read_for_lengths(session: Any, mask_name: str) -> bool:

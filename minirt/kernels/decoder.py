@@ -421,10 +421,11 @@ def _zeroed(b: np.ndarray) -> np.ndarray:
 
 
 def _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache, H: int,
-                KVH: int, scale, softcap, local_window_size, do_rotary, interleaved, ctx):
+                KVH: int, scale, softcap, local_window_size, do_rotary, interleaved, ctx, ring: bool = False):
     """minirt.genai's decode step, with the general path's checks done cheaply: one sequence, one new
     token, packed QKV, the present buffers the past's own (shared), no position_ids; None when the
-    inputs are anything else (the general path then runs and reports what is wrong)."""
+    inputs are anything else (the general path then runs and reports what is wrong).  ``ring``: the
+    caches are a ring of the local window (sliding_window_cache, :func:`_ring_attention`)."""
     if not (type(query) is np.ndarray and query.dtype == np.float32 and query.flags.c_contiguous
             and query.ndim == 3 and query.shape[:2] == (1, 1) and type(past_key) is np.ndarray
             and past_key.dtype == np.float32 and past_key.flags.c_contiguous and past_key.ndim == 4
@@ -445,7 +446,8 @@ def _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, c
     except (AttributeError, IndexError, TypeError, ValueError):
         return None
     # (a program replaying this call reads the position from seqlens_k itself: the C side checks it)
-    if not 0 <= past < T or past + 1 > total_max:
+    window = int(local_window_size) if local_window_size is not None and local_window_size > 0 else 0
+    if past < 0 or past + 1 > total_max or (past >= T if not ring else window != T):
         return None
     half = 0
     if do_rotary:
@@ -455,18 +457,87 @@ def _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, c
                 and past < cos_cache.shape[0]):
             return None
         half = cos_cache.shape[1]
-    key = ("decode", T, id(cos_cache) if half else None)
+    key = ("decode", T, id(cos_cache) if half else None, ring)
     prepared = ctx.memo.get(key)
     if prepared is None or (half and prepared[1] is not cos_cache):
         prepared = (_native.gqa_decode_prepare(
             H, KVH, D, T, float(np.float32(scale) if scale else np.float32(1.0 / math.sqrt(D))),
-            float(softcap) if softcap and softcap > 0 else 0.0,
-            int(local_window_size) if local_window_size is not None and local_window_size > 0 else 0,
-            bool(interleaved), cos_cache if half else None, sin_cache if half else None), cos_cache)
+            float(softcap) if softcap and softcap > 0 else 0.0, 0 if ring else window,  # (a ring is the window)
+            bool(interleaved), cos_cache if half else None, sin_cache if half else None, ring), cos_cache)
         remember(ctx.memo, key, prepared)
     y = np.empty((1, 1, H * D), np.float32)
     _native.gqa_decode(prepared[0], query, seqlens_k, past_key, past_value, y)
     return y
+
+
+def _ring_attention(query, key, value, past_key, past_value, seqlens_k, position_ids, cos_cache, sin_cache, *,
+                    num_heads, kv_num_heads, scale, softcap, local_window_size, do_rotary, rotary_interleaved, ctx,
+                    out):
+    """GroupQueryAttention with ``sliding_window_cache=1`` (onnxruntime-genai's builder for the sliding-window
+    layers of Gemma 2 and the like): past_key / past_value hold only the last W = local_window_size positions,
+    as a ring (position p at row p % W; minirt.genai allocates them so, genai_config's sliding_window); the
+    present is the same ring with the new positions.  The attention is the local-window one, so this runs
+    the general path on a linear copy of the window's positions (rows [p - W + 1, p) of each sequence, the
+    others zeros: no query of the window reads them) and writes the last W positions back into the ring.
+    The decode step with a shared buffer runs natively on the ring instead (mrt_gqa_decode_f32, ring)."""
+    if past_key is None or past_value is None:
+        raise ValueError("GroupQueryAttention: sliding_window_cache=1 needs past_key / past_value (the window's ring)")
+    pk, dt = _f32(past_key)
+    pv, _ = _f32(past_value)
+    W = int(local_window_size) if local_window_size is not None else 0
+    if pk.ndim != 4 or pv.shape != pk.shape or pk.shape[2] != W or W <= 0:
+        raise NotImplementedError(f"GroupQueryAttention: sliding_window_cache=1 with a past of {pk.shape} and "
+                                  f"local_window_size={local_window_size}: minirt runs the windowed cache as a ring of "
+                                  "exactly the window (genai_config sliding_window.window_size, cache_slack 0)")
+    q = np.asarray(query)
+    if q.ndim != 3:
+        raise ValueError(f"GroupQueryAttention: query must be 3-D [B, S, hidden], got {q.shape}")
+    B, S = q.shape[:2]
+    seqlens = np.asarray(seqlens_k).astype(np.int64).reshape(-1)
+    if seqlens.shape != (B,) or pk.shape[0] != B:
+        raise ValueError(f"GroupQueryAttention: seqlens_k has shape {np.shape(seqlens_k)} for a batch of {B}")
+    totals = seqlens + 1
+    pasts = totals - S
+    if (pasts < 0).any():
+        raise ValueError(f"GroupQueryAttention: seqlens_k {seqlens.tolist()} does not fit {S} new tokens")
+    L = int(totals.max())
+    KVH, D = pk.shape[1], pk.shape[3]
+    lin_k = np.zeros((B, KVH, L, D), np.float32)
+    lin_v = np.zeros((B, KVH, L, D), np.float32)
+    for b in range(B):  # the window's past positions, from their ring rows
+        rows = np.arange(max(0, int(pasts[b]) - W + 1), int(pasts[b]))
+        lin_k[b, :, rows] = pk[b, :, rows % W]
+        lin_v[b, :, rows] = pv[b, :, rows % W]
+    y, present_k, present_v = group_query_attention(
+        query, key, value, lin_k, lin_v, seqlens_k, np.array(L, np.int32), cos_cache, sin_cache, position_ids,
+        num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, softcap=softcap, local_window_size=W,
+        do_rotary=do_rotary, rotary_interleaved=rotary_interleaved, ctx=_THREE_OUTPUTS)
+    ring_k = _present_buffer(out, 1, pk.shape, dt)
+    ring_v = _present_buffer(out, 2, pk.shape, dt)
+    if ring_k is None or not _same_memory(ring_k, pk):
+        ring_k = pk.copy() if ring_k is None else _copied(ring_k, pk)
+    if ring_v is None or not _same_memory(ring_v, pv):
+        ring_v = pv.copy() if ring_v is None else _copied(ring_v, pv)
+    for b in range(B):  # the last W positions back into the ring
+        rows = np.arange(max(0, int(totals[b]) - W), int(totals[b]))
+        ring_k[b, :, rows % W] = present_k[b, :, rows]
+        ring_v[b, :, rows % W] = present_v[b, :, rows]
+    outs = (y.astype(dt, copy=False), ring_k, ring_v)
+    return outs[:ctx.n_outputs] if ctx is not None else outs
+
+
+class _ThreeOutputs:
+    """The context of the general GroupQueryAttention run inside :func:`_ring_attention`: all three outputs
+    wanted, no memo (``ctx.n_outputs`` is all the general path reads; out=None keeps the fast path away)."""
+    n_outputs = 3
+
+
+_THREE_OUTPUTS = _ThreeOutputs()
+
+
+def _copied(buffer: np.ndarray, src: np.ndarray) -> np.ndarray:
+    buffer[...] = src
+    return buffer
 
 
 @kernel("GroupQueryAttention", since=1, domain=MS, context=True, outs=True)
@@ -506,19 +577,23 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         if t is not None:
             raise NotImplementedError(f"GroupQueryAttention: the {_GQA_UNSUPPORTED_INPUTS.get(i, f'#{i}')} input "
                                       "is not supported")
-    if smooth_softmax or qk_output or sliding_window_cache or not causal:
-        raise NotImplementedError("GroupQueryAttention: smooth_softmax, qk_output, sliding_window_cache and causal=0 "
-                                  f"are not supported (got {smooth_softmax}, {qk_output}, {sliding_window_cache}, "
-                                  f"{causal})")
+    if smooth_softmax or qk_output or not causal:
+        raise NotImplementedError("GroupQueryAttention: smooth_softmax, qk_output and causal=0 are not supported (got "
+                                  f"{smooth_softmax}, {qk_output}, {causal})")
     if kv_cache_bit_width or k_quant_type not in ("", "NONE") or v_quant_type not in ("", "NONE"):
         raise NotImplementedError("GroupQueryAttention: a quantized KV cache is not supported")
     if (type(out) is tuple and len(out) == 3 and key is None and past_key is not None and position_ids is None
             and out[1] is past_key and out[2] is past_value and _native.available and ctx is not None):
         y = _gqa_decode(query, past_key, past_value, seqlens_k, total_sequence_length, cos_cache, sin_cache,
                         int(num_heads), int(kv_num_heads), scale, softcap, local_window_size, do_rotary,
-                        rotary_interleaved, ctx)
+                        rotary_interleaved, ctx, ring=bool(sliding_window_cache))
         if y is not None:  # (one native call: the caches written in place, the output its own)
             return _native.final((y, past_key, past_value)[:ctx.n_outputs])
+    if sliding_window_cache:
+        return _ring_attention(query, key, value, past_key, past_value, seqlens_k, position_ids, cos_cache, sin_cache,
+                               num_heads=num_heads, kv_num_heads=kv_num_heads, scale=scale, softcap=softcap,
+                               local_window_size=local_window_size, do_rotary=do_rotary,
+                               rotary_interleaved=rotary_interleaved, ctx=ctx, out=out)
     H, KVH = int(num_heads), int(kv_num_heads)
     if H <= 0 or KVH <= 0 or H % KVH:
         raise ValueError(f"GroupQueryAttention: num_heads={H} must be a positive multiple of kv_num_heads={KVH}")

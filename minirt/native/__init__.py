@@ -1554,10 +1554,11 @@ def _gqa_call(shape, step, cos, sin, cache, out, what) -> None:
 
 
 def gqa_decode_prepare(heads: int, kv_heads: int, head_size: int, capacity: int, scale: float, softcap: float,
-                       local_window: int, interleaved: bool, cos, sin):
+                       local_window: int, interleaved: bool, cos, sin, ring: bool = False):
     """The ``mrt_gqa_decode`` of a one-token, one-sequence GroupQueryAttention step (:func:`gqa_decode`), made
     once per node and cache size, keeping the rotary caches ``cos`` / ``sin`` (float32 C-contiguous
-    [max_position, rotary_dim / 2], or both None: no rotary) alive."""
+    [max_position, rotary_dim / 2], or both None: no rotary) alive.  ``ring``: the caches are a ring of the
+    local window (sliding_window_cache; local_window must then be 0: the capacity is the window)."""
     rot = cos is not None
     if rot and (cos.dtype.char != "f" or sin.dtype.char != "f" or not cos.flags.c_contiguous
                 or not sin.flags.c_contiguous or cos.ndim != 2 or sin.shape != cos.shape
@@ -1569,7 +1570,7 @@ def gqa_decode_prepare(heads: int, kv_heads: int, head_size: int, capacity: int,
                   "capacity": capacity, "scale": scale, "softcap": softcap, "local_window": local_window,
                   "rotary_half": cos.shape[1] if rot else 0, "rotary_interleaved": int(interleaved),
                   "max_position": cos.shape[0] if rot else 0},
-        "cos": _opt(cos), "sin": _opt(sin)}, cos, sin)
+        "cos": _opt(cos), "sin": _opt(sin), "ring": int(ring)}, cos, sin)
 
 
 def gqa_decode(prepared, qkv, seqlens_k, k_cache, v_cache, out) -> None:

@@ -174,6 +174,23 @@ int mrt_gqa_decode_f32(const mrt_gqa_decode *p, const float *qkv, const int32_t 
                        float *v_cache, float *out, int nthreads) {
     if (!p || !qkv || !seqlens_k || p->shape.batch != 1 || p->shape.seq != 1) return -2;
     const long H = p->shape.heads, KVH = p->shape.kv_heads, D = p->shape.head_size, row = (H + 2 * KVH) * D;
+    if (p->ring) { /* the new key / value to their ring row, then the attention over the filled rows */
+        const long pos = seqlens_k[0], cap = p->shape.capacity, half = p->shape.rotary_half;
+        if (pos < 0 || p->shape.local_window) return -2;
+        if (half && pos >= p->shape.max_position) return -3;
+        for (long h = 0; h < KVH; h++) {
+            const long at = (h * cap + pos % cap) * D;
+            if (half)
+                att_rotate(&p->shape, qkv + (H + h) * D, p->cos + pos * half, p->sin + pos * half, k_cache + at);
+            else
+                memcpy(k_cache + at, qkv + (H + h) * D, (size_t)D * sizeof(float));
+            memcpy(v_cache + at, qkv + (H + KVH + h) * D, (size_t)D * sizeof(float));
+        }
+        int64_t ints[3] = {pos, pos < cap ? pos : cap - 1, pos < cap ? pos + 1 : cap};
+        const mrt_attention_step x = {qkv, NULL, NULL, row, row, ints};
+        const mrt_kv_cache c = {k_cache, v_cache, ints + 1, ints + 2};
+        return mrt_gqa_attention_f32(&p->shape, &x, p->cos, p->sin, &c, out, nthreads);
+    }
     /* the new token's position = its row in the caches = seqlens_k[0]; totals: one past it
      * (mrt_gqa_attention_f32 checks both against the capacity and the cos / sin caches) */
     int64_t ints[3] = {seqlens_k[0], seqlens_k[0], (int64_t)seqlens_k[0] + 1};

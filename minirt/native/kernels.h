@@ -620,11 +620,14 @@ int mrt_gqa_attention_f32(const mrt_attention_shape *s, const mrt_attention_step
  * the position seqlens_k[0] (GroupQueryAttention's int32 input: the total length - 1), read when the
  * call runs: the same recorded call serves every token of a replayed decode step.  The past of the
  * caches is the rows before that position; the new key / value go to its row.  p->cos / p->sin: the
- * rotary caches (NULL without rotary), constants of the prepared call.  Returns as
- * mrt_gqa_attention_f32 (-2 also for a position outside the caches). */
+ * rotary caches (NULL without rotary), constants of the prepared call.  With p->ring (GroupQueryAttention's
+ * sliding_window_cache: a cache of exactly the local window, shape.local_window 0) the caches are a ring:
+ * position pos goes to row pos % capacity and the query sees the min(pos + 1, capacity) rows filled, the
+ * last `capacity` positions.  Returns as mrt_gqa_attention_f32 (-2 also for a position outside the caches). */
 typedef struct {
     mrt_attention_shape shape;
     const float *cos, *sin;
+    int ring;
 } mrt_gqa_decode;
 int mrt_gqa_decode_f32(const mrt_gqa_decode *p, const float *qkv, const int32_t *seqlens_k, float *k_cache,
                        float *v_cache, float *out, int nthreads);
@@ -652,7 +655,9 @@ int mrt_gqa_decode_f32(const mrt_gqa_decode *p, const float *qkv, const int32_t 
  *      same on every run;
  *   4. nothing it passes depends on the data: scalars derived from the input (dynamic quantization)
  *      make the path unrecordable (it then does not declare its result final).
- * A replay patches only the data pointers that are model inputs; everything else is the recording's. */
+ * A replay patches only the data pointers that are model inputs; everything else is the recording's.
+ * No call writes into a model input, except through the argument it reads the whole input by (an
+ * update in place of a caller's bound buffer: a KV cache, D123). */
 typedef union {
     void *p;
     long l;

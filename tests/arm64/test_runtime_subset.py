@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 
 import minirt
-import minirt.errors
 from minirt import native
 from tests.arm64.compare import check_outputs, load_case
 from tests.arm64.subset import CASES, MANIFEST
@@ -79,21 +78,9 @@ def _check(artifacts: Path, manifest: dict, name: str) -> None:
             f.write("".join(f"{line} [{native.isa}]\n" for line in lines))
 
 
-# A known 32-bit bug outside the native kernels: numpy.take refuses int64 indices where numpy's index
-# type (intp) has 32 bits ("Cannot cast array data from dtype('int64') to dtype('int32') according to the
-# rule 'safe'"), and the numpy kernels of Gather and Resize (minirt/kernels/tensor.py) pass it int64
-# indices: on armhf tensor_ops fails so until they cast to numpy.intp.  Only that failure is tolerated.
-_INT64_TAKE = "Cannot cast array data from dtype('int64') to dtype('int32')"
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_matches_onnxruntime(artifacts, manifest, name):
-    try:
-        _check(artifacts, manifest, name)
-    except minirt.errors.KernelError as exc:
-        if ARM32 and _INT64_TAKE in str(exc):
-            pytest.xfail(f"32-bit numpy.take of int64 indices in a numpy kernel (known, to fix): {exc}")
-        raise
+    _check(artifacts, manifest, name)
 
 
 @pytest.mark.parametrize("name", ["digits_rpi4", "conv_block", "conv_strided", "digits_int8_ort"])

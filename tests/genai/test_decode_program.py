@@ -24,27 +24,34 @@ def _bound_programs(session) -> list:
             for p in arena.bound_programs.values() if type(p) is _program.Program]
 
 
-def _node_by_node(model):
-    """The model's session with native programs off (the reference runs), restored by the caller."""
-    model.session.native_program = False
-    return model
+def _generate_with(model, prompt, new: int, obj, attr: str, value) -> tuple:
+    """(tokens, logits, generator) of a greedy generation with ``obj.attr`` set to ``value`` meanwhile."""
+    before = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        return generate(mg, model, prompt, new=new, logits=True)
+    finally:
+        setattr(obj, attr, before)
 
 
-@pytest.mark.parametrize("arch,kind", [("llama", "int4"), ("qwen2", "fp32"), ("phi3", "int4"), ("gemma", "fp32")])
+def _assert_same_generation(tokens, logits, ref_tokens, ref_logits) -> None:
+    assert tokens == ref_tokens
+    np.testing.assert_array_equal(np.stack(logits), np.stack(ref_logits))
+
+
+@pytest.mark.parametrize("arch,kind", [("llama", "int4"), ("qwen2", "fp32"), ("phi3", "int4"), ("gemma", "fp32"),
+                                       ("gemma2", "fp32-windowed")])
 def test_decode_steps_replay_as_a_program_with_the_nodes_results(models, prompt, arch, kind):
+    # (gemma2 windowed: its sliding-window layer's cache is a ring of 64 positions, which 80 new tokens wrap)
     model = models(arch, kind)
     assert model.io.static_mask, "genai's builder graph reads the mask for lengths only"
-    tokens, logits, _ = generate(mg, model, prompt, new=40, logits=True)
+    tokens, logits, _ = generate(mg, model, prompt, new=80, logits=True)
     programs = _bound_programs(model.session)
     assert programs, "no decode program was recorded"
     # the step's calls: per layer at least the attention and the 4-bit / float products
     assert max(p.n for p in programs) >= 3 * len(model.io.layers)
-    try:
-        ref_tokens, ref_logits, _ = generate(mg, _node_by_node(model), prompt, new=40, logits=True)
-    finally:
-        model.session.native_program = True
-    assert tokens == ref_tokens
-    np.testing.assert_array_equal(np.stack(logits), np.stack(ref_logits))
+    ref_tokens, ref_logits, _ = _generate_with(model, prompt, 80, model.session, "native_program", False)
+    _assert_same_generation(tokens, logits, ref_tokens, ref_logits)
 
 
 def test_a_new_generator_reuses_the_program(models, prompt):
@@ -62,14 +69,9 @@ def test_a_new_generator_reuses_the_program(models, prompt):
 def test_static_mask_gives_the_tokens_of_the_growing_mask(models, prompt):
     model = models("qwen2", "int4")
     tokens, logits, _ = generate(mg, model, prompt, new=32, logits=True)
-    model.io.static_mask = False
-    try:
-        ref_tokens, ref_logits, gen = generate(mg, model, prompt, new=32, logits=True)
-        assert gen.mask is None
-    finally:
-        model.io.static_mask = True
-    assert tokens == ref_tokens
-    np.testing.assert_array_equal(np.stack(logits), np.stack(ref_logits))
+    ref_tokens, ref_logits, gen = _generate_with(model, prompt, 32, model.io, "static_mask", False)
+    assert gen.mask is None
+    _assert_same_generation(tokens, logits, ref_tokens, ref_logits)
 
 
 def test_a_cache_bound_elsewhere_runs_the_nodes(models, prompt):
@@ -94,3 +96,14 @@ def test_a_cache_bound_elsewhere_runs_the_nodes(models, prompt):
     session.run_with_iobinding(binding)
     np.testing.assert_array_equal(past_k, before)  # the past input is not written
     np.testing.assert_allclose(elsewhere[0, :, :total + 1], before[0, :, :total + 1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_windowed_cache_cannot_rewind_past_its_window(models, prompt):
+    model = models("gemma2", "fp32-windowed")
+    window = model.io.windows[0]
+    _, _, gen = generate(mg, model, prompt, new=window)  # (past the window: the ring has wrapped)
+    with pytest.raises(mg.GenAIError, match="windowed KV cache keeps the last 64 positions"):
+        gen.rewind_to(len(prompt))
+    gen.rewind_to(0)  # (an empty cache is always fine)
+    assert gen.token_count() == 0
+

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from minirt import native
 from tests.genai import make_decoders as md
 from tests.genai.conftest import generate, lib_of
 
@@ -90,9 +91,17 @@ def test_greedy_torch_export_without_native_kernels(models, prompt, arch, monkey
     _torch_parity(models, prompt, arch)
 
 
-@pytest.mark.xfail(reason="GroupQueryAttention sliding_window_cache=1 (Gemma 2's windowed KV cache, the builder's "
-                          "default) is not implemented by minirt's kernel", strict=False)
-def test_gemma2_windowed_kv_cache(models, prompt):
-    ours, _, _ = generate(lib_of("minirt"), models("gemma2", "fp32-windowed"), prompt, 96)
+@pytest.mark.parametrize("kernels", ["native", "numpy"])
+def test_gemma2_windowed_kv_cache(models, prompt, kernels, monkeypatch):
+    # the builder's default for Gemma 2's sliding-window layers: GroupQueryAttention sliding_window_cache=1, a
+    # cache of the window only (64 positions here), which the prompt and 96 new tokens wrap around
+    model = models("gemma2", "fp32-windowed")
+    window = model.config.decoder["sliding_window"]["window_size"]
+    assert len(prompt) + 96 > window
+    if kernels == "numpy":
+        monkeypatch.setattr(native, "available", False)
+    ours, _, gen = generate(lib_of("minirt"), model, prompt, 96)
     theirs, _, _ = generate(lib_of("ort"), models("gemma2", "fp32-windowed", "ort"), prompt, 96)
     assert ours == theirs
+    windowed = [i for i, (k, _) in enumerate(gen.kv_cache) if k.shape[2] == window]
+    assert windowed == model.config.decoder["sliding_window"]["layers"]
