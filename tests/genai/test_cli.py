@@ -55,8 +55,8 @@ def test_generate_with_the_chat_template(decoders, capsys):
 ])
 def test_generate_user_errors(decoders, capsys, extra, message):
     assert main(["generate", decoders[("llama", "fp32")], "--prompt", TEXT, *extra]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("minirt generate: error: ") and message in err
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # (after the artifact's build line, on a first use)
+    assert last.startswith("minirt generate: error: ") and message in last
 
 
 def test_generate_missing_folder(tmp_path, capsys):
@@ -71,7 +71,9 @@ def test_chat_example_non_interactive(decoders):
                           text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("tokens/s; reply") == 3
-    assert proc.stdout.count("\n") == 3
+    # a line break after each of the 3 replies (a reply's own text may hold more: the random model's tokens,
+    # whose tokenizer is trained on docs/, may include a newline)
+    assert proc.stdout.endswith("\n") and proc.stdout.count("\n") >= 3
 
 
 def test_chat_example_starts_over_when_full(decoders):
