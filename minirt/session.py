@@ -337,12 +337,12 @@ class Session:
         # (signature, plan) of the most recently used plan, while no other was used or stored since: the
         # steady state finds its plan there without the lock
         self._last_mplan = None
-        self._mplan_any = any(st.accepts_out for st in self._plan.steps)
         # --- native programs (D32): a planned run whose nodes are all native calls, replayed from C
         if native_program is None:  # default on; MINIRT_NATIVE_PROGRAM=0 turns it off
             native_program = os.environ.get("MINIRT_NATIVE_PROGRAM", "").strip().lower() not in (
                 "0", "false", "no", "off")
         self.native_program = bool(native_program)
+        self._mplan_any = self._wants_memory_plans()
         # If / Loop / Scan bodies: memory plans and native programs of their own (D76)
         if self.memory_plan:
             for sub in self._plan.subgraph_plans():
@@ -677,7 +677,7 @@ class Session:
         with self._mplans_lock:
             self._mplans.clear()
             self._last_mplan = None
-        self._mplan_any = any(st.accepts_out for st in self._plan.steps)
+        self._mplan_any = self._wants_memory_plans()
         self._make_declared_plan()
         self._known_feed = None
         self._shortcut = None
@@ -1027,7 +1027,19 @@ class Session:
                 r is not None and math.prod(r[0]) * r[1].itemsize > self.max_tensor_bytes for r in results):
             return None
         aplan = arena.ArenaPlan(self._plan, results)
-        return aplan if aplan.placed and aplan.size <= self.max_tensor_bytes else None
+        return aplan if (aplan.placed or self._empty_arena_program()) and aplan.size <= self.max_tensor_bytes else None
+
+    def _wants_memory_plans(self) -> bool:
+        """Whether runs take memory plans: a step can write into a buffer placed for it, or the graph is one
+        of those whose kernels place nothing but replay as a native program on an empty arena
+        (:data:`_EMPTY_ARENA_OPS`: a tree ensemble's one node, votes and finish, D125)."""
+        steps = self._plan.steps
+        return any(st.accepts_out for st in steps) or self._empty_arena_program()
+
+    def _empty_arena_program(self) -> bool:
+        steps = self._plan.steps
+        return (self.native_program and bool(steps)
+                and all(st.op.op_type in _EMPTY_ARENA_OPS and not st.subgraphs for st in steps))
 
     def _store_memory_plan(self, sig: frozenset, record: list, declared: "arena.ArenaPlan | None" = None) -> None:
         """Keep the memory plan of ``record`` (the run's results) for ``sig``: ``declared`` (the plan that
@@ -1036,7 +1048,7 @@ class Session:
             aplan = declared
         else:
             aplan = arena.ArenaPlan(self._plan, record)
-            if not aplan.placed:
+            if not aplan.placed and not self._empty_arena_program():  # (nothing placed: kept for its program)
                 aplan = None
         with self._mplans_lock:
             if sig in self._mplans:
@@ -1302,6 +1314,12 @@ def _as_array(name: str, value: Any, expected: Any = None) -> np.ndarray:
         arr = arr.astype(expected)
     return arr
 
+
+# Ops of the graphs that take memory plans with nothing to place, for their native program alone (D125): the
+# tree ensembles (their votes and outputs are two recordable native calls) and the view ops around them.
+# (Other graphs without a placed buffer keep running their nodes: their kernels' recordable paths were
+# never replayed from an empty arena; enabling every graph failed 140 tests, Clip / LSTM / GRU among them.)
+_EMPTY_ARENA_OPS = frozenset({"FlatTreeEnsemble", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 
 # An IOBinding run's binding seen once on an arena: the next run with it records its program (_run_into).
 _ONCE = "binding seen once: its next run records the program"

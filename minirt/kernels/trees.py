@@ -561,9 +561,35 @@ def _native_layout(layout: TreeLayout, node_double: bool):
 # --------------------------------------------------------------------------- finishing the scores
 
 
+def _native_outputs(layout: TreeLayout, scores: np.ndarray, has: np.ndarray, base_values, labels):
+    """(label or None, out) of a tree op finished natively (mrt_tree_finish: post_transform NONE, int labels):
+    with the native votes, the op is two recordable calls (a batch-1 forest replays as a native program:
+    its Python finishing was most of its time); None where it does not apply."""
+    if not (NATIVE and native.available and scores.dtype.kind == "f" and scores.flags.c_contiguous
+            and has.flags.c_contiguous and (labels is None or not (len(labels) and isinstance(labels[0], str)))):
+        return None
+    n, k = scores.shape
+    key = ("outputs", scores.dtype, labels is None)
+    struct = layout._native.get(key)  # (one op per layout: its base values and labels are constants)
+    if struct is None:
+        base = None if base_values is None else np.ascontiguousarray(np.asarray(base_values, np.float64).reshape(-1))
+        table = None if labels is None else np.ascontiguousarray(np.asarray(labels, np.int64))
+        if table is not None and len(table) < k:
+            return None
+        struct = layout._native[key] = native.tree_outputs(k, scores.dtype == np.float64, base, table)
+    label = np.empty(n, np.int64) if labels is not None else None
+    out = np.empty((n, k), np.float32)
+    native.tree_finish(struct, scores, has, label, out)
+    return label, out
+
+
 def finish_regressor(layout: TreeLayout, x: np.ndarray, aggregate: int, base_values, post: int) -> np.ndarray:
     """TreeEnsembleRegressor's Y [N, n_targets] (float32)."""
-    scores, _ = votes(layout, x, aggregate)  # (a fresh array: updated in place below)
+    scores, has = votes(layout, x, aggregate)  # (a fresh array: updated in place below)
+    if post == sc.NONE:
+        done = _native_outputs(layout, scores, has, base_values, None)
+        if done is not None:
+            return native.final(done[1])
     base = None if base_values is None else np.asarray(base_values).reshape(-1).astype(scores.dtype)
     k = layout.n_targets
     if base is not None and len(base) == k:
@@ -583,6 +609,10 @@ def finish_classifier(layout: TreeLayout, x: np.ndarray, base_values, post: int,
     for all-positive weights, > 0 otherwise) and writes the two columns from it; see the comments."""
     scores, has = votes(layout, x, SUM)
     n, k = scores.shape
+    if k != 2 and post == sc.NONE:
+        done = _native_outputs(layout, scores, has, base_values, labels)
+        if done is not None:
+            return native.final(done)
     dt = scores.dtype.type
     base = np.zeros(0, scores.dtype) if base_values is None else np.asarray(base_values).reshape(-1).astype(scores.dtype)
     if k != 2:

@@ -55,7 +55,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 28
+ABI_VERSION = 29
 
 
 def _truthy(value: str | None) -> bool:
@@ -229,6 +229,8 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_gqa_decode_f32": ((1, 2, 3, 4), (3, 4, 5)),
     "mrt_qnbits_matmul": ((1,), (3,)),  # (w, a, M, y, workspace NULL, nthreads)
     "mrt_rmsnorm_f32": ((0, 1), (2,)),  # (x, scale, y, rows, n, eps, nthreads)
+    "mrt_tree_votes": ((1,), (4, 5)),  # (e, x, n, n_features, scores, has, nthreads)
+    "mrt_tree_finish": ((1, 2), (1, 2, 3, 4)),  # (p, scores, has, label, out, n, nthreads): votes updated in place
 }
 
 
@@ -1453,12 +1455,32 @@ def tree_group() -> int:
 def tree_votes(ens, x, scores, has) -> None:
     """Run :func:`tree_ensemble` ``ens`` on ``x`` (N, F) C-contiguous (double when the ensemble's nodes are,
     else float32) into ``scores`` (N, K) (the accumulation type) and ``has`` (N, K) bool, both C-contiguous.
-    Not recordable: the ops finish the scores in numpy."""
+    Recordable (with :func:`tree_finish`, a tree op is two native calls)."""
     n, f = x.shape
     rc = _call(_lib.mrt_tree_votes, (ens, _ffi.from_buffer(x), n, f, _ffi.from_buffer(scores),
-                                     _ffi.from_buffer("uint8_t[]", has), threads()))
+                                     _ffi.from_buffer("uint8_t[]", has), threads()), x, scores, has)
     if rc != 0:
         raise ValueError(f"minirt native trees: bad parameters (code {rc}) for X {x.shape}")
+
+
+def tree_outputs(k: int, acc_double: bool, base, labels):
+    """The ``mrt_tree_outputs`` of a tree op's finishing step (:func:`tree_finish`), keeping its arrays alive:
+    ``base`` float64 (C-contiguous) or None, ``labels`` int64 of k class labels (a classifier) or None."""
+    return _new("mrt_tree_outputs *", {
+        "k": k, "acc_double": int(acc_double), "n_base": 0 if base is None else len(base),
+        "base": _ffi.NULL if base is None else _ffi.from_buffer("double[]", base),
+        "labels": _ffi.NULL if labels is None else _ffi.from_buffer("int64_t[]", labels)}, base, labels)
+
+
+def tree_finish(p, scores, has, label, out) -> None:
+    """The outputs of a tree op from :func:`tree_votes`' ``scores`` / ``has`` (updated in place) into ``out``
+    (n, k) float32 and, for a classifier, ``label`` (n,) int64 (kernels.h, mrt_tree_finish); recordable."""
+    n = scores.shape[0]
+    rc = _call(_lib.mrt_tree_finish, (p, _ffi.from_buffer(scores), _ffi.from_buffer("uint8_t[]", has),
+                                      _ffi.NULL if label is None else _ffi.from_buffer("int64_t[]", label),
+                                      _ptr(out), n, threads()), scores, has, scores, has, label, out)
+    if rc != 0:
+        raise ValueError(f"minirt native trees: bad outputs (code {rc}) for scores {scores.shape}")
 
 
 # --------------------------------------------------------------------------- 4-bit block-quantized products

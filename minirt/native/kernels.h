@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 28
+#define MRT_ABI_VERSION 29
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -558,6 +558,21 @@ typedef struct {
 } mrt_tree_ensemble;
 int mrt_tree_votes(const mrt_tree_ensemble *e, const void *x, long n, long n_features, void *scores, uint8_t *has,
                    int nthreads);
+/* mrt_tree_finish: the outputs of a tree ensemble op from its votes, for the post_transform NONE cases
+ * (minirt/kernels/trees.py, finish_classifier / finish_regressor; onnxruntime's rules): scores and has (n, k)
+ * as mrt_tree_votes wrote them (scores double when acc_double, else float; updated in place).  The
+ * n_base values base (NULL when none) are added to the first n_base targets (a classifier: their has set to
+ * 1; a regressor adds them only when n_base == k).  out (n, k) float32 = the scores.  A classifier
+ * (labels not NULL, k != 2) also writes label[i] = labels[c], c the first target of highest score among those
+ * with has (NaN counts highest, as numpy's argmax), 0 when none has one.  Returns 0, or -2 for bad sizes.
+ * With mrt_tree_votes it makes the op one pair of recordable calls (a batch-1 forest replayed as a program). */
+typedef struct {
+    int k, acc_double, n_base;
+    const double *base;
+    const int64_t *labels; /* k class labels (a classifier), or NULL (a regressor) */
+} mrt_tree_outputs;
+int mrt_tree_finish(const mrt_tree_outputs *p, void *scores, uint8_t *has, int64_t *label, float *out, long n,
+                    int nthreads);
 
 /* ------------------------------------------------------------------ 4-bit block-quantized products (nbits_impl.h)
  *
@@ -699,6 +714,8 @@ typedef struct {
 #define MRT_CALL_GQA_DECODE_F32 31
 #define MRT_CALL_QNBITS_MATMUL 32
 #define MRT_CALL_RMSNORM_F32 33
+#define MRT_CALL_TREE_VOTES 34
+#define MRT_CALL_TREE_FINISH 35
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

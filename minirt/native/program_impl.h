@@ -95,6 +95,11 @@ static int program_call(const mrt_call *call) {
     case MRT_CALL_RMSNORM_F32:
         mrt_rmsnorm_f32(P(0), P(1), P(2), L(3), L(4), F(5), I(6));
         return 0;
+    /* a tree ensemble: the votes, then the outputs (trees_impl.h) */
+    case MRT_CALL_TREE_VOTES:
+        return mrt_tree_votes(P(0), P(1), L(2), L(3), P(4), P(5), I(6));
+    case MRT_CALL_TREE_FINISH:
+        return mrt_tree_finish(P(0), P(1), P(2), P(3), P(4), L(5), I(6));
     default:
         return -100;
     }

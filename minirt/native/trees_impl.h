@@ -138,6 +138,51 @@ int mrt_tree_votes(const mrt_tree_ensemble *e, const void *x, long n, long n_fea
     return 0;
 }
 
+/* One sample's scores finished (mrt_tree_finish), in the accumulation type T. */
+#define TREE_FINISH_ROW(T)                                                                                     \
+    do {                                                                                                       \
+        T *s = (T *)scores + i * k;                                                                            \
+        uint8_t *h = has + i * k;                                                                              \
+        if (p->labels) {                                                                                       \
+            for (int c = 0; c < p->n_base && c < k; c++) {                                                     \
+                s[c] = (T)(s[c] + (T)p->base[c]);                                                              \
+                h[c] = 1;                                                                                      \
+            }                                                                                                  \
+            /* numpy's argmax of (has ? score : -inf): the first maximum, the first NaN if any */          \
+            long best = 0, any = 0;                                                                            \
+            T top = h[0] ? s[0] : (T)-INFINITY;                                                                \
+            for (long c = 0; c < k; c++) {                                                                     \
+                any |= h[c];                                                                                   \
+                const T v = h[c] ? s[c] : (T)-INFINITY;                                                        \
+                if (top == top && (v != v || v > top)) {                                                       \
+                    top = v;                                                                                   \
+                    best = c;                                                                                  \
+                }                                                                                              \
+            }                                                                                                  \
+            label[i] = p->labels[any ? best : 0];                                                              \
+        } else if (p->n_base == k) {                                                                           \
+            for (long c = 0; c < k; c++) s[c] = (T)(s[c] + (T)p->base[c]);                                     \
+        }                                                                                                      \
+        for (long c = 0; c < k; c++) out[i * k + c] = (float)s[c];                                             \
+    } while (0)
+
+int mrt_tree_finish(const mrt_tree_outputs *p, void *scores, uint8_t *has, int64_t *label, float *out, long n,
+                    int nthreads) {
+    (void)nthreads; /* (n x k additions: a thread would cost more) */
+    if (!p || p->k < 1 || n < 0 || (p->labels && (p->k == 2 || !label)) || p->n_base < 0 ||
+        (p->n_base && !p->base) || (p->acc_double != 0 && p->acc_double != 1))
+        return -2;
+    const long k = p->k;
+    for (long i = 0; i < n; i++) {
+        if (p->acc_double)
+            TREE_FINISH_ROW(double);
+        else
+            TREE_FINISH_ROW(float);
+    }
+    return 0;
+}
+#undef TREE_FINISH_ROW
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif

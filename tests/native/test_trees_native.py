@@ -212,3 +212,63 @@ def test_converted_models_native_equals_numpy(name, monkeypatch):
     for a, b in zip(native_out, numpy_out):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+@pytest.mark.parametrize("acc", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("base", [None, [0.5], [0.25, -1.0, 2.0]], ids=["nobase", "onebase", "allbase"])
+def test_native_finish_equals_numpy(acc, base, monkeypatch):
+    """mrt_tree_finish (the outputs of post_transform NONE from the votes) against finish_classifier /
+    finish_regressor's numpy: ties (the first class), NaN (the first NaN), classes without votes (-inf for
+    the label, their score as is), rows without any vote (label 0), base values on some or all classes."""
+    scores = np.array([[1.0, 3.0, 3.0], [np.nan, 5.0, np.nan], [2.0, -np.inf, 7.0], [0.0, 0.0, 0.0],
+                       [-1.0, 4.0, 4.0]], acc)
+    has = np.array([[1, 1, 1], [1, 1, 1], [1, 0, 0], [0, 0, 0], [0, 1, 1]], bool)
+    layout = trees.TreeLayout.__new__(trees.TreeLayout)
+    layout._native, layout.n_targets = {}, 3
+    x = np.zeros((len(scores), 2), np.float32)
+    labels = [10, 20, 30]
+
+    def run(native_on: bool, fn, *args):
+        layout._native.clear()
+        monkeypatch.setattr(trees, "NATIVE", native_on)
+        monkeypatch.setattr(trees, "votes", lambda *_: (scores.copy(), has.copy()))
+        return fn(layout, x, *args)
+
+    got = run(True, trees.finish_classifier, base, 0, labels)
+    assert any(k[0] == "outputs" for k in layout._native), "the native finish did not run"
+    want = run(False, trees.finish_classifier, base, 0, labels)
+    assert got[0].dtype == want[0].dtype == np.int64
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    for b in (base, None):
+        got = run(True, trees.finish_regressor, trees.SUM, b, 0)
+        want = run(False, trees.finish_regressor, trees.SUM, b, 0)
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["RandomForestClassifier-multi-nozipmap", "RandomForestRegressor", "LGBMRegressor"])
+def test_a_converted_ensemble_replays_as_a_native_program(name):
+    """A forest's one node is the votes and the finish, two recordable calls: runs of one batch shape
+    replay them from C (an arena with nothing placed holds the program), with the node's outputs."""
+    import minirt
+    from minirt.builder import build_bytes
+    from tests.ml.test_converted_models import CASES, _data, _skl
+
+    if name == "RandomForestClassifier-multi-nozipmap":  # (three classes, no ZipMap: benchmarks/trees.py's form)
+        from sklearn.ensemble import RandomForestClassifier
+
+        x, yc, _ = _data()
+        model, feeds = _skl(RandomForestClassifier(n_estimators=20, max_depth=6, random_state=0), x, yc, zipmap=False)
+    else:
+        model, feeds = CASES[name]()
+    sess = minirt.InferenceSession(build_bytes(model))
+    first = sess.run(None, {k: v[:1] for k, v in feeds.items()})
+    for _ in range(3):
+        again = sess.run(None, {k: v[:1] for k, v in feeds.items()})
+    assert [p["native_program"] for p in sess.memory_plans()] == ["2 native calls"]
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    plain = minirt.InferenceSession(build_bytes(model), native_program=False).run(None, {k: v[:1] for k, v in feeds.items()})
+    for a, b in zip(plain, again):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
