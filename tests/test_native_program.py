@@ -490,3 +490,38 @@ def test_a_graph_output_computed_from_shapes_is_not_a_kept_value():
     for width in (8, 8, 8, 10):
         got = sess.run(None, {"x": np.zeros((1, 1, 4, width), np.float32)})[1]
         np.testing.assert_array_equal(got, [1, 8, 4, width])
+
+
+def test_values_taken_from_the_data_are_never_replayed_stale():
+    """Clip's bounds as graph inputs, LSTM weights as graph inputs: a program would keep the recorded run's
+    values (a scalar argument, a packed copy), so those nodes are not declared final and every run uses its
+    own (before, a fixed-shape model's first run already replayed the warm-up's zeros)."""
+    from onnx import TensorProto, helper
+
+    from minirt.builder import build_bytes
+
+    F = TensorProto.FLOAT
+    clip = helper.make_graph(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], "clip",
+        [helper.make_tensor_value_info("x", F, [3, 4, 5]), helper.make_tensor_value_info("lo", F, []),
+         helper.make_tensor_value_info("hi", F, [])], [helper.make_tensor_value_info("y", F, [3, 4, 5])])
+    sess = minirt.InferenceSession(build_bytes(helper.make_model(clip, opset_imports=[helper.make_opsetid("", 13)])))
+    x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+    for lo, hi in ((-1, 1), (-0.5, 0.5), (0, 2), (-2, 0.1)):
+        got = sess.run(None, {"x": x, "lo": np.float32(lo), "hi": np.float32(hi)})[0]
+        np.testing.assert_array_equal(got, np.maximum(np.clip(x, np.float32(lo), np.float32(hi)), 0))
+    H, I = 3, 4
+    lstm = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=H), helper.make_node("Relu", ["y"], ["z"])],
+        "lstm", [helper.make_tensor_value_info("x", F, [2, 1, I]), helper.make_tensor_value_info("w", F, [1, 4 * H, I]),
+                 helper.make_tensor_value_info("r", F, [1, 4 * H, H])],
+        [helper.make_tensor_value_info("z", F, [2, 1, 1, H])])
+    model = helper.make_model(lstm, opset_imports=[helper.make_opsetid("", 14)])
+    sess = minirt.InferenceSession(build_bytes(model))
+    ref = minirt.InferenceSession(build_bytes(model), native_program=False)
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((2, 1, I)).astype(np.float32)
+    for _ in range(4):
+        feed = {"x": xs, "w": rng.standard_normal((1, 4 * H, I)).astype(np.float32),
+                "r": rng.standard_normal((1, 4 * H, H)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feed)[0], ref.run(None, feed)[0])

@@ -22,7 +22,7 @@ import numpy as np
 from minirt import native as _native
 from minirt.kernels import _limits
 from minirt.kernels._native_broadcast import broadcast_op
-from minirt.kernels.registry import kernel
+from minirt.kernels.registry import is_constant, kernel
 
 # --------------------------------------------------------------------------- helpers
 
@@ -589,12 +589,13 @@ def where(cond, x, y):
 # --------------------------------------------------------------------------- activations
 
 
-def _native_activation(x, out, activation: str, a0: float = 0.0, a1: float = 0.0):
+def _native_activation(x, out, activation: str, a0: float = 0.0, a1: float = 0.0, replayable: bool = True):
     """``activation`` (a name of ``minirt.vocabulary.ACTIVATIONS``) of ``x`` by one native call
     (mrt_activation_f32: the fused epilogues' code), declared final; None when it is not one:
     float32 C-contiguous input, an activation the epilogues compute.  The result goes into ``out``
     when it fits (shape, dtype, C-contiguous) and is ``x`` itself or overlaps nothing of it, else
-    into a fresh array."""
+    into a fresh array.  ``replayable`` False: a0 / a1 come from the data (Clip's bounds as inputs), which a
+    program would replay with this run's values: the result is not declared final."""
     if not (_native.available and type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous):
         return None
     code = _native.ACTIVATION_CODES.get(activation)
@@ -607,7 +608,7 @@ def _native_activation(x, out, activation: str, a0: float = 0.0, a1: float = 0.0
     y = np.empty(x.shape, _F32) if out is None else out
     if y.size:
         _native.activation(code, a0, a1, x, y)
-    return _native.final(y)
+    return _native.final(y) if replayable else y
 
 
 
@@ -691,12 +692,13 @@ def celu(x, *, alpha: float = 1.0):
     return _float_compute(x, fn)
 
 
-def _clip(x: np.ndarray, lo, hi, dst=None) -> np.ndarray:
-    # Applied as max-then-min so that lo > hi yields hi, as ONNX specifies.
+def _clip(x: np.ndarray, lo, hi, dst=None, bounds_fixed: bool = True) -> np.ndarray:
+    # Applied as max-then-min so that lo > hi yields hi, as ONNX specifies.  bounds_fixed: the bounds are
+    # attributes or constants (else a native program must not keep them: _native_activation's replayable).
     if x.dtype == _F32 and not (lo is not None and np.isnan(lo)) and not (hi is not None and np.isnan(hi)):
         # (the epilogue's clip is max-then-min too; a NaN bound stays with numpy's semantics)
         y = _native_activation(x, dst, "Clip", -math.inf if lo is None else float(lo),
-                               math.inf if hi is None else float(hi))
+                               math.inf if hi is None else float(hi), replayable=bounds_fixed)
         if y is not None:
             return y
     if dst is not None and _fits_out(dst, x, x.shape) and (dst is x or not np.may_share_memory(x, dst)):
@@ -740,7 +742,7 @@ def clip_11(x, min=None, max=None, /, *, out=None):  # noqa: A002  (ONNX input n
     # min/max are optional scalar *inputs* from opset 11 (positional, not attributes).
     lo = None if min is None else x.dtype.type(np.asarray(min).reshape(()))
     hi = None if max is None else x.dtype.type(np.asarray(max).reshape(()))
-    return _clip(x, lo, hi, out)
+    return _clip(x, lo, hi, out, bounds_fixed=is_constant(min, max))
 
 
 def _sigmoid(v: np.ndarray, out=None) -> np.ndarray:

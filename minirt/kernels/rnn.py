@@ -292,8 +292,11 @@ def _native_run(op, X, W, R, B, sequence_lens, initial_h, initial_c, P, activati
                      None if initial_h is None else np.ascontiguousarray(initial_h),
                      None if initial_c is None else np.ascontiguousarray(initial_c), y, state)
     # the node's whole work is those native calls: its outputs (Y and the views of the states' buffer)
-    # are declared together, and a program may replay it
-    return _native.final((y,) + tuple(state))
+    # are declared together, and a program may replay it; unless the weights are not the model's
+    # constants (graph inputs, computed): the prepared layer holds this run's packed copy of them
+    outs = (y,) + tuple(state)
+    constant = all(a is None or not a.flags.writeable for a in (W, R, B, P))
+    return _native.final(outs) if constant else outs
 
 
 # ----------------------------------------------------------------------------- kernels
