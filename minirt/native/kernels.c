@@ -517,35 +517,15 @@ static void (*dw_act_rows_wide)(float *y, long n, int act, float a0, float a1) =
 
 #define MRT_SUFFIX _base
 #define MRT_TARGET
-#include "kernels_impl.h"
-#include "layout_impl.h"
 #define MRT_VL 4
-#include "gemm_impl.h"
-#include "rowops_impl.h"
-#include "rnn_impl.h"
-#include "dwconv_impl.h"
-#include "roialign_impl.h"
-#undef MRT_VL
-#undef MRT_SUFFIX
-#undef MRT_TARGET
-#undef MRT_CHUNK
+#include "float_copy.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MRT_HAVE_AVX2_BUILD 1
 #define MRT_SUFFIX _avx2
 #define MRT_TARGET __attribute__((target("avx2,fma")))
-#include "kernels_impl.h"
-#include "layout_impl.h"
 #define MRT_VL 8
-#include "gemm_impl.h"
-#include "rowops_impl.h"
-#include "rnn_impl.h"
-#include "dwconv_impl.h"
-#include "roialign_impl.h"
-#undef MRT_VL
-#undef MRT_SUFFIX
-#undef MRT_TARGET
-#undef MRT_CHUNK
+#include "float_copy.h"
 
 /* AVX-512: the GEMM and the depthwise conv (large kernels only, see
  * dwconv2d_avx512_dispatch) differ; the other kernels use the AVX2 copies. */
@@ -587,18 +567,8 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #pragma GCC optimize("unsafe-math-optimizations", "no-associative-math", "no-reciprocal-math", "signed-zeros")
 #define MRT_SUFFIX _neon32
 #define MRT_TARGET
-#include "kernels_impl.h"
-#include "layout_impl.h"
 #define MRT_VL 4
-#include "gemm_impl.h"
-#include "rowops_impl.h"
-#include "rnn_impl.h"
-#include "dwconv_impl.h"
-#include "roialign_impl.h"
-#undef MRT_VL
-#undef MRT_SUFFIX
-#undef MRT_TARGET
-#undef MRT_CHUNK
+#include "float_copy.h"
 #pragma GCC pop_options
 #endif
 

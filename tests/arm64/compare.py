@@ -59,3 +59,19 @@ def load_case(artifacts, manifest: dict, name: str):
         labels = data["label"] if case["labelled"] else None
         x86 = {k[len("x86."):]: data[k] for k in data.files if k.startswith("x86.")} or None
     return case, feeds, expected, labels, x86
+
+
+def greedy_tokens(lib, model, prompt, new: int) -> list[int]:
+    """The ``new`` tokens a greedy generation chooses after ``prompt`` (exactly that many: EOS cannot stop
+    it), with ``lib`` minirt.genai or onnxruntime_genai (same API): the subset's decoder case, prepared on
+    the host and checked in the emulated Pi."""
+    params = lib.GeneratorParams(model)
+    total = len(prompt) + new
+    params.set_search_options(max_length=total, min_length=total)
+    gen = lib.Generator(model, params)
+    gen.append_tokens(np.array(prompt, np.int32))
+    tokens = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        tokens.append(int(gen.get_next_tokens()[0]))
+    return tokens

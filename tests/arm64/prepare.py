@@ -29,6 +29,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from minirt.builder import build
+from tests.arm64.compare import greedy_tokens
 from tests.arm64.subset import (CASES, DECODER, DECODER_PROMPT, DECODER_TOKENS, LABELLED, MANIFEST, PACKAGED,
                                 PI_TARGETS, QUANT_STEPS, X86_REL)
 
@@ -354,20 +355,9 @@ def _decoder_from(src: Path, out: Path, mg, og) -> dict:
             shutil.copy(src / name, out / name)
     build(str(src / "model.onnx"), out / "model.mrt")
 
-    def greedy(lib, model) -> list[int]:
-        params = lib.GeneratorParams(model)
-        total = len(DECODER_PROMPT) + DECODER_TOKENS
-        params.set_search_options(max_length=total, min_length=total)
-        gen = lib.Generator(model, params)
-        gen.append_tokens(np.array(DECODER_PROMPT, np.int32))
-        tokens = []
-        while not gen.is_done():
-            gen.generate_next_token()
-            tokens.append(int(gen.get_next_tokens()[0]))
-        return tokens
-
     return {"folder": out.name, "arch": arch, "kind": kind, "prompt": list(DECODER_PROMPT),
-            "x86": greedy(mg, mg.Model(str(out))), "onnxruntime_genai": greedy(og, og.Model(str(src)))}
+            "x86": greedy_tokens(mg, mg.Model(str(out)), DECODER_PROMPT, DECODER_TOKENS),
+            "onnxruntime_genai": greedy_tokens(og, og.Model(str(src)), DECODER_PROMPT, DECODER_TOKENS)}
 
 
 def package(artifacts: str | Path, out_dir: str | Path, wheel: str, names=PACKAGED) -> Path:

@@ -27,7 +27,7 @@ import pytest
 
 import minirt
 from minirt import native
-from tests.arm64.compare import check_outputs, load_case
+from tests.arm64.compare import check_outputs, greedy_tokens, load_case
 from tests.arm64.subset import CASES, MANIFEST
 
 MACHINE = platform.machine().lower()
@@ -310,16 +310,7 @@ def test_int4_decoder_generates_the_tokens_of_x86(artifacts, manifest):
         pytest.skip("no decoder prepared: the host lacks onnxruntime-genai / transformers / torch")
     import minirt.genai as mg
 
-    model = mg.Model(str(artifacts / dec["folder"]))
-    params = mg.GeneratorParams(model)
-    total = len(dec["prompt"]) + len(dec["x86"])
-    params.set_search_options(max_length=total, min_length=total)
-    gen = mg.Generator(model, params)
-    gen.append_tokens(np.array(dec["prompt"], np.int32))
-    tokens = []
-    while not gen.is_done():
-        gen.generate_next_token()
-        tokens.append(int(gen.get_next_tokens()[0]))
+    tokens = greedy_tokens(mg, mg.Model(str(artifacts / dec["folder"])), dec["prompt"], len(dec["x86"]))
     assert dec["x86"] == dec["onnxruntime_genai"], "minirt and onnxruntime-genai disagreed on the host already"
     assert tokens == dec["x86"], f"{MACHINE}: first difference at token {next(i for i, (a, b) in enumerate(zip(tokens, dec['x86'])) if a != b)}"
 
