@@ -574,8 +574,11 @@ def obtain(name: str, reexport: bool = False) -> tuple[str, dict, bool]:
     if reexport or not meta.exists():
         env = dict(os.environ)
         env["PYTHONPATH"] = str(HERE.parent) + os.pathsep + env.get("PYTHONPATH", "")
-        proc = subprocess.run([sys.executable, str(Path(__file__)), "export", name], capture_output=True, text=True,
-                              env=env, timeout=1800)
+        # As a module from the checkout's root, not as a script: a script's folder goes first on
+        # sys.path, and benchmarks/kernels.py would then shadow the ``kernels`` package that
+        # transformers imports (the BERT / wav2vec2 / Whisper exports failed with it).
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.realworld", "export", name], capture_output=True,
+                              text=True, env=env, cwd=str(HERE.parent), timeout=1800)
         if proc.returncode != 0 or not meta.exists():
             lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
             raise RuntimeError(f"export failed: {lines[-1] if lines else proc.returncode}\n{proc.stderr[-4000:]}")
