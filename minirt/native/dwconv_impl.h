@@ -125,6 +125,9 @@ typedef struct {
     long ps;        /* row stride of the band (a multiple of MRT_VL) */
     int band_rows;  /* output rows per work item (the last band of a plane may have fewer) */
     int nbands;     /* bands per plane (per channel block on the channel-blocked path) */
+    long nitems;    /* planes (channel blocks on the channel-blocked path) per band: work item p is
+                     * band p / nitems of plane (block) p % nitems, band-major so that the threads'
+                     * contiguous shares of the items are bands of rows (kernels.c, pool_range) */
     int blocked;    /* the channel-blocked path (dw_cb_*) rather than planes */
     int nblocks;    /* channel blocks of MRT_VL per image (the last may be partial) */
     long cb_wp;     /* pixels per row of the channel-blocked band (input and padding) */
@@ -473,9 +476,9 @@ static MRT_TARGET void FN(dw_residual_act)(const FN(dw_args) *a, float *y, const
  * into out_rows (band_rows * ow floats of per-thread scratch) before requantizing. */
 static MRT_TARGET void FN(dw_item)(const FN(dw_args) *a, long p, const float *band, FN(vf) *wv, float *out_rows) {
     const int kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
-    const long plane = p / a->nbands;
+    const long plane = p % a->nitems;
     const int ch = (int)(plane % a->c);
-    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const int oy0 = (int)(p / a->nitems) * a->band_rows;
     const int oy1 = oy0 + a->band_rows < oh ? oy0 + a->band_rows : oh;
     const float *wk = a->w + (long)ch * kh * kw;
     const long first = plane * oh * ow + (long)oy0 * ow; /* output row oy0 */
@@ -507,8 +510,8 @@ static MRT_TARGET void FN(dw_item)(const FN(dw_args) *a, long p, const float *ba
 
 /* Fill the band of work item p (its input rows) into band. */
 static inline MRT_TARGET void FN(dw_fill_item)(const FN(dw_args) *a, long p, float *band) {
-    const long plane = p / a->nbands;
-    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const long plane = p % a->nitems;
+    const int oy0 = (int)(p / a->nitems) * a->band_rows;
     const int oy1 = oy0 + a->band_rows < a->oh ? oy0 + a->band_rows : a->oh;
     FN(dw_fill_band)(a, plane, (int)(plane % a->c), oy0 * a->sh, (oy1 - 1) * a->sh + (a->kh - 1) * a->dh + 1, band);
 }
@@ -961,11 +964,11 @@ static DW_INLINE MRT_TARGET void FN(dw_cb_finish)(const FN(dw_args) *a, float *o
 static MRT_TARGET void FN(dw_cb_item)(const FN(dw_args) *a, long p, float *band, float *out, FN(vf) *wv,
                                       const float **in) {
     const int c = a->c, kh = a->kh, kw = a->kw, oh = a->oh, ow = a->ow;
-    const long block = p / a->nbands; /* image * nblocks + channel block */
+    const long block = p % a->nitems; /* image * nblocks + channel block */
     const long img = block / a->nblocks;
     const int ch0 = (int)(block % a->nblocks) * MRT_VL;
     const int nch = c - ch0 < MRT_VL ? c - ch0 : MRT_VL;
-    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const int oy0 = (int)(p / a->nitems) * a->band_rows;
     const int oy1 = oy0 + a->band_rows < oh ? oy0 + a->band_rows : oh;
     const float *xl[MRT_VL], *zl[MRT_VL];
     float *yl[MRT_VL];
@@ -1185,9 +1188,9 @@ DW_S2_ROWS_FN(2)
 /* Work item p (output rows of one plane, as on the plane path) of the direct stride-2 path. */
 static MRT_TARGET void FN(dw_s2_item)(const FN(dw_args) *a, long p, const float *zero_row) {
     const int oh = a->oh, ow = a->ow;
-    const long plane = p / a->nbands;
+    const long plane = p % a->nitems;
     const int ch = (int)(plane % a->c);
-    const int oy0 = (int)(p % a->nbands) * a->band_rows;
+    const int oy0 = (int)(p / a->nitems) * a->band_rows;
     const int oy1 = oy0 + a->band_rows < oh ? oy0 + a->band_rows : oh;
     const float *xp = a->x + plane * a->h * a->wd;
     const long first = plane * oh * ow + (long)oy0 * ow; /* output row oy0 */
@@ -1323,8 +1326,16 @@ static void FN(dw_run)(FN(dw_args) *ap, int n, int nthreads) {
         long rows = (oh + per_item - 1) / per_item;
         if (rows < band) band = rows;
     }
+    /* with threads, at least one band per thread: each thread's share is then rows of the image, the
+     * rows the layers before and after (split by pixels) computed on the same thread (the extra input
+     * rows a band reads cost less than reading the other core's cache) */
+    if (nthreads > 1 && oh >= 2 * nthreads) {
+        long rows = (oh + nthreads - 1) / nthreads;
+        if (rows < band) band = rows;
+    }
     a.band_rows = (int)band;
     a.nbands = (int)((oh + band - 1) / band);
+    a.nitems = items;
     const int span = (kh - 1) * dh + 1; /* padded rows one output row reads */
     /* ring rows transposed together: a multiple of the stride, the fewest whose pixels are whole groups of
      * MRT_VL while they stay within 128 pixels and the ring within DW_CB_FLOATS (one 56-pixel row was 4

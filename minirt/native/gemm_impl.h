@@ -688,7 +688,10 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
             gb.C = g0->C + bi * g0->sc;
             gb.res = g0->res ? g0->res + bi * g0->sr : NULL;
         }
-        int jb = (int)(t % g->nblocks), ib = (int)(t / g->nblocks);
+        /* column (pixel) block major: the threads' contiguous shares of the tiles are then columns, for a
+         * convolution the pixels that the layers around it split the same way (kernels.c, pool_range) */
+        const long mblocks = g0->tiles / g->nblocks;
+        int jb = (int)(t / mblocks), ib = (int)(t % mblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
         for (int p0 = 0; p0 < g->K; p0 += g->kc) {

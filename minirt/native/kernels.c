@@ -106,7 +106,21 @@ static unsigned long pool_start_gen[MRT_MAX_THREADS];
 static mrt_task_fn pool_fn;
 static void *pool_ctx;
 static long pool_n, pool_chunks;
-static long pool_next;  /* next unclaimed chunk (atomic) */
+/* The job's chunks are dealt in contiguous ranges, one per participant (participant p: chunks
+ * [p * chunks / parts, (p + 1) * chunks / parts); the caller is 0, worker `id` is id), each claimed
+ * from its own counter.  A participant runs its own range first and then helps with the others', so
+ * a thread the OS schedules late still costs nothing; but on a machine that runs every participant,
+ * participant p computes the same part of every job.  Kernels order their items so that equal parts
+ * of consecutive layers cover the same rows of the image: a thread then mostly reads activations it
+ * wrote itself, from its own cache.  (Dealt from one shared counter, the chunks went to threads at
+ * random: on a 2-vCPU Xeon VM, where a line written by the other core costs ~80 ns, MobileNetV2's
+ * depthwise -> pointwise pair ran slower at 2 threads than at 1, 131 -> 142 us.) */
+struct pool_range {
+    long next; /* next unclaimed chunk of the range (atomic) */
+    long end;  /* one past its last chunk */
+    char pad[64 - 2 * sizeof(long)]; /* one cache line per range: the counters are written concurrently */
+};
+static struct pool_range pool_ranges[MRT_MAX_THREADS] __attribute__((aligned(64)));
 static int pool_parts;  /* participants wanted, caller included */
 static int pool_active; /* workers inside the job (atomic) */
 static int pool_sleepers;     /* workers asleep or about to sleep on pool_wake (atomic) */
@@ -176,17 +190,23 @@ static int mrt_cancelled(const mrt_cancel *c) {
 /* the job's cancellation (the caller's watched one), read by every participant between chunks */
 static mrt_cancel *pool_cancel;
 
-static void pool_run_items(mrt_task_fn fn, void *ctx, long n, long chunks) {
+/* Participant `self` of `parts` runs chunks of the open job: its own range, then the others'. */
+static void pool_run_items(mrt_task_fn fn, void *ctx, long n, long chunks, int self, int parts) {
     mrt_cancel *cancel = pool_cancel;
     /* (a worker watches the caller's cancellation for the job: a kernel the item runs inside, on one
      * thread, splits its own work and checks too) */
     mrt_cancel *own = tls_cancel;
     tls_cancel = cancel;
-    for (;;) {
-        long c = __atomic_fetch_add(&pool_next, 1, __ATOMIC_RELAXED);
-        if (c >= chunks || mrt_cancelled(cancel)) break;
-        fn(ctx, mrt_chunk_begin(n, chunks, c), mrt_chunk_begin(n, chunks, c + 1));
+    for (int k = 0; k < parts; ++k) {
+        struct pool_range *r = &pool_ranges[(self + k) % parts];
+        for (;;) {
+            long c = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED);
+            if (c >= r->end) break;
+            if (mrt_cancelled(cancel)) goto done;
+            fn(ctx, mrt_chunk_begin(n, chunks, c), mrt_chunk_begin(n, chunks, c + 1));
+        }
     }
+done:
     tls_cancel = own;
 }
 
@@ -246,7 +266,7 @@ static void *pool_worker(void *arg) {
             pool_leave();
             continue;
         }
-        pool_run_items(pool_fn, pool_ctx, pool_n, pool_chunks);
+        pool_run_items(pool_fn, pool_ctx, pool_n, pool_chunks, id, __atomic_load_n(&pool_parts, __ATOMIC_RELAXED));
         pool_leave();
     }
     return NULL;
@@ -320,7 +340,10 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     pool_ctx = ctx;
     pool_n = n;
     pool_chunks = chunks;
-    __atomic_store_n(&pool_next, 0, __ATOMIC_RELAXED);
+    for (int p = 0; p < parts; ++p) {
+        __atomic_store_n(&pool_ranges[p].next, chunks * p / parts, __ATOMIC_RELAXED);
+        pool_ranges[p].end = chunks * (p + 1) / parts;
+    }
     __atomic_store_n(&pool_parts, parts, __ATOMIC_RELAXED);
     const unsigned long open = __atomic_load_n(&pool_generation, __ATOMIC_RELAXED) + 1;
     __atomic_store_n(&pool_generation, open, __ATOMIC_SEQ_CST);
@@ -330,7 +353,7 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
         pthread_mutex_unlock(&pool_lock);
     }
 
-    pool_run_items(fn, ctx, n, chunks);
+    pool_run_items(fn, ctx, n, chunks, 0, parts);
 
     /* close: from here no worker joins; wait for those inside */
     __atomic_store_n(&pool_generation, open + 1, __ATOMIC_SEQ_CST);
