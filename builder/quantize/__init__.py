@@ -490,7 +490,9 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
     selected = []
     stored = "; weights stored int8 (weights-only)" if opts.weight_only_float_convs else ""
 
-    def float_for_speed(c: Candidate, reason: str) -> None:
+    def keep_float(c: Candidate, reason: str) -> None:
+        """Keep ``c`` computing in float (for speed, or a final layer for accuracy); its weights stored
+        int8 behind a DequantizeWeights when they are big enough to matter."""
         if opts.weight_only_float_convs and c.weight_elements >= profile.weight_only_min_elements:
             report.kept_float.append({"node": c.name, "reason": reason + stored})
             selected.append(dataclasses.replace(c, weight_only=True))
@@ -514,20 +516,21 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
             else:
                 report.kept_float.append({"node": c.name, "reason": _convt_float_reason(mode, opts)})
         elif c.depthwise and not profile.int8_depthwise and c.input not in large_planes:
-            float_for_speed(c, f"depthwise convolution: float is faster than int8 on {profile.name} "
+            keep_float(c, f"depthwise convolution: float is faster than int8 on {profile.name} "
                                "(int8_depthwise of the target profile)")
         elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < profile.int8_min_reduction:
-            float_for_speed(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 on "
+            keep_float(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 on "
                                f"{profile.name} (int8_min_reduction of the target profile)")
         elif c.kind == "conv" and 0 < c.group_outputs < profile.int8_min_group_outputs:
-            float_for_speed(c, f"grouped conv of {c.group_outputs} output channels per group: float is faster than "
+            keep_float(c, f"grouped conv of {c.group_outputs} output channels per group: float is faster than "
                                f"int8 on {profile.name} (int8_min_group_outputs of the target profile)")
         elif c.kind == "conv" and c.window > 1 and 0 < c.reduction < profile.int8_min_window_reduction:
-            float_for_speed(c, f"conv summing {c.reduction} products per output: float is faster than int8 on "
+            keep_float(c, f"conv summing {c.reduction} products per output: float is faster than int8 on "
                                f"{profile.name} (int8_min_window_reduction of the target profile)")
         elif c.final and not opts.quantize_final and c.kind != "convt":
-            report.kept_float.append({"node": c.name, "reason": "final layer (feeds a model output); "
-                                                               "quantize_final to quantize it"})
+            # (computed in float for accuracy, but its weights stored int8 like the layers kept float for
+            # speed: a classifier's final Gemm was half of an int8 MobileNetV2's file, D127)
+            keep_float(c, "final layer (feeds a model output); quantize_final to quantize it")
         else:
             selected.append(c)
     return selected

@@ -38,6 +38,24 @@ CONV_TRANSPOSE_OPS = {("", "ConvTranspose"), (DOMAIN, FUSED_FORMS["ConvTranspose
 # op -> (weight input indices, per-channel axis of the weight)
 WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), (DOMAIN, FUSED_FORMS["ConvTranspose"]): ((1,), 1), ("", "LSTM"): ((1, 2), 1),
                    ("", "GRU"): ((1, 2), 1), ("", "RNN"): ((1, 2), 1)}
+
+
+def weight_only_inputs(node: ir.Node) -> tuple[tuple[int, ...], int]:
+    """(weight input indices, per-channel axis) of a layer that computes in float with int8-stored
+    weights: WEIGHT_ONLY_OPS, a Gemm's W by output column (axis 0 when transB, else 1), a MatMul's
+    by its last axis, a Conv's by output channel (axis 0)."""
+    k = key(node)
+    if k in WEIGHT_ONLY_OPS:
+        return WEIGHT_ONLY_OPS[k]
+    if k in GEMM_OPS:
+        trans_b = node.attributes.get("transB")
+        return (1,), 0 if trans_b is not None and trans_b.value else 1
+    if k in MATMUL_OPS:
+        w = node.inputs[1]
+        return (1,), (len(w.shape) - 1 if w is not None and w.shape is not None else 1)
+    return (1,), 0
+
+
 # Ops with QConv's chained form: inputs (X, X_scale, X_zero_point, ...), X may be uint8, and the
 # output_scale / output_zero_point attributes make the output uint8.
 CHAINED_OPS = ("QConv", "QConvTranspose")

@@ -68,7 +68,7 @@ class QuantizeLayers(QuantPass):
                 skipped.append((cand.name, "node not found"))
                 continue
             if cand.computes_float:
-                idx, axis = qir.WEIGHT_ONLY_OPS.get(qir.key(node), ((1,), 0))  # a Conv kept float: weight 1, axis 0
+                idx, axis = qir.weight_only_inputs(node)
                 for i in idx:
                     node.replace_input_with(i, b.dequantized(node.inputs[i], axis))
                 changed = True
