@@ -36,6 +36,7 @@ from minirt.builder.passes import optimize as optimize_graph
 from minirt.builder.passes import pass_names as optimizer_pass_names
 from minirt.builder.quantize import QuantizeOptions
 from minirt.builder.quantize import quantize as quantize_model
+from minirt.builder.weight_shapes import check_weight_shapes
 from minirt.builder.quantize.passes import pass_names as quantizer_pass_names
 from minirt.builder.prepack import add_packed_weights
 from minirt.builder.writer import ArtifactWriter, write_atomic
@@ -496,6 +497,10 @@ def build(
         opt_report = optimize_graph(model_ir, opt_level, disabled=optimizer_disabled, input_shapes=shapes)
     except ValueError as exc:  # unknown pass name, input shape that contradicts the model
         raise BuildError(str(exc)) from None
+    try:  # (a wrong --input-shape met a layer's weights: say so now, not at calibration or the first run)
+        check_weight_shapes(model_ir, shapes)
+    except ValueError as exc:
+        raise BuildError(f"{info.path or 'model'}: {exc}") from None
     timings["optimize"] = time.perf_counter() - t0
     # The work of one run, for the runtime's warm-up rule (minirt/session.py, D90): the float graph's
     # (a quantized one does less), control-flow bodies not counted (a runtime does not warm those up).

@@ -332,14 +332,16 @@ def test_quantizing_nothing_fails_and_says_why(dirs, mode):
     assert ("initializers" if mode == "fp16" else "Conv, ConvTranspose, MatMul, Gemm") in str(err)
 
 
-def test_quantizing_nothing_in_if_bodies_names_the_branch_layers_kept_float(dirs):
-    """The quantizer enters If bodies (D95): the branches' MatMuls are candidates, here both final layers
-    (kept float by default), which the error names; with quantize_final both are quantized."""
-    _, out = dirs
-    err = _fails("nothing was quantized", _matmul_in_if_model(), out, quantize="int8-dynamic")
-    assert "all 2 candidate layer(s) kept float" in str(err) and "final layer" in str(err)
+def test_final_layers_in_if_bodies_store_int8_weights(dirs):
+    """The quantizer enters If bodies (D95): the branches' MatMuls are candidates, here both final layers:
+    by default computed in float from int8-stored weights (D127), named so in the report; with
+    quantize_final both are computed in int8."""
+    res = build(_matmul_in_if_model(), None, quantize="int8-dynamic")
+    q = res.quantization
+    assert len(q["weight_only"]) == 2 and not q["quantized"]
+    assert all("final layer" in k["reason"] and "weights stored int8" in k["reason"] for k in q["kept_float"])
     res = build(_matmul_in_if_model(), None, quantize="int8-dynamic", quantize_final=True)
-    assert len(res.quantization["quantized"]) == 2
+    assert len(res.quantization["quantized"]) == 2 and not res.quantization["weight_only"]
 
 
 def test_quantizing_nothing_lists_the_layers_kept_float(dirs):
