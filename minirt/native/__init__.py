@@ -55,7 +55,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 29
+ABI_VERSION = 30
 
 
 def _truthy(value: str | None) -> bool:
@@ -179,6 +179,17 @@ def set_threads(n: int | None) -> None:
 
 def threads() -> int:
     return _tls.n
+
+
+def default_threads() -> int:
+    """The thread count of a session that does not choose one (the CPUs this process may use)."""
+    return _DEFAULT_THREADS
+
+
+def start_threads(n: int) -> int:
+    """Start the kernels' worker threads for ``n`` participants now (mrt_start_threads); the count
+    available, 1 without native kernels."""
+    return int(_lib.mrt_start_threads(int(n))) if available else 1
 
 
 # --------------------------------------------------------------------------- recording (native programs)

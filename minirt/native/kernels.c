@@ -815,6 +815,16 @@ int mrt_current_isa(void) { return impl_isa; }
 
 int mrt_max_threads(void) { return MRT_MAX_THREADS; }
 
+int mrt_start_threads(int nthreads) {
+    if (nthreads > MRT_MAX_THREADS) nthreads = MRT_MAX_THREADS;
+    if (nthreads <= 1) return 1;
+    pthread_once(&pool_once, pool_init);
+    pthread_mutex_lock(&pool_dispatch); /* (pool_ensure's precondition: no job is being set up) */
+    const int have = pool_ensure(nthreads);
+    pthread_mutex_unlock(&pool_dispatch);
+    return have;
+}
+
 /* ------------------------------------------------------------------ entry points */
 
 void mrt_qdwconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,

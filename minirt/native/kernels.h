@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 29
+#define MRT_ABI_VERSION 30
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -137,6 +137,11 @@ int mrt_crc32_hw(void);
 int mrt_select_isa(int isa);
 int mrt_current_isa(void);
 int mrt_max_threads(void);
+/* Start the thread pool's workers for jobs of up to nthreads participants (the caller included), as the
+ * first parallel job would; returns the participants available (1 when threads cannot be started).  A
+ * session calls it when it is created, so that its first run finds its workers started (and asleep)
+ * instead of creating them during its first layers. */
+int mrt_start_threads(int nthreads);
 /* Back the n bytes at p with memory now (the pages a run would fault in one by one): one
  * madvise(MADV_POPULATE_WRITE) on Linux 5.14+, else a write to each page of the byte it holds (the
  * contents are kept either way).  Returns 1 when the kernel populated them, 0 when they were touched. */

@@ -77,3 +77,35 @@ def test_two_threads_on_one_cpu_give_the_one_thread_result(conv_stack):
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["cpus"] == 1
     assert r["same"], "threads=2 on one CPU changed the result"
+
+
+STARTS_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np
+    import minirt
+    tasks = lambda: len(os.listdir("/proc/self/task"))
+    before = tasks()
+    minirt.Session(sys.argv[1], threads=1)
+    one = tasks()
+    minirt.Session(sys.argv[1], threads=3)
+    three = tasks()
+    minirt.Session(sys.argv[1], threads=2)
+    print(json.dumps({"before": before, "one": one, "three": three, "again": tasks()}))
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
+def test_a_session_starts_its_workers_when_it_is_created(conv_stack):
+    """D129: a session of N threads starts the pool's N - 1 workers when it is created (not during its
+    first run's layers); one of 1 thread starts none, and a later session reuses the workers."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MINIRT_DISABLE_NATIVE", "MINIRT_NATIVE_ISA")}
+    env["MINIRT_WARM_UP"] = "0"  # (no warm-up run: only the start itself may create the workers)
+    proc = subprocess.run([sys.executable, "-c", STARTS_CHILD, conv_stack], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["one"] == r["before"]
+    assert r["three"] == r["before"] + 2
+    assert r["again"] == r["three"]
