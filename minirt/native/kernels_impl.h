@@ -19,7 +19,7 @@
  * 2^n built directly in the exponent bits.  Inputs are clamped so that the
  * result stays a normal float (the sigmoid family saturates long before). */
 static inline MRT_TARGET float FN(expf_approx)(float x) {
-    x = x < -87.0f ? -87.0f : x;
+    if (x < -87.0f) return 0.0f; /* below FLT_MIN: 0, as FN(vexp_group) (gemm_impl.h) */
     x = x > 88.0f ? 88.0f : x;
     float t = x * 1.44269504088896341f;
     float n = (t + 12582912.0f) - 12582912.0f; /* round to nearest integer (|t| < 2^22) */
