@@ -109,3 +109,40 @@ def test_a_session_starts_its_workers_when_it_is_created(conv_stack):
     assert r["one"] == r["before"]
     assert r["three"] == r["before"] + 2
     assert r["again"] == r["three"]
+
+
+AFFINITY_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import minirt
+    here = os.sched_getaffinity(0)
+    minirt.Session(sys.argv[1], threads=2)
+    main = os.getpid()
+    workers = {}
+    for t in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{t}/status") as f:
+            line = next(l for l in f if l.startswith("Cpus_allowed_list"))
+        workers[t] = line.split(":")[1].strip()
+    print(json.dumps({"process": sorted(here), "main": workers.pop(str(main)), "others": sorted(workers.values())}))
+    """
+)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="pinning needs 2 CPUs")
+@pytest.mark.parametrize("pin", ["1", "0"])
+def test_workers_are_pinned_one_cpu_each_unless_told_not_to(conv_stack, pin):
+    """D131: a worker runs on one CPU (the caller stays free to move); MINIRT_PIN_THREADS=0 leaves every
+    thread the process's CPUs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MINIRT_DISABLE_NATIVE", "MINIRT_NATIVE_ISA")}
+    env["MINIRT_PIN_THREADS"] = pin
+    proc = subprocess.run([sys.executable, "-c", AFFINITY_CHILD, conv_stack], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not r["main"].isdigit()  # the caller keeps the process's CPUs (2 or more here)
+    singles = [w for w in r["others"] if w.isdigit()]
+    if pin == "1":
+        assert len(singles) == 1 and int(singles[0]) in r["process"]  # the one worker, on one allowed CPU
+    else:
+        assert not singles  # (numpy's BLAS thread and the worker keep the process's CPUs)
