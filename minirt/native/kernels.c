@@ -282,34 +282,77 @@ static void *pool_worker(void *arg) {
  * runs unchanged); the caller is not pinned, so the scheduler moves it off the worker's CPU instead.
  * onnxruntime pins its workers the same way by default.  Nothing is pinned with fewer than 2 CPUs, or
  * with MINIRT_PIN_THREADS=0 in the environment (a process that manages affinity itself). */
-static void pool_pin(pthread_attr_t *attr, int id) {
 #if defined(__linux__) && !defined(__ANDROID__) /* (bionic has no pthread_attr_setaffinity_np) */
-    const char *env = getenv("MINIRT_PIN_THREADS");
-    if (env && env[0] == '0') return;
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-    const int n = CPU_COUNT(&allowed);
-    if (n < 2) return;
-    const int here = sched_getcpu();
+#define MRT_PIN 1
+static pthread_t pool_thread[MRT_MAX_THREADS]; /* worker id's thread (ids 1..pool_workers) */
+static int pool_cpu[MRT_MAX_THREADS];          /* the CPU worker id is pinned to, -1: not pinned */
+static cpu_set_t pool_allowed;                 /* the CPUs the workers were pinned among */
+#endif
+
+/* The CPU `id` places after `here` among the allowed ones (in order, wrapping), or -1. */
+static int pool_cpu_after(int here, int id) {
+#if defined(MRT_PIN)
+    const int n = CPU_COUNT(&pool_allowed);
     int k = 0, at = 0;
     for (int c = 0; c < CPU_SETSIZE && k < n; ++c)
-        if (CPU_ISSET(c, &allowed)) {
+        if (CPU_ISSET(c, &pool_allowed)) {
             if (c == here) at = k;
             ++k;
         }
-    const int want = (at + id) % n; /* the allowed CPUs in order, counted on from the caller's */
+    const int want = (at + id) % n;
     k = 0;
     for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &allowed) && k++ == want) {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(c, &one);
-            pthread_attr_setaffinity_np(attr, sizeof one, &one);
-            return;
-        }
+        if (CPU_ISSET(c, &pool_allowed) && k++ == want) return c;
+#else
+    (void)here;
+    (void)id;
+#endif
+    return -1;
+}
+
+static int pool_pin(pthread_attr_t *attr, int id) {
+#if defined(MRT_PIN)
+    pool_cpu[id] = -1;
+    const char *env = getenv("MINIRT_PIN_THREADS");
+    if (env && env[0] == '0') return -1;
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+    const int n = CPU_COUNT(&allowed);
+    if (n < 2) return -1;
+    pool_allowed = allowed;
+    const int here = sched_getcpu();
+    const int c = pool_cpu_after(here, id); /* the allowed CPUs in order, counted on from the caller's */
+    if (c < 0) return -1;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    return pthread_attr_setaffinity_np(attr, sizeof one, &one) == 0 ? c : -1;
 #else
     (void)attr;
     (void)id;
+    return -1;
+#endif
+}
+
+/* Called by the caller with pool_dispatch held, before a job opens: a pinned worker of the job that
+ * shares the caller's CPU now (the caller moved there: it is not pinned) is moved to the CPU after the
+ * caller's, so that the job does not run its two halves on one CPU (a first run at 2 threads cost 1.7-2.7x
+ * a steady one when that happened, D131).  One sched_getcpu per job; a syscall only when they meet. */
+static void pool_unshare_cpu(int parts) {
+#if defined(MRT_PIN)
+    const int here = sched_getcpu();
+    if (here < 0) return;
+    for (int id = 1; id < parts; ++id) {
+        if (pool_cpu[id] != here) continue;
+        const int c = pool_cpu_after(here, id);
+        if (c < 0 || c == here) continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (pthread_setaffinity_np(pool_thread[id], sizeof one, &one) == 0) pool_cpu[id] = c;
+    }
+#else
+    (void)parts;
 #endif
 }
 
@@ -325,10 +368,16 @@ static int pool_ensure(int want) {
         pool_start_gen[id] = __atomic_load_n(&pool_generation, __ATOMIC_RELAXED);
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pool_pin(&attr, id);
+        const int cpu = pool_pin(&attr, id);
         int rc = pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)id);
         pthread_attr_destroy(&attr);
         if (rc != 0) break;
+#if defined(MRT_PIN)
+        pool_thread[id] = t;
+        pool_cpu[id] = cpu;
+#else
+        (void)cpu;
+#endif
         pool_workers = id;
     }
     int have = pool_workers + 1;
@@ -374,6 +423,7 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
         run_on_caller(fn, ctx, n, cancel);
         return;
     }
+    pool_unshare_cpu(parts);
     long chunks = mrt_chunks(n, parts);
     if (cancel && chunks < n) chunks = n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES;
     /* no worker is inside (the last job ended with pool_active at 0): the fields are ours */
