@@ -373,8 +373,7 @@ class Session:
         self.warmed_up = bool(warm_up) and self._warm_up(asked)
         # The kernels' worker threads now, as onnxruntime creates its pool with the session: created
         # during the first run's first layers, they were not yet running where the OS wanted them (D129).
-        if _native.available and (self.threads or _native.default_threads()) > 1:
-            _native.start_threads(self.threads or _native.default_threads())
+        _native.start_threads(self.threads)
 
     # The warm-up's run (D92) is dry (no kernel runs) unless the builder estimates the model's run
     # (``build.flops``) at most WARM_UP_WET_FLOPS: then it runs for real, its cost a millisecond or two,

@@ -48,8 +48,7 @@ def weight_only_inputs(node: ir.Node) -> tuple[tuple[int, ...], int]:
     if k in WEIGHT_ONLY_OPS:
         return WEIGHT_ONLY_OPS[k]
     if k in GEMM_OPS:
-        trans_b = node.attributes.get("transB")
-        return (1,), 0 if trans_b is not None and trans_b.value else 1
+        return (1,), 0 if int(irh.attr(node, "transB", 0)) else 1
     if k in MATMUL_OPS:
         w = node.inputs[1]
         return (1,), (len(w.shape) - 1 if w is not None and w.shape is not None else 1)

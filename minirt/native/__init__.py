@@ -181,15 +181,11 @@ def threads() -> int:
     return _tls.n
 
 
-def default_threads() -> int:
-    """The thread count of a session that does not choose one (the CPUs this process may use)."""
-    return _DEFAULT_THREADS
-
-
-def start_threads(n: int) -> int:
-    """Start the kernels' worker threads for ``n`` participants now (mrt_start_threads); the count
-    available, 1 without native kernels."""
-    return int(_lib.mrt_start_threads(int(n))) if available else 1
+def start_threads(n: int | None) -> int:
+    """Start the kernels' worker threads for ``n`` participants now (None: all CPUs, as set_threads), as
+    the first parallel job would (mrt_start_threads; 1 participant starts none); the count available,
+    1 without native kernels."""
+    return int(_lib.mrt_start_threads(_DEFAULT_THREADS if n is None else int(n))) if available else 1
 
 
 # --------------------------------------------------------------------------- recording (native programs)

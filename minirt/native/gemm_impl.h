@@ -686,6 +686,7 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
     float *pack = mrt_pack_buffer(((size_t)g->kc * g->nc + (ext ? (size_t)g->mc * ldcb + G_NR : 0)) * sizeof(float));
     if (!pack) return;
     float *cblock = pack + (size_t)g->kc * g->nc;
+    const long mblocks = g0->tiles / g->nblocks; /* (row blocks per matrix) */
     for (long item = begin; item < end; ++item) {
         long bi = item / g0->tiles, t = item % g0->tiles;
         if (bi != cur) { /* this matrix of the batch */
@@ -697,7 +698,6 @@ static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {
         }
         /* column (pixel) block major: the threads' contiguous shares of the tiles are then columns, for a
          * convolution the pixels that the layers around it split the same way (kernels.c, pool_range) */
-        const long mblocks = g0->tiles / g->nblocks;
         int jb = (int)(t / mblocks), ib = (int)(t % mblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;

@@ -278,8 +278,9 @@ static void *pool_worker(void *arg) {
 /* Worker `id` runs on one CPU of those this thread may use: the id-th after the CPU the creating thread
  * runs on (D131).  Left to the scheduler, a worker created or woken while the caller ran was often placed
  * on the caller's CPU and stayed there for milliseconds (a busy task is "cache hot" and not moved), so a
- * session's first run at 2 threads cost 1.7-2.2x a steady one on a 2-vCPU VM (pinned: 1.2-1.3x, steady
- * runs unchanged); the caller is not pinned, so the scheduler moves it off the worker's CPU instead.
+ * session's first run at 2 threads cost 1.7-2.2x a steady one on a 2-vCPU VM (pinned: 1.2-1.3x in some
+ * measurements, not all: D131; steady runs unchanged); the caller is not pinned, so the scheduler moves it
+ * off the worker's CPU instead.
  * onnxruntime pins its workers the same way by default.  Nothing is pinned with fewer than 2 CPUs, or
  * with MINIRT_PIN_THREADS=0 in the environment (a process that manages affinity itself). */
 #if defined(__linux__) && !defined(__ANDROID__) /* (bionic has no pthread_attr_setaffinity_np) */
@@ -310,9 +311,19 @@ static int pool_cpu_after(int here, int id) {
     return -1;
 }
 
+#if defined(MRT_PIN)
+/* The set of CPU c alone. */
+static cpu_set_t pool_one_cpu(int c) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    return one;
+}
+#endif
+
+/* The CPU worker `id` is to be created on (its attribute set so), or -1: not pinned. */
 static int pool_pin(pthread_attr_t *attr, int id) {
 #if defined(MRT_PIN)
-    pool_cpu[id] = -1;
     const char *env = getenv("MINIRT_PIN_THREADS");
     if (env && env[0] == '0') return -1;
     cpu_set_t allowed;
@@ -323,9 +334,7 @@ static int pool_pin(pthread_attr_t *attr, int id) {
     const int here = sched_getcpu();
     const int c = pool_cpu_after(here, id); /* the allowed CPUs in order, counted on from the caller's */
     if (c < 0) return -1;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(c, &one);
+    const cpu_set_t one = pool_one_cpu(c);
     return pthread_attr_setaffinity_np(attr, sizeof one, &one) == 0 ? c : -1;
 #else
     (void)attr;
@@ -346,9 +355,7 @@ static void pool_unshare_cpu(int parts) {
         if (pool_cpu[id] != here) continue;
         const int c = pool_cpu_after(here, id);
         if (c < 0 || c == here) continue;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
+        const cpu_set_t one = pool_one_cpu(c);
         if (pthread_setaffinity_np(pool_thread[id], sizeof one, &one) == 0) pool_cpu[id] = c;
     }
 #else
