@@ -671,7 +671,18 @@ static MRT_TARGET void FN(sgemm_dot_tail)(const FN(sgemm_args) *g, int kb, const
 static inline MRT_TARGET void FN(sgemm_prefetch_a)(const float *a, long lda, int rows, int kb, int part, int parts) {
     const int lines = (kb + 15) / 16, total = rows * lines;
     const int lo = (int)((long)total * part / parts), hi = (int)((long)total * (part + 1) / parts);
-    for (int i = lo; i < hi; ++i) __builtin_prefetch(a + (long)(i / lines) * lda + (i % lines) * 16, 0, 2);
+    if (lo >= hi) return;
+    /* line i of the tile is line i % lines of row i / lines: one division for the first, then counters
+     * (not a division per line) */
+    int row = lo / lines, line = lo % lines;
+    const float *r = a + (long)row * lda;
+    for (int i = lo; i < hi; ++i) {
+        __builtin_prefetch(r + line * 16, 0, 2);
+        if (++line == lines) {
+            line = 0;
+            r += lda;
+        }
+    }
 }
 
 static MRT_TARGET void FN(sgemm_task)(void *ctx, long begin, long end) {

@@ -351,17 +351,9 @@ static MRT_TARGET void FN(maxpool2x2_task)(void *ctx, long begin, long end) {
     }
 }
 
-/* MaxPool with stride 2 and no dilation (3x3 / stride 2: ResNet's and SqueezeNet's pools), one
- * output row at a time: the maximum of its kh input rows (those inside the image) into a line with
- * -inf margins of the padding (and past the right edge: ceil_mode windows), one contiguous
- * branch-free loop, then each output the maximum of its kw neighbours on that line.  maxpool_task's
- * kh x kw strided passes per output row: SqueezeNet's three 3x3 / 2 pools (64@111, 128@55, 256@27,
- * ceil_mode) 1.76 + 1.13 + 0.63 -> 0.65 + 0.37 + 0.24 ms at one thread on AVX2, ResNet's (64@112,
- * pads 1) 1.7 -> 0.45 (onnxruntime's three: 0.45 in all).  The same select as max_strided (NaN
- * sticks).  Items are planes.  Rows of 8 floats or more end on a vector overlapping the one before
- * it instead of a scalar tail: 128 @55x55 (ceil) 0.30 -> 0.19 ms, 64 @111x111 0.43 -> 0.34; rows of
- * whole vectors unchanged (64 @112x112 0.20-0.22). */
-#define MRT_POOL_S2_LINE 4096 /* floats of a line (the row plus margins), on the stack */
+/* 8-float vectors of the stride-2 max pool below (GCC / clang vector extensions: every ISA level's copy
+ * gets its own instructions).  Rows of 8 floats or more end on a vector overlapping the one before it
+ * instead of a scalar tail: 128 @55x55 (ceil) 0.30 -> 0.19 ms, 64 @111x111 0.43 -> 0.34. */
 typedef float FN(pool_v8) __attribute__((vector_size(32)));
 typedef float FN(pool_v8u) __attribute__((vector_size(32), aligned(4)));
 typedef int FN(pool_v8i) __attribute__((vector_size(32)));
@@ -397,75 +389,98 @@ static inline MRT_TARGET void FN(pool_s2_k3_8)(const float *line, int ox, float 
     *(FN(pool_v8u) *)(out + ox) = m;
 }
 
+/* line[pl + j] = the maximum of input column j over the nrows rows (nrows >= 1), for j < cols: whole
+ * vectors, the last one overlapping the one before it (taking the maximum twice changes nothing), each
+ * position stored once with every row's maximum taken in registers (a row's stores are not read back by
+ * the next row's loads: no store-to-load forwarding stalls) */
+static inline MRT_TARGET void FN(pool_s2_rows)(const float *const *rows, int nrows, int cols, float *restrict mid) {
+    if (cols < 8) {
+        for (int j = 0; j < cols; ++j) {
+            float m = rows[0][j];
+            for (int r = 1; r < nrows; ++r) {
+                const float v = rows[r][j];
+                m = ((v > m) | (v != v)) ? v : m;
+            }
+            mid[j] = m;
+        }
+        return;
+    }
+    for (int j = 0;; j += 8) {
+        if (j > cols - 8) j = cols - 8;
+        FN(pool_v8) m = *(const FN(pool_v8u) *)(rows[0] + j);
+        for (int r = 1; r < nrows; ++r) {
+            const FN(pool_v8) v = *(const FN(pool_v8u) *)(rows[r] + j);
+            POOL_VMAX(FN(pool_v8i), m, v);
+        }
+        *(FN(pool_v8u) *)(mid + j) = m;
+        if (j == cols - 8) break;
+    }
+}
+
+/* out[ox] = the maximum of line[2 ox .. 2 ox + kw - 1], ox < ow */
+static inline MRT_TARGET void FN(pool_s2_cols)(const float *line, int ow, int kw, float *restrict out) {
+    if (kw == 3 && ow >= 8) {
+        /* 8 outputs at a time (FN(pool_s2_k3_8)); the last 8 overlap the ones before them (the same
+         * outputs written twice) instead of a scalar tail.  Its loads end at line[2 ow + 7] < span + 8. */
+        for (int ox = 0;; ox += 8) {
+            if (ox > ow - 8) ox = ow - 8;
+            FN(pool_s2_k3_8)(line, ox, out);
+            if (ox == ow - 8) break;
+        }
+        return;
+    }
+    for (int ox = 0; ox < ow; ++ox) {
+        float m = line[2 * ox];
+        for (int kx = 1; kx < kw; ++kx) {
+            const float v = line[2 * ox + kx];
+            m = ((v > m) | (v != v)) ? v : m;
+        }
+        out[ox] = m;
+    }
+}
+
+/* MaxPool with stride 2 in width and no dilation (3x3 / stride 2: ResNet's and SqueezeNet's pools), one
+ * output row at a time: the maximum of its kh input rows (those inside the image) into a line with -inf
+ * margins of the padding (and past the right edge: ceil_mode windows), FN(pool_s2_rows), then each output
+ * the maximum of its kw neighbours on that line, FN(pool_s2_cols).  maxpool_task's kh x kw strided passes
+ * per output row: SqueezeNet's three 3x3 / 2 pools (64@111, 128@55, 256@27, ceil_mode) 1.76 + 1.13 + 0.63
+ * -> 0.65 + 0.37 + 0.24 ms at one thread on AVX2, ResNet's (64@112, pads 1) 1.7 -> 0.45.  The same select
+ * as max_strided (NaN sticks).  Items are planes.
+ *
+ * Two lines, the columns pass one row behind the rows pass: the columns pass reads the line at 2 ox
+ * (unaligned to the rows pass's stores, which start at the padding's offset and overlap at the end), and
+ * reading a line just written stalled every load on a store it only partly covers (no forwarding):
+ * 256@27x27 -> 13x13 took 199 us (60 ns per output row) against onnxruntime's 64.  A row later the stores
+ * have reached the cache. */
+#define MRT_POOL_S2_LINE 4096 /* floats of a line (the row plus margins), on the stack */
+
 static MRT_TARGET void FN(maxpool_s2_task)(void *ctx, long begin, long end) {
     const FN(pool_args) *a = (const FN(pool_args) *)ctx;
-    const int ow = a->ow, wd = a->wd, kw = a->kw, pl = a->pl;
-    float line[MRT_POOL_S2_LINE + 8]; /* (+ 8: the vector loop's last load reads 7 floats past span) */
+    const int ow = a->ow, wd = a->wd, kw = a->kw, kh = a->kh, pl = a->pl;
+    /* (+ 8: the vector loop's last load reads 7 floats past span) */
+    float lines[2][MRT_POOL_S2_LINE + 8];
     const int span = 2 * (ow - 1) + kw; /* line floats the outputs read, from column -pl */
-    for (int j = 0; j < span + 8; ++j) line[j] = -INFINITY;
-    float *restrict mid = line + pl; /* input column j at mid[j] */
+    for (int j = 0; j < span + 8; ++j) lines[0][j] = lines[1][j] = -INFINITY;
     const int cols = wd < span - pl ? wd : span - pl; /* input columns any window reads */
+    const float *rows[64]; /* (kh <= 64: FN(pool2d) sends larger windows to maxpool_task) */
     for (long p = begin; p < end; ++p) {
         const float *xp = a->x + p * (long)a->h * wd;
         float *yp = a->y + p * (long)a->oh * ow;
-        for (int oy = 0; oy < a->oh; ++oy) {
-            int first = 1;
-            for (int ky = 0; ky < a->kh; ++ky) {
-                const int iy = oy * a->sh - a->pt + ky;
-                if (iy < 0 || iy >= a->h) continue;
-                const float *restrict row = xp + (long)iy * wd;
-                if (first) {
-                    memcpy(mid, row, sizeof(float) * (size_t)cols);
-                    first = 0;
-                } else if (cols >= 8) {
-                    /* whole vectors, the last one overlapping the one before it (taking the maximum
-                     * twice changes nothing): no scalar tail per row (rows of 27-111 floats) */
-                    for (int j = 0;; j += 8) {
-                        if (j > cols - 8) j = cols - 8;
-                        FN(pool_v8) m = *(const FN(pool_v8u) *)(mid + j);
-                        const FN(pool_v8) v = *(const FN(pool_v8u) *)(row + j);
-                        POOL_VMAX(FN(pool_v8i), m, v);
-                        *(FN(pool_v8u) *)(mid + j) = m;
-                        if (j == cols - 8) break;
-                    }
-                } else {
-                    for (int j = 0; j < cols; ++j) {
-                        float v = row[j], m = mid[j];
-                        mid[j] = ((v > m) | (v != v)) ? v : m;
-                    }
+        int pending = 0; /* the previous row's line holds its rows' maximum, its outputs not yet written */
+        for (int oy = 0; oy <= a->oh; ++oy) {
+            int nrows = 0;
+            if (oy < a->oh) {
+                for (int ky = 0; ky < kh; ++ky) {
+                    const int iy = oy * a->sh - a->pt + ky;
+                    if (iy >= 0 && iy < a->h) rows[nrows++] = xp + (long)iy * wd;
                 }
+                if (nrows > 0) FN(pool_s2_rows)(rows, nrows, cols, lines[oy & 1] + pl);
             }
-            float *restrict out = yp + (long)oy * ow;
-            if (first) { /* no input row (cannot happen for valid pads): -inf as maxpool_task */
+            if (pending) FN(pool_s2_cols)(lines[(oy - 1) & 1], ow, kw, yp + (long)(oy - 1) * ow);
+            pending = nrows > 0;
+            if (oy < a->oh && nrows == 0) { /* no input row (cannot happen for valid pads): -inf as maxpool_task */
+                float *out = yp + (long)oy * ow;
                 for (int ox = 0; ox < ow; ++ox) out[ox] = -INFINITY;
-                continue;
-            }
-            if (kw == 3 && ow >= 8) {
-                /* 8 outputs at a time (FN(pool_s2_k3_8)); the last 8 overlap the ones before them (the same
-                 * outputs written twice) instead of a scalar tail.  Its loads end at line[2 ow + 7] < span + 8. */
-                for (int ox = 0;; ox += 8) {
-                    if (ox > ow - 8) ox = ow - 8;
-                    FN(pool_s2_k3_8)(line, ox, out);
-                    if (ox == ow - 8) break;
-                }
-            } else if (kw == 3) {
-                int ox = 0;
-                for (; ox + 8 <= ow; ox += 8) FN(pool_s2_k3_8)(line, ox, out);
-                for (; ox < ow; ++ox) {
-                    float m = line[2 * ox], v = line[2 * ox + 1];
-                    m = ((v > m) | (v != v)) ? v : m;
-                    v = line[2 * ox + 2];
-                    out[ox] = ((v > m) | (v != v)) ? v : m;
-                }
-            } else {
-                for (int ox = 0; ox < ow; ++ox) {
-                    float m = line[2 * ox];
-                    for (int kx = 1; kx < kw; ++kx) {
-                        float v = line[2 * ox + kx];
-                        m = ((v > m) | (v != v)) ? v : m;
-                    }
-                    out[ox] = m;
-                }
             }
         }
     }
@@ -479,7 +494,7 @@ static void FN(pool2d)(int is_max, const float *x, float *y, int nc, int h, int 
         mrt_parallel_for((long)nc * oh, (long)ow * 4, nthreads, FN(maxpool2x2_task), &a);
         return;
     }
-    if (is_max && sw == 2 && dh == 1 && dw == 1 && pl >= 0 && pl < kw && 2 * (ow - 1) + kw <= MRT_POOL_S2_LINE &&
+    if (is_max && sw == 2 && dh == 1 && dw == 1 && kh <= 64 && pl >= 0 && pl < kw && 2 * (ow - 1) + kw <= MRT_POOL_S2_LINE &&
         wd + pl <= MRT_POOL_S2_LINE && ow > 0) {
         mrt_parallel_for(nc, (long)oh * ow * kh * kw, nthreads, FN(maxpool_s2_task), &a);
         return;
