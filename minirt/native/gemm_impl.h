@@ -225,9 +225,9 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, f
         FN(vf) erfc = FN(vsel)(zz < z, 2.0f - e, e);
         return 0.5f * v * erfc;
     }
-    case MRT_ACT_GELU_TANH: {
+    case MRT_ACT_GELU_TANH: { /* (x / (1 + e), not x * (1 / (1 + e)): see act_row) */
         FN(vf) u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-        return v * (one / (one + FN(vexp)(-2.0f * u)));
+        return v / (one + FN(vexp)(-2.0f * u));
     }
     case MRT_ACT_TANH: { /* as in act_row: the exp form from |x| >= 1/4, the odd series below */
         FN(vf) ax = FN(vsel)(v < z, -v, v);

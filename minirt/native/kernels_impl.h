@@ -105,12 +105,13 @@ static MRT_TARGET void FN(act_row)(float *restrict y, long n, int act, float a0,
         }
         break;
     case MRT_ACT_GELU_TANH:
-        /* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)) */
+        /* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)), one division: below x = -10 exp(-2u) reaches its clamp
+         * (exp(88)) and 1 / (1 + e) would be a subnormal 6e-39, whose multiplication by x cost a
+         * microcode assist per value (magika's Gelu after its conv, 260K values: 485 -> 145 us) */
         for (i = 0; i < n; ++i) {
             float x = y[i];
             float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-            float s = 1.0f / (1.0f + FN(expf_approx)(-2.0f * u));
-            y[i] = x * s;
+            y[i] = x / (1.0f + FN(expf_approx)(-2.0f * u));
         }
         break;
     case MRT_ACT_TANH:
