@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import functools
 import math
-import mmap
 import threading
 
 import numpy as np
 
-from minirt import memplan
+from minirt import memplan, pages
 from minirt.errors import ResourceError
 
 
@@ -49,25 +48,15 @@ class Arena:
             del programs[next(iter(programs))]
 
 
-# numpy asks the kernel for transparent huge pages (madvise) for its buffers from 4 MB on.  Faulting
-# those in is usually cheaper than 4 KB pages (24 MB: ~2.5 ms against ~10 ms), but on a virtual
-# machine a huge page is a free 2 MB block that the guest may have handed back to the hypervisor
-# (free page reporting works on such blocks), and its first touch then faults on the host too:
-# 113 MB took 250-290 ms instead of 7 ms now and then (no compaction: compact_stall stayed 0).
-# Whisper-tiny's 113 MB arena made its first run 2.2-2.5x a steady one that way, 1.3-1.4x with plain
-# pages, while wav2vec2's 13 MB and PP-OCR det's 25 MB arenas were 8-16 ms faster to fault in with
-# the advice.  So: only big arenas go without it (D85).
-_PLAIN_PAGES_FROM_BYTES = 64 << 20
 
 
 def _arena_memory(nbytes: int) -> np.ndarray:
-    """``nbytes`` of uninitialised memory: numpy's allocator up to ``_PLAIN_PAGES_FROM_BYTES``, a
-    private anonymous mapping without the huge-page advice above (a kernel whose policy is ``always``
-    still backs it with huge pages, without the stall)."""
+    """``nbytes`` of uninitialised memory: numpy's allocator (which advises huge pages from 4 MB on) up to
+    ``pages.PLAIN_PAGES_FROM_BYTES``, a private anonymous mapping without the advice above (D85)."""
     try:
-        if nbytes < _PLAIN_PAGES_FROM_BYTES:
+        if nbytes < pages.PLAIN_PAGES_FROM_BYTES:
             return np.empty(nbytes, dtype=np.uint8)
-        return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)  # (the array keeps the mapping alive)
+        return np.frombuffer(pages.anonymous(nbytes), dtype=np.uint8)  # (the array keeps the mapping alive)
     except (MemoryError, OSError) as exc:  # (found by fuzzing: a process under an address-space limit)
         raise ResourceError(f"the memory plan's arena of {nbytes:,} bytes could not be allocated ({exc})") from None
 

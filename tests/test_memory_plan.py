@@ -508,8 +508,9 @@ def test_big_arenas_are_not_advised_huge_pages():
     # numpy advises huge pages for its large buffers ("hg"), and under the usual defrag=madvise a
     # first touch may then stall in compaction: a big arena (64 MB and more) comes without that advice (D85)
     from minirt import arena as arena_mod
+    from minirt import pages
 
-    nbytes = arena_mod._PLAIN_PAGES_FROM_BYTES
+    nbytes = pages.PLAIN_PAGES_FROM_BYTES
     big = arena_mod._arena_memory(nbytes)
     big[::4096] = 1  # written through: the mapping is ordinary private memory
     assert big.nbytes == nbytes and big.flags.writeable
@@ -520,3 +521,24 @@ def test_big_arenas_are_not_advised_huge_pages():
         assert "hg" in (_vm_flags_of(reference.ctypes.data + nbytes // 2) or [])
         smaller = arena_mod._arena_memory(16 << 20)  # (smaller arenas keep numpy's advice, cheaper to fault)
         assert "hg" in (_vm_flags_of(smaller.ctypes.data + (8 << 20)) or [])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc/self/smaps")
+def test_a_big_private_copy_of_the_file_is_not_advised_huge_pages():
+    # the session's private copy of its file (D97) follows the arena's rule (minirt.pages, D134): a
+    # 93 MB ResNet-18 artifact read into huge pages took 330-530 ms now and then on a virtual machine
+    from minirt import pages
+
+    thp = "/sys/kernel/mm/transparent_hugepage/enabled"
+    thp_on = os.path.exists(thp) and "[never]" not in open(thp).read()
+    for nbytes, advised in ((pages.PLAIN_PAGES_FROM_BYTES, False), (16 << 20, True)):
+        buf = pages.anonymous(nbytes)
+        view = np.frombuffer(buf, dtype=np.uint8)
+        flags = _vm_flags_of(view.ctypes.data + nbytes // 2)
+        assert flags is not None
+        if advised and thp_on:
+            assert "hg" in flags, flags
+        if not advised:
+            assert "hg" not in flags, flags
+        del view
+        buf.close()

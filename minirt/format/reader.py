@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
+from minirt import pages
 from minirt.errors import ChecksumError, FormatError, MissingFile, UnsupportedType, VersionError
 from minirt.format import schema as S
 
@@ -732,15 +733,10 @@ class MappedFile:
 def _private_copy(f, path: str, size: int) -> tuple[Any, memoryview]:
     """The whole file read into this process's memory: (the buffer to keep alive, a read-only view of it;
     tensor views must not be written, as with a mapping).  Anonymous pages, page-aligned (the alignment the
-    format gives tensors within the file), as huge pages where the system has them on request: reading
-    resnet18's 93 MB took 75-90 ms into 4 KiB pages (a page fault each), 32-50 ms into 2 MiB ones."""
-    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    buf = mmap.mmap(-1, size, flags=flags) if flags else mmap.mmap(-1, size)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            buf.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:  # (a kernel without transparent huge pages)
-            pass
+    format gives tensors within the file), as huge pages below 64 MB (minirt.pages: reading resnet18's
+    93 MB took 75-90 ms into 4 KiB pages, a page fault each, 32-50 ms into 2 MiB ones, but now and then
+    330-530 ms on a virtual machine whose free huge pages were handed back to the hypervisor, D134)."""
+    buf = pages.anonymous(size)
     view, done = memoryview(buf), 0
     while done < size:
         n = f.readinto(view[done:])
