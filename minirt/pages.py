@@ -6,15 +6,16 @@ virtual machine a huge page is a free 2 MB block that the guest may have handed 
 (free page reporting works on such blocks), and its first touch then faults on the host too: 113 MB took
 250-290 ms instead of 7 ms now and then (no compaction: compact_stall stayed 0).  Whisper-tiny's 113 MB
 arena made its first run 2.2-2.5x a steady one that way (D85), and reading ResNet-18's 93 MB artifact
-into an advised copy took 330-530 ms instead of 42 in one process of three (D134), while wav2vec2's 13 MB
-and PP-OCR det's 25 MB arenas were 8-16 ms faster to fault in with the advice.  So: only big buffers go
-without it.  numpy advises its own buffers from 4 MB on.
+into an advised copy took 330-530 ms instead of 42 in one process of three, Whisper-tiny's 61 MB 65-308 ms
+against a steady 72-84 without the advice (D134), while wav2vec2's 13 MB and PP-OCR det's 25 MB arenas
+were 8-16 ms faster to fault in with it.  So: buffers of 32 MB and more go without it.  numpy advises its
+own buffers from 4 MB on.
 """
 from __future__ import annotations
 
 import mmap
 
-PLAIN_PAGES_FROM_BYTES = 64 << 20
+PLAIN_PAGES_FROM_BYTES = 32 << 20
 
 
 def anonymous(nbytes: int) -> mmap.mmap:

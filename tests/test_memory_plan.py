@@ -506,7 +506,7 @@ def _vm_flags_of(address: int) -> list[str] | None:
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc/self/smaps")
 def test_big_arenas_are_not_advised_huge_pages():
     # numpy advises huge pages for its large buffers ("hg"), and under the usual defrag=madvise a
-    # first touch may then stall in compaction: a big arena (64 MB and more) comes without that advice (D85)
+    # first touch may then stall in compaction: a big arena (32 MB and more) comes without that advice (D85, D134)
     from minirt import arena as arena_mod
     from minirt import pages
 

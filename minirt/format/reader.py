@@ -733,7 +733,7 @@ class MappedFile:
 def _private_copy(f, path: str, size: int) -> tuple[Any, memoryview]:
     """The whole file read into this process's memory: (the buffer to keep alive, a read-only view of it;
     tensor views must not be written, as with a mapping).  Anonymous pages, page-aligned (the alignment the
-    format gives tensors within the file), as huge pages below 64 MB (minirt.pages: reading resnet18's
+    format gives tensors within the file), as huge pages below 32 MB (minirt.pages: reading resnet18's
     93 MB took 75-90 ms into 4 KiB pages, a page fault each, 32-50 ms into 2 MiB ones, but now and then
     330-530 ms on a virtual machine whose free huge pages were handed back to the hypervisor, D134)."""
     buf = pages.anonymous(size)
