@@ -48,11 +48,10 @@ class Arena:
             del programs[next(iter(programs))]
 
 
-
-
 def _arena_memory(nbytes: int) -> np.ndarray:
     """``nbytes`` of uninitialised memory: numpy's allocator (which advises huge pages from 4 MB on) up to
-    ``pages.PLAIN_PAGES_FROM_BYTES``, a private anonymous mapping without the advice above (D85)."""
+    ``pages.PLAIN_PAGES_FROM_BYTES``, a private anonymous mapping without the advice from there on
+    (minirt.pages: D85, D134)."""
     try:
         if nbytes < pages.PLAIN_PAGES_FROM_BYTES:
             return np.empty(nbytes, dtype=np.uint8)

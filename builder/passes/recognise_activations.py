@@ -48,6 +48,14 @@ def _only_reader(v: ir.Value) -> ir.Node | None:
     return irh.single_use(v)
 
 
+def _input_beside(node: ir.Node, want: float) -> ir.Value | None:
+    """The input of two-input ``node`` whose other input is a one-element constant close to ``want``."""
+    for side in (0, 1):
+        if _close(irh.scalar(node.inputs[1 - side]), want):
+            return node.inputs[side]
+    return None
+
+
 def _constants_fit(nodes: list[ir.Node], x: ir.Value) -> bool:
     """Whether no constant input of ``nodes`` has more dimensions than ``x`` (a (1, 1, 1) one beside
     a rank-2 x makes the subgraph's result rank 3, the activation's rank 2)."""
@@ -139,10 +147,7 @@ class RecogniseActivations(Pass):
         add = _producer(clip.inputs[0], "Add")
         if add is None or _only_reader(add.outputs[0]) is not clip:
             return None
-        x = None
-        for side in (0, 1):
-            if _close(irh.scalar(add.inputs[1 - side]), 3.0):
-                x = add.inputs[side]
+        x = _input_beside(add, 3.0)
         if x is None:
             return None
         r = _only_reader(clip.outputs[0])
@@ -177,10 +182,7 @@ class RecogniseActivations(Pass):
                 return None
             x = pre.inputs[0]
         else:
-            x = None
-            for side in (0, 1):
-                if _close(irh.scalar(pre.inputs[1 - side]), 1 / math.sqrt(2)):
-                    x = pre.inputs[side]
+            x = _input_beside(pre, 1 / math.sqrt(2))
             if x is None:
                 return None
         tail = self._gelu_tail(x, erf)
@@ -193,10 +195,7 @@ class RecogniseActivations(Pass):
         pre = _producer(tanh.inputs[0], "Mul")  # sqrt(2/pi) * inner
         if pre is None or _only_reader(pre.outputs[0]) is not tanh:
             return None
-        inner = None
-        for side in (0, 1):
-            if _close(irh.scalar(pre.inputs[1 - side]), math.sqrt(2 / math.pi)):
-                inner = pre.inputs[side]
+        inner = _input_beside(pre, math.sqrt(2 / math.pi))
         add = _producer(inner, "Add")  # x + 0.044715 x^3
         if add is None or _only_reader(inner) is not pre:
             return None

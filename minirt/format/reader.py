@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
 from minirt import pages
+from minirt.dtypes import EXTENDED_CODES, ONNX_TO_NUMPY, onnx_type_name
 from minirt.errors import ChecksumError, FormatError, MissingFile, UnsupportedType, VersionError
 from minirt.format import schema as S
 
