@@ -308,10 +308,15 @@ def test_model_opens_its_mrt_and_a_lone_mrt(models, prompt, tmp_path):
     assert alone.vocab_size == md.SIZES["tiny"]["vocab"] and alone.io.share_buffer
     assert alone.config.context_length == md.SIZES["tiny"]["context"]  # (the rotary cache's positions)
     assert alone.config.eos_token_ids == []  # (no tokenizer files beside it)
-    assert generate(mg, alone, prompt, 20)[0] == ref
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(model.path, name), tmp_path / name)
-    assert mg.Model(str(lone)).config.eos_token_ids == [md.EOS_ID]
+    with_tokenizer = mg.Model(str(lone))  # (still no genai_config.json: only the EOS ids come from its files)
+    assert with_tokenizer.config.eos_token_ids == [md.EOS_ID]
+    # The same tokens as the folder's model, both knowing EOS (min_length keeps it out of both). Without
+    # the tokenizer files the lone model does not know EOS, so it may pick it where the folder's model takes
+    # the next best: whether this random model's argmax ever is EOS depended on the prompt's ids, which come
+    # from a tokenizer trained on docs/ and README.md (a README edit made it so).
+    assert generate(mg, with_tokenizer, prompt, 20)[0] == ref
 
 
 def test_decoder_filename_may_name_an_mrt(models, decoders, prompt, tmp_path):
