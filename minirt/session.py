@@ -364,6 +364,12 @@ class Session:
         # Inputs the builder specialised the graph for (--input-value): name -> the value runs must feed.
         pinned = self._artifact.metadata.get("pinned_inputs")
         self._pinned = _pinned_values(pinned) if pinned else None
+        # BLAS at 1 thread whenever the native kernels run (see _run), from now on: and OpenBLAS's idle
+        # workers stopped, which spin for ~0.1 s after numpy's import and took a core from the warm-up
+        # and the first runs (D136).
+        if _native.available:
+            _blas.set_threads(1)
+            _blas.stop_idle_threads()
         # Warm-up (D90, D92): a fixed-shape model records its program here, so that its first run replays
         self._warming_up = False  # (while _warm_up runs: its run records the program in the same pass)
         asked = warm_up is True

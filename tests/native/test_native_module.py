@@ -183,3 +183,50 @@ def test_blas_probe_finds_the_library_numpy_loaded_and_loads_none():
     bound = r["status"].split(" via ", 1)[1].split(" (", 1)[0]
     assert bound in {os.path.basename(p) for p in r["before"]}
     assert r["threads"] == 1
+
+
+BLAS_STOP_CHILD = textwrap.dedent(
+    """
+    import json, os, threading
+    import numpy as np
+    from minirt.native import blas
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    a = np.random.default_rng(0).random((400, 400))
+    blas.set_threads(2)
+    a @ a  # a threaded call: OpenBLAS's workers exist (and spin for a while)
+    r = {"status": blas.status, "has_shutdown": blas._shutdown is not None, "with_workers": threads()}
+    r["refused_at_2"] = not blas.stop_idle_threads()  # BLAS still threaded: nothing stopped
+    blas.set_threads(1)
+    event = threading.Event()
+    other = threading.Thread(target=event.wait)
+    other.start()
+    r["refused_beside_a_thread"] = not blas.stop_idle_threads()
+    event.set()
+    other.join()
+    r["stopped"] = blas.stop_idle_threads()
+    r["after_stop"] = threads()
+    blas.set_threads(2)  # OpenBLAS starts its workers again by itself, with correct products
+    r["product_ok"] = bool(np.allclose(a @ a, np.einsum("ij,jk->ik", a, a)))
+    r["restarted"] = threads()
+    print(json.dumps(r))
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc/self/task (Linux)")
+def test_blas_idle_workers_stop_and_come_back():
+    """stop_idle_threads (D136) stops OpenBLAS's workers only with BLAS at 1 thread and no other Python
+    thread; a later threaded product starts them again and is right."""
+    proc = subprocess.run([sys.executable, "-c", BLAS_STOP_CHILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not (r["status"].startswith("OpenBLAS") and r["has_shutdown"]):
+        pytest.skip(f"no OpenBLAS with blas_thread_shutdown_ behind this numpy: {r['status']}")
+    if r["with_workers"] < 2:
+        pytest.skip("OpenBLAS started no workers here (1 CPU)")
+    assert r["refused_at_2"] and r["refused_beside_a_thread"]
+    assert r["stopped"] and r["after_stop"] < r["with_workers"]
+    assert r["product_ok"] and r["restarted"] == r["with_workers"]
