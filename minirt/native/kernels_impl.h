@@ -210,6 +210,8 @@ typedef struct {
     float *y;
     int h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ch0, ch1, cw0, cw1;
     float scale;
+    long nc;    /* planes (FN(maxpool_s2_task)'s items are bands x planes) */
+    int nbands; /* bands of output rows per plane (FN(maxpool_s2_task)), 1: whole planes */
 } FN(pool_args);
 
 /* acc[lo:hi] = max(acc, row[ox*s + off]).  ((v > m) | (v != v)) ? v : m is
@@ -454,7 +456,18 @@ static inline MRT_TARGET void FN(pool_s2_cols)(const float *line, int ow, int kw
  * 256@27x27 -> 13x13 took 199 us (60 ns per output row) against onnxruntime's 64.  A row later the stores
  * have reached the cache. */
 #define MRT_POOL_S2_LINE 4096 /* floats of a line (the row plus margins), on the stack */
+/* Output planes of at least this many pixels are split between threads by bands of rows, smaller ones by
+ * planes (as depthwise layers, dwconv_impl.h DW_BAND_SPLIT_PIXELS): on smaller planes the layers before
+ * may have split by channels (GEMM row blocks), and SqueezeNet's last pool (256@27x27 -> 13x13) took
+ * 64 us at 2 threads in bands against 52 by planes. */
+#define MRT_POOL_BAND_PIXELS 2048
 
+/* Items: band-major (band, plane) pairs, a band being a range of output rows of every plane: with
+ * threads, participant p of mrt_parallel_for gets band p of every plane, the rows of the image that the
+ * convolution before the pool (its GEMM splits the pixels in order, kernels.c, pool_range) wrote on
+ * p's core.  Split by planes, half of each thread's input came from the other core's cache: SqueezeNet's
+ * first pool (64@111x111 -> 55x55 after its first conv) took 164-169 us at 2 threads (229 at 1), in
+ * bands 137-141.  Small planes stay whole (MRT_POOL_BAND_PIXELS). */
 static MRT_TARGET void FN(maxpool_s2_task)(void *ctx, long begin, long end) {
     const FN(pool_args) *a = (const FN(pool_args) *)ctx;
     const int ow = a->ow, wd = a->wd, kw = a->kw, kh = a->kh, pl = a->pl;
@@ -464,13 +477,15 @@ static MRT_TARGET void FN(maxpool_s2_task)(void *ctx, long begin, long end) {
     for (int j = 0; j < span + 8; ++j) lines[0][j] = lines[1][j] = -INFINITY;
     const int cols = wd < span - pl ? wd : span - pl; /* input columns any window reads */
     const float *rows[64]; /* (kh <= 64: FN(pool2d) sends larger windows to maxpool_task) */
-    for (long p = begin; p < end; ++p) {
+    for (long item = begin; item < end; ++item) {
+        const long p = item % a->nc, band = item / a->nc;
+        const int oy0 = (int)(band * a->oh / a->nbands), oy1 = (int)((band + 1) * a->oh / a->nbands);
         const float *xp = a->x + p * (long)a->h * wd;
         float *yp = a->y + p * (long)a->oh * ow;
         int pending = 0; /* the previous row's line holds its rows' maximum, its outputs not yet written */
-        for (int oy = 0; oy <= a->oh; ++oy) {
+        for (int oy = oy0; oy <= oy1; ++oy) {
             int nrows = 0;
-            if (oy < a->oh) {
+            if (oy < oy1) {
                 for (int ky = 0; ky < kh; ++ky) {
                     const int iy = oy * a->sh - a->pt + ky;
                     if (iy >= 0 && iy < a->h) rows[nrows++] = xp + (long)iy * wd;
@@ -479,7 +494,7 @@ static MRT_TARGET void FN(maxpool_s2_task)(void *ctx, long begin, long end) {
             }
             if (pending) FN(pool_s2_cols)(lines[(oy - 1) & 1], ow, kw, yp + (long)(oy - 1) * ow);
             pending = nrows > 0;
-            if (oy < a->oh && nrows == 0) { /* no input row (cannot happen for valid pads): -inf as maxpool_task */
+            if (oy < oy1 && nrows == 0) { /* no input row (cannot happen for valid pads): -inf as maxpool_task */
                 float *out = yp + (long)oy * ow;
                 for (int ox = 0; ox < ow; ++ox) out[ox] = -INFINITY;
             }
@@ -490,14 +505,20 @@ static MRT_TARGET void FN(maxpool_s2_task)(void *ctx, long begin, long end) {
 static void FN(pool2d)(int is_max, const float *x, float *y, int nc, int h, int wd, int kh, int kw, int sh, int sw,
                        int dh, int dw, int pt, int pl, int oh, int ow, int ch0, int ch1, int cw0, int cw1, float scale,
                        int nthreads) {
-    FN(pool_args) a = {x, y, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ch0, ch1, cw0, cw1, scale};
+    FN(pool_args) a = {x, y, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, ch0, ch1, cw0, cw1, scale, nc, 1};
     if (is_max && kh == 2 && kw == 2 && sh == 2 && sw == 2 && pt == 0 && pl == 0 && h == 2 * oh && wd == 2 * ow) {
         mrt_parallel_for((long)nc * oh, (long)ow * 4, nthreads, FN(maxpool2x2_task), &a);
         return;
     }
     if (is_max && sw == 2 && dh == 1 && dw == 1 && kh <= 64 && pl >= 0 && pl < kw && 2 * (ow - 1) + kw <= MRT_POOL_S2_LINE &&
         wd + pl <= MRT_POOL_S2_LINE && ow > 0) {
-        mrt_parallel_for(nc, (long)oh * ow * kh * kw, nthreads, FN(maxpool_s2_task), &a);
+        /* one band per thread (items in the order of FN(maxpool_s2_task)) on outputs of
+         * MRT_POOL_BAND_PIXELS or more, else whole planes */
+        const int parts = nthreads < MRT_MAX_THREADS ? nthreads : MRT_MAX_THREADS;
+        a.nbands = (long)oh * ow < MRT_POOL_BAND_PIXELS ? 1 : parts < oh ? parts : oh;
+        if (a.nbands < 1) a.nbands = 1;
+        mrt_parallel_for((long)nc * a.nbands, (long)(oh / a.nbands) * ow * kh * kw, nthreads, FN(maxpool_s2_task),
+                         &a);
         return;
     }
     mrt_parallel_for(nc, (long)oh * ow * kh * kw, nthreads, is_max ? FN(maxpool_task) : FN(avgpool_task), &a);

@@ -1,5 +1,7 @@
 """The stride-2 MaxPool path of the native pool (FN(maxpool_s2_task): vertical maxima into a line with
--inf margins, then the kw neighbours of each output) against the numpy kernel."""
+-inf margins, then the kw neighbours of each output) against the numpy kernel.  Outputs of 2,048 pixels
+or more are split between threads by bands of rows (MRT_POOL_BAND_PIXELS), smaller ones by planes: the
+`threads` fixture (1, 2, 3) runs both, and band edges on odd row counts."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,6 +19,8 @@ CASES = [  # (shape, kernel, pads, ceil_mode, vertical stride)
     ((1, 2, 8, 10), (2, 3), (0, 1, 0, 1), 0, 1),        # vertical stride 1, rectangular kernel
     ((1, 1, 3, 3), (3, 3), (1, 1, 1, 1), 1, 2),         # tiny plane, windows mostly padding
     ((1, 1, 5, 4200), (3, 3), (0, 0, 0, 0), 0, 2),      # rows wider than the line: the general loop
+    ((1, 3, 67, 131), (5, 5), (2, 1, 2, 1), 0, 1),      # bands (67 x 65 outputs), vertical stride 1, 5x5
+    ((2, 2, 181, 47), (3, 3), (1, 0, 0, 1), 1, 2),      # bands (91 x 24 outputs, ceil), batch
 ]
 
 
