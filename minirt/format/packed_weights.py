@@ -61,6 +61,7 @@ _CONV_CV_TINY_PLANE = 256
 _CONV_CV_MAX_ROW = 256
 _CONV_CV_NARROW_1X1_M = 64  # (MRT_CONV_CV_NARROW_1X1_M / _K: AVX2's 1x1 projections)
 _CONV_CV_NARROW_1X1_K = 128
+_CONV_CV_WIDE_1X1_M = 256  # (MRT_CONV_CV_WIDE_1X1_M: AVX-512's wide 1x1 layers, D138)
 
 
 class PackedWeight(NamedTuple):
@@ -103,6 +104,9 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
         return False  # (the dense path: conv_is_dense in kernels.c)
     if (kh * kw == 1 and sh == 1 and sw == 1 and nr == 16 and (m // group) % 16 == 0
             and m // group <= _CONV_CV_NARROW_1X1_M and c // group >= _CONV_CV_NARROW_1X1_K):
+        return True
+    if (group == 1 and kh * kw == 1 and sh == 1 and sw == 1 and nr == 32 and m >= _CONV_CV_WIDE_1X1_M
+            and c >= _CONV_CV_DEEP_K):
         return True
     if (m // group) % 32 != 0:  # (the grouped rule: conv_cv_grouped in kernels.c)
         grouped = group > 1 and nr <= 16 and ((m // group) % nr == 0 or 2 * (m // group) == nr)

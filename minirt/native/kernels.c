@@ -1865,6 +1865,15 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
 #define MRT_CONV_CV_NARROW_1X1_M 64
 #define MRT_CONV_CV_NARROW_1X1_K 128
 
+/* ... and with panels of 32 (AVX-512) a 1x1 conv (stride 1) of at least this many output channels, not a
+ * multiple of 32, from MRT_CONV_CV_DEEP_K input channels up: the last panel's empty lanes are a few
+ * percent of the work, while the GEMM pads the pixels to its panels of 32 (13 x 13 = 169 -> 192).
+ * Measured (D138, this host's AVX-512, programs' call times): SqueezeNet's classifier 512 -> 1000 @13x13
+ * 1454 -> 1208 us alone at 1 thread (757 -> 636 at 2), 747-749 -> 699-708 in the model at 2 (its 2 MB of
+ * weights cold there: unchanged at 1); RegNetY-400MF (208 -> 440, 440 -> 440) 11.06-11.35 -> 10.49-10.59 ms
+ * at 1 thread, 6.71 -> 6.22 at 2. */
+#define MRT_CONV_CV_WIDE_1X1_M 256
+
 /* A grouped convolution of a few channels per group (RegNet, ResNeXt: 8-24) runs on the channel-vector
  * kernel whatever its plane, when the group fills whole panels of 8 or 16 channels (NEON / SSE2, AVX2)
  * or half of one (AVX-512's panels of 32 would be three quarters empty at 8: not measured there; 24
@@ -1910,6 +1919,9 @@ int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
     if (group == 1 && kh * kw == 1 && sh == 1 && sw == 1 && oh == 1 && ow == 1) return 0;
     if (kh * kw == 1 && sh == 1 && sw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16 &&
         (m / group) % 16 == 0 && m / group <= MRT_CONV_CV_NARROW_1X1_M && (long)c / group >= MRT_CONV_CV_NARROW_1X1_K)
+        return 1;
+    if (group == 1 && kh * kw == 1 && sh == 1 && sw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 32 &&
+        m >= MRT_CONV_CV_WIDE_1X1_M && c >= MRT_CONV_CV_DEEP_K)
         return 1;
     if ((m / group) % 32 != 0)
         return kh * kw > 1 && ((long)oh * ow <= MRT_CONV_CV_TINY_PLANE || conv_cv_grouped(g));

@@ -4,7 +4,8 @@ Images with a GEMM of their own run the implicit-GEMM convolution with the outpu
 vector lanes when the layer's weights come pre-packed (``native.conv_pack_w``): the Python wrapper
 packs them, once per weight array, for the layers ``mrt_conv2d_uses_packed_w`` picks (output
 channels a multiple of 32, and a sum of depth >= 192, or a kernel larger than 1x1 with a small
-output or a stride; other channel counts with a kernel larger than 1x1 on at most 256 pixels).
+output or a stride; other channel counts with a kernel larger than 1x1 on at most 256 pixels, and, with
+panels of 32, 1x1 layers of at least 256 output channels from a depth of 192).
 Checked here against a float64 numpy convolution written independently of minirt: the geometries
 it picks (padding, strides, dilation, groups, 1x1 direct and strided, rectangular and 5x5 kernels,
 several K blocks, partial pixel tiles, bands of output rows), and, with packing forced, channel
@@ -65,6 +66,12 @@ GROUPED = {
     "m4_one_row_im2col": (128, 128, 1, 1000, (1, 3), (1, 1), (0, 1, 0, 1), (1, 1), 32),
     # 3 groups on 2 threads: each group keeps both threads
     "groups3_threads_inside": (24, 24, 30, 30, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+}
+# wide 1x1 layers of output channels not a multiple of 32, from 192 input channels: picked with panels of
+# 32 only (AVX-512; kernels.c MRT_CONV_CV_WIDE_1X1_M, D138), the last panel part-filled (8 and 24 lanes)
+WIDE = {
+    "1x1_wide_m1000_classifier": (512, 1000, 13, 13, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "1x1_wide_m440_regnet": (208, 440, 14, 14, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 }
 ACTS = [("", ()), ("Relu", ()), ("SiLU", ()), ("HardSwish", ()), ("Clip", (-0.5, 0.5)), ("Sigmoid", ())]
 
@@ -147,6 +154,11 @@ def test_picked_geometries_take_the_channel_vector_kernel():
         c, m, h, wd, k, s, pads, d, group = geom
         want = _avx2_projection(c, m, group, k, s) or _grouped_pick(m, group, k)
         assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == want, name
+    for name, geom in WIDE.items():
+        c, m, h, wd, k, s, pads, d, group = geom
+        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == (native.packed_panel_width() == 32), name
+    assert not _uses_packed_w(191, 1000, 1, (1, 1), (1, 1), (13, 13))  # (too shallow)
+    assert not _uses_packed_w(512, 248, 1, (1, 1), (1, 1), (13, 13))  # (too few channels)
     # one output row longer than MRT_CONV_CV_MAX_ROW (a 1-D conv): the GEMM, whatever the depth
     assert not _uses_packed_w(512, 512, 1, (1, 3), (1, 2), (1, 1599))
     assert _uses_packed_w(512, 512, 1, (1, 2), (1, 2), (1, 199))
@@ -274,3 +286,12 @@ def test_stride2_planes_of_every_width(width, every_isa):
     left pad: every remainder of the 8- and 4-column steps."""
     for pads in ((1, 1, 1, 1), (0, 0, 1, 1)):
         _check((6, 32, 5, width, (3, 3), (2, 2), pads, (1, 1), 1), 1, "", (), residual=False, seed=width)
+
+
+@pytest.mark.parametrize("name", list(WIDE))
+@pytest.mark.parametrize("nthreads", [1, 2], indirect=True)
+def test_wide_1x1_conv_matches_reference(name, nthreads, every_isa):
+    """The wide 1x1 layers (the channel-vector kernel at AVX-512, the GEMM elsewhere) against the reference."""
+    i = list(WIDE).index(name)
+    act, params = ACTS[(i + nthreads + 1) % len(ACTS)]
+    _check(WIDE[name], 1, act, params, residual=(i + nthreads) % 2 == 1, seed=90 + i)

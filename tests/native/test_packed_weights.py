@@ -47,7 +47,7 @@ def test_numpy_product_packer_gives_the_native_bytes(k, n, transb, every_isa):
 @requires_native
 def test_packed_path_rule_agrees_with_the_native_one():
     lib = native._lib
-    grid = itertools.product((1, 3, 16, 64, 96, 256), (8, 24, 32, 64, 96), (1, 2, 4), ((1, 1), (3, 3), (1, 3), (5, 5)),
+    grid = itertools.product((1, 3, 16, 64, 96, 256), (8, 24, 32, 64, 96, 440, 1000), (1, 2, 4), ((1, 1), (3, 3), (1, 3), (5, 5)),
                              ((1, 1), (2, 2), (1, 2)), ((1, 1), (8, 8), (16, 16), (20, 20), (32, 32), (33, 31), (80, 80),
                                                              (1, 200), (1, 300)))
     checked = 0
