@@ -224,17 +224,10 @@ def max_abs_diff(a: list, b: list) -> float | str:
 
 
 def program_status(session) -> str:
-    """Whether the session's runs replay one native program (D32): "yes (N native calls)", or
-    "no: <node 'name' (Op) ...why>" as the recording reported it (minirt/native/program.py)."""
-    plans = session.memory_plans()
-    if not plans:
-        return "no: no memory plan (shapes not fixed)"
-    summaries = [p["native_program"] for p in plans]
-    done = next((s for s in summaries if s and s.endswith("native calls")), None)
-    if done:
-        return f"yes ({done})"
-    why = next((s for s in summaries if s), None)
-    return f"no: {why}" if why else "no: no program recorded (no static memory plan)"
+    """Whether the session's runs replay one native program (D32): "yes (N native calls)", "partly:
+    ..." (If / Loop / Scan bodies do, the main graph has no memory plan) or "no: <node 'name' (Op)
+    ...why>" as the recording reported it (Session.native_program_status)."""
+    return session.native_program_status()
 
 
 def latency(prep: dict, threads: int, seconds: float) -> dict:

@@ -622,6 +622,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result["plot"] = args.plot
     # how the timed runs ran: one native program (D32) or node by node, and why
     result["minirt"]["native_program"] = next((p["native_program"] for p in session.memory_plans()), None)
+    result["minirt"]["native_program_status"] = session.native_program_status()
     result["minirt"]["peak_rss_bytes"] = rss_minirt if args.compare else timing.peak_rss_bytes()
     result["peak_rss_before_load_bytes"] = rss_before
     result["peak_rss_end_bytes"] = timing.peak_rss_bytes()
@@ -685,6 +686,8 @@ def _print_bench(r: dict) -> None:
         print(f"  runs: one native program of {program[:-len(' native calls')]} calls (no Python between the nodes)")
     elif program:
         print(f"  runs: node by node ({program})")
+    elif m.get("native_program_status", "").startswith("partly"):
+        print(f"  runs: {m['native_program_status']}")
     print(f"  native kernels: {r['native']}")
     print(f"  peak RSS: {fmt_bytes(m['peak_rss_bytes'])} with minirt "
           f"({fmt_bytes(r['peak_rss_before_load_bytes'])} before loading the artifact"

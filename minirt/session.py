@@ -1098,6 +1098,31 @@ class Session:
         for plan in (self._plan, *self._plan.subgraph_plans()):
             plan.observer = observer
 
+    def native_program_status(self) -> str:
+        """How this session's runs have run so far, in one line (``minirt bench``, benchmarks/run.py):
+        "yes (N native calls)" when they replay one native program (D32); "partly: ..." when the main
+        graph has no memory plan but If / Loop / Scan bodies replay their own programs (D76: a model whose
+        whole body sits in an If, with dynamic input shapes); else "no: " and why (the node that stopped
+        the recording, or that there is no memory plan)."""
+        summaries = [p["native_program"] for p in self.memory_plans()]
+        done = next((s for s in summaries if s and s.endswith("native calls")), None)
+        if done:
+            return f"yes ({done})"
+        why = next((s for s in summaries if s), None)
+        if why:
+            return f"no: {why}"
+        if summaries:
+            return "no: no program recorded (no static memory plan)"
+        bodies = {name: next(s for s in programs if s and s.endswith("native calls"))
+                  for name, programs in self.subgraph_programs().items()
+                  if any(s and s.endswith("native calls") for s in programs)}
+        if not bodies:
+            return "no: no memory plan (shapes not fixed)"
+        ops = ", ".join(st.op.op_type for st in self._plan.steps)
+        replayed = "; ".join(f"{name!r}: {calls}" for name, calls in bodies.items())
+        return (f"partly: {len(bodies)} subgraph(s) replay one native program each ({replayed}); the main graph's "
+                f"{len(self._plan.steps)} node(s) ({ops}) run from Python, without a memory plan")
+
     def subgraph_programs(self) -> dict:
         """Per If / Loop / Scan body (graph name): the native program of each input signature it ran
         with (D76): "N native calls", why there is none, or None (not recorded yet, or nothing placed)."""

@@ -3,6 +3,8 @@ D76): a Loop of fixed-shape iterations records its body once and replays it from
 results as running the nodes and as onnxruntime, for every new input."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
@@ -163,3 +165,52 @@ def test_an_if_on_data_keeps_the_run_in_python():
         np.testing.assert_allclose(sess.run(None, feed)[0], ref.run(None, feed)[0], rtol=1e-6, atol=1e-6)
     program = _program_of(sess, 2)
     assert program is not None and "(If) has subgraphs" in program, program
+
+
+def test_native_program_status_names_the_subgraphs_that_replay():
+    """A model whose whole body sits in an If on an input's value (Silero VAD v5's shape: Equal -> If, no
+    memory plan for the main graph): Session.native_program_status says "partly" and names the branch
+    whose program replays (as for a main graph that is one Loop); an If on the input's shape is recorded into the
+main graph's program: "yes"; an If on computed data says "no" and why."""
+    c = numpy_helper.from_array(np.full(4, 0.25, np.float32), "c")
+    three = numpy_helper.from_array(np.array(3.0, np.float32), "three")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    then_g = h.make_graph([h.make_node("Relu", ["x"], ["r"]), h.make_node("Add", ["r", "c"], ["t"])], "then_body",
+                          [], [h.make_tensor_value_info("t", TP.FLOAT, None)])
+    else_g = h.make_graph([h.make_node("Mul", ["x", "three"], ["e"])], "else_body", [],
+                          [h.make_tensor_value_info("e", TP.FLOAT, None)])
+    graph = h.make_graph(
+        [h.make_node("Equal", ["flag", "one"], ["cond"]),
+         h.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "whole_body_in_if", [h.make_tensor_value_info("x", TP.FLOAT, ["N", 4]),
+                             h.make_tensor_value_info("flag", TP.INT64, [])],
+        [h.make_tensor_value_info("y", TP.FLOAT, ["N", 4])], [c, three, one])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = minirt.Session(build(model, None).data, threads=1)
+    assert sess.native_program_status() == "no: no memory plan (shapes not fixed)"  # (nothing ran yet)
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    for _ in range(3):
+        (y,) = sess.run(None, {"x": x, "flag": np.array(1, np.int64)})
+        np.testing.assert_allclose(y, np.maximum(x, 0) + 0.25, rtol=1e-6)
+    status = sess.native_program_status()
+    assert status.startswith("partly: 1 subgraph(s)") and "'then_body': 2 native calls" in status, status
+    assert "(Equal, If)" in status, status
+
+    loop = minirt.Session(build(_loop_model(), None).data, threads=1)
+    feed = {"x": np.ones((4, 16), np.float32), "h0": np.zeros((4, 16), np.float32)}
+    for _ in range(3):
+        loop.run(None, feed)
+    assert re.fullmatch(r"partly: 1 subgraph\(s\) replay .*'body': 5 native calls.*1 node\(s\) \(Loop\).*",
+                        loop.native_program_status()), loop.native_program_status()
+
+    on_shape = minirt.Session(build(_if_model("shape"), None).data, threads=1)
+    for _ in range(3):
+        on_shape.run(None, {"x": np.ones((2, 4), np.float32)})
+    assert on_shape.native_program_status() == "yes (4 native calls)"
+
+    on_data = minirt.Session(build(_if_model("data"), None).data, threads=1)
+    for _ in range(3):
+        on_data.run(None, {"x": np.ones((2, 4), np.float32)})
+    status = on_data.native_program_status()
+    assert status.startswith("no: ") and "(If) has subgraphs" in status, status
