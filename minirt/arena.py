@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
+import _thread
 
 import numpy as np
 
@@ -175,7 +175,7 @@ class ArenaPlan:
         self.placed = tuple(placed)
         self.copy_outputs = frozenset(copy_outputs)
         self.steps = steps
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._free: list = []
         self.arenas = 0  # arenas allocated so far (one per concurrent run at most)
 

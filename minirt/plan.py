@@ -170,11 +170,11 @@ class SubgraphMemory:
     MAX_SIGNATURES = 8
 
     def __init__(self, native_program: bool):
-        import threading
+        import _thread
 
         self.native_program = native_program
         self._plans: dict = {}  # signature -> ArenaPlan, or None (nothing to place)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def summary(self) -> list:
         """Per kept signature: the program of an idle arena ("N native calls" or why not), or None."""

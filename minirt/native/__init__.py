@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
+import _thread  # (thread-local state: not threading, whose import costs ~0.5 ms of a cold start)
 import time
 import weakref
 import zlib
@@ -162,7 +162,7 @@ def describe() -> str:
 # --------------------------------------------------------------------------- threads
 
 _DEFAULT_THREADS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-class _Threads(threading.local):
+class _Threads(_thread._local):
     """This Python thread's setting; a class attribute is the default (``getattr`` with a default would
     raise and catch an AttributeError on every call of a thread that never set it: ~1 us)."""
 
@@ -241,7 +241,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 }
 
 
-class _Recording(threading.local):
+class _Recording(_thread._local):
     """This thread's recording of a native program (see ``minirt/native/program.py``).
 
     ``calls``: while a session records, the list :func:`_call` appends each native call to, as
@@ -362,7 +362,7 @@ _GEOMETRY_MAX_ELEMENTS = 1 << (8 * struct.calcsize("l") - 5)
 
 
 CANCELLED = -101  # (kernels.h MRT_CANCELLED: a replayed program's code for a call it did not run)
-_watched = threading.local()  # .cancel: the mrt_cancel this thread's kernels watch (or None)
+_watched = _thread._local()  # .cancel: the mrt_cancel this thread's kernels watch (or None)
 
 
 def new_cancel(deadline: float | None):
