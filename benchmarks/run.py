@@ -586,7 +586,8 @@ def main() -> int:
         "Peak RSS: the same fresh processes after 4 runs (interpreter and numpy included for both). "
         "minirt's bytecode is compiled before the cold-start runs, as an install would have it. "
         "Native program: \"yes\" when the timed runs replayed one native program without Python between the "
-        "nodes (docs/decisions.md D32), else the node that stopped the recording and why. "
+        "nodes (docs/decisions.md D32); \"partly\" when the main graph has no memory plan but its If / Loop "
+        "bodies replay native programs of their own (D76); else the node that stopped the recording and why. "
         "µs/node: minirt's Python overhead per node when the nodes run one by one.\n\n"
         + "\n".join(f"- {k}: {env[k]}" for k in ("machine", "python", "numpy", "minirt", "onnxruntime", "native",
                                                "blas", "load_average", "load_average_end"))

@@ -86,6 +86,36 @@ def test_copies_of_random_views_are_the_views(dtype, seed, threads):
         np.testing.assert_array_equal(y, v)
 
 
+TRANSPOSES = [  # (shape, perm): the last output axis strides through x, the one before steps by one element
+    ((512, 256), (1, 0)),                   # magika's (its 4-D perm merges to this)
+    ((1, 2048, 256), (0, 2, 1)),            # a power-of-two stride of 1 KB
+    ((3, 37, 53), (0, 2, 1)),               # partial tiles, several matrices
+    ((1, 20, 19, 24), (0, 3, 1, 2)),        # NHWC -> NCHW (H, W merged into one axis)
+    ((2, 24, 17, 18), (0, 2, 3, 1)),        # NCHW -> NHWC
+    ((5, 16, 16), (0, 2, 1)),               # exactly one tile per matrix
+    ((4, 3, 40, 33), (1, 0, 3, 2)),         # outer axes permuted too
+]
+
+
+@pytest.mark.parametrize("shape,perm", TRANSPOSES, ids=[f"{s}{p}" for s, p in TRANSPOSES])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16, np.uint8])
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_transposing_copies_in_tiles_are_the_views(shape, perm, dtype, nthreads):
+    """The tiled path of mrt_index_copy (a last axis striding through x, the one before it stepping by one
+    element; index_copy_impl.h, index_transpose_task): every element size, bands of rows split between 1-3
+    threads at any row (17, 19, 37, 40 rows: partial bands and tiles)."""
+    rng = np.random.default_rng(sum(shape))
+    x = _array(rng, shape, dtype)
+    old = native.threads()
+    native.set_threads(nthreads)
+    try:
+        y = C.copy_of_view(x.transpose(perm), x)
+    finally:
+        native.set_threads(old)
+    assert y is not None and y.flags.c_contiguous
+    np.testing.assert_array_equal(y, x.transpose(perm))
+
+
 def test_more_axes_than_the_kernel_takes_are_refused_not_wrong():
     x = np.arange(2 ** 10, dtype=np.float32).reshape((2,) * 10)
     v = x.transpose(9, 0, 8, 1, 7, 2, 6, 3, 5, 4)  # (no two neighbours merge: 10 axes)
