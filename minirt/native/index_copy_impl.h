@@ -48,6 +48,33 @@ static void index_fill_row(char *y, long n, int elem, uint64_t fill) {
     for (long i = 0; i < n; ++i) memcpy(y + i * elem, &fill, (size_t)elem); /* (little-endian: low bytes) */
 }
 
+/* The source offset of the row at outer indices idx (the sum of the outer axes' offsets); *fill set when
+ * one of them is negative (the row is the fill value: constant Pad). */
+static inline long index_row_base(const mrt_index_map *m, const long *idx, int *fill) {
+    long base = 0;
+    int f = 0;
+    for (int a = 0; a < m->rank - 1; ++a) {
+        const long o = m->offsets[a][idx[a]];
+        f |= o < 0;
+        base += o;
+    }
+    *fill = f;
+    return base;
+}
+
+/* COPY(T) with T the unsigned integer type of the map's element size */
+#define INDEX_BY_ELEM(elem, COPY)                                                             \
+    do {                                                                                      \
+        if ((elem) == 4)                                                                      \
+            COPY(uint32_t);                                                                   \
+        else if ((elem) == 8)                                                                 \
+            COPY(uint64_t);                                                                   \
+        else if ((elem) == 2)                                                                 \
+            COPY(uint16_t);                                                                   \
+        else                                                                                  \
+            COPY(uint8_t);                                                                    \
+    } while (0)
+
 #define INDEX_GATHER_ROW(T)                                                                   \
     do {                                                                                      \
         const T *xs = (const T *)t->x + base;                                                 \
@@ -68,27 +95,15 @@ static void index_copy_task(void *ctx, long begin, long end) {
     long idx[MRT_INDEX_MAX_RANK] = {0};
     rows_odometer_start(m->shape, r, begin, idx);
     for (long row = begin; row < end; ++row) {
-        long base = 0;
-        int fill = 0;
-        for (int a = 0; a < r - 1; ++a) {
-            const long o = m->offsets[a][idx[a]];
-            fill |= o < 0;
-            base += o;
-        }
+        int fill;
+        const long base = index_row_base(m, idx, &fill);
         char *y = t->y + row * n * elem;
-        if (fill) {
+        if (fill)
             index_fill_row(y, n, elem, m->fill);
-        } else if (m->inner_run) {
+        else if (m->inner_run)
             memcpy(y, t->x + (base + inner[0]) * elem, (size_t)n * elem);
-        } else if (elem == 4) {
-            INDEX_GATHER_ROW(uint32_t);
-        } else if (elem == 8) {
-            INDEX_GATHER_ROW(uint64_t);
-        } else if (elem == 2) {
-            INDEX_GATHER_ROW(uint16_t);
-        } else {
-            INDEX_GATHER_ROW(uint8_t);
-        }
+        else
+            INDEX_BY_ELEM(elem, INDEX_GATHER_ROW);
         rows_odometer_next(m->shape, r, idx);
     }
 }
@@ -144,35 +159,24 @@ static void index_transpose_task(void *ctx, long begin, long end) {
     long idx[MRT_INDEX_MAX_RANK] = {0};
     rows_odometer_start(m->shape, r, begin, idx);
     for (long row = begin; row < end;) {
-        long base = 0;
-        int fill = 0;
-        for (int a = 0; a < r - 1; ++a) {
-            const long o = m->offsets[a][idx[a]];
-            fill |= o < 0;
-            base += o;
-        }
+        int fill;
+        const long base = index_row_base(m, idx, &fill);
         /* the rows after this one along axis r - 2 (in this task's range) read x at base + 1, + 2, ... */
         long g = m->shape[r - 2] - idx[r - 2];
         if (g > INDEX_TILE) g = INDEX_TILE;
         if (g > end - row) g = end - row;
         char *y = t->y + row * n * elem;
-        if (fill) {
+        if (fill)
             for (long u = 0; u < g; ++u) index_fill_row(y + u * n * elem, n, elem, m->fill);
-        } else if (elem == 4) {
-            INDEX_TILE_COPY(uint32_t);
-        } else if (elem == 8) {
-            INDEX_TILE_COPY(uint64_t);
-        } else if (elem == 2) {
-            INDEX_TILE_COPY(uint16_t);
-        } else {
-            INDEX_TILE_COPY(uint8_t);
-        }
+        else
+            INDEX_BY_ELEM(elem, INDEX_TILE_COPY);
         for (long u = 0; u < g; ++u) rows_odometer_next(m->shape, r, idx);
         row += g;
     }
 }
 
 #undef INDEX_TILE_COPY
+#undef INDEX_BY_ELEM
 
 int mrt_index_copy(const mrt_index_map *m, const void *x, void *y, int nthreads) {
     if (m->rank < 1 || m->rank > MRT_INDEX_MAX_RANK || (m->elem != 1 && m->elem != 2 && m->elem != 4 && m->elem != 8))
