@@ -92,10 +92,21 @@ def load_model(model: Any, check: bool = True) -> tuple[ir.Model, SourceInfo]:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise BuildError(f"{where}: the ONNX checker rejects the model: {first}") from None
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        # check_type: a node whose inputs bound to one type parameter have different element types (a
+        # float64 Conv weight on a float32 input) is refused here, as onnxruntime refuses it when loading,
+        # rather than at the artifact's first run; every other inference failure is not fatal
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - inference failure is not fatal: kernels run without shapes
-        inferred = proto
-        _ = exc
+        text = str(exc).strip()
+        if "has inconsistent type" in text:
+            first = text.splitlines()[0]
+            raise BuildError(f"{where}: the model's element types disagree ({first}); the inputs of a node that "
+                             "share a type constraint (a Conv's X and W, an Add's A and B) must have one element "
+                             "type: cast one of them in the model") from None
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001
+            inferred = proto
     maps = _take_map_types(inferred, where)
     try:
         model_ir = ir.from_proto(inferred)

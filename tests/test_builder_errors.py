@@ -85,6 +85,21 @@ def test_model_the_onnx_checker_rejects(dirs):
     _fails("checker rejects", m, out)
 
 
+def test_inputs_of_one_type_constraint_with_different_types(dirs):
+    """A float64 Conv weight on a float32 input: onnxruntime refuses the model when loading it; the builder
+    refuses it too (it used to build, and the artifact failed at its first run)."""
+    _, out = dirs
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float64), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[3, 3])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    err = _fails("element types disagree", model, out)
+    assert "Conv" in str(err) and "tensor(double)" in str(err) and "cast one of them" in str(err)
+
+
 def test_empty_graph(dirs):
     _src, out = dirs
     g = helper.make_graph([], "empty", [], [])
