@@ -1106,8 +1106,11 @@ class Session:
         graph has no memory plan but If / Loop / Scan bodies replay their own programs (D76: a model whose
         whole body sits in an If, with dynamic input shapes); else "no: " and why (the node that stopped
         the recording, or that there is no memory plan)."""
+        def replayed(summaries) -> str | None:  # the first "N native calls" among them
+            return next((s for s in summaries if s and s.endswith("native calls")), None)
+
         summaries = [p["native_program"] for p in self.memory_plans()]
-        done = next((s for s in summaries if s and s.endswith("native calls")), None)
+        done = replayed(summaries)
         if done:
             return f"yes ({done})"
         why = next((s for s in summaries if s), None)
@@ -1115,9 +1118,8 @@ class Session:
             return f"no: {why}"
         if summaries:
             return "no: no program recorded (no static memory plan)"
-        bodies = {name: next(s for s in programs if s and s.endswith("native calls"))
-                  for name, programs in self.subgraph_programs().items()
-                  if any(s and s.endswith("native calls") for s in programs)}
+        bodies = {name: calls for name, programs in self.subgraph_programs().items()
+                  if (calls := replayed(programs)) is not None}
         if not bodies:
             return "no: no memory plan (shapes not fixed)"
         ops = ", ".join(st.op.op_type for st in self._plan.steps)
