@@ -259,6 +259,7 @@ INDEX = {
     ('com.minirt', 'QConvTranspose'): ('qlinear',),
     ('com.minirt', 'QMatMul'): ('qlinear',),
     ('com.minirt', 'QuantizeUpsampleConcat'): ('qlinear',),
+    ('com.minirt', 'RowLookup'): ('row_lookup',),
     ('com.minirt', 'ScaledDotProductAttention'): ('fused',),
 }
 

@@ -55,7 +55,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 30
+ABI_VERSION = 31
 
 
 def _truthy(value: str | None) -> bool:
@@ -221,6 +221,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_activation_f32": ((1,), (2,)),  # (e, x, y, n, nthreads)
     "mrt_index_copy": ((1,), (2,)),  # (map, x, y, nthreads)
     "mrt_gather_rows": ((1, 2), (3,)),  # (s, x, idx, y, nthreads)
+    "mrt_lookup_rows": ((1, 2), (4,)),  # (s, table, ids, id_bytes, y, nthreads)
     "mrt_softmax_f32": ((0,), (1,)),  # (x, y, rows, n, log, nthreads)
     "mrt_layernorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, eps, nthreads)
     "mrt_instancenorm_f32": ((0, 1, 2), (3,)),  # (x, scale, bias, y, rows, n, eps, nthreads)
@@ -1187,6 +1188,15 @@ def gather_rows(s, x, idx, y) -> bool:
     all C-contiguous.  False (nothing written) when an index is out of range."""
     return _call(_lib.mrt_gather_rows, (s, _bytes(x), _ffi.from_buffer("int64_t[]", idx), _bytes(y), threads()),
                  x, idx, y) == 0
+
+
+def lookup_rows(s, table, ids, y) -> None:
+    """y[j] = table[ids[j]] for ids (int32 / int64) in [0, rows - 1), else table's last row (com.minirt::RowLookup;
+    prepared shape ``s``: :func:`gather_shape` with outer 1, axis = the table's rows); all C-contiguous."""
+    rc = _call(_lib.mrt_lookup_rows, (s, _bytes(table), _bytes(ids), ids.dtype.itemsize,
+                                      _bytes(y), threads()), table, ids, y)
+    if rc != 0:
+        raise ValueError(f"minirt native lookup_rows: ids of {ids.dtype} (code {rc})")
 
 
 # numpy dtype name -> ONNX data type code, for the types mrt_cast converts between

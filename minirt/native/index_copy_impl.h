@@ -13,6 +13,11 @@
  *   Gather along one axis with indices known at run time (embedding lookups).  ONNX allows negative
  *   indices (counted from the end); every index is checked before anything is written.
  *
+ * mrt_lookup_rows:  y[j, :] = table[ids[j] in range ? ids[j] : last row, :]  (int32 or int64 ids)
+ *   com.minirt::RowLookup: a one-hot encoding times a matrix (jax's one_hot before a Dense layer), as one
+ *   row copy per id instead of a product over every class; an id outside the classes reads the table's
+ *   last row, the builder's row for "no class" (a one-hot row of zeros).
+ *
  * mrt_cast:  y[i] = (to) x[i]  between float32 / float64 / int8 / uint8 / int32 / int64 / bool, named by
  *   their ONNX data type codes; numpy's astype results for every value a model computes with (a
  *   float to an integer type truncates toward zero; to bool: x != 0; NaN and values past the target's
@@ -228,6 +233,33 @@ int mrt_gather_rows(const mrt_gather_shape *s, const void *x, const int64_t *idx
     if (rows <= 0 || s->inner_bytes <= 0) return 0;
     gather_rows_args t = {s, (const char *)x, idx, (char *)y};
     mrt_parallel_for(rows, s->inner_bytes / 16, nthreads, gather_rows_task, &t);
+    return 0;
+}
+
+typedef struct {
+    const mrt_gather_shape *s;
+    const char *table;
+    const void *ids;
+    int id_bytes;
+    char *y;
+} lookup_rows_args;
+
+static void lookup_rows_task(void *ctx, long begin, long end) {
+    const lookup_rows_args *t = (const lookup_rows_args *)ctx;
+    const long classes = t->s->axis - 1, row_bytes = t->s->inner_bytes; /* (row `classes`: the fill row) */
+    for (long j = begin; j < end; ++j) {
+        const long v = t->id_bytes == 4 ? (long)((const int32_t *)t->ids)[j] : (long)((const int64_t *)t->ids)[j];
+        const long r = v >= 0 && v < classes ? v : classes;
+        memcpy(t->y + j * row_bytes, t->table + r * row_bytes, (size_t)row_bytes);
+    }
+}
+
+int mrt_lookup_rows(const mrt_gather_shape *s, const void *table, const void *ids, int id_bytes, void *y,
+                    int nthreads) {
+    if ((id_bytes != 4 && id_bytes != 8) || s->outer != 1 || s->axis < 1) return -2;
+    if (s->count <= 0 || s->inner_bytes <= 0) return 0;
+    lookup_rows_args t = {s, (const char *)table, ids, id_bytes, (char *)y};
+    mrt_parallel_for(s->count, s->inner_bytes / 16, nthreads, lookup_rows_task, &t);
     return 0;
 }
 

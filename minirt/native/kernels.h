@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 30
+#define MRT_ABI_VERSION 31
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -413,6 +413,13 @@ typedef struct {
 } mrt_gather_shape;
 int mrt_gather_rows(const mrt_gather_shape *s, const void *x, const int64_t *idx, void *y, int nthreads);
 
+/* mrt_lookup_rows: com.minirt::RowLookup (docs/fused_ops.md): y[j, :] = table[ids[j], :] for the s->count
+ * ids (int32 when id_bytes is 4, int64 when 8), each row s->inner_bytes; an id outside [0, s->axis - 1)
+ * reads the table's last row (row s->axis - 1: what a one-hot encoding of it times the matrix gives).
+ * s->outer must be 1.  Returns 0, or -2 (nothing written) for another id size or outer. */
+int mrt_lookup_rows(const mrt_gather_shape *s, const void *table, const void *ids, int id_bytes, void *y,
+                    int nthreads);
+
 /* mrt_cast: y[i] = x[i] converted from type `from` to type `to` (ONNX data type codes: 1 float32,
  * 2 uint8, 3 int8, 6 int32, 7 int64, 9 bool, 11 float64) for n elements, as numpy's astype: floats to
  * integers truncate toward zero (NaN and out-of-range values: the type's minimum), integers wrap,
@@ -721,6 +728,7 @@ typedef struct {
 #define MRT_CALL_RMSNORM_F32 33
 #define MRT_CALL_TREE_VOTES 34
 #define MRT_CALL_TREE_FINISH 35
+#define MRT_CALL_LOOKUP_ROWS 36
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

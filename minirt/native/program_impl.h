@@ -62,6 +62,8 @@ static int program_call(const mrt_call *call) {
         return mrt_index_copy(P(0), P(1), P(2), I(3));
     case MRT_CALL_GATHER_ROWS:
         return mrt_gather_rows(P(0), P(1), P(2), P(3), I(4));
+    case MRT_CALL_LOOKUP_ROWS:
+        return mrt_lookup_rows(P(0), P(1), P(2), I(3), P(4), I(5));
     case MRT_CALL_SOFTMAX_F32:
         mrt_softmax_f32(P(0), P(1), L(2), L(3), I(4), I(5));
         return 0;

@@ -38,7 +38,7 @@ RULES = RuleSet("Core ML")
 INTEGER_OPS = frozenset(("", op) for op in (
     *V.RESHAPES, "Transpose", "Concat", "Slice", "Gather", "Cast", "Where",
     "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-))
+)) | {(MINIRT, "RowLookup")}
 
 
 # --- activations (shared by fused ops and Activation) ------------------------------
@@ -810,6 +810,32 @@ def lower_gather(node, env):
     y = mb.gather(x=data, indices=idx, axis=axis, name=env.n(node, "gather"))
     if _is_bool(env, node.inputs[0]):
         y = mb.cast(x=y, dtype="bool", name=env.n(node, "bool"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+def _check_row_lookup(node, ctx):
+    table = ctx.const(node.inputs[1])
+    if table is None or table.ndim < 2:
+        return "RowLookup's table is not a constant of rank >= 2"
+    shape = ctx.static_shape(node.inputs[0])
+    if shape is None or not shape or shape[-1] != 1:
+        return "RowLookup's ids have no static shape ending in 1"
+    return None
+
+
+@RULES.rule("RowLookup", domain=MINIRT, check=_check_row_lookup)
+def lower_row_lookup(node, env):
+    """com.minirt::RowLookup (docs/fused_ops.md): an id in [0, K) picks its row of the table, any other id
+    row K; select(0 <= id < K, id, K), then gather along the table's rows (the ids' last axis of 1 dropped)."""
+    mb = env.mb
+    table = env.const(node.inputs[1]).astype(np.float32)
+    k = table.shape[0] - 1
+    ids = env.get(node.inputs[0])
+    inside = mb.logical_and(x=mb.greater_equal(x=ids, y=np.int32(0), name=env.n(node, "nonneg")),
+                            y=mb.less(x=ids, y=np.int32(k), name=env.n(node, "below")), name=env.n(node, "inside"))
+    idx = mb.select(cond=inside, a=ids, b=np.int32(k), name=env.n(node, "row"))
+    idx = mb.squeeze(x=idx, axes=[-1], name=env.n(node, "rows"))
+    y = mb.gather(x=table, indices=idx, axis=0, name=env.n(node, "lookup"))
     env.set(node.outputs[0], y, rename=True)
 
 

@@ -31,7 +31,7 @@ HIGH_RANK_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transp
 # NNAPI's TENSOR_INT32 (NNAPI has no 64-bit integer tensors).  Both runtimes cast every feed to its operand's
 # element type (minirt/providers/nnapi.py, tflite.py), so the int64 -> int32 cast happens at the partition
 # boundary, wrapping as ONNX's Cast does: the values are indices or lengths, which fit in int32.
-INT64_READERS = frozenset({("Gather", 1), ("Cast", 0), ("LSTM", 4), ("GRU", 4)})
+INT64_READERS = frozenset({("Gather", 1), ("Cast", 0), ("LSTM", 4), ("GRU", 4), ("RowLookup", 0)})
 
 
 class Unsupported(Exception):

@@ -1068,6 +1068,33 @@ def _gather_runtime(low, node, axis: int) -> None:
     low.bind(Y, low.from_nchw(g, ys))
 
 
+@RULES.rule("RowLookup", domain=MINIRT)
+def lower_row_lookup(node, low):
+    """com.minirt::RowLookup (docs/fused_ops.md, D141): an id in [0, K) picks its row of the table, any other id
+    row K: select(id < 0, K, select(id < K, id, K)) (API 29 LESS and SELECT), the ids' last axis of 1 dropped,
+    then GATHER along the table's rows.  int64 ids are cast at the partition boundary (INT64_READERS)."""
+    I, T, Y = node.inputs[0], node.inputs[1], node.outputs[0]
+    table = low.const_array(T, "RowLookup's table")
+    ids_shape, ys = low.shape(I), low.shape(Y)
+    if table.ndim != 2 or not 2 <= len(ids_shape) <= 3 or ids_shape[-1] != 1:
+        raise Unsupported(f"RowLookup of ids {tuple(ids_shape)} in a table {table.shape}: this lowering takes ids "
+                          "of rank 2 or 3 ending in 1 and a 2-D table")
+    k = table.shape[0] - 1
+    idx = low.int_input(I, "RowLookup's ids")
+    dims = low.dims_of(idx)
+    one = (1,) * len(dims)
+    last = low.m.const(np.full(dims, k, np.int32))
+    below, negative = low.tmp(dims, C.TENSOR_BOOL8), low.tmp(dims, C.TENSOR_BOOL8)
+    low.emit(C.LESS, [idx, low.m.const(np.full(one, k, np.int32))], [below])
+    capped, row = low.tmp(dims, C.TENSOR_INT32), low.tmp(dims, C.TENSOR_INT32)
+    low.emit(C.SELECT, [below, idx, last], [capped])
+    low.emit(C.LESS, [idx, low.m.const(np.zeros(one, np.int32))], [negative])
+    low.emit(C.SELECT, [negative, last, capped], [row])
+    g = low.tmp(ys)
+    low.emit(C.GATHER, [low.inp(T), low.m.i32(0), low.reshape(row, dims[:-1])], [g])
+    low.bind(Y, low.from_nchw(g, ys))
+
+
 @RULES.rule("Cast")
 def lower_cast(node, low):
     """Cast to the type a value already has in the NNAPI model: int32 / int64 -> int32 (int64 values enter a

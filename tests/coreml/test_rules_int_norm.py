@@ -234,3 +234,26 @@ def test_lower_whole_int_interface():
 
     assert spec.description.input[0].type.multiArrayType.dataType == ft.ArrayFeatureType.INT32
     assert spec.description.output[0].type.multiArrayType.dataType == ft.ArrayFeatureType.INT32
+
+
+def test_one_hot_product_as_a_row_lookup():
+    """The builder makes magika's one-hot product a com.minirt::RowLookup (D141): lowered as select + gather,
+    ids outside the classes (negative, past the last) included."""
+    x = RNG.integers(0, 257, (1, 64)).astype(np.int32)
+    x[0, :4] = [-1, 257, 1000, -300]
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["r"]),
+        helper.make_node("Equal", ["r", "classes"], ["eq"]),
+        helper.make_node("Cast", ["eq"], ["oh"], to=F),
+        helper.make_node("MatMul", ["oh", "w"], ["p"]),
+        helper.make_node("Add", ["p", "b"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array([-1, 64, 1], np.int64), "shape"),
+             numpy_helper.from_array(np.arange(257, dtype=np.int32).reshape(1, 1, 257), "classes"),
+             numpy_helper.from_array(RNG.standard_normal((257, 8)).astype(np.float32), "w"),
+             numpy_helper.from_array(RNG.standard_normal(8).astype(np.float32), "b")]
+    m = _typed_model(nodes, [("x", I32, [1, 64])], [("y", F)], inits)
+    part, _, _, _ = lower_whole(m, opt_level=2)
+    assert [n.op_type for n in part.nodes] == ["Reshape", "RowLookup"]
+    prog = check(m, {"x": x}, opt_level=2)
+    assert {"select", "gather"} <= _ops(prog)

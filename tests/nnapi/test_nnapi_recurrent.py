@@ -162,6 +162,35 @@ def _gather_cases():
     yield IntCase("int64-input-read-by-add", _int64_add(), {34: "NNAPI has no 64-bit integers"}, ints={"a": [1, 2]})
 
 
+def _row_lookup(ids_type, shape=(2, 5, 1), classes=11, d=6):
+    """com.minirt::RowLookup (what the builder makes of a one-hot product, D141) of a table [W + b; b], and
+    the one-hot product itself as onnxruntime's reference: onehot(ids) @ W + b, zeros for an id outside."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((classes, d)).astype(np.float32)
+    b = rng.standard_normal(d).astype(np.float32)
+    ids = [h.make_tensor_value_info("ids", ids_type, list(shape))]
+    out = [h.make_tensor_value_info("y", TP.FLOAT, list(shape[:-1]) + [d])]
+    g = h.make_graph([h.make_node("RowLookup", ["ids", "table"], ["y"], domain="com.minirt")], "g", ids, out,
+                     [nh.from_array(np.concatenate([w + b, b[None]]), "table")])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.minirt", 1)])
+    ref_nodes = [h.make_node("Equal", ["ids", "classes"], ["eq"]), h.make_node("Cast", ["eq"], ["oh"], to=TP.FLOAT),
+                 h.make_node("MatMul", ["oh", "w"], ["p"]), h.make_node("Add", ["p", "b"], ["y"])]
+    np_ids = onnx.helper.tensor_dtype_to_np_dtype(ids_type)
+    ref = h.make_graph(ref_nodes, "r", ids, out, [nh.from_array(np.arange(classes).astype(np_ids), "classes"),
+                                                  nh.from_array(w, "w"), nh.from_array(b, "b")])
+    return model, h.make_model(ref, opset_imports=[h.make_opsetid("", 17)])
+
+
+def _row_lookup_cases():
+    ops = {"LESS": 2, "SELECT": 2, "RESHAPE": 1, "GATHER": 1}
+    ids = [[[0], [10], [-1], [11], [3]], [[5], [1000], [2], [-40], [9]]]  # (outside 0..10: the last row)
+    for t, name in ((TP.INT64, "int64"), (TP.INT32, "int32")):
+        model, ref = _row_lookup(t)
+        yield IntCase(f"row-lookup-{name}-ids", model, {29: ops, 34: ops}, reference=ref, ints={"ids": ids})
+    model, ref = _row_lookup(TP.INT32, shape=(2, 2, 2, 1))
+    yield IntCase("row-lookup-rank-4-ids", model, {34: "ids of rank 2 or 3"}, reference=ref)
+
+
 def _gather_axis1():
     g = h.make_graph([h.make_node("Gather", ["x", "i"], ["y"], axis=1)], "g",
                      [h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 4]),
@@ -176,7 +205,7 @@ def _int64_add():
     return onnx.shape_inference.infer_shapes(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]))
 
 
-CASES = [c for gen in (_lstm_cases, _gru_cases, _gather_cases) for c in gen()]
+CASES = [c for gen in (_lstm_cases, _gru_cases, _gather_cases, _row_lookup_cases) for c in gen()]
 LOWERED = [(c, lv) for c in CASES for lv, want in c.levels.items() if not isinstance(want, str)]
 REFUSED = [(c, lv) for c in CASES for lv, want in c.levels.items() if isinstance(want, str)]
 
