@@ -42,6 +42,7 @@ import zipfile
 from pathlib import Path
 
 from minirt.builder.errors import BuildError
+from minirt.format.reader import sha256_file
 
 # the target profile's architecture -> the wheel platform tag's machine part
 _WHEEL_MACHINES = {"arm64": ("aarch64",), "x86_64": ("x86_64",), "armv7": ("armv7l",), "armv6": ("armv6l",)}
@@ -75,14 +76,6 @@ class PackageReport:
                          f"bytes (kernel families kept: {', '.join(self.kernel_families)})")
         lines.append(f"  on the device: sh install.sh, then .venv/bin/python run.py info (README.txt)")
         return "\n".join(lines)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def source_root() -> Path | None:
@@ -293,19 +286,19 @@ def package(model: str, target: str = "generic", output: str | None = None, *, w
         shutil.copy2(LAUNCHER, folder / "run.py")
         (folder / "install.sh").write_text(_INSTALL_SH.format(wheel=packed_wheel.name))
         os.chmod(folder / "install.sh", 0o755)
-        model_sha = _sha256(folder / "model.mrt")
+        model_sha = sha256_file(folder / "model.mrt")
         (folder / "README.txt").write_text(_README.format(
             source=model_path.name, target=target, description=profile.description, model_sha=model_sha,
             wheel=packed_wheel.name, version=__version__,
             reduced=f", reduced to the kernel families {', '.join(families)}" if reduced else ""))
-        files = {str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+        files = {str(p.relative_to(folder)): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
         signer = artifact.signer
         manifest = {
             "format": MANIFEST_FORMAT,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "minirt_version": __version__,
             "model": {"file": "model.mrt", "sha256": model_sha, "bytes": (folder / "model.mrt").stat().st_size,
-                      "source": model_path.name, "source_sha256": _sha256(model_path),
+                      "source": model_path.name, "source_sha256": sha256_file(model_path),
                       "signed": signer is not None,
                       **({"signature": {"algorithm": signer[0], "public_key": bytes(signer[1]).hex()}}
                          if signer is not None else {})},

@@ -697,6 +697,18 @@ def _check_graph_tree(graphs: tuple) -> None:
 # --- entry point --------------------------------------------------------------
 
 
+def sha256_file(path) -> str:
+    """The hex SHA-256 of a file's bytes, read in blocks of 1 MB (package manifests, genai's build cache).
+    hashlib is imported here, not with the reader: loading OpenSSL would lengthen every cold start."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 # Files up to this size are read into a private copy by default (load's map_file=None): see load.
 PRIVATE_COPY_MAX_BYTES = 256 << 20
 

@@ -24,18 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from minirt.format.reader import sha256_file
 from minirt.genai._config import Config, ConfigError, GenAIError
 
 _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(bfloat16)": None,
            "tensor(int64)": np.int64, "tensor(int32)": np.int32}
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _external_files(onnx_path: str) -> list[str]:
@@ -66,7 +59,7 @@ def resolve_artifact(onnx_path: str, log=None) -> str:
     say = log or (lambda msg: None)
     if not os.path.isfile(onnx_path):
         raise ConfigError(f"{onnx_path}: no such file (the decoder named by genai_config.json)")
-    sha = _sha256_file(onnx_path)
+    sha = sha256_file(onnx_path)
     sibling = os.path.splitext(onnx_path)[0] + ".mrt"
     if os.path.isfile(sibling) and _artifact_source_sha(sibling) == sha:
         return sibling
