@@ -72,6 +72,12 @@ static int geometry_overflows(const mrt_conv_geometry *g) {
 /* Below this many "units" (roughly multiply-adds) per thread, waking a
  * worker costs more than it saves. */
 #define MRT_MIN_WORK_PER_THREAD 32768L
+/* ... and below this many times that in all, a job runs on the caller alone when the workers it would
+ * take are asleep (they sleep after MRT_SPIN idle pauses, ~0.1 ms): waking one is a futex call on the
+ * caller and a scheduler wake-up on the other CPU, which on a 2-vCPU VM outlasted the parallel half of
+ * such a job.  Silero VAD at 2 threads ran its ~0.05 ms of small convolutions and LSTM products at 1.8x
+ * its 1-thread time, its workers asleep between runs and woken several times a run (D142). */
+#define MRT_WAKE_MIN_WORK 16L
 
 /* ------------------------------------------------------------------ thread pool
  *
@@ -245,6 +251,9 @@ static void pool_leave(void) {
 static void *pool_worker(void *arg) {
     int id = (int)(intptr_t)arg;
     unsigned long seen = pool_start_gen[id];
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "minirt-worker"); /* (top -H, perf, /proc/<pid>/task/<tid>/comm) */
+#endif
     for (;;) {
         unsigned long gen = __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE);
         for (int i = 0; i < MRT_SPIN && (gen == seen || !(gen & 1)); ++i) {
@@ -419,7 +428,8 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     if (parts > MRT_MAX_THREADS) parts = MRT_MAX_THREADS;
     if (parts > n) parts = (int)n;
     if (parts > by_work) parts = by_work < 1 ? 1 : (int)by_work;
-    if (parts <= 1 || pthread_mutex_trylock(&pool_dispatch) != 0) {
+    if (parts <= 1 || (by_work < MRT_WAKE_MIN_WORK && __atomic_load_n(&pool_sleepers, __ATOMIC_RELAXED) >= parts - 1) ||
+        pthread_mutex_trylock(&pool_dispatch) != 0) {
         run_on_caller(fn, ctx, n, cancel);
         return;
     }

@@ -150,3 +150,56 @@ def test_workers_are_pinned_one_cpu_each_unless_told_not_to(conv_stack, pin):
         assert len(singles) == 1 and int(singles[0]) in r["process"]  # the one worker, on one allowed CPU
     else:
         assert not singles  # (numpy's BLAS thread and the worker keep the process's CPUs)
+
+
+SLEEPING_CHILD = textwrap.dedent(
+    """
+    import json, os, time
+    import numpy as np
+    from minirt import native
+    native.set_threads(2)
+    native.start_threads(2)
+
+    def worker_ns():  # time on a CPU of the pool's workers (named by the pool), per the scheduler
+        total = found = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    if not f.read().startswith("minirt-worker"):
+                        continue
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+                found += 1
+            except (OSError, ValueError):
+                pass
+        return total, found
+
+    small = np.ones((128, 128), np.float32)
+    big = np.ones((512, 512), np.float32)
+    ys, yb = np.empty_like(small), np.empty_like(big)
+    time.sleep(0.3)  # (a worker spins for ~0.1 ms after its last job, then sleeps)
+    t0, found = worker_ns()
+    for _ in range(300):
+        native.sgemm(small, small, ys)  # (~4 units of MRT_MIN_WORK_PER_THREAD: 2 parts, a small job)
+    t1, _ = worker_ns()
+    for _ in range(20):
+        native.sgemm(big, big, yb)
+    t2, _ = worker_ns()
+    print(json.dumps({"found": found, "small_ns": t1 - t0, "big_ns": t2 - t1,
+                      "same": bool(np.array_equal(ys, small @ small) and np.array_equal(yb, big @ big))}))
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc/self/task (Linux)")
+def test_small_jobs_leave_sleeping_workers_asleep():
+    """A small job runs on the caller alone while the workers sleep (D142): 300 of them wake no worker,
+    where each used to (a futex wake-up, then the worker's spin), and a big job still gets the worker."""
+    proc = subprocess.run([sys.executable, "-c", SLEEPING_CHILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout)
+    if not r["found"] or not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"):
+        pytest.skip("no named pool worker or no schedstat in /proc")
+    assert r["same"]
+    assert r["small_ns"] < 2_000_000, r  # (woken 300 times, it ran tens of milliseconds)
+    assert r["big_ns"] > r["small_ns"], r
