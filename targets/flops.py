@@ -47,7 +47,8 @@ DATA_MOVEMENT = V.RESHAPES | frozenset({
     "Transpose", "Concat", "Slice", "Split", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad",
     "Identity", "Shape", "Size", "Constant", "ConstantOfShape", "Range", "DepthToSpace", "SpaceToDepth", "Dropout",
     "Compress", "NonZero", "ScatterND", "ScatterElements", "OneHot", "Trilu", "ReverseSequence", "CenterCropPad",
-    "SequenceConstruct", "SequenceAt", "SequenceInsert", "SplitToSequence", "ConcatFromSequence", "EyeLike"})
+    "SequenceConstruct", "SequenceAt", "SequenceInsert", "SplitToSequence", "ConcatFromSequence", "EyeLike",
+    "RowLookup"})  # (com.minirt::RowLookup: a row copy per id, D141)
 _QUANTIZE = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 
 _shape = static_shape  # one definition: builder.ir_helpers.static_shape
