@@ -78,9 +78,12 @@ def check_out(plan, i: int, step, args: list, out: np.ndarray, env: list) -> Non
 
 
 def _placed_input(step, args: list, x: np.ndarray, out: np.ndarray) -> bool:
-    """Whether ``x`` is an input of Concat ``step`` that its buffer ``out`` holds (Concat in place): one of
-    its arguments, a C-contiguous piece of the C-contiguous ``out``."""
+    """Whether ``x`` is an input of ``step`` that its buffer ``out`` holds by design: of a Concat, one of its
+    arguments, a C-contiguous piece of the C-contiguous ``out`` (Concat in place); of an op of
+    _IN_PLACE_OPS, its first argument, exactly ``out``'s memory (result in place)."""
     lo, hi = out.ctypes.data, out.ctypes.data + out.nbytes
+    if step.op.op_type in _IN_PLACE_OPS:
+        return bool(args) and x is args[0] and x.ctypes.data == lo and x.nbytes == out.nbytes
     return (step.op.op_type == "Concat" and any(x is a for a in args) and x.flags.c_contiguous
             and out.flags.c_contiguous and lo <= x.ctypes.data and x.ctypes.data + x.nbytes <= hi)
 
@@ -99,6 +102,12 @@ class ArenaPlan:
     :func:`memplan.plan`, checked by :func:`memplan.verify` when built.
     Arenas are checked out per run from a free list (atomic pop / append), so
     concurrent runs never share one.
+
+    Results in place (:func:`_in_place_buffers`): the result of an op of
+    :data:`_IN_PLACE_OPS` goes over its first input's buffer when that input
+    is an earlier step's own buffer that dies at this step (nothing read
+    later may alias it) and has the result's shape and dtype; its kernel
+    then reads and writes the same memory.
 
     Concat in place: an input of a Concat whose pieces are contiguous in its
     result (every axis before the concat axis of size 1) that is some step's
@@ -158,6 +167,8 @@ class ArenaPlan:
         # buffers placed inside a Concat's buffer: b -> (host buffer, byte offset); each host then
         # spans the lifetimes of its inner buffers, which memplan does not place on their own
         inner = _concat_inner_buffers(steps, placed, roots)
+        # ... and results written over their input (_IN_PLACE_OPS), where the input dies at that step
+        inner.update(_in_place_buffers(steps, placed, roots, buffers, set(inner) | {h for h, _ in inner.values()}))
         for b, (host, _) in inner.items():
             buffers[host][0] = min(buffers[host][0], buffers[b][0])
             buffers[host][1] = max(buffers[host][1], buffers[b][1])
@@ -224,6 +235,40 @@ class ArenaPlan:
         if program is None or isinstance(program, str):
             return program
         return f"{program.n} native calls"
+
+
+# Ops whose kernel computes its result over its input when the plan's buffer for the result is the input's
+# own (each element read before it is written): Softmax's native rows (minirt/native/rowops_impl.h).  A
+# softmax over attention scores reads and writes the largest tensor of a transformer: Whisper-tiny's
+# [6, 1500, 1500] (54 MB) took 15.3 ms into a buffer of its own, whose lines the CPU reads before writing
+# them, and 10.0 ms over its input; the arena loses the second 54 MB (D143).
+_IN_PLACE_OPS = frozenset({"Softmax"})
+
+
+def _in_place_buffers(steps, placed, roots, buffers, taken) -> dict:
+    """Results to place over their step's first input (see :class:`ArenaPlan`): buffer -> (the input's
+    buffer, 0).  Both must be steps' own buffers of one shape and dtype, neither in ``taken`` (inside or
+    host of a Concat's buffer) nor already part of such a pair, and the input's lifetime (which covers
+    every value that may alias it) must end at this step."""
+    buffer_of, step_buffer = {}, {}
+    for b, (u, _, _) in enumerate(placed):
+        step_buffer[u] = b
+        v0 = steps[u].outs[0]
+        if roots.get(v0) == frozenset((b,)):
+            buffer_of[v0] = b
+    found: dict = {}
+    paired: set = set()
+    for u, step in enumerate(steps):
+        b = step_buffer.get(u)
+        if step.op.op_type not in _IN_PLACE_OPS or b is None or not step.ins:
+            continue
+        a = buffer_of.get(step.ins[0])
+        if (a is None or a in taken or b in taken or a in paired or b in paired or buffers[a][1] != u
+                or placed[a][1:] != placed[b][1:]):
+            continue
+        found[b] = (a, 0)
+        paired.update((a, b))
+    return found
 
 
 def _concat_inner_buffers(steps, placed, roots) -> dict:

@@ -130,6 +130,7 @@ import numpy as np
 
 import minirt
 from minirt import plan as plan_mod
+from minirt import native
 from minirt import session as session_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -542,3 +543,35 @@ def test_a_big_private_copy_of_the_file_is_not_advised_huge_pages():
             assert "hg" not in flags, flags
         del view
         buf.close()
+
+
+def test_softmax_writes_its_result_over_its_dying_input(checked):
+    """Attention scores -> Softmax -> product: the probabilities go over the scores' buffer (D143), so the
+    arena holds one [heads, n, n] buffer, not two, and planned runs (checked against every live value)
+    give the unplanned run's bits; so do its native program's replays."""
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from minirt.builder import build_bytes
+
+    heads, n, d = 2, 48, 16
+    rng = np.random.default_rng(3)
+    kt = nh.from_array(rng.standard_normal((heads, d, n)).astype(np.float32), "kt")
+    v = nh.from_array(rng.standard_normal((heads, n, d)).astype(np.float32), "v")
+    nodes = [h.make_node("MatMul", ["q", "kt"], ["scores"]), h.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             h.make_node("MatMul", ["p", "v"], ["y"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("q", TP.FLOAT, [heads, n, d])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [heads, n, d])], initializer=[kt, v])
+    data = build_bytes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    feeds = [{"q": rng.standard_normal((heads, n, d)).astype(np.float32)} for _ in range(2)]
+    planned = _compare(data, feeds, checked)
+    (plan,) = planned.memory_plans()
+    scores_bytes = heads * n * n * 4
+    assert plan["arena_bytes"] < 2 * scores_bytes, plan  # (a buffer of its own: 2 x 18,432 bytes)
+    if native.available:  # (MEMPLAN_CHECK records no program: a session without it)
+        plan_mod.MEMPLAN_CHECK = False
+        replayed = minirt.Session(data)
+        for feed in feeds * 2:
+            assert _same(replayed.run(None, feed), minirt.Session(data, memory_plan=False).run(None, feed))
+        assert replayed.native_program_status().startswith("yes"), replayed.native_program_status()

@@ -323,6 +323,15 @@ def _free_out(out, *inputs):
     return out
 
 
+def _over_input(out, x):
+    """``out`` when it is exactly ``x``'s memory (the memory plan placed the result over its input: D143;
+    for kernels that read each element before writing it), else :func:`_free_out`'s answer."""
+    if (out is not None and out.ctypes.data == x.ctypes.data and out.nbytes == x.nbytes
+            and out.flags.c_contiguous and x.flags.c_contiguous):
+        return out
+    return _free_out(out, x)
+
+
 def _out_buffer(dst, shape: tuple, dtype=np.float32):
     """``dst`` when it can hold the result exactly (shape, dtype, C-contiguous), else a fresh array."""
     if dst is not None and dst.shape == shape and dst.dtype == dtype and dst.flags.c_contiguous:
@@ -1151,7 +1160,7 @@ def _softmax(x: np.ndarray, axis: int, log: bool, out=None) -> np.ndarray:
     if x.size == 0:
         return x.copy()
     if axis == x.ndim - 1 and x.dtype == np.float32 and _native.available:
-        y = _out_buffer(_free_out(out, x), x.shape)
+        y = _out_buffer(_over_input(out, x), x.shape)
         _native.softmax_rows(np.ascontiguousarray(x), y, log)
         return _native.final(y)  # (one native call: a program may replay it)
     cdt = _compute_dtype(x.dtype)
@@ -1189,7 +1198,7 @@ def softmax_1(x, /, *, axis=1, out=None):
     if x.dtype == np.float32 and x.size and _native.available:
         # rows of the trailing axes, written in the result's own shape (a reshape of the native result
         # would be another array than the one the call wrote, which a program could not replay)
-        y = _out_buffer(_free_out(out, x), shape)
+        y = _out_buffer(_over_input(out, x), shape)
         _native.softmax_rows(np.ascontiguousarray(x2), y.reshape(x2.shape), False)
         return _native.final(y)
     return _softmax(x2, 1, False).reshape(shape)
