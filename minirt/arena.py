@@ -237,6 +237,17 @@ class ArenaPlan:
         return f"{program.n} native calls"
 
 
+def _own_buffers(steps, placed, roots) -> tuple[dict, dict]:
+    """(slot -> buffer index, for values that are a step's own buffer; step -> its buffer index)."""
+    buffer_of, step_buffer = {}, {}
+    for b, (u, _, _) in enumerate(placed):
+        step_buffer[u] = b
+        v0 = steps[u].outs[0]
+        if roots.get(v0) == frozenset((b,)):
+            buffer_of[v0] = b
+    return buffer_of, step_buffer
+
+
 # Ops whose kernel computes its result over its input when the plan's buffer for the result is the input's
 # own (each element read before it is written): Softmax's native rows (minirt/native/rowops_impl.h).  A
 # softmax over attention scores reads and writes the largest tensor of a transformer: Whisper-tiny's
@@ -250,12 +261,7 @@ def _in_place_buffers(steps, placed, roots, buffers, taken) -> dict:
     buffer, 0).  Both must be steps' own buffers of one shape and dtype, neither in ``taken`` (inside or
     host of a Concat's buffer) nor already part of such a pair, and the input's lifetime (which covers
     every value that may alias it) must end at this step."""
-    buffer_of, step_buffer = {}, {}
-    for b, (u, _, _) in enumerate(placed):
-        step_buffer[u] = b
-        v0 = steps[u].outs[0]
-        if roots.get(v0) == frozenset((b,)):
-            buffer_of[v0] = b
+    buffer_of, step_buffer = _own_buffers(steps, placed, roots)
     found: dict = {}
     paired: set = set()
     for u, step in enumerate(steps):
@@ -283,13 +289,7 @@ def _concat_inner_buffers(steps, placed, roots) -> dict:
     from the front (up to the first input whose size is unknown here) and from the back; other inputs
     stay copies.  Whatever this decides, the result is the same: the Concat kernel copies every input
     that is not exactly at its piece."""
-    buffer_of = {}  # slot -> buffer index, for values that are a step's own buffer
-    step_buffer = {}  # step -> its buffer index
-    for b, (u, _, _) in enumerate(placed):
-        step_buffer[u] = b
-        v0 = steps[u].outs[0]
-        if roots.get(v0) == frozenset((b,)):
-            buffer_of[v0] = b
+    buffer_of, step_buffer = _own_buffers(steps, placed, roots)
     split_of = {}  # first output slot of a Split step -> that step
     for step in steps:
         if step.op.op_type == "Split" and step.outs and step.outs[0] >= 0:
