@@ -428,8 +428,18 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     if (parts > MRT_MAX_THREADS) parts = MRT_MAX_THREADS;
     if (parts > n) parts = (int)n;
     if (parts > by_work) parts = by_work < 1 ? 1 : (int)by_work;
-    if (parts <= 1 || (by_work < MRT_WAKE_MIN_WORK && __atomic_load_n(&pool_sleepers, __ATOMIC_RELAXED) >= parts - 1) ||
-        pthread_mutex_trylock(&pool_dispatch) != 0) {
+    if (parts > 1 && by_work < MRT_WAKE_MIN_WORK && __atomic_load_n(&pool_sleepers, __ATOMIC_RELAXED) >= parts - 1) {
+        /* the job's own chunks, one after the other: fn sees the ranges it would see with the workers (a
+         * kernel whose sums follow its ranges gives the same bits whether or not a worker was awake) */
+        long chunks = mrt_chunks(n, parts);
+        if (cancel && chunks < n) chunks = n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES;
+        for (long c = 0; c < chunks; ++c) {
+            if (mrt_cancelled(cancel)) return;
+            fn(ctx, mrt_chunk_begin(n, chunks, c), mrt_chunk_begin(n, chunks, c + 1));
+        }
+        return;
+    }
+    if (parts <= 1 || pthread_mutex_trylock(&pool_dispatch) != 0) {
         run_on_caller(fn, ctx, n, cancel);
         return;
     }
