@@ -224,6 +224,13 @@ done:
  * cost nothing next to the pieces). */
 #define MRT_CANCEL_PIECES 1024
 
+/* The chunks of a job of n items for `parts` participants (mrt_chunks), or, when a cancellation is
+ * watched, up to MRT_CANCEL_PIECES of them: a check between each. */
+static inline long mrt_job_chunks(long n, int parts, const mrt_cancel *cancel) {
+    const long chunks = mrt_chunks(n, parts);
+    return cancel && chunks < n ? (n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES) : chunks;
+}
+
 /* fn over [0, n) on the calling thread: in one call, or, when a cancellation is watched, in pieces with a
  * check before each. */
 static void run_on_caller(mrt_task_fn fn, void *ctx, long n, const mrt_cancel *cancel) {
@@ -431,8 +438,7 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
     if (parts > 1 && by_work < MRT_WAKE_MIN_WORK && __atomic_load_n(&pool_sleepers, __ATOMIC_RELAXED) >= parts - 1) {
         /* the job's own chunks, one after the other: fn sees the ranges it would see with the workers (a
          * kernel whose sums follow its ranges gives the same bits whether or not a worker was awake) */
-        long chunks = mrt_chunks(n, parts);
-        if (cancel && chunks < n) chunks = n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES;
+        const long chunks = mrt_job_chunks(n, parts, cancel);
         for (long c = 0; c < chunks; ++c) {
             if (mrt_cancelled(cancel)) return;
             fn(ctx, mrt_chunk_begin(n, chunks, c), mrt_chunk_begin(n, chunks, c + 1));
@@ -451,8 +457,7 @@ static void mrt_parallel_for(long n, long unit, int nthreads, mrt_task_fn fn, vo
         return;
     }
     pool_unshare_cpu(parts);
-    long chunks = mrt_chunks(n, parts);
-    if (cancel && chunks < n) chunks = n < MRT_CANCEL_PIECES ? n : MRT_CANCEL_PIECES;
+    const long chunks = mrt_job_chunks(n, parts, cancel);
     /* no worker is inside (the last job ended with pool_active at 0): the fields are ours */
     pool_cancel = cancel;
     pool_fn = fn;
