@@ -50,7 +50,10 @@ class TargetProfile:
     # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input costs
     # about what int8 saves (12 channels no faster in int8; 16 pay since the implicit int8 conv, D30).
     int8_min_reduction: int = 16
-    # Convs with a window (k x k > 1) whose reduction (input channels / group x kh x kw) is below this
+    # Pointwise (1x1, ungrouped) convs with fewer output channels than this stay float (0: none): the input
+    # is quantized once per layer whatever its output count, and few outputs do not amortise it.
+    int8_min_pointwise_outputs: int = 0
+    # Ungrouped convs with a window (k x k > 1) whose reduction (input channels x kh x kw) is below this
     # stay float (0: none): a 3-channel stem (reduction 27) is 1.57x float in int8 on AVX2 without VNNI.
     int8_min_window_reduction: int = 0
     # Grouped convs (not depthwise) with fewer output channels per group than this stay float (0: none):
@@ -89,6 +92,7 @@ class TargetProfile:
         return {"int8_depthwise": self.int8_depthwise, "int8_depthwise_min_plane": self.int8_depthwise_min_plane,
                 "int8_min_reduction": self.int8_min_reduction,
                 "int8_min_window_reduction": self.int8_min_window_reduction,
+                "int8_min_pointwise_outputs": self.int8_min_pointwise_outputs,
                 "int8_min_group_outputs": self.int8_min_group_outputs,
                 "weight_only_min_elements": self.weight_only_min_elements}
 
@@ -105,8 +109,20 @@ class TargetProfile:
 # 1.54x, 24 -> 144 1.31x, 32 -> 16 1.12x, 32 -> 192 1.09x, 48 -> 192 0.97x, 144 -> 24 0.92x,
 # 320 -> 1280 0.80x; a 3 x 3 conv over 3 channels (stem) 1.57x, over 16 channels 0.97x; grouped 3 x 3
 # convs of 8 channels per group (RegNet) 2.6-2.9x, of 16 per group 2.2x.
+# Depthwise convs stay float on every plane (int8_depthwise_min_plane 0: the large-plane exception is for the
+# VNNI depthwise kernel).
 AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32, "int8_min_group_outputs": 32,
-                   "int8_macs_per_float_mac": 1.1}
+                   "int8_macs_per_float_mac": 1.1, "int8_depthwise_min_plane": 0}
+# The int8 speed rules of an x86-64 host with AVX512-VNNI, measured on an Intel Xeon (model 167, 2-vCPU
+# VM) at 1 thread, int8 / float of single layers (each followed by a float layer, D144): pointwise over
+# 16 -> 96 channels at 112 x 112 1.19x, 16 -> 48 1.25x, 16 -> 16 1.7x (reduction 16: int8_min_reduction
+# 24); 32 -> 16 at 112 x 112 1.22x, 64 -> 16 at 56 x 56 1.49x, 96 -> 24 1.17x, 72 -> 24 1.15x, 144 -> 24
+# 0.92x (few outputs: int8_min_pointwise_outputs 32); 24 -> 72 0.97x, 24 -> 144 0.82x, 32 -> 192 at 28 x 28
+# 0.70x, 64 -> 384 at 14 x 14 0.59x; the 3 x 3 stride-2 stem over 3 channels 1.09x (reduction 27:
+# int8_min_window_reduction 32).  Whole models, int8 / float: MobileNetV2 0.84 -> 0.72, MobileNetV3-Large
+# 0.79 -> 0.70, SqueezeNet 0.78 -> 0.69, RegNetY-400MF 0.83 -> 0.78 (the Zen 5 fit of D30 had 16 channels
+# paying; these rules follow this host).
+VNNI_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 32, "int8_min_pointwise_outputs": 32}
 # Without native kernels int8 layers dequantize and multiply in float: slower than float (assumed).
 NO_NATIVE_INT8_MACS = 0.5
 # int8_macs_per_float_mac where the int8 GEMM has a dot product (VNNI, SDOT): fitted on the Zen 5 VNNI
@@ -238,7 +254,8 @@ def host_profile() -> TargetProfile:
         # (the int8 kernel this machine runs decides its int8 speed rules and cost model)
         rules = AVX2_INT8_RULES if native.available and native.qgemm_isa == "avx2" else {}
         if native.available and native.qgemm_isa in ("vnni", "dotprod"):
-            rules = {"int8_macs_per_float_mac": DOT_PRODUCT_INT8_MACS}
+            rules = {"int8_macs_per_float_mac": DOT_PRODUCT_INT8_MACS,
+                     **(VNNI_INT8_RULES if native.qgemm_isa == "vnni" else {})}
         elif not native.available:  # int8 layers then compute in float32 BLAS, after dequantizing
             rules = {"int8_macs_per_float_mac": NO_NATIVE_INT8_MACS}
     except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for, the generic int8 rules

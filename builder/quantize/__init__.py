@@ -70,7 +70,7 @@ class QuantizeOptions:
     # on large planes in static int8; pointwise convs over few channels; the weights-only threshold of
     # the layers they keep float) describe the device: fields of the target profile
     # (targets/profiles.py: int8_depthwise, int8_depthwise_min_plane, int8_min_reduction, int8_min_window_reduction,
-    # int8_min_group_outputs, weight_only_min_elements), passed to quantize() as ``target``.
+    # int8_min_pointwise_outputs, int8_min_group_outputs, weight_only_min_elements), passed to quantize() as ``target``.
     # Depthwise convs quantized in static int8 take their input scales per channel (one scale for the
     # tensor instead: PP-OCR det's max abs error vs float 0.70 -> 0.99).
     depthwise_per_channel_inputs: bool = True
@@ -499,14 +499,21 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
         else:
             report.kept_float.append({"node": c.name, "reason": reason})
 
-    large_planes = set()  # inputs of the depthwise candidates quantized for their plane size
+    # Inputs of the convs on planes of at least int8_depthwise_min_plane pixels (static int8 with that
+    # exception on).  Depthwise convs there compute in int8, chained in uint8 with the convs around them,
+    # so when there is one, the pointwise and window speed rules leave every conv on such planes int8
+    # too (one kept float breaks the chain: PP-OCR det's 3-channel stem and 16-channel pointwise convs
+    # kept float cost it 2.6 ms, D144); a model without such a depthwise conv has no chain to keep.
+    large_planes = set()
     if mode == "int8" and not profile.int8_depthwise and profile.int8_depthwise_min_plane > 0:
-        depthwise = [c for c in candidates if c.depthwise]
+        convs = [c for c in candidates if c.kind == "conv"]
         # (without data: the planes of the static shapes, 0 where unknown)
-        planes = (input_planes(data.float_model, depthwise, data.calib) if data is not None
-                  else {c.input: c.plane for c in depthwise})
+        planes = (input_planes(data.float_model, convs, data.calib) if data is not None
+                  else {c.input: c.plane for c in convs})
         large_planes = {name for name, plane in planes.items() if plane >= profile.int8_depthwise_min_plane}
+    chain_region = any(c.depthwise and c.input in large_planes for c in candidates)
     for c in candidates:
+        chained = chain_region and c.input in large_planes
         if _excluded(c, opts.exclude):
             report.kept_float.append({"node": c.name, "reason": "excluded by option"})
         elif c.kind == "convt" and (mode != "int8" or not opts.int8_conv_transpose
@@ -518,13 +525,20 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
         elif c.depthwise and not profile.int8_depthwise and c.input not in large_planes:
             keep_float(c, f"depthwise convolution: float is faster than int8 on {profile.name} "
                                "(int8_depthwise of the target profile)")
-        elif c.kind == "conv" and c.window == 1 and 0 < c.reduction < profile.int8_min_reduction:
+        elif c.kind == "conv" and c.window == 1 and not chained and 0 < c.reduction < profile.int8_min_reduction:
             keep_float(c, f"pointwise conv over {c.reduction} channels: float is faster than int8 on "
                                f"{profile.name} (int8_min_reduction of the target profile)")
+        elif (c.kind == "conv" and c.window == 1 and not c.group_outputs and not chained
+              and 0 < c.outputs < profile.int8_min_pointwise_outputs):
+            keep_float(c, f"pointwise conv to {c.outputs} channels: float is faster than int8 on {profile.name} "
+                               "(int8_min_pointwise_outputs of the target profile)")
         elif c.kind == "conv" and 0 < c.group_outputs < profile.int8_min_group_outputs:
             keep_float(c, f"grouped conv of {c.group_outputs} output channels per group: float is faster than "
                                f"int8 on {profile.name} (int8_min_group_outputs of the target profile)")
-        elif c.kind == "conv" and c.window > 1 and 0 < c.reduction < profile.int8_min_window_reduction:
+        elif (c.kind == "conv" and c.window > 1 and not c.depthwise and not c.group_outputs and not chained
+              and 0 < c.reduction < profile.int8_min_window_reduction):
+            # (ungrouped convs: a depthwise or grouped conv has its own rule above; a large-plane depthwise
+            # conv quantized for its plane must stay int8 here, D144)
             keep_float(c, f"conv summing {c.reduction} products per output: float is faster than int8 on "
                                f"{profile.name} (int8_min_window_reduction of the target profile)")
         elif c.final and not opts.quantize_final and c.kind != "convt":

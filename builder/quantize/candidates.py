@@ -192,4 +192,5 @@ def _candidate(node: ir.Node, model: ir.Model, weight_only: bool, refused: list)
                      window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1,
                      plane=_plane(x) if kind == "conv" else 0,
                      group_outputs=warr.shape[0] // group if kind == "conv" and group > 1 and not depthwise
-                     else 0)
+                     else 0,
+                     outputs=int(warr.shape[0]) if kind == "conv" else 0)

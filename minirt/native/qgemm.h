@@ -259,7 +259,7 @@ static void q_post_row(const q_args *g, float *c, long n) {
  * which HardSwish's rounding needs), written as act_row_avx2 computes them (so the results are
  * the same whichever applies it); 0 when the caller runs q_act_row. */
 static int q_act_in_store(int act) {
-    if (q_use_vnni) return act == MRT_ACT_RELU || act == MRT_ACT_HARDSWISH ? act : 0;
+    if (q_use_vnni) return act == MRT_ACT_RELU || act == MRT_ACT_CLIP || act == MRT_ACT_HARDSWISH ? act : 0;
     return q_use_avx2 && (act == MRT_ACT_RELU || act == MRT_ACT_CLIP) ? act : 0;
 }
 
@@ -303,6 +303,7 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
     const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
     const __m512 sixth = _mm512_set1_ps(1.0f / 6.0f), half = _mm512_set1_ps(0.5f);
     const __m512 vpa = _mm512_set1_ps(g->post_a), vpb = _mm512_set1_ps(g->post_b);
+    const __m512 clo = _mm512_set1_ps(g->a0), chi = _mm512_set1_ps(g->a1);
     for (int i = 0; i < mr; ++i) {
         const int row = m + i;
         const __m512 vs = _mm512_set1_ps(g->scale[row]), vb = _mm512_set1_ps(g->bias ? g->bias[row] : 0.0f);
@@ -328,6 +329,8 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             if (act == MRT_ACT_RELU) {
                 x = _mm512_max_ps(zero, x); /* x < 0 ? 0 : x */
+            } else if (act == MRT_ACT_CLIP) { /* act_row's Clip (ReLU6 of MobileNets): a NaN x is kept */
+                x = _mm512_min_ps(chi, _mm512_max_ps(clo, x));
             } else if (act == MRT_ACT_HARDSWISH) {
                 __m512 v = _mm512_fmadd_ps(x, sixth, half);
                 v = _mm512_max_ps(zero, v);

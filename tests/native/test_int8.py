@@ -347,9 +347,12 @@ def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, d, n, every
     h, wd, oh, ow, x, xq, packed, x_scale, x_zero, scale, bias, res, acc = _qconv_case(rng, c, hw, m, k, s, pb, group,
                                                                                       d, n)
     y_scale, y_zero = 0.02, 40
-    for act in (0, 1, 7):  # none, Relu, HardSwish
-        prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act)
-        prep1 = native.qconv2d_prepare((1, c, h, wd), packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act)
+    clip = (-0.5, 1.5)  # (a Clip's bounds, inside the outputs' range so that both bind)
+    for act in (0, 1, 2, 7):  # none, Relu, Clip (in the AVX-512 store too, D144), HardSwish
+        a = clip if act == 2 else (0.0, 0.0)
+        prep = native.qconv2d_prepare(x.shape, packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act, *a)
+        prep1 = native.qconv2d_prepare((1, c, h, wd), packed, m, group, k, s, d, pb[:2], (oh, ow), scale, bias, act,
+                                       *a)
         for residual in (None, res):
             for src in (x, xq):
                 for y_q in (None, (y_scale, y_zero)):
@@ -369,6 +372,8 @@ def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, d, n, every
                         ref = ref + residual.reshape(n, m, -1)
                     if act == 1:
                         ref = np.where(ref < 0, np.float32(0), ref)
+                    if act == 2:
+                        ref = np.minimum(np.maximum(ref, np.float32(clip[0])), np.float32(clip[1]))
                     if y_q:
                         ref = np.clip(np.rint(ref / np.float32(y_scale)) + y_zero, 0, 255).astype(np.uint8)
                     np.testing.assert_array_equal(y.reshape(n, m, -1), ref)

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from minirt import native
 from minirt.builder.quantize import QuantizeOptions, quantize
 from minirt.targets import profiles
-from minirt.targets.profiles import AVX2_INT8_RULES, get_target
+from minirt.targets.profiles import AVX2_INT8_RULES, VNNI_INT8_RULES, get_target
 from tests.quantize.conftest import optimized
 
 NO_TIMING = dict(measure_latency=False)
@@ -40,6 +40,89 @@ def test_window_reduction_rule_off_by_default(digits, calib):
     report = quantize(digits, "int8", calib, QuantizeOptions(**NO_TIMING), target=_generic())
     assert not _kept(report, "int8_min_window_reduction")
     assert "/0/Conv" in report.quantized
+
+
+@pytest.mark.parametrize("groups", [16, 4])
+def test_window_reduction_rule_leaves_depthwise_and_grouped_convs(tmp_path, groups):
+    """A depthwise conv quantized for its large plane (int8_depthwise_min_plane) and a grouped conv sum
+    9 and 36 products per output, under the threshold: their own rules decide, not the window rule (it
+    would undo the large-plane exception and the u8 chains around it: PP-OCR det, D144)."""
+    model = _grouped_model(tmp_path / "g.onnx", groups=groups)
+    rng = np.random.default_rng(4)
+    calib = [{"x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32)} for _ in range(3)]
+    report = quantize(model, "int8", calib, QuantizeOptions(quantize_final=True, **NO_TIMING),
+                      target=_generic(int8_min_window_reduction=64, int8_depthwise_min_plane=100))
+    assert not _kept(report, "int8_min_window_reduction")
+    assert "grouped" in report.quantized
+
+
+@pytest.mark.parametrize("min_plane,pointwise_int8", [(100, True), (1000, False)])
+def test_speed_rules_keep_the_large_plane_chain_int8(tmp_path, min_plane, pointwise_int8):
+    """A depthwise conv on a plane of int8_depthwise_min_plane pixels or more computes in int8, chained in
+    uint8 with its neighbours: the pointwise rule then leaves the 1x1 conv on that plane int8 (12 x 12 =
+    144 pixels >= 100); on a smaller plane the depthwise conv stays float and the rule applies."""
+    model = _grouped_model(tmp_path / "dw.onnx", groups=16)  # depthwise 3x3 -> Relu -> 1x1 16 -> 32
+    rng = np.random.default_rng(5)
+    calib = [{"x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32)} for _ in range(3)]
+    report = quantize(model, "int8", calib, QuantizeOptions(quantize_final=True, **NO_TIMING),
+                      target=_generic(int8_min_pointwise_outputs=64, int8_depthwise_min_plane=min_plane))
+    assert ("grouped" in report.quantized) is pointwise_int8
+    assert ("pointwise" in report.quantized) is pointwise_int8
+    assert (_kept(report, "int8_min_pointwise_outputs") == {"pointwise"}) is not pointwise_int8
+
+
+def test_speed_rules_apply_on_large_planes_without_a_depthwise_conv(tmp_path):
+    """No depthwise conv, no chain to keep: the rules apply whatever the plane (SqueezeNet's stem)."""
+    model = _pointwise_model(tmp_path / "p.onnx", hidden=16, out=64)
+    rng = np.random.default_rng(6)
+    calib = [{"x": rng.standard_normal((1, 32, 12, 12)).astype(np.float32)} for _ in range(3)]
+    report = quantize(model, "int8", calib, QuantizeOptions(quantize_final=True, **NO_TIMING),
+                      target=_generic(int8_min_pointwise_outputs=32, int8_depthwise_min_plane=100))
+    assert _kept(report, "int8_min_pointwise_outputs") == {"narrow"}
+
+
+def _pointwise_model(path, hidden: int, out: int):
+    """x (1, 32, 12, 12) -> Conv 1x1 32 -> hidden ("narrow") -> Relu -> Conv 1x1 hidden -> out ("wide")."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((hidden, 32, 1, 1)).astype(np.float32) * 0.2
+    w2 = rng.standard_normal((out, hidden, 1, 1)).astype(np.float32) * 0.2
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="narrow", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="wide", kernel_shape=[1, 1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out, 12, 12])],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return optimized(str(path))
+
+
+@pytest.mark.parametrize("rule,kept", [(0, set()), (16, set()), (32, {"narrow"}), (100, {"narrow", "wide"})])
+def test_pointwise_outputs_rule(tmp_path, rule, kept):
+    """32 -> 16 -> 64 channels: a pointwise conv with fewer output channels than the threshold stays
+    float (its weights stored int8 when big enough), the reason names the rule and the count."""
+    model = _pointwise_model(tmp_path / "p.onnx", hidden=16, out=64)
+    rng = np.random.default_rng(1)
+    calib = [{"x": rng.standard_normal((1, 32, 12, 12)).astype(np.float32)} for _ in range(3)]
+    report = quantize(model, "int8", calib, QuantizeOptions(quantize_final=True, **NO_TIMING),
+                      target=_generic(int8_min_pointwise_outputs=rule))
+    assert _kept(report, "int8_min_pointwise_outputs") == kept
+    assert {"narrow", "wide"} - kept <= set(report.quantized)
+    if "narrow" in kept:
+        assert any("pointwise conv to 16 channels" in k["reason"] for k in report.kept_float)
+
+
+def test_pointwise_outputs_rule_leaves_windowed_and_grouped_convs(tmp_path):
+    """The rule is for 1x1 ungrouped convs: a 3x3 conv and a grouped conv of as few outputs are left
+    to their own rules."""
+    model = _grouped_model(tmp_path / "g.onnx", groups=4)  # 16 outputs, 3x3, grouped
+    rng = np.random.default_rng(3)
+    calib = [{"x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32)} for _ in range(3)]
+    report = quantize(model, "int8", calib, QuantizeOptions(quantize_final=True, **NO_TIMING),
+                      target=_generic(int8_min_pointwise_outputs=1000))
+    assert _kept(report, "int8_min_pointwise_outputs") == {"pointwise"}  # (its 32 outputs < 1000)
+    assert "grouped" in report.quantized
 
 
 def _grouped_model(path, groups: int):
@@ -100,8 +183,13 @@ def test_avx2_targets_take_the_avx2_rules(monkeypatch):
     monkeypatch.setattr(native, "qgemm_isa", "vnni")
     host = profiles.host_profile()
     generic = get_target("generic")
-    rules = [f for f in AVX2_INT8_RULES if f != "int8_macs_per_float_mac"]
+    assert {f: getattr(host, f) for f in VNNI_INT8_RULES} == VNNI_INT8_RULES
+    assert host.int8_min_group_outputs == generic.int8_min_group_outputs  # (VNNI's grouped convs pay)
+    monkeypatch.setattr(native, "qgemm_isa", "dotprod")  # arm64's SDOT: not measured, the generic rules
+    host = profiles.host_profile()
+    rules = [f for f in AVX2_INT8_RULES if f != "int8_macs_per_float_mac"] + list(VNNI_INT8_RULES)
     assert {f: getattr(host, f) for f in rules} == {f: getattr(generic, f) for f in rules}
+    monkeypatch.setattr(native, "qgemm_isa", "vnni")
     # the cost model's int8 rate: the dot-product one with VNNI, AVX2's without, below float without
     # native kernels (int8 layers then dequantize and multiply in float)
     assert host.int8_macs_per_float_mac == profiles.DOT_PRODUCT_INT8_MACS > generic.int8_macs_per_float_mac
