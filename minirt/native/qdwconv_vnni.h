@@ -68,7 +68,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_d
                                                                                            __m512 vb) {
     v = q_dw_epilogue(q, v, vs, vb);
     const float yz = (float)q->y_zero;
-    __m512 t = _mm512_div_ps(v, _mm512_set1_ps(q->y_scale));
+    __m512 t = q_div16(v, _mm512_set1_ps(q->y_scale)); /* (v / y_scale, exactly where it matters) */
     t = _mm512_max_ps(t, _mm512_set1_ps(-yz)); /* NaN -> lo: max returns the second operand */
     t = _mm512_min_ps(t, _mm512_set1_ps(255.0f - yz));
     t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -98,7 +98,7 @@ __attribute__((target("avx512f,avx512bw"))) static void q_dw_quant_row(const flo
     const __m512 vz = _mm512_set1_ps((float)zp);
     for (long i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs);
+        __m512 t = q_div16(_mm512_maskz_loadu_ps(m, x + i), vs); /* (x / xs, exactly where it matters) */
         t = _mm512_max_ps(t, lo); /* NaN -> lo: max returns the second operand */
         t = _mm512_min_ps(t, hi);
         t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -276,9 +276,22 @@ static void q_set_store_epilogue(q_args *g, int act, int u8_out) {
 #ifdef MRT_HAVE_VNNI_BUILD
 /* quantize_u8 of 16 floats into 16 int32 lanes in [0, 255] (every operation as in the AVX2 loop
  * of q_quant_task, so the bytes are the same) */
+__attribute__((target("avx512f"))) static inline __m512 q_div16(__m512 x, __m512 vs) {
+    /* x / s exactly where it decides the rounding, without a division per vector (vdivps: the quantize
+     * passes' cost, D145): t = x * (1 / s) is within 2^-23 |t| + 2^-24 |t| of x / s, and the correctly
+     * rounded quotient q within 2^-24 |t|, so for |t| < 512 (beyond, both clip to the same end)
+     * |t - q| < 2^-13.  A lane whose t lies more than 2^-11 from a half-integer therefore rounds as q
+     * does; the others (and NaN, inf: t - rint(t) is NaN) take the division.  (1 / s is hoisted out of
+     * the callers' loops: s is loop-invariant there.) */
+    const __m512 t = _mm512_mul_ps(x, _mm512_div_ps(_mm512_set1_ps(1.0f), vs));
+    const __m512 f = _mm512_sub_ps(t, _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __mmask16 near = _mm512_cmp_ps_mask(_mm512_abs_ps(f), _mm512_set1_ps(0.5f - 1.0f / 2048.0f), _CMP_NLE_UQ);
+    return near ? _mm512_mask_div_ps(t, near, x, vs) : t;
+}
+
 __attribute__((target("avx512f"))) static inline __m512i q_quant16(__m512 x, __m512 vs, __m512 vlo, __m512 vhi,
                                                                      __m512 vzp) {
-    __m512 t = _mm512_div_ps(x, vs);
+    __m512 t = q_div16(x, vs);
     t = _mm512_max_ps(t, vlo); /* NaN -> lo */
     t = _mm512_min_ps(t, vhi);
     t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

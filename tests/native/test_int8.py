@@ -158,6 +158,36 @@ def test_qmatmul_rows_exact(rows, k, n, x_zero, every_isa, threads):
     np.testing.assert_array_equal(y, ref.astype(np.float32))
 
 
+@pytest.mark.parametrize("scale", [0.5, 0.02, 1 / 255, 3.7e-3, 0.1234567, 1e-40, 1e30, 3e38])
+def test_quantize_u8_is_exactly_the_division(scale, every_isa):
+    """quantize_u8 rounds x / scale as the division does (round half to even), including where a
+    multiplication by 1 / scale would round the other way (D145): x on and one or two ulps around
+    every half-integer multiple of the scale, random values, zeros, NaN, +-inf, huge values; a
+    subnormal or huge scale (whose reciprocal is inf or subnormal)."""
+    s = np.float32(scale)
+    half = (np.arange(-300, 300, dtype=np.float64) + 0.5)
+    with np.errstate(over="ignore"):  # (a huge scale's multiples overflow float32: +-inf, tested too)
+        base = (half * np.float64(s)).astype(np.float32)
+    near = [base]
+    for steps in (1, 2):
+        up, down = base.copy(), base.copy()
+        for _ in range(steps):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        near += [up, down]
+    rng = np.random.default_rng(9)
+    with np.errstate(over="ignore"):
+        spread = (rng.standard_normal(4096) * 100 * np.float64(s)).astype(np.float32)
+    x = np.concatenate(near + [spread, np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 3e38, -3e38, 1e-45], np.float32)])
+    for zp in (0, 128, 255):
+        q = np.empty(x.shape, np.uint8)
+        native.quantize_u8(x, q, float(s), zp)
+        with np.errstate(all="ignore"):
+            t = np.divide(x, s)
+        t = np.where(np.isnan(t), np.float32(-zp), t)  # (NaN -> the lowest code, as the kernel)
+        ref = (np.rint(np.clip(t, np.float32(-zp), np.float32(255 - zp))) + zp).astype(np.uint8)
+        np.testing.assert_array_equal(q, ref)
+
+
 def test_quantize_u8_matches_numpy(isa):
     rng = np.random.default_rng(2)
     x = (rng.standard_normal(1001) * 5).astype(np.float32)
