@@ -260,17 +260,15 @@ class _PreparedQConv:
 
     def run(self, x, z, out):
         plan = self.plan
-        if plan.dynamic:
-            sc, zp_u8, scale = _dynamic_quant(x, plan.ws)
-        else:
-            sc, zp_u8, scale = plan.sc, plan.zp_u8, None
+        # (dynamic: x_scale 0 has the native call quantize x by its own range, with the prepared per-row
+        # scales, which are the weights' then (plan.sc 1): one call, replayable by a program, D146)
+        sc, zp_u8 = (0.0, 0) if plan.dynamic else (plan.sc, plan.zp_u8)
         y = _result_buffer(out, plan.out_shape, self.y_dtype, x, z)
         residual = None if z is None else np.ascontiguousarray(z)
         if plan.pool is None:
-            _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, scale, self.y_q,
-                                 self.post)
+            _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, None, self.y_q, self.post)
         else:
-            _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual, scale)
+            _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual)
         return y
 
 
@@ -541,9 +539,9 @@ def qconv(
     prepared = memo.get(x.shape)  # the native call this node prepared for this input shape, if any
     if prepared is not None and prepared.fits(x, x_scale, x_zero_point, w, w_scale, b, z):
         y = prepared.run(x, z, out)
-        # static quantization, nothing but native calls before the conv's (none, or the input pass of
-        # X_up / X_mul): replayable by a program (dynamic scales come from x, computed in numpy)
-        return y if prepared.plan.dynamic or not input_pass_native else _native.final(y)
+        # nothing but native calls before the conv's (none, or the input pass of X_up / X_mul): replayable
+        # by a program (a dynamic input's scale and zero point are computed by the native call itself)
+        return _native.final(y) if input_pass_native else y
     if w is None or w_scale is None:
         raise ValueError("QConv: inputs W and W_scale are required")
     if w.dtype != np.int8:

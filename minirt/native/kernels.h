@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 31
+#define MRT_ABI_VERSION 32
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -280,7 +280,10 @@ void mrt_im2col_u8(const mrt_conv_geometry *g, const uint8_t *x, uint8_t *cols, 
  * scratch) or uint8 (q->x_u8), im2col (u8), and the int8 GEMM per group; q->packed_w from
  * mrt_qgemm_pack_w of the (m, c/group*kh*kw) weights, q->scale per output channel.
  * y = post_a * act(...) + post_b, float or, with q->y_u8, uint8 requantized per output channel
- * o: clamp(rint(y / y_scales[o]) + y_zeros[o], 0, 255) (see qgemm.h).  Returns 0, or -1 when the
+ * o: clamp(rint(y / y_scales[o]) + y_zeros[o], 0, 255) (see qgemm.h).  A float input with q->x_scale 0
+ * is quantized dynamically, as DynamicQuantizeLinear (uint8 over [min(x, 0), max(x, 0)], its scale and
+ * zero point computed from x by this call), and q->scale then holds the weights' scales (the channels'
+ * are that x_scale * q->scale[o]); the same in mrt_qconv2d_pool_f32.  Returns 0, or -1 when the
  * scratch could not be allocated. */
 int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
                 const float *res, void *y, int nthreads);

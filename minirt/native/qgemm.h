@@ -2474,22 +2474,54 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     return a.failed ? -1 : 0;
 }
 
+/* The input quantization of a conv call: q's static (x_scale, x_zero) and per-channel scales, or, with a
+ * float input and q->x_scale 0 (dynamic, D146), the input's own uint8 parameters (q_dynamic_params over
+ * the whole input, 255 levels: kernels/qlinear.py's _dynamic_params, bit for bit) and the channels' scales
+ * x_scale * q->scale[o] (the weights' scales there) in *dyn, which the caller frees.  0, or -1 without
+ * memory.  Computed here, not by the caller, so that a dynamic conv is one recordable call. */
+static void q_dynamic_params(const float *a, long count, int levels, float *x_scale, int *x_zero); /* (below) */
+
+static int q_conv_input_quant(const mrt_conv_geometry *g, const mrt_quant *q, const void *x, float *x_scale,
+                              int *x_zero, const float **scale, float **dyn) {
+    *x_scale = q->x_scale, *x_zero = q->x_zero, *scale = q->scale, *dyn = NULL;
+    if (q->x_u8 || q->x_scale != 0.0f) return 0;
+    q_dynamic_params((const float *)x, (long)g->n * g->c * g->h * g->w, 255, x_scale, x_zero);
+    *dyn = (float *)malloc(sizeof(float) * (size_t)(g->m > 0 ? g->m : 1));
+    if (!*dyn) return -1;
+    for (int o = 0; o < g->m; ++o) (*dyn)[o] = *x_scale * q->scale[o];
+    *scale = *dyn;
+    return 0;
+}
+
 int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
                 const float *res, void *y, int nthreads) {
     if (geometry_overflows(g)) return -2;
-    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
-                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res,
-                     q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
-                     q->y_u8 ? q->y_zeros : NULL, 0, 0, 0, 0, e->act, e->a0, e->a1, e->post_a, e->post_b, nthreads);
+    float xs, *dyn;
+    int xz;
+    const float *scale;
+    if (q_conv_input_quant(g, q, x, &xs, &xz, &scale, &dyn)) return -1;
+    const int rc = q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, xs, xz, q->packed_w, g->m, g->group, g->kh, g->kw,
+                             g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, scale, e->bias, res,
+                             q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
+                             q->y_u8 ? q->y_zeros : NULL, 0, 0, 0, 0, e->act, e->a0, e->a1, e->post_a, e->post_b,
+                             nthreads);
+    free(dyn);
+    return rc;
 }
 
 int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *pool, const mrt_quant *q,
                          const mrt_epilogue *e, const void *x, const float *res, float *y, int nthreads) {
     const int pkh = pool->kh, pkw = pool->kw, psh = pool->sh, psw = pool->sw;
     if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || g->oh < pkh || g->ow < pkw) return -2;
-    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
-                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res, y, NULL,
-                     NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
+    float xs, *dyn;
+    int xz;
+    const float *scale;
+    if (q_conv_input_quant(g, q, x, &xs, &xz, &scale, &dyn)) return -1;
+    const int rc = q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, xs, xz, q->packed_w, g->m, g->group, g->kh, g->kw,
+                             g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, scale, e->bias, res, y, NULL,
+                             NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
+    free(dyn);
+    return rc;
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD

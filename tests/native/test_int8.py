@@ -222,6 +222,33 @@ def test_qconv_native_matches_numpy(xs, ws, strides, pads, group, act, params, q
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
 
 
+@pytest.mark.parametrize("pool", [(), (2, 2)])
+@pytest.mark.parametrize("xs,ws,strides,pads,group", [
+    ((1, 16, 20, 20), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), 1),  # implicit route (VNNI)
+    ((2, 32, 9, 9), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), 1),    # 1x1, images side by side
+    ((1, 8, 17, 13), (12, 4, 3, 3), (2, 2), (1, 0, 1, 2), 2),    # groups, im2col
+    ((1, 3, 32, 32), (24, 3, 4, 4), (4, 4), (0, 0, 0, 0), 1),    # a patch embedding
+])
+def test_dynamic_qconv_is_the_static_call_with_the_inputs_own_parameters(xs, ws, strides, pads, group, pool,
+                                                                         every_isa, threads):
+    """A dynamic QConv's native call quantizes its input by the input's own range (D146): bit for bit
+    the static call with _dynamic_params' scale and zero point, for every route, with and without the
+    fused max pooling, on inputs of other ranges one after the other."""
+    rng = np.random.default_rng(21)
+    w = rng.integers(-127, 128, ws, dtype=np.int8)
+    wsc = rng.random(ws[0], dtype=np.float32) * 0.01 + 0.001
+    b = rng.standard_normal(ws[0], dtype=np.float32)
+    kw = dict(strides=strides, pads=pads, group=group, activation="Relu")
+    if pool:
+        kw.update(pool_kernel_shape=pool, pool_strides=pool)
+    for spread, shift in ((1.0, 0.0), (30.0, 5.0), (0.01, -0.5)):
+        x = (rng.standard_normal(xs, dtype=np.float32) * np.float32(spread) + np.float32(shift)).astype(np.float32)
+        sc, zp, _, _ = qlinear._dynamic_params(x, 255)
+        y = qlinear.qconv(x, None, None, w, wsc, b, **kw)
+        ref = qlinear.qconv(x, np.float32(sc), np.uint8(zp), w, wsc, b, **kw)
+        np.testing.assert_array_equal(y, ref)
+
+
 @pytest.mark.parametrize("xs,ws,strides,pads,act", [
     ((1, 16, 8, 8), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), "Relu"),
     ((2, 32, 9, 9), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), "HardSwish"),
