@@ -98,13 +98,26 @@ def fake_quantize(x: np.ndarray, scale: float, zero_point: int, lo: int, hi: int
     return t
 
 
-def _dequant_weight(w: np.ndarray, w_scale: np.ndarray, axis: int) -> np.ndarray:
+def _dequant_weight(w: np.ndarray, w_scale: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 ``w * w_scale`` (one scale, or one per index of ``axis``), into ``out`` when given."""
     ws = np.asarray(w_scale, dtype=np.float32)
-    if ws.size == 1:
-        return w.astype(np.float32) * ws.reshape(())
-    shape = [1] * w.ndim
-    shape[axis] = ws.size
-    return w.astype(np.float32) * ws.reshape(shape)
+    if ws.size != 1:
+        shape = [1] * w.ndim
+        shape[axis] = ws.size
+        ws = ws.reshape(shape)
+    else:
+        ws = ws.reshape(())
+    if out is None:
+        return w.astype(np.float32) * ws
+    _assign(out, w)
+    out *= ws
+    return out
+
+
+def _assign(out: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``out`` holding ``w``'s values as float32."""
+    np.copyto(out, w, casting="unsafe")
+    return out
 
 
 # --------------------------------------------------------------------------- native int8 fast paths
@@ -157,7 +170,7 @@ class _QConvPlan:
     """Everything a native QConv call needs that does not depend on the input values,
     for one (weights, input shape, attributes): geometry, packed weights, scales."""
 
-    __slots__ = ("w_ref", "keep", "out_shape", "sc", "zp_u8", "lo", "dynamic", "args", "ws", "pool")
+    __slots__ = ("w_ref", "keep", "out_shape", "sc", "zp_u8", "lo", "dynamic", "args", "pool")
 
 
 _F32, _U8 = np.dtype(np.float32), np.dtype(np.uint8)
@@ -266,7 +279,7 @@ class _PreparedQConv:
         y = _result_buffer(out, plan.out_shape, self.y_dtype, x, z)
         residual = None if z is None else np.ascontiguousarray(z)
         if plan.pool is None:
-            _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, None, self.y_q, self.post)
+            _native.qconv2d_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, y, residual, self.y_q, self.post)
         else:
             _native.qconv2d_pool_call(plan.args, np.ascontiguousarray(x), sc, zp_u8, *plan.pool, y, residual)
         return y
@@ -413,9 +426,9 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         plan.lo = lo
     packed = _native.qpack(w.reshape(m, -1), owner=w, tag="conv")
     ws = np.asarray(w_scale, dtype=np.float32).reshape(-1)
-    plan.ws = np.ascontiguousarray(ws if ws.size == m else np.full(m, ws.reshape(()), np.float32))
+    ws = ws if ws.size == m else np.full(m, ws.reshape(()), np.float32)
     plan.sc, plan.zp_u8 = sc, zp_u8
-    scale = (np.float32(sc) * plan.ws).astype(np.float32)
+    scale = (np.float32(sc) * ws).astype(np.float32)  # (dynamic: sc 1, the weights' scales; D146)
     bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
     plan.out_shape = (n, m) + tuple(out)
     plan.pool = pool
@@ -795,13 +808,15 @@ def quantize_upsample_concat(*inputs, factors=(), scale=1.0, zero_point=0, out=N
 _DEQUANTIZED: dict = {}
 
 
-def _dequantize_weights(w, scale, axis):
+def _dequantize_weights(w, scale, axis, out=None):
+    """float32 weights from int8 ``w`` times its scales along ``axis``, or float16 ``w`` (times a scalar
+    scale); into ``out`` (float32, w's shape) when given."""
     if w.dtype == np.int8:
         if scale is None:
             raise ValueError("DequantizeWeights: int8 weights need W_scale")
-        return _dequant_weight(w, scale, axis % w.ndim if w.ndim else 0)
+        return _dequant_weight(w, scale, axis % w.ndim if w.ndim else 0, out)
     if w.dtype == np.float16:
-        y = w.astype(np.float32)
+        y = w.astype(np.float32) if out is None else _assign(out, w)
         if scale is not None:
             y *= np.asarray(scale, dtype=np.float32).reshape(())
         return y
@@ -826,12 +841,9 @@ def dequantize_weights(w, w_scale=None, /, *, axis=0):
     hit = _DEQUANTIZED.get(key)
     if hit is not None and hit[0]() is w and hit[1] is w_scale:
         return _native.constant_result(hit[2])  # (the same read-only array every run: a program reads it)
-    y = _dequantize_weights(w, w_scale, axis)
-    if y.ctypes.data % 64:  # on a 64-byte boundary, as the artifact's own weights are: kernels that read
-        # weights in place (an RNN's recurrent matrix-vector product) took 1.4x with numpy's 16-byte offset
-        aligned = _native._aligned_floats(y.size).reshape(y.shape)
-        np.copyto(aligned, y)
-        y = aligned
+    # on a 64-byte boundary, as the artifact's own weights are: kernels that read weights in place (an
+    # RNN's recurrent matrix-vector product) took 1.4x with numpy's 16-byte offset of big arrays
+    y = _dequantize_weights(w, w_scale, axis, _native._aligned_floats(w.size).reshape(w.shape))
     y.flags.writeable = False
     import weakref
 

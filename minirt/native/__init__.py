@@ -900,27 +900,25 @@ class _QConvPrepared:
 
     __slots__ = ("geometry", "m", "packed_w", "scale", "bias", "act", "a0", "a1", "variants", "__weakref__")
 
-    def variant(self, x_u8: bool, x_scale, x_zero, y_q, post, scale=None) -> tuple:
-        """``(mrt_quant, mrt_epilogue)`` for these per-call arguments; ``scale`` (dynamic quantization:
-        the per-row scales derived from this input) makes them anew, never kept."""
+    def variant(self, x_u8: bool, x_scale, x_zero, y_q, post) -> tuple:
+        """``(mrt_quant, mrt_epilogue)`` for these per-call arguments (``x_scale`` 0: dynamic quantization,
+        computed by the native call from its input, so the structs stay constant)."""
         key = (x_u8, x_scale, x_zero, _y_q_key(y_q), post)
-        if scale is None:
-            hit = self.variants.get(key)
-            if hit is not None:
-                return hit
+        hit = self.variants.get(key)
+        if hit is not None:
+            return hit
         y_arrays = None if y_q is None else _y_q_arrays(y_q, self.m)
         quant = _new("mrt_quant *", {
             "x_u8": int(x_u8), "x_scale": x_scale, "x_zero": int(x_zero), "packed_w": _char(self.packed_w),
-            "scale": _ptr(self.scale if scale is None else scale), "y_u8": int(y_q is not None),
+            "scale": _ptr(self.scale), "y_u8": int(y_q is not None),
             "y_scales": _ffi.NULL if y_arrays is None else _ptr(y_arrays[0]),
             "y_zeros": _ffi.NULL if y_arrays is None else _ffi.from_buffer("int32_t[]", y_arrays[1])},
-            self.packed_w, self.scale, scale, y_arrays)
+            self.packed_w, self.scale, y_arrays)
         epilogue = _new("mrt_epilogue *", {"bias": _opt(self.bias), "act": self.act, "a0": self.a0, "a1": self.a1,
                                            "post_a": post[0], "post_b": post[1]}, self.bias)
-        if scale is None:
-            if len(self.variants) >= 16:  # (a node has one; a plan shared by a few nodes, a few)
-                self.variants.clear()
-            self.variants[key] = (quant, epilogue)
+        if len(self.variants) >= 16:  # (a node has one; a plan shared by a few nodes, a few)
+            self.variants.clear()
+        self.variants[key] = (quant, epilogue)
         return quant, epilogue
 
 
@@ -950,15 +948,15 @@ def qconv2d_prepare(x_shape, packed_w, m, group, k, s, d, pb, out, scale, bias, 
     return prep
 
 
-def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=None, y_q=None,
-                 post=(1.0, 0.0)) -> None:
-    """Run a prepared int8 convolution (see :func:`qconv2d`); ``scale`` overrides the prepared
-    per-row scales (dynamic quantization).  ``x`` may be uint8 (already quantized with
+def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, y_q=None, post=(1.0, 0.0)) -> None:
+    """Run a prepared int8 convolution (see :func:`qconv2d`); ``x_scale`` 0 with a float ``x``:
+    dynamic quantization (the call derives x's scale and zero point, and the per-row scales from the
+    prepared ones, then the weights' scales).  ``x`` may be uint8 (already quantized with
     ``x_zero``); ``post = (a, b)``: the result is ``a * act(...) + b``; with
     ``y_q = (y_scale, y_zero)`` (a float and an int, or float32 and int32 arrays of one value per
     output channel) ``y`` is uint8: the float result requantized."""
     x_u8 = x.itemsize == 1
-    quant, epilogue = prep.variant(x_u8, x_scale, x_zero, y_q, post, scale)
+    quant, epilogue = prep.variant(x_u8, x_scale, x_zero, y_q, post)
     args = (prep.geometry, quant, epilogue, _char(x) if x_u8 else _ptr(x), _opt(residual),
             _char(y) if y_q else _ptr(y), threads())
     rc = _call(_lib.mrt_qconv2d, args, x, residual, y)
@@ -968,12 +966,11 @@ def qconv2d_call(prep, x, x_scale: float, x_zero: int, y, residual=None, scale=N
         raise no_scratch("minirt native qconv2d")
 
 
-def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_strides, y, residual=None,
-                      scale=None) -> None:
+def qconv2d_pool_call(prep, x, x_scale: float, x_zero: int, pool_kernel, pool_strides, y, residual=None) -> None:
     """Run a prepared int8 convolution (see :func:`qconv2d_call`; float output) and max-pool its
     result, without padding, into ``y`` (n, m, (oh - kh) // sh + 1, (ow - kw) // sw + 1)."""
     x_u8 = x.itemsize == 1
-    quant, epilogue = prep.variant(x_u8, x_scale, x_zero, None, (1.0, 0.0), scale)
+    quant, epilogue = prep.variant(x_u8, x_scale, x_zero, None, (1.0, 0.0))
     pool = _geometry(0, 0, 0, 0, pool_kernel, pool_strides)
     args = (prep.geometry, pool, quant, epilogue, _char(x) if x_u8 else _ptr(x), _opt(residual), _ptr(y), threads())
     rc = _call(_lib.mrt_qconv2d_pool_f32, args, x, residual, y)

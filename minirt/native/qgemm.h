@@ -274,8 +274,6 @@ static void q_set_store_epilogue(q_args *g, int act, int u8_out) {
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD
-/* quantize_u8 of 16 floats into 16 int32 lanes in [0, 255] (every operation as in the AVX2 loop
- * of q_quant_task, so the bytes are the same) */
 __attribute__((target("avx512f"))) static inline __m512 q_div16(__m512 x, __m512 vs) {
     /* x / s exactly where it decides the rounding, without a division per vector (vdivps: the quantize
      * passes' cost, D145): t = x * (1 / s) is within 2^-23 |t| + 2^-24 |t| of x / s, and the correctly
@@ -289,6 +287,8 @@ __attribute__((target("avx512f"))) static inline __m512 q_div16(__m512 x, __m512
     return near ? _mm512_mask_div_ps(t, near, x, vs) : t;
 }
 
+/* quantize_u8 of 16 floats into 16 int32 lanes in [0, 255] (every operation as in the AVX2 loop
+ * of q_quant_task, so the bytes are the same) */
 __attribute__((target("avx512f"))) static inline __m512i q_quant16(__m512 x, __m512 vs, __m512 vlo, __m512 vhi,
                                                                      __m512 vzp) {
     __m512 t = q_div16(x, vs);
@@ -2429,13 +2429,13 @@ static void q_conv_task(void *ctx, long begin, long end) {
     for (long ch = begin; ch < end; ++ch) q_conv_chunk(a, ch, scratch, 1);
 }
 
-/* mrt_qconv2d, and with pkh > 0 (float output only) the MaxPool of mrt_qconv2d_pool_f32 */
-static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                     const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
-                     int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
-                     uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
-                     int act, float a0,
-                     float a1, float post_a, float post_b, int nthreads) {
+/* q_qconv2d with its input quantization fixed: the static body (below) */
+static int q_qconv2d_static(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                            const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
+                            int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
+                            uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
+                            int act, float a0,
+                            float a1, float post_a, float post_b, int nthreads) {
     if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
     if (group < 1 || c % group || m % group) return -1;
     if (nthreads < 1) nthreads = 1;
@@ -2482,54 +2482,48 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
     return a.failed ? -1 : 0;
 }
 
-/* The input quantization of a conv call: q's static (x_scale, x_zero) and per-channel scales, or, with a
- * float input and q->x_scale 0 (dynamic, D146), the input's own uint8 parameters (q_dynamic_params over
- * the whole input, 255 levels: kernels/qlinear.py's _dynamic_params, bit for bit) and the channels' scales
- * x_scale * q->scale[o] (the weights' scales there) in *dyn, which the caller frees.  0, or -1 without
- * memory.  Computed here, not by the caller, so that a dynamic conv is one recordable call. */
 static void q_dynamic_params(const float *a, long count, int levels, float *x_scale, int *x_zero); /* (below) */
 
-static int q_conv_input_quant(const mrt_conv_geometry *g, const mrt_quant *q, const void *x, float *x_scale,
-                              int *x_zero, const float **scale, float **dyn) {
-    *x_scale = q->x_scale, *x_zero = q->x_zero, *scale = q->scale, *dyn = NULL;
-    if (q->x_u8 || q->x_scale != 0.0f) return 0;
-    q_dynamic_params((const float *)x, (long)g->n * g->c * g->h * g->w, 255, x_scale, x_zero);
-    *dyn = (float *)malloc(sizeof(float) * (size_t)(g->m > 0 ? g->m : 1));
-    if (!*dyn) return -1;
-    for (int o = 0; o < g->m; ++o) (*dyn)[o] = *x_scale * q->scale[o];
-    *scale = *dyn;
-    return 0;
+/* mrt_qconv2d, and with pkh > 0 (float output only) the MaxPool of mrt_qconv2d_pool_f32.  A float input with
+ * x_scale 0 is quantized dynamically (D146): its own uint8 parameters (q_dynamic_params over the whole input,
+ * 255 levels: kernels/qlinear.py's _dynamic_params, bit for bit) and the channels' scales x_scale * scale[o]
+ * (the weights' scales there), computed here so that a dynamic conv is one recordable call. */
+static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
+                     const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
+                     int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
+                     uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
+                     int act, float a0, float a1, float post_a, float post_b, int nthreads) {
+    if (x_u8 || x_scale != 0.0f || m <= 0)
+        return q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt,
+                                pl, oh, ow, scale, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw, act, a0, a1,
+                                post_a, post_b, nthreads);
+    q_dynamic_params((const float *)x, (long)n * c * h * wd, 255, &x_scale, &x_zero);
+    float *dyn = (float *)malloc(sizeof(float) * (size_t)m);
+    if (!dyn) return -1;
+    for (int o = 0; o < m; ++o) dyn[o] = x_scale * scale[o];
+    const int rc = q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw,
+                                    pt, pl, oh, ow, dyn, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw, act, a0,
+                                    a1, post_a, post_b, nthreads);
+    free(dyn);
+    return rc;
 }
 
 int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
                 const float *res, void *y, int nthreads) {
     if (geometry_overflows(g)) return -2;
-    float xs, *dyn;
-    int xz;
-    const float *scale;
-    if (q_conv_input_quant(g, q, x, &xs, &xz, &scale, &dyn)) return -1;
-    const int rc = q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, xs, xz, q->packed_w, g->m, g->group, g->kh, g->kw,
-                             g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, scale, e->bias, res,
-                             q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
-                             q->y_u8 ? q->y_zeros : NULL, 0, 0, 0, 0, e->act, e->a0, e->a1, e->post_a, e->post_b,
-                             nthreads);
-    free(dyn);
-    return rc;
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
+                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res,
+                     q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
+                     q->y_u8 ? q->y_zeros : NULL, 0, 0, 0, 0, e->act, e->a0, e->a1, e->post_a, e->post_b, nthreads);
 }
 
 int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *pool, const mrt_quant *q,
                          const mrt_epilogue *e, const void *x, const float *res, float *y, int nthreads) {
     const int pkh = pool->kh, pkw = pool->kw, psh = pool->sh, psw = pool->sw;
     if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || g->oh < pkh || g->ow < pkw) return -2;
-    float xs, *dyn;
-    int xz;
-    const float *scale;
-    if (q_conv_input_quant(g, q, x, &xs, &xz, &scale, &dyn)) return -1;
-    const int rc = q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, xs, xz, q->packed_w, g->m, g->group, g->kh, g->kw,
-                             g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, scale, e->bias, res, y, NULL,
-                             NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
-    free(dyn);
-    return rc;
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
+                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res, y, NULL,
+                     NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD
