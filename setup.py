@@ -14,6 +14,8 @@ kernels (``minirt info`` says so).
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 
 from setuptools import find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -62,6 +64,15 @@ class BuildPyRuntime(build_py):
         if RUNTIME_ONLY:
             shutil.rmtree(os.path.join(self.build_lib, "minirt"), ignore_errors=True)
         super().run()
+        if RUNTIME_ONLY:
+            # the modules into one archive with their bytecode (scripts/zip_runtime.py, D148): pip compiles
+            # none at install, and the installed runtime is half the size
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "zip_runtime.py")
+            if not os.path.isfile(script):
+                raise SystemExit(f"MINIRT_WHEEL=runtime: {script} is missing (build the device wheel from a "
+                                 "source checkout)")
+            subprocess.run([sys.executable, "-X", "no_debug_ranges", script, os.path.join(self.build_lib, "minirt")],
+                           check=True)
 
     def find_package_modules(self, package, package_dir):
         modules = super().find_package_modules(package, package_dir)

@@ -156,34 +156,57 @@ def _families(artifact, sources: dict) -> list[str]:
     return sorted(wanted)
 
 
+# The device wheel keeps its modules (sources and bytecode) in this archive (scripts/zip_runtime.py, D148);
+# a wheel made before that has them as files of its own.
+_MODULE_ARCHIVE = "minirt/_runtime.zip"
+_PROVIDER_FILE = re.compile(r"minirt/providers/(coreml|nnapi|tflite)\.pyc?")
+
+
+def _unused(name: str, families: set, providers: set) -> bool:
+    """Whether the file ``name`` (a module's source or bytecode) is a kernel family outside ``families`` or a
+    provider outside ``providers``."""
+    m = _FAMILY_FILE.fullmatch(name.removesuffix("c"))
+    if m and m.group(1) not in families:
+        return True
+    m = _PROVIDER_FILE.fullmatch(name)
+    return bool(m) and m.group(1) not in providers
+
+
+def _copy_zip(zin: zipfile.ZipFile, names: list, zout: zipfile.ZipFile, data_of=None) -> list:
+    """Copy the entries ``names`` of zin into zout with their dates and compression (``data_of``: name ->
+    bytes that replace an entry's); returns the RECORD rows (name, sha256, size) of what was written."""
+    rows = []
+    for name in names:
+        data = data_of[name] if data_of and name in data_of else zin.read(name)
+        zout.writestr(zin.getinfo(name), data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append([name, f"sha256={digest}", len(data)])
+    return rows
+
+
 def reduce_wheel(wheel: Path, artifact, out_dir: Path) -> tuple[Path, list[str]]:
     """A copy of ``wheel`` without the kernel families (minirt/kernels/<family>.py) and the providers
-    (minirt/providers/<name>.py) the artifact does not use; RECORD rewritten to match."""
+    (minirt/providers/<name>.py) the artifact does not use, inside its module archive (or as files of a
+    wheel without one); RECORD rewritten to match."""
     zin = zipfile.ZipFile(wheel)
-    sources = {n: zin.read(n).decode("utf-8", "replace") for n in zin.namelist() if n.endswith(".py")}
+    archive = zipfile.ZipFile(io.BytesIO(zin.read(_MODULE_ARCHIVE))) if _MODULE_ARCHIVE in zin.namelist() else None
+    modules = archive or zin
+    sources = {n: modules.read(n).decode("utf-8", "replace") for n in modules.namelist() if n.endswith(".py")}
     keep = set(_families(artifact, sources))
     used_providers = {p.provider for p in artifact.partitions} if artifact.partitions else set()
-    kept_names = []
-    for name in zin.namelist():
-        m = _FAMILY_FILE.fullmatch(name)
-        if m and m.group(1) not in keep:
-            continue
-        m = re.fullmatch(r"minirt/providers/(coreml|nnapi|tflite)\.py", name)
-        if m and m.group(1) not in used_providers:
-            continue
-        kept_names.append(name)
+    replaced = {}
+    if archive is not None:
+        smaller = io.BytesIO()
+        with zipfile.ZipFile(smaller, "w") as zarchive:
+            _copy_zip(archive, [n for n in archive.namelist() if not _unused(n, keep, used_providers)], zarchive)
+        replaced[_MODULE_ARCHIVE] = smaller.getvalue()
+    kept_names = [n for n in zin.namelist() if not _unused(n, keep, used_providers)]
     out = out_dir / wheel.name
     record_name = next(n for n in kept_names if n.endswith(".dist-info/RECORD"))
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zout:
-        for name in kept_names:
-            if name == record_name:
-                continue
-            data = zin.read(name)
-            zout.writestr(zin.getinfo(name), data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            writer.writerow([name, f"sha256={digest}", len(data)])
+        writer.writerows(_copy_zip(zin, [n for n in kept_names if n != record_name], zout, replaced))
         writer.writerow([record_name, "", ""])
         zout.writestr(record_name, rows.getvalue())
     return out, sorted(keep)

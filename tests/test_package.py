@@ -3,6 +3,7 @@ says, offline, against onnxruntime; the reduced runtime; the launcher's commands
 errors of the packaging command itself."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -68,14 +69,22 @@ def test_the_package_holds_what_a_device_needs(packaged, runtime_wheel):
     assert "files match the manifest" in install_log and "input" in install_log
 
 
+def _module_names(wheel) -> list:
+    """The modules of a device wheel: the entries of its archive (minirt/_runtime.zip, D148)."""
+    with zipfile.ZipFile(wheel) as zf, zipfile.ZipFile(io.BytesIO(zf.read("minirt/_runtime.zip"))) as archive:
+        return archive.namelist()
+
+
 def test_the_reduced_runtime_keeps_only_the_families_the_model_uses(packaged, runtime_wheel):
     pkg, report, _, _ = packaged
-    kept = zipfile.ZipFile(next((pkg / "wheels").glob("*.whl"))).namelist()
-    full = zipfile.ZipFile(runtime_wheel).namelist()
-    families = {n.rsplit("/", 1)[1][:-3] for n in kept if n.startswith("minirt/kernels/") and not
-                n.rsplit("/", 1)[1].startswith("_")}
+    kept = _module_names(next((pkg / "wheels").glob("*.whl")))
+    full = _module_names(runtime_wheel)
+    families = {n.rsplit("/", 1)[1][:-3] for n in kept if n.startswith("minirt/kernels/") and n.endswith(".py")
+                and not n.rsplit("/", 1)[1].startswith("_")}
     assert {"nn", "linalg"} <= families and "trees" not in families and "decoder" not in families
-    assert "minirt/kernels/trees.py" in full and "minirt/providers/coreml.py" not in kept
+    assert {n for n in kept if n.endswith(".pyc")} == {n + "c" for n in kept if n.endswith(".py")}
+    assert "minirt/kernels/trees.py" in full and "minirt/kernels/trees.pyc" in full
+    assert "minirt/providers/coreml.py" in full and "minirt/providers/coreml.py" not in kept
     assert report.reduced and report.wheel_bytes < report.full_wheel_bytes
     assert report.kernel_families == sorted(families)
 

@@ -3,6 +3,7 @@ module without debug information, no C sources, no builder; installed, it runs a
 native kernels.  Building it compiles the kernels (about two minutes of one core)."""
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -17,8 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # (runtime_wheel: tests/conftest.py, built once per session and shared with tests/test_package.py)
 
 
+def _names(wheel: Path) -> list[str]:
+    """The wheel's files, with the modules of its archive (minirt/_runtime.zip) listed as if unpacked."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        with zipfile.ZipFile(io.BytesIO(zf.read("minirt/_runtime.zip"))) as archive:
+            return names + archive.namelist()
+
+
 def test_the_device_wheel_holds_the_runtime_only(runtime_wheel):
-    names = zipfile.ZipFile(runtime_wheel).namelist()
+    names = _names(runtime_wheel)
+    assert "minirt/session.py" in names and "minirt/kernels/nn.pyc" in names
     assert not [n for n in names if n.startswith(("minirt/builder/", "minirt/targets/"))]
     assert not [n for n in names if n.endswith((".c", ".onnx", ".npz"))]  # (no sources, no demo data)
     assert not [n for n in names if n.endswith(".h")]  # (the expected ABI version is a Python constant)
@@ -28,6 +38,18 @@ def test_the_device_wheel_holds_the_runtime_only(runtime_wheel):
                                                    "minirt/tools/mil_eval", "minirt/tools/coreml_spec_eval"))]
     modules = [n for n in names if n.startswith("minirt/native/_kernels") and n.endswith((".so", ".pyd"))]
     assert len(modules) == 1, names
+
+
+def test_the_device_wheel_keeps_its_modules_in_one_archive(runtime_wheel):
+    """pip compiles bytecode for every .py file it installs (more bytes than the sources): the wheel's only
+    one is the package entry, and the archive holds each module's source beside its bytecode (D148)."""
+    with zipfile.ZipFile(runtime_wheel) as zf:
+        loose = [n for n in zf.namelist() if n.endswith(".py")]
+    assert loose == ["minirt/__init__.py"], loose
+    archived = _names(runtime_wheel)
+    sources = {n for n in archived if n.endswith(".py") and n != "minirt/__init__.py"}
+    assert sources and {n + "c" for n in sources} <= set(archived)
+    assert "minirt/__init__.pyc" in archived  # (the real package body, which the entry runs)
 
 
 def test_the_compiled_module_has_no_debug_information(runtime_wheel, tmp_path):
@@ -43,12 +65,13 @@ def test_the_compiled_module_has_no_debug_information(runtime_wheel, tmp_path):
 
 def test_the_installed_device_wheel_runs_an_artifact_natively(runtime_wheel, tmp_path):
     target = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
+    # (with the bytecode pip compiles, as a device's pip install leaves it)
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
                            "--disable-pip-version-check", "--target", str(target), str(runtime_wheel)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     size = sum(f.stat().st_size for f in (target / "minirt").rglob("*") if f.is_file())
-    assert size < 3_000_000, f"installed runtime (no bytecode) is {size:,} bytes"
+    assert size < 3_000_000, f"installed runtime (with bytecode) is {size:,} bytes"
     from minirt.builder import build
 
     digits = tmp_path / "digits.mrt"
@@ -68,6 +91,21 @@ def test_the_installed_device_wheel_runs_an_artifact_natively(runtime_wheel, tmp
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[0] == "True", proc.stdout
 
+    # from the archive: every kernel family is found, and a traceback formatted by the traceback module
+    # (logging, pytest, the interpreter's own from Python 3.13 on) shows the failing source line, which
+    # linecache asks of zipimport (Python 3.11's interpreter prints file names and line numbers only)
+    from minirt import kernels
+
+    code = ("import minirt, minirt.kernels as k, traceback; print(minirt.kernels.__file__); "
+            "print(*k.family_modules())\ntry: minirt.InferenceSession(b'xx')\nexcept minirt.Error: traceback.print_exc()")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=str(tmp_path))
+    where, families = proc.stdout.splitlines()
+    assert where.startswith(str(target / "minirt" / "_runtime.zip")), where
+    assert families.split() == kernels.family_modules()
+    assert 'File "minirt/format/reader.py"' in proc.stderr and "raise FormatError(" in proc.stderr, proc.stderr
+    assert "not a .mrt file" in proc.stderr.splitlines()[-1]
+
 
 def test_the_demo_data_is_package_data_that_the_example_folder_links_to():
     """``minirt demo`` reads its model and images from the package (so it runs after pip install);
@@ -79,3 +117,32 @@ def test_the_demo_data_is_package_data_that_the_example_folder_links_to():
     for name in ("digits_cnn.onnx", "heldout.npz", "calibration.npz"):
         example = ROOT / "examples" / "digits" / name
         assert example.resolve() == (cli.DIGITS_DIR / name).resolve()
+
+
+def test_packing_the_modules_is_reproducible_and_keeps_the_rest(tmp_path):
+    """scripts/zip_runtime.py: the same tree gives the same archive; non-Python files stay, .py files and
+    bytecode caches leave, the entry becomes the device wheel's __init__.py."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import zip_runtime
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    archives = []
+    for attempt in ("a", "b"):
+        package = tmp_path / attempt / "minirt"
+        (package / "sub" / "__pycache__").mkdir(parents=True)
+        (package / "__init__.py").write_text("VALUE = 1\n")
+        (package / "sub" / "__init__.py").write_text("")
+        (package / "sub" / "mod.py").write_text("def f():\n    return 2\n")
+        (package / "sub" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"stale")
+        (package / "sub" / "_ext.so").write_bytes(b"\x7fELF")
+        archives.append(zip_runtime.pack(package).read_bytes())
+        rest = sorted(p.relative_to(package).as_posix() for p in package.rglob("*") if p.is_file())
+        assert rest == ["__init__.py", "_runtime.zip", "sub/_ext.so"], rest
+        assert (package / "__init__.py").read_bytes() == zip_runtime.STUB.read_bytes()
+    assert archives[0] == archives[1]
+    names = zipfile.ZipFile(io.BytesIO(archives[0])).namelist()
+    assert names == ["minirt/__init__.py", "minirt/__init__.pyc", "minirt/sub/__init__.py", "minirt/sub/__init__.pyc",
+                     "minirt/sub/mod.py", "minirt/sub/mod.pyc"]
+    with pytest.raises(SystemExit, match="not the minirt package folder"):
+        zip_runtime.pack(tmp_path / "a")
