@@ -393,7 +393,7 @@ def build(
     symmetric_activations: bool = False,
     accuracy_budget: str | None = None,
     eval_data: Any = None,
-    quantize_final: bool = False,
+    quantize_final: bool = True,
     block_size: int = 32,
     symmetric_weights: bool = True,
     allow_float_fallback: bool = False,

@@ -919,9 +919,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                         "cosine>=0.99, max-abs<=X, mean-abs<=X; none: no budget.  Default with calibration or "
                         "eval data: cosine>=0.99 for int8 modes, max-abs<=0.005 for fp16")
     p.add_argument("--eval", metavar="PATH", default=None, help="held-out inputs for the accuracy report")
-    p.add_argument("--quantize-final", action="store_true",
-                   help="also compute the layers that feed outputs in int8 (without it they compute in float32 "
-                        "from int8-stored weights)")
+    p.add_argument("--quantize-final", action=argparse.BooleanOptionalAction, default=True,
+                   help="compute the layers that feed outputs in int8 too (default); --no-quantize-final: they "
+                        "compute in float32 from int8-stored weights")
     p.add_argument("--block-size", type=int, default=32, metavar="N",
                    help="--quantize int4: K values per 4-bit scale (a power of two >= 16; default 32)")
     p.add_argument("--asymmetric-weights", action="store_true",

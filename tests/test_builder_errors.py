@@ -349,9 +349,9 @@ def test_quantizing_nothing_fails_and_says_why(dirs, mode):
 
 def test_final_layers_in_if_bodies_store_int8_weights(dirs):
     """The quantizer enters If bodies (D95): the branches' MatMuls are candidates, here both final layers:
-    by default computed in float from int8-stored weights (D127), named so in the report; with
-    quantize_final both are computed in int8."""
-    res = build(_matmul_in_if_model(), None, quantize="int8-dynamic")
+    with quantize_final=False computed in float from int8-stored weights (D127), named so in the report; by
+    default (D149) both are computed in int8."""
+    res = build(_matmul_in_if_model(), None, quantize="int8-dynamic", quantize_final=False)
     q = res.quantization
     assert len(q["weight_only"]) == 2 and not q["quantized"]
     assert all("final layer" in k["reason"] and "weights stored int8" in k["reason"] for k in q["kept_float"])

@@ -474,6 +474,13 @@ def test_build_quantize_int8_with_calibration(tmp_path, capsys):
     assert out.stat().st_size <= 0.35 * float_out.stat().st_size
     code, stdout, _ = _run_cli(capsys, "inspect", out, "--json")
     assert json.loads(stdout)["metadata"]["build.quantization"]["mode"] == "int8"
+    # the final Gemm computes in int8 by default (D149); --no-quantize-final keeps it float
+    assert "/13/Gemm" in report["quantization"]["quantized"]
+    code, stdout, _ = _run_cli(capsys, "build", DIGITS_ONNX, "-o", tmp_path / "qf.mrt", "--quantize", "int8",
+                               "--calibration", DIGITS_ONNX.parent / "calibration.npz", "--json",
+                               "--no-quantize-final")
+    kept = {k["node"]: k["reason"] for k in json.loads(stdout)["quantization"]["kept_float"]}
+    assert code == 0 and "final layer" in kept["/13/Gemm"]
 
 
 def test_build_quantize_disable_pass_and_inspect_show_the_quantizer_passes(tmp_path, capsys):

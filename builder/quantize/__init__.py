@@ -65,7 +65,10 @@ class QuantizeOptions:
     per_channel: bool = True  # weights: one scale per output channel (else one per tensor)
     symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
-    quantize_final: bool = False  # also quantize the layers that feed the model's outputs
+    # the layers that feed the model's outputs compute in int8 too (D149: as onnxruntime's quantize_static;
+    # the accuracy budget puts them back in float when their rounding costs too much); False: they compute
+    # in float32 from int8-stored weights (D127)
+    quantize_final: bool = True
     # The int8 speed rules (which layers stay float because float is faster: depthwise convs, except
     # on large planes in static int8; pointwise convs over few channels; the weights-only threshold of
     # the layers they keep float) describe the device: fields of the target profile
@@ -544,7 +547,7 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
         elif c.final and not opts.quantize_final and c.kind != "convt":
             # (computed in float for accuracy, but its weights stored int8 like the layers kept float for
             # speed: a classifier's final Gemm was half of an int8 MobileNetV2's file, D127)
-            keep_float(c, "final layer (feeds a model output); quantize_final to quantize it")
+            keep_float(c, "final layer (feeds a model output), kept float by quantize_final=False")
         else:
             selected.append(c)
     return selected

@@ -105,7 +105,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("accuracy_budget", _budget, None, "none, default or a budget such as cosine>=0.99 or top1-drop<=1"),
     Option("opt_level", _choice(OPT_LEVELS), 2, "one of 0, 1, 2, 3"),
     Option("input_shapes", _input_shapes, {}, "a table of input name -> shape such as \"1x3x48x192\""),
-    Option("quantize_final", _bool, False, "true or false"),
+    Option("quantize_final", _bool, True, "true or false"),
     Option("weight_pack", _choice(WEIGHT_PACKS), "target", "one of target, 0, 8, 16, 32"),
 )}
 # Options a model may fix (its ``options`` table) but a space does not search.
@@ -175,8 +175,8 @@ def describe(options: dict[str, Any]) -> str:
         parts.append("sym")
     if "accuracy_budget" in options:
         parts.append(f"budget={options['accuracy_budget'] or 'default'}")
-    if options.get("quantize_final"):
-        parts.append("final")
+    if not options.get("quantize_final", True):
+        parts.append("float-final")
     parts.append(f"O{options['opt_level']}")
     if options.get("weight_pack", "target") != "target":
         parts.append(f"pack{options['weight_pack']}")

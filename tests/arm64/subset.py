@@ -46,10 +46,10 @@ CASES = {
     # exact int8 sums; the atol is in units of the output's quantization step (QUANT_STEPS).
     # digits_int8_static / _dynamic: quantized by minirt's builder for the Pi target (the Pi targets'
     # modes); compared with onnxruntime's FLOAT outputs at the quantization error's bound (atol, measured
-    # 0.13 on logits up to 27.6 on x86-64) and with minirt's own x86-64 outputs of the same artifact
-    # (X86_REL).
+    # on x86-64 on logits up to 27.6: static 0.36 with its final Gemm in int8 since D149, 0.13 before;
+    # dynamic 0.12) and with minirt's own x86-64 outputs of the same artifact (X86_REL).
     "digits_int8_ort": (0, 1.0),
-    "digits_int8_static": (0, 0.3),
+    "digits_int8_static": (0, 0.6),
     "digits_int8_dynamic": (0, 0.3),
 }
 

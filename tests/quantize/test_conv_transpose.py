@@ -87,6 +87,9 @@ def test_conv_transposes_kept_float_when_not_int8():
         assert ops["com.minirt::FusedConvTranspose"] == float_ones and ops["com.minirt::QConvTranspose"] == 2 - float_ones
         assert "up2" in report.weight_only
         assert not any("output_scale" in n.attributes for n in model.graph if n.op_type == "QConvTranspose")
-    # overlapping taps (kernel 3, stride 2, padding): not the tile form (and final: kept float)
+    # overlapping taps (kernel 3, stride 2, padding): not the tile form (and final: computed in float, from
+    # int8 weights unless quantize_final is off)
     model, report = _quantized(_head(k2=(3, 3), s2=(2, 2), pads2=(1, 1, 0, 0)))
+    assert T.ops(model)["com.minirt::QConvTranspose"] == 1 and "up2" in report.weight_only
+    model, report = _quantized(_head(k2=(3, 3), s2=(2, 2), pads2=(1, 1, 0, 0)), quantize_final=False)
     assert T.ops(model)["com.minirt::QConvTranspose"] == 1 and "up2" in {k["node"] for k in report.kept_float}

@@ -70,8 +70,8 @@ def test_estimate_is_the_hand_count():
     assert est.int8_layers == 1
     dynamic = estimate_mode(model, "int8-dynamic", profile, opts)  # the input's range scanned too
     assert dynamic.quant_cost == pytest.approx(est.quant_cost + 5.0 * inputs)
-    # the final layer stays float by default: nothing in int8, no estimate
-    assert estimate_mode(model, "int8", profile) is None
+    # the final layer kept float (quantize_final=False): nothing in int8, no estimate
+    assert estimate_mode(model, "int8", profile, QuantizeOptions(quantize_final=False)) is None
 
 
 def test_a_symbolic_batch_counts_as_one_other_unknown_sizes_give_no_estimate():
