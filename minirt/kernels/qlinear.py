@@ -949,7 +949,7 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
     if plan is False:
         return None
     _, keep, k, n, packed, ws, static, scale, bias_c, act = plan
-    if a.shape[-1] != k:
+    if a.shape[-1] != k or (bias is not None and np.ndim(bias) > a.ndim):  # (the plan is shared by input ranks)
         return None
     if z is None and act is not None:  # (a residual comes before the activation: not fused)
         prepared = _PreparedQMatMul()
@@ -979,7 +979,11 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
 def _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation, activation_params):
     k = b.shape[1] if transB else b.shape[0]
     n = b.shape[0] if transB else b.shape[1]
-    if bias is not None and np.asarray(bias).shape != (n,):
+    # a bias of n values on its last axis, 1 on the others (a Gemm's C of (1, n), as magika's last Dense
+    # has), no more axes than the input: the same sums as a (n,) one, result shape unchanged
+    bias_shape = None if bias is None else np.shape(bias)
+    if bias_shape is not None and (not bias_shape or bias_shape[-1] != n or any(d != 1 for d in bias_shape[:-1])
+                                   or len(bias_shape) > a.ndim):
         return False
     bs = np.asarray(b_scale, dtype=np.float32).reshape(-1)
     if bs.size not in (1, n):
@@ -997,7 +1001,7 @@ def _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation
     act = nn.native_act(activation, activation_params)
     wt = b if transB else b.T  # (N, K) int8
     packed = _native.qpack(wt, owner=b, tag=("T", transB))
-    bias_c = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+    bias_c = None if bias is None else np.ascontiguousarray(bias, dtype=np.float32).reshape(n)
     keep = (b_scale, a_scale, a_zero_point, bias)  # their ids are in the key
     return (keep, k, n, packed, ws, static, scale, bias_c, act)
 

@@ -88,3 +88,37 @@ def test_a_layer_that_others_follow_is_not_final():
     assert len(candidates) == 3 and len(final) == 1
     last = [n.name for n in model.graph if n.name in {c.name for c in candidates}][-1]
     assert final == {last}
+
+
+def _dense(bias_shape: tuple, rows: int = 4, k: int = 24, n: int = 10) -> bytes:
+    """x (rows, k) -> Tanh -> MatMul -> Add (a constant bias of ``bias_shape``, n values) -> y: magika's last
+    Dense, whose bias is (1, n)."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((k, n)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal(n) * 0.5).astype(np.float32).reshape(bias_shape)
+    graph = helper.make_graph(
+        [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("MatMul", ["t", "w"], ["m"], name="mm"),
+         helper.make_node("Add", ["m", "b"], ["y"])], "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1] * (len(bias_shape) - 2) + [rows, n])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_a_bias_of_one_row_is_the_native_calls_bias():
+    """A final Dense whose bias is (1, n) (a Gemm's C) runs as the one native call a (n,) bias gives, and
+    replays (it did not: the numpy path, and magika's int8-dynamic build ran node by node); a (1, 1, n)
+    bias over a 2-D input keeps numpy's broadcast to 3-D."""
+    x = np.random.default_rng(8).standard_normal((4, 24)).astype(np.float32)
+    want = minirt.Session(build(_dense((10,)), None, quantize="int8-dynamic").data, threads=1).run(None, {"x": x})[0]
+    sess = minirt.Session(build(_dense((1, 10)), None, quantize="int8-dynamic").data, threads=1)
+    for _ in range(3):
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+    if native.available:
+        assert sess.native_program_status().startswith("yes"), sess.native_program_status()
+    got = minirt.Session(build(_dense((1, 1, 10)), None, quantize="int8-dynamic").data).run(None, {"x": x})[0]
+    assert got.shape == (1, 4, 10)
+    np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
