@@ -46,10 +46,10 @@ _DESKTOP_ONLY_MODULES = {("minirt.native", "build_native"), ("minirt.native", "b
                          ("minirt.tools", "mil_eval"), ("minirt.tools", "coreml_spec_eval")}
 
 
-def _progress():
-    """minirt/native/build_progress.py, loaded by path (the package is not importable yet)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "minirt", "native", "build_progress.py")
-    spec = importlib.util.spec_from_file_location("minirt_build_progress", path)
+def _native_module(name: str):
+    """minirt/native/<name>.py, loaded by path (the package is not importable yet)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "minirt", "native", name + ".py")
+    spec = importlib.util.spec_from_file_location("minirt_" + name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -86,9 +86,14 @@ class BuildExtWithProgress(build_ext):
     without -v); cffi's own build_ext (cffi_modules) subclasses this one."""
 
     def run(self):
-        progress = _progress()
+        progress = _native_module("build_progress")
         with progress.reporting(progress.open_terminal() if self.extensions else None):
             super().run()
+        if self.inplace:  # (an editable install: the module lands in the source tree, beside older builds)
+            drop_shadowed = _native_module("build_native").drop_shadowed
+            for ext in self.extensions:
+                if os.path.isfile(self.get_ext_fullpath(ext.name)):
+                    drop_shadowed(self.get_ext_fullpath(ext.name))
 
 
 setup(packages=_packages(), exclude_package_data=_SOURCES, cmdclass={"build_ext": BuildExtWithProgress, "build_py": BuildPyRuntime},

@@ -16,6 +16,7 @@ chosen at run time from the CPU's features, so one binary runs everywhere.
 """
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import re
 import sys
@@ -79,6 +80,22 @@ def make_builder(src_dir: str = REL) -> FFI:
 
 ffibuilder = make_builder()
 
+
+def drop_shadowed(module_path: str) -> list[str]:
+    """Remove the other builds of the compiled module beside ``module_path`` (``_kernels`` with another
+    extension suffix) and return their paths.  Python imports the first of EXTENSION_SUFFIXES it finds,
+    the interpreter-tagged name before ``.abi3.so``: a module left by an earlier `make native` (tagged) or
+    `pip install -e .` (abi3) would otherwise shadow, or be shadowed by, the build just made."""
+    folder, name = os.path.split(module_path)
+    stem = name.split(".", 1)[0]
+    removed = []
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        other = os.path.join(folder, stem + suffix)
+        if os.path.abspath(other) != os.path.abspath(module_path) and os.path.isfile(other):
+            os.remove(other)
+            removed.append(other)
+    return removed
+
 if __name__ == "__main__":
     make_builder(HERE).compile(tmpdir=os.path.join(ROOT, "build", "native"), verbose=True, target=None)
     # ffibuilder.compile writes the module under tmpdir/minirt/native/; put it next to this file.
@@ -93,3 +110,5 @@ if __name__ == "__main__":
             shutil.copy2(so, dest + ".tmp")
             os.replace(dest + ".tmp", dest)
             print("installed", dest)
+            for old in drop_shadowed(dest):
+                print("removed", old, "(an older build under another name, which Python could import instead)")

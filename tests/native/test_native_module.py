@@ -230,3 +230,22 @@ def test_blas_idle_workers_stop_and_come_back():
     assert r["refused_at_2"] and r["refused_beside_a_thread"]
     assert r["stopped"] and r["after_stop"] < r["with_workers"]
     assert r["product_ok"] and r["restarted"] == r["with_workers"]
+
+
+def test_a_rebuild_removes_the_older_module_python_would_import_instead(tmp_path):
+    """`make native` writes ``_kernels.<interpreter tag>.so``, `pip install -e .` ``_kernels.abi3.so``;
+    Python imports the tagged one first, so the rebuild that wrote the other name ran stale kernels.
+    ``drop_shadowed`` leaves the build just made as the only one (and touches nothing else)."""
+    import importlib.machinery
+
+    from minirt.native.build_native import drop_shadowed
+
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    names = ["_kernels" + s for s in suffixes] + ["_other" + suffixes[0], "_kernels.c"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    fresh = tmp_path / ("_kernels" + suffixes[-1])
+    removed = drop_shadowed(str(fresh))
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([fresh.name, "_other" + suffixes[0], "_kernels.c"]), left
+    assert len(removed) == len(suffixes) - 1
