@@ -223,7 +223,7 @@ def _qdwconv_fast(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilation
     y = _result_buffer(out, plan.out_shape, _F32 if y_q is None else _U8, x, z)
     residual = None if z is None else np.ascontiguousarray(z)
     _native.qdwconv2d_call(plan.args, np.ascontiguousarray(x), y, residual, y_q)
-    return y
+    return _native.final(y)  # (the node is that one call: a program replays it)
 
 
 def _qdw_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations, kernel_shape, pads, strides,
@@ -791,17 +791,21 @@ def quantize_upsample_concat(*inputs, factors=(), scale=1.0, zero_point=0, out=N
         return requantize_u8(np.concatenate(ups, axis=1), float(scale), zp)
     y = nn._out_buffer(out, shape, np.uint8)
     c0 = 0
+    products = False  # (a Mul computed in numpy: the node is more than its native calls, not replayable)
     for x, m, f, sh in zip(xs, ms, factors, shapes):
         c = sh[1]
         if x.shape != sh or (m is not None and (m.shape[2:] != (1, 1) or m.shape[1] != c)):
             x, m = x * m, None  # a broadcasting Mul other than one value per (image, channel): done first
+            products = True
         xc = np.ascontiguousarray(x)
         um = None if m is None else np.ascontiguousarray(np.broadcast_to(m, (n, c, 1, 1)))
         for i in range(n):  # (one image's channels of y are contiguous)
             _native.quantize_add_up_u8(None, xc[i:i + 1], y[i:i + 1, c0:c0 + c], float(scale), zp,
                                        um=None if um is None else um[i:i + 1])
         c0 += c
-    return y
+    # every channel of y written by those calls: a program replays them (its recorder refuses any read
+    # that is neither a call's result nor a constant, e.g. a contiguous copy made above)
+    return y if products else _native.final(y)
 
 
 # id(w) -> (weakref to w, id(scale), scale kept alive, float32 result): weights materialized once

@@ -55,7 +55,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 32
+ABI_VERSION = 33
 
 
 def _truthy(value: str | None) -> bool:
@@ -211,6 +211,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_sgemm_pb_f32": ((2, 5), (4,)),  # (s, e, A, bpack, C, res, nthreads)
     "mrt_qconv2d": ((3, 4), (5,)),  # (g, q, e, x, res, y, nthreads)
     "mrt_qconv2d_pool_f32": ((4, 5), (6,)),  # (g, pool, q, e, x, res, y, nthreads)
+    "mrt_qdwconv2d": ((3, 4), (5,)),  # (g, q, e, x, res, y, nthreads)
     "mrt_qmatmul_f32": ((3,), (4,)),  # (s, q, e, a, y, nthreads)
     "mrt_plane_means_f32": ((0,), (1,)),  # (x, y, planes, plane, nthreads)
     "mrt_copy_rows_f32": ((0,), (2,)),  # (src, src_ld, dst, dst_ld, rows, cols, nthreads)
@@ -1043,7 +1044,7 @@ def qdwconv2d_call(prep, x, y, residual=None, y_q=None) -> None:
             variants.clear()
         variants[key] = quant
     _call(_lib.mrt_qdwconv2d, (geometry, quant, epilogue, _char(x) if x_u8 else _ptr(x), _opt(residual),
-                               _char(y) if y_q else _ptr(y), threads()))
+                               _char(y) if y_q else _ptr(y), threads()), x, residual, y)
 
 
 def qmatmul(a, x_scale: float, x_zero: int, packed_w, n, scale, bias, y, act=0, a0=0.0, a1=0.0) -> None:

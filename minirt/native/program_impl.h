@@ -34,6 +34,9 @@ static int program_call(const mrt_call *call) {
         return 0;
     case MRT_CALL_QCONV2D:
         return mrt_qconv2d(P(0), P(1), P(2), P(3), P(4), P(5), I(6));
+    case MRT_CALL_QDWCONV2D:
+        mrt_qdwconv2d(P(0), P(1), P(2), P(3), P(4), P(5), I(6));
+        return 0;
     case MRT_CALL_QCONV2D_POOL_F32:
         return mrt_qconv2d_pool_f32(P(0), P(1), P(2), P(3), P(4), P(5), P(6), I(7));
     case MRT_CALL_QMATMUL_F32:

@@ -78,3 +78,25 @@ def test_default_threshold_160_by_160_and_arm64_targets_keep_depthwise_float():
     for target in ("rpi5", "android-api33"):
         report = build(model, None, quantize="int8", calibration=_feeds(160, 1), target=target)
         assert _float_depthwise(report.quantization["kept_float"]) == {"dw_large", "dw_small"}, target
+
+
+def test_a_model_with_an_int8_depthwise_conv_replays_as_a_native_program():
+    """mrt_qdwconv2d is a recordable call (MRT_CALL_QDWCONV2D): the int8 depthwise conv on the large plane
+    no longer keeps the run in Python (PP-OCR det's int8 builds ran node by node); the replay gives the
+    node-by-node results exactly, at 1 and 2 threads."""
+    import pytest
+
+    import minirt
+    from minirt import native
+
+    if not native.available:
+        pytest.skip("native kernels not built")
+    report = build(_model(160), None, quantize="int8", calibration=_feeds(160, 1))
+    assert "dw_large" in report.quantization["quantized"]
+    feeds = _feeds(160, 4)
+    for threads in (1, 2):
+        sess = minirt.Session(report.data, threads=threads)
+        nodes = minirt.Session(report.data, threads=threads, native_program=False)
+        for feed in feeds:
+            np.testing.assert_array_equal(sess.run(None, feed)[0], nodes.run(None, feed)[0])
+        assert sess.native_program_status().startswith("yes"), sess.native_program_status()

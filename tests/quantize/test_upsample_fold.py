@@ -177,3 +177,21 @@ def test_a_per_channel_mul_read_by_a_qconv_alone_folds(chain):
     assert qconv.inputs[0].name == "x" and qconv.inputs[7] is None and qconv.inputs[8].name == "s"
     for feed in feeds:
         np.testing.assert_array_equal(_run.session(folded).run(None, feed)[0], _run.session(plain).run(None, feed)[0])
+
+
+def test_the_quantizing_node_replays_in_a_native_program():
+    """QuantizeUpsampleConcat natively is one recordable call per (part, image): its result is final, so
+    a program replays it (PP-OCR det's int8 build ran node by node before); the replay equals the
+    node-by-node run."""
+    from minirt import native
+
+    if not native.available:
+        pytest.skip("native kernels not built")
+    import minirt
+
+    data = _run.artifact_bytes(_quantized_concat(_concat_model()))
+    sess = minirt.Session(data, threads=1)
+    nodes = minirt.Session(data, threads=1, native_program=False)
+    for feed in CONCAT_FEEDS + CONCAT_FEEDS:
+        np.testing.assert_array_equal(sess.run(None, feed)[0], nodes.run(None, feed)[0])
+    assert sess.native_program_status().startswith("yes"), sess.native_program_status()
