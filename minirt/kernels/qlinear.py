@@ -718,7 +718,9 @@ class _QConvTransposePlan:
             y = nn._out_buffer(nn._free_out(out, x), shape, np.float32 if self.y_q is None else np.uint8)
             _native.qconvtranspose_tiles(xq, self.x_zero, self.packed, m, self.k, self.scale_rows, self.bias_rows, y,
                                          self.y_q_rows, *self.act)
-            return y
+            # (the input's quantization, when x is float, and the tiles: two recordable calls, D150; the
+            # recorder refuses a read of a copy made on the way, such as a non-contiguous x made contiguous)
+            return _native.final(y)
         # numpy: the exact integer sums, then the native epilogue's arithmetic (scale, bias, activation)
         acc = np.matmul(self.w_rows.astype(np.int32), xq.reshape(n, self.c, h * wd).astype(np.int32) - self.x_zero)
         y = acc.astype(np.float32) * self.scale_rows[:, None]

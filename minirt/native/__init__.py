@@ -55,7 +55,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 33
+ABI_VERSION = 34
 
 
 def _truthy(value: str | None) -> bool:
@@ -212,6 +212,8 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_qconv2d": ((3, 4), (5,)),  # (g, q, e, x, res, y, nthreads)
     "mrt_qconv2d_pool_f32": ((4, 5), (6,)),  # (g, pool, q, e, x, res, y, nthreads)
     "mrt_qdwconv2d": ((3, 4), (5,)),  # (g, q, e, x, res, y, nthreads)
+    "mrt_quantize_u8_f32": ((0,), (1,)),  # (x, q, n, scale, zero point, nthreads)
+    "mrt_qconvtranspose_tiles": ((3,), (4,)),  # (g, q, e, x, y, nthreads)
     "mrt_qmatmul_f32": ((3,), (4,)),  # (s, q, e, a, y, nthreads)
     "mrt_plane_means_f32": ((0,), (1,)),  # (x, y, planes, plane, nthreads)
     "mrt_copy_rows_f32": ((0,), (2,)),  # (src, src_ld, dst, dst_ld, rows, cols, nthreads)
@@ -999,7 +1001,7 @@ def qconvtranspose_tiles(x, x_zero: int, packed_w, m: int, k, scale, bias, y, y_
         "y_u8": int(y_q is not None), "y_scales": _ffi.NULL if y_q is None else _ptr(y_q[0]),
         "y_zeros": _ffi.NULL if y_q is None else _ffi.from_buffer("int32_t[]", y_q[1])}, packed_w, scale, y_q)
     rc = _call(_lib.mrt_qconvtranspose_tiles, (geometry, quant, _epilogue(bias, act, a0, a1), _u8(x),
-                                               _u8(y) if y_q else _ptr(y), threads()))
+                                               _u8(y) if y_q else _ptr(y), threads()), x, y)
     if rc == -1:
         raise no_scratch("minirt native QConvTranspose")
     if rc != 0:
@@ -1083,7 +1085,7 @@ def qmatmul_call(prep, a, y) -> None:
 
 def quantize_u8(x, q, scale: float, zero_point: int) -> None:
     """q (uint8, same size) = clamp(rint(x / scale) + zero_point, 0, 255); both contiguous."""
-    _call(_lib.mrt_quantize_u8_f32, (_ptr(x), _u8(q), x.size, scale, int(zero_point), threads()))
+    _call(_lib.mrt_quantize_u8_f32, (_ptr(x), _u8(q), x.size, scale, int(zero_point), threads()), x, q)
 
 
 def quantize_add_up_u8(x, xu, q, scale: float, zero_point: int, xm=None, um=None) -> None:

@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 33
+#define MRT_ABI_VERSION 34
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -733,6 +733,8 @@ typedef struct {
 #define MRT_CALL_TREE_FINISH 35
 #define MRT_CALL_LOOKUP_ROWS 36
 #define MRT_CALL_QDWCONV2D 37
+#define MRT_CALL_QUANTIZE_U8_F32 38
+#define MRT_CALL_QCONVTRANSPOSE_TILES 39
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -88,6 +88,11 @@ static int program_call(const mrt_call *call) {
     case MRT_CALL_REDUCE_F32:
         return mrt_reduce_f32(I(0), P(1), P(2), L(3), L(4), L(5), I(6));
     /* an int8 conv's input scaled per channel and / or added to an upsampled map, quantized */
+    case MRT_CALL_QUANTIZE_U8_F32:
+        mrt_quantize_u8_f32(P(0), P(1), L(2), F(3), I(4), I(5));
+        return 0;
+    case MRT_CALL_QCONVTRANSPOSE_TILES:
+        return mrt_qconvtranspose_tiles(P(0), P(1), P(2), P(3), P(4), I(5));
     case MRT_CALL_QUANTIZE_ADD_UP_U8_F32:
         return mrt_quantize_add_up_u8_f32(P(0), P(1), P(2), P(3), P(4), P(5), P(6), I(7));
     /* a decoder's step (minirt.genai): sequence lengths from the mask, RMS norms, 4-bit products, attention */

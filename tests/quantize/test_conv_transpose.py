@@ -93,3 +93,20 @@ def test_conv_transposes_kept_float_when_not_int8():
     assert T.ops(model)["com.minirt::QConvTranspose"] == 1 and "up2" in report.weight_only
     model, report = _quantized(_head(k2=(3, 3), s2=(2, 2), pads2=(1, 1, 0, 0)), quantize_final=False)
     assert T.ops(model)["com.minirt::QConvTranspose"] == 1 and "up2" in {k["node"] for k in report.kept_float}
+
+
+@pytest.mark.parametrize("chain", [True, False])
+def test_an_int8_conv_transpose_replays_in_a_native_program(chain):
+    """QConvTranspose natively is the input's quantization (when it is float: mrt_quantize_u8_f32) and the
+    tiles (mrt_qconvtranspose_tiles), both recordable (D150): the head replays as one program (PP-OCR det's
+    int8 build stopped at its ConvTranspose), equal to the node-by-node run."""
+    if not native.available:
+        pytest.skip("native kernels not built")
+    model, report = _quantized(_head(), quantize_final_conv_transpose=True, chain_int8=chain)
+    assert {"up1", "up2"} <= set(report.quantized)
+    data = artifact_bytes(model)
+    sess = minirt.Session(data, threads=1)
+    nodes = minirt.Session(data, threads=1, native_program=False)
+    for feed in CALIBRATION:
+        np.testing.assert_array_equal(sess.run(None, feed)[0], nodes.run(None, feed)[0])
+    assert sess.native_program_status().startswith("yes"), sess.native_program_status()
