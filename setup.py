@@ -91,9 +91,9 @@ class BuildExtWithProgress(build_ext):
             super().run()
         if self.inplace:  # (an editable install: the module lands in the source tree, beside older builds)
             drop_shadowed = _native_module("build_native").drop_shadowed
-            for ext in self.extensions:
-                if os.path.isfile(self.get_ext_fullpath(ext.name)):
-                    drop_shadowed(self.get_ext_fullpath(ext.name))
+            for path in (self.get_ext_fullpath(ext.name) for ext in self.extensions):
+                if os.path.isfile(path):
+                    drop_shadowed(path)
 
 
 setup(packages=_packages(), exclude_package_data=_SOURCES, cmdclass={"build_ext": BuildExtWithProgress, "build_py": BuildPyRuntime},

@@ -120,7 +120,7 @@ def build_host_wheel(out_dir: Path, progress=None) -> Path:
     return target
 
 
-_FAMILY_FILE = re.compile(r"minirt/kernels/([a-z]\w*)\.py")
+_FAMILY_FILE = re.compile(r"minirt/kernels/([a-z]\w*)\.pyc?")  # (a module's source, or its bytecode in the archive)
 
 
 def _kernel_references(source: str) -> set:
@@ -165,7 +165,7 @@ _PROVIDER_FILE = re.compile(r"minirt/providers/(coreml|nnapi|tflite)\.pyc?")
 def _unused(name: str, families: set, providers: set) -> bool:
     """Whether the file ``name`` (a module's source or bytecode) is a kernel family outside ``families`` or a
     provider outside ``providers``."""
-    m = _FAMILY_FILE.fullmatch(name.removesuffix("c"))
+    m = _FAMILY_FILE.fullmatch(name)
     if m and m.group(1) not in families:
         return True
     m = _PROVIDER_FILE.fullmatch(name)

@@ -986,10 +986,8 @@ def _qmatmul_plan(a, a_scale, a_zero_point, b, b_scale, bias, transB, activation
     k = b.shape[1] if transB else b.shape[0]
     n = b.shape[0] if transB else b.shape[1]
     # a bias of n values on its last axis, 1 on the others (a Gemm's C of (1, n), as magika's last Dense
-    # has), no more axes than the input: the same sums as a (n,) one, result shape unchanged
-    bias_shape = None if bias is None else np.shape(bias)
-    if bias_shape is not None and (not bias_shape or bias_shape[-1] != n or any(d != 1 for d in bias_shape[:-1])
-                                   or len(bias_shape) > a.ndim):
+    # has): the same sums as a (n,) one (one with more axes than the input is refused per call, _qmatmul_fast)
+    if bias is not None and (np.shape(bias)[-1:] != (n,) or np.size(bias) != n):
         return False
     bs = np.asarray(b_scale, dtype=np.float32).reshape(-1)
     if bs.size not in (1, n):
