@@ -62,10 +62,13 @@ def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:
                 found = _product_entry(writer, tensor_of, inputs, attrs, gemm=(domain, op_type) in _GEMM_OPS)
             elif (domain, op_type) in _RNN_OPS:
                 found = _rnn_input_entry(writer, tensor_of, inputs)
-            if found is None or found in seen:
+            if found is None:
                 continue
-            seen.add(found)
             kind, tensor, tag = found
+            key = (kind, tensor, P.cache_tag(kind, tag))  # (one conv pack per weight and group, whatever the geometry)
+            if key in seen:
+                continue
+            seen.add(key)
             w = writer.tensors[tensor]
             if kind == P.PACK_CONV_F32:
                 packed = P.pack_conv_w(w, tag[1], nr)

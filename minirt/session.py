@@ -334,6 +334,9 @@ class Session:
         self._mplans: collections.OrderedDict = collections.OrderedDict()
         self._mplans_lock = _thread.allocate_lock()
         self._mplan_evictions = 0
+        # signature -> the results (shapes, dtypes) its one run so far recorded, LRU: a signature's memory plan
+        # is made when it comes again (_memory_plan_for), so a shape seen once costs no plan
+        self._sightings: collections.OrderedDict = collections.OrderedDict()
         # (signature, plan) of the most recently used plan, while no other was used or stored since: the
         # steady state finds its plan there without the lock
         self._last_mplan = None
@@ -464,6 +467,7 @@ class Session:
         """Drop what a warm-up's run kept (memory plans with their programs, the feed shortcut)."""
         with self._mplans_lock:
             self._mplans.clear()
+            self._sightings.clear()
             self._last_mplan = None
         self._known_feed = self._shortcut = None
 
@@ -687,6 +691,7 @@ class Session:
         self._plan = Plan(self._artifact, 0, None, self._delegate_partitions(0))
         with self._mplans_lock:
             self._mplans.clear()
+            self._sightings.clear()
             self._last_mplan = None
         self._mplan_any = self._wants_memory_plans()
         self._make_declared_plan()
@@ -808,7 +813,9 @@ class Session:
                 else:
                     self._plan._execute_planned(env, outs, record, None, cancel=cancel)
             if record is not None:
-                self._store_memory_plan(sig, record, aplan)
+                # (bound runs plan on their first run, as before sightings: a generator's prefill and decode
+                # steps keep the plans and programs the next generator of the same length reuses)
+                self._store_memory_plan(sig, record, aplan, sighted=True)
             # (a recording's outputs made outside the arena are buffers its program keeps: all copied)
             copy_outputs = self._all_outputs if recording else aplan.copy_outputs if aplan is not None else ()
             results = []
@@ -971,6 +978,7 @@ class Session:
     # --- static memory plan (D17) -------------------------------------------------
     _MAX_MEMORY_PLANS = 4  # shape signatures kept (LRU)
     _MAX_MEMORY_PLAN_EVICTIONS = 32  # past this many evictions, new signatures run unplanned
+    _MAX_SIGHTINGS = 32  # signatures seen once whose recorded results are kept (LRU)
 
     _STATIC_SIGNATURE = frozenset()  # the one signature of a model whose inputs all have fixed shapes
 
@@ -1001,6 +1009,16 @@ class Session:
                 return self._mplans[sig], None
             if self._mplan_evictions >= self._MAX_MEMORY_PLAN_EVICTIONS:
                 return None, None  # shapes change too often for plans to pay: plain allocation
+            seen = self._sightings.pop(sig, None)
+        if seen is not None:
+            # the second run of these shapes: their plan now, from what the first one recorded (a plan costs
+            # ~1-3 ms, which a shape that never comes back, a text crop of its own width, would not repay)
+            self._store_memory_plan(sig, seen, sighted=True)
+            with self._mplans_lock:
+                if sig in self._mplans:
+                    self._last_mplan = (sig, self._mplans[sig])
+                    return self._mplans[sig], None
+            return None, None
         record = [None] * len(self._plan.steps)
         if sig is self._STATIC_SIGNATURE:
             return self._declared_plan, record
@@ -1052,9 +1070,20 @@ class Session:
         return (self.native_program and bool(steps)
                 and all(st.op.op_type in _EMPTY_ARENA_OPS and not st.subgraphs for st in steps))
 
-    def _store_memory_plan(self, sig: frozenset, record: list, declared: "arena.ArenaPlan | None" = None) -> None:
+    def _store_memory_plan(self, sig: frozenset, record: list, declared: "arena.ArenaPlan | None" = None,
+                           sighted: bool = False) -> None:
         """Keep the memory plan of ``record`` (the run's results) for ``sig``: ``declared`` (the plan that
-        run used, made from the declared shapes) when it was made from the same results."""
+        run used, made from the declared shapes) when it was made from the same results.  The first run of
+        a signature that is not the fixed inputs' one only keeps ``record`` (a sighting); its plan is made
+        when the signature comes again (``sighted``, _memory_plan_for)."""
+        if not sighted and declared is None and sig is not self._STATIC_SIGNATURE:
+            with self._mplans_lock:
+                if sig not in self._mplans:
+                    self._sightings[sig] = record
+                    self._sightings.move_to_end(sig)
+                    while len(self._sightings) > self._MAX_SIGHTINGS:
+                        self._sightings.popitem(last=False)
+            return
         if declared is not None and declared.results == record:
             aplan = declared
         else:

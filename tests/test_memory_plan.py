@@ -422,16 +422,26 @@ def test_wrong_declared_shapes_cost_speed_not_results(checked, monkeypatch):
 
 
 def test_symbolic_shapes_record_before_planning(checked, monkeypatch):
-    """Input shapes that are not fixed: no declared plan, the first run records (as before)."""
+    """Input shapes that are not fixed: no declared plan; the first run of a shape records its results and
+    makes no plan (a shape seen once, a text crop of its own width, would not repay one); the second run of
+    those shapes makes it from that record and runs on its arena."""
     from tests.fuzz.seeds import conv_model
 
     from minirt.builder import build_bytes
 
     made = _plans_made(monkeypatch)
     sess = minirt.Session(build_bytes(conv_model()), memory_plan=True)
-    feed = {a.name: np.ones([d if isinstance(d, int) else 2 for d in a.shape], np.float32) for a in sess.get_inputs()}
-    sess.run(None, feed)
-    assert len(made) == 1 and sess.memory_plans()[0]["arenas"] == 0  # made after the run, no arena used yet
+    feeds = [{a.name: np.full([d if isinstance(d, int) else size for d in a.shape], 0.5, np.float32)
+              for a in sess.get_inputs()} for size in (2, 3)]
+    want = [minirt.Session(build_bytes(conv_model()), memory_plan=False).run(None, f) for f in feeds]
+    assert _same(sess.run(None, feeds[0]), want[0])
+    assert made == [] and sess.memory_plans() == []  # recorded, not planned
+    assert _same(sess.run(None, feeds[1]), want[1])  # another shape, once: still no plan
+    assert made == [] and sess.memory_plans() == []
+    assert _same(sess.run(None, feeds[0]), want[0])  # the first shape again: planned now, and run on it
+    assert len(made) == 1 and [p["arenas"] for p in sess.memory_plans()] == [1]
+    assert _same(sess.run(None, feeds[0]), want[0])
+    assert len(made) == 1
 
 
 def test_declared_shapes_beyond_the_memory_guard_are_not_planned(checked, monkeypatch):

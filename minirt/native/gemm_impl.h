@@ -947,6 +947,8 @@ static void FN(sgemm_pack_b_all)(const float *B, long ldb, int transb, int K, in
 
 /* Panels of B a one-row product reads at once (FN(sgemv_pb_task)). */
 #define G_GEMV_PANELS 8
+/* B of more bytes than this (a core's L2 on the x86 hosts) comes from memory in a model (FN(sgemm_pb)) */
+#define G_GEMV_COLD_BYTES (2L * 1024 * 1024)
 
 /* One row of A times B packed by FN(sgemm_pack_b_all), the items [begin, end) of G_GEMV_PANELS
  * panels each: the same sums in the same order as the GEMM's tiles (each k block summed from zero
@@ -1014,10 +1016,15 @@ static void FN(sgemm_pb)(int M, int N, int K, const float *A, long lda, const fl
         g.ext_ow = 0; g.ext_wq = 0; g.dot_tail = 0;
         g.kc = FN(sgemm_kc)(K);
         const long items = (N + G_GEMV_PANELS * G_NR - 1) / (G_GEMV_PANELS * G_NR);
-        /* Each multiply-add streams one float of B from memory (a GEMM's reuse it from registers):
-         * counted as 4 GEMM units, so a 512 x 1000 classifier (2 MB of B, 20 us) takes 2 threads
-         * (20 -> 11 us).  (A thread pays from ~0.5M GEMM multiply-adds, as in FN(sgemm_run).) */
-        mrt_parallel_for(items, (long)G_GEMV_PANELS * G_NR * K / 4, nthreads, FN(sgemv_pb_task), &g);
+        /* Each multiply-add streams one float of B (a GEMM's reuse it from registers): counted as 4
+         * GEMM units while B may be in cache, so a 512 x 1000 classifier (2 MB of B, 20 us warm) takes
+         * 2 threads (20 -> 11 us); as 16 when B is larger than G_GEMV_COLD_BYTES and comes from memory
+         * (MobileNetV2's 1280 x 1000, 5 MB, ~0.45 ms at 1 thread in a model): worth waking a sleeping
+         * worker for, which its 1.3 M multiply-adds at 4 units were not (MRT_WAKE_MIN_WORK: run node by
+         * node, the classifier ran on one thread after the pooling had let the worker sleep, 462 ->
+         * 449 us at 2 threads).  (A thread pays from ~0.5M GEMM multiply-adds, as in FN(sgemm_run).) */
+        const long unit_div = (long)K * N * (long)sizeof(float) > G_GEMV_COLD_BYTES ? 1 : 4;
+        mrt_parallel_for(items, (long)G_GEMV_PANELS * G_NR * K / unit_div, nthreads, FN(sgemv_pb_task), &g);
         return;
     }
     FN(sgemm_with)(1, M, N, K, A, lda, 0, NULL, 0, 0, 0, bpack, C, ldc, 0, bias, bias_mode, res, ldr, 0, act, a0, a1,

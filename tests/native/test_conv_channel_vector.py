@@ -120,7 +120,7 @@ def nthreads(request):
 @pytest.fixture
 def force_packing(monkeypatch):
     """Pack the weights of every GEMM conv (the channel-vector kernel then runs them all)."""
-    monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out: native.conv_pack_w(w, group))
+    monkeypatch.setattr(native, "_conv_pack_w", lambda owner, w, c, group, k, s, out: native.conv_pack_w(w, group))
 
 
 def _avx2_projection(c, m, group, k, s) -> bool:
@@ -228,7 +228,7 @@ def test_channel_vector_conv_equals_gemm_path(name, every_isa, monkeypatch):
     try:
         results = []
         for pack in (native.conv_pack_w, lambda w, group: None):
-            monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out, pack=pack: pack(w, group))
+            monkeypatch.setattr(native, "_conv_pack_w", lambda owner, w, c, group, k, s, out, pack=pack: pack(w, group))
             for threads in (1, 2):
                 native.set_threads(threads)
                 native._qpacked.clear()

@@ -71,7 +71,7 @@ def nthreads(request):
 @pytest.mark.parametrize("nthreads", [1, 2], indirect=True)
 def test_tile_routes_match_reference(name, residual, nthreads, every_isa, monkeypatch):
     """Every geometry with packing forced (the channel-vector kernel runs it whatever the layer rule)."""
-    monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out: native.conv_pack_w(w, group))
+    monkeypatch.setattr(native, "_conv_pack_w", lambda owner, w, c, group, k, s, out: native.conv_pack_w(w, group))
     i = list(TILES).index(name)
     for j, (act, params) in enumerate(ACTS):
         _check(TILES[name], 1 + (i + j) % 2, act, params, residual=residual, seed=100 + 7 * i + j)
@@ -90,7 +90,7 @@ def test_tile_routes_equal_gemm_path(name, act, every_isa, monkeypatch):
     try:
         results = []
         for pack in (native.conv_pack_w, lambda w, group: None):
-            monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out, pack=pack: pack(w, group))
+            monkeypatch.setattr(native, "_conv_pack_w", lambda owner, w, c, group, k, s, out, pack=pack: pack(w, group))
             for threads in (1, 2):
                 native.set_threads(threads)
                 native._qpacked.clear()
@@ -122,7 +122,7 @@ PLANES = {
 @pytest.mark.parametrize("nthreads", [1, 2], indirect=True)
 def test_phase_planes_match_reference(name, packed, nthreads, every_isa, monkeypatch):
     monkeypatch.setattr(native, "_conv_pack_w",
-                        lambda w, c, group, k, s, out: native.conv_pack_w(w, group) if packed else None)
+                        lambda owner, w, c, group, k, s, out: native.conv_pack_w(w, group) if packed else None)
     before = native._lib.mrt_conv2d_in_place_mode(0)  # the planes, not the in-place windows
     try:
         _check(PLANES[name], 1, "SiLU", (), residual=list(PLANES).index(name) % 2 == 0, seed=200)
@@ -142,7 +142,7 @@ def test_exp_epilogue_clamps_and_nan(act, every_isa, monkeypatch):
     expected = _np_act(conv, act, ())
     results = []
     for pack in (native.conv_pack_w, lambda w, group: None):
-        monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out, pack=pack: pack(w, group))
+        monkeypatch.setattr(native, "_conv_pack_w", lambda owner, w, c, group, k, s, out, pack=pack: pack(w, group))
         native._qpacked.clear()
         results.append(_conv(geom, x, w, b, None, act, ()))
     assert np.isnan(results[0]).sum() == np.isnan(expected).sum() == 64 * 9

@@ -160,7 +160,7 @@ def test_store_paths_equal_channel_vector_sums(name, every_isa, monkeypatch):
     results = []
     try:
         for pack in (lambda w, group: None, native.conv_pack_w):
-            monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out, pack=pack: pack(w, group))
+            monkeypatch.setattr(native, "_conv_pack_w", lambda owner, w, c, group, k, s, out, pack=pack: pack(w, group))
             for threads in (1, 2):
                 native.set_threads(threads)
                 native._qpacked.clear()

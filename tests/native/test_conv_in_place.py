@@ -53,7 +53,7 @@ ACTS = [("", ()), ("Relu", ()), ("SiLU", ()), ("HardSwish", ()), ("Clip", (-0.5,
 @pytest.fixture
 def force_packing(monkeypatch):
     """Pack the weights of every GEMM conv (the channel-vector kernel then runs them all)."""
-    monkeypatch.setattr(native, "_conv_pack_w", lambda w, c, group, k, s, out: native.conv_pack_w(w, group))
+    monkeypatch.setattr(native, "_conv_pack_w", lambda owner, w, c, group, k, s, out: native.conv_pack_w(w, group))
 
 
 def _in_place_mode(mode):

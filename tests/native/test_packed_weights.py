@@ -275,3 +275,27 @@ def test_targets_of_a_known_cpu_pack_by_default(target, width):
     from minirt.targets.profiles import get_target
 
     assert get_target(target).build_defaults()["weight_pack"] == width
+
+
+@requires_native
+def test_a_dynamic_width_packs_each_conv_weight_once(packs_made):
+    """A model with a dynamic input width (a text recognizer fed crops of every width) packs each conv
+    weight once, on its first run: the packed panels depend on the weight and its group, not on the
+    layer's output size (each new width used to pack every layer again)."""
+    onnx_model, _ = _conv_model()
+    onnx_model.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "width"
+    onnx_model.graph.output[0].type.tensor_type.shape.dim[3].dim_param = "out_width"
+    artifact = build_bytes(onnx_model)
+    rng = np.random.default_rng(5)
+    feeds = [rng.standard_normal((2, 3, 16, width)).astype(np.float32) for width in (16, 24, 32, 20)]
+    wants = [minirt.Session(artifact, threads=1).run(None, {"x": x})[0] for x in feeds]  # a session per width
+    packs_made.clear()
+    session = minirt.Session(artifact, threads=1)
+    for x, want in zip(feeds, wants):
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+    assert len(packs_made) == 4 and {tag for tag in packs_made} == {native.conv_pack_tag(1), native.conv_pack_tag(2)}
+
+
+def test_the_conv_cache_key_of_a_file_entry_is_the_runtimes():
+    """A packed_weights entry of a conv is seeded under the key conv2d_prepare looks up."""
+    assert P.cache_tag(P.PACK_CONV_F32, (64, 2, 3, 3, 1, 1, 8, 8)) == native.conv_pack_tag(2)
