@@ -494,7 +494,8 @@ def build(
     t0 = time.perf_counter()
     say("optimizing graph")
     try:
-        opt_report = optimize_graph(model_ir, opt_level, disabled=optimizer_disabled, input_shapes=shapes)
+        opt_report = optimize_graph(model_ir, opt_level, disabled=optimizer_disabled, input_shapes=shapes,
+                                    cpu_only=all(p == CPU for p in profile.providers))
     except ValueError as exc:  # unknown pass name, input shape that contradicts the model
         raise BuildError(str(exc)) from None
     try:  # (a wrong --input-shape met a layer's weights: say so now, not at calibration or the first run)

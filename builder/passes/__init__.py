@@ -12,6 +12,10 @@ beside it (``test_<name>.py``)::
               factor_residual_scale, matmul_to_gemm, fuse_pad, fuse_activation
     level 3   level 2 + recognise_layernorm, recognise_attention
 
+    Targets run by the CPU alone (``cpu_only``) get recognise_attention at level 2 too: the native
+    attention call keeps the scores in cache (D153); an accelerator target keeps the decomposed
+    products and softmax, which its lowering rules take.
+
 The quantizer's rewrites (``quant_layers``, ``quant_fold_affine``, ..., ``fp16_weights``) are passes
 too, run by the same manager after this pipeline: see ``builder/quantize/passes``.
 
@@ -50,10 +54,12 @@ _LEVEL1 = [ShapeSpecialisation, ConstantFolding, FoldConstantIf, Cleanup, Initia
 _LEVEL2 = [RecogniseActivations, RecogniseOneHotMatMul, FuseBatchNorm, FoldInputAffine, FactorResidualScale,
            MatMulAddToGemm, FusePad, FuseActivation]
 _LEVEL3 = [RecogniseLayerNorm, RecogniseAttention]
+_LEVEL2_CPU = [RecogniseAttention]  # (level 2 for a target the CPU runs alone)
 
 
-def pipeline(opt_level: int) -> list:
-    """Pass classes run at ``opt_level``, in order (the manager repeats the list to a fixed point)."""
+def pipeline(opt_level: int, cpu_only: bool = False) -> list:
+    """Pass classes run at ``opt_level``, in order (the manager repeats the list to a fixed point);
+    ``cpu_only``: the target has no accelerator provider (see the module docstring)."""
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
     if opt_level == 0:
@@ -61,6 +67,8 @@ def pipeline(opt_level: int) -> list:
     passes = list(_LEVEL1[:-1])
     if opt_level >= 3:
         passes += _LEVEL3
+    elif opt_level == 2 and cpu_only:
+        passes += _LEVEL2_CPU
     if opt_level >= 2:
         passes += _LEVEL2
     return passes + [_LEVEL1[-1]]  # dce last in every sweep
@@ -78,13 +86,15 @@ def optimize(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     fold_size_limit: int = 1 << 20,
     max_iterations: int = 8,
+    cpu_only: bool = False,
 ) -> OptimizationReport:
-    """Optimize ``model`` in place; returns the report (``as_dict()`` for metadata)."""
+    """Optimize ``model`` in place; returns the report (``as_dict()`` for metadata).  ``cpu_only``: the
+    target has no accelerator provider (:func:`pipeline`)."""
     names = pass_names()
     unknown = sorted(set(disabled) - set(names))
     if unknown:
         raise ValueError(f"unknown pass name(s) {unknown} for --disable-pass; known passes: {names}")
-    classes = [p for p in pipeline(opt_level) if p.name not in set(disabled)]
+    classes = [p for p in pipeline(opt_level, cpu_only) if p.name not in set(disabled)]
     context = OptimizeContext(
         input_shapes={k: tuple(v) for k, v in (input_shapes or {}).items()},
         fold_size_limit=fold_size_limit,

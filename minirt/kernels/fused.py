@@ -204,12 +204,17 @@ def layer_normalization(x, scale=None, bias=None, /, *, axis=-1, epsilon=1e-5, o
     return _std("LayerNormalization", 17)(x, scale, bias, axis=axis, epsilon=epsilon, ctx=ctx, out=out)
 
 
-@kernel("ScaledDotProductAttention", since=1, domain=DOMAIN)
-def scaled_dot_product_attention(q, k, v, mask=None, /, *, scale=1.0, transpose_k=1):
+@kernel("ScaledDotProductAttention", since=1, domain=DOMAIN, out=True)
+def scaled_dot_product_attention(q, k, v, mask=None, /, *, scale=1.0, transpose_k=1, out=None):
     """Softmax(q @ k^T * scale + mask) @ v over the last two axes.
 
-    With ``transpose_k=0``, ``k`` is already transposed (``... x d x n``).
+    With ``transpose_k=0``, ``k`` is already transposed (``... x d x n``).  Float32 operands of the same
+    leading axes go to one native call (:func:`_sdpa_native`: the scores of a block of queries stay in
+    cache between the products, the same results); the others run the composed kernels.
     """
+    y = _sdpa_native(q, k, v, mask, scale, transpose_k, out)
+    if y is not None:
+        return y
     kt = np.swapaxes(k, -1, -2) if transpose_k else k
     s = _std("MatMul", 13)(q, kt)
     if scale != 1.0:
@@ -222,3 +227,52 @@ def scaled_dot_product_attention(q, k, v, mask=None, /, *, scale=1.0, transpose_
         s = _add_residual(s, mask) if mask.dtype == s.dtype else _std("Add")(s, mask)
     p = _std("Softmax", 13)(s, axis=-1)
     return _std("MatMul", 13)(p, v)
+
+
+def _sdpa_mask_strides(mask, batch: tuple, sq: int, sk: int):
+    """(stride per flattened leading index, stride per query row) of a float32 C-contiguous mask that
+    broadcasts to ``batch + (sq, sk)`` with one row per query or one for all, and one matrix per leading
+    index or one for all; None for any other mask (the composed kernels broadcast it)."""
+    if mask.dtype != np.float32 or not mask.flags.c_contiguous or mask.ndim > len(batch) + 2 or mask.ndim < 1:
+        return None
+    shape = (1,) * (len(batch) + 2 - mask.ndim) + mask.shape
+    if shape[-1] != sk or shape[-2] not in (1, sq):
+        return None
+    rows = shape[-2]
+    if all(d == 1 for d in shape[:-2]):
+        per_batch = 0
+    elif shape[:-2] == batch:
+        per_batch = rows * sk
+    else:
+        return None
+    return per_batch, (sk if rows == sq and sq > 1 else 0)
+
+
+def _sdpa_native(q, k, v, mask, scale, transpose_k, out):
+    """The attention as one native call (minirt/native/sdpa_impl.h) into ``out`` (the memory plan's buffer)
+    when it fits, or None: float32 C-contiguous q (..., sq, d), k (..., sk, d) (``transpose_k``) or
+    (..., d, sk), v (..., sk, dv) with the same leading axes, at least one key and one feature, and a mask
+    that :func:`_sdpa_mask_strides` takes.  (The composed kernels of the other cases compute the result
+    with numpy between native calls: a model holding such an attention runs node by node.)"""
+    if not _native.available or not all(
+            isinstance(a, np.ndarray) and a.dtype == np.float32 and a.ndim >= 2 and a.flags.c_contiguous
+            for a in (q, k, v)):
+        return None
+    batch = q.shape[:-2]
+    if k.shape[:-2] != batch or v.shape[:-2] != batch or k.ndim != q.ndim or v.ndim != q.ndim:
+        return None
+    sq, d = q.shape[-2:]
+    sk, kd = (k.shape[-2], k.shape[-1]) if transpose_k else (k.shape[-1], k.shape[-2])
+    if kd != d or v.shape[-2] != sk or sk < 1 or d < 1:
+        return None
+    strides = (0, 0)
+    if mask is not None:
+        if not isinstance(mask, np.ndarray):
+            return None
+        strides = _sdpa_mask_strides(mask, batch, sq, sk)
+        if strides is None:
+            return None
+    y = nn._out_buffer(out, batch + (sq, v.shape[-1]))
+    _native.sdpa(q, k, v, mask, y, float(scale), bool(transpose_k), strides)
+    return _native.final(y)
+

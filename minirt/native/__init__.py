@@ -55,7 +55,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 34
+ABI_VERSION = 35
 
 
 def _truthy(value: str | None) -> bool:
@@ -214,6 +214,7 @@ RECORDABLE: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "mrt_qdwconv2d": ((3, 4), (5,)),  # (g, q, e, x, res, y, nthreads)
     "mrt_quantize_u8_f32": ((0,), (1,)),  # (x, q, n, scale, zero point, nthreads)
     "mrt_qconvtranspose_tiles": ((3,), (4,)),  # (g, q, e, x, y, nthreads)
+    "mrt_sdpa_f32": ((1, 2, 3, 4), (5,)),  # (s, q, k, v, mask, out, nthreads)
     "mrt_qmatmul_f32": ((3,), (4,)),  # (s, q, e, a, y, nthreads)
     "mrt_plane_means_f32": ((0,), (1,)),  # (x, y, planes, plane, nthreads)
     "mrt_copy_rows_f32": ((0,), (2,)),  # (src, src_ld, dst, dst_ld, rows, cols, nthreads)
@@ -1133,6 +1134,24 @@ def softmax_rows(x, y, log: bool = False) -> None:
     """y = Softmax (or LogSoftmax) of x over its last axis; both float32, C-contiguous, same shape."""
     n = x.shape[-1]
     _call(_lib.mrt_softmax_f32, (_ptr(x), _ptr(y), x.size // n, n, int(log), threads()), x, y)
+
+
+def sdpa(q, k, v, mask, out, scale: float, transpose_k: bool, mask_strides=(0, 0)) -> None:
+    """out = softmax(scale * q . k^T + mask) . v over the last two axes (sdpa_impl.h), all float32 and
+    C-contiguous: q (..., sq, d), k (..., sk, d) (``transpose_k``) or (..., d, sk), v (..., sk, dv), out
+    (..., sq, dv), the leading axes the same for all (b of them flattened); ``mask`` None or an array whose
+    element (b, i, j) is at flat offset b * mask_strides[0] + i * mask_strides[1] + j."""
+    sq, d = q.shape[-2:]
+    sk = k.shape[-2] if transpose_k else k.shape[-1]
+    shape = _new("mrt_sdpa_shape *", {"bh": q.size // (sq * d) if sq * d else 0, "sq": sq, "sk": sk, "d": d,
+                                      "dv": v.shape[-1], "transpose_k": int(transpose_k), "scale": float(scale),
+                                      "mask_b": int(mask_strides[0]), "mask_r": int(mask_strides[1])})
+    rc = _call(_lib.mrt_sdpa_f32, (shape, _ptr(q), _ptr(k), _ptr(v), _opt(mask), _ptr(out), threads()),
+               q, k, v, mask, out)
+    if rc == -2:
+        raise UnsupportedGeometry("the native attention kernel refused its sizes")
+    if rc != 0:
+        raise no_scratch("minirt native attention")
 
 
 def layernorm_rows(x, scale, bias, y, eps: float) -> None:

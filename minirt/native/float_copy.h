@@ -6,6 +6,7 @@
 #include "layout_impl.h"
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "sdpa_impl.h"
 #include "rnn_impl.h"
 #include "dwconv_impl.h"
 #include "roialign_impl.h"

@@ -685,6 +685,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #define MRT_VL 16
 #include "gemm_impl.h"
 #include "rowops_impl.h"
+#include "sdpa_impl.h"
 #include "rnn_impl.h"
 #include "dwconv_impl.h"
 #undef MRT_VL
@@ -1076,6 +1077,19 @@ void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int n
     }
 #endif
     softmax_rows_base(x, y, rows, n, log, nthreads);
+}
+
+int mrt_sdpa_f32(const mrt_sdpa_shape *s, const float *q, const float *k, const float *v, const float *mask, float *out,
+                 int nthreads) {
+    if (s->bh < 0 || s->sq < 0 || s->sk < 1 || s->d < 1 || s->dv < 0 || s->mask_b < 0 || s->mask_r < 0) return -2;
+#ifdef MRT_HAVE_AVX2_BUILD
+    if (impl_isa == MRT_ISA_AVX512) return sdpa_avx512(s, q, k, v, mask, out, nthreads);
+    if (impl_isa == MRT_ISA_AVX2) return sdpa_avx2(s, q, k, v, mask, out, nthreads);
+#endif
+#ifdef MRT_HAVE_NEON32_BUILD
+    if (impl_isa == MRT_ISA_NEON) return sdpa_neon32(s, q, k, v, mask, out, nthreads);
+#endif
+    return sdpa_base(s, q, k, v, mask, out, nthreads);
 }
 
 /* LayerNormalization (per_row 0), InstanceNormalization (per_row 1) and RMS normalization (2) rows:

@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 34
+#define MRT_ABI_VERSION 35
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -250,6 +250,19 @@ void mrt_sgemv_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *
                    int nthreads);
 /* Softmax (log = 0) or LogSoftmax (log = 1) of each of `rows` contiguous rows of n floats; y may be x. */
 void mrt_softmax_f32(const float *x, float *y, long rows, long n, int log, int nthreads);
+/* Scaled dot-product attention (sdpa_impl.h): out[b, i, :] = softmax_j(scale * q[b, i, :] . k[b, j, :] +
+ * mask[b, i, j]) . v[b, j, :] for b < bh, i < sq, j < sk; q [bh, sq, d], k [bh, sk, d] (transpose_k) or
+ * [bh, d, sk], v [bh, sk, dv], out [bh, sq, dv], all float32 C-contiguous; the mask (NULL: none) element
+ * (b, i, j) at mask[b * mask_b + i * mask_r + j].  The same results as the composed kernels (products,
+ * multiply, add, row softmax), the scores of a block of queries kept in cache.  Returns 0, -1 without
+ * scratch memory, -2 for bad sizes. */
+typedef struct {
+    long bh, mask_b, mask_r;
+    int sq, sk, d, dv, transpose_k;
+    float scale;
+} mrt_sdpa_shape;
+int mrt_sdpa_f32(const mrt_sdpa_shape *s, const float *q, const float *k, const float *v, const float *mask, float *out,
+                 int nthreads);
 /* y[r, :] = (x[r, :] - mean_r) / sqrt(var_r + eps) * scale + bias over rows of n floats (LayerNormalization
  * over the trailing axes); bias may be NULL; x and y may be the same buffer. */
 void mrt_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, long rows, long n, float eps,
@@ -735,6 +748,7 @@ typedef struct {
 #define MRT_CALL_QDWCONV2D 37
 #define MRT_CALL_QUANTIZE_U8_F32 38
 #define MRT_CALL_QCONVTRANSPOSE_TILES 39
+#define MRT_CALL_SDPA_F32 40
 /* Runs calls[0 .. n) in order.  Returns -1 when every call succeeded, else the index of the first
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */

@@ -93,6 +93,8 @@ static int program_call(const mrt_call *call) {
         return 0;
     case MRT_CALL_QCONVTRANSPOSE_TILES:
         return mrt_qconvtranspose_tiles(P(0), P(1), P(2), P(3), P(4), I(5));
+    case MRT_CALL_SDPA_F32:
+        return mrt_sdpa_f32(P(0), P(1), P(2), P(3), P(4), P(5), I(6));
     case MRT_CALL_QUANTIZE_ADD_UP_U8_F32:
         return mrt_quantize_add_up_u8_f32(P(0), P(1), P(2), P(3), P(4), P(5), P(6), I(7));
     /* a decoder's step (minirt.genai): sequence lengths from the mask, RMS norms, 4-bit products, attention */
