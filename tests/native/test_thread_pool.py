@@ -191,6 +191,60 @@ SLEEPING_CHILD = textwrap.dedent(
 )
 
 
+COLD_GEMV_CHILD = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import numpy as np
+    from minirt import native
+    native.set_threads(2)
+    native.start_threads(2)
+
+    def worker_ns():
+        total = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    if not f.read().startswith("minirt-worker"):
+                        continue
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError):
+                pass
+        return total
+
+    k = int(sys.argv[1])
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal((k, 1000)).astype(np.float32)
+    b.flags.writeable = False  # (a model's constant: packed once)
+    packed = native.sgemm_pack_b(b, 0, 1000, k, 1000, b)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    c = np.empty((1, 1000), np.float32)
+    spent = 0
+    for _ in range(8):
+        time.sleep(0.05)  # (the worker goes to sleep between the products, as after a pooling layer)
+        t0 = worker_ns()
+        native.sgemm_pb(a, 1, 1000, k, packed, c)
+        spent += worker_ns() - t0
+    print(json.dumps({"worker_ns": spent, "right": bool(np.allclose(c, a @ b, rtol=1e-4, atol=1e-3))}))
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc/self/task (Linux)")
+def test_a_one_row_product_of_a_b_larger_than_l2_wakes_the_worker():
+    """A classifier at batch 1 whose B is over 2 MiB streams it from memory: worth waking a sleeping worker
+    (D152; MobileNetV2's 1280 x 1000, 5 MB); a 1 MB one stays under the wake threshold (D142)."""
+    found = {}
+    for k in (1280, 256):
+        proc = subprocess.run([sys.executable, "-c", COLD_GEMV_CHILD, str(k)], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found[k] = json.loads(proc.stdout)
+        assert found[k]["right"]
+    assert found[1280]["worker_ns"] > 200_000, found  # (woken for each of the 8 products)
+    assert found[256]["worker_ns"] < found[1280]["worker_ns"] / 4, found
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc/self/task (Linux)")
 def test_small_jobs_leave_sleeping_workers_asleep():
     """A small job runs on the caller alone while the workers sleep (D142): 300 of them wake no worker,
