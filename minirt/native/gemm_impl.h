@@ -1131,6 +1131,7 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
 #define G_CV_NP 6
 #define G_CV_NP_TAIL 6
 #endif
+#define G_CV_PF_MIN_K 1024 /* weights prefetched a K block ahead from this depth on (FN(conv_cv_task)) */
 #define G_CV_CHUNK 16 /* at most this many pixel tiles per work item (their totals: 24 KB on AVX-512) */
 /* Channel panels whose weights fit this many bytes share each pass over the pixels (FN(conv_cv_task)):
  * a run's input is read by all of them while in cache, instead of one pass over the whole input per
@@ -1366,8 +1367,8 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
  *      other in its input) with in_col == step, so pixel i reads the tap's row at i * step: a
  *      fixed displacement from one pointer per k (FN(conv_cv_tile_step) decides). */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                               int p0, int np, float *t, const int npc,
-                                                               const int two, const int step) {
+                                                               int p0, int np, float *t, const float *pf,
+                                                               const int npc, const int two, const int step) {
     long off[G_CV_NP_TAIL];
 #pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
@@ -1382,6 +1383,10 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
     for (int i = 0; i < npc; ++i) acc0[i] = acc1[i] = (FN(vf)){0};
     for (int k = 0; k < kb; ++k, w += G_NR) {
         const float *row = B + brow[k];
+        if (pf) { /* the next K block's weights, row k (G_NR floats), on their way while this block runs */
+            __builtin_prefetch(pf + (long)k * G_NR);
+            __builtin_prefetch(pf + (long)k * G_NR + G_NR - 1);
+        }
         const FN(vf) w0 = FN(vload)(w), w1 = two ? FN(vload)(w + MRT_VL) : w0;
 #pragma GCC unroll 16
         for (int i = 0; i < npc; ++i) {
@@ -1406,19 +1411,19 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
  * to one of three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4
  * pixels. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
-                                                                int kb, int p0, int np, float *t, const int two,
-                                                                const int step) {
+                                                                int kb, int p0, int np, float *t, const float *pf,
+                                                                const int two, const int step) {
 #if G_CV_NP_TAIL > G_CV_NP
     if (np > G_CV_NP)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP_TAIL, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP_TAIL, two, step);
     else
 #endif
     if (np > G_CV_NP * 2 / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP, two, step);
     else if (np > G_CV_NP / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP * 2 / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP * 2 / 3, two, step);
     else
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, G_CV_NP / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP / 3, two, step);
 }
 
 /* The `step` of FN(conv_cv_block_body) for the tile p0 .. p0 + np of region r: 1 or 2 when its
@@ -1435,27 +1440,27 @@ static inline int FN(conv_cv_tile_step)(const mrt_cv_region *r, int p0, int np) 
 /* One K block of a tile (FN(conv_cv_block_body)) on a panel of two vectors of channels (`two`) or
  * at most one (16 on AVX-512: half the multiply-adds), with its step resolved. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_as)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                             int p0, int np, float *t, const int two) {
+                                                             int p0, int np, float *t, const float *pf, const int two) {
     switch (FN(conv_cv_tile_step)(r, p0, np)) {
     case 1:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 1);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, pf, two, 1);
         break;
     case 2:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 2);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, pf, two, 2);
         break;
     default:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, two, 0);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, pf, two, 0);
     }
 }
 
 static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0, int np,
-                                         float *t) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 1);
+                                         float *t, const float *pf) {
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, pf, 1);
 }
 
 static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0,
-                                                int np, float *t) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, 0);
+                                                int np, float *t, const float *pf) {
+    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, pf, 0);
 }
 
 /* Items: per region, (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles),
@@ -1483,15 +1488,19 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
         const int pend = npix - pbeg < run ? npix : pbeg + run;
         for (int k0 = 0; k0 < g->K; k0 += g->kc) {
             const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-            for (int p0 = pbeg, np; p0 < pend; p0 += np) {
+            /* the first tile of a K block prefetches the next block's weights, a row per k (G_CV_PF_MIN_K: a
+             * deep layer over few pixels, CRNN's 512 -> 512 2 x 2 over 31 pixels, otherwise waits for each
+             * block of its 4 MB of weights from memory) */
+            const float *pf = g->K >= G_CV_PF_MIN_K && k0 + kb + kb <= g->K ? wp + (long)(k0 + kb) * G_NR : NULL;
+            for (int p0 = pbeg, np; p0 < pend; p0 += np, pf = NULL) {
                 /* tiles of G_CV_NP pixels, the last one of the run fewer, or G_CV_NP_TAIL (the one
                  * pixel after it included; the epilogue below takes them as tiles of G_CV_NP) */
                 np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
                 float *t = totals + (long)(p0 - pbeg) * G_NR;
                 if (nch > MRT_VL)
-                    FN(conv_cv_block)(r, wp, k0, kb, p0, np, t);
+                    FN(conv_cv_block)(r, wp, k0, kb, p0, np, t, pf);
                 else
-                    FN(conv_cv_block_narrow)(r, wp, k0, kb, p0, np, t);
+                    FN(conv_cv_block_narrow)(r, wp, k0, kb, p0, np, t, pf);
             }
         }
         for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
@@ -1553,6 +1562,7 @@ static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regi
 #undef G_CV_NP
 #undef G_CV_NP_TAIL
 #undef G_CV_CHUNK
+#undef G_CV_PF_MIN_K
 #undef G_CV_GROUP_BYTES
 
 /* ------------------------------------------------------------------ matrix-vector products
