@@ -152,15 +152,17 @@ def test_workers_are_pinned_one_cpu_each_unless_told_not_to(conv_stack, pin):
         assert not singles  # (numpy's BLAS thread and the worker keep the process's CPUs)
 
 
-SLEEPING_CHILD = textwrap.dedent(
+# The start of a child process whose pool has one worker, and worker_ns(): (time the pool's workers spent
+# on a CPU, per the scheduler; how many there are).
+WORKER_CHILD_HEAD = textwrap.dedent(
     """
-    import json, os, time
+    import json, os, sys, time
     import numpy as np
     from minirt import native
     native.set_threads(2)
     native.start_threads(2)
 
-    def worker_ns():  # time on a CPU of the pool's workers (named by the pool), per the scheduler
+    def worker_ns():
         total = found = 0
         for tid in os.listdir("/proc/self/task"):
             try:
@@ -173,7 +175,11 @@ SLEEPING_CHILD = textwrap.dedent(
             except (OSError, ValueError):
                 pass
         return total, found
+    """
+)
 
+SLEEPING_CHILD = WORKER_CHILD_HEAD + textwrap.dedent(
+    """
     small = np.ones((128, 128), np.float32)
     big = np.ones((512, 512), np.float32)
     ys, yb = np.empty_like(small), np.empty_like(big)
@@ -191,27 +197,8 @@ SLEEPING_CHILD = textwrap.dedent(
 )
 
 
-COLD_GEMV_CHILD = textwrap.dedent(
+COLD_GEMV_CHILD = WORKER_CHILD_HEAD + textwrap.dedent(
     """
-    import json, os, sys, time
-    import numpy as np
-    from minirt import native
-    native.set_threads(2)
-    native.start_threads(2)
-
-    def worker_ns():
-        total = 0
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    if not f.read().startswith("minirt-worker"):
-                        continue
-                with open(f"/proc/self/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError):
-                pass
-        return total
-
     k = int(sys.argv[1])
     rng = np.random.default_rng(0)
     b = rng.standard_normal((k, 1000)).astype(np.float32)
@@ -222,9 +209,9 @@ COLD_GEMV_CHILD = textwrap.dedent(
     spent = 0
     for _ in range(8):
         time.sleep(0.05)  # (the worker goes to sleep between the products, as after a pooling layer)
-        t0 = worker_ns()
+        t0 = worker_ns()[0]
         native.sgemm_pb(a, 1, 1000, k, packed, c)
-        spent += worker_ns() - t0
+        spent += worker_ns()[0] - t0
     print(json.dumps({"worker_ns": spent, "right": bool(np.allclose(c, a @ b, rtol=1e-4, atol=1e-3))}))
     """
 )
