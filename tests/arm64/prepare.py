@@ -139,6 +139,35 @@ def mlp_norm(rng):
     return m, {"x": rng.standard_normal((4, 3, d)).astype(np.float32)}
 
 
+def attention(rng):
+    """Self-attention as torch exports it (projections, heads split by Reshape + Transpose, Q K^T, scale,
+    an additive mask per query, Softmax, the product with V): the builder makes it one
+    ScaledDotProductAttention for the Pi (no accelerator), whose native call (sdpa_impl.h) runs it."""
+    n, d, heads = 40, 32, 2
+    w = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
+    inits = [_init("wq", w(d, d)), _init("wk", w(d, d)), _init("wv", w(d, d)),
+             _init("split", np.array([1, n, heads, d // heads], np.int64)), _init("merge", np.array([1, n, d], np.int64)),
+             _init("scale", np.array(1 / np.sqrt(d // heads), np.float32)),
+             _init("mask", np.where(rng.random((n, n)) < 0.2, -1e4, 0).astype(np.float32))]
+    nodes = []
+    for name in ("q", "k", "v"):
+        nodes += [helper.make_node("MatMul", ["x", "w" + name], [name + "0"]),
+                  helper.make_node("Reshape", [name + "0", "split"], [name + "1"]),
+                  helper.make_node("Transpose", [name + "1"], [name], perm=[0, 2, 1, 3])]
+    nodes += [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Add", ["s1", "mask"], ["s2"]),
+        helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o0"]),
+        helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["o1", "merge"], ["y"]),
+    ]
+    m = _model(nodes, [_vi("x", F, [1, n, d])], [_vi("y", F, [1, n, d])], inits)
+    return m, {"x": rng.standard_normal((1, n, d)).astype(np.float32)}
+
+
 def tensor_ops(rng):
     i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
     inits = [
@@ -243,7 +272,7 @@ def _reference(model: onnx.ModelProto, feeds: dict, exact_int8: bool = False) ->
     return dict(zip(names, sess.run(names, feeds)))
 
 
-GRAPHS = {"conv_block": conv_block, "conv_strided": conv_strided, "mlp_norm": mlp_norm,
+GRAPHS = {"conv_block": conv_block, "conv_strided": conv_strided, "mlp_norm": mlp_norm, "attention": attention,
           "tensor_ops": tensor_ops, "int_ops": int_ops}
 # real models: ONNX file (tests/test_real_models.py's) and input shape (rapidocr's normalisation of
 # synthetic text images, seeded)

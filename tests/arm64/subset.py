@@ -33,6 +33,7 @@ CASES = {
     "conv_block": (1e-4, 1e-4),      # Conv+BN+Relu, depthwise Conv+Clip, 1x1 Conv + residual, pools, Gemm
     "conv_strided": (1e-4, 1e-4),    # stride 2, dilation, asymmetric pads, LeakyRelu/Sigmoid/HardSwish epilogues
     "mlp_norm": (1e-4, 1e-5),        # MatMul, LayerNormalization, Softmax, Gelu-like math, ReduceMean
+    "attention": (1e-4, 1e-5),       # self-attention: one native ScaledDotProductAttention call (D153)
     "tensor_ops": (1e-5, 1e-6),      # Transpose, Reshape, Concat, Slice, Gather, Pad, Resize, TopK, ArgMax, Where
     "int_ops": (0, 0),               # QuantizeLinear/DequantizeLinear, integer Add/Mul/Clip, Cast, CumSum
     # Real models (float32, built for the Pi target of the architecture).  Their x86-64 bounds
