@@ -440,7 +440,8 @@ def build(
         raise BuildError(str(exc)) from None
     if providers is not None:
         profile = dataclasses.replace(profile, providers=_parse_providers(providers))
-    if not cpu_fallback and all(p == CPU for p in profile.providers):  # (said before the slow part)
+    cpu_only = all(p == CPU for p in profile.providers)  # (no accelerator provider on this target)
+    if not cpu_fallback and cpu_only:  # (said before the slow part)
         raise BuildError(f"--no-cpu-fallback: target {profile.name!r} has no accelerator provider "
                          f"({', '.join(profile.providers)}); there is no CPU fallback to leave out")
     if weight_pack is None:
@@ -495,7 +496,7 @@ def build(
     say("optimizing graph")
     try:
         opt_report = optimize_graph(model_ir, opt_level, disabled=optimizer_disabled, input_shapes=shapes,
-                                    cpu_only=all(p == CPU for p in profile.providers))
+                                    cpu_only=cpu_only)
     except ValueError as exc:  # unknown pass name, input shape that contradicts the model
         raise BuildError(str(exc)) from None
     try:  # (a wrong --input-shape met a layer's weights: say so now, not at calibration or the first run)

@@ -259,7 +259,7 @@ def _sdpa_native(q, k, v, mask, scale, transpose_k, out):
             for a in (q, k, v)):
         return None
     batch = q.shape[:-2]
-    if k.shape[:-2] != batch or v.shape[:-2] != batch or k.ndim != q.ndim or v.ndim != q.ndim:
+    if k.shape[:-2] != batch or v.shape[:-2] != batch:
         return None
     sq, d = q.shape[-2:]
     sk, kd = (k.shape[-2], k.shape[-1]) if transpose_k else (k.shape[-1], k.shape[-2])

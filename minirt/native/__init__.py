@@ -1136,6 +1136,9 @@ def softmax_rows(x, y, log: bool = False) -> None:
     _call(_lib.mrt_softmax_f32, (_ptr(x), _ptr(y), x.size // n, n, int(log), threads()), x, y)
 
 
+_SDPA_FIELDS = ("bh", "sq", "sk", "d", "dv", "transpose_k", "scale", "mask_b", "mask_r")
+
+
 def sdpa(q, k, v, mask, out, scale: float, transpose_k: bool, mask_strides=(0, 0)) -> None:
     """out = softmax(scale * q . k^T + mask) . v over the last two axes (sdpa_impl.h), all float32 and
     C-contiguous: q (..., sq, d), k (..., sk, d) (``transpose_k``) or (..., d, sk), v (..., sk, dv), out
@@ -1143,9 +1146,9 @@ def sdpa(q, k, v, mask, out, scale: float, transpose_k: bool, mask_strides=(0, 0
     element (b, i, j) is at flat offset b * mask_strides[0] + i * mask_strides[1] + j."""
     sq, d = q.shape[-2:]
     sk = k.shape[-2] if transpose_k else k.shape[-1]
-    shape = _new("mrt_sdpa_shape *", {"bh": q.size // (sq * d) if sq * d else 0, "sq": sq, "sk": sk, "d": d,
-                                      "dv": v.shape[-1], "transpose_k": int(transpose_k), "scale": float(scale),
-                                      "mask_b": int(mask_strides[0]), "mask_r": int(mask_strides[1])})
+    key = ("sdpa", q.size // (sq * d) if sq * d else 0, sq, sk, d, v.shape[-1], int(transpose_k), float(scale),
+           int(mask_strides[0]), int(mask_strides[1]))
+    shape = _shared.get(key) or _share(key, "mrt_sdpa_shape *", dict(zip(_SDPA_FIELDS, key[1:])))
     rc = _call(_lib.mrt_sdpa_f32, (shape, _ptr(q), _ptr(k), _ptr(v), _opt(mask), _ptr(out), threads()),
                q, k, v, mask, out)
     if rc == -2:

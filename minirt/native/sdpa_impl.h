@@ -53,12 +53,12 @@ static MRT_TARGET void FN(sdpa_task)(void *ctx, long begin, long end) {
     /* this thread's k and v of the current b, packed as the products' B, and its block of scores */
     const long kfl = (FN(sgemm_packed_b_floats)(d, sk) + 15) / 16 * 16;
     const long vfl = (FN(sgemm_packed_b_floats)(sk, dv) + 15) / 16 * 16;
-    float *scratch = (float *)mrt_scratch_buffer(((size_t)kfl + vfl + (size_t)a->rows * sk + 16) * sizeof(float));
-    if (!scratch) {
+    /* (64-byte aligned, as mrt_scratch_buffer's blocks are; kfl and vfl keep the next ones so) */
+    float *kp = (float *)mrt_scratch_buffer(((size_t)kfl + vfl + (size_t)a->rows * sk) * sizeof(float));
+    if (!kp) {
         __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    float *kp = scratch + (-(uintptr_t)scratch % 64) / sizeof(float); /* (64-byte aligned panels) */
     float *vp = kp + kfl, *scores = vp + vfl;
     long packed = -1;
     for (long item = begin; item < end; ++item) {
