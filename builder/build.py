@@ -26,6 +26,7 @@ from onnx_ir.passes import common as ir_passes
 
 import minirt
 from minirt.builder.errors import BuildError, UnsupportedModel
+from minirt.builder.feasible_branches import derive_pins as derive_branch_pins
 from minirt.builder.ir_helpers import has_subgraph, subgraphs
 from minirt.builder.load import SourceInfo, load_model
 from minirt.builder.lower import lower_model
@@ -486,9 +487,15 @@ def build(
 
     t0 = time.perf_counter()
     say("normalising graph")
+    branch_pins = []
     if shapes:
+        # (an If that only one branch can take with these shapes: its input pinned as --input-value would)
+        branch_pins = derive_branch_pins(model_ir, shapes, values, say)
+        values.update({pin.name: pin.value for pin in branch_pins})
         _apply_input_shapes(model_ir, shapes)
     pinned = _pin_input_values(model_ir, values) if values else {}
+    for pin in branch_pins:
+        pinned[pin.name]["reason"] = pin.reason
     _normalise(model_ir)
     timings["normalise"] = time.perf_counter() - t0
 

@@ -367,6 +367,10 @@ class Session:
         # Inputs the builder specialised the graph for (--input-value): name -> the value runs must feed.
         pinned = self._artifact.metadata.get("pinned_inputs")
         self._pinned = _pinned_values(pinned) if pinned else None
+        # why the builder pinned an input itself (only one branch of an If can run with the input shapes
+        # the artifact was built for): name -> the reason, which a refused feed is told
+        self._pin_reasons = {str(k): str(v["reason"]) for k, v in pinned.items()
+                             if isinstance(v, dict) and "reason" in v} if isinstance(pinned, dict) else {}
         # BLAS at 1 thread whenever the native kernels run (see _run), from now on: and OpenBLAS's idle
         # workers stopped, which spin for ~0.1 s after numpy's import and took a core from the warm-up
         # and the first runs (D136).
@@ -1197,6 +1201,12 @@ class Session:
             # np.array_equal's first call in a process cost 0.1 ms, most of a small model's first run)
             if arr.size != want.size or arr.reshape(-1).tolist() != want.reshape(-1).tolist():
                 shown = arr.reshape(-1)[:8].tolist()
+                reason = self._pin_reasons.get(name)
+                if reason is not None:
+                    raise InvalidArgument(
+                        f"input {name!r}: this artifact was built for {name} = {want.reshape(-1).tolist()}, got "
+                        f"{shown}{' ...' if arr.size > 8 else ''}: the builder pinned it ({reason}); the source "
+                        f"model runs other values of {name} only with other input shapes")
                 raise InvalidArgument(
                     f"input {name!r}: this artifact was built for {name} = {want.reshape(-1).tolist()} "
                     f"(--input-value {name}=...), got {shown}{' ...' if arr.size > 8 else ''}; build the model "

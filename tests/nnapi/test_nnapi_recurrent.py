@@ -281,9 +281,11 @@ def test_stacked_gru_model_runs_in_one_nnapi_partition(nnapi_on_tflite):
 
 # --- the cached real recurrent models (benchmarks/.cache/real, written by the benchmark scripts) ------------
 REAL_CACHE = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", ".cache", "real")
-# model file, feed file, values pinned at build time (benchmarks/realworld.py: Silero VAD at 16 kHz)
+# model file, feed file, values pinned at build time (benchmarks/realworld.py: Silero VAD at 16 kHz; v5 as
+# shipped, silero_vad.onnx, pins its sample rate itself: builder/feasible_branches.py)
 REAL = [("crnn", "crnn", None), ("kws_gru", "kws_gru", None), ("tagger_bilstm", "tagger_bilstm", None),
-        ("speech_bigru", "speech_bigru", None), ("silero_vad_16k_op15", "silero_vad", {"sr": 16000})]
+        ("speech_bigru", "speech_bigru", None), ("silero_vad_16k_op15", "silero_vad", {"sr": 16000}),
+        ("silero_vad", "silero_vad", None)]
 
 
 def _real_model_path(model: str) -> str | None:
@@ -300,7 +302,7 @@ def _real_model_path(model: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("model, feed, values", REAL, ids=[f for _, f, _ in REAL])
+@pytest.mark.parametrize("model, feed, values", REAL, ids=[m for m, _, _ in REAL])
 def test_cached_recurrent_model_matches_onnxruntime(nnapi_on_tflite, tmp_path, model, feed, values):
     """Each real recurrent model builds for android-api34 into one NNAPI partition holding every node, and its
     TFLite translation gives onnxruntime's outputs (the source model, as shipped)."""
