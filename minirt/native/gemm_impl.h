@@ -1131,7 +1131,6 @@ static void FN(sgemm_conv)(int M, int rows, int K, const float *A, const float *
 #define G_CV_NP 6
 #define G_CV_NP_TAIL 6
 #endif
-#define G_CV_PF_MIN_K 1024 /* weights prefetched a K block ahead from this depth on (FN(conv_cv_task)) */
 #define G_CV_CHUNK 16 /* at most this many pixel tiles per work item (their totals: 24 KB on AVX-512) */
 /* Channel panels whose weights fit this many bytes share each pass over the pixels (FN(conv_cv_task)):
  * a run's input is read by all of them while in cache, instead of one pass over the whole input per
@@ -1488,10 +1487,11 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
         const int pend = npix - pbeg < run ? npix : pbeg + run;
         for (int k0 = 0; k0 < g->K; k0 += g->kc) {
             const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-            /* the first tile of a K block prefetches the next block's weights, a row per k (G_CV_PF_MIN_K: a
-             * deep layer over few pixels, CRNN's 512 -> 512 2 x 2 over 31 pixels, otherwise waits for each
-             * block of its 4 MB of weights from memory) */
-            const float *pf = g->K >= G_CV_PF_MIN_K && k0 + kb + kb <= g->K ? wp + (long)(k0 + kb) * G_NR : NULL;
+            /* the first tile of a K block prefetches the next block's weights (when a whole one follows), a
+             * row per k: in a model a layer's weights come from memory (CRNN's 512 -> 512 2 x 2 over 31
+             * pixels waited for each block of its 4 MB; SqueezeNet's 512 -> 1000 classifier, K = 512 in two
+             * blocks, for its 2 MB), D154 */
+            const float *pf = k0 + kb + kb <= g->K ? wp + (long)(k0 + kb) * G_NR : NULL;
             for (int p0 = pbeg, np; p0 < pend; p0 += np, pf = NULL) {
                 /* tiles of G_CV_NP pixels, the last one of the run fewer, or G_CV_NP_TAIL (the one
                  * pixel after it included; the epilogue below takes them as tiles of G_CV_NP) */
@@ -1562,7 +1562,6 @@ static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regi
 #undef G_CV_NP
 #undef G_CV_NP_TAIL
 #undef G_CV_CHUNK
-#undef G_CV_PF_MIN_K
 #undef G_CV_GROUP_BYTES
 
 /* ------------------------------------------------------------------ matrix-vector products
