@@ -118,6 +118,8 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
         return True
     if kh * kw == 1:
         return False
+    if sh == 1 and sw == 1 and nr == 32:  # (AVX-512 panels: stride-1 window convs at any depth and plane)
+        return True
     return oh * ow <= _CONV_CV_SMALL_PLANE or ((sh > 1 or sw > 1) and k >= _CONV_CV_STRIDED_K)
 
 

@@ -1968,6 +1968,10 @@ int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
     if (kh * kw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16) return 0;
     if (k >= MRT_CONV_CV_DEEP_K) return 1;
     if (kh * kw == 1) return 0;
+    /* AVX-512 panels: a stride-1 window conv at any depth and plane (its implicit GEMM over shifted planes
+     * was 3-12 % slower at K = 72-180 on 40 x 40 to 112 x 112 planes, SqueezeNet's 16 -> 64 3 x 3 @55 x 55
+     * 430 -> 400 us; stride 2 and AVX2's panels of 16 measured no gain) */
+    if (sh == 1 && sw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 32) return 1;
     return (long)oh * ow <= MRT_CONV_CV_SMALL_PLANE || ((sh > 1 || sw > 1) && k >= MRT_CONV_CV_STRIDED_K);
 }
 
