@@ -62,6 +62,8 @@ _CONV_CV_MAX_ROW = 256
 _CONV_CV_NARROW_1X1_M = 64  # (MRT_CONV_CV_NARROW_1X1_M / _K: AVX2's 1x1 projections)
 _CONV_CV_NARROW_1X1_K = 128
 _CONV_CV_WIDE_1X1_M = 256  # (MRT_CONV_CV_WIDE_1X1_M: AVX-512's wide 1x1 layers, D138)
+_CONV_CV_SMALL_1X1_M = 128  # (MRT_CONV_CV_SMALL_1X1_M / _PLANE: AVX-512's 1x1 expansions on small planes, D157)
+_CONV_CV_SMALL_1X1_PLANE = 256
 
 
 class PackedWeight(NamedTuple):
@@ -111,6 +113,9 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
     if (m // group) % 32 != 0:  # (the grouped rule: conv_cv_grouped in kernels.c)
         grouped = group > 1 and nr <= 16 and ((m // group) % nr == 0 or 2 * (m // group) == nr)
         return kh * kw > 1 and (oh * ow <= _CONV_CV_TINY_PLANE or grouped)
+    if (group == 1 and kh * kw == 1 and sh == 1 and sw == 1 and nr == 32 and m >= _CONV_CV_SMALL_1X1_M
+            and oh * ow <= _CONV_CV_SMALL_1X1_PLANE):
+        return True
     k = c // group * kh * kw
     if kh * kw == 1 and nr == 16:  # (panels of 16: AVX2)
         return False

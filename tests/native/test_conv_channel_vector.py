@@ -73,6 +73,15 @@ WIDE = {
     "1x1_wide_m1000_classifier": (512, 1000, 13, 13, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     "1x1_wide_m440_regnet": (208, 440, 14, 14, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 }
+# picked with panels of 32 only (AVX-512): 1x1 expansions of whole panels on planes of at most 256 pixels
+# (MRT_CONV_CV_SMALL_1X1_*, D157) and stride-1 window convs at any depth and plane (D156); below 2048 pixels
+# two threads take a range of panels each (G_CV_CHANNEL_SPLIT_PIXELS), whole or not (5 panels)
+AVX512_ONLY = {
+    "1x1_expand_m192_7x7": (64, 192, 7, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "1x1_expand_m160_14x14_odd_panels": (40, 160, 14, 14, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "3x3_k144_plane_48x48": (16, 64, 48, 48, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "3x3_k72_plane_40x40_split": (8, 96, 40, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+}
 ACTS = [("", ()), ("Relu", ()), ("SiLU", ()), ("HardSwish", ()), ("Clip", (-0.5, 0.5)), ("Sigmoid", ())]
 
 
@@ -157,6 +166,13 @@ def test_picked_geometries_take_the_channel_vector_kernel():
     for name, geom in WIDE.items():
         c, m, h, wd, k, s, pads, d, group = geom
         assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == (native.packed_panel_width() == 32), name
+    for name, geom in AVX512_ONLY.items():
+        c, m, h, wd, k, s, pads, d, group = geom
+        want = native.packed_panel_width() == 32 or _avx2_projection(c, m, group, k, s)
+        assert _uses_packed_w(c, m, group, k, s, _output_size(geom)) == want, name
+    assert not _uses_packed_w(32, 192, 1, (1, 1), (1, 1), (28, 28))  # (a 1x1 expansion on a larger plane)
+    assert not _uses_packed_w(24, 96, 1, (1, 1), (1, 1), (14, 14))  # (to fewer than 128 channels)
+    assert not _uses_packed_w(3, 64, 1, (3, 3), (2, 2), (112, 112))  # (a stride-2 stem)
     assert not _uses_packed_w(191, 1000, 1, (1, 1), (1, 1), (13, 13))  # (too shallow)
     assert not _uses_packed_w(512, 248, 1, (1, 1), (1, 1), (13, 13))  # (too few channels)
     # one output row longer than MRT_CONV_CV_MAX_ROW (a 1-D conv): the GEMM, whatever the depth
@@ -295,3 +311,25 @@ def test_wide_1x1_conv_matches_reference(name, nthreads, every_isa):
     i = list(WIDE).index(name)
     act, params = ACTS[(i + nthreads + 1) % len(ACTS)]
     _check(WIDE[name], 1, act, params, residual=(i + nthreads) % 2 == 1, seed=90 + i)
+
+
+@pytest.mark.parametrize("name", list(AVX512_ONLY))
+def test_avx512_picks_match_reference_and_are_the_same_on_any_thread_count(name, every_isa):
+    """The AVX-512 picks (D156, D157) on every ISA (elsewhere the GEMM runs them): the reference's values,
+    and the same bits at 1 and 2 threads (two threads split the small planes by channel panels)."""
+    i = list(AVX512_ONLY).index(name)
+    act, params = ACTS[i % len(ACTS)]
+    geom = AVX512_ONLY[name]
+    x, w, b, z = _inputs(geom, 1, i % 2 == 0, seed=120 + i)
+    expected = _np_act(_reference_conv(x, w, b, geom[5], geom[6], geom[7], geom[8]) + (0 if z is None else z), act,
+                       params)
+    before = native.threads()
+    try:
+        results = []
+        for threads in (1, 2):
+            native.set_threads(threads)
+            results.append(_conv(geom, x, w, b, z, act, params))
+    finally:
+        native.set_threads(before)
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=5e-5)
+    np.testing.assert_array_equal(results[1], results[0])
