@@ -96,19 +96,39 @@ def drop_shadowed(module_path: str) -> list[str]:
             removed.append(other)
     return removed
 
-if __name__ == "__main__":
-    make_builder(HERE).compile(tmpdir=os.path.join(ROOT, "build", "native"), verbose=True, target=None)
-    # ffibuilder.compile writes the module under tmpdir/minirt/native/; put it next to this file.
+def built_since(build_dir: str, since: float) -> list[str]:
+    """The compiled modules under ``build_dir`` (ffibuilder.compile's tmpdir) written at or after ``since``
+    (a time.time()).  The extension is optional (a failed compile must not fail a pip install), so
+    setuptools only warns when the compiler fails and leaves the previous build in ``build_dir``: copying
+    that one would install stale kernels under a "installed" line, and the tests would run them."""
     import glob
-    import shutil
 
-    for so in glob.glob(os.path.join(ROOT, "build", "native", "minirt", "native", "_kernels*")):
-        if so.endswith((".so", ".pyd", ".dylib")):
-            # Copy beside the target, then rename over it: a process that has the
-            # old library mapped keeps its (unlinked) copy instead of crashing.
-            dest = os.path.join(HERE, os.path.basename(so))
-            shutil.copy2(so, dest + ".tmp")
-            os.replace(dest + ".tmp", dest)
-            print("installed", dest)
-            for old in drop_shadowed(dest):
-                print("removed", old, "(an older build under another name, which Python could import instead)")
+    found = []
+    for so in glob.glob(os.path.join(build_dir, "minirt", "native", "_kernels*")):
+        if so.endswith((".so", ".pyd", ".dylib")) and os.path.getmtime(so) >= since:
+            found.append(so)
+    return found
+
+
+if __name__ == "__main__":
+    import shutil
+    import time
+
+    build_dir = os.path.join(ROOT, "build", "native")
+    # (whole seconds: some file systems keep modification times in whole seconds)
+    started = float(int(time.time()))
+    make_builder(HERE).compile(tmpdir=build_dir, verbose=True, target=None)
+    # ffibuilder.compile writes the module under tmpdir/minirt/native/; put it next to this file.
+    fresh = built_since(build_dir, started)
+    if not fresh:
+        sys.exit("build_native: the native module did not compile (the compiler's errors are above); nothing "
+                 "was installed, and minirt/native keeps its previous build, if any")
+    for so in fresh:
+        # Copy beside the target, then rename over it: a process that has the
+        # old library mapped keeps its (unlinked) copy instead of crashing.
+        dest = os.path.join(HERE, os.path.basename(so))
+        shutil.copy2(so, dest + ".tmp")
+        os.replace(dest + ".tmp", dest)
+        print("installed", dest)
+        for old in drop_shadowed(dest):
+            print("removed", old, "(an older build under another name, which Python could import instead)")

@@ -249,3 +249,25 @@ def test_a_rebuild_removes_the_older_module_python_would_import_instead(tmp_path
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted([fresh.name, "_other" + suffixes[0], "_kernels.c"]), left
     assert len(removed) == len(suffixes) - 1
+
+
+def test_a_failed_compile_installs_nothing(tmp_path):
+    """The extension is optional, so setuptools only warns when the compiler fails and leaves the previous
+    build in build/native: ``built_since`` then finds no module written by this build, and
+    build_native.py exits non-zero instead of copying the stale one over ("installed", while the tests ran
+    the old kernels)."""
+    import time
+
+    from minirt.native.build_native import built_since
+
+    folder = tmp_path / "minirt" / "native"
+    folder.mkdir(parents=True)
+    stale = folder / "_kernels.cpython-311-x86_64-linux-gnu.so"
+    stale.write_bytes(b"x")
+    (folder / "_kernels.c").write_bytes(b"x")
+    os.utime(stale, (1_000_000, 1_000_000))
+    started = time.time()
+    assert built_since(str(tmp_path), started) == []
+    fresh = folder / "_kernels.abi3.so"
+    fresh.write_bytes(b"y")
+    assert built_since(str(tmp_path), float(int(started))) == [str(fresh)]
