@@ -309,3 +309,48 @@ def test_a_graph_of_more_nodes_than_the_limit_does_not_warm_up(conv_model, monke
     assert not minirt.Session(data, threads=1).warmed_up
     monkeypatch.setattr(minirt.Session, "WARM_UP_MAX_NODES", 4096)
     assert minirt.Session(data, threads=1).warmed_up
+
+
+def _gru_model() -> onnx.ModelProto:
+    """One GRU (hidden 32) over a fixed 12-step sequence (fed batch-first), then a Tanh; int8-dynamic stores
+    its weights int8 (weights-only: DequantizeWeights feeds the layer)."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array((0.2 * rng.standard_normal(s)).astype(np.float32), n)
+             for n, s in (("W", (1, 96, 24)), ("R", (1, 96, 32)), ("B", (1, 192)))]
+    # (batch-first input transposed, as exporters write it: the memory plan then places that copy)
+    nodes = [h.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]),
+             h.make_node("GRU", ["t", "W", "R", "B"], ["g", "last"], hidden_size=32, linear_before_reset=1),
+             h.make_node("Tanh", ["g"], ["y"])]
+    graph = h.make_graph(nodes, "gru", [h.make_tensor_value_info("x", TP.FLOAT, [1, 12, 24])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [12, 1, 1, 32]),
+                          h.make_tensor_value_info("last", TP.FLOAT, [1, 1, 32])], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
+
+
+@requires_native
+def test_a_dry_warm_up_keeps_materialized_weights_as_they_are(monkeypatch):
+    """DequantizeWeights declares its result constant on its first run too: in a dry warm-up (its first
+    run) the recording kept an unaligned copy of the float weights instead, and the program's GRU read
+    its recurrent weights there on every replay (KWS GRU int8-dynamic 1.19x its float program)."""
+    from minirt.kernels import qlinear, rnn
+    from minirt.native import program
+
+    data = build(_gru_model(), None, quantize="int8-dynamic").data
+    monkeypatch.setattr(rnn, "_layers", {})  # (this session's layers and weights only)
+    monkeypatch.setattr(qlinear, "_DEQUANTIZED", {})
+    monkeypatch.setattr(minirt.Session, "WARM_UP_WET_FLOPS", 0)  # (dry whatever the model's size)
+    runs = _warm_up_runs(monkeypatch)
+    sess = minirt.Session(data, threads=1)
+    assert runs == [(True, True)] and re.fullmatch(r"\d+ native calls", _program_of(sess)), _program_of(sess)
+    materialized = {a.ctypes.data for _ref, _scale, a in qlinear._DEQUANTIZED.values()}
+    r_pointers = {int(minirt.native._ffi.cast("uintptr_t", layer.prep[1].r)) for layer in rnn._layers.values()}
+    assert r_pointers and r_pointers <= materialized, (r_pointers, materialized)
+    assert all(p % 64 == 0 for p in r_pointers)
+    x = np.random.default_rng(4).standard_normal((1, 12, 24)).astype(np.float32)
+    want = minirt.Session(data, threads=1, warm_up=False, native_program=False).run(None, {"x": x})
+    for got, expected in zip(sess.run(None, {"x": x}), want):
+        np.testing.assert_array_equal(got, expected)
+    # (the recording's own kept copies start on 64-byte boundaries too)
+    kept = program._aligned_copy(np.arange(1000, dtype=np.float64).reshape(10, 100)[:, 1:])
+    assert kept.ctypes.data % 64 == 0 and kept.flags.c_contiguous and kept.shape == (10, 99)
+    np.testing.assert_array_equal(kept, np.arange(1000, dtype=np.float64).reshape(10, 100)[:, 1:])
