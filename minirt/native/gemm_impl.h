@@ -249,6 +249,32 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, f
 /* v[j] = FN(vact)(v[j]) for j < n (a constant): the exp-based Sigmoid and SiLU with their
  * exponentials side by side (FN(vexp_group)), the same operations as FN(vact) on every vector. */
 static inline MRT_TARGET G_INLINE void FN(vact_group)(FN(vf) *v, const int n, int act, float a0, float a1) {
+    if (act == MRT_ACT_GELU) { /* FN(vact)'s Gelu, its exponentials side by side (the same bits) */
+        FN(vf) z = {0}, one = z + 1.0f, zz[n], az[n], t[n], p[n];
+        for (int j = 0; j < n; ++j) {
+            zz[j] = v[j] * -0.70710678118654752f;
+            az[j] = FN(vsel)(zz[j] < z, -zz[j], zz[j]);
+            t[j] = one / (one + 0.5f * az[j]);
+            p[j] = z + 0.17087277f;
+        }
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 0.82215223f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 1.48851587f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 1.13520398f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.27886807f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 0.18628806f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.09678418f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.37409196f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 1.00002368f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 1.26551223f;
+        for (int j = 0; j < n; ++j) p[j] = p[j] - az[j] * az[j];
+        FN(vexp_group)(p, n);
+        for (int j = 0; j < n; ++j) {
+            FN(vf) e = t[j] * p[j];
+            FN(vf) erfc = FN(vsel)(zz[j] < z, 2.0f - e, e);
+            v[j] = 0.5f * v[j] * erfc;
+        }
+        return;
+    }
     if (act != MRT_ACT_SIGMOID && act != MRT_ACT_SILU) {
         for (int j = 0; j < n; ++j) v[j] = FN(vact)(v[j], act, a0, a1);
         return;
@@ -422,11 +448,25 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_store_row)(const FN(sgemm_args) 
  * is resolved outside the loop. */
 static inline MRT_TARGET G_INLINE void FN(sgemm_act_tile_as)(float *c, long ldc, int rows, int cols, const int act,
                                                               float a0, float a1) {
+    /* whole vectors four at a time, across rows (a tile row is often two vectors): FN(vact_group) computes
+     * them side by side, the same bits as FN(vact) one by one; a row's partial last vector alone */
+    float *at[4];
+    FN(vf) v[4];
+    int k = 0;
     for (int i = 0; i < rows; ++i, c += ldc) {
         int j = 0;
-        for (; j + MRT_VL <= cols; j += MRT_VL) FN(vstore)(c + j, FN(vact)(FN(vload)(c + j), act, a0, a1));
+        for (; j + MRT_VL <= cols; j += MRT_VL) {
+            at[k] = c + j;
+            v[k] = FN(vload)(c + j);
+            if (++k == 4) {
+                FN(vact_group)(v, 4, act, a0, a1);
+                for (k = 0; k < 4; ++k) FN(vstore)(at[k], v[k]);
+                k = 0;
+            }
+        }
         if (j < cols) FN(vstore_n)(c + j, FN(vact)(FN(vload_n)(c + j, cols - j), act, a0, a1), cols - j);
     }
+    for (int r = 0; r < k; ++r) FN(vstore)(at[r], FN(vact)(v[r], act, a0, a1));
 }
 
 /* The epilogue's (exp-based) activation, in place, on rows x cols floats of C (row stride ldc), still in L1. */
