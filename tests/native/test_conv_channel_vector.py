@@ -202,9 +202,13 @@ def test_grouped_conv_matches_reference_and_is_the_same_on_any_thread_count(name
     whole groups per thread or the threads inside each group: the reference's values, and the same
     bits at 1 and 2 threads (every output is summed by one thread in the same order)."""
     i = list(GROUPED).index(name)
-    act, params = ACTS[i % len(ACTS)]
-    geom = GROUPED[name]
-    x, w, b, z = _inputs(geom, 1, i % 2 == 0, seed=80 + i)
+    _check_same_on_1_and_2_threads(GROUPED[name], ACTS[i % len(ACTS)], residual=i % 2 == 0, seed=80 + i)
+
+
+def _check_same_on_1_and_2_threads(geom, act_params, residual, seed):
+    """The conv of ``geom`` equals the reference, and gives the same bits at 1 and 2 threads."""
+    act, params = act_params
+    x, w, b, z = _inputs(geom, 1, residual, seed=seed)
     expected = _np_act(_reference_conv(x, w, b, geom[5], geom[6], geom[7], geom[8]) + (0 if z is None else z), act,
                        params)
     before = native.threads()
@@ -318,18 +322,4 @@ def test_avx512_picks_match_reference_and_are_the_same_on_any_thread_count(name,
     """The AVX-512 picks (D156, D157) on every ISA (elsewhere the GEMM runs them): the reference's values,
     and the same bits at 1 and 2 threads (two threads split the small planes by channel panels)."""
     i = list(AVX512_ONLY).index(name)
-    act, params = ACTS[i % len(ACTS)]
-    geom = AVX512_ONLY[name]
-    x, w, b, z = _inputs(geom, 1, i % 2 == 0, seed=120 + i)
-    expected = _np_act(_reference_conv(x, w, b, geom[5], geom[6], geom[7], geom[8]) + (0 if z is None else z), act,
-                       params)
-    before = native.threads()
-    try:
-        results = []
-        for threads in (1, 2):
-            native.set_threads(threads)
-            results.append(_conv(geom, x, w, b, z, act, params))
-    finally:
-        native.set_threads(before)
-    np.testing.assert_allclose(results[0], expected, rtol=1e-5, atol=5e-5)
-    np.testing.assert_array_equal(results[1], results[0])
+    _check_same_on_1_and_2_threads(AVX512_ONLY[name], ACTS[i % len(ACTS)], residual=i % 2 == 0, seed=120 + i)
