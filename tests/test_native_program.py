@@ -528,3 +528,28 @@ def test_values_taken_from_the_data_are_never_replayed_stale():
         feed = {"x": xs, "w": rng.standard_normal((1, 4 * H, I)).astype(np.float32),
                 "r": rng.standard_normal((1, 4 * H, H)).astype(np.float32)}
         np.testing.assert_array_equal(sess.run(None, feed)[0], ref.run(None, feed)[0])
+
+
+def test_a_timed_replay_gives_the_same_results_and_a_time_per_call(digits, images, monkeypatch):
+    """Program.run with ``ns`` (mrt_program_run_timed): the same outputs as an untimed replay, and each
+    call's elapsed time added to its slot, run after run (benchmarks/program_calls.py reads them)."""
+    sess = minirt.Session(digits["float"], threads=1)
+    x = np.ascontiguousarray(images[:1])
+    want = sess.run(None, {"image": x})[0]
+    programs = {}
+    untimed = program.Program.run
+
+    def timed(self, env, ns=None):
+        ns = programs.setdefault(id(self), (self, np.zeros(self.n)))[1]
+        return untimed(self, env, ns=ns)
+
+    monkeypatch.setattr(program.Program, "run", timed)
+    for _ in range(3):
+        np.testing.assert_array_equal(sess.run(None, {"image": x})[0], want)
+    ((prog, ns),) = programs.values()
+    assert ns.shape == (prog.n,) and prog.n > 1 and (ns > 0).all(), ns
+    first = ns.copy()
+    sess.run(None, {"image": x})
+    assert (ns > first).all()  # (added to, run after run)
+    with pytest.raises(ValueError, match="contiguous float64"):
+        untimed(prog, {}, ns=np.zeros(prog.n, np.float32))

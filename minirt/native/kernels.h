@@ -33,7 +33,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 35
+#define MRT_ABI_VERSION 36
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -753,5 +753,9 @@ typedef struct {
  * call that returned non-zero (the calls after it are not run), its return code in *rc.  An
  * unknown entry code fails with *rc = -100. */
 long mrt_program_run(const mrt_call *calls, long n, int *rc);
+/* mrt_program_run, adding each call's elapsed nanoseconds (CLOCK_MONOTONIC, the calling thread's wall time)
+ * to ns[i], n doubles: a replayed program's time per call (minirt.native.program.Program.run_timed,
+ * benchmarks/program_calls.py), which node-by-node profiles misstate at 2 threads. */
+long mrt_program_run_timed(const mrt_call *calls, long n, int *rc, double *ns);
 
 #endif

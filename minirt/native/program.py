@@ -44,6 +44,7 @@ from minirt.vocabulary import RANDOM, RESHAPES
 # The two cffi entry points a replay calls (looked up once: a replay of a small model is a few us).
 _from_buffer = _native._ffi.from_buffer if _native._ffi is not None else None
 _program_run = getattr(_native._lib, "mrt_program_run", None)
+_program_run_timed = getattr(_native._lib, "mrt_program_run_timed", None)
 
 # Nodes whose result may be a view of their input (same memory, nothing computed): a program skips them.
 VIEW_OPS = RESHAPES | {"Identity"}
@@ -304,11 +305,15 @@ class Program:
     __slots__ = ("isa", "threads", "calls", "n", "args", "keep", "patches", "targets", "outputs", "aliases",
                  "step_of_call", "rc", "bound")
 
-    def run(self, env) -> int:
+    def run(self, env, ns=None) -> int:
         """Run the calls for the inputs in ``env`` (indexed by input slot: the session's slots, or a
         dict).  Returns -1 when every call succeeded, -2 when this program cannot run these inputs
         (one is not C-contiguous: the caller runs the nodes instead), else the index of the node
-        whose call failed (its code in ``self.rc[0]``)."""
+        whose call failed (its code in ``self.rc[0]``).  ``ns``: a float64 array of ``self.n`` to which
+        each call's elapsed nanoseconds are added (``mrt_program_run_timed``; the node of call i is
+        ``step_of_call[i]``), for per-call profiles of a replay (benchmarks/program_calls.py)."""
+        if ns is not None and (ns.dtype != np.float64 or ns.size != self.n or not ns.flags.c_contiguous):
+            raise ValueError(f"Program.run: ns must be {self.n} contiguous float64 values")
         pinned = []  # the cffi views of the inputs, alive until the calls return
         for target, slot in self.targets:
             try:
@@ -317,7 +322,10 @@ class Program:
                 return -2
             pinned.append(p)
             target.p = p
-        failed = _program_run(self.calls, self.n, self.rc)
+        if ns is None:
+            failed = _program_run(self.calls, self.n, self.rc)
+        else:
+            failed = _program_run_timed(self.calls, self.n, self.rc, _from_buffer("double[]", ns))
         if failed >= 0 and self.rc[0] == _native.CANCELLED:  # (a watched run stopped: plan.Cancellation)
             raise RunTerminated("the run was stopped (RunOptions.terminate or its timeout) while its native "
                                 "program ran")
