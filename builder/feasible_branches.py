@@ -98,10 +98,8 @@ def _condition(node: ir.Node, graph: ir.Graph) -> _Condition | None:
         x = _scalar_input(value, graph)
         if x is None or np.dtype(x.dtype.numpy()).kind != "b":
             return None
-        then_value = not negated
-        return _Condition(node, x, {"then_branch": then_value, "else_branch": not then_value},
-                          {"then_branch": then_value, "else_branch": not then_value},
-                          f"{'not ' if negated else ''}{x.name}")
+        values = {"then_branch": not negated, "else_branch": negated}  # (each branch taken by one value)
+        return _Condition(node, x, values, values, f"{'not ' if negated else ''}{x.name}")
     if not irh.is_onnx(producer, "Equal") or len(producer.inputs) != 2:
         return None
     for side, other in ((producer.inputs[0], producer.inputs[1]), (producer.inputs[1], producer.inputs[0])):
@@ -121,8 +119,8 @@ def _condition(node: ir.Node, graph: ir.Graph) -> _Condition | None:
 
 
 def _runner(model: ir.Model) -> Callable[[dict], str | None] | None:
-    """A function that runs the model under onnxruntime on a feed and returns None, or the first line
-    of its error; None without onnxruntime or when it cannot load the model."""
+    """A function that runs the model under onnxruntime on a feed and returns None, or its error reduced to
+    the node that failed (:func:`_innermost`); None without onnxruntime or when it cannot load the model."""
     try:
         import onnxruntime as ort
     except ImportError:

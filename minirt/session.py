@@ -365,12 +365,10 @@ class Session:
         # The steady state of a model run as a native program (D32): see ReplayShortcut.
         self._shortcut = None
         # Inputs the builder specialised the graph for (--input-value): name -> the value runs must feed.
+        # _pin_reasons: why the builder pinned an input itself (only one branch of an If can run with the
+        # input shapes the artifact was built for): name -> the reason, which a refused feed is told
         pinned = self._artifact.metadata.get("pinned_inputs")
-        self._pinned = _pinned_values(pinned) if pinned else None
-        # why the builder pinned an input itself (only one branch of an If can run with the input shapes
-        # the artifact was built for): name -> the reason, which a refused feed is told
-        self._pin_reasons = {str(k): str(v["reason"]) for k, v in pinned.items()
-                             if isinstance(v, dict) and "reason" in v} if isinstance(pinned, dict) else {}
+        self._pinned, self._pin_reasons = _pinned_values(pinned) if pinned else (None, {})
         # BLAS at 1 thread whenever the native kernels run (see _run), from now on: and OpenBLAS's idle
         # workers stopped, which spin for ~0.1 s after numpy's import and took a core from the warm-up
         # and the first runs (D136).
@@ -1281,11 +1279,13 @@ class Session:
             self._known_feed = (layout, self._signature(feed))  # one assignment: atomic for concurrent runs
 
 
-def _pinned_values(entry: Any) -> dict:
-    """The ``pinned_inputs`` metadata (name -> dtype, shape, values) as arrays; FormatError if malformed."""
+def _pinned_values(entry: Any) -> tuple[dict, dict]:
+    """The ``pinned_inputs`` metadata (name -> dtype, shape, values, and a reason when the builder pinned the
+    input itself) as (name -> array, name -> reason); FormatError if malformed."""
     try:
-        return {str(name): np.array(v["values"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
-                for name, v in entry.items()}
+        return ({str(name): np.array(v["values"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
+                 for name, v in entry.items()},
+                {str(name): str(v["reason"]) for name, v in entry.items() if "reason" in v})
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise FormatError(f"metadata 'pinned_inputs' is malformed ({exc}); rebuild the artifact") from None
 

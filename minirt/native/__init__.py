@@ -772,13 +772,21 @@ def sgemv(a, m: int, n: int, k: int, b, ldb: int, transb: int, c, bias=None, act
                                _ptr(a), _ptr(b), _ptr(c), threads()))
 
 
-def _aligned_floats(count: int):
-    """An uninitialised float32 array of ``count`` elements starting on a 64-byte boundary (packed panels)."""
+def aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous array starting on a 64-byte boundary (packed panels, weights that
+    kernels read in place: numpy's own big arrays start 16 bytes into a page)."""
     import numpy as np
 
-    raw = np.empty(count + 16, dtype=np.float32)
-    off = (-raw.ctypes.data) % 64 // 4
-    return raw[off:off + count]
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _aligned_floats(count: int):
+    """An uninitialised float32 array of ``count`` elements starting on a 64-byte boundary (packed panels)."""
+    return aligned_empty((count,), "float32")
 
 
 # --------------------------------------------------------------------------- packed weights

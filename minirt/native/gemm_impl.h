@@ -171,6 +171,35 @@ static inline MRT_TARGET FN(vf) FN(vexp)(FN(vf) x) {
     return x;
 }
 
+/* Gelu as act_row computes it, 0.5 x erfc(-x / sqrt 2), on v[j] for j < n (a constant: 1 for FN(vact), 4 for
+ * FN(vact_group)), the vectors side by side, their exponentials by FN(vexp_group): the same operations on every
+ * value whatever n, so the same bits (D159). */
+static inline MRT_TARGET G_INLINE void FN(vgelu_group)(FN(vf) *v, const int n) {
+    FN(vf) z = {0}, one = z + 1.0f, zz[n], az[n], t[n], p[n];
+    for (int j = 0; j < n; ++j) {
+        zz[j] = v[j] * -0.70710678118654752f;
+        az[j] = FN(vsel)(zz[j] < z, -zz[j], zz[j]);
+        t[j] = one / (one + 0.5f * az[j]);
+        p[j] = z + 0.17087277f;
+    }
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 0.82215223f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 1.48851587f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 1.13520398f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.27886807f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 0.18628806f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.09678418f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.37409196f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 1.00002368f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 1.26551223f;
+    for (int j = 0; j < n; ++j) p[j] = p[j] - az[j] * az[j];
+    FN(vexp_group)(p, n);
+    for (int j = 0; j < n; ++j) {
+        FN(vf) e = t[j] * p[j];
+        FN(vf) erfc = FN(vsel)(zz[j] < z, 2.0f - e, e);
+        v[j] = 0.5f * v[j] * erfc;
+    }
+}
+
 /* Activations cheap enough (a few compares and multiplies) to run on the accumulators as a
  * tile is stored; the others (exp based) run on the stored tile, FN(sgemm_act_tile). */
 static inline int FN(act_in_registers)(int act) {
@@ -207,24 +236,9 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, f
         return one / (one + FN(vexp)(-v));
     case MRT_ACT_SILU:
         return v / (one + FN(vexp)(-v));
-    case MRT_ACT_GELU: { /* as in act_row: 0.5 x erfc(-x / sqrt 2) */
-        FN(vf) zz = v * -0.70710678118654752f;
-        FN(vf) az = FN(vsel)(zz < z, -zz, zz);
-        FN(vf) t = one / (one + 0.5f * az);
-        FN(vf) p = z + 0.17087277f;
-        p = p * t - 0.82215223f;
-        p = p * t + 1.48851587f;
-        p = p * t - 1.13520398f;
-        p = p * t + 0.27886807f;
-        p = p * t - 0.18628806f;
-        p = p * t + 0.09678418f;
-        p = p * t + 0.37409196f;
-        p = p * t + 1.00002368f;
-        p = p * t - 1.26551223f;
-        FN(vf) e = t * FN(vexp)(p - az * az);
-        FN(vf) erfc = FN(vsel)(zz < z, 2.0f - e, e);
-        return 0.5f * v * erfc;
-    }
+    case MRT_ACT_GELU:
+        FN(vgelu_group)(&v, 1);
+        return v;
     case MRT_ACT_GELU_TANH: { /* (x / (1 + e), not x * (1 / (1 + e)): see act_row) */
         FN(vf) u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
         return v / (one + FN(vexp)(-2.0f * u));
@@ -249,30 +263,8 @@ static inline MRT_TARGET G_INLINE FN(vf) FN(vact)(FN(vf) v, int act, float a0, f
 /* v[j] = FN(vact)(v[j]) for j < n (a constant): the exp-based Sigmoid and SiLU with their
  * exponentials side by side (FN(vexp_group)), the same operations as FN(vact) on every vector. */
 static inline MRT_TARGET G_INLINE void FN(vact_group)(FN(vf) *v, const int n, int act, float a0, float a1) {
-    if (act == MRT_ACT_GELU) { /* FN(vact)'s Gelu, its exponentials side by side (the same bits) */
-        FN(vf) z = {0}, one = z + 1.0f, zz[n], az[n], t[n], p[n];
-        for (int j = 0; j < n; ++j) {
-            zz[j] = v[j] * -0.70710678118654752f;
-            az[j] = FN(vsel)(zz[j] < z, -zz[j], zz[j]);
-            t[j] = one / (one + 0.5f * az[j]);
-            p[j] = z + 0.17087277f;
-        }
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 0.82215223f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 1.48851587f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 1.13520398f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.27886807f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 0.18628806f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.09678418f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 0.37409196f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] + 1.00002368f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] * t[j] - 1.26551223f;
-        for (int j = 0; j < n; ++j) p[j] = p[j] - az[j] * az[j];
-        FN(vexp_group)(p, n);
-        for (int j = 0; j < n; ++j) {
-            FN(vf) e = t[j] * p[j];
-            FN(vf) erfc = FN(vsel)(zz[j] < z, 2.0f - e, e);
-            v[j] = 0.5f * v[j] * erfc;
-        }
+    if (act == MRT_ACT_GELU) {
+        FN(vgelu_group)(v, n);
         return;
     }
     if (act != MRT_ACT_SIGMOID && act != MRT_ACT_SILU) {

@@ -232,11 +232,9 @@ class Recorder:
 
 def _aligned_copy(a: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``a`` starting on a 64-byte boundary, as the artifact's own constants do:
-    a derived value may be a weight that kernels read in place (numpy's own copies of big arrays start 16
-    bytes into a page, and an RNN's recurrent product read such weights 1.4x slower)."""
-    raw = np.empty(a.nbytes + 64, np.uint8)
-    start = (-raw.ctypes.data) % 64
-    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    a derived value may be a weight that kernels read in place (an RNN's recurrent product read weights
+    at numpy's 16-byte offset 1.4x slower)."""
+    out = _native.aligned_empty(a.shape, a.dtype)
     out[...] = a
     return out
 
