@@ -393,6 +393,10 @@ class Session:
     # program is followed by one for real up to WARM_UP_MAX_FLOPS (~5 ms at 1 thread on a 2020s x86-64
     # core, ~20 ms on a Raspberry Pi 5's), or when the caller asked for the warm-up.
     WARM_UP_WET_FLOPS = 2e8
+    # A model of at most WARM_UP_REPLAY_FLOPS (a run of ~0.2 ms) also replays the program its warm-up
+    # recorded, once: the recording ran node by node, and the program's first replay found its code and
+    # data cold: Silero VAD's first run was 120 us of calls against 45 steady, 2.8x (each call 2-4x).
+    WARM_UP_REPLAY_FLOPS = 2e7
     WARM_UP_MAX_FLOPS = 1.2e9
     # ... and none for a graph of more nodes than this: recording costs ~50 us a node (a 16,000-node chain:
     # 0.8 s), which would make loading a huge graph slow (issue 22: a 16k-node graph loads and plans in
@@ -441,7 +445,12 @@ class Session:
         # program) the run on zeros for real, for a model small enough (WARM_UP_* above) or when asked
         flops = self._flops()
         if flops <= self.WARM_UP_WET_FLOPS:
-            return self._warm_up_run(feed, dry=False)
+            if not self._warm_up_run(feed, dry=False):
+                return False
+            if flops <= self.WARM_UP_REPLAY_FLOPS and self._recorded_program():
+                _native.start_threads(self.threads)
+                self._warm_up_run(feed, dry=False)  # (a failure here leaves the session as before it)
+            return True
         if self._warm_up_run(feed, dry=True):
             if self._recorded_program():
                 return True

@@ -137,6 +137,34 @@ def test_flipped_byte_in_every_section(kind, where):
     assert f"section {S.SECTION_NAMES[kind]} is corrupted" in str(err)
 
 
+@pytest.mark.parametrize("chunk", [64, 360, 4096], ids=["table-past-first-chunk", "many-chunks", "one-chunk"])
+@pytest.mark.parametrize("kind", sorted(S.SECTION_NAMES), ids=[S.SECTION_NAMES[k] for k in sorted(S.SECTION_NAMES)])
+def test_a_private_copy_checks_every_section_while_it_reads(tmp_path, monkeypatch, kind, chunk):
+    """A file read from its path into a private copy is CRC-checked chunk by chunk as it is read
+    (reader._COPY_CHUNK): each section's CRC continues across chunks, and a flipped byte in any section,
+    at its first, middle or last byte, is found as when the check reads it whole; with the section table
+    past the first chunk (64 bytes) the check falls back to reading each section whole."""
+    monkeypatch.setattr(reader, "_COPY_CHUNK", chunk)
+    good = _with_blob()
+    path = tmp_path / "m.mrt"
+    path.write_bytes(good)
+    art = reader.load(path, map_file=False)
+    assert art.mapped_file is None and art.signer is not None
+    with open(path, "rb") as f:
+        _buf, view, crcs = reader._private_copy(f, str(path), len(good), checksums=True)
+    assert bytes(view) == good
+    expected = {} if chunk == 64 else {(sec.offset, sec.length): zlib.crc32(good[sec.offset:sec.offset + sec.length])
+                                       for sec in art.sections}
+    assert crcs == expected
+    off, length = section(good, kind)
+    for pos in (off, off + length // 2, off + length - 1):
+        data = bytearray(good)
+        data[pos] ^= 0x01
+        path.write_bytes(data)
+        with pytest.raises(ChecksumError, match=f"section {S.SECTION_NAMES[kind]} is corrupted"):
+            reader.load(path, map_file=False)
+
+
 def _table_positions():
     n = len(section_entries(GOOD))
     return list(range(64, 64 + 32 * n))
