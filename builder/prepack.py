@@ -10,8 +10,9 @@ native library and packs for any panel width.
 
 Which convs to pack is the geometry rule of ``mrt_conv2d_uses_packed_w``, copied in
 ``packed_weights.conv_uses_packed_w`` (tested against the C); a layer the rule leaves on the GEMM path
-would store a pack nothing reads.  A node whose shapes are not fixed in the file is skipped: the
-runtime packs it as before.
+would store a pack nothing reads.  A conv whose output size is not fixed in the file (a dynamic
+dimension, e.g. a text recognizer's width) is packed when the rule takes the packed path at some size
+(its tag then has 0 for that size): a pack cached by weight serves every size the runtime sees.
 """
 from __future__ import annotations
 
@@ -98,6 +99,11 @@ def _float_weight(writer: ArtifactWriter, tensor_of: dict, inputs: tuple, i: int
     return t if w.dtype == np.float32 and w.ndim == rank and w.size else None
 
 
+# Output heights / widths tried for a dimension the file leaves dynamic (_conv_entry): the sizes where
+# the geometry rule's thresholds change (rows of 1, planes of 256 / 1024 / 2048 pixels) and around them.
+_SIZES_TRIED = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096)
+
+
 def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
     """(kind, tensor, tag) of a float conv that takes the packed path, or None.  A 1-D conv (weight
     (M, C/group, K), output (N, M, L)) runs as the 2-D conv of (N, C, 1, W) by a 1 x K kernel: its
@@ -113,10 +119,14 @@ def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
     group = int(attrs.get("group", 1))
     c = cg * group
     y_shape = graph.values[outputs[0]][2]
-    if y_shape is None or len(y_shape) != (3 if one_d else 4) or not all(
-            isinstance(d, int) and d > 0 for d in y_shape[2:]):
+    if y_shape is None or len(y_shape) != (3 if one_d else 4):
         return None
+    # an output size not fixed in the file (a dynamic dimension) is 0 in the tag; the layer is packed when
+    # the kernels' rule takes the packed path at some size of it (_SIZES_TRIED): the runtime seeds the
+    # pack whatever the size (by weight and group), and a run at a size the rule sends to the GEMM path
+    # just leaves it unread
     oh, ow = (1, y_shape[2]) if one_d else y_shape[2:]
+    oh, ow = (d if isinstance(d, int) and d > 0 else 0 for d in (oh, ow))
     strides = tuple(attrs.get("strides") or ())
     sh, sw = (1, (strides + (1,))[0]) if one_d else (strides + (1, 1))[:2]
     x_shape = graph.values[inputs[0]][2] if inputs and inputs[0] >= 0 else None
@@ -127,7 +137,8 @@ def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
         kh, kw, sh, sw, oh, ow = 1, kh, 1, sh, 1, oh  # (the 1-D conv along H the runtime runs)
     if group == c and cg == 1 and m == c and kh * kw > 1:
         return None  # depthwise: its own kernel, unpacked weights
-    if not P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, oh, ow, nr):
+    if not any(P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, h, w, nr)
+               for h in ((oh,) if oh else _SIZES_TRIED) for w in ((ow,) if ow else _SIZES_TRIED)):
         return None
     return P.PACK_CONV_F32, t, (c, group, kh, kw, int(sh), int(sw), oh, ow)
 

@@ -45,7 +45,7 @@ PANEL_WIDTHS = (8, 16, 32)
 HEADER = struct.Struct("<II")
 #   kind u32, tensor u32 (index in the tensor table: the weight it packs), nr u32 (panel width),
 #   kc u32 (K-block depth for sgemm_b, 0 for conv_f32), tag i32[8], offset u64, nbytes u64
-#   tag, conv_f32: C (input channels), group, KH, KW, SH, SW, OH, OW
+#   tag, conv_f32: C (input channels), group, KH, KW, SH, SW, OH, OW (OH / OW 0: dynamic in the file)
 #   tag, sgemm_b:  transb (the tensor is stored N x K), K, N, 0, 0, 0, 0, 0
 ENTRY = struct.Struct("<IIII8iQQ")
 assert HEADER.size == 8 and ENTRY.size == 64
@@ -231,7 +231,8 @@ def _check_tag(where: str, kind: int, kc: int, tag: tuple, dims: tuple, nr: int)
     """(packed floats, tag fields in use) of an entry whose tag agrees with its tensor's ``dims``."""
     if kind == PACK_CONV_F32:
         c, group, kh, kw, sh, sw, oh, ow = tag
-        if len(dims) not in (3, 4) or min(tag) < 1 or kc != 0:
+        # (OH / OW 0: that output size is dynamic in the file; the pack is the same at every size)
+        if len(dims) not in (3, 4) or min(tag[:6]) < 1 or min(oh, ow) < 0 or kc != 0:
             raise FormatError(f"{where}: conv tag {list(tag)} (kc {kc}) does not fit a weight of shape {list(dims)}")
         m, cg = dims[:2]
         kernel = tuple(dims[2:]) if len(dims) == 4 else (1, dims[2])  # (a 1-D conv: a 1 x K kernel, one row)

@@ -296,6 +296,46 @@ def test_a_dynamic_width_packs_each_conv_weight_once(packs_made):
     assert len(packs_made) == 4 and {tag for tag in packs_made} == {native.conv_pack_tag(1), native.conv_pack_tag(2)}
 
 
+@requires_native
+def test_a_dynamic_width_is_packed_by_the_builder_and_packs_nothing_on_the_device(packs_made):
+    """A conv whose output width is dynamic in the file is packed when the kernels' rule takes the packed
+    path at some width (its tag's OW 0): a session seeds it and packs nothing at any width, with the bits
+    of an unpacked build."""
+    onnx_model, _ = _conv_model()
+    onnx_model.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "width"
+    onnx_model.graph.output[0].type.tensor_type.shape.dim[3].dim_param = "out_width"
+    packed = build_bytes(onnx_model, weight_pack=native.packed_panel_width())
+    entries = minirt.Session(packed).artifact.packed_weights
+    assert len(entries) == 4 and all(e.kind == P.PACK_CONV_F32 for e in entries)
+    plain = build_bytes(onnx_model)
+    rng = np.random.default_rng(6)
+    feeds = [rng.standard_normal((2, 3, 16, width)).astype(np.float32) for width in (16, 40, 8, 64)]
+    wants = [minirt.Session(plain, threads=1).run(None, {"x": x})[0] for x in feeds]
+    packs_made.clear()
+    session = minirt.Session(packed, threads=1)
+    for x, want in zip(feeds, wants):
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+    assert packs_made == []
+
+
+def test_an_entry_with_a_dynamic_output_size_decodes_and_others_stay_refused():
+    """OH / OW 0 in a conv tag (a size the file leaves dynamic) is valid; 0 in another field, or a
+    negative size, is a format error naming the entry."""
+    from minirt.errors import FormatError
+
+    w = np.zeros((32, 8, 3, 3), np.float32)
+    rec = type("Rec", (), {"dtype": 1, "dims": w.shape})()
+    for tag, ok in (((8, 1, 3, 3, 1, 1, 0, 0), True), ((8, 1, 3, 3, 1, 1, 16, 0), True),
+                    ((8, 1, 3, 3, 0, 1, 16, 16), False), ((8, 1, 3, 3, 1, 1, -1, 16), False)):
+        payload = P.encode([(P.PACK_CONV_F32, 0, 8, tag, P.pack_conv_w(w, 1, 8))])
+        if ok:
+            (entry,) = P.decode(memoryview(payload), (rec,))
+            assert entry.tag == native.conv_pack_tag(1)
+        else:
+            with pytest.raises(FormatError, match="packed_weights entry 0: conv tag"):
+                P.decode(memoryview(payload), (rec,))
+
+
 def test_the_conv_cache_key_of_a_file_entry_is_the_runtimes():
     """A packed_weights entry of a conv is seeded under the key conv2d_prepare looks up."""
     assert P.cache_tag(P.PACK_CONV_F32, (64, 2, 3, 3, 1, 1, 8, 8)) == native.conv_pack_tag(2)
