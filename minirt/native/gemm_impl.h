@@ -1399,7 +1399,7 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
  *      other in its input) with in_col == step, so pixel i reads the tap's row at i * step: a
  *      fixed displacement from one pointer per k (FN(conv_cv_tile_step) decides). */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                               int p0, int np, float *t, const float *pf,
+                                                               int kfirst, int p0, int np, float *t, const float *pf,
                                                                const int npc, const int two, const int step) {
     long off[G_CV_NP_TAIL];
 #pragma GCC unroll 16
@@ -1430,7 +1430,7 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
 #pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
         float *ti = t + i * G_NR;
-        if (k0 > 0) {
+        if (k0 > kfirst) { /* (the block that starts the sum, k0 == kfirst, has no total before it) */
             acc0[i] += FN(vload)(ti);
             if (two) acc1[i] += FN(vload)(ti + MRT_VL);
         }
@@ -1443,19 +1443,19 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
  * to one of three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4
  * pixels. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
-                                                                int kb, int p0, int np, float *t, const float *pf,
-                                                                const int two, const int step) {
+                                                                int kb, int kfirst, int p0, int np, float *t,
+                                                                const float *pf, const int two, const int step) {
 #if G_CV_NP_TAIL > G_CV_NP
     if (np > G_CV_NP)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP_TAIL, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP_TAIL, two, step);
     else
 #endif
     if (np > G_CV_NP * 2 / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP, two, step);
     else if (np > G_CV_NP / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP * 2 / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP * 2 / 3, two, step);
     else
-        FN(conv_cv_block_body)(r, wp, k0, kb, p0, np, t, pf, G_CV_NP / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP / 3, two, step);
 }
 
 /* The `step` of FN(conv_cv_block_body) for the tile p0 .. p0 + np of region r: 1 or 2 when its
@@ -1472,27 +1472,28 @@ static inline int FN(conv_cv_tile_step)(const mrt_cv_region *r, int p0, int np) 
 /* One K block of a tile (FN(conv_cv_block_body)) on a panel of two vectors of channels (`two`) or
  * at most one (16 on AVX-512: half the multiply-adds), with its step resolved. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_as)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                             int p0, int np, float *t, const float *pf, const int two) {
+                                                             int kfirst, int p0, int np, float *t, const float *pf,
+                                                             const int two) {
     switch (FN(conv_cv_tile_step)(r, p0, np)) {
     case 1:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, pf, two, 1);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, kfirst, p0, np, t, pf, two, 1);
         break;
     case 2:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, pf, two, 2);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, kfirst, p0, np, t, pf, two, 2);
         break;
     default:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, p0, np, t, pf, two, 0);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, kfirst, p0, np, t, pf, two, 0);
     }
 }
 
-static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0, int np,
-                                         float *t, const float *pf) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, pf, 1);
+static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int kfirst, int p0,
+                                         int np, float *t, const float *pf) {
+    FN(conv_cv_block_as)(r, wp, k0, kb, kfirst, p0, np, t, pf, 1);
 }
 
-static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int p0,
-                                                int np, float *t, const float *pf) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, p0, np, t, pf, 0);
+static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int kfirst,
+                                                int p0, int np, float *t, const float *pf) {
+    FN(conv_cv_block_as)(r, wp, k0, kb, kfirst, p0, np, t, pf, 0);
 }
 
 /* Items: per region, (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles),
@@ -1531,9 +1532,9 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
                 np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
                 float *t = totals + (long)(p0 - pbeg) * G_NR;
                 if (nch > MRT_VL)
-                    FN(conv_cv_block)(r, wp, k0, kb, p0, np, t, pf);
+                    FN(conv_cv_block)(r, wp, k0, kb, 0, p0, np, t, pf);
                 else
-                    FN(conv_cv_block_narrow)(r, wp, k0, kb, p0, np, t, pf);
+                    FN(conv_cv_block_narrow)(r, wp, k0, kb, 0, p0, np, t, pf);
             }
         }
         for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
@@ -1542,11 +1543,101 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
     }
 }
 
+/* Small planes with threads, their sum split along K (FN(conv_cv_split_k)): part p of `parts` sums its
+ * K blocks of every panel and pixel into partials + p * part_floats (per panel, npix_pad pixels of G_NR
+ * floats), then the combine job adds the parts in order and stores as FN(conv_cv_task) does. */
+typedef struct {
+    const FN(conv_cv_args) *g;
+    float *partials;
+    long part_floats, npix_pad;
+    int parts, nkb, npix;
+} FN(conv_cv_split_args);
+
+/* The K blocks [first, end) of part p: part 0 takes the first nkb - parts + 1 blocks, each later part
+ * one block, so that adding the parts' sums in order (((S0 + S1) + S2) ...) adds the blocks' sums in
+ * the order FN(conv_cv_task) does: every output keeps its bits whatever the thread count. */
+static inline void FN(conv_cv_part_blocks)(int nkb, int parts, int p, int *first, int *end) {
+    *first = p == 0 ? 0 : nkb - parts + p;
+    *end = p == 0 ? nkb - parts + 1 : *first + 1;
+}
+
+/* Item p: part p's sums of every panel and pixel (one region), the K blocks outermost per panel (a
+ * block of the panel's weights stays in L1 across the pixels, as in FN(conv_cv_task)). */
+static MRT_TARGET void FN(conv_cv_part_task)(void *ctx, long begin, long end) {
+    const FN(conv_cv_split_args) *s = (const FN(conv_cv_split_args) *)ctx;
+    const FN(conv_cv_args) *g = s->g;
+    const mrt_cv_region *r = &g->regions[0];
+    for (long p = begin; p < end; ++p) {
+        int b0, b1;
+        FN(conv_cv_part_blocks)(s->nkb, s->parts, (int)p, &b0, &b1);
+        const int kfirst = b0 * g->kc, klast = b1 * g->kc < g->K ? b1 * g->kc : g->K;
+        for (int q = 0; q < g->panels; ++q) {
+            const int nch = g->M - q * G_NR < G_NR ? g->M - q * G_NR : G_NR;
+            const float *wp = g->wp + (long)q * g->K * G_NR;
+            float *part = s->partials + p * s->part_floats + (long)q * s->npix_pad * G_NR;
+            for (int k0 = kfirst; k0 < klast; k0 += g->kc) {
+                const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+                for (int p0 = 0, np; p0 < s->npix; p0 += np) {
+                    np = s->npix - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : s->npix - p0 < G_CV_NP ? s->npix - p0 : G_CV_NP;
+                    if (nch > MRT_VL)
+                        FN(conv_cv_block)(r, wp, k0, kb, kfirst, p0, np, part + (long)p0 * G_NR, NULL);
+                    else
+                        FN(conv_cv_block_narrow)(r, wp, k0, kb, kfirst, p0, np, part + (long)p0 * G_NR, NULL);
+                }
+            }
+        }
+    }
+}
+
+/* Items: (run of G_CV_CHUNK pixel tiles, panel), run-major: the parts' sums added in part order into
+ * part 0's, then the epilogue and the store of FN(conv_cv_task). */
+static MRT_TARGET void FN(conv_cv_combine_task)(void *ctx, long begin, long end) {
+    const FN(conv_cv_split_args) *s = (const FN(conv_cv_split_args) *)ctx;
+    const FN(conv_cv_args) *g = s->g;
+    const mrt_cv_region *r = &g->regions[0];
+    const int run = G_CV_CHUNK * G_CV_NP;
+    for (long item = begin; item < end; ++item) {
+        const int q = (int)(item % g->panels), pbeg = (int)(item / g->panels) * run;
+        const int pend = s->npix - pbeg < run ? s->npix : pbeg + run;
+        const int m0 = q * G_NR, nch = g->M - m0 < G_NR ? g->M - m0 : G_NR;
+        float *t = s->partials + ((long)q * s->npix_pad + pbeg) * G_NR;
+        const long n = (long)(pend - pbeg) * G_NR;
+        for (int p = 1; p < s->parts; ++p) {
+            const float *u = t + p * s->part_floats;
+            for (long i = 0; i < n; i += MRT_VL) FN(vstore)(t + i, FN(vload)(t + i) + FN(vload)(u + i));
+        }
+        for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
+            FN(conv_cv_store)(g, r, t + (long)(p0 - pbeg) * G_NR, m0, nch, p0, pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP);
+    }
+}
+
+/* FN(conv_cv) of one region below G_CV_CHANNEL_SPLIT_PIXELS pixels with `parts` threads, K cut between
+ * them at its blocks (FN(conv_cv_part_blocks)) instead of the channel panels: each thread reads only
+ * its range of the input's channels, the ones the depthwise layer before a 1 x 1 projection computed on
+ * that thread (it splits small planes by channels), where a split by panels read all of them, half from
+ * the other core's cache, and left them shared there, so that the next write to that memory waited for
+ * the other core too.  Returns 0 when the partial sums' scratch cannot be had (the caller then splits
+ * by panels). */
+static int FN(conv_cv_split_k)(FN(conv_cv_args) *g, int nkb, int parts, int nthreads) {
+    const mrt_cv_region *r = &g->regions[0];
+    FN(conv_cv_split_args) s;
+    s.g = g; s.parts = parts; s.nkb = nkb; s.npix = r->rows * r->cols;
+    /* (+ G_CV_NP_TAIL: a tile's stores cover its rounded-up pixel count; whole vectors for the combine) */
+    s.npix_pad = s.npix + G_CV_NP_TAIL;
+    s.part_floats = (long)g->panels * s.npix_pad * G_NR;
+    s.partials = (float *)mrt_partials_buffer((size_t)parts * s.part_floats * sizeof(float)); /* (64-byte aligned) */
+    if (!s.partials) return 0;
+    mrt_parallel_for(parts, (long)g->panels * G_NR * s.npix * g->K / parts / 16, nthreads, FN(conv_cv_part_task), &s);
+    const long runs = (s.npix + G_CV_CHUNK * G_CV_NP - 1) / (G_CV_CHUNK * G_CV_NP);
+    mrt_parallel_for(runs * g->panels, (long)G_CV_CHUNK * G_CV_NP * G_NR * parts, nthreads, FN(conv_cv_combine_task), &s);
+    return 1;
+}
+
 /* act(conv + bias + res) of M output channels (C and res rows of ldc floats) over the pixels of
  * the `nregions` regions (at most MRT_CV_MAX_REGIONS, none empty), one job for them all, on the
  * weights packed by FN(conv_cv_pack_w) (wp: this group's panels). */
 static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regions, int nregions, float *C, long ldc,
-                        const float *bias, const float *res, int act, float a0, float a1, int nthreads) {
+                        const float *bias, const float *res, int act, float a0, float a1, int nthreads, int k_split) {
     if (M <= 0 || K <= 0 || nregions <= 0) return;
     FN(conv_cv_args) g;
     g.wp = wp; g.regions = regions; g.nregions = nregions; g.C = C; g.bias = bias; g.res = res; g.ldc = ldc;
@@ -1559,6 +1650,16 @@ static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regi
      * and 4 for the other (1.65x its 1-thread speed at 2 threads) */
     const long panels = (M + G_NR - 1) / G_NR;
     g.panels = (int)panels;
+    if (k_split && nthreads > 1 && nregions == 1 && (long)regions[0].rows * regions[0].cols < G_CV_CHANNEL_SPLIT_PIXELS) {
+        /* a 1 x 1 conv (K = the input's channels) of few panels: K split at its blocks, each thread one,
+         * or the first two when there is one block more (FN(conv_cv_split_k)); with more panels the
+         * split by panels reads no more of the other core's cache (SqueezeNet's 512 -> 1000 classifier:
+         * 643 -> 678 us split along K; its 3 x 3 64 -> 256 layers 175 -> 233) */
+        const int nkb = (K + g.kc - 1) / g.kc;
+        const int parts = nthreads < MRT_MAX_THREADS ? nthreads : MRT_MAX_THREADS;
+        if ((nkb == parts || nkb == parts + 1) && panels <= 2 * parts && FN(conv_cv_split_k)(&g, nkb, parts, nthreads))
+            return;
+    }
     {
         long pg = G_CV_GROUP_BYTES / ((long)K * G_NR * (long)sizeof(float));
         if (pg < 1) pg = 1;

@@ -546,6 +546,17 @@ static void *mrt_scratch_buffer(size_t bytes) {
     return tls_grow(&tls_scratch, &tls_scratch_cap, bytes);
 }
 
+/* A third, for the partial sums of a convolution split along K between threads (gemm_impl.h,
+ * FN(conv_cv_split_k)), which has another way without it: over the bound it is NULL, and the refusal
+ * is not recorded as the reason of a failure. */
+static __thread void *tls_partials;
+static __thread size_t tls_partials_cap;
+
+static void *mrt_partials_buffer(size_t bytes) {
+    if (bytes > tls_partials_cap && bytes > __atomic_load_n(&scratch_limit, __ATOMIC_RELAXED)) return NULL;
+    return tls_grow(&tls_partials, &tls_partials_cap, bytes);
+}
+
 /* A rectangle of output pixels of the channel-vector convolution (gemm_impl.h, FN(conv_cv)):
  * rows x cols pixels; pixel (r, j) reads row k of its implicit B at B + brow[k] + r * in_row +
  * j * in_col, and is written at out + r * out_row + j of each output channel's row. */
@@ -740,7 +751,7 @@ typedef struct {
                       int);
     /* the channel-vector implicit convolution (gemm_impl.h, FN(conv_cv)) and its weight packing */
     void (*conv_cv)(int, int, const float *, const mrt_cv_region *, int, float *, long, const float *, const float *,
-                    int, float, float, int);
+                    int, float, float, int, int);
     void (*conv_cv_pack_w)(const float *, int, int, int, float *);
     long (*conv_cv_packed_floats)(int, int, int);
     /* products with B packed once (gemm_impl.h, FN(sgemm_pb)) and that packing */
@@ -1457,7 +1468,7 @@ static void conv_band_group(void *ctx, int g, int nt) {
     if (a->packed_w) {
         const mrt_cv_region planes_region = {B, bg->brow, bg->rows, a->ow, a->wq, 1, 0, a->ow};
         a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), &planes_region, 1, a->y + out, p,
-                      bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+                      bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt, a->kh * a->kw == 1);
     } else
         a->I->sgemm_conv(mg, bg->rows, K, a->w + (long)g * mg * K, B, bg->brow, bg->b_in_place, a->ow, a->wq,
                          a->y + out, p, bias, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt,
@@ -1672,7 +1683,8 @@ static void conv_in_place_group(void *ctx, int g, int nt) {
     }
     const long out = ig->img * mp + (long)g * mg * p;
     a->I->conv_cv(mg, K, a->packed_w + a->I->conv_cv_packed_floats(g, mg, K), group_regions, ig->nregions, a->y + out,
-                  p, a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt);
+                  p, a->bias ? a->bias + (long)g * mg : NULL, a->res ? a->res + out : NULL, a->act, a->a0, a->a1, nt,
+                  a->kh * a->kw == 1);
 }
 
 /* Image img of a, read in place (see above), on nt threads. */

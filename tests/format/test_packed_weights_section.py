@@ -85,7 +85,7 @@ def test_malformed_conv_tags_are_refused():
     payload = bytearray(data[off:off + length])
     pos = P.HEADER.size + P.ENTRY.size  # the second entry, the conv's
     fields = list(P.ENTRY.unpack_from(payload, pos))
-    for i, bad in ((4, 6), (5, 2), (6, 3), (10, 0)):  # C, group, KH, OH
+    for i, bad in ((4, 6), (5, 2), (6, 3), (8, 0), (10, -1)):  # C, group, KH, SH 0, OH < 0 (0: dynamic, valid)
         changed = fields.copy()
         changed[i] = bad
         P.ENTRY.pack_into(payload, pos, *changed)

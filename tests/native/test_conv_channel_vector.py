@@ -317,6 +317,51 @@ def test_wide_1x1_conv_matches_reference(name, nthreads, every_isa):
     _check(WIDE[name], 1, act, params, residual=(i + nthreads) % 2 == 1, seed=90 + i)
 
 
+# 1x1 convs of a few channel panels over small planes whose K is two or three blocks of FN(sgemm_kc): with
+# two threads each thread sums its blocks of K (the projection after a depthwise layer, whose channels the
+# threads split), then the parts are added in block order (FN(conv_cv_split_k), D160)
+K_SPLIT = {
+    "k384_two_blocks": (384, 64, 14, 14, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "k576_three_blocks": (576, 96, 14, 14, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "k512_partial_panel": (512, 40, 9, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "k960_four_blocks": (960, 64, 7, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "k384_one_pixel_row": (384, 32, 1, 13, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+}
+
+
+@pytest.mark.parametrize("name", list(K_SPLIT))
+def test_small_1x1_convs_split_along_k_are_the_same_on_any_thread_count(name, every_isa, force_packing):
+    """The K split of small 1x1 layers: the reference's values, and the bits of one thread (the parts'
+    sums are added in the order one thread adds its K blocks)."""
+    i = list(K_SPLIT).index(name)
+    _check_same_on_1_and_2_threads(K_SPLIT[name], ACTS[i % len(ACTS)], residual=i % 2 == 0, seed=140 + i)
+
+
+def test_a_k_split_without_scratch_splits_by_panels(force_packing):
+    """When the partial sums' scratch is refused (the session's memory bound), the layer is split by
+    channel panels as before: the same bits.  (On a new thread: the scratch is per thread, and kept.)"""
+    import threading
+
+    from minirt.kernels import _limits
+
+    failures = []
+
+    def check():
+        try:
+            _check_same_on_1_and_2_threads(K_SPLIT["k384_two_blocks"], ACTS[1], residual=True, seed=150)
+        except BaseException as exc:  # noqa: BLE001 - reported below, on the test's thread
+            failures.append(exc)
+
+    try:
+        native.set_scratch_limit(4096)
+        worker = threading.Thread(target=check)
+        worker.start()
+        worker.join()
+    finally:  # (the bound the sessions last set, or none)
+        native.set_scratch_limit(_limits._scratch_limit if _limits._scratch_limit >= 0 else 2**63 - 1)
+    assert not failures, failures
+
+
 @pytest.mark.parametrize("name", list(AVX512_ONLY))
 def test_avx512_picks_match_reference_and_are_the_same_on_any_thread_count(name, every_isa):
     """The AVX-512 picks (D156, D157) on every ISA (elsewhere the GEMM runs them): the reference's values,
