@@ -1543,67 +1543,55 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
     }
 }
 
-/* Small planes with threads, their sum split along K (FN(conv_cv_split_k)): part p of `parts` sums its
- * K blocks of every panel and pixel into partials + p * part_floats (per panel, npix_pad pixels of G_NR
- * floats), then the combine job adds the parts in order and stores as FN(conv_cv_task) does. */
+/* Small planes with threads, their sum split along K (FN(conv_cv_split_k)): the sum of each K block of
+ * FN(sgemm_kc), from zero, per panel and pixel, into partials + (block * panels + panel) * npix_pad * G_NR
+ * floats; then the combine job adds the blocks' sums in block order and stores as FN(conv_cv_task) does. */
 typedef struct {
     const FN(conv_cv_args) *g;
     float *partials;
-    long part_floats, npix_pad;
-    int parts, nkb, npix;
+    long npix_pad;
+    int nkb, npix;
 } FN(conv_cv_split_args);
 
-/* The K blocks [first, end) of part p: part 0 takes the first nkb - parts + 1 blocks, each later part
- * one block, so that adding the parts' sums in order (((S0 + S1) + S2) ...) adds the blocks' sums in
- * the order FN(conv_cv_task) does: every output keeps its bits whatever the thread count. */
-static inline void FN(conv_cv_part_blocks)(int nkb, int parts, int p, int *first, int *end) {
-    *first = p == 0 ? 0 : nkb - parts + p;
-    *end = p == 0 ? nkb - parts + 1 : *first + 1;
-}
-
-/* Item p: part p's sums of every panel and pixel (one region), the K blocks outermost per panel (a
- * block of the panel's weights stays in L1 across the pixels, as in FN(conv_cv_task)). */
-static MRT_TARGET void FN(conv_cv_part_task)(void *ctx, long begin, long end) {
+/* Items: (K block, panel), block-major: the block's sum over every pixel of the panel (one region). */
+static MRT_TARGET void FN(conv_cv_block_task)(void *ctx, long begin, long end) {
     const FN(conv_cv_split_args) *s = (const FN(conv_cv_split_args) *)ctx;
     const FN(conv_cv_args) *g = s->g;
     const mrt_cv_region *r = &g->regions[0];
-    for (long p = begin; p < end; ++p) {
-        int b0, b1;
-        FN(conv_cv_part_blocks)(s->nkb, s->parts, (int)p, &b0, &b1);
-        const int kfirst = b0 * g->kc, klast = b1 * g->kc < g->K ? b1 * g->kc : g->K;
-        for (int q = 0; q < g->panels; ++q) {
-            const int nch = g->M - q * G_NR < G_NR ? g->M - q * G_NR : G_NR;
-            const float *wp = g->wp + (long)q * g->K * G_NR;
-            float *part = s->partials + p * s->part_floats + (long)q * s->npix_pad * G_NR;
-            for (int k0 = kfirst; k0 < klast; k0 += g->kc) {
-                const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
-                for (int p0 = 0, np; p0 < s->npix; p0 += np) {
-                    np = s->npix - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : s->npix - p0 < G_CV_NP ? s->npix - p0 : G_CV_NP;
-                    if (nch > MRT_VL)
-                        FN(conv_cv_block)(r, wp, k0, kb, kfirst, p0, np, part + (long)p0 * G_NR, NULL);
-                    else
-                        FN(conv_cv_block_narrow)(r, wp, k0, kb, kfirst, p0, np, part + (long)p0 * G_NR, NULL);
-                }
-            }
+    for (long item = begin; item < end; ++item) {
+        const int q = (int)(item % g->panels), k0 = (int)(item / g->panels) * g->kc;
+        const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+        const int nch = g->M - q * G_NR < G_NR ? g->M - q * G_NR : G_NR;
+        const float *wp = g->wp + (long)q * g->K * G_NR;
+        float *sum = s->partials + item * s->npix_pad * G_NR;
+        for (int p0 = 0, np; p0 < s->npix; p0 += np) {
+            np = s->npix - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : s->npix - p0 < G_CV_NP ? s->npix - p0 : G_CV_NP;
+            if (nch > MRT_VL)
+                FN(conv_cv_block)(r, wp, k0, kb, k0, p0, np, sum + (long)p0 * G_NR, NULL);
+            else
+                FN(conv_cv_block_narrow)(r, wp, k0, kb, k0, p0, np, sum + (long)p0 * G_NR, NULL);
         }
     }
 }
 
-/* Items: (run of G_CV_CHUNK pixel tiles, panel), run-major: the parts' sums added in part order into
- * part 0's, then the epilogue and the store of FN(conv_cv_task). */
+/* Items: (run of G_CV_CHUNK pixel tiles, panel), run-major: the blocks' sums added in block order into
+ * the first block's (((S0 + S1) + S2) ..., the total FN(conv_cv_task) forms: each block summed from zero
+ * and added to the previous total, and IEEE addition commutes), then the epilogue and the store of
+ * FN(conv_cv_task). */
 static MRT_TARGET void FN(conv_cv_combine_task)(void *ctx, long begin, long end) {
     const FN(conv_cv_split_args) *s = (const FN(conv_cv_split_args) *)ctx;
     const FN(conv_cv_args) *g = s->g;
     const mrt_cv_region *r = &g->regions[0];
     const int run = G_CV_CHUNK * G_CV_NP;
+    const long block_floats = (long)g->panels * s->npix_pad * G_NR;
     for (long item = begin; item < end; ++item) {
         const int q = (int)(item % g->panels), pbeg = (int)(item / g->panels) * run;
         const int pend = s->npix - pbeg < run ? s->npix : pbeg + run;
         const int m0 = q * G_NR, nch = g->M - m0 < G_NR ? g->M - m0 : G_NR;
         float *t = s->partials + ((long)q * s->npix_pad + pbeg) * G_NR;
         const long n = (long)(pend - pbeg) * G_NR;
-        for (int p = 1; p < s->parts; ++p) {
-            const float *u = t + p * s->part_floats;
+        for (int b = 1; b < s->nkb; ++b) {
+            const float *u = t + b * block_floats;
             for (long i = 0; i < n; i += MRT_VL) FN(vstore)(t + i, FN(vload)(t + i) + FN(vload)(u + i));
         }
         for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
@@ -1611,25 +1599,25 @@ static MRT_TARGET void FN(conv_cv_combine_task)(void *ctx, long begin, long end)
     }
 }
 
-/* FN(conv_cv) of one region below G_CV_CHANNEL_SPLIT_PIXELS pixels with `parts` threads, K cut between
- * them at its blocks (FN(conv_cv_part_blocks)) instead of the channel panels: each thread reads only
- * its range of the input's channels, the ones the depthwise layer before a 1 x 1 projection computed on
- * that thread (it splits small planes by channels), where a split by panels read all of them, half from
- * the other core's cache, and left them shared there, so that the next write to that memory waited for
- * the other core too.  Returns 0 when the partial sums' scratch cannot be had (the caller then splits
- * by panels). */
-static int FN(conv_cv_split_k)(FN(conv_cv_args) *g, int nkb, int parts, int nthreads) {
+/* FN(conv_cv) of one region below G_CV_CHANNEL_SPLIT_PIXELS pixels with threads, K cut at its blocks
+ * (FN(conv_cv_block_task)) instead of the channel panels: for a 1 x 1 conv a block is a range of the
+ * input's channels, and the threads' ranges (items block-major, dealt in order) are mostly the
+ * channels the depthwise layer before a projection computed on them (it splits small planes by
+ * channels), where a split by panels read all of them, half from the other core's cache, and left
+ * them shared there, so that the next write to that memory waited for the other core too.  Returns 0
+ * when the sums' scratch cannot be had (the caller then splits by panels). */
+static int FN(conv_cv_split_k)(FN(conv_cv_args) *g, int nkb, int nthreads) {
     const mrt_cv_region *r = &g->regions[0];
     FN(conv_cv_split_args) s;
-    s.g = g; s.parts = parts; s.nkb = nkb; s.npix = r->rows * r->cols;
+    s.g = g; s.nkb = nkb; s.npix = r->rows * r->cols;
     /* (+ G_CV_NP_TAIL: a tile's stores cover its rounded-up pixel count; whole vectors for the combine) */
     s.npix_pad = s.npix + G_CV_NP_TAIL;
-    s.part_floats = (long)g->panels * s.npix_pad * G_NR;
-    s.partials = (float *)mrt_partials_buffer((size_t)parts * s.part_floats * sizeof(float)); /* (64-byte aligned) */
+    const long sums = (long)nkb * g->panels;
+    s.partials = (float *)mrt_partials_buffer((size_t)sums * s.npix_pad * G_NR * sizeof(float)); /* (64-byte aligned) */
     if (!s.partials) return 0;
-    mrt_parallel_for(parts, (long)g->panels * G_NR * s.npix * g->K / parts / 16, nthreads, FN(conv_cv_part_task), &s);
+    mrt_parallel_for(sums, (long)G_NR * s.npix * g->kc / 16, nthreads, FN(conv_cv_block_task), &s);
     const long runs = (s.npix + G_CV_CHUNK * G_CV_NP - 1) / (G_CV_CHUNK * G_CV_NP);
-    mrt_parallel_for(runs * g->panels, (long)G_CV_CHUNK * G_CV_NP * G_NR * parts, nthreads, FN(conv_cv_combine_task), &s);
+    mrt_parallel_for(runs * g->panels, (long)G_CV_CHUNK * G_CV_NP * G_NR * nkb, nthreads, FN(conv_cv_combine_task), &s);
     return 1;
 }
 
@@ -1651,14 +1639,13 @@ static void FN(conv_cv)(int M, int K, const float *wp, const mrt_cv_region *regi
     const long panels = (M + G_NR - 1) / G_NR;
     g.panels = (int)panels;
     if (k_split && nthreads > 1 && nregions == 1 && (long)regions[0].rows * regions[0].cols < G_CV_CHANNEL_SPLIT_PIXELS) {
-        /* a 1 x 1 conv (K = the input's channels) of few panels: K split at its blocks, each thread one,
-         * or the first two when there is one block more (FN(conv_cv_split_k)); with more panels the
-         * split by panels reads no more of the other core's cache (SqueezeNet's 512 -> 1000 classifier:
-         * 643 -> 678 us split along K; its 3 x 3 64 -> 256 layers 175 -> 233) */
+        /* a 1 x 1 conv (K = the input's channels) of few panels and a few K blocks: split at its blocks
+         * (FN(conv_cv_split_k)); with more panels the split by panels reads no more of the other core's
+         * cache (SqueezeNet's 512 -> 1000 classifier: 643 -> 678 us split along K; its 3 x 3 64 -> 256
+         * layers 175 -> 233) */
         const int nkb = (K + g.kc - 1) / g.kc;
         const int parts = nthreads < MRT_MAX_THREADS ? nthreads : MRT_MAX_THREADS;
-        if ((nkb == parts || nkb == parts + 1) && panels <= 2 * parts && FN(conv_cv_split_k)(&g, nkb, parts, nthreads))
-            return;
+        if (nkb >= parts && nkb <= 2 * parts && panels <= 2 * parts && FN(conv_cv_split_k)(&g, nkb, nthreads)) return;
     }
     {
         long pg = G_CV_GROUP_BYTES / ((long)K * G_NR * (long)sizeof(float));
