@@ -685,8 +685,8 @@ static void (*dw_act_rows_wide)(float *y, long n, int act, float a0, float a1) =
 #define MRT_VL 8
 #include "float_copy.h"
 
-/* AVX-512: the GEMM and the depthwise conv (large kernels only, see
- * dwconv2d_avx512_dispatch) differ; the other kernels use the AVX2 copies. */
+/* AVX-512: the GEMM, the pooling (its stride-2 max pool on 16 lanes) and the depthwise conv (large
+ * kernels only, see dwconv2d_avx512_dispatch) differ; the other kernels use the AVX2 copies. */
 #define MRT_SUFFIX _avx512
 #define MRT_TARGET __attribute__((target("avx512f,avx2,fma")))
 /* the depthwise epilogue's row activation: the AVX2 copy (no kernels_impl.h at this level) */
@@ -694,6 +694,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
     act_row_avx2(y, n, act, a0, a1);
 }
 #define MRT_VL 16
+#include "pool_impl.h"
 #include "gemm_impl.h"
 #include "rowops_impl.h"
 #include "sdpa_impl.h"
@@ -799,7 +800,7 @@ static const mrt_impl impl_avx2 = {dwconv2d_avx2,  pool2d_avx2,         bias_act
                                    qdwconv2d_avx2, conv_cv_avx2,        conv_cv_pack_w_avx2,
                                    conv_cv_packed_floats_avx2, sgemm_pb_avx2, sgemm_pack_b_all_avx2,
                                    sgemm_packed_b_floats_avx2};
-static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch,  pool2d_avx2,         bias_act_avx2,
+static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch,  pool2d_avx512,         bias_act_avx2,
                                      im2col_avx2,               sgemm_avx512,        sgemm_conv_avx512,
                                      qdwconv2d_avx512_dispatch, conv_cv_avx512,      conv_cv_pack_w_avx512,
                                      conv_cv_packed_floats_avx512, sgemm_pb_avx512, sgemm_pack_b_all_avx512,

@@ -1,7 +1,8 @@
 """The stride-2 MaxPool path of the native pool (FN(maxpool_s2_task): vertical maxima into a line with
 -inf margins, then the kw neighbours of each output) against the numpy kernel.  Outputs of 2,048 pixels
 or more are split between threads by bands of rows (MRT_POOL_BAND_PIXELS), smaller ones by planes: the
-`threads` fixture (1, 2, 3) runs both, and band edges on odd row counts."""
+`threads` fixture (1, 2, 3) runs both, and band edges on odd row counts.  AVX-512 takes 16 outputs (16
+vertical maxima) at a time where a row has that many, the others 8."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,6 +22,9 @@ CASES = [  # (shape, kernel, pads, ceil_mode, vertical stride)
     ((1, 1, 5, 4200), (3, 3), (0, 0, 0, 0), 0, 2),      # rows wider than the line: the general loop
     ((1, 3, 67, 131), (5, 5), (2, 1, 2, 1), 0, 1),      # bands (67 x 65 outputs), vertical stride 1, 5x5
     ((2, 2, 181, 47), (3, 3), (1, 0, 0, 1), 1, 2),      # bands (91 x 24 outputs, ceil), batch
+    ((1, 2, 33, 33), (3, 3), (0, 0, 0, 0), 0, 2),       # 16 outputs a row: one 16-lane group (AVX-512)
+    ((1, 3, 35, 63), (3, 3), (0, 0, 0, 0), 0, 2),       # 31 a row: the last 16 overlap the first
+    ((1, 2, 19, 36), (3, 3), (0, 1, 0, 1), 1, 2),       # 18 a row from 36 + pads, rows of 36 + 2 columns
 ]
 
 
