@@ -249,6 +249,28 @@ static inline MRT_TARGET void FN(pool_s2_k3_16)(const float *line, int ox, float
 #define POOL_LINE_PAD 8
 #endif
 
+#ifndef POOL_ROWS_BY
+/* FN(pool_s2_rows)'s vector loop in vectors of W lanes (types V, unaligned VU, lane integers VI) */
+#define POOL_ROWS_BY(W, V, VU, VI)                                                                                 \
+    for (int j = 0;; j += (W)) {                                                                                   \
+        if (j > cols - (W)) j = cols - (W);                                                                        \
+        V m = *(const VU *)(rows[0] + j);                                                                          \
+        for (int r = 1; r < nrows; ++r) {                                                                          \
+            const V v = *(const VU *)(rows[r] + j);                                                                \
+            POOL_VMAX(VI, m, v);                                                                                   \
+        }                                                                                                          \
+        *(VU *)(mid + j) = m;                                                                                      \
+        if (j == cols - (W)) break;                                                                                \
+    }
+/* FN(pool_s2_cols)'s loop over groups of W outputs, the last group overlapping the one before it */
+#define POOL_COLS_BY(W, K3)                                                                                        \
+    for (int ox = 0;; ox += (W)) {                                                                                 \
+        if (ox > ow - (W)) ox = ow - (W);                                                                          \
+        K3(line, ox, out);                                                                                         \
+        if (ox == ow - (W)) break;                                                                                 \
+    }
+#endif
+
 /* line[pl + j] = the maximum of input column j over the nrows rows (nrows >= 1), for j < cols: whole
  * vectors, the last one overlapping the one before it (taking the maximum twice changes nothing), each
  * position stored once with every row's maximum taken in registers (a row's stores are not read back by
@@ -267,51 +289,25 @@ static inline MRT_TARGET void FN(pool_s2_rows)(const float *const *rows, int nro
     }
 #if MRT_VL == 16
     if (cols >= 16) {
-        for (int j = 0;; j += 16) {
-            if (j > cols - 16) j = cols - 16;
-            FN(pool_v16) m = *(const FN(pool_v16u) *)(rows[0] + j);
-            for (int r = 1; r < nrows; ++r) {
-                const FN(pool_v16) v = *(const FN(pool_v16u) *)(rows[r] + j);
-                POOL_VMAX(FN(pool_v16i), m, v);
-            }
-            *(FN(pool_v16u) *)(mid + j) = m;
-            if (j == cols - 16) break;
-        }
+        POOL_ROWS_BY(16, FN(pool_v16), FN(pool_v16u), FN(pool_v16i));
         return;
     }
 #endif
-    for (int j = 0;; j += 8) {
-        if (j > cols - 8) j = cols - 8;
-        FN(pool_v8) m = *(const FN(pool_v8u) *)(rows[0] + j);
-        for (int r = 1; r < nrows; ++r) {
-            const FN(pool_v8) v = *(const FN(pool_v8u) *)(rows[r] + j);
-            POOL_VMAX(FN(pool_v8i), m, v);
-        }
-        *(FN(pool_v8u) *)(mid + j) = m;
-        if (j == cols - 8) break;
-    }
+    POOL_ROWS_BY(8, FN(pool_v8), FN(pool_v8u), FN(pool_v8i));
 }
 
 /* out[ox] = the maximum of line[2 ox .. 2 ox + kw - 1], ox < ow */
 static inline MRT_TARGET void FN(pool_s2_cols)(const float *line, int ow, int kw, float *restrict out) {
 #if MRT_VL == 16
     if (kw == 3 && ow >= 16) { /* (16 at a time, as below: loads end at line[2 ow + 15] < span + 16) */
-        for (int ox = 0;; ox += 16) {
-            if (ox > ow - 16) ox = ow - 16;
-            FN(pool_s2_k3_16)(line, ox, out);
-            if (ox == ow - 16) break;
-        }
+        POOL_COLS_BY(16, FN(pool_s2_k3_16));
         return;
     }
 #endif
     if (kw == 3 && ow >= 8) {
         /* 8 outputs at a time (FN(pool_s2_k3_8)); the last 8 overlap the ones before them (the same
          * outputs written twice) instead of a scalar tail.  Its loads end at line[2 ow + 7] < span + 8. */
-        for (int ox = 0;; ox += 8) {
-            if (ox > ow - 8) ox = ow - 8;
-            FN(pool_s2_k3_8)(line, ox, out);
-            if (ox == ow - 8) break;
-        }
+        POOL_COLS_BY(8, FN(pool_s2_k3_8));
         return;
     }
     for (int ox = 0; ox < ow; ++ox) {
