@@ -873,6 +873,19 @@ def _give_back(buffer: mmap.mmap, start: int, stop: int, advice: int) -> None:
             pass
 
 
+def _section_crc(view: memoryview, buffer: Any, sec: Section, drop: int | None, crc32) -> int:
+    """The CRC-32 of section ``sec`` of ``view``; with ``drop`` (a mapped file), by chunks whose pages are then
+    given back to the page cache (_decode)."""
+    if drop is None or sec.length <= _CHECK_CHUNK:
+        return crc32(view[sec.offset : sec.offset + sec.length])
+    crc, end = 0, sec.offset + sec.length
+    for at in range(sec.offset, end, _CHECK_CHUNK):
+        stop = min(at + _CHECK_CHUNK, end)
+        crc = crc32(view[at:stop], crc)
+        _give_back(buffer, at, stop, drop)
+    return crc
+
+
 def _decode(view: memoryview, buffer: Any, verify_checksums: bool, trusted: list | None = None,
             file_mapped: bool = False, crcs: dict | None = None) -> Artifact:
     """The artifact of the file bytes ``view`` (kept alive by ``buffer``); ``crcs``: section CRCs
@@ -910,17 +923,9 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool, trusted: list
         # (a file mapping only: on the anonymous memory of a private copy the advice would zero the bytes)
         drop = getattr(mmap, "MADV_DONTNEED", None) if file_mapped else None
         for sec in sections:
-            crc = crcs.get((sec.offset, sec.length)) if crcs else None
-            if crc is not None:
-                pass
-            elif drop is None or sec.length <= _CHECK_CHUNK:
-                crc = crc32(view[sec.offset : sec.offset + sec.length])
-            else:
-                crc, end = 0, sec.offset + sec.length
-                for at in range(sec.offset, end, _CHECK_CHUNK):
-                    stop = min(at + _CHECK_CHUNK, end)
-                    crc = crc32(view[at:stop], crc)
-                    _give_back(buffer, at, stop, drop)
+            crc = crcs.get((sec.offset, sec.length)) if crcs else None  # (computed while the copy was read)
+            if crc is None:
+                crc = _section_crc(view, buffer, sec, drop, crc32)
             if crc != sec.crc32:
                 raise ChecksumError(
                     f"section {sec.name} is corrupted: CRC-32 of its {sec.length} bytes is {crc:#010x}, stored {sec.crc32:#010x}"

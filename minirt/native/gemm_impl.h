@@ -1399,7 +1399,7 @@ static MRT_TARGET void FN(conv_cv_store)(const FN(conv_cv_args) *g, const mrt_cv
  *      other in its input) with in_col == step, so pixel i reads the tap's row at i * step: a
  *      fixed displacement from one pointer per k (FN(conv_cv_tile_step) decides). */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                               int kfirst, int p0, int np, float *t, const float *pf,
+                                                               int add, int p0, int np, float *t, const float *pf,
                                                                const int npc, const int two, const int step) {
     long off[G_CV_NP_TAIL];
 #pragma GCC unroll 16
@@ -1430,7 +1430,7 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
 #pragma GCC unroll 16
     for (int i = 0; i < npc; ++i) {
         float *ti = t + i * G_NR;
-        if (k0 > kfirst) { /* (the block that starts the sum, k0 == kfirst, has no total before it) */
+        if (add) { /* (the block that starts a sum has no total before it) */
             acc0[i] += FN(vload)(ti);
             if (two) acc1[i] += FN(vload)(ti + MRT_VL);
         }
@@ -1443,19 +1443,19 @@ static inline MRT_TARGET G_INLINE void FN(conv_cv_block_body)(const mrt_cv_regio
  * to one of three sizes (G_CV_NP, 2/3 or 1/3 of it): a 10 x 10 output is 8 tiles of 12 and one of 4
  * pixels. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_sized)(const mrt_cv_region *r, const float *wp, int k0,
-                                                                int kb, int kfirst, int p0, int np, float *t,
+                                                                int kb, int add, int p0, int np, float *t,
                                                                 const float *pf, const int two, const int step) {
 #if G_CV_NP_TAIL > G_CV_NP
     if (np > G_CV_NP)
-        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP_TAIL, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, add, p0, np, t, pf, G_CV_NP_TAIL, two, step);
     else
 #endif
     if (np > G_CV_NP * 2 / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, add, p0, np, t, pf, G_CV_NP, two, step);
     else if (np > G_CV_NP / 3)
-        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP * 2 / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, add, p0, np, t, pf, G_CV_NP * 2 / 3, two, step);
     else
-        FN(conv_cv_block_body)(r, wp, k0, kb, kfirst, p0, np, t, pf, G_CV_NP / 3, two, step);
+        FN(conv_cv_block_body)(r, wp, k0, kb, add, p0, np, t, pf, G_CV_NP / 3, two, step);
 }
 
 /* The `step` of FN(conv_cv_block_body) for the tile p0 .. p0 + np of region r: 1 or 2 when its
@@ -1472,28 +1472,51 @@ static inline int FN(conv_cv_tile_step)(const mrt_cv_region *r, int p0, int np) 
 /* One K block of a tile (FN(conv_cv_block_body)) on a panel of two vectors of channels (`two`) or
  * at most one (16 on AVX-512: half the multiply-adds), with its step resolved. */
 static inline MRT_TARGET G_INLINE void FN(conv_cv_block_as)(const mrt_cv_region *r, const float *wp, int k0, int kb,
-                                                             int kfirst, int p0, int np, float *t, const float *pf,
+                                                             int add, int p0, int np, float *t, const float *pf,
                                                              const int two) {
     switch (FN(conv_cv_tile_step)(r, p0, np)) {
     case 1:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, kfirst, p0, np, t, pf, two, 1);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, add, p0, np, t, pf, two, 1);
         break;
     case 2:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, kfirst, p0, np, t, pf, two, 2);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, add, p0, np, t, pf, two, 2);
         break;
     default:
-        FN(conv_cv_block_sized)(r, wp, k0, kb, kfirst, p0, np, t, pf, two, 0);
+        FN(conv_cv_block_sized)(r, wp, k0, kb, add, p0, np, t, pf, two, 0);
     }
 }
 
-static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int kfirst, int p0,
+static MRT_TARGET void FN(conv_cv_block)(const mrt_cv_region *r, const float *wp, int k0, int kb, int add, int p0,
                                          int np, float *t, const float *pf) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, kfirst, p0, np, t, pf, 1);
+    FN(conv_cv_block_as)(r, wp, k0, kb, add, p0, np, t, pf, 1);
 }
 
-static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int kfirst,
+static MRT_TARGET void FN(conv_cv_block_narrow)(const mrt_cv_region *r, const float *wp, int k0, int kb, int add,
                                                 int p0, int np, float *t, const float *pf) {
-    FN(conv_cv_block_as)(r, wp, k0, kb, kfirst, p0, np, t, pf, 0);
+    FN(conv_cv_block_as)(r, wp, k0, kb, add, p0, np, t, pf, 0);
+}
+
+/* K block [k0, k0 + kb) of panel q (nch channels) over the pixels [pbeg, pend) of region r into t (G_NR
+ * floats a pixel, from pbeg), added to the total there when `add`: tiles of G_CV_NP pixels, the last one
+ * fewer, or G_CV_NP_TAIL (the one pixel after it included; FN(conv_cv_store_run) takes them as tiles of
+ * G_CV_NP).  The first tile prefetches pf (the next block's weights) when not NULL. */
+static inline MRT_TARGET void FN(conv_cv_run_block)(const mrt_cv_region *r, const float *wp, int nch, int k0, int kb,
+                                                    int add, int pbeg, int pend, float *t, const float *pf) {
+    for (int p0 = pbeg, np; p0 < pend; p0 += np, pf = NULL) {
+        np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
+        if (nch > MRT_VL)
+            FN(conv_cv_block)(r, wp, k0, kb, add, p0, np, t + (long)(p0 - pbeg) * G_NR, pf);
+        else
+            FN(conv_cv_block_narrow)(r, wp, k0, kb, add, p0, np, t + (long)(p0 - pbeg) * G_NR, pf);
+    }
+}
+
+/* The epilogue and store (FN(conv_cv_store)) of the sums t of channels m0 .. m0 + nch over the pixels
+ * [pbeg, pend) of region r, by tiles of G_CV_NP. */
+static inline MRT_TARGET void FN(conv_cv_store_run)(const FN(conv_cv_args) *g, const mrt_cv_region *r, float *t,
+                                                    int m0, int nch, int pbeg, int pend) {
+    for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
+        FN(conv_cv_store)(g, r, t + (long)(p0 - pbeg) * G_NR, m0, nch, p0, pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP);
 }
 
 /* Items: per region, (channel panel, run of up to G_CV_CHUNK consecutive pixel tiles),
@@ -1526,20 +1549,9 @@ static MRT_TARGET void FN(conv_cv_task)(void *ctx, long begin, long end) {
              * pixels waited for each block of its 4 MB; SqueezeNet's 512 -> 1000 classifier, K = 512 in two
              * blocks, for its 2 MB), D154 */
             const float *pf = k0 + kb + kb <= g->K ? wp + (long)(k0 + kb) * G_NR : NULL;
-            for (int p0 = pbeg, np; p0 < pend; p0 += np, pf = NULL) {
-                /* tiles of G_CV_NP pixels, the last one of the run fewer, or G_CV_NP_TAIL (the one
-                 * pixel after it included; the epilogue below takes them as tiles of G_CV_NP) */
-                np = pend - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP;
-                float *t = totals + (long)(p0 - pbeg) * G_NR;
-                if (nch > MRT_VL)
-                    FN(conv_cv_block)(r, wp, k0, kb, 0, p0, np, t, pf);
-                else
-                    FN(conv_cv_block_narrow)(r, wp, k0, kb, 0, p0, np, t, pf);
-            }
+            FN(conv_cv_run_block)(r, wp, nch, k0, kb, k0 > 0, pbeg, pend, totals, pf);
         }
-        for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
-            FN(conv_cv_store)(g, r, totals + (long)(p0 - pbeg) * G_NR, m0, nch, p0,
-                              pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP);
+        FN(conv_cv_store_run)(g, r, totals, m0, nch, pbeg, pend);
     }
 }
 
@@ -1562,15 +1574,8 @@ static MRT_TARGET void FN(conv_cv_block_task)(void *ctx, long begin, long end) {
         const int q = (int)(item % g->panels), k0 = (int)(item / g->panels) * g->kc;
         const int kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
         const int nch = g->M - q * G_NR < G_NR ? g->M - q * G_NR : G_NR;
-        const float *wp = g->wp + (long)q * g->K * G_NR;
-        float *sum = s->partials + item * s->npix_pad * G_NR;
-        for (int p0 = 0, np; p0 < s->npix; p0 += np) {
-            np = s->npix - p0 == G_CV_NP_TAIL ? G_CV_NP_TAIL : s->npix - p0 < G_CV_NP ? s->npix - p0 : G_CV_NP;
-            if (nch > MRT_VL)
-                FN(conv_cv_block)(r, wp, k0, kb, k0, p0, np, sum + (long)p0 * G_NR, NULL);
-            else
-                FN(conv_cv_block_narrow)(r, wp, k0, kb, k0, p0, np, sum + (long)p0 * G_NR, NULL);
-        }
+        FN(conv_cv_run_block)(r, g->wp + (long)q * g->K * G_NR, nch, k0, kb, 0, 0, s->npix,
+                              s->partials + item * s->npix_pad * G_NR, NULL);
     }
 }
 
@@ -1594,8 +1599,7 @@ static MRT_TARGET void FN(conv_cv_combine_task)(void *ctx, long begin, long end)
             const float *u = t + b * block_floats;
             for (long i = 0; i < n; i += MRT_VL) FN(vstore)(t + i, FN(vload)(t + i) + FN(vload)(u + i));
         }
-        for (int p0 = pbeg; p0 < pend; p0 += G_CV_NP)
-            FN(conv_cv_store)(g, r, t + (long)(p0 - pbeg) * G_NR, m0, nch, p0, pend - p0 < G_CV_NP ? pend - p0 : G_CV_NP);
+        FN(conv_cv_store_run)(g, r, t, m0, nch, pbeg, pend);
     }
 }
 

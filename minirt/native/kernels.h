@@ -754,7 +754,7 @@ typedef struct {
  * unknown entry code fails with *rc = -100. */
 long mrt_program_run(const mrt_call *calls, long n, int *rc);
 /* mrt_program_run, adding each call's elapsed nanoseconds (CLOCK_MONOTONIC, the calling thread's wall time)
- * to ns[i], n doubles: a replayed program's time per call (minirt.native.program.Program.run_timed,
+ * to ns[i], n doubles: a replayed program's time per call (minirt.native.program.Program.run with ns,
  * benchmarks/program_calls.py), which node-by-node profiles misstate at 2 threads. */
 long mrt_program_run_timed(const mrt_call *calls, long n, int *rc, double *ns);
 
