@@ -297,7 +297,7 @@ class Session:
         if requested_providers is None:
             # Default: the target's provider order recorded at build time.  No
             # provider is probed unless a partition asks for it.
-            requested_providers = self._artifact.metadata.get("target.providers") or [providers_mod.CPU]
+            requested_providers = self._artifact.metadata_value("target.providers") or [providers_mod.CPU]
             if not isinstance(requested_providers, list):
                 requested_providers = [providers_mod.CPU]
             requested_providers = [p for p in requested_providers if providers_mod.canonical_name(str(p))]
@@ -367,7 +367,7 @@ class Session:
         # Inputs the builder specialised the graph for (--input-value): name -> the value runs must feed.
         # _pin_reasons: why the builder pinned an input itself (only one branch of an If can run with the
         # input shapes the artifact was built for): name -> the reason, which a refused feed is told
-        pinned = self._artifact.metadata.get("pinned_inputs")
+        pinned = self._artifact.metadata_value("pinned_inputs")
         self._pinned, self._pin_reasons = _pinned_values(pinned) if pinned else (None, {})
         # BLAS at 1 thread whenever the native kernels run (see _run), from now on: and OpenBLAS's idle
         # workers stopped, which spin for ~0.1 s after numpy's import and took a core from the warm-up
@@ -415,7 +415,7 @@ class Session:
 
     def _flops(self) -> float:
         """The builder's estimate of one run (``build.flops``); infinity when the artifact has none."""
-        flops = self._artifact.metadata.get("build.flops")
+        flops = self._artifact.metadata_value("build.flops")
         return float(flops) if isinstance(flops, (int, float)) and flops >= 0 else math.inf
 
     def _warm_up(self, asked: bool = False) -> bool:

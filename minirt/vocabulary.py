@@ -14,25 +14,20 @@ Runtime module: it imports nothing but the standard library (``import minirt`` m
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import collections
 
 
-class Activation(NamedTuple):
-    """A fused activation, as named in the ``activation`` attribute of the com.minirt fused ops.
+Activation = collections.namedtuple("Activation", "name params native onnx_op", defaults=(None,))
+Activation.__doc__ = """A fused activation, as named in the ``activation`` attribute of the com.minirt fused ops.
 
-    ``params``: how many float parameters it takes (``activation_params``), in order.
-    ``native``: the member of the C enum in ``minirt/native/kernels.h`` that computes it in the
-    native epilogues (its numeric value is read from the compiled module, never written here),
-    or None where only numpy computes it.
-    """
-
-    name: str
-    params: int
-    native: str | None
-    # The standard ONNX op that computes it (its attributes or inputs carry the params; Gelu's
-    # ``approximate`` picks Gelu or GeluTanh), which ``fuse_activation`` folds into a producer;
-    # None where no single ONNX op does (SiLU comes from ``recognise_activations``).
-    onnx_op: str | None = None
+``params``: how many float parameters it takes (``activation_params``), in order.
+``native``: the member of the C enum in ``minirt/native/kernels.h`` that computes it in the
+native epilogues (its numeric value is read from the compiled module, never written here),
+or None where only numpy computes it.
+``onnx_op``: the standard ONNX op that computes it (its attributes or inputs carry the params; Gelu's
+``approximate`` picks Gelu or GeluTanh), which ``fuse_activation`` folds into a producer; None
+(the default) where no single ONNX op does (SiLU comes from ``recognise_activations``).
+"""
 
 
 # Invariant: the empty name is "no activation"; every ``native`` name exists in kernels.h
@@ -119,27 +114,20 @@ FAMILIES: dict[str, frozenset] = {
 
 # --- execution providers ----------------------------------------------------------------------
 
-class Provider(NamedTuple):
-    """One execution provider, as every registry names it.
+Provider = collections.namedtuple("Provider", "name ort_name runtime spec requires always_available")
+Provider.__doc__ = """One execution provider, as every registry names it.
 
-    ``name``: the short name in artifacts, build options, the CLI, target profiles and sessions.  The
-    .mrt format stores it as a string in each partition record (docs/format.md, "Partitions"): it
-    has no numeric code, and renaming a provider orphans the artifacts already built for it.
-    ``ort_name``: the onnxruntime spelling ``Session(providers=...)`` also accepts (any case);
-    None where onnxruntime has no such provider.
-    ``runtime``: ``"module:Class"`` of the runtime provider, imported on first use (None: the CPU,
-    which the session runs itself).
-    ``spec``: ``"module:Class"`` of the builder's lowering (``targets.providers.ProviderSpec``).
-    ``requires``: top-level modules the runtime side needs, any one of them (empty: none).
-    ``always_available``: True only for the CPU, the fallback for whatever no provider takes.
-    """
-
-    name: str
-    ort_name: str | None
-    runtime: str | None
-    spec: str | None
-    requires: tuple[str, ...]
-    always_available: bool
+``name``: the short name in artifacts, build options, the CLI, target profiles and sessions.  The
+.mrt format stores it as a string in each partition record (docs/format.md, "Partitions"): it
+has no numeric code, and renaming a provider orphans the artifacts already built for it.
+``ort_name``: the onnxruntime spelling ``Session(providers=...)`` also accepts (any case);
+None where onnxruntime has no such provider.
+``runtime``: ``"module:Class"`` of the runtime provider, imported on first use (None: the CPU,
+which the session runs itself).
+``spec``: ``"module:Class"`` of the builder's lowering (``targets.providers.ProviderSpec``).
+``requires``: top-level modules the runtime side needs, any one of them (empty: none).
+``always_available``: True only for the CPU, the fallback for whatever no provider takes.
+"""
 
 
 CPU = "cpu"

@@ -23,8 +23,8 @@ packers at every ISA level of the test machine.  It also defines the section's e
 """
 from __future__ import annotations
 
+import collections
 import struct
-from typing import NamedTuple
 
 import numpy as np
 
@@ -66,17 +66,10 @@ _CONV_CV_SMALL_1X1_M = 128  # (MRT_CONV_CV_SMALL_1X1_M / _PLANE: AVX-512's 1x1 e
 _CONV_CV_SMALL_1X1_PLANE = 256
 
 
-class PackedWeight(NamedTuple):
-    """One decoded entry: the weight tensor ``tensor`` packed as ``kind`` with panel width ``nr`` and
-    K blocks of ``kc``; ``tag`` as the runtime's cache key spells it (see :func:`cache_tag`);
-    ``data`` a read-only float32 view of the packed floats in the file."""
-
-    kind: int
-    tensor: int
-    nr: int
-    kc: int
-    tag: tuple
-    data: np.ndarray
+PackedWeight = collections.namedtuple("PackedWeight", "kind tensor nr kc tag data")
+PackedWeight.__doc__ = """One decoded entry: the weight tensor ``tensor`` packed as ``kind`` with panel width ``nr`` and
+K blocks of ``kc``; ``tag`` as the runtime's cache key spells it (see :func:`cache_tag`);
+``data`` a read-only float32 view of the packed floats in the file."""
 
 
 def sgemm_kc(k: int) -> int:

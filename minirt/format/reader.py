@@ -12,20 +12,24 @@ Weights are never copied: :meth:`Artifact.tensor` returns a read-only
 
 The records are named tuples, not frozen dataclasses: defining a dataclass
 generates and compiles its methods (~0.5 ms a class), which every
-``import minirt`` paid on its cold start (docs/decisions.md D57).
-Nor does this module use ``from __future__ import annotations``: typing.NamedTuple
-compiles every string annotation of its fields at import (~0.15 ms here).
+``import minirt`` paid on its cold start (docs/decisions.md D57).  And they are
+collections.namedtuple, not typing.NamedTuple classes: those cost ~0.13 ms each to
+define against ~0.06 (D165).
+
+JSON metadata values (the build report, options) are decoded when first read, not at load: importing
+``json`` alone is ~1.2 ms of a cold start, and a session reads no JSON value of a plain CPU artifact
+(docs/decisions.md D165).  A value that is not valid JSON fails with a FormatError naming the key when
+it is read.
 """
 
+import collections
 import functools
-import json
 import math
 import mmap
 import os
 import struct
 import sys
-import zlib
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -52,93 +56,60 @@ def _i32_array(n: int) -> struct.Struct:
     return struct.Struct(f"<{n}i")
 
 
-class Section(NamedTuple):
-    kind: int
-    flags: int
-    offset: int
-    length: int
-    crc32: int
+class Section(collections.namedtuple("Section", "kind flags offset length crc32")):
+    __slots__ = ()
 
     @property
     def name(self) -> str:
         return S.SECTION_NAMES.get(self.kind, f"unknown({self.kind})")
 
 
-class ValueInfo(NamedTuple):
-    """A value of a graph: name, ONNX dtype code (0 = unknown) and shape.
+# kind: schema.VALUE_*: tensor, sequence, optional, optional sequence
+ValueInfo = collections.namedtuple("ValueInfo", "name dtype shape kind", defaults=(S.VALUE_TENSOR,))
+ValueInfo.__doc__ = """A value of a graph: name, ONNX dtype code (0 = unknown) and shape.
 
-    ``shape`` is ``None`` when the rank is unknown; otherwise a tuple whose
-    items are an ``int`` (fixed), a ``str`` (symbolic) or ``None`` (unknown).
-    For sequence and optional values, dtype and shape describe the tensors inside.
-    """
-
-    name: str
-    dtype: int
-    shape: tuple | None
-    kind: int = S.VALUE_TENSOR  # schema.VALUE_*: tensor, sequence, optional, optional sequence
+``shape`` is ``None`` when the rank is unknown; otherwise a tuple whose
+items are an ``int`` (fixed), a ``str`` (symbolic) or ``None`` (unknown).
+For sequence and optional values, dtype and shape describe the tensors inside.
+"""
 
 
-class Attribute(NamedTuple):
-    kind: int  # schema.ATTR_*
-    value: Any  # int, float, bytes, tuple, or tensor/graph index (or tuple of them)
+# kind: schema.ATTR_*; value: int, float, bytes, tuple, or tensor/graph index (or tuple of them)
+Attribute = collections.namedtuple("Attribute", "kind value")
 
 
-class Node(NamedTuple):
-    name: str
-    op_index: int
-    inputs: tuple  # value indices; -1 marks an absent optional input
-    outputs: tuple  # value indices; -1 marks an absent optional output
-    attributes: dict  # name -> Attribute
+# inputs / outputs: value indices, -1 marking an absent optional one; attributes: name -> Attribute
+Node = collections.namedtuple("Node", "name op_index inputs outputs attributes")
 
 
-class Graph(NamedTuple):
-    name: str
-    values: tuple  # ValueInfo
-    inputs: tuple  # value indices
-    outputs: tuple  # value indices
-    initializers: tuple  # (value index, tensor index)
-    captures: tuple  # value indices taken by name from the enclosing graph
-    nodes: tuple  # Node, in an order where every input is produced before use
+# values: ValueInfo; inputs / outputs: value indices; initializers: (value index, tensor index);
+# captures: value indices taken by name from the enclosing graph; nodes: Node, in an order where every
+# input is produced before use
+Graph = collections.namedtuple("Graph", "name values inputs outputs initializers captures nodes")
 
 
-class Operator(NamedTuple):
-    domain: str
-    op_type: str
-    opset: int
+Operator = collections.namedtuple("Operator", "domain op_type opset")
 
 
-class TensorRecord(NamedTuple):
-    dtype: int
-    dims: tuple
-    offset: int  # relative to the tensor-data section
-    nbytes: int
+# offset: relative to the tensor-data section
+TensorRecord = collections.namedtuple("TensorRecord", "dtype dims offset nbytes")
 
 
-class Partition(NamedTuple):
-    """Nodes [first_node, first_node + node_count) of ``graph`` delegated to ``provider``.
+Partition = collections.namedtuple("Partition", "provider graph first_node node_count inputs outputs blob options "
+                                   "golden_inputs golden_outputs")
+Partition.__doc__ = """Nodes [first_node, first_node + node_count) of ``graph`` delegated to ``provider``.
 
-    Those nodes remain the partition's CPU version.  ``inputs``/``outputs``
-    are value indices of the graph in the provider program's order; ``blob``
-    indexes :meth:`Artifact.provider_blob` (-1: none); ``golden_inputs`` /
-    ``golden_outputs`` are tensor indices of a reference run (may be empty).
-    """
-
-    provider: str
-    graph: int
-    first_node: int
-    node_count: int
-    inputs: tuple
-    outputs: tuple
-    blob: int
-    options: dict
-    golden_inputs: tuple
-    golden_outputs: tuple
+Those nodes remain the partition's CPU version.  ``inputs``/``outputs``
+are value indices of the graph in the provider program's order; ``blob``
+indexes :meth:`Artifact.provider_blob` (-1: none); ``golden_inputs`` /
+``golden_outputs`` are tensor indices of a reference run (may be empty).
+"""
 
 
 class Artifact:
     """A decoded, verified .mrt file.  Keeps the underlying buffer alive."""
 
-    __slots__ = ("format_version", "sections", "metadata", "opsets", "operators", "graphs", "tensors",
+    __slots__ = ("format_version", "sections", "_metadata", "opsets", "operators", "graphs", "tensors",
                  "_data", "_buffer", "size", "partitions", "_blobs", "signer", "packed_weights", "mapped_file")
 
     def __init__(
@@ -163,7 +134,7 @@ class Artifact:
     ):
         self.format_version = format_version
         self.sections = sections
-        self.metadata = metadata
+        self._metadata = metadata  # (JSON values still as _JsonText until read: see metadata_value)
         self.opsets = opsets
         self.operators = operators
         self.graphs = graphs
@@ -178,6 +149,20 @@ class Artifact:
         # a MappedFile when the tensors are views of the file's own pages (load(map_file=...)), else None:
         # the data is this process's private copy, which nothing done to the file afterwards reaches
         self.mapped_file = None
+
+    @property
+    def metadata(self) -> dict:
+        """The metadata, every JSON value decoded (FormatError naming the key of one that is not JSON)."""
+        for key in self._metadata:
+            self.metadata_value(key)
+        return self._metadata
+
+    def metadata_value(self, key: str, default: Any = None) -> Any:
+        """One metadata value, decoding it first if it is JSON still undecoded (the rest stay as they are)."""
+        value = self._metadata.get(key, default)
+        if type(value) is _JsonText:
+            value = self._metadata[key] = value.decode(key)
+        return value
 
     def provider_blob(self, index: int) -> memoryview:
         """The payload of provider blob ``index`` (zero-copy view of the file)."""
@@ -380,8 +365,10 @@ def _read_header(buf: memoryview, total_size: int | None = None) -> tuple[int, l
         raise FormatError(f"section table ({count} entries at offset {table_offset}) does not fit in the {size}-byte file")
     if table_end > len(buf):
         raise FormatError(f"section table ends at {table_end}, past the first {len(buf)} bytes read")
-    crc = zlib.crc32(buf[: S.HEADER_CRC_SPAN])
-    crc = zlib.crc32(buf[table_offset:table_end], crc)
+    from minirt.native import crc32  # (zlib's when the CPU has no CRC instructions: zlib is not imported else)
+
+    crc = crc32(buf[: S.HEADER_CRC_SPAN])
+    crc = crc32(buf[table_offset:table_end], crc)
     if crc != header_crc:
         raise ChecksumError(f"header or section table is corrupted: CRC-32 {crc:#010x}, stored {header_crc:#010x}")
     sections = []
@@ -409,6 +396,42 @@ def _runtime_version() -> str:
 # --- section decoders ---------------------------------------------------------
 
 
+class _JsonText:
+    """A META_JSON metadata value not decoded yet; ``where`` names its place in the file for the error."""
+
+    __slots__ = ("text", "where")
+
+    def __init__(self, text: str, where: str):
+        self.text = text
+        self.where = where
+
+    def decode(self, key: str) -> Any:
+        names = _plain_name_list(self.text)
+        if names is not None:  # (target.providers, read by every session: no json import for it)
+            return names
+        import json  # (here, not at the top: see the module docstring)
+
+        try:
+            return json.loads(self.text)
+        except (ValueError, RecursionError):
+            raise FormatError(f"{self.where}: metadata {key!r} is not valid JSON") from None
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _plain_name_list(text: str) -> list | None:
+    """``text`` decoded when it is a JSON list of names ([A-Za-z0-9_.-]+ strings, as json.dumps writes
+    it: '["cpu"]', '["coreml", "cpu"]'), else None (json decodes it: anything else, escapes included)."""
+    if not (text.startswith('["') and text.endswith('"]')):
+        return None
+    names = text[2:-2].split('", "')
+    for name in names:
+        if not name or not _NAME_CHARS.issuperset(name):
+            return None
+    return names
+
+
 def _read_metadata(cur: _Cursor) -> dict:
     out = {}
     for _ in range(cur.count(6, "metadata entry")):
@@ -423,11 +446,8 @@ def _read_metadata(cur: _Cursor) -> dict:
         elif kind == S.META_BOOL:
             out[key] = bool(cur.u8())
         elif kind == S.META_JSON:
-            text = cur.str()
-            try:
-                out[key] = json.loads(text)
-            except (ValueError, RecursionError):
-                raise cur.fail(f"metadata {key!r} is not valid JSON") from None
+            where = f"malformed {cur.section} section at byte {cur.pos}"
+            out[key] = _JsonText(cur.str(), where)
         else:
             raise cur.fail(f"metadata {key!r} has unknown value type {kind}")
     cur.done()
@@ -649,6 +669,8 @@ def _read_partitions(cur: _Cursor, graphs: tuple, n_tensors: int, n_blobs: int) 
             if v in produced:
                 raise cur.fail(f"partition {i} input {graph.values[v].name!r} is produced inside the partition")
         blob = cur.index(n_blobs, "provider blob", allow_absent=True)
+        import json  # (only artifacts with accelerator partitions get here: see the module docstring)
+
         try:
             options = json.loads(cur.str())
         except ValueError:

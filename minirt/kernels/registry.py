@@ -144,34 +144,52 @@ class KernelEntry:
 _REGISTRY: dict[tuple[str, str], list[KernelEntry]] = {}
 
 
-def _accepted_attributes(fn: KernelFn, context: bool) -> frozenset | None:
-    import inspect
+def _parameters(fn: KernelFn) -> tuple[tuple, int, bool]:
+    """(the names an attribute may bind to, leading positional parameters without a default, whether
+    ``fn`` takes **kwargs).  Attribute names: keyword-only parameters and positional-or-keyword ones with
+    a default.
 
-    names = set()
-    for param in inspect.signature(fn).parameters.values():
-        if param.kind is inspect.Parameter.VAR_KEYWORD:
-            return None
-        if param.kind is inspect.Parameter.KEYWORD_ONLY:
-            names.add(param.name)
-        elif param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and param.default is not inspect.Parameter.empty:
-            names.add(param.name)
+    Read from the code object, not with inspect.signature: a session looks up every operator of its
+    model on creation, and inspect (its import and its signature objects) was ~1 ms of a cold start
+    (docs/decisions.md D165).  Only a callable that is not a plain function (a functools.partial, a
+    wrapper carrying ``__wrapped__``) goes through inspect."""
+    code = getattr(fn, "__code__", None)
+    if code is None or hasattr(fn, "__wrapped__"):
+        import inspect
+
+        P = inspect.Parameter
+        params = list(inspect.signature(fn).parameters.values())
+        required = 0
+        for p in params:
+            if p.kind not in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD) or p.default is not P.empty:
+                break
+            required += 1
+        names = tuple(p.name for p in params if p.kind is P.KEYWORD_ONLY
+                      or p.kind is P.POSITIONAL_OR_KEYWORD and p.default is not P.empty)
+        return names, required, any(p.kind is P.VAR_KEYWORD for p in params)
+    n_positional = code.co_argcount  # (positional-only ones included, first)
+    required = n_positional - len(fn.__defaults__ or ())
+    names = code.co_varnames[max(required, code.co_posonlyargcount) : n_positional + code.co_kwonlyargcount]
+    return names, required, bool(code.co_flags & _CO_VARKEYWORDS)
+
+
+_CO_VARKEYWORDS = 0x08  # (code.co_flags: the function takes **kwargs)
+
+
+def _accepted_attributes(fn: KernelFn, context: bool) -> frozenset | None:
+    """Names of the attributes ``fn`` accepts; None when it takes **kwargs (it accepts anything)."""
+    names, _, var_keyword = _parameters(fn)
+    if var_keyword:
+        return None
+    accepted = set(names)
     if context:
-        names.discard("ctx")
-    return frozenset(names)
+        accepted.discard("ctx")
+    return frozenset(accepted)
 
 
 def _required_inputs(fn: KernelFn) -> int:
-    import inspect
-
-    n = 0
-    for param in inspect.signature(fn).parameters.values():
-        if param.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) and (
-            param.default is inspect.Parameter.empty
-        ):
-            n += 1
-        else:
-            break
-    return n
+    """Leading positional parameters without a default."""
+    return _parameters(fn)[1]
 
 
 def kernel(

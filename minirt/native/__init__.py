@@ -37,7 +37,6 @@ import struct
 import _thread  # (thread-local state: not threading, whose import costs ~0.5 ms of a cold start)
 import time
 import weakref
-import zlib
 
 from minirt.errors import ResourceError, UnsupportedGeometry
 
@@ -132,6 +131,8 @@ def crc32(data, crc: int = 0) -> int:
     native module, it is zlib's.  The loader checks every artifact section with it (minirt.format.reader, D82)."""
     if _hw_crc32:
         return _lib.mrt_crc32(_ffi.from_buffer("uint8_t[]", data), memoryview(data).nbytes, crc)
+    import zlib  # (here: a .so of its own in some Pythons, ~0.2 ms of a cold start that CRC instructions spare)
+
     return zlib.crc32(data, crc)
 
 

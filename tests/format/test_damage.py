@@ -406,8 +406,23 @@ def test_unknown_metadata_type():
 
 
 def test_invalid_json_metadata():
+    # JSON values are decoded when read (D165): the load succeeds, reading the value fails, naming it and its place
     payload = struct.pack("<II", 1, 1) + b"k" + struct.pack("<BI", S.META_JSON, 3) + b"{x]"
-    _load_fails(replace_section(GOOD, S.SECTION_METADATA, payload), match="metadata 'k' is not valid JSON")
+    art = reader.load(bytes(replace_section(GOOD, S.SECTION_METADATA, payload)))
+    with pytest.raises(FormatError, match=r"metadata section at byte 10: metadata 'k' is not valid JSON"):
+        art.metadata_value("k")
+    with pytest.raises(FormatError, match="metadata 'k' is not valid JSON"):
+        art.metadata
+    assert art.metadata_value("missing", 7) == 7
+
+
+def test_json_metadata_is_decoded_when_read():
+    art = reader.load(GOOD)
+    assert art.metadata == {k: art.metadata_value(k) for k in art.metadata}
+    payload = struct.pack("<II", 1, 1) + b"j" + struct.pack("<BI", S.META_JSON, 10) + b'{"a": [1]}'
+    art = reader.load(bytes(replace_section(GOOD, S.SECTION_METADATA, payload)))
+    assert art.metadata_value("j") == {"a": [1]}
+    assert art.metadata == {"j": {"a": [1]}}
 
 
 def test_trailing_bytes_in_section():
