@@ -57,6 +57,7 @@ _G_KC = 256
 _CONV_CV_DEEP_K = 192
 _CONV_CV_SMALL_PLANE = 1024
 _CONV_CV_STRIDED_K = 144
+_CONV_CV_SHALLOW_K = 32
 _CONV_CV_TINY_PLANE = 256
 _CONV_CV_MAX_ROW = 256
 _CONV_CV_NARROW_1X1_M = 64  # (MRT_CONV_CV_NARROW_1X1_M / _K: AVX2's 1x1 projections)
@@ -116,8 +117,8 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
         return True
     if kh * kw == 1:
         return False
-    if sh == 1 and sw == 1 and nr == 32:  # (AVX-512 panels: stride-1 window convs at any depth and plane)
-        return True
+    if sh == 1 and sw == 1 and nr == 32 and k >= _CONV_CV_SHALLOW_K:  # (AVX-512 panels: stride-1 window convs
+        return True  # at any plane, from a depth of _CONV_CV_SHALLOW_K)
     return oh * ow <= _CONV_CV_SMALL_PLANE or ((sh > 1 or sw > 1) and k >= _CONV_CV_STRIDED_K)
 
 

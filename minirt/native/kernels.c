@@ -1896,6 +1896,11 @@ static void mrt_conv_task(void *ctx, long begin, long end) {
 /* ... and strided from this depth (5-10% faster than the GEMM at K = 144 over 80x80-160x160
  * outputs; at stride 1 it is not, and 25% slower over 160x160). */
 #define MRT_CONV_CV_STRIDED_K 144
+/* ... but a stride-1 window conv over fewer than this many products per output (1-3 input channels of a
+ * 3 x 3 kernel: an image's first layer) keeps the GEMM on AVX-512 panels too: its tile's few multiply-adds
+ * left the transposing epilogue most of the work (1 -> 64 3 x 3 over 32 x 128: 163 -> 122 us, 3 -> 64
+ * over 112 x 112 587 -> 463, 3 -> 32 over 64 x 64 121 -> 77; at K = 36 the two were even, D167). */
+#define MRT_CONV_CV_SHALLOW_K 32
 
 /* ... Output channels in part-filled panels (M not a multiple of 32, the widest panel) waste lanes,
  * but on tiny outputs the GEMM's fixed costs (im2col, packing, its column padding) weigh more: at
@@ -1993,10 +1998,10 @@ int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g) {
     if (kh * kw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 16) return 0;
     if (k >= MRT_CONV_CV_DEEP_K) return 1;
     if (kh * kw == 1) return 0;
-    /* AVX-512 panels: a stride-1 window conv at any depth and plane (its implicit GEMM over shifted planes
-     * was 3-12 % slower at K = 72-180 on 40 x 40 to 112 x 112 planes, SqueezeNet's 16 -> 64 3 x 3 @55 x 55
-     * 430 -> 400 us; stride 2 and AVX2's panels of 16 measured no gain) */
-    if (sh == 1 && sw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 32) return 1;
+    /* AVX-512 panels: a stride-1 window conv at any plane from MRT_CONV_CV_SHALLOW_K (its implicit GEMM over
+     * shifted planes was 3-12 % slower at K = 72-180 on 40 x 40 to 112 x 112 planes, SqueezeNet's 16 -> 64
+     * 3 x 3 @55 x 55 430 -> 400 us; stride 2 and AVX2's panels of 16 measured no gain) */
+    if (sh == 1 && sw == 1 && impl->conv_cv_packed_floats(1, 1, 1) == 32 && k >= MRT_CONV_CV_SHALLOW_K) return 1;
     return (long)oh * ow <= MRT_CONV_CV_SMALL_PLANE || ((sh > 1 || sw > 1) && k >= MRT_CONV_CV_STRIDED_K);
 }
 
