@@ -201,8 +201,12 @@ class _Cursor:
         self.end = len(buf)
         self.section = section
 
+    def where(self) -> str:
+        """The place of the next read, as errors name it."""
+        return f"malformed {self.section} section at byte {self.pos}"
+
     def fail(self, what: str) -> FormatError:
-        return FormatError(f"malformed {self.section} section at byte {self.pos}: {what}")
+        return FormatError(f"{self.where()}: {what}")
 
     # The fixed-size reads below each repeat the same four lines rather than call one shared helper:
     # a graph section is thousands of reads, and the extra call per read was a fifth of its decoding
@@ -446,7 +450,7 @@ def _read_metadata(cur: _Cursor) -> dict:
         elif kind == S.META_BOOL:
             out[key] = bool(cur.u8())
         elif kind == S.META_JSON:
-            where = f"malformed {cur.section} section at byte {cur.pos}"
+            where = cur.where()  # (before the read: the place of the value itself)
             out[key] = _JsonText(cur.str(), where)
         else:
             raise cur.fail(f"metadata {key!r} has unknown value type {kind}")
