@@ -253,9 +253,11 @@ def host_profile() -> TargetProfile:
         panels, features = native.packed_panel_width(), tuple(k for k, v in native.features.items() if v)
         # (the int8 kernel this machine runs decides its int8 speed rules and cost model)
         rules = AVX2_INT8_RULES if native.available and native.qgemm_isa == "avx2" else {}
-        if native.available and native.qgemm_isa in ("vnni", "dotprod"):
+        # (AMX machines run VNNI for every GEMM the tiles do not take: depthwise, narrow or small-K layers,
+        # the rows left over; their rules stay the VNNI host's, measured without tiles)
+        if native.available and native.qgemm_isa in ("vnni", "amx", "dotprod"):
             rules = {"int8_macs_per_float_mac": DOT_PRODUCT_INT8_MACS,
-                     **(VNNI_INT8_RULES if native.qgemm_isa == "vnni" else {})}
+                     **(VNNI_INT8_RULES if native.qgemm_isa in ("vnni", "amx") else {})}
         elif not native.available:  # int8 layers then compute in float32 BLAS, after dequantizing
             rules = {"int8_macs_per_float_mac": NO_NATIVE_INT8_MACS}
     except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for, the generic int8 rules

@@ -14,8 +14,8 @@ Public state:
                ``"dotprod"``, ``"neon"`` (aarch64; on 32-bit ARM the NEON copy of the float kernels,
                taken when the CPU reports NEON and VFPv4, feature ``fma``) or ``"baseline"`` (32-bit ARM:
                scalar VFP code) (override with ``MINIRT_NATIVE_ISA=baseline``, or :func:`select_isa`).
-``qgemm_isa``  The int8 GEMM microkernel in use: ``"vnni"``, ``"avx2"`` (exact int16 products), ``"dotprod"``
-               or ``"portable"``.
+``qgemm_isa``  The int8 GEMM microkernel in use: ``"amx"`` (AMX tiles where they apply, VNNI elsewhere),
+               ``"vnni"``, ``"avx2"`` (exact int16 products), ``"dotprod"`` or ``"portable"``.
 ``ACTIVATION_CODES``  Fused-activation name (``minirt.vocabulary.ACTIVATIONS``) -> the code of the
                native epilogue computing it, read from the compiled module (empty without it).
 
@@ -54,7 +54,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 36
+ABI_VERSION = 37
 
 
 def _truthy(value: str | None) -> bool:
@@ -90,7 +90,7 @@ def _load() -> None:
     bits = lib.mrt_cpu_features()
     features = {
         name: bool(bits & getattr(lib, "MRT_FEAT_" + name.upper()))
-        for name in ("avx2", "fma", "avx512f", "avx512vnni", "neon", "asimddp")
+        for name in ("avx2", "fma", "avx512f", "avx512vnni", "amx", "neon", "asimddp")
     }
     ACTIVATION_CODES.update(codes)
     BINARY_OPS.update({op: getattr(lib, "MRT_BINARY_" + op.upper()) for op in ("Add", "Sub", "Mul", "Div")})
@@ -102,16 +102,19 @@ def _load() -> None:
 
 
 def select_isa(name: str = "best") -> str:
-    """Choose the implementation: "best" (default), "avx512", "avx2" (x86-64), "dotprod",
-    "neon" (aarch64; 32-bit ARM with NEON and VFPv4) or "baseline".
+    """Choose the implementation: "best" (default), "avx512", "avx512-vnni", "avx2" (x86-64),
+    "dotprod", "neon" (aarch64; 32-bit ARM with NEON and VFPv4) or "baseline".
 
     An ISA the CPU lacks falls back to the baseline ("dotprod" without the dot
-    product falls back to "neon"); returns what is in use.
+    product falls back to "neon"); returns what is in use.  "avx512" takes the AMX tiles for the int8
+    GEMMs they apply to where the CPU has AMX-INT8 and the OS grants them (:data:`qgemm_isa` "amx");
+    "avx512-vnni" is the same level without them (returns "avx512", :data:`qgemm_isa` "vnni").
     """
     global isa, qgemm_isa
     if _lib is None:
         return isa
-    codes = {"best": _lib.MRT_ISA_BEST, "avx512": _lib.MRT_ISA_AVX512, "avx2": _lib.MRT_ISA_AVX2,
+    codes = {"best": _lib.MRT_ISA_BEST, "avx512": _lib.MRT_ISA_AVX512, "avx512-vnni": _lib.MRT_ISA_AVX512_VNNI,
+             "avx2": _lib.MRT_ISA_AVX2,
              "neon": _lib.MRT_ISA_NEON, "dotprod": _lib.MRT_ISA_DOTPROD, "baseline": _lib.MRT_ISA_BASELINE}
     code = codes.get(name)
     if code is None:
@@ -119,7 +122,7 @@ def select_isa(name: str = "best") -> str:
     chosen = _lib.mrt_select_isa(code)
     isa = {_lib.MRT_ISA_AVX512: "avx512", _lib.MRT_ISA_AVX2: "avx2", _lib.MRT_ISA_NEON: "neon",
            _lib.MRT_ISA_DOTPROD: "dotprod"}.get(chosen, "baseline")
-    qgemm_isa = {1: "vnni", 2: "dotprod", 3: "avx2"}.get(_lib.mrt_qgemm_isa(), "portable")
+    qgemm_isa = {1: "vnni", 2: "dotprod", 3: "avx2", 4: "amx"}.get(_lib.mrt_qgemm_isa(), "portable")
     _qpacked.clear()  # the packed weight format may depend on the ISA
     return isa
 

@@ -33,6 +33,10 @@
 /* for the *_impl.h files included below (each compiled per ISA level): max / min in the GEMM epilogue,
  * FN(conv_cv_transpose12), AVX-512 masked loads / stores (gemm_impl.h), dw_cb_clamp (dwconv_impl.h) */
 #include <immintrin.h>
+#include <cpuid.h> /* (__get_cpuid_count: AMX) */
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h> /* (arch_prctl: the AMX tile permission) */
 #endif
 
 #define MRT_MAX_THREADS 64
@@ -825,6 +829,11 @@ static unsigned detect_features(void) {
     if (__builtin_cpu_supports("fma")) f |= MRT_FEAT_FMA;
     if (__builtin_cpu_supports("avx512f")) f |= MRT_FEAT_AVX512F;
     if (__builtin_cpu_supports("avx512vnni")) f |= MRT_FEAT_AVX512VNNI;
+    {
+        unsigned a, b, c, d;
+        /* CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8 */
+        if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1)) f |= MRT_FEAT_AMX;
+    }
 #elif defined(__aarch64__)
     f |= MRT_FEAT_NEON; /* Advanced SIMD is part of the AArch64 baseline */
 #if defined(__linux__)
@@ -882,6 +891,22 @@ int mrt_prefault(void *p, long n) {
     return 0;
 }
 
+#ifdef MRT_HAVE_AMX_BUILD
+/* Whether Linux lets this process use the AMX tile data (XTILEDATA, state component 18): asked once
+ * with arch_prctl(ARCH_REQ_XCOMP_PERM); a kernel before 5.16, or one that refuses, says no and the
+ * int8 GEMMs keep the VNNI microkernels.  The permission covers every thread of the process. */
+static int amx_permitted(void) {
+    static int permitted = -1;
+    if (permitted < 0) {
+        enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+        unsigned long bits = 0;
+        permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 &&
+                    syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &bits) == 0 && (bits >> XFEATURE_XTILEDATA & 1);
+    }
+    return permitted;
+}
+#endif
+
 int mrt_select_isa(int isa) {
     unsigned f = detect_features();
     int avx2_ok = 0;
@@ -892,6 +917,7 @@ int mrt_select_isa(int isa) {
     (void)f;
     q_use_vnni = 0;
     q_use_avx2 = 0;
+    q_use_amx = 0;
     q_use_neon = 0;
     q_use_dotprod = 0;
     q_act_row = act_row_base;
@@ -925,7 +951,7 @@ int mrt_select_isa(int isa) {
         return impl_isa;
     }
 #endif
-    if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX512) && avx512_ok) {
+    if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX512 || isa == MRT_ISA_AVX512_VNNI) && avx512_ok) {
 #ifdef MRT_HAVE_AVX2_BUILD
         impl = &impl_avx512;
         impl_isa = MRT_ISA_AVX512;
@@ -933,6 +959,9 @@ int mrt_select_isa(int isa) {
         q_use_avx2 = 1;
         q_act_row = act_row_fast_avx512;
         q_use_vnni = (f & MRT_FEAT_AVX512VNNI) != 0;
+#ifdef MRT_HAVE_AMX_BUILD
+        q_use_amx = isa != MRT_ISA_AVX512_VNNI && q_use_vnni && (f & MRT_FEAT_AMX) && amx_permitted();
+#endif
 #endif
     } else if ((isa == MRT_ISA_BEST || isa == MRT_ISA_AVX2 || isa == MRT_ISA_AVX512) && avx2_ok) {
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -1141,7 +1170,7 @@ void mrt_rmsnorm_f32(const float *x, const float *scale, float *y, long rows, lo
     layernorm_dispatch(x, scale, NULL, y, rows, n, 2, eps, nthreads);
 }
 
-int mrt_qgemm_isa(void) { return q_use_vnni ? 1 : q_use_dotprod ? 2 : q_use_avx2 ? 3 : 0; }
+int mrt_qgemm_isa(void) { return q_use_amx ? 4 : q_use_vnni ? 1 : q_use_dotprod ? 2 : q_use_avx2 ? 3 : 0; }
 
 /* ------------------------------------------------------------------ whole float convolution
  *

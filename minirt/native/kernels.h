@@ -22,6 +22,7 @@
 #define MRT_FEAT_ASIMDDP 8
 #define MRT_FEAT_AVX512F 16
 #define MRT_FEAT_AVX512VNNI 32
+#define MRT_FEAT_AMX 64 /* AMX-TILE and AMX-INT8 (CPUID), whatever the OS allows */
 
 /* Implementations selectable with mrt_select_isa(). */
 #define MRT_ISA_BEST -1
@@ -30,10 +31,14 @@
 #define MRT_ISA_AVX512 2
 #define MRT_ISA_NEON 3    /* aarch64: NEON (the float kernels are the baseline code, which is NEON there) */
 #define MRT_ISA_DOTPROD 4 /* aarch64 + ARMv8.2 dot product (HWCAP_ASIMDDP): NEON + SDOT int8 GEMM */
+/* x86-64: AVX512 is the AVX-512 kernels with the best int8 GEMM microkernel the CPU has (the AMX tiles for
+ * the GEMMs they take where the CPU has AMX-INT8 and the OS grants the tiles, Linux 5.16; else VNNI);
+ * AVX512_VNNI the same without AMX (the VNNI microkernels alone).  Both report MRT_ISA_AVX512. */
+#define MRT_ISA_AVX512_VNNI 5
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 36
+#define MRT_ABI_VERSION 37
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -274,7 +279,8 @@ void mrt_instancenorm_f32(const float *x, const float *scale, const float *bias,
 /* RMS normalization (SimplifiedLayerNormalization): y = x / sqrt(mean(x^2) + eps) * scale over rows of n
  * floats, scale of n floats; x and y may be the same buffer. */
 void mrt_rmsnorm_f32(const float *x, const float *scale, float *y, long rows, long n, float eps, int nthreads);
-/* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 0 the portable one. */
+/* The int8 GEMM microkernel in use: 1 AVX512-VNNI, 2 aarch64 SDOT (dot product), 3 AVX2 (exact int16
+ * products), 4 AMX tiles (with AVX512-VNNI for what they do not take), 0 the portable one. */
 int mrt_qgemm_isa(void);
 /* q[i] = clamp(rint(x[i] / scale) + zp, 0, 255) */
 void mrt_quantize_u8_f32(const float *x, uint8_t *q, long n, float scale, int zp, int nthreads);

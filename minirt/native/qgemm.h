@@ -39,6 +39,11 @@
 #include <immintrin.h>
 #define MRT_HAVE_VNNI_BUILD 1
 #endif
+/* AMX tiles (Sapphire Rapids and later): the compiler must know the tile instructions (GCC 11, clang 12) */
+#if defined(MRT_HAVE_VNNI_BUILD) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define MRT_HAVE_AMX_BUILD 1
+#endif
 #if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
 #include <arm_neon.h>
 #define MRT_HAVE_NEON_BUILD 1
@@ -62,6 +67,8 @@ int q_use_neon;    /* aarch64: NEON activation packing (set by mrt_select_isa) *
 int q_use_dotprod; /* aarch64: SDOT microkernel (set by mrt_select_isa) */
 int q_use_avx2;    /* x86-64 with AVX2: its quantize loop, activations, and the int8 microkernels below
                     * when there is no VNNI (set by mrt_select_isa) */
+int q_use_amx;     /* x86-64 with AMX-INT8 whose tiles the OS lets this process use: the tile
+                    * microkernel q_ukr_amx for the GEMMs q_amx_eligible takes (set by mrt_select_isa) */
 /* the activation pass of the epilogue, for the selected ISA */
 static void (*q_act_row)(float *, long, int, float, float) = act_row_base;
 
@@ -135,6 +142,8 @@ typedef struct {
     long img_stride;
     int x7; /* every activation byte is at most 127 (a dynamic QMatMul quantized to 7 bits for the AVX2
              * route, q_dynamic_levels): the vpmaddubsw microkernel (q_avx2u7_tile) is exact */
+    int amx; /* > 0: the 32-row groups of 32-column panels take the AMX tile microkernel, amx quads of K a
+              * step (q_amx_step) */
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -941,6 +950,85 @@ static void q_task_store(const q_args *g, int32_t acc[Q_MR][Q_NR], int mr, int n
         q_store_tile(g, &acc[0][0], mr, 0, nr, m, n, c, ldc, NULL, 0);
 }
 
+#ifdef MRT_HAVE_AMX_BUILD
+/* AMX (Intel Advanced Matrix Extensions): eight tile registers of up to 16 rows x 64 bytes, and
+ * tdpbsud, which adds to an int32 tile C (16 x 16) the products of an int8 tile A (16 rows of 64
+ * signed bytes) with a uint8 tile B (16 rows of 16 columns x 4 bytes, the VNNI quad layout): 16K
+ * exact multiply-adds an instruction, the sums those of vpdpbusd (the same integers, so the same
+ * results bit for bit).  The GEMM's operands are already in those layouts: A is 16 weight rows
+ * (row stride k4, 4 s of their bytes a step), B half of a 32-column activation panel ([kq][32][4]:
+ * row stride 128 bytes, s rows of its left or right 64 bytes), where a step takes s quads of K:
+ * the largest divisor of kq up to 16 (16 where k4 is a multiple of 64; 12 for K = 144, 8 for 96 or
+ * 32), so that the steps end exactly at k4 and a tile never reads past a weight row or a panel.
+ * Taken for whole 32-row groups when s >= Q_AMX_MIN_QUADS; the rows left and the 16-column panels
+ * keep the VNNI microkernels.  Tile state is per thread: each q_task loads the configuration of its
+ * s before its first tile and releases it after its last.  Linux hands out the tile registers only
+ * on request (arch_prctl: mrt_select_isa). */
+typedef struct {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} q_amx_config;
+
+/* Tiles 0-3: the 32 x 32 int32 accumulators (rows 0-15 / 16-31 x columns 0-15 / 16-31), 16 rows x 64
+ * bytes; 4, 5: the two weight tiles, 16 rows x 4 s bytes; 6, 7: the two halves of the panel, s rows x 64
+ * bytes.  One configuration per s (1..16), made once: initialized data, not a local, because GCC 12
+ * does not see that ldtilecfg reads its operand's 64 bytes and drops the stores of a local's fields
+ * (the configuration is then invalid: a general protection fault). */
+#define Q_AMX_MIN_QUADS 6 /* a smaller step (K = 20, 28, 52...) does too little per instruction */
+#define Q_AMX_CONFIG(s)                                                                                      \
+    {1, 0, {0}, {64, 64, 64, 64, 4 * (s), 4 * (s), 64, 64}, {16, 16, 16, 16, 16, 16, (s), (s)}}
+static const q_amx_config q_amx_tiles[17] = {
+    {0},               Q_AMX_CONFIG(1),  Q_AMX_CONFIG(2),  Q_AMX_CONFIG(3),  Q_AMX_CONFIG(4),  Q_AMX_CONFIG(5),
+    Q_AMX_CONFIG(6),   Q_AMX_CONFIG(7),  Q_AMX_CONFIG(8),  Q_AMX_CONFIG(9),  Q_AMX_CONFIG(10), Q_AMX_CONFIG(11),
+    Q_AMX_CONFIG(12),  Q_AMX_CONFIG(13), Q_AMX_CONFIG(14), Q_AMX_CONFIG(15), Q_AMX_CONFIG(16)};
+#undef Q_AMX_CONFIG
+
+__attribute__((target("amx-tile"))) static void q_amx_begin(int s) { _tile_loadconfig(&q_amx_tiles[s]); }
+
+__attribute__((target("amx-tile"))) static void q_amx_end(void) { _tile_release(); }
+
+/* acc (32 rows of Q_NR int32) = W rows w .. w + 31 (row stride k4) times the 32-column panel over
+ * kq quads, s at a time (s divides kq; the tiles configured for it by q_amx_begin). */
+__attribute__((target("amx-tile,amx-int8"))) static void q_ukr_amx(const int8_t *w, long k4, int kq, int s,
+                                                                    const uint8_t *panel, int32_t *acc) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const int8_t *w1 = w + 16 * k4;
+    for (int q = 0; q < kq; q += s) {
+        _tile_loadd(4, w + 4 * q, k4);
+        _tile_loadd(5, w1 + 4 * q, k4);
+        _tile_loadd(6, panel + (long)q * Q_NR * 4, Q_NR * 4);
+        _tile_loadd(7, panel + (long)q * Q_NR * 4 + 64, Q_NR * 4);
+        _tile_dpbsud(0, 4, 6);
+        _tile_dpbsud(1, 4, 7);
+        _tile_dpbsud(2, 5, 6);
+        _tile_dpbsud(3, 5, 7);
+    }
+    _tile_stored(0, acc, Q_NR * 4);
+    _tile_stored(1, acc + 16, Q_NR * 4);
+    _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
+    _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
+}
+#endif
+
+/* The quads of K an AMX step takes in a GEMM of M weight rows over K (see above), or 0 where the
+ * GEMM keeps the VNNI microkernels: no 32-row group, or no divisor of K's quads from Q_AMX_MIN_QUADS
+ * to 16. */
+static int q_amx_step(int M, int K) {
+#ifdef MRT_HAVE_AMX_BUILD
+    if (!q_use_amx || M < 32 || K <= 0) return 0;
+    const long kq = q_k4(K) / 4;
+    for (int s = 16; s >= Q_AMX_MIN_QUADS; --s)
+        if (kq % s == 0) return s;
+#else
+    (void)M, (void)K;
+#endif
+    return 0;
+}
+
 #ifdef MRT_HAVE_VNNI_BUILD
 /* Whether a GEMM takes the matrix-vector route (q_gemv_vnni / q_gemv_avx2): one column of X stored
  * contiguously, a float output in place. */
@@ -994,6 +1082,9 @@ static void q_task(void *ctx, long begin, long end) {
     if (!pack) return;
     float *stage = (float *)(pack + pack_bytes);
     int kq = (int)(g->k4 / 4);
+#ifdef MRT_HAVE_AMX_BUILD
+    if (g->amx) q_amx_begin(g->amx);
+#endif
     for (long item = begin; item < end; ++item) {
         int jb = (int)(item % g->nblocks), ib = (int)(item / g->nblocks);
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
@@ -1014,7 +1105,20 @@ static void q_task(void *ctx, long begin, long end) {
             width = q_block_panel_width(g, nb - j0);
             int nr = nb - j0 < width ? nb - j0 : width;
             const uint8_t *panel = panels + (long)j0 * g->k4;
-            for (int i0 = 0; i0 < mb; i0 += Q_MR) {
+            int i0 = 0;
+#ifdef MRT_HAVE_AMX_BUILD
+            if (g->amx && width == Q_NR)
+                for (; i0 + 32 <= mb; i0 += 32) {
+                    int32_t acc[32][Q_NR] __attribute__((aligned(64)));
+                    const int m = m0 + i0;
+                    q_ukr_amx(g->W + (long)m * g->k4, g->k4, kq, g->amx, panel, &acc[0][0]);
+                    if (g->img_cols)
+                        q_store_tile_images(g, &acc[0][0], 32, nr, m, n0 + j0);
+                    else
+                        q_store_tile(g, &acc[0][0], 32, 0, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb, NULL, 0);
+                }
+#endif
+            for (; i0 < mb; i0 += Q_MR) {
                 int mr = mb - i0 < Q_MR ? mb - i0 : Q_MR;
                 int m = m0 + i0;
                 int32_t acc[Q_MR][Q_NR] __attribute__((aligned(64)));
@@ -1054,6 +1158,9 @@ static void q_task(void *ctx, long begin, long end) {
                 q_quant_task(&qa, 0, nb);
             }
     }
+#ifdef MRT_HAVE_AMX_BUILD
+    if (g->amx) q_amx_end();
+#endif
 }
 
 static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
@@ -1077,6 +1184,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
     g.neon = q_use_neon;
     g.dot = q_use_dotprod;
+    g.amx = x7 ? 0 : q_amx_step(M, K);
     q_set_store_epilogue(&g, act, 0); /* (a u8 output is staged: see q_task) */
     /* SDOT sees x - 128: sum_k w (x - x_zero) = sum_k w (x - 128) - (x_zero - 128) rowsum */
     if (g.dot) g.x_zero = x_zero - 128;
@@ -1092,7 +1200,9 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     if (nthreads > 1 && nblocks < nthreads && M >= 2 * Q_MR) {
         int parts = (nthreads + nblocks - 1) / nblocks;
         mc = (M + parts - 1) / parts;
-        mc = (mc + Q_MR - 1) / Q_MR * Q_MR;
+        /* (AMX: whole 32-row groups per item, as long as there are two of them) */
+        const int group = g.amx && M >= 64 ? 32 : Q_MR;
+        mc = (mc + group - 1) / group * group;
     }
     g.nr = q_panel_width(N);
 #ifdef MRT_HAVE_VNNI_BUILD
@@ -2000,6 +2110,41 @@ static void q_ukr_conv_base(const q_conv_b *b, const int8_t *w, int mr, long col
     }
 }
 
+#ifdef MRT_HAVE_AMX_BUILD
+/* q_ukr_amx for the implicit route: acc (32 rows of Q_NR int32) = weight rows w .. w + 31 (row stride
+ * kt, K order (tap, quad, 4)) times the 32 extended-grid columns from col, s channel quads a step (s
+ * divides cq4; tiles configured by q_amx_begin(s)).  Per tap, the B tile's rows are s consecutive
+ * channel quads of the same shifted plane row (cq_stride apart), 64 bytes each: the bytes
+ * q_ukr_conv_vnni reads, in the same places. */
+__attribute__((target("amx-tile,amx-int8"))) static void q_ukr_conv_amx(const q_conv_b *b, const int8_t *w, int s,
+                                                                         long col, int32_t *acc) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const long kt = b->kt, stride = b->cq_stride;
+    const int8_t *w1 = w + 16 * kt;
+    long q4 = 0; /* byte offset of the step's first quad in a weight row */
+    for (int t = 0; t < b->ntaps; ++t) {
+        const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
+        for (int cq = 0; cq < b->cq4; cq += s, p += s * stride, q4 += 4 * s) {
+            _tile_loadd(4, w + q4, kt);
+            _tile_loadd(5, w1 + q4, kt);
+            _tile_loadd(6, p, stride);
+            _tile_loadd(7, p + 64, stride);
+            _tile_dpbsud(0, 4, 6);
+            _tile_dpbsud(1, 4, 7);
+            _tile_dpbsud(2, 5, 6);
+            _tile_dpbsud(3, 5, 7);
+        }
+    }
+    _tile_stored(0, acc, Q_NR * 4);
+    _tile_stored(1, acc + 16, Q_NR * 4);
+    _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
+    _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
+}
+#endif
+
 #ifdef MRT_HAVE_VNNI_BUILD
 /* 8 x 32 tile, 16 zmm accumulators; per quad two 64-byte plane loads and eight broadcast
  * weight quads.  Rows past mr alias row 0 (computed, not stored). */
@@ -2113,6 +2258,7 @@ typedef struct {
     const int32_t *y_zero;
     int m, oh, ow, wq, rows_per_block, mparts, mc, act;
     float a0, a1;
+    int amx; /* > 0: 32-row groups take q_ukr_conv_amx, amx channel quads a step (q_amx_step) */
     int failed;
 } q_implicit_args;
 
@@ -2130,6 +2276,9 @@ static void q_implicit_task(void *ctx, long begin, long end) {
         __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
         return;
     }
+#ifdef MRT_HAVE_AMX_BUILD
+    if (a->amx) q_amx_begin(a->amx);
+#endif
     for (long item = begin; item < end; ++item) {
         const int oy0 = (int)(item / a->mparts) * a->rows_per_block;
         const int rows = a->oh - oy0 < a->rows_per_block ? a->oh - oy0 : a->rows_per_block;
@@ -2149,7 +2298,19 @@ static void q_implicit_task(void *ctx, long begin, long end) {
                 long n = ow - ox < Q_NR - j ? ow - ox : Q_NR - j;
                 seg_j[nseg] = (int)j, seg_len[nseg] = (int)n, seg_o[nseg++] = oy * ow + ox;
             }
-            for (int i0 = m0; i0 < m1; i0 += Q_CONV_MR) {
+            int i0 = m0;
+#ifdef MRT_HAVE_AMX_BUILD
+            if (a->amx)
+                for (; i0 + 32 <= m1; i0 += 32) {
+                    int32_t acc[32][Q_NR] __attribute__((aligned(64)));
+                    q_ukr_conv_amx(&a->b, a->b.W + (long)i0 * a->b.kt, a->amx, col0 + j0, &acc[0][0]);
+                    for (int sg = 0; sg < nseg; ++sg)
+                        q_store_tile(&a->g, &acc[0][0], 32, seg_j[sg], seg_len[sg], i0, seg_o[sg],
+                                     out ? out + (long)i0 * out_ld + seg_o[sg] : NULL, out_ld,
+                                     a->g.store_q ? a->yq + (long)i0 * p + seg_o[sg] : NULL, p);
+                }
+#endif
+            for (; i0 < m1; i0 += Q_CONV_MR) {
                 const int mr = m1 - i0 < Q_CONV_MR ? m1 - i0 : Q_CONV_MR;
                 int32_t acc[Q_CONV_MR][Q_NR] __attribute__((aligned(64)));
                 const int8_t *w = a->b.W + (long)i0 * a->b.kt;
@@ -2183,6 +2344,9 @@ static void q_implicit_task(void *ctx, long begin, long end) {
             }
         }
     }
+#ifdef MRT_HAVE_AMX_BUILD
+    if (a->amx) q_amx_end();
+#endif
 }
 
 /* Geometry of the implicit route for a conv, or 0 when it does not apply (see above). */
@@ -2255,8 +2419,10 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
         long want = (2L * nt + row_blocks - 1) / row_blocks, most = (a->m + Q_CONV_MR - 1) / Q_CONV_MR;
         mparts = want < most ? want : most;
     }
+    ia.amx = q_amx_step(a->m, 4 * cq4);
     long mc = (a->m + mparts - 1) / mparts;
-    mc = (mc + Q_CONV_MR - 1) / Q_CONV_MR * Q_CONV_MR;
+    const int group = ia.amx && a->m >= 64 ? 32 : Q_CONV_MR; /* (AMX: whole 32-row groups while there are two) */
+    mc = (mc + group - 1) / group * group;
     ia.rows_per_block = rpb;
     ia.mc = (int)mc;
     ia.mparts = (int)((a->m + mc - 1) / mc);

@@ -34,24 +34,48 @@ def isa(request):
     native.select_isa(before if before in ALL_ISAS else "baseline")
 
 
-# Every implementation level minirt has, on any architecture (x86-64: avx512, avx2;
-# aarch64: dotprod, neon); the ones this CPU lacks are skipped.
+# Every implementation level minirt has, on any architecture (x86-64: avx512, avx2; aarch64: dotprod,
+# neon); the ones this CPU lacks are skipped.  "avx512" takes the AMX int8 GEMM where the CPU has it
+# (native.qgemm_isa "amx").
 ALL_ISAS = ("avx512", "avx2", "dotprod", "neon", "baseline")
+# ... and for the int8 GEMM's tests (test_int8.py), "avx512-vnni" too: that level without AMX, run only
+# where it differs (the float kernels are the same, so the other tests do not repeat it).
+INT8_ISAS = ("avx512", "avx512-vnni", "avx2", "dotprod", "neon", "baseline")
 
 
-@pytest.fixture(params=ALL_ISAS)
-def every_isa(request):
-    """Each test runs on every implementation this CPU can run (x86 hosts see only the x86 ones)."""
+def run_on_level(request):
+    """The body of the every_isa fixtures: select request.param, skip where this CPU lacks it, yield the
+    level's name, select the level in use before again."""
     if not native.available:
         pytest.skip(f"native kernels not available: {native.reason}")
-    before = native.isa
+    before = _current_level()
     chosen = native.select_isa(request.param)
+    if request.param == "avx512-vnni":  # (select_isa returns the float kernels' level: avx512)
+        chosen = request.param if chosen == "avx512" and _amx_host() else f"{chosen} (no AMX here to leave out)"
     try:
         if chosen != request.param:
             pytest.skip(f"{request.param} is not available on this CPU (got {chosen})")
         yield chosen
     finally:
-        native.select_isa(before if before in ALL_ISAS else "baseline")
+        native.select_isa(before)
+
+
+@pytest.fixture(params=ALL_ISAS)
+def every_isa(request):
+    """Each test runs on every implementation this CPU can run (x86 hosts see only the x86 ones)."""
+    yield from run_on_level(request)
+
+
+def _amx_host() -> bool:
+    """Whether "avx512" takes the AMX int8 GEMM here (then "avx512-vnni" is a path of its own)."""
+    return bool(native.features.get("amx")) and native.isa == "avx512" and native.qgemm_isa in ("amx", "vnni")
+
+
+def _current_level() -> str:
+    """The select_isa name that brings back the implementation in use now."""
+    if native.isa == "avx512" and native.qgemm_isa == "vnni" and native.features.get("amx"):
+        return "avx512-vnni"
+    return native.isa if native.isa in INT8_ISAS else "baseline"
 
 
 @pytest.fixture(params=[1, 2, 3])

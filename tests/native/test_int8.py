@@ -7,9 +7,15 @@ import pytest
 from minirt import native
 from minirt.kernels import qlinear
 
-from .conftest import numpy_path, requires_native
+from .conftest import INT8_ISAS, numpy_path, requires_native, run_on_level
 
 pytestmark = requires_native
+
+
+@pytest.fixture(params=INT8_ISAS)
+def every_isa(request):
+    """Each test runs on every int8 GEMM level this CPU can run (on an AMX machine, with and without AMX)."""
+    yield from run_on_level(request)
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 5, 33), (6, 4, 32), (13, 27, 1000), (64, 576, 300), (5, 700, 40)])
@@ -913,3 +919,98 @@ def test_a_dynamic_qmatmul_quantizes_to_its_isas_levels_with_exact_sums(rows, k,
     assert q.max() <= want_levels and (want_levels == 255 or q.max() == 127)  # (the whole 7-bit range is used)
     sums = (q - zp) @ w.T.astype(np.int64)
     np.testing.assert_allclose(dynamic, sums * scale[None, :], rtol=1e-5, atol=1e-6)
+
+
+# The AMX tile microkernel (qgemm.h, q_ukr_amx) takes the 32-row groups of 32-column panels of a GEMM whose K
+# quads divide into steps of 6 to 16; the rows left (M not a multiple of 32), the 16-column panel of a
+# narrow tail and the K without such a step keep the VNNI microkernels.  Integer sums are exact on both, so
+# the results are the same bits: against numpy's integer product and against the VNNI-only level.
+@pytest.mark.parametrize("m,k,n", [(32, 64, 32), (64, 576, 300), (37, 32, 17), (80, 24, 33), (48, 160, 197),
+                                   (96, 144, 64), (64, 20, 40), (33, 68, 50), (200, 768, 197)])
+def test_qgemm_amx_groups_and_tails_are_exact(m, k, n, threads):
+    if not native.features.get("amx"):
+        pytest.skip("no AMX-INT8 on this CPU")
+    before = native.isa
+    rng = np.random.default_rng(m * 7919 + k * 31 + n)
+    w = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    x = rng.integers(0, 256, (k, n), dtype=np.uint8)
+    scale = (rng.random(m) * 0.01 + 0.001).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    got = {}
+    try:
+        for level in ("avx512-vnni", "avx512"):
+            native.select_isa(level)
+            c = np.empty((m, n), np.float32)
+            native.qgemm(native.qpack(w), m, k, x, 9, np.ones(m, np.float32), c)
+            y = np.empty((m, n), np.float32)
+            native.qgemm(native.qpack(w), m, k, x, 9, scale, y, bias=bias)
+            got[level] = (c, y, native.qgemm_isa)
+    finally:
+        native.select_isa(before)
+    assert got["avx512"][2] in ("amx", "vnni") and got["avx512-vnni"][2] == "vnni"
+    ref = w.astype(np.int64) @ (x.astype(np.int64) - 9)
+    np.testing.assert_array_equal(got["avx512"][0], ref.astype(np.float32))
+    np.testing.assert_array_equal(got["avx512"][0], got["avx512-vnni"][0])
+    np.testing.assert_array_equal(got["avx512"][1], got["avx512-vnni"][1])
+
+
+@pytest.mark.parametrize("rows,k,n", [(197, 192, 576), (197, 768, 192), (40, 96, 64), (5, 64, 33)])
+def test_dynamic_qmatmul_on_amx_is_the_vnni_result(rows, k, n, threads):
+    """A transformer's dynamic QMatMul (the shapes of DeiT-tiny's qkv and fc2, with a Gelu) gives the same
+    bits with the AMX microkernel as with VNNI alone."""
+    if not native.features.get("amx"):
+        pytest.skip("no AMX-INT8 on this CPU")
+    before = native.isa
+    rng = np.random.default_rng(rows + k + n)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    ws = (rng.random(n) * 0.01 + 0.001).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    a = (rng.standard_normal((rows, k)) * 2).astype(np.float32)
+    out = {}
+    try:
+        for level in ("avx512-vnni", "avx512"):
+            native.select_isa(level)
+            y = np.empty((rows, n), np.float32)
+            prep = native.qmatmul_prepare(rows, k, 0.0, 0, native.qpack(w), n, ws, bias, act=native.ACTIVATION_CODES["Gelu"])
+            native.qmatmul_call(prep, a, y)
+            out[level] = y
+    finally:
+        native.select_isa(before)
+    np.testing.assert_array_equal(out["avx512"], out["avx512-vnni"])
+
+
+@pytest.mark.parametrize("xs,ws,strides,pads,act", [
+    ((1, 64, 20, 20), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), "Relu"),      # implicit, 16 quads a step
+    ((1, 96, 17, 23), (48, 96, 3, 3), (2, 2), (1, 0, 1, 2), "Clip"),      # stride 2, 12 a step, 16 rows left
+    ((1, 24, 30, 30), (72, 24, 1, 1), (1, 1), (0, 0, 0, 0), "HardSwish"),  # 1x1 implicit, 6 a step
+    ((1, 40, 16, 18), (40, 40, 5, 5), (1, 1), (2, 2, 2, 2), ""),          # 10 a step, 8 rows left
+    ((1, 192, 14, 14), (64, 192, 1, 1), (1, 1), (0, 0, 0, 0), "Relu"),    # small plane: q_gemm_run_q
+    ((3, 64, 7, 7), (96, 64, 3, 3), (1, 1), (1, 1, 1, 1), "Relu"),        # images side by side
+])
+def test_qconv_on_amx_is_the_vnni_result(xs, ws, strides, pads, act, threads):
+    """QConv's routes with the AMX tiles (32-row groups of the implicit route and of the GEMM) give the bits
+    of the VNNI microkernels: float output, float output with a residual, uint8 output."""
+    if not native.features.get("amx"):
+        pytest.skip("no AMX-INT8 on this CPU")
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.integers(-127, 128, ws, dtype=np.int8)
+    wsc = rng.random(ws[0], dtype=np.float32) * 0.01 + 0.001
+    b = rng.standard_normal(ws[0], dtype=np.float32)
+    kw = dict(strides=strides, pads=pads, activation=act, activation_params=(0.0, 6.0) if act == "Clip" else ())
+    xsc, xzp = np.float32(0.02), np.uint8(120)
+    before = native.isa
+    out = {}
+    try:
+        for level in ("avx512-vnni", "avx512"):
+            native.select_isa(level)
+            y = qlinear.qconv(x, xsc, xzp, w, wsc, b, **kw)
+            r = qlinear.qconv(x, xsc, xzp, w, wsc, b, y, **kw) if act == "" else None
+            yq = qlinear.qconv(x, xsc, xzp, w, wsc, b, output_scale=float(np.abs(y).max()) / 200,
+                               output_zero_point=37, **kw)
+            out[level] = (y, r, yq)
+    finally:
+        native.select_isa(before)
+    for a, v in zip(out["avx512"], out["avx512-vnni"]):
+        if a is not None:
+            np.testing.assert_array_equal(a, v)

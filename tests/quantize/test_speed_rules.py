@@ -185,6 +185,9 @@ def test_avx2_targets_take_the_avx2_rules(monkeypatch):
     generic = get_target("generic")
     assert {f: getattr(host, f) for f in VNNI_INT8_RULES} == VNNI_INT8_RULES
     assert host.int8_min_group_outputs == generic.int8_min_group_outputs  # (VNNI's grouped convs pay)
+    monkeypatch.setattr(native, "qgemm_isa", "amx")  # (VNNI runs what the AMX tiles do not take: its rules)
+    assert {f: getattr(profiles.host_profile(), f) for f in VNNI_INT8_RULES} == VNNI_INT8_RULES
+    monkeypatch.setattr(native, "qgemm_isa", "vnni")
     monkeypatch.setattr(native, "qgemm_isa", "dotprod")  # arm64's SDOT: not measured, the generic rules
     host = profiles.host_profile()
     rules = [f for f in AVX2_INT8_RULES if f != "int8_macs_per_float_mac"] + list(VNNI_INT8_RULES)
