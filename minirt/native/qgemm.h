@@ -68,7 +68,7 @@ int q_use_dotprod; /* aarch64: SDOT microkernel (set by mrt_select_isa) */
 int q_use_avx2;    /* x86-64 with AVX2: its quantize loop, activations, and the int8 microkernels below
                     * when there is no VNNI (set by mrt_select_isa) */
 int q_use_amx;     /* x86-64 with AMX-INT8 whose tiles the OS lets this process use: the tile
-                    * microkernel q_ukr_amx for the GEMMs q_amx_eligible takes (set by mrt_select_isa) */
+                    * microkernel q_ukr_amx for the GEMMs q_amx_step takes (set by mrt_select_isa) */
 /* the activation pass of the epilogue, for the selected ISA */
 static void (*q_act_row)(float *, long, int, float, float) = act_row_base;
 
@@ -142,8 +142,8 @@ typedef struct {
     long img_stride;
     int x7; /* every activation byte is at most 127 (a dynamic QMatMul quantized to 7 bits for the AVX2
              * route, q_dynamic_levels): the vpmaddubsw microkernel (q_avx2u7_tile) is exact */
-    int amx; /* > 0: the 32-row groups of 32-column panels take the AMX tile microkernel, amx quads of K a
-              * step (q_amx_step) */
+    int amx; /* > 0: groups of 32 (then 16) weight rows of 32-column panels take the AMX tile microkernel,
+              * amx quads of K a step (q_amx_step) */
 } q_args;
 
 /* dst[4 j + t] = r_t[j] for j < n, t = 0..3: four byte rows interleaved into quads (the
@@ -960,8 +960,8 @@ static void q_task_store(const q_args *g, int32_t acc[Q_MR][Q_NR], int mr, int n
  * row stride 128 bytes, s rows of its left or right 64 bytes), where a step takes s quads of K:
  * the largest divisor of kq up to 16 (16 where k4 is a multiple of 64; 12 for K = 144, 8 for 96 or
  * 32), so that the steps end exactly at k4 and a tile never reads past a weight row or a panel.
- * Taken for whole 32-row groups when s >= Q_AMX_MIN_QUADS; the rows left and the 16-column panels
- * keep the VNNI microkernels.  Tile state is per thread: each q_task loads the configuration of its
+ * Taken for whole groups of 32 weight rows, then one of 16 where that many are left, when s >=
+ * Q_AMX_MIN_QUADS; the rows left and the 16-column panels keep the VNNI microkernels.  Tile state is per thread: each q_task loads the configuration of its
  * s before its first tile and releases it after its last.  Linux hands out the tile registers only
  * on request (arch_prctl: mrt_select_isa). */
 typedef struct {
@@ -988,38 +988,48 @@ __attribute__((target("amx-tile"))) static void q_amx_begin(int s) { _tile_loadc
 
 __attribute__((target("amx-tile"))) static void q_amx_end(void) { _tile_release(); }
 
-/* acc (32 rows of Q_NR int32) = W rows w .. w + 31 (row stride k4) times the 32-column panel over
- * kq quads, s at a time (s divides kq; the tiles configured for it by q_amx_begin). */
+/* acc (rows = 32 or 16 rows of Q_NR int32) = W rows w .. w + rows - 1 (row stride k4) times the
+ * 32-column panel over kq quads, s at a time (s divides kq; the tiles configured for it by q_amx_begin). */
 __attribute__((target("amx-tile,amx-int8"))) static void q_ukr_amx(const int8_t *w, long k4, int kq, int s,
-                                                                    const uint8_t *panel, int32_t *acc) {
+                                                                    const uint8_t *panel, int32_t *acc, int rows) {
     _tile_zero(0);
     _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    const int8_t *w1 = w + 16 * k4;
-    for (int q = 0; q < kq; q += s) {
-        _tile_loadd(4, w + 4 * q, k4);
-        _tile_loadd(5, w1 + 4 * q, k4);
-        _tile_loadd(6, panel + (long)q * Q_NR * 4, Q_NR * 4);
-        _tile_loadd(7, panel + (long)q * Q_NR * 4 + 64, Q_NR * 4);
-        _tile_dpbsud(0, 4, 6);
-        _tile_dpbsud(1, 4, 7);
-        _tile_dpbsud(2, 5, 6);
-        _tile_dpbsud(3, 5, 7);
+    if (rows == 32) {
+        _tile_zero(2);
+        _tile_zero(3);
+        const int8_t *w1 = w + 16 * k4;
+        for (int q = 0; q < kq; q += s) {
+            _tile_loadd(4, w + 4 * q, k4);
+            _tile_loadd(5, w1 + 4 * q, k4);
+            _tile_loadd(6, panel + (long)q * Q_NR * 4, Q_NR * 4);
+            _tile_loadd(7, panel + (long)q * Q_NR * 4 + 64, Q_NR * 4);
+            _tile_dpbsud(0, 4, 6);
+            _tile_dpbsud(1, 4, 7);
+            _tile_dpbsud(2, 5, 6);
+            _tile_dpbsud(3, 5, 7);
+        }
+        _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
+        _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
+    } else {
+        for (int q = 0; q < kq; q += s) {
+            _tile_loadd(4, w + 4 * q, k4);
+            _tile_loadd(6, panel + (long)q * Q_NR * 4, Q_NR * 4);
+            _tile_loadd(7, panel + (long)q * Q_NR * 4 + 64, Q_NR * 4);
+            _tile_dpbsud(0, 4, 6);
+            _tile_dpbsud(1, 4, 7);
+        }
     }
     _tile_stored(0, acc, Q_NR * 4);
     _tile_stored(1, acc + 16, Q_NR * 4);
-    _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
-    _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
 }
 #endif
 
 /* The quads of K an AMX step takes in a GEMM of M weight rows over K (see above), or 0 where the
- * GEMM keeps the VNNI microkernels: no 32-row group, or no divisor of K's quads from Q_AMX_MIN_QUADS
+ * GEMM keeps the VNNI microkernels: fewer than 16 rows, or no divisor of K's quads from Q_AMX_MIN_QUADS
  * to 16. */
 static int q_amx_step(int M, int K) {
 #ifdef MRT_HAVE_AMX_BUILD
-    if (!q_use_amx || M < 32 || K <= 0) return 0;
+    if (!q_use_amx || M < 16 || K <= 0) return 0;
     const long kq = q_k4(K) / 4;
     for (int s = 16; s >= Q_AMX_MIN_QUADS; --s)
         if (kq % s == 0) return s;
@@ -1108,14 +1118,15 @@ static void q_task(void *ctx, long begin, long end) {
             int i0 = 0;
 #ifdef MRT_HAVE_AMX_BUILD
             if (g->amx && width == Q_NR)
-                for (; i0 + 32 <= mb; i0 += 32) {
+                for (int rows; i0 + 16 <= mb; i0 += rows) { /* groups of 32 rows, then one of 16 */
                     int32_t acc[32][Q_NR] __attribute__((aligned(64)));
                     const int m = m0 + i0;
-                    q_ukr_amx(g->W + (long)m * g->k4, g->k4, kq, g->amx, panel, &acc[0][0]);
+                    rows = mb - i0 >= 32 ? 32 : 16;
+                    q_ukr_amx(g->W + (long)m * g->k4, g->k4, kq, g->amx, panel, &acc[0][0], rows);
                     if (g->img_cols)
-                        q_store_tile_images(g, &acc[0][0], 32, nr, m, n0 + j0);
+                        q_store_tile_images(g, &acc[0][0], rows, nr, m, n0 + j0);
                     else
-                        q_store_tile(g, &acc[0][0], 32, 0, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb, NULL, 0);
+                        q_store_tile(g, &acc[0][0], rows, 0, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb, NULL, 0);
                 }
 #endif
             for (; i0 < mb; i0 += Q_MR) {
@@ -2111,37 +2122,50 @@ static void q_ukr_conv_base(const q_conv_b *b, const int8_t *w, int mr, long col
 }
 
 #ifdef MRT_HAVE_AMX_BUILD
-/* q_ukr_amx for the implicit route: acc (32 rows of Q_NR int32) = weight rows w .. w + 31 (row stride
- * kt, K order (tap, quad, 4)) times the 32 extended-grid columns from col, s channel quads a step (s
- * divides cq4; tiles configured by q_amx_begin(s)).  Per tap, the B tile's rows are s consecutive
+/* q_ukr_amx for the implicit route: acc (rows = 32 or 16 rows of Q_NR int32) = weight rows w .. w + rows
+ * - 1 (row stride kt, K order (tap, quad, 4)) times the 32 extended-grid columns from col, s channel quads
+ * a step (s divides cq4; tiles configured by q_amx_begin(s)).  Per tap, the B tile's rows are s consecutive
  * channel quads of the same shifted plane row (cq_stride apart), 64 bytes each: the bytes
  * q_ukr_conv_vnni reads, in the same places. */
 __attribute__((target("amx-tile,amx-int8"))) static void q_ukr_conv_amx(const q_conv_b *b, const int8_t *w, int s,
-                                                                         long col, int32_t *acc) {
+                                                                         long col, int32_t *acc, int rows) {
     _tile_zero(0);
     _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
     const long kt = b->kt, stride = b->cq_stride;
-    const int8_t *w1 = w + 16 * kt;
     long q4 = 0; /* byte offset of the step's first quad in a weight row */
-    for (int t = 0; t < b->ntaps; ++t) {
-        const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
-        for (int cq = 0; cq < b->cq4; cq += s, p += s * stride, q4 += 4 * s) {
-            _tile_loadd(4, w + q4, kt);
-            _tile_loadd(5, w1 + q4, kt);
-            _tile_loadd(6, p, stride);
-            _tile_loadd(7, p + 64, stride);
-            _tile_dpbsud(0, 4, 6);
-            _tile_dpbsud(1, 4, 7);
-            _tile_dpbsud(2, 5, 6);
-            _tile_dpbsud(3, 5, 7);
+    if (rows == 32) {
+        _tile_zero(2);
+        _tile_zero(3);
+        const int8_t *w1 = w + 16 * kt;
+        for (int t = 0; t < b->ntaps; ++t) {
+            const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
+            for (int cq = 0; cq < b->cq4; cq += s, p += s * stride, q4 += 4 * s) {
+                _tile_loadd(4, w + q4, kt);
+                _tile_loadd(5, w1 + q4, kt);
+                _tile_loadd(6, p, stride);
+                _tile_loadd(7, p + 64, stride);
+                _tile_dpbsud(0, 4, 6);
+                _tile_dpbsud(1, 4, 7);
+                _tile_dpbsud(2, 5, 6);
+                _tile_dpbsud(3, 5, 7);
+            }
+        }
+        _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
+        _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
+    } else {
+        for (int t = 0; t < b->ntaps; ++t) {
+            const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
+            for (int cq = 0; cq < b->cq4; cq += s, p += s * stride, q4 += 4 * s) {
+                _tile_loadd(4, w + q4, kt);
+                _tile_loadd(6, p, stride);
+                _tile_loadd(7, p + 64, stride);
+                _tile_dpbsud(0, 4, 6);
+                _tile_dpbsud(1, 4, 7);
+            }
         }
     }
     _tile_stored(0, acc, Q_NR * 4);
     _tile_stored(1, acc + 16, Q_NR * 4);
-    _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
-    _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
 }
 #endif
 
@@ -2258,7 +2282,8 @@ typedef struct {
     const int32_t *y_zero;
     int m, oh, ow, wq, rows_per_block, mparts, mc, act;
     float a0, a1;
-    int amx; /* > 0: 32-row groups take q_ukr_conv_amx, amx channel quads a step (q_amx_step) */
+    int amx; /* > 0: groups of 32 (then 16) weight rows take q_ukr_conv_amx, amx channel quads a step
+              * (q_amx_step) */
     int failed;
 } q_implicit_args;
 
@@ -2301,11 +2326,12 @@ static void q_implicit_task(void *ctx, long begin, long end) {
             int i0 = m0;
 #ifdef MRT_HAVE_AMX_BUILD
             if (a->amx)
-                for (; i0 + 32 <= m1; i0 += 32) {
+                for (int rows; i0 + 16 <= m1; i0 += rows) { /* groups of 32 rows, then one of 16 */
                     int32_t acc[32][Q_NR] __attribute__((aligned(64)));
-                    q_ukr_conv_amx(&a->b, a->b.W + (long)i0 * a->b.kt, a->amx, col0 + j0, &acc[0][0]);
+                    rows = m1 - i0 >= 32 ? 32 : 16;
+                    q_ukr_conv_amx(&a->b, a->b.W + (long)i0 * a->b.kt, a->amx, col0 + j0, &acc[0][0], rows);
                     for (int sg = 0; sg < nseg; ++sg)
-                        q_store_tile(&a->g, &acc[0][0], 32, seg_j[sg], seg_len[sg], i0, seg_o[sg],
+                        q_store_tile(&a->g, &acc[0][0], rows, seg_j[sg], seg_len[sg], i0, seg_o[sg],
                                      out ? out + (long)i0 * out_ld + seg_o[sg] : NULL, out_ld,
                                      a->g.store_q ? a->yq + (long)i0 * p + seg_o[sg] : NULL, p);
                 }

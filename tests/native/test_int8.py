@@ -921,12 +921,13 @@ def test_a_dynamic_qmatmul_quantizes_to_its_isas_levels_with_exact_sums(rows, k,
     np.testing.assert_allclose(dynamic, sums * scale[None, :], rtol=1e-5, atol=1e-6)
 
 
-# The AMX tile microkernel (qgemm.h, q_ukr_amx) takes the 32-row groups of 32-column panels of a GEMM whose K
-# quads divide into steps of 6 to 16; the rows left (M not a multiple of 32), the 16-column panel of a
+# The AMX tile microkernel (qgemm.h, q_ukr_amx) takes the groups of 32 (then 16) rows of 32-column panels of a
+# GEMM whose K quads divide into steps of 6 to 16; the rows left (fewer than 16), the 16-column panel of a
 # narrow tail and the K without such a step keep the VNNI microkernels.  Integer sums are exact on both, so
 # the results are the same bits: against numpy's integer product and against the VNNI-only level.
 @pytest.mark.parametrize("m,k,n", [(32, 64, 32), (64, 576, 300), (37, 32, 17), (80, 24, 33), (48, 160, 197),
-                                   (96, 144, 64), (64, 20, 40), (33, 68, 50), (200, 768, 197)])
+                                   (96, 144, 64), (64, 20, 40), (33, 68, 50), (200, 768, 197), (16, 96, 40),
+                                   (24, 64, 33)])
 def test_qgemm_amx_groups_and_tails_are_exact(m, k, n, threads):
     if not native.features.get("amx"):
         pytest.skip("no AMX-INT8 on this CPU")
@@ -986,6 +987,8 @@ def test_dynamic_qmatmul_on_amx_is_the_vnni_result(rows, k, n, threads):
     ((1, 40, 16, 18), (40, 40, 5, 5), (1, 1), (2, 2, 2, 2), ""),          # 10 a step, 8 rows left
     ((1, 192, 14, 14), (64, 192, 1, 1), (1, 1), (0, 0, 0, 0), "Relu"),    # small plane: q_gemm_run_q
     ((3, 64, 7, 7), (96, 64, 3, 3), (1, 1), (1, 1, 1, 1), "Relu"),        # images side by side
+    ((1, 32, 20, 20), (16, 32, 3, 3), (1, 1), (1, 1, 1, 1), "Relu"),      # one group of 16 rows
+    ((1, 64, 24, 24), (24, 64, 1, 1), (1, 1), (0, 0, 0, 0), "Relu"),      # 16 rows, then 8 on VNNI
 ])
 def test_qconv_on_amx_is_the_vnni_result(xs, ws, strides, pads, act, threads):
     """QConv's routes with the AMX tiles (32-row groups of the implicit route and of the GEMM) give the bits
