@@ -988,39 +988,51 @@ __attribute__((target("amx-tile"))) static void q_amx_begin(int s) { _tile_loadc
 
 __attribute__((target("amx-tile"))) static void q_amx_end(void) { _tile_release(); }
 
-/* acc (rows = 32 or 16 rows of Q_NR int32) = W rows w .. w + rows - 1 (row stride k4) times the
- * 32-column panel over kq quads, s at a time (s divides kq; the tiles configured for it by q_amx_begin). */
-__attribute__((target("amx-tile,amx-int8"))) static void q_ukr_amx(const int8_t *w, long k4, int kq, int s,
-                                                                    const uint8_t *panel, int32_t *acc, int rows) {
+/* The accumulators of a group of rows (32: tiles 0-3, 16: tiles 0, 1) set to zero. */
+static inline __attribute__((always_inline, target("amx-tile"))) void q_amx_zero(int rows) {
     _tile_zero(0);
     _tile_zero(1);
     if (rows == 32) {
         _tile_zero(2);
         _tile_zero(3);
-        const int8_t *w1 = w + 16 * k4;
-        for (int q = 0; q < kq; q += s) {
-            _tile_loadd(4, w + 4 * q, k4);
-            _tile_loadd(5, w1 + 4 * q, k4);
-            _tile_loadd(6, panel + (long)q * Q_NR * 4, Q_NR * 4);
-            _tile_loadd(7, panel + (long)q * Q_NR * 4 + 64, Q_NR * 4);
-            _tile_dpbsud(0, 4, 6);
-            _tile_dpbsud(1, 4, 7);
-            _tile_dpbsud(2, 5, 6);
-            _tile_dpbsud(3, 5, 7);
-        }
-        _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
-        _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
-    } else {
-        for (int q = 0; q < kq; q += s) {
-            _tile_loadd(4, w + 4 * q, k4);
-            _tile_loadd(6, panel + (long)q * Q_NR * 4, Q_NR * 4);
-            _tile_loadd(7, panel + (long)q * Q_NR * 4 + 64, Q_NR * 4);
-            _tile_dpbsud(0, 4, 6);
-            _tile_dpbsud(1, 4, 7);
-        }
     }
+}
+
+/* One step of a group: tile 4 <- the weight rows from w (lda apart), tile 5 <- the 16 from w1 (rows 32),
+ * tiles 6 / 7 <- the left / right 64 bytes of the B rows from b (ldb apart), and their products added to
+ * the accumulators. */
+static inline __attribute__((always_inline, target("amx-tile,amx-int8"))) void q_amx_step_tiles(
+    const int8_t *w, const int8_t *w1, long lda, const uint8_t *b, long ldb, int rows) {
+    _tile_loadd(4, w, lda);
+    _tile_loadd(6, b, ldb);
+    _tile_loadd(7, b + 64, ldb);
+    _tile_dpbsud(0, 4, 6);
+    _tile_dpbsud(1, 4, 7);
+    if (rows == 32) {
+        _tile_loadd(5, w1, lda);
+        _tile_dpbsud(2, 5, 6);
+        _tile_dpbsud(3, 5, 7);
+    }
+}
+
+/* The accumulators into acc (rows of Q_NR int32). */
+static inline __attribute__((always_inline, target("amx-tile"))) void q_amx_store(int32_t *acc, int rows) {
     _tile_stored(0, acc, Q_NR * 4);
     _tile_stored(1, acc + 16, Q_NR * 4);
+    if (rows == 32) {
+        _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
+        _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
+    }
+}
+
+/* acc (rows = 32 or 16 rows of Q_NR int32) = W rows w .. w + rows - 1 (row stride k4) times the
+ * 32-column panel over kq quads, s at a time (s divides kq; the tiles configured for it by q_amx_begin). */
+__attribute__((target("amx-tile,amx-int8"))) static void q_ukr_amx(const int8_t *w, long k4, int kq, int s,
+                                                                    const uint8_t *panel, int32_t *acc, int rows) {
+    q_amx_zero(rows);
+    for (int q = 0; q < kq; q += s)
+        q_amx_step_tiles(w + 4 * q, w + 16 * k4 + 4 * q, k4, panel + (long)q * Q_NR * 4, Q_NR * 4, rows);
+    q_amx_store(acc, rows);
 }
 #endif
 
@@ -2129,43 +2141,15 @@ static void q_ukr_conv_base(const q_conv_b *b, const int8_t *w, int mr, long col
  * q_ukr_conv_vnni reads, in the same places. */
 __attribute__((target("amx-tile,amx-int8"))) static void q_ukr_conv_amx(const q_conv_b *b, const int8_t *w, int s,
                                                                          long col, int32_t *acc, int rows) {
-    _tile_zero(0);
-    _tile_zero(1);
     const long kt = b->kt, stride = b->cq_stride;
     long q4 = 0; /* byte offset of the step's first quad in a weight row */
-    if (rows == 32) {
-        _tile_zero(2);
-        _tile_zero(3);
-        const int8_t *w1 = w + 16 * kt;
-        for (int t = 0; t < b->ntaps; ++t) {
-            const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
-            for (int cq = 0; cq < b->cq4; cq += s, p += s * stride, q4 += 4 * s) {
-                _tile_loadd(4, w + q4, kt);
-                _tile_loadd(5, w1 + q4, kt);
-                _tile_loadd(6, p, stride);
-                _tile_loadd(7, p + 64, stride);
-                _tile_dpbsud(0, 4, 6);
-                _tile_dpbsud(1, 4, 7);
-                _tile_dpbsud(2, 5, 6);
-                _tile_dpbsud(3, 5, 7);
-            }
-        }
-        _tile_stored(2, acc + 16 * Q_NR, Q_NR * 4);
-        _tile_stored(3, acc + 16 * Q_NR + 16, Q_NR * 4);
-    } else {
-        for (int t = 0; t < b->ntaps; ++t) {
-            const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
-            for (int cq = 0; cq < b->cq4; cq += s, p += s * stride, q4 += 4 * s) {
-                _tile_loadd(4, w + q4, kt);
-                _tile_loadd(6, p, stride);
-                _tile_loadd(7, p + 64, stride);
-                _tile_dpbsud(0, 4, 6);
-                _tile_dpbsud(1, 4, 7);
-            }
-        }
+    q_amx_zero(rows);
+    for (int t = 0; t < b->ntaps; ++t) {
+        const uint8_t *p = b->planes + b->tap_off[t] + 4 * col;
+        for (int cq = 0; cq < b->cq4; cq += s, p += s * stride, q4 += 4 * s)
+            q_amx_step_tiles(w + q4, w + 16 * kt + q4, kt, p, stride, rows);
     }
-    _tile_stored(0, acc, Q_NR * 4);
-    _tile_stored(1, acc + 16, Q_NR * 4);
+    q_amx_store(acc, rows);
 }
 #endif
 
