@@ -212,8 +212,11 @@ def test_a_second_turn_after_eos_continues_like_onnxruntime_genai(decoders, prom
     """A chat's second turn: the reply ended with an EOS (not appended), then the next message is
     appended to the same generator: its KV cache continues.  (The random test model's tokenizer is
     trained on docs/, so which message makes it say something before its EOS again changes with the
-    docs: the first of a few messages that does is compared.)"""
-    folder = decoders[("llama", "int4")]
+    docs: the first of a few messages that does is compared.  On the fp32 model: the int4 one's
+    continuation met a near-tie with the docs of 2026-12-06 (its two best logits 2.0610 / 2.0575 at one
+    step, whose order our int4 products and onnxruntime-genai's round apart), which says nothing about the
+    cache; the int4 model's own agreement with onnxruntime-genai is tested on first turns.)"""
+    folder = decoders[("llama", "fp32")]
     free, _, _ = generate(mg, mg.Model(_with_eos(folder, [511], tmp_path)), prompt, max_length=len(prompt) + 40)
     stop = _first_new(free, prompt, 6)
     eos_folder = _with_eos(folder, [stop], tmp_path)
