@@ -961,9 +961,9 @@ static void q_task_store(const q_args *g, int32_t acc[Q_MR][Q_NR], int mr, int n
  * the largest divisor of kq up to 16 (16 where k4 is a multiple of 64; 12 for K = 144, 8 for 96 or
  * 32), so that the steps end exactly at k4 and a tile never reads past a weight row or a panel.
  * Taken for whole groups of 32 weight rows, then one of 16 where that many are left, when s >=
- * Q_AMX_MIN_QUADS; the rows left and the 16-column panels keep the VNNI microkernels.  Tile state is per thread: each q_task loads the configuration of its
- * s before its first tile and releases it after its last.  Linux hands out the tile registers only
- * on request (arch_prctl: mrt_select_isa). */
+ * Q_AMX_MIN_QUADS; the rows left and the 16-column panels keep the VNNI microkernels.  Tile state is
+ * per thread: each task loads the configuration of its s before its first tile and releases it after
+ * its last.  Linux hands out the tile registers only on request (arch_prctl: mrt_select_isa). */
 typedef struct {
     uint8_t palette_id, start_row, reserved[14];
     uint16_t colsb[16];
@@ -972,19 +972,20 @@ typedef struct {
 
 /* Tiles 0-3: the 32 x 32 int32 accumulators (rows 0-15 / 16-31 x columns 0-15 / 16-31), 16 rows x 64
  * bytes; 4, 5: the two weight tiles, 16 rows x 4 s bytes; 6, 7: the two halves of the panel, s rows x 64
- * bytes.  One configuration per s (1..16), made once: initialized data, not a local, because GCC 12
+ * bytes.  One configuration per s (Q_AMX_MIN_QUADS..16), made once: initialized data, not a local, because GCC 12
  * does not see that ldtilecfg reads its operand's 64 bytes and drops the stores of a local's fields
  * (the configuration is then invalid: a general protection fault). */
 #define Q_AMX_MIN_QUADS 6 /* a smaller step (K = 20, 28, 52...) does too little per instruction */
 #define Q_AMX_CONFIG(s)                                                                                      \
     {1, 0, {0}, {64, 64, 64, 64, 4 * (s), 4 * (s), 64, 64}, {16, 16, 16, 16, 16, 16, (s), (s)}}
-static const q_amx_config q_amx_tiles[17] = {
-    {0},               Q_AMX_CONFIG(1),  Q_AMX_CONFIG(2),  Q_AMX_CONFIG(3),  Q_AMX_CONFIG(4),  Q_AMX_CONFIG(5),
-    Q_AMX_CONFIG(6),   Q_AMX_CONFIG(7),  Q_AMX_CONFIG(8),  Q_AMX_CONFIG(9),  Q_AMX_CONFIG(10), Q_AMX_CONFIG(11),
-    Q_AMX_CONFIG(12),  Q_AMX_CONFIG(13), Q_AMX_CONFIG(14), Q_AMX_CONFIG(15), Q_AMX_CONFIG(16)};
+static const q_amx_config q_amx_tiles[16 - Q_AMX_MIN_QUADS + 1] = { /* (entry s - Q_AMX_MIN_QUADS) */
+    Q_AMX_CONFIG(6),  Q_AMX_CONFIG(7),  Q_AMX_CONFIG(8),  Q_AMX_CONFIG(9),  Q_AMX_CONFIG(10), Q_AMX_CONFIG(11),
+    Q_AMX_CONFIG(12), Q_AMX_CONFIG(13), Q_AMX_CONFIG(14), Q_AMX_CONFIG(15), Q_AMX_CONFIG(16)};
 #undef Q_AMX_CONFIG
 
-__attribute__((target("amx-tile"))) static void q_amx_begin(int s) { _tile_loadconfig(&q_amx_tiles[s]); }
+__attribute__((target("amx-tile"))) static void q_amx_begin(int s) {
+    _tile_loadconfig(&q_amx_tiles[s - Q_AMX_MIN_QUADS]);
+}
 
 __attribute__((target("amx-tile"))) static void q_amx_end(void) { _tile_release(); }
 
@@ -1050,6 +1051,10 @@ static int q_amx_step(int M, int K) {
 #endif
     return 0;
 }
+
+/* The weight rows a work item's share of m rows is rounded to: whole 32-row AMX groups while there are two
+ * of them (amx: q_amx_step's result), else the VNNI tile's `rows`. */
+static inline int q_item_rows(int amx, long m, int rows) { return amx && m >= 64 ? 32 : rows; }
 
 #ifdef MRT_HAVE_VNNI_BUILD
 /* Whether a GEMM takes the matrix-vector route (q_gemv_vnni / q_gemv_avx2): one column of X stored
@@ -1207,7 +1212,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
     g.neon = q_use_neon;
     g.dot = q_use_dotprod;
-    g.amx = x7 ? 0 : q_amx_step(M, K);
+    g.amx = q_amx_step(M, K); /* (0 where x7: AVX2 without VNNI has no AMX) */
     q_set_store_epilogue(&g, act, 0); /* (a u8 output is staged: see q_task) */
     /* SDOT sees x - 128: sum_k w (x - x_zero) = sum_k w (x - 128) - (x_zero - 128) rowsum */
     if (g.dot) g.x_zero = x_zero - 128;
@@ -1223,8 +1228,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     if (nthreads > 1 && nblocks < nthreads && M >= 2 * Q_MR) {
         int parts = (nthreads + nblocks - 1) / nblocks;
         mc = (M + parts - 1) / parts;
-        /* (AMX: whole 32-row groups per item, as long as there are two of them) */
-        const int group = g.amx && M >= 64 ? 32 : Q_MR;
+        const int group = q_item_rows(g.amx, M, Q_MR);
         mc = (mc + group - 1) / group * group;
     }
     g.nr = q_panel_width(N);
@@ -2431,7 +2435,7 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     }
     ia.amx = q_amx_step(a->m, 4 * cq4);
     long mc = (a->m + mparts - 1) / mparts;
-    const int group = ia.amx && a->m >= 64 ? 32 : Q_CONV_MR; /* (AMX: whole 32-row groups while there are two) */
+    const int group = q_item_rows(ia.amx, a->m, Q_CONV_MR);
     mc = (mc + group - 1) / group * group;
     ia.rows_per_block = rpb;
     ia.mc = (int)mc;
