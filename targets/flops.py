@@ -138,6 +138,8 @@ def estimate(node: ir.Node) -> float | None:
         return float(5 * out_elems)
     if op in ("Resize", "Upsample"):
         return float(4 * out_elems)
+    if op == "LRN":  # a square and an add per channel of the window, then the power and the division
+        return float(out_elems * (2 * int(attr(node, "size", 1)) + 6))
     if op in _ELEMENTWISE_1 or op in _QUANTIZE:
         return float(out_elems)
     if op in _ELEMENTWISE_4:

@@ -122,7 +122,7 @@ class PartitionIR:
                 if v is None or id(v) in produced or id(v) in seen:
                     continue
                 seen.add(id(v))
-                (constants if _const_array(v) is not None else inputs).append(v)
+                (constants if _is_constant(v) else inputs).append(v)
         outputs = []
         for n in nodes:
             for o in n.outputs:
@@ -207,7 +207,8 @@ class SupportContext:
         return None if s is None else int(np.prod(s, dtype=np.int64))
 
     def const(self, value: ir.Value | None) -> np.ndarray | None:
-        """The constant array behind ``value`` (initializer or Constant output), else None."""
+        """The constant array behind ``value`` (initializer, Constant output or ConstantOfShape of a constant
+        shape), else None."""
         if value is None:
             return None
         key = id(value)
@@ -216,9 +217,48 @@ class SupportContext:
         return self._const_cache[key]
 
 
+def _filled_constant(value: ir.Value) -> tuple | None:
+    """``(shape, fill)`` when ``value`` is made by a ConstantOfShape of a constant shape, else None.
+
+    Constant folding keeps such a node when its result is large (``fold_size_limit``: a few bytes of
+    graph stay a few bytes in the artifact; onnx's "light" model zoo makes every weight so).  For a
+    provider program it is a constant like any other: the program embeds the filled array, as it
+    embeds initializers, and the node itself lowers to nothing (ConstantOfShape rules)."""
+    producer = value.producer()
+    if (producer is None or producer.domain not in ("", "ai.onnx") or producer.op_type != "ConstantOfShape"
+            or not producer.inputs or producer.inputs[0] is None):
+        return None
+    shape = _const_array(producer.inputs[0])
+    if shape is None or shape.ndim != 1 or shape.dtype.kind not in "iu" or (shape < 0).any():
+        return None
+    attr = producer.attributes.get("value")
+    try:
+        fill = np.asarray(attr.value.numpy()).reshape(-1)[:1] if attr is not None else np.zeros(1, np.float32)
+    except Exception:  # noqa: BLE001 - a malformed value attribute: not a constant we can embed
+        return None
+    if fill.size != 1:
+        return None
+    return tuple(int(d) for d in shape), fill
+
+
+def _is_constant(value: ir.Value) -> bool:
+    """Whether ``value`` is a constant to a provider program (:func:`_const_array` without making it)."""
+    if value.is_graph_input():
+        return False
+    if value.const_value is not None or _filled_constant(value) is not None:
+        return True
+    producer = value.producer()
+    return (producer is not None and producer.domain in ("", "ai.onnx") and producer.op_type == "Constant"
+            and _const_array(value) is not None)
+
+
 def _const_array(value: ir.Value) -> np.ndarray | None:
     if value.is_graph_input():
         return None
+    filled = _filled_constant(value) if value.const_value is None else None
+    if filled is not None:
+        shape, fill = filled
+        return np.full(shape, fill[0], dtype=fill.dtype)
     tensor = value.const_value
     if tensor is None:
         producer = value.producer()

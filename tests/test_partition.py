@@ -186,6 +186,8 @@ def test_flops_estimates_say_unknown_rather_than_zero():
     assert estimate(moves) == 0.0  # (data movement: known to be no arithmetic, whatever the shapes)
     no_rule = one(helper.make_node("Einsum", ["x"], ["y"], equation="ij->ji"), [2, 3], [3, 2])
     assert estimate(no_rule) is None
+    lrn = one(helper.make_node("LRN", ["x"], ["y"], size=5), [1, 6, 4, 4], [1, 6, 4, 4])
+    assert estimate(lrn) == 96 * (2 * 5 + 6)  # (GoogLeNet's: a window of 5 channels per element)
 
 
 def test_a_shape_refusal_names_the_real_cause():

@@ -126,3 +126,23 @@ def test_a_device_install_says_the_off_device_reference_needs_the_full_install(m
     compile_fn, why = verify._off_device_reference(provider)
     assert compile_fn is None
     assert module in why and "pip install 'minirt[builder]'" in why
+
+
+def test_non_finite_outputs_are_compared_not_skipped():
+    """A program that makes NaN (or an infinity) where the golden output is finite fails: np.max skips
+    NaNs, and a Core ML fp16 program overflowing on onnx's light GoogLeNet used to pass with "max abs 0".
+    Equal non-finite values (NaN against NaN, inf against inf) are no error."""
+    from minirt.tools.verify import _compare
+
+    want = np.array([[0.5, -1.0, 2.0]], np.float32)
+    assert _compare("p", [want.copy()], [want], 1e-2)["status"] == "ok"
+    for bad in (np.nan, np.inf, -np.inf):
+        got = want.copy()
+        got[0, 1] = bad
+        r = _compare("p", [got], [want], 1e-2)
+        assert r["status"] == "MISMATCH" and r["max_rel"] == np.inf, (bad, r)
+    both = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    r = _compare("p", [both.copy()], [both], 1e-2)
+    assert r["status"] == "ok" and r["max_abs"] == 0.0, r
+    r = _compare("p", [np.array([np.inf, 1.0])], [np.array([-np.inf, 1.0])], 1e-2)
+    assert r["status"] == "MISMATCH", r

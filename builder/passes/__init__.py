@@ -8,7 +8,7 @@ beside it (``test_<name>.py``)::
     level 0   nothing
     level 1   shape_specialisation, constant_folding, fold_constant_if, cleanup, initializer_dedup, cse,
               flatten_tree_ensembles, dce
-    level 2   level 1 + recognise_activations, recognise_one_hot_matmul, fuse_batchnorm, fold_input_affine,
+    level 2   level 1 + variadic_to_binary, recognise_activations, recognise_one_hot_matmul, fuse_batchnorm, fold_input_affine,
               factor_residual_scale, matmul_to_gemm, fuse_pad, fuse_activation
     level 3   level 2 + recognise_layernorm, recognise_attention
 
@@ -48,10 +48,11 @@ from minirt.builder.passes.recognise_layernorm import RecogniseLayerNorm
 from minirt.builder.passes.recognise_activations import RecogniseActivations
 from minirt.builder.passes.recognise_one_hot_matmul import RecogniseOneHotMatMul
 from minirt.builder.passes.shape_specialisation import ShapeSpecialisation
+from minirt.builder.passes.variadic_to_binary import VariadicToBinary
 
 _LEVEL1 = [ShapeSpecialisation, ConstantFolding, FoldConstantIf, Cleanup, InitializerDeduplication, CommonSubexpressionElimination,
            FlattenTreeEnsembles, DeadCodeElimination]
-_LEVEL2 = [RecogniseActivations, RecogniseOneHotMatMul, FuseBatchNorm, FoldInputAffine, FactorResidualScale,
+_LEVEL2 = [VariadicToBinary, RecogniseActivations, RecogniseOneHotMatMul, FuseBatchNorm, FoldInputAffine, FactorResidualScale,
            MatMulAddToGemm, FusePad, FuseActivation]
 _LEVEL3 = [RecogniseLayerNorm, RecogniseAttention]
 _LEVEL2_CPU = [RecogniseAttention]  # (level 2 for a target the CPU runs alone)

@@ -507,6 +507,20 @@ def instance_norm(x, gamma=None, beta=None, epsilon=1e-5):
     return y
 
 
+def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0):
+    """MIL local_response_norm: x / (k + alpha / size * sum of x^2 over ``size`` channels centred on
+    each)^beta, the window clipped at the first and last channel (odd ``size``: the lowering's only)."""
+    x = _f32(x)
+    size = int(size)
+    sq = np.square(x)
+    c = x.shape[1]
+    total = np.zeros_like(x)
+    for j in range(c):
+        lo, hi = max(0, j - (size - 1) // 2), min(c - 1, j + size // 2)
+        total[:, j] = sq[:, lo:hi + 1].sum(axis=1)
+    return x / np.power(float(k) + float(alpha) / size * total, float(beta))
+
+
 def select(cond, a, b):
     """MIL select: ``a`` where ``cond`` (bool) else ``b``, broadcast."""
     return np.where(np.asarray(cond, bool), a, b)
@@ -587,4 +601,5 @@ OPS = {
     "logical_not": lambda x: np.logical_not(x),
     "select": select,
     "instance_norm": instance_norm,
+    "local_response_norm": local_response_norm,
 }

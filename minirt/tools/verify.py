@@ -133,8 +133,16 @@ def _compare(who, outs, golden, rtol):
         want = np.asarray(want, dtype=np.float64)
         if got.shape != want.shape:
             return {"runs_on": who, "status": f"shape {got.shape} != golden {want.shape}"}
-        err = float(np.abs(got - want).max()) if want.size else 0.0
-        scale = float(np.abs(want).max()) if want.size else 0.0
+        # Equal values (infinities of one sign, NaN against NaN included) differ by 0; a NaN or an
+        # infinity against anything else is an infinite error (np.max would skip a NaN: a program
+        # that made NaNs used to pass)
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        with np.errstate(invalid="ignore"):  # (inf - inf: NaN, made infinite below)
+            diff = np.where(same, 0.0, np.abs(got - want))
+        diff[np.isnan(diff)] = np.inf
+        err = float(diff.max()) if want.size else 0.0
+        finite = want[np.isfinite(want)]
+        scale = float(np.abs(finite).max()) if finite.size else 0.0
         max_abs = max(max_abs, err)
         max_rel = max(max_rel, err / scale if scale else err)
     return {"runs_on": who, "max_abs": max_abs, "max_rel": max_rel, "status": "ok" if max_rel <= rtol else "MISMATCH"}

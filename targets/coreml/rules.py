@@ -568,17 +568,28 @@ def _check_softmax(node, ctx):
     axis = int(attr(node, "axis", -1 if ctx.opset(node) >= 13 else 1))
     if axis < 0:
         axis += rank
-    if ctx.opset(node) < 13 and axis != rank - 1:
+    if ctx.opset(node) < 13 and axis != rank - 1 and node.op_type != "Softmax":
         return f"{node.op_type} (opset < 13) over flattened axes {axis}.. is not lowered to Core ML"
     return None
 
 
 @RULES.rule("Softmax", check=_check_softmax)
 def lower_softmax(node, env):
-    rank = len(env.shape(node.inputs[0]))
+    shape = list(env.shape(node.inputs[0]))
+    rank = len(shape)
     axis = int(attr(node, "axis", -1 if env.ctx.opset(node) >= 13 else 1))
     axis = axis + rank if axis < 0 else axis
-    env.set(node.outputs[0], env.mb.softmax(x=env.get(node.inputs[0]), axis=axis, name=env.n(node, "softmax")), rename=True)
+    x = env.get(node.inputs[0])
+    if env.ctx.opset(node) < 13 and axis != rank - 1:
+        # Softmax-1/11 normalises the input flattened to [prod(dims before axis), prod(dims from axis)]
+        # (a classifier's [1, 1000, 1, 1] over its 1000): over the last axis of that 2-D view, reshaped back
+        flat = [int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))]
+        x = env.mb.reshape(x=x, shape=np.array(flat, np.int32), name=env.n(node, "flat"))
+        y = env.mb.softmax(x=x, axis=1, name=env.n(node, "softmax"))
+        y = env.mb.reshape(x=y, shape=np.array(shape, np.int32), name=env.n(node, "unflat"))
+    else:
+        y = env.mb.softmax(x=x, axis=axis, name=env.n(node, "softmax"))
+    env.set(node.outputs[0], y, rename=True)
 
 
 @RULES.rule("LogSoftmax", check=_check_softmax)
@@ -612,6 +623,25 @@ def lower_instance_norm(node, env):
     scale, bias = (env.const(v).astype(np.float32).reshape(-1) for v in list(node.inputs)[1:3])
     y = env.mb.instance_norm(x=env.get(node.inputs[0]), gamma=scale, beta=bias,
                              epsilon=float(attr(node, "epsilon", 1e-5)), name=env.n(node, "inorm"))
+    env.set(node.outputs[0], y, rename=True)
+
+
+def _check_lrn(node, ctx):
+    if ctx.rank(node.inputs[0]) not in (3, 4):
+        return "LRN input must be rank 3 or 4 for Core ML (MIL local_response_norm)"
+    if int(attr(node, "size")) % 2 == 0:
+        return f"LRN of even size {int(attr(node, 'size'))} (its channel window is not centred)"
+    return None
+
+
+@RULES.rule("LRN", check=_check_lrn)
+def lower_lrn(node, env):
+    # MIL local_response_norm is ONNX's LRN (alpha divided by size, a window of size channels centred on
+    # each, clipped at the ends) for odd sizes
+    y = env.mb.local_response_norm(x=env.get(node.inputs[0]), size=int(attr(node, "size")),
+                                   alpha=np.float32(attr(node, "alpha", 1e-4)),
+                                   beta=np.float32(attr(node, "beta", 0.75)), k=np.float32(attr(node, "bias", 1.0)),
+                                   name=env.n(node, "lrn"))
     env.set(node.outputs[0], y, rename=True)
 
 
@@ -713,6 +743,21 @@ def lower_transpose(node, env):
     perm = attr(node, "perm", None)
     perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
     env.set(node.outputs[0], env.mb.transpose(x=env.get(node.inputs[0]), perm=perm, name=env.n(node, "transpose")), rename=True)
+
+
+def _check_constant_of_shape(node, ctx):
+    if ctx.const(node.outputs[0]) is None:
+        return "ConstantOfShape of a run-time shape (Core ML programs have static shapes)"
+    return None
+
+
+@RULES.rule("ConstantOfShape", check=_check_constant_of_shape)
+def lower_constant_of_shape(node, env):
+    # A constant to the program (SupportContext.const fills it): its readers embed it where they take
+    # constants (conv / linear weights); a reader of a tensor gets this const (unused ones are removed
+    # by MIL's dead-code pass).
+    y = env.mb.const(val=env.get(node.outputs[0]), name=env.n(node, "filled"))
+    env.set(node.outputs[0], y, rename=True)
 
 
 def _check_slice(node, ctx):

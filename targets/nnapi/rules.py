@@ -378,17 +378,45 @@ def _pool(low, node, code):
     for i, (b, k, s) in enumerate(zip((top, left), kernel, strides)):
         while (xs[2 + i] + b + pads_end[i] - k) // s + 1 < ys[2 + i]:
             pads_end[i] += 1
+    grown = pads_end != [bottom, right]
     bottom, right = pads_end
-    if code == C.AVERAGE_POOL_2D and any((top, left, bottom, right)):
-        if int(attr(node, "count_include_pad", 0)):
-            raise Unsupported("AveragePool with count_include_pad=1 and padding (NNAPI excludes padding)")
-        if not _same_padding(xs[2:], kernel, strides, (top, left, bottom, right)):
-            raise Unsupported("AveragePool padding that is not TFLite's SAME (cannot be checked on TFLite)")
+    x = low.float_input(X)
+    include_pad = code == C.AVERAGE_POOL_2D and int(attr(node, "count_include_pad", 0))
+    if include_pad and grown:
+        raise Unsupported("AveragePool counting its padding with ceil_mode (ONNX counts only up to the pads)")
+    if code == C.AVERAGE_POOL_2D and any((top, left, bottom, right)) and (
+            include_pad or not _same_padding(xs[2:], kernel, strides, (top, left, bottom, right))):
+        _average_pool_padded(low, node, x, xs, ys, kernel, strides, (top, left, bottom, right))
+        return
     y = low.out_tensor(Y)
-    ins = [low.float_input(X), low.m.i32(left), low.m.i32(right), low.m.i32(top), low.m.i32(bottom),
+    ins = [x, low.m.i32(left), low.m.i32(right), low.m.i32(top), low.m.i32(bottom),
            low.m.i32(strides[1]), low.m.i32(strides[0]), low.m.i32(kernel[1]), low.m.i32(kernel[0]),
            low.m.i32(C.FUSED_NONE)]
     low.emit(code, ins, [y])
+    low.bind(Y, y)
+
+
+def _average_pool_padded(low, node, x, xs, ys, kernel, strides, pads) -> None:
+    """AveragePool whose padding NNAPI's pool cannot say (padding counted, or not TFLite's SAME): the
+    zero-padded input (PAD) pooled without padding, which averages over whole windows (ONNX's
+    count_include_pad=1), times the constant map window size / elements inside (count_include_pad=0).
+    Every operation is TFLite's too, so the translation checks it."""
+    top, left, bottom, right = pads
+    padded_dims = [xs[0], xs[2] + top + bottom, xs[3] + left + right, xs[1]]
+    padded = low.tmp(padded_dims)
+    low.emit(C.PAD, [x, low.m.const(np.array([[0, 0], [top, bottom], [left, right], [0, 0]], np.int32))], [padded])
+    Y = node.outputs[0]
+    y = low.out_tensor(Y)
+    whole = y if int(attr(node, "count_include_pad", 0)) else low.tmp(low.dims_of(y))
+    low.emit(C.AVERAGE_POOL_2D, [padded] + [low.m.i32(0)] * 4 + [
+        low.m.i32(strides[1]), low.m.i32(strides[0]), low.m.i32(kernel[1]), low.m.i32(kernel[0]),
+        low.m.i32(C.FUSED_NONE)], [whole])
+    if whole != y:
+        counts = [np.minimum(np.arange(n) * s - b + k, size) - np.maximum(np.arange(n) * s - b, 0)
+                  for n, s, b, k, size in zip(ys[2:], strides, (top, left), kernel, xs[2:])]
+        scale = (kernel[0] * kernel[1]) / np.outer(counts[0], counts[1]).astype(np.float64)
+        low.emit(C.MUL, [whole, low.m.const(scale.astype(np.float32).reshape(1, ys[2], ys[3], 1)), low.m.i32(0)],
+                 [y])
     low.bind(Y, y)
 
 
@@ -619,6 +647,15 @@ def lower_elu(node, low):
     raise Unsupported("Elu (TFLite's ELU has no alpha; NNAPI's needs API 30)")
 
 
+@RULES.rule("ConstantOfShape")
+def lower_constant_of_shape(node, low):
+    # A constant to the model (SupportContext.const fills it): a constant operand, which readers that
+    # take constants (conv / fully-connected weights) do not even use (the model prunes it then).
+    Y = node.outputs[0]
+    low.const_array(Y, "ConstantOfShape's result (a run-time shape)")
+    low.bind(Y, low.inp(Y))
+
+
 @RULES.rule("Identity")
 def lower_identity(node, low):
     X, Y = node.inputs[0], node.outputs[0]
@@ -658,6 +695,24 @@ def lower_batch_normalization(node, low):
     low.emit(C.MUL, [x, low.m.const(scale.astype(np.float32).reshape(shape)), low.m.i32(0)], [t])
     y = low.out_tensor(Y)
     low.emit(C.ADD, [t, low.m.const(shift.astype(np.float32).reshape(shape)), low.m.i32(0)], [y])
+    low.bind(Y, y)
+
+
+@RULES.rule("LRN")
+def lower_lrn(node, low):
+    # ONNX: y = x / (bias + alpha / size * sum of x^2 over channels [c - (size-1)/2, c + (size-1)/2])^beta;
+    # NNAPI (along the depth, NHWC's last axis): y = x / (bias + alpha' * sum over [d - r, d + r])^beta,
+    # so r = (size - 1) / 2 and alpha' = alpha / size.  An even size has a lopsided window: not lowered.
+    X, Y = node.inputs[0], node.outputs[0]
+    if len(low.shape(X)) != 4:
+        raise Unsupported(f"LRN on a rank-{len(low.shape(X))} input (NNAPI normalizes rank-4 NHWC depth)")
+    size = int(attr(node, "size"))
+    if size % 2 == 0:
+        raise Unsupported(f"LRN of even size {size} (its channel window is not centred)")
+    alpha, beta, bias = (float(attr(node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    y = low.out_tensor(Y)
+    low.emit(C.LOCAL_RESPONSE_NORMALIZATION, [low.float_input(X), low.m.i32((size - 1) // 2), low.m.f32(bias),
+                                              low.m.f32(alpha / size), low.m.f32(beta)], [y])
     low.bind(Y, y)
 
 

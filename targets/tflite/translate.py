@@ -60,6 +60,7 @@ T_QUANTIZE, T_HARD_SWISH, T_BATCH_MATMUL = 114, 117, 126
 T_LOG_SOFTMAX, T_SUM, T_POW, T_REDUCE_MAX = 50, 74, 78, 82
 T_GATHER, T_STRIDED_SLICE, T_SPLIT, T_SLICE = 36, 45, 49, 65
 T_LESS, T_GREATER, T_SELECT = 58, 61, 64
+T_LOCAL_RESPONSE_NORMALIZATION = 13
 
 # BuiltinOptions union members (type ids)
 O_CONV2D, O_DEPTHWISE, O_POOL2D, O_FC, O_SOFTMAX, O_CONCAT, O_ADD = 1, 2, 5, 8, 9, 10, 11
@@ -67,6 +68,7 @@ O_RESIZE_BILINEAR, O_RESHAPE, O_SPACE_TO_DEPTH, O_MUL, O_PAD, O_TRANSPOSE, O_RED
 O_PADV2, O_TRANSPOSE_CONV, O_RESIZE_NEAREST, O_MIRROR_PAD, O_DEPTH_TO_SPACE, O_BATCH_MATMUL = 43, 49, 74, 77, 94, 101
 O_GATHER, O_STRIDED_SLICE, O_SPLIT, O_SLICE = 23, 32, 35, 48
 O_LOG_SOFTMAX, O_POW = 36, 56
+O_LOCAL_RESPONSE_NORMALIZATION = 13
 
 # TensorType
 TT = {C.TENSOR_FLOAT32: 0, C.TENSOR_FLOAT16: 1, C.TENSOR_INT32: 2, C.TENSOR_QUANT8_ASYMM: 3, C.TENSOR_BOOL8: 6,
@@ -310,6 +312,17 @@ def _pool(op, tr) -> None:
             .scalar(4, "i32", fh).scalar(5, "i8", fuse))
     tr.emit(T_AVERAGE_POOL_2D if code == C.AVERAGE_POOL_2D else T_MAX_POOL_2D, [x], [T(outs[0])],
             O_POOL2D, opts)
+
+
+@RULES.rule(*_names((C.LOCAL_RESPONSE_NORMALIZATION,)))
+def _local_response_normalization(op, tr) -> None:
+    _, ins, outs = op
+    T = tr.tensor
+    if len(ins) > 5:
+        raise TranslationError("LOCAL_RESPONSE_NORMALIZATION along an axis operand")
+    radius, bias, alpha, beta = (tr.scalar(i) for i in ins[1:5])
+    opts = Table().scalar(0, "i32", radius).scalar(1, "f32", bias).scalar(2, "f32", alpha).scalar(3, "f32", beta)
+    tr.emit(T_LOCAL_RESPONSE_NORMALIZATION, [T(ins[0])], [T(outs[0])], O_LOCAL_RESPONSE_NORMALIZATION, opts)
 
 
 @RULES.rule(*_names((C.FULLY_CONNECTED,)))

@@ -227,6 +227,7 @@ static const OpSpec SPECS[] = {
     {104, "MIRROR_PAD", {"TIi"}}, {55, "GROUPED_CONV_2D", {"TCCiiiiiiiib"}},
     {64, "LOG_SOFTMAX", {"Tfi"}}, {70, "POW", {"TT"}}, {77, "REDUCE_MAX", {"TIb"}}, {80, "REDUCE_SUM", {"TIb"}},
     {53, "GREATER", {"TT"}}, {58, "LESS", {"TT"}}, {84, "SELECT", {"BTT"}},
+    {13, "LOCAL_RESPONSE_NORMALIZATION", {"Tifff", "Tifffi"}},
 };
 
 static int data_type(int32_t t) {

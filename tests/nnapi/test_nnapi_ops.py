@@ -249,8 +249,43 @@ def _softmax_cases():
                {28: "Softmax on a rank-3 tensor needs Android API 29", 29: {"SOFTMAX": 1}})
 
 
+def _pool_lrn_fill_cases():
+    # onnx's light GoogLeNet / AlexNet / ZFNet: LRN of 5 channels; even sizes have a lopsided window
+    for size in (3, 5):
+        yield Case(f"lrn-size{size}", _graph([h.make_node("LRN", ["x"], ["y"], size=size, alpha=2e-3, beta=0.75,
+                                                          bias=1.5)], [("x", (1, 7, 5, 6))]),
+                   {27: {"LOCAL_RESPONSE_NORMALIZATION": 1}})
+    yield Case("lrn-even-size", _graph([h.make_node("LRN", ["x"], ["y"], size=4)], [("x", (1, 7, 5, 6))]),
+               {27: "LRN of even size 4"})
+    # AveragePool with padding TFLite's SAME does not say (ShuffleNet's 3x3 / 2 with pads 1 on an even
+    # plane), or counted: PAD, a pool without padding, and the count correction (MUL) when not counted
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    yield Case("avgpool-pads-not-same", _graph([h.make_node("AveragePool", ["x"], ["y"], **pool)], [("x", (1, 3, 8, 8))]),
+               {28: {"PAD": 1, "AVERAGE_POOL_2D": 1, "MUL": 1}})
+    yield Case("avgpool-pads-counted", _graph([h.make_node("AveragePool", ["x"], ["y"], count_include_pad=1, **pool)],
+                                              [("x", (1, 3, 7, 9))]), {28: {"PAD": 1, "AVERAGE_POOL_2D": 1}})
+    yield Case("avgpool-ceil-pads-not-counted", _graph([h.make_node("AveragePool", ["x"], ["y"], ceil_mode=1, kernel_shape=[3, 3],
+                                                                    strides=[2, 2], pads=[0, 1, 0, 1])], [("x", (1, 3, 8, 8))]),
+               {28: {"PAD": 1, "AVERAGE_POOL_2D": 1, "MUL": 1}})
+    yield Case("avgpool-ceil-pads-counted", _graph([h.make_node("AveragePool", ["x"], ["y"], ceil_mode=1, count_include_pad=1,
+                                                                kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+                                                   [("x", (1, 3, 8, 8))]), {28: "counting its padding with ceil_mode"})
+    yield Case("avgpool-pads-same", _graph([h.make_node("AveragePool", ["x"], ["y"], **pool)], [("x", (1, 3, 7, 7))]),
+               {27: {"AVERAGE_POOL_2D": 1}})  # TFLite's SAME: one pool
+    # weights made by ConstantOfShape (the light zoo's): constants to the model, the node lowers to nothing
+    w_fill = h.make_tensor("v", TP.FLOAT, [1], [0.02])
+    yield Case("conv-constant-of-shape-weights", _graph(
+        [h.make_node("ConstantOfShape", ["wshape"], ["w"], value=w_fill),
+         h.make_node("ConstantOfShape", ["bshape"], ["b"], value=h.make_tensor("v", TP.FLOAT, [1], [-0.5])),
+         h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         h.make_node("ConstantOfShape", ["ashape"], ["a"], value=h.make_tensor("v", TP.FLOAT, [1], [0.25])),
+         h.make_node("Add", ["c", "a"], ["y"])], [("x", (1, 3, 6, 6))],
+        [("wshape", _i64(4, 3, 3, 3)), ("bshape", _i64(4)), ("ashape", _i64(1, 4, 6, 6))]),
+        {27: {"CONV_2D": 1, "ADD": 1}})
+
+
 CASES = [c for gen in (_split_cases, _slice_cases, _gather_cases, _pad_cases, _matmul_cases, _layernorm_cases,
-                       _conv1d_cases, _softmax_cases) for c in gen()]
+                       _conv1d_cases, _softmax_cases, _pool_lrn_fill_cases) for c in gen()]
 LOWERED = [(c, lv) for c in CASES for lv, want in c.levels.items() if not isinstance(want, str)]
 REFUSED = [(c, lv) for c in CASES for lv, want in c.levels.items() if isinstance(want, str)]
 
