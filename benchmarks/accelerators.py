@@ -126,6 +126,18 @@ def main() -> None:
                 "compresses the uniform values; the CPU fallback keeps the fills as nodes, so its equal folded "
                 "weights are stored once and the NNAPI program shares them: the thin artifacts, sharing "
                 "nothing, are the larger there).\n\n"
+                "Below 80% of the nodes: the two detectors, whose post-processing sizes are the data's. SSDlite: "
+                "its backbone, heads and box decoding are on the accelerator (385 / 295 nodes); of the 1,281 "
+                "left, 1,260 are the 90 per-class chains of 14 nodes (score > threshold, NonZero, Transpose, "
+                "two GatherND, two Shape, two Gather, Unsqueeze, Concat, ReduceMin for k = min(count, 300), "
+                "Reshape, TopK(k), ConstantOfShape for the labels), each sized by how many boxes pass the "
+                "threshold, and 21 join the classes and run the NMS (an If on 'no boxes', Squeeze / Concat / "
+                "Slice / Split of counts); on NNAPI the 90 Greater too (their bool results). Faster R-CNN: the "
+                "backbone, FPN and RPN convolutions are on it (154 nodes); the RPN's proposal selection "
+                "(TopK per level, NonZero on small boxes, NMS in an If), RoIAlign over the proposals, the box "
+                "head (two Gemm on the RoI count: their FLOPs are the 'unknown' ones) and the per-class "
+                "post-processing all have data-dependent sizes. A fixed-shape program (Core ML's here, NNAPI's) "
+                "cannot hold them; the build report names each node's reason.\n\n"
                 + "\n".join(lines) + "\n")
     with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
         json.dump(rows, f, indent=1)

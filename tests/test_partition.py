@@ -197,3 +197,22 @@ def test_a_shape_refusal_names_the_real_cause():
     assert "--input-shape" in SupportContext(m, PROFILE, {}).unknown_shape_hint()
     fixed = SupportContext(m, PROFILE, {"input_shapes": {"x": (1, 4)}}).unknown_shape_hint()
     assert "--input-shape" not in fixed and "depends on the input's values" in fixed
+
+
+def test_nnapi_names_a_data_dependent_size_before_the_element_type():
+    """A detector's per-class chain with fixed input shapes: NonZero's count depends on the scores, so
+    its int64 Transpose / GatherND are refused for that size (the real cause), not for being int64."""
+    from minirt.targets.nnapi import NNAPISpec
+    from minirt.targets.providers import SupportContext
+
+    nodes = [helper.make_node("Greater", ["x", "t"], ["keep"]), helper.make_node("NonZero", ["keep"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 50])],
+                          [helper.make_tensor_value_info("y", F, ["n"])],
+                          [numpy_helper.from_array(np.array(0.5, np.float32), "t")])
+    m, _ = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    ctx = SupportContext(m, get_target("android-api34"), {"input_shapes": {"x": (1, 50)}})
+    reasons = {n.op_type: NNAPISpec().supports(n, ctx)[1] for n in m.graph}
+    for op in ("NonZero", "Transpose", "GatherND"):
+        assert "has no static shape" in reasons[op] and "depends on the input's values" in reasons[op], reasons

@@ -127,9 +127,28 @@ def high_rank_cluster(node, ctx) -> list | None:
     return [n for n in ctx.model.graph if id(n) in members]
 
 
+def _unknown_shape(node, ctx) -> str | None:
+    """The refusal for the first run-time input or used output of ``node`` whose shape neither the graph
+    nor NNAPI's shape inference knows, else None.  Every NNAPI operand has static dims here, so this is
+    the real cause whatever else the trial lowering would meet first: with fixed input shapes, a size
+    that depends on the data (a detector's NonZero / TopK chain) says so rather than, say, that its
+    int64 indices have no NNAPI type."""
+    shapes = shapes_for(ctx)
+    used = [o for o in node.outputs if o is not None and o.name and (o.uses() or o.is_graph_output())]
+    for v in list(node.inputs) + used:
+        if (v is None or not v.name or shapes.get(id(v)) is not None or ctx.static_shape(v) is not None
+                or ctx.const(v) is not None):
+            continue
+        return f"value {v.name!r} has no static shape ({ctx.unknown_shape_hint()})"
+    return None
+
+
 def node_support(node, ctx, level: int) -> tuple[bool, str]:
     """Whether ``node`` lowers on its own at API ``level`` (the reason when not); a node joined to others
     by values of rank > 4 lowers together with them (:func:`high_rank_cluster`)."""
+    why = _unknown_shape(node, ctx)
+    if why is not None:
+        return False, why
     try:
         cluster = high_rank_cluster(node, ctx)
         if cluster is not None:
