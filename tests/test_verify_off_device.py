@@ -77,6 +77,23 @@ def test_coreml_partitions_verify_off_device(tmp_path, capsys):
     assert all("MIL evaluator" in r["runs_on"] for r in results)
 
 
+def test_a_corrupted_coreml_program_fails_verification(tmp_path, capsys, monkeypatch):
+    """A Core ML program whose conv weights were altered when it was lowered (the goldens still come from
+    onnxruntime on the source model): `minirt verify` reports the mismatch and exits 1."""
+    pytest.importorskip("coremltools")
+    from minirt.targets.coreml.lower import LowerEnv
+
+    const = LowerEnv.const
+    monkeypatch.setattr(LowerEnv, "const", lambda self, value: (
+        lambda w: -w - 1.0 if w is not None and w.ndim == 4 else w)(const(self, value)))
+    out = tmp_path / "macos.mrt"
+    assert cli.main(["build", str(DIGITS_ONNX), "-o", str(out), "--target", "macos",
+                     "--input-shape", "image=1x1x8x8"]) == 0
+    code, report = _verify(capsys, out)
+    statuses = [r["status"] for row in report["partitions"] for r in row["results"]]
+    assert code == 1 and "MISMATCH" in statuses, report
+
+
 def test_golden_outputs_come_from_onnxruntime_on_the_source_model():
     """The partitions' golden tensors are onnxruntime's values of the source model where the value
     kept its name through the passes; the caller's ModelProto is left as it was."""
