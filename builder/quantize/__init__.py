@@ -93,7 +93,7 @@ class QuantizeOptions:
     fuse_pool_flatten: bool = True  # quant_fuse_max_pool, quant_fuse_flatten
     fold_upsample_add: bool = True  # quant_fold_upsample_add, quant_fold_upsample_concat, quant_fold_channel_mul
     exclude: Sequence[str] = ()  # node names or op types kept float
-    weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights
+    weight_only: bool = True  # int8 storage for ConvTranspose / LSTM / GRU / RNN weights and embedding tables (Gather)
     # Static int8: a ConvTranspose with stride == kernel (no overlapping taps: the 2x2 / stride-2
     # upsampling of detection heads) computes in int8 (com.minirt::QConvTranspose, chained in uint8
     # with the int8 layers around it); a final one (feeding a model output) only when asked with
@@ -519,6 +519,9 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
         chained = chain_region and c.input in large_planes
         if _excluded(c, opts.exclude):
             report.kept_float.append({"node": c.name, "reason": "excluded by option"})
+        elif c.op_type == "Gather" and c.weight_elements < profile.weight_only_min_elements:
+            report.kept_float.append({"node": c.name, "reason": f"embedding table of {c.weight_elements} values: "
+                                      f"stored float (under weight_only_min_elements of {profile.name})"})
         elif c.kind == "convt" and (mode != "int8" or not opts.int8_conv_transpose
                                     or (c.final and not opts.quantize_final_conv_transpose)):
             if opts.weight_only:  # as any other ConvTranspose: int8 storage, float compute

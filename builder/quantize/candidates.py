@@ -4,7 +4,8 @@ A *candidate* is a Conv / FusedConv / Gemm / FusedGemm / MatMul / FusedMatMul
 whose weight is a constant float32 initializer (``kind`` "conv" / "matmul"),
 a ConvTranspose with stride == kernel ("convt": int8 in static mode), or,
 with ``weight_only``, another ConvTranspose or an LSTM / GRU / RNN whose
-weights are constant float32 ("weight-only": int8 storage, float compute).
+weights are constant float32, or a Gather of a constant float32 table's rows by
+run-time indices (an embedding) ("weight-only": int8 storage, float compute).
 :func:`find_candidates` also returns (node, reason) for the layers of those
 op types it refused.  Which candidates are quantized is the quantizer's
 choice (``builder/quantize/__init__.py``, rules read from the target
@@ -131,6 +132,18 @@ def unique_node_names(model: ir.Model) -> int:
     return renamed
 
 
+def _embedding(node: ir.Node, model: ir.Model) -> Candidate | None:
+    """A Gather of rows of a constant float32 table (rank >= 2) by run-time indices: an embedding, stored
+    int8 by row (weights-only); any other Gather is not a layer (no refusal: it moves activations)."""
+    data, indices = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+    table = qir.scoped_const(data, node, model) if data is not None else None
+    if table is None or table.dtype != np.float32 or table.ndim < 2 or indices is None:
+        return None
+    if int(irh.attr(node, "axis", 0)) != 0 or qir.scoped_const(indices, node, model) is not None:
+        return None
+    return Candidate(node.name, node.op_type, "weight-only", "", data.name, weight_elements=int(table.size))
+
+
 def _candidate(node: ir.Node, model: ir.Model, weight_only: bool, refused: list) -> Candidate | None:
     """The candidate ``node`` is, or None (not a layer; or refused: (name, reason) added to ``refused``)."""
     key = qir.key(node)
@@ -149,6 +162,8 @@ def _candidate(node: ir.Node, model: ir.Model, weight_only: bool, refused: list)
         w = node.inputs[1]
         return Candidate(node.name, node.op_type, "convt", node.inputs[0].name, w.name,
                          weight_elements=int(w.const_value.size))
+    if kind == "weight-only" and key == ("", "Gather"):
+        return _embedding(node, model)
     if kind == "weight-only":
         idx, _axis = qir.WEIGHT_ONLY_OPS[key]
         ws = [node.inputs[i] if i < len(node.inputs) else None for i in idx]

@@ -36,8 +36,9 @@ GEMM_OPS = {("", "Gemm"), (DOMAIN, FUSED_FORMS["Gemm"])}
 MATMUL_OPS = {("", "MatMul"), (DOMAIN, FUSED_FORMS["MatMul"])}
 CONV_TRANSPOSE_OPS = {("", "ConvTranspose"), (DOMAIN, FUSED_FORMS["ConvTranspose"])}
 # op -> (weight input indices, per-channel axis of the weight)
+# (Gather: an embedding table, the constant float32 data a run-time index picks rows of: int8 by row)
 WEIGHT_ONLY_OPS = {("", "ConvTranspose"): ((1,), 1), (DOMAIN, FUSED_FORMS["ConvTranspose"]): ((1,), 1), ("", "LSTM"): ((1, 2), 1),
-                   ("", "GRU"): ((1, 2), 1), ("", "RNN"): ((1, 2), 1)}
+                   ("", "GRU"): ((1, 2), 1), ("", "RNN"): ((1, 2), 1), ("", "Gather"): ((0,), 0)}
 
 
 def weight_only_inputs(node: ir.Node) -> tuple[tuple[int, ...], int]:
