@@ -403,6 +403,7 @@ def build(
     providers: Sequence[str] | str | None = None,
     weight_pack: int | None = None,
     cpu_fallback: bool = True,
+    coreml_precision: str | None = None,
 ) -> BuildReport:
     """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
 
@@ -429,6 +430,10 @@ def build(
     ``cpu_fallback=False`` (``--no-cpu-fallback``): a thin accelerator artifact: each partition keeps
     its provider program and golden tensors but not its CPU version (its nodes and the weights only
     they read); a session where the provider cannot run it refuses the artifact at load.
+
+    ``coreml_precision`` (``--coreml-precision``): "fp16" or "fp32", the compute precision of the Core ML
+    programs (None: the target's, fp16 on macos / ios); fp32 where activations leave float16's range
+    (``minirt verify`` reports an overflowing program).
     """
     say = progress or (lambda msg: None)
     if opt_level not in OPT_LEVELS:
@@ -442,6 +447,8 @@ def build(
     if providers is not None:
         profile = dataclasses.replace(profile, providers=_parse_providers(providers))
     cpu_only = all(p == CPU for p in profile.providers)  # (no accelerator provider on this target)
+    if coreml_precision not in (None, "fp16", "fp32"):
+        raise BuildError(f"coreml_precision must be 'fp16' or 'fp32', got {coreml_precision!r}")
     if not cpu_fallback and cpu_only:  # (said before the slow part)
         raise BuildError(f"--no-cpu-fallback: target {profile.name!r} has no accelerator provider "
                          f"({', '.join(profile.providers)}); there is no CPU fallback to leave out")
@@ -562,7 +569,9 @@ def build(
         # pinned inputs' values, which the built graph no longer takes as inputs)
         pinned_feeds = {name: np.asarray(p["values"], dtype=p["dtype"]).reshape(p["shape"]) for name, p in pinned.items()}
         plan = plan_partitions(model_ir, profile, {"input_shapes": shapes, "source": model,  # reorders model_ir.graph
-                                                   "pinned": pinned_feeds})
+                                                   "pinned": pinned_feeds,
+                                                   **({"coreml_precision": coreml_precision} if coreml_precision
+                                                      else {})})
         timings["partition"] = time.perf_counter() - t0
         if not cpu_fallback:
             if plan.partitions:
@@ -589,6 +598,7 @@ def build(
         "signed": sign_key is not None,
         "weight_pack": weight_pack,
         "cpu_fallback": cpu_fallback,
+        **({"coreml_precision": coreml_precision} if coreml_precision else {}),
     }
     _metadata(writer, info, options, profile)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).

@@ -234,6 +234,7 @@ def _build_options(args: argparse.Namespace) -> dict:
         providers=args.providers,
         weight_pack=args.weight_pack,
         cpu_fallback=not args.no_cpu_fallback,
+        coreml_precision=args.coreml_precision,
         disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
         input_values=args.input_value,
@@ -882,6 +883,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cpu-fallback", action="store_true",
                    help="a thin accelerator artifact: the partitions' provider programs without their CPU "
                         "version (a device where the provider cannot run a partition refuses the artifact)")
+    p.add_argument("--coreml-precision", default=None, choices=("fp16", "fp32"),
+                   help="compute precision of the Core ML programs (default: the --target's, fp16); fp32 where "
+                        "activations leave float16's range (minirt verify reports an overflowing program)")
     p.add_argument("--weight-pack", type=int, default=None, choices=(0, 8, 16, 32), metavar="N",
                    help="store conv / MatMul / Gemm weights packed for the native kernels' panels of N output "
                         "channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: off), so the first "

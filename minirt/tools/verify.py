@@ -123,6 +123,7 @@ def _coreml_on_mil_evaluator(blob, partition, artifact, options):
 
 def _compare(who, outs, golden, rtol):
     max_abs, max_rel = 0.0, 0.0
+    non_finite = 0  # values the program made NaN / infinite where the golden output is finite
     for got, want in zip(outs, golden):
         if np.asarray(want).dtype.kind in "OUS" or np.asarray(got).dtype.kind in "OUS":
             # labels (strings): equal or not; a difference counts as a relative error of 1
@@ -140,12 +141,14 @@ def _compare(who, outs, golden, rtol):
         with np.errstate(invalid="ignore"):  # (inf - inf: NaN, made infinite below)
             diff = np.where(same, 0.0, np.abs(got - want))
         diff[np.isnan(diff)] = np.inf
+        non_finite += int(np.count_nonzero(~np.isfinite(got) & np.isfinite(want)))
         err = float(diff.max()) if want.size else 0.0
         finite = want[np.isfinite(want)]
         scale = float(np.abs(finite).max()) if finite.size else 0.0
         max_abs = max(max_abs, err)
         max_rel = max(max_rel, err / scale if scale else err)
-    return {"runs_on": who, "max_abs": max_abs, "max_rel": max_rel, "status": "ok" if max_rel <= rtol else "MISMATCH"}
+    return {"runs_on": who, "max_abs": max_abs, "max_rel": max_rel, "non_finite": non_finite,
+            "status": "ok" if max_rel <= rtol else "MISMATCH"}
 
 
 def format_verify(report: dict) -> str:
@@ -159,6 +162,11 @@ def format_verify(report: dict) -> str:
         for r in row["results"]:
             if "max_abs" in r:
                 lines.append(f"{head} on {r['runs_on']}: max abs {r['max_abs']:.3g}, max rel {r['max_rel']:.3g} -> {r['status']}")
+                if r.get("non_finite"):
+                    hint = (" (float16 overflow? build with --coreml-precision fp32)"
+                            if row["provider"] == "coreml" else "")
+                    lines.append(f"  {r['non_finite']} output value(s) are NaN or infinite where the golden ones are "
+                                 f"finite{hint}")
             else:
                 lines.append(f"{head}: {r['status']}")
     if not report["partitions"]:
