@@ -245,11 +245,7 @@ def _is_constant(value: ir.Value) -> bool:
     """Whether ``value`` is a constant to a provider program (:func:`_const_array` without making it)."""
     if value.is_graph_input():
         return False
-    if value.const_value is not None or _filled_constant(value) is not None:
-        return True
-    producer = value.producer()
-    return (producer is not None and producer.domain in ("", "ai.onnx") and producer.op_type == "Constant"
-            and _const_array(value) is not None)
+    return value.const_value is not None or _filled_constant(value) is not None or _const_array(value) is not None
 
 
 def _const_array(value: ir.Value) -> np.ndarray | None:

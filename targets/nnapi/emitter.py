@@ -67,6 +67,19 @@ def shapes_for(ctx) -> dict:
     return cache[1]
 
 
+def known_shape(v, ctx, shapes: dict) -> tuple | None:
+    """The static shape of ``v`` from NNAPI's shape inference (``shapes``: :func:`shapes_for`), the graph,
+    or its constant value; None when none of them knows it (a size that depends on the data)."""
+    s = shapes.get(id(v))
+    if s is None:
+        s = ctx.static_shape(v)
+    if s is None:
+        c = ctx.const(v)
+        if c is not None:
+            s = tuple(c.shape)
+    return s
+
+
 class Lowerer(Emitter):
     """The NNAPI model under construction for one partition: what the rules of ``targets.nnapi.rules`` emit into.
 
@@ -99,13 +112,7 @@ class Lowerer(Emitter):
     def shape(self, v, any_rank: bool = False) -> tuple:
         """The static shape of ``v``; Unsupported when unknown, empty, or of rank > 4 (unless ``any_rank``:
         for the rules of HIGH_RANK_OPS, which store such a value in a rank-4 operand)."""
-        s = self.shapes.get(id(v))
-        if s is None:
-            s = self.ctx.static_shape(v)
-        if s is None:
-            c = self.ctx.const(v)
-            if c is not None:
-                s = tuple(c.shape)
+        s = known_shape(v, self.ctx, self.shapes)
         if s is None:
             raise Unsupported(f"value {v.name!r} has no static shape ({self.ctx.unknown_shape_hint()})")
         if len(s) > MAX_RANK and not any_rank:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from minirt.targets.nnapi import oplevels as C
-from minirt.targets.nnapi.emitter import INT64_READERS, MAX_RANK, TO_NCHW, Lowerer, Unsupported, shapes_for
+from minirt.targets.nnapi.emitter import INT64_READERS, MAX_RANK, TO_NCHW, Lowerer, Unsupported, known_shape, shapes_for
 from minirt.targets.nnapi.model import NNModel
 from minirt.targets.nnapi.rules import RULES
 
@@ -136,10 +136,8 @@ def _unknown_shape(node, ctx) -> str | None:
     shapes = shapes_for(ctx)
     used = [o for o in node.outputs if o is not None and o.name and (o.uses() or o.is_graph_output())]
     for v in list(node.inputs) + used:
-        if (v is None or not v.name or shapes.get(id(v)) is not None or ctx.static_shape(v) is not None
-                or ctx.const(v) is not None):
-            continue
-        return f"value {v.name!r} has no static shape ({ctx.unknown_shape_hint()})"
+        if v is not None and v.name and known_shape(v, ctx, shapes) is None:
+            return f"value {v.name!r} has no static shape ({ctx.unknown_shape_hint()})"
     return None
 
 

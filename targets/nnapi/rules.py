@@ -389,11 +389,16 @@ def _pool(low, node, code):
         _average_pool_padded(low, node, x, xs, ys, kernel, strides, (top, left, bottom, right))
         return
     y = low.out_tensor(Y)
-    ins = [x, low.m.i32(left), low.m.i32(right), low.m.i32(top), low.m.i32(bottom),
-           low.m.i32(strides[1]), low.m.i32(strides[0]), low.m.i32(kernel[1]), low.m.i32(kernel[0]),
-           low.m.i32(C.FUSED_NONE)]
-    low.emit(code, ins, [y])
+    low.emit(code, _pool_inputs(low, x, (top, left, bottom, right), strides, kernel), [y])
     low.bind(Y, y)
+
+
+def _pool_inputs(low, x: int, pads, strides, kernel) -> list:
+    """The operands of an explicit-padding AVERAGE_POOL_2D / MAX_POOL_2D: input, pads (left, right,
+    top, bottom), strides and filter (width, height), no fused activation."""
+    top, left, bottom, right = pads
+    return [x, low.m.i32(left), low.m.i32(right), low.m.i32(top), low.m.i32(bottom), low.m.i32(strides[1]),
+            low.m.i32(strides[0]), low.m.i32(kernel[1]), low.m.i32(kernel[0]), low.m.i32(C.FUSED_NONE)]
 
 
 def _average_pool_padded(low, node, x, xs, ys, kernel, strides, pads) -> None:
@@ -408,9 +413,7 @@ def _average_pool_padded(low, node, x, xs, ys, kernel, strides, pads) -> None:
     Y = node.outputs[0]
     y = low.out_tensor(Y)
     whole = y if int(attr(node, "count_include_pad", 0)) else low.tmp(low.dims_of(y))
-    low.emit(C.AVERAGE_POOL_2D, [padded] + [low.m.i32(0)] * 4 + [
-        low.m.i32(strides[1]), low.m.i32(strides[0]), low.m.i32(kernel[1]), low.m.i32(kernel[0]),
-        low.m.i32(C.FUSED_NONE)], [whole])
+    low.emit(C.AVERAGE_POOL_2D, _pool_inputs(low, padded, (0, 0, 0, 0), strides, kernel), [whole])
     if whole != y:
         counts = [np.minimum(np.arange(n) * s - b + k, size) - np.maximum(np.arange(n) * s - b, 0)
                   for n, s, b, k, size in zip(ys[2:], strides, (top, left), kernel, xs[2:])]
