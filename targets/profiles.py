@@ -59,6 +59,13 @@ class TargetProfile:
     # Grouped convs (not depthwise) with fewer output channels per group than this stay float (0: none):
     # each group is a GEMM of a few rows (RegNet's groups of 8-16 channels 2.1-2.9x float on AVX2).
     int8_min_group_outputs: int = 0
+    # Pointwise convs (1x1, ungrouped) writing planes of at least int8_large_plane pixels per channel stay
+    # float below int8_min_large_plane_reduction input channels (0: no such rule): their float input and
+    # output no longer fit in L2 beside each other, and int8's extra pass over the input (its
+    # quantization) costs more than the shorter products save (RegNetY-400MF's 32 -> 48 conv at 112 x 112:
+    # 740 against 542 us in float on a Zen 4 with VNNI, D171).
+    int8_large_plane: int = 0
+    int8_min_large_plane_reduction: int = 0
     # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
     # the dequantize node costs more than the few bytes it saves.
     weight_only_min_elements: int = 1024
@@ -94,6 +101,8 @@ class TargetProfile:
                 "int8_min_window_reduction": self.int8_min_window_reduction,
                 "int8_min_pointwise_outputs": self.int8_min_pointwise_outputs,
                 "int8_min_group_outputs": self.int8_min_group_outputs,
+                "int8_large_plane": self.int8_large_plane,
+                "int8_min_large_plane_reduction": self.int8_min_large_plane_reduction,
                 "weight_only_min_elements": self.weight_only_min_elements}
 
     def as_metadata(self) -> dict:
@@ -121,8 +130,11 @@ AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32, "i
 # 0.70x, 64 -> 384 at 14 x 14 0.59x; the 3 x 3 stride-2 stem over 3 channels 1.09x (reduction 27:
 # int8_min_window_reduction 32).  Whole models, int8 / float: MobileNetV2 0.84 -> 0.72, MobileNetV3-Large
 # 0.79 -> 0.70, SqueezeNet 0.78 -> 0.69, RegNetY-400MF 0.83 -> 0.78 (the Zen 5 fit of D30 had 16 channels
-# paying; these rules follow this host).
-VNNI_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 32, "int8_min_pointwise_outputs": 32}
+# paying; these rules follow this host).  On large planes the pointwise threshold is higher (measured on an
+# AMD Zen 4 with VNNI, D171): 32 -> 48 at 112 x 112 1.36x float (RegNetY-400MF), while 24 -> 144 at 56 x 56
+# is 0.89x (MobileNetV2) and the 32 -> 48 stride-2 1 x 1 conv from 112 x 112 to 56 x 56 0.83x.
+VNNI_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 32, "int8_min_pointwise_outputs": 32,
+                   "int8_large_plane": 112 * 112, "int8_min_large_plane_reduction": 48}
 # Without native kernels int8 layers dequantize and multiply in float: slower than float (assumed).
 NO_NATIVE_INT8_MACS = 0.5
 # int8_macs_per_float_mac where the int8 GEMM has a dot product (VNNI, SDOT): fitted on the Zen 5 VNNI

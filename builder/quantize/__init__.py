@@ -73,7 +73,8 @@ class QuantizeOptions:
     # on large planes in static int8; pointwise convs over few channels; the weights-only threshold of
     # the layers they keep float) describe the device: fields of the target profile
     # (targets/profiles.py: int8_depthwise, int8_depthwise_min_plane, int8_min_reduction, int8_min_window_reduction,
-    # int8_min_pointwise_outputs, int8_min_group_outputs, weight_only_min_elements), passed to quantize() as ``target``.
+    # int8_min_pointwise_outputs, int8_min_group_outputs, int8_large_plane, int8_min_large_plane_reduction,
+    # weight_only_min_elements), passed to quantize() as ``target``.
     # Depthwise convs quantized in static int8 take their input scales per channel (one scale for the
     # tensor instead: PP-OCR det's max abs error vs float 0.70 -> 0.99).
     depthwise_per_channel_inputs: bool = True
@@ -538,6 +539,13 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
               and 0 < c.outputs < profile.int8_min_pointwise_outputs):
             keep_float(c, f"pointwise conv to {c.outputs} channels: float is faster than int8 on {profile.name} "
                                "(int8_min_pointwise_outputs of the target profile)")
+        elif (c.kind == "conv" and c.window == 1 and not c.group_outputs and not chained
+              and profile.int8_large_plane and c.plane // c.strides >= profile.int8_large_plane
+              and 0 < c.reduction < profile.int8_min_large_plane_reduction):
+            # (the output plane: a strided 1x1 conv reads a part of its input, and int8 pays there)
+            keep_float(c, f"pointwise conv over {c.reduction} channels writing planes of {c.plane // c.strides} "
+                          f"pixels: float is faster than int8 on {profile.name} (int8_min_large_plane_reduction "
+                          "of the target profile)")
         elif c.kind == "conv" and 0 < c.group_outputs < profile.int8_min_group_outputs:
             keep_float(c, f"grouped conv of {c.group_outputs} output channels per group: float is faster than "
                                f"int8 on {profile.name} (int8_min_group_outputs of the target profile)")

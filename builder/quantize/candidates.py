@@ -206,6 +206,7 @@ def _candidate(node: ir.Node, model: ir.Model, weight_only: bool, refused: list)
                      depthwise=depthwise, reduction=reduction,
                      window=int(np.prod(warr.shape[2:])) if kind == "conv" else 1,
                      plane=_plane(x) if kind == "conv" else 0,
+                     strides=int(np.prod(irh.attr(node, "strides", None) or (1,))) if kind == "conv" else 1,
                      group_outputs=warr.shape[0] // group if kind == "conv" and group > 1 and not depthwise
                      else 0,
                      outputs=int(warr.shape[0]) if kind == "conv" else 0)

@@ -76,6 +76,7 @@ class Candidate:
     reduction: int = 0  # multiply-adds per output value (Conv: C/group*KH*KW; MatMul/Gemm: K)
     window: int = 1  # Conv: KH*KW (1 for a pointwise conv, which needs no im2col in float either)
     plane: int = 0  # Conv: input pixels per channel (H*W) when the input shape is static, else 0
+    strides: int = 1  # Conv: the product of its strides (the output plane is about plane / strides)
     group_outputs: int = 0  # a grouped Conv (1 < group, not depthwise): output channels per group, else 0
     outputs: int = 0  # Conv: output channels (M), else 0
     weight_only: bool = False  # a conv computed in float with int8-stored weights (set by the quantizer)

@@ -81,16 +81,18 @@ def test_speed_rules_apply_on_large_planes_without_a_depthwise_conv(tmp_path):
     assert _kept(report, "int8_min_pointwise_outputs") == {"narrow"}
 
 
-def _pointwise_model(path, hidden: int, out: int):
-    """x (1, 32, 12, 12) -> Conv 1x1 32 -> hidden ("narrow") -> Relu -> Conv 1x1 hidden -> out ("wide")."""
+def _pointwise_model(path, hidden: int, out: int, stride: int = 1):
+    """x (1, 32, 12, 12) -> Conv 1x1 32 -> hidden ("narrow", of ``stride``) -> Relu -> Conv 1x1 hidden -> out
+    ("wide")."""
     rng = np.random.default_rng(0)
     w1 = rng.standard_normal((hidden, 32, 1, 1)).astype(np.float32) * 0.2
     w2 = rng.standard_normal((out, hidden, 1, 1)).astype(np.float32) * 0.2
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="narrow", kernel_shape=[1, 1]),
+    side = 12 // stride
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="narrow", kernel_shape=[1, 1], strides=[stride] * 2),
              helper.make_node("Relu", ["a"], ["r"], name="relu"),
              helper.make_node("Conv", ["r", "w2"], ["y"], name="wide", kernel_shape=[1, 1])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 12, 12])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out, side, side])],
                               [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -123,6 +125,32 @@ def test_pointwise_outputs_rule_leaves_windowed_and_grouped_convs(tmp_path):
                       target=_generic(int8_min_pointwise_outputs=1000))
     assert _kept(report, "int8_min_pointwise_outputs") == {"pointwise"}  # (its 32 outputs < 1000)
     assert "grouped" in report.quantized
+
+
+@pytest.mark.parametrize("plane,stride,kept", [(0, 1, set()), (100, 1, {"narrow"}), (200, 1, set()),
+                                                (100, 2, set())])
+def test_large_plane_reduction_rule(tmp_path, plane, stride, kept):
+    """32 -> 48 -> 64 channels on 12 x 12 = 144-pixel planes: with int8_large_plane 100 and
+    int8_min_large_plane_reduction 48, the conv over 32 channels stays float and the one over 48 does
+    not; planes under int8_large_plane (200), the rule off (0), or a stride-2 conv whose output plane (36
+    pixels) is under it leave both int8 (D171)."""
+    model = _pointwise_model(tmp_path / "p.onnx", hidden=48, out=64, stride=stride)
+    rng = np.random.default_rng(7)
+    calib = [{"x": rng.standard_normal((1, 32, 12, 12)).astype(np.float32)} for _ in range(3)]
+    report = quantize(model, "int8", calib, QuantizeOptions(quantize_final=True, **NO_TIMING),
+                      target=_generic(int8_large_plane=plane, int8_min_large_plane_reduction=48))
+    assert _kept(report, "int8_min_large_plane_reduction") == kept
+    assert {"narrow", "wide"} - kept <= set(report.quantized)
+    if kept:
+        assert any("over 32 channels writing planes of 144 pixels" in k["reason"] for k in report.kept_float)
+
+
+def test_vnni_rules_raise_the_pointwise_threshold_on_large_planes():
+    """The VNNI host's rules carry the large-plane rule; the generic profile leaves it off."""
+    assert VNNI_INT8_RULES["int8_large_plane"] == 112 * 112
+    assert VNNI_INT8_RULES["int8_min_large_plane_reduction"] > VNNI_INT8_RULES["int8_min_reduction"]
+    assert get_target("generic").int8_large_plane == 0
+    assert "int8_min_large_plane_reduction" in get_target("generic").int8_speed_rules()
 
 
 def _grouped_model(path, groups: int):
