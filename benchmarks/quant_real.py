@@ -239,7 +239,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calib", type=int, default=8, help="calibration feeds (the benchmark feed + draws)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--out", default=str(HERE))
+    realworld.add_native_kernels_flag(ap)
     args = ap.parse_args(argv)
+    realworld.require_native_kernels(ap, args.allow_numpy_kernels)
     from minirt import native
 
     results = []

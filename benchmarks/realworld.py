@@ -64,6 +64,24 @@ class Model:
 # --------------------------------------------------------------------------- helpers
 
 
+def add_native_kernels_flag(ap) -> None:
+    """The ``--allow-numpy-kernels`` option of the timing scripts (see :func:`require_native_kernels`)."""
+    ap.add_argument("--allow-numpy-kernels", action="store_true",
+                    help="run even when minirt's native kernels are not active (the numpy fallback's figures)")
+
+
+def require_native_kernels(ap, allowed: bool) -> None:
+    """Stop (``ap.error``) unless minirt's native kernels are active or ``allowed``: a checkout whose extension
+    was never compiled (a fresh clone run with another checkout's editable install) times the numpy
+    fallback, 1.4-18x slower, and only the table's header said so."""
+    from minirt import native
+
+    if not native.available and not allowed:
+        ap.error(f"minirt's native kernels are not active here ({native.describe()}): the figures would be "
+                 f"the numpy fallback's.  Compile them (python minirt/native/build_native.py, or reinstall "
+                 f"minirt) or pass --allow-numpy-kernels")
+
+
 def _package_file(package: str, *parts: str) -> str:
     """A file shipped inside an installed package (as tests/test_real_models.py locates them)."""
     spec = importlib.util.find_spec(package)

@@ -505,20 +505,14 @@ def main(argv=None) -> int:
     ap.add_argument("--reexport", action="store_true", help="export the real models again (ignore the cache)")
     ap.add_argument("--out", default=str(HERE), help="directory for results.md/.json/.png (default benchmarks/)")
     ap.add_argument("--replot", action="store_true", help="only redraw results.png from results.json")
-    ap.add_argument("--allow-numpy-kernels", action="store_true",
-                    help="run even when minirt's native kernels are not active (the numpy fallback's figures)")
+    realworld.add_native_kernels_flag(ap)
     args = ap.parse_args(argv)
     # The real set writes results.*, the synthetic micro-benchmarks results_synthetic.*
     stem = "results" if args.which == "real" else "results_synthetic"
     if args.replot:
         data = json.loads((Path(args.out) / f"{stem}.json").read_text(encoding="utf-8"))
         return 0 if plot(data["results"], Path(args.out) / f"{stem}.png") else 1
-    if not native.available and not args.allow_numpy_kernels:
-        # (a checkout whose extension was never compiled, e.g. a fresh clone run with another checkout's
-        # editable install: its table would be the numpy fallback's, 1.4-18x slower, said only in its header)
-        ap.error(f"minirt's native kernels are not active here ({native.describe()}): the figures would be "
-                 f"the numpy fallback's.  Compile them (python minirt/native/build_native.py, or reinstall "
-                 f"minirt) or pass --allow-numpy-kernels")
+    realworld.require_native_kernels(ap, args.allow_numpy_kernels)
     known = catalogue(args.which)
     names = [m for m in args.models.split(",") if m] or list(known)
     unknown = [m for m in names if m not in known]
