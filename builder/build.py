@@ -449,6 +449,8 @@ def build(
     cpu_only = all(p == CPU for p in profile.providers)  # (no accelerator provider on this target)
     if coreml_precision not in (None, "fp16", "fp32"):
         raise BuildError(f"coreml_precision must be 'fp16' or 'fp32', got {coreml_precision!r}")
+    # (the Core ML provider's option, recorded in build.options too; absent: the target's precision)
+    precision_option = {"coreml_precision": coreml_precision} if coreml_precision else {}
     if not cpu_fallback and cpu_only:  # (said before the slow part)
         raise BuildError(f"--no-cpu-fallback: target {profile.name!r} has no accelerator provider "
                          f"({', '.join(profile.providers)}); there is no CPU fallback to leave out")
@@ -569,9 +571,7 @@ def build(
         # pinned inputs' values, which the built graph no longer takes as inputs)
         pinned_feeds = {name: np.asarray(p["values"], dtype=p["dtype"]).reshape(p["shape"]) for name, p in pinned.items()}
         plan = plan_partitions(model_ir, profile, {"input_shapes": shapes, "source": model,  # reorders model_ir.graph
-                                                   "pinned": pinned_feeds,
-                                                   **({"coreml_precision": coreml_precision} if coreml_precision
-                                                      else {})})
+                                                   "pinned": pinned_feeds, **precision_option})
         timings["partition"] = time.perf_counter() - t0
         if not cpu_fallback:
             if plan.partitions:
@@ -598,7 +598,7 @@ def build(
         "signed": sign_key is not None,
         "weight_pack": weight_pack,
         "cpu_fallback": cpu_fallback,
-        **({"coreml_precision": coreml_precision} if coreml_precision else {}),
+        **precision_option,
     }
     _metadata(writer, info, options, profile)
     # The device's CPU facts and the defaults derived from them (targets/profiles.py).
