@@ -66,6 +66,11 @@ class TargetProfile:
     # 740 against 542 us in float on a Zen 4 with VNNI, D171).
     int8_large_plane: int = 0
     int8_min_large_plane_reduction: int = 0
+    # int8 weights of the layers the int8 GEMM computes keep every pair it multiplies side by side
+    # within |w0| + |w1| <= 128 (builder/quantize/weights.py, quantize_pair_limited), where that GEMM adds
+    # the two u8 x s8 products in an int16 (AVX2 without VNNI: vpmaddubsw, exact then, twice the products
+    # per instruction of the widening route, D172).
+    int8_pair_limited_weights: bool = False
     # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
     # the dequantize node costs more than the few bytes it saves.
     weight_only_min_elements: int = 1024
@@ -103,6 +108,7 @@ class TargetProfile:
                 "int8_min_group_outputs": self.int8_min_group_outputs,
                 "int8_large_plane": self.int8_large_plane,
                 "int8_min_large_plane_reduction": self.int8_min_large_plane_reduction,
+                "int8_pair_limited_weights": self.int8_pair_limited_weights,
                 "weight_only_min_elements": self.weight_only_min_elements}
 
     def as_metadata(self) -> dict:
@@ -113,15 +119,19 @@ class TargetProfile:
         return out
 
 
-# The int8 speed rules of x86-64 without VNNI (AVX2's exact int16 products, D80), measured on a Zen 3
-# host, int8 / float of single layers at 1 thread: pointwise over 16 -> 96 channels at 112 x 112
-# 1.54x, 24 -> 144 1.31x, 32 -> 16 1.12x, 32 -> 192 1.09x, 48 -> 192 0.97x, 144 -> 24 0.92x,
-# 320 -> 1280 0.80x; a 3 x 3 conv over 3 channels (stem) 1.57x, over 16 channels 0.97x; grouped 3 x 3
-# convs of 8 channels per group (RegNet) 2.6-2.9x, of 16 per group 2.2x.
+# The int8 speed rules of x86-64 without VNNI: pair-limited weights (D172) let the GEMM multiply with
+# vpmaddubsw, exact.  Measured on a Zen 3 host, int8 / float of single Conv + Relu layers at 1 thread
+# (interleaved thread time): pointwise 8 -> 48 at 112 x 112 1.01x, 16 -> 16 1.06x, 16 -> 48 0.97x, 12 -> 72
+# at 56 x 56 1.00x, 24 -> 72 0.87x, 24 -> 144 0.76x, 40 -> 120 at 28 x 28 0.77x, 48 -> 192 0.71x, 320 ->
+# 1280 at 7 x 7 0.61x (int8_min_reduction 24); 3 x 3 windows over 3 channels (stems, stride 2) 1.19-1.30x,
+# over 4 0.98x, 6 1.01x, 8 0.69x, 16 0.77x, 64 0.70x, 7 x 7 over 3 (ResNet's stem) 0.83x
+# (int8_min_window_reduction 64); grouped 3 x 3 convs of 4-8 outputs per group 1.85-2.3x, 32 per group
+# 1.56x, 64 per group 1.12-1.16x (int8_min_group_outputs 128: assumed to pay only beyond).  Before D172
+# (the widening int16 route, D80) int8 paid only from 48 channels.
 # Depthwise convs stay float on every plane (int8_depthwise_min_plane 0: the large-plane exception is for the
 # VNNI depthwise kernel).
-AVX2_INT8_RULES = {"int8_min_reduction": 48, "int8_min_window_reduction": 32, "int8_min_group_outputs": 32,
-                   "int8_macs_per_float_mac": 1.1, "int8_depthwise_min_plane": 0}
+AVX2_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 64, "int8_min_group_outputs": 128,
+                   "int8_macs_per_float_mac": 1.6, "int8_depthwise_min_plane": 0, "int8_pair_limited_weights": True}
 # The int8 speed rules of an x86-64 host with AVX512-VNNI, measured on an Intel Xeon (model 167, 2-vCPU
 # VM) at 1 thread, int8 / float of single layers (each followed by a float layer, D144): pointwise over
 # 16 -> 96 channels at 112 x 112 1.19x, 16 -> 48 1.25x, 16 -> 16 1.7x (reduction 16: int8_min_reduction

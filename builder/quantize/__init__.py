@@ -65,6 +65,10 @@ class QuantizeOptions:
     per_channel: bool = True  # weights: one scale per output channel (else one per tensor)
     symmetric_activations: bool = False  # int8 with zero point 0 instead of asymmetric uint8
     reduce_range: bool = False  # 7-bit weights (+-63) for int8 dot products that saturate in 16 bits
+    # int8 and int8-dynamic: 8-bit weights whose pairs the int8 GEMM multiplies side by side stay within
+    # |w0| + |w1| <= 128, for GEMMs that add such pairs in 16 bits (AVX2 without VNNI, D172); None: the
+    # target's int8_pair_limited_weights decides
+    pair_limited_weights: bool | None = None
     # the layers that feed the model's outputs compute in int8 too (D149: as onnxruntime's quantize_static;
     # the accuracy budget puts them back in float when their rounding costs too much); False: they compute
     # in float32 from int8-stored weights (D127)
@@ -633,11 +637,24 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
     if not opts.per_channel:
         report.warnings.append("per-tensor weight scales requested: accuracy is usually lower")
     ranges = _calibrate(selected, data, opts, report, say) if mode == "int8" else None
+    pair_limited = not opts.reduce_range and (
+        profile.int8_pair_limited_weights if opts.pair_limited_weights is None else opts.pair_limited_weights)
+    report.pair_limited_weights = pair_limited
+    means = {}
+    if mode == "int8" and "int8_bias_correction" not in disabled and data.calib:
+        t0 = time.perf_counter()
+        weights = {c.weight for c in selected if c.kind in ("conv", "matmul")}
+        say(f"int8 bias correction: mean layer inputs on {len(data.calib)} feed(s)")
+        means = mean_inputs(data.float_model, weights, data.calib)
+        report.timings["bias_correction_means"] = time.perf_counter() - t0
+
+    weight_cache: dict = {}  # (each weight rounded once for the rewrites below)
 
     def rewrite(m: ir.Model, chosen: Sequence[Candidate]):
         context = QuantContext(selected=list(chosen), ranges=ranges, reduce_range=opts.reduce_range,
-                               symmetric=opts.symmetric_activations, per_channel=opts.per_channel,
-                               chain=opts.chain_int8)
+                               pair_limited=pair_limited, int8_means=means, weight_cache=weight_cache,
+                               symmetric=opts.symmetric_activations,
+                               per_channel=opts.per_channel, chain=opts.chain_int8)
         return quant_passes.rewrite(m, mode, context, disabled)
 
     # (the default budget unless the user gave one, or said "none")

@@ -1,6 +1,6 @@
-"""fp16 rounding-error bias correction.
+"""Weight rounding-error bias correction (fp16, and the int8 weights of static int8).
 
-Storing a Conv / Gemm weight ``W`` as float16 changes it by ``dW = fp16(W) - W``,
+Storing a Conv / Gemm weight ``W`` as float16 (or int8) changes it by ``dW = fp16(W) - W``,
 which shifts each output channel by ``dW · E[x patch]`` on average.  With the mean
 input patch of each layer (measured on the float model over calibration data),
 ``-dW · E[x patch]`` is folded into the layer's (float32) bias, so the mean output
@@ -98,10 +98,13 @@ def _fp16_roundtrip(w: np.ndarray) -> np.ndarray:
     return (w * np.float32(2.0 ** exp)).astype(np.float16).astype(np.float32) * np.float32(2.0 ** -exp)
 
 
-def correct_biases(model: ir.Model, names, means: dict) -> int:
+def correct_biases(model: ir.Model, names, means: dict, roundtrip=None, suffix: str = "fp16_bias") -> int:
     """Fold ``-dW · E[x patch]`` into the bias of each Conv/Gemm reading a weight of ``names``.
 
-    Call before :func:`convert_to_fp16` (same ``names``).  Returns the number of layers corrected.
+    ``roundtrip(w, node)``: the weight ``w`` of ``node`` as the layer will compute with it (default: its
+    float16 round trip, whatever the node; then call before :func:`convert_to_fp16`, same ``names``), or
+    None to leave the layer alone.  The new biases are named ``<node>_<suffix>``.  Returns the number of
+    layers corrected.
     """
     graph = model.graph
     done = 0
@@ -110,7 +113,10 @@ def correct_biases(model: ir.Model, names, means: dict) -> int:
         if mean is None:
             continue
         w = graph.initializers[wname].const_value.numpy().astype(np.float32)
-        dw = (_fp16_roundtrip(w) - w).astype(np.float64)
+        stored = _fp16_roundtrip(w) if roundtrip is None else roundtrip(w, node)
+        if stored is None:
+            continue
+        dw = (stored - w).astype(np.float64)
         if (node.domain or "", node.op_type) in _CONV:
             group = int(irh.attr(node, "group", 1))
             o = w.shape[0]
@@ -142,11 +148,11 @@ def correct_biases(model: ir.Model, names, means: dict) -> int:
                 continue
             bias = np.broadcast_to(bias.reshape(-1), (n_out,)).astype(np.float32)
         new = (bias.astype(np.float64) - scale * delta).astype(np.float32)
-        bname = f"{node.name or wname}_fp16_bias"
+        bname = f"{node.name or wname}_{suffix}"
         k = 0
         while bname in graph.initializers:
             k += 1
-            bname = f"{node.name or wname}_fp16_bias{k}"
+            bname = f"{node.name or wname}_{suffix}{k}"
         bv = ir.Value(name=bname, shape=ir.Shape(new.shape), type=ir.TensorType(ir.DataType.FLOAT),
                       const_value=ir.tensor(new, name=bname))
         graph.register_initializer(bv)

@@ -20,13 +20,15 @@ Invariants the passes rely on: a replaced node's outputs keep their names
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import functools
+from typing import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
 from minirt.builder import ir_helpers as irh
-from minirt.builder.quantize.weights import activation_params, activation_params_per_channel, quantize_per_channel
+from minirt.builder.quantize.weights import (activation_params, activation_params_per_channel, limit_conv_pair_sums,
+                                             limit_pair_sums, quantize_pair_limited, quantize_per_channel)
 from minirt.vocabulary import FUSED_FORMS
 
 DOMAIN = irh.MINIRT_DOMAIN
@@ -99,6 +101,14 @@ class QuantContext:
     selected: Sequence[Candidate] = ()
     ranges: dict | None = None
     reduce_range: bool = False
+    # the int8 GEMM layers' weights keep |w0| + |w1| <= 128 for the pairs it multiplies side by side (D172)
+    pair_limited: bool = False
+    # static int8: {layer output name: mean input patch} on the float model over the calibration data
+    # (pass int8_bias_correction)
+    int8_means: dict = dataclasses.field(default_factory=dict)
+    # quantize_weight's results by (weight name, its arguments), shared by the rewrites of one build (the
+    # budget's fitting rewrites clones of one model) and by the passes that round a weight as quant_layers does
+    weight_cache: dict = dataclasses.field(default_factory=dict)
     symmetric: bool = False
     per_channel: bool = True
     chain: bool | str = "depthwise"
@@ -116,6 +126,43 @@ class QuantContext:
     # Pass fields read by the optimizer's passes; the quantizer's ignore them.
     input_shapes: dict = dataclasses.field(default_factory=dict)
     opt_level: int = 2
+
+
+def weight_layout(node: ir.Node, kind: str, depthwise: bool = False) -> tuple[int, Callable | None]:
+    """(the output-channel axis of the weight (input 1) of ``node``, a candidate of ``kind``; how the int8
+    GEMM pairs the weight's values: a limit_pair_sums-like function of the int8 array for
+    :func:`quantize_weight`, or None where no GEMM multiplies it, a depthwise conv)."""
+    if kind == "convt":  # W (C, M, kH, kW): one scale per output channel M; the GEMM's rows run along C
+        return 1, functools.partial(limit_pair_sums, axis=0)
+    if kind == "conv":
+        group = int(irh.attr(node, "group", 1))
+        return 0, None if depthwise else functools.partial(limit_conv_pair_sums, group=group)
+    if key(node) in GEMM_OPS and int(irh.attr(node, "transB", 0)):  # B (N, K)
+        return 0, functools.partial(limit_pair_sums, axis=1)
+    return 1, functools.partial(limit_pair_sums, axis=0)  # B (K, N)
+
+
+def quantize_weight(arr: np.ndarray, axis: int, per_channel: bool = True, reduce_range: bool = False,
+                    pairs: Callable | None = None, cache: dict | None = None,
+                    name: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weight, float32 scales per index of ``axis``): per channel (or one scale for the tensor,
+    repeated per channel so the kernels see one layout); with ``pairs`` (per channel only) pair-limited for
+    the int8 GEMM that pairs the values so (weight_layout, quantize_pair_limited), else 7-bit when
+    ``reduce_range``.  With ``cache`` and ``name`` (the weight's, unique in the model), a result is made
+    once per weight and arguments (the pair-limited search is the costly one)."""
+    key = (name, axis, per_channel, reduce_range, pairs is not None)
+    if cache is not None and name is not None and key in cache:
+        return cache[key]
+    if pairs is not None and per_channel:
+        out = quantize_pair_limited(arr, axis, pairs)
+    elif per_channel:
+        out = quantize_per_channel(arr, axis, reduce_range)
+    else:
+        q, s1 = quantize_per_channel(arr.reshape(1, -1), 0, reduce_range)
+        out = q.reshape(arr.shape), np.repeat(s1, arr.shape[axis])
+    if cache is not None and name is not None:
+        cache[key] = out
+    return out
 
 
 def key(node: ir.Node) -> tuple[str, str]:
@@ -150,11 +197,14 @@ def is_minirt(node: ir.Node | None, op_type: str) -> bool:
 class Builder:
     """Shared new initializers (one quantized copy per weight, one scale pair per activation)."""
 
-    def __init__(self, model: ir.Model, reduce_range: bool, symmetric: bool, per_channel: bool = True):
+    def __init__(self, model: ir.Model, reduce_range: bool, symmetric: bool, per_channel: bool = True,
+                 pair_limited: bool = False, weight_cache: dict | None = None):
         self.model = model
         self.per_channel = per_channel
         self.graph = model.graph
         self.reduce_range = reduce_range
+        self.pair_limited = pair_limited
+        self.weight_cache = weight_cache  # (quantize_weight's, shared across rewrites)
         self.symmetric = symmetric
         self.cache: dict = {}
 
@@ -169,15 +219,13 @@ class Builder:
         self.graph.register_initializer(v)
         return v
 
-    def weight(self, w: ir.Value, axis: int, alpha: float = 1.0) -> tuple[ir.Value, ir.Value]:
-        k = ("w", w.name, axis, alpha)
+    def weight(self, w: ir.Value, axis: int, alpha: float = 1.0, *,
+               pairs: Callable | None = None) -> tuple[ir.Value, ir.Value]:
+        """(int8 weight, scales per index of ``axis``) of ``w``, as :func:`quantize_weight` makes them."""
+        k = ("w", w.name, axis, alpha, pairs is not None and self.pair_limited)
         if k not in self.cache:
-            arr = w.const_value.numpy()
-            if self.per_channel:
-                q, s = quantize_per_channel(arr, axis, self.reduce_range)
-            else:  # one scale for the tensor, stored per channel so the kernels see one layout
-                q, s1 = quantize_per_channel(arr.reshape(1, -1), 0, self.reduce_range)
-                q, s = q.reshape(arr.shape), np.repeat(s1, arr.shape[axis])
+            q, s = quantize_weight(w.const_value.numpy(), axis, self.per_channel, self.reduce_range,
+                                   pairs if self.pair_limited else None, self.weight_cache, w.name)
             self.cache[k] = (self.init(q, f"{w.name}_int8"), self.init((s * np.float32(alpha)).astype(np.float32),
                                                                         f"{w.name}_scale"))
         return self.cache[k]

@@ -87,6 +87,9 @@ class QuantizationReport:
     eval_feeds: int = 0
     eval_source: str = ""
     quantized: list = dataclasses.field(default_factory=list)  # node names
+    # the int8 GEMM layers' weights keep |w0| + |w1| <= 128 per pair multiplied side by side (the target's
+    # int8_pair_limited_weights: AVX2 without VNNI, D172)
+    pair_limited_weights: bool = False
     weight_only: list = dataclasses.field(default_factory=list)
     kept_float: list = dataclasses.field(default_factory=list)  # {"node", "reason"}
     fp16: dict = dataclasses.field(default_factory=dict)
@@ -115,7 +118,8 @@ class QuantizationReport:
                                                  if self.method else "")]
         if self.quantized or self.weight_only:
             lines.append(f"  int8 layers: {len(self.quantized)}" +
-                         (f", weight-only int8: {len(self.weight_only)}" if self.weight_only else ""))
+                         (f", weight-only int8: {len(self.weight_only)}" if self.weight_only else "") +
+                         (" (pair-limited weights, for 16-bit pair sums)" if self.pair_limited_weights else ""))
         if self.fp16:
             lines.append(f"  fp16 initializers: {self.fp16.get('initializers', 0)}")
         if self.int4:

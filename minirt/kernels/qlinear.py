@@ -80,8 +80,7 @@ def _dynamic_params(x: np.ndarray, levels: int):
 
 def _dynamic_quant(x: np.ndarray, w_scale: np.ndarray, levels: int = 255) -> tuple:
     """(scale, zero point, scale * w_scale as float32) of ``x`` quantized dynamically into [0, levels]
-    (255: uint8; a QMatMul on the native kernels takes ``native.qmatmul_dynamic_levels()``, the levels
-    its own dynamic quantization uses, so that both give the same products)."""
+    (255: uint8, as the native kernels' own dynamic quantization, so that both give the same products)."""
     sc, zp_u8, _, _ = _dynamic_params(x, levels)
     return sc, zp_u8, (np.float32(sc) * w_scale).astype(np.float32)
 
@@ -893,9 +892,8 @@ def qmatmul(a, a_scale=None, a_zero_point=None, b=None, b_scale=None, bias=None,
                           out, memo, a_shape)
         if y is not None:
             return y
-    # (a dynamic input at the levels the native kernel quantizes to when it is loaded: the same products
-    # with or without it on one machine; 255 without a native module)
-    s, zp, lo, hi = (_dynamic_params(a, _native.qmatmul_dynamic_levels()) if a_scale is None
+    # (a dynamic input in 256 levels, as the native kernel quantizes it: the same products with or without it)
+    s, zp, lo, hi = (_dynamic_params(a, 255) if a_scale is None
                      else _quant_params(a, a_scale, a_zero_point))
     aq = fake_quantize(a, s, zp, lo, hi)
     bf = _dequant_weight(b, b_scale, 0 if transB else 1)
@@ -973,7 +971,7 @@ def _qmatmul_fast(a, a_scale, a_zero_point, b, b_scale, bias, z, transB, activat
             return _native.final(prepared.run(a, out))  # (the later calls run it as this one does)
         return prepared.run(a, out)
     if static is None:
-        sc, zp_u8, scale = _dynamic_quant(a, ws, _native.qmatmul_dynamic_levels())
+        sc, zp_u8, scale = _dynamic_quant(a, ws)
     else:
         sc, zp_u8 = static
     a2 = np.ascontiguousarray(a).reshape(-1, k)

@@ -54,7 +54,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 37
+ABI_VERSION = 38
 
 
 def _truthy(value: str | None) -> bool:
@@ -882,6 +882,13 @@ def _qpack_now(w):
     return packed
 
 
+def qpacked_pairs16(packed, m: int, k: int) -> bool:
+    """Whether :func:`qpack` found |w[i, 2j]| + |w[i, 2j + 1]| <= 128 for every pair of its (m, k) matrix:
+    on AVX2 without VNNI those GEMMs multiply with vpmaddubsw (such a pair of u8 x s8 products adds up
+    within int16, exact)."""
+    return bool(_lib.mrt_qgemm_packed_pairs16(_char(packed), m, k))
+
+
 def _y_q_arrays(y_q, m: int):
     """``(y_scales, y_zeros)`` float32 / int32 arrays of one value per output channel from ``y_q``: a
     float and an int for every channel, or such arrays already."""
@@ -1089,13 +1096,6 @@ def qmatmul_prepare(rows: int, k: int, x_scale: float, x_zero: int, packed_w, n,
                                  "scale": _ptr(scale)}, packed_w, scale)
     epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0}, bias)
     return shape, quant, epilogue
-
-
-def qmatmul_dynamic_levels() -> int:
-    """The largest value :func:`qmatmul_call` quantizes a dynamic input (x_scale 0) to under the ISA in
-    use: 127 where the int8 GEMM is AVX2 without VNNI (exact 7-bit route, D109), else 255 (uint8, also
-    without a native module).  Asked even while ``available`` is switched off (the numpy reference)."""
-    return 255 if _lib is None else int(_lib.mrt_qmatmul_dynamic_levels())
 
 
 def qmatmul_call(prep, a, y) -> None:

@@ -38,7 +38,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 37
+#define MRT_ABI_VERSION 38
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -238,6 +238,10 @@ void mrt_sgemm_f32(const mrt_gemm_shape *s, const mrt_epilogue *e, const float *
  * the batch strides, transb and bias_mode unused). */
 long mrt_qgemm_packed_size(int M, int K);
 void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed);
+/* 1 when every pair of weights a packed row holds side by side (k = 2j, 2j + 1) has |w0| + |w1| <= 128
+ * (the AVX2 route without VNNI then multiplies with vpmaddubsw, exact: such a pair of u8 x s8 products
+ * adds up within int16), else 0. */
+int mrt_qgemm_packed_pairs16(const void *packed, int M, int K);
 void mrt_qgemm_u8s8_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const uint8_t *X,
                         const float *res, float *C, int nthreads);
 /* A product with a constant right operand, B packed once: mrt_sgemm_pack_b_f32 writes B (K x N, row
@@ -323,14 +327,11 @@ int mrt_qconvtranspose_tiles(const mrt_conv_geometry *g, const mrt_quant *q, con
 /* y (rows = s->M, n = s->N) = act(scale[j] * sum_k (quant(a[r, k]) - x_zero) W[j, k] + bias[j]), a float
  * (rows, K = s->K) quantized with q->x_scale, q->x_zero, W the (n, K) int8 weights packed by
  * mrt_qgemm_pack_w (q->packed_w).  q->x_scale 0: dynamic quantization, as DynamicQuantizeLinear
- * (over [min(a, 0), max(a, 0)] into mrt_qmatmul_dynamic_levels() + 1 levels, scale and zero point
+ * (over [min(a, 0), max(a, 0)] into 256 levels, scale and zero point
  * computed from a by this call), and q->scale holds the weights' scales (scale[j] = that x_scale *
  * q->scale[j]).  Returns 0, or -1 without scratch memory. */
 int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const float *a, float *y,
                     int nthreads);
-/* The largest value a dynamic mrt_qmatmul_f32 quantizes its input to under the ISA in use: 127 where the
- * int8 GEMM is AVX2 without VNNI (an exact vpmaddubsw route for 7-bit inputs, D109), else 255 (uint8). */
-int mrt_qmatmul_dynamic_levels(void);
 
 /* Data-movement kernels (layout_impl.h). */
 /* Nearest upsampling of planes x (planes, h, wd) by integer factors: y (planes, h*fh, wd*fw),

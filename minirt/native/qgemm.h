@@ -24,8 +24,10 @@
  *     6 x 16 half-tiles, 24 NEON accumulators, SDOT by lane;
  *   - baseline: the same tiling in plain C (int32), any CPU (on aarch64 the
  *     activations are packed with NEON ld1/st4 unless the baseline is forced).
- * (AVX2 without VNNI uses the baseline: vpmaddubsw saturates int16 and
- * the exact vpmaddwd route is no faster than float FMA.)
+ *   - AVX2 without VNNI: vpmaddubsw where no pair of products can saturate
+ *     int16 (pairs of weights with |w0| + |w1| <= 128, as the builder makes
+ *     them for AVX2 targets: q_avx2_pairs16_tile), else both operands
+ *     widened to int16 for vpmaddwd (q_avx2_tile, the float FMA rate).
  * Convolutions with a window larger than 1x1 over wide planes skip the
  * im2col matrix and the activation packing: their B panels are read in place
  * from channel-quad planes (q_conv_implicit, 8 x 32 tiles); small images
@@ -84,7 +86,50 @@ static int q_bw(void) {
 
 static inline long q_k4(int K) { return ((long)K + 3) / 4 * 4; }
 
-long mrt_qgemm_packed_size(int M, int K) { return (long)M * 4 + (long)M * q_k4(K); }
+#ifdef MRT_HAVE_VNNI_BUILD
+/* q_pairs16's first n / 32 * 32 weights on AVX2: |w| as unsigned bytes (|-128| = 128), pairs added by
+ * vpmaddubsw against ones (at most 256: no saturation); returns how many it checked, or -1 on a pair over 128 */
+__attribute__((target("avx2"))) static long q_pairs16_avx2(const int8_t *w, long n) {
+    const __m256i ones = _mm256_set1_epi8(1), limit = _mm256_set1_epi16(128);
+    __m256i over = _mm256_setzero_si256();
+    long j = 0;
+    for (; j + 32 <= n; j += 32) {
+        const __m256i mag = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(w + j)));
+        over = _mm256_or_si256(over, _mm256_cmpgt_epi16(_mm256_maddubs_epi16(mag, ones), limit));
+    }
+    return _mm256_testz_si256(over, over) ? j : -1;
+}
+#endif
+
+/* 1 when every pair w[2j], w[2j + 1] of the n (even) weights has |w[2j]| + |w[2j + 1]| <= 128: a u8 x s8
+ * pair of products then fits int16 (q_packed_pairs16). */
+static int q_pairs16(const int8_t *w, long n) {
+    long j = 0;
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (q_use_avx2 && (j = q_pairs16_avx2(w, n)) < 0) return 0;
+#endif
+    for (; j + 1 < n; j += 2) {
+        const int a = w[j] < 0 ? -w[j] : w[j], b = w[j + 1] < 0 ? -w[j + 1] : w[j + 1];
+        if (a + b > 128) return 0;
+    }
+    return 1;
+}
+
+/* Packed weights: M int32 row sums, M rows of k4 int8, then one int32 flag (q_packed_pairs16). */
+long mrt_qgemm_packed_size(int M, int K) { return (long)M * 4 + (long)M * q_k4(K) + 4; }
+
+/* Whether every pair of weights the int8 kernels multiply side by side (k = 2j and 2j + 1 of a packed row)
+ * has |w0| + |w1| <= 128 (1) or not (0), as mrt_qgemm_pack_w found: then the two u8 x s8 products add up
+ * within int16 (255 x 128 = 32640 < 32767), so AVX2's vpmaddubsw is exact (q_avx2_pairs16_tile).  The
+ * builder limits the pairs of int8 weights so for AVX2 targets (limit_pair_sums, D172): 8-bit weights of
+ * which only the rare pairs of two large values lose a step or two. */
+static inline int q_packed_pairs16(const void *packed, int M, int K) {
+    int32_t flag;
+    memcpy(&flag, (const char *)packed + (long)M * 4 + (long)M * q_k4(K), 4);
+    return flag;
+}
+
+int mrt_qgemm_packed_pairs16(const void *packed, int M, int K) { return q_packed_pairs16(packed, M, K); }
 
 void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed) {
     int32_t *sums = (int32_t *)packed;
@@ -99,6 +144,8 @@ void mrt_qgemm_pack_w(const int8_t *w, int M, int K, void *packed) {
         for (long k = K; k < k4; ++k) dst[m * k4 + k] = 0;
         sums[m] = s;
     }
+    const int32_t fits = q_pairs16(dst, (long)M * k4);
+    memcpy((char *)packed + (long)M * 4 + (long)M * k4, &fits, 4);
 }
 
 /* How a GEMM's uint8 X (K x N) is stored. */
@@ -140,8 +187,9 @@ typedef struct {
                       * column n of row m at C + (n / img_cols) * img_stride + m * ldc + n % img_cols
                       * (only when nothing runs after q_store_row: no activation / post pass, no Cq) */
     long img_stride;
-    int x7; /* every activation byte is at most 127 (a dynamic QMatMul quantized to 7 bits for the AVX2
-             * route, q_dynamic_levels): the vpmaddubsw microkernel (q_avx2u7_tile) is exact */
+    int pairs16; /* each pair of u8 x s8 products the kernels add side by side fits int16: every pair of
+                  * weights has |w0| + |w1| <= 128 (q_packed_pairs16), so the vpmaddubsw tile
+                  * (q_avx2_pairs16_tile) is exact */
     int amx; /* > 0: groups of 32 (then 16) weight rows of 32-column panels take the AMX tile microkernel,
               * amx quads of K a step (q_amx_step) */
 } q_args;
@@ -761,18 +809,19 @@ __attribute__((target("avx2"))) static void q_avx2_tile_any(const int8_t *w, lon
         q_avx2_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 2);
 }
 
-/* The AVX2 tile when every activation is at most 127 (q_args.x7): vpmaddubsw multiplies a 32-byte panel
+/* The AVX2 tile when each pair of u8 x s8 products (k0 k1, k2 k3 of a quad) adds up within int16
+ * (q_args.pairs16: |w0| + |w1| <= 128 for every pair of weights): vpmaddubsw multiplies a 32-byte panel
  * group (8 columns x 4 k, unsigned) by the weight quad broadcast to every column (signed) and adds each
- * pair of products into an int16, which cannot saturate (2 x 127 x 128 = 32512 < 32767); vpmaddwd with
+ * pair of products into an int16, which then cannot saturate (255 x 128 = 32640 < 32767); vpmaddwd with
  * ones adds the two pairs of a column into its int32 quad sum, in column order (no vphaddd or permute at
  * the end).  Per 32 multiply-adds two multiplying instructions on unwidened bytes, against two vpmaddwd
  * and two widenings per 32 in q_avx2_pass: measured on Zen 3 (the loops alone, 6 x 32 tiles, K = 256)
  * 85 against 46 G multiply-adds per second, float FMA 46.  The same exact sums as every other kernel.
- * Two column groups per pass over K: 12 accumulators, 2 panel vectors, the weights and the ones. */
-__attribute__((target("avx2"), always_inline)) static inline void q_avx2u7_tile(const int8_t *w, long ldw,
-                                                                                const uint8_t *panel, long kq,
-                                                                                int32_t (*out)[Q_NR], int nout,
-                                                                                const int rows) {
+ * Quads as q_avx2_tile's (ntaps runs of cq4 quads at base + tap_off[t] + cq * cq_stride).  Two column
+ * groups per pass over K: 12 accumulators, 2 panel vectors, the weights and the ones. */
+__attribute__((target("avx2"), always_inline)) static inline void
+q_avx2_pairs16_tile(const int8_t *w, long ldw, const uint8_t *base, const long *tap_off, int ntaps, int cq4,
+                    long cq_stride, int32_t (*out)[Q_NR], int nout, const int rows) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *rw[6];
     for (int r = 0; r < rows; ++r) rw[r] = w + (r < nout ? r : 0) * ldw; /* (rows past nout: never stored) */
@@ -780,16 +829,20 @@ __attribute__((target("avx2"), always_inline)) static inline void q_avx2u7_tile(
         __m256i a0[6], a1[6];
 #pragma GCC unroll 6
         for (int r = 0; r < rows; ++r) a0[r] = a1[r] = _mm256_setzero_si256();
-        const uint8_t *b = panel + 32 * g;
-        for (long j = 0; j < kq; ++j, b += 4 * Q_NR) {
-            const __m256i b0 = _mm256_loadu_si256((const __m256i *)b), b1 = _mm256_loadu_si256((const __m256i *)(b + 32));
+        long j = 0; /* the quad's index in K */
+        for (int t = 0; t < ntaps; ++t) {
+            const uint8_t *b = base + tap_off[t] + 32 * g;
+            for (int cq = 0; cq < cq4; ++cq, ++j, b += cq_stride) {
+                const __m256i b0 = _mm256_loadu_si256((const __m256i *)b);
+                const __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + 32));
 #pragma GCC unroll 6
-            for (int r = 0; r < rows; ++r) {
-                int32_t quad;
-                memcpy(&quad, rw[r] + 4 * j, 4);
-                const __m256i wv = _mm256_set1_epi32(quad);
-                a0[r] = _mm256_add_epi32(a0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(b0, wv), ones));
-                a1[r] = _mm256_add_epi32(a1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(b1, wv), ones));
+                for (int r = 0; r < rows; ++r) {
+                    int32_t quad;
+                    memcpy(&quad, rw[r] + 4 * j, 4);
+                    const __m256i wv = _mm256_set1_epi32(quad);
+                    a0[r] = _mm256_add_epi32(a0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(b0, wv), ones));
+                    a1[r] = _mm256_add_epi32(a1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(b1, wv), ones));
+                }
             }
         }
 #pragma GCC unroll 6
@@ -801,15 +854,16 @@ __attribute__((target("avx2"), always_inline)) static inline void q_avx2u7_tile(
     }
 }
 
-/* q_avx2u7_tile with rows resolved to 2, 4 or 6 (at least nout). */
-__attribute__((target("avx2"))) static void q_avx2u7_tile_any(const int8_t *w, long ldw, const uint8_t *panel, long kq,
-                                                              int32_t (*out)[Q_NR], int nout) {
+/* q_avx2_pairs16_tile with rows resolved to 2, 4 or 6 (at least nout). */
+__attribute__((target("avx2"))) static void q_avx2_pairs16_tile_any(const int8_t *w, long ldw, const uint8_t *base,
+                                                                    const long *tap_off, int ntaps, int cq4,
+                                                                    long cq_stride, int32_t (*out)[Q_NR], int nout) {
     if (nout > 4)
-        q_avx2u7_tile(w, ldw, panel, kq, out, nout, 6);
+        q_avx2_pairs16_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 6);
     else if (nout > 2)
-        q_avx2u7_tile(w, ldw, panel, kq, out, nout, 4);
+        q_avx2_pairs16_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 4);
     else
-        q_avx2u7_tile(w, ldw, panel, kq, out, nout, 2);
+        q_avx2_pairs16_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 2);
 }
 
 /* q_gemv_vnni on AVX2 (N == 1): out[m - m0] = sum_k W[m, k] x[k] for rows m0 .. m1, exact: x
@@ -1157,8 +1211,8 @@ static void q_task(void *ctx, long begin, long end) {
                     q_ukr_vnni16(g, w, kq, panel, acc, mr);
                 else if (q_use_vnni)
                     q_ukr_vnni(g, w, kq, panel, acc, mr, 0);
-                else if (q_use_avx2 && g->x7)
-                    q_avx2u7_tile_any(w, g->k4, panel, kq, acc, mr);
+                else if (q_use_avx2 && g->pairs16)
+                    q_avx2_pairs16_tile_any(w, g->k4, panel, &one_run, 1, kq, Q_NR * 4, acc, mr);
                 else if (q_use_avx2)
                     q_avx2_tile_any(w, g->k4, panel, &one_run, 1, kq, Q_NR * 4, acc, mr);
                 else
@@ -1195,10 +1249,10 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
                          int x_layout, int x_zero, const float *scale, const float *bias, float *C, long ldc,
                          const float *res, long ldr, int act, float a0, float a1, float post_a, float post_b,
                          uint8_t *Cq, long ldcq, const float *yscale, const int32_t *yzp, const float *Xf, float xscale,
-                         long img_cols, long img_stride, int x7, int nthreads) {
+                         long img_cols, long img_stride, int pairs16, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
-    g.x7 = x7;
+    g.pairs16 = pairs16;
     g.Xf = Xf; g.xscale = xscale;
     g.x_layout = x_layout;
     g.img_cols = img_cols;
@@ -1212,7 +1266,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.M = M; g.N = N; g.K = K; g.x_zero = x_zero; g.act = act; g.a0 = a0; g.a1 = a1;
     g.neon = q_use_neon;
     g.dot = q_use_dotprod;
-    g.amx = q_amx_step(M, K); /* (0 where x7: AVX2 without VNNI has no AMX) */
+    g.amx = q_amx_step(M, K); /* (0 where pairs16 matters: AVX2 without VNNI has no AMX) */
     q_set_store_epilogue(&g, act, 0); /* (a u8 output is staged: see q_task) */
     /* SDOT sees x - 128: sum_k w (x - x_zero) = sum_k w (x - 128) - (x_zero - 128) rowsum */
     if (g.dot) g.x_zero = x_zero - 128;
@@ -1246,18 +1300,12 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     mrt_parallel_for((long)nblocks * mblocks, (long)mc * nc * (K > 0 ? K : 1) / 32, nthreads, q_task, &g);
 }
 
-static void q_gemm_run(int M, int N, int K, const int32_t *sums, const int8_t *W, const uint8_t *X, long ldx,
-                       int x_zero, const float *scale, const float *bias, float *C, long ldc, const float *res,
-                       long ldr, int act, float a0, float a1, int nthreads) {
-    q_gemm_run_q(M, N, K, sums, W, X, ldx, Q_X_ROWS, x_zero, scale, bias, C, ldc, res, ldr, act, a0, a1, 1.0f, 0.0f,
-                 NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, 0, nthreads);
-}
-
 void mrt_qgemm_u8s8_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const uint8_t *X,
                         const float *res, float *C, int nthreads) {
     const int M = s->M;
-    q_gemm_run(M, s->N, s->K, (const int32_t *)q->packed_w, (const int8_t *)q->packed_w + (long)M * 4, X, s->ldb,
-               q->x_zero, q->scale, e->bias, C, s->ldc, res, s->ldr, e->act, e->a0, e->a1, nthreads);
+    q_gemm_run_q(M, s->N, s->K, (const int32_t *)q->packed_w, (const int8_t *)q->packed_w + (long)M * 4, X, s->ldb,
+                 Q_X_ROWS, q->x_zero, q->scale, e->bias, C, s->ldc, res, s->ldr, e->act, e->a0, e->a1, 1.0f, 0.0f,
+                 NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, q_packed_pairs16(q->packed_w, M, s->K), nthreads);
 }
 
 /* ---------------------------------------------------------------- quantize / im2col for uint8 */
@@ -2073,6 +2121,7 @@ typedef struct {
     float *y;
     uint8_t *yq;
     int nb, direct;
+    int pairs16;  /* the packed rows' pairs of weights fit (q_packed_pairs16): the AVX2 vpmaddubsw tile is exact */
     int implicit; /* nb == 1 images without im2col (q_conv_implicit) */
     int panels;   /* the im2col goes straight into packed panels (q_im2col_panels_task): planes of <= 64 pixels */
     q_implicit_geom geo;
@@ -2119,6 +2168,8 @@ typedef struct {
     long cq_stride;      /* bytes from one channel quad's planes to the next */
     const int8_t *W;     /* M rows of kt = ntaps * cq4 * 4 bytes, K order (tap, quad, 4) */
     long kt;
+    int pairs16; /* W's pairs of weights (channels 2i, 2i + 1 of a tap) have |w0| + |w1| <= 128: the AVX2
+                  * vpmaddubsw tile (q_avx2_pairs16_tile) is exact */
 } q_conv_b;
 
 static void q_ukr_conv_base(const q_conv_b *b, const int8_t *w, int mr, long col, int32_t acc[Q_CONV_MR][Q_NR]) {
@@ -2331,7 +2382,12 @@ static void q_implicit_task(void *ctx, long begin, long end) {
 #ifdef MRT_HAVE_VNNI_BUILD
                 if (q_use_vnni)
                     q_ukr_conv_vnni(&a->b, w, mr, col0 + j0, acc);
-                else if (q_use_avx2) /* 6 rows, then the last 2 of 8 */
+                else if (q_use_avx2 && a->b.pairs16) /* 6 rows, then the last 2 of 8 */
+                    for (int r0 = 0; r0 < mr; r0 += 6)
+                        q_avx2_pairs16_tile_any(w + r0 * a->b.kt, a->b.kt, a->b.planes + 4 * (col0 + j0),
+                                                a->b.tap_off, a->b.ntaps, a->b.cq4, a->b.cq_stride, acc + r0,
+                                                mr - r0 < 6 ? mr - r0 : 6);
+                else if (q_use_avx2)
                     for (int r0 = 0; r0 < mr; r0 += 6)
                         q_avx2_tile_any(w + r0 * a->b.kt, a->b.kt, a->b.planes + 4 * (col0 + j0), a->b.tap_off,
                                         a->b.ntaps, a->b.cq4, a->b.cq_stride, acc + r0, mr - r0 < 6 ? mr - r0 : 6);
@@ -2415,6 +2471,8 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     ia.b.cq_stride = phases * phase_bytes;
     ia.b.W = kk > 1 ? wt : a->W; /* a 1x1 kernel's packed rows (k4 = 4 cq4) are already in K order */
     ia.b.kt = kk > 1 ? (long)kk * cq4 * 4 : k4;
+    /* (the tap order pairs channels 2i, 2i + 1 of a tap: its own check; a 1x1 kernel's is the packed one) */
+    ia.b.pairs16 = kk > 1 ? q_use_avx2 && !q_use_vnni && q_pairs16(wt, (long)a->m * ia.b.kt) : a->pairs16;
     ia.g.sums = a->sums; ia.g.scale = a->scale; ia.g.bias = a->bias; ia.g.x_zero = a->x_zero;
     ia.g.res = res; ia.g.ldr = (long)a->oh * a->ow;
     ia.g.post_a = a->post_a; ia.g.post_b = a->post_b;
@@ -2510,7 +2568,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
                          a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL,
                          yi ? yi + r0 * p : NULL, p, ri ? ri + r0 * p : NULL, p, a->act, a->a0, a->a1, a->post_a, a->post_b,
                          yqi ? yqi + r0 * p : NULL, p, yqi ? a->y_scale + r0 : NULL, yqi ? a->y_zero + r0 : NULL,
-                         xf ? xf + (long)g * kg * p : NULL, a->x_scale, 0, 0, 0, nt);
+                         xf ? xf + (long)g * kg * p : NULL, a->x_scale, 0, 0, a->pairs16, nt);
         }
         return;
     }
@@ -2554,7 +2612,7 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
                      a->panels ? Q_X_PANELS : Q_X_ROWS, a->x_zero, a->scale + r0, a->bias ? a->bias + r0 : NULL, c,
                      store_to_y ? p : ldb, NULL, 0, a->res ? 0 : a->act, a->a0, a->a1, a->res ? 1.0f : a->post_a,
                      a->res ? 0.0f : a->post_b, q_out ? tmpq : NULL, ldb, q_out ? a->y_scale + r0 : NULL,
-                     q_out ? a->y_zero + r0 : NULL, NULL, 0.0f, store_to_y ? p : 0, mp, 0, nt);
+                     q_out ? a->y_zero + r0 : NULL, NULL, 0.0f, store_to_y ? p : 0, mp, a->pairs16, nt);
         if (store_to_y) continue;
         if (a->pkh) { /* y's planes are pooled: (n, m, poh, pow) */
             const long pp = (long)a->poh * a->pow;
@@ -2627,6 +2685,7 @@ static int q_qconv2d_static(const void *x, int x_u8, int n, int c, int h, int wd
     a.post_a = post_a; a.post_b = post_b;
     a.sums = (const int32_t *)packed_w;
     a.W = (const int8_t *)packed_w + (long)m * 4;
+    a.pairs16 = q_packed_pairs16(packed_w, m, c / group * kh * kw);
     a.scale = scale; a.bias = bias; a.res = res; a.y = y; a.yq = yq;
     a.failed = 0;
     a.pkh = pkh; a.pkw = pkw; a.psh = psh; a.psw = psw;
@@ -2752,19 +2811,6 @@ static void q_transpose_f32(const float *t, int n, long rows, float *y) {
  * the weights go on the left (C^T = W quant(a)^T), so the packed (n, K) weights serve any number
  * of rows; a is quantized row by row into rows of k4 bytes (contiguous, vectorized), which the
  * GEMM reads as its columns (q_pack_xt), and C^T is transposed into y (rows == 1 writes y directly). */
-/* The levels a dynamic QMatMul quantizes its input to: 127 where the int8 GEMM is AVX2 without VNNI (whose
- * vpmaddubsw microkernel is exact for activations up to 127 and twice as fast as the exact route for any
- * uint8, q_avx2u7_tile: one bit of the input's resolution for 1.8x the multiply-adds), else 255 (uint8,
- * as onnxruntime's DynamicQuantizeLinear).  kernels/qlinear.py asks for it (mrt_qmatmul_dynamic_levels). */
-static int q_dynamic_levels(void) {
-#ifdef MRT_HAVE_VNNI_BUILD
-    if (q_use_avx2 && !q_use_vnni) return 127;
-#endif
-    return 255;
-}
-
-int mrt_qmatmul_dynamic_levels(void) { return q_dynamic_levels(); }
-
 /* DynamicQuantizeLinear's parameters of a (count floats) for `levels` (255: uint8) over [min(a, 0),
  * max(a, 0)], the scale rounded to float from the double quotient and the zero point rint(-lo / scale)
  * clamped to [0, levels] (kernels/qlinear.py's _quant_params computes the same, bit for bit); a range of
@@ -2838,8 +2884,9 @@ int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilo
     float *ct = rows == 1 ? y : (float *)(xq + xq_bytes);
     float x_scale = q->x_scale;
     int x_zero = q->x_zero;
-    /* quantized values clamp to [0, levels]: 255 for a static input (its scale from the artifact) */
-    const int levels = dynamic ? q_dynamic_levels() : 255;
+    /* quantized values clamp to [0, 255], static or dynamic (uint8, as onnxruntime's DynamicQuantizeLinear;
+     * AVX2's fast route comes from pair-limited weights, D172, not from fewer input levels) */
+    const int levels = 255;
     if (dynamic) { /* the input's own scale and zero point; the columns' scales follow from them */
         float *dyn = (float *)(xq + xq_bytes + ct_bytes);
         q_dynamic_params(a, (long)K * rows, levels, &x_scale, &x_zero);
@@ -2860,7 +2907,7 @@ int mrt_qmatmul_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilo
     /* one row: the (K, 1) column of the matrix-vector route */
     q_gemm_run_q(n, (int)rows, K, (const int32_t *)packed_w, (const int8_t *)packed_w + (long)n * 4, xq,
                  rows == 1 ? 1 : k4, rows == 1 ? Q_X_ROWS : Q_X_COLS, x_zero, scale, bias, ct, rows, NULL, 0, act, a0,
-                 a1, 1.0f, 0.0f, NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, levels == 127, nthreads);
+                 a1, 1.0f, 0.0f, NULL, 0, NULL, NULL, NULL, 0.0f, 0, 0, q_packed_pairs16(packed_w, n, K), nthreads);
     if (rows > 1) q_transpose_f32(ct, n, rows, y);
     return 0;
 }
@@ -2882,6 +2929,7 @@ typedef struct {
     float *y;    /* float output, or NULL */
     uint8_t *yq; /* uint8 output (requantized with yscale / yzp), or NULL */
     int c, h, wd, m, kh, kw, band, x_zero, act;
+    int pairs16; /* the packed rows' pairs of weights fit int16 products (q_packed_pairs16) */
     float a0, a1;
     long bands_per_image;
     int failed;
@@ -2962,7 +3010,7 @@ static void q_convt_task(void *ctx, long begin, long end) {
         const uint8_t *xb = a->x + img * a->c * plane + (long)r0 * a->wd;
         q_gemm_run_q(rows_out, (int)ldc, a->c, a->sums, a->W, xb, plane, Q_X_ROWS, a->x_zero, a->scale, a->bias,
                      a->yq ? NULL : (float *)cols, ldc, NULL, 0, a->act, a->a0, a->a1, 1.0f, 0.0f,
-                     a->yq ? cols : NULL, ldc, a->yscale, a->yzp, NULL, 0.0f, 0, 0, 0, 1);
+                     a->yq ? cols : NULL, ldc, a->yscale, a->yzp, NULL, 0.0f, 0, 0, a->pairs16, 1);
         const long out_image = (long)a->m * plane * a->kh * a->kw;
         q_convt_place(cols, ldc, a->yq ? a->yq + img * out_image : (uint8_t *)(a->y + img * out_image), (int)elem,
                       a->m, a->kh, a->kw, r0, rows, a->h, a->wd);
@@ -2993,6 +3041,7 @@ int mrt_qconvtranspose_tiles(const mrt_conv_geometry *g, const mrt_quant *q, con
     a.x = x;
     a.sums = (const int32_t *)packed_w;
     a.W = (const int8_t *)packed_w + (long)rows_out * 4;
+    a.pairs16 = q_packed_pairs16(packed_w, rows_out, c);
     a.scale = scale; a.bias = bias; a.yscale = y_scale; a.yzp = y_zero;
     a.y = y; a.yq = yq;
     a.c = c; a.h = h; a.wd = wd; a.m = m; a.kh = kh; a.kw = kw; a.band = (int)band; a.x_zero = x_zero;

@@ -895,18 +895,20 @@ def test_qconv_1d_takes_the_native_path_and_matches_a_numpy_conv(xs, ws, stride,
 
 
 @pytest.mark.parametrize("rows,k,n", [(64, 300, 70), (7, 33, 6), (128, 256, 40), (2, 4, 1)])
-def test_a_dynamic_qmatmul_quantizes_to_its_isas_levels_with_exact_sums(rows, k, n, every_isa):
-    """A dynamic QMatMul (x_scale 0) quantizes its input to 7 bits where the int8 GEMM is AVX2 without
-    VNNI (its vpmaddubsw tile, exact only below 128: D109) and to uint8 elsewhere; its sums equal the
-    exact route's (the same kernel given those parameters as a static input, which every ISA computes
-    with exact integer products) bit for bit, and the result equals numpy's integer product."""
+@pytest.mark.parametrize("pair_limited", [False, True])
+def test_a_dynamic_qmatmul_quantizes_to_uint8_with_exact_sums(rows, k, n, pair_limited, every_isa):
+    """A dynamic QMatMul (x_scale 0) quantizes its input to uint8 on every ISA (D172: AVX2's vpmaddubsw
+    route comes from pair-limited weights, not from 7-bit inputs as D109 had it); its sums equal the
+    exact route's (the same kernel given those parameters as a static input) bit for bit, and the result
+    equals numpy's integer product, with full-range and with pair-limited weights."""
+    from minirt.builder.quantize.weights import limit_pair_sums
     from minirt.kernels.qlinear import _dynamic_quant
 
     rng = np.random.default_rng(rows * 1000 + k)
-    vnni = native.features.get("avx512vnni") and every_isa == "avx512"
-    want_levels = 127 if every_isa in ("avx2", "avx512") and not vnni else 255
-    assert native.qmatmul_dynamic_levels() == want_levels
+    want_levels = 255
     w = rng.integers(-128, 128, (n, k), dtype=np.int8)  # (-128 too: the widest pair vpmaddubsw can see)
+    if pair_limited:
+        w = limit_pair_sums(w, 1)
     ws = (rng.random(n) * 0.01 + 0.001).astype(np.float32)
     packed = native.qpack(w)
     a = (rng.standard_normal((rows, k)) * 3 + 1).astype(np.float32)
@@ -916,7 +918,7 @@ def test_a_dynamic_qmatmul_quantizes_to_its_isas_levels_with_exact_sums(rows, k,
     native.qmatmul_call(native.qmatmul_prepare(rows, k, sc, zp, packed, n, scale, None), a, static)
     np.testing.assert_array_equal(dynamic, static)
     q = np.clip(np.rint(a / np.float32(sc)) + zp, 0, want_levels).astype(np.int64)
-    assert q.max() <= want_levels and (want_levels == 255 or q.max() == 127)  # (the whole 7-bit range is used)
+    assert q.max() == 255 and q.min() == 0  # (the whole uint8 range is used)
     sums = (q - zp) @ w.T.astype(np.int64)
     np.testing.assert_allclose(dynamic, sums * scale[None, :], rtol=1e-5, atol=1e-6)
 

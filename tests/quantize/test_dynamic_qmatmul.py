@@ -30,9 +30,8 @@ def test_the_kernel_derives_the_numpy_parameters(rows, shift):
     a = (RNG.standard_normal((rows, k)) + shift).astype(np.float32)
     dynamic, static = np.empty((rows, n), np.float32), np.empty((rows, n), np.float32)
     native.qmatmul_call(native.qmatmul_prepare(rows, k, 0.0, 0, packed, n, ws, None), a, dynamic)
-    # the numpy rule at the kernel's levels (7 bits on AVX2 without VNNI, D109), then the same kernel
-    # with those as constants
-    sc, zp, scale = _dynamic_quant(a, ws, native.qmatmul_dynamic_levels())
+    # the numpy rule (uint8), then the same kernel with those as constants
+    sc, zp, scale = _dynamic_quant(a, ws)
     native.qmatmul_call(native.qmatmul_prepare(rows, k, sc, zp, packed, n, scale, None), a, static)
     np.testing.assert_array_equal(dynamic, static)
     zero = np.zeros((rows, k), np.float32)  # a range of 0: scale 1, zero point 0, products 0

@@ -150,3 +150,68 @@ def test_fp16_bias_correction_removes_the_mean_shift_of_rounding(tmp_path):
         errs[on] = (np.abs(d.mean(axis=0)).max(), np.abs(d).max())
     assert errs[True][0] < errs[False][0] / 2  # the per-output mean error
     assert errs[True][1] < errs[False][1]
+
+
+def _pair_sums(q: np.ndarray, axis: int) -> np.ndarray:
+    """|q[2j]| + |q[2j + 1]| along ``axis`` (an odd last entry paired with 0), computed independently."""
+    rows = np.moveaxis(q.astype(np.int64), axis, -1)
+    rows = rows.reshape(-1, rows.shape[-1])
+    if rows.shape[1] % 2:
+        rows = np.pad(rows, ((0, 0), (0, 1)))
+    return np.abs(rows[:, 0::2]) + np.abs(rows[:, 1::2])
+
+
+@pytest.mark.parametrize("shape,axis", [((6, 9), 1), ((9, 6), 0), ((4, 3, 5), 2), ((3, 8), 1)])
+def test_limit_pair_sums_bounds_every_pair_and_changes_only_those_over(shape, axis):
+    from minirt.builder.quantize.weights import PAIR_LIMIT, limit_pair_sums
+
+    rng = np.random.default_rng(sum(shape))
+    q = rng.integers(-127, 128, shape).astype(np.int8)
+    q.reshape(-1)[:2] = [-128, 127]
+    out = limit_pair_sums(q, axis)
+    assert out.dtype == np.int8 and out.shape == q.shape
+    assert _pair_sums(out, axis).max() <= PAIR_LIMIT
+    before, after = _pair_sums(q, axis), _pair_sums(out, axis)
+    fine = before <= PAIR_LIMIT
+    assert np.array_equal(after[fine], before[fine])  # pairs within the bound are untouched
+    assert np.all(after[~fine] == PAIR_LIMIT)  # the others lose exactly their excess
+    assert np.all(np.sign(out) * np.sign(q) >= 0) and np.all(np.abs(out.astype(int)) <= np.abs(q.astype(int)))
+
+
+def test_limit_pair_sums_splits_the_excess_evenly():
+    from minirt.builder.quantize.weights import limit_pair_sums
+
+    out = limit_pair_sums(np.array([[127, 127, -128, 1, 100, -31, 5]], np.int8), 1)
+    assert out.tolist() == [[64, 64, -127, 1, 98, -30, 5]]
+
+
+def test_conv_pairs_are_limited_in_both_orders_the_kernels_read():
+    from minirt.builder.quantize.weights import PAIR_LIMIT, limit_conv_pair_sums
+
+    q = np.random.default_rng(0).integers(-127, 128, (6, 5, 3, 3)).astype(np.int8)
+    out = limit_conv_pair_sums(q, group=1)
+    assert _pair_sums(out.reshape(6, -1), 1).max() <= PAIR_LIMIT  # a packed row (im2col order)
+    assert _pair_sums(out, 1).max() <= PAIR_LIMIT  # channels 2i, 2i + 1 of a tap (implicit conv order)
+    grouped = limit_conv_pair_sums(q, group=2)  # (no implicit route: the packed rows only)
+    assert _pair_sums(grouped.reshape(6, -1), 1).max() <= PAIR_LIMIT
+
+
+def test_pair_limited_quantization_beats_seven_bits_and_keeps_the_bound():
+    import functools
+
+    from minirt.builder.quantize.weights import PAIR_LIMIT, limit_conv_pair_sums, quantize_pair_limited
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    w[4] = 0  # an all-zero channel
+    w[7] *= 1e-3
+    q, s = quantize_pair_limited(w, 0, functools.partial(limit_conv_pair_sums, group=1))
+    assert q.dtype == np.int8 and s.dtype == np.float32 and s.shape == (32,) and np.all(s > 0)
+    assert _pair_sums(q.reshape(32, -1), 1).max() <= PAIR_LIMIT and _pair_sums(q, 1).max() <= PAIR_LIMIT
+    assert not q[4].any()
+    err = lambda q, s: float(np.square(q * s[:, None, None, None] - w).sum())  # noqa: E731
+    q7, s7 = quantize_per_channel(w, 0, reduce_range=True)
+    q8, s8 = quantize_per_channel(w, 0)
+    assert err(q, s) < 0.7 * err(q7, s7)  # (about half the squared error of 7-bit weights)
+    assert err(q, s) > err(q8, s8)  # (and more than unconstrained 8 bits)
+    assert np.abs(q).max() > 63  # 8-bit values where the pairs allow

@@ -15,8 +15,9 @@ Pipelines (each repeated by the manager until a sweep changes nothing;
     fp16          fp16_bias_correction, fp16_weights
     int4          int4_weights
     int8-dynamic  quant_layers, quant_fold_affine, quant_fuse_max_pool, quant_fuse_flatten
-    int8          the same + quant_fold_upsample_add, quant_fold_upsample_concat,
-                  quant_fold_channel_mul, quant_chain_int8   (they need static input scales)
+    int8          int8_bias_correction, then the same + quant_fold_upsample_add,
+                  quant_fold_upsample_concat, quant_fold_channel_mul, quant_chain_int8
+                  (they need static input scales, the correction the calibration data)
 
 Every name is accepted by ``--disable-pass`` and shows in the build report.
 """
@@ -40,15 +41,16 @@ from minirt.builder.quantize.passes.fp16_weights import FP16Weights
 from minirt.builder.quantize.passes.fuse_flatten import FuseFlatten
 from minirt.builder.quantize.passes.fuse_max_pool import FuseMaxPool
 from minirt.builder.quantize.passes.int4_weights import Int4Weights
+from minirt.builder.quantize.passes.int8_bias_correction import Int8BiasCorrection
 from minirt.builder.quantize.passes.quantize_layers import QuantizeLayers
 
 # The order is the order the rewrites always ran in: the folds after a QConv first (affine, then
 # pool: a pooled QConv takes no post_scale), the folds before a QConv next, chaining last (it
-# reads the consumers' final quantization and skips pooled producers).  fp16: the bias correction
+# reads the consumers' final quantization and skips pooled producers).  fp16 and int8: the bias correction
 # reads the float32 weights, so it runs before they are converted.
 _FP16 = [FP16BiasCorrection, FP16Weights]
 _DYNAMIC = [QuantizeLayers, FoldScalarAffine, FuseMaxPool, FuseFlatten]
-_STATIC = _DYNAMIC + [FoldUpsampleAdd, FoldUpsampleConcat, FoldChannelMul, ChainInt8]
+_STATIC = [Int8BiasCorrection] + _DYNAMIC + [FoldUpsampleAdd, FoldUpsampleConcat, FoldChannelMul, ChainInt8]
 _INT4 = [Int4Weights]
 _PIPELINES = {"fp16": _FP16, "int4": _INT4, "int8-dynamic": _DYNAMIC, "int8": _STATIC}
 

@@ -56,7 +56,7 @@ class QuantizeLayers(QuantPass):
                 self.refuse("candidate", name, reason)
             return False
         ctx = self.context
-        b = qir.Builder(model, ctx.reduce_range, ctx.symmetric, ctx.per_channel)
+        b = qir.Builder(model, ctx.reduce_range, ctx.symmetric, ctx.per_channel, ctx.pair_limited, ctx.weight_cache)
         self.run_time_scales = []
         # (every graph: layers inside If / Loop / Scan bodies too, D95; names are unique across them)
         by_name = {n.name: n for g in irh.graphs(model) for n in g}
@@ -106,11 +106,13 @@ class QuantizeLayers(QuantPass):
         if cand.kind == "convt":
             if ranges is None:
                 return "QConvTranspose needs a static input scale (int8 mode)"
-            wq, ws = b.weight(node.inputs[1], 1)  # W is (C, M, kH, kW): one scale per output channel M
+            axis, pairs = qir.weight_layout(node, cand.kind)  # (C, M, kH, kW): one scale per M
+            wq, ws = b.weight(node.inputs[1], axis, pairs=pairs)
             new = ir.Node(qir.DOMAIN, "QConvTranspose", [x, xs, xz, wq, ws, ins[2]], attributes=irh.copy_attrs(node),
                           name=node.name, num_outputs=1)
         elif cand.kind == "conv":
-            wq, ws = b.weight(node.inputs[1], 0)
+            axis, pairs = qir.weight_layout(node, cand.kind, cand.depthwise)
+            wq, ws = b.weight(node.inputs[1], axis, pairs=pairs)
             new = ir.Node(qir.DOMAIN, "QConv", [x, xs, xz, wq, ws, ins[2], ins[3]], attributes=irh.copy_attrs(node),
                           name=node.name, num_outputs=1)
         else:
@@ -120,12 +122,14 @@ class QuantizeLayers(QuantPass):
                 trans_b = int(irh.attr(node, "transB", 0))
                 alpha = float(irh.attr(node, "alpha", 1.0))
                 beta = float(irh.attr(node, "beta", 1.0))
-                wq, ws = b.weight(node.inputs[1], 0 if trans_b else 1, alpha)
+                axis, pairs = qir.weight_layout(node, cand.kind)
+                wq, ws = b.weight(node.inputs[1], axis, alpha, pairs=pairs)
                 if c is not None and beta != 1.0:
                     c = b.init((c.const_value.numpy() * np.float32(beta)).astype(np.float32), f"{c.name}_beta")
                 attrs.append(ir.AttrInt64("transB", trans_b))
             else:
-                wq, ws = b.weight(node.inputs[1], 1)
+                axis, pairs = qir.weight_layout(node, cand.kind)
+                wq, ws = b.weight(node.inputs[1], axis, pairs=pairs)
             new = ir.Node(qir.DOMAIN, "QMatMul", [x, xs, xz, wq, ws, c, ins[3]], attributes=attrs, name=node.name,
                           num_outputs=1)
         qir.replace_node(node.graph, node, new)  # (the new initializers are the main graph's: a body captures them)
