@@ -1,9 +1,11 @@
-"""Pair-limited int8 weights (the builder's weights for AVX2 targets, D172: every pair a packed row holds side
-by side has |w0| + |w1| <= 128): the packed matrix says so, and every int8 route (GEMM, matrix-vector,
-QMatMul, the convolution routes, ConvTranspose) stays exact on every ISA, including the extremes where a
-pair of u8 x s8 products comes closest to int16's limits (255 x 128 = 32640).  On AVX2 without VNNI these
-take the vpmaddubsw tile (q_avx2_pairs16_tile); one pair over the limit sends the same shapes back to the
-widening tile, as does a conv whose tap order (channels 2i, 2i + 1 of a tap) breaks the bound."""
+"""The three kinds of int8 weights the AVX2 kernels tell apart (D172), exact on every ISA and every int8 route
+(GEMM, matrix-vector, QMatMul, the convolution routes, ConvTranspose), including the extremes where a pair of
+u8 x s8 products comes closest to int16's limits:
+  - pair-limited (the builder's weights for AVX2 targets: every pair a packed row holds side by side has
+    |w0| + |w1| <= 128, 255 x 128 = 32640): the vpmaddubsw tile (q_avx2_pairs16_tile);
+  - symmetric, [-127, 127] (every quantizer's weights): the centred-activation tile (q_avx2_sign_tile);
+  - with -128: the int16 widening tile (q_avx2_tile).
+A conv whose tap order (channels 2i, 2i + 1 of a tap) breaks the pair bound leaves the pair tile too."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,15 +25,23 @@ def every_isa(request):
     yield from run_on_level(request)
 
 
-def _weights(rng, shape):
-    """Pair-limited int8 weights over the full range, as the builder makes them (conv shapes in both orders
-    the kernels read), with pairs at the bound and single values at -128 / 127."""
+WEIGHTS = ["pair-limited", "symmetric", "with -128"]
+
+
+def _weights(rng, shape, kind="pair-limited"):
+    """int8 weights over the full range: pair-limited as the builder makes them for AVX2 targets (conv shapes
+    in both orders the kernels read, pairs at the bound, a lone -128 where a row is odd), symmetric
+    ([-127, 127], pairs of +-127), or with -128 in every row."""
     w = rng.integers(-127, 128, shape, dtype=np.int8)
     flat = w.reshape(shape[0], -1)
-    flat[:, 0] = -128 if flat.shape[1] % 2 else flat[:, 0]
-    if flat.shape[1] >= 4:
-        flat[:, 2:4] = [100, -28]  # a pair exactly at the bound
-    return limit_conv_pair_sums(w, 1) if w.ndim == 4 else limit_pair_sums(w, 1)
+    if kind == "pair-limited":
+        flat[:, 0] = -128 if flat.shape[1] % 2 else flat[:, 0]
+        if flat.shape[1] >= 4:
+            flat[:, 2:4] = [100, -28]  # a pair exactly at the bound
+        return limit_conv_pair_sums(w, 1) if w.ndim == 4 else limit_pair_sums(w, 1)
+    extremes = [127, -127] if kind == "symmetric" else [-128, 127]
+    flat[:, :2] = extremes[:min(2, flat.shape[1])]
+    return w
 
 
 @pytest.mark.parametrize("pair,expected", [((100, 28), True), ((-128, 0), True), ((64, -64), True),
@@ -51,11 +61,13 @@ def test_the_packed_matrix_says_whether_its_pairs_fit_int16_products(pair, expec
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 5, 33), (6, 4, 32), (13, 27, 1000), (64, 576, 300),
                                    (5, 700, 40), (9, 700, 1), (32, 288, 16)])
 @pytest.mark.parametrize("x_zero", [0, 128, 255])
-def test_qgemm_with_pair_limited_weights_is_exact(m, k, n, x_zero, every_isa, threads):
+@pytest.mark.parametrize("kind", WEIGHTS)
+def test_qgemm_is_exact_for_every_kind_of_weights(m, k, n, x_zero, kind, every_isa, threads):
     rng = np.random.default_rng(m * 1000 + k + n + x_zero)
-    w = _weights(rng, (m, k))
+    w = _weights(rng, (m, k), kind)
     x = rng.integers(0, 256, (k, n), dtype=np.uint8)
-    x[:, :3] = 255  # the largest pair sums: 255 x +-64 twice
+    x[:, :3] = 255  # the largest pair sums
+    x[:, 3:5] = 0
     c = np.empty((m, n), np.float32)
     native.qgemm(native.qpack(w), m, k, x, x_zero, np.ones(m, np.float32), c)
     ref = w.astype(np.int64) @ (x.astype(np.int64) - x_zero)
@@ -86,14 +98,17 @@ def test_static_qmatmul_with_pair_limited_weights_matches_numpy(rows, k, n, ever
     ((3, 32, 4, 4), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), 1),     # small planes into panels
     ((1, 3, 32, 32), (24, 3, 3, 3), (2, 2), (1, 1, 1, 1), 1),     # a stem
 ])
-def test_qconv_with_pair_limited_weights_is_the_exact_integer_conv(xs, ws, strides, pads, group, every_isa, threads):
+@pytest.mark.parametrize("kind", WEIGHTS)
+def test_qconv_is_the_exact_integer_conv_for_every_kind_of_weights(xs, ws, strides, pads, group, kind, every_isa,
+                                                                    threads):
     """u8 input at the extremes of its range; with unit scales and no bias the float output is the exact
     integer sums (float32 holds them exactly), so native and numpy agree bit for bit; a pair over the bound
     (the widening route) gives the same sums; the u8 output is the float output requantized."""
     rng = np.random.default_rng(sum(xs) + sum(ws))
-    w = _weights(rng, ws)
+    w = _weights(rng, ws, kind)
     xq = rng.integers(0, 256, xs, dtype=np.uint8)
     xq.reshape(-1)[::7] = 255
+    xq.reshape(-1)[3::7] = 0
     unit, zero = np.ones(ws[0], np.float32), np.zeros(ws[0], np.float32)
     xzp = np.uint8(100)
     kw = dict(strides=strides, pads=pads, group=group)
@@ -117,11 +132,12 @@ def test_qconv_with_pair_limited_weights_is_the_exact_integer_conv(xs, ws, strid
 
 
 @pytest.mark.parametrize("n,c,m,h,wd,k", [(1, 16, 8, 5, 7, (2, 2)), (2, 40, 3, 4, 4, (2, 2))])
-def test_qconv_transpose_with_pair_limited_weights_is_exact(n, c, m, h, wd, k, every_isa):
+@pytest.mark.parametrize("kind", WEIGHTS)
+def test_qconv_transpose_is_exact_for_every_kind_of_weights(n, c, m, h, wd, k, kind, every_isa):
     rng = np.random.default_rng(c + m)
     x = rng.integers(0, 256, (n, c, h, wd), dtype=np.uint8)
     x[..., 0] = 255
-    w = _weights(rng, (m * k[0] * k[1], c))
+    w = _weights(rng, (m * k[0] * k[1], c), kind)
     packed = native.qpack(w)
     y = np.empty((n, m, h * k[0], wd * k[1]), np.float32)
     ones = np.ones(m * k[0] * k[1], np.float32)
