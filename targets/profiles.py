@@ -79,8 +79,11 @@ class TargetProfile:
     # nothing).  Units: the time of one float32 multiply-add in a GEMM.
     # int8 multiply-adds done in the time of one float32 one, in the GEMM-shaped layers.  Fitted on a
     # Zen 5 with VNNI (9 real CNNs, int8 / float measured 0.43-1.02: fitted within about 11%): 2.5;
-    # AVX2 without VNNI (D80, Zen 3: ResNet-18 0.96): 1.1.  The default, for a CPU without an int8 dot
-    # product whose widening multiplies do twice the lanes of an FMA, is assumed, not measured.
+    # AVX2 without VNNI with pair-limited weights (D172, Zen 3): 1.6, estimates against measured int8 /
+    # float ResNet-18 0.66 / 0.74, SqueezeNet 0.79 / 0.76, EfficientNet-B0 0.91 / 0.81, MobileNetV2
+    # 0.96 / 0.76, PP-OCR cls 1.20 / 0.94 (pessimistic where most layers stay float).  The default, for
+    # a CPU without an int8 dot product whose widening multiplies do twice the lanes of an FMA, is
+    # assumed, not measured.
     int8_macs_per_float_mac: float = 1.5
     # quantizing one activation element at an int8 layer's input (twice that in int8-dynamic); it
     # also stands for the int8 layer's other fixed costs (fitted with the above: 30)
