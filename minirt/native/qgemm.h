@@ -26,9 +26,9 @@
  *     activations are packed with NEON ld1/st4 unless the baseline is forced).
  *   - AVX2 without VNNI: vpmaddubsw where no pair of products can saturate
  *     int16 (pairs of weights with |w0| + |w1| <= 128, as the builder makes
- *     them for AVX2 targets: q_avx2_pairs16_tile); else, weights in
+ *     them for AVX2 targets: q_avx2_bytes_tile); else, weights in
  *     [-127, 127], centred activations |x - 128| times the weights given
- *     the sign of x - 128 (q_avx2_sign_tile); else both operands widened
+ *     the sign of x - 128 (q_avx2_bytes_tile, centred); else both operands widened
  *     to int16 for vpmaddwd (q_avx2_tile, the float FMA rate).
  * Convolutions with a window larger than 1x1 over wide planes skip the
  * im2col matrix and the activation packing: their B panels are read in place
@@ -124,10 +124,10 @@ long mrt_qgemm_packed_size(int M, int K) { return (long)M * 4 + (long)M * q_k4(K
  * products into a saturating int16):
  *   Q_W_PAIRS16: every pair the kernels multiply side by side (k = 2j and 2j + 1 of a packed row) has
  *     |w0| + |w1| <= 128, so the pair of products fits int16 (255 x 128 = 32640 < 32767) and
- *     q_avx2_pairs16_tile is exact.  The builder limits the pairs so for AVX2 targets (limit_pair_sums,
+ *     q_avx2_bytes_tile is exact.  The builder limits the pairs so for AVX2 targets (limit_pair_sums,
  *     D172): 8-bit weights of which only the pairs of two large values lose a step or two.
  *   Q_W_SYMMETRIC: no weight is -128 (every quantizer here, and onnxruntime's, stores [-127, 127]), which
- *     q_avx2_sign_tile needs (it negates weights).
+ *     q_avx2_bytes_tile, centred needs (it negates weights).
  * Weights with neither take the int16 widening tile (q_avx2_tile, D80). */
 #define Q_W_PAIRS16 1
 #define Q_W_SYMMETRIC 2
@@ -816,125 +816,84 @@ __attribute__((target("avx2"))) static void q_avx2_tile_any(const int8_t *w, lon
         q_avx2_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 2);
 }
 
-/* The AVX2 tile when each pair of u8 x s8 products (k0 k1, k2 k3 of a quad) adds up within int16
- * (Q_W_PAIRS16: |w0| + |w1| <= 128 for every pair of weights): vpmaddubsw multiplies a 32-byte panel
- * group (8 columns x 4 k, unsigned) by the weight quad broadcast to every column (signed) and adds each
- * pair of products into an int16, which then cannot saturate (255 x 128 = 32640 < 32767); vpmaddwd with
- * ones adds the two pairs of a column into its int32 quad sum, in column order (no vphaddd or permute at
- * the end).  Per 32 multiply-adds two multiplying instructions on unwidened bytes, against two vpmaddwd
- * and two widenings per 32 in q_avx2_pass: measured on Zen 3 (the loops alone, 6 x 32 tiles, K = 256)
- * 85 against 46 G multiply-adds per second, float FMA 46.  The same exact sums as every other kernel.
- * Quads as q_avx2_tile's (ntaps runs of cq4 quads at base + tap_off[t] + cq * cq_stride).  Two column
- * groups per pass over K: 12 accumulators, 2 panel vectors, the weights and the ones. */
+/* The AVX2 tiles that multiply bytes with vpmaddubsw (an unsigned byte times a signed one, pairs of products
+ * added into a saturating int16, then vpmaddwd with ones adds the two pairs of a column into its int32 quad
+ * sum, in column order: no vphaddd or permute at the end), exact in the two cases where no pair sum can
+ * saturate; the same sums as every other kernel, bit for bit.  Quads as q_avx2_tile's (ntaps runs of cq4
+ * quads at base + tap_off[t] + cq * cq_stride); two column groups per pass over K.
+ *   - centred 0, pair-limited weights (Q_W_PAIRS16, |w0| + |w1| <= 128 for every pair: 255 x 128 = 32640 <
+ *     32767): the panel bytes times the weight quad broadcast to every column.  Up to 6 rows: 12
+ *     accumulators, 2 panel vectors, the weights and the ones.
+ *   - centred 1, any weights in [-127, 127] (Q_W_SYMMETRIC): the activation is centred (x_s = x ^ 0x80 =
+ *     x - 128), the unsigned operand is |x_s| (at most 128) and the signed one the weight given x_s's sign
+ *     (vpsignb: w, -w or 0), whose product is w x_s and whose pair sums stay within 2 x 128 x 127 = 32512;
+ *     128 rowsum[r] is added back at the end (sum_k w x = sum_k w x_s + 128 sum_k w).  One more
+ *     instruction per 32 multiply-adds (the centring and |x_s| are per panel vector, shared by the rows);
+ *     up to 4 rows (6 spilled: 10% slower).
+ * Measured on Zen 3 (the loops alone, 6 x 32 tiles, K = 256): 58-80 G multiply-adds per second with pair-
+ * limited weights, 50-61 centred, where the int16 widening route (q_avx2_tile, D80) runs at the float FMA
+ * rate (D172). */
 __attribute__((target("avx2"), always_inline)) static inline void
-q_avx2_pairs16_tile(const int8_t *w, long ldw, const uint8_t *base, const long *tap_off, int ntaps, int cq4,
-                    long cq_stride, int32_t (*out)[Q_NR], int nout, const int rows) {
-    const __m256i ones = _mm256_set1_epi16(1);
+q_avx2_bytes_tile(const int8_t *w, long ldw, const int32_t *rowsum, const uint8_t *base, const long *tap_off,
+                  int ntaps, int cq4, long cq_stride, int32_t (*out)[Q_NR], int nout, const int rows,
+                  const int centred) {
+    const __m256i ones = _mm256_set1_epi16(1), centre = _mm256_set1_epi8((char)0x80);
     const int8_t *rw[6];
     for (int r = 0; r < rows; ++r) rw[r] = w + (r < nout ? r : 0) * ldw; /* (rows past nout: never stored) */
     for (int g = 0; g < 4; g += 2) {
         __m256i a0[6], a1[6];
 #pragma GCC unroll 6
-        for (int r = 0; r < rows; ++r) a0[r] = a1[r] = _mm256_setzero_si256();
+        for (int r = 0; r < 6; ++r) a0[r] = a1[r] = _mm256_setzero_si256(); /* (all 6: rows is a constant) */
         long j = 0; /* the quad's index in K */
         for (int t = 0; t < ntaps; ++t) {
             const uint8_t *b = base + tap_off[t] + 32 * g;
             for (int cq = 0; cq < cq4; ++cq, ++j, b += cq_stride) {
-                const __m256i b0 = _mm256_loadu_si256((const __m256i *)b);
-                const __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + 32));
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)b), x1 = _mm256_loadu_si256((const __m256i *)(b + 32));
+                __m256i u0 = x0, u1 = x1; /* the unsigned operands */
+                if (centred) {
+                    x0 = _mm256_xor_si256(x0, centre), x1 = _mm256_xor_si256(x1, centre);
+                    u0 = _mm256_abs_epi8(x0), u1 = _mm256_abs_epi8(x1);
+                }
 #pragma GCC unroll 6
                 for (int r = 0; r < rows; ++r) {
                     int32_t quad;
                     memcpy(&quad, rw[r] + 4 * j, 4);
                     const __m256i wv = _mm256_set1_epi32(quad);
-                    a0[r] = _mm256_add_epi32(a0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(b0, wv), ones));
-                    a1[r] = _mm256_add_epi32(a1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(b1, wv), ones));
+                    const __m256i w0 = centred ? _mm256_sign_epi8(wv, x0) : wv;
+                    const __m256i w1 = centred ? _mm256_sign_epi8(wv, x1) : wv;
+                    a0[r] = _mm256_add_epi32(a0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, w0), ones));
+                    a1[r] = _mm256_add_epi32(a1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, w1), ones));
                 }
             }
         }
 #pragma GCC unroll 6
         for (int r = 0; r < rows; ++r)
             if (r < nout) {
-                _mm256_storeu_si256((__m256i *)(out[r] + 8 * g), a0[r]);
-                _mm256_storeu_si256((__m256i *)(out[r] + 8 * g + 8), a1[r]);
-            }
-    }
-}
-
-/* q_avx2_pairs16_tile with rows resolved to 2, 4 or 6 (at least nout). */
-__attribute__((target("avx2"))) static void q_avx2_pairs16_tile_any(const int8_t *w, long ldw, const uint8_t *base,
-                                                                    const long *tap_off, int ntaps, int cq4,
-                                                                    long cq_stride, int32_t (*out)[Q_NR], int nout) {
-    if (nout > 4)
-        q_avx2_pairs16_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 6);
-    else if (nout > 2)
-        q_avx2_pairs16_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 4);
-    else
-        q_avx2_pairs16_tile(w, ldw, base, tap_off, ntaps, cq4, cq_stride, out, nout, 2);
-}
-
-/* The AVX2 tile for any int8 weights (in [-127, 127], as every quantizer here and onnxruntime's store them)
- * and any uint8 activations, exact: vpmaddubsw multiplies an unsigned byte by a signed one and adds pairs
- * into a saturating int16, so the operands are rearranged to keep every pair sum within 2 x 128 x 127 =
- * 32512: the activation x is centred (x_s = x ^ 0x80 = x - 128, in [-128, 127]), the unsigned operand is
- * |x_s| (at most 128) and the signed one the weight given x_s's sign (vpsignb: w, -w or 0, within +-127),
- * whose product is w x_s.  The tile adds 128 rowsum[r] back at the end (sum_k w x = sum_k w x_s + 128
- * sum_k w), so its sums are every other kernel's, bit for bit.  Per 32 multiply-adds one more instruction
- * than q_avx2_pairs16_tile (the vpsignb; the centring and |x_s| are per panel vector, shared by the rows):
- * measured on Zen 3 (the loops alone, 6 x 32 tiles, K = 256) 50-61 against 58-80 G multiply-adds per
- * second, where the int16 widening route it replaces (D80) ran at the float FMA rate (D172). */
-__attribute__((target("avx2"), always_inline)) static inline void
-q_avx2_sign_tile(const int8_t *w, long ldw, const int32_t *rowsum, const uint8_t *base, const long *tap_off,
-                 int ntaps, int cq4, long cq_stride, int32_t (*out)[Q_NR], int nout, const int rows) {
-    const __m256i ones = _mm256_set1_epi16(1), centre = _mm256_set1_epi8((char)0x80);
-    const int8_t *rw[4];
-    for (int r = 0; r < rows; ++r) rw[r] = w + (r < nout ? r : 0) * ldw; /* (rows past nout: never stored) */
-    for (int g = 0; g < 4; g += 2) {
-        __m256i a0[4], a1[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < rows; ++r) a0[r] = a1[r] = _mm256_setzero_si256();
-        long j = 0; /* the quad's index in K */
-        for (int t = 0; t < ntaps; ++t) {
-            const uint8_t *b = base + tap_off[t] + 32 * g;
-            for (int cq = 0; cq < cq4; ++cq, ++j, b += cq_stride) {
-                const __m256i s0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b), centre);
-                const __m256i s1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 32)), centre);
-                const __m256i u0 = _mm256_abs_epi8(s0), u1 = _mm256_abs_epi8(s1);
-#pragma GCC unroll 4
-                for (int r = 0; r < rows; ++r) {
-                    int32_t quad;
-                    memcpy(&quad, rw[r] + 4 * j, 4);
-                    const __m256i wv = _mm256_set1_epi32(quad);
-                    a0[r] = _mm256_add_epi32(a0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(wv, s0)),
-                                                                      ones));
-                    a1[r] = _mm256_add_epi32(a1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(wv, s1)),
-                                                                      ones));
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < rows; ++r)
-            if (r < nout) {
-                const __m256i back = _mm256_set1_epi32(128 * rowsum[r]);
+                const __m256i back = _mm256_set1_epi32(centred ? 128 * rowsum[r] : 0);
                 _mm256_storeu_si256((__m256i *)(out[r] + 8 * g), _mm256_add_epi32(a0[r], back));
                 _mm256_storeu_si256((__m256i *)(out[r] + 8 * g + 8), _mm256_add_epi32(a1[r], back));
             }
     }
 }
 
-/* q_avx2_sign_tile over nout rows (any number), 4 at a time (then 2): 8 accumulators, the 4 centred and
- * absolute panel vectors, the weights, the constants: no spills (6 rows spilled, measured 10% slower);
- * rowsum[r] is row r's weight sum. */
-__attribute__((target("avx2"))) static void q_avx2_sign_tile_any(const int8_t *w, long ldw, const int32_t *rowsum,
-                                                                 const uint8_t *base, const long *tap_off, int ntaps,
-                                                                 int cq4, long cq_stride, int32_t (*out)[Q_NR],
-                                                                 int nout) {
-    for (int r0 = 0; r0 < nout; r0 += 4) {
-        const int n = nout - r0 < 4 ? nout - r0 : 4;
-        if (n > 2)
-            q_avx2_sign_tile(w + r0 * ldw, ldw, rowsum + r0, base, tap_off, ntaps, cq4, cq_stride, out + r0, n, 4);
+/* q_avx2_bytes_tile over nout rows (any number): pair-limited weights 6 rows at a time, centred 4 at a
+ * time, then what is left as a tile of 4 or 2 rows; ``rowsum[r]`` (row r's weight sum) is read when
+ * centred. */
+__attribute__((target("avx2"))) static void q_avx2_bytes_tile_any(const int8_t *w, long ldw, const int32_t *rowsum,
+                                                                  const uint8_t *base, const long *tap_off, int ntaps,
+                                                                  int cq4, long cq_stride, int32_t (*out)[Q_NR],
+                                                                  int nout, int centred) {
+    const int step = centred ? 4 : 6;
+    for (int r0 = 0; r0 < nout; r0 += step) {
+        const int n = nout - r0 < step ? nout - r0 : step;
+        const int8_t *wr = w + r0 * ldw;
+        const int32_t *sr = rowsum + r0;
+        if (centred)
+            q_avx2_bytes_tile(wr, ldw, sr, base, tap_off, ntaps, cq4, cq_stride, out + r0, n, n > 2 ? 4 : 2, 1);
+        else if (n > 4)
+            q_avx2_bytes_tile(wr, ldw, sr, base, tap_off, ntaps, cq4, cq_stride, out + r0, n, 6, 0);
         else
-            q_avx2_sign_tile(w + r0 * ldw, ldw, rowsum + r0, base, tap_off, ntaps, cq4, cq_stride, out + r0, n, 2);
+            q_avx2_bytes_tile(wr, ldw, sr, base, tap_off, ntaps, cq4, cq_stride, out + r0, n, n > 2 ? 4 : 2, 0);
     }
 }
 
@@ -1283,10 +1242,9 @@ static void q_task(void *ctx, long begin, long end) {
                     q_ukr_vnni16(g, w, kq, panel, acc, mr);
                 else if (q_use_vnni)
                     q_ukr_vnni(g, w, kq, panel, acc, mr, 0);
-                else if (q_use_avx2 && (g->wflags & Q_W_PAIRS16))
-                    q_avx2_pairs16_tile_any(w, g->k4, panel, &one_run, 1, kq, Q_NR * 4, acc, mr);
-                else if (q_use_avx2 && (g->wflags & Q_W_SYMMETRIC))
-                    q_avx2_sign_tile_any(w, g->k4, g->sums + m, panel, &one_run, 1, kq, Q_NR * 4, acc, mr);
+                else if (q_use_avx2 && (g->wflags & (Q_W_PAIRS16 | Q_W_SYMMETRIC)))
+                    q_avx2_bytes_tile_any(w, g->k4, g->sums + m, panel, &one_run, 1, kq, Q_NR * 4, acc, mr,
+                                          !(g->wflags & Q_W_PAIRS16));
                 else if (q_use_avx2)
                     q_avx2_tile_any(w, g->k4, panel, &one_run, 1, kq, Q_NR * 4, acc, mr);
                 else
@@ -2456,14 +2414,10 @@ static void q_implicit_task(void *ctx, long begin, long end) {
 #ifdef MRT_HAVE_VNNI_BUILD
                 if (q_use_vnni)
                     q_ukr_conv_vnni(&a->b, w, mr, col0 + j0, acc);
-                else if (q_use_avx2 && (a->b.wflags & Q_W_PAIRS16)) /* 6 rows, then the last 2 of 8 */
-                    for (int r0 = 0; r0 < mr; r0 += 6)
-                        q_avx2_pairs16_tile_any(w + r0 * a->b.kt, a->b.kt, a->b.planes + 4 * (col0 + j0),
-                                                a->b.tap_off, a->b.ntaps, a->b.cq4, a->b.cq_stride, acc + r0,
-                                                mr - r0 < 6 ? mr - r0 : 6);
-                else if (q_use_avx2 && (a->b.wflags & Q_W_SYMMETRIC)) /* 4 rows, then 4 */
-                    q_avx2_sign_tile_any(w, a->b.kt, a->g.sums + i0, a->b.planes + 4 * (col0 + j0), a->b.tap_off,
-                                         a->b.ntaps, a->b.cq4, a->b.cq_stride, acc, mr);
+                else if (q_use_avx2 && (a->b.wflags & (Q_W_PAIRS16 | Q_W_SYMMETRIC)))
+                    q_avx2_bytes_tile_any(w, a->b.kt, a->g.sums + i0, a->b.planes + 4 * (col0 + j0), a->b.tap_off,
+                                          a->b.ntaps, a->b.cq4, a->b.cq_stride, acc, mr,
+                                          !(a->b.wflags & Q_W_PAIRS16));
                 else if (q_use_avx2)
                     for (int r0 = 0; r0 < mr; r0 += 6)
                         q_avx2_tile_any(w + r0 * a->b.kt, a->b.kt, a->b.planes + 4 * (col0 + j0), a->b.tap_off,

@@ -14,18 +14,14 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from minirt.builder.quantize.bias_correction import correct_biases
-from minirt.builder.quantize.passes.base import QuantPass
+from minirt.builder.quantize.passes.base import BiasCorrectionPass
 
 
-class FP16BiasCorrection(QuantPass):
+class FP16BiasCorrection(BiasCorrectionPass):
     """bias += -(W_fp16 - W) . E[x patch], for the weights converted to float16."""
 
     name = "fp16_bias_correction"
-    corrected: int | None = None  # layers corrected by the first run; None before it
 
-    def run(self, model: ir.Model) -> bool:
-        if self.corrected is not None:
-            return False
+    def correct(self, model: ir.Model) -> int:
         means = self.context.fp16_means
-        self.corrected = correct_biases(model, set(self.context.fp16_only or ()), means) if means else 0
-        return self.corrected > 0
+        return correct_biases(model, set(self.context.fp16_only or ()), means) if means else 0

@@ -18,23 +18,19 @@ import onnx_ir as ir
 
 from minirt.builder.quantize import qir
 from minirt.builder.quantize.bias_correction import correct_biases
-from minirt.builder.quantize.passes.base import QuantPass
+from minirt.builder.quantize.passes.base import BiasCorrectionPass
 
 
-class Int8BiasCorrection(QuantPass):
+class Int8BiasCorrection(BiasCorrectionPass):
     """bias += -(dequantize(quantize(W)) - W) . E[x patch], for the int8 layers' weights."""
 
     name = "int8_bias_correction"
-    corrected: int | None = None  # layers corrected by the first run; None before it
 
-    def run(self, model: ir.Model) -> bool:
-        if self.corrected is not None:
-            return False
+    def correct(self, model: ir.Model) -> int:
         ctx = self.context
         cands = {c.name: c for c in ctx.selected if c.kind in ("conv", "matmul")}
         if not ctx.int8_means or not cands:
-            self.corrected = 0
-            return False
+            return 0
 
         def roundtrip(w: np.ndarray, node: ir.Node) -> np.ndarray | None:
             cand = cands.get(node.name)
@@ -51,5 +47,4 @@ class Int8BiasCorrection(QuantPass):
 
         names = {node.inputs[1].name for node in model.graph
                  if node.name in cands and len(node.inputs) > 1 and node.inputs[1] is not None}
-        self.corrected = correct_biases(model, names, ctx.int8_means, roundtrip, suffix="int8_bias")
-        return self.corrected > 0
+        return correct_biases(model, names, ctx.int8_means, roundtrip, suffix="int8_bias")
