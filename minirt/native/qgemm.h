@@ -2502,10 +2502,12 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     ia.b.cq_stride = phases * phase_bytes;
     ia.b.W = kk > 1 ? wt : a->W; /* a 1x1 kernel's packed rows (k4 = 4 cq4) are already in K order */
     ia.b.kt = kk > 1 ? (long)kk * cq4 * 4 : k4;
-    /* (the tap order pairs channels 2i, 2i + 1 of a tap: its own check; a 1x1 kernel's is the packed one) */
-    ia.b.wflags = kk > 1 ? (a->wflags & ~Q_W_PAIRS16) |
-                               (q_use_avx2 && !q_use_vnni && q_pairs16(wt, (long)a->m * ia.b.kt) ? Q_W_PAIRS16 : 0)
-                         : a->wflags;
+    /* (the tap order pairs channels 2i, 2i + 1 of a tap: its own check, for weights whose packed rows are
+     * pair-limited, as the builder limits both orders; a 1x1 kernel's order is the packed one) */
+    if (kk > 1 && (a->wflags & Q_W_PAIRS16) && !(q_use_avx2 && !q_use_vnni && q_pairs16(wt, (long)a->m * ia.b.kt)))
+        ia.b.wflags = a->wflags & ~Q_W_PAIRS16;
+    else
+        ia.b.wflags = a->wflags;
     ia.g.sums = a->sums; ia.g.scale = a->scale; ia.g.bias = a->bias; ia.g.x_zero = a->x_zero;
     ia.g.res = res; ia.g.ldr = (long)a->oh * a->ow;
     ia.g.post_a = a->post_a; ia.g.post_b = a->post_b;

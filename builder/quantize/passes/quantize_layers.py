@@ -103,15 +103,14 @@ class QuantizeLayers(QuantPass):
                 # input is quantized at run time, as in int8-dynamic (the quantizer warns, D95)
                 self.run_time_scales.append(cand.name)
         ins = list(node.inputs) + [None] * (4 - len(node.inputs))
+        axis, pairs = qir.weight_layout(node, cand.kind, cand.depthwise)  # (the weight's scale axis, its pairs)
         if cand.kind == "convt":
             if ranges is None:
                 return "QConvTranspose needs a static input scale (int8 mode)"
-            axis, pairs = qir.weight_layout(node, cand.kind)  # (C, M, kH, kW): one scale per M
             wq, ws = b.weight(node.inputs[1], axis, pairs=pairs)
             new = ir.Node(qir.DOMAIN, "QConvTranspose", [x, xs, xz, wq, ws, ins[2]], attributes=irh.copy_attrs(node),
                           name=node.name, num_outputs=1)
         elif cand.kind == "conv":
-            axis, pairs = qir.weight_layout(node, cand.kind, cand.depthwise)
             wq, ws = b.weight(node.inputs[1], axis, pairs=pairs)
             new = ir.Node(qir.DOMAIN, "QConv", [x, xs, xz, wq, ws, ins[2], ins[3]], attributes=irh.copy_attrs(node),
                           name=node.name, num_outputs=1)
@@ -122,13 +121,11 @@ class QuantizeLayers(QuantPass):
                 trans_b = int(irh.attr(node, "transB", 0))
                 alpha = float(irh.attr(node, "alpha", 1.0))
                 beta = float(irh.attr(node, "beta", 1.0))
-                axis, pairs = qir.weight_layout(node, cand.kind)
                 wq, ws = b.weight(node.inputs[1], axis, alpha, pairs=pairs)
                 if c is not None and beta != 1.0:
                     c = b.init((c.const_value.numpy() * np.float32(beta)).astype(np.float32), f"{c.name}_beta")
                 attrs.append(ir.AttrInt64("transB", trans_b))
             else:
-                axis, pairs = qir.weight_layout(node, cand.kind)
                 wq, ws = b.weight(node.inputs[1], axis, pairs=pairs)
             new = ir.Node(qir.DOMAIN, "QMatMul", [x, xs, xz, wq, ws, c, ins[3]], attributes=attrs, name=node.name,
                           num_outputs=1)
