@@ -404,6 +404,7 @@ def build(
     weight_pack: int | None = None,
     cpu_fallback: bool = True,
     coreml_precision: str | None = None,
+    compress_sections: bool = True,
 ) -> BuildReport:
     """Build ``model`` (path, bytes or ModelProto) into a .mrt artifact.
 
@@ -426,6 +427,10 @@ def build(
 
     ``block_size`` / ``symmetric_weights`` (``quantize="int4"``): the K values one 4-bit scale covers and
     whether the weights are symmetric (zero point 8) or get a zero point per block (MatMulNBits).
+
+    ``compress_sections=False`` (``--uncompressed``): every section stored as it is, a format-version-1
+    file that runtimes reading only version 1 load; by default the graph, tensor table and metadata
+    are zlib streams once they pass 4 KiB (format version 2, docs/format.md).
 
     ``cpu_fallback=False`` (``--no-cpu-fallback``): a thin accelerator artifact: each partition keeps
     its provider program and golden tensors but not its CPU version (its nodes and the weights only
@@ -583,7 +588,7 @@ def build(
 
     t0 = time.perf_counter()
     say("writing artifact")
-    writer = ArtifactWriter()
+    writer = ArtifactWriter(compress_sections=compress_sections)
     options = {
         "target": profile.name,
         "providers": list(profile.providers),

@@ -137,7 +137,10 @@ class PartitionRecord:
 
 
 class ArtifactWriter:
-    def __init__(self) -> None:
+    def __init__(self, compress_sections: bool = True) -> None:
+        # zlib-compress the structure sections of at least S.COMPRESS_MIN_BYTES (format version 2);
+        # False: every section stored as is, a version-1 file that older runtimes read
+        self.compress_sections = compress_sections
         self.metadata: dict[str, tuple[int, object]] = {}
         self.opsets: dict[str, int] = {}
         self.operators: list[tuple[str, str, int]] = []
@@ -359,15 +362,16 @@ class ArtifactWriter:
     def to_bytes(self, sign_key: bytes | None = None) -> bytes:
         """The artifact's bytes; with ``sign_key`` (a 32-byte Ed25519 seed), signed (section kind 8)."""
         tensor_table, tensor_data = self._encode_tensors()
-        sections: list[tuple[int, int, bytes]] = [
+        structure = [
             (S.SECTION_METADATA, 0, self._encode_metadata()),
             (S.SECTION_OPERATORS, 0, self._encode_operators()),
             (S.SECTION_GRAPHS, 0, self._encode_graphs()),
             (S.SECTION_TENSORS, 0, tensor_table),
         ]
+        sections: list[tuple[int, int, bytes]] = [self._stored(*sec) for sec in structure]
         sections += [(S.SECTION_PROVIDER_BLOB, S.SECTION_FLAG_OPTIONAL, blob) for blob in self.provider_blobs]
         if self.partitions:
-            sections.append((S.SECTION_PARTITIONS, S.SECTION_FLAG_OPTIONAL, self._encode_partitions()))
+            sections.append(self._stored(S.SECTION_PARTITIONS, S.SECTION_FLAG_OPTIONAL, self._encode_partitions()))
         # Tensor data goes last so that appending provider blobs or metadata in
         # a later version never moves the (large, mapped) weights.
         sections.append((S.SECTION_TENSOR_DATA, 0, tensor_data))
@@ -380,13 +384,29 @@ class ArtifactWriter:
         return layout_sections(sections)
 
 
+    def _stored(self, kind: int, flags: int, payload: bytes) -> tuple[int, int, bytes]:
+        """The section as written: a zlib stream (SECTION_FLAG_DEFLATE) when compression is on, the
+        section is large enough to matter and the stream is shorter; else the payload itself."""
+        if self.compress_sections and kind in S.COMPRESSIBLE_SECTIONS and len(payload) >= S.COMPRESS_MIN_BYTES:
+            packed = zlib.compress(payload, 9)
+            if len(packed) < len(payload):
+                return kind, flags | S.SECTION_FLAG_DEFLATE, packed
+        return kind, flags, payload
+
+
 def _signature_section(sections: list[tuple[int, int, bytes]], sign_key: bytes) -> tuple[int, int, bytes]:
     if len(sign_key) != 32:
         raise ValueError(f"sign_key must be a 32-byte Ed25519 private key (seed), got {len(sign_key)} bytes")
     # Imported here: only signing builds need the signature code.
     from minirt.format.signature import signature_payload
 
-    return (S.SECTION_SIGNATURE, S.SECTION_FLAG_OPTIONAL, signature_payload(bytes(sign_key), sections))
+    return (S.SECTION_SIGNATURE, S.SECTION_FLAG_OPTIONAL,
+            signature_payload(bytes(sign_key), sections, file_version(sections)))
+
+
+def file_version(sections: list[tuple[int, int, bytes]]) -> int:
+    """The format version of a file of these sections: 2 when one is compressed, else 1."""
+    return 2 if any(flags & S.SECTION_FLAG_DEFLATE for _, flags, _ in sections) else S.MIN_FORMAT_VERSION
 
 
 def sign_artifact(data: bytes, sign_key: bytes) -> bytes:
@@ -408,23 +428,28 @@ def sign_artifact(data: bytes, sign_key: bytes) -> bytes:
 
 
 def layout_sections(sections: list[tuple[int, int, bytes]]) -> bytes:
-    """Header, section table and 64-byte aligned payloads for ``[(kind, flags, payload)]``, in order."""
+    """Header, section table and 64-byte aligned payloads for ``[(kind, flags, payload)]``, in order.
+
+    A payload flagged SECTION_FLAG_DEFLATE is the section's zlib stream (its inflated length goes into the
+    entry); the file is format version 2 when there is one, else version 1 (what every runtime reads)."""
     table_offset = S.HEADER.size
     offset = S.aligned_size(table_offset + len(sections) * S.SECTION_ENTRY.size)
     entries, body = [], []
+    version = file_version(sections)
     for kind, flags, payload in sections:
-        entries.append(S.SECTION_ENTRY.pack(kind, flags, offset, len(payload), zlib.crc32(payload), 0))
+        inflated = len(zlib.decompress(payload)) if flags & S.SECTION_FLAG_DEFLATE else 0
+        entries.append(S.SECTION_ENTRY.pack(kind, flags, offset, len(payload), zlib.crc32(payload), inflated))
         pad = S.padding_required(len(payload))
         body.append(payload + b"\x00" * pad)
         offset += len(payload) + pad
     table = b"".join(entries)
     file_size = offset
     head_wo_crc = S.HEADER.pack(
-        S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, 0, b"\x00" * 16
+        S.MAGIC, version, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, 0, b"\x00" * 16
     )
     crc = zlib.crc32(table, zlib.crc32(head_wo_crc[: S.HEADER_CRC_SPAN]))
     header = S.HEADER.pack(
-        S.MAGIC, S.FORMAT_VERSION, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, crc, b"\x00" * 16
+        S.MAGIC, version, S.HEADER.size, len(sections), S.SECTION_ENTRY.size, table_offset, file_size, 0, crc, b"\x00" * 16
     )
     first = S.aligned_size(table_offset + len(table))
     out = header + table + b"\x00" * (first - table_offset - len(table)) + b"".join(body)

@@ -235,6 +235,7 @@ def _build_options(args: argparse.Namespace) -> dict:
         weight_pack=args.weight_pack,
         cpu_fallback=not args.no_cpu_fallback,
         coreml_precision=args.coreml_precision,
+        compress_sections=not args.uncompressed,
         disabled_passes=args.disable_pass,
         input_shapes=args.input_shape,
         input_values=args.input_value,
@@ -364,7 +365,8 @@ def inspect_artifact(path: str, verify_key: Any = None, require_signature: bool 
         "format_version": art.format_version,
         "file_size": art.size,
         "sections": [
-            {"kind": s.name, "kind_code": s.kind, "flags": s.flags, "offset": s.offset, "length": s.length, "crc32": s.crc32}
+            {"kind": s.name, "kind_code": s.kind, "flags": s.flags, "offset": s.offset, "length": s.length, "crc32": s.crc32,
+             **({"inflated": s.inflated} if s.deflated else {})}  # (a zlib stream of `inflated` bytes, format 2)
             for s in art.sections
         ],
         "opsets": {(domain or "ai.onnx"): version for domain, version in art.opsets.items()},
@@ -440,11 +442,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"signature: {sig['signer']} " + ("(verified)" if sig["verified"] else
                                                 "(not verified: --verify-key KEY.pub checks it)"))
     print("sections:")
-    print(_table(
-        [(s["kind"], s["offset"], s["length"], f"{s['crc32']:#010x}") for s in info["sections"]],
-        header=("kind", "offset", "length", "crc32"),
-        align="lrrr",
-    ))
+    rows = [[s["kind"], s["offset"], s["length"], f"{s['crc32']:#010x}"] for s in info["sections"]]
+    header, align = ["kind", "offset", "length", "crc32"], "lrrr"
+    if any("inflated" in s for s in info["sections"]):  # (format 2: a column for the compressed ones)
+        for row, s in zip(rows, info["sections"]):
+            row.append(f"zlib of {s['inflated']}" if "inflated" in s else "")
+        header.append("stored")
+        align += "l"
+    print(_table(rows, header=tuple(header), align=align))
     print("opsets: " + ", ".join(f"{d} {v}" for d, v in info["opsets"].items()))
     print(f"graphs {info['graphs']}, nodes {info['nodes']}, tensors {info['tensors']}, "
           f"weights {info['weight_bytes']:,} bytes ({fmt_bytes(info['weight_bytes'])})")
@@ -891,6 +896,10 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                         "channels (8: arm64 NEON and x86 SSE2, 16: AVX2, 32: AVX-512; 0: off), so the first "
                         "run does not pack them (default: the --target's: 8 on the arm64 targets, 16 on x86-64-v3, "
                         "32 on x86-64-v4, this machine's on host, 0 on generic)")
+    p.add_argument("--uncompressed", action="store_true",
+                   help="store every section as it is: a format-version-1 file, for runtimes that read only "
+                        "version 1 (default: the graph, tensor table and metadata as zlib streams once they "
+                        "pass 4 KiB, format version 2)")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3),
                    help="optimisation level: 0 none, 1 cleanup/folding/CSE, 2 + fusions (default), 3 + pattern recognition")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",

@@ -154,6 +154,37 @@ def test_build_weight_pack(tmp_path, capsys):
     assert code == 2 and "--weight-pack" in stderr
 
 
+def test_build_compresses_the_structure_sections_unless_uncompressed(tmp_path, capsys):
+    """A real model (PP-OCR's direction classifier, from the rapidocr wheel): its graph and tensor table
+    pass 4 KiB, so the default build stores them as zlib streams (format version 2; its 3 KB of metadata
+    stay as they are) and --uncompressed writes version 1; both load to the same graph and results."""
+    from tests.test_real_models import PPOCR_CLS, ppocr_input
+
+    if PPOCR_CLS is None:
+        pytest.skip("rapidocr's PP-OCR models are not installed")
+    arts = {}
+    for name, options in (("v2", ()), ("v1", ("--uncompressed",))):
+        out = tmp_path / f"{name}.mrt"
+        code, _, stderr = _run_cli(capsys, "build", PPOCR_CLS, "-o", out, "-q", *options)
+        assert code == 0, stderr
+        code, stdout, _ = _run_cli(capsys, "inspect", out, "--json")
+        arts[name] = (out, json.loads(stdout))
+    (v2, info2), (v1, info1) = arts["v2"], arts["v1"]
+    assert (info2["format_version"], info1["format_version"]) == (2, 1)
+    stored2 = {s["kind"]: s for s in info2["sections"]}
+    stored1 = {s["kind"]: s for s in info1["sections"]}
+    for kind in ("graphs", "tensors"):
+        assert stored2[kind]["flags"] & 2 and stored2[kind]["length"] * 3 < stored1[kind]["length"], kind
+        assert stored2[kind]["inflated"] == stored1[kind]["length"] and "inflated" not in stored1[kind]
+    assert stored1["metadata"]["length"] < 4096 and not stored2["metadata"]["flags"] & 2
+    assert "inflated" not in stored2["tensor_data"] and stored2["tensor_data"]["length"] == stored1["tensor_data"]["length"]
+    assert v2.stat().st_size < v1.stat().st_size - 20_000
+    x = {"x": ppocr_input((2, 3, 48, 192), 1)}
+    a, b = minirt.Session(str(v2)), minirt.Session(str(v1))
+    np.testing.assert_array_equal(a.run(None, x)[0], b.run(None, x)[0])
+    assert [n.name for n in a.artifact.main_graph.nodes] == [n.name for n in b.artifact.main_graph.nodes]
+
+
 def test_build_missing_model_is_a_clean_error(tmp_path, capsys):
     missing = tmp_path / "nowhere" / "missing.onnx"
     code, stdout, stderr = _run_cli(capsys, "build", missing, "-q")

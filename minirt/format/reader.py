@@ -56,8 +56,15 @@ def _i32_array(n: int) -> struct.Struct:
     return struct.Struct(f"<{n}i")
 
 
-class Section(collections.namedtuple("Section", "kind flags offset length crc32")):
+class Section(collections.namedtuple("Section", "kind flags offset length crc32 inflated", defaults=(0,))):
+    """A section-table entry; ``inflated``: the section's length once inflated when it is stored
+    compressed (SECTION_FLAG_DEFLATE, format version 2), else 0."""
+
     __slots__ = ()
+
+    @property
+    def deflated(self) -> bool:
+        return bool(self.flags & S.SECTION_FLAG_DEFLATE)
 
     @property
     def name(self) -> str:
@@ -358,7 +365,7 @@ def _read_header(buf: memoryview, total_size: int | None = None) -> tuple[int, l
             f"this artifact uses .mrt format version {version}, but this runtime (minirt "
             f"{_runtime_version()}) reads format versions up to {S.FORMAT_VERSION}; upgrade minirt"
         )
-    if version < 1:
+    if version < S.MIN_FORMAT_VERSION:
         raise FormatError(f"invalid .mrt format version {version}")
     if file_size != size:
         raise FormatError(f"file is {size} bytes but its header says {file_size} bytes (truncated or padded)")
@@ -377,8 +384,9 @@ def _read_header(buf: memoryview, total_size: int | None = None) -> tuple[int, l
         raise ChecksumError(f"header or section table is corrupted: CRC-32 {crc:#010x}, stored {header_crc:#010x}")
     sections = []
     for i in range(count):
-        kind, flags, offset, length, scrc, _ = S.SECTION_ENTRY.unpack_from(buf, table_offset + i * entry_size)
-        sec = Section(kind, flags, offset, length, scrc)
+        kind, flags, offset, length, scrc, inflated = S.SECTION_ENTRY.unpack_from(buf, table_offset + i * entry_size)
+        sec = Section(kind, flags, offset, length, scrc, inflated if flags & S.SECTION_FLAG_DEFLATE else 0)
+        _check_section_flags(i, sec, version, inflated)
         if offset % S.ALIGNMENT:
             raise FormatError(f"section {i} ({sec.name}) starts at offset {offset}, not a multiple of {S.ALIGNMENT}")
         if offset < table_end or offset + length > size:
@@ -389,6 +397,38 @@ def _read_header(buf: memoryview, total_size: int | None = None) -> tuple[int, l
         if a.offset + a.length > b.offset:
             raise FormatError(f"sections {a.name} and {b.name} overlap")
     return version, sections
+
+
+def _check_section_flags(i: int, sec: Section, version: int, inflated: int) -> None:
+    """Flags and inflated length of section entry ``i`` as its file's format version allows them."""
+    if not sec.deflated:
+        return
+    if version < 2:
+        raise FormatError(f"section {i} ({sec.name}) is marked compressed (flag {S.SECTION_FLAG_DEFLATE}), which "
+                          f"format version {version} does not have (compressed sections are version 2)")
+    if sec.kind in S.SECTION_NAMES and sec.kind not in S.COMPRESSIBLE_SECTIONS:
+        raise FormatError(f"section {i} ({sec.name}) is marked compressed, but only the metadata, operators, graphs, "
+                          "tensors and partitions sections may be")
+    if not 0 < inflated <= S.MAX_INFLATED_BYTES:
+        raise FormatError(f"section {i} ({sec.name}) is compressed with an inflated length of {inflated} bytes; "
+                          f"expected 1 to {S.MAX_INFLATED_BYTES}")
+
+
+def _inflate(stored: memoryview, sec: Section) -> bytes:
+    """The section's bytes from its zlib stream ``stored``: exactly ``sec.inflated`` bytes, never more."""
+    import zlib  # (only for compressed sections)
+
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(stored, sec.inflated + 1)
+    except zlib.error as e:
+        raise FormatError(f"section {sec.name}: its zlib stream is damaged ({e})") from None
+    if len(out) != sec.inflated or not d.eof or d.unused_data:
+        got = f"{len(out)}{'+' if len(out) > sec.inflated else ''}"
+        raise FormatError(f"section {sec.name}: its zlib stream inflates to {got} bytes"
+                          f"{'' if d.eof else ' (stream incomplete)'}{' with trailing bytes' if d.unused_data else ''}, "
+                          f"but its entry says {sec.inflated}")
+    return out
 
 
 def _runtime_version() -> str:
@@ -959,7 +999,8 @@ def _decode(view: memoryview, buffer: Any, verify_checksums: bool, trusted: list
 
     def cursor(kind: int) -> _Cursor:
         sec = by_kind[kind]
-        return _Cursor(view[sec.offset : sec.offset + sec.length], sec.name)
+        stored = view[sec.offset : sec.offset + sec.length]
+        return _Cursor(memoryview(_inflate(stored, sec)) if sec.deflated else stored, sec.name)
 
     data_sec = by_kind[S.SECTION_TENSOR_DATA]
     data = view[data_sec.offset : data_sec.offset + data_sec.length]

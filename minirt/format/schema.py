@@ -15,7 +15,10 @@ import struct
 
 # --- file header --------------------------------------------------------------
 MAGIC = b"MINIRT\x00\x1a"  # 8 bytes; \x1a stops `type` on Windows, \x00 stops C strings
-FORMAT_VERSION = 1  # bumped only for structural changes
+FORMAT_VERSION = 2  # bumped only for structural changes (2: zlib-compressed sections, SECTION_FLAG_DEFLATE)
+# The oldest version this reader accepts.  A writer writes MIN_FORMAT_VERSION when the file uses
+# nothing of a later version (no compressed section), so older runtimes still read it.
+MIN_FORMAT_VERSION = 1
 ALIGNMENT = 64  # sections and tensors start on multiples of this
 
 # Header, 64 bytes:
@@ -36,10 +39,11 @@ HEADER_CRC_SPAN = 44  # bytes of the header covered by header_crc32 (everything 
 # Section table entry, 32 bytes:
 #   kind     u32  SECTION_* below
 #   flags    u32  bit 0: SECTION_FLAG_OPTIONAL (a reader that does not know the kind may skip it)
+#                 bit 1: SECTION_FLAG_DEFLATE (version 2: the payload is a zlib stream of the section)
 #   offset   u64  absolute file offset, multiple of ALIGNMENT
-#   length   u64  bytes
-#   crc32    u32  CRC-32 (zlib polynomial) of the section's bytes
-#   reserved u32  zero
+#   length   u64  bytes stored in the file
+#   crc32    u32  CRC-32 (zlib polynomial) of the section's stored bytes
+#   inflated u32  DEFLATE: the section's length once inflated; otherwise zero
 SECTION_ENTRY = struct.Struct("<IIQQII")
 assert SECTION_ENTRY.size == 32
 
@@ -68,7 +72,18 @@ SECTION_NAMES = {
 REQUIRED_SECTIONS = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_TENSOR_DATA)
 
 SECTION_FLAG_OPTIONAL = 1
-
+# Version 2: the stored payload is a zlib stream (RFC 1950) whose inflated bytes are the section as the
+# grammar describes it; the entry's last field holds that inflated length.  Only the structure
+# sections may be compressed (COMPRESSIBLE_SECTIONS): never the mapped tensor data, packed weights,
+# provider blobs or the signature.
+SECTION_FLAG_DEFLATE = 2
+SECTION_FLAGS_KNOWN = {1: SECTION_FLAG_OPTIONAL, 2: SECTION_FLAG_OPTIONAL | SECTION_FLAG_DEFLATE}
+COMPRESSIBLE_SECTIONS = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_PARTITIONS)
+# The reference writer compresses a compressible section from this many bytes (below, the few bytes
+# saved are not worth it: a small model's file stays version 1, readable by every runtime).
+COMPRESS_MIN_BYTES = 4096
+# An inflated section is never larger than this (a bound for a reader's memory, against zlib bombs).
+MAX_INFLATED_BYTES = 1 << 30
 # --- signature section (kind 8) -------------------------------------------------
 # Payload, 100 bytes: u32 algorithm, 32-byte public key, 64-byte signature.
 # Signed message: SIGNATURE_TAGS[format_version] || SHA-256 over, for every other
@@ -77,7 +92,7 @@ SIG_ALG_ED25519 = 1
 SIGNATURE_PAYLOAD = struct.Struct("<I32s64s")
 assert SIGNATURE_PAYLOAD.size == 100
 SIGNATURE_DIGEST_ENTRY = struct.Struct("<IIQ")  # kind, flags, length before each payload
-SIGNATURE_TAGS = {1: b"MINIRT-SIG-V1"}  # per format version: a signature never verifies across versions
+SIGNATURE_TAGS = {1: b"MINIRT-SIG-V1", 2: b"MINIRT-SIG-V2"}  # per format version: a signature never verifies across versions
 
 # --- value shapes -------------------------------------------------------------
 DIM_FIXED = 0  # followed by i64 size >= 0

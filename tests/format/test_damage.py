@@ -251,6 +251,65 @@ def test_version_zero_is_invalid():
     assert type(err) is FormatError
 
 
+# --- compressed sections (format version 2) --------------------------------------------------------
+
+
+def _deflated(kinds=(S.SECTION_GRAPHS, S.SECTION_TENSORS)):
+    """GOOD with the sections of ``kinds`` stored as zlib streams (a version-2 file)."""
+    return [(k, f | S.SECTION_FLAG_DEFLATE, zlib.compress(p)) if k in kinds else (k, f, p) for k, f, p in split(GOOD)]
+
+
+def test_compressed_sections_load_as_the_stored_ones():
+    data = relayout(_deflated((S.SECTION_METADATA, S.SECTION_OPERATORS, S.SECTION_GRAPHS, S.SECTION_TENSORS)))
+    art = reader.load(data)
+    assert art.format_version == 2
+    assert [s.deflated for s in art.sections] == [True, True, True, True, False]
+    assert art.sections[2].inflated == len(dict((k, p) for k, _, p in split(GOOD))[S.SECTION_GRAPHS])
+    assert [v.name for v in art.main_graph.values] == ["x", "w", "y"]
+    assert art.metadata == reader.load(GOOD).metadata
+    np.testing.assert_array_equal(art.tensor(0), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_compressed_section_in_a_version_1_file():
+    _load_fails(relayout(_deflated(), version=1), match=r"section 2 \(graphs\) is marked compressed .* format version 1")
+
+
+@pytest.mark.parametrize("kind", [S.SECTION_TENSOR_DATA], ids=["tensor_data"])
+def test_section_that_may_not_be_compressed(kind):
+    _load_fails(relayout(_deflated((kind,))), match="tensor_data.* is marked compressed, but only the metadata")
+
+
+@pytest.mark.parametrize("inflated", [0, S.MAX_INFLATED_BYTES + 1, 7, 10**6])
+def test_wrong_inflated_length(inflated):
+    data = relayout(_deflated())
+    index = [k for k, _, _ in split(data)].index(S.SECTION_GRAPHS)
+    data = set_entry_field(data, index, 28, "<I", inflated)
+    match = "inflated length of" if inflated in (0, S.MAX_INFLATED_BYTES + 1) else "graphs: its zlib stream inflates to"
+    err = _load_fails(data, match=match)
+    assert type(err) is FormatError and str(inflated) in str(err)
+
+
+def test_damaged_zlib_stream():
+    """The CRC covers the stored stream; without the check, a damaged stream is still a clear FormatError."""
+    data = bytearray(relayout(_deflated()))
+    off, _ = section(data, S.SECTION_GRAPHS)
+    for i in range(off + 2, off + 12):
+        data[i] ^= 0x5A
+    _load_fails(bytes(data), ChecksumError, match="section graphs is corrupted")
+    err = _load_fails(bytes(data), verify_checksums=False, match="section graphs: its zlib stream")
+    assert type(err) is FormatError
+
+
+def test_compressed_stream_with_trailing_bytes():
+    data = bytearray(relayout(_deflated()))
+    index = [k for k, _, _, _, _, _ in section_entries(data)].index(S.SECTION_GRAPHS)
+    _, _, off, length, _, pos = section_entries(data)[index]
+    assert S.padding_required(length)  # (a byte of padding follows the stream: take it into the section)
+    struct.pack_into("<Q", data, pos + 16, length + 1)
+    data[off + length] = 0x55
+    _load_fails(bytes(fix_section_crcs(data)), match="graphs: its zlib stream inflates to .* with trailing bytes")
+
+
 def test_unknown_required_section_kind():
     data = relayout(split(GOOD) + [(77, 0, b"future stuff")])
     err = _load_fails(data, VersionError)

@@ -19,10 +19,12 @@ import pytest
 # ============================ the decoder (spec only) ============================
 
 MAGIC = b"MINIRT\x00\x1a"
-SUPPORTED_VERSION = 1
+SUPPORTED_VERSION = 2
 KINDS = {1: "metadata", 2: "operators", 3: "graphs", 4: "tensors", 5: "tensor_data", 6: "provider_blob"}
 REQUIRED = (1, 2, 3, 4, 5)
 FLAG_OPTIONAL = 1
+FLAG_DEFLATE = 2
+COMPRESSIBLE = (1, 2, 3, 4, 7)
 ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8}
 STRING = 8
 MAX_RANK = 64
@@ -94,19 +96,27 @@ def decode(buf: bytes) -> dict:
     # --- section table (rules 8-12)
     sections = []
     for i in range(count):
-        kind, flags, off, length, crc = struct.unpack_from("<IIQQI", buf, toff + i * esize)
+        kind, flags, off, length, crc, inflated = struct.unpack_from("<IIQQII", buf, toff + i * esize)
         if off % 64 or off < tend or off + length > len(buf):
             raise SpecError(f"section {i} misplaced")
         if zlib.crc32(buf[off : off + length]) != crc:
             raise SpecError(f"section {i} crc")
-        sections.append((kind, flags, off, length))
-    spans = sorted((off, off + length) for _, _, off, length in sections)
+        if flags & FLAG_DEFLATE and (version < 2 or (kind in KINDS and kind not in COMPRESSIBLE)
+                                     or not 0 < inflated <= 1 << 30):
+            raise SpecError(f"section {i} compressed where it may not be")
+        sections.append((kind, flags, off, length, inflated))
+    spans = sorted((off, off + length) for _, _, off, length, _ in sections)
     if any(a_end > b_off for (_, a_end), (b_off, _) in zip(spans, spans[1:])):
         raise SpecError("overlap")
     body: dict[int, bytes] = {}
     blobs = []
-    for kind, flags, off, length in sections:
+    for kind, flags, off, length, inflated in sections:
         payload = buf[off : off + length]
+        if flags & FLAG_DEFLATE:  # a zlib stream of exactly `inflated` bytes
+            d = zlib.decompressobj()
+            payload = d.decompress(payload, inflated + 1)
+            if len(payload) != inflated or not d.eof or d.unused_data:
+                raise SpecError(f"section of kind {kind}: bad zlib stream")
         if kind == 6:
             blobs.append(payload)
         elif kind in KINDS:
@@ -379,9 +389,35 @@ def test_spec_decoder_refuses_what_the_reader_refuses():
     with pytest.raises(SpecError, match="crc"):
         decode(bytes(data))
     data = bytearray(builder.build_bytes(_onnx_models()["tiny"]))
-    struct.pack_into("<I", data, 8, 2)
-    with pytest.raises(SpecError, match="file version 2, reader version 1"):
+    struct.pack_into("<I", data, 8, 3)
+    with pytest.raises(SpecError, match="file version 3, reader version 2"):
         decode(bytes(data))
+
+
+def test_spec_decoder_on_compressed_sections():
+    """A model whose graph and tensor table pass COMPRESS_MIN_BYTES: format version 2, those sections
+    stored as zlib streams, decoded from the document alone."""
+    from minirt import builder
+
+    data = builder.build_bytes(_chain_model(200))
+    version = struct.unpack_from("<I", data, 8)[0]
+    count, _, toff = struct.unpack_from("<IIQ", data, 16)
+    flags = {struct.unpack_from("<I", data, toff + 32 * i)[0]: struct.unpack_from("<I", data, toff + 32 * i + 4)[0]
+             for i in range(count)}
+    assert version == 2 and flags[3] & FLAG_DEFLATE and not flags[5] & FLAG_DEFLATE
+    mine = _assert_same(data)
+    assert len(mine["graphs"][0]["nodes"]) == 200
+
+
+def _chain_model(n: int):
+    """n Relu / Neg nodes in a chain: a graph section of a few tens of KB."""
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+
+    nodes = [h.make_node("Relu" if i % 2 else "Neg", [f"t{i}"], [f"t{i + 1}"], name=f"node_{i}") for i in range(n)]
+    return h.make_model(h.make_graph(nodes, "chain", [h.make_tensor_value_info("t0", TP.FLOAT, [1, 8])],
+                                     [h.make_tensor_value_info(f"t{n}", TP.FLOAT, [1, 8])]),
+                        opset_imports=[h.make_opsetid("", 17)])
 
 
 def test_decoder_does_not_use_the_reference_modules():

@@ -91,13 +91,18 @@ def set_entry_field(buf: bytes, index: int, field_offset: int, fmt: str, value) 
     return fix_header_crc(b)
 
 
-def relayout(sections: list[tuple[int, int, bytes]], version: int = S.FORMAT_VERSION) -> bytes:
-    """A well-formed file (aligned, correct CRCs) holding ``[(kind, flags, payload)]`` in order."""
+def relayout(sections: list[tuple[int, int, bytes]], version: int | None = None) -> bytes:
+    """A well-formed file (aligned, correct CRCs) holding ``[(kind, flags, payload)]`` in order: a payload
+    flagged SECTION_FLAG_DEFLATE is a zlib stream (its inflated length goes into the entry).  ``version``
+    by default as the writer's: 2 when a section is compressed, else 1."""
     table_off = 64
     off = -(-(table_off + 32 * len(sections)) // 64) * 64
+    if version is None:
+        version = 2 if any(flags & S.SECTION_FLAG_DEFLATE for _, flags, _ in sections) else S.MIN_FORMAT_VERSION
     entries, body = [], b""
     for kind, flags, payload in sections:
-        entries.append(ENTRY.pack(kind, flags, off, len(payload), zlib.crc32(payload), 0))
+        inflated = len(zlib.decompress(payload)) if flags & S.SECTION_FLAG_DEFLATE else 0
+        entries.append(ENTRY.pack(kind, flags, off, len(payload), zlib.crc32(payload), inflated))
         padded = payload + b"\0" * ((-len(payload)) % 64)
         body += padded
         off += len(padded)

@@ -4,8 +4,9 @@ Random byte flips almost never get past the header CRC, so they only test the
 checksum.  This mutator understands the layout (``minirt/format/schema.py``):
 
 * :func:`split` parses the header and section table into editable entries
-  (kind, flags, payload) and :func:`assemble` lays them out again the way the
-  writer does, with fresh section and header CRCs;
+  (kind, flags, payload; a compressed section inflated, so that mutations edit its
+  grammar) and :func:`assemble` lays them out again the way the writer does
+  (compressing those again), with fresh section and header CRCs;
 * :func:`walk_fields` decodes a section's grammar just far enough to record
   where every field is: ``Field(offset, size, fmt, label)`` for counts,
   indices, dtype codes, ranks, dims, attribute kinds, string lengths ...;
@@ -41,8 +42,9 @@ class Field:
 @dataclasses.dataclass
 class Entry:
     kind: int
-    flags: int
+    flags: int  # without SECTION_FLAG_DEFLATE: the payload here is always the section's grammar
     payload: bytes
+    deflate: bool = False  # stored as a zlib stream (format version 2), as the writer stored it
 
 
 # --- parsing and layout -------------------------------------------------------
@@ -60,22 +62,34 @@ def split(data: bytes) -> list[Entry] | None:
         kind, flags, off, length, _c, _ = S.SECTION_ENTRY.unpack_from(data, table + i * esz)
         if off + length > len(data):
             return None
-        out.append(Entry(kind, flags, bytes(data[off : off + length])))
+        payload = bytes(data[off : off + length])
+        deflate = bool(flags & S.SECTION_FLAG_DEFLATE)
+        if deflate:
+            try:
+                payload = zlib.decompress(payload)
+            except zlib.error:
+                return None
+        out.append(Entry(kind, flags & ~S.SECTION_FLAG_DEFLATE, payload, deflate))
     return out
 
 
-def assemble(entries: list[Entry], *, table_at_end: bool = False, version: int = S.FORMAT_VERSION) -> bytes:
-    """Lay out ``entries`` like the writer does, with correct CRCs and file size."""
+def assemble(entries: list[Entry], *, table_at_end: bool = False, version: int | None = None) -> bytes:
+    """Lay out ``entries`` like the writer does, with correct CRCs and file size; ``version`` by default
+    the writer's: 2 when a section is compressed, else 1."""
     n = len(entries)
     table_size = n * S.SECTION_ENTRY.size
     offset = S.aligned_size(S.HEADER.size + (0 if table_at_end else table_size))
+    if version is None:
+        version = 2 if any(e.deflate for e in entries) else S.MIN_FORMAT_VERSION
     rows, body = [], []
     for e in entries:
-        rows.append((e.kind, e.flags, offset, len(e.payload), zlib.crc32(e.payload)))
-        pad = S.padding_required(len(e.payload))
-        body.append(e.payload + b"\x00" * pad)
-        offset += len(e.payload) + pad
-    table = b"".join(S.SECTION_ENTRY.pack(k, f, o, ln, c, 0) for k, f, o, ln, c in rows)
+        stored = zlib.compress(e.payload, 9) if e.deflate else e.payload
+        flags = e.flags | (S.SECTION_FLAG_DEFLATE if e.deflate else 0)
+        rows.append((e.kind, flags, offset, len(stored), zlib.crc32(stored), len(e.payload) if e.deflate else 0))
+        pad = S.padding_required(len(stored))
+        body.append(stored + b"\x00" * pad)
+        offset += len(stored) + pad
+    table = b"".join(S.SECTION_ENTRY.pack(k, f, o, ln, c, z) for k, f, o, ln, c, z in rows)
     if table_at_end:
         table_offset = offset
         file_size = offset + table_size
@@ -390,7 +404,7 @@ class Mutator:
     # --- driver ---------------------------------------------------------------
     def mutate(self, rng: random.Random) -> tuple[bytes, list[str]]:
         name, _data, entries = rng.choice(self.seeds)
-        entries = [Entry(e.kind, e.flags, e.payload) for e in entries]
+        entries = [Entry(e.kind, e.flags, e.payload, e.deflate) for e in entries]
         log = [f"seed={name}"]
         # 1-3 structural/content mutations, then maybe a raw one.
         for _ in range(rng.choice((1, 1, 1, 2, 2, 3))):
@@ -400,7 +414,7 @@ class Mutator:
                 if i is None:
                     continue
                 new, what = op(rng, entries[i])
-                entries[i] = Entry(entries[i].kind, entries[i].flags, new)
+                entries[i] = Entry(entries[i].kind, entries[i].flags, new, entries[i].deflate)
                 log.append(f"{op.__name__.lstrip('_')}[{_kind_name(entries[i].kind)}]: {what}")
             else:
                 op = _weighted(rng, self.table_ops)
@@ -624,7 +638,8 @@ class Mutator:
         if not entries:
             return "nothing to duplicate"
         i = rng.randrange(len(entries))
-        entries.insert(rng.randint(0, len(entries)), Entry(entries[i].kind, entries[i].flags, entries[i].payload))
+        entries.insert(rng.randint(0, len(entries)), Entry(entries[i].kind, entries[i].flags, entries[i].payload,
+                                                           entries[i].deflate))
         return f"duplicated {_kind_name(entries[i].kind)}"
 
     def _swap_entries(self, rng, entries):
@@ -641,7 +656,9 @@ class Mutator:
         kind = rng.choice([0, 1, 2, 3, 4, 5, 6, 7, 99, 0xFFFFFFFF])
         flags = rng.choice([entries[i].flags, 0, 1, 2, 0xFFFFFFFF])
         entries[i].kind, entries[i].flags = kind, flags
-        return f"entry {i} := kind {kind} flags {flags:#x}"
+        if rng.random() < 0.3:  # stored compressed or not: any kind, any format version
+            entries[i].deflate = not entries[i].deflate
+        return f"entry {i} := kind {kind} flags {flags:#x}{' deflated' if entries[i].deflate else ''}"
 
     # --- raw mutations on the assembled bytes: (rng, bytearray) -> description ---
     def _raw_table_field(self, rng, buf):
