@@ -387,7 +387,7 @@ class ArtifactWriter:
     def _stored(self, kind: int, flags: int, payload: bytes) -> tuple[int, int, bytes]:
         """The section as written: a zlib stream (SECTION_FLAG_DEFLATE) when compression is on, the
         section is large enough to matter and the stream is shorter; else the payload itself."""
-        if self.compress_sections and kind in S.COMPRESSIBLE_SECTIONS and len(payload) >= S.COMPRESS_MIN_BYTES:
+        if self.compress_sections and kind in S.WRITER_COMPRESSES and len(payload) >= S.COMPRESS_MIN_BYTES:
             packed = zlib.compress(payload, 9)
             if len(packed) < len(payload):
                 return kind, flags | S.SECTION_FLAG_DEFLATE, packed

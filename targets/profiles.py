@@ -72,10 +72,10 @@ class TargetProfile:
     # per instruction of the widening route, D172).
     int8_pair_limited_weights: bool = False
     # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
-    # the dequantize node and the per-channel scales cost about what the int8 bytes save (256 floats, 1 KB,
-    # save ~600 bytes with a node of ~40 bytes in the compressed graph section; PP-OCR cls int8 keeps 17
-    # small convs float, 24 KB of weights at 1024, D173).
-    weight_only_min_elements: int = 256
+    # the dequantize node and the per-channel scales cost about what the int8 bytes save (64 floats, 256
+    # bytes, store in 64 + 4 per channel, with a node of ~40 bytes in the compressed graph section; PP-OCR
+    # cls int8 kept 24 KB of small convs' weights float at 1024, D173).
+    weight_only_min_elements: int = 64
     # --- the int8 cost model (builder/quantize/cost.py, D87): whether a quantization is faster on this
     # device, estimated from these figures (the builder host is not the device; timing there decides
     # nothing).  Units: the time of one float32 multiply-add in a GEMM.

@@ -275,13 +275,16 @@ def test_signature_section_layout():
 
 
 def test_compressed_artifact_signs_its_stored_sections():
-    """A version-2 file (its metadata stored as a zlib stream): the message is tagged MINIRT-SIG-V2 and
-    covers the stored (compressed) bytes and flags; re-signing keeps the compressed sections as they are."""
+    """A version-2 file (its graph stored as a zlib stream): the message is tagged MINIRT-SIG-V2 and covers
+    the stored (compressed) bytes and flags; re-signing keeps the compressed sections as they are."""
     w = minimal_writer()
-    w.set_metadata("notes", "x" * (2 * S.COMPRESS_MIN_BYTES))  # metadata big enough to be compressed
+    g = w.graphs[0]  # values declared and never used (allowed): a graphs section past 4 KiB
+    for i in range(200):
+        g.value(f"a_long_value_name_that_compresses_{i:04d}", 1, (2, 3))
     data = w.to_bytes(sign_key=SEED_A)
     entries = section_entries(data)
-    assert struct.unpack_from("<I", data, 8)[0] == 2 and entries[0][1] & S.SECTION_FLAG_DEFLATE
+    graphs = next(e for e in entries if e[0] == S.SECTION_GRAPHS)
+    assert struct.unpack_from("<I", data, 8)[0] == 2 and graphs[1] & S.SECTION_FLAG_DEFLATE
     _, _, off, _, _, _ = entries[-1]
     _, pub, sig = struct.unpack_from("<I32s64s", data, off)
     h = hashlib.sha256()
@@ -289,13 +292,13 @@ def test_compressed_artifact_signs_its_stored_sections():
         h.update(struct.pack("<IIQ", k, f, n) + data[o : o + n])
     assert pub == PUB_A and ed25519.verify(PUB_A, b"MINIRT-SIG-V2" + h.digest(), sig)
     _check_runs(data, verify_key=PUB_A)
-    assert minirt.Session(data).artifact.metadata["notes"] == "x" * (2 * S.COMPRESS_MIN_BYTES)
     resigned = sign_artifact(data, SEED_B)
     assert split(resigned)[:-1] == split(data)[:-1]
     _check_runs(resigned, verify_key=PUB_B)
-    parts = split(data)  # the flags are signed: the metadata stored uncompressed breaks the signature
-    k, f, p = parts[0]
-    parts[0] = (k, f & ~S.SECTION_FLAG_DEFLATE, zlib.decompress(p))
+    parts = split(data)  # the flags are signed: the graphs stored uncompressed break the signature
+    i = [k for k, _, _ in parts].index(S.SECTION_GRAPHS)
+    k, f, p = parts[i]
+    parts[i] = (k, f & ~S.SECTION_FLAG_DEFLATE, zlib.decompress(p))
     with pytest.raises(minirt.SignatureError, match="signature does not match"):
         minirt.Session(layout_sections(parts), verify_key=PUB_A)
 

@@ -80,8 +80,12 @@ SECTION_FLAG_DEFLATE = 2
 SECTION_FLAGS_KNOWN = {1: SECTION_FLAG_OPTIONAL, 2: SECTION_FLAG_OPTIONAL | SECTION_FLAG_DEFLATE}
 COMPRESSIBLE_SECTIONS = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_PARTITIONS)
 # The reference writer compresses a compressible section from this many bytes (below, the few bytes
-# saved are not worth it: a small model's file stays version 1, readable by every runtime).
+# saved are not worth it: a small model's file stays version 1, readable by every runtime) ...
 COMPRESS_MIN_BYTES = 4096
+# ... except the metadata: it records the build (its time, the passes' and the host's timings), and
+# compressed, those few changed characters move its stored length, so two builds of one model would
+# differ in size (a sweep ranks candidates by size); stored as it is, its length is that of its text.
+WRITER_COMPRESSES = (SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_PARTITIONS)
 # An inflated section is never larger than this (a bound for a reader's memory, against zlib bombs).
 MAX_INFLATED_BYTES = 1 << 30
 # --- signature section (kind 8) -------------------------------------------------

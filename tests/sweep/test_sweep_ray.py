@@ -91,7 +91,9 @@ def test_the_choice_is_the_best_candidate_within_the_limits(full_sweep):
         assert [r["candidate"] for r in rows if r["feasible"]] == [r["candidate"] for r in ok]
         assert ok, f"nothing feasible for {choice}"
         top = max(r["accuracy"] for r in ok)
-        tied = sorted((r for r in ok if r["accuracy"] == top), key=lambda r: (r["latency_modeled_ms"], r["size_bytes"]))
+        # (ties broken as builder/sweep/objective.py's rank_key: latency, size, then the candidate id)
+        tied = sorted((r for r in ok if r["accuracy"] == top),
+                      key=lambda r: (r["latency_modeled_ms"], r["size_bytes"], r["candidate"]))
         assert choice["candidate"] == tied[0]["candidate"]
         assert sum(r["chosen"] for r in rows) == 1
         assert any(r["pareto"] for r in rows) and result.by_id[choice["candidate"]]["pareto"]
