@@ -490,6 +490,12 @@ def _fit_fp16_budget(data: _Data, opts: QuantizeOptions, budget: Budget, default
 # --- int8 --------------------------------------------------------------------------------------------
 
 
+# Embedding tables (D170) are stored int8 by row from this many values: smaller ones (BERT's token types,
+# 2 x hidden) stay float, as they are added to every token and save almost nothing.  (Kept apart from the
+# target's weight_only_min_elements, the floor of a conv's weights-only storage, D173.)
+EMBEDDING_MIN_ELEMENTS = 1024
+
+
 def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts: QuantizeOptions,
             profile: TargetProfile, report: QuantizationReport) -> list[Candidate]:
     """The candidates to rewrite (computed in int8, or weights-only), with the reason for each kept float:
@@ -524,9 +530,9 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
         chained = chain_region and c.input in large_planes
         if _excluded(c, opts.exclude):
             report.kept_float.append({"node": c.name, "reason": "excluded by option"})
-        elif c.op_type == "Gather" and c.weight_elements < profile.weight_only_min_elements:
+        elif c.op_type == "Gather" and c.weight_elements < EMBEDDING_MIN_ELEMENTS:
             report.kept_float.append({"node": c.name, "reason": f"embedding table of {c.weight_elements} values: "
-                                      f"stored float (under weight_only_min_elements of {profile.name})"})
+                                      f"stored float (under {EMBEDDING_MIN_ELEMENTS} values)"})
         elif c.kind == "convt" and (mode != "int8" or not opts.int8_conv_transpose
                                     or (c.final and not opts.quantize_final_conv_transpose)):
             if opts.weight_only:  # as any other ConvTranspose: int8 storage, float compute

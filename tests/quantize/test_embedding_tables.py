@@ -55,7 +55,7 @@ def test_embedding_table_stored_int8_by_row(tmp_path, mode):
     q = report.quantization
     assert "embed" in q["weight_only"], q
     kept = {k["node"]: k["reason"] for k in q["kept_float"]}
-    assert "embedding table of 192 values" in kept["token_types"]  # under weight_only_min_elements
+    assert "embedding table of 192 values" in kept["token_types"]  # under EMBEDDING_MIN_ELEMENTS
     assert "rows" not in q["weight_only"] and "rows" not in kept  # a Gather of activations: not a layer
     art = reader.load(str(out))
     sized = [t.dtype for t in art.tensors if int(np.prod(t.dims)) == VOCAB * DIM]  # (ONNX codes: 1 float, 3 int8)
