@@ -330,10 +330,12 @@ def _matmul_in_if_model():
 
 
 def _depthwise_model():
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])], "g",
-                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 6, 6])],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 6, 6])], [w])
+    """A depthwise conv of 4 channels: kept float on every target, and its 36 weights under the targets'
+    weight_only_min_elements (64), so not even stored int8."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6])], [w])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
@@ -362,7 +364,7 @@ def test_final_layers_in_if_bodies_store_int8_weights(dirs):
 def test_quantizing_nothing_lists_the_layers_kept_float(dirs):
     _, out = dirs
     rng = np.random.default_rng(1)
-    calib = [{"x": rng.standard_normal((1, 8, 6, 6)).astype(np.float32)} for _ in range(2)]
+    calib = [{"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)} for _ in range(2)]
     err = _fails("kept float", _depthwise_model(), out, quantize="int8", calibration=calib, quantize_final=True)
     assert "all 1 candidate layer(s) kept float" in str(err) and "depthwise" in str(err)
 
