@@ -383,7 +383,6 @@ class ArtifactWriter:
             sections.append(_signature_section(sections, sign_key))
         return layout_sections(sections)
 
-
     def _stored(self, kind: int, flags: int, payload: bytes) -> tuple[int, int, bytes]:
         """The section as written: a zlib stream (SECTION_FLAG_DEFLATE) when compression is on, the
         section is large enough to matter and the stream is shorter; else the payload itself."""

@@ -77,7 +77,6 @@ SECTION_FLAG_OPTIONAL = 1
 # sections may be compressed (COMPRESSIBLE_SECTIONS): never the mapped tensor data, packed weights,
 # provider blobs or the signature.
 SECTION_FLAG_DEFLATE = 2
-SECTION_FLAGS_KNOWN = {1: SECTION_FLAG_OPTIONAL, 2: SECTION_FLAG_OPTIONAL | SECTION_FLAG_DEFLATE}
 COMPRESSIBLE_SECTIONS = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_PARTITIONS)
 # The reference writer compresses a compressible section from this many bytes (below, the few bytes
 # saved are not worth it: a small model's file stays version 1, readable by every runtime) ...
@@ -88,6 +87,7 @@ COMPRESS_MIN_BYTES = 4096
 WRITER_COMPRESSES = (SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_PARTITIONS)
 # An inflated section is never larger than this (a bound for a reader's memory, against zlib bombs).
 MAX_INFLATED_BYTES = 1 << 30
+
 # --- signature section (kind 8) -------------------------------------------------
 # Payload, 100 bytes: u32 algorithm, 32-byte public key, 64-byte signature.
 # Signed message: SIGNATURE_TAGS[format_version] || SHA-256 over, for every other
