@@ -71,11 +71,11 @@ class TargetProfile:
     # the two u8 x s8 products in an int16 (AVX2 without VNNI: vpmaddubsw, exact then, twice the products
     # per instruction of the widening route, D172).
     int8_pair_limited_weights: bool = False
-    # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below,
-    # the dequantize node and the per-channel scales cost about what the int8 bytes save (64 floats, 256
-    # bytes, store in 64 + 4 per channel, with a node of ~40 bytes in the compressed graph section; PP-OCR
-    # cls int8 kept 24 KB of small convs' weights float at 1024, D173).
-    weight_only_min_elements: int = 64
+    # A conv kept float for speed stores its weight int8 (weights-only) from this many elements: below, the
+    # few bytes saved cost accuracy where it shows.  Tried 64 (D173): PP-OCR cls int8 file 0.32 -> 0.30x the
+    # float one, but its small convs (8-48 channels, 8-27 products per output) rounded to int8 cost the
+    # PP-OCR pipeline 5.6 points of exact lines (92.96 -> 87.32 %, float 90.14).
+    weight_only_min_elements: int = 1024
     # --- the int8 cost model (builder/quantize/cost.py, D87): whether a quantization is faster on this
     # device, estimated from these figures (the builder host is not the device; timing there decides
     # nothing).  Units: the time of one float32 multiply-add in a GEMM.

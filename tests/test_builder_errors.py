@@ -331,7 +331,7 @@ def _matmul_in_if_model():
 
 def _depthwise_model():
     """A depthwise conv of 4 channels: kept float on every target, and its 36 weights under the targets'
-    weight_only_min_elements (64), so not even stored int8."""
+    weight_only_min_elements, so not even stored int8."""
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1])], "g",
                               [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],
