@@ -429,8 +429,8 @@ def build(
     whether the weights are symmetric (zero point 8) or get a zero point per block (MatMulNBits).
 
     ``compress_sections=False`` (``--uncompressed``): every section stored as it is, a format-version-1
-    file that runtimes reading only version 1 load; by default the graph, tensor table and metadata
-    are zlib streams once they pass 4 KiB (format version 2, docs/format.md).
+    file that runtimes reading only version 1 load; by default the operators, graph and tensor table are
+    zlib streams once they pass 4 KiB (format version 2, docs/format.md; the metadata never is).
 
     ``cpu_fallback=False`` (``--no-cpu-fallback``): a thin accelerator artifact: each partition keeps
     its provider program and golden tensors but not its CPU version (its nodes and the weights only

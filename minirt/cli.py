@@ -898,7 +898,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                         "32 on x86-64-v4, this machine's on host, 0 on generic)")
     p.add_argument("--uncompressed", action="store_true",
                    help="store every section as it is: a format-version-1 file, for runtimes that read only "
-                        "version 1 (default: the graph, tensor table and metadata as zlib streams once they "
+                        "version 1 (default: the operators, graph and tensor table as zlib streams once they "
                         "pass 4 KiB, format version 2)")
     p.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3),
                    help="optimisation level: 0 none, 1 cleanup/folding/CSE, 2 + fusions (default), 3 + pattern recognition")

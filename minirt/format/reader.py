@@ -386,7 +386,7 @@ def _read_header(buf: memoryview, total_size: int | None = None) -> tuple[int, l
     for i in range(count):
         kind, flags, offset, length, scrc, inflated = S.SECTION_ENTRY.unpack_from(buf, table_offset + i * entry_size)
         sec = Section(kind, flags, offset, length, scrc, inflated if flags & S.SECTION_FLAG_DEFLATE else 0)
-        _check_section_flags(i, sec, version, inflated)
+        _check_section_flags(i, sec, version)
         if offset % S.ALIGNMENT:
             raise FormatError(f"section {i} ({sec.name}) starts at offset {offset}, not a multiple of {S.ALIGNMENT}")
         if offset < table_end or offset + length > size:
@@ -399,7 +399,7 @@ def _read_header(buf: memoryview, total_size: int | None = None) -> tuple[int, l
     return version, sections
 
 
-def _check_section_flags(i: int, sec: Section, version: int, inflated: int) -> None:
+def _check_section_flags(i: int, sec: Section, version: int) -> None:
     """Flags and inflated length of section entry ``i`` as its file's format version allows them."""
     if not sec.deflated:
         return
@@ -409,8 +409,8 @@ def _check_section_flags(i: int, sec: Section, version: int, inflated: int) -> N
     if sec.kind in S.SECTION_NAMES and sec.kind not in S.COMPRESSIBLE_SECTIONS:
         raise FormatError(f"section {i} ({sec.name}) is marked compressed, but only the metadata, operators, graphs, "
                           "tensors and partitions sections may be")
-    if not 0 < inflated <= S.MAX_INFLATED_BYTES:
-        raise FormatError(f"section {i} ({sec.name}) is compressed with an inflated length of {inflated} bytes; "
+    if not 0 < sec.inflated <= S.MAX_INFLATED_BYTES:
+        raise FormatError(f"section {i} ({sec.name}) is compressed with an inflated length of {sec.inflated} bytes; "
                           f"expected 1 to {S.MAX_INFLATED_BYTES}")
 
 

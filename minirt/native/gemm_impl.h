@@ -1833,6 +1833,9 @@ static void FN(sgemv)(int M, int N, int K, const float *A, long lda, const float
 #undef G_GEMV_DOTS
 #undef G_GEMV_VECS
 
+/* the microkernel's rows per tile, for the kernels compiled after this file (sdpa_impl.h: its query
+ * blocks are whole tiles), which G_MR's #undef below hides from */
+enum { FN(sgemm_tile_rows) = G_MR };
 
 #undef G_MR
 #undef G_NR

@@ -88,18 +88,18 @@ static MRT_TARGET void FN(sdpa_task)(void *ctx, long begin, long end) {
 }
 
 /* Scores per work item: a block of queries whose scores fit ~128 KB, in whole microkernel tiles
- * (G_MR rows: 8 on AVX-512, 6 on AVX2 / SSE2 / NEON, where blocks of 8n rows left a tile of 2 or 4),
- * from G_MR to about 128 queries (BERT-mini's 128 x 128 heads: one item each on AVX-512). */
+ * (FN(sgemm_tile_rows): 8 rows on AVX-512, 6 on AVX2 / SSE2 / NEON, where blocks of 8n rows left a tile
+ * of 2 or 4), from one tile to about 128 queries (BERT-mini's 128 x 128 heads: one item each on AVX-512). */
 #define G_SDPA_SCORE_FLOATS 32768
-#define G_SDPA_MR (MRT_VL == 16 ? 8 : 6) /* gemm_impl.h's G_MR (undefined at its end) */
-#define G_SDPA_MAX_ROWS (128 / G_SDPA_MR * G_SDPA_MR)
+#define G_SDPA_MAX_ROWS (128 / FN(sgemm_tile_rows) * FN(sgemm_tile_rows))
 
 static int FN(sdpa)(const mrt_sdpa_shape *s, const float *q, const float *k, const float *v, const float *mask,
                     float *out, int nthreads) {
     if (s->bh <= 0 || s->sq <= 0 || s->dv <= 0) return 0;
     FN(sdpa_args) a = {s, q, k, v, mask, out, 0, 0, 0};
-    int rows = G_SDPA_SCORE_FLOATS / (s->sk > 0 ? s->sk : 1) / G_SDPA_MR * G_SDPA_MR;
-    a.rows = rows < G_SDPA_MR ? G_SDPA_MR : rows > G_SDPA_MAX_ROWS ? G_SDPA_MAX_ROWS : rows;
+    const int mr = FN(sgemm_tile_rows);
+    int rows = G_SDPA_SCORE_FLOATS / (s->sk > 0 ? s->sk : 1) / mr * mr;
+    a.rows = rows < mr ? mr : rows > G_SDPA_MAX_ROWS ? G_SDPA_MAX_ROWS : rows;
     a.blocks = (s->sq + a.rows - 1) / a.rows;
     const long unit = (long)a.rows * s->sk * (s->d + s->dv) / 16; /* (GEMM units: multiply-adds / 16) */
     mrt_parallel_for((long)s->bh * a.blocks, unit, nthreads, FN(sdpa_task), &a);
@@ -107,5 +107,4 @@ static int FN(sdpa)(const mrt_sdpa_shape *s, const float *q, const float *k, con
 }
 
 #undef G_SDPA_SCORE_FLOATS
-#undef G_SDPA_MR
 #undef G_SDPA_MAX_ROWS
