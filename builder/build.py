@@ -310,15 +310,30 @@ def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, profile) 
     writer.set_metadata("target.name", profile.name)
     writer.set_metadata("target.providers", list(profile.providers))
     writer.set_metadata("build.options", options)
-    writer.set_metadata("build.time_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+# What a build measures about itself: the passes' and phases' seconds, and the quantized model's latency
+# timed on the build machine.  They are in the BuildResult and its printed report, not in the artifact:
+# one model built with the same options and builder gives the same bytes, whenever and wherever it is
+# built (D174; the build time is not stored either).
+_MEASURED_KEYS = frozenset({"seconds", "timings", "latency"})
+
+
+def _without_measurements(value):
+    """``value`` (a report as JSON-like dicts and lists) without the keys of :data:`_MEASURED_KEYS`."""
+    if isinstance(value, dict):
+        return {k: _without_measurements(v) for k, v in value.items() if k not in _MEASURED_KEYS}
+    if isinstance(value, list):
+        return [_without_measurements(v) for v in value]
+    return value
 
 
 def _optimizer_metadata(report: dict) -> dict:
     """The optimizer report as the artifact keeps it: only the passes that changed the graph or refused a
     match (the others are named in ``pipeline``), so a small model's artifact does not carry ~2 KB of
-    rows of zeros (digits: 2.5 KB of a 57 KB int8 artifact)."""
+    rows of zeros (digits: 2.5 KB of a 57 KB int8 artifact); no timings (D174)."""
     rows = [row for row in report.get("passes", []) if row.get("changed_runs") or row.get("refused")]
-    return {**report, "passes": rows}
+    return _without_measurements({**report, "passes": rows})
 
 
 def _split_disabled(disabled: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -613,7 +628,7 @@ def build(
     writer.set_metadata("build.optimizer", _optimizer_metadata(opt_report.as_dict()))
     writer.set_metadata("build.flops", float(flops))
     if qreport is not None:
-        stored = qreport.as_dict()
+        stored = _without_measurements(qreport.as_dict())
         if stored.get("passes"):
             stored["passes"] = _optimizer_metadata(stored["passes"])
         writer.set_metadata("build.quantization", stored)

@@ -27,11 +27,12 @@ _GEMM = {("", "Gemm"), (MINIRT_DOMAIN, FUSED_FORMS["Gemm"])}
 
 
 def _consumers(model: ir.Model, names) -> list[tuple[str, ir.Node]]:
-    """(weight name, node) for every Conv/Gemm that reads a weight of ``names`` as its input 1."""
+    """(weight name, node) for every Conv/Gemm that reads a weight of ``names`` as its input 1, in the
+    order of the graph's initializers (``names`` is often a set: its order changes from process to
+    process with Python's hash seed, and the new biases' order in the artifact would follow it)."""
     out = []
-    for name in names:
-        value = model.graph.initializers.get(name)
-        if value is None:
+    for name, value in model.graph.initializers.items():
+        if name not in names:
             continue
         for node, i in value.uses():
             key = (node.domain or "", node.op_type)

@@ -81,10 +81,10 @@ COMPRESSIBLE_SECTIONS = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SE
 # The reference writer compresses a compressible section from this many bytes (below, the few bytes
 # saved are not worth it: a small model's file stays version 1, readable by every runtime) ...
 COMPRESS_MIN_BYTES = 4096
-# ... except the metadata: it records the build (its time, the passes' and the host's timings), and
-# compressed, those few changed characters move its stored length, so two builds of one model would
-# differ in size (a sweep ranks candidates by size); stored as it is, its length is that of its text.
-WRITER_COMPRESSES = (SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_PARTITIONS)
+# ... the metadata too since D174: it records no time or timing of the build, so one model built twice
+# compresses to the same bytes (compressed, a changed timing moved its stored length from build to build,
+# and a sweep ranks candidates by size).
+WRITER_COMPRESSES = (SECTION_METADATA, SECTION_OPERATORS, SECTION_GRAPHS, SECTION_TENSORS, SECTION_PARTITIONS)
 # An inflated section is never larger than this (a bound for a reader's memory, against zlib bombs).
 MAX_INFLATED_BYTES = 1 << 30
 

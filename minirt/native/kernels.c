@@ -1208,6 +1208,13 @@ int mrt_qgemm_isa(void) { return q_use_amx ? 4 : q_use_vnni ? 1 : q_use_dotprod 
  * 1.5x faster on the digits CNN at batch 360 before the row tiles swept the packed block; since, 256
  * is best: 13.3 ms against 22.7 with 1024, onnxruntime 4.8-6 ms.) */
 #define MRT_CONV_BATCH_COLS 256
+/* A 1x1 / stride 1 / unpadded kernel ("direct") over planes of at least this many pixels runs one GEMM
+ * per image, reading the image in place and writing y, whatever the batch: images side by side cost a
+ * copy of the input (im2col) and one of the result, more than narrow GEMMs lose.  Measured on AVX2 (1
+ * thread, 4-32 images): PP-OCR cls's 32 -> 200 and 200 -> 32 over 2 x 96 pixels 14 and 8 % faster,
+ * 64 -> 128 over 8 x 8 17 %, 12 x 12 18 %, 4 x 4 30 %, 96 -> 24 over 5 x 5 35 %; over 3 x 3 pixels
+ * 64 -> 128 was 30 % slower (and 256 -> 64 2x faster), over 2 x 2 2x slower: those stay batched. */
+#define MRT_CONV_DIRECT_MIN_PIXELS 16
 /* Implicit mode when the dropped columns are at most 1 / MRT_CONV_IMPLICIT_WASTE of the grid. */
 #define MRT_CONV_IMPLICIT_WASTE 4
 /* Planes of one band: at most about this many bytes (L2 is 1-2 MB on the targets), unless a
@@ -2074,8 +2081,12 @@ int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *pack
     a.n = n; a.c = c; a.h = h; a.wd = wd; a.m = m; a.group = group; a.kh = kh; a.kw = kw; a.sh = sh; a.sw = sw;
     a.dh = dh; a.dw = dw; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow; a.act = act; a.a0 = a0; a.a1 = a1;
     a.failed = 0;
-    /* images per GEMM: enough for ~MRT_CONV_BATCH_COLS columns, but leave a chunk per thread */
+    /* images per GEMM: enough for ~MRT_CONV_BATCH_COLS columns, but leave a chunk per thread; a direct 1x1
+     * kernel on planes of MRT_CONV_DIRECT_MIN_PIXELS or more takes one image per GEMM (see there) */
     long nb = p < MRT_CONV_BATCH_COLS ? (MRT_CONV_BATCH_COLS + p - 1) / p : 1;
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd &&
+        p >= MRT_CONV_DIRECT_MIN_PIXELS)
+        nb = 1;
     long per_thread = (n + nthreads - 1) / nthreads;
     if (nb > per_thread) nb = per_thread;
     if (nb < 1) nb = 1;

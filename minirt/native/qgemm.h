@@ -64,6 +64,10 @@
 #define Q_NR 32
 #define Q_NC 256 /* columns per block (multiple of Q_NR) */
 #define Q_CONV_BATCH_COLS 256 /* conv: images side by side up to about this many GEMM columns (D22) */
+/* ... except a 1x1 / stride 1 / unpadded kernel over planes of at least this many pixels: one GEMM per image,
+ * as the float conv does (MRT_CONV_DIRECT_MIN_PIXELS in kernels.c): PP-OCR cls int8, 6 images of 2 x 96
+ * pixels, 1.3-1.7 % faster on AVX2 (its 1x1 layers' copies in and out of the side-by-side block gone). */
+#define Q_CONV_DIRECT_MIN_PIXELS 16
 #define Q_PACK_QUANT_BYTES (512 * 1024) /* 1x1 conv: float images up to this size are quantized while packed */
 
 int q_use_vnni;    /* set by mrt_select_isa */
@@ -2726,8 +2730,12 @@ static int q_qconv2d_static(const void *x, int x_u8, int n, int c, int h, int wd
     a.pkh = pkh; a.pkw = pkw; a.psh = psh; a.psw = psw;
     a.poh = pkh ? (oh - pkh) / psh + 1 : 0;
     a.pow = pkh ? (ow - pkw) / psw + 1 : 0;
-    /* images per GEMM: enough for ~Q_CONV_BATCH_COLS columns, but leave a chunk per thread */
+    /* images per GEMM: enough for ~Q_CONV_BATCH_COLS columns, but leave a chunk per thread (a direct 1x1
+     * kernel over planes of Q_CONV_DIRECT_MIN_PIXELS or more: one) */
     long nb = p < Q_CONV_BATCH_COLS ? (Q_CONV_BATCH_COLS + p - 1) / p : 1;
+    if (kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd && !pkh &&
+        p >= Q_CONV_DIRECT_MIN_PIXELS)
+        nb = 1;
     long per_thread = (n + nthreads - 1) / nthreads;
     if (nb > per_thread) nb = per_thread;
     if (nb < 1) nb = 1;

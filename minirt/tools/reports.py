@@ -16,18 +16,20 @@ def format_report(d: Mapping) -> str:
     # Reports stored before the quantizer's passes had one have no "stage": the optimizer's.
     stage = d.get("stage", "optimizer")
     title = f"optimizer (opt-level {d['opt_level']})" if stage == "optimizer" else f"{stage} passes"
+    # (the timings are the build's: an artifact's copy of the report has none, D174)
+    timed = "seconds" in d
     lines = [
-        f"{title}: nodes {d['nodes_before']} -> {d['nodes_after']} "
-        f"in {d['iterations']} sweep(s), {d['seconds'] * 1000:.0f} ms"
+        f"{title}: nodes {d['nodes_before']} -> {d['nodes_after']} in {d['iterations']} sweep(s)"
+        + (f", {d['seconds'] * 1000:.0f} ms" if timed else "")
         + ("" if d.get("converged", True) else " (stopped before a fixed point)")
     ]
     if d.get("disabled"):
         lines.append("  disabled: " + ", ".join(d["disabled"]))
-    lines.append(f"  {'pass':<28} {'before':>7} {'after':>7} {'removed':>8} {'ms':>8}")
+    lines.append(f"  {'pass':<28} {'before':>7} {'after':>7} {'removed':>8}" + (f" {'ms':>8}" if timed else ""))
     for row in d["passes"]:
         lines.append(
-            f"  {row['name']:<28} {row['nodes_before']:>7} {row['nodes_after']:>7} "
-            f"{row['nodes_removed']:>8} {row['seconds'] * 1000:>8.1f}"
+            f"  {row['name']:<28} {row['nodes_before']:>7} {row['nodes_after']:>7} {row['nodes_removed']:>8}"
+            + (f" {row['seconds'] * 1000:>8.1f}" if timed else "")
         )
     refused = [(row["name"], r) for row in d["passes"] for r in row["refused"]]
     if refused:

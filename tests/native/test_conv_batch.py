@@ -26,7 +26,9 @@ GEOMETRIES = [
     (6, 8, 17, 19, 3, 2, (1, 0, 2, 1), 1),  # strided, asymmetric pads
     (4, 10, 18, 18, 3, 1, (1, 1, 1, 1), 1), # plane > 256 columns: one image per GEMM
     (4, 6, 12, 12, 3, 1, (2, 2, 2, 2), 2),  # dilated
-    (6, 4, 9, 7, 1, 1, (0, 0, 0, 0), 1),    # 1x1: the input is the GEMM operand
+    (6, 4, 9, 7, 1, 1, (0, 0, 0, 0), 1),    # 1x1: the input is the GEMM operand, one image per GEMM
+    (6, 4, 3, 3, 1, 1, (0, 0, 0, 0), 1),    # 1x1 over 9 pixels (< MRT_CONV_DIRECT_MIN_PIXELS): images side by side
+    (8, 20, 2, 24, 1, 1, (0, 0, 0, 0), 1),  # 1x1 over 2 x 24 (PP-OCR cls's 2 x 96 planes, narrower)
     (6, 4, 9, 7, 1, 2, (0, 0, 0, 0), 1),    # strided 1x1 (needs im2col)
     (2, 4, 7, 9, 5, 2, (2, 1, 0, 2), 1),    # 5x5
     # whole planes of <= 64 pixels with the input's size (AVX-512: one masked load per channel and tap)

@@ -211,6 +211,7 @@ def test_quantize_u8_matches_numpy(isa):
 @pytest.mark.parametrize("xs,ws,strides,pads,group,act,params", [
     ((1, 16, 20, 20), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), 1, "Relu", ()),
     ((2, 32, 9, 9), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), 1, "", ()),
+    ((4, 32, 3, 3), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), 1, "", ()),  # 9 pixels: images side by side
     ((1, 8, 17, 13), (12, 4, 3, 3), (2, 2), (1, 0, 1, 2), 2, "Clip", (0.0, 6.0)),
     ((1, 6, 11, 11), (6, 6, 5, 5), (1, 2), (2, 2, 2, 2), 1, "HardSwish", ()),
     ((1, 32, 4, 4), (32, 32, 3, 3), (1, 1), (1, 1, 1, 1), 1, "Relu", ()),  # digits-like: N = 16
@@ -235,7 +236,8 @@ def test_qconv_native_matches_numpy(xs, ws, strides, pads, group, act, params, q
 @pytest.mark.parametrize("pool", [(), (2, 2)])
 @pytest.mark.parametrize("xs,ws,strides,pads,group", [
     ((1, 16, 20, 20), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), 1),  # implicit route (VNNI)
-    ((2, 32, 9, 9), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), 1),    # 1x1, images side by side
+    ((2, 32, 9, 9), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), 1),    # 1x1, one GEMM per image
+    ((4, 32, 3, 3), (64, 32, 1, 1), (1, 1), (0, 0, 0, 0), 1),    # 1x1 over 9 pixels, images side by side
     ((1, 8, 17, 13), (12, 4, 3, 3), (2, 2), (1, 0, 1, 2), 2),    # groups, im2col
     ((1, 3, 32, 32), (24, 3, 4, 4), (4, 4), (0, 0, 0, 0), 1),    # a patch embedding
 ])
