@@ -65,13 +65,16 @@ calib = [{"x": ppocr_input((2, 3, 48, 192), seed)} for seed in range(3)]
 for mode in (None, "int8", "int8-dynamic", "fp16"):
     build(PPOCR_CLS, f"{out}/{mode}.mrt", input_shapes={"x": [2, 3, 48, 192]}, quantize=mode,
           calibration=calib if mode == "int8" else None, eval_data=calib if mode == "fp16" else None)
+for target in ("macos", "android-api30"):  # (a Core ML and an NNAPI partition: their provider blobs)
+    build(PPOCR_CLS, f"{out}/{target}.mrt", input_shapes={"x": [2, 3, 48, 192]}, target=target)
 """
 
 
 def test_one_model_and_options_build_to_the_same_bytes(tmp_path):
     """Two builds of a real model in processes of different hash seeds (set and dict orders of strings
-    differ) give identical files in every mode: nothing in an artifact depends on when, where or in which
-    process it was built (D174; an int8 build's new biases followed a set's order before)."""
+    differ) give identical files in every mode and with accelerator partitions: nothing in an artifact
+    depends on when, where or in which process it was built (D174; an int8 build's new biases followed a
+    set's order before, and a Core ML blob its protobuf maps' order)."""
     from tests.test_real_models import PPOCR_CLS
 
     if not PPOCR_CLS or not os.path.exists(PPOCR_CLS):
@@ -83,6 +86,6 @@ def test_one_model_and_options_build_to_the_same_bytes(tmp_path):
         done = subprocess.run([sys.executable, "-c", BUILD_ALL_MODES, str(tmp_path / seed)], env=env, cwd=root,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-    for mode in ("None", "int8", "int8-dynamic", "fp16"):
-        a, b = ((tmp_path / seed / f"{mode}.mrt").read_bytes() for seed in ("1", "2"))
-        assert a == b, f"{mode}: two builds differ ({len(a)} and {len(b)} bytes)"
+    for name in ("None", "int8", "int8-dynamic", "fp16", "macos", "android-api30"):
+        a, b = ((tmp_path / seed / f"{name}.mrt").read_bytes() for seed in ("1", "2"))
+        assert a == b, f"{name}: two builds differ ({len(a)} and {len(b)} bytes)"

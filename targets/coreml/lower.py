@@ -154,8 +154,27 @@ def package_bytes(mlmodel) -> bytes:
         path = os.path.join(tmp, "model.mlpackage")
         with contextlib.redirect_stderr(io.StringIO()):
             mlmodel.save(path)
+        _stabilise_spec(path)
         _stabilise_manifest(path)
         return zip_dir(path)
+
+
+def _stabilise_spec(pkg: str) -> None:
+    """Re-serialise the package's model spec with its protobuf maps in key order: coremltools writes them
+    in the order of Python's string hashes, which change from process to process, so two builds of one
+    model gave different blobs (D174)."""
+    from coremltools.proto import Model_pb2
+
+    for folder, _dirs, files in os.walk(os.path.join(pkg, "Data")):
+        for name in files:
+            if not name.endswith(".mlmodel"):
+                continue
+            full = os.path.join(folder, name)
+            spec = Model_pb2.Model()
+            with open(full, "rb") as f:
+                spec.ParseFromString(f.read())
+            with open(full, "wb") as f:
+                f.write(spec.SerializeToString(deterministic=True))
 
 
 def _stabilise_manifest(pkg: str) -> None:
