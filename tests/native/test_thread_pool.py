@@ -221,15 +221,24 @@ COLD_GEMV_CHILD = WORKER_CHILD_HEAD + textwrap.dedent(
 def test_a_one_row_product_of_a_b_larger_than_l2_wakes_the_worker():
     """A classifier at batch 1 whose B is over 2 MiB streams it from memory: worth waking a sleeping worker
     (D152; MobileNetV2's 1280 x 1000, 5 MB); a 1 MB one stays under the wake threshold (D142)."""
-    found = {}
-    for k in (1280, 256):
+    def run(k: int) -> dict:
         proc = subprocess.run([sys.executable, "-c", COLD_GEMV_CHILD, str(k)], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        found[k] = json.loads(proc.stdout)
-        assert found[k]["right"]
-    assert found[1280]["worker_ns"] > 200_000, found  # (woken for each of the 8 products)
-    assert found[256]["worker_ns"] < found[1280]["worker_ns"] / 4, found
+        out = json.loads(proc.stdout)
+        assert out["right"]
+        return out
+
+    # Woken, the worker still needs its core: when another process holds it, the caller may have claimed
+    # every chunk before the worker ran (its CPU time then stays near 0 though it was woken).  So up to three
+    # tries for the big product; a pool that never wakes the worker for it fails all three.
+    for _attempt in range(3):
+        big = run(1280)
+        if big["worker_ns"] > 200_000:  # (woken for each of the 8 products)
+            break
+    assert big["worker_ns"] > 200_000, big
+    small = run(256)  # (a busy machine only lowers the worker's time: no retry needed)
+    assert small["worker_ns"] < big["worker_ns"] / 4, (small, big)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc/self/task (Linux)")
