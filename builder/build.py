@@ -314,8 +314,8 @@ def _metadata(writer: ArtifactWriter, info: SourceInfo, options: dict, profile) 
 
 # What a build measures about itself: the passes' and phases' seconds, and the quantized model's latency
 # timed on the build machine.  They are in the BuildResult and its printed report, not in the artifact:
-# one model built with the same options and builder gives the same bytes, whenever and wherever it is
-# built (D174; the build time is not stored either).
+# one model built with the same options and builder gives the same bytes, whenever and in whichever
+# process it is built (D174; the build time is not stored either).
 _MEASURED_KEYS = frozenset({"seconds", "timings", "latency"})
 
 
