@@ -347,9 +347,14 @@ def _split_disabled(disabled: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _quantized_anything(report) -> bool:
-    """Whether a quantization report changed any layer (int8 compute, int8 or fp16 storage)."""
-    return bool(report.quantized or report.weight_only or (report.fp16 or {}).get("initializers")
-                or (report.int4 or {}).get("layers"))
+    """Whether a quantization report changed any layer in its mode: int8 compute or int8 storage for the
+    int8 modes (the float16 storage of their small kept-float weights, D174, is not an int8 layer), fp16
+    storage for fp16, 4-bit blocks for int4."""
+    if report.mode == "fp16":
+        return bool((report.fp16 or {}).get("initializers"))
+    if report.mode == "int4":
+        return bool((report.int4 or {}).get("layers"))
+    return bool(report.quantized or report.weight_only)
 
 
 def _nothing_quantized_reason(model_ir, report, mode: str) -> str:

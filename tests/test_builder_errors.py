@@ -329,13 +329,14 @@ def _matmul_in_if_model():
     return m
 
 
-def _depthwise_model():
-    """A depthwise conv of 4 channels: kept float on every target, and its 36 weights under the targets'
-    weight_only_min_elements, so not even stored int8."""
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=4, pads=[1, 1, 1, 1])], "g",
-                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6])], [w])
+def _depthwise_model(channels: int = 4):
+    """A depthwise conv: kept float on every target, and its weights (9 a channel) under the targets'
+    weight_only_min_elements, so not stored int8 (from 64 of them, stored float16: D174)."""
+    c = channels
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((c, 1, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], group=c, pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 6, 6])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, 6, 6])], [w])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
@@ -361,11 +362,15 @@ def test_final_layers_in_if_bodies_store_int8_weights(dirs):
     assert len(res.quantization["quantized"]) == 2 and not res.quantization["weight_only"]
 
 
-def test_quantizing_nothing_lists_the_layers_kept_float(dirs):
+@pytest.mark.parametrize("channels", [4, 8])
+def test_quantizing_nothing_lists_the_layers_kept_float(dirs, channels):
+    """With 8 channels the kept-float conv's 72 weights would be stored float16: that is no int8 layer, and
+    the int8 build still fails and says why."""
     _, out = dirs
     rng = np.random.default_rng(1)
-    calib = [{"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)} for _ in range(2)]
-    err = _fails("kept float", _depthwise_model(), out, quantize="int8", calibration=calib, quantize_final=True)
+    calib = [{"x": rng.standard_normal((1, channels, 6, 6)).astype(np.float32)} for _ in range(2)]
+    err = _fails("kept float", _depthwise_model(channels), out, quantize="int8", calibration=calib,
+                 quantize_final=True)
     assert "all 1 candidate layer(s) kept float" in str(err) and "depthwise" in str(err)
 
 
