@@ -553,3 +553,23 @@ def test_a_timed_replay_gives_the_same_results_and_a_time_per_call(digits, image
     assert (ns > first).all()  # (added to, run after run)
     with pytest.raises(ValueError, match="contiguous float64"):
         untimed(prog, {}, ns=np.zeros(prog.n, np.float32))
+
+
+def test_status_is_no_when_the_reason_ends_in_native_calls():
+    """A refusal whose reason ends with the words "native calls" ("... nor all made by native calls": a
+    TopK's two results) is a "no", naming the node: it read as "yes (...)" before (torchvision's Faster
+    R-CNN in benchmarks/run.py's table)."""
+    k = numpy_helper.from_array(np.array([5], np.int64), "k")
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("TopK", ["r", "k"], ["v", "i"], axis=1, name="topk"),
+             h.make_node("Neg", ["v"], ["y"]), h.make_node("Cast", ["i"], ["z"], to=TP.FLOAT)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [1, 100])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [1, 5]), h.make_tensor_value_info("z", TP.FLOAT, [1, 5])],
+                     [k])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = minirt.Session(build(m, None).data)
+    x = {"x": np.random.default_rng(0).standard_normal((1, 100)).astype(np.float32)}
+    for _ in range(3):
+        sess.run(None, x)
+    status = sess.native_program_status()
+    assert status.startswith("no: ") and "'topk' (TopK)" in status and status.endswith("native calls"), status

@@ -19,6 +19,7 @@ does not apply.  The node itself is left for dead code elimination.
     Pad(x, all pads 0)                    -> x
     Concat(x)           (one input)       -> x
     Expand(x, s)     (shape(x) == result) -> x
+    Resize(x) to shape(x) (not tf_crop_and_resize) -> x  # scale 1: every point samples itself
 
 A rewrite that would rename a graph input (an Identity between a graph input
 and a graph output) is skipped: the node is the model's interface.
@@ -198,6 +199,17 @@ def _concat(node, model):
     return node.inputs[0] if len(node.inputs) == 1 else None
 
 
+def _resize(node, model):
+    """A Resize to its input's own shape: at scale 1 every coordinate transformation except
+    tf_crop_and_resize (which reads the roi) maps output x to input x, an integer, where the nearest,
+    linear and cubic kernels all weigh that one input point 1 and its neighbours 0 (with antialias or
+    exclude_outside too); torchvision's detectors resize a 320 x 320 image to 320 x 320 first."""
+    mode = irh.attr(node, "coordinate_transformation_mode", "half_pixel")
+    if (mode.decode() if isinstance(mode, bytes) else mode) == "tf_crop_and_resize":
+        return None
+    return _same_shape_as_input(node, model)
+
+
 RULES: list[tuple[str, Rule]] = [
     ("Identity", _identity),  # Identity(x) -> x
     ("Dropout", _dropout),  # Dropout(x) -> x when the mask is unused
@@ -215,6 +227,7 @@ RULES: list[tuple[str, Rule]] = [
     ("Sub", _sub),  # x - 0 -> x
     ("Pad", _pad),  # Pad(x, 0) -> x
     ("Concat", _concat),  # Concat(x) -> x
+    ("Resize", _resize),  # Resize to the input's shape -> x
 ]
 _BY_OP: dict[str, list[Rule]] = {}
 for _op, _rule in RULES:

@@ -92,3 +92,36 @@ def test_twice_changes_nothing():
     m = T.load(_m(nodes))
     optimize(m, 1)
     assert not Cleanup()(m).modified
+
+
+def _resize_model(mode, ctm, out_hw, extra=None):
+    """x (1, 2, 5, 6) -> Resize to (1, 2) + out_hw by sizes -> Neg -> y (a node after it: a graph input is
+    never renamed to an output)."""
+    sizes = h.make_tensor("sizes", onnx.TensorProto.INT64, [4], [1, 2, *out_hw])
+    roi = h.make_tensor("roi", onnx.TensorProto.FLOAT, [8], [0, 0, 0.1, 0.1, 1, 1, 0.9, 0.9])
+    nodes = [h.make_node("Resize", ["x", "roi", "", "sizes"], ["r"], mode=mode, coordinate_transformation_mode=ctm,
+                         **(extra or {})), h.make_node("Neg", ["r"], ["y"])]
+    return T.make_model(nodes, [T.vinfo("x", [1, 2, 5, 6])], [T.vinfo("y", [1, 2, *out_hw])], [sizes, roi], opset=19)
+
+
+def test_resize_to_its_own_shape_removed_and_exact():
+    """Scale 1 samples every point at itself: the rule removes the Resize, and onnxruntime's Resize of the
+    same model returns its input bit for bit (every mode, the coordinate transformations, antialias)."""
+    import onnxruntime as ort
+
+    x = np.random.default_rng(3).standard_normal((1, 2, 5, 6)).astype(np.float32)
+    cases = [("linear", "half_pixel", None), ("linear", "pytorch_half_pixel", None), ("nearest", "asymmetric", None),
+             ("cubic", "align_corners", None), ("linear", "half_pixel_symmetric", None),
+             ("linear", "half_pixel", {"antialias": 1}), ("cubic", "half_pixel", {"exclude_outside": 1})]
+    for mode, ctm, extra in cases:
+        model = _resize_model(mode, ctm, (5, 6), extra)
+        m, changed = _clean(model)
+        assert changed and "Resize" not in T.ops(m), (mode, ctm, extra)
+        y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(y, -x)
+
+
+def test_resize_that_changes_the_shape_or_crops_kept():
+    for model in (_resize_model("linear", "half_pixel", (10, 12)), _resize_model("linear", "tf_crop_and_resize", (5, 6))):
+        m, changed = _clean(model)
+        assert not changed and T.ops(m)["Resize"] == 1
