@@ -237,6 +237,13 @@ class ArenaPlan:
         return f"{program.n} native calls"
 
 
+def replays(summary: str | None) -> bool:
+    """Whether a program summary (:meth:`ArenaPlan.program_summary`) is a recorded program, "N native
+    calls", rather than why there is none (a reason may end with those words: "... nor all made by
+    native calls", D176)."""
+    return bool(summary) and summary.endswith(" native calls") and summary.split(" ", 1)[0].isdigit()
+
+
 def _own_buffers(steps, placed, roots) -> tuple[dict, dict]:
     """(slot -> buffer index, for values that are a step's own buffer; step -> its buffer index)."""
     buffer_of, step_buffer = {}, {}

@@ -1148,10 +1148,8 @@ class Session:
         graph has no memory plan but If / Loop / Scan bodies replay their own programs (D76: a model whose
         whole body sits in an If, with dynamic input shapes); else "no: " and why (the node that stopped
         the recording, or that there is no memory plan)."""
-        def replayed(summaries) -> str | None:  # the first "N native calls" among them (a reason why there is
-            # no program may end with those words too: "... nor all made by native calls")
-            return next((s for s in summaries
-                         if s and s.endswith(" native calls") and s.split(" ", 1)[0].isdigit()), None)
+        def replayed(summaries) -> str | None:  # the first "N native calls" among them
+            return next((s for s in summaries if arena.replays(s)), None)
 
         summaries = [p["native_program"] for p in self.memory_plans()]
         done = replayed(summaries)

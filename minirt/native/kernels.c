@@ -2083,15 +2083,14 @@ int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *pack
     a.failed = 0;
     /* images per GEMM: enough for ~MRT_CONV_BATCH_COLS columns, but leave a chunk per thread; a direct 1x1
      * kernel on planes of MRT_CONV_DIRECT_MIN_PIXELS or more takes one image per GEMM (see there) */
+    const int one_by_one = kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     long nb = p < MRT_CONV_BATCH_COLS ? (MRT_CONV_BATCH_COLS + p - 1) / p : 1;
-    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd &&
-        p >= MRT_CONV_DIRECT_MIN_PIXELS)
-        nb = 1;
+    if (one_by_one && p >= MRT_CONV_DIRECT_MIN_PIXELS) nb = 1;
     long per_thread = (n + nthreads - 1) / nthreads;
     if (nb > per_thread) nb = per_thread;
     if (nb < 1) nb = 1;
     a.nb = (int)nb;
-    a.direct = nb == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
+    a.direct = nb == 1 && one_by_one;
     const long kk = (long)kh * kw;
     /* implicit mode: planes wide enough for every tap's shift, and few dropped columns */
     const int reach = (kh - 1) * dh / sh;

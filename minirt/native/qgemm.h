@@ -2745,15 +2745,13 @@ static int q_qconv2d_static(const void *x, int x_u8, int n, int c, int h, int wd
     a.pow = pkh ? (ow - pkw) / psw + 1 : 0;
     /* images per GEMM: enough for ~Q_CONV_BATCH_COLS columns, but leave a chunk per thread (a direct 1x1
      * kernel over planes of Q_CONV_DIRECT_MIN_PIXELS or more: one) */
+    a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     long nb = p < Q_CONV_BATCH_COLS ? (Q_CONV_BATCH_COLS + p - 1) / p : 1;
-    if (kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd && !pkh &&
-        p >= Q_CONV_DIRECT_MIN_PIXELS)
-        nb = 1;
+    if (a.direct && !pkh && p >= Q_CONV_DIRECT_MIN_PIXELS) nb = 1;
     long per_thread = (n + nthreads - 1) / nthreads;
     if (nb > per_thread) nb = per_thread;
     if (nb < 1) nb = 1;
     a.nb = (int)nb;
-    a.direct = kk == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == wd;
     a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
     const int side_by_side = !(nb == 1 && !pkh); /* (as in q_conv_chunk) */
     a.panels = !a.direct && !a.implicit && q_plane64_route(sh, sw, wd, oh, ow);
