@@ -8,9 +8,9 @@ whose kernels use panels of ``N`` seeds its cache with views of them at load (mi
 so the first run packs nothing.  Packing is numpy (minirt/format/packed_weights.py): it needs no
 native library and packs for any panel width.
 
-Which convs to pack is the geometry rule of ``mrt_conv2d_uses_packed_w``, copied in
-``packed_weights.conv_uses_packed_w`` (tested against the C); a layer the rule leaves on the GEMM path
-would store a pack nothing reads.  A conv whose output size is not fixed in the file (a dynamic
+Which convs to pack are the geometry rules of ``mrt_conv2d_uses_winograd`` and ``mrt_conv2d_uses_packed_w``,
+copied in ``packed_weights.conv_uses_winograd`` / ``conv_uses_packed_w`` (tested against the C); a layer the
+rules leave on the GEMM path would store a pack nothing reads.  A conv whose output size is not fixed in the file (a dynamic
 dimension, e.g. a text recognizer's width) is packed when the rule takes the packed path at some size
 (its tag then has 0 for that size): a pack cached by weight serves every size the runtime sees.
 """
@@ -57,25 +57,26 @@ def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:
             domain, op_type, _opset = writer.operators[op_index]
             attrs = {name: value for name, _kind, value in attributes}
             found = None
+            found = []
             if (domain, op_type) in _CONV_OPS:
-                found = _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr)
+                found = _conv_entries(writer, graph, tensor_of, inputs, outputs, attrs, nr)
             elif (domain, op_type) in _MATMUL_OPS | _GEMM_OPS:
-                found = _product_entry(writer, tensor_of, inputs, attrs, gemm=(domain, op_type) in _GEMM_OPS)
+                found = [_product_entry(writer, tensor_of, inputs, attrs, gemm=(domain, op_type) in _GEMM_OPS)]
             elif (domain, op_type) in _RNN_OPS:
-                found = _rnn_input_entry(writer, tensor_of, inputs)
-            if found is None:
-                continue
-            kind, tensor, tag = found
-            key = (kind, tensor, P.cache_tag(kind, tag))  # (one conv pack per weight and group, whatever the geometry)
-            if key in seen:
-                continue
-            seen.add(key)
-            w = writer.tensors[tensor]
-            if kind == P.PACK_CONV_F32:
-                packed = P.pack_conv_w(w, tag[1], nr)
-            else:  # (an RNN's W (D, G*H, I): its D*G*H rows of I floats, B transposed)
-                packed = P.pack_sgemm_b(w.reshape(-1, w.shape[-1]), tag[0], nr)
-            writer.packed_weights.append((kind, tensor, nr, tag, packed))
+                found = [_rnn_input_entry(writer, tensor_of, inputs)]
+            for kind, tensor, tag in (f for f in found if f is not None):
+                key = (kind, tensor, P.cache_tag(kind, tag))  # (one conv pack per weight and group, whatever the geometry)
+                if key in seen:
+                    continue
+                seen.add(key)
+                w = writer.tensors[tensor]
+                if kind == P.PACK_CONV_F32:
+                    packed = P.pack_conv_w(w, tag[1], nr)
+                elif kind == P.PACK_CONV_WINOGRAD:
+                    packed = P.pack_winograd_w(w)
+                else:  # (an RNN's W (D, G*H, I): its D*G*H rows of I floats, B transposed)
+                    packed = P.pack_sgemm_b(w.reshape(-1, w.shape[-1]), tag[0], nr)
+                writer.packed_weights.append((kind, tensor, nr, tag, packed))
     return len(writer.packed_weights)
 
 
@@ -99,28 +100,29 @@ def _float_weight(writer: ArtifactWriter, tensor_of: dict, inputs: tuple, i: int
     return t if w.dtype == np.float32 and w.ndim == rank and w.size else None
 
 
-# Output heights / widths tried for a dimension the file leaves dynamic (_conv_entry): the sizes where
+# Output heights / widths tried for a dimension the file leaves dynamic (_conv_entries): the sizes where
 # the geometry rule's thresholds change (rows of 1, planes of 256 / 1024 / 2048 pixels) and around them.
 _SIZES_TRIED = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096)
 
 
-def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
-    """(kind, tensor, tag) of a float conv that takes the packed path, or None.  A 1-D conv (weight
-    (M, C/group, K), output (N, M, L)) runs as the 2-D conv of (N, C, 1, W) by a 1 x K kernel: its
-    tag says so (kh 1, oh 1)."""
+def _conv_entries(writer, graph, tensor_of, inputs, outputs, attrs, nr):
+    """[(kind, tensor, tag)] of a float conv that takes a packed path: the Winograd pack where the rule of
+    ``mrt_conv2d_uses_winograd`` takes it, the channel-vector pack where ``mrt_conv2d_uses_packed_w`` does
+    (both for a dynamic output size that reaches both); [] for none.  A 1-D conv (weight (M, C/group, K),
+    output (N, M, L)) runs as the 2-D conv of (N, C, 1, W) by a 1 x K kernel: its tag says so (kh 1, oh 1)."""
     t = _float_weight(writer, tensor_of, inputs, 1, 4)
     one_d = t is None
     if one_d:
         t = _float_weight(writer, tensor_of, inputs, 1, 3)
     if t is None or not outputs or outputs[0] < 0:
-        return None
+        return []
     dims = writer.tensors[t].shape
     m, cg, kh, kw = (dims[0], dims[1], 1, dims[2]) if one_d else dims
     group = int(attrs.get("group", 1))
     c = cg * group
     y_shape = graph.values[outputs[0]][2]
     if y_shape is None or len(y_shape) != (3 if one_d else 4):
-        return None
+        return []
     # an output size not fixed in the file (a dynamic dimension) is 0 in the tag; the layer is packed when
     # the kernels' rule takes the packed path at some size of it (_SIZES_TRIED): the runtime seeds the
     # pack whatever the size (by weight and group), and a run at a size the rule sends to the GEMM path
@@ -136,11 +138,17 @@ def _conv_entry(writer, graph, tensor_of, inputs, outputs, attrs, nr):
             and P.runs_down_a_column(x_shape[3], kw, ow, pads[1])):
         kh, kw, sh, sw, oh, ow = 1, kh, 1, sh, 1, oh  # (the 1-D conv along H the runtime runs)
     if group == c and cg == 1 and m == c and kh * kw > 1:
-        return None  # depthwise: its own kernel, unpacked weights
-    if not any(P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, h, w, nr)
-               for h in ((oh,) if oh else _SIZES_TRIED) for w in ((ow,) if ow else _SIZES_TRIED)):
-        return None
-    return P.PACK_CONV_F32, t, (c, group, kh, kw, int(sh), int(sw), oh, ow)
+        return []  # depthwise: its own kernel, unpacked weights
+    dilations = tuple(attrs.get("dilations") or ())
+    dh, dw = (1, (dilations + (1,))[0]) if one_d else (dilations + (1, 1))[:2]
+    sizes = [(h, w) for h in ((oh,) if oh else _SIZES_TRIED) for w in ((ow,) if ow else _SIZES_TRIED)]
+    winograd = [P.conv_uses_winograd(c, m, group, kh, kw, sh, sw, dh, dw, h, w, nr) for h, w in sizes]
+    tag = (c, group, kh, kw, int(sh), int(sw), oh, ow)
+    entries = [(P.PACK_CONV_WINOGRAD, t, tag)] if any(winograd) else []
+    if any(not wino and P.conv_uses_packed_w(c, m, group, kh, kw, sh, sw, h, w, nr)
+           for (h, w), wino in zip(sizes, winograd)):
+        entries.append((P.PACK_CONV_F32, t, tag))
+    return entries
 
 
 def _product_entry(writer, tensor_of, inputs, attrs, gemm: bool):

@@ -5,6 +5,10 @@ The native float kernels read some constant weights in a packed layout (minirt/n
 * ``conv_f32``: the weights of a convolution that takes the channel-vector kernel
   (``FN(conv_cv_pack_w)``): per group, panels of ``nr`` output channels, each K = C/group*KH*KW rows
   of ``nr`` contiguous floats (channels past the group's count zero);
+* ``conv_winograd_f32``: the weights of a 3x3 convolution that takes the Winograd F(2x2, 3x3) path
+  (``mrt_conv2d_winograd_pack_w``): U = G g G^T of each (output, input) channel pair, stored
+  [16][M][C] (position xi = 4 i + j of the 4 x 4 transform, then output channel, then input channel);
+  the same on every ISA, entered with the panel width of the ISA whose rule takes it (16: AVX2);
 * ``sgemm_b``: the constant right operand B (K x N) of a MatMul / Gemm, or the input weights W
   (D, G*H, I) of an LSTM / GRU as B = its D*G*H rows transposed (``FN(sgemm_pack_b_all)``):
   for each block of K of depth :func:`sgemm_kc` (block p0 at p0 * ld floats, ld = N rounded up to
@@ -34,7 +38,9 @@ from minirt.format import schema as S
 # Entry kinds (the packed form's meaning).
 PACK_CONV_F32 = 1
 PACK_SGEMM_B = 2
-PACK_KIND_NAMES = {PACK_CONV_F32: "conv_f32", PACK_SGEMM_B: "sgemm_b"}
+PACK_CONV_WINOGRAD = 3
+PACK_KIND_NAMES = {PACK_CONV_F32: "conv_f32", PACK_SGEMM_B: "sgemm_b",
+                   PACK_CONV_WINOGRAD: "conv_winograd_f32"}
 
 # Panel widths a kernel build uses (G_NR = 2 x the vector width of 4, 8 or 16 floats).
 PANEL_WIDTHS = (8, 16, 32)
@@ -47,6 +53,7 @@ HEADER = struct.Struct("<II")
 #   kc u32 (K-block depth for sgemm_b, 0 for conv_f32), tag i32[8], offset u64, nbytes u64
 #   tag, conv_f32: C (input channels), group, KH, KW, SH, SW, OH, OW (OH / OW 0: dynamic in the file)
 #   tag, sgemm_b:  transb (the tensor is stored N x K), K, N, 0, 0, 0, 0, 0
+#   tag, conv_winograd_f32: as conv_f32 (C, group 1, KH 3, KW 3, SH 1, SW 1, OH, OW)
 ENTRY = struct.Struct("<IIII8iQQ")
 assert HEADER.size == 8 and ENTRY.size == 64
 
@@ -65,6 +72,12 @@ _CONV_CV_NARROW_1X1_K = 128
 _CONV_CV_WIDE_1X1_M = 256  # (MRT_CONV_CV_WIDE_1X1_M: AVX-512's wide 1x1 layers, D138)
 _CONV_CV_SMALL_1X1_M = 128  # (MRT_CONV_CV_SMALL_1X1_M / _PLANE: AVX-512's 1x1 expansions on small planes, D157)
 _CONV_CV_SMALL_1X1_PLANE = 256
+# Geometry rule of mrt_conv2d_uses_winograd (kernels.c), constants of the same names.
+_WINO_MIN_PAIRS = 1024
+_WINO_MIN_CHANNELS = 16
+_WINO_MAX_CHANNELS = 256
+_WINO_MIN_PLANE = 49
+_WINO_PANEL = 16
 
 
 PackedWeight = collections.namedtuple("PackedWeight", "kind tensor nr kc tag data")
@@ -122,6 +135,32 @@ def conv_uses_packed_w(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
     return oh * ow <= _CONV_CV_SMALL_PLANE or ((sh > 1 or sw > 1) and k >= _CONV_CV_STRIDED_K)
 
 
+def conv_uses_winograd(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, oh: int,
+                       ow: int, nr: int) -> bool:
+    """Whether the native conv runs this geometry as a Winograd F(2x2, 3x3) convolution on kernels of panel
+    width ``nr``: a copy of ``mrt_conv2d_uses_winograd`` (kernels.c), checked against it by
+    tests/native/test_packed_weights.py."""
+    return (nr == _WINO_PANEL and group == 1 and (kh, kw, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1)
+            and _WINO_MIN_CHANNELS <= c <= _WINO_MAX_CHANNELS and _WINO_MIN_CHANNELS <= m <= _WINO_MAX_CHANNELS
+            and c * m >= _WINO_MIN_PAIRS and oh * ow >= _WINO_MIN_PLANE)
+
+
+def pack_winograd_w(w: np.ndarray) -> np.ndarray:
+    """The (M, C, 3, 3) float32 weights ``w`` transformed as mrt_conv2d_winograd_pack_w does, bit for bit (the
+    same float32 operations in the same order): U = G g G^T, [16][M][C] flattened."""
+    g = np.asarray(w, np.float32)
+    half = np.float32(0.5)
+    rows = [g[:, :, 0], half * (g[:, :, 0] + g[:, :, 1] + g[:, :, 2]), half * (g[:, :, 0] - g[:, :, 1] + g[:, :, 2]),
+            g[:, :, 2]]  # G g: 4 rows of (M, C, 3)
+    out = np.empty((4, 4) + g.shape[:2], np.float32)
+    for i, t in enumerate(rows):
+        out[i, 0] = t[..., 0]
+        out[i, 1] = half * (t[..., 0] + t[..., 1] + t[..., 2])
+        out[i, 2] = half * (t[..., 0] - t[..., 1] + t[..., 2])
+        out[i, 3] = t[..., 2]
+    return out.reshape(-1)
+
+
 def conv_packed_floats(m: int, group: int, k: int, nr: int) -> int:
     """Floats of a packed conv weight (FN(conv_cv_packed_floats))."""
     mg = m // group
@@ -167,6 +206,8 @@ def cache_tag(kind: int, tag: tuple) -> tuple:
     """The runtime's cache key for an entry (minirt/native: ``conv2d_prepare`` / ``sgemm_pack_b``)."""
     if kind == PACK_CONV_F32:  # (the panels depend on the weight and its group, not on the geometry)
         return ("conv_f32", int(tag[1]))
+    if kind == PACK_CONV_WINOGRAD:  # (the transformed weights depend on the weight alone)
+        return ("conv_winograd_f32",)
     transb, k, n = tag[:3]
     return ("sgemm_b", transb, k, n)
 
@@ -223,6 +264,13 @@ def decode(payload: memoryview, tensors: tuple) -> tuple:
 
 def _check_tag(where: str, kind: int, kc: int, tag: tuple, dims: tuple, nr: int) -> tuple:
     """(packed floats, tag fields in use) of an entry whose tag agrees with its tensor's ``dims``."""
+    if kind == PACK_CONV_WINOGRAD:
+        c, group, kh, kw, sh, sw, oh, ow = tag
+        if len(dims) != 4 or tuple(dims[2:]) != (3, 3) or (group, kh, kw, sh, sw) != (1, 3, 3, 1, 1) \
+                or dims[1] != c or min(oh, ow) < 0 or kc != 0:
+            raise FormatError(f"{where}: Winograd conv tag {list(tag)} (kc {kc}) does not fit a weight of shape "
+                              f"{list(dims)}")
+        return 16 * dims[0] * dims[1], tag
     if kind == PACK_CONV_F32:
         c, group, kh, kw, sh, sw, oh, ow = tag
         # (OH / OW 0: that output size is dynamic in the file; the pack is the same at every size)

@@ -638,7 +638,10 @@ def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0
                                             "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
     epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0},
                     bias)
-    packed = _conv_pack_w(w if owner is None else owner, w, c, group, k, s, out)
+    if _lib.mrt_conv2d_uses_winograd(_geometry(1, c, 0, 0, k, s, d, out=out, m=w.shape[0], group=group)):
+        packed = _cached_pack(w if owner is None else owner, WINOGRAD_PACK_TAG, lambda: winograd_pack_w(w))
+    else:
+        packed = _conv_pack_w(w if owner is None else owner, w, c, group, k, s, out)
     return geometry, _ptr(w), _opt(packed), epilogue, None if packed is None else isa
 
 
@@ -662,6 +665,19 @@ def _conv_pack_w(owner, w, c, group, k, s, out):
     if not _lib.mrt_conv2d_uses_packed_w(_geometry(1, c, 0, 0, k, s, out=out, m=w.shape[0], group=group)):
         return None
     return _cached_pack(owner, conv_pack_tag(group), lambda: conv_pack_w(w, group))
+
+
+# The cache key (with the weight array's identity) of a 3x3 conv weight's Winograd pack (16 x m x c floats,
+# the same on every ISA; mrt_conv2d_winograd_pack_w).
+WINOGRAD_PACK_TAG = ("conv_winograd_f32",)
+
+
+def winograd_pack_w(w):
+    """The (m, c, 3, 3) float32 weights ``w`` transformed for ``mrt_conv2d_f32``'s Winograd F(2x2, 3x3) path."""
+    m, c = w.shape[0], w.shape[1]
+    packed = _aligned_floats(int(_lib.mrt_conv2d_winograd_floats(m, c)))
+    _lib.mrt_conv2d_winograd_pack_w(_ptr(w), m, c, _ptr(packed))
+    return packed
 
 
 def conv_pack_tag(group: int) -> tuple:

@@ -9,6 +9,7 @@
 #include "sdpa_impl.h"
 #include "rnn_impl.h"
 #include "dwconv_impl.h"
+#include "winograd_impl.h"
 #include "roialign_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX

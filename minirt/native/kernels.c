@@ -704,6 +704,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 #include "sdpa_impl.h"
 #include "rnn_impl.h"
 #include "dwconv_impl.h"
+#include "winograd_impl.h"
 #undef MRT_VL
 #undef MRT_SUFFIX
 #undef MRT_TARGET
@@ -764,6 +765,9 @@ typedef struct {
                      const float *, long, int, float, float, int);
     void (*sgemm_pack_b_all)(const float *, long, int, int, int, float *);
     long (*sgemm_packed_b_floats)(int, int);
+    /* the Winograd F(2x2, 3x3) convolution (winograd_impl.h) */
+    int (*conv_winograd)(const mrt_conv_geometry *, const float *, const float *, const float *, int, float, float,
+                         const float *, float *, int);
 } mrt_impl;
 
 #ifdef MRT_HAVE_AVX2_BUILD
@@ -797,25 +801,25 @@ static const mrt_impl impl_base = {dwconv2d_base,  pool2d_base,         bias_act
                                    im2col_base,    sgemm_base,          sgemm_conv_base,
                                    qdwconv2d_base, conv_cv_base,        conv_cv_pack_w_base,
                                    conv_cv_packed_floats_base, sgemm_pb_base, sgemm_pack_b_all_base,
-                                   sgemm_packed_b_floats_base};
+                                   sgemm_packed_b_floats_base, conv_winograd_base};
 #ifdef MRT_HAVE_AVX2_BUILD
 static const mrt_impl impl_avx2 = {dwconv2d_avx2,  pool2d_avx2,         bias_act_avx2,
                                    im2col_avx2,    sgemm_avx2,          sgemm_conv_avx2,
                                    qdwconv2d_avx2, conv_cv_avx2,        conv_cv_pack_w_avx2,
                                    conv_cv_packed_floats_avx2, sgemm_pb_avx2, sgemm_pack_b_all_avx2,
-                                   sgemm_packed_b_floats_avx2};
+                                   sgemm_packed_b_floats_avx2, conv_winograd_avx2};
 static const mrt_impl impl_avx512 = {dwconv2d_avx512_dispatch,  pool2d_avx512,         bias_act_avx2,
                                      im2col_avx2,               sgemm_avx512,        sgemm_conv_avx512,
                                      qdwconv2d_avx512_dispatch, conv_cv_avx512,      conv_cv_pack_w_avx512,
                                      conv_cv_packed_floats_avx512, sgemm_pb_avx512, sgemm_pack_b_all_avx512,
-                                   sgemm_packed_b_floats_avx512};
+                                   sgemm_packed_b_floats_avx512, conv_winograd_avx512};
 #endif
 #ifdef MRT_HAVE_NEON32_BUILD
 static const mrt_impl impl_neon32 = {dwconv2d_neon32,  pool2d_neon32,         bias_act_neon32,
                                      im2col_neon32,    sgemm_neon32,          sgemm_conv_neon32,
                                      qdwconv2d_neon32, conv_cv_neon32,        conv_cv_pack_w_neon32,
                                      conv_cv_packed_floats_neon32, sgemm_pb_neon32, sgemm_pack_b_all_neon32,
-                                     sgemm_packed_b_floats_neon32};
+                                     sgemm_packed_b_floats_neon32, conv_winograd_neon32};
 #endif
 
 static const mrt_impl *impl = &impl_base;
@@ -2051,6 +2055,62 @@ void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w)
     impl->conv_cv_pack_w(w, group, m / group, k, packed_w);
 }
 
+/* Winograd F(2x2, 3x3) (winograd_impl.h) for ungrouped 3x3 convs at stride 1, undilated, measured per layer
+ * on AVX2 against the direct paths (docs/decisions.md, D178; 1 thread): 64 -> 64 @56x56 4.7 -> 2.9 ms,
+ * 128 -> 128 @28x28 and 256 -> 256 @14x14 the same, 16 -> 64 @55x55 1.26 -> 1.01, 96 -> 96 @16x16
+ * 0.94 -> 0.43, 256 -> 256 @7x7 1.30 -> 0.93, 64 -> 64 @8x8 133 -> 117 us.  Not below 1024 channel
+ * pairs (16 -> 16 @56x56 and 16 -> 32 no faster: the transforms, ~16 additions per tile and channel,
+ * against C x 16 multiply-adds a tile) ... */
+#define MRT_WINO_MIN_PAIRS 1024
+#define MRT_WINO_MIN_CHANNELS 16
+/* ... nor beyond 256 channels in or out: the transformed weights (16 x M x C floats, 16/9 of the weights)
+ * are read again for every band of tiles, from memory at 384 -> 384 @14x14 (9.7 against 10.0 ms direct)
+ * and 512 -> 512 @7x7 (6.3 against 4.8) ... */
+#define MRT_WINO_MAX_CHANNELS 256
+/* ... on outputs of at least 7 x 7 pixels (16 tiles covering 8 x 8) ... */
+#define MRT_WINO_MIN_PLANE 49
+/* ... with AVX2's panels of 16 floats only: measured there; the other copies (AVX-512, NEON, SSE2) compile
+ * the same code, not measured. */
+#define MRT_WINO_PANEL 16
+
+static int wino_mode = -1; /* mrt_conv2d_winograd_mode */
+
+int mrt_conv2d_winograd_mode(int mode) {
+    const int before = wino_mode;
+    wino_mode = mode < 0 ? -1 : mode > 0;
+    return before;
+}
+
+int mrt_conv2d_uses_winograd(const mrt_conv_geometry *g) {
+    if (g->group != 1 || g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1) return 0;
+    if (wino_mode >= 0) return wino_mode;
+    return impl->conv_cv_packed_floats(1, 1, 1) == MRT_WINO_PANEL && g->c >= MRT_WINO_MIN_CHANNELS &&
+           g->m >= MRT_WINO_MIN_CHANNELS && (long)g->c * g->m >= MRT_WINO_MIN_PAIRS &&
+           g->c <= MRT_WINO_MAX_CHANNELS && g->m <= MRT_WINO_MAX_CHANNELS && (long)g->oh * g->ow >= MRT_WINO_MIN_PLANE;
+}
+
+long mrt_conv2d_winograd_floats(int m, int c) { return m > 0 && c > 0 ? 16L * m * c : 0; }
+
+/* u[xi][mi][ci] = (G g G^T)[xi / 4][xi % 4] for the 3 x 3 weights g of (mi, ci) */
+void mrt_conv2d_winograd_pack_w(const float *w, int m, int c, float *u) {
+    for (int mi = 0; mi < m; ++mi)
+        for (int ci = 0; ci < c; ++ci) {
+            const float *g = w + ((long)mi * c + ci) * 9;
+            float t[4][3];
+            for (int j = 0; j < 3; ++j) { /* G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
+                t[0][j] = g[j];
+                t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+                t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+                t[3][j] = g[6 + j];
+            }
+            for (int i = 0; i < 4; ++i) { /* (G g) G^T */
+                const float r[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
+                                    t[i][2]};
+                for (int j = 0; j < 4; ++j) u[((long)(4 * i + j) * m + mi) * c + ci] = r[j];
+            }
+        }
+}
+
 int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *packed_w, const mrt_epilogue *e,
                    const float *x, const float *res, float *y, int nthreads) {
     const int n = g->n, c = g->c, h = g->h, wd = g->w, m = g->m, group = g->group, kh = g->kh, kw = g->kw,
@@ -2062,6 +2122,9 @@ int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *pack
     if (group < 1 || c % group || m % group) return -1;
     if (geometry_overflows(g)) return -2;
     if (nthreads < 1) nthreads = 1;
+    /* packed_w is then the Winograd pack (minirt.native packs for the rule it asks here) */
+    if (packed_w && mrt_conv2d_uses_winograd(g))
+        return impl->conv_winograd(g, packed_w, bias, res, act, a0, a1, x, y, nthreads);
     const long p = (long)oh * ow;
     if (conv_is_dense(g)) {
         /* one output pixel whose window is the whole unpadded input: y[i, :] = W x[i] + bias (+ res[i, :]),

@@ -223,6 +223,19 @@ int mrt_conv2d_uses_packed_w(const mrt_conv_geometry *g);
 int mrt_conv2d_in_place_mode(int mode);
 long mrt_conv2d_packed_w_floats(int m, int group, int k);
 void mrt_conv2d_pack_w(const float *w, int m, int group, int k, float *packed_w);
+/* Whether mrt_conv2d_f32 runs this geometry as a Winograd F(2x2, 3x3) convolution (ungrouped 3x3, stride
+ * 1, undilated, 16-256 channels in and out, outputs of 49+ pixels, on AVX2: kernels.c has the rule): then
+ * its packed_w must be the Winograd pack, mrt_conv2d_winograd_floats(m, c) floats from
+ * mrt_conv2d_winograd_pack_w of the (m, c, 3, 3) weights (the same on every ISA); with packed_w NULL the
+ * layer takes the other paths.  Depends on the geometry and the ISA in use alone (not on the batch, the
+ * pads or the threads); its results differ from the other paths' in the last bits. */
+int mrt_conv2d_uses_winograd(const mrt_conv_geometry *g);
+/* Test hook: mrt_conv2d_uses_winograd for every ungrouped 3x3 stride-1 undilated geometry: -1 (the default)
+ * by the rule, 0 never, 1 always (whatever the ISA: the tests run each copy of the kernel).  Returns the
+ * previous mode.  A call prepared under another mode packed its weights for that mode: prepare again. */
+int mrt_conv2d_winograd_mode(int mode);
+long mrt_conv2d_winograd_floats(int m, int c);
+void mrt_conv2d_winograd_pack_w(const float *w, int m, int c, float *u);
 
 /* float32 GEMM with fused epilogue (s->batch products, see mrt_gemm_shape):
  *   C[m, n] = act(sum_k A[m, k] B[k, n] + bias + res[m, n])

@@ -61,6 +61,44 @@ def test_packed_path_rule_agrees_with_the_native_one():
     assert checked > 5000
 
 
+@requires_native
+def test_winograd_rule_agrees_with_the_native_one(every_isa):
+    grid = itertools.product((8, 16, 17, 64, 256, 257), (8, 16, 24, 64, 256, 300), (1, 2), ((3, 3), (1, 1), (5, 5)),
+                             ((1, 1), (2, 2)), ((1, 1), (2, 2)), ((6, 8), (7, 7), (8, 6), (14, 14), (56, 56), (1, 100)))
+    nr, checked, taken = native.packed_panel_width(), 0, 0
+    for c, m, group, (kh, kw), (sh, sw), (dh, dw), (oh, ow) in grid:
+        geometry = native._ffi.new("mrt_conv_geometry *", {"c": c, "m": m, "group": group, "kh": kh, "kw": kw, "sh": sh,
+                                                           "sw": sw, "dh": dh, "dw": dw, "oh": oh, "ow": ow})
+        native_rule = bool(native._lib.mrt_conv2d_uses_winograd(geometry))
+        assert P.conv_uses_winograd(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, nr) == native_rule
+        checked, taken = checked + 1, taken + native_rule
+    assert checked > 3000 and (taken > 40) == (nr == 16)
+
+
+@pytest.mark.parametrize("m, c", [(1, 1), (24, 64), (7, 33)])
+def test_numpy_winograd_packer_gives_the_native_bytes(m, c):
+    w = np.random.default_rng(m + c).standard_normal((m, c, 3, 3)).astype(np.float32)
+    got = P.pack_winograd_w(w)
+    assert got.size == 16 * m * c
+    assert got.tobytes() == native.winograd_pack_w(w).tobytes()
+
+
+def test_a_winograd_entry_decodes_and_a_tag_that_does_not_fit_is_refused():
+    from minirt.errors import FormatError
+
+    w = np.random.default_rng(1).standard_normal((24, 64, 3, 3)).astype(np.float32)
+    rec = type("Rec", (), {"dtype": 1, "dims": w.shape})()
+    for tag, ok in (((64, 1, 3, 3, 1, 1, 8, 8), True), ((64, 1, 3, 3, 1, 1, 0, 8), True),
+                    ((64, 2, 3, 3, 1, 1, 8, 8), False), ((64, 1, 3, 3, 2, 2, 8, 8), False), ((32, 1, 3, 3, 1, 1, 8, 8), False)):
+        payload = P.encode([(P.PACK_CONV_WINOGRAD, 0, 16, tag, P.pack_winograd_w(w))])
+        if ok:
+            (entry,) = P.decode(memoryview(payload), (rec,))
+            assert entry.tag == native.WINOGRAD_PACK_TAG and entry.data.tobytes() == P.pack_winograd_w(w).tobytes()
+        else:
+            with pytest.raises(FormatError, match="packed_weights entry 0: Winograd conv tag"):
+                P.decode(memoryview(payload), (rec,))
+
+
 def test_k_blocks_follow_the_native_rule():
     assert [P.sgemm_kc(k) for k in (1, 256, 320, 321, 512, 513, 1000)] == [1, 256, 320, 161, 256, 171, 250]
 
@@ -161,10 +199,12 @@ def packs_made(monkeypatch):
     return made
 
 
-@pytest.mark.parametrize("model, kinds, entries", [(_conv_model, {"conv_f32"}, 4), (_conv1d_model, {"conv_f32"}, 2),
+@pytest.mark.parametrize("model, kinds, entries", [(_conv_model, "convs", 4), (_conv1d_model, {"conv_f32"}, 2),
                                                    (_product_model, {"sgemm_b"}, 3), (_rnn_model, {"sgemm_b"}, 2)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_session_seeds_the_packs_of_its_layout(model, kinds, entries, threads, every_isa, packs_made):
+    if kinds == "convs":  # (the 64 -> 24 3x3 conv over 8 x 8 takes the Winograd path with AVX2's panels of 16)
+        kinds = {"conv_f32", "conv_winograd_f32"} if native.packed_panel_width() == 16 else {"conv_f32"}
     onnx_model, feed = model()
     plain = build_bytes(onnx_model)
     packed = build_bytes(onnx_model, weight_pack=native.packed_panel_width())
@@ -293,7 +333,9 @@ def test_a_dynamic_width_packs_each_conv_weight_once(packs_made):
     session = minirt.Session(artifact, threads=1)
     for x, want in zip(feeds, wants):
         np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
-    assert len(packs_made) == 4 and {tag for tag in packs_made} == {native.conv_pack_tag(1), native.conv_pack_tag(2)}
+    # (the 64 -> 24 3x3 conv over 8 x width / 2 takes the Winograd path with AVX2's panels of 16: its own pack)
+    winograd = {native.WINOGRAD_PACK_TAG} if native.packed_panel_width() == 16 else set()
+    assert len(packs_made) == 4 and set(packs_made) == {native.conv_pack_tag(1), native.conv_pack_tag(2)} | winograd
 
 
 @requires_native
@@ -306,7 +348,11 @@ def test_a_dynamic_width_is_packed_by_the_builder_and_packs_nothing_on_the_devic
     onnx_model.graph.output[0].type.tensor_type.shape.dim[3].dim_param = "out_width"
     packed = build_bytes(onnx_model, weight_pack=native.packed_panel_width())
     entries = minirt.Session(packed).artifact.packed_weights
-    assert len(entries) == 4 and all(e.kind == P.PACK_CONV_F32 for e in entries)
+    if native.packed_panel_width() == 16:  # (the 64 -> 24 conv: Winograd from 7 output columns, the packed
+        # channel-vector path on fewer: both packs)
+        assert len(entries) == 5 and sorted(e.kind for e in entries) == [P.PACK_CONV_F32] * 4 + [P.PACK_CONV_WINOGRAD]
+    else:
+        assert len(entries) == 4 and all(e.kind == P.PACK_CONV_F32 for e in entries)
     plain = build_bytes(onnx_model)
     rng = np.random.default_rng(6)
     feeds = [rng.standard_normal((2, 3, 16, width)).astype(np.float32) for width in (16, 40, 8, 64)]
