@@ -2122,9 +2122,12 @@ int mrt_conv2d_f32(const mrt_conv_geometry *g, const float *w, const float *pack
     if (group < 1 || c % group || m % group) return -1;
     if (geometry_overflows(g)) return -2;
     if (nthreads < 1) nthreads = 1;
-    /* packed_w is then the Winograd pack (minirt.native packs for the rule it asks here) */
-    if (packed_w && mrt_conv2d_uses_winograd(g))
-        return impl->conv_winograd(g, packed_w, bias, res, act, a0, a1, x, y, nthreads);
+    /* packed_w is then the Winograd pack (minirt.native packs for the rule it asks here); without scratch
+     * for its bands (a very wide image) the layer takes the direct paths below, which write all of y */
+    if (packed_w && mrt_conv2d_uses_winograd(g)) {
+        if (impl->conv_winograd(g, packed_w, bias, res, act, a0, a1, x, y, nthreads) == 0) return 0;
+        packed_w = NULL;
+    }
     const long p = (long)oh * ow;
     if (conv_is_dense(g)) {
         /* one output pixel whose window is the whole unpadded input: y[i, :] = W x[i] + bias (+ res[i, :]),

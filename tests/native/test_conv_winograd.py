@@ -163,3 +163,37 @@ def test_a_session_runs_a_resnet_block_through_winograd_as_onnxruntime(tmp_path)
     ours = Session(str(tmp_path / "block.mrt")).run(None, {"x": x})[0]
     theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_without_scratch_for_its_bands_the_layer_takes_the_direct_path():
+    """A thread that cannot get the scratch of a band (the bound of set_scratch_limit; a very wide image)
+    computes the layer on the direct paths: the direct path's bits, not an error."""
+    import threading
+
+    from minirt.kernels import _limits
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 32, 12, 40)).astype(np.float32)
+    w = (rng.standard_normal((48, 32, 3, 3)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(48).astype(np.float32)
+    pads = (1, 1, 1, 1)
+    with winograd_mode(0):
+        direct = _conv(x, w, bias, None, pads, native._lib.MRT_ACT_RELU)
+    results, failures = [], []
+
+    def run():  # (a new thread: its scratch starts empty, so the bound applies)
+        try:
+            with winograd_mode(1):
+                results.append(_conv(x, w, bias, None, pads, native._lib.MRT_ACT_RELU))
+        except BaseException as exc:  # noqa: BLE001 - reported below, on the test's thread
+            failures.append(exc)
+
+    try:  # (the direct path here needs ~76 KB of scratch, a band of Winograd ~430 KB)
+        native.set_scratch_limit(128 << 10)
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+    finally:  # (the bound the sessions last set, or none)
+        native.set_scratch_limit(_limits._scratch_limit if _limits._scratch_limit >= 0 else 2**63 - 1)
+    assert not failures, failures
+    assert results[0].tobytes() == direct.tobytes()
