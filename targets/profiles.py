@@ -94,6 +94,11 @@ class TargetProfile:
     element_cost: float = 4.0
     # --quantize auto takes a quantized mode only when its estimate is at most this x float latency
     int8_worth_ratio: float = 0.9
+    # float 3x3 convs the device's kernels run as Winograd F(2x2, 3x3) (packed_weights.conv_uses_winograd: the
+    # layers mrt_conv2d_uses_winograd takes, AVX2 only) do their multiply-adds this many times faster than the
+    # direct conv's (1.0: no such path).  Measured on AVX2 (D178, single layers): 1.25-2.2x, 1.6x on ResNet-18's
+    # 64 -> 64 @56x56 (4.74 -> 2.95 ms); 1.5 is taken (WINOGRAD_FLOAT_SPEEDUP).
+    float_winograd_speedup: float = 1.0
 
     def has(self, feature: str) -> bool:
         """Whether every device of this target has ``feature`` (e.g. "dotprod")."""
@@ -150,6 +155,8 @@ AVX2_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 64, "i
 # is 0.89x (MobileNetV2) and the 32 -> 48 stride-2 1 x 1 conv from 112 x 112 to 56 x 56 0.83x.
 VNNI_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 32, "int8_min_pointwise_outputs": 32,
                    "int8_large_plane": 112 * 112, "int8_min_large_plane_reduction": 48}
+# float_winograd_speedup of a device whose float kernels take the Winograd path (AVX2's panels of 16, D178).
+WINOGRAD_FLOAT_SPEEDUP = 1.5
 # Without native kernels int8 layers dequantize and multiply in float: slower than float (assumed).
 NO_NATIVE_INT8_MACS = 0.5
 # int8_macs_per_float_mac where the int8 GEMM has a dot product (VNNI, SDOT): fitted on the Zen 5 VNNI
@@ -287,6 +294,8 @@ def host_profile() -> TargetProfile:
                      **(VNNI_INT8_RULES if native.qgemm_isa in ("vnni", "amx") else {})}
         elif not native.available:  # int8 layers then compute in float32 BLAS, after dequantizing
             rules = {"int8_macs_per_float_mac": NO_NATIVE_INT8_MACS}
+        if panels == 16:  # (AVX2's float kernels: Winograd 3x3 convs, D178)
+            rules = {**rules, "float_winograd_speedup": WINOGRAD_FLOAT_SPEEDUP}
     except Exception:  # noqa: BLE001 - no native kernels: nothing to pack for, the generic int8 rules
         panels, features, rules = 0, (), {}
     return dataclasses.replace(_PROFILES["generic"], name="host", description=f"this machine ({machine})",

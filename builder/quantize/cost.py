@@ -8,7 +8,9 @@ on the build machine (which also flips under load).  It comes from the target pr
   rate, in float multiply-add time) plus ``int8_convert_cost`` per activation element it quantizes
   (its input; twice that in int8-dynamic, which first scans the input for its range) and, as in
   float, ``element_cost`` per output element (the bias / activation epilogue);
-* a layer left float (or weight-only int8: float compute) costs ``macs + element_cost * outputs``;
+* a layer left float (or weight-only int8: float compute) costs ``macs + element_cost * outputs``, its
+  multiply-adds divided by ``float_winograd_speedup`` when it is a 3x3 conv the device runs as Winograd
+  F(2x2, 3x3) (``packed_weights.conv_uses_winograd``; AVX2, D178);
 * every other node costs ``element_cost`` per FLOP it does (``targets/flops.py``; data movement 0),
   the same in both models, except other products (attention's MatMul of two activations), which cost
   their multiply-adds.
@@ -50,7 +52,7 @@ class Estimate:
         return {"target": self.target, "mode": self.mode, "ratio": round(self.ratio, 4),
                 "float_cost": self.float_cost, "quant_cost": self.quant_cost, "int8_layers": self.int8_layers,
                 "basis": f"cost model of the {self.target} profile (int8_macs_per_float_mac, int8_convert_cost, "
-                         "element_cost), not a timing"}
+                         "element_cost, float_winograd_speedup), not a timing"}
 
 
 def _with_unit_batch(model: ir.Model) -> ir.Model:
@@ -77,6 +79,31 @@ def _with_unit_batch(model: ir.Model) -> ir.Model:
     return copy
 
 
+def _runs_winograd(node: ir.Node) -> bool:
+    """Whether a float conv node is one the native kernels run as Winograd F(2x2, 3x3) on a device that has
+    that path (the geometry rule ``packed_weights.conv_uses_winograd``, at AVX2's panel width), from its
+    weight's static shape, its attributes and its (unit-batch) output size."""
+    from minirt.format.packed_weights import conv_uses_winograd
+    from minirt.targets.flops import numel
+
+    if node.op_type not in ("Conv", "FusedConv") or len(node.inputs) < 2 or node.inputs[1] is None:
+        return False
+    shape = node.inputs[1].shape
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape):
+        return False
+    m, cg, kh, kw = (int(d) for d in shape)
+
+    def ints(name: str, default: tuple) -> tuple:
+        a = node.attributes.get(name)
+        return tuple(a.value) if a is not None else default
+
+    group = node.attributes.get("group")
+    group = int(group.value) if group is not None else 1
+    (sh, sw), (dh, dw) = ints("strides", (1, 1))[:2], ints("dilations", (1, 1))[:2]
+    plane = numel(node.outputs[0]) // m if m else 0
+    return conv_uses_winograd(cg * group, m, group, kh, kw, sh, sw, dh, dw, plane, 1, 16)
+
+
 def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -> Estimate | None:
     """The cost of ``model`` (float, before the rewrite) with the ``chosen`` candidates computed in
     int8 (``mode`` "int8" or "int8-dynamic"; weight-only ones compute float) against all float, on
@@ -85,6 +112,7 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
     from minirt.targets.flops import node_flops, numel
 
     speedup = float(profile.int8_macs_per_float_mac)
+    winograd = float(getattr(profile, "float_winograd_speedup", 1.0))
     convert = float(profile.int8_convert_cost) * (2.0 if mode == "int8-dynamic" else 1.0)
     element = float(profile.element_cost)
     int8 = {c.name: c for c in chosen if not c.computes_float and c.kind in ("conv", "matmul", "convt")}
@@ -102,11 +130,13 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
             if macs <= 0:
                 continue
             sized += 1
-            float_cost += macs + element * outs
+            float_cost += macs / (winograd if _runs_winograd(node) else 1.0) + element * outs
             quant_cost += macs / speedup + convert * numel(node.inputs[0]) + element * outs
             continue
         flops = node_flops(node)
         cost = flops / 2 if node.op_type in _PRODUCTS else element * flops
+        if winograd != 1.0 and _runs_winograd(node):
+            cost /= winograd
         float_cost += cost
         quant_cost += cost
     if sized == 0 or float_cost <= 0:

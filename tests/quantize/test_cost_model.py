@@ -54,6 +54,33 @@ def _optimized(data: bytes):
         return optimized(path)
 
 
+def test_a_float_winograd_conv_costs_its_multiply_adds_over_the_speedup():
+    """A 3x3 conv the device runs as Winograd F(2x2, 3x3) (32 -> 64 over 16 x 16: the rule of
+    mrt_conv2d_uses_winograd) costs macs / float_winograd_speedup in float, the int8 model the same as
+    without it; a conv the rule does not take (8 -> 16 over 10 x 10: too few channels) is unchanged."""
+    opts = QuantizeOptions(quantize_final=True)
+    base = dataclasses.replace(get_target("generic"), int8_macs_per_float_mac=2.0, int8_convert_cost=5.0,
+                               element_cost=3.0)
+    fast = dataclasses.replace(base, float_winograd_speedup=1.5)
+    model = _optimized(_conv_model(32, 64, 3, 16, extra_adds=1))
+    plain, wino = estimate_mode(model, "int8", base, opts), estimate_mode(model, "int8", fast, opts)
+    macs = 64 * 256 * 32 * 9
+    assert plain.float_cost - wino.float_cost == pytest.approx(macs - macs / 1.5)
+    assert wino.quant_cost == pytest.approx(plain.quant_cost) and wino.ratio > plain.ratio
+    small = _optimized(_conv_model(8, 16, 3, 10, extra_adds=1))
+    assert estimate_mode(small, "int8", fast, opts).float_cost == pytest.approx(
+        estimate_mode(small, "int8", base, opts).float_cost)
+
+
+def test_the_host_profile_has_the_winograd_speedup_where_its_float_kernels_take_it():
+    from minirt import native
+    from minirt.targets.profiles import WINOGRAD_FLOAT_SPEEDUP, host_profile
+
+    want = WINOGRAD_FLOAT_SPEEDUP if native.available and native.packed_panel_width() == 16 else 1.0
+    assert host_profile().float_winograd_speedup == want
+    assert get_target("rpi5").float_winograd_speedup == get_target("generic").float_winograd_speedup == 1.0
+
+
 def test_estimate_is_the_hand_count():
     """One conv 8 -> 16, 3 x 3 over 10 x 10 (Relu fused), then 2 Adds of (16, 10, 10): with
     speedup s, convert cost c and element cost e the int8 model costs macs / s + c * inputs +
