@@ -143,7 +143,7 @@ def test_a_session_runs_a_resnet_block_through_winograd_as_onnxruntime(tmp_path)
     from onnx import helper as h, numpy_helper as nh
 
     from minirt import Session
-    from builder.build import build
+    from minirt.builder.build import build
 
     rng = np.random.default_rng(9)
     w1 = (rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32)
