@@ -84,3 +84,32 @@ def threads(request):
     native.set_threads(request.param)
     yield request.param
     native.set_threads(before)
+
+
+def run_under_scratch_limit(fn, nbytes: int):
+    """``fn()`` on a new thread (the native scratch is per thread and kept, so a new one starts empty and the
+    bound applies to it) under ``native.set_scratch_limit(nbytes)``; returns its result, its exception
+    raised here; then the bound the sessions last set, or none."""
+    import threading
+
+    from minirt.kernels import _limits
+
+    results, failures = [], []
+
+    def run():
+        try:
+            results.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised below, on the test's thread
+            failures.append(exc)
+
+    try:
+        native.set_scratch_limit(nbytes)
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+    finally:
+        native.set_scratch_limit(_limits._scratch_limit if _limits._scratch_limit >= 0 else 2**63 - 1)
+    if failures:
+        raise failures[0]
+    return results[0]
+

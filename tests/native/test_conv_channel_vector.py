@@ -19,6 +19,7 @@ import pytest
 
 from minirt import native
 from minirt.kernels import nn
+from tests.native.conftest import run_under_scratch_limit
 from tests.native.test_conv_implicit import _reference_conv
 from tests.native.test_native_kernels import _np_act
 
@@ -340,26 +341,8 @@ def test_small_1x1_convs_split_along_k_are_the_same_on_any_thread_count(name, ev
 def test_a_k_split_without_scratch_splits_by_panels(force_packing):
     """When the partial sums' scratch is refused (the session's memory bound), the layer is split by
     channel panels as before: the same bits.  (On a new thread: the scratch is per thread, and kept.)"""
-    import threading
-
-    from minirt.kernels import _limits
-
-    failures = []
-
-    def check():
-        try:
-            _check_same_on_1_and_2_threads(K_SPLIT["k384_two_blocks"], ACTS[1], residual=True, seed=150)
-        except BaseException as exc:  # noqa: BLE001 - reported below, on the test's thread
-            failures.append(exc)
-
-    try:
-        native.set_scratch_limit(4096)
-        worker = threading.Thread(target=check)
-        worker.start()
-        worker.join()
-    finally:  # (the bound the sessions last set, or none)
-        native.set_scratch_limit(_limits._scratch_limit if _limits._scratch_limit >= 0 else 2**63 - 1)
-    assert not failures, failures
+    run_under_scratch_limit(
+        lambda: _check_same_on_1_and_2_threads(K_SPLIT["k384_two_blocks"], ACTS[1], residual=True, seed=150), 4096)
 
 
 @pytest.mark.parametrize("name", list(AVX512_ONLY))

@@ -10,7 +10,7 @@ import pytest
 
 from minirt import native
 
-from .conftest import requires_native
+from .conftest import requires_native, run_under_scratch_limit
 
 pytestmark = requires_native
 
@@ -84,12 +84,16 @@ def test_winograd_matches_float64(shape, epilogue, every_isa):
     np.testing.assert_allclose(y, ref, rtol=0, atol=2e-5 * max(1.0, float(np.abs(ref).max())))
 
 
+def _layer(seed: int, n: int, h: int, w: int):
+    """(x, w, bias, pads) of a 32 -> 48 3x3 conv with 'same' padding over n images of h x w."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 32, h, w)).astype(np.float32)
+    weight = (rng.standard_normal((48, 32, 3, 3)) * 0.1).astype(np.float32)
+    return x, weight, rng.standard_normal(48).astype(np.float32), (1, 1, 1, 1)
+
+
 def test_winograd_results_do_not_depend_on_threads_or_batch(every_isa):
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((3, 32, 30, 26)).astype(np.float32)
-    w = (rng.standard_normal((48, 32, 3, 3)) * 0.1).astype(np.float32)
-    bias = rng.standard_normal(48).astype(np.float32)
-    pads = (1, 1, 1, 1)
+    x, w, bias, pads = _layer(5, 3, 30, 26)
     with winograd_mode(1):
         one = _conv(x, w, bias, None, pads, native._lib.MRT_ACT_RELU, threads=1)
         two = _conv(x, w, bias, None, pads, native._lib.MRT_ACT_RELU, threads=2)
@@ -168,32 +172,13 @@ def test_a_session_runs_a_resnet_block_through_winograd_as_onnxruntime(tmp_path)
 def test_without_scratch_for_its_bands_the_layer_takes_the_direct_path():
     """A thread that cannot get the scratch of a band (the bound of set_scratch_limit; a very wide image)
     computes the layer on the direct paths: the direct path's bits, not an error."""
-    import threading
-
-    from minirt.kernels import _limits
-
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((1, 32, 12, 40)).astype(np.float32)
-    w = (rng.standard_normal((48, 32, 3, 3)) * 0.1).astype(np.float32)
-    bias = rng.standard_normal(48).astype(np.float32)
-    pads = (1, 1, 1, 1)
+    x, w, bias, pads = _layer(11, 1, 12, 40)
     with winograd_mode(0):
         direct = _conv(x, w, bias, None, pads, native._lib.MRT_ACT_RELU)
-    results, failures = [], []
 
-    def run():  # (a new thread: its scratch starts empty, so the bound applies)
-        try:
-            with winograd_mode(1):
-                results.append(_conv(x, w, bias, None, pads, native._lib.MRT_ACT_RELU))
-        except BaseException as exc:  # noqa: BLE001 - reported below, on the test's thread
-            failures.append(exc)
+    def winograd():
+        with winograd_mode(1):
+            return _conv(x, w, bias, None, pads, native._lib.MRT_ACT_RELU)
 
-    try:  # (the direct path here needs ~76 KB of scratch, a band of Winograd ~430 KB)
-        native.set_scratch_limit(128 << 10)
-        worker = threading.Thread(target=run)
-        worker.start()
-        worker.join()
-    finally:  # (the bound the sessions last set, or none)
-        native.set_scratch_limit(_limits._scratch_limit if _limits._scratch_limit >= 0 else 2**63 - 1)
-    assert not failures, failures
-    assert results[0].tobytes() == direct.tobytes()
+    # (the direct path here needs ~76 KB of scratch, a band of Winograd ~430 KB)
+    assert run_under_scratch_limit(winograd, 128 << 10).tobytes() == direct.tobytes()
