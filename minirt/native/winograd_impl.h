@@ -16,9 +16,10 @@
  *
  * A work item is a band of tile rows of one image: V of the band (16 x C x tiles floats), the 16
  * products into M, then the output transform with bias, residual and activation, written straight into
- * y.  The bands are sized so that V and M stay in L2.  Each output depends on its tile's sums alone
- * (every product sums over C in order, whatever the band, the threads or the batch): the results do
- * not depend on how the work was split.  They differ from the direct conv's in the last bits (other
+ * y.  The bands are sized so that V and M stay within 256 KB each (the L2 of the hosts measured).  Each
+ * output depends on its tile's sums alone (every product sums over C in the same blocks of kc channels,
+ * a layer's constant, in order, whatever the band, the threads or the batch): the results do not depend
+ * on how the work was split.  They differ from the direct conv's in the last bits (other
  * operations), so the geometry rule (mrt_conv2d_uses_winograd) depends on the layer alone.
  *
  * Transforms (F(2, 3), points 0, 1, -1):
