@@ -187,7 +187,7 @@ def test_blas_probe_finds_the_library_numpy_loaded_and_loads_none():
 
 BLAS_STOP_CHILD = textwrap.dedent(
     """
-    import json, os, threading
+    import json, os, threading, time
     import numpy as np
     from minirt.native import blas
 
@@ -207,6 +207,10 @@ BLAS_STOP_CHILD = textwrap.dedent(
     event.set()
     other.join()
     r["stopped"] = blas.stop_idle_threads()
+    # (a stopped worker may still be listed for a moment after the call returns: up to 2 s to leave)
+    deadline = time.monotonic() + 2.0
+    while threads() >= r["with_workers"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     r["after_stop"] = threads()
     blas.set_threads(2)  # OpenBLAS starts its workers again by itself, with correct products
     r["product_ok"] = bool(np.allclose(a @ a, np.einsum("ij,jk->ik", a, a)))
