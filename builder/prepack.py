@@ -8,11 +8,12 @@ whose kernels use panels of ``N`` seeds its cache with views of them at load (mi
 so the first run packs nothing.  Packing is numpy (minirt/format/packed_weights.py): it needs no
 native library and packs for any panel width.
 
-Which convs to pack are the geometry rules of ``mrt_conv2d_uses_winograd`` and ``mrt_conv2d_uses_packed_w``,
-copied in ``packed_weights.conv_uses_winograd`` / ``conv_uses_packed_w`` (tested against the C); a layer the
-rules leave on the GEMM path would store a pack nothing reads.  A conv whose output size is not fixed in the file (a dynamic
-dimension, e.g. a text recognizer's width) is packed when the rule takes the packed path at some size
-(its tag then has 0 for that size): a pack cached by weight serves every size the runtime sees.
+Which convs to pack are the geometry rules of ``mrt_conv2d_uses_winograd`` and
+``mrt_conv2d_uses_packed_w``, copied in ``packed_weights.conv_uses_winograd`` / ``conv_uses_packed_w``
+(tested against the C); a layer the rules leave on the GEMM path would store a pack nothing reads.  A
+conv whose output size is not fixed in the file (a dynamic dimension, e.g. a text recognizer's width) is
+packed when a rule takes its packed path at some size (its tag then has 0 for that size): a pack cached
+by weight serves every size the runtime sees.
 """
 from __future__ import annotations
 
@@ -56,7 +57,6 @@ def add_packed_weights(writer: ArtifactWriter, nr: int) -> int:
                 continue
             domain, op_type, _opset = writer.operators[op_index]
             attrs = {name: value for name, _kind, value in attributes}
-            found = None
             found = []
             if (domain, op_type) in _CONV_OPS:
                 found = _conv_entries(writer, graph, tensor_of, inputs, outputs, attrs, nr)

@@ -130,7 +130,7 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
             if macs <= 0:
                 continue
             sized += 1
-            float_cost += macs / (winograd if _runs_winograd(node) else 1.0) + element * outs
+            float_cost += macs / (winograd if winograd != 1.0 and _runs_winograd(node) else 1.0) + element * outs
             quant_cost += macs / speedup + convert * numel(node.inputs[0]) + element * outs
             continue
         flops = node_flops(node)

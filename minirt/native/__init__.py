@@ -638,10 +638,11 @@ def conv2d_prepare(x_shape, w, group, k, s, d, pb, out, bias=None, act=0, a0=0.0
                                             "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
     epilogue = _new("mrt_epilogue *", {"bias": _opt(bias), "act": act, "a0": a0, "a1": a1, "post_a": 1.0},
                     bias)
+    owner = w if owner is None else owner
     if _lib.mrt_conv2d_uses_winograd(_geometry(1, c, 0, 0, k, s, d, out=out, m=w.shape[0], group=group)):
-        packed = _cached_pack(w if owner is None else owner, WINOGRAD_PACK_TAG, lambda: winograd_pack_w(w))
+        packed = _cached_pack(owner, WINOGRAD_PACK_TAG, lambda: winograd_pack_w(w))
     else:
-        packed = _conv_pack_w(w if owner is None else owner, w, c, group, k, s, out)
+        packed = _conv_pack_w(owner, w, c, group, k, s, out)
     return geometry, _ptr(w), _opt(packed), epilogue, None if packed is None else isa
 
 
