@@ -351,3 +351,14 @@ def test_avx512_picks_match_reference_and_are_the_same_on_any_thread_count(name,
     and the same bits at 1 and 2 threads (two threads split the small planes by channel panels)."""
     i = list(AVX512_ONLY).index(name)
     _check_same_on_1_and_2_threads(AVX512_ONLY[name], ACTS[i % len(ACTS)], residual=i % 2 == 0, seed=120 + i)
+
+
+@pytest.mark.parametrize("out", [(7, 7), (5, 10), (3, 17)], ids=["tail1", "tail2", "tail3"])
+def test_direct_1x1_gemm_dot_tail_whole_and_partial_row_tiles(out, every_isa):
+    """A direct 1x1 conv whose last 1-3 output columns are dot products (FN(sgemm_dot_tail)) over 440
+    output channels: whole row tiles (their row count a constant there) and the last partial one (the
+    general loop), two K blocks (K = 440): the reference's values, the same bits at 1 and 2 threads."""
+    geom = (440, 440) + out + ((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1)
+    if native.packed_panel_width() == 16:
+        assert gemm_has_dot_tail(geom)
+    _check_same_on_1_and_2_threads(geom, ACTS[1], residual=True, seed=21)
