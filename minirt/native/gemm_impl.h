@@ -277,6 +277,8 @@ static inline MRT_TARGET G_INLINE void FN(vact_group)(FN(vf) *v, const int n, in
     for (int j = 0; j < n; ++j) v[j] = (act == MRT_ACT_SILU ? v[j] : one) / (one + e[j]);
 }
 
+#define G_PACK_AHEAD 4 /* panels ahead that FN(sgemm_pack_b) prefetches each row of B */
+
 /* Pack B[0:kb, 0:nb] into panels of G_NR columns.  Row k starts at
  * b + brow[k] when brow is not NULL (implicit im2col), else at b + k * ldb. */
 static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, const long *brow, int kb, int nb,
@@ -285,8 +287,12 @@ static MRT_TARGET void FN(sgemm_pack_b)(const float *restrict b, long ldb, const
         int w = nb - j0 < G_NR ? nb - j0 : G_NR;
         float *dst = out + (long)j0 * kb;
         if (w == G_NR) {
+            /* each row's floats a few panels ahead fetched now: the rows (a direct 1x1 conv's input planes,
+             * far apart) are read 64 bytes at a time in turn, more streams than the hardware follows */
+            const int ahead = j0 + G_PACK_AHEAD * G_NR < nb;
             for (int k = 0; k < kb; ++k) {
                 const float *src = (brow ? b + brow[k] : b + k * ldb) + j0;
+                if (ahead) __builtin_prefetch(src + G_PACK_AHEAD * G_NR, 0, 3);
                 FN(vstore)(dst, FN(vload)(src));
                 FN(vstore)(dst + MRT_VL, FN(vload)(src + MRT_VL));
                 dst += G_NR;
