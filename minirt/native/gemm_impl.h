@@ -1862,6 +1862,7 @@ enum { FN(sgemm_tile_rows) = G_MR };
 #undef G_NR
 #undef G_KC
 #undef G_NC
+#undef G_PACK_AHEAD
 #undef G_PACK_FLOATS
 #undef G_SEEN
 #undef G_INLINE
