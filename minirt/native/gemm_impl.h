@@ -674,6 +674,18 @@ static inline MRT_TARGET G_INLINE void FN(sgemm_dot_rows)(const float *a, long l
     }
 }
 
+/* FN(sgemm_dot_rows) for one group of rows of FN(sgemm_dot_tail): a whole row tile (G_MR rows; 4 for 3
+ * columns) with its row count a constant, so that the loop over rows has no test per row and k (it had
+ * one each, in the hottest loop of the tail); other counts through the general loop. */
+static inline MRT_TARGET G_INLINE void FN(sgemm_dot_group)(const float *a, long lda, const float *bt, int kb, int rows,
+                                                           float *out, const int r) {
+    const int whole = r == 3 ? 4 : G_MR;
+    if (rows == whole)
+        FN(sgemm_dot_rows)(a, lda, bt, kb, whole, out, r);
+    else
+        FN(sgemm_dot_rows)(a, lda, bt, kb, rows, out, r);
+}
+
 /* The last panel of a tile, nr <= G_DOT_TAIL columns, as dot products: each row of A against each
  * column of B (bt: those columns transposed, kb floats each), stored with the tile's epilogue
  * (FN(sgemm_store_vec)).  The microkernel would spend one broadcast and multiply-add per row and k
@@ -688,21 +700,10 @@ static MRT_TARGET void FN(sgemm_dot_tail)(const FN(sgemm_args) *g, int kb, const
     for (int i0 = 0; i0 < mr; i0 += per) {
         const int rows = mr - i0 < per ? mr - i0 : per;
         float sums[12];
-        /* a whole row tile (G_MR rows; 4 for 3 columns) with its row count a constant: the loop over rows
-         * then has no test per row and k (it had one each, in the hottest loop of the tail) */
-        const float *ar = a + i0 * g->lda;
-        if (nr == 1 && rows == G_MR)
-            FN(sgemm_dot_rows)(ar, g->lda, bt, kb, G_MR, sums, 1);
-        else if (nr == 2 && rows == G_MR)
-            FN(sgemm_dot_rows)(ar, g->lda, bt, kb, G_MR, sums, 2);
-        else if (nr == 3 && rows == 4)
-            FN(sgemm_dot_rows)(ar, g->lda, bt, kb, 4, sums, 3);
-        else {
-            switch (nr) {
-            case 1: FN(sgemm_dot_rows)(ar, g->lda, bt, kb, rows, sums, 1); break;
-            case 2: FN(sgemm_dot_rows)(ar, g->lda, bt, kb, rows, sums, 2); break;
-            default: FN(sgemm_dot_rows)(ar, g->lda, bt, kb, rows, sums, 3); break;
-            }
+        switch (nr) {
+        case 1: FN(sgemm_dot_group)(a + i0 * g->lda, g->lda, bt, kb, rows, sums, 1); break;
+        case 2: FN(sgemm_dot_group)(a + i0 * g->lda, g->lda, bt, kb, rows, sums, 2); break;
+        default: FN(sgemm_dot_group)(a + i0 * g->lda, g->lda, bt, kb, rows, sums, 3); break;
         }
         for (int i = 0; i < rows; ++i) {
             FN(vf) v = {0};
