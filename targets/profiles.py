@@ -99,6 +99,11 @@ class TargetProfile:
     # direct conv's (1.0: no such path).  Measured on AVX2 (D178, single layers): 1.25-2.2x, 1.6x on ResNet-18's
     # 64 -> 64 @56x56 (4.74 -> 2.95 ms); 1.5 is taken (WINOGRAD_FLOAT_SPEEDUP).
     float_winograd_speedup: float = 1.0
+    # int8 3x3 convs the device's int8 kernels run as Winograd F(2x2, 3x3) in exact integers
+    # (packed_weights.qconv_uses_winograd: AVX2 without VNNI, D180) do their multiply-adds this many times
+    # faster than the direct int8 kernels (1.0: no such path).  Measured (single layers, Zen 3): 1.16-1.5x;
+    # ResNet-18 int8 / float 0.76 -> 0.66 whole; 1.4 is taken (INT8_WINOGRAD_SPEEDUP).
+    int8_winograd_speedup: float = 1.0
 
     def has(self, feature: str) -> bool:
         """Whether every device of this target has ``feature`` (e.g. "dotprod")."""
@@ -140,8 +145,11 @@ class TargetProfile:
 # (the widening int16 route, D80) int8 paid only from 48 channels.
 # Depthwise convs stay float on every plane (int8_depthwise_min_plane 0: the large-plane exception is for the
 # VNNI depthwise kernel).
+# int8_winograd_speedup where the int8 convs take the Winograd route (AVX2 without VNNI, D180).
+INT8_WINOGRAD_SPEEDUP = 1.4
 AVX2_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 64, "int8_min_group_outputs": 128,
-                   "int8_macs_per_float_mac": 1.6, "int8_depthwise_min_plane": 0, "int8_pair_limited_weights": True}
+                   "int8_macs_per_float_mac": 1.6, "int8_depthwise_min_plane": 0, "int8_pair_limited_weights": True,
+                   "int8_winograd_speedup": INT8_WINOGRAD_SPEEDUP}
 # The int8 speed rules of an x86-64 host with AVX512-VNNI, measured on an Intel Xeon (model 167, 2-vCPU
 # VM) at 1 thread, int8 / float of single layers (each followed by a float layer, D144): pointwise over
 # 16 -> 96 channels at 112 x 112 1.19x, 16 -> 48 1.25x, 16 -> 16 1.7x (reduction 16: int8_min_reduction

@@ -5,7 +5,9 @@ on the build machine (which also flips under load).  It comes from the target pr
 (``targets/profiles.py``, the ``int8_*`` cost fields), applied to the layers the quantizer chose:
 
 * a layer computed in int8 costs ``macs / int8_macs_per_float_mac`` (its multiply-adds at the int8
-  rate, in float multiply-add time) plus ``int8_convert_cost`` per activation element it quantizes
+  rate, in float multiply-add time; divided again by ``int8_winograd_speedup`` for a 3x3 conv the device's
+  int8 kernels run as Winograd F(2x2, 3x3), ``packed_weights.qconv_uses_winograd``: AVX2 without VNNI,
+  D180) plus ``int8_convert_cost`` per activation element it quantizes
   (its input; twice that in int8-dynamic, which first scans the input for its range) and, as in
   float, ``element_cost`` per output element (the bias / activation epilogue);
 * a layer left float (or weight-only int8: float compute) costs ``macs + element_cost * outputs``, its
@@ -52,7 +54,7 @@ class Estimate:
         return {"target": self.target, "mode": self.mode, "ratio": round(self.ratio, 4),
                 "float_cost": self.float_cost, "quant_cost": self.quant_cost, "int8_layers": self.int8_layers,
                 "basis": f"cost model of the {self.target} profile (int8_macs_per_float_mac, int8_convert_cost, "
-                         "element_cost, float_winograd_speedup), not a timing"}
+                         "element_cost, float_winograd_speedup, int8_winograd_speedup), not a timing"}
 
 
 def _with_unit_batch(model: ir.Model) -> ir.Model:
@@ -79,18 +81,16 @@ def _with_unit_batch(model: ir.Model) -> ir.Model:
     return copy
 
 
-def _runs_winograd(node: ir.Node) -> bool:
-    """Whether a float conv node is one the native kernels run as Winograd F(2x2, 3x3) on a device that has
-    that path (the geometry rule ``packed_weights.conv_uses_winograd``, at AVX2's panel width), from its
-    weight's static shape, its attributes and its (unit-batch) output size."""
-    from minirt.format.packed_weights import conv_uses_winograd
+def _conv_geometry(node: ir.Node) -> tuple | None:
+    """(c, m, group, kh, kw, sh, sw, dh, dw, pt, pl, output plane) of a conv node from its weight's static
+    shape, its attributes and its (unit-batch) output size; None for another node or unknown shapes."""
     from minirt.targets.flops import numel
 
     if node.op_type not in ("Conv", "FusedConv") or len(node.inputs) < 2 or node.inputs[1] is None:
-        return False
+        return None
     shape = node.inputs[1].shape
     if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape):
-        return False
+        return None
     m, cg, kh, kw = (int(d) for d in shape)
 
     def ints(name: str, default: tuple) -> tuple:
@@ -100,8 +100,27 @@ def _runs_winograd(node: ir.Node) -> bool:
     group = node.attributes.get("group")
     group = int(group.value) if group is not None else 1
     (sh, sw), (dh, dw) = ints("strides", (1, 1))[:2], ints("dilations", (1, 1))[:2]
+    pt, pl = ints("pads", (0, 0, 0, 0))[:2]  # (an auto_pad SAME gives 3x3 convs 1: inside the rules either way)
     plane = numel(node.outputs[0]) // m if m else 0
-    return conv_uses_winograd(cg * group, m, group, kh, kw, sh, sw, dh, dw, plane, 1, 16)
+    return cg * group, m, group, kh, kw, sh, sw, dh, dw, pt, pl, plane
+
+
+def _runs_winograd(node: ir.Node) -> bool:
+    """Whether a float conv node is one the native kernels run as Winograd F(2x2, 3x3) on a device that has
+    that path (the geometry rule ``packed_weights.conv_uses_winograd``, at AVX2's panel width)."""
+    from minirt.format.packed_weights import conv_uses_winograd
+
+    g = _conv_geometry(node)
+    return g is not None and conv_uses_winograd(*g[:9], g[11], 1, 16)
+
+
+def _runs_int8_winograd(node: ir.Node) -> bool:
+    """Whether a conv node computed in int8 is one the int8 kernels run as Winograd F(2x2, 3x3) on a device
+    that has that route (``packed_weights.qconv_uses_winograd``)."""
+    from minirt.format.packed_weights import qconv_uses_winograd
+
+    g = _conv_geometry(node)
+    return g is not None and qconv_uses_winograd(*g[:11])
 
 
 def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -> Estimate | None:
@@ -113,6 +132,7 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
 
     speedup = float(profile.int8_macs_per_float_mac)
     winograd = float(getattr(profile, "float_winograd_speedup", 1.0))
+    int8_winograd = float(getattr(profile, "int8_winograd_speedup", 1.0))
     convert = float(profile.int8_convert_cost) * (2.0 if mode == "int8-dynamic" else 1.0)
     element = float(profile.element_cost)
     int8 = {c.name: c for c in chosen if not c.computes_float and c.kind in ("conv", "matmul", "convt")}
@@ -131,7 +151,8 @@ def estimate(model: ir.Model, mode: str, chosen: Sequence[Candidate], profile) -
                 continue
             sized += 1
             float_cost += macs / (winograd if winograd != 1.0 and _runs_winograd(node) else 1.0) + element * outs
-            quant_cost += macs / speedup + convert * numel(node.inputs[0]) + element * outs
+            rate = speedup * (int8_winograd if int8_winograd != 1.0 and _runs_int8_winograd(node) else 1.0)
+            quant_cost += macs / rate + convert * numel(node.inputs[0]) + element * outs
             continue
         flops = node_flops(node)
         cost = flops / 2 if node.op_type in _PRODUCTS else element * flops

@@ -145,6 +145,20 @@ def conv_uses_winograd(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw
             and c * m >= _WINO_MIN_PAIRS and oh * ow >= _WINO_MIN_PLANE)
 
 
+# The int8 Winograd route's rule (qwinograd_avx2.h, q_winograd_fits, on AVX2 without VNNI): at most this many
+# input channels (its integer sums stay below 2^31), and 20 c + 8 m <= c m.
+_QWINO_MAX_CHANNELS = 1024
+
+
+def qconv_uses_winograd(c: int, m: int, group: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int,
+                        pl: int) -> bool:
+    """Whether the int8 conv runs this geometry as Winograd F(2x2, 3x3) on a CPU that has the route (AVX2
+    without VNNI): a copy of ``q_winograd_fits``'s geometry rule (qwinograd_avx2.h), checked against
+    ``mrt_qconv_uses_winograd`` by tests/native/test_qconv_winograd.py."""
+    return (group == 1 and (kh, kw, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1) and 0 <= pt <= 2 and 0 <= pl <= 2
+            and c <= _QWINO_MAX_CHANNELS and 20 * c + 8 * m <= c * m)
+
+
 def pack_winograd_w(w: np.ndarray) -> np.ndarray:
     """The (M, C, 3, 3) float32 weights ``w`` transformed as mrt_conv2d_winograd_pack_w does, bit for bit (the
     same float32 operations in the same order): U = G g G^T, [16][M][C] flattened."""

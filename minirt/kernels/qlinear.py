@@ -438,7 +438,8 @@ def _qconv_plan(x, x_scale, x_zero_point, w, w_scale, b, z, auto_pad, dilations,
         plan.out_shape = (n, m) + pooled
     # x_scale, x_zero_point, w_scale and b stay alive with the plan, so their ids in the key stay theirs
     plan.keep = (x_scale, x_zero_point, w_scale, b)
-    plan.args = _native.qconv2d_prepare(x.shape, packed, m, group, k, st, dl, pb, out, scale, bias, act, a0, a1)
+    plan.args = _native.qconv2d_prepare(x.shape, packed, m, group, k, st, dl, pb, out, scale, bias, act, a0, a1,
+                                         w=w)
     return plan
 
 

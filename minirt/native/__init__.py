@@ -54,7 +54,7 @@ _hw_crc32 = False  # mrt_crc32 has the CPU's CRC instructions (set by _load)
 # (tests/native/test_abi.py keeps the two equal).  A compiled module of another version is refused: its
 # structs or entry points differ.  (A constant, not the header read at import: the device wheel ships no
 # header, and importing reads no 35 KB file.)
-ABI_VERSION = 38
+ABI_VERSION = 39
 
 
 def _truthy(value: str | None) -> bool:
@@ -899,6 +899,23 @@ def _qpack_now(w):
     return packed
 
 
+def qpack_winograd(w):
+    """The Winograd F(2x2, 3x3) weights of the (M, C, 3, 3) int8 conv weights ``w`` for
+    :func:`qconv2d_prepare` (kernels.h, mrt_qconv_winograd_pack_w: int16 (16, M, C rounded up to even)),
+    cached while ``w`` is alive."""
+    return _cached_pack(w, "winograd", lambda: _qpack_winograd_now(w))
+
+
+def _qpack_winograd_now(w):
+    import numpy as np
+
+    m, c = w.shape[:2]
+    wc = np.ascontiguousarray(w, dtype=np.int8)
+    u = np.empty(int(_lib.mrt_qconv_winograd_packed_size(m, c)), dtype=np.int16)
+    _lib.mrt_qconv_winograd_pack_w(_ffi.from_buffer("int8_t[]", wc), m, c, _ffi.from_buffer("int16_t[]", u))
+    return u
+
+
 def qpacked_pairs16(packed, m: int, k: int) -> bool:
     """Whether :func:`qpack` found |w[i, 2j]| + |w[i, 2j + 1]| <= 128 for every pair of its (m, k) matrix:
     on AVX2 without VNNI those GEMMs multiply with vpmaddubsw (such a pair of u8 x s8 products adds up
@@ -947,7 +964,7 @@ class _QConvPrepared:
     input shape: the geometry, and the quantization and epilogue structs per variant of the per-call
     arguments (input dtype, static input quantization, requantization, post map), each made once."""
 
-    __slots__ = ("geometry", "m", "packed_w", "scale", "bias", "act", "a0", "a1", "variants", "__weakref__")
+    __slots__ = ("geometry", "m", "packed_w", "wino", "scale", "bias", "act", "a0", "a1", "variants", "__weakref__")
 
     def variant(self, x_u8: bool, x_scale, x_zero, y_q, post) -> tuple:
         """``(mrt_quant, mrt_epilogue)`` for these per-call arguments (``x_scale`` 0: dynamic quantization,
@@ -961,8 +978,9 @@ class _QConvPrepared:
             "x_u8": int(x_u8), "x_scale": x_scale, "x_zero": int(x_zero), "packed_w": _char(self.packed_w),
             "scale": _ptr(self.scale), "y_u8": int(y_q is not None),
             "y_scales": _ffi.NULL if y_arrays is None else _ptr(y_arrays[0]),
-            "y_zeros": _ffi.NULL if y_arrays is None else _ffi.from_buffer("int32_t[]", y_arrays[1])},
-            self.packed_w, self.scale, y_arrays)
+            "y_zeros": _ffi.NULL if y_arrays is None else _ffi.from_buffer("int32_t[]", y_arrays[1]),
+            "wino_w": _ffi.NULL if self.wino is None else _ffi.from_buffer("int16_t[]", self.wino)},
+            self.packed_w, self.scale, y_arrays, self.wino)
         epilogue = _new("mrt_epilogue *", {"bias": _opt(self.bias), "act": self.act, "a0": self.a0, "a1": self.a1,
                                            "post_a": post[0], "post_b": post[1]}, self.bias)
         if len(self.variants) >= 16:  # (a node has one; a plan shared by a few nodes, a few)
@@ -983,15 +1001,18 @@ def qconv2d(x, x_scale: float, x_zero: int, packed_w, m, group, k, s, d, pb, y, 
     qconv2d_call(prep, x, x_scale, int(x_zero), y, residual)
 
 
-def qconv2d_prepare(x_shape, packed_w, m, group, k, s, d, pb, out, scale, bias, act=0, a0=0.0, a1=0.0):
+def qconv2d_prepare(x_shape, packed_w, m, group, k, s, d, pb, out, scale, bias, act=0, a0=0.0, a1=0.0, w=None):
     """The constant arguments of :func:`qconv2d_call` for one layer and input shape (a
-    :class:`_QConvPrepared`; it keeps the arrays its structs point into alive)."""
+    :class:`_QConvPrepared`; it keeps the arrays its structs point into alive).  ``w``: the (M, C, KH, KW)
+    int8 weights that ``packed_w`` packs, for the convs the kernel computes as Winograd F(2x2, 3x3) on this
+    CPU (:func:`qpack_winograd`; the same results, bit for bit)."""
     n, c, h, wd = x_shape
     prep = _QConvPrepared()
     prep.geometry = _new("mrt_conv_geometry *", {"n": n, "c": c, "h": h, "w": wd, "m": m, "group": group,
                                                  "kh": k[0], "kw": k[1], "sh": s[0], "sw": s[1], "dh": d[0],
                                                  "dw": d[1], "pt": pb[0], "pl": pb[1], "oh": out[0], "ow": out[1]})
     prep.m, prep.packed_w, prep.scale, prep.bias = m, packed_w, scale, bias
+    prep.wino = qpack_winograd(w) if w is not None and _lib.mrt_qconv_uses_winograd(prep.geometry) else None
     prep.act, prep.a0, prep.a1 = act, a0, a1
     prep.variants = {}
     return prep

@@ -739,6 +739,7 @@ static inline MRT_TARGET void act_row_avx512(float *restrict y, long n, int act,
 
 #include "qgemm.h"
 #include "qdwconv_vnni.h"
+#include "qwinograd_avx2.h"
 
 /* ------------------------------------------------------------------ dispatch */
 

@@ -38,7 +38,7 @@
 
 /* The version of this interface: minirt/native/__init__.py reads it from this file and refuses a
  * compiled module whose mrt_abi_version() (the same macro, compiled in) differs: a stale build. */
-#define MRT_ABI_VERSION 38
+#define MRT_ABI_VERSION 39
 
 /* ------------------------------------------------------------------ parameter structs
  *
@@ -128,6 +128,9 @@ typedef struct {
     int y_zero;
     const float *y_scales;
     const int32_t *y_zeros;
+    /* mrt_qconv2d: the Winograd weights (mrt_qconv_winograd_pack_w), for the convs mrt_qconv_uses_winograd
+     * takes, or NULL (the direct kernels) */
+    const int16_t *wino_w;
 } mrt_quant;
 
 int mrt_abi_version(void);
@@ -330,6 +333,14 @@ int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilog
  * does not fit. */
 int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *pool, const mrt_quant *q,
                          const mrt_epilogue *e, const void *x, const float *res, float *y, int nthreads);
+/* Whether mrt_qconv2d computes this conv as Winograd F(2x2, 3x3) in exact integers when q->wino_w is
+ * given (qwinograd_avx2.h, q_winograd_fits: 3 x 3, stride and dilation 1, one group, padding <= 2, at
+ * most 1024 input channels and enough channels on both sides, on x86-64 AVX2 without VNNI); the results
+ * are the direct kernels', bit for bit.  The weights: mrt_qconv_winograd_pack_w of the (m, c, 3, 3) int8
+ * weights into mrt_qconv_winograd_packed_size(m, c) int16 (any CPU). */
+int mrt_qconv_uses_winograd(const mrt_conv_geometry *g);
+long mrt_qconv_winograd_packed_size(int m, int c);
+void mrt_qconv_winograd_pack_w(const int8_t *w, int m, int c, int16_t *u);
 /* ConvTranspose with stride == kernel (g->kh x g->kw), no padding, one group, int8: y (n, m, h*kh, w*kw)
  * float (or, with q->y_u8, uint8: requantized as mrt_qconv2d's per GEMM row) from x (n, c, h, w) uint8
  * with zero point q->x_zero, q->packed_w from mrt_qgemm_pack_w of the (m*kh*kw, c) int8 weights (row

@@ -2173,6 +2173,8 @@ typedef struct {
     int wflags;   /* Q_W_* of the packed weights (q_packed_flags): which AVX2 tile is exact */
     int implicit; /* nb == 1 images without im2col (q_conv_implicit) */
     int panels;   /* the im2col goes straight into packed panels (q_im2col_panels_task): planes of <= 64 pixels */
+    const int16_t *wino; /* the Winograd weights (mrt_qconv_winograd_pack_w) or NULL */
+    int winograd;        /* nb == 1 images as Winograd F(2x2, 3x3) (q_conv_winograd, qwinograd_avx2.h) */
     q_implicit_geom geo;
     int pkh, pkw, psh, psw, poh, pow; /* fused MaxPool (pkh > 0): y is (n, m, poh, pow), float */
     size_t scratch_bytes;
@@ -2565,6 +2567,11 @@ static size_t q_chunk_cols_bytes(const q_conv_args *a) {
     return q_align64((size_t)a->c * kk * cols);
 }
 
+#ifdef MRT_HAVE_VNNI_BUILD /* (qwinograd_avx2.h) */
+static int q_winograd_fits(int c, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt, int pl);
+static int q_conv_winograd(const q_conv_args *c, const uint8_t *img, const float *res, float *y, uint8_t *yq, int nt);
+#endif
+
 static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
     const long plane = (long)a->h * a->wd, p = (long)a->oh * a->ow, chw = (long)a->c * plane, mp = (long)a->m * p;
     const int c = a->c, cg = c / a->group, mg = a->m / a->group, kk = a->kh * a->kw, kg = cg * kk;
@@ -2592,6 +2599,12 @@ static void q_conv_chunk(q_conv_args *a, long chunk, uint8_t *scratch, int nt) {
         float *yi = a->yq ? NULL : a->y + i0 * mp;
         uint8_t *yqi = a->yq ? a->yq + i0 * mp : NULL;
         const float *ri = a->res ? a->res + i0 * mp : NULL;
+#ifdef MRT_HAVE_VNNI_BUILD
+        if (a->winograd) {
+            if (q_conv_winograd(a, img, ri, yi, yqi, nt)) __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+#endif
         if (a->implicit) {
             if (q_conv_implicit(a, img, scratch + xq_bytes, ri, yi, yqi, nt)) __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
             return;
@@ -2721,7 +2734,7 @@ static void q_conv_task(void *ctx, long begin, long end) {
 
 /* q_qconv2d with its input quantization fixed: the static body (below) */
 static int q_qconv2d_static(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                            const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
+                            const void *packed_w, const int16_t *wino, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
                             int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
                             uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
                             int act, float a0,
@@ -2752,14 +2765,20 @@ static int q_qconv2d_static(const void *x, int x_u8, int n, int c, int h, int wd
     if (nb > per_thread) nb = per_thread;
     if (nb < 1) nb = 1;
     a.nb = (int)nb;
-    a.implicit = nb == 1 && !pkh && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
+    a.wino = wino;
+#ifdef MRT_HAVE_VNNI_BUILD
+    a.winograd = wino && nb == 1 && !pkh && q_winograd_fits(c, m, group, kh, kw, sh, sw, dh, dw, pt, pl);
+#else
+    a.winograd = 0;
+#endif
+    a.implicit = nb == 1 && !pkh && !a.winograd && q_implicit_plan(c, m, group, kh, kw, sh, sw, dh, dw, oh, ow, &a.geo);
     const int side_by_side = !(nb == 1 && !pkh); /* (as in q_conv_chunk) */
-    a.panels = !a.direct && !a.implicit && q_plane64_route(sh, sw, wd, oh, ow);
+    a.panels = !a.direct && !a.implicit && !a.winograd && q_plane64_route(sh, sw, wd, oh, ow);
     size_t bytes = q_align64(x_u8 ? 0 : (size_t)c * plane * (side_by_side ? nb : 1));
     if (a.implicit) {
         bytes += a.geo.planes_bytes + a.geo.weights_bytes + a.geo.table_bytes;
     } else if (nb == 1 && !pkh) {
-        if (!a.direct) bytes += a.panels ? q_chunk_cols_bytes(&a) : (size_t)c * kk * p;
+        if (!a.direct && !a.winograd) bytes += a.panels ? q_chunk_cols_bytes(&a) : (size_t)c * kk * p;
     } else { /* side by side (or pooled): the GEMM writes a scratch whose planes are then placed */
         bytes += q_chunk_cols_bytes(&a) + sizeof(float) * (size_t)(m / group) * nb * p;
     }
@@ -2782,19 +2801,19 @@ static void q_dynamic_params(const float *a, long count, int levels, float *x_sc
  * 255 levels: kernels/qlinear.py's _dynamic_params, bit for bit) and the channels' scales x_scale * scale[o]
  * (the weights' scales there), computed here so that a dynamic conv is one recordable call. */
 static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                     const void *packed_w, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
+                     const void *packed_w, const int16_t *wino, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
                      int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
                      uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
                      int act, float a0, float a1, float post_a, float post_b, int nthreads) {
     if (x_u8 || x_scale != 0.0f || m <= 0)
-        return q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw, pt,
+        return q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, wino, m, group, kh, kw, sh, sw, dh, dw, pt,
                                 pl, oh, ow, scale, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw, act, a0, a1,
                                 post_a, post_b, nthreads);
     q_dynamic_params((const float *)x, (long)n * c * h * wd, 255, &x_scale, &x_zero);
     float *dyn = (float *)malloc(sizeof(float) * (size_t)m);
     if (!dyn) return -1;
     for (int o = 0; o < m; ++o) dyn[o] = x_scale * scale[o];
-    const int rc = q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, m, group, kh, kw, sh, sw, dh, dw,
+    const int rc = q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, wino, m, group, kh, kw, sh, sw, dh, dw,
                                     pt, pl, oh, ow, dyn, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw, act, a0,
                                     a1, post_a, post_b, nthreads);
     free(dyn);
@@ -2804,7 +2823,7 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
 int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
                 const float *res, void *y, int nthreads) {
     if (geometry_overflows(g)) return -2;
-    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, q->wino_w, g->m, g->group, g->kh,
                      g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res,
                      q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
                      q->y_u8 ? q->y_zeros : NULL, 0, 0, 0, 0, e->act, e->a0, e->a1, e->post_a, e->post_b, nthreads);
@@ -2814,7 +2833,7 @@ int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *po
                          const mrt_epilogue *e, const void *x, const float *res, float *y, int nthreads) {
     const int pkh = pool->kh, pkw = pool->kw, psh = pool->sh, psw = pool->sw;
     if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || g->oh < pkh || g->ow < pkw) return -2;
-    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, g->m, g->group, g->kh,
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, q->wino_w, g->m, g->group, g->kh,
                      g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res, y, NULL,
                      NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
 }

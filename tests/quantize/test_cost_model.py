@@ -81,6 +81,34 @@ def test_the_host_profile_has_the_winograd_speedup_where_its_float_kernels_take_
     assert get_target("rpi5").float_winograd_speedup == get_target("generic").float_winograd_speedup == 1.0
 
 
+def test_an_int8_winograd_conv_costs_its_multiply_adds_over_both_speedups():
+    """A 3x3 conv the int8 kernels run as Winograd F(2x2, 3x3) (32 -> 64: 20 c + 8 m <= c m, D180) costs
+    macs / (int8_macs_per_float_mac x int8_winograd_speedup) in the int8 model, the float one the same as
+    without it; a conv the rule does not take (8 -> 16: too few channels) is unchanged."""
+    opts = QuantizeOptions(quantize_final=True)
+    base = dataclasses.replace(get_target("generic"), int8_macs_per_float_mac=2.0, int8_convert_cost=5.0,
+                               element_cost=3.0)
+    fast = dataclasses.replace(base, int8_winograd_speedup=1.4)
+    model = _optimized(_conv_model(32, 64, 3, 16, extra_adds=1))
+    plain, wino = estimate_mode(model, "int8", base, opts), estimate_mode(model, "int8", fast, opts)
+    macs = 64 * 256 * 32 * 9
+    assert plain.quant_cost - wino.quant_cost == pytest.approx(macs / 2.0 - macs / 2.8)
+    assert wino.float_cost == pytest.approx(plain.float_cost) and wino.ratio < plain.ratio
+    small = _optimized(_conv_model(8, 16, 3, 10, extra_adds=1))
+    assert estimate_mode(small, "int8", fast, opts).quant_cost == pytest.approx(
+        estimate_mode(small, "int8", base, opts).quant_cost)
+
+
+def test_the_int8_winograd_speedup_is_in_the_profiles_of_avx2_without_vnni():
+    from minirt import native
+    from minirt.targets.profiles import INT8_WINOGRAD_SPEEDUP, host_profile
+
+    want = INT8_WINOGRAD_SPEEDUP if native.available and native.qgemm_isa == "avx2" else 1.0
+    assert host_profile().int8_winograd_speedup == want
+    assert get_target("x86-64-v3").int8_winograd_speedup == INT8_WINOGRAD_SPEEDUP
+    assert get_target("x86-64-v4").int8_winograd_speedup == get_target("rpi5").int8_winograd_speedup == 1.0
+
+
 def test_estimate_is_the_hand_count():
     """One conv 8 -> 16, 3 x 3 over 10 x 10 (Relu fused), then 2 Adds of (16, 10, 10): with
     speedup s, convert cost c and element cost e the int8 model costs macs / s + c * inputs +
