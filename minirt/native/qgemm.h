@@ -2476,6 +2476,11 @@ static int q_implicit_plan(int c, int m, int group, int kh, int kw, int sh, int 
     /* 1x1 kernels keep packed panels: read in place, their K rows are whole planes apart (the
      * quads of one panel on as many pages), measured 1.2-1.9x slower on PP-OCR det */
     if (kh * kw == 1) return 0;
+    /* fewer than 4 channels (an image's stem) on AVX2 without VNNI: the planes' channel quads would be mostly
+     * padding (3 of 4 bytes used), the im2col matrix packs K densely: ResNet-18's 7x7 stride-2 stem 3 -> 64
+     * 2.7 -> 2.0 ms, 3 -> 64 5x5 @112 1.5-2.4 -> 1.2, 3 -> 16 3x3 @320 2.3-2.7 -> 2.0, 1 -> 32 3x3 @64 0.16 ->
+     * 0.10 (Zen 3, 1 thread, D180) */
+    if (c < 4 && q_use_avx2 && !q_use_vnni) return 0;
     const int wq = ow + (kw - 1) * dw / sw;
     if ((long)oh * ow < Q_CONV_BATCH_COLS || 4L * (wq - ow) > wq) return 0; /* small planes; > 1/4 dropped */
     geo->hq = oh + (kh - 1) * dh / sh;

@@ -406,6 +406,10 @@ def _qconv_int_ref(xq, x_zero, w, k, s, pb, group, out, d=(1, 1)):
     (3, (40, 34), 5, (3, 3), (2, 1), (1, 1, 0, 1), 1, (1, 1)),   # strides 2 x 1
     (1, (40, 40), 136, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)), # several row blocks and weight-row blocks
     (8, (18, 18), 8, (3, 3), (1, 1), (0, 0, 0, 0), 1, (1, 1)),   # no padding: p = 256
+    # (on AVX2 without VNNI, fewer than 4 channels take the im2col route, D180: the implicit one there with 4-5)
+    (5, (24, 26), 9, (5, 5), (1, 1), (2, 2, 2, 2), 1, (1, 1)),   # implicit 5x5
+    (4, (40, 34), 5, (3, 3), (2, 1), (1, 1, 0, 1), 1, (1, 1)),   # implicit, strides 2 x 1
+    (4, (40, 40), 136, (3, 3), (1, 1), (1, 1, 1, 1), 1, (1, 1)), # implicit: row blocks and weight-row blocks
 ])
 @pytest.mark.parametrize("n", [1, 3, 17])
 def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, d, n, every_isa, threads):

@@ -54,22 +54,30 @@ def _optimized(data: bytes):
         return optimized(path)
 
 
-def test_a_float_winograd_conv_costs_its_multiply_adds_over_the_speedup():
-    """A 3x3 conv the device runs as Winograd F(2x2, 3x3) (32 -> 64 over 16 x 16: the rule of
-    mrt_conv2d_uses_winograd) costs macs / float_winograd_speedup in float, the int8 model the same as
-    without it; a conv the rule does not take (8 -> 16 over 10 x 10: too few channels) is unchanged."""
+@pytest.mark.parametrize("field", ["float_winograd_speedup", "int8_winograd_speedup"])
+def test_a_winograd_conv_costs_its_multiply_adds_over_the_speedup(field):
+    """A 3x3 conv 32 -> 64 over 16 x 16, which the float kernels run as Winograd F(2x2, 3x3) (the rule of
+    mrt_conv2d_uses_winograd, D178) and the int8 ones too on AVX2 without VNNI (20 c + 8 m <= c m, D180),
+    costs its multiply-adds over ``field``'s speedup in that model (float, or int8 on top of
+    int8_macs_per_float_mac), the other model the same as without it; a conv neither rule takes (8 -> 16
+    over 10 x 10: too few channels) is unchanged."""
     opts = QuantizeOptions(quantize_final=True)
     base = dataclasses.replace(get_target("generic"), int8_macs_per_float_mac=2.0, int8_convert_cost=5.0,
                                element_cost=3.0)
-    fast = dataclasses.replace(base, float_winograd_speedup=1.5)
+    fast = dataclasses.replace(base, **{field: 1.5})
     model = _optimized(_conv_model(32, 64, 3, 16, extra_adds=1))
     plain, wino = estimate_mode(model, "int8", base, opts), estimate_mode(model, "int8", fast, opts)
     macs = 64 * 256 * 32 * 9
-    assert plain.float_cost - wino.float_cost == pytest.approx(macs - macs / 1.5)
-    assert wino.quant_cost == pytest.approx(plain.quant_cost) and wino.ratio > plain.ratio
+    if field == "float_winograd_speedup":
+        assert plain.float_cost - wino.float_cost == pytest.approx(macs - macs / 1.5)
+        assert wino.quant_cost == pytest.approx(plain.quant_cost) and wino.ratio > plain.ratio
+    else:
+        assert plain.quant_cost - wino.quant_cost == pytest.approx(macs / 2.0 - macs / 3.0)
+        assert wino.float_cost == pytest.approx(plain.float_cost) and wino.ratio < plain.ratio
     small = _optimized(_conv_model(8, 16, 3, 10, extra_adds=1))
-    assert estimate_mode(small, "int8", fast, opts).float_cost == pytest.approx(
-        estimate_mode(small, "int8", base, opts).float_cost)
+    small_plain, small_fast = estimate_mode(small, "int8", base, opts), estimate_mode(small, "int8", fast, opts)
+    assert (small_fast.float_cost, small_fast.quant_cost) == pytest.approx((small_plain.float_cost,
+                                                                            small_plain.quant_cost))
 
 
 def test_the_host_profile_has_the_winograd_speedup_where_its_float_kernels_take_it():
@@ -79,24 +87,6 @@ def test_the_host_profile_has_the_winograd_speedup_where_its_float_kernels_take_
     want = WINOGRAD_FLOAT_SPEEDUP if native.available and native.packed_panel_width() == 16 else 1.0
     assert host_profile().float_winograd_speedup == want
     assert get_target("rpi5").float_winograd_speedup == get_target("generic").float_winograd_speedup == 1.0
-
-
-def test_an_int8_winograd_conv_costs_its_multiply_adds_over_both_speedups():
-    """A 3x3 conv the int8 kernels run as Winograd F(2x2, 3x3) (32 -> 64: 20 c + 8 m <= c m, D180) costs
-    macs / (int8_macs_per_float_mac x int8_winograd_speedup) in the int8 model, the float one the same as
-    without it; a conv the rule does not take (8 -> 16: too few channels) is unchanged."""
-    opts = QuantizeOptions(quantize_final=True)
-    base = dataclasses.replace(get_target("generic"), int8_macs_per_float_mac=2.0, int8_convert_cost=5.0,
-                               element_cost=3.0)
-    fast = dataclasses.replace(base, int8_winograd_speedup=1.4)
-    model = _optimized(_conv_model(32, 64, 3, 16, extra_adds=1))
-    plain, wino = estimate_mode(model, "int8", base, opts), estimate_mode(model, "int8", fast, opts)
-    macs = 64 * 256 * 32 * 9
-    assert plain.quant_cost - wino.quant_cost == pytest.approx(macs / 2.0 - macs / 2.8)
-    assert wino.float_cost == pytest.approx(plain.float_cost) and wino.ratio < plain.ratio
-    small = _optimized(_conv_model(8, 16, 3, 10, extra_adds=1))
-    assert estimate_mode(small, "int8", fast, opts).quant_cost == pytest.approx(
-        estimate_mode(small, "int8", base, opts).quant_cost)
 
 
 def test_the_int8_winograd_speedup_is_in_the_profiles_of_avx2_without_vnni():
