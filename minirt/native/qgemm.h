@@ -2739,11 +2739,11 @@ static void q_conv_task(void *ctx, long begin, long end) {
 
 /* q_qconv2d with its input quantization fixed: the static body (below) */
 static int q_qconv2d_static(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                            const void *packed_w, const int16_t *wino, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
-                            int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
-                            uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
-                            int act, float a0,
-                            float a1, float post_a, float post_b, int nthreads) {
+                            const void *packed_w, const int16_t *wino, int m, int group, int kh, int kw, int sh,
+                            int sw, int dh, int dw, int pt, int pl, int oh, int ow, const float *scale,
+                            const float *bias, const float *res, float *y, uint8_t *yq, const float *y_scale,
+                            const int32_t *y_zero, int pkh, int pkw, int psh, int psw, int act, float a0, float a1,
+                            float post_a, float post_b, int nthreads) {
     if (n <= 0 || m <= 0 || oh <= 0 || ow <= 0) return 0;
     if (group < 1 || c % group || m % group) return -1;
     if (nthreads < 1) nthreads = 1;
@@ -2806,21 +2806,21 @@ static void q_dynamic_params(const float *a, long count, int levels, float *x_sc
  * 255 levels: kernels/qlinear.py's _dynamic_params, bit for bit) and the channels' scales x_scale * scale[o]
  * (the weights' scales there), computed here so that a dynamic conv is one recordable call. */
 static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float x_scale, int x_zero,
-                     const void *packed_w, const int16_t *wino, int m, int group, int kh, int kw, int sh, int sw, int dh, int dw, int pt,
-                     int pl, int oh, int ow, const float *scale, const float *bias, const float *res, float *y,
-                     uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh, int pkw, int psh, int psw,
-                     int act, float a0, float a1, float post_a, float post_b, int nthreads) {
+                     const void *packed_w, const int16_t *wino, int m, int group, int kh, int kw, int sh, int sw,
+                     int dh, int dw, int pt, int pl, int oh, int ow, const float *scale, const float *bias,
+                     const float *res, float *y, uint8_t *yq, const float *y_scale, const int32_t *y_zero, int pkh,
+                     int pkw, int psh, int psw, int act, float a0, float a1, float post_a, float post_b, int nthreads) {
     if (x_u8 || x_scale != 0.0f || m <= 0)
-        return q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, wino, m, group, kh, kw, sh, sw, dh, dw, pt,
-                                pl, oh, ow, scale, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw, act, a0, a1,
-                                post_a, post_b, nthreads);
+        return q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, wino, m, group, kh, kw, sh, sw, dh,
+                                dw, pt, pl, oh, ow, scale, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw, act,
+                                a0, a1, post_a, post_b, nthreads);
     q_dynamic_params((const float *)x, (long)n * c * h * wd, 255, &x_scale, &x_zero);
     float *dyn = (float *)malloc(sizeof(float) * (size_t)m);
     if (!dyn) return -1;
     for (int o = 0; o < m; ++o) dyn[o] = x_scale * scale[o];
-    const int rc = q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, wino, m, group, kh, kw, sh, sw, dh, dw,
-                                    pt, pl, oh, ow, dyn, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw, act, a0,
-                                    a1, post_a, post_b, nthreads);
+    const int rc = q_qconv2d_static(x, x_u8, n, c, h, wd, x_scale, x_zero, packed_w, wino, m, group, kh, kw, sh, sw,
+                                    dh, dw, pt, pl, oh, ow, dyn, bias, res, y, yq, y_scale, y_zero, pkh, pkw, psh, psw,
+                                    act, a0, a1, post_a, post_b, nthreads);
     free(dyn);
     return rc;
 }
@@ -2828,9 +2828,9 @@ static int q_qconv2d(const void *x, int x_u8, int n, int c, int h, int wd, float
 int mrt_qconv2d(const mrt_conv_geometry *g, const mrt_quant *q, const mrt_epilogue *e, const void *x,
                 const float *res, void *y, int nthreads) {
     if (geometry_overflows(g)) return -2;
-    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, q->wino_w, g->m, g->group, g->kh,
-                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res,
-                     q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, q->wino_w, g->m,
+                     g->group, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias,
+                     res, q->y_u8 ? NULL : (float *)y, q->y_u8 ? (uint8_t *)y : NULL, q->y_u8 ? q->y_scales : NULL,
                      q->y_u8 ? q->y_zeros : NULL, 0, 0, 0, 0, e->act, e->a0, e->a1, e->post_a, e->post_b, nthreads);
 }
 
@@ -2838,9 +2838,9 @@ int mrt_qconv2d_pool_f32(const mrt_conv_geometry *g, const mrt_conv_geometry *po
                          const mrt_epilogue *e, const void *x, const float *res, float *y, int nthreads) {
     const int pkh = pool->kh, pkw = pool->kw, psh = pool->sh, psw = pool->sw;
     if (pkh < 1 || pkw < 1 || psh < 1 || psw < 1 || g->oh < pkh || g->ow < pkw) return -2;
-    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, q->wino_w, g->m, g->group, g->kh,
-                     g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias, res, y, NULL,
-                     NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
+    return q_qconv2d(x, q->x_u8, g->n, g->c, g->h, g->w, q->x_scale, q->x_zero, q->packed_w, q->wino_w, g->m,
+                     g->group, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->pt, g->pl, g->oh, g->ow, q->scale, e->bias,
+                     res, y, NULL, NULL, NULL, pkh, pkw, psh, psw, e->act, e->a0, e->a1, 1.0f, 0.0f, nthreads);
 }
 
 #ifdef MRT_HAVE_VNNI_BUILD

@@ -114,8 +114,10 @@ __attribute__((target("avx2"))) static void qw_split_row(const uint8_t *row, int
         /* per 128-bit lane: 8 even bytes then 8 odd ones; then the lanes' evens together and odds together */
         __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(row + 2 * k)), pick);
         v = _mm256_permute4x64_epi64(v, 0xD8);
-        _mm256_storeu_si256((__m256i *)(e + k), _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)), z));
-        _mm256_storeu_si256((__m256i *)(o + k), _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)), z));
+        const __m256i ev = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v));
+        const __m256i od = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1));
+        _mm256_storeu_si256((__m256i *)(e + k), _mm256_sub_epi16(ev, z));
+        _mm256_storeu_si256((__m256i *)(o + k), _mm256_sub_epi16(od, z));
     }
 }
 
@@ -198,7 +200,8 @@ __attribute__((target("avx2"))) static void qw_input(const qw_args *a, int pair,
             if (chans == 1)
                 for (int xi = 0; xi < 16; ++xi) vc[1][xi] = _mm256_setzero_si256();
             int32_t *st = stage + r * tw + tx0;
-            for (int xi = 0; xi < 16; ++xi, st += srow) { /* pairs (c, c + 1) per tile: lanes of tiles 0-3 | 8-11, 4-7 | 12-15 */
+            /* pairs (c, c + 1) per tile: unpacks give the tiles 0-3 | 8-11 and 4-7 | 12-15, put in order */
+            for (int xi = 0; xi < 16; ++xi, st += srow) {
                 const __m256i lo = _mm256_unpacklo_epi16(vc[0][xi], vc[1][xi]);
                 const __m256i hi = _mm256_unpackhi_epi16(vc[0][xi], vc[1][xi]);
                 _mm256_storeu_si256((__m256i *)st, _mm256_permute2x128_si256(lo, hi, 0x20));
@@ -227,7 +230,8 @@ __attribute__((target("avx2"))) static void qw_input(const qw_args *a, int pair,
 __attribute__((target("avx2"))) static void qw_tile(const int16_t *u, long ldu, const int16_t *b, int k2, int32_t *c,
                                                     long ldc, int add, int mr) {
     const int32_t *u0 = (const int32_t *)u, *u1 = (const int32_t *)(u + (mr > 1 ? ldu : 0));
-    const int32_t *u2 = (const int32_t *)(u + (mr > 2 ? 2 * ldu : 0)), *u3 = (const int32_t *)(u + (mr > 3 ? 3 * ldu : 0));
+    const int32_t *u2 = (const int32_t *)(u + (mr > 2 ? 2 * ldu : 0));
+    const int32_t *u3 = (const int32_t *)(u + (mr > 3 ? 3 * ldu : 0));
     const int32_t *u4 = (const int32_t *)(u + (mr > 4 ? 4 * ldu : 0));
     __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00,
             a40 = a00, a41 = a00;
@@ -299,8 +303,9 @@ __attribute__((target("avx2"))) static void qw_output(const qw_args *a, const in
                     t[1][j] = _mm256_sub_epi32(_mm256_sub_epi32(s[1][j], s[2][j]), s[3][j]);
                 }
                 for (int i = 0; i < 2; ++i) { /* (A^T s) A: output row 2 ty + i, columns 2 tx0 .. 2 tx0 + 15 */
-                    const __m256i even = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(t[i][0], t[i][1]), t[i][2]), 2);
-                    const __m256i odd = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_sub_epi32(t[i][1], t[i][2]), t[i][3]), 2);
+                    const __m256i e4 = _mm256_add_epi32(_mm256_add_epi32(t[i][0], t[i][1]), t[i][2]);
+                    const __m256i o4 = _mm256_sub_epi32(_mm256_sub_epi32(t[i][1], t[i][2]), t[i][3]);
+                    const __m256i even = _mm256_srai_epi32(e4, 2), odd = _mm256_srai_epi32(o4, 2);
                     const __m256i lo = _mm256_unpacklo_epi32(even, odd), hi = _mm256_unpackhi_epi32(even, odd);
                     _mm256_storeu_si256((__m256i *)(out[i] + 2 * tx0), _mm256_permute2x128_si256(lo, hi, 0x20));
                     _mm256_storeu_si256((__m256i *)(out[i] + 2 * tx0 + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
