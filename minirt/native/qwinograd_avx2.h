@@ -88,7 +88,6 @@ typedef struct {
     const q_conv_args *c;
     const uint8_t *x; /* the image, uint8 */
     const int16_t *u;
-    const float *res;
     float *y;
     uint8_t *yq;
     q_args g;       /* the epilogue's fields (x_zero 0: the sums are already centred) */
@@ -365,7 +364,7 @@ __attribute__((target("avx2"))) static void qw_task(void *ctx, long begin, long 
 static int q_conv_winograd(const q_conv_args *c, const uint8_t *img, const float *res, float *y, uint8_t *yq, int nt) {
     qw_args a;
     memset(&a, 0, sizeof a);
-    a.c = c; a.x = img; a.u = c->wino; a.res = res; a.y = y; a.yq = yq;
+    a.c = c; a.x = img; a.u = c->wino; a.y = y; a.yq = yq;
     a.g.sums = c->sums; a.g.scale = c->scale; a.g.bias = c->bias; a.g.x_zero = 0; /* (centred sums) */
     a.g.res = res; a.g.ldr = (long)c->oh * c->ow;
     a.g.post_a = c->post_a; a.g.post_b = c->post_b;

@@ -18,9 +18,7 @@ G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], np.int64)  # 2G of 
 
 
 def _geometry(c, m, pads, group=1, k=(3, 3), s=(1, 1), d=(1, 1), hw=(8, 8)):
-    return native._new("mrt_conv_geometry *", {"n": 1, "c": c, "h": hw[0], "w": hw[1], "m": m, "group": group,
-                                               "kh": k[0], "kw": k[1], "sh": s[0], "sw": s[1], "dh": d[0],
-                                               "dw": d[1], "pt": pads[0], "pl": pads[1], "oh": 1, "ow": 1})
+    return native._geometry(1, c, hw[0], hw[1], k, s, d, pads, (1, 1), m, group)
 
 
 def _winograd_here() -> bool:
