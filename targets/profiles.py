@@ -47,6 +47,12 @@ class TargetProfile:
     # beats float (PP-OCR det int8/float 0.613-0.619x -> 0.588-0.591x; no gain on 80 x 80, D30).  0 on
     # arm64 targets: there the int8 depthwise kernel has only its portable path.
     int8_depthwise_min_plane: int = 160 * 160
+    # Chained int8 between every pair of QConvs (uint8 from the producer's epilogue straight into the
+    # consumer), not only into and out of depthwise convs: where the uint8 store is cheaper than a float
+    # store plus the consumer's quantize pass, the AVX-512 VNNI store's folded requantization (D181:
+    # ResNet-18 int8 / float 0.405 -> 0.390, RegNetY-400MF 0.636 -> 0.602, same outputs).  Elsewhere
+    # chaining GEMM convs measured slower (D20).
+    int8_chain_everywhere: bool = False
     # Pointwise (1x1) convs with fewer input channels than this stay float: quantizing the input costs
     # about what int8 saves (12 channels no faster in int8; 16 pay since the implicit int8 conv, D30).
     int8_min_reduction: int = 16
@@ -117,6 +123,7 @@ class TargetProfile:
     def int8_speed_rules(self) -> dict:
         """The int8 speed thresholds of this device (what the quantizer reads; see the fields)."""
         return {"int8_depthwise": self.int8_depthwise, "int8_depthwise_min_plane": self.int8_depthwise_min_plane,
+                "int8_chain_everywhere": self.int8_chain_everywhere,
                 "int8_min_reduction": self.int8_min_reduction,
                 "int8_min_window_reduction": self.int8_min_window_reduction,
                 "int8_min_pointwise_outputs": self.int8_min_pointwise_outputs,
@@ -162,7 +169,7 @@ AVX2_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 64, "i
 # AMD Zen 4 with VNNI, D171): 32 -> 48 at 112 x 112 1.36x float (RegNetY-400MF), while 24 -> 144 at 56 x 56
 # is 0.89x (MobileNetV2) and the 32 -> 48 stride-2 1 x 1 conv from 112 x 112 to 56 x 56 0.83x.
 VNNI_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 32, "int8_min_pointwise_outputs": 32,
-                   "int8_large_plane": 112 * 112, "int8_min_large_plane_reduction": 48}
+                   "int8_large_plane": 112 * 112, "int8_min_large_plane_reduction": 48, "int8_chain_everywhere": True}
 # float_winograd_speedup of a device whose float kernels take the Winograd path (AVX2's panels of 16, D178).
 WINOGRAD_FLOAT_SPEEDUP = 1.5
 # Without native kernels int8 layers dequantize and multiply in float: slower than float (assumed).

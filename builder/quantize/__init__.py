@@ -90,10 +90,12 @@ class QuantizeOptions:
     # quant_fold_affine, quant_fuse_max_pool, ...), switched off by name like the optimizer's.
     disabled_passes: Sequence[str] = ()
     # Chained int8 (static only, pass quant_chain_int8): a QConv feeding only QConvs writes uint8 in
-    # their input quantization.  "depthwise" (default): only into and out of depthwise QConvs (between
-    # GEMM convs chaining measured slower: docs/decisions.md D20, D46).  True: everywhere; False:
-    # nowhere (the same as disabling quant_chain_int8).
-    chain_int8: bool | str = "depthwise"
+    # their input quantization (the same results).  "depthwise": only into and out of depthwise QConvs
+    # (between GEMM convs chaining measured slower: docs/decisions.md D20, D46).  True: everywhere; False:
+    # nowhere (the same as disabling quant_chain_int8).  None (default): the target profile's
+    # int8_chain_everywhere (True on AVX-512 VNNI hosts, whose uint8 store is the cheaper one, D181), else
+    # "depthwise".
+    chain_int8: bool | str | None = None
     # Aliases kept for the Python API: False disables the passes named (see _ALIASES).
     fold_affine: bool = True  # quant_fold_affine
     fuse_pool_flatten: bool = True  # quant_fuse_max_pool, quant_fuse_flatten
@@ -669,12 +671,14 @@ def _quantize_int8(model: ir.Model, mode: str, data: _Data, opts: QuantizeOption
         report.timings["bias_correction_means"] = time.perf_counter() - t0
 
     weight_cache: dict = {}  # (each weight rounded once for the rewrites below)
+    chain = opts.chain_int8 if opts.chain_int8 is not None else (
+        True if profile.int8_chain_everywhere else "depthwise")
 
     def rewrite(m: ir.Model, chosen: Sequence[Candidate]):
         context = QuantContext(selected=list(chosen), ranges=ranges, reduce_range=opts.reduce_range,
                                pair_limited=pair_limited, int8_means=means, weight_cache=weight_cache,
                                symmetric=opts.symmetric_activations,
-                               per_channel=opts.per_channel, chain=opts.chain_int8)
+                               per_channel=opts.per_channel, chain=chain)
         return quant_passes.rewrite(m, mode, context, disabled)
 
     # (the default budget unless the user gave one, or said "none")

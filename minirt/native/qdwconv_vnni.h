@@ -24,7 +24,8 @@
  * P[ky & 1][kx & 1] at row oy + ky / 2, column ox + kx / 2: the flat scheme above again,
  * with per kernel row one quad of the even taps (kx = 0, 2, 4, 6) and one of the odd ones.
  * Rows are split into even and odd bytes 32 at a time (16-bit lanes truncated: vpmovwb).  The exact integer sum is acc - x_zero * sum(w).  The epilogue is the one of
- * dwconv_impl.h (same operations, in the same order); the uint8 results of the four
+ * dwconv_impl.h (same operations, in the same order), a uint8 output's requantization folded into one
+ * multiply-add where that gives the same bytes (q_fold_rows, D181); the uint8 results of the four
  * interleaved vectors are merged into bytes in column order with shifts: byte 4 i + s of the
  * 64 is lane i of vector s; float results are put in column order by a 4 x 4 transpose
  * (unpacks, then 128-bit lane shuffles). */
@@ -39,6 +40,7 @@ typedef struct {
     long band_bytes;  /* the band (s1) or the four parity planes (s2), with slack for whole-vector reads */
     long flat_bytes;  /* the flat outputs oh * ps, rounded up to whole 64-byte blocks */
     long row_bytes;   /* float input: one quantized input row */
+    const float *fold; /* uint8 output: q_fold_rows's S, B, L, H, E of each channel, or NULL */
 } q_dw_args;
 
 /* post_a * act(s * v + b) + post_b for 16 integer sums v (as floats). */
@@ -73,6 +75,42 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __m512i q_d
     t = _mm512_min_ps(t, _mm512_set1_ps(255.0f - yz));
     t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return _mm512_cvtps_epi32(_mm512_add_ps(t, _mm512_set1_ps(yz)));
+}
+
+/* dst[0:n] = src[0:n], inline: the planes' rows are short (7-56 bytes on MobileNets' small planes),
+ * where a libc memcpy call per row cost as much as the plane's arithmetic (D181). */
+__attribute__((target("avx512f,avx512bw"))) static inline void q_dw_copy_bytes(uint8_t *dst, const uint8_t *src,
+                                                                              long n) {
+    for (; n >= 64; n -= 64, src += 64, dst += 64) _mm512_storeu_si512(dst, _mm512_loadu_si512(src));
+    if (n > 0) {
+        const __mmask64 m = ((__mmask64)1 << n) - 1;
+        _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+    }
+}
+
+/* dst[0:n] = src[0:n] for floats, inline (as q_dw_copy_bytes). */
+__attribute__((target("avx512f"))) static inline void q_dw_copy_floats(float *dst, const float *src, long n) {
+    for (; n >= 16; n -= 16, src += 16, dst += 16) _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+    if (n > 0) {
+        const __mmask16 m = (__mmask16)((1u << n) - 1);
+        _mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src));
+    }
+}
+
+/* The oh rows of ow bytes at stride ps of flat, into the plane y (stride ow).  A row whose whole
+ * 16- or 32-byte vector stays inside the plane is stored unmasked: the bytes it writes past the row
+ * belong to later rows, which are stored after it (masked byte stores cost several times more). */
+__attribute__((target("avx512f,avx512bw"))) static inline void q_dw_rows_out(uint8_t *y, const uint8_t *flat, int oh,
+                                                                            int ow, long ps) {
+    const long plane = (long)oh * ow;
+    int oy = 0;
+    if (ow <= 16)
+        for (; oy < oh && (long)oy * ow + 16 <= plane; ++oy)
+            _mm_storeu_si128((__m128i *)(y + (long)oy * ow), _mm_loadu_si128((const __m128i *)(flat + oy * ps)));
+    else if (ow <= 32)
+        for (; oy < oh && (long)oy * ow + 32 <= plane; ++oy)
+            _mm256_storeu_si256((__m256i *)(y + (long)oy * ow), _mm256_loadu_si256((const __m256i *)(flat + oy * ps)));
+    for (; oy < oh; ++oy) q_dw_copy_bytes(y + (long)oy * ow, flat + oy * ps, ow);
 }
 
 /* ev[j] = src[2j], od[j] = src[2j + 1] for the n bytes of src (no byte read or written past them). */
@@ -115,12 +153,15 @@ __attribute__((target("avx512f,avx512bw"))) static void q_dw_fill(const q_dw_arg
     const long plane_in = (long)a->h * a->wd;
     const uint8_t *xp = q->xq ? q->xq + p * plane_in : NULL;
     const float *xf = q->xq ? NULL : q->x + p * plane_in;
-    memset(band, zp, (size_t)a->band_bytes);
+    const __m512i zbytes = _mm512_set1_epi8((char)zp);
+    long i = 0;
+    for (; i + 64 <= a->band_bytes; i += 64) _mm512_storeu_si512(band + i, zbytes);
+    if (i < a->band_bytes) _mm512_mask_storeu_epi8(band + i, ((__mmask64)1 << (a->band_bytes - i)) - 1, zbytes);
     if (a->sh == 1) {
         for (int iy = 0; iy < a->h; ++iy) {
             uint8_t *dst = band + (iy + a->pt) * a->ps + a->pl;
             if (xp)
-                memcpy(dst, xp + (long)iy * a->wd, a->wd);
+                q_dw_copy_bytes(dst, xp + (long)iy * a->wd, a->wd);
             else
                 q_dw_quant_row(xf + (long)iy * a->wd, a->wd, q->x_scale[ch], zp, dst);
         }
@@ -152,36 +193,57 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
     const q_dw_params *q = a->q;
     const long ps = a->ps, plane_out = (long)a->oh * a->ow;
     const long flat_size = q->yq ? a->flat_bytes : 4 * a->flat_bytes; /* uint8 or float flat outputs */
-    uint8_t *band = (uint8_t *)mrt_pack_buffer((size_t)(a->band_bytes + flat_size + a->row_bytes));
-    if (!band) return;
-    uint8_t *flat = band + a->band_bytes, *row = flat + flat_size;
-    float *flatf = (float *)flat; /* band_bytes is a multiple of 64 */
+    /* two bands: plane p + 1's is filled before plane p is computed, so that the loads do not wait
+     * on the (masked, unforwardable) stores that just filled their band */
+    uint8_t *bands = (uint8_t *)mrt_pack_buffer((size_t)(2 * a->band_bytes + flat_size + a->row_bytes));
+    if (!bands) return;
+    uint8_t *flat = bands + 2 * a->band_bytes, *row = flat + flat_size;
+    float *flatf = (float *)flat; /* band_bytes is a multiple of 4 */
+    /* the terms, the same for every plane: per kernel row, weight quads (4 int8 taps as one dword)
+     * and where their bytes start relative to flat output 0; byte 4 t + b of the quads is tap
+     * tap_of[4 t + b] of the channel's kh * kw (64: a zero byte) */
+    long offs[Q_DW_MAX_TERMS];
+    uint8_t tap_of[4 * Q_DW_MAX_TERMS];
+    int nt = 0;
+    for (int ky = 0; ky < a->kh; ++ky)
+        for (int j = 0; j < (a->sh == 1 ? (a->kw + 3) / 4 : 2); ++j) {
+            for (int t = 0; t < 4; ++t) {
+                const int kx = a->sh == 1 ? 4 * j + t : 2 * t + j; /* s2: quad 0 even taps, quad 1 odd */
+                tap_of[4 * nt + t] = (uint8_t)(kx < a->kw ? ky * a->kw + kx : 64);
+            }
+            offs[nt] = a->sh == 1 ? (long)ky * ps + 4 * j
+                                  : (ky & 1) * 2 * a->plane_bytes + j * a->plane_bytes + (long)(ky >> 1) * ps;
+            ++nt;
+        }
+    const int ntaps = a->kh * a->kw; /* <= 64 */
+    if (begin < end) q_dw_fill(a, begin, (int)(begin % a->c), bands, row);
     for (long p = begin; p < end; ++p) {
         const int ch = (int)(p % a->c);
         const int zp = (int)q->x_zero[ch];
-        q_dw_fill(a, p, ch, band, row);
-        /* the terms: per kernel row, weight quads (4 int8 taps as one dword) and where their
-         * bytes start relative to flat output 0; and the zero-point correction */
-        long offs[Q_DW_MAX_TERMS];
+        const uint8_t *band = bands + ((p - begin) & 1) * a->band_bytes;
+        if (p + 1 < end) q_dw_fill(a, p + 1, (int)((p + 1) % a->c), bands + ((p + 1 - begin) & 1) * a->band_bytes, row);
+        /* the channel's weights (floats holding int8 values) as bytes, their sum, then the quads */
+        const float *wk = q->w + (long)ch * ntaps;
+        uint8_t wb[80];
         int32_t quads[Q_DW_MAX_TERMS];
-        int nt = 0;
-        int32_t wsum = 0;
-        const float *wk = q->w + (long)ch * a->kh * a->kw;
-        for (int ky = 0; ky < a->kh; ++ky)
-            for (int j = 0; j < (a->sh == 1 ? (a->kw + 3) / 4 : 2); ++j) {
-                int8_t b4[4];
-                for (int t = 0; t < 4; ++t) {
-                    const int kx = a->sh == 1 ? 4 * j + t : 2 * t + j; /* s2: quad 0 even taps, quad 1 odd */
-                    b4[t] = kx < a->kw ? (int8_t)wk[ky * a->kw + kx] : 0;
-                    wsum += b4[t];
-                }
-                memcpy(&quads[nt], b4, 4);
-                offs[nt] = a->sh == 1 ? (long)ky * ps + 4 * j
-                                      : (ky & 1) * 2 * a->plane_bytes + j * a->plane_bytes + (long)(ky >> 1) * ps;
-                ++nt;
-            }
+        __m512i wsum16 = _mm512_setzero_si512();
+        for (int j = 0; j < ntaps; j += 16) {
+            const __mmask16 m = ntaps - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ntaps - j)) - 1);
+            const __m512i wi = _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(m, wk + j));
+            wsum16 = _mm512_add_epi32(wsum16, wi);
+            _mm_storeu_si128((__m128i *)(wb + j), _mm512_cvtepi32_epi8(wi));
+        }
+        wb[64] = 0;
+        const int32_t wsum = _mm512_reduce_add_epi32(wsum16);
+        for (int t = 0; t < nt; ++t) /* (built in a register: byte stores would not forward to the dword loads) */
+            quads[t] = (int32_t)((uint32_t)wb[tap_of[4 * t]] | (uint32_t)wb[tap_of[4 * t + 1]] << 8 |
+                                 (uint32_t)wb[tap_of[4 * t + 2]] << 16 | (uint32_t)wb[tap_of[4 * t + 3]] << 24);
         const __m512i corr = _mm512_set1_epi32(zp * wsum);
         const __m512 vs = _mm512_set1_ps(q->scale[ch]), vb = _mm512_set1_ps(q->bias ? q->bias[ch] : 0.0f);
+        const float *fold = a->fold ? a->fold + 5L * ch : NULL;
+        const __m512 fs = _mm512_set1_ps(fold ? fold[0] : 0.0f), fb = _mm512_set1_ps(fold ? fold[1] : 0.0f);
+        const __m512 flo = _mm512_set1_ps(fold ? fold[2] : 0.0f), fhi = _mm512_set1_ps(fold ? fold[3] : 0.0f);
+        const __m512 fnear = _mm512_set1_ps(fold ? 0.5f - fold[4] : 0.0f);
         for (long f0 = 0; f0 < a->flat_bytes; f0 += 64) {
             __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
             for (int t = 0; t < nt; ++t) {
@@ -192,15 +254,24 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
                 acc2 = _mm512_dpbusd_epi32(acc2, _mm512_loadu_si512(r + 2), w4);
                 acc3 = _mm512_dpbusd_epi32(acc3, _mm512_loadu_si512(r + 3), w4);
             }
+            __m512i q0, q1, q2, q3; /* (the folded bytes where they are the step-by-step ones, q_fold_rows) */
+            const __mmask16 all = 0xffff;
+            const int folded = fold && q_fold16(_mm512_sub_epi32(acc0, corr), all, fs, fb, flo, fhi, fnear, &q0) &&
+                               q_fold16(_mm512_sub_epi32(acc1, corr), all, fs, fb, flo, fhi, fnear, &q1) &&
+                               q_fold16(_mm512_sub_epi32(acc2, corr), all, fs, fb, flo, fhi, fnear, &q2) &&
+                               q_fold16(_mm512_sub_epi32(acc3, corr), all, fs, fb, flo, fhi, fnear, &q3);
             const __m512 s0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, corr));
             const __m512 s1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, corr));
             const __m512 s2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc2, corr));
             const __m512 s3 = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc3, corr));
             if (q->yq) {
-                __m512i q0 = q_dw_requant(q, s0, vs, vb), q1 = q_dw_requant(q, s1, vs, vb);
-                __m512i q2 = q_dw_requant(q, s2, vs, vb), q3 = q_dw_requant(q, s3, vs, vb);
-                __m512i bytes = _mm512_or_si512(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 8)),
-                                                _mm512_or_si512(_mm512_slli_epi32(q2, 16), _mm512_slli_epi32(q3, 24)));
+                if (!folded) {
+                    q0 = q_dw_requant(q, s0, vs, vb), q1 = q_dw_requant(q, s1, vs, vb);
+                    q2 = q_dw_requant(q, s2, vs, vb), q3 = q_dw_requant(q, s3, vs, vb);
+                }
+                /* byte 4 i + s of the 64 is lane i of vector s */
+                const __m512i bytes = _mm512_or_si512(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 8)),
+                                                      _mm512_or_si512(_mm512_slli_epi32(q2, 16), _mm512_slli_epi32(q3, 24)));
                 _mm512_storeu_si512(flat + f0, bytes);
                 continue;
             }
@@ -227,10 +298,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void q_dw_vnni_tas
         }
         if (q->yq) {
             uint8_t *yp = q->yq + p * plane_out;
-            for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, flat + oy * ps, a->ow);
+            q_dw_rows_out(yp, flat, a->oh, a->ow, ps);
         } else {
             float *yp = q->y + p * plane_out;
-            for (int oy = 0; oy < a->oh; ++oy) memcpy(yp + (long)oy * a->ow, flatf + oy * ps, sizeof(float) * a->ow);
+            for (int oy = 0; oy < a->oh; ++oy) q_dw_copy_floats(yp + (long)oy * a->ow, flatf + oy * ps, a->ow);
         }
     }
 }
@@ -243,6 +314,7 @@ static int q_dw_vnni(const q_dw_params *q, int n, int c, int h, int wd, int kh, 
     if (q->act != MRT_ACT_NONE && q->act != MRT_ACT_RELU && q->act != MRT_ACT_CLIP && q->act != MRT_ACT_HARDSWISH)
         return 0;
     q_dw_args a;
+    a.fold = NULL;
     a.q = q; a.c = c; a.h = h; a.wd = wd; a.kh = kh; a.kw = kw; a.sh = sh; a.pt = pt; a.pl = pl; a.oh = oh; a.ow = ow;
     a.row_bytes = q->xq ? 0 : ((long)wd + 63) / 64 * 64;
     if (sh == 1) {
@@ -263,7 +335,16 @@ static int q_dw_vnni(const q_dw_params *q, int n, int c, int h, int wd, int kh, 
         a.plane_bytes = (a.plane_bytes + a.ps - 1) / a.ps * a.ps; /* whole rows: q_dw_fill counts them */
         a.band_bytes = 4 * a.plane_bytes;
     }
+    float *fold = NULL;
+    if (q->yq) {
+        fold = (float *)malloc(sizeof(float) * 5 * (size_t)c);
+        const int32_t yz = q->y_zero;
+        if (fold && q_fold_rows(c, q->scale, q->bias, &q->y_scale, &yz, 0, q->act, q->a0, q->a1, q->post_a,
+                                q->post_b, fold))
+            a.fold = fold;
+    }
     mrt_parallel_for((long)n * c, (long)oh * ow * kh * kw, nthreads, q_dw_vnni_task, &a);
+    free(fold);
     return 1;
 }
 #undef Q_DW_MAX_TERMS

@@ -201,6 +201,8 @@ typedef struct {
                       * (only when nothing runs after q_store_row: no activation / post pass, no Cq) */
     long img_stride;
     int wflags; /* Q_W_* (q_packed_flags): which AVX2 tile is exact for these weights */
+    const float *fold; /* with store_q: per row m, fold[5 m ..] = S, B, L, H, R of the folded
+                        * requantization (q_fold_rows), or NULL: the step-by-step arithmetic */
     int amx; /* > 0: groups of 32 (then 16) weight rows of 32-column panels take the AMX tile microkernel,
               * amx quads of K a step (q_amx_step) */
 } q_args;
@@ -341,6 +343,51 @@ static void q_set_store_epilogue(q_args *g, int act, int u8_out) {
     g->store_q = u8_out && q_use_vnni && (act == 0 || g->store_act);
 }
 
+/* A uint8 output's requantization folded into one multiply-add, where it gives the same bytes
+ * (D181).  The step-by-step arithmetic (q_store_row, q_quant16: s v + b, the activation, post_a x +
+ * post_b, / y_scale, rint, + y_zero, clamped) costs ~20 vector operations per 16 outputs, on AMD
+ * Zen 4 (512-bit operations issue one per cycle) most of an int8 depthwise conv's time, and made a
+ * pointwise conv writing uint8 slower than one writing floats.  For an activation that is a clamp
+ * (none, Relu, Clip) and post_a > 0 the same value, T = (post_a act(s v + b) + post_b) / y_scale +
+ * y_zero clamped to [0, 255], is
+ *   t = clamp(S v + B, L, H),  S = post_a s / y_scale,  B = (post_a b + post_b) / y_scale + y_zero,
+ *   L, H = (post_a lo|hi + post_b) / y_scale + y_zero cut to [0, 255]  (lo, hi: the activation's bounds)
+ * in one rounding instead of five.  Error: each float operation of either form is off by at most
+ * 2^-24 of its result, whose magnitude (in units of y_scale) is at most |S v| <= |T| + |B| or |T| +
+ * |y_zero| + |post_b / y_scale|; a lane that clamps does so in both forms (to the same bound, up to
+ * the same error), so only |T| <= 258 matters, and the two values differ by less than
+ *   E = 2^-23 (1806 + 3 |B| + 4 |y_zero| + 2 |post_b / y_scale|)   (twice the sum of those bounds).
+ * Where t lies more than E from a half-integer both round to the same byte: the callers take the
+ * folded byte there and the step-by-step arithmetic for a vector with any lane closer (a fraction of
+ * about 2E, ~5e-4, of the lanes).  Writes S, B, L, H, E of each of the n rows into fold[5 i ..] (s, b
+ * per row, b NULL: 0; ys, yz per row, or with y_per_row 0 ys[0], yz[0] for all) and returns 1, or 0
+ * when the activation or post_a does not fold; a row whose E is not small (or whose scale or bias is
+ * not finite) gets E = 1: all of its vectors take the step-by-step arithmetic. */
+static int q_fold_rows(int n, const float *s, const float *b, const float *ys, const int32_t *yz, int y_per_row,
+                       int act, float a0, float a1, float post_a, float post_b, float *fold) {
+    double lo = -HUGE_VAL, hi = HUGE_VAL;
+    if (act == MRT_ACT_RELU)
+        lo = 0.0;
+    else if (act == MRT_ACT_CLIP)
+        lo = a0, hi = a1;
+    else if (act != MRT_ACT_NONE)
+        return 0;
+    if (!(post_a > 0.0f) || !(lo <= hi)) return 0;
+    for (int i = 0; i < n; ++i) {
+        const int iy = y_per_row ? i : 0;
+        const double inv = 1.0 / ys[iy], z = yz[iy], bi = b ? b[i] : 0.0f;
+        const double l = (post_a * lo + post_b) * inv + z, h = (post_a * hi + post_b) * inv + z;
+        const double B = (post_a * bi + post_b) * inv + z, S = post_a * s[i] * inv;
+        const double E = (1806.0 + 3.0 * fabs(B) + 4.0 * fabs(z) + 2.0 * fabs(post_b * inv)) / 8388608.0;
+        fold[5 * i] = (float)S;
+        fold[5 * i + 1] = (float)B;
+        fold[5 * i + 2] = (float)(l > 0.0 ? (l < 255.0 ? l : 255.0) : 0.0);
+        fold[5 * i + 3] = (float)(h < 255.0 ? (h > 0.0 ? h : 0.0) : 255.0);
+        fold[5 * i + 4] = ys[iy] > 0.0f && E < 0.0625 && fabs(S) < 1e30 ? (float)E : 1.0f; /* (NaN: 1) */
+    }
+    return 1;
+}
+
 #ifdef MRT_HAVE_VNNI_BUILD
 __attribute__((target("avx512f"))) static inline __m512 q_div16(__m512 x, __m512 vs) {
     /* x / s exactly where it decides the rounding, without a division per vector (vdivps: the quantize
@@ -367,6 +414,20 @@ __attribute__((target("avx512f"))) static inline __m512i q_quant16(__m512 x, __m
 }
 
 
+/* The folded bytes (q_fold_rows) of the integer sums v of 16 outputs into *out; 0 (and *out unset)
+ * when a lane of mask k lies within E of a rounding boundary: the caller computes that vector step by
+ * step. */
+__attribute__((target("avx512f"))) static inline int q_fold16(__m512i v, __mmask16 k, __m512 fs, __m512 fb,
+                                                              __m512 flo, __m512 fhi, __m512 fnear, __m512i *out) {
+    __m512 t = _mm512_fmadd_ps(fs, _mm512_cvtepi32_ps(v), fb);
+    t = _mm512_min_ps(_mm512_max_ps(t, flo), fhi);
+    const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* fnear = 0.5 - E: |t - r| > 0.5 - E means t within E of a half-integer */
+    if (_mm512_mask_cmp_ps_mask(k, _mm512_abs_ps(_mm512_sub_ps(t, r)), fnear, _CMP_GT_OQ)) return 0;
+    *out = _mm512_cvtps_epi32(r);
+    return 1;
+}
+
 /* The dequantize store of a tile's rows on AVX-512 (q_store_row's arithmetic 16 columns at a time,
  * masked tail): rows i < mr of acc (row stride Q_NR), columns j0 .. j0 + n - 1, are output rows
  * m + i from output column n_out on (float c + i * ldc; the residual at g->res + (m + i) * ldr +
@@ -391,6 +452,10 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
         const __m512i vcorr = _mm512_set1_epi32(g->x_zero * g->sums[row]);
         const float *r = g->res ? g->res + (long)row * g->ldr + n_out : NULL;
         const int32_t *a = acc + (long)i * Q_NR + j0;
+        const float *f = cq && g->fold ? g->fold + 5L * row : NULL; /* (the folded requantization) */
+        const __m512 fs = _mm512_set1_ps(f ? f[0] : 0.0f), fb = _mm512_set1_ps(f ? f[1] : 0.0f);
+        const __m512 flo = _mm512_set1_ps(f ? f[2] : 0.0f), fhi = _mm512_set1_ps(f ? f[3] : 0.0f);
+        const __m512 fnear = _mm512_set1_ps(f ? 0.5f - f[4] : 0.0f);
         __m512 ys = zero, ylo = zero, yhi = zero, yzp = zero;
         if (cq) {
             const int yz = g->yzp[row];
@@ -401,6 +466,15 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
         }
         for (int j = 0; j < n; j += 16) {
             const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+            __m512i v;
+            if (f && q_fold16(_mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, a + j), vcorr), k, fs, fb, flo, fhi, fnear,
+                              &v)) {
+                if (k == 0xffff)
+                    _mm_storeu_si128((__m128i *)(cq + (long)i * ldcq + j), _mm512_cvtepi32_epi8(v));
+                else
+                    _mm512_mask_cvtepi32_storeu_epi8(cq + (long)i * ldcq + j, k, v);
+                continue;
+            }
             __m512 x = _mm512_cvt_roundepi32_ps(_mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, a + j), vcorr),
                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             x = _mm512_mul_round_ps(vs, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -1193,8 +1267,11 @@ static void q_task(void *ctx, long begin, long end) {
     /* with a u8 output, the float rows of a block are staged after the panels and requantized
      * from there (still in cache): exactly quantize_u8 of the float output (requantizing in the
      * tile store instead measured 5% slower on PP-OCR det's 16 -> 32 1x1 conv at 160 x 160) */
+    /* ... unless the requantization folds (g->fold, AVX-512 VNNI): then the tile store writes the
+     * bytes itself, with no float stage (D181) */
+    const int staged = g->Cq && !g->fold;
     const size_t pack_bytes = ((size_t)g->k4 * g->nc + 63) / 64 * 64;
-    uint8_t *pack = (uint8_t *)mrt_pack_buffer(pack_bytes + (g->Cq ? sizeof(float) * (size_t)g->mc * g->nc : 0));
+    uint8_t *pack = (uint8_t *)mrt_pack_buffer(pack_bytes + (staged ? sizeof(float) * (size_t)g->mc * g->nc : 0));
     if (!pack) return;
     float *stage = (float *)(pack + pack_bytes);
     int kq = (int)(g->k4 / 4);
@@ -1206,8 +1283,9 @@ static void q_task(void *ctx, long begin, long end) {
         int n0 = jb * g->nc, nb = g->N - n0 < g->nc ? g->N - n0 : g->nc;
         int m0 = ib * g->mc, mb = g->M - m0 < g->mc ? g->M - m0 : g->mc;
         /* this block's float rows: the output itself, or the staging area (row stride nb) */
-        float *cb = g->Cq ? stage : g->C + (long)m0 * g->ldc + n0;
-        const long ldb = g->Cq ? nb : g->ldc;
+        float *cb = staged ? stage : g->Cq ? NULL : g->C + (long)m0 * g->ldc + n0;
+        const long ldb = staged ? nb : g->ldc;
+        uint8_t *qb = g->fold ? g->Cq + (long)m0 * g->ldcq + n0 : NULL; /* (the direct uint8 store) */
         const uint8_t *panels = pack;
         if (g->x_layout == Q_X_PANELS)
             panels = g->X + (long)n0 * g->k4;
@@ -1231,6 +1309,9 @@ static void q_task(void *ctx, long begin, long end) {
                     q_ukr_amx(g->W + (long)m * g->k4, g->k4, kq, g->amx, panel, &acc[0][0], rows);
                     if (g->img_cols)
                         q_store_tile_images(g, &acc[0][0], rows, nr, m, n0 + j0);
+                    else if (qb)
+                        q_store_tile(g, &acc[0][0], rows, 0, nr, m, n0 + j0, NULL, 0, qb + (long)i0 * g->ldcq + j0,
+                                     g->ldcq);
                     else
                         q_store_tile(g, &acc[0][0], rows, 0, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb, NULL, 0);
                 }
@@ -1259,10 +1340,13 @@ static void q_task(void *ctx, long begin, long end) {
                 else
 #endif
                     q_ukr_base(g, w, kq, panel, acc, mr, 0);
-                q_task_store(g, acc, mr, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb);
+                if (qb)
+                    q_store_tile(g, &acc[0][0], mr, 0, nr, m, n0 + j0, NULL, 0, qb + (long)i0 * g->ldcq + j0, g->ldcq);
+                else
+                    q_task_store(g, acc, mr, nr, m, n0 + j0, cb + (long)i0 * ldb + j0, ldb);
             }
         }
-        if (g->img_cols) continue; /* (its store did everything) */
+        if (g->img_cols || qb) continue; /* (its store did everything) */
         /* activation over whole rows of the block (still in L2): long vector loops */
         if (g->act && !g->store_act)
             for (int i = 0; i < mb; ++i) q_act_row(cb + (long)i * ldb, nb, g->act, g->a0, g->a1);
@@ -1288,6 +1372,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
                          long img_cols, long img_stride, int wflags, int nthreads) {
     if (M <= 0 || N <= 0) return;
     q_args g;
+    g.fold = NULL;
     g.wflags = wflags;
     g.Xf = Xf; g.xscale = xscale;
     g.x_layout = x_layout;
@@ -1304,6 +1389,18 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.dot = q_use_dotprod;
     g.amx = q_amx_step(M, K); /* (0 where wflags matter: AVX2 without VNNI has no AMX) */
     q_set_store_epilogue(&g, act, 0); /* (a u8 output is staged: see q_task) */
+    float *fold = NULL; /* ... or, where the requantization folds, stored by the tiles (D181) */
+#ifdef MRT_HAVE_VNNI_BUILD
+    if (Cq && q_use_vnni && !img_cols && !res && (act == 0 || g.store_act) &&
+        !q_gemv_route(N, ldx, x_layout, Cq, img_cols)) {
+        fold = (float *)malloc(sizeof(float) * 5 * (size_t)M);
+        if (fold && q_fold_rows(M, scale, bias, yscale, yzp, 1, g.store_act, a0, a1,
+                                g.store_post ? post_a : 1.0f, g.store_post ? post_b : 0.0f, fold)) {
+            g.fold = fold;
+            g.store_q = 1;
+        }
+    }
+#endif
     /* SDOT sees x - 128: sum_k w (x - x_zero) = sum_k w (x - 128) - (x_zero - 128) rowsum */
     if (g.dot) g.x_zero = x_zero - 128;
     if (nthreads < 1) nthreads = 1;
@@ -1334,6 +1431,7 @@ static void q_gemm_run_q(int M, int N, int K, const int32_t *sums, const int8_t 
     g.nc = nc; g.mc = mc; g.nblocks = nblocks;
     /* a thread must get ~1M int8 multiply-adds (a few microseconds) to pay for waking it */
     mrt_parallel_for((long)nblocks * mblocks, (long)mc * nc * (K > 0 ? K : 1) / 32, nthreads, q_task, &g);
+    free(fold);
 }
 
 void mrt_qgemm_u8s8_f32(const mrt_gemm_shape *s, const mrt_quant *q, const mrt_epilogue *e, const uint8_t *X,
@@ -2539,6 +2637,14 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     ia.g.yscale = a->y_scale; ia.g.yzp = a->y_zero; /* (the store's requantization) */
     q_set_store_epilogue(&ia.g, a->act, yq != NULL);
     ia.y = y; ia.yq = yq;
+    float *fold = NULL; /* (the store's folded requantization: AVX-512 VNNI stores without a residual) */
+    if (ia.g.store_q && q_use_vnni && !res) {
+        fold = (float *)malloc(sizeof(float) * 5 * (size_t)a->m);
+        if (!fold) return -1;
+        if (q_fold_rows(a->m, a->scale, a->bias, a->y_scale, a->y_zero, 1, ia.g.store_act, a->a0, a->a1,
+                        ia.g.store_post ? a->post_a : 1.0f, ia.g.store_post ? a->post_b : 0.0f, fold))
+            ia.g.fold = fold;
+    }
     ia.m = a->m; ia.oh = a->oh; ia.ow = a->ow; ia.wq = geo->wq;
     ia.act = a->act; ia.a0 = a->a0; ia.a1 = a->a1; ia.y_scale = a->y_scale; ia.y_zero = a->y_zero;
     int rpb = Q_IMPLICIT_COLS / geo->wq;
@@ -2557,8 +2663,12 @@ static int q_conv_implicit(const q_conv_args *a, const uint8_t *img, uint8_t *sc
     ia.rows_per_block = rpb;
     ia.mc = (int)mc;
     ia.mparts = (int)((a->m + mc - 1) / mc);
-    if (pa.failed) return -1;
+    if (pa.failed) {
+        free(fold);
+        return -1;
+    }
     mrt_parallel_for(row_blocks * ia.mparts, mc * rpb * geo->wq * kk * cq4 * 4 / 32, nt, q_implicit_task, &ia);
+    free(fold);
     return ia.failed ? -1 : 0;
 }
 

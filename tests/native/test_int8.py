@@ -452,6 +452,44 @@ def test_qconv_batched_small_planes_exact(c, hw, m, k, s, pb, group, d, n, every
                     np.testing.assert_array_equal(y.reshape(n, m, -1), ref)
 
 
+@pytest.mark.parametrize("k,hw,pb", [((1, 1), (16, 20), (0, 0, 0, 0)),   # a 1x1 conv: the GEMM route's tile store
+                                     ((3, 3), (20, 20), (1, 1, 1, 1))])  # p >= 256: the implicit route's
+@pytest.mark.parametrize("act", [0, 1, 2])  # none, Relu, Clip: the activations the store folds (D181)
+def test_qconv_uint8_output_on_rounding_boundaries(k, hw, pb, act, every_isa, threads):
+    """A uint8 output whose values sit on, or within a few ulps of, rounding boundaries: the folded
+    requantization (AVX-512 VNNI, D181) must give the step-by-step bytes there too.  Scale 1/8 and
+    y_scale 1/4 make y / y_scale = acc / 2 + 4 bias: on a half-integer for every even acc when
+    bias = 1/8, and 2^-22 .. 2^-10 away from one with the other biases; both forms disagree on such values
+    unless the fold hands them to the step-by-step arithmetic."""
+    rng = np.random.default_rng(7)
+    c, m, n = 8, 40, 1
+    deltas = [0.0, 2.0 ** -22, -(2.0 ** -22), 2.0 ** -20, -(2.0 ** -20), 2.0 ** -16, -(2.0 ** -16), 2.0 ** -10]
+    h, wd = hw
+    oh, ow = h + pb[0] + pb[2] - k[0] + 1, wd + pb[1] + pb[3] - k[1] + 1
+    w = rng.integers(-1, 2, (m, c, *k), dtype=np.int8)
+    packed = native.qpack(w.reshape(m, -1))
+    x_scale, x_zero = 1.0, 100
+    xq = rng.integers(97, 104, (n, c, h, wd), dtype=np.uint8)
+    acc = _qconv_int_ref(xq, x_zero, w, k, (1, 1), pb, 1, (oh, ow))
+    scale = np.full(m, 0.125, np.float32)
+    bias = np.array([0.125 + deltas[i % len(deltas)] for i in range(m)], np.float32)
+    y_scale, y_zero = 0.25, 7
+    clip = (-0.5, 3.0)
+    a = clip if act == 2 else (0.0, 0.0)
+    prep = native.qconv2d_prepare(xq.shape, packed, m, 1, k, (1, 1), (1, 1), pb[:2], (oh, ow), scale, bias, act, *a)
+    y = np.empty((n, m, oh, ow), np.uint8)
+    native.qconv2d_call(prep, xq, x_scale, x_zero, y, y_q=(y_scale, y_zero))
+    ref = scale[:, None] * acc.astype(np.float32) + bias[:, None]
+    if act == 1:
+        ref = np.where(ref < 0, np.float32(0), ref)
+    if act == 2:
+        ref = np.minimum(np.maximum(ref, np.float32(clip[0])), np.float32(clip[1]))
+    t = ref / np.float32(y_scale)
+    assert np.mean(np.abs(np.abs(t - np.floor(t)) - 0.5) < 1e-3) > 0.1  # (the case does sit on boundaries)
+    np.testing.assert_array_equal(y.reshape(n, m, -1),
+                                  np.clip(np.rint(t) + y_zero, 0, 255).astype(np.uint8))
+
+
 # Each route of the one-image-per-GEMM conv: implicit planes (kernels > 1x1, p >= 256, group 1; the
 # shapes of test_qconv_batched_small_planes_exact), the packed GEMM with 1x1 float inputs quantized
 # while packed, the im2col GEMM (groups), and small planes side by side (n > 1).

@@ -141,6 +141,31 @@ def test_epilogue(case, act, out_u8, residual, every_isa, threads):
     assert not (diff.astype(bool) & ~near_tie).any()  # off by one only at a rounding tie
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("act", ["", "Relu", "Clip"])
+def test_uint8_output_on_rounding_boundaries(stride, act, every_isa, threads):
+    """The uint8 output is the float output requantized (the same epilogue, then the division) byte for
+    byte, also where the values sit on or within a few ulps of rounding boundaries, which the folded
+    requantization of the VNNI kernel (D181) must hand to the step-by-step arithmetic: scale 1/8 and
+    y_scale 1/4 put y / y_scale on half-integers for half the sums with bias 1/8, and 2^-22 .. 2^-10
+    from them with the other biases."""
+    rng = np.random.default_rng(3)
+    c, h, wd, k = 16, 12, 20, 3
+    deltas = [0.0, 2.0 ** -22, -(2.0 ** -22), 2.0 ** -20, -(2.0 ** -20), 2.0 ** -16, -(2.0 ** -16), 2.0 ** -10]
+    xq = rng.integers(97, 104, (1, c, h, wd)).astype(np.uint8)
+    x_scale, x_zero = np.ones(c, np.float32), np.full(c, 100, np.float32)
+    w = rng.integers(-1, 2, (c, k, k)).astype(np.int8)
+    scale = np.full(c, 0.125, np.float32)
+    bias = np.array([0.125 + deltas[i % len(deltas)] for i in range(c)], np.float32)
+    pads = (1, 1, 1, 1)
+    y_q = (0.25, 7)
+    got = _run(xq, x_scale, x_zero, w, scale, bias, k, stride, pads, act, (1.0, 0.0), y_q, None)
+    yf = _run(xq, x_scale, x_zero, w, scale, bias, k, stride, pads, act, (1.0, 0.0), None, None)
+    t = yf / np.float32(y_q[0])
+    assert np.mean(np.abs(np.abs(t - np.floor(t)) - 0.5) < 1e-3) > 0.1  # (the case does sit on boundaries)
+    np.testing.assert_array_equal(got, qlinear.requantize_u8(yf, *y_q))
+
+
 def test_float_input_is_quantized_per_channel(every_isa):
     """A float input is quantized while it is copied in: the same sums as the quantized input."""
     rng = np.random.default_rng(5)

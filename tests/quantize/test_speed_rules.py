@@ -227,3 +227,15 @@ def test_avx2_targets_take_the_avx2_rules(monkeypatch):
     assert 1.0 < AVX2_INT8_RULES["int8_macs_per_float_mac"] < profiles.DOT_PRODUCT_INT8_MACS
     monkeypatch.setattr(native, "available", False)
     assert profiles.host_profile().int8_macs_per_float_mac == profiles.NO_NATIVE_INT8_MACS < 1.0
+
+
+@pytest.mark.parametrize("everywhere", [True, False])
+def test_chain_default_follows_the_target(digits, calib, everywhere):
+    """QuantizeOptions.chain_int8 None (the default): the target's int8_chain_everywhere decides whether
+    GEMM QConvs chain in uint8 too (AVX-512 VNNI hosts, D181): digits' /0/Conv feeds /3/Conv, two GEMM
+    convs; with the rule off only depthwise convs chain, and digits has none."""
+    m = digits.clone()
+    quantize(m, "int8", calib, QuantizeOptions(**NO_TIMING), target=_generic(int8_chain_everywhere=everywhere))
+    chained = {n.name for n in m.graph if n.op_type == "QConv" and "output_scale" in n.attributes}
+    assert chained == ({"/0/Conv"} if everywhere else set())
+    assert VNNI_INT8_RULES["int8_chain_everywhere"] and not AVX2_INT8_RULES.get("int8_chain_everywhere", False)

@@ -10,12 +10,14 @@ its output becomes uint8 (quantized in the conv's epilogue): the consumers skip
 their quantize pass and no float tensor sits between the layers.  Identical
 results.
 
-``context.chain == "depthwise"`` (the default): only where the producer or a
-consumer is a depthwise QConv, or the producer a QConvTranspose: the native
-int8 depthwise kernel is fast on uint8 in and out, while between two GEMM convs
-the uint8 output stage costs about what the consumer's quantize pass saves
-(digits batch 1: 10 % slower chained, docs/decisions.md D20, D46, D55).
-``True``: everywhere.  Static int8 only.
+``context.chain == "depthwise"``: only where the producer or a consumer is a
+depthwise QConv, or the producer a QConvTranspose: the native int8 depthwise
+kernel is fast on uint8 in and out, while between two GEMM convs the uint8
+output stage cost about what the consumer's quantize pass saves (digits batch
+1: 10 % slower chained, docs/decisions.md D20, D46, D55).  ``True``:
+everywhere: where the uint8 store is the cheaper one (AVX-512 VNNI, whose
+tile store requantizes by one multiply-add, D181; the quantizer's default there
+through the target profile's ``int8_chain_everywhere``).  Static int8 only.
 
 Refused (reported): a producer whose consumers quantize its output with
 different scales (nothing to write uint8 in).
