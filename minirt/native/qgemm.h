@@ -201,7 +201,7 @@ typedef struct {
                       * (only when nothing runs after q_store_row: no activation / post pass, no Cq) */
     long img_stride;
     int wflags; /* Q_W_* (q_packed_flags): which AVX2 tile is exact for these weights */
-    const float *fold; /* with store_q: per row m, fold[5 m ..] = S, B, L, H, R of the folded
+    const float *fold; /* with store_q: per row m, fold[5 m ..] = S, B, L, H, E of the folded
                         * requantization (q_fold_rows), or NULL: the step-by-step arithmetic */
     int amx; /* > 0: groups of 32 (then 16) weight rows of 32-column panels take the AMX tile microkernel,
               * amx quads of K a step (q_amx_step) */
