@@ -47,6 +47,9 @@ class TargetProfile:
     # beats float (PP-OCR det int8/float 0.613-0.619x -> 0.588-0.591x; no gain on 80 x 80, D30).  0 on
     # arm64 targets: there the int8 depthwise kernel has only its portable path.
     int8_depthwise_min_plane: int = 160 * 160
+    # ... and at least this many when the depthwise conv is strided (0: the same threshold): the int8
+    # kernel splits each input row into column parities first, a cost per input pixel (D181, D182).
+    int8_depthwise_strided_min_plane: int = 0
     # Chained int8 between every pair of QConvs (uint8 from the producer's epilogue straight into the
     # consumer), not only into and out of depthwise convs: where the uint8 store is cheaper than a float
     # store plus the consumer's quantize pass, the AVX-512 VNNI store's folded requantization (D181:
@@ -123,6 +126,7 @@ class TargetProfile:
     def int8_speed_rules(self) -> dict:
         """The int8 speed thresholds of this device (what the quantizer reads; see the fields)."""
         return {"int8_depthwise": self.int8_depthwise, "int8_depthwise_min_plane": self.int8_depthwise_min_plane,
+                "int8_depthwise_strided_min_plane": self.int8_depthwise_strided_min_plane,
                 "int8_chain_everywhere": self.int8_chain_everywhere,
                 "int8_min_reduction": self.int8_min_reduction,
                 "int8_min_window_reduction": self.int8_min_window_reduction,
@@ -168,8 +172,14 @@ AVX2_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 64, "i
 # paying; these rules follow this host).  On large planes the pointwise threshold is higher (measured on an
 # AMD Zen 4 with VNNI, D171): 32 -> 48 at 112 x 112 1.36x float (RegNetY-400MF), while 24 -> 144 at 56 x 56
 # is 0.89x (MobileNetV2) and the 32 -> 48 stride-2 1 x 1 conv from 112 x 112 to 56 x 56 0.83x.
+# Depthwise convs compute in int8 from 28 x 28 planes (56 x 56 when strided) on this host since the folded
+# requantization (D181, D182): per call, uint8 in and out, 144 x 28 x 28 36 us against 50 in float, but 384 x
+# 14 x 14 40 against 30; stride 2 from 56 x 56 78 against 50 (the parity split).  Whole models, int8 / float,
+# depthwise int8 from 160 x 160 -> these planes: MobileNetV2 0.70 -> 0.58, MobileNetV3-Large 0.66 -> 0.60-0.63,
+# ShuffleNetV2 0.57 -> 0.53, PP-OCR det 0.54 -> 0.53.
 VNNI_INT8_RULES = {"int8_min_reduction": 24, "int8_min_window_reduction": 32, "int8_min_pointwise_outputs": 32,
-                   "int8_large_plane": 112 * 112, "int8_min_large_plane_reduction": 48, "int8_chain_everywhere": True}
+                   "int8_large_plane": 112 * 112, "int8_min_large_plane_reduction": 48, "int8_chain_everywhere": True,
+                   "int8_depthwise_min_plane": 28 * 28, "int8_depthwise_strided_min_plane": 56 * 56}
 # float_winograd_speedup of a device whose float kernels take the Winograd path (AVX2's panels of 16, D178).
 WINOGRAD_FLOAT_SPEEDUP = 1.5
 # Without native kernels int8 layers dequantize and multiply in float: slower than float (assumed).

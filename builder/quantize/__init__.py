@@ -505,6 +505,11 @@ EMBEDDING_MIN_ELEMENTS = 1024
 KEPT_FLOAT16_MIN_ELEMENTS = 64
 
 
+# The fused activations the int8 depthwise kernels apply in their epilogue (minirt/native/qdwconv*.h);
+# with another one (EfficientNet's SiLU) an int8 depthwise conv is not faster than float.
+DEPTHWISE_INT8_ACTIVATIONS = frozenset({"", "Relu", "Clip", "HardSwish"})
+
+
 def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts: QuantizeOptions,
             profile: TargetProfile, report: QuantizationReport, float16: list | None = None) -> list[Candidate]:
     """The candidates to rewrite (computed in int8, or weights-only), with the reason for each kept float:
@@ -528,21 +533,29 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
         else:
             report.kept_float.append({"node": c.name, "reason": reason})
 
-    # Inputs of the convs on planes of at least int8_depthwise_min_plane pixels (static int8 with that
-    # exception on).  Depthwise convs there compute in int8, chained in uint8 with the convs around them,
-    # so when there is one, the pointwise and window speed rules leave every conv on such planes int8
-    # too (one kept float breaks the chain: PP-OCR det's 3-channel stem and 16-channel pointwise convs
-    # kept float cost it 2.6 ms, D144); a model without such a depthwise conv has no chain to keep.
-    large_planes = set()
+    # Depthwise convs computed in int8 for their plane (static int8, int8_depthwise_min_plane > 0): input
+    # planes of at least int8_depthwise_min_plane pixels (int8_depthwise_strided_min_plane when strided:
+    # splitting the input into column parities costs per input pixel), an activation the int8 depthwise
+    # kernel applies in its epilogue, and no residual.  Each is chained in uint8 with the convs that write
+    # its input and read its output, so the pointwise and window speed rules leave those neighbours int8
+    # (one kept float breaks the chain: PP-OCR det's 16-channel pointwise convs kept float cost it 2.6 ms,
+    # D144); the other convs on such planes follow the rules (every conv there int8 cost PP-OCR's pipeline
+    # two more lines of 71, D182).
+    int8_depthwise = set()
     if mode == "int8" and not profile.int8_depthwise and profile.int8_depthwise_min_plane > 0:
         convs = [c for c in candidates if c.kind == "conv"]
         # (without data: the planes of the static shapes, 0 where unknown)
         planes = (input_planes(data.float_model, convs, data.calib) if data is not None
                   else {c.input: c.plane for c in convs})
-        large_planes = {name for name, plane in planes.items() if plane >= profile.int8_depthwise_min_plane}
-    chain_region = any(c.depthwise and c.input in large_planes for c in candidates)
+        strided_min = max(profile.int8_depthwise_min_plane, profile.int8_depthwise_strided_min_plane)
+        int8_depthwise = {c.name for c in convs
+                          if c.depthwise and c.activation in DEPTHWISE_INT8_ACTIVATIONS and not c.residual
+                          and planes.get(c.input, 0) >= (strided_min if c.strides > 1
+                                                         else profile.int8_depthwise_min_plane)}
+    chain_inputs = {c.input for c in candidates if c.name in int8_depthwise}
+    chain_outputs = {c.output for c in candidates if c.name in int8_depthwise}
     for c in candidates:
-        chained = chain_region and c.input in large_planes
+        chained = c.kind == "conv" and (c.output in chain_inputs or c.input in chain_outputs)
         if _excluded(c, opts.exclude):
             report.kept_float.append({"node": c.name, "reason": "excluded by option"})
         elif c.op_type == "Gather" and c.weight_elements < EMBEDDING_MIN_ELEMENTS:
@@ -554,7 +567,7 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
                 selected.append(dataclasses.replace(c, weight_only=True))
             else:
                 report.kept_float.append({"node": c.name, "reason": _convt_float_reason(mode, opts)})
-        elif c.depthwise and not profile.int8_depthwise and c.input not in large_planes:
+        elif c.depthwise and not profile.int8_depthwise and c.name not in int8_depthwise:
             keep_float(c, f"depthwise convolution: float is faster than int8 on {profile.name} "
                                "(int8_depthwise of the target profile)")
         elif c.kind == "conv" and c.window == 1 and not chained and 0 < c.reduction < profile.int8_min_reduction:

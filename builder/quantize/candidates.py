@@ -209,4 +209,7 @@ def _candidate(node: ir.Node, model: ir.Model, weight_only: bool, refused: list)
                      strides=int(np.prod(irh.attr(node, "strides", None) or (1,))) if kind == "conv" else 1,
                      group_outputs=warr.shape[0] // group if kind == "conv" and group > 1 and not depthwise
                      else 0,
-                     outputs=int(warr.shape[0]) if kind == "conv" else 0)
+                     outputs=int(warr.shape[0]) if kind == "conv" else 0,
+                     output=node.outputs[0].name if kind == "conv" else "",
+                     activation=str(irh.attr(node, "activation", "")) if kind == "conv" else "",
+                     residual=kind == "conv" and len(node.inputs) > 3 and node.inputs[3] is not None)

@@ -82,6 +82,9 @@ class Candidate:
     group_outputs: int = 0  # a grouped Conv (1 < group, not depthwise): output channels per group, else 0
     outputs: int = 0  # Conv: output channels (M), else 0
     weight_only: bool = False  # a conv computed in float with int8-stored weights (set by the quantizer)
+    output: str = ""  # Conv: the output name (the speed rules find a depthwise conv's neighbours by it)
+    activation: str = ""  # Conv: the fused activation (FusedConv's "activation" attribute; "" for none)
+    residual: bool = False  # Conv: a fused residual input (FusedConv's fourth input)
 
     @property
     def computes_float(self) -> bool:

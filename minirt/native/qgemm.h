@@ -510,6 +510,39 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
 #endif
 
 #ifdef MRT_HAVE_VNNI_BUILD
+/* q_store_tile_avx512's uint8 store where the requantization folds (g->fold; never with a residual):
+ * per row only the fold's constants are set up, and a vector with a lane within E of a rounding
+ * boundary is handed to q_store_tile_avx512 alone, which computes it step by step.  Same bytes as
+ * q_store_tile_avx512; a tile row is only two vectors (Q_NR 32), so its general setup of a dozen
+ * per-row constants cost as much as the vectors themselves (MobileNetV2's 16 -> 96 at 112 x 112, D182). */
+__attribute__((target("avx512f,fma"))) static void q_store_tile_fold_avx512(const q_args *g, const int32_t *acc,
+                                                                              int mr, int j0, int n, int m,
+                                                                              long n_out, uint8_t *cq, long ldcq) {
+    for (int i = 0; i < mr; ++i) {
+        const int row = m + i;
+        const float *f = g->fold + 5L * row;
+        const __m512i vcorr = _mm512_set1_epi32(g->x_zero * g->sums[row]);
+        const __m512 fs = _mm512_set1_ps(f[0]), fb = _mm512_set1_ps(f[1]);
+        const __m512 flo = _mm512_set1_ps(f[2]), fhi = _mm512_set1_ps(f[3]), fnear = _mm512_set1_ps(0.5f - f[4]);
+        const int32_t *a = acc + (long)i * Q_NR + j0;
+        uint8_t *o = cq + (long)i * ldcq;
+        for (int j = 0; j < n; j += 16) {
+            const int w = n - j >= 16 ? 16 : n - j;
+            const __mmask16 k = w == 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
+            __m512i v;
+            if (!q_fold16(_mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, a + j), vcorr), k, fs, fb, flo, fhi, fnear,
+                          &v))
+                q_store_tile_avx512(g, acc + (long)i * Q_NR, 1, j0 + j, w, row, n_out + j, NULL, 0, o + j, ldcq);
+            else if (w == 16)
+                _mm_storeu_si128((__m128i *)(o + j), _mm512_cvtepi32_epi8(v));
+            else
+                _mm512_mask_cvtepi32_storeu_epi8(o + j, k, v);
+        }
+    }
+}
+#endif
+
+#ifdef MRT_HAVE_VNNI_BUILD
 /* q_store_row's arithmetic 8 columns at a time on AVX2 (the tail a column at a time): rows i < mr
  * of acc (row stride Q_NR), columns j0 .. j0 + n - 1, into output rows m + i from column n_out on
  * (c + i * ldc), then g->store_act (Relu, Clip: act_row's max / min, NaN kept), then with
@@ -582,7 +615,10 @@ static void q_store_tile(const q_args *g, const int32_t *acc, int mr, int j0, in
                          long ldc, uint8_t *cq, long ldcq) {
 #ifdef MRT_HAVE_VNNI_BUILD
     if (q_use_vnni) {
-        q_store_tile_avx512(g, acc, mr, j0, n, m, n_out, c, ldc, g->store_q ? cq : NULL, ldcq);
+        if (g->store_q && cq && g->fold && !g->res)
+            q_store_tile_fold_avx512(g, acc, mr, j0, n, m, n_out, cq, ldcq);
+        else
+            q_store_tile_avx512(g, acc, mr, j0, n, m, n_out, c, ldc, g->store_q ? cq : NULL, ldcq);
         return;
     }
     if (q_use_avx2) {

@@ -71,6 +71,59 @@ def test_speed_rules_keep_the_large_plane_chain_int8(tmp_path, min_plane, pointw
     assert (_kept(report, "int8_min_pointwise_outputs") == {"pointwise"}) is not pointwise_int8
 
 
+def _depthwise_block(path, epilogue: str = "Relu", stride: int = 1):
+    """x (1, 16, 12, 12) -> "before" 1x1 16 -> 16, Relu -> "dw" 3x3 depthwise of ``stride`` -> ``epilogue``
+    ("Relu", "SiLU": x * Sigmoid(x), "residual": + the dw's input, then Relu) -> "after" 1x1 16 -> 16, Relu ->
+    "far" 1x1 16 -> 16."""
+    rng = np.random.default_rng(7)
+    w = {n: rng.standard_normal(shape).astype(np.float32) * 0.3
+         for n, shape in (("wb", (16, 16, 1, 1)), ("wd", (16, 1, 3, 3)), ("wa", (16, 16, 1, 1)), ("wf", (16, 16, 1, 1)))}
+    nodes = [helper.make_node("Conv", ["x", "wb"], ["b"], name="before", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("Conv", ["br", "wd"], ["d"], name="dw", group=16, kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                              strides=[stride] * 2)]
+    if epilogue == "SiLU":
+        nodes += [helper.make_node("Sigmoid", ["d"], ["ds"]), helper.make_node("Mul", ["d", "ds"], ["dr"])]
+    elif epilogue == "residual":
+        nodes += [helper.make_node("Add", ["d", "br"], ["dz"]), helper.make_node("Relu", ["dz"], ["dr"])]
+    else:
+        nodes += [helper.make_node("Relu", ["d"], ["dr"])]
+    nodes += [helper.make_node("Conv", ["dr", "wa"], ["a"], name="after", kernel_shape=[1, 1]),
+              helper.make_node("Relu", ["a"], ["ar"]),
+              helper.make_node("Conv", ["ar", "wf"], ["y"], name="far", kernel_shape=[1, 1])]
+    side = 12 // stride
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, side, side])],
+                              [numpy_helper.from_array(v, n) for n, v in w.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return optimized(str(path))
+
+
+@pytest.mark.parametrize("epilogue,stride,strided_min,dw_int8", [
+    ("Relu", 1, 0, True), ("SiLU", 1, 0, False), ("residual", 1, 0, False),
+    ("Relu", 2, 0, True), ("Relu", 2, 100, True), ("Relu", 2, 200, False)])
+def test_large_plane_depthwise_chains_only_its_neighbours(tmp_path, epilogue, stride, strided_min, dw_int8):
+    """A depthwise conv on a plane of int8_depthwise_min_plane pixels (12 x 12 = 144 >= 100) computes in int8
+    when its epilogue is one the int8 depthwise kernel applies (Relu; not SiLU, not a residual) and, strided,
+    when the plane also reaches int8_depthwise_strided_min_plane; then the convs writing its input and reading
+    its output stay int8 whatever the pointwise rule says (the uint8 chain), while a conv further on ("far")
+    follows the rule (16 outputs < int8_min_pointwise_outputs 64)."""
+    model = _depthwise_block(tmp_path / "b.onnx", epilogue, stride)
+    rng = np.random.default_rng(8)
+    calib = [{"x": rng.standard_normal((1, 16, 12, 12)).astype(np.float32)} for _ in range(3)]
+    report = quantize(model, "int8", calib, QuantizeOptions(quantize_final=True, **NO_TIMING),
+                      target=_generic(int8_min_pointwise_outputs=64, int8_depthwise_min_plane=100,
+                                      int8_depthwise_strided_min_plane=strided_min))
+    assert ("dw" in report.quantized) is dw_int8
+    neighbours = {"before", "after"}
+    assert (neighbours <= set(report.quantized)) is dw_int8
+    assert _kept(report, "int8_min_pointwise_outputs") == ({"far"} if dw_int8 else {"before", "after", "far"})
+    if not dw_int8:
+        assert _kept(report, "int8_depthwise") == {"dw"}
+
+
 def test_speed_rules_apply_on_large_planes_without_a_depthwise_conv(tmp_path):
     """No depthwise conv, no chain to keep: the rules apply whatever the plane (SqueezeNet's stem)."""
     model = _pointwise_model(tmp_path / "p.onnx", hidden=16, out=64)
