@@ -457,7 +457,9 @@ def table(results: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pages", type=int, default=40, help="rendered pages to read (OCR)")
+    # (160 pages hold 321 lines: one line is 0.31 points of exact lines; 40 pages' 71 lines could not resolve
+    # the 1-point goal, one flaky line there was 1.41 points, D182)
+    ap.add_argument("--pages", type=int, default=160, help="rendered pages to read (OCR)")
     ap.add_argument("--calib-pages", type=int, default=16, help="other rendered pages to calibrate on (OCR)")
     ap.add_argument("--files-per-label", type=int, default=12, help="magika: evaluated files per content type")
     ap.add_argument("--tasks", default="ocr,magika,digits")
