@@ -540,7 +540,7 @@ def _select(candidates: Sequence[Candidate], mode: str, data: _Data | None, opts
     # its input and read its output, so the pointwise and window speed rules leave those neighbours int8
     # (one kept float breaks the chain: PP-OCR det's 16-channel pointwise convs kept float cost it 2.6 ms,
     # D144); the other convs on such planes follow the rules (every conv there int8 cost PP-OCR's pipeline
-    # two more lines of 71, D182).
+    # two more lines of 71, D181).
     int8_depthwise = set()
     if mode == "int8" and not profile.int8_depthwise and profile.int8_depthwise_min_plane > 0:
         convs = [c for c in candidates if c.kind == "conv"]
