@@ -452,10 +452,6 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
         const __m512i vcorr = _mm512_set1_epi32(g->x_zero * g->sums[row]);
         const float *r = g->res ? g->res + (long)row * g->ldr + n_out : NULL;
         const int32_t *a = acc + (long)i * Q_NR + j0;
-        const float *f = cq && g->fold ? g->fold + 5L * row : NULL; /* (the folded requantization) */
-        const __m512 fs = _mm512_set1_ps(f ? f[0] : 0.0f), fb = _mm512_set1_ps(f ? f[1] : 0.0f);
-        const __m512 flo = _mm512_set1_ps(f ? f[2] : 0.0f), fhi = _mm512_set1_ps(f ? f[3] : 0.0f);
-        const __m512 fnear = _mm512_set1_ps(f ? 0.5f - f[4] : 0.0f);
         __m512 ys = zero, ylo = zero, yhi = zero, yzp = zero;
         if (cq) {
             const int yz = g->yzp[row];
@@ -466,15 +462,6 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
         }
         for (int j = 0; j < n; j += 16) {
             const __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-            __m512i v;
-            if (f && q_fold16(_mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, a + j), vcorr), k, fs, fb, flo, fhi, fnear,
-                              &v)) {
-                if (k == 0xffff)
-                    _mm_storeu_si128((__m128i *)(cq + (long)i * ldcq + j), _mm512_cvtepi32_epi8(v));
-                else
-                    _mm512_mask_cvtepi32_storeu_epi8(cq + (long)i * ldcq + j, k, v);
-                continue;
-            }
             __m512 x = _mm512_cvt_roundepi32_ps(_mm512_sub_epi32(_mm512_maskz_loadu_epi32(k, a + j), vcorr),
                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             x = _mm512_mul_round_ps(vs, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -510,9 +497,9 @@ __attribute__((target("avx512f,fma"))) static void q_store_tile_avx512(const q_a
 #endif
 
 #ifdef MRT_HAVE_VNNI_BUILD
-/* q_store_tile_avx512's uint8 store where the requantization folds (g->fold; never with a residual):
- * per row only the fold's constants are set up, and a vector with a lane within E of a rounding
- * boundary is handed to q_store_tile_avx512 alone, which computes it step by step.  Same bytes as
+/* The uint8 tile store where the requantization folds (g->fold; never with a residual): per row only
+ * the fold's constants are set up, and a vector with a lane within E of a rounding boundary is handed
+ * to q_store_tile_avx512 alone, which computes it step by step (that store never folds itself).  Same bytes as
  * q_store_tile_avx512; a tile row is only two vectors (Q_NR 32), so its general setup of a dozen
  * per-row constants cost as much as the vectors themselves (MobileNetV2's 16 -> 96 at 112 x 112, D182). */
 __attribute__((target("avx512f,fma"))) static void q_store_tile_fold_avx512(const q_args *g, const int32_t *acc,
